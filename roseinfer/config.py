@@ -1,0 +1,76 @@
+"""The model shapes the engine knows and the one frozen engine configuration, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """GPT-2 hyper-parameters (names follow Hugging Face's GPT2Config)."""
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    layer_norm_epsilon: float = 1e-5
+    eos_token_id: int = 50256
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+# Built-in names with the real GPT-2 shapes, plus a tiny one for quick CPU runs (random weights, seeded).
+BUILTIN_MODELS: dict[str, ModelConfig] = {
+    "gpt2": ModelConfig(n_embd=768, n_layer=12, n_head=12),
+    "gpt2-medium": ModelConfig(n_embd=1024, n_layer=24, n_head=16),
+    "gpt2-large": ModelConfig(n_embd=1280, n_layer=36, n_head=20),
+    "gpt2-xl": ModelConfig(n_embd=1600, n_layer=48, n_head=25),
+    "gpt2-tiny": ModelConfig(n_embd=128, n_layer=4, n_head=4),
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that shapes an engine; the `LLM(...)` keyword options and the benchmark flags map here."""
+
+    device: str = "cpu"
+    dtype: str = "float32"  # float32 | float16 | bfloat16
+    seed: int = 0
+    block_size: int = 64  # tokens per KV block
+    num_blocks: int | None = None  # per layer; None sizes the pool from max_batch_size and positions
+    max_batch_size: int = 16  # sequences decoded together
+    prefill_max_batch_size: int = 16  # sequences prefilled together
+    prefill_admission_policy: str = "fifo"  # fifo | shortest-first
+    prefix_cache: bool = True  # share full prompt blocks between requests
+    # Switches that bring back earlier designs (for before/after captures):
+    batched_kv_append: bool = True  # False: one append call per request per layer
+    batched_rollover: bool = True  # False: a full last block sends that request down the slow path
+    block_table_cache: bool = True  # False: block-table rows rebuilt from the lists every step
+    # GPU fast path (CUDA only):
+    paged_attn: bool = False  # Triton paged-attention decode kernel
+    cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "max_batch_size", "prefill_max_batch_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.num_blocks is not None and self.num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks!r}")
+        if self.dtype not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
+        if self.prefill_admission_policy not in ("fifo", "shortest-first"):
+            raise ValueError(
+                f"prefill_admission_policy must be 'fifo' or 'shortest-first', got {self.prefill_admission_policy!r}"
+            )
+
+    @classmethod
+    def from_options(cls, **options) -> EngineConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"unknown engine option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**options)

@@ -1,0 +1,247 @@
+"""The engine: admits requests, runs prefill and decode steps over the paged KV cache, emits tokens."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from roseinfer import tracing
+from roseinfer.block_manager import KVBlockManager
+from roseinfer.block_tables import BlockTables
+from roseinfer.config import EngineConfig
+from roseinfer.kv_context import DecodeKV, PrefillKV
+from roseinfer.scheduler import Scheduler, blocks_for
+from roseinfer.sequence import SamplingParams, Sequence
+from roseinfer.tracing import region
+from roseinfer.weights import build_model
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+class Engine:
+    def __init__(self, model: str, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but CUDA is not available")
+        self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
+        mc = self.model_cfg
+        self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
+        # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
+        num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq
+        self.mgr = KVBlockManager(
+            mc.n_layer,
+            num_blocks,
+            cfg.block_size,
+            mc.n_head,
+            mc.head_dim,
+            DTYPES[cfg.dtype],
+            self.device,
+            prefix_cache=cfg.prefix_cache,
+            batched_rollover=cfg.batched_rollover,
+        )
+        self.tables = BlockTables(
+            mc.n_layer, cfg.max_batch_size, self.max_blocks_per_seq, self.device, cache=cfg.block_table_cache
+        )
+        self.scheduler = Scheduler(cfg, num_blocks)
+        self.scale = 1.0 / math.sqrt(mc.head_dim)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.steplog = tracing.step_log({"block_size": cfg.block_size, "model": model})
+        self.decode_steps = 0
+        # Counters over the engine's life (tests and benchmarks read them).
+        self.stats = {"prefix_hit_blocks": 0, "cow": 0, "rollovers": 0, "preemptions": 0}
+        self._next_id = 0
+        self.on_token: Callable[[Sequence, int], None] | None = None
+
+    # -- requests ------------------------------------------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], params: SamplingParams, arrival_ns: int | None = None) -> Sequence:
+        mc = self.model_cfg
+        if len(prompt_ids) == 0:
+            raise ValueError("prompt is empty: give at least one token")
+        bad = [t for t in prompt_ids if not (0 <= int(t) < mc.vocab_size)]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{mc.vocab_size - 1})")
+        if len(prompt_ids) + params.max_new_tokens > mc.n_positions:
+            raise ValueError(
+                f"prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({params.max_new_tokens}) exceeds the "
+                f"model's {mc.n_positions} positions"
+            )
+        seq = Sequence(
+            id=self._next_id,
+            prompt_ids=[int(t) for t in prompt_ids],
+            params=params,
+            arrival_ns=tracing.now_ns() if arrival_ns is None else arrival_ns,
+        )
+        self._next_id += 1
+        self.scheduler.add(seq)
+        return seq
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # -- steps ---------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self) -> list[Sequence]:
+        """One scheduler step: admit and prefill what fits, then decode every running sequence once."""
+        finished: list[Sequence] = []
+        with region(tracing.SCHEDULER_STEP):
+            batch = self.scheduler.admit(self.mgr.num_free())
+            if batch:
+                finished += self._prefill(batch)
+            if self.scheduler.running:
+                self._make_room_for_decode()
+                finished += self._decode(list(self.scheduler.running))
+        return finished
+
+    def _make_room_for_decode(self) -> None:
+        """Preempt the newest sequences until every running one can take its next token."""
+        while True:
+            running = self.scheduler.running
+            need = sum(1 for s in running if s.num_cached % self.cfg.block_size == 0)
+            if need <= self.mgr.num_free() or len(running) == 1:
+                return
+            self._release(self.scheduler.preempt_newest())
+            self.stats["preemptions"] += 1
+
+    def _release(self, seq: Sequence) -> None:
+        for layer, ids in enumerate(seq.block_ids):
+            self.mgr.free(layer, ids)
+        seq.block_ids = []
+        seq.num_cached = 0
+        seq.table_rows = []
+        seq.table_row_blocks = []
+
+    def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
+        mgr, bs, n_layer = self.mgr, self.cfg.block_size, self.model_cfg.n_layer
+        start_ns = tracing.now_ns()
+        with region(tracing.PREFILL):
+            starts: list[int] = []
+            keys_of: list[list[object]] = []
+            for seq in seqs:
+                tokens = seq.all_ids
+                keys = KVBlockManager.prefix_keys(tokens, bs) if self.cfg.prefix_cache else []
+                seq.block_ids = [mgr.match_prefix(layer, keys) for layer in range(n_layer)]
+                hit_tokens = len(seq.block_ids[0]) * bs
+                self.stats["prefix_hit_blocks"] += len(seq.block_ids[0])
+                # A full hit still recomputes the last token: its logits give the next token.
+                starts.append(min(hit_tokens, len(tokens) - 1))
+                for layer in range(n_layer):
+                    while len(seq.block_ids[layer]) < blocks_for(len(tokens), bs):
+                        seq.block_ids[layer].append(mgr.allocate(layer))
+                seq.table_rows = [None] * n_layer
+                seq.table_row_blocks = [-1] * n_layer
+                keys_of.append(keys)
+            ids, pos, last = [], [], []
+            for seq, start in zip(seqs, starts):
+                tokens = seq.all_ids
+                ids += tokens[start:]
+                pos += range(start, len(tokens))
+                last.append(len(ids) - 1)
+            kv = PrefillKV(mgr, seqs, starts, self.scale)
+            logits = self.model(
+                torch.tensor(ids, device=self.device),
+                torch.tensor(pos, device=self.device),
+                kv,
+                last=torch.tensor(last, device=self.device),
+            )
+            for seq, keys in zip(seqs, keys_of):
+                seq.num_cached = seq.num_tokens
+                for layer in range(n_layer):
+                    for i, key in enumerate(keys):
+                        mgr.register(layer, seq.block_ids[layer][i], key)
+            with region(tracing.SAMPLE):
+                next_ids = self._sample(logits, seqs)
+        self.stats["cow"] += kv.cow // max(n_layer, 1)
+        if self.steplog is not None:
+            self.steplog.write(
+                {
+                    "type": "prefill",
+                    "start_ns": start_ns,
+                    "end_ns": tracing.now_ns(),
+                    "batch_size": len(seqs),
+                    "tokens": len(ids),
+                    "cow": kv.cow // max(n_layer, 1),
+                    "requests": [s.id for s in seqs],
+                }
+            )
+        return self._emit(seqs, next_ids, -1)
+
+    def _decode(self, seqs: list[Sequence]) -> list[Sequence]:
+        start_ns = tracing.now_ns()
+        with region(tracing.DECODE_STEP):
+            with region(tracing.BUILD_BLOCK_TABLES):
+                width = self.tables.build(seqs)
+            with region(tracing.H2D_BLOCK_TABLES):
+                tables = self.tables.to_device(len(seqs), width)  # [L, B, M]
+                ids = torch.tensor([s.all_ids[-1] for s in seqs]).to(self.device, non_blocking=True)
+                past = torch.tensor([s.num_cached for s in seqs]).to(self.device, non_blocking=True)
+            with region(tracing.MODEL_FORWARD):
+                kv = DecodeKV(self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append)
+                logits = self.model(ids, past, kv)  # [B, V]
+            with region(tracing.SAMPLE):
+                next_ids = self._sample(logits, seqs)
+        end_ns = tracing.now_ns()
+        rollovers, cow = self.mgr.last_rollovers[0], self.mgr.last_cow[0]
+        self.stats["rollovers"] += rollovers
+        self.stats["cow"] += cow
+        for seq in seqs:
+            seq.num_cached += 1
+            if cow:  # a copy-on-write swapped a block id without changing the count
+                seq.table_row_blocks = [-1] * len(seq.table_row_blocks)
+        index = self.decode_steps
+        self.decode_steps += 1
+        if self.steplog is not None:
+            self.steplog.step(start_ns, end_ns, len(seqs), rollovers, cow, [s.id for s in seqs])
+        return self._emit(seqs, next_ids, index)
+
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        # logits: [B, V]
+        temps = [s.params.temperature for s in seqs]
+        greedy = torch.argmax(logits, dim=-1)
+        if all(t == 0 for t in temps):
+            return greedy.tolist()
+        t = torch.tensor([max(x, 1e-6) for x in temps], device=logits.device, dtype=torch.float32)
+        probs = torch.softmax(logits.float() / t[:, None], dim=-1)
+        sampled = torch.multinomial(probs, 1, generator=self.generator).squeeze(1)
+        is_greedy = torch.tensor([x == 0 for x in temps], device=logits.device)
+        return torch.where(is_greedy, greedy, sampled).tolist()
+
+    def _emit(self, seqs: list[Sequence], next_ids: list[int], step_index: int) -> list[Sequence]:
+        now = tracing.now_ns()
+        eos = self.model_cfg.eos_token_id
+        finished = []
+        for seq, tok in zip(seqs, next_ids):
+            seq.output_ids.append(tok)
+            seq.token_ns.append(now)
+            seq.token_step.append(step_index)
+            if self.on_token is not None:
+                self.on_token(seq, tok)
+            reason = None
+            if tok == eos and not seq.params.ignore_eos:
+                reason = "stop"
+            elif len(seq.output_ids) >= seq.params.max_new_tokens:
+                reason = "length"
+            if reason is not None:
+                self.scheduler.finish(seq, reason)
+                self._release(seq)
+                finished.append(seq)
+                self._log_request(seq)
+        return finished
+
+    def _log_request(self, seq: Sequence) -> None:
+        if self.steplog is None:
+            return
+        self.steplog.write(
+            {
+                "type": "request",
+                "id": seq.id,
+                "arrival_ns": seq.arrival_ns,
+                "prompt_tokens": len(seq.prompt_ids),
+                "output_tokens": len(seq.output_ids),
+                "token_ns": seq.token_ns,
+                "token_step": seq.token_step,
+                "preemptions": seq.preemptions,
+            }
+        )

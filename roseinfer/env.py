@@ -1,0 +1,59 @@
+"""Every environment switch the engine reads, declared once, typed and commented.
+
+Read at import time into `ENV`; tests and the profiler may call `reload()` after changing os.environ.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _flag(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return raw.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Env:
+    # Emit NVTX push/pop ranges around the engine's regions (read by Nsight Systems / Nsight Compute).
+    nvtx: bool
+    # Emit torch.profiler record_function spans around the same regions (read by torch.profiler).
+    record_function: bool
+    # When set, the step log (per decode step and per token timings) is written to this file.
+    step_log: str | None
+    # Use the Triton KV-append kernels on CUDA (the torch path otherwise).
+    triton_kv_append: bool
+    # Below this batch size the torch KV-append path runs even when Triton is on (launch overhead wins).
+    triton_kv_append_min_batch: int
+
+
+def read() -> Env:
+    return Env(
+        nvtx=_flag("ROSEINFER_NVTX", False),
+        record_function=_flag("ROSEINFER_RECORD_FUNCTION", False),
+        step_log=os.environ.get("ROSEINFER_STEP_LOG") or None,
+        triton_kv_append=_flag("ROSELLM_TRITON_KV_APPEND", True),
+        triton_kv_append_min_batch=_int("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", 128),
+    )
+
+
+ENV = read()
+
+
+def reload() -> Env:
+    global ENV
+    ENV = read()
+    return ENV

@@ -1,0 +1,82 @@
+"""Our own GPT-2 forward. Attention reads and writes the paged KV cache through a context object.
+
+The model knows nothing of blocks: per layer it hands the new keys/values to `kv.append(layer, k, v)` and asks
+`kv.attend(layer, q, k, v)` for the attention output. `roseinfer.paged_kv` implements both for prefill
+(packed variable-length sequences) and decode (one token per sequence).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from roseinfer.config import ModelConfig
+from roseinfer.tracing import KV_APPEND, region
+
+
+class KVContext(Protocol):
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None: ...
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        c = cfg.n_embd
+        self.n_head = cfg.n_head
+        self.head_dim = cfg.head_dim
+        self.ln_1 = nn.LayerNorm(c, eps=cfg.layer_norm_epsilon)
+        self.c_attn = nn.Linear(c, 3 * c)
+        self.attn_proj = nn.Linear(c, c)
+        self.ln_2 = nn.LayerNorm(c, eps=cfg.layer_norm_epsilon)
+        self.c_fc = nn.Linear(c, 4 * c)
+        self.mlp_proj = nn.Linear(4 * c, c)
+
+    def forward(self, x: torch.Tensor, layer: int, kv: KVContext) -> torch.Tensor:
+        # x: [T, C] (T = tokens in the batch: one per sequence in decode, all new prompt tokens in prefill)
+        t = x.shape[0]
+        qkv = self.c_attn(self.ln_1(x)).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+        q, k, v = qkv.unbind(1)  # each [T, H, D]
+        with region(KV_APPEND):
+            kv.append(layer, k, v)
+        a = kv.attend(layer, q, k, v)  # [T, H, D]
+        x = x + self.attn_proj(a.reshape(t, -1))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.n_positions, cfg.n_embd)
+        self.h = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_epsilon)
+
+    def init_random(self, seed: int) -> None:
+        """GPT-2's initialisation (normal 0.02, residual projections scaled), reproducible from `seed`."""
+        g = torch.Generator().manual_seed(seed)
+        resid_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p.zero_()
+                elif "ln_" in name:
+                    p.fill_(1.0)
+                else:
+                    std = resid_std if name.endswith(("attn_proj.weight", "mlp_proj.weight")) else 0.02
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: KVContext, last: torch.Tensor | None = None):
+        """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence)."""
+        x = self.wte(ids) + self.wpe(positions)  # [T, C]
+        for layer, block in enumerate(self.h):
+            x = block(x, layer, kv)
+        if last is not None:
+            x = x[last]  # [S, C]: only the tokens whose next token we sample
+        return F.linear(self.ln_f(x), self.wte.weight)  # tied lm_head: [*, V]

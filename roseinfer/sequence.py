@@ -1,0 +1,56 @@
+"""A request as the engine sees it: its tokens, its KV blocks per layer, its timings."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 16
+    temperature: float = 0.0  # 0 means greedy
+    ignore_eos: bool = False  # keep generating after the end-of-sequence token
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival_ns: int
+    output_ids: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    finish_reason: str | None = None
+    # KV state: block ids per layer and how many tokens are in the cache.
+    block_ids: list[list[int]] = field(default_factory=list)
+    num_cached: int = 0
+    # Cached block-table rows per layer and the block count each was built from.
+    table_rows: list[torch.Tensor | None] = field(default_factory=list)
+    table_row_blocks: list[int] = field(default_factory=list)
+    # Timings: emission time of every output token and the decode step that produced it (-1: prefill).
+    token_ns: list[int] = field(default_factory=list)
+    token_step: list[int] = field(default_factory=list)
+    preemptions: int = 0
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)

@@ -1,0 +1,71 @@
+"""Building a GPT2 module: from a built-in name (random weights, seeded) or a Hugging Face checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from roseinfer.config import BUILTIN_MODELS, ModelConfig
+from roseinfer.model import GPT2
+
+
+def resolve_model_config(model: str) -> ModelConfig:
+    if model in BUILTIN_MODELS:
+        return BUILTIN_MODELS[model]
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{model}: not a Hugging Face checkpoint folder (no config.json)")
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        if raw.get("model_type") != "gpt2":
+            raise ValueError(f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported")
+        return ModelConfig(
+            vocab_size=raw["vocab_size"],
+            n_positions=raw["n_positions"],
+            n_embd=raw["n_embd"],
+            n_layer=raw["n_layer"],
+            n_head=raw["n_head"],
+            layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
+            eos_token_id=raw.get("eos_token_id") if raw.get("eos_token_id") is not None else 50256,
+        )
+    names = ", ".join(BUILTIN_MODELS)
+    raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
+
+
+def _load_hf_state(model: str, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Weights of a GPT2LMHeadModel checkpoint, renamed to our modules (HF's Conv1D stores [in, out])."""
+    from transformers import GPT2LMHeadModel
+
+    hf = GPT2LMHeadModel.from_pretrained(model, local_files_only=True, torch_dtype=torch.float32)
+    src = hf.state_dict()
+    out: dict[str, torch.Tensor] = {
+        "wte.weight": src["transformer.wte.weight"],
+        "wpe.weight": src["transformer.wpe.weight"],
+        "ln_f.weight": src["transformer.ln_f.weight"],
+        "ln_f.bias": src["transformer.ln_f.bias"],
+    }
+    conv = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
+    for i in range(cfg.n_layer):
+        p = f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            out[f"h.{i}.{ln}.weight"] = src[p + ln + ".weight"]
+            out[f"h.{i}.{ln}.bias"] = src[p + ln + ".bias"]
+        for hf_name, ours in conv.items():
+            out[f"h.{i}.{ours}.weight"] = src[p + hf_name + ".weight"].t().contiguous()
+            out[f"h.{i}.{ours}.bias"] = src[p + hf_name + ".bias"]
+    return out
+
+
+def build_model(model: str, device: str, dtype: torch.dtype, seed: int) -> tuple[GPT2, ModelConfig]:
+    cfg = resolve_model_config(model)
+    with torch.device("meta"):
+        net = GPT2(cfg)
+    net = net.to_empty(device="cpu")
+    if model in BUILTIN_MODELS:
+        net.init_random(seed)
+    else:
+        net.load_state_dict(_load_hf_state(model, cfg))
+    return net.to(device=device, dtype=dtype).eval(), cfg

@@ -1,0 +1,46 @@
+import os
+import shutil
+
+import pytest
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A small GPT-2 checkpoint saved by Hugging Face itself, with weights wide enough that greedy argmax
+    has clear winners (GPT-2's 0.02 init gives near-ties that fp32 summation order can flip)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    path = tmp_path_factory.mktemp("ckpt") / "tiny-gpt2"
+    cfg = GPT2Config(
+        vocab_size=512, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=511, eos_token_id=511
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.15)
+    model.save_pretrained(path)
+    return str(path)
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def has_nsys() -> bool:
+    from roseprof.nsys_capture import find_nsys
+
+    return find_nsys() is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda():
+            item.add_marker(skip_gpu)
+        if "nsys" in item.keywords and shutil.which("nsys") is None and not has_nsys():
+            item.add_marker(pytest.mark.skip(reason="needs Nsight Systems (scripts/install-nsys.sh)"))
