@@ -22,6 +22,7 @@ def paged_decode_attention(
     block_table: torch.Tensor,  # [B, M] blocks holding each sequence's past tokens
     past_lens: torch.Tensor,  # [B] past tokens per sequence (the new token excluded)
     scale: float,
+    pad_mask: torch.Tensor | None = None,  # [B, M*BLOCK] True past each length; computed here when None
 ) -> torch.Tensor:
     """Attention of each new token over its past tokens (read through the block table) and itself -> [B, H, D].
 
@@ -32,12 +33,18 @@ def paged_decode_attention(
     values = gather_kv(v_cache, block_table)
     scores = torch.matmul(q.unsqueeze(2), keys.transpose(-1, -2)).squeeze(2) * scale  # [B, H, T]
     t = keys.shape[2]
-    pad = torch.arange(t, device=q.device)[None, :] >= past_lens[:, None]  # [B, T] slots past each length
-    scores = scores.masked_fill(pad[:, None, :], float("-inf"))
+    if pad_mask is None:
+        pad_mask = decode_pad_mask(past_lens, t)
+    scores = scores.masked_fill(pad_mask[:, None, :], float("-inf"))
     self_score = (q * k_new).sum(-1, keepdim=True) * scale  # [B, H, 1]
     probs = torch.softmax(torch.cat([scores, self_score], dim=-1).float(), dim=-1).to(q.dtype)  # [B, H, T+1]
     out = torch.matmul(probs[..., :t].unsqueeze(2), values).squeeze(2)  # [B, H, D]
     return out + probs[..., t:] * v_new
+
+
+def decode_pad_mask(past_lens: torch.Tensor, t: int) -> torch.Tensor:
+    """[B, T] True at the cache slots beyond each sequence's past length (same for every layer of a step)."""
+    return torch.arange(t, device=past_lens.device)[None, :] >= past_lens[:, None]
 
 
 def prefill_attention(

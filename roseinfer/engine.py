@@ -51,7 +51,7 @@ class Engine:
         self.steplog = tracing.step_log({"block_size": cfg.block_size, "model": model})
         self.decode_steps = 0
         # Counters over the engine's life (tests and benchmarks read them).
-        self.stats = {"prefix_hit_blocks": 0, "cow": 0, "rollovers": 0, "preemptions": 0}
+        self.stats = {"prefix_hit_blocks": 0, "cow": 0, "rollovers": 0, "preemptions": 0, "decode_ns": 0, "prefill_ns": 0}
         self._next_id = 0
         self.on_token: Callable[[Sequence, int], None] | None = None
 
@@ -154,6 +154,7 @@ class Engine:
             with region(tracing.SAMPLE):
                 next_ids = self._sample(logits, seqs)
         self.stats["cow"] += kv.cow // max(n_layer, 1)
+        self.stats["prefill_ns"] += tracing.now_ns() - start_ns
         if self.steplog is not None:
             self.steplog.write(
                 {
@@ -185,6 +186,7 @@ class Engine:
         end_ns = tracing.now_ns()
         rollovers, cow = self.mgr.last_rollovers[0], self.mgr.last_cow[0]
         self.stats["rollovers"] += rollovers
+        self.stats["decode_ns"] += end_ns - start_ns
         self.stats["cow"] += cow
         for seq in seqs:
             seq.num_cached += 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from roseinfer.attention import gather_kv, paged_decode_attention, prefill_attention
+from roseinfer.attention import decode_pad_mask, gather_kv, paged_decode_attention, prefill_attention
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.sequence import Sequence
 
@@ -27,6 +27,7 @@ class DecodeKV:
         self.past_lens = past_lens
         self.scale = scale
         self.batched_append = batched_append
+        self.pad_mask = decode_pad_mask(past_lens, block_tables.shape[2] * mgr.block_size)  # [B, M*BLOCK]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
@@ -47,6 +48,7 @@ class DecodeKV:
             self.block_tables[layer],
             self.past_lens,
             self.scale,
+            self.pad_mask,
         )
 
 

@@ -1,0 +1,13 @@
+# The two commands of the README. Both set up what they need from nothing.
+.PHONY: demo test lint
+
+demo:
+	bash scripts/setup.sh
+	.venv/bin/roseprof nsys --name demo
+
+test:
+	bash scripts/setup.sh
+	.venv/bin/python -m pytest
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .

@@ -1,0 +1,11 @@
+"""Scheduler benchmark: all requests submitted at once (offline mode) and run to completion.
+
+    python -m roseinfer.benchmark_scheduler --num-requests 64 --max-batch-size 64 --max-new-tokens 128
+"""
+
+import sys
+
+from roseinfer.benchmark_common import main
+
+if __name__ == "__main__":
+    sys.exit(main("benchmark_scheduler", __doc__, default_mode="offline"))

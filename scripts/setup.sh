@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine, idempotently:
+#   a virtual environment in .venv with roseinfer/roseprof installed (editable) and the dev tools,
+#   and Nsight Systems for CPU captures (scripts/install-nsys.sh).
+# Usage: scripts/setup.sh [--no-nsys] [--browser]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_nsys=1
+want_browser=0
+for arg in "$@"; do
+  case "$arg" in
+    --no-nsys) want_nsys=0 ;;
+    --browser) want_browser=1 ;;
+    *) echo "setup: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first, pinned: on these machines a CPU build of 2.13.0 installs from local disk; an unpinned torch
+# would pull a multi-GB CUDA build.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
+fi
+.venv/bin/python -m pip install -q -e ".[dev]"
+
+if [ "$want_nsys" = 1 ]; then
+  bash scripts/install-nsys.sh
+fi
+if [ "$want_browser" = 1 ]; then
+  bash scripts/install-chromium.sh
+fi
+echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,87 @@
+"""Bad input: one clear error each, in the API (an exception) and on the command line (one line, exit 2)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from roseinfer import LLM, SamplingParams
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM("gpt2-tiny")
+
+
+def test_empty_prompt(llm):
+    with pytest.raises(ValueError, match="prompt is empty"):
+        llm.generate([[]], SamplingParams(max_new_tokens=2))
+
+
+def test_prompt_beyond_positions(llm):
+    with pytest.raises(ValueError, match="exceeds the model's 1024 positions"):
+        llm.generate([[1] * 1000], SamplingParams(max_new_tokens=100))
+
+
+def test_max_new_tokens_below_one():
+    with pytest.raises(ValueError, match="max_new_tokens must be"):
+        SamplingParams(max_new_tokens=0)
+
+
+@pytest.mark.parametrize("option", ["max_batch_size", "prefill_max_batch_size"])
+def test_batch_sizes_below_one(option):
+    with pytest.raises(ValueError, match=f"{option} must be"):
+        LLM("gpt2-tiny", **{option: 0})
+
+
+def test_unknown_model():
+    with pytest.raises(ValueError, match="unknown model 'gpt3'"):
+        LLM("gpt3")
+
+
+def test_unknown_engine_option():
+    with pytest.raises(TypeError, match="unknown engine option"):
+        LLM("gpt2-tiny", batch=3)
+
+
+def test_checkpoint_that_is_not_gpt2(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(ValueError, match="only GPT-2 checkpoints"):
+        LLM(str(tmp_path))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no config.json"):
+        LLM(str(empty))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hf-model-id", "nope"], "unknown model 'nope'"),
+        (["--max-batch-size", "0"], "--max-batch-size must be >= 1"),
+        (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+        (["--prompt-repeats", "1,x"], "--prompt-repeats must be"),
+        (["--max-new-tokens", "2000"], "exceeds the model's 1024 positions"),
+        (["--prompt", ""], "prompt is empty"),
+    ],
+)
+def test_benchmark_cli_bad_input(args, message):
+    cmd = [sys.executable, "-m", "roseinfer.benchmark_streaming", "--num-requests", "2", "--warmup-runs", "0", "--repeat-runs", "1", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len([line for line in proc.stderr.splitlines() if "error" in line]) == 1
+
+
+def test_benchmark_runs_and_reports(tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "roseinfer.benchmark_scheduler", "--num-requests", "4", "--max-new-tokens", "70",
+           "--warmup-runs", "0", "--repeat-runs", "1", "--no-stop-on-eos", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for label in ("TTFT", "TPOT", "ITL", "throughput decode", "latency"):
+        assert label in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["runs"][0]["completion_tokens"] == 4 * 70

@@ -1,0 +1,67 @@
+"""The scheduler under load: a stream of requests arriving over time, none lost, all blocks returned."""
+
+import random
+
+from roseinfer import SamplingParams
+from roseinfer.config import EngineConfig
+from roseinfer.engine import Engine
+
+
+def test_stream_of_500_requests_loses_none():
+    rng = random.Random(0)
+    # A small pool and batch so admission control and preemption both happen.
+    engine = Engine("gpt2-tiny", EngineConfig(max_batch_size=24, prefill_max_batch_size=6, num_blocks=10, block_size=16))
+    submitted, finished = {}, {}
+    pending = 500
+    while pending or engine.has_unfinished():
+        for _ in range(rng.randint(0, 4) if pending else 0):
+            prompt = [rng.randrange(50000) for _ in range(rng.randint(1, 40))]
+            params = SamplingParams(max_new_tokens=rng.randint(1, 48), ignore_eos=rng.random() < 0.5)
+            seq = engine.add_request(prompt, params)
+            submitted[seq.id] = seq
+            pending -= 1
+            if not pending:
+                break
+        for seq in engine.step():
+            assert seq.id not in finished
+            finished[seq.id] = seq
+    assert set(finished) == set(submitted) and len(finished) == 500
+    for seq in finished.values():
+        n = len(seq.output_ids)
+        assert 1 <= n <= seq.params.max_new_tokens
+        assert n == seq.params.max_new_tokens or seq.finish_reason == "stop"
+        assert len(seq.token_ns) == n and seq.token_ns == sorted(seq.token_ns)
+    mgr = engine.mgr
+    for layer in range(mgr.num_layers):
+        assert mgr.num_free(layer) == mgr.num_blocks
+        assert int(mgr.refcount[layer].sum()) == 0
+    assert engine.stats["preemptions"] > 0
+
+
+def test_fifo_admission_order():
+    engine = Engine("gpt2-tiny", EngineConfig(max_batch_size=2, prefill_max_batch_size=1))
+    seqs = [engine.add_request([i + 1] * 3, SamplingParams(max_new_tokens=2, ignore_eos=True)) for i in range(5)]
+    first_token = {}
+    while engine.has_unfinished():
+        engine.step()
+        for s in seqs:
+            if s.token_ns and s.id not in first_token:
+                first_token[s.id] = s.token_ns[0]
+    order = sorted(first_token, key=first_token.get)
+    assert order == [s.id for s in seqs]
+
+
+def test_stop_on_eos_unless_ignored():
+    engine = Engine("gpt2-tiny", EngineConfig())
+    probe = engine.add_request([7, 8, 9], SamplingParams(max_new_tokens=1))
+    while engine.has_unfinished():
+        engine.step()
+    first = probe.output_ids[0]
+    # Pretend the model's first greedy token is the end-of-sequence token.
+    engine.model_cfg = type(engine.model_cfg)(**{**engine.model_cfg.__dict__, "eos_token_id": first})
+    stopped = engine.add_request([7, 8, 9], SamplingParams(max_new_tokens=10))
+    ignored = engine.add_request([7, 8, 9], SamplingParams(max_new_tokens=10, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    assert stopped.output_ids == [first] and stopped.finish_reason == "stop"
+    assert len(ignored.output_ids) == 10 and ignored.finish_reason == "length"
