@@ -1,0 +1,1 @@
+"""roseprof: capture, parse, analyse and compare profiles of roseinfer (or any command)."""

@@ -1,0 +1,3 @@
+from roseprof.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Analyses: each takes parsed data and returns data (numpy arrays, dicts); nothing here renders."""

@@ -1,0 +1,116 @@
+"""Range nesting, self time, and the GPU work each range launched (Nsight Systems' projection rule).
+
+A GPU op belongs to a range when its launching CUDA API call lies inside the range on the same thread,
+as in `nsys stats` (nvtx_gpu_proj / nvtx_kern_sum): the innermost such range and every range enclosing it.
+A range's projection spans from its first op's start to its last op's end; its kernel time is the sum of
+its kernels' durations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RangeTree:
+    parent: np.ndarray  # [R] index of the tightest enclosing range on the same thread, -1 for roots
+    depth: np.ndarray  # [R] 0 for roots
+    self_ns: np.ndarray  # [R] duration minus the durations of direct children
+
+
+def build_tree(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> RangeTree:
+    """Ranges must be sorted by (tid, start, end descending), as NsysTrace keeps them."""
+    n = len(start)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    stack: list[int] = []
+    cur_tid = None
+    e_list, t_list = end.tolist(), tid.tolist()
+    for i in range(n):
+        if t_list[i] != cur_tid:
+            stack.clear()
+            cur_tid = t_list[i]
+        e = e_list[i]
+        # Every range on the stack starts at or before this one; pop those that end before it does (finished
+        # siblings, or start/end ranges that overlap without enclosing). The top then encloses it tightly.
+        while stack and e_list[stack[-1]] < e:
+            stack.pop()
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = len(stack)
+        stack.append(i)
+    dur = end - start
+    child_sum = np.zeros(n, dtype=np.int64)
+    has_parent = parent >= 0
+    np.add.at(child_sum, parent[has_parent], dur[has_parent])
+    return RangeTree(parent=parent, depth=depth, self_ns=dur - child_sum)
+
+
+def innermost_range(
+    start: np.ndarray, end: np.ndarray, tid: np.ndarray, tree: RangeTree, q_start: np.ndarray, q_end: np.ndarray, q_tid: np.ndarray
+) -> np.ndarray:
+    """For each interval [q_start, q_end] on thread q_tid, the innermost range enclosing it, or -1."""
+    out = np.full(len(q_start), -1, dtype=np.int64)
+    if len(start) == 0 or len(q_start) == 0:
+        return out
+    for t in np.unique(q_tid):
+        qi = np.flatnonzero(q_tid == t)
+        ri = np.flatnonzero(tid == t)  # contiguous and sorted by start (NsysTrace's order)
+        if len(ri) == 0:
+            continue
+        lo = ri[0]
+        # Candidate: the last range on this thread starting at or before the call; then climb its parents
+        # until one also ends after the call (depth iterations, vectorised over all calls).
+        pos = np.searchsorted(start[ri], q_start[qi], side="right") - 1
+        cand = np.where(pos >= 0, pos + lo, -1)
+        for _ in range(int(tree.depth[ri].max()) + 1):
+            bad = cand >= 0
+            bad[bad] = end[cand[bad]] < q_end[qi][bad]
+            if not bad.any():
+                break
+            cand[bad] = tree.parent[cand[bad]]
+        out[qi] = cand
+    return out
+
+
+@dataclass
+class GpuAttribution:
+    op_range: np.ndarray  # [G] innermost range of each op, -1 if none
+    proj_start: np.ndarray  # [R] first op start under the range (inclusive of descendants), or max int
+    proj_end: np.ndarray  # [R] last op end, or min int
+    op_count: np.ndarray  # [R] ops launched under the range
+    kernel_ns: np.ndarray  # [R] kernel time launched under the range
+
+
+def attribute_gpu_ops(
+    start, end, tid, tree: RangeTree, op_kind, op_start, op_end, api_start, api_end, api_tid
+) -> GpuAttribution:
+    n = len(start)
+    has_api = api_tid >= 0
+    op_range = np.full(len(op_start), -1, dtype=np.int64)
+    op_range[has_api] = innermost_range(start, end, tid, tree, api_start[has_api], api_end[has_api], api_tid[has_api])
+    big = np.iinfo(np.int64).max
+    proj_start = np.full(n, big, dtype=np.int64)
+    proj_end = np.full(n, -big, dtype=np.int64)
+    op_count = np.zeros(n, dtype=np.int64)
+    kernel_ns = np.zeros(n, dtype=np.int64)
+    inside = op_range >= 0
+    r = op_range[inside]
+    np.minimum.at(proj_start, r, op_start[inside])
+    np.maximum.at(proj_end, r, op_end[inside])
+    op_count += np.bincount(r, minlength=n)
+    is_kernel = op_kind[inside] == 0
+    kernel_ns += np.bincount(r[is_kernel], weights=(op_end - op_start)[inside][is_kernel], minlength=n).astype(np.int64)
+    # Fold children into parents, deepest first, so every enclosing range counts the op too.
+    for d in range(int(tree.depth.max()) if n else 0, 0, -1):
+        idx = np.flatnonzero((tree.depth == d) & (op_count > 0))
+        if len(idx) == 0:
+            continue
+        p = tree.parent[idx]
+        np.minimum.at(proj_start, p, proj_start[idx])
+        np.maximum.at(proj_end, p, proj_end[idx])
+        np.add.at(op_count, p, op_count[idx])
+        np.add.at(kernel_ns, p, kernel_ns[idx])
+    return GpuAttribution(op_range, proj_start, proj_end, op_count, kernel_ns)

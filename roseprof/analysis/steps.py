@@ -1,0 +1,192 @@
+"""Decode steps: the step log joined to the `roseinfer.decode_step` ranges, rollover vs normal, ITL.
+
+The k-th step record of the engine's log is the k-th `roseinfer.decode_step` range of the same run (both
+come from the same code path, once per step). Without a step log, a step is a rollover step when a
+`roseinfer.kv.rollover` mark falls inside it or between it and the next step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.steplog import StepLog
+
+DECODE_STEP = "roseinfer.decode_step"
+ROLLOVER_MARK = "roseinfer.kv.rollover"
+
+
+def _stats(values) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) == 0:
+        return {"count": 0, "p50_ns": None, "p99_ns": None, "mean_ns": None}
+    return {
+        "count": int(len(v)),
+        "p50_ns": float(np.percentile(v, 50)),
+        "p99_ns": float(np.percentile(v, 99)),
+        "mean_ns": float(v.mean()),
+    }
+
+
+def _ms_stats(values) -> dict:
+    v = np.asarray(values, dtype=np.float64)
+    if len(v) == 0:
+        return {"count": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
+    return {
+        "count": int(len(v)),
+        "p50_ms": float(np.percentile(v, 50)),
+        "p95_ms": float(np.percentile(v, 95)),
+        "p99_ms": float(np.percentile(v, 99)),
+        "mean_ms": float(v.mean()),
+    }
+
+
+def step_table(names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLog | None, warnings):
+    """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
+
+    Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
+    """
+    decode_id = names.index(DECODE_STEP) if DECODE_STEP in names else -1
+    step_ranges = np.flatnonzero(name_idx == decode_id) if decode_id >= 0 else np.zeros(0, dtype=np.int64)
+    step_ranges = step_ranges[np.argsort(start[step_ranges], kind="stable")]
+    log_steps = log.steps if log is not None else []
+    if len(step_ranges) == 0 and not log_steps:
+        return None, []
+    joined = len(step_ranges) > 0 and len(log_steps) == len(step_ranges)
+    if len(step_ranges) and log_steps and not joined:
+        warnings.append(
+            f"step log has {len(log_steps)} steps but the trace has {len(step_ranges)} {DECODE_STEP} ranges "
+            "(a capture range or an interrupted run?): step times come from the trace, rollovers from marks"
+        )
+    rows: dict[str, list] = {}
+    if len(step_ranges):
+        rows["start_ns"] = start[step_ranges].tolist()
+        rows["dur_ns"] = (end[step_ranges] - start[step_ranges]).tolist()
+    else:
+        rows["start_ns"] = [s["start_ns"] for s in log_steps]
+        rows["dur_ns"] = [s["end_ns"] - s["start_ns"] for s in log_steps]
+    n = len(rows["dur_ns"])
+    rows["index"] = list(range(n))
+    if joined or not len(step_ranges):
+        rows["rollovers"] = [int(s.get("rollovers", 0)) for s in log_steps]
+        rows["batch_size"] = [int(s.get("batch_size", 0)) for s in log_steps]
+        rows["cow"] = [int(s.get("cow", 0)) for s in log_steps]
+    else:
+        rollovers = np.zeros(n, dtype=np.int64)
+        rollover_id = names.index(ROLLOVER_MARK) if ROLLOVER_MARK in names else -1
+        if rollover_id >= 0 and n:
+            ts = marks_ts[marks_name == rollover_id]
+            owner = np.searchsorted(np.asarray(rows["start_ns"]), ts, side="right") - 1
+            np.add.at(rollovers, owner[owner >= 0], 1)
+        rows["rollovers"] = rollovers.tolist()
+    region_cols: list[str] = []
+    if len(step_ranges):
+        # For every range, the decode step it sits in (climb parents, vectorised over all ranges).
+        step_of_range = np.full(len(start), -1, dtype=np.int64)
+        step_of_range[step_ranges] = np.arange(n)
+        anc = parent.copy()
+        owner = np.full(len(start), -1, dtype=np.int64)
+        for _ in range(int(depth.max()) + 1 if len(depth) else 0):
+            live = anc >= 0
+            if not live.any():
+                break
+            hit = live & (owner < 0)
+            hit[hit] = step_of_range[anc[hit]] >= 0
+            owner[hit] = step_of_range[anc[hit]]
+            anc[live] = parent[anc[live]]
+        inside = np.flatnonzero(owner >= 0)
+        col_ids = np.unique(name_idx[inside])
+        region_cols = [names[i] for i in col_ids]
+        col_of = {int(c): j for j, c in enumerate(col_ids)}
+        matrix = np.zeros((n, len(col_ids)), dtype=np.int64)
+        cols = np.array([col_of[int(c)] for c in name_idx[inside]], dtype=np.int64)
+        np.add.at(matrix, (owner[inside], cols), end[inside] - start[inside])
+        for j, name in enumerate(region_cols):
+            rows[f"region:{name}"] = matrix[:, j].tolist()
+        # Step time not covered by any direct child range.
+        direct = inside[parent[inside] == step_ranges[owner[inside]]]
+        covered = np.zeros(n, dtype=np.int64)
+        np.add.at(covered, owner[direct], end[direct] - start[direct])
+        rows["rest_ns"] = (np.asarray(rows["dur_ns"]) - covered).tolist()
+    return rows, region_cols
+
+
+def steps_summary(rows: dict, region_cols: list[str]) -> dict:
+    dur = np.asarray(rows["dur_ns"], dtype=np.float64)
+    is_roll = np.asarray(rows["rollovers"]) > 0
+    out = _stats(dur)
+    for label, mask in (("rollover", is_roll), ("normal", ~is_roll)):
+        group = _stats(dur[mask])
+        group["regions"] = {name: float(np.mean(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None for name in region_cols}
+        if "rest_ns" in rows:
+            group["regions"]["(rest)"] = float(np.mean(np.asarray(rows["rest_ns"])[mask])) if mask.any() else None
+        out[label] = group
+    # The region that accounts for most of the rollover-vs-normal difference in mean step time.
+    if is_roll.any() and (~is_roll).any() and region_cols:
+        diffs = {
+            name: out["rollover"]["regions"][name] - out["normal"]["regions"][name]
+            for name in region_cols + (["(rest)"] if "rest_ns" in rows else [])
+        }
+        name = max(diffs, key=diffs.get)
+        out["rollover_excess"] = {"region": name, "mean_ns": diffs[name]}
+    return out
+
+
+def request_metrics(log: StepLog | None, step_rollovers: list[int] | None) -> tuple[dict | None, dict | None]:
+    """(itl summary, request summary) from the step log's per-token times."""
+    if log is None or not log.requests:
+        return None, None
+    itl_all, itl_roll, itl_else, ttft, tpot = [], [], [], [], []
+    completion = 0
+    first_arrival = min(r["arrival_ns"] for r in log.requests)
+    last_token = first_arrival
+    rolls = np.asarray(step_rollovers if step_rollovers is not None else [], dtype=np.int64)
+    for r in log.requests:
+        t = np.asarray(r["token_ns"], dtype=np.int64)
+        completion += len(t)
+        if len(t) == 0:
+            continue
+        last_token = max(last_token, int(t[-1]))
+        ttft.append((t[0] - r["arrival_ns"]) / 1e6)
+        if len(t) > 1:
+            gaps = np.diff(t) / 1e6
+            tpot.append((t[-1] - t[0]) / 1e6 / (len(t) - 1))
+            itl_all.extend(gaps.tolist())
+            steps = np.asarray(r["token_step"][1:], dtype=np.int64)
+            known = (steps >= 0) & (steps < len(rolls))
+            at_roll = np.zeros(len(steps), dtype=bool)
+            at_roll[known] = rolls[steps[known]] > 0
+            itl_roll.extend(gaps[at_roll].tolist())
+            itl_else.extend(gaps[~at_roll].tolist())
+    itl = _ms_stats(itl_all)
+    itl["at_rollover"] = _ms_stats(itl_roll)
+    itl["elsewhere"] = _ms_stats(itl_else)
+    span_s = max(last_token - first_arrival, 1) / 1e9
+    requests = {
+        "count": len(log.requests),
+        "completion_tokens": completion,
+        "throughput_tok_s": completion / span_s,
+        "ttft": _ms_stats(ttft),
+        "tpot": _ms_stats(tpot),
+    }
+    return itl, requests
+
+
+def itl_series(log: StepLog | None, step_rollovers: list[int] | None) -> list[dict]:
+    """Per request: token index, time since the first arrival (ms), ITL (ms), whether at a rollover step."""
+    if log is None or not log.requests:
+        return []
+    t0 = min(r["arrival_ns"] for r in log.requests)
+    rolls = step_rollovers or []
+    out = []
+    for r in log.requests:
+        t = r["token_ns"]
+        steps = r["token_step"]
+        out.append(
+            {
+                "id": r["id"],
+                "t_ms": [(x - t0) / 1e6 for x in t[1:]],
+                "itl_ms": [(b - a) / 1e6 for a, b in zip(t, t[1:])],
+                "rollover": [0 <= s < len(rolls) and rolls[s] > 0 for s in steps[1:]],
+            }
+        )
+    return out

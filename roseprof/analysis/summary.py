@@ -1,0 +1,162 @@
+"""Turn a parsed trace (+ the engine's step log) into the run's data: summary.json and normalised tables."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
+from roseprof.nsys_sqlite import NsysTrace
+from roseprof.steplog import StepLog
+
+SUMMARY_SCHEMA = 1
+
+
+def _group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict[int, list[float]]:
+    """Percentiles of `values` per distinct key (linear interpolation, as numpy and `nsys stats` medians)."""
+    out: dict[int, list[float]] = {}
+    if len(keys) == 0:
+        return out
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    bounds = np.flatnonzero(np.diff(k)) + 1
+    for chunk_k, chunk_v in zip(np.split(k, bounds), np.split(v, bounds)):
+        out[int(chunk_k[0])] = [float(np.percentile(chunk_v, q)) for q in qs]
+    return out
+
+
+def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
+    """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it."""
+    warnings: list[str] = []
+    start, end, tid = trace.range_start, trace.range_end, trace.range_tid
+    tree = build_tree(start, end, tid)
+    gpu = attribute_gpu_ops(
+        start, end, tid, tree, trace.op_kind, trace.op_start, trace.op_end, trace.api_start, trace.api_end, trace.api_tid
+    )
+    dur = end - start
+    has_gpu = trace.has_gpu
+
+    # Regions: one row per (domain, name), like `nsys stats`' NVTX summary.
+    regions = []
+    if len(start):
+        key = trace.range_domain * (len(trace.names) + 1) + trace.range_name
+        pct = _group_percentiles(key, dur)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        count = np.bincount(inverse)
+        total = np.bincount(inverse, weights=dur)
+        self_total = np.bincount(inverse, weights=tree.self_ns)
+        has_ops = gpu.op_count > 0
+        proj = np.where(has_ops, gpu.proj_end - gpu.proj_start, 0)
+        proj_total = np.bincount(inverse, weights=proj)
+        kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
+        for j, k in enumerate(uniq):
+            name_id, dom_id = int(k % (len(trace.names) + 1)), int(k // (len(trace.names) + 1))
+            p50, p99 = pct[int(k)]
+            regions.append(
+                {
+                    "name": trace.names[name_id],
+                    "domain": trace.domains[dom_id],
+                    "count": int(count[j]),
+                    "total_ns": int(total[j]),
+                    "self_ns": int(self_total[j]),
+                    "gpu_proj_ns": int(proj_total[j]) if has_gpu else None,
+                    "gpu_kernel_ns": int(kern_total[j]) if has_gpu else None,
+                    "p50_ns": p50,
+                    "p99_ns": p99,
+                }
+            )
+        regions.sort(key=lambda r: -r["total_ns"])
+
+    # Kernels: one row per (kernel name, innermost region it was launched in).
+    kernels = []
+    is_kernel = trace.op_kind == 0
+    if is_kernel.any():
+        k_name = trace.op_name[is_kernel]
+        k_range = gpu.op_range[is_kernel]
+        k_region = np.where(k_range >= 0, trace.range_name[np.maximum(k_range, 0)], -1)
+        k_dur = (trace.op_end - trace.op_start)[is_kernel]
+        key = k_name * (len(trace.names) + 2) + (k_region + 1)
+        pct = _group_percentiles(key, k_dur, qs=(50,))
+        uniq, inverse = np.unique(key, return_inverse=True)
+        count = np.bincount(inverse)
+        total = np.bincount(inverse, weights=k_dur)
+        for j, k in enumerate(uniq):
+            name_id, region_id = int(k // (len(trace.names) + 2)), int(k % (len(trace.names) + 2)) - 1
+            kernels.append(
+                {
+                    "name": trace.names[name_id],
+                    "count": int(count[j]),
+                    "total_ns": int(total[j]),
+                    "p50_ns": pct[int(k)][0],
+                    "region": trace.names[region_id] if region_id >= 0 else None,
+                }
+            )
+        kernels.sort(key=lambda r: -r["total_ns"])
+    unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
+
+    rows, region_cols = step_table(
+        trace.names, start, end, trace.range_name, tree.parent, tree.depth, trace.mark_ts, trace.mark_name, log, warnings
+    )
+    steps = steps_summary(rows, region_cols) if rows else None
+    itl, requests = request_metrics(log, rows["rollovers"] if rows else None)
+    marks = {}
+    for m in trace.mark_name.tolist():
+        marks[trace.names[m]] = marks.get(trace.names[m], 0) + 1
+
+    gpu_idle = None
+    if rows and has_gpu and len(rows["start_ns"]) > 1:
+        gpu_idle = _gpu_idle_between_steps(rows, trace)
+
+    summary = {
+        "schema": SUMMARY_SCHEMA,
+        "regions": regions,
+        "kernels": kernels,
+        "kernels_outside_ranges": unattributed,
+        "gpu_ops": {
+            "kernels": int(is_kernel.sum()),
+            "kernel_ns": int((trace.op_end - trace.op_start)[is_kernel].sum()),
+            "memcpy": int((trace.op_kind == 1).sum()),
+            "memset": int((trace.op_kind == 2).sum()),
+        }
+        if has_gpu
+        else None,
+        "steps": steps,
+        "itl": itl,
+        "requests": requests,
+        "marks": [{"name": k, "count": v} for k, v in sorted(marks.items())],
+        "gpus": trace.gpus,
+        "gpu_idle_between_steps": gpu_idle,
+        "warnings": warnings,
+    }
+    tables = {
+        "steps": rows,
+        "step_regions": region_cols,
+        "itl_series": itl_series(log, rows["rollovers"] if rows else None),
+    }
+    return summary, tables
+
+
+def _gpu_idle_between_steps(rows: dict, trace: NsysTrace) -> dict:
+    """GPU idle time inside each step window [step start, next step start): window minus merged busy time."""
+    starts = np.asarray(rows["start_ns"], dtype=np.int64)
+    bounds = np.append(starts, starts[-1] + np.asarray(rows["dur_ns"])[-1])
+    s, e = trace.op_start, trace.op_end
+    # Merge overlapping ops (streams) into busy intervals, then clip them to windows.
+    order = np.argsort(s)
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    grp = np.cumsum(new) - 1
+    bs = s[new]
+    be = np.zeros(new.sum(), dtype=np.int64)
+    np.maximum.at(be, grp, e)
+    idle = []
+    for i in range(len(starts)):
+        lo, hi = bounds[i], bounds[i + 1]
+        a = np.searchsorted(be, lo, side="right")
+        b = np.searchsorted(bs, hi, side="left")
+        busy = np.clip(np.minimum(be[a:b], hi) - np.maximum(bs[a:b], lo), 0, None).sum()
+        idle.append(int(hi - lo - busy))
+    rows["gpu_idle_ns"] = idle
+    v = np.asarray(idle, dtype=np.float64)
+    return {"p50_ns": float(np.percentile(v, 50)), "p99_ns": float(np.percentile(v, 99)), "total_ns": int(v.sum())}

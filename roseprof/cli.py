@@ -1,0 +1,120 @@
+"""The `roseprof` command line: parses options and calls the library; nothing else lives here."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from roseprof.errors import RoseprofError
+from roseprof.store import RunStore
+
+EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
+
+
+def store_options(f):
+    f = click.option(
+        "--dashboards-dir", envvar="ROSEPROF_DASHBOARDS_DIR", default="dashboards", show_default=True,
+        type=click.Path(file_okay=False), help="where HTML dashboards go (env ROSEPROF_DASHBOARDS_DIR)",
+    )(f)
+    f = click.option(
+        "--traces-dir", envvar="ROSEPROF_TRACES_DIR", default="traces", show_default=True,
+        type=click.Path(file_okay=False), help="where runs are stored (env ROSEPROF_TRACES_DIR)",
+    )(f)
+    return f
+
+
+@click.group(epilog=EXIT_CODES)
+@click.version_option(package_name="roseinfer", prog_name="roseprof")
+def cli() -> None:
+    """Capture, parse and compare profiles of roseinfer (or any command)."""
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
+@click.option("--capture-range", type=click.Choice(["none", "cudaProfilerApi", "nvtx"]), default="none", show_default=True)
+@click.option("--nvtx-capture", help="with --capture-range nvtx: the range that starts the capture")
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards_dir, cmd) -> None:
+    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
+    from roseprof.pipeline import capture_nsys
+    from roseprof.report import make_console, print_summary
+
+    outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
+    print_summary(make_console(), outcome.run, outcome.summary)
+    if open_:
+        click.echo(f"dashboard: see {dashboards_dir} (dashboards land with `roseprof open`)")
+    sys.exit(outcome.exit_code)
+
+
+@cli.command("import", epilog=EXIT_CODES)
+@click.argument("path")
+@click.option("--name", help="a name for the run (default: the file's name)")
+@click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
+@store_options
+def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
+    """Import an .nsys-rep or nsys .sqlite file as a run."""
+    from roseprof.pipeline import import_path
+    from roseprof.report import make_console, print_summary
+
+    run = import_path(RunStore(traces_dir), path, name, steplog)
+    print_summary(make_console(), run, run.summary())
+
+
+@cli.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="print the manifests as JSON")
+@store_options
+def ls(as_json, traces_dir, dashboards_dir) -> None:
+    """List the stored runs, oldest first."""
+    from roseprof.report import make_console, print_runs
+
+    runs = RunStore(traces_dir).runs()
+    if as_json:
+        click.echo(json.dumps([{"id": r.id, **r.manifest} for r in runs], indent=1))
+    else:
+        print_runs(make_console(), runs)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="print summary.json")
+@store_options
+def show(run, as_json, traces_dir, dashboards_dir) -> None:
+    """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
+    from roseprof.report import make_console, print_summary
+
+    found = RunStore(traces_dir).resolve(run)
+    summary = found.summary() if (found.path / "summary.json").is_file() else None
+    if as_json:
+        if summary is None:
+            raise RoseprofError(f"run {found.id} has no summary.json (status {found.manifest.get('status')})")
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        print_summary(make_console(), found, summary)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("roseprof: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except RoseprofError as e:
+        click.echo(f"roseprof: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("roseprof: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

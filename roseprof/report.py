@@ -1,0 +1,94 @@
+"""Terminal rendering of runs with rich: the summary table after a capture, `ls`, `show`."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from roseprof.store import Run
+
+
+def make_console() -> Console:
+    """A console for summaries; wide when not a terminal, so range and kernel names are not cut to nothing."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def _us(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e3:,.1f}"
+
+
+def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
+    m = run.manifest
+    console.print(f"[bold]{run.id}[/]  {m.get('tool', {}).get('name')} {m.get('tool', {}).get('version', '')}  status [bold]{m.get('status')}[/]")
+    if m.get("message"):
+        console.print(f"  {m['message']}", markup=False)
+    if summary is None:
+        console.print(f"run folder: {run.path}", markup=False)
+        return
+    regions = summary.get("regions") or []
+    if regions:
+        t = Table(title="time per region", title_justify="left")
+        for col in ("region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kernel ms"):
+            t.add_column(col, justify="left" if col == "region" else "right")
+        for r in regions[:top]:
+            name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
+            t.add_row(name, f"{r['count']:,}", _ms(r["total_ns"]), _ms(r["self_ns"]), _us(r["p50_ns"]), _us(r["p99_ns"]),
+                      _ms(r["gpu_proj_ns"]), _ms(r["gpu_kernel_ns"]))
+        console.print(t)
+        if len(regions) > top:
+            console.print(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False)
+    kernels = summary.get("kernels") or []
+    if kernels:
+        t = Table(title="top kernels", title_justify="left")
+        for col in ("kernel", "region", "count", "total ms", "p50 µs"):
+            t.add_column(col, justify="left" if col in ("kernel", "region") else "right")
+        for k in kernels[:8]:
+            t.add_row(k["name"][:70], k["region"] or "-", f"{k['count']:,}", _ms(k["total_ns"]), _us(k["p50_ns"]))
+        console.print(t)
+    steps = summary.get("steps")
+    if steps:
+        roll, norm = steps["rollover"], steps["normal"]
+        console.print(
+            f"decode steps: {steps['count']:,}  p50 {_us(steps['p50_ns'])} µs  p99 {_us(steps['p99_ns'])} µs  |  "
+            f"rollover ({roll['count']}) p50 {_us(roll['p50_ns'])} µs  vs normal ({norm['count']}) p50 {_us(norm['p50_ns'])} µs",
+            markup=False,
+        )
+        if steps.get("rollover_excess"):
+            ex = steps["rollover_excess"]
+            console.print(f"rollover steps are slower mostly in {ex['region']} (+{_us(ex['mean_ns'])} µs mean)", markup=False)
+    itl = summary.get("itl")
+    if itl and itl.get("count"):
+        at, el = itl["at_rollover"], itl["elsewhere"]
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        console.print(
+            f"ITL ms: p50 {fmt(itl['p50_ms'])}  p95 {fmt(itl['p95_ms'])}  p99 {fmt(itl['p99_ms'])}  |  "
+            f"at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}",
+            markup=False,
+        )
+    req = summary.get("requests")
+    if req:
+        console.print(
+            f"requests: {req['count']}  completion tokens {req['completion_tokens']:,}  "
+            f"throughput {req['throughput_tok_s']:,.1f} tok/s  TTFT p50 {req['ttft']['p50_ms']:.2f} ms",
+            markup=False,
+        )
+    for w in summary.get("warnings") or []:
+        console.print(f"warning: {w}", markup=False, style="yellow")
+    console.print(f"run folder: {run.path}", markup=False)
+
+
+def print_runs(console: Console, runs: list[Run]) -> None:
+    t = Table()
+    for col in ("run", "name", "tool", "status", "created (UTC)", "command"):
+        t.add_column(col)
+    for r in runs:
+        m = r.manifest
+        cmd = " ".join(m.get("command") or [m.get("source", "")])
+        t.add_row(r.id, m.get("name", ""), f"{m.get('tool', {}).get('name', '')} {m.get('tool', {}).get('version', '')}",
+                  m.get("status", ""), m.get("created_utc", ""), cmd[-60:])
+    console.print(t)

@@ -1,0 +1,153 @@
+"""The run store: one folder per run under the traces folder, written atomically.
+
+A run is built in `.tmp-<run-id>/` beside the others and renamed to `<run-id>/` when it is whole (or when
+a capture was interrupted or failed: then with that status and what was written so far). Readers list only
+renamed folders, so they never see half a run, and run ids carry a random suffix, so two captures at once
+never collide.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from roseprof.errors import RoseprofError
+
+STATUSES = ("complete", "incomplete", "failed")
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def safe_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:48]
+    return cleaned or "run"
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=1, allow_nan=False, default=_jsonable)
+    os.replace(tmp, path)
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def read_json(path: Path):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@dataclass
+class Run:
+    path: Path
+    manifest: dict
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    def summary(self) -> dict:
+        path = self.path / "summary.json"
+        if not path.is_file():
+            raise RoseprofError(f"run {self.id} has no summary.json (status {self.manifest.get('status')})")
+        return read_json(path)
+
+    def table(self, name: str):
+        path = self.path / f"{name}.json"
+        return read_json(path) if path.is_file() else None
+
+
+class RunWriter:
+    """A run being written; `finish()` renames it into place, `abort()` removes it."""
+
+    def __init__(self, store: RunStore, name: str, tool: str) -> None:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.run_id = f"{stamp}-{safe_name(name)}-{secrets.token_hex(2)}"
+        self.store = store
+        self.final = store.root / self.run_id
+        self.path = store.root / f".tmp-{self.run_id}"
+        self.path.mkdir(parents=True)
+        (self.path / "raw").mkdir()
+        self.manifest: dict = {"run_id": self.run_id, "name": name, "tool": {"name": tool}, "created_utc": utc_now()}
+        self._done = False
+
+    @property
+    def raw(self) -> Path:
+        return self.path / "raw"
+
+    def write(self, name: str, obj) -> None:
+        write_json(self.path / name, obj)
+
+    def finish(self, status: str, **fields) -> Run:
+        assert status in STATUSES
+        self.manifest.update(fields)
+        self.manifest["status"] = status
+        self.manifest["finished_utc"] = utc_now()
+        write_json(self.path / "manifest.json", self.manifest)
+        os.rename(self.path, self.final)
+        self._done = True
+        return Run(self.final, self.manifest)
+
+    def abort(self) -> None:
+        if not self._done:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._done = True
+
+
+class RunStore:
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+
+    def new_run(self, name: str, tool: str) -> RunWriter:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RoseprofError(f"cannot create the traces folder {self.root}: {e.strerror}") from None
+        return RunWriter(self, name, tool)
+
+    def runs(self) -> list[Run]:
+        """Every finished run, oldest first."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for child in sorted(self.root.iterdir()):
+            if child.name.startswith(".") or not (child / "manifest.json").is_file():
+                continue
+            try:
+                out.append(Run(child, read_json(child / "manifest.json")))
+            except (OSError, json.JSONDecodeError):
+                continue
+        out.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+        return out
+
+    def resolve(self, ref: str) -> Run:
+        """A run id, a unique prefix of one, or a name (the latest run with that name)."""
+        runs = self.runs()
+        for run in runs:
+            if run.id == ref:
+                return run
+        named = [r for r in runs if r.manifest.get("name") == ref]
+        if named:
+            return named[-1]
+        prefixed = [r for r in runs if r.id.startswith(ref)]
+        if len(prefixed) == 1:
+            return prefixed[0]
+        if len(prefixed) > 1:
+            raise RoseprofError(f"run {ref!r} is ambiguous: {', '.join(r.id for r in prefixed[:5])}")
+        raise RoseprofError(f"no run {ref!r} in {self.root} (see `roseprof ls`)")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is needed for, in one call (see docs/BENCHMARKS.md for how it is run):
+# CUDA correctness tests, an nsys 2025.3 capture of the engine with the tool's own reports as oracles,
+# and the NVTX on/off overhead of the engine benchmark. Results go under $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT" /tmp/bundle
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD
+else
+  export PYTHONPATH=$PWD
+fi
+source .gpu/nsys-on-gpu.sh
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nsys --version; python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } | tee /tmp/bundle/machine.txt
+
+echo "== 1. CUDA tests"
+python3 -m pytest -q -p no:cacheprovider tests/test_engine_cuda.py 2>&1 | tail -15 | tee /tmp/bundle/gpu-tests.log
+
+echo "== 2. a small capture of the engine as a fixture, with nsys stats oracles"
+python3 -m roseprof nsys --traces-dir /tmp/tr --name gpu-fixture --trace cuda,nvtx python3 -m roseinfer.benchmark_streaming \
+  --device cuda --hf-model-id gpt2 --num-requests 8 --max-batch-size 8 --max-new-tokens 72 --warmup-runs 0 --repeat-runs 1 \
+  --no-stop-on-eos > /tmp/bundle/capture-fixture.log 2>&1; echo "capture rc=$?"
+run=$(ls -d /tmp/tr/*gpu-fixture*)
+cp "$run/raw/trace.sqlite" /tmp/bundle/h100-nsys2025.3-roseinfer-decode.sqlite
+cp "$run/steplog.jsonl" /tmp/bundle/h100-nsys2025.3-roseinfer-decode.steplog.jsonl
+cp "$run/summary.json" /tmp/bundle/gpu-fixture-summary.json
+for f in /tmp/bundle/h100-nsys2025.3-roseinfer-decode.sqlite tests/data/nsys/h100-nsys2025.3-matmul-nvtx.sqlite; do
+  base=/tmp/bundle/$(basename "$f" .sqlite)
+  nsys stats -q --force-export=false -r nvtx_sum,cuda_gpu_kern_sum,nvtx_gpu_proj_sum,nvtx_kern_sum --format csv -o "$base.stats" "$f" > /dev/null 2>&1
+done
+ls /tmp/bundle
+
+echo "== 3. the default GPU demo capture"
+python3 -m roseprof nsys --traces-dir /tmp/tr --name gpu-demo 2>&1 | tail -45 | tee /tmp/bundle/gpu-demo.log
+cp /tmp/tr/*gpu-demo*/summary.json /tmp/bundle/gpu-demo-summary.json
+
+echo "== 4. NVTX overhead on GPU (no profiler attached), interleaved"
+for i in 1 2 3; do
+  for nvtx in 0 1; do
+    ROSEINFER_NVTX=$nvtx python3 -m roseinfer.benchmark_streaming --device cuda --hf-model-id gpt2 --num-requests 64 \
+      --max-batch-size 64 --max-new-tokens 256 --no-stop-on-eos --warmup-runs 1 --repeat-runs 3 \
+      --json /tmp/bundle/nvtx$nvtx-$i.json > /dev/null 2>&1
+    python3 -c "import json; r=json.load(open('/tmp/bundle/nvtx$nvtx-$i.json')); print('nvtx=$nvtx', [round(x['decode_tok_s']) for x in r['runs']])"
+  done
+done | tee /tmp/bundle/nvtx-overhead.log
+tar czf "$OUT/bundle.tgz" -C /tmp/bundle .
+ls -la "$OUT"
