@@ -60,6 +60,8 @@ def prefill_attention(
         out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
     else:
         start = s - t
-        allowed = torch.arange(s, device=q.device)[None, :] <= (start + torch.arange(t, device=q.device))[:, None]
+        allowed = (
+            torch.arange(s, device=q.device)[None, :] <= (start + torch.arange(t, device=q.device))[:, None]
+        )
         out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=scale)
     return out.transpose(0, 1)

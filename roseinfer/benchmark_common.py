@@ -31,11 +31,24 @@ def default_device() -> str:
 
 def build_parser(prog: str, description: str, default_mode: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--hf-model-id", default=None, help="checkpoint folder or built-in name (default: gpt2 on a GPU, gpt2-tiny on CPU)")
+    p.add_argument(
+        "--hf-model-id",
+        default=None,
+        help="checkpoint folder or built-in name (default: gpt2 on a GPU, gpt2-tiny on CPU)",
+    )
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"], help="default: float16 on cuda, float32 on cpu")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "float16", "bfloat16"],
+        help="default: float16 on cuda, float32 on cpu",
+    )
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
-    p.add_argument("--prompt-repeats", default="1", help="comma list; request i repeats the prompt repeats[i %% len] times")
+    p.add_argument(
+        "--prompt-repeats",
+        default="1",
+        help="comma list; request i repeats the prompt repeats[i %% len] times",
+    )
     p.add_argument("--num-requests", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--max-batch-size", type=int, default=16)
@@ -44,27 +57,44 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument("--submit-interval-ms", type=float, default=0.0, help="online mode: gap between arrivals")
     p.add_argument("--mode", default=default_mode, choices=["online", "offline"])
     p.add_argument("--pretok", action="store_true", help="tokenize prompts before timing starts")
-    p.add_argument("--tokenize-workers", type=int, default=1, help="threads tokenizing prompts (without --pretok)")
+    p.add_argument(
+        "--tokenize-workers", type=int, default=1, help="threads tokenizing prompts (without --pretok)"
+    )
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--paged-attn", action="store_true")
     p.add_argument("--cuda-graph", action="store_true")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--no-stop-on-eos", action="store_true")
-    p.add_argument("--no-batched-kv-append", action="store_true", help="earlier design: one append per request")
-    p.add_argument("--no-batched-rollover", action="store_true", help="earlier design: rollover via the slow path")
-    p.add_argument("--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step")
+    p.add_argument(
+        "--no-batched-kv-append", action="store_true", help="earlier design: one append per request"
+    )
+    p.add_argument(
+        "--no-batched-rollover", action="store_true", help="earlier design: rollover via the slow path"
+    )
+    p.add_argument(
+        "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
+    )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compare-hf", action="store_true", help="also time Hugging Face generate on the same weights")
+    p.add_argument(
+        "--compare-hf", action="store_true", help="also time Hugging Face generate on the same weights"
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON to PATH")
     return p
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     args = parser.parse_args(argv)
-    for name in ("num_requests", "max_new_tokens", "max_batch_size", "prefill_max_batch_size", "tokenize_workers", "repeat_runs"):
+    for name in (
+        "num_requests",
+        "max_new_tokens",
+        "max_batch_size",
+        "prefill_max_batch_size",
+        "tokenize_workers",
+        "repeat_runs",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.warmup_runs < 0:
@@ -131,7 +161,9 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
     while next_submit < len(prompts) or engine.has_unfinished():
         now = tracing.now_ns()
         while next_submit < len(prompts) and now >= t0 + next_submit * interval_ns:
-            seqs.append(engine.add_request(prompts[next_submit], params, arrival_ns=t0 + next_submit * interval_ns))
+            seqs.append(
+                engine.add_request(prompts[next_submit], params, arrival_ns=t0 + next_submit * interval_ns)
+            )
             next_submit += 1
         if engine.has_unfinished():
             engine.step()
@@ -151,7 +183,9 @@ def summarize(run: dict) -> dict:
     completion = sum(len(s.output_ids) for s in seqs)
     prompt_tokens = sum(len(s.prompt_ids) for s in seqs)
     ttft = [(s.token_ns[0] - s.arrival_ns) / 1e6 for s in seqs]
-    tpot = [(s.token_ns[-1] - s.token_ns[0]) / 1e6 / (len(s.token_ns) - 1) for s in seqs if len(s.token_ns) > 1]
+    tpot = [
+        (s.token_ns[-1] - s.token_ns[0]) / 1e6 / (len(s.token_ns) - 1) for s in seqs if len(s.token_ns) > 1
+    ]
     itl = [d / 1e6 for s in seqs for d in np.diff(s.token_ns)]
     latency = [(s.token_ns[-1] - s.arrival_ns) / 1e6 for s in seqs]
     total_s, decode_s = run["total_ns"] / 1e9, max(run["decode_ns"], 1) / 1e9
@@ -175,17 +209,26 @@ def _p50_mean(values: list[float]) -> str:
 
 
 def report(args, runs: list[dict], warmups: int, hf: dict | None) -> dict:
-    print(f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode} "
-          f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}")
+    print(
+        f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode} "
+        f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}"
+    )
     print(f"runs: warmup={warmups} measured={len(runs)}")
     print(f"decode time (s):      {_p50_mean([r['decode_s'] for r in runs])}")
     print(f"total time (s):       {_p50_mean([r['total_s'] for r in runs])}")
     print(f"throughput decode (completion tok/s): {_p50_mean([r['decode_tok_s'] for r in runs])}")
     print(f"throughput total  (completion tok/s): {_p50_mean([r['total_tok_s'] for r in runs])}")
-    print(f"throughput total  (prompt+completion tok/s): {_p50_mean([r['total_with_prompt_tok_s'] for r in runs])}")
+    print(
+        f"throughput total  (prompt+completion tok/s): {_p50_mean([r['total_with_prompt_tok_s'] for r in runs])}"
+    )
     last = runs[len(runs) // 2] if runs else None
     med = lambda key, q: float(np.median([r[key][q] for r in runs]))  # noqa: E731
-    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("latency_ms", "latency")):
+    for key, label in (
+        ("ttft_ms", "TTFT"),
+        ("tpot_ms", "TPOT"),
+        ("itl_ms", "ITL"),
+        ("latency_ms", "latency"),
+    ):
         print(f"{label:8s} (ms): p50 {med(key, 50):.3f}  p95 {med(key, 95):.3f}  p99 {med(key, 99):.3f}")
     result = {"args": {k: v for k, v in vars(args).items() if k != "repeats"}, "runs": runs, "hf": hf}
     if hf is not None:
@@ -209,7 +252,9 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
     try:
         for _ in range(args.warmup_runs):
             run_once(engine, args, tokenizer, texts, pretokenized)
-        runs = [summarize(run_once(engine, args, tokenizer, texts, pretokenized)) for _ in range(args.repeat_runs)]
+        runs = [
+            summarize(run_once(engine, args, tokenizer, texts, pretokenized)) for _ in range(args.repeat_runs)
+        ]
     except ValueError as e:  # e.g. a prompt longer than the model's positions
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -220,7 +265,10 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         hf_model = to_hf(engine.model)
         prompts = pretokenized or tokenize(tokenizer, texts, 1)
         hf_generate(hf_model, prompts[: args.max_batch_size], 4, args.max_batch_size)  # warm up
-        times = [hf_generate(hf_model, prompts, args.max_new_tokens, args.max_batch_size) for _ in range(args.repeat_runs)]
+        times = [
+            hf_generate(hf_model, prompts, args.max_new_tokens, args.max_batch_size)
+            for _ in range(args.repeat_runs)
+        ]
         med = sorted(times, key=lambda t: t["seconds"])[len(times) // 2]
         hf = {"seconds": med["seconds"], "tok_s": med["completion_tokens"] / med["seconds"]}
     result = report(args, runs, args.warmup_runs, hf)

@@ -1,6 +1,6 @@
 """Scheduler benchmark: all requests submitted at once (offline mode) and run to completion.
 
-    python -m roseinfer.benchmark_scheduler --num-requests 64 --max-batch-size 64 --max-new-tokens 128
+python -m roseinfer.benchmark_scheduler --num-requests 64 --max-batch-size 64 --max-new-tokens 128
 """
 
 import sys

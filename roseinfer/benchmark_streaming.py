@@ -1,6 +1,6 @@
 """Streaming benchmark: requests arrive over time (online mode) and every emitted token is timestamped.
 
-    python -m roseinfer.benchmark_streaming --num-requests 16 --max-new-tokens 128 --compare-hf
+python -m roseinfer.benchmark_streaming --num-requests 16 --max-new-tokens 128 --compare-hf
 """
 
 import sys

@@ -43,8 +43,12 @@ class KVBlockManager:
         self.k_caches = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v_caches = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.refcount = [np.zeros(num_blocks, dtype=np.int32) for _ in range(num_layers)]
-        self.fill = [np.zeros(num_blocks, dtype=np.int64) for _ in range(num_layers)]  # tokens written per block
-        self._free: list[OrderedDict[int, None]] = [OrderedDict.fromkeys(range(num_blocks)) for _ in range(num_layers)]
+        self.fill = [
+            np.zeros(num_blocks, dtype=np.int64) for _ in range(num_layers)
+        ]  # tokens written per block
+        self._free: list[OrderedDict[int, None]] = [
+            OrderedDict.fromkeys(range(num_blocks)) for _ in range(num_layers)
+        ]
         self._cached: list[dict[object, int]] = [{} for _ in range(num_layers)]  # prefix key -> block
         self._key_of: list[dict[int, object]] = [{} for _ in range(num_layers)]  # block -> prefix key
         # Counters of the last append call per layer (the engine logs layer 0's per decode step).
@@ -142,7 +146,9 @@ class KVBlockManager:
         self.last_rollovers[layer] += rollovers
         self.last_cow[layer] += cow
 
-    def append_token_batch(self, layer: int, block_ids_list: list[list[int]], k: torch.Tensor, v: torch.Tensor):
+    def append_token_batch(
+        self, layer: int, block_ids_list: list[list[int]], k: torch.Tensor, v: torch.Tensor
+    ):
         """One new token for each sequence of the batch (k, v: [B, H, D]) in one write.
 
         A sequence whose last block is full gets a new block inside the batch (its row then writes slot 0 of
@@ -178,7 +184,9 @@ class KVBlockManager:
         self.v_caches[layer][blocks_t, :, pos_t] = v
         fill[last] = pos + 1
 
-    def write_prompt(self, layer: int, block_ids: list[int], start: int, k: torch.Tensor, v: torch.Tensor) -> int:
+    def write_prompt(
+        self, layer: int, block_ids: list[int], start: int, k: torch.Tensor, v: torch.Tensor
+    ) -> int:
         """Write tokens start..start+T-1 of one sequence (k, v: [T, H, D]); its blocks are already allocated.
 
         Returns how many copy-on-writes it took (a shared block that receives new tokens is copied first).

@@ -14,7 +14,9 @@ from roseinfer.sequence import Sequence
 
 
 class BlockTables:
-    def __init__(self, num_layers: int, max_batch: int, max_blocks: int, device: torch.device, cache: bool = True):
+    def __init__(
+        self, num_layers: int, max_batch: int, max_blocks: int, device: torch.device, cache: bool = True
+    ):
         self.num_layers = num_layers
         self.max_blocks = max_blocks
         self.device = device

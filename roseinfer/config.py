@@ -72,5 +72,7 @@ class EngineConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
         if unknown:
-            raise TypeError(f"unknown engine option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise TypeError(
+                f"unknown engine option(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         return cls(**options)

@@ -51,12 +51,21 @@ class Engine:
         self.steplog = tracing.step_log({"block_size": cfg.block_size, "model": model})
         self.decode_steps = 0
         # Counters over the engine's life (tests and benchmarks read them).
-        self.stats = {"prefix_hit_blocks": 0, "cow": 0, "rollovers": 0, "preemptions": 0, "decode_ns": 0, "prefill_ns": 0}
+        self.stats = {
+            "prefix_hit_blocks": 0,
+            "cow": 0,
+            "rollovers": 0,
+            "preemptions": 0,
+            "decode_ns": 0,
+            "prefill_ns": 0,
+        }
         self._next_id = 0
         self.on_token: Callable[[Sequence, int], None] | None = None
 
     # -- requests ------------------------------------------------------------------------------------------------
-    def add_request(self, prompt_ids: list[int], params: SamplingParams, arrival_ns: int | None = None) -> Sequence:
+    def add_request(
+        self, prompt_ids: list[int], params: SamplingParams, arrival_ns: int | None = None
+    ) -> Sequence:
         mc = self.model_cfg
         if len(prompt_ids) == 0:
             raise ValueError("prompt is empty: give at least one token")

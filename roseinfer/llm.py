@@ -33,7 +33,9 @@ class LLM:
         self, prompts: list[str | list[int]] | str | list[int], params: SamplingParams | None = None
     ) -> list[RequestOutput]:
         params = params or SamplingParams()
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+        if isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        ):
             prompts = [prompts]
         encoded = [self.encode(p) for p in prompts]
         for ids in encoded:  # validate all before admitting any, so a bad prompt leaves nothing queued
@@ -43,6 +45,8 @@ class LLM:
         while self.engine.has_unfinished():
             self.engine.step()
         return [
-            RequestOutput(s.prompt_ids, list(s.output_ids), self.tokenizer.decode(s.output_ids), s.finish_reason)
+            RequestOutput(
+                s.prompt_ids, list(s.output_ids), self.tokenizer.decode(s.output_ids), s.finish_reason
+            )
             for s in seqs
         ]

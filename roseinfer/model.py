@@ -72,7 +72,9 @@ class GPT2(nn.Module):
                     std = resid_std if name.endswith(("attn_proj.weight", "mlp_proj.weight")) else 0.02
                     p.copy_(torch.randn(p.shape, generator=g) * std)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, kv: KVContext, last: torch.Tensor | None = None):
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, kv: KVContext, last: torch.Tensor | None = None
+    ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence)."""
         x = self.wte(ids) + self.wpe(positions)  # [T, C]
         for layer, block in enumerate(self.h):

@@ -21,7 +21,9 @@ def resolve_model_config(model: str) -> ModelConfig:
         with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
         if raw.get("model_type") != "gpt2":
-            raise ValueError(f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported")
+            raise ValueError(
+                f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported"
+            )
         return ModelConfig(
             vocab_size=raw["vocab_size"],
             n_positions=raw["n_positions"],

@@ -15,12 +15,20 @@ EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or us
 
 def store_options(f):
     f = click.option(
-        "--dashboards-dir", envvar="ROSEPROF_DASHBOARDS_DIR", default="dashboards", show_default=True,
-        type=click.Path(file_okay=False), help="where HTML dashboards go (env ROSEPROF_DASHBOARDS_DIR)",
+        "--dashboards-dir",
+        envvar="ROSEPROF_DASHBOARDS_DIR",
+        default="dashboards",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="where HTML dashboards go (env ROSEPROF_DASHBOARDS_DIR)",
     )(f)
     f = click.option(
-        "--traces-dir", envvar="ROSEPROF_TRACES_DIR", default="traces", show_default=True,
-        type=click.Path(file_okay=False), help="where runs are stored (env ROSEPROF_TRACES_DIR)",
+        "--traces-dir",
+        envvar="ROSEPROF_TRACES_DIR",
+        default="traces",
+        show_default=True,
+        type=click.Path(file_okay=False),
+        help="where runs are stored (env ROSEPROF_TRACES_DIR)",
     )(f)
     return f
 
@@ -34,7 +42,12 @@ def cli() -> None:
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
 @click.option("--name", help="a name for the run (default: demo, or the command's name)")
 @click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
-@click.option("--capture-range", type=click.Choice(["none", "cudaProfilerApi", "nvtx"]), default="none", show_default=True)
+@click.option(
+    "--capture-range",
+    type=click.Choice(["none", "cudaProfilerApi", "nvtx"]),
+    default="none",
+    show_default=True,
+)
 @click.option("--nvtx-capture", help="with --capture-range nvtx: the range that starts the capture")
 @click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
 @store_options

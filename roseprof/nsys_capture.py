@@ -136,7 +136,9 @@ def finish_report(nsys: str, out_base: Path) -> Path:
         raise CaptureFailed("nsys wrote no report (see raw/nsys.log in the run folder)")
     importer = find_importer(nsys)
     if importer is not None:
-        proc = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(
+            [str(importer), "-i", str(qdstrm)], capture_output=True, text=True, timeout=3600
+        )
         if proc.returncode == 0 and rep.is_file():
             return rep
     raise CaptureFailed(f"nsys left only {qdstrm.name}: {importer_problem(nsys)}")

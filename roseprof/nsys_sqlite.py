@@ -86,13 +86,19 @@ def open_sqlite(path: str) -> sqlite3.Connection:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        page_size, page_count = conn.execute("PRAGMA page_size").fetchone()[0], conn.execute("PRAGMA page_count").fetchone()[0]
+        page_size, page_count = (
+            conn.execute("PRAGMA page_size").fetchone()[0],
+            conn.execute("PRAGMA page_count").fetchone()[0],
+        )
     except sqlite3.DatabaseError as e:
         conn.close()
         raise _fail(path, f"is not a readable SQLite database ({e})") from None
     if page_size * page_count > size:
         conn.close()
-        raise _fail(path, f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}")
+        raise _fail(
+            path,
+            f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}",
+        )
     return conn
 
 
@@ -129,22 +135,33 @@ def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
     tables = _tables(conn)
     meta = _export_meta(conn, tables)
     if not meta:
-        raise _fail(path, "has no nsys export metadata (META_DATA_EXPORT / EXPORT_META_DATA): not an nsys export")
+        raise _fail(
+            path, "has no nsys export metadata (META_DATA_EXPORT / EXPORT_META_DATA): not an nsys export"
+        )
     schema = meta.get("EXPORT_SCHEMA_VERSION", "?")
     major = meta.get("EXPORT_SCHEMA_VERSION_MAJOR", schema.split(".")[0])
     if str(major) != str(SUPPORTED_SCHEMA_MAJOR):
-        raise _fail(path, f"nsys export schema {schema} is not supported (this reader knows schema {SUPPORTED_SCHEMA_MAJOR}.x)")
+        raise _fail(
+            path,
+            f"nsys export schema {schema} is not supported (this reader knows schema {SUPPORTED_SCHEMA_MAJOR}.x)",
+        )
     if "StringIds" not in tables:
         raise _fail(path, "has no StringIds table: an incomplete nsys export")
     has_nvtx = "NVTX_EVENTS" in tables
     has_kernels = GPU_OP_TABLES["kernel"] in tables
     if not has_nvtx and not has_kernels:
-        raise _fail(path, "has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse (capture with -t nvtx or -t cuda)")
+        raise _fail(
+            path,
+            "has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse (capture with -t nvtx or -t cuda)",
+        )
     if has_nvtx:
         need = {"start", "end", "eventType", "text", "textId", "globalTid", "domainId"}
         missing = need - _columns(conn, "NVTX_EVENTS")
         if missing:
-            raise _fail(path, f"NVTX_EVENTS lacks column(s) {', '.join(sorted(missing))}: unknown nsys schema {schema}")
+            raise _fail(
+                path,
+                f"NVTX_EVENTS lacks column(s) {', '.join(sorted(missing))}: unknown nsys schema {schema}",
+            )
 
     names: list[str] = []
     name_index: dict[str, int] = {}
@@ -166,9 +183,18 @@ def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
     else:
         ranges, marks = [], []
     r = list(zip(*ranges)) if ranges else [[]] * 6
-    order_cols = (_array(r[0]), _array(r[1]), intern(r[2]) if ranges else _array([]), _array(r[3]), _array(r[4]), _array(r[5]))
+    order_cols = (
+        _array(r[0]),
+        _array(r[1]),
+        intern(r[2]) if ranges else _array([]),
+        _array(r[3]),
+        _array(r[4]),
+        _array(r[5]),
+    )
     start, end, name, dom, tid, style = order_cols
-    order = np.lexsort((-end, start, tid))  # by thread, then start, then longest first (parents before children)
+    order = np.lexsort(
+        (-end, start, tid)
+    )  # by thread, then start, then longest first (parents before children)
     m = list(zip(*marks)) if marks else [[], []]
 
     ops = _read_gpu_ops(conn, tables, intern)
@@ -180,7 +206,9 @@ def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
         ).fetchall():
             threads[int(gtid)] = name_id
     session = None
-    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in _columns(conn, "TARGET_INFO_SESSION_START_TIME"):
+    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in _columns(
+        conn, "TARGET_INFO_SESSION_START_TIME"
+    ):
         row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         session = int(row[0]) if row and row[0] is not None else None
     return NsysTrace(
@@ -218,7 +246,9 @@ def _read_nvtx(conn: sqlite3.Connection):
             domains.append(text)
         domain_of[(dom_id, pid_bits)] = domains.index(text)
     # Incomplete ranges (no end) run to the last timestamp of the capture, as in `nsys stats`.
-    max_ts = conn.execute("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS").fetchone()[0] or 0
+    max_ts = (
+        conn.execute("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS").fetchone()[0] or 0
+    )
     rows = conn.execute(
         f"""SELECT e.start, coalesce(e.end, {int(max_ts)}), coalesce(s.value, e.text), e.domainId,
                    e.globalTid & 0x0000FFFFFF000000, e.globalTid, e.eventType
@@ -257,7 +287,9 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], intern) -> dict[st
                 f"LEFT JOIN StringIds s ON k.{name_col} = s.id"
             ).fetchall()
         else:
-            rows = conn.execute(f"SELECT start, end, '[CUDA {label}]', correlationId, globalPid FROM {table}").fetchall()
+            rows = conn.execute(
+                f"SELECT start, end, '[CUDA {label}]', correlationId, globalPid FROM {table}"
+            ).fetchall()
         if not rows:
             continue
         s, e, n, c, p = zip(*rows)
@@ -268,13 +300,17 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], intern) -> dict[st
         corrs.append(_array([x if x is not None else -1 for x in c]))
         pids.append(_array([x if x is not None else -1 for x in p]))
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
-    op_kind, op_start, op_end, op_name, op_corr, op_pid = map(cat, (kinds, starts, ends, name_ids, corrs, pids))
+    op_kind, op_start, op_end, op_name, op_corr, op_pid = map(
+        cat, (kinds, starts, ends, name_ids, corrs, pids)
+    )
     api_start = np.full(len(op_start), -1, dtype=np.int64)
     api_end = api_start.copy()
     api_tid = api_start.copy()
     if len(op_start) and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
         rt = np.asarray(
-            conn.execute("SELECT correlationId, globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchall(),
+            conn.execute(
+                "SELECT correlationId, globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+            ).fetchall(),
             dtype=np.int64,
         ).reshape(-1, 4)
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
@@ -307,7 +343,11 @@ def _read_gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict]:
     if "TARGET_INFO_GPU" not in tables:
         return []
     cols = _columns(conn, "TARGET_INFO_GPU")
-    want = [c for c in ("id", "name", "busLocation", "totalMemory", "smCount", "chipName", "clockRate") if c in cols]
+    want = [
+        c
+        for c in ("id", "name", "busLocation", "totalMemory", "smCount", "chipName", "clockRate")
+        if c in cols
+    ]
     if not want:
         return []
     rows = conn.execute(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU").fetchall()

@@ -30,13 +30,43 @@ def default_command(device: str | None = None) -> list[str]:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:
             device = "cpu"
-    common = [sys.executable, "-m", "roseinfer.benchmark_streaming", "--warmup-runs", "0", "--repeat-runs", "1",
-              "--no-stop-on-eos", "--mode", "online"]
+    common = [
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_streaming",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        "--no-stop-on-eos",
+        "--mode",
+        "online",
+    ]
     if device == "cuda":
-        return common + ["--hf-model-id", "gpt2", "--device", "cuda", "--num-requests", "64", "--max-batch-size", "64",
-                         "--max-new-tokens", "256"]
-    return common + ["--hf-model-id", "gpt2-tiny", "--device", "cpu", "--num-requests", "16", "--max-batch-size", "16",
-                     "--max-new-tokens", "320"]
+        return common + [
+            "--hf-model-id",
+            "gpt2",
+            "--device",
+            "cuda",
+            "--num-requests",
+            "64",
+            "--max-batch-size",
+            "64",
+            "--max-new-tokens",
+            "256",
+        ]
+    return common + [
+        "--hf-model-id",
+        "gpt2-tiny",
+        "--device",
+        "cpu",
+        "--num-requests",
+        "16",
+        "--max-batch-size",
+        "16",
+        "--max-new-tokens",
+        "320",
+    ]
 
 
 def ingest_sqlite(writer: RunWriter, sqlite_path: Path, steplog_path: Path | None) -> dict:
@@ -109,7 +139,9 @@ def capture_nsys(
     out_base = writer.raw / "trace"
     status, exit_code, message, summary = "complete", 0, None, None
     try:
-        rc, interrupted = profile(nsys, command, out_base, trace, capture_range, nvtx_capture, env, writer.raw / "nsys.log")
+        rc, interrupted = profile(
+            nsys, command, out_base, trace, capture_range, nvtx_capture, env, writer.raw / "nsys.log"
+        )
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
@@ -143,7 +175,9 @@ def import_path(store: RunStore, path: str, name: str | None, steplog: str | Non
         raise RoseprofError(f"{path}: is a folder; give an .nsys-rep or nsys .sqlite file")
     suffix = src.suffix.lower()
     if suffix not in (".nsys-rep", ".qdrep", ".sqlite", ".db"):
-        raise RoseprofError(f"{path}: unknown file type {suffix or '(none)'}; roseprof import reads .nsys-rep and nsys .sqlite")
+        raise RoseprofError(
+            f"{path}: unknown file type {suffix or '(none)'}; roseprof import reads .nsys-rep and nsys .sqlite"
+        )
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
     writer = store.new_run(name or src.stem, "nsys")
@@ -152,7 +186,9 @@ def import_path(store: RunStore, path: str, name: str | None, steplog: str | Non
         if suffix in (".nsys-rep", ".qdrep"):
             nsys = find_nsys()
             if nsys is None:
-                raise RoseprofError("importing an .nsys-rep needs nsys to export it: set NSYS or put nsys on PATH")
+                raise RoseprofError(
+                    "importing an .nsys-rep needs nsys to export it: set NSYS or put nsys on PATH"
+                )
             rep = writer.raw / src.name
             _link_or_copy(src, rep)
             sqlite_path = export_sqlite(nsys, rep, writer.raw / (src.stem + ".sqlite"))

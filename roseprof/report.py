@@ -24,7 +24,9 @@ def _us(ns) -> str:
 
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
     m = run.manifest
-    console.print(f"[bold]{run.id}[/]  {m.get('tool', {}).get('name')} {m.get('tool', {}).get('version', '')}  status [bold]{m.get('status')}[/]")
+    console.print(
+        f"[bold]{run.id}[/]  {m.get('tool', {}).get('name')} {m.get('tool', {}).get('version', '')}  status [bold]{m.get('status')}[/]"
+    )
     if m.get("message"):
         console.print(f"  {m['message']}", markup=False)
     if summary is None:
@@ -33,22 +35,43 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
     regions = summary.get("regions") or []
     if regions:
         t = Table(title="time per region", title_justify="left")
-        for col in ("region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kernel ms"):
+        for col in (
+            "region",
+            "count",
+            "total ms",
+            "self ms",
+            "p50 µs",
+            "p99 µs",
+            "GPU proj ms",
+            "GPU kernel ms",
+        ):
             t.add_column(col, justify="left" if col == "region" else "right")
         for r in regions[:top]:
             name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
-            t.add_row(name, f"{r['count']:,}", _ms(r["total_ns"]), _ms(r["self_ns"]), _us(r["p50_ns"]), _us(r["p99_ns"]),
-                      _ms(r["gpu_proj_ns"]), _ms(r["gpu_kernel_ns"]))
+            t.add_row(
+                name,
+                f"{r['count']:,}",
+                _ms(r["total_ns"]),
+                _ms(r["self_ns"]),
+                _us(r["p50_ns"]),
+                _us(r["p99_ns"]),
+                _ms(r["gpu_proj_ns"]),
+                _ms(r["gpu_kernel_ns"]),
+            )
         console.print(t)
         if len(regions) > top:
-            console.print(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False)
+            console.print(
+                f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False
+            )
     kernels = summary.get("kernels") or []
     if kernels:
         t = Table(title="top kernels", title_justify="left")
         for col in ("kernel", "region", "count", "total ms", "p50 µs"):
             t.add_column(col, justify="left" if col in ("kernel", "region") else "right")
         for k in kernels[:8]:
-            t.add_row(k["name"][:70], k["region"] or "-", f"{k['count']:,}", _ms(k["total_ns"]), _us(k["p50_ns"]))
+            t.add_row(
+                k["name"][:70], k["region"] or "-", f"{k['count']:,}", _ms(k["total_ns"]), _us(k["p50_ns"])
+            )
         console.print(t)
     steps = summary.get("steps")
     if steps:
@@ -60,7 +83,10 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         )
         if steps.get("rollover_excess"):
             ex = steps["rollover_excess"]
-            console.print(f"rollover steps are slower mostly in {ex['region']} (+{_us(ex['mean_ns'])} µs mean)", markup=False)
+            console.print(
+                f"rollover steps are slower mostly in {ex['region']} (+{_us(ex['mean_ns'])} µs mean)",
+                markup=False,
+            )
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
@@ -89,6 +115,12 @@ def print_runs(console: Console, runs: list[Run]) -> None:
     for r in runs:
         m = r.manifest
         cmd = " ".join(m.get("command") or [m.get("source", "")])
-        t.add_row(r.id, m.get("name", ""), f"{m.get('tool', {}).get('name', '')} {m.get('tool', {}).get('version', '')}",
-                  m.get("status", ""), m.get("created_utc", ""), cmd[-60:])
+        t.add_row(
+            r.id,
+            m.get("name", ""),
+            f"{m.get('tool', {}).get('name', '')} {m.get('tool', {}).get('version', '')}",
+            m.get("status", ""),
+            m.get("created_utc", ""),
+            cmd[-60:],
+        )
     console.print(t)

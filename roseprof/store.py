@@ -84,7 +84,12 @@ class RunWriter:
         self.path = store.root / f".tmp-{self.run_id}"
         self.path.mkdir(parents=True)
         (self.path / "raw").mkdir()
-        self.manifest: dict = {"run_id": self.run_id, "name": name, "tool": {"name": tool}, "created_utc": utc_now()}
+        self.manifest: dict = {
+            "run_id": self.run_id,
+            "name": name,
+            "tool": {"name": tool},
+            "created_utc": utc_now(),
+        }
         self._done = False
 
     @property

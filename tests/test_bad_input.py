@@ -67,7 +67,18 @@ def test_checkpoint_that_is_not_gpt2(tmp_path):
     ],
 )
 def test_benchmark_cli_bad_input(args, message):
-    cmd = [sys.executable, "-m", "roseinfer.benchmark_streaming", "--num-requests", "2", "--warmup-runs", "0", "--repeat-runs", "1", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_streaming",
+        "--num-requests",
+        "2",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
@@ -77,8 +88,22 @@ def test_benchmark_cli_bad_input(args, message):
 
 def test_benchmark_runs_and_reports(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "roseinfer.benchmark_scheduler", "--num-requests", "4", "--max-new-tokens", "70",
-           "--warmup-runs", "0", "--repeat-runs", "1", "--no-stop-on-eos", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_scheduler",
+        "--num-requests",
+        "4",
+        "--max-new-tokens",
+        "70",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        "--no-stop-on-eos",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for label in ("TTFT", "TPOT", "ITL", "throughput decode", "latency"):

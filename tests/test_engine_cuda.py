@@ -17,15 +17,27 @@ def hf_outputs(path, dtype):
     for prompt in make_prompts():
         ids = torch.tensor([prompt], device="cuda")
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
-                                 min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-        outs.append(out[0, len(prompt):].tolist())
+            out = model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        outs.append(out[0, len(prompt) :].tolist())
     return outs
 
 
 @pytest.mark.parametrize(
     "options",
-    [{}, {"batched_kv_append": False}, {"batched_rollover": False}, {"block_table_cache": False}, {"prefix_cache": False}],
+    [
+        {},
+        {"batched_kv_append": False},
+        {"batched_rollover": False},
+        {"block_table_cache": False},
+        {"prefix_cache": False},
+    ],
 )
 def test_cuda_fp32_matches_hf(tiny_checkpoint, options):
     torch.backends.cuda.matmul.allow_tf32 = False

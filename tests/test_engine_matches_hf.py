@@ -57,7 +57,9 @@ def test_greedy_matches_hf_for_every_switch(tiny_checkpoint, hf_reference, value
     llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=8, **options)
     outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
     for i, (ours, ref) in enumerate(zip(outs, hf_reference)):
-        assert ours.token_ids == ref, f"prompt {i} diverges at token {next(j for j, (a, b) in enumerate(zip(ours.token_ids, ref)) if a != b)}"
+        assert ours.token_ids == ref, (
+            f"prompt {i} diverges at token {next(j for j, (a, b) in enumerate(zip(ours.token_ids, ref)) if a != b)}"
+        )
     stats = llm.engine.stats
     assert stats["rollovers"] > 0
     if options["prefix_cache"]:

@@ -7,15 +7,18 @@ from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
 
 
-def test_stream_of_500_requests_loses_none():
+def test_stream_of_500_requests_loses_none(tiny_checkpoint):
     rng = random.Random(0)
     # A small pool and batch so admission control and preemption both happen.
-    engine = Engine("gpt2-tiny", EngineConfig(max_batch_size=24, prefill_max_batch_size=6, num_blocks=10, block_size=16))
+    engine = Engine(
+        tiny_checkpoint,
+        EngineConfig(max_batch_size=24, prefill_max_batch_size=6, num_blocks=10, block_size=16),
+    )
     submitted, finished = {}, {}
     pending = 500
     while pending or engine.has_unfinished():
         for _ in range(rng.randint(0, 4) if pending else 0):
-            prompt = [rng.randrange(50000) for _ in range(rng.randint(1, 40))]
+            prompt = [rng.randrange(500) for _ in range(rng.randint(1, 40))]
             params = SamplingParams(max_new_tokens=rng.randint(1, 48), ignore_eos=rng.random() < 0.5)
             seq = engine.add_request(prompt, params)
             submitted[seq.id] = seq
@@ -40,7 +43,9 @@ def test_stream_of_500_requests_loses_none():
 
 def test_fifo_admission_order():
     engine = Engine("gpt2-tiny", EngineConfig(max_batch_size=2, prefill_max_batch_size=1))
-    seqs = [engine.add_request([i + 1] * 3, SamplingParams(max_new_tokens=2, ignore_eos=True)) for i in range(5)]
+    seqs = [
+        engine.add_request([i + 1] * 3, SamplingParams(max_new_tokens=2, ignore_eos=True)) for i in range(5)
+    ]
     first_token = {}
     while engine.has_unfinished():
         engine.step()

@@ -49,7 +49,13 @@ def build_tree(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> RangeTree
 
 
 def innermost_range(
-    start: np.ndarray, end: np.ndarray, tid: np.ndarray, tree: RangeTree, q_start: np.ndarray, q_end: np.ndarray, q_tid: np.ndarray
+    start: np.ndarray,
+    end: np.ndarray,
+    tid: np.ndarray,
+    tree: RangeTree,
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    q_tid: np.ndarray,
 ) -> np.ndarray:
     """For each interval [q_start, q_end] on thread q_tid, the innermost range enclosing it, or -1."""
     out = np.full(len(q_start), -1, dtype=np.int64)
@@ -90,7 +96,9 @@ def attribute_gpu_ops(
     n = len(start)
     has_api = api_tid >= 0
     op_range = np.full(len(op_start), -1, dtype=np.int64)
-    op_range[has_api] = innermost_range(start, end, tid, tree, api_start[has_api], api_end[has_api], api_tid[has_api])
+    op_range[has_api] = innermost_range(
+        start, end, tid, tree, api_start[has_api], api_end[has_api], api_tid[has_api]
+    )
     big = np.iinfo(np.int64).max
     proj_start = np.full(n, big, dtype=np.int64)
     proj_end = np.full(n, -big, dtype=np.int64)
@@ -102,7 +110,9 @@ def attribute_gpu_ops(
     np.maximum.at(proj_end, r, op_end[inside])
     op_count += np.bincount(r, minlength=n)
     is_kernel = op_kind[inside] == 0
-    kernel_ns += np.bincount(r[is_kernel], weights=(op_end - op_start)[inside][is_kernel], minlength=n).astype(np.int64)
+    kernel_ns += np.bincount(
+        r[is_kernel], weights=(op_end - op_start)[inside][is_kernel], minlength=n
+    ).astype(np.int64)
     # Fold children into parents, deepest first, so every enclosing range counts the op too.
     for d in range(int(tree.depth.max()) if n else 0, 0, -1):
         idx = np.flatnonzero((tree.depth == d) & (op_count > 0))

@@ -40,7 +40,9 @@ def _ms_stats(values) -> dict:
     }
 
 
-def step_table(names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLog | None, warnings):
+def step_table(
+    names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLog | None, warnings
+):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
     Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
@@ -116,9 +118,14 @@ def steps_summary(rows: dict, region_cols: list[str]) -> dict:
     out = _stats(dur)
     for label, mask in (("rollover", is_roll), ("normal", ~is_roll)):
         group = _stats(dur[mask])
-        group["regions"] = {name: float(np.mean(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None for name in region_cols}
+        group["regions"] = {
+            name: float(np.mean(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None
+            for name in region_cols
+        }
         if "rest_ns" in rows:
-            group["regions"]["(rest)"] = float(np.mean(np.asarray(rows["rest_ns"])[mask])) if mask.any() else None
+            group["regions"]["(rest)"] = (
+                float(np.mean(np.asarray(rows["rest_ns"])[mask])) if mask.any() else None
+            )
         out[label] = group
     # The region that accounts for most of the rollover-vs-normal difference in mean step time.
     if is_roll.any() and (~is_roll).any() and region_cols:

@@ -31,7 +31,16 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
     start, end, tid = trace.range_start, trace.range_end, trace.range_tid
     tree = build_tree(start, end, tid)
     gpu = attribute_gpu_ops(
-        start, end, tid, tree, trace.op_kind, trace.op_start, trace.op_end, trace.api_start, trace.api_end, trace.api_tid
+        start,
+        end,
+        tid,
+        tree,
+        trace.op_kind,
+        trace.op_start,
+        trace.op_end,
+        trace.api_start,
+        trace.api_end,
+        trace.api_tid,
     )
     dur = end - start
     has_gpu = trace.has_gpu
@@ -95,7 +104,16 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
 
     rows, region_cols = step_table(
-        trace.names, start, end, trace.range_name, tree.parent, tree.depth, trace.mark_ts, trace.mark_name, log, warnings
+        trace.names,
+        start,
+        end,
+        trace.range_name,
+        tree.parent,
+        tree.depth,
+        trace.mark_ts,
+        trace.mark_name,
+        log,
+        warnings,
     )
     steps = steps_summary(rows, region_cols) if rows else None
     itl, requests = request_metrics(log, rows["rollovers"] if rows else None)
@@ -159,4 +177,8 @@ def _gpu_idle_between_steps(rows: dict, trace: NsysTrace) -> dict:
         idle.append(int(hi - lo - busy))
     rows["gpu_idle_ns"] = idle
     v = np.asarray(idle, dtype=np.float64)
-    return {"p50_ns": float(np.percentile(v, 50)), "p99_ns": float(np.percentile(v, 99)), "total_ns": int(v.sum())}
+    return {
+        "p50_ns": float(np.percentile(v, 50)),
+        "p99_ns": float(np.percentile(v, 99)),
+        "total_ns": int(v.sum()),
+    }

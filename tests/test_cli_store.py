@@ -1,0 +1,130 @@
+"""`roseprof import / ls / show` over the run store, as a user runs them."""
+
+import json
+import shutil
+import sqlite3
+import threading
+
+import pytest
+
+from tests.helpers import DATA, assert_one_line_error, roseprof
+
+MATMUL = DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.sqlite"
+DECODE = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
+DECODE_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl"
+
+
+def run_dirs(traces):
+    return sorted(p for p in traces.iterdir()) if traces.exists() else []
+
+
+def test_import_show_ls(tmp_path):
+    traces = tmp_path / "traces"
+    proc = roseprof("import", DECODE, "--name", "gpu", "--steplog", DECODE_LOG, "--traces-dir", traces)
+    assert proc.returncode == 0, proc.stderr
+    assert "roseinfer.decode_step" in proc.stdout and "run folder:" in proc.stdout
+    (run,) = run_dirs(traces)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["tool"]["version"].startswith("2025.3")
+    for name in (
+        "summary.json",
+        "steps.json",
+        "itl.json",
+        "ranges.npz",
+        "gpu_ops.npz",
+        "raw",
+        "steplog.jsonl",
+    ):
+        assert (run / name).exists(), name
+
+    shown = roseprof("show", "gpu", "--json", "--traces-dir", traces)  # by name
+    assert shown.returncode == 0, shown.stderr
+    summary = json.loads(shown.stdout)
+    assert summary == json.loads((run / "summary.json").read_text())
+    assert summary["steps"]["count"] == 71
+    assert roseprof("show", run.name[:20], "--traces-dir", traces).returncode == 0  # by unique prefix
+
+    listed = roseprof("ls", "--json", env={"ROSEPROF_TRACES_DIR": str(traces)})  # the environment variable
+    assert [r["id"] for r in json.loads(listed.stdout)] == [run.name]
+
+
+def test_name_means_the_latest_run(tmp_path):
+    traces = tmp_path / "t"
+    for _ in range(2):
+        assert roseprof("import", MATMUL, "--name", "mm", "--traces-dir", traces).returncode == 0
+    runs = json.loads(roseprof("ls", "--json", "--traces-dir", traces).stdout)
+    shown = json.loads(roseprof("show", "mm", "--json", "--traces-dir", traces).stdout)
+    assert shown["run_id"] == runs[-1]["id"]
+
+
+def test_concurrent_imports_do_not_collide(tmp_path):
+    traces = tmp_path / "t"
+    results = []
+    threads = [
+        threading.Thread(
+            target=lambda: results.append(
+                roseprof("import", MATMUL, "--name", "same", "--traces-dir", traces)
+            )
+        )
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.returncode == 0 for r in results)
+    assert len(run_dirs(traces)) == 3
+
+
+def test_unknown_and_ambiguous_runs(tmp_path):
+    traces = tmp_path / "t"
+    assert_one_line_error(roseprof("show", "nope", "--traces-dir", traces), 2, "no run 'nope'")
+    for _ in range(2):
+        roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces)
+    assert_one_line_error(roseprof("show", "2", "--traces-dir", traces), 2, "ambiguous")
+
+
+def _bad_files(tmp_path):
+    not_sqlite = tmp_path / "notes.sqlite"
+    not_sqlite.write_text("hello, not a database\n" * 10)
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    truncated = tmp_path / "truncated.sqlite"
+    truncated.write_bytes(MATMUL.read_bytes()[: MATMUL.stat().st_size // 3])
+    no_tables = tmp_path / "plain.sqlite"
+    with sqlite3.connect(no_tables) as c:
+        c.execute("CREATE TABLE t (x)")
+    future = tmp_path / "future.sqlite"
+    shutil.copyfile(MATMUL, future)
+    with sqlite3.connect(future) as c:
+        c.execute("UPDATE META_DATA_EXPORT SET value = '9' WHERE name = 'EXPORT_SCHEMA_VERSION_MAJOR'")
+        c.execute("UPDATE META_DATA_EXPORT SET value = '9.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
+    missing = tmp_path / "missing-tables.sqlite"
+    shutil.copyfile(MATMUL, missing)
+    with sqlite3.connect(missing) as c:
+        c.execute("DROP TABLE NVTX_EVENTS")
+        c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    return [
+        (not_sqlite, "is not an SQLite database"),
+        (empty, "is empty"),
+        (truncated, "truncated"),
+        (no_tables, "not an nsys export"),
+        (future, "schema 9.0.0 is not supported"),
+        (missing, "has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL"),
+        (tmp_path / "does-not-exist.sqlite", "no such file"),
+        (tmp_path, "is a folder"),
+    ]
+
+
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
+    traces = tmp_path / "traces"
+    for path, message in _bad_files(tmp_path):
+        proc = roseprof("import", path, "--traces-dir", traces)
+        assert_one_line_error(proc, 2, message)
+        assert run_dirs(traces) == [], f"{path.name} left a run folder behind"
+
+
+@pytest.mark.parametrize("args", [["show"], ["import"], ["nope"]])
+def test_usage_errors_exit_2(args):
+    proc = roseprof(*args)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -1,0 +1,138 @@
+"""Real captures with Nsight Systems (CI installs it with scripts/install-nsys.sh), checked against `nsys stats`."""
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from roseprof.nsys_capture import find_nsys
+from tests.helpers import roseprof
+
+pytestmark = pytest.mark.nsys
+
+ENGINE = [
+    sys.executable,
+    "-m",
+    "roseinfer.benchmark_streaming",
+    "--num-requests",
+    "4",
+    "--max-new-tokens",
+    "70",
+    "--warmup-runs",
+    "0",
+    "--repeat-runs",
+    "1",
+    "--no-stop-on-eos",
+]
+
+
+def only_run(traces):
+    (run,) = [p for p in traces.iterdir() if not p.name.startswith(".")]
+    return run, json.loads((run / "manifest.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def engine_capture(tmp_path_factory):
+    traces = tmp_path_factory.mktemp("traces")
+    proc = roseprof("nsys", "--name", "engine", "--traces-dir", traces, "--", *ENGINE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc, *only_run(traces)
+
+
+def test_capture_of_the_engine_agrees_with_nsys_stats(engine_capture):
+    proc, run, manifest = engine_capture
+    assert manifest["status"] == "complete" and manifest["tool"]["name"] == "nsys"
+    assert "time per region" in proc.stdout
+    sqlite_path = run / "raw" / "trace.sqlite"
+    stats = subprocess.run(
+        [find_nsys(), "stats", "-q", "-r", "nvtxsum", "-f", "csv", "--force-export=false", str(sqlite_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    text = stats.stdout[stats.stdout.index("Time") :]
+    expected = list(csv.DictReader(io.StringIO(text.split("\n\n")[0])))
+    summary = json.loads((run / "summary.json").read_text())
+    ours = {r["name"]: r for r in summary["regions"]}
+    assert len(expected) == len(ours)
+    for row in expected:
+        name = row["Range"].split(":", 1)[-1] if row["Range"].startswith(":") else row["Range"]
+        assert ours[name]["count"] == int(row["Instances"])
+        assert abs(ours[name]["total_ns"] - int(row["Total Time (ns)"])) <= 1e-3 * int(row["Total Time (ns)"])
+    for name in (
+        "roseinfer.decode_step",
+        "roseinfer.model.forward",
+        "roseinfer.kv.append_token",
+        "roseinfer.prefill",
+        "roseinfer.decode_step_sessions.build_block_tables",
+        "roseinfer.decode_step_sessions.h2d_block_tables",
+        "roseinfer.sample",
+        "roseinfer.scheduler.step",
+    ):
+        assert name in ours, name
+
+
+def test_capture_joins_the_step_log(engine_capture):
+    _, run, _ = engine_capture
+    summary = json.loads((run / "summary.json").read_text())
+    steps = [
+        json.loads(line)
+        for line in (run / "steplog.jsonl").read_text().splitlines()
+        if '"type":"step"' in line
+    ]
+    assert summary["warnings"] == []
+    assert summary["steps"]["count"] == len(steps) == 69  # 70 tokens: one from prefill, 69 decode steps
+    # The prompt is 45 bytes, so every request crosses the 64-token block boundary once, in the same step.
+    assert summary["steps"]["rollover"]["count"] == 1
+    assert summary["itl"]["at_rollover"]["count"] == 4
+    assert summary["requests"]["completion_tokens"] == 4 * 70
+
+
+def test_failing_command_keeps_a_failed_run(tmp_path):
+    proc = roseprof("nsys", "--traces-dir", tmp_path, "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert proc.returncode == 1, proc.stderr
+    _, manifest = only_run(tmp_path)
+    assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
+
+
+def test_ctrl_c_keeps_an_incomplete_run(tmp_path):
+    loop = "import time, nvtx\nwhile True:\n    with nvtx.annotate('roseinfer.decode_step'):\n        time.sleep(0.01)\n"
+    cmd = [
+        sys.executable,
+        "-m",
+        "roseprof",
+        "nsys",
+        "--traces-dir",
+        str(tmp_path),
+        "--",
+        sys.executable,
+        "-c",
+        loop,
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(8)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err.decode()
+    run, manifest = only_run(tmp_path)
+    assert manifest["status"] == "incomplete"
+    if (run / "summary.json").exists():  # nsys finalised its report: what was captured is analysed
+        summary = json.loads((run / "summary.json").read_text())
+        assert any(r["name"] == "roseinfer.decode_step" for r in summary["regions"])
+
+
+def test_missing_importer_is_explained(tmp_path, monkeypatch):
+    from roseprof.nsys_capture import importer_problem
+
+    fake = tmp_path / "target-linux-x64" / "nsys"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert "importer is missing" in importer_problem(str(fake))
+    assert "host-linux-x64/QdstrmImporter" in importer_problem(str(fake))
