@@ -50,6 +50,7 @@ class Engine:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.steplog = tracing.step_log({"block_size": cfg.block_size, "model": model})
         self.decode_steps = 0
+        self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).
         self.stats = {
             "prefix_hit_blocks": 0,
@@ -203,6 +204,8 @@ class Engine:
                 seq.table_row_blocks = [-1] * len(seq.table_row_blocks)
         index = self.decode_steps
         self.decode_steps += 1
+        if rollovers:
+            self.rollover_steps.add(index)
         if self.steplog is not None:
             self.steplog.step(start_ns, end_ns, len(seqs), rollovers, cow, [s.id for s in seqs])
         return self._emit(seqs, next_ids, index)

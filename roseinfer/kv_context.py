@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from roseinfer.attention import decode_pad_mask, gather_kv, paged_decode_attention, prefill_attention
+from roseinfer.attention import decode_bias, gather_kv, paged_decode_attention, prefill_attention
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.sequence import Sequence
 
@@ -27,7 +27,9 @@ class DecodeKV:
         self.past_lens = past_lens
         self.scale = scale
         self.batched_append = batched_append
-        self.pad_mask = decode_pad_mask(past_lens, block_tables.shape[2] * mgr.block_size)  # [B, M*BLOCK]
+        k0 = mgr.k_caches[0]
+        # [B*H, 1, M*BLOCK], shared by every layer of the step
+        self.bias = decode_bias(past_lens, block_tables.shape[2] * mgr.block_size, k0.shape[1], k0.dtype)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
@@ -48,7 +50,7 @@ class DecodeKV:
             self.block_tables[layer],
             self.past_lens,
             self.scale,
-            self.pad_mask,
+            self.bias,
         )
 
 
