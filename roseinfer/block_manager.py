@@ -40,8 +40,11 @@ class KVBlockManager:
         self.prefix_cache = prefix_cache
         self.batched_rollover = batched_rollover
         shape = (num_blocks, num_heads, block_size, head_dim)
-        self.k_caches = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_caches = [torch.empty(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # zeros, not empty: on CPU, empty leaves the pages unmapped and the first write into each new block
+        # page-faults, which showed up as a +3 ms kv.append_token spike at every rollover step (64 requests,
+        # gpt2-tiny; see docs/BENCHMARKS.md). Committing the pool up front moves that cost to start-up.
+        self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.refcount = [np.zeros(num_blocks, dtype=np.int32) for _ in range(num_layers)]
         self.fill = [
             np.zeros(num_blocks, dtype=np.int64) for _ in range(num_layers)

@@ -59,8 +59,8 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards
 
     outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
     print_summary(make_console(), outcome.run, outcome.summary)
-    if open_:
-        click.echo(f"dashboard: see {dashboards_dir} (dashboards land with `roseprof open`)")
+    if outcome.summary is not None:
+        _dashboard(outcome.run, dashboards_dir, open_)
     sys.exit(outcome.exit_code)
 
 
@@ -76,6 +76,7 @@ def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
 
     run = import_path(RunStore(traces_dir), path, name, steplog)
     print_summary(make_console(), run, run.summary())
+    _dashboard(run, dashboards_dir, False)
 
 
 @cli.command("ls")
@@ -108,6 +109,29 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
         click.echo(json.dumps(summary, indent=1))
     else:
         print_summary(make_console(), found, summary)
+
+
+def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
+    from roseprof.dashboard.html import ensure_dashboard
+    from roseprof.opener import open_in_browser
+
+    path = ensure_dashboard(run, dashboards_dir)
+    click.echo(f"dashboard: {path}")
+    if open_browser:
+        open_in_browser(path)
+
+
+@cli.command("open")
+@click.argument("run")
+@store_options
+def open_(run, traces_dir, dashboards_dir) -> None:
+    """Render RUN's dashboard if missing or stale, and open it (or print its path where there is no display)."""
+    found = RunStore(traces_dir).resolve(run)
+    if not (found.path / "summary.json").is_file():
+        raise RoseprofError(
+            f"run {found.id} has no summary.json (status {found.manifest.get('status')}): nothing to show"
+        )
+    _dashboard(found, dashboards_dir, True)
 
 
 def main() -> None:

@@ -2,16 +2,17 @@
 # Set up everything the project needs on a fresh machine, idempotently:
 #   a virtual environment in .venv with roseinfer/roseprof installed (editable) and the dev tools,
 #   and Nsight Systems for CPU captures (scripts/install-nsys.sh).
-# Usage: scripts/setup.sh [--no-nsys] [--browser]
+#   and Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh).
+# Usage: scripts/setup.sh [--no-nsys] [--no-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_nsys=1
-want_browser=0
+want_browser=1
 for arg in "$@"; do
   case "$arg" in
     --no-nsys) want_nsys=0 ;;
-    --browser) want_browser=1 ;;
+    --no-browser) want_browser=0 ;;
     *) echo "setup: unknown option $arg" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,236 @@
+"""Plotly figures of a run, built from its stored data alone (summary.json, steps.json, itl.json).
+
+Every string that came from a trace (range, kernel, command) is HTML-escaped before plotly sees it: plotly
+renders a subset of HTML in labels, so `<b>` in a range name would otherwise be markup. Large runs are reduced
+before plotting, and each figure says how: steps are binned to at most MAX_STEP_BARS bars (mean per bin,
+with a bin marked rollover when any of its steps was), ITL points are capped at MAX_ITL_POINTS (every k-th
+token of each request, all rollover tokens kept).
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+
+MAX_STEP_BARS = 1500
+MAX_ITL_POINTS = 20000
+MAX_ITL_REQUESTS = 64
+BREAKDOWN = (
+    ("build_block_tables", "roseinfer.decode_step_sessions.build_block_tables"),
+    ("h2d", "roseinfer.decode_step_sessions.h2d_block_tables"),
+    ("forward", "roseinfer.model.forward"),
+    ("kv.append", "roseinfer.kv.append_token"),
+    ("sample", "roseinfer.sample"),
+)
+ROLLOVER = "#d62728"
+
+
+def esc(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _layout(fig: go.Figure, title: str, note: str | None = None, height: int = 380) -> go.Figure:
+    full = esc(title) if note is None else f"{esc(title)}<br><sup>{esc(note)}</sup>"
+    fig.update_layout(
+        title={"text": full, "x": 0.01},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 70, "b": 50},
+        template="plotly_white",
+        legend={"orientation": "h", "y": -0.18},
+    )
+    return fig
+
+
+def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
+    regions = summary.get("regions") or []
+    if not regions:
+        return None
+    rows = sorted(regions, key=lambda r: r["total_ns"], reverse=True)[:top][::-1]
+    names = [esc(f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]) for r in rows]
+    fig = go.Figure()
+    fig.add_bar(y=names, x=[r["total_ns"] / 1e6 for r in rows], orientation="h", name="CPU total")
+    fig.add_bar(y=names, x=[r["self_ns"] / 1e6 for r in rows], orientation="h", name="CPU self")
+    if any(r.get("gpu_proj_ns") is not None for r in rows):
+        fig.add_bar(
+            y=names, x=[(r["gpu_proj_ns"] or 0) / 1e6 for r in rows], orientation="h", name="GPU projection"
+        )
+        fig.add_bar(
+            y=names,
+            x=[(r["gpu_kernel_ns"] or 0) / 1e6 for r in rows],
+            orientation="h",
+            name="GPU kernel time",
+        )
+    fig.update_layout(barmode="group", xaxis_title="ms (sum over instances)")
+    note = f"top {len(rows)} of {len(regions)} regions by CPU total" if len(regions) > top else None
+    return _layout(fig, "Time per region", note, height=max(320, 60 + 34 * len(rows)))
+
+
+def _bins(n: int) -> np.ndarray:
+    """Bin edges over n steps, at most MAX_STEP_BARS bins."""
+    return np.linspace(0, n, min(n, MAX_STEP_BARS) + 1).astype(np.int64)
+
+
+def _binned(values, edges: np.ndarray, how=np.mean) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64)
+    return np.array([how(v[a:b]) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
+
+
+def step_breakdown(steps: dict | None) -> go.Figure | None:
+    if not steps or not steps.get("rows") or "region:roseinfer.model.forward" not in steps["rows"]:
+        return None
+    rows = steps["rows"]
+    n = len(rows["dur_ns"])
+    edges = _bins(n)
+    x = edges[:-1]
+    series = {}
+    for label, region in BREAKDOWN:
+        series[label] = np.asarray(rows.get(f"region:{region}", [0] * n), dtype=np.float64)
+    # forward contains the per-layer kv.append ranges: show forward's own part so the stack adds up.
+    series["forward"] = series["forward"] - series["kv.append"]
+    series["rest"] = np.asarray(rows.get("rest_ns", [0] * n), dtype=np.float64)
+    fig = go.Figure()
+    for label, values in series.items():
+        fig.add_bar(x=x, y=_binned(values, edges) / 1e3, name=label)
+    roll = _binned(np.asarray(rows["rollovers"]) > 0, edges, np.max) > 0
+    total = _binned(rows["dur_ns"], edges) / 1e3
+    fig.add_scatter(
+        x=x[roll],
+        y=total[roll] * 1.04,
+        mode="markers",
+        name="rollover step",
+        marker={"symbol": "triangle-down", "color": ROLLOVER, "size": 8},
+    )
+    fig.update_layout(barmode="stack", bargap=0, xaxis_title="decode step", yaxis_title="µs")
+    note = f"{n} steps" + (
+        ""
+        if n <= MAX_STEP_BARS
+        else f", binned to {len(x)} bars (mean per bin; marked if any step in the bin rolled over)"
+    )
+    return _layout(fig, "Decode step breakdown", note, height=420)
+
+
+def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
+    if not steps or not steps.get("rows"):
+        return None
+    rows = steps["rows"]
+    dur = np.asarray(rows["dur_ns"], dtype=np.float64) / 1e3
+    roll = np.asarray(rows["rollovers"]) > 0
+    fig = go.Figure()
+    fig.add_histogram(
+        x=dur[~roll], name=f"normal steps ({int((~roll).sum())})", opacity=0.7, histnorm="probability"
+    )
+    if roll.any():
+        fig.add_histogram(
+            x=dur[roll],
+            name=f"rollover steps ({int(roll.sum())})",
+            opacity=0.7,
+            histnorm="probability",
+            marker_color=ROLLOVER,
+        )
+    fig.update_layout(barmode="overlay", xaxis_title="step time (µs)", yaxis_title="fraction of steps")
+    excess = (summary.get("steps") or {}).get("rollover_excess")
+    note = None
+    if excess:
+        note = (
+            f"rollover steps are slower mostly in {excess['region']} (+{excess['mean_ns'] / 1e3:.1f} µs mean)"
+        )
+    return _layout(fig, "Step time: rollover vs normal", note)
+
+
+def itl_over_time(itl_series: list[dict] | None) -> go.Figure | None:
+    if not itl_series:
+        return None
+    total = sum(len(r["itl_ms"]) for r in itl_series)
+    stride = max(1, int(np.ceil(total / MAX_ITL_POINTS)))
+    shown = itl_series[:MAX_ITL_REQUESTS]
+    fig = go.Figure()
+    rx, ry = [], []
+    for r in shown:
+        t, v, roll = np.asarray(r["t_ms"]), np.asarray(r["itl_ms"]), np.asarray(r["rollover"], dtype=bool)
+        keep = np.zeros(len(t), dtype=bool)
+        keep[::stride] = True
+        fig.add_scattergl(
+            x=t[keep],
+            y=v[keep],
+            mode="lines",
+            name=esc(f"request {r['id']}"),
+            line={"width": 1},
+            opacity=0.6,
+            showlegend=False,
+        )
+        rx += t[roll].tolist()
+        ry += v[roll].tolist()
+    fig.add_scattergl(
+        x=rx, y=ry, mode="markers", name="token from a rollover step", marker={"color": ROLLOVER, "size": 5}
+    )
+    fig.update_layout(xaxis_title="time since first arrival (ms)", yaxis_title="ITL (ms)")
+    parts = [
+        f"{len(shown)} of {len(itl_series)} requests"
+        if len(itl_series) > len(shown)
+        else f"{len(shown)} requests"
+    ]
+    if stride > 1:
+        parts.append(f"every {stride}th token plotted, all rollover tokens marked")
+    return _layout(fig, "Inter-token latency over time", "; ".join(parts), height=420)
+
+
+def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
+    if not itl_series:
+        return None
+    v = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_series] or [np.zeros(0)])
+    roll = np.concatenate(
+        [np.asarray(r["rollover"], dtype=bool) for r in itl_series] or [np.zeros(0, dtype=bool)]
+    )
+    if len(v) == 0:
+        return None
+    fig = go.Figure()
+    fig.add_box(x=v[~roll], name="elsewhere", boxpoints=False)
+    if roll.any():
+        fig.add_box(x=v[roll], name="at rollover", boxpoints=False, marker_color=ROLLOVER)
+    fig.update_layout(xaxis_title="ITL (ms)", showlegend=False)
+    return _layout(
+        fig,
+        "ITL at rollover steps vs elsewhere",
+        f"{int(roll.sum())} rollover tokens, {int((~roll).sum())} others",
+        height=300,
+    )
+
+
+def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
+    kernels = summary.get("kernels") or []
+    if not kernels:
+        return None
+    per_name: dict[str, float] = {}
+    for k in kernels:
+        per_name[k["name"]] = per_name.get(k["name"], 0) + k["total_ns"]
+    names = sorted(per_name, key=per_name.get, reverse=True)[:top][::-1]
+    fig = go.Figure()
+    fig.add_bar(
+        y=[esc(n[:90]) for n in names],
+        x=[per_name[n] / 1e6 for n in names],
+        orientation="h",
+        hovertext=[esc(n) for n in names],
+        hoverinfo="text+x",
+    )
+    fig.update_layout(xaxis_title="kernel time (ms)")
+    return _layout(
+        fig,
+        "Top kernels",
+        f"{len(per_name)} distinct kernels; names cut to 90 characters",
+        height=max(320, 60 + 28 * len(names)),
+    )
+
+
+def gpu_idle(steps: dict | None) -> go.Figure | None:
+    if not steps or "gpu_idle_ns" not in (steps.get("rows") or {}):
+        return None
+    rows = steps["rows"]
+    edges = _bins(len(rows["gpu_idle_ns"]))
+    fig = go.Figure()
+    fig.add_scatter(x=edges[:-1], y=_binned(rows["gpu_idle_ns"], edges) / 1e3, mode="lines", name="GPU idle")
+    fig.update_layout(xaxis_title="decode step", yaxis_title="GPU idle within the step (µs)")
+    return _layout(
+        fig, "GPU idle time per decode step", "step window minus the union of GPU activity", height=300
+    )

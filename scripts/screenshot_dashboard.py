@@ -1,0 +1,28 @@
+"""Screenshot a dashboard in headless Chromium (Debian's), e.g. for docs/:
+
+python scripts/screenshot_dashboard.py dashboards/<run-id>.html docs/dashboard-demo.png
+"""
+
+import sys
+
+from roseprof.browser import chromium_page, load_dashboard
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    src, dst = sys.argv[1:]
+    with chromium_page(width=1400, height=900) as page:
+        result = load_dashboard(page, src)
+        if result["errors"]:
+            print(f"dashboard errors: {result['errors']}", file=sys.stderr)
+            return 1
+        page.wait_for_timeout(500)
+        page.screenshot(path=dst, full_page=True)
+    print(dst)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Dashboards opened in headless Chromium: every plot drew, no JavaScript error, hostile names stay text."""
+
+import json
+import sys
+
+import pytest
+
+from roseprof.browser import find_chromium
+from roseprof.nsys_capture import find_nsys
+from tests.helpers import DATA, roseprof
+
+pytestmark = pytest.mark.browser
+
+HOSTILE = [
+    "<img src=x onerror=\"window.__pwned='img'\">",
+    "</script><script>window.__pwned='script'</script>",
+    "a&b <b>bold</b> \"quoted\" 'single' <!--",
+]
+HOSTILE_PROGRAM = f"""
+import time, nvtx
+names = {HOSTILE!r}
+for step in range(20):
+    with nvtx.annotate("roseinfer.decode_step"):
+        for name in names:
+            with nvtx.annotate(name):
+                time.sleep(0.001)
+"""
+
+
+def _render(tmp_path, name, args):
+    traces, dashboards = tmp_path / "traces", tmp_path / "dashboards"
+    # options go before the arguments: after `roseprof nsys --` everything belongs to the profiled command
+    proc = roseprof(
+        args[0], "--name", name, "--traces-dir", traces, "--dashboards-dir", dashboards, *args[1:]
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("dashboard: ")]
+    return path
+
+
+SOURCES = {
+    "cpu-2022.4": ["import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite"],
+    "h100-matmul": ["import", DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.sqlite"],
+    "h100-decode": [
+        "import",
+        DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite",
+        "--steplog",
+        DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def page():
+    if find_chromium() is None:
+        pytest.skip("needs Chromium (scripts/install-chromium.sh)")
+    from roseprof.browser import chromium_page
+
+    with chromium_page() as p:
+        yield p
+
+
+def check_drawn(result, expect_at_least):
+    assert result["errors"] == []
+    assert result["declared"] >= expect_at_least
+    assert len(result["figures"]) == result["declared"]
+    for fig in result["figures"]:
+        assert fig["drawn"] and fig["traces"] > 0 and fig["points"] > 0, fig
+
+
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_fixture_dashboards_draw(page, tmp_path, name):
+    from roseprof.browser import load_dashboard
+
+    path = _render(tmp_path, name, SOURCES[name])
+    result = load_dashboard(page, path)
+    # regions for all; steps and ITL panels for the decode runs; kernels for the GPU ones
+    check_drawn(result, {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 7}[name])
+    assert "roseinfer" in result["text"]
+
+
+@pytest.mark.nsys
+def test_fresh_capture_dashboard_draws(page, tmp_path):
+    if find_nsys() is None:
+        pytest.skip("needs nsys")
+    from roseprof.browser import load_dashboard
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_streaming",
+        "--num-requests",
+        "3",
+        "--max-new-tokens",
+        "70",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        "--no-stop-on-eos",
+    ]
+    path = _render(tmp_path, "fresh", ["nsys", "--", *cmd])
+    result = load_dashboard(page, path)
+    check_drawn(result, 5)  # regions, step breakdown, ITL over time, ITL distribution, step distribution
+    assert "ITL p50/p95/p99" in result["text"]
+
+
+@pytest.mark.nsys
+def test_hostile_names_are_text_and_never_run(page, tmp_path):
+    if find_nsys() is None:
+        pytest.skip("needs nsys")
+    from roseprof.browser import load_dashboard
+
+    prog = tmp_path / "hostile.py"
+    prog.write_text(HOSTILE_PROGRAM)
+    path = _render(tmp_path, "hostile", ["nsys", "--", sys.executable, str(prog), HOSTILE[0]])
+    result = load_dashboard(page, path)
+    assert result["errors"] == []
+    assert result["pwned"] is None
+    assert result["img_x"] == 0
+    for name in HOSTILE:
+        assert name in result["text"], name  # shown literally (region table)
+    summary_names = {
+        r["name"]
+        for r in json.loads(
+            roseprof("show", "hostile", "--json", "--traces-dir", tmp_path / "traces").stdout
+        )["regions"]
+    }
+    assert set(HOSTILE) <= summary_names
