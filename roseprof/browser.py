@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from contextlib import contextmanager
 
 # These keep Chromium off the network (the machines here have none) and quiet in containers.
@@ -46,7 +47,7 @@ def load_dashboard(page, path: str, timeout_ms: int = 30000) -> dict:
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
     page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-    page.goto(f"file://{path}")
+    page.goto(Path(path).resolve().as_uri())
     page.wait_for_selector("body[data-figures]", timeout=timeout_ms)
     figures = page.evaluate(
         """() => Array.from(document.querySelectorAll('.fig')).map(el => ({

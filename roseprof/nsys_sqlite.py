@@ -273,46 +273,58 @@ def _read_nvtx(conn: sqlite3.Connection):
     return ranges, marks, domains
 
 
+def _fetch_columns(conn: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
+    """An integer query result as a [rows, ncols] array (NULL -> -1), without a Python object per value."""
+    rows = conn.execute(sql).fetchall()
+    if not rows:
+        return np.zeros((0, ncols), dtype=np.int64)
+    return np.array(rows, dtype=np.int64).reshape(-1, ncols)
+
+
 def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], intern) -> dict[str, np.ndarray]:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
-    kinds, starts, ends, name_ids, corrs, pids = [], [], [], [], [], []
+    parts, corr_sources = [], []
     for kind, (label, table) in enumerate(GPU_OP_TABLES.items()):
         if table not in tables:
             continue
         if label == "kernel":
             cols = _columns(conn, table)
             name_col = "demangledName" if "demangledName" in cols else "shortName"
-            rows = conn.execute(
-                f"SELECT k.start, k.end, s.value, k.correlationId, k.globalPid FROM {table} k "
-                f"LEFT JOIN StringIds s ON k.{name_col} = s.id"
-            ).fetchall()
+            name_expr = f"coalesce({name_col}, -1)"
         else:
-            rows = conn.execute(
-                f"SELECT start, end, '[CUDA {label}]', correlationId, globalPid FROM {table}"
-            ).fetchall()
-        if not rows:
-            continue
-        s, e, n, c, p = zip(*rows)
-        kinds.append(np.full(len(rows), kind, dtype=np.int64))
-        starts.append(_array(s))
-        ends.append(_array(e))
-        name_ids.append(intern(n))
-        corrs.append(_array([x if x is not None else -1 for x in c]))
-        pids.append(_array([x if x is not None else -1 for x in p]))
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)  # noqa: E731
-    op_kind, op_start, op_end, op_name, op_corr, op_pid = map(
-        cat, (kinds, starts, ends, name_ids, corrs, pids)
-    )
-    api_start = np.full(len(op_start), -1, dtype=np.int64)
+            name_expr = "-1"
+        arr = _fetch_columns(
+            conn,
+            f"SELECT start, end, {name_expr}, coalesce(correlationId, -1), coalesce(globalPid, -1), {kind} FROM {table}",
+            6,
+        )
+        if len(arr):
+            parts.append(arr)
+            corr_sources.append(f"SELECT correlationId FROM {table}")
+    ops = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
+    op_start, op_end, op_name_sid, op_corr, op_pid, op_kind = (ops[:, i] for i in range(6))
+    # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.
+    op_name = np.zeros(len(ops), dtype=np.int64)
+    if len(ops):
+        is_kernel = op_kind == 0
+        sids, inverse = np.unique(op_name_sid[is_kernel], return_inverse=True)
+        strings = dict(conn.execute("SELECT id, value FROM StringIds").fetchall()) if len(sids) else {}
+        op_name[is_kernel] = intern([strings.get(int(i), f"[unknown kernel {int(i)}]") for i in sids])[
+            inverse
+        ]
+        for kind, label in ((1, "[CUDA memcpy]"), (2, "[CUDA memset]")):
+            op_name[op_kind == kind] = intern([label])[0]
+    api_start = np.full(len(ops), -1, dtype=np.int64)
     api_end = api_start.copy()
     api_tid = api_start.copy()
-    if len(op_start) and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        rt = np.asarray(
-            conn.execute(
-                "SELECT correlationId, globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME"
-            ).fetchall(),
-            dtype=np.int64,
-        ).reshape(-1, 4)
+    if len(ops) and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        # Only the API calls that launched GPU work (most calls launch none).
+        rt = _fetch_columns(
+            conn,
+            "SELECT correlationId, globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+            f"WHERE correlationId IN ({' UNION ALL '.join(corr_sources)})",
+            4,
+        )
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
         for pid in np.unique(op_pid):
             ops_i = np.flatnonzero(op_pid == pid)

@@ -80,7 +80,7 @@ def ingest_sqlite(writer: RunWriter, sqlite_path: Path, steplog_path: Path | Non
     if trace.gpus and not writer.manifest.get("gpus"):
         writer.manifest["gpus"] = trace.gpus
     # Normalised data: enough for dashboards and diffs without the raw trace.
-    np.savez_compressed(
+    np.savez(  # uncompressed: zlib on 1M-row columns costs seconds and the files are scratch-sized
         writer.path / "ranges.npz",
         start=trace.range_start,
         end=trace.range_end,
@@ -88,7 +88,7 @@ def ingest_sqlite(writer: RunWriter, sqlite_path: Path, steplog_path: Path | Non
         domain=trace.range_domain,
         tid=trace.range_tid,
     )
-    np.savez_compressed(
+    np.savez(
         writer.path / "gpu_ops.npz",
         kind=trace.op_kind,
         start=trace.op_start,

@@ -32,6 +32,7 @@ main{padding:16px 24px;max-width:1400px}
 .panel{background:#fff;border-radius:8px;padding:8px;margin-bottom:16px;box-shadow:0 1px 2px #0002}
 table{border-collapse:collapse;font-size:13px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left;word-break:break-all}
+table.kernels td:first-child{min-width:260px}table.kernels td:nth-child(2){text-align:left;font-family:monospace;font-size:12px;word-break:break-all}
 h2{font-size:16px;margin:8px}#errors{display:none;background:#fdd;color:#900;padding:8px 24px}
 footer{font-size:12px;color:#667;padding:8px 24px 24px}
 """
@@ -159,7 +160,7 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("region (innermost)", "kernel", "count", "total ms", "mean µs"))
     return (
         f'<div class="panel"><h2>Top kernels per region (top {per_region} each)</h2>'
-        f"<table><tr>{head}</tr>{''.join(rows)}</table></div>"
+        f'<table class="kernels"><tr>{head}</tr>{"".join(rows)}</table></div>'
     )
 
 
