@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 
 # These keep Chromium off the network (the machines here have none) and quiet in containers.
 CHROMIUM_ARGS = [

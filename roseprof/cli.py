@@ -111,6 +111,50 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
         print_summary(make_console(), found, summary)
 
 
+@cli.command(epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--json", "as_json", is_flag=True, help='print {"a": ..., "b": ..., "metrics": [...]}')
+@click.option(
+    "--fail-on-regression",
+    "threshold",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="exit 1 when a gated metric grew by more than PCT% and significantly",
+)
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="GLOB",
+    help="metrics the gate looks at (repeatable; default: step and ITL medians/means, region and kernel time per step)",
+)
+@click.option("--allow-incomplete", is_flag=True, help="compare what exists of incomplete or failed runs")
+@click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")
+@store_options
+def diff(
+    run_a, run_b, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
+) -> None:
+    """Compare RUN_A (before) with RUN_B (after)."""
+    from roseprof.diffing import diff_runs
+    from roseprof.report import make_console, print_diff
+
+    result = diff_runs(
+        RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete, dashboards_dir
+    )
+    if as_json:
+        click.echo(
+            json.dumps(
+                {k: result[k] for k in ("a", "b", "method", "metrics", "kernels", "regressions")}, indent=1
+            )
+        )
+    else:
+        print_diff(make_console(), result, top)
+        click.echo(f"dashboard: {result['dashboard']}")
+    sys.exit(1 if result["regressions"] else 0)
+
+
 def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
     from roseprof.dashboard.html import ensure_dashboard
     from roseprof.opener import open_in_browser

@@ -124,3 +124,57 @@ def print_runs(console: Console, runs: list[Run]) -> None:
             cmd[-60:],
         )
     console.print(t)
+
+
+def _fmt_value(name: str, v) -> str:
+    if v is None:
+        return "-"
+    if name.endswith("_ns") or ".regions." in name:  # steps.<group>.regions.<region> is ns per step
+        return f"{v / 1e3:,.1f} µs"
+    if name.endswith("_ms"):
+        return f"{v:,.3f} ms"
+    return f"{v:,.2f}"
+
+
+def print_diff(console: Console, result: dict, top: int) -> None:
+    a, b = result["a"], result["b"]
+    console.print(f"A: {a['id']}  ({a.get('name')})\nB: {b['id']}  ({b.get('name')})", markup=False)
+    t = Table(title="largest significant changes first", title_justify="left")
+    for col in ("metric", "A", "B", "Δ %", "95% CI", ""):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for m in result["metrics"][:top]:
+        d = m["delta_pct"]
+        ci = "-" if m["ci_low_pct"] is None else f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]"
+        flag = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
+        style = (
+            "red"
+            if m.get("regression")
+            else ("green" if m["significant"] and d is not None and (d < 0) == m["lower_is_better"] else None)
+        )
+        t.add_row(
+            m["name"],
+            _fmt_value(m["name"], m["a"]),
+            _fmt_value(m["name"], m["b"]),
+            "-" if d is None else f"{d:+.1f}",
+            ci,
+            flag,
+            style=style,
+        )
+    console.print(t)
+    if len(result["metrics"]) > top:
+        console.print(f"... {len(result['metrics']) - top} more metrics (--json for all)", markup=False)
+    for label in ("new", "vanished"):
+        ks = result["kernels"][label]
+        if ks:
+            console.print(
+                f"{label} kernels: " + ", ".join(k[:60] for k, _ in ks[:5]) + (" ..." if len(ks) > 5 else ""),
+                markup=False,
+            )
+    console.print(f"method: {result['method']}", markup=False, style="dim")
+    if result["threshold_pct"] is not None:
+        verdict = (
+            f"{len(result['regressions'])} regression(s) over {result['threshold_pct']}%"
+            if result["regressions"]
+            else "no regression"
+        )
+        console.print(f"gate: {verdict}", markup=False, style="red" if result["regressions"] else "green")

@@ -194,6 +194,7 @@ def itl_series(log: StepLog | None, step_rollovers: list[int] | None) -> list[di
                 "t_ms": [(x - t0) / 1e6 for x in t[1:]],
                 "itl_ms": [(b - a) / 1e6 for a, b in zip(t, t[1:])],
                 "rollover": [0 <= s < len(rolls) and rolls[s] > 0 for s in steps[1:]],
+                "step": list(steps[1:]),  # the decode step that produced each token (-1: prefill)
             }
         )
     return out

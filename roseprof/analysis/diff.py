@@ -1,0 +1,396 @@
+"""Compare two runs: per-metric deltas with bootstrap confidence intervals, and a regression verdict.
+
+Method (printed with every diff): each metric is a statistic of a sample (step times, ITL, a region's
+instance durations, a kernel's instance durations). Both samples are resampled with replacement
+(RESAMPLES times, seeded), the statistic is recomputed on each pair, and the 95% interval of the relative
+change (b - a) / a is read off the percentiles of those resampled changes. A change is significant when the
+interval excludes zero. Totals (region and kernel time) are divided by the run's number of decode steps
+(or compared as run totals when either run has no steps), so runs of different length compare fairly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import numpy as np
+
+from roseprof.store import Run
+
+RESAMPLES = 1000
+CONFIDENCE = 0.95
+METHOD = (
+    f"bootstrap: {RESAMPLES} resamples of each run's decode steps (ITL: the steps that produced the tokens; "
+    f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
+    "change; significant when it excludes 0; no interval under 5 steps; totals are per decode step"
+)
+# Metrics where growth is bad (gated by --fail-on-regression); throughput is better higher.
+DEFAULT_GATE = [
+    "steps.p50_ns",
+    "steps.mean_ns",
+    "steps.*.p50_ns",
+    "steps.*.mean_ns",
+    "steps.*.regions.*",
+    "itl.p50_ms",
+    "itl.*.p50_ms",
+    "regions.*.total_ns",
+    "kernels.*.total_ns",
+]
+
+
+@dataclass
+class RunData:
+    run: Run
+    summary: dict
+    step_dur: np.ndarray | None  # [S]
+    step_roll: np.ndarray | None  # [S] bool
+    itl: np.ndarray | None  # [T] ms
+    itl_roll: np.ndarray | None  # [T] bool
+    itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
+    step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
+    kernel_steps: dict[
+        str, tuple[np.ndarray, float]
+    ]  # kernel -> ([S] ns launched in each step, ns outside steps)
+    region_durations: dict[str, np.ndarray]  # name -> instance durations
+    region_self: dict[str, float]
+    kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
+
+    @property
+    def steps(self) -> int | None:
+        return None if self.step_dur is None else len(self.step_dur)
+
+
+def load(run: Run) -> RunData:
+    summary = run.summary()
+    steps = run.table("steps")
+    step_dur = step_roll = None
+    if steps and steps.get("rows"):
+        step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
+        step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
+    step_regions = {}
+    if steps and steps.get("rows"):
+        for name in steps.get("regions", []):
+            step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
+    itl_rows = run.table("itl") or []
+    itl = itl_roll = itl_step = None
+    if itl_rows:
+        itl = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_rows])
+        itl_roll = np.concatenate([np.asarray(r["rollover"], dtype=bool) for r in itl_rows])
+        if all("step" in r for r in itl_rows):
+            itl_step = np.concatenate([np.asarray(r["step"], dtype=np.int64) for r in itl_rows])
+    names = (run.table("names") or {}).get("names", [])
+    region_durations: dict[str, np.ndarray] = {}
+    kernel_durations: dict[str, np.ndarray] = {}
+    if (run.path / "ranges.npz").is_file():
+        with np.load(run.path / "ranges.npz") as z:
+            dur, name = z["end"] - z["start"], z["name"]
+        order = np.argsort(name, kind="stable")
+        for idx, chunk in zip(*_groups(name[order], dur[order])):
+            region_durations[names[idx]] = chunk
+    kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
+    if (run.path / "gpu_ops.npz").is_file():
+        with np.load(run.path / "gpu_ops.npz") as z:
+            kernel = z["kind"] == 0
+            dur, name, api = (z["end"] - z["start"])[kernel], z["name"][kernel], z["api_start"][kernel]
+        order = np.argsort(name, kind="stable")
+        for idx, chunk in zip(*_groups(name[order], dur[order])):
+            kernel_durations[names[idx]] = chunk
+        if step_dur is not None and len(dur):
+            # The step each kernel was launched in, by its API call's time within the step windows.
+            starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
+            ends = starts + step_dur.astype(np.int64)
+            owner = np.searchsorted(starts, api, side="right") - 1
+            inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
+            for idx in np.unique(name):
+                sel = name == idx
+                per_step = np.bincount(
+                    owner[sel & inside], weights=dur[sel & inside], minlength=len(starts)
+                ).astype(np.float64)
+                kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
+    region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
+    return RunData(
+        run,
+        summary,
+        step_dur,
+        step_roll,
+        itl,
+        itl_roll,
+        itl_step,
+        step_regions,
+        kernel_steps,
+        region_durations,
+        region_self,
+        kernel_durations,
+    )
+
+
+def _groups(keys: np.ndarray, values: np.ndarray):
+    if len(keys) == 0:
+        return [], []
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    starts = np.concatenate([[0], bounds])
+    return keys[starts].tolist(), np.split(values.astype(np.float64), bounds)
+
+
+def _resampled(values: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
+    """The statistic over RESAMPLES bootstrap resamples of `values`, in chunks to bound memory."""
+    n = len(values)
+    # Fewer resamples for very large samples: their intervals are narrow anyway, and time stays bounded.
+    resamples = RESAMPLES if n <= 20_000 else 200
+    out = np.empty(resamples)
+    chunk = max(1, min(resamples, 4_000_000 // max(n, 1)))
+    for lo in range(0, resamples, chunk):
+        hi = min(resamples, lo + chunk)
+        idx = rng.integers(0, n, size=(hi - lo, n), dtype=np.int64 if n > 2**31 else np.int32)
+        out[lo:hi] = stat(values[idx], axis=1)
+    return out
+
+
+MIN_SAMPLES = (
+    5  # below this many steps (or instances) per run no interval is given, so nothing is significant
+)
+
+
+def _clustered(values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap over clusters (e.g. the tokens of one decode step move together): resample clusters."""
+    order = np.argsort(clusters, kind="stable")
+    v, c = values[order], clusters[order]
+    bounds = np.flatnonzero(np.diff(c)) + 1
+    groups = np.split(v, bounds)
+    n = len(groups)
+    out = np.empty(RESAMPLES)
+    for i in range(RESAMPLES):
+        pick = rng.integers(0, n, size=n)
+        out[i] = stat(np.concatenate([groups[j] for j in pick]))
+    return out
+
+
+def _metric(
+    name: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    stat,
+    scale_a=1.0,
+    scale_b=1.0,
+    rng=None,
+    lower_is_better=True,
+    clusters_a=None,
+    clusters_b=None,
+    offset_a=0.0,
+    offset_b=0.0,
+):
+    """A statistic of samples a and b (value = (stat + offset) / scale), with its bootstrap interval."""
+    va, vb = (float(stat(a)) + offset_a) / scale_a, (float(stat(b)) + offset_b) / scale_b
+    entry = {
+        "name": name,
+        "a": va,
+        "b": vb,
+        "delta_pct": None,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "significant": False,
+        "lower_is_better": lower_is_better,
+        "n_a": int(len(a)),
+        "n_b": int(len(b)),
+    }
+    if va == 0:
+        return entry
+    entry["delta_pct"] = 100.0 * (vb - va) / va
+    units_a = len(np.unique(clusters_a)) if clusters_a is not None else len(a)
+    units_b = len(np.unique(clusters_b)) if clusters_b is not None else len(b)
+    if rng is not None and units_a >= MIN_SAMPLES and units_b >= MIN_SAMPLES:
+        if clusters_a is not None and clusters_b is not None:
+            ra, rb = _clustered(a, clusters_a, stat, rng), _clustered(b, clusters_b, stat, rng)
+        else:
+            ra, rb = _resampled(a, stat, rng), _resampled(b, stat, rng)
+        ra, rb = (ra + offset_a) / scale_a, (rb + offset_b) / scale_b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = 100.0 * (rb - ra) / ra
+        rel = rel[np.isfinite(rel)]
+        if len(rel):
+            tail = 100 * (1 - CONFIDENCE) / 2
+            lo, hi = np.percentile(rel, [tail, 100 - tail])
+            entry["ci_low_pct"], entry["ci_high_pct"] = float(lo), float(hi)
+            entry["significant"] = bool(lo > 0 or hi < 0)
+    return entry
+
+
+def _pct(q):
+    return lambda x, axis=None: np.percentile(x, q, axis=axis)
+
+
+def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    metrics: list[dict] = []
+    stats = {"p50": _pct(50), "p99": _pct(99), "mean": np.mean}
+    if a.step_dur is not None and b.step_dur is not None:
+        for label, ma, mb in (
+            ("", None, None),
+            ("rollover.", a.step_roll, b.step_roll),
+            ("normal.", ~a.step_roll, ~b.step_roll),
+        ):
+            sa = a.step_dur if ma is None else a.step_dur[ma]
+            sb = b.step_dur if mb is None else b.step_dur[mb]
+            if len(sa) and len(sb):
+                for sname, fn in stats.items():
+                    metrics.append(_metric(f"steps.{label}{sname}_ns", sa, sb, fn, rng=rng))
+            if label and ma.any() and mb.any():
+                # Where inside the step the time went, for rollover and normal steps apart (mean ns per step).
+                for name in sorted(set(a.step_regions) & set(b.step_regions)):
+                    metrics.append(
+                        _metric(
+                            f"steps.{label}regions.{name}",
+                            a.step_regions[name][ma],
+                            b.step_regions[name][mb],
+                            np.mean,
+                            rng=rng,
+                        )
+                    )
+    if a.itl is not None and b.itl is not None:
+        everything_a, everything_b = np.ones(len(a.itl), dtype=bool), np.ones(len(b.itl), dtype=bool)
+        for label, ma, mb in (
+            ("", everything_a, everything_b),
+            ("at_rollover.", a.itl_roll, b.itl_roll),
+            ("elsewhere.", ~a.itl_roll, ~b.itl_roll),
+        ):
+            sa, sb = a.itl[ma], b.itl[mb]
+            # Tokens of one decode step share that step's latency: resample steps, not tokens.
+            ca = a.itl_step[ma] if a.itl_step is not None else None
+            cb = b.itl_step[mb] if b.itl_step is not None else None
+            if len(sa) and len(sb):
+                for q in (50, 95, 99):
+                    metrics.append(
+                        _metric(f"itl.{label}p{q}_ms", sa, sb, _pct(q), rng=rng, clusters_a=ca, clusters_b=cb)
+                    )
+    # Totals per decode step (run totals when a run has no steps).
+    per_step = a.steps and b.steps
+    norm_a, norm_b = (a.steps, b.steps) if per_step else (1.0, 1.0)
+    for name in sorted(set(a.region_durations) & set(b.region_durations)):
+        da, db = a.region_durations[name], b.region_durations[name]
+        if per_step and name in a.step_regions and name in b.step_regions:
+            # Inside the decode step: the per-step time is the sample, resampled over steps.
+            sa, sb = a.step_regions[name], b.step_regions[name]
+            out_a, out_b = float(da.sum() - sa.sum()), float(db.sum() - sb.sum())
+            metrics.append(
+                _metric(
+                    f"regions.{name}.total_ns",
+                    sa,
+                    sb,
+                    np.sum,
+                    norm_a,
+                    norm_b,
+                    rng,
+                    offset_a=out_a,
+                    offset_b=out_b,
+                )
+            )
+        else:
+            metrics.append(_metric(f"regions.{name}.total_ns", da, db, np.sum, norm_a, norm_b, rng))
+        ca, cb = len(da) / norm_a, len(db) / norm_b
+        metrics.append({"name": f"regions.{name}.count", "a": ca, "b": cb, **_plain_delta(ca, cb)})
+        if name in a.region_self and name in b.region_self:
+            metrics.append(
+                {
+                    "name": f"regions.{name}.self_ns",
+                    "a": a.region_self[name] / norm_a,
+                    "b": b.region_self[name] / norm_b,
+                    **_plain_delta(a.region_self[name] / norm_a, b.region_self[name] / norm_b),
+                }
+            )
+    for name in sorted(set(a.kernel_durations) & set(b.kernel_durations)):
+        if per_step and name in a.kernel_steps and name in b.kernel_steps:
+            (sa, out_a), (sb, out_b) = a.kernel_steps[name], b.kernel_steps[name]
+            metrics.append(
+                _metric(
+                    f"kernels.{name}.total_ns",
+                    sa,
+                    sb,
+                    np.sum,
+                    norm_a,
+                    norm_b,
+                    rng,
+                    offset_a=out_a,
+                    offset_b=out_b,
+                )
+            )
+        else:
+            metrics.append(
+                _metric(
+                    f"kernels.{name}.total_ns",
+                    a.kernel_durations[name],
+                    b.kernel_durations[name],
+                    np.sum,
+                    norm_a,
+                    norm_b,
+                    rng,
+                )
+            )
+    for key in ("ttft", "tpot"):
+        ra, rb = (a.summary.get("requests") or {}).get(key), (b.summary.get("requests") or {}).get(key)
+        if ra and rb and ra.get("count") and rb.get("count"):
+            for q in ("p50_ms", "p99_ms"):
+                metrics.append(
+                    {"name": f"requests.{key}.{q}", "a": ra[q], "b": rb[q], **_plain_delta(ra[q], rb[q])}
+                )
+    ta, tb = (
+        (a.summary.get("requests") or {}).get("throughput_tok_s"),
+        (b.summary.get("requests") or {}).get("throughput_tok_s"),
+    )
+    if ta and tb:
+        metrics.append(
+            {
+                "name": "requests.throughput_tok_s",
+                "a": ta,
+                "b": tb,
+                **_plain_delta(ta, tb),
+                "lower_is_better": False,
+            }
+        )
+    for m in metrics:
+        m.pop("n_a", None), m.pop("n_b", None)
+        m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
+    return metrics
+
+
+def _plain_delta(a: float, b: float) -> dict:
+    """A change with no sample to resample (a single summary number): never called significant."""
+    return {
+        "delta_pct": 100.0 * (b - a) / a if a else None,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "significant": False,
+        "lower_is_better": True,
+    }
+
+
+def gate(metrics: list[dict], threshold_pct: float | None, patterns: list[str] | None) -> list[dict]:
+    """Mark and return the regressions: a gated metric that grew (or, higher-is-better, fell) by more than
+    threshold_pct and significantly."""
+    patterns = patterns or DEFAULT_GATE
+    out = []
+    for m in metrics:
+        gated = any(fnmatch.fnmatchcase(m["name"], p) for p in patterns)
+        d = m["delta_pct"]
+        worse = d is not None and (d > 0 if m["lower_is_better"] else d < 0)
+        m["regression"] = bool(
+            threshold_pct is not None and gated and worse and m["significant"] and abs(d) > threshold_pct
+        )
+        if m["regression"]:
+            out.append(m)
+    return out
+
+
+def kernel_changes(a: RunData, b: RunData) -> dict:
+    """Kernels only in one run (new in b, vanished from a), with their per-step time."""
+    na, nb = (a.steps, b.steps) if a.steps and b.steps else (1, 1)
+    new = {k: float(v.sum()) / nb for k, v in b.kernel_durations.items() if k not in a.kernel_durations}
+    gone = {k: float(v.sum()) / na for k, v in a.kernel_durations.items() if k not in b.kernel_durations}
+    return {
+        "new": sorted(new.items(), key=lambda kv: -kv[1]),
+        "vanished": sorted(gone.items(), key=lambda kv: -kv[1]),
+    }
+
+
+def rank(metrics: list[dict]) -> list[dict]:
+    """Largest significant changes first, then the rest by size of change."""
+    return sorted(metrics, key=lambda m: (not m["significant"], -abs(m["delta_pct"] or 0)))
