@@ -50,10 +50,14 @@ def test_cuda_fp32_matches_hf(tiny_checkpoint, options):
 
 
 def test_cuda_fp16_stays_close(tiny_checkpoint):
-    ref = hf_outputs(tiny_checkpoint, torch.float32)
+    # Both in fp16: rounding in a different order may flip a near-tie somewhere in a 150-token greedy run, after
+    # which the two continuations differ; most runs must agree for a long stretch and all at the first token.
+    ref = hf_outputs(tiny_checkpoint, torch.float16)
     llm = LLM(tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=8)
     outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
-    # fp16 rounding may flip a near-tie late in a long greedy run; the start must agree.
-    for ours, theirs in zip(outs, ref):
-        agree = next((i for i, (a, b) in enumerate(zip(ours.token_ids, theirs)) if a != b), NEW_TOKENS)
-        assert agree >= 16, f"fp16 diverges from fp32 at token {agree}"
+    agree = [
+        next((i for i, (a, b) in enumerate(zip(o.token_ids, r)) if a != b), NEW_TOKENS)
+        for o, r in zip(outs, ref)
+    ]
+    assert min(agree) >= 1, agree
+    assert sorted(agree)[len(agree) // 2] >= 32, agree
