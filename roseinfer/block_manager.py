@@ -16,6 +16,9 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
+from roseinfer import env
+from roseinfer.kernels import triton_available
+
 
 class OutOfBlocks(RuntimeError):
     """The pool is empty; the scheduler frees blocks (preemption) before it retries."""
@@ -57,6 +60,14 @@ class KVBlockManager:
         # Counters of the last append call per layer (the engine logs layer 0's per decode step).
         self.last_rollovers = [0] * num_layers
         self.last_cow = [0] * num_layers
+        # The Triton append path (CUDA only): index tensors are staged in reused per-layer buffers, pinned on the
+        # host, so a step allocates no tensors. Per layer, because a layer's copy may still be in flight when the
+        # next layer stages its own indices.
+        e = env.reload()
+        self.use_triton = torch.device(device).type == "cuda" and e.triton_kv_append and triton_available()
+        self.triton_min_batch = e.triton_kv_append_min_batch
+        self._stage_host: list[torch.Tensor] = []
+        self._stage_dev: list[torch.Tensor] = []
 
     # -- pool ----------------------------------------------------------------------------------------------------
     def num_free(self, layer: int = 0) -> int:
@@ -173,19 +184,56 @@ class KVBlockManager:
                 last[i] = block
             pos[full] = 0
             self.last_rollovers[layer] = int(full.sum())
+        fast = None
         if slow.any():
             fast = np.flatnonzero(~slow)
             for i in np.flatnonzero(slow):
                 self.append_token(layer, block_ids_list[i], k[i], v[i])
             if len(fast) == 0:
                 return
-            rows = torch.from_numpy(fast).to(k.device)
-            k, v, last, pos = k[rows], v[rows], last[fast], pos[fast]
-        blocks_t = torch.from_numpy(last).to(k.device, non_blocking=True)
-        pos_t = torch.from_numpy(pos).to(k.device, non_blocking=True)
-        self.k_caches[layer][blocks_t, :, pos_t] = k  # [B, H, D] into [N, H, BLOCK, D]
-        self.v_caches[layer][blocks_t, :, pos_t] = v
+            last, pos = last[fast], pos[fast]
+        if self.use_triton and len(last) >= self.triton_min_batch:
+            self._append_triton(layer, k, v, last, pos, fast)
+        else:
+            if fast is not None:
+                rows = torch.from_numpy(fast).to(k.device)
+                k, v = k[rows], v[rows]
+            blocks_t = torch.from_numpy(last).to(k.device, non_blocking=True)
+            pos_t = torch.from_numpy(pos).to(k.device, non_blocking=True)
+            self.k_caches[layer][blocks_t, :, pos_t] = k  # [B, H, D] into [N, H, BLOCK, D]
+            self.v_caches[layer][blocks_t, :, pos_t] = v
         fill[last] = pos + 1
+
+    def _append_triton(
+        self, layer: int, k, v, last: np.ndarray, pos: np.ndarray, rows: np.ndarray | None
+    ) -> None:
+        """One Triton launch for K and V, the narrowest kernel that applies."""
+        from roseinfer.kernels.kv_append import MODE_FULL_BATCH, MODE_GENERAL, MODE_IDENTITY, kv_append_triton
+
+        n = len(last)
+        if not self._stage_host or self._stage_host[0].shape[1] < n:
+            cap = max(n, 256)
+            self._stage_host = [
+                torch.zeros(3, cap, dtype=torch.int64, pin_memory=True) for _ in range(self.num_layers)
+            ]
+            self._stage_dev = [
+                torch.zeros(3, cap, dtype=torch.int64, device=k.device) for _ in range(self.num_layers)
+            ]
+        host, dev = self._stage_host[layer], self._stage_dev[layer]
+        host[0, :n] = torch.from_numpy(last)
+        host[1, :n] = torch.from_numpy(pos)
+        if rows is not None:
+            host[2, :n] = torch.from_numpy(rows)
+            mode = MODE_GENERAL
+        elif (pos == pos[0]).all():
+            mode = MODE_FULL_BATCH
+        else:
+            mode = MODE_IDENTITY
+        dev[:, :n].copy_(host[:, :n], non_blocking=True)
+        kv_append_triton(
+            self.k_caches[layer], self.v_caches[layer], k, v, dev[0, :n], dev[1, :n],
+            dev[2, :n] if rows is not None else None, mode=mode,
+        )  # fmt: skip
 
     def write_prompt(
         self, layer: int, block_ids: list[int], start: int, k: torch.Tensor, v: torch.Tensor

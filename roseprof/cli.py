@@ -156,7 +156,14 @@ def diff(
 
 
 def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
-    from roseprof.dashboard.html import ensure_dashboard
+    try:
+        from roseprof.dashboard.html import ensure_dashboard
+    except ImportError as e:  # the run is stored; only the rendering is missing
+        click.echo(
+            f"dashboard: not rendered ({e.name} is not installed; `roseprof open {run.id}` renders it later)",
+            err=True,
+        )
+        return
     from roseprof.opener import open_in_browser
 
     path = ensure_dashboard(run, dashboards_dir)

@@ -17,6 +17,7 @@ from roseprof.nsys_capture import export_sqlite, find_nsys, finish_report, nsys_
 from roseprof.nsys_sqlite import read_nsys_sqlite
 from roseprof.steplog import read_steplog
 from roseprof.store import Run, RunStore, RunWriter
+from roseprof.telemetry import TelemetrySampler
 
 STEPLOG = "steplog.jsonl"
 
@@ -138,6 +139,8 @@ def capture_nsys(
     )
     out_base = writer.raw / "trace"
     status, exit_code, message, summary = "complete", 0, None, None
+    sampler = TelemetrySampler()
+    sampling = bool(gpus) and sampler.start()
     try:
         rc, interrupted = profile(
             nsys, command, out_base, trace, capture_range, nvtx_capture, env, writer.raw / "nsys.log"
@@ -147,6 +150,12 @@ def capture_nsys(
     except CaptureFailed as e:
         writer.finish("failed", exit_code=3, message=str(e))
         raise
+    finally:
+        samples = sampler.stop() if sampling else []
+    if samples:
+        writer.write(
+            "telemetry.json", {"clock": "monotonic_ns", "interval_s": sampler.interval_s, "samples": samples}
+        )
     writer.manifest["command_exit_code"] = rc
     if interrupted:
         status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"

@@ -2,8 +2,11 @@
 # Everything the GPU machine is needed for, in one call (see docs/BENCHMARKS.md for how it is run):
 # CUDA correctness tests, an nsys 2025.3 capture of the engine with the tool's own reports as oracles,
 # and the NVTX on/off overhead of the engine benchmark. Results go under $OUT.
+# STAGES picks what runs (default: all): tests, fixture, demo, nvtx, kernels, hf.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
+STAGES=${STAGES:-tests,fixture,demo,nvtx,kernels,hf}
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT" /tmp/bundle
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -15,9 +18,12 @@ fi
 source .gpu/nsys-on-gpu.sh
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nsys --version; python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } | tee /tmp/bundle/machine.txt
 
+if want tests; then
 echo "== 1. CUDA tests"
-python3 -m pytest -q -p no:cacheprovider tests/test_engine_cuda.py 2>&1 | tail -15 | tee /tmp/bundle/gpu-tests.log
+python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_engine_cuda.py tests/test_kv_append_kernels.py 2>&1 | tail -25 | tee /tmp/bundle/gpu-tests.log
+fi
 
+if want fixture; then
 echo "== 2. a small capture of the engine as a fixture, with nsys stats oracles"
 python3 -m roseprof nsys --traces-dir /tmp/tr --name gpu-fixture --trace cuda,nvtx python3 -m roseinfer.benchmark_streaming \
   --device cuda --hf-model-id gpt2 --num-requests 8 --max-batch-size 8 --max-new-tokens 72 --warmup-runs 0 --repeat-runs 1 \
@@ -31,11 +37,16 @@ for f in /tmp/bundle/h100-nsys2025.3-roseinfer-decode.sqlite tests/data/nsys/h10
   nsys stats -q --force-export=false -r nvtx_sum,cuda_gpu_kern_sum,nvtx_gpu_proj_sum,nvtx_kern_sum --format csv -o "$base.stats" "$f" > /dev/null 2>&1
 done
 ls /tmp/bundle
+fi
 
+if want demo; then
 echo "== 3. the default GPU demo capture"
 python3 -m roseprof nsys --traces-dir /tmp/tr --name gpu-demo 2>&1 | tail -45 | tee /tmp/bundle/gpu-demo.log
-cp /tmp/tr/*gpu-demo*/summary.json /tmp/bundle/gpu-demo-summary.json
+demo=$(ls -d /tmp/tr/*gpu-demo*)
+tar czf /tmp/bundle/gpu-demo-run.tgz -C "$(dirname "$demo")" --exclude=raw --exclude='*.npz' "$(basename "$demo")"
+fi
 
+if want nvtx; then
 echo "== 4. NVTX overhead on GPU (no profiler attached), interleaved"
 for i in 1 2 3; do
   for nvtx in 0 1; do
@@ -45,5 +56,18 @@ for i in 1 2 3; do
     python3 -c "import json; r=json.load(open('/tmp/bundle/nvtx$nvtx-$i.json')); print('nvtx=$nvtx', [round(x['decode_tok_s']) for x in r['runs']])"
   done
 done | tee /tmp/bundle/nvtx-overhead.log
+fi
+
+if want kernels; then
+echo "== 5. KV append kernels"
+python3 scripts/bench_kv_append.py --batch-sizes 128,256,512,1024,2048 2>&1 | tee /tmp/bundle/bench-kv-append.md
+fi
+
+if want hf; then
+echo "== 6. workload (a) against Hugging Face, plain torch paths"
+python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id gpt2 --num-requests 64 --prompt "x" \
+  --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 --no-stop-on-eos --warmup-runs 1 \
+  --repeat-runs 1 --compare-hf 2>&1 | tail -14 | tee /tmp/bundle/workload-a.log
+fi
 tar czf "$OUT/bundle.tgz" -C /tmp/bundle .
 ls -la "$OUT"

@@ -127,3 +127,39 @@ def test_hostile_names_are_text_and_never_run(page, tmp_path):
         )["regions"]
     }
     assert set(HOSTILE) <= summary_names
+
+
+def test_telemetry_lane_draws(page, tmp_path):
+    """A run with telemetry (as written on a GPU machine) gets the telemetry panel; CPU runs have none."""
+    import shutil
+
+    from roseprof.browser import load_dashboard
+    from roseprof.dashboard.html import render_run
+    from roseprof.store import RunStore, write_json
+
+    traces = tmp_path / "traces"
+    assert (
+        roseprof("import", *SOURCES["h100-decode"][1:], "--name", "gpu", "--traces-dir", traces).returncode
+        == 0
+    )
+    run = RunStore(traces).resolve("gpu")
+    # Samples in the shape TelemetrySampler writes; the values are made up here, only the drawing is tested.
+    samples = [
+        {
+            "t_ns": i * 100_000_000,
+            "gpu": 0,
+            "sm_clock_mhz": 1980,
+            "mem_clock_mhz": 2619,
+            "util_pct": 40 + i % 50,
+            "mem_util_pct": 10,
+            "mem_used_mib": 2000.0 + i,
+            "power_w": 150.0 + i,
+        }
+        for i in range(50)
+    ]
+    write_json(run.path / "telemetry.json", {"clock": "monotonic_ns", "interval_s": 0.1, "samples": samples})
+    out = render_run(run, tmp_path / "gpu.html")
+    result = load_dashboard(page, str(out))
+    check_drawn(result, 8)
+    assert "GPU telemetry" in page.content()
+    shutil.rmtree(traces)

@@ -234,3 +234,43 @@ def gpu_idle(steps: dict | None) -> go.Figure | None:
     return _layout(
         fig, "GPU idle time per decode step", "step window minus the union of GPU activity", height=300
     )
+
+
+def telemetry(data: dict | None) -> go.Figure | None:
+    """GPU telemetry lanes (clocks, utilisation, memory, power) over the capture, one line per GPU."""
+    samples = (data or {}).get("samples") or []
+    if not samples:
+        return None
+    from plotly.subplots import make_subplots
+
+    t0 = min(s["t_ns"] for s in samples)
+    lanes = (
+        ("sm_clock_mhz", "SM clock (MHz)"),
+        ("util_pct", "utilisation (%)"),
+        ("mem_used_mib", "memory used (MiB)"),
+        ("power_w", "power (W)"),
+    )
+    fig = make_subplots(
+        rows=len(lanes),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.04,
+        subplot_titles=[label for _, label in lanes],
+    )
+    for gpu in sorted({s["gpu"] for s in samples}):
+        mine = [s for s in samples if s["gpu"] == gpu]
+        t = [(s["t_ns"] - t0) / 1e9 for s in mine]
+        for row, (key, _) in enumerate(lanes, start=1):
+            fig.add_scatter(
+                x=t,
+                y=[s[key] for s in mine],
+                mode="lines",
+                name=f"GPU {gpu}",
+                showlegend=row == 1,
+                row=row,
+                col=1,
+            )
+    fig.update_xaxes(title_text="seconds since the capture started", row=len(lanes), col=1)
+    return _layout(
+        fig, "GPU telemetry", f"NVML, every {data.get('interval_s', 0.1) * 1000:.0f} ms", height=620
+    )

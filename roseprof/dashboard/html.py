@@ -175,6 +175,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
         figures.gpu_idle(steps),
+        figures.telemetry(run.table("telemetry")),
     ]
     return [f for f in out if f is not None]
 
