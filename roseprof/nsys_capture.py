@@ -152,6 +152,12 @@ def export_sqlite(nsys: str, rep: Path, out: Path) -> Path:
         timeout=3600,
     )
     if proc.returncode != 0 or not out.is_file():
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        text = (proc.stderr or proc.stdout).strip()
+        if "Version not supported" in text:
+            raise RoseprofError(
+                f"{rep.name} was written by a newer Nsight Systems than this nsys ({nsys_version(nsys)}) can read: "
+                "export it where it was made (nsys export --type sqlite) and import the .sqlite"
+            )
+        last = text.splitlines()[-1:] or ["no output"]
         raise RoseprofError(f"nsys export failed on {rep.name}: {last[0]}")
     return out

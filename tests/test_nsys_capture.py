@@ -136,3 +136,38 @@ def test_missing_importer_is_explained(tmp_path, monkeypatch):
     fake.chmod(0o755)
     assert "importer is missing" in importer_problem(str(fake))
     assert "host-linux-x64/QdstrmImporter" in importer_problem(str(fake))
+
+
+def test_import_of_an_nsys_rep(engine_capture, tmp_path):
+    _, run, _ = engine_capture
+    proc = roseprof(
+        "import",
+        run / "raw" / "trace.nsys-rep",
+        "--steplog",
+        run / "steplog.jsonl",
+        "--name",
+        "rep",
+        "--traces-dir",
+        tmp_path / "t",
+        "--dashboards-dir",
+        tmp_path / "d",
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported, _ = only_run(tmp_path / "t")
+    again = json.loads((imported / "summary.json").read_text())
+    original = json.loads((run / "summary.json").read_text())
+    assert again["regions"] == original["regions"] and again["steps"]["count"] == original["steps"]["count"]
+
+
+def test_report_from_a_newer_nsys_is_explained(tmp_path):
+    from roseprof.nsys_capture import nsys_version
+    from tests.helpers import DATA, assert_one_line_error
+
+    if not nsys_version(find_nsys()).startswith("2022"):
+        pytest.skip("only an older nsys refuses the 2025.3 report")
+    proc = roseprof(
+        "import", DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.nsys-rep", "--traces-dir", tmp_path / "t"
+    )
+    assert_one_line_error(proc, 2, "written by a newer Nsight Systems")
+    assert not any(p for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))
+    assert not list((tmp_path / "t").iterdir())
