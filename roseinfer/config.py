@@ -62,6 +62,11 @@ class EngineConfig:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks!r}")
         if self.dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be float32, float16 or bfloat16, got {self.dtype!r}")
+        if self.cuda_graph:
+            # Said plainly rather than ignored: a benchmark run with the flag must not pass for a graph run.
+            raise ValueError(
+                "cuda_graph (--cuda-graph): CUDA-graph capture of the decode step is not implemented yet"
+            )
         if self.prefill_admission_policy not in ("fifo", "shortest-first"):
             raise ValueError(
                 f"prefill_admission_policy must be 'fifo' or 'shortest-first', got {self.prefill_admission_policy!r}"

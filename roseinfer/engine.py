@@ -11,6 +11,7 @@ from roseinfer import tracing
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
+from roseinfer.kernels import triton_available
 from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.scheduler import Scheduler, blocks_for
 from roseinfer.sequence import SamplingParams, Sequence
@@ -26,6 +27,8 @@ class Engine:
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but CUDA is not available")
+        if cfg.paged_attn and (self.device.type != "cuda" or not triton_available()):
+            raise ValueError("paged_attn (--paged-attn) needs a CUDA device and Triton")
         self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
         mc = self.model_cfg
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
@@ -189,7 +192,9 @@ class Engine:
                 ids = torch.tensor([s.all_ids[-1] for s in seqs]).to(self.device, non_blocking=True)
                 past = torch.tensor([s.num_cached for s in seqs]).to(self.device, non_blocking=True)
             with region(tracing.MODEL_FORWARD):
-                kv = DecodeKV(self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append)
+                kv = DecodeKV(
+                    self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append, self.cfg.paged_attn
+                )
                 logits = self.model(ids, past, kv)  # [B, V]
             with region(tracing.SAMPLE):
                 next_ids = self._sample(logits, seqs)

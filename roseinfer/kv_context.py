@@ -20,6 +20,7 @@ class DecodeKV:
         past_lens: torch.Tensor,  # [B]
         scale: float,
         batched_append: bool,
+        paged_attn: bool = False,
     ) -> None:
         self.mgr = mgr
         self.seqs = seqs
@@ -27,6 +28,7 @@ class DecodeKV:
         self.past_lens = past_lens
         self.scale = scale
         self.batched_append = batched_append
+        self.paged_attn = paged_attn  # the Triton kernel (CUDA); the torch reference otherwise
         k0 = mgr.k_caches[0]
         # [B*H, 1, M*BLOCK], shared by every layer of the step
         self.bias = decode_bias(past_lens, block_tables.shape[2] * mgr.block_size, k0.shape[1], k0.dtype)
@@ -41,6 +43,13 @@ class DecodeKV:
                 self.mgr.append_token(layer, seq.block_ids[layer], k[i], v[i])
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.paged_attn:
+            from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+
+            return paged_decode_attention_triton(
+                q, k, v, self.mgr.k_caches[layer], self.mgr.v_caches[layer], self.block_tables[layer],
+                self.past_lens, self.scale,
+            )  # fmt: skip
         return paged_decode_attention(
             q,
             k,

@@ -110,3 +110,17 @@ def test_benchmark_runs_and_reports(tmp_path):
         assert label in proc.stdout
     result = json.loads(out.read_text())
     assert result["runs"][0]["completion_tokens"] == 4 * 70
+
+
+def test_gpu_only_options_fail_clearly_on_cpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="paged_attn .* needs a CUDA device"):
+        LLM("gpt2-tiny", paged_attn=True)
+
+
+def test_cuda_graph_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="not implemented yet"):
+        LLM("gpt2-tiny", cuda_graph=True)

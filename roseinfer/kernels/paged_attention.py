@@ -1,0 +1,72 @@
+"""Paged-attention decode on CUDA: one Triton program per (sequence, head) reads the past K/V through the block
+table, block by block, with an online softmax, and folds in the new token. Same contract and result as
+`roseinfer.attention.paged_decode_attention` (the torch reference it is tested against).
+"""
+
+from __future__ import annotations
+
+_kernel = None
+
+
+def _get_kernel():
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def paged_decode_kernel(
+        q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr,
+        stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
+        scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        d = tl.arange(0, BLOCK_D)
+        dmask = d < D
+        q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
+        kn = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0).to(tl.float32)
+        vn = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0).to(tl.float32)
+        # The new token starts the running softmax: max m, normaliser l, weighted sum acc [D].
+        m = tl.sum(q * kn, 0) * scale
+        l = m * 0.0 + 1.0  # noqa: E741
+        acc = vn
+        past = tl.load(lens_ptr + b)
+        offs = tl.arange(0, BLOCK)
+        for i in range(0, tl.cdiv(past, BLOCK)):
+            blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
+            pmask = (i * BLOCK + offs) < past
+            base = blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
+            tile_mask = pmask[:, None] & dmask[None, :]
+            k = tl.load(kc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
+            s = tl.where(pmask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [BLOCK]
+            m_new = tl.maximum(m, tl.max(s, 0))
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new)
+            v = tl.load(vc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)
+            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+            l = l * alpha + tl.sum(p, 0)  # noqa: E741
+            m = m_new
+        out = acc / l
+        tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
+
+    _kernel = paged_decode_kernel
+    return _kernel
+
+
+def paged_decode_attention_triton(q, k_new, v_new, k_cache, v_cache, block_table, past_lens, scale: float):
+    """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B]."""
+    import torch
+    import triton
+
+    b, h, d = q.shape
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
+    out = torch.empty_like(q)
+    _get_kernel()[(b, h)](
+        q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out,
+        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d),
+    )  # fmt: skip
+    return out
