@@ -264,7 +264,9 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
 
         hf_model = to_hf(engine.model)
         prompts = pretokenized or tokenize(tokenizer, texts, 1)
-        hf_generate(hf_model, prompts[: args.max_batch_size], 4, args.max_batch_size)  # warm up
+        # Warm up at full length: Hugging Face's first long generate on a GPU ran 8x slower than the next
+        # (917 vs 7,764 tok/s on an H100, docs/BENCHMARKS.md), so a short warm-up would flatter us.
+        hf_generate(hf_model, prompts[: args.max_batch_size], args.max_new_tokens, args.max_batch_size)
         times = [
             hf_generate(hf_model, prompts, args.max_new_tokens, args.max_batch_size)
             for _ in range(args.repeat_runs)

@@ -82,7 +82,7 @@ def main() -> None:
         run(engines[name], prompts[:2], 8)  # warm up
     hf = None if args.no_hf else to_hf(engines["default"].model)
     if hf is not None:
-        hf_generate(hf, prompts, 8, batch)
+        hf_generate(hf, prompts, args.max_new_tokens, batch)  # warm up at full length, as the engine is
     results: dict[str, list[dict]] = {name: [] for name in engines}
     results["hf generate"] = []
     names = list(engines) + (["hf generate"] if hf is not None else [])
