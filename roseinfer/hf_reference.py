@@ -7,6 +7,7 @@ import time
 import torch
 
 from roseinfer.model import GPT2
+from roseinfer.weights import hf_key_map
 
 
 def to_hf(model: GPT2):
@@ -25,21 +26,8 @@ def to_hf(model: GPT2):
         bos_token_id=c.eos_token_id,
     )
     ours = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-    state = {
-        "transformer.wte.weight": ours["wte.weight"],
-        "transformer.wpe.weight": ours["wpe.weight"],
-        "transformer.ln_f.weight": ours["ln_f.weight"],
-        "transformer.ln_f.bias": ours["ln_f.bias"],
-        "lm_head.weight": ours["wte.weight"],
-    }
-    conv = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
-    for i in range(c.n_layer):
-        for ln in ("ln_1", "ln_2"):
-            state[f"transformer.h.{i}.{ln}.weight"] = ours[f"h.{i}.{ln}.weight"]
-            state[f"transformer.h.{i}.{ln}.bias"] = ours[f"h.{i}.{ln}.bias"]
-        for hf_name, name in conv.items():
-            state[f"transformer.h.{i}.{hf_name}.weight"] = ours[f"h.{i}.{name}.weight"].t().contiguous()
-            state[f"transformer.h.{i}.{hf_name}.bias"] = ours[f"h.{i}.{name}.bias"]
+    state = {theirs: ours[o].t().contiguous() if t else ours[o] for theirs, o, t in hf_key_map(c.n_layer)}
+    state["lm_head.weight"] = ours["wte.weight"]  # tied
     hf = GPT2LMHeadModel(cfg)
     hf.load_state_dict(state, strict=False)  # strict=False: attention bias buffers are not in our state
     param = next(model.parameters())

@@ -37,28 +37,29 @@ def resolve_model_config(model: str) -> ModelConfig:
     raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
 
 
+def hf_key_map(n_layer: int) -> list[tuple[str, str, bool]]:
+    """(Hugging Face GPT2LMHeadModel key, our key, transposed?) for every weight. HF's Conv1D stores [in, out]."""
+    keys = [(f"transformer.{k}", k, False) for k in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")]
+    conv = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
+    for i in range(n_layer):
+        for ln in ("ln_1", "ln_2"):
+            keys += [(f"transformer.h.{i}.{ln}.{p}", f"h.{i}.{ln}.{p}", False) for p in ("weight", "bias")]
+        for hf_name, ours in conv.items():
+            keys.append((f"transformer.h.{i}.{hf_name}.weight", f"h.{i}.{ours}.weight", True))
+            keys.append((f"transformer.h.{i}.{hf_name}.bias", f"h.{i}.{ours}.bias", False))
+    return keys
+
+
 def _load_hf_state(model: str, cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Weights of a GPT2LMHeadModel checkpoint, renamed to our modules (HF's Conv1D stores [in, out])."""
+    """Weights of a GPT2LMHeadModel checkpoint, renamed to our modules."""
     from transformers import GPT2LMHeadModel
 
     hf = GPT2LMHeadModel.from_pretrained(model, local_files_only=True, torch_dtype=torch.float32)
     src = hf.state_dict()
-    out: dict[str, torch.Tensor] = {
-        "wte.weight": src["transformer.wte.weight"],
-        "wpe.weight": src["transformer.wpe.weight"],
-        "ln_f.weight": src["transformer.ln_f.weight"],
-        "ln_f.bias": src["transformer.ln_f.bias"],
+    return {
+        ours: src[theirs].t().contiguous() if t else src[theirs]
+        for theirs, ours, t in hf_key_map(cfg.n_layer)
     }
-    conv = {"attn.c_attn": "c_attn", "attn.c_proj": "attn_proj", "mlp.c_fc": "c_fc", "mlp.c_proj": "mlp_proj"}
-    for i in range(cfg.n_layer):
-        p = f"transformer.h.{i}."
-        for ln in ("ln_1", "ln_2"):
-            out[f"h.{i}.{ln}.weight"] = src[p + ln + ".weight"]
-            out[f"h.{i}.{ln}.bias"] = src[p + ln + ".bias"]
-        for hf_name, ours in conv.items():
-            out[f"h.{i}.{ours}.weight"] = src[p + hf_name + ".weight"].t().contiguous()
-            out[f"h.{i}.{ours}.bias"] = src[p + hf_name + ".bias"]
-    return out
 
 
 def build_model(model: str, device: str, dtype: torch.dtype, seed: int) -> tuple[GPT2, ModelConfig]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from roseprof import units
 from roseprof.store import Run
 
 
@@ -12,14 +13,6 @@ def make_console() -> Console:
     """A console for summaries; wide when not a terminal, so range and kernel names are not cut to nothing."""
     console = Console()
     return console if console.is_terminal else Console(width=160)
-
-
-def _ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _us(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e3:,.1f}"
 
 
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
@@ -51,12 +44,12 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             t.add_row(
                 name,
                 f"{r['count']:,}",
-                _ms(r["total_ns"]),
-                _ms(r["self_ns"]),
-                _us(r["p50_ns"]),
-                _us(r["p99_ns"]),
-                _ms(r["gpu_proj_ns"]),
-                _ms(r["gpu_kernel_ns"]),
+                units.ms(r["total_ns"]),
+                units.ms(r["self_ns"]),
+                units.us(r["p50_ns"]),
+                units.us(r["p99_ns"]),
+                units.ms(r["gpu_proj_ns"]),
+                units.ms(r["gpu_kernel_ns"]),
             )
         console.print(t)
         if len(regions) > top:
@@ -70,21 +63,25 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             t.add_column(col, justify="left" if col in ("kernel", "region") else "right")
         for k in kernels[:8]:
             t.add_row(
-                k["name"][:70], k["region"] or "-", f"{k['count']:,}", _ms(k["total_ns"]), _us(k["p50_ns"])
+                k["name"][:70],
+                k["region"] or "-",
+                f"{k['count']:,}",
+                units.ms(k["total_ns"]),
+                units.us(k["p50_ns"]),
             )
         console.print(t)
     steps = summary.get("steps")
     if steps:
         roll, norm = steps["rollover"], steps["normal"]
         console.print(
-            f"decode steps: {steps['count']:,}  p50 {_us(steps['p50_ns'])} µs  p99 {_us(steps['p99_ns'])} µs  |  "
-            f"rollover ({roll['count']}) p50 {_us(roll['p50_ns'])} µs  vs normal ({norm['count']}) p50 {_us(norm['p50_ns'])} µs",
+            f"decode steps: {steps['count']:,}  p50 {units.us(steps['p50_ns'])} µs  p99 {units.us(steps['p99_ns'])} µs  |  "
+            f"rollover ({roll['count']}) p50 {units.us(roll['p50_ns'])} µs  vs normal ({norm['count']}) p50 {units.us(norm['p50_ns'])} µs",
             markup=False,
         )
         if steps.get("rollover_excess"):
             ex = steps["rollover_excess"]
             console.print(
-                f"rollover steps are slower mostly in {ex['region']} (+{_us(ex['mean_ns'])} µs mean)",
+                f"rollover steps are slower mostly in {ex['region']} (+{units.us(ex['mean_ns'])} µs mean)",
                 markup=False,
             )
     itl = summary.get("itl")

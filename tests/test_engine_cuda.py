@@ -5,28 +5,13 @@ import torch
 
 from roseinfer import LLM, SamplingParams
 from tests.test_engine_matches_hf import NEW_TOKENS, make_prompts
+from tests.test_engine_matches_hf import hf_outputs as hf_outputs_on
 
 pytestmark = pytest.mark.gpu
 
 
 def hf_outputs(path, dtype):
-    from transformers import GPT2LMHeadModel
-
-    model = GPT2LMHeadModel.from_pretrained(path, torch_dtype=dtype).cuda().eval()
-    outs = []
-    for prompt in make_prompts():
-        ids = torch.tensor([prompt], device="cuda")
-        with torch.no_grad():
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )
-        outs.append(out[0, len(prompt) :].tolist())
-    return outs
+    return hf_outputs_on(path, dtype, "cuda")
 
 
 @pytest.mark.parametrize(

@@ -26,14 +26,14 @@ def make_prompts():
     ]
 
 
-@pytest.fixture(scope="module")
-def hf_reference(tiny_checkpoint):
+def hf_outputs(path, dtype=torch.float32, device="cpu"):
+    """Hugging Face greedy `generate` of every prompt, one at a time (no padding), exactly NEW_TOKENS each."""
     from transformers import GPT2LMHeadModel
 
-    model = GPT2LMHeadModel.from_pretrained(tiny_checkpoint).eval()
+    model = GPT2LMHeadModel.from_pretrained(path, torch_dtype=dtype).to(device).eval()
     outs = []
     for prompt in make_prompts():
-        ids = torch.tensor([prompt])
+        ids = torch.tensor([prompt], device=device)
         with torch.no_grad():
             out = model.generate(
                 ids,
@@ -45,6 +45,11 @@ def hf_reference(tiny_checkpoint):
             )
         outs.append(out[0, len(prompt) :].tolist())
     return outs
+
+
+@pytest.fixture(scope="module")
+def hf_reference(tiny_checkpoint):
+    return hf_outputs(tiny_checkpoint)
 
 
 SWITCHES = ["batched_kv_append", "batched_rollover", "block_table_cache", "prefix_cache"]

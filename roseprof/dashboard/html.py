@@ -16,6 +16,7 @@ from pathlib import Path
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from roseprof import units
 from roseprof.dashboard import figures
 from roseprof.store import Run, read_json
 
@@ -53,14 +54,6 @@ def _script_json(obj) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _fmt_ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
-
-
-def _fmt_us(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e3:,.1f}"
-
-
 def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
     m = run.manifest
     tool = m.get("tool", {})
@@ -76,7 +69,7 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
     steps = summary.get("steps")
     if steps:
         cards.append(("decode steps", f"{steps['count']:,} (rollover {steps['rollover']['count']:,})"))
-        cards.append(("step p50 / p99", f"{_fmt_us(steps['p50_ns'])} / {_fmt_us(steps['p99_ns'])} µs"))
+        cards.append(("step p50 / p99", f"{units.us(steps['p50_ns'])} / {units.us(steps['p99_ns'])} µs"))
     req = summary.get("requests")
     if req:
         cards.append(
@@ -127,12 +120,12 @@ def _region_table(summary: dict) -> str:
         cells = [
             html.escape(name),
             f"{r['count']:,}",
-            _fmt_ms(r["total_ns"]),
-            _fmt_ms(r["self_ns"]),
-            _fmt_us(r["p50_ns"]),
-            _fmt_us(r["p99_ns"]),
-            _fmt_ms(r["gpu_proj_ns"]),
-            _fmt_ms(r["gpu_kernel_ns"]),
+            units.ms(r["total_ns"]),
+            units.ms(r["self_ns"]),
+            units.us(r["p50_ns"]),
+            units.us(r["p99_ns"]),
+            units.ms(r["gpu_proj_ns"]),
+            units.ms(r["gpu_kernel_ns"]),
         ]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<div class="panel"><h2>Regions</h2><table><tr>{head}</tr>{"".join(body)}</table></div>'
@@ -153,8 +146,8 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
                 html.escape(region),
                 html.escape(k["name"]),
                 f"{k['count']:,}",
-                _fmt_ms(k["total_ns"]),
-                _fmt_us(mean),
+                units.ms(k["total_ns"]),
+                units.us(mean),
             ]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("region (innermost)", "kernel", "count", "total ms", "mean µs"))
