@@ -126,7 +126,9 @@ def print_runs(console: Console, runs: list[Run]) -> None:
 def _fmt_value(name: str, v) -> str:
     if v is None:
         return "-"
-    if name.endswith("_ns") or ".regions." in name:  # steps.<group>.regions.<region> is ns per step
+    if (
+        name.endswith("_ns") or ".regions." in name or ".regions_p50." in name
+    ):  # steps.<group>.regions.<region> is ns per step
         return f"{v / 1e3:,.1f} µs"
     if name.endswith("_ms"):
         return f"{v:,.3f} ms"

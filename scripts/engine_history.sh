@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 traces=${1:-traces}
 dashboards=${2:-dashboards}
-workload=(python -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --num-requests 32 --max-batch-size 32
-  --prefill-max-batch-size 32 --max-new-tokens 128 --prompt abcdefghijklmnop --prompt-repeats 1,2,3,4
+workload=(python -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --num-requests 64 --max-batch-size 64
+  --prefill-max-batch-size 64 --max-new-tokens 400 --prompt abcdefghijklmnop
   --warmup-runs 0 --repeat-runs 1 --no-stop-on-eos)
 rp() { local cmd=$1; shift; .venv/bin/roseprof "$cmd" --traces-dir "$traces" --dashboards-dir "$dashboards" "$@"; }
 for flag in "" --no-batched-kv-append --no-batched-rollover --no-block-table-cache; do

@@ -31,6 +31,7 @@ DEFAULT_GATE = [
     "steps.*.p50_ns",
     "steps.*.mean_ns",
     "steps.*.regions.*",
+    "steps.*.regions_p50.*",
     "itl.p50_ms",
     "itl.*.p50_ms",
     "regions.*.total_ns",
@@ -237,15 +238,9 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
             if label and ma.any() and mb.any():
                 # Where inside the step the time went, for rollover and normal steps apart (mean ns per step).
                 for name in sorted(set(a.step_regions) & set(b.step_regions)):
-                    metrics.append(
-                        _metric(
-                            f"steps.{label}regions.{name}",
-                            a.step_regions[name][ma],
-                            b.step_regions[name][mb],
-                            np.mean,
-                            rng=rng,
-                        )
-                    )
+                    ra, rb = a.step_regions[name][ma], b.step_regions[name][mb]
+                    metrics.append(_metric(f"steps.{label}regions.{name}", ra, rb, np.mean, rng=rng))
+                    metrics.append(_metric(f"steps.{label}regions_p50.{name}", ra, rb, np.median, rng=rng))
     if a.itl is not None and b.itl is not None:
         everything_a, everything_b = np.ones(len(a.itl), dtype=bool), np.ones(len(b.itl), dtype=bool)
         for label, ma, mb in (

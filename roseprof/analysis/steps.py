@@ -126,6 +126,11 @@ def steps_summary(rows: dict, region_cols: list[str]) -> dict:
             group["regions"]["(rest)"] = (
                 float(np.mean(np.asarray(rows["rest_ns"])[mask])) if mask.any() else None
             )
+        # Medians too: one preempted or page-faulting step can move a mean over a handful of rollover steps.
+        group["regions_p50"] = {
+            name: float(np.median(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None
+            for name in region_cols
+        }
         out[label] = group
     # The region that accounts for most of the rollover-vs-normal difference in mean step time.
     if is_roll.any() and (~is_roll).any() and region_cols:
