@@ -128,7 +128,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     "metrics",
     multiple=True,
     metavar="GLOB",
-    help="metrics the gate looks at (repeatable; default: step and ITL medians/means, region and kernel time per step)",
+    help="metrics the gate looks at (repeatable glob; default: step-time and ITL medians and means)",
 )
 @click.option("--allow-incomplete", is_flag=True, help="compare what exists of incomplete or failed runs")
 @click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")

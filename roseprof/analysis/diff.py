@@ -24,18 +24,18 @@ METHOD = (
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
     "change; significant when it excludes 0; no interval under 5 steps; totals are per decode step"
 )
-# Metrics where growth is bad (gated by --fail-on-regression); throughput is better higher.
+# What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
+# kernel metrics are many (one per range and kernel) and some move by tens of percent between two captures of the
+# same code on a shared machine (seen: roseinfer.sample +57%), which a within-run interval cannot know; gate on
+# them by name with --metric.
 DEFAULT_GATE = [
     "steps.p50_ns",
     "steps.mean_ns",
-    "steps.*.p50_ns",
-    "steps.*.mean_ns",
-    "steps.*.regions.*",
-    "steps.*.regions_p50.*",
+    "steps.rollover.p50_ns",
+    "steps.normal.p50_ns",
     "itl.p50_ms",
-    "itl.*.p50_ms",
-    "regions.*.total_ns",
-    "kernels.*.total_ns",
+    "itl.at_rollover.p50_ms",
+    "itl.elsewhere.p50_ms",
 ]
 
 
