@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
@@ -52,23 +51,3 @@ def paged_decode_attention(
     )  # [B*H, 1, T+1]
     out = torch.bmm(probs[..., :t], values.view(b * h, t, d)).view(b, h, d)
     return out + probs[..., t:].view(b, h, 1) * v_new
-
-
-def prefill_attention(
-    q: torch.Tensor,  # [T, H, D] queries of tokens start..start+T-1
-    k: torch.Tensor,  # [S, H, D] keys of tokens 0..S-1 (S = start + T)
-    v: torch.Tensor,
-    scale: float,
-) -> torch.Tensor:
-    """Causal attention of one sequence's new tokens over all its tokens -> [T, H, D]."""
-    t, s = q.shape[0], k.shape[0]
-    qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, *, D]
-    if s == t:
-        out = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=scale)
-    else:
-        start = s - t
-        allowed = (
-            torch.arange(s, device=q.device)[None, :] <= (start + torch.arange(t, device=q.device))[:, None]
-        )
-        out = F.scaled_dot_product_attention(qh, kh, vh, attn_mask=allowed, scale=scale)
-    return out.transpose(0, 1)

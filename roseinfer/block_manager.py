@@ -36,22 +36,26 @@ class KVBlockManager:
         device: str | torch.device = "cpu",
         prefix_cache: bool = True,
         batched_rollover: bool = True,
+        pad_block: bool = False,
     ) -> None:
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.prefix_cache = prefix_cache
         self.batched_rollover = batched_rollover
-        shape = (num_blocks, num_heads, block_size, head_dim)
+        # With pad_block, one block beyond the pool (id num_blocks) is never handed out: the padding rows of a
+        # CUDA-graph batch bucket write their throw-away keys/values there.
+        self.pad_block = num_blocks if pad_block else None
+        physical = num_blocks + (1 if pad_block else 0)
+        shape = (physical, num_heads, block_size, head_dim)
         # zeros, not empty: on CPU, empty leaves the pages unmapped and the first write into each new block
         # page-faults, which showed up as a +3 ms kv.append_token spike at every rollover step (64 requests,
         # gpt2-tiny; see docs/BENCHMARKS.md). Committing the pool up front moves that cost to start-up.
         self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.refcount = [np.zeros(num_blocks, dtype=np.int32) for _ in range(num_layers)]
-        self.fill = [
-            np.zeros(num_blocks, dtype=np.int64) for _ in range(num_layers)
-        ]  # tokens written per block
+        # [L, N]: one row per layer, so a decode step can read or update every layer's entries in one numpy op.
+        self.refcount = np.zeros((num_layers, physical), dtype=np.int32)
+        self.fill = np.zeros((num_layers, physical), dtype=np.int64)  # tokens written per block
         self._free: list[OrderedDict[int, None]] = [
             OrderedDict.fromkeys(range(num_blocks)) for _ in range(num_layers)
         ]
@@ -84,6 +88,21 @@ class KVBlockManager:
         self.refcount[layer][block] = 1
         self.fill[layer][block] = 0
         return block
+
+    def allocate_many(self, layer: int, n: int) -> list[int]:
+        """`n` blocks at once (a decode step where many sequences roll over together)."""
+        free = self._free[layer]
+        if len(free) < n:
+            raise OutOfBlocks(f"layer {layer}: {n} KV blocks needed, {len(free)} of {self.num_blocks} free")
+        blocks = [free.popitem(last=False)[0] for _ in range(n)]
+        key_of, cached = self._key_of[layer], self._cached[layer]
+        for block in blocks:
+            key = key_of.pop(block, None)
+            if key is not None:
+                del cached[key]
+        self.refcount[layer, blocks] = 1
+        self.fill[layer, blocks] = 0
+        return blocks
 
     def free(self, layer: int, block_ids: list[int]) -> None:
         rc = self.refcount[layer]
@@ -132,15 +151,15 @@ class KVBlockManager:
         self._key_of[layer][block] = key
 
     # -- writes --------------------------------------------------------------------------------------------------
-    def _copy_on_write(self, layer: int, block_ids: list[int]) -> int:
-        """Give the sequence its own copy of its shared last block; returns the new block."""
-        old = block_ids[-1]
+    def copy_on_write(self, layer: int, block_ids: list[int], index: int = -1) -> int:
+        """Give the sequence its own copy of its shared block `block_ids[index]`; returns the new block."""
+        old = block_ids[index]
         new = self.allocate(layer)
         self.k_caches[layer][new].copy_(self.k_caches[layer][old])
         self.v_caches[layer][new].copy_(self.v_caches[layer][old])
         self.fill[layer][new] = self.fill[layer][old]
         self.free(layer, [old])
-        block_ids[-1] = new
+        block_ids[index] = new
         return new
 
     def append_token(self, layer: int, block_ids: list[int], k: torch.Tensor, v: torch.Tensor) -> None:
@@ -150,7 +169,7 @@ class KVBlockManager:
             block_ids.append(self.allocate(layer))
             rollovers = 1
         elif self.refcount[layer][block_ids[-1]] > 1:
-            self._copy_on_write(layer, block_ids)
+            self.copy_on_write(layer, block_ids)
             cow = 1
         block = block_ids[-1]
         pos = int(self.fill[layer][block])
@@ -178,8 +197,8 @@ class KVBlockManager:
         shared = (rc[last] > 1) & ~full
         slow = shared | full if not self.batched_rollover else shared
         if full.any() and self.batched_rollover:
-            for i in np.flatnonzero(full):  # only the rows that roll over, not the batch
-                block = self.allocate(layer)
+            rows = np.flatnonzero(full)  # only the rows that roll over, not the batch
+            for i, block in zip(rows, self.allocate_many(layer, len(rows))):
                 block_ids_list[i].append(block)
                 last[i] = block
             pos[full] = 0
@@ -235,29 +254,27 @@ class KVBlockManager:
             dev[2, :n] if rows is not None else None, mode=mode,
         )  # fmt: skip
 
-    def write_prompt(
-        self, layer: int, block_ids: list[int], start: int, k: torch.Tensor, v: torch.Tensor
-    ) -> int:
-        """Write tokens start..start+T-1 of one sequence (k, v: [T, H, D]); its blocks are already allocated.
+    def prompt_slots(
+        self, block_ids: list[list[int]], start: int, end: int
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Where tokens start..end-1 of one sequence go, in every layer; its blocks are already allocated.
 
-        Returns how many copy-on-writes it took (a shared block that receives new tokens is copied first).
+        `block_ids` holds the sequence's block list per layer. Returns blocks [L, T] and slots [T] for the writes
+        and how many copy-on-writes it took (a shared block that receives new tokens is copied first); the
+        fill counts are updated here, the keys/values are written by the caller (one write per layer).
         """
+        bs = self.block_size
+        first = start // bs
+        layers = np.arange(self.num_layers)
         cow = 0
-        first = start // self.block_size
-        if first < len(block_ids) and self.refcount[layer][block_ids[first]] > 1:
+        if first < len(block_ids[0]):
             # Only the block holding `start` can be shared and partly recomputed (full-prefix hits).
-            tail = block_ids[: first + 1]
-            self._copy_on_write(layer, tail)
-            block_ids[first] = tail[-1]
-            cow = 1
-        t = k.shape[0]
-        positions = torch.arange(start, start + t)
-        table = torch.tensor(block_ids, dtype=torch.int64)
-        blocks_t = table[positions // self.block_size].to(k.device)
-        slots_t = (positions % self.block_size).to(k.device)
-        self.k_caches[layer][blocks_t, :, slots_t] = k
-        self.v_caches[layer][blocks_t, :, slots_t] = v
-        end = start + t
-        for j in range(first, (end - 1) // self.block_size + 1):
-            self.fill[layer][block_ids[j]] = min(self.block_size, end - j * self.block_size)
-        return cow
+            firsts = np.fromiter((ids[first] for ids in block_ids), dtype=np.int64, count=self.num_layers)
+            for layer in np.flatnonzero(self.refcount[layers, firsts] > 1):
+                self.copy_on_write(int(layer), block_ids[layer], first)
+                cow += 1
+        table = np.array(block_ids, dtype=np.int64)  # [L, NB]
+        positions = np.arange(start, end)
+        touched = np.arange(first, (end - 1) // bs + 1)
+        self.fill[layers[:, None], table[:, touched]] = np.minimum(bs, end - touched * bs)[None, :]
+        return table[:, positions // bs], positions % bs, cow

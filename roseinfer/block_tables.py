@@ -1,9 +1,13 @@
 """Per-step block tables for decode: [L, B, M] block ids, built on the host and copied to the device once.
 
-With the cache on, each sequence keeps one padded row per layer and rebuilds it only when that layer's block
-list changed; a step then is one `torch.stack(out=...)` into a preallocated (pinned, on CUDA) buffer and one
-non-blocking host-to-device copy. With the cache off (the earlier design) every row is rebuilt from the
-Python lists every step.
+The buffers are batch-major, [B_MAX, L, M]: row b holds all L layers' block lists of the b-th sequence of the
+step, so a step stacks one cached [L, M] tensor per sequence (not one per layer). Kernels read layer l's table
+as the strided view [B, M] (row stride L*M). With the cache on, each sequence keeps its [L, M] row and rewrites
+a layer's line only when that layer's block list changed; a step then is one `torch.stack(out=...)` into a
+preallocated (pinned, on CUDA) buffer and one non-blocking host-to-device copy. With the cache off (the earlier
+design) every row is rebuilt from the Python lists every step.
+
+Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every layer at the pad block.
 """
 
 from __future__ import annotations
@@ -15,40 +19,62 @@ from roseinfer.sequence import Sequence
 
 class BlockTables:
     def __init__(
-        self, num_layers: int, max_batch: int, max_blocks: int, device: torch.device, cache: bool = True
+        self,
+        num_layers: int,
+        max_batch: int,
+        max_blocks: int,
+        device: torch.device,
+        cache: bool = True,
+        pad_block: int = 0,
     ):
         self.num_layers = num_layers
         self.max_blocks = max_blocks
         self.device = device
         self.cache = cache
         pin = device.type == "cuda"
-        # Host staging buffer: rows are layer-major ([L*B, M] viewed as [L, B, M]).
-        self.host = torch.zeros(num_layers * max_batch, max_blocks, dtype=torch.int64, pin_memory=pin)
-        self.dev = self.host if device.type == "cpu" else torch.zeros_like(self.host, device=device)
+        self.host = torch.zeros(max_batch, num_layers, max_blocks, dtype=torch.int64, pin_memory=pin)
+        self.pad_row = torch.full((num_layers, max_blocks), pad_block, dtype=torch.int64)
+        # Padding everywhere until rows are written, so a graph captured before any step reads the pad block.
+        self.host[:] = self.pad_row
+        self.host_np = self.host.numpy()  # the same memory, for numpy reads on the host
+        self.dev = self.host if device.type == "cpu" else self.host.to(device)
+        self._views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def _row(self, seq: Sequence, layer: int) -> torch.Tensor:
-        blocks = seq.block_ids[layer]
+    def _row(self, seq: Sequence) -> torch.Tensor:
+        n = len(seq.block_ids[0])  # every layer holds the same tokens, so the same number of blocks
         if not self.cache:
-            return torch.tensor(blocks + [0] * (self.max_blocks - len(blocks)), dtype=torch.int64)
-        if seq.table_row_blocks[layer] != len(blocks) or seq.table_rows[layer] is None:
-            # Blocks are only ever appended (or the last one swapped by copy-on-write, which the engine
-            # signals by resetting the count), so a row changes exactly when the block count does.
-            row = torch.zeros(self.max_blocks, dtype=torch.int64)
-            row[: len(blocks)] = torch.tensor(blocks, dtype=torch.int64)
-            seq.table_rows[layer] = row
-            seq.table_row_blocks[layer] = len(blocks)
-        return seq.table_rows[layer]
+            return torch.tensor(
+                [ids + [0] * (self.max_blocks - n) for ids in seq.block_ids], dtype=torch.int64
+            )
+        if seq.table_row is None or seq.table_row_blocks < 0:
+            seq.table_row = torch.zeros(self.num_layers, self.max_blocks, dtype=torch.int64)
+            seq.table_row_blocks = 0
+        old = seq.table_row_blocks
+        if old != n:
+            # Blocks are only ever appended (or the last one swapped by copy-on-write, which the engine signals
+            # by resetting the count to -1), so only the new tail of each layer's line is written.
+            # Through the numpy view: a quarter of the cost of building a tensor (64 rows roll over together).
+            seq.table_row.numpy()[:, old:n] = [ids[old:n] for ids in seq.block_ids]
+            seq.table_row_blocks = n
+        return seq.table_row
 
-    def build(self, seqs: list[Sequence]) -> int:
-        """Fill the host buffer for this batch; returns the width M in use (blocks of the longest sequence)."""
-        rows = [self._row(seq, layer) for layer in range(self.num_layers) for seq in seqs]
-        n = len(rows)
-        torch.stack(rows, out=self.host[:n])
+    def build(self, seqs: list[Sequence], pad_to: int | None = None) -> int:
+        """Fill the host buffer for this batch (plus padding rows up to `pad_to`); returns the width M in use."""
+        rows = [self._row(seq) for seq in seqs]
+        if pad_to is not None:
+            rows += [self.pad_row] * (pad_to - len(seqs))
+        torch.stack(rows, out=self.host[: len(rows)])
         return max(len(seq.block_ids[0]) for seq in seqs)
 
-    def to_device(self, batch: int, width: int) -> torch.Tensor:
-        """[L, B, width] block tables on the engine's device (one copy on CUDA)."""
-        n = self.num_layers * batch
-        if self.dev is not self.host:
-            self.dev[:n].copy_(self.host[:n], non_blocking=True)
-        return self.dev[:n].view(self.num_layers, batch, self.max_blocks)[:, :, : max(width, 1)]
+    def to_device(self, batch: int) -> None:
+        """Copy the first `batch` rows over (one non-blocking copy on CUDA; nothing to do on CPU)."""
+        if self.dev is self.host:
+            return
+        views = self._views.get(batch)
+        if views is None:  # slicing costs a few us per step on a slow host; slice once per batch size
+            views = self._views[batch] = (self.dev[:batch], self.host[:batch])
+        views[0].copy_(views[1], non_blocking=True)
+
+    def device_view(self, batch: int, width: int) -> torch.Tensor:
+        """[L, batch, width] block tables on the engine's device; a strided view of the buffer."""
+        return self.dev[:batch, :, : max(width, 1)].permute(1, 0, 2)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from roseinfer import tracing
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
+from roseinfer.cuda_graphs import DecodeGraphs
 from roseinfer.kernels import triton_available
 from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.scheduler import Scheduler, blocks_for
@@ -29,6 +31,8 @@ class Engine:
             raise ValueError("device 'cuda' requested but CUDA is not available")
         if cfg.paged_attn and (self.device.type != "cuda" or not triton_available()):
             raise ValueError("paged_attn (--paged-attn) needs a CUDA device and Triton")
+        if cfg.cuda_graph and self.device.type != "cuda":
+            raise ValueError("cuda_graph (--cuda-graph) needs a CUDA device")
         self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
         mc = self.model_cfg
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
@@ -44,10 +48,21 @@ class Engine:
             self.device,
             prefix_cache=cfg.prefix_cache,
             batched_rollover=cfg.batched_rollover,
+            pad_block=True,
         )
         self.tables = BlockTables(
-            mc.n_layer, cfg.max_batch_size, self.max_blocks_per_seq, self.device, cache=cfg.block_table_cache
+            mc.n_layer,
+            cfg.max_batch_size,
+            self.max_blocks_per_seq,
+            self.device,
+            cache=cfg.block_table_cache,
+            pad_block=self.mgr.pad_block,
         )
+        # Token ids and past lengths of a decode step [2, B_MAX]: staged on the host (pinned), one copy over.
+        pin = self.device.type == "cuda"
+        self.inputs_host = torch.zeros(2, cfg.max_batch_size, dtype=torch.int64, pin_memory=pin)
+        self.inputs = self.inputs_host if not pin else self.inputs_host.to(self.device)
+        self._input_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.scheduler = Scheduler(cfg, num_blocks)
         self.scale = 1.0 / math.sqrt(mc.head_dim)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
@@ -62,9 +77,33 @@ class Engine:
             "preemptions": 0,
             "decode_ns": 0,
             "prefill_ns": 0,
+            "decode_steps": 0,
+            "decode_kv_tokens": 0,  # past tokens whose K/V the decode steps read (for the HBM floor)
         }
         self._next_id = 0
         self.on_token: Callable[[Sequence, int], None] | None = None
+        self.graphs: DecodeGraphs | None = None
+        # Static path: the batch and bucket the device tables hold now, and their slot blocks [L, B].
+        self._static_batch: list[Sequence] = []
+        self._static_rows = 0
+        self._static_slots = np.zeros((mc.n_layer, 0), dtype=np.int64)
+        self._layer_index = np.arange(mc.n_layer)[:, None]
+        if cfg.cuda_graph:
+            self.use_static_decode(capture=True)
+
+    def use_static_decode(self, capture: bool) -> None:
+        """Decode through static buffers, captured in CUDA graphs per batch bucket (`--cuda-graph`); with
+        capture=False the same path runs eagerly, which is how it is checked where graphs cannot run (CPU)."""
+        self.graphs = DecodeGraphs(
+            self.model,
+            self.mgr,
+            self.tables,
+            self.inputs,
+            self.scale,
+            self.cfg.paged_attn,
+            self.cfg.max_batch_size,
+            capture=capture,
+        )
 
     # -- requests ------------------------------------------------------------------------------------------------
     def add_request(
@@ -123,8 +162,8 @@ class Engine:
             self.mgr.free(layer, ids)
         seq.block_ids = []
         seq.num_cached = 0
-        seq.table_rows = []
-        seq.table_row_blocks = []
+        seq.table_row = None
+        seq.table_row_blocks = -1
 
     def _prefill(self, seqs: list[Sequence]) -> list[Sequence]:
         mgr, bs, n_layer = self.mgr, self.cfg.block_size, self.model_cfg.n_layer
@@ -143,8 +182,8 @@ class Engine:
                 for layer in range(n_layer):
                     while len(seq.block_ids[layer]) < blocks_for(len(tokens), bs):
                         seq.block_ids[layer].append(mgr.allocate(layer))
-                seq.table_rows = [None] * n_layer
-                seq.table_row_blocks = [-1] * n_layer
+                seq.table_row = None
+                seq.table_row_blocks = -1
                 keys_of.append(keys)
             ids, pos, last = [], [], []
             for seq, start in zip(seqs, starts):
@@ -184,29 +223,43 @@ class Engine:
 
     def _decode(self, seqs: list[Sequence]) -> list[Sequence]:
         start_ns = tracing.now_ns()
+        batch = len(seqs)
+        graphs = self.graphs
         with region(tracing.DECODE_STEP):
             with region(tracing.BUILD_BLOCK_TABLES):
-                width = self.tables.build(seqs)
+                if graphs is None:
+                    width = self.tables.build(seqs)
+                    rows = batch
+                else:  # padded to the graph's batch bucket, tables at full width
+                    rows = graphs.bucket_for(batch)
+                    rollovers, cow, changed = self._reserve_decode_slots(seqs, rows)
             with region(tracing.H2D_BLOCK_TABLES):
-                tables = self.tables.to_device(len(seqs), width)  # [L, B, M]
-                ids = torch.tensor([s.all_ids[-1] for s in seqs]).to(self.device, non_blocking=True)
-                past = torch.tensor([s.num_cached for s in seqs]).to(self.device, non_blocking=True)
+                if graphs is None or changed:
+                    self.tables.to_device(rows)
+                self._stage_inputs(seqs, rows)
             with region(tracing.MODEL_FORWARD):
-                kv = DecodeKV(
-                    self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append, self.cfg.paged_attn
-                )
-                logits = self.model(ids, past, kv)  # [B, V]
+                if graphs is None:
+                    tables = self.tables.device_view(batch, width)  # [L, B, width]
+                    ids, past = self.inputs[0, :batch], self.inputs[1, :batch]
+                    kv = DecodeKV(
+                        self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append, self.cfg.paged_attn
+                    )  # fmt: skip
+                    logits = self.model(ids, past, kv)  # [B, V]
+                else:
+                    logits = graphs.run(batch)  # [B, V]
             with region(tracing.SAMPLE):
                 next_ids = self._sample(logits, seqs)
         end_ns = tracing.now_ns()
-        rollovers, cow = self.mgr.last_rollovers[0], self.mgr.last_cow[0]
+        if graphs is None:
+            rollovers, cow = self.mgr.last_rollovers[0], self.mgr.last_cow[0]
         self.stats["rollovers"] += rollovers
         self.stats["decode_ns"] += end_ns - start_ns
+        self.stats["decode_steps"] += 1
         self.stats["cow"] += cow
         for seq in seqs:
             seq.num_cached += 1
             if cow:  # a copy-on-write swapped a block id without changing the count
-                seq.table_row_blocks = [-1] * len(seq.table_row_blocks)
+                seq.table_row_blocks = -1
         index = self.decode_steps
         self.decode_steps += 1
         if rollovers:
@@ -214,6 +267,62 @@ class Engine:
         if self.steplog is not None:
             self.steplog.step(start_ns, end_ns, len(seqs), rollovers, cow, [s.id for s in seqs])
         return self._emit(seqs, next_ids, index)
+
+    def _stage_inputs(self, seqs: list[Sequence], rows: int) -> None:
+        """Token ids and past lengths into the input buffer; rows beyond the batch are padding (zeros)."""
+        host = self.inputs_host.numpy()
+        b = len(seqs)
+        past = [s.num_cached for s in seqs]
+        host[0, :b] = [s.last_token for s in seqs]
+        host[1, :b] = past
+        self.stats["decode_kv_tokens"] += sum(past)
+        host[:, b:rows] = 0
+        if self.inputs is not self.inputs_host:
+            views = self._input_views.get(rows)
+            if views is None:  # slice once per batch size, not every step
+                views = self._input_views[rows] = (self.inputs[:, :rows], self.inputs_host[:, :rows])
+            views[0].copy_(views[1], non_blocking=True)
+
+    def _reserve_decode_slots(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
+        """Static path: give every sequence the KV slot of its new token before the step, so the step itself is
+        device work only. Builds the host block tables (padded to `rows`) when they changed; returns
+        (rollovers, copy-on-writes, tables changed).
+
+        In most steps nothing changed: the same sequences in the same rows, none starting a block. Then the
+        tables on the device are still right and only the fill counts move (the slots are read from the tables
+        on the device), which keeps this off the host's critical path (186 us -> see docs/BENCHMARKS.md)."""
+        mgr, bs, n_layer = self.mgr, self.cfg.block_size, self.model_cfg.n_layer
+        starting = [
+            seq for seq in seqs if seq.num_cached == len(seq.block_ids[0]) * bs
+        ]  # new token starts a block
+        rollovers = len(starting)
+        past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))
+        same = not starting and rows == self._static_rows and seqs == self._static_batch
+        cow = 0
+        if not same:
+            if starting:
+                for layer in range(n_layer):
+                    for seq, block in zip(starting, mgr.allocate_many(layer, rollovers)):
+                        seq.block_ids[layer].append(block)
+            self.tables.build(seqs, pad_to=rows)
+            slot_blocks = self._slot_blocks(seqs, past)
+            shared = np.nonzero(
+                mgr.refcount[self._layer_index, slot_blocks] > 1
+            )  # shared, partly filled block
+            cow = len(set(shared[1].tolist()))
+            if cow:
+                for layer, row in zip(*shared):
+                    mgr.copy_on_write(int(layer), seqs[row].block_ids[layer])
+                    seqs[row].table_row_blocks = -1
+                self.tables.build(seqs, pad_to=rows)
+                slot_blocks = self._slot_blocks(seqs, past)
+            self._static_batch, self._static_rows, self._static_slots = list(seqs), rows, slot_blocks
+        mgr.fill[self._layer_index, self._static_slots] = (past % bs + 1)[None, :]
+        return rollovers, cow, not same
+
+    def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
+        """[L, B] block that receives each sequence's new token, read from the host tables."""
+        return self.tables.host_np[np.arange(len(seqs)), :, past // self.cfg.block_size].T
 
     def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
         # logits: [B, V]

@@ -1,16 +1,54 @@
-"""The two KV contexts the model runs with: decode (one new token per sequence) and prefill (packed prompts)."""
+"""The KV contexts the model runs with: decode (one new token per sequence; eager, or static for CUDA graphs)
+and prefill (packed prompts)."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
-from roseinfer.attention import decode_bias, gather_kv, paged_decode_attention, prefill_attention
+from roseinfer.attention import decode_bias, gather_kv, paged_decode_attention
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.sequence import Sequence
 
 
-class DecodeKV:
-    """Decode: append each sequence's new token to its blocks, attend over past tokens through the table."""
+class _DecodeAttention:
+    """Attention of one new token per sequence over its past tokens, read through the block table."""
+
+    mgr: KVBlockManager
+    block_tables: torch.Tensor  # [L, B, M]
+    past_lens: torch.Tensor  # [B]
+    scale: float
+    paged_attn: bool  # the Triton kernel (CUDA); the torch reference otherwise
+    bias: torch.Tensor | None = None
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.paged_attn:
+            from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+
+            return paged_decode_attention_triton(
+                q, k, v, self.mgr.k_caches[layer], self.mgr.v_caches[layer], self.block_tables[layer],
+                self.past_lens, self.scale,
+            )  # fmt: skip
+        if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
+            k0 = self.mgr.k_caches[0]
+            width = self.block_tables.shape[2] * self.mgr.block_size
+            self.bias = decode_bias(self.past_lens, width, k0.shape[1], k0.dtype)
+        return paged_decode_attention(
+            q,
+            k,
+            v,
+            self.mgr.k_caches[layer],
+            self.mgr.v_caches[layer],
+            self.block_tables[layer],
+            self.past_lens,
+            self.scale,
+            self.bias,
+        )
+
+
+class DecodeKV(_DecodeAttention):
+    """Eager decode: append each sequence's new token to its blocks (allocating on rollover), then attend."""
 
     def __init__(
         self,
@@ -28,10 +66,7 @@ class DecodeKV:
         self.past_lens = past_lens
         self.scale = scale
         self.batched_append = batched_append
-        self.paged_attn = paged_attn  # the Triton kernel (CUDA); the torch reference otherwise
-        k0 = mgr.k_caches[0]
-        # [B*H, 1, M*BLOCK], shared by every layer of the step
-        self.bias = decode_bias(past_lens, block_tables.shape[2] * mgr.block_size, k0.shape[1], k0.dtype)
+        self.paged_attn = paged_attn
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
@@ -42,58 +77,113 @@ class DecodeKV:
             for i, seq in enumerate(self.seqs):
                 self.mgr.append_token(layer, seq.block_ids[layer], k[i], v[i])
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.paged_attn:
-            from roseinfer.kernels.paged_attention import paged_decode_attention_triton
 
-            return paged_decode_attention_triton(
-                q, k, v, self.mgr.k_caches[layer], self.mgr.v_caches[layer], self.block_tables[layer],
-                self.past_lens, self.scale,
+class StaticDecodeKV(_DecodeAttention):
+    """Decode with every index already on the device and no host work, so the step can be captured in a CUDA graph.
+
+    The engine gave each sequence the slot of its new token before the step (`Engine._reserve_decode_slots`):
+    token `past` of a sequence, which lies in block `table[past // BLOCK]` at position `past % BLOCK`. The
+    slots are read from the block table here, on the device, once per step.
+    """
+
+    def __init__(
+        self,
+        mgr: KVBlockManager,
+        block_tables: torch.Tensor,  # [L, B, M], full width M
+        past_lens: torch.Tensor,  # [B]
+        scale: float,
+        paged_attn: bool,
+    ) -> None:
+        self.mgr = mgr
+        self.block_tables = block_tables
+        self.past_lens = past_lens
+        self.scale = scale
+        self.paged_attn = paged_attn
+        b = past_lens.shape[0]
+        rows = torch.arange(b, device=past_lens.device)
+        self.slot_blocks = block_tables[:, rows, past_lens // mgr.block_size].contiguous()  # [L, B]
+        self.slot_pos = past_lens % mgr.block_size  # [B]
+        self.triton = mgr.use_triton and b >= mgr.triton_min_batch
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        # k, v: [B, H, D]
+        if self.triton:
+            from roseinfer.kernels.kv_append import MODE_IDENTITY, kv_append_triton
+
+            kv_append_triton(
+                self.mgr.k_caches[layer], self.mgr.v_caches[layer], k, v, self.slot_blocks[layer], self.slot_pos,
+                mode=MODE_IDENTITY,
             )  # fmt: skip
-        return paged_decode_attention(
-            q,
-            k,
-            v,
-            self.mgr.k_caches[layer],
-            self.mgr.v_caches[layer],
-            self.block_tables[layer],
-            self.past_lens,
-            self.scale,
-            self.bias,
-        )
+        else:
+            self.mgr.k_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = k
+            self.mgr.v_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = v
 
 
 class PrefillKV:
-    """Prefill: tokens of several sequences packed into one [T] batch; sequence i owns rows spans[i]."""
+    """Prefill: tokens of several sequences packed into one [T] batch; sequence i owns rows spans[i].
+
+    Where every token's key/value goes is worked out once for all layers (one host-to-device copy); each layer
+    then writes its keys and values in one indexed write each. Sequences with the same first computed token
+    (`start`, > 0 after a prefix-cache hit) and the same number of new tokens share one batched attention call.
+    """
 
     def __init__(self, mgr: KVBlockManager, seqs: list[Sequence], starts: list[int], scale: float) -> None:
         self.mgr = mgr
-        self.seqs = seqs
-        self.starts = starts  # first token each sequence computes (tokens before it come from the cache)
         self.scale = scale
-        self.spans: list[tuple[int, int]] = []
+        self.cow = 0
+        spans: list[tuple[int, int]] = []
+        blocks, slots = [], []
         offset = 0
         for seq, start in zip(seqs, starts):
             n = seq.num_tokens - start
-            self.spans.append((offset, offset + n))
+            spans.append((offset, offset + n))
             offset += n
-        self.cow = 0
+            b, s, cow = mgr.prompt_slots(seq.block_ids, start, seq.num_tokens)
+            blocks.append(b)
+            slots.append(s)
+            self.cow += cow
+        device = mgr.k_caches[0].device
+        self.blocks = torch.from_numpy(np.concatenate(blocks, axis=1)).to(device)  # [L, T]
+        self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
+        by_shape: dict[tuple[int, int], list[int]] = {}
+        for i, (start, (a, b)) in enumerate(zip(starts, spans)):
+            by_shape.setdefault((start, b - a), []).append(i)
+        # (start, sequences G, new tokens n, packed rows [G*n], prefix tables [L, G, NB] and mask [n, start+n]
+        # when start > 0: the cached prefix is read back from its blocks)
+        self.groups: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
+        for (start, n), members in by_shape.items():
+            rows = torch.tensor([r for i in members for r in range(*spans[i])], device=device)
+            tables = mask = None
+            if start > 0:
+                nb = -(-start // mgr.block_size)
+                tables = np.array(
+                    [[seqs[i].block_ids[layer][:nb] for i in members] for layer in range(mgr.num_layers)]
+                )
+                tables = torch.from_numpy(tables).to(device)
+                # new token j (position start + j) sees positions 0..start + j
+                mask = (
+                    torch.arange(start + n, device=device)[None, :]
+                    <= start + torch.arange(n, device=device)[:, None]
+                )
+            self.groups.append((start, len(members), n, rows, tables, mask))
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, H, D] packed
-        for seq, start, (a, b) in zip(self.seqs, self.starts, self.spans):
-            self.cow += self.mgr.write_prompt(layer, seq.block_ids[layer], start, k[a:b], v[a:b])
+        self.mgr.k_caches[layer][self.blocks[layer], :, self.slots] = k
+        self.mgr.v_caches[layer][self.blocks[layer], :, self.slots] = v
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(q)  # [T, H, D]
-        for seq, start, (a, b) in zip(self.seqs, self.starts, self.spans):
-            if start == 0:
-                keys, values = k[a:b], v[a:b]
+        _, h, d = q.shape
+        for start, g, n, rows, tables, mask in self.groups:
+            # [G*n, H, D] -> [G, H, n, D]
+            qg, kg, vg = (x.index_select(0, rows).view(g, n, h, d).transpose(1, 2) for x in (q, k, v))
+            if tables is None:
+                og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, scale=self.scale)
             else:
-                # The cached prefix is read back from its blocks: [H, start, D] -> [start, H, D].
-                table = torch.tensor(seq.block_ids[layer], dtype=torch.int64, device=q.device)[None, :]
-                past_k = gather_kv(self.mgr.k_caches[layer], table)[0, :, :start].transpose(0, 1)
-                past_v = gather_kv(self.mgr.v_caches[layer], table)[0, :, :start].transpose(0, 1)
-                keys, values = torch.cat([past_k, k[a:b]]), torch.cat([past_v, v[a:b]])
-            out[a:b] = prefill_attention(q[a:b], keys, values, self.scale)
+                past_k = gather_kv(self.mgr.k_caches[layer], tables[layer])[:, :, :start]  # [G, H, start, D]
+                past_v = gather_kv(self.mgr.v_caches[layer], tables[layer])[:, :, :start]
+                keys, values = torch.cat([past_k, kg], dim=2), torch.cat([past_v, vg], dim=2)
+                og = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
+            out.index_copy_(0, rows, og.transpose(1, 2).reshape(g * n, h, d))
         return out

@@ -39,9 +39,9 @@ class Sequence:
     # KV state: block ids per layer and how many tokens are in the cache.
     block_ids: list[list[int]] = field(default_factory=list)
     num_cached: int = 0
-    # Cached block-table rows per layer and the block count each was built from.
-    table_rows: list[torch.Tensor | None] = field(default_factory=list)
-    table_row_blocks: list[int] = field(default_factory=list)
+    # Cached block-table row [L, M] (one line per layer) and the block count it was built from (-1: rebuild).
+    table_row: torch.Tensor | None = None
+    table_row_blocks: int = -1
     # Timings: emission time of every output token and the decode step that produced it (-1: prefill).
     token_ns: list[int] = field(default_factory=list)
     token_step: list[int] = field(default_factory=list)
@@ -50,6 +50,10 @@ class Sequence:
     @property
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
+
+    @property
+    def last_token(self) -> int:
+        return self.output_ids[-1] if self.output_ids else self.prompt_ids[-1]
 
     @property
     def num_tokens(self) -> int:

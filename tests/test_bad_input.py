@@ -119,8 +119,11 @@ def test_gpu_only_options_fail_clearly_on_cpu():
         pytest.skip("this machine has CUDA")
     with pytest.raises(ValueError, match="paged_attn .* needs a CUDA device"):
         LLM("gpt2-tiny", paged_attn=True)
-
-
-def test_cuda_graph_is_refused_not_ignored():
-    with pytest.raises(ValueError, match="not implemented yet"):
+    with pytest.raises(ValueError, match="cuda_graph .* needs a CUDA device"):
         LLM("gpt2-tiny", cuda_graph=True)
+
+
+def test_cuda_graph_refuses_the_earlier_append_designs():
+    for switch in ("batched_kv_append", "batched_rollover"):
+        with pytest.raises(ValueError, match="cuda_graph .* cannot be combined"):
+            LLM("gpt2-tiny", cuda_graph=True, **{switch: False})

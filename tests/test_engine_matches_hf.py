@@ -85,3 +85,40 @@ def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_referenc
     assert [o.token_ids for o in outs] == hf_reference
     assert llm.engine.stats["preemptions"] > 0
     assert llm.engine.mgr.num_free() == 14
+
+
+@pytest.mark.parametrize("max_batch", [8, 6])
+def test_static_decode_path_matches_hf(tiny_checkpoint, hf_reference, max_batch):
+    # The path CUDA graphs replay (slots allocated before the step, inputs in static buffers, batches padded to
+    # a bucket whose extra rows write the pad block), run eagerly so it is checked on CPU too.
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
+    eager = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
+    llm.engine.use_static_decode(capture=False)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    outs = llm.generate(make_prompts(), params)
+    assert [o.token_ids for o in outs] == hf_reference
+    eager.generate(make_prompts(), params)
+    # Same rollovers and copy-on-writes as the eager append counts, in the same steps.
+    for key in ("rollovers", "cow", "prefix_hit_blocks"):
+        assert llm.engine.stats[key] == eager.engine.stats[key], key
+    assert llm.engine.rollover_steps == eager.engine.rollover_steps
+    mgr = llm.engine.mgr
+    assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
+
+
+def test_static_decode_path_under_preemption(tiny_checkpoint, hf_reference):
+    llm = LLM(tiny_checkpoint, num_blocks=14, max_batch_size=8)
+    llm.engine.use_static_decode(capture=False)
+    outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    assert [o.token_ids for o in outs] == hf_reference
+    assert llm.engine.stats["preemptions"] > 0
+
+
+def test_padded_lm_head_gives_the_same_tokens(tiny_checkpoint, hf_reference):
+    # On CUDA the lm_head runs on a vocabulary padded to a multiple of 64; here 512 -> 600 rows.
+    llm = LLM(tiny_checkpoint, max_batch_size=8)
+    llm.engine.model.pad_lm_head(multiple=100)
+    assert llm.engine.model.lm_head_weight.shape[0] == 600
+    assert llm.engine.model.wte.weight.data_ptr() == llm.engine.model.lm_head_weight.data_ptr()
+    outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    assert [o.token_ids for o in outs] == hf_reference

@@ -1,0 +1,90 @@
+"""CUDA graphs for the decode step: one graph per batch-size bucket, replayed with its inputs in static buffers.
+
+Eagerly, a GPT-2 small decode step is ~150 small kernels and Python's launch cost per kernel is the step (see
+docs/BENCHMARKS.md). A graph replays them all from one launch. It needs fixed shapes, fixed addresses and no
+host work inside, so:
+- a batch runs in the smallest bucket that holds it; the rows beyond the batch are padding (token 0, no past
+  tokens, and a block-table row pointing every layer at the KV manager's pad block, which their appends write);
+- the inputs live in static device buffers written before each replay: token ids and past lengths
+  (`inputs` [2, B_MAX]) and the block tables [B_MAX, L, M] (`roseinfer.block_tables`), always at full width M;
+- each new token's KV slot is allocated on the host before the step (`Engine._reserve_decode_slots`), so inside
+  the graph it is read from the block table on the device (`StaticDecodeKV`).
+The logits of a bucket are one static [bucket, V] tensor that the next replay overwrites.
+
+Without `capture` the same static path runs eagerly: that is how it is checked on CPU.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import torch
+
+from roseinfer.block_manager import KVBlockManager
+from roseinfer.block_tables import BlockTables
+from roseinfer.kv_context import StaticDecodeKV
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """1, 2, 4, 8, then every multiple of 16 below max_batch, then max_batch itself."""
+    return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch})
+
+
+class DecodeGraphs:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        mgr: KVBlockManager,
+        tables: BlockTables,
+        inputs: torch.Tensor,  # [2, B_MAX] on the device: token ids, past lengths
+        scale: float,
+        paged_attn: bool,
+        max_batch: int,
+        capture: bool,
+    ) -> None:
+        self.model = model
+        self.mgr = mgr
+        self.tables = tables
+        self.inputs = inputs
+        self.scale = scale
+        self.paged_attn = paged_attn
+        self.buckets = batch_buckets(max_batch)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}  # bucket -> [bucket, V], written by that bucket's graph
+        if capture:
+            self._capture()
+
+    def bucket_for(self, batch: int) -> int:
+        return self.buckets[bisect.bisect_left(self.buckets, batch)]
+
+    def forward(self, bucket: int) -> torch.Tensor:
+        """The step a graph holds: logits [bucket, V] from the static inputs."""
+        ids, past = self.inputs[0, :bucket], self.inputs[1, :bucket]
+        tables = self.tables.dev[:bucket].permute(1, 0, 2)  # [L, bucket, M]
+        return self.model(ids, past, StaticDecodeKV(self.mgr, tables, past, self.scale, self.paged_attn))
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        # Inputs are zeros and tables all padding here, so warm-up and capture only write the pad block.
+        pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        for bucket in reversed(self.buckets):  # largest first: the smaller ones reuse its memory
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels
+                for _ in range(2):
+                    self.forward(bucket)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                self.logits[bucket] = self.forward(bucket)
+            self.graphs[bucket] = graph
+        torch.cuda.synchronize()
+
+    def run(self, batch: int) -> torch.Tensor:
+        """Logits [batch, V] of the step whose inputs are staged; valid until the next run."""
+        bucket = self.bucket_for(batch)
+        graph = self.graphs.get(bucket)
+        if graph is None:
+            return self.forward(bucket)[:batch]
+        graph.replay()
+        return self.logits[bucket][:batch]
