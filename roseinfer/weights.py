@@ -71,4 +71,7 @@ def build_model(model: str, device: str, dtype: torch.dtype, seed: int) -> tuple
         net.init_random(seed)
     else:
         net.load_state_dict(_load_hf_state(model, cfg))
-    return net.to(device=device, dtype=dtype).eval(), cfg
+    net = net.to(device=device, dtype=dtype).eval()
+    if torch.device(device).type == "cuda":
+        net.pad_lm_head()
+    return net, cfg
