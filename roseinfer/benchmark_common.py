@@ -152,7 +152,7 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
     """One measured run; returns per-request timings and totals."""
     params = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=args.no_stop_on_eos)
     interval_ns = int(args.submit_interval_ms * 1e6) if args.mode == "online" else 0
-    engine.stats.update(decode_ns=0, prefill_ns=0)
+    engine.stats.update(decode_ns=0, prefill_ns=0, decode_steps=0, decode_kv_tokens=0)
     _sync(args.device)
     t0 = tracing.now_ns()
     prompts = pretokenized if pretokenized is not None else tokenize(tokenizer, texts, args.tokenize_workers)
@@ -171,7 +171,14 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
             time.sleep(max(0.0, (t0 + next_submit * interval_ns - tracing.now_ns()) / 1e9))
     _sync(args.device)
     total_ns = tracing.now_ns() - t0
-    return {"seqs": seqs, "total_ns": total_ns, "decode_ns": engine.stats["decode_ns"]}
+    stats = engine.stats
+    return {
+        "seqs": seqs,
+        "total_ns": total_ns,
+        "decode_ns": stats["decode_ns"],
+        "decode_steps": stats["decode_steps"],
+        "decode_kv_tokens": stats["decode_kv_tokens"],
+    }
 
 
 def _pct(values, q) -> float:
@@ -195,6 +202,8 @@ def summarize(run: dict) -> dict:
         "total_s": total_s,
         "decode_s": decode_s,
         "decode_tok_s": completion / decode_s,
+        "decode_steps": run["decode_steps"],
+        "decode_kv_tokens": run["decode_kv_tokens"],
         "total_tok_s": completion / total_s,
         "total_with_prompt_tok_s": (completion + prompt_tokens) / total_s,
         "ttft_ms": {q: _pct(ttft, q) for q in (50, 95, 99)},
@@ -208,20 +217,21 @@ def _p50_mean(values: list[float]) -> str:
     return f"p50 {np.median(values):.3f}  mean {np.mean(values):.3f}"
 
 
-def report(args, runs: list[dict], warmups: int, hf: dict | None) -> dict:
+def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | None = None) -> dict:
     print(
         f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode} "
         f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}"
     )
     print(f"runs: warmup={warmups} measured={len(runs)}")
-    print(f"decode time (s):      {_p50_mean([r['decode_s'] for r in runs])}")
+    print(
+        f"decode time (s):      {_p50_mean([r['decode_s'] for r in runs])}  (steps {runs[0]['decode_steps']})"
+    )
     print(f"total time (s):       {_p50_mean([r['total_s'] for r in runs])}")
     print(f"throughput decode (completion tok/s): {_p50_mean([r['decode_tok_s'] for r in runs])}")
     print(f"throughput total  (completion tok/s): {_p50_mean([r['total_tok_s'] for r in runs])}")
     print(
         f"throughput total  (prompt+completion tok/s): {_p50_mean([r['total_with_prompt_tok_s'] for r in runs])}"
     )
-    last = runs[len(runs) // 2] if runs else None
     med = lambda key, q: float(np.median([r[key][q] for r in runs]))  # noqa: E731
     for key, label in (
         ("ttft_ms", "TTFT"),
@@ -231,12 +241,46 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None) -> dict:
     ):
         print(f"{label:8s} (ms): p50 {med(key, 50):.3f}  p95 {med(key, 95):.3f}  p99 {med(key, 99):.3f}")
     result = {"args": {k: v for k, v in vars(args).items() if k != "repeats"}, "runs": runs, "hf": hf}
+    if floor is not None:
+        fractions = [floor["seconds"](r) / r["decode_s"] for r in runs]
+        print(
+            f"HBM floor: copy bandwidth {floor['bandwidth'] / 1e9:.0f} GB/s, weights {floor['weight_bytes'] / 1e6:.0f} MB "
+            f"per step; decode runs at {np.median(fractions):.1%} of the floor's speed (floor time / decode time, p50)"
+        )
+        result["hbm_floor"] = {
+            "copy_bandwidth_bytes_s": floor["bandwidth"],
+            "weight_bytes": floor["weight_bytes"],
+            "kv_bytes_per_token": floor["kv_bytes_per_token"],
+            "floor_decode_s": [floor["seconds"](r) for r in runs],
+            "fraction_of_floor": fractions,
+        }
     if hf is not None:
+        # Hugging Face's time is its whole generate (its prefill included): the like-for-like ratio is our total
+        # throughput; the decode-only ratio is printed beside it.
         ours = float(np.median([r["total_tok_s"] for r in runs]))
-        print(f"hf generate (completion tok/s): {hf['tok_s']:.1f}  ours/hf: {ours / hf['tok_s']:.2f}x")
+        ours_decode = float(np.median([r["decode_tok_s"] for r in runs]))
+        print(
+            f"hf generate (completion tok/s): {hf['tok_s']:.1f}  ours/hf: {ours / hf['tok_s']:.2f}x total, "
+            f"{ours_decode / hf['tok_s']:.2f}x decode"
+        )
         result["speedup_vs_hf"] = ours / hf["tok_s"]
-    del last
+        result["decode_speedup_vs_hf"] = ours_decode / hf["tok_s"]
     return result
+
+
+def hbm_floor(engine: Engine) -> dict:
+    """What `roseinfer.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
+    from roseinfer import roofline
+
+    bandwidth = roofline.copy_bandwidth(engine.device)
+    return {
+        "bandwidth": bandwidth,
+        "weight_bytes": roofline.weight_bytes(engine.model),
+        "kv_bytes_per_token": roofline.kv_bytes_per_token(engine.model),
+        "seconds": lambda run: roofline.decode_floor_seconds(
+            engine.model, run["decode_steps"], run["decode_kv_tokens"], bandwidth
+        ),
+    }
 
 
 def main(prog: str, description: str, default_mode: str, argv: list[str] | None = None) -> int:
@@ -273,7 +317,9 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         ]
         med = sorted(times, key=lambda t: t["seconds"])[len(times) // 2]
         hf = {"seconds": med["seconds"], "tok_s": med["completion_tokens"] / med["seconds"]}
-    result = report(args, runs, args.warmup_runs, hf)
+    result = report(
+        args, runs, args.warmup_runs, hf, hbm_floor(engine) if engine.device.type == "cuda" else None
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=2)

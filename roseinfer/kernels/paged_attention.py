@@ -55,7 +55,9 @@ def _get_kernel():
     return _kernel
 
 
-def paged_decode_attention_triton(q, k_new, v_new, k_cache, v_cache, block_table, past_lens, scale: float):
+def paged_decode_attention_triton(
+    q, k_new, v_new, k_cache, v_cache, block_table, past_lens, scale: float, num_warps: int = 4
+):
     """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B]."""
     import torch
     import triton
@@ -67,6 +69,6 @@ def paged_decode_attention_triton(q, k_new, v_new, k_cache, v_cache, block_table
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d),
+        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
     )  # fmt: skip
     return out
