@@ -94,6 +94,10 @@ def profile(
         f"--output={out_base}",
         "--force-overwrite=true",
     ]
+    if "cuda" in trace.split(","):
+        # Every kernel of a CUDA graph replay as its own record (the default may trace a graph as one block),
+        # so the per-region kernel tables work for `--cuda-graph` engines too.
+        argv.append("--cuda-graph-trace=node")
     if capture_range != "none":
         argv.append(f"--capture-range={capture_range}")
         if capture_range == "nvtx":
