@@ -2,10 +2,11 @@
 # Everything the GPU machine is needed for, in one call (see docs/BENCHMARKS.md for how it is run):
 # CUDA correctness tests, an nsys 2025.3 capture of the engine with the tool's own reports as oracles,
 # and the NVTX on/off overhead of the engine benchmark. Results go under $OUT.
-# STAGES picks what runs (default: all): tests, fixture, demo, nvtx, kernels, hf.
+# STAGES picks what runs (default: all): tests, fixture, demo, nvtx, kernels, hf (the eager engine, session 1),
+# gputests, graphtests, a, b, c, nvtxfast, nvtxab, host, attn, capturefast (the CUDA-graph fast path, issue 6).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
-STAGES=${STAGES:-tests,fixture,demo,nvtx,kernels,hf}
+STAGES=${STAGES:-tests,fixture,demo,nvtx,kernels,hf,gputests,a,b,c,nvtxfast,nvtxab,host,attn,capturefast}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT" /tmp/bundle
 export PYTHONUNBUFFERED=1
@@ -68,6 +69,84 @@ echo "== 6. workload (a) against Hugging Face, plain torch paths"
 python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id gpt2 --num-requests 64 --prompt "x" \
   --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 --no-stop-on-eos --warmup-runs 1 \
   --repeat-runs 1 --compare-hf 2>&1 | tail -14 | tee /tmp/bundle/workload-a.log
+fi
+
+if want graphtests; then
+echo "== 7b. the engine's GPU tests (CUDA graphs, engine vs Hugging Face)"
+timeout 300 python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_cuda_graphs.py tests/test_engine_cuda.py \
+  tests/test_paged_attention_kernel.py::test_engine_with_paged_attn_matches_hf 2>&1 | tail -4 | tee /tmp/bundle/graph-tests.log
+fi
+
+if want gputests; then
+echo "== 7. every GPU-marked test (kernels, engine on CUDA, CUDA graphs)"
+timeout 420 python3 -m pytest -p no:cacheprovider -o addopts='' -m gpu tests 2>&1 | tail -25 | tee /tmp/bundle/gpu-tests-all.log
+fi
+
+# The issue's three workloads, each in one run with Hugging Face generate (fp16, same weights) measured beside it.
+FAST="--device cuda --hf-model-id gpt2 --no-stop-on-eos --paged-attn --compare-hf"
+if want a; then
+echo "== 8a. workload (a): 64 requests, one-token prompt, 512 new tokens, batch 64"
+python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --num-requests 64 --prompt x --max-new-tokens 512 \
+  --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 --json /tmp/bundle/workload-a.json \
+  2>&1 | tail -14 | tee /tmp/bundle/workload-a.log
+python3 -m roseinfer.benchmark_scheduler $FAST --num-requests 64 --prompt x --max-new-tokens 512 \
+  --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 --json /tmp/bundle/workload-a-nograph.json \
+  2>&1 | tail -14 | tee /tmp/bundle/workload-a-nograph.log
+echo "-- (a) again with the Triton KV append at every batch size (ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1)"
+ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1 python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --num-requests 64 \
+  --prompt x --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 \
+  --json /tmp/bundle/workload-a-minbatch1.json 2>&1 | tail -14 | tee /tmp/bundle/workload-a-minbatch1.log
+fi
+if want b; then
+echo "== 8b. workload (b): 256 requests, 64 new tokens, batch 256"
+python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --num-requests 256 --max-new-tokens 64 \
+  --max-batch-size 256 --prefill-max-batch-size 256 --warmup-runs 1 --repeat-runs 3 --json /tmp/bundle/workload-b.json \
+  2>&1 | tail -14 | tee /tmp/bundle/workload-b.log
+fi
+if want c; then
+echo "== 8c. workload (c): streaming, 128 requests, prompts of 1 and 4 repeats, 128 new tokens"
+python3 -m roseinfer.benchmark_streaming $FAST --cuda-graph --num-requests 128 --prompt-repeats 1,4 \
+  --max-new-tokens 128 --max-batch-size 128 --prefill-max-batch-size 128 --warmup-runs 1 --repeat-runs 3 \
+  --json /tmp/bundle/workload-c.json 2>&1 | tail -14 | tee /tmp/bundle/workload-c.log
+fi
+
+if want nvtxfast; then
+echo "== 9. NVTX overhead of the fast path (no profiler attached), interleaved"
+for i in 1 2 3; do
+  for nvtx in 0 1; do
+    ROSEINFER_NVTX=$nvtx python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id gpt2 --no-stop-on-eos \
+      --paged-attn --cuda-graph --num-requests 64 --prompt x --max-new-tokens 512 --max-batch-size 64 \
+      --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 --json /tmp/bundle/fast-nvtx$nvtx-$i.json > /dev/null 2>&1
+    python3 -c "import json; r=json.load(open('/tmp/bundle/fast-nvtx$nvtx-$i.json')); print('nvtx=$nvtx', [round(x['decode_tok_s']) for x in r['runs']])"
+  done
+done | tee /tmp/bundle/fast-nvtx-overhead.log
+fi
+
+if want nvtxab; then
+echo "== 9b. NVTX overhead of the fast path, on/off interleaved in one process"
+python3 scripts/bench_nvtx_overhead_ab.py --device cuda --model gpt2 --batch 64 --new-tokens 256 --pairs 8 \
+  --paged-attn --cuda-graph 2>&1 | tail -4 | tee /tmp/bundle/fast-nvtx-ab.log
+fi
+
+if want host; then
+echo "== 11. host time per part of a graph decode step, no profiler"
+python3 scripts/bench_decode_host.py --device cuda --model gpt2 --batch 64 --new-tokens 256 2>&1 | tail -14 \
+  | tee /tmp/bundle/decode-host.md
+fi
+
+if want attn; then
+echo "== 12. paged-attention kernel bandwidth"
+python3 scripts/bench_paged_attention.py --batch 64 --past 128,256,512 2>&1 | tail -16 | tee /tmp/bundle/paged-attn.md
+fi
+
+if want capturefast; then
+echo "== 10. roseprof nsys capture of the fast engine"
+python3 -m roseprof nsys --traces-dir /tmp/tr --name gpu-fast python3 -m roseinfer.benchmark_scheduler --device cuda \
+  --hf-model-id gpt2 --no-stop-on-eos --paged-attn --cuda-graph --num-requests 64 --prompt x --max-new-tokens 512 \
+  --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 1 2>&1 | tail -45 | tee /tmp/bundle/gpu-fast.log
+fast=$(ls -d /tmp/tr/*gpu-fast*)
+tar czf /tmp/bundle/gpu-fast-run.tgz -C "$(dirname "$fast")" --exclude=raw "$(basename "$fast")"
+cp dashboards/*gpu-fast*.html /tmp/bundle/ 2>/dev/null
 fi
 tar czf "$OUT/bundle.tgz" -C /tmp/bundle .
 ls -la "$OUT"

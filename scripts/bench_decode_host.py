@@ -1,0 +1,97 @@
+"""Where the host's time goes in a decode step, without a profiler attached: each part of `Engine.step` timed
+with perf_counter (NVTX off), and a CUDA graph replay alone (launch cost on the CPU, run time on the GPU).
+
+    python scripts/bench_decode_host.py --device cuda --model gpt2 --batch 64 --new-tokens 256
+
+With CUDA graphs the GPU idles while the host prepares the next step (nsys showed ~0.56 ms idle per 1.5 ms step
+on workload (a)); this says which part of that is which.
+"""
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+from roseinfer import LLM, SamplingParams, tracing
+
+
+def timed(obj, name: str, into: dict) -> None:
+    f = getattr(obj, name)
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter_ns()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            into[name].append(time.perf_counter_ns() - t0)
+
+    setattr(obj, name, wrapper)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--model", default="gpt2-tiny")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=256)
+    a = p.parse_args()
+    cuda = a.device == "cuda"
+    tracing.configure(nvtx=False, record_function=False)
+    llm = LLM(
+        a.model,
+        device=a.device,
+        dtype="float16" if cuda else "float32",
+        max_batch_size=a.batch,
+        prefill_max_batch_size=a.batch,
+        paged_attn=cuda,
+        cuda_graph=cuda,
+    )
+    engine = llm.engine
+    if engine.graphs is None:
+        engine.use_static_decode(capture=False)
+    prompts = [[1]] * a.batch
+    llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
+    times: dict[str, list[int]] = defaultdict(list)
+    for name in (
+        "step",
+        "_reserve_decode_slots",
+        "_stage_inputs",
+        "_sample",
+        "_emit",
+        "_make_room_for_decode",
+    ):
+        timed(engine, name, times)
+    timed(engine.tables, "to_device", times)
+    timed(engine.graphs, "run", times)
+    llm.generate(prompts, SamplingParams(max_new_tokens=a.new_tokens, ignore_eos=True))
+    steps = len(times["run"])
+    print(f"{a.model} {a.device} batch {a.batch}: {steps} decode steps, median per step (us)")
+    print("| part of Engine.step | host us (p50) |")
+    print("|---|---|")
+    for name, values in times.items():
+        if len(values) >= steps:
+            print(f"| {name} | {np.median(values[-steps:]) / 1e3:.1f} |")
+    if cuda:
+        bucket = engine.graphs.bucket_for(a.batch)
+        graph = engine.graphs.graphs[bucket]
+        launch, gpu = [], []
+        for _ in range(200):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            t0 = time.perf_counter_ns()
+            graph.replay()
+            launch.append(time.perf_counter_ns() - t0)
+            end.record()
+            end.synchronize()
+            gpu.append(start.elapsed_time(end) * 1e3)
+        print(
+            f"graph replay of bucket {bucket}: launch {np.median(launch) / 1e3:.1f} us on the host, "
+            f"{np.median(gpu):.1f} us on the GPU (p50 of 200)"
+        )
+
+
+if __name__ == "__main__":
+    main()
