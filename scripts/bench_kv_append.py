@@ -8,7 +8,6 @@ spends on it, as inside a captured decode step).
 """
 
 import argparse
-import statistics
 from functools import partial
 
 import torch
@@ -20,35 +19,7 @@ from roseinfer.kernels.kv_append import (
     kv_append_reference,
     kv_append_triton,
 )
-
-
-def time_us(fn, reps: int) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def graph_us(fn, reps: int, calls: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return time_us(graph.replay, reps) / calls
+from roseinfer.kernels.timing import graph_us, time_us
 
 
 def main() -> None:

@@ -3,8 +3,8 @@
     python scripts/bench_paged_attention.py --batch 64 --past 128,256,512
 
 Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks are handed out in shuffled order, block
-size 64; 20 calls are captured in a CUDA graph and
-the replays timed with CUDA events (median of 20) for several num_warps. Bandwidth counts the
+size 64; 20 calls are captured in a CUDA graph and the replays timed with CUDA events (median of 20), for
+several num_warps (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
 K and V bytes each call must read (the past tokens of every sequence), so it is comparable with the measured
 copy bandwidth of `roseinfer.roofline`.
 """
@@ -15,28 +15,8 @@ import functools
 import torch
 
 from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+from roseinfer.kernels.timing import graph_us
 from roseinfer.roofline import copy_bandwidth
-
-
-def seconds_per_call(call, calls: int = 20) -> float:
-    """GPU time of one call, from `calls` calls captured in a CUDA graph as the engine runs them (timing single
-    eager calls measures Triton's Python launch, ~40 us, not the kernel); median of 20 replays."""
-    call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            call()
-    graph.replay()
-    times = []
-    for _ in range(20):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / calls)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -67,11 +47,10 @@ def main() -> None:
         )
         nbytes = 2 * a.batch * past * a.heads * a.head_dim * 2
         for warps in (1, 2, 4, 8):
-            t = seconds_per_call(
-                functools.partial(
-                    paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps
-                )
+            call = functools.partial(
+                paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps
             )
+            t = graph_us(call, reps=20) / 1e6
             print(f"| {past} | {warps} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
 
 

@@ -1,0 +1,42 @@
+"""GPU timing for the kernel benchmarks (scripts/bench_*.py): CUDA events, medians, and CUDA-graph replays."""
+
+from __future__ import annotations
+
+import statistics
+
+
+def time_us(fn, reps: int) -> float:
+    """Median µs of one call between two CUDA events (an eager call: Python launch overhead included)."""
+    import torch
+
+    for _ in range(10):
+        fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def graph_us(fn, reps: int, calls: int = 20) -> float:
+    """µs of GPU time per call: `calls` calls captured in a CUDA graph, the replay timed, divided by `calls`.
+    What a kernel costs inside a captured decode step; timing single eager calls of a Triton kernel measures its
+    Python launch (~40 µs) instead."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return time_us(graph.replay, reps) / calls
