@@ -4,7 +4,7 @@
 
 Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks are handed out in shuffled order, block
 size 64; 20 calls are captured in a CUDA graph and the replays timed with CUDA events (median of 20), for
-several num_warps, single-pass and split (`blocks_per_split`) (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
+several num_warps (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
 K and V bytes each call must read (the past tokens of every sequence), so it is comparable with the measured
 copy bandwidth of `roseinfer.roofline`.
 """
@@ -26,41 +26,32 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64)
-    p.add_argument("--width", type=int, default=16, help="block-table width (the engine's graphs: 16)")
     a = p.parse_args()
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(0)
     bw = copy_bandwidth(dev)
     print(f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, batch {a.batch}, fp16")
-    print("| past tokens | blocks per split | num_warps | us per call | GB/s | share of copy bandwidth |")
-    print("|---|---|---|---|---|---|")
+    print("| past tokens | num_warps | us per call | GB/s | share of copy bandwidth |")
+    print("|---|---|---|---|---|")
     for past in [int(x) for x in a.past.split(",")]:
         per_seq = -(-past // a.block)
         n = a.batch * per_seq + 1
         shape = (n, a.heads, a.block, a.head_dim)
         kc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
         vc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
-        # As in a graph step, the table has the full width (16 blocks for GPT-2's 1,024 positions), zeros past the end.
-        table = torch.zeros(a.batch, max(a.width, per_seq), dtype=torch.int64, device=dev)
-        table[:, :per_seq] = torch.randperm(n - 1, generator=g, device=dev)[: a.batch * per_seq].view(
-            a.batch, per_seq
-        )
+        table = torch.randperm(n - 1, generator=g, device=dev)[: a.batch * per_seq].view(a.batch, per_seq)
         lens = torch.full((a.batch,), past, device=dev)
         q, k, v = (
             torch.randn(a.batch, a.heads, a.head_dim, generator=g, device=dev, dtype=torch.float16)
             for _ in range(3)
         )
         nbytes = 2 * a.batch * past * a.heads * a.head_dim * 2
-        for split in (None, 1, 2, 4):
-            for warps in (1, 2, 4, 8):
-                call = functools.partial(
-                    paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps,
-                    blocks_per_split=split,
-                )  # fmt: skip
-                t = graph_us(call, reps=20) / 1e6
-                print(
-                    f"| {past} | {split or '-'} | {warps} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |"
-                )
+        for warps in (1, 2, 4, 8):
+            call = functools.partial(
+                paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps
+            )
+            t = graph_us(call, reps=20) / 1e6
+            print(f"| {past} | {warps} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
 
 
 if __name__ == "__main__":
