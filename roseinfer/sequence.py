@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -41,6 +42,7 @@ class Sequence:
     num_cached: int = 0
     # Cached block-table row [L, M] (one line per layer) and the block count it was built from (-1: rebuild).
     table_row: torch.Tensor | None = None
+    table_row_np: np.ndarray | None = None  # numpy view of table_row
     table_row_blocks: int = -1
     # Timings: emission time of every output token and the decode step that produced it (-1: prefill).
     token_ns: list[int] = field(default_factory=list)
