@@ -4,7 +4,7 @@
 
 Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks are handed out in shuffled order, block
 size 64; 20 calls are captured in a CUDA graph and the replays timed with CUDA events (median of 20), for
-several num_warps (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
+several num_warps and loop pipelining depths (`num_stages`) (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
 K and V bytes each call must read (the past tokens of every sequence), so it is comparable with the measured
 copy bandwidth of `roseinfer.roofline`.
 """
@@ -31,8 +31,8 @@ def main() -> None:
     g = torch.Generator(device=dev).manual_seed(0)
     bw = copy_bandwidth(dev)
     print(f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, batch {a.batch}, fp16")
-    print("| past tokens | num_warps | us per call | GB/s | share of copy bandwidth |")
-    print("|---|---|---|---|---|")
+    print("| past tokens | num_warps | num_stages | us per call | GB/s | share of copy bandwidth |")
+    print("|---|---|---|---|---|---|")
     for past in [int(x) for x in a.past.split(",")]:
         per_seq = -(-past // a.block)
         n = a.batch * per_seq + 1
@@ -46,12 +46,15 @@ def main() -> None:
             for _ in range(3)
         )
         nbytes = 2 * a.batch * past * a.heads * a.head_dim * 2
-        for warps in (1, 2, 4, 8):
+        for warps, stages in ((1, 1), (2, 1), (4, 1), (8, 1), (4, 2), (4, 3), (4, 4), (2, 3), (8, 3)):
             call = functools.partial(
-                paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps
-            )
+                paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps,
+                num_stages=stages,
+            )  # fmt: skip
             t = graph_us(call, reps=20) / 1e6
-            print(f"| {past} | {warps} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |")
+            print(
+                f"| {past} | {warps} | {stages} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |"
+            )
 
 
 if __name__ == "__main__":

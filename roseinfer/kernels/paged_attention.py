@@ -19,7 +19,7 @@ def _get_kernel():
     def paged_decode_kernel(
         q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr,
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
-        scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+        scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -34,7 +34,9 @@ def _get_kernel():
         acc = vn
         past = tl.load(lens_ptr + b)
         offs = tl.arange(0, BLOCK)
-        for i in range(0, tl.cdiv(past, BLOCK)):
+        for i in tl.range(
+            0, tl.cdiv(past, BLOCK), num_stages=STAGES
+        ):  # STAGES > 1: next blocks' loads in flight
             blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
             pmask = (i * BLOCK + offs) < past
             base = blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
@@ -56,9 +58,23 @@ def _get_kernel():
 
 
 def paged_decode_attention_triton(
-    q, k_new, v_new, k_cache, v_cache, block_table, past_lens, scale: float, num_warps: int = 4
+    q,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    block_table,
+    past_lens,
+    scale: float,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ):
-    """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B]."""
+    """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B].
+
+    num_stages=2 pipelines the block loop (the next block's K/V loads are issued before this block's math): on
+    the H100 at batch 64 it took 256 past tokens from 27.1 to 22.4 us (63% -> 76% of copy bandwidth) and 512 from
+    49.3 to 39.5 us (69% -> 86%); deeper pipelines were slower (scripts/bench_paged_attention.py).
+    """
     import torch
     import triton
 
@@ -69,6 +85,6 @@ def paged_decode_attention_triton(
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
+        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), STAGES=num_stages, num_warps=num_warps,
     )  # fmt: skip
     return out
