@@ -136,7 +136,7 @@ fi
 
 if want attn; then
 echo "== 12. paged-attention kernel bandwidth"
-python3 scripts/bench_paged_attention.py --batch 64 --past 128,256,512 2>&1 | tail -16 | tee /tmp/bundle/paged-attn.md
+python3 scripts/bench_paged_attention.py --batch 64 --past 128,256,512 2>&1 | tee /tmp/bundle/paged-attn.md
 fi
 
 if want capturefast; then
