@@ -70,6 +70,8 @@ class KVBlockManager:
         e = env.reload()
         self.use_triton = torch.device(device).type == "cuda" and e.triton_kv_append and triton_available()
         self.triton_min_batch = e.triton_kv_append_min_batch
+        # In captured steps (no Python launch cost): 1, unless the user set the threshold (see roseinfer.env).
+        self.triton_min_batch_graph = e.triton_kv_append_min_batch if e.triton_kv_append_min_batch_set else 1
         self._stage_host: list[torch.Tensor] = []
         self._stage_dev: list[torch.Tensor] = []
 

@@ -36,8 +36,11 @@ class Env:
     step_log: str | None
     # Use the Triton KV-append kernels on CUDA (the torch path otherwise).
     triton_kv_append: bool
-    # Below this batch size the torch KV-append path runs even when Triton is on (launch overhead wins).
+    # Below this batch size the torch KV-append path runs even when Triton is on: eagerly, Triton's launch from
+    # Python costs more than torch's kernels at small batches. Inside a CUDA graph nothing is launched from
+    # Python, so captured steps use Triton at every batch size unless this variable is set explicitly.
     triton_kv_append_min_batch: int
+    triton_kv_append_min_batch_set: bool
 
 
 def read() -> Env:
@@ -47,6 +50,7 @@ def read() -> Env:
         step_log=os.environ.get("ROSEINFER_STEP_LOG") or None,
         triton_kv_append=_flag("ROSELLM_TRITON_KV_APPEND", True),
         triton_kv_append_min_batch=_int("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", 128),
+        triton_kv_append_min_batch_set=bool(os.environ.get("ROSELLM_TRITON_KV_APPEND_MIN_BATCH")),
     )
 
 
