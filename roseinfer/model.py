@@ -37,16 +37,43 @@ class Block(nn.Module):
         self.c_fc = nn.Linear(c, 4 * c)
         self.mlp_proj = nn.Linear(4 * c, c)
 
-    def forward(self, x: torch.Tensor, layer: int, kv: KVContext) -> torch.Tensor:
-        # x: [T, C] (T = tokens in the batch: one per sequence in decode, all new prompt tokens in prefill)
+    def forward(
+        self, x: torch.Tensor, h: torch.Tensor, layer: int, kv: KVContext, fused: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: residual stream [T, C], h = ln_1(x) [T, C] (T = tokens in the batch: one per sequence in decode,
+        all new prompt tokens in prefill). Returns the residual stream after attention and the MLP branch's
+        output, not yet added: the caller adds it together with the next LayerNorm (`residual_layer_norm`)."""
         t = x.shape[0]
-        qkv = self.c_attn(self.ln_1(x)).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+        qkv = self.c_attn(h).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
         q, k, v = qkv.unbind(1)  # each [T, H, D]
         with region(KV_APPEND):
             kv.append(layer, k, v)
         a = kv.attend(layer, q, k, v)  # [T, H, D]
-        x = x + self.attn_proj(a.reshape(t, -1))
-        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        x, h = residual_layer_norm(x, self.attn_proj(a.reshape(t, -1)), self.ln_2, fused)
+        return x, self.mlp_proj(linear_gelu(h, self.c_fc))
+
+
+def residual_layer_norm(
+    x: torch.Tensor, delta: torch.Tensor, ln: nn.LayerNorm, fused: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x + delta, ln(x + delta)), both [T, C]. fused: one Triton kernel instead of torch's add and LayerNorm,
+    for where a launch costs nothing (inside CUDA graphs; from Python a Triton launch costs more than two torch
+    ones)."""
+    if fused:
+        from roseinfer.kernels.add_layernorm import add_layer_norm_triton
+
+        return add_layer_norm_triton(x, delta, ln.weight, ln.bias, ln.eps)
+    x = x + delta
+    return x, ln(x)
+
+
+def linear_gelu(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
+    """gelu_tanh(lin(x)) [T, N]. On CUDA in half precision one GEMM with cuBLASLt's GELU epilogue (the tanh
+    form, GPT-2's gelu_new) instead of a GEMM and a GELU kernel; elsewhere torch's two ops (on CPU
+    `_addmm_activation` uses the exact erf form, which GPT-2 does not)."""
+    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+        return torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True)
+    return F.gelu(lin(x), approximate="tanh")
 
 
 class GPT2(nn.Module):
@@ -92,14 +119,24 @@ class GPT2(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=g) * std)
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, kv: KVContext, last: torch.Tensor | None = None
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv: KVContext,
+        last: torch.Tensor | None = None,
+        fused: bool = False,
     ):
-        """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence)."""
-        x = self.wte(ids) + self.wpe(positions)  # [T, C]
-        for layer, block in enumerate(self.h):
-            x = block(x, layer, kv)
+        """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
+        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs)."""
+        blocks = self.h
+        x, h = residual_layer_norm(self.wte(ids), self.wpe(positions), blocks[0].ln_1, fused)  # [T, C] each
+        for layer, block in enumerate(blocks):
+            x, delta = block(x, h, layer, kv, fused)
+            if layer + 1 < len(blocks):
+                x, h = residual_layer_norm(x, delta, blocks[layer + 1].ln_1, fused)
         if last is not None:
-            x = x[last]  # [S, C]: only the tokens whose next token we sample
+            x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
+        _, h = residual_layer_norm(x, delta, self.ln_f, fused)
         if self.lm_head_weight is None:
-            return F.linear(self.ln_f(x), self.wte.weight)  # tied lm_head: [*, V]
-        return F.linear(self.ln_f(x), self.lm_head_weight)[:, : self.cfg.vocab_size]  # [*, V] of [*, V_PAD]
+            return F.linear(h, self.wte.weight)  # tied lm_head: [*, V]
+        return F.linear(h, self.lm_head_weight)[:, : self.cfg.vocab_size]  # [*, V] of [*, V_PAD]

@@ -1,0 +1,65 @@
+"""Greedy tokens: the argmax of each row of the logits [B, V], in two Triton launches.
+
+torch.argmax gives each row to one block of threads: at batch 64 and GPT-2's 50,257 logits that is 64 blocks on
+132 SMs reading 6.4 MB, 13 us of a captured decode step on the H100 (docs/BENCHMARKS.md). Here each row is cut
+into chunks: one program per (row, chunk) finds the chunk's max and its first index, a second launch picks
+each row's winner. Ties go to the lowest index, as torch.argmax's do; the rows may be strided (the logits are a
+slice of the padded lm_head's output).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_kernels = None
+
+
+def _get_kernels():
+    global _kernels
+    if _kernels is not None:
+        return _kernels
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def argmax_chunks_kernel(x_ptr, stride_x, V, val_ptr, idx_ptr, CHUNKS, CHUNK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        chunk = tl.program_id(1)
+        offs = chunk * CHUNK + tl.arange(0, CHUNK)
+        x = tl.load(x_ptr + row * stride_x + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
+        best = tl.max(x, 0)
+        first = tl.min(tl.where(x == best, offs, 2147483647), 0)
+        tl.store(val_ptr + row * CHUNKS + chunk, best)
+        tl.store(idx_ptr + row * CHUNKS + chunk, first)
+
+    @triton.jit
+    def argmax_rows_kernel(val_ptr, idx_ptr, out_ptr, CHUNKS, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        c = tl.arange(0, BLOCK)
+        mask = c < CHUNKS
+        vals = tl.load(val_ptr + row * CHUNKS + c, mask=mask, other=float("-inf"))
+        idx = tl.load(idx_ptr + row * CHUNKS + c, mask=mask, other=2147483647)
+        best = tl.max(vals, 0)
+        tl.store(out_ptr + row, tl.min(tl.where(vals == best, idx, 2147483647), 0).to(tl.int64))
+
+    _kernels = (argmax_chunks_kernel, argmax_rows_kernel)
+    return _kernels
+
+
+def argmax_triton(logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
+    values."""
+    import triton
+
+    b, v = logits.shape
+    assert logits.stride(1) == 1 and v < 2**31
+    chunks = triton.cdiv(v, chunk)
+    vals = torch.empty(b, chunks, device=logits.device, dtype=torch.float32)
+    idx = torch.empty(b, chunks, device=logits.device, dtype=torch.int32)
+    out = torch.empty(b, device=logits.device, dtype=torch.int64)
+    if b == 0:
+        return out
+    chunks_kernel, rows_kernel = _get_kernels()
+    chunks_kernel[(b, chunks)](logits, logits.stride(0), v, vals, idx, chunks, CHUNK=chunk, num_warps=8)
+    rows_kernel[(b,)](vals, idx, out, chunks, BLOCK=triton.next_power_of_2(chunks), num_warps=1)
+    return out

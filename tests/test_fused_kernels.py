@@ -1,0 +1,76 @@
+"""The decode step's fused kernels against plain torch, on random (never zero) data: residual add + LayerNorm,
+the GELU-epilogue GEMM and the split argmax."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 300, 2048])
+@pytest.mark.parametrize("width", [128, 768, 1600])  # 1600 (GPT-2 XL): not a power of two
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_add_layer_norm_matches_reference(rows, width, dtype):
+    from roseinfer.kernels.add_layernorm import add_layer_norm_reference, add_layer_norm_triton
+
+    g = torch.Generator(device="cuda").manual_seed(rows * width)
+    rand = lambda *shape: torch.randn(*shape, generator=g, device="cuda").to(dtype)  # noqa: E731
+    # x strided (every other row of a wider tensor), as the residual stream can be after `x[last]`
+    x = rand(rows, 2 * width)[:, :width] * 3 + 1
+    delta = rand(rows, width)
+    weight, bias = rand(width) + 1.5, rand(width)
+    s_ref, y_ref = add_layer_norm_reference(x, delta, weight, bias, 1e-5)
+    s, y = add_layer_norm_triton(x, delta, weight, bias, 1e-5)
+    # The residual stream is rounded like torch's add: exactly the same tensor.
+    assert torch.equal(s, s_ref)
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5}[dtype]
+    torch.testing.assert_close(y, y_ref, atol=tol, rtol=tol)
+    assert torch.isfinite(y).all() and (y != 0).any()
+
+
+def test_add_layer_norm_of_no_rows():
+    from roseinfer.kernels.add_layernorm import add_layer_norm_triton
+
+    x = torch.randn(0, 768, device="cuda")
+    s, y = add_layer_norm_triton(x, x, torch.ones(768, device="cuda"), torch.zeros(768, device="cuda"), 1e-5)
+    assert s.shape == y.shape == (0, 768)
+
+
+@pytest.mark.parametrize("rows", [1, 64, 256, 1000])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_linear_gelu_epilogue_is_gpt2s_tanh_gelu(rows, dtype):
+    # cuBLASLt's GELU epilogue must be the tanh form GPT-2 uses, not the exact erf one.
+    from roseinfer.model import linear_gelu
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    lin = torch.nn.Linear(768, 3072, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(3072, 768, generator=g, device="cuda") * 0.05)
+        lin.bias.copy_(torch.randn(3072, generator=g, device="cuda"))
+    x = torch.randn(rows, 768, generator=g, device="cuda").to(dtype)
+    with torch.no_grad():
+        out = linear_gelu(x, lin)
+        pre = F.linear(x.float(), lin.weight.float(), lin.bias.float())
+    tanh_ref, erf_ref = F.gelu(pre, approximate="tanh"), F.gelu(pre)
+    tol = 1e-2 if dtype == torch.float16 else 5e-2
+    torch.testing.assert_close(out.float(), tanh_ref, atol=tol, rtol=tol)
+    # closer to the tanh form than to the erf one where the two differ
+    assert (out.float() - tanh_ref).abs().mean() < (out.float() - erf_ref).abs().mean()
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 256])
+@pytest.mark.parametrize("vocab", [512, 50257, 50304])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_argmax_matches_torch_ties_included(rows, vocab, dtype):
+    from roseinfer.kernels.argmax import argmax_triton
+
+    g = torch.Generator(device="cuda").manual_seed(rows + vocab)
+    padded = torch.randn(rows, vocab + 47, generator=g, device="cuda").to(dtype)
+    logits = padded[:, :vocab]  # strided rows, as the padded lm_head's output
+    # Ties: every third row repeats its maximum at a later index and at an earlier one (the first must win).
+    for r in range(0, rows, 3):
+        top = logits[r].max()
+        logits[r, vocab - 1] = top
+        logits[r, vocab // 3] = top
+    torch.testing.assert_close(argmax_triton(logits), torch.argmax(logits, dim=-1), atol=0, rtol=0)
