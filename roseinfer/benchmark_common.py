@@ -75,6 +75,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument(
         "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
     )
+    p.add_argument(
+        "--no-overlap-decode",
+        action="store_true",
+        help="earlier design: with --cuda-graph, wait for each step's tokens before preparing the next",
+    )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -127,6 +132,7 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
+        overlap_decode=not args.no_overlap_decode,
     )
 
 

@@ -52,6 +52,9 @@ class EngineConfig:
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
+    # With CUDA graphs: prepare and launch the next decode step while the GPU still runs this one (its greedy
+    # tokens stay on the device). False: the earlier design, where the host waits for every step's tokens first.
+    overlap_decode: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_batch_size", "prefill_max_batch_size"):

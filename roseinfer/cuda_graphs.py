@@ -9,9 +9,19 @@ host work inside, so:
   (`inputs` [2, B_MAX]) and the block tables [B_MAX, L, M] (`roseinfer.block_tables`), always at full width M;
 - each new token's KV slot is allocated on the host before the step (`Engine._reserve_decode_slots`), so inside
   the graph it is read from the block table on the device (`StaticDecodeKV`).
-The logits of a bucket are one static [bucket, V] tensor that the next replay overwrites.
+The logits of a bucket are one static [bucket, V] tensor that the next replay overwrites, beside the greedy
+tokens [bucket]. A step ends by leaving the next step's inputs on the device: its greedy tokens as the next
+token ids and every live row's past length plus one (`inputs[2]` is 1 for the batch's rows, 0 for padding). A
+following step with the same batch and greedy sampling then needs nothing from the host, which is what lets the
+engine launch it before reading this step's tokens (`EngineConfig.overlap_decode`). Otherwise the host stages
+all three rows again.
 
-Without `capture` the same static path runs eagerly: that is how it is checked on CPU.
+Inside the graph, residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
+the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
+every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
+which is what the eager path's thresholds are about.
+
+Without `capture` the same static path runs eagerly: that is how it is checked on CPU (with torch ops there).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import torch
 
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
+from roseinfer.kernels import triton_available
 from roseinfer.kv_context import StaticDecodeKV
 
 
@@ -36,7 +47,7 @@ class DecodeGraphs:
         model: torch.nn.Module,
         mgr: KVBlockManager,
         tables: BlockTables,
-        inputs: torch.Tensor,  # [2, B_MAX] on the device: token ids, past lengths
+        inputs: torch.Tensor,  # [3, B_MAX] on the device: token ids, past lengths, 1 for live rows (0: padding)
         scale: float,
         paged_attn: bool,
         max_batch: int,
@@ -49,19 +60,35 @@ class DecodeGraphs:
         self.scale = scale
         self.paged_attn = paged_attn
         self.buckets = batch_buckets(max_batch)
+        self.capture = capture
+        # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
+        # computes exactly what a replay does)
+        self.fused = mgr.k_caches[0].is_cuda and triton_available()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}  # bucket -> [bucket, V], written by that bucket's graph
+        # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
+        self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         if capture:
             self._capture()
 
     def bucket_for(self, batch: int) -> int:
         return self.buckets[bisect.bisect_left(self.buckets, batch)]
 
-    def forward(self, bucket: int) -> torch.Tensor:
-        """The step a graph holds: logits [bucket, V] from the static inputs."""
-        ids, past = self.inputs[0, :bucket], self.inputs[1, :bucket]
+    def forward(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step a graph holds: logits [bucket, V] and greedy tokens [bucket] from the static inputs, which it
+        then advances to the next step's (see the module's docstring)."""
+        ids, past, live = self.inputs[0, :bucket], self.inputs[1, :bucket], self.inputs[2, :bucket]
         tables = self.tables.dev[:bucket].permute(1, 0, 2)  # [L, bucket, M]
-        return self.model(ids, past, StaticDecodeKV(self.mgr, tables, past, self.scale, self.paged_attn))
+        kv = StaticDecodeKV(self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture)
+        logits = self.model(ids, past, kv, fused=self.fused)  # [bucket, V]
+        if self.fused:
+            from roseinfer.kernels.argmax import argmax_triton
+
+            greedy = argmax_triton(logits)  # [bucket]
+        else:
+            greedy = torch.argmax(logits, dim=-1)  # [bucket]
+        ids.copy_(greedy)
+        past.add_(live)
+        return logits, greedy
 
     @torch.inference_mode()
     def _capture(self) -> None:
@@ -76,15 +103,18 @@ class DecodeGraphs:
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.logits[bucket] = self.forward(bucket)
+                self.outputs[bucket] = self.forward(bucket)
             self.graphs[bucket] = graph
         torch.cuda.synchronize()
 
-    def run(self, batch: int) -> torch.Tensor:
-        """Logits [batch, V] of the step whose inputs are staged; valid until the next run."""
+    def run(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [batch, V] and greedy tokens [batch] of the step whose inputs are staged; valid until the next
+        run."""
         bucket = self.bucket_for(batch)
         graph = self.graphs.get(bucket)
         if graph is None:
-            return self.forward(bucket)[:batch]
-        graph.replay()
-        return self.logits[bucket][:batch]
+            logits, greedy = self.forward(bucket)
+        else:
+            graph.replay()
+            logits, greedy = self.outputs[bucket]
+        return logits[:batch], greedy[:batch]

@@ -22,13 +22,15 @@ class _DecodeAttention:
     paged_attn: bool  # the Triton kernel (CUDA); the torch reference otherwise
     bias: torch.Tensor | None = None
 
+    append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
+
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
             from roseinfer.kernels.paged_attention import paged_decode_attention_triton
 
             return paged_decode_attention_triton(
                 q, k, v, self.mgr.k_caches[layer], self.mgr.v_caches[layer], self.block_tables[layer],
-                self.past_lens, self.scale,
+                self.past_lens, self.scale, append=self.append_in_attention,
             )  # fmt: skip
         if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
             k0 = self.mgr.k_caches[0]
@@ -93,6 +95,7 @@ class StaticDecodeKV(_DecodeAttention):
         past_lens: torch.Tensor,  # [B]
         scale: float,
         paged_attn: bool,
+        in_graph: bool = False,  # the step is (or warms up for) a CUDA graph: no per-launch cost
     ) -> None:
         self.mgr = mgr
         self.block_tables = block_tables
@@ -100,13 +103,23 @@ class StaticDecodeKV(_DecodeAttention):
         self.scale = scale
         self.paged_attn = paged_attn
         b = past_lens.shape[0]
-        rows = torch.arange(b, device=past_lens.device)
-        self.slot_blocks = block_tables[:, rows, past_lens // mgr.block_size].contiguous()  # [L, B]
-        self.slot_pos = past_lens % mgr.block_size  # [B]
-        self.triton = mgr.use_triton and b >= mgr.triton_min_batch
+        self.triton = mgr.use_triton and b >= (
+            mgr.triton_min_batch_graph if in_graph else mgr.triton_min_batch
+        )
+        # Where the Triton append applies and the Triton attention runs, the attention kernel does the append:
+        # it reads the new K/V anyway and the slot is in the table (one kernel per layer fewer).
+        self.append_in_attention = self.triton and paged_attn
+        self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
+        self.slot_pos: torch.Tensor | None = None  # [B]
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
+        if self.append_in_attention:
+            return  # written by `attend`
+        if self.slot_blocks is None:
+            rows = torch.arange(k.shape[0], device=k.device)
+            self.slot_blocks = self.block_tables[:, rows, self.past_lens // self.mgr.block_size].contiguous()
+            self.slot_pos = self.past_lens % self.mgr.block_size
         if self.triton:
             from roseinfer.kernels.kv_append import MODE_IDENTITY, kv_append_triton
 

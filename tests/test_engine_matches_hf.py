@@ -1,5 +1,6 @@
 """Greedy output of the engine equals Hugging Face `generate`, token for token, under every switch."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -90,8 +91,9 @@ def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_referenc
 @pytest.mark.parametrize("max_batch", [8, 6])
 def test_static_decode_path_matches_hf(tiny_checkpoint, hf_reference, max_batch):
     # The path CUDA graphs replay (slots allocated before the step, inputs in static buffers, batches padded to
-    # a bucket whose extra rows write the pad block), run eagerly so it is checked on CPU too.
-    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
+    # a bucket whose extra rows write the pad block), run eagerly so it is checked on CPU too. Here the host
+    # reads every step's tokens before the next step (the overlapped decode has its own test below).
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch, overlap_decode=False)
     eager = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
     llm.engine.use_static_decode(capture=False)
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
@@ -104,6 +106,48 @@ def test_static_decode_path_matches_hf(tiny_checkpoint, hf_reference, max_batch)
     assert llm.engine.rollover_steps == eager.engine.rollover_steps
     mgr = llm.engine.mgr
     assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
+
+
+@pytest.mark.parametrize("max_batch", [8, 6])
+def test_overlapped_decode_matches_hf(tiny_checkpoint, hf_reference, max_batch):
+    # The static path as --cuda-graph runs it by default: each step is launched before the previous step's
+    # tokens are read, its token ids and past lengths left on the device by the previous step. Requests arrive
+    # one per step (prefill batch 1), so the pipeline drains and restarts around every admission.
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
+    sync = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch, overlap_decode=False)
+    for x in (llm, sync):
+        x.engine.use_static_decode(capture=False)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    outs = llm.generate(make_prompts(), params)
+    assert [o.token_ids for o in outs] == hf_reference
+    sync.generate(make_prompts(), params)
+    # The same forward passes, slots and copies; only how the host waits for them differs.
+    for key in ("rollovers", "cow", "prefix_hit_blocks", "decode_steps", "decode_kv_tokens"):
+        assert llm.engine.stats[key] == sync.engine.stats[key], key
+    # Ranges that only launch (after a prefill) or only read (a drain) come on top of the forward passes.
+    assert llm.engine.decode_steps > llm.engine.stats["decode_steps"]
+    assert llm.engine._inflight is None
+    mgr = llm.engine.mgr
+    assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
+
+
+def test_every_decode_path_stops_at_eos(tiny_checkpoint, hf_reference):
+    # A token that Hugging Face's greedy output reaches mid-way in some sequences but not all plays EOS. The
+    # overlapped decode has launched the next step when it reads that token: the extra token is dropped.
+    eos = next(
+        t for t in hf_reference[0][5:] if 2 <= sum(t in out[1:] for out in hf_reference) < len(hf_reference)
+    )
+    expected = [out[: out.index(eos) + 1] if eos in out else out for out in hf_reference]
+    assert any(len(e) < NEW_TOKENS for e in expected) and any(len(e) == NEW_TOKENS for e in expected)
+    for static, overlap in ((False, False), (True, False), (True, True)):
+        llm = LLM(tiny_checkpoint, max_batch_size=8, overlap_decode=overlap)
+        if static:
+            llm.engine.use_static_decode(capture=False)
+        llm.engine.model_cfg = dataclasses.replace(llm.engine.model_cfg, eos_token_id=eos)
+        outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS))
+        assert [o.token_ids for o in outs] == expected, (static, overlap)
+        mgr = llm.engine.mgr
+        assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
 
 
 def test_static_decode_path_under_preemption(tiny_checkpoint, hf_reference):
