@@ -1,5 +1,6 @@
 """Where the host's time goes in a decode step, without a profiler attached: each part of `Engine.step` timed
 with perf_counter (NVTX off), and a CUDA graph replay alone (launch cost on the CPU, run time on the GPU).
+With the overlapped decode (the default with CUDA graphs) `_read_tokens` is where the host waits for the GPU.
 
     python scripts/bench_decode_host.py --device cuda --model gpt2 --batch 64 --new-tokens 256
 
@@ -59,8 +60,10 @@ def main() -> None:
         "_reserve_decode_slots",
         "_stage_inputs",
         "_sample",
+        "_read_tokens",
         "_emit",
         "_make_room_for_decode",
+        "_can_continue",
     ):
         timed(engine, name, times)
     timed(engine.tables, "to_device", times)
@@ -76,6 +79,7 @@ def main() -> None:
     if cuda:
         bucket = engine.graphs.bucket_for(a.batch)
         graph = engine.graphs.graphs[bucket]
+        engine.inputs[2].zero_()  # replays below must not advance the past lengths
         launch, gpu = [], []
         for _ in range(200):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

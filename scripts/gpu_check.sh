@@ -3,7 +3,8 @@
 # CUDA correctness tests, an nsys 2025.3 capture of the engine with the tool's own reports as oracles,
 # and the NVTX on/off overhead of the engine benchmark. Results go under $OUT.
 # STAGES picks what runs (default: all): tests, fixture, demo, nvtx, kernels, hf (the eager engine, session 1),
-# gputests, graphtests, a, b, c, nvtxfast, nvtxab, host, attn, capturefast (the CUDA-graph fast path, issue 6).
+# gputests, graphtests, a, b, c, nvtxfast, nvtxab, host, attn, capturefast (the CUDA-graph fast path, issue 6),
+# steptests, step (fused kernels and overlapped decode, session 3).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 STAGES=${STAGES:-tests,fixture,demo,nvtx,kernels,hf,gputests,a,b,c,nvtxfast,nvtxab,host,attn,capturefast}
@@ -77,6 +78,17 @@ timeout 300 python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_cuda_
   tests/test_paged_attention_kernel.py 2>&1 | tail -4 | tee /tmp/bundle/graph-tests.log
 fi
 
+if want steptests; then
+echo "== 7c. the fused kernels' tests, CUDA graphs (overlapped decode), engine and paged attention"
+timeout 400 python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_fused_kernels.py tests/test_cuda_graphs.py \
+  tests/test_engine_cuda.py tests/test_paged_attention_kernel.py 2>&1 | tail -25 | tee /tmp/bundle/step-tests.log
+fi
+
+if want step; then
+echo "== 13. GPU time of one graph replay, the kernel changes added one at a time"
+python3 scripts/bench_graph_step.py --batch 64 --past 128,256,512 2>&1 | tail -8 | tee /tmp/bundle/graph-step.md
+fi
+
 if want gputests; then
 echo "== 7. every GPU-marked test (kernels, engine on CUDA, CUDA graphs)"
 timeout 420 python3 -m pytest -p no:cacheprovider -o addopts='' -m gpu tests 2>&1 | tail -25 | tee /tmp/bundle/gpu-tests-all.log
@@ -92,10 +104,10 @@ python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --num-requests 64 --
 python3 -m roseinfer.benchmark_scheduler $FAST --num-requests 64 --prompt x --max-new-tokens 512 \
   --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 --json /tmp/bundle/workload-a-nograph.json \
   2>&1 | tail -14 | tee /tmp/bundle/workload-a-nograph.log
-echo "-- (a) again with the Triton KV append at every batch size (ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1)"
-ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1 python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --num-requests 64 \
+echo "-- (a) again, the host waiting for each step's tokens before preparing the next (--no-overlap-decode)"
+python3 -m roseinfer.benchmark_scheduler $FAST --cuda-graph --no-overlap-decode --num-requests 64 \
   --prompt x --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1 --repeat-runs 3 \
-  --json /tmp/bundle/workload-a-minbatch1.json 2>&1 | tail -14 | tee /tmp/bundle/workload-a-minbatch1.log
+  --json /tmp/bundle/workload-a-sync.json 2>&1 | tail -14 | tee /tmp/bundle/workload-a-sync.log
 fi
 if want b; then
 echo "== 8b. workload (b): 256 requests, 64 new tokens, batch 256"
