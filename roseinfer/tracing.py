@@ -137,8 +137,11 @@ class StepLog:
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow"}
       {"type": "request", "id", "arrival_ns", "prompt_tokens", "token_ns": [...], "token_step": [...]}
     The k-th "step" record is the k-th `roseinfer.decode_step` range of the same run: both are emitted by
-    the same code, in the same order, once per decode step. `token_step[i]` is the decode step index that
-    produced token i (-1 for the token produced by prefill), so ITL can be split by rollover steps.
+    the same code, in the same order, once per decode step. `token_step[i]` is the index of the decode step
+    that emitted token i (-1 for the token produced by prefill), so ITL can be split by rollover steps. With the
+    overlapped decode (CUDA graphs) a step record is what the host did in that range: reserve slots for and
+    launch the next step (its rollovers and copy-on-writes), then read and emit the previous step's tokens; a
+    range may only launch (after a prefill) or only read (a drain).
     Timestamps are time.monotonic_ns(). A profiler's timeline has its own time base, so the join is by order
     (k-th record to k-th range), and the offset between the clocks is then read off the joined pairs.
     """
