@@ -8,7 +8,7 @@ import sys
 import click
 
 from roseprof.errors import RoseprofError
-from roseprof.store import RunStore
+from roseprof.run.store import RunStore
 
 EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
 
@@ -54,8 +54,8 @@ def cli() -> None:
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards_dir, cmd) -> None:
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
-    from roseprof.pipeline import capture_nsys
-    from roseprof.report import make_console, print_summary
+    from roseprof.api import capture_nsys
+    from roseprof.render.terminal import make_console, print_summary
 
     outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
     print_summary(make_console(), outcome.run, outcome.summary)
@@ -70,9 +70,9 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards
 @click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
 @store_options
 def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
-    """Import an .nsys-rep or nsys .sqlite file as a run."""
-    from roseprof.pipeline import import_path
-    from roseprof.report import make_console, print_summary
+    """Import a trace file as a run (nsys .sqlite/.nsys-rep; the driver is picked by suffix, then content)."""
+    from roseprof.api import import_path
+    from roseprof.render.terminal import make_console, print_summary
 
     run = import_path(RunStore(traces_dir), path, name, steplog)
     print_summary(make_console(), run, run.summary())
@@ -84,7 +84,7 @@ def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
 @store_options
 def ls(as_json, traces_dir, dashboards_dir) -> None:
     """List the stored runs, oldest first."""
-    from roseprof.report import make_console, print_runs
+    from roseprof.render.terminal import make_console, print_runs
 
     runs = RunStore(traces_dir).runs()
     if as_json:
@@ -99,7 +99,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
 @store_options
 def show(run, as_json, traces_dir, dashboards_dir) -> None:
     """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
-    from roseprof.report import make_console, print_summary
+    from roseprof.render.terminal import make_console, print_summary
 
     found = RunStore(traces_dir).resolve(run)
     summary = found.summary() if (found.path / "summary.json").is_file() else None
@@ -137,12 +137,14 @@ def diff(
     run_a, run_b, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
 ) -> None:
     """Compare RUN_A (before) with RUN_B (after)."""
-    from roseprof.diffing import diff_runs
-    from roseprof.report import make_console, print_diff
+    from roseprof.api import diff_runs
+    from roseprof.render.diff_dashboard import render_diff
+    from roseprof.render.terminal import make_console, print_diff
 
-    result = diff_runs(
-        RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete, dashboards_dir
+    result, samples = diff_runs(
+        RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete
     )
+    result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
     if as_json:
         click.echo(
             json.dumps(
@@ -157,14 +159,14 @@ def diff(
 
 def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
     try:
-        from roseprof.dashboard.html import ensure_dashboard
+        from roseprof.render.run_dashboard import ensure_dashboard
     except ImportError as e:  # the run is stored; only the rendering is missing
         click.echo(
             f"dashboard: not rendered ({e.name} is not installed; `roseprof open {run.id}` renders it later)",
             err=True,
         )
         return
-    from roseprof.opener import open_in_browser
+    from roseprof.render.system_browser import open_in_browser
 
     path = ensure_dashboard(run, dashboards_dir)
     click.echo(f"dashboard: {path}")

@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 .venv/bin/python scripts/make_big_nsys_sqlite.py tests/data/nsys/h100-nsys2025.3-roseinfer-decode.sqlite "$work/big.sqlite" \
   --copies "$copies" --nvtx-threads "$threads"
 cp "$work/big.sqlite" "$work/stats.sqlite"
-nsys=$(.venv/bin/python -c "from roseprof.nsys_capture import find_nsys; print(find_nsys())")
+nsys=$(.venv/bin/python -c "from roseprof.drivers.nsys.capture import find_nsys; print(find_nsys())")
 "$nsys" --version
 # Report names of nsys 2022.4; 2023+ calls them nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum.
 reports=nvtxsum,gpukernsum,nvtxkernsum

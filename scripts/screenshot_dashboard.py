@@ -5,7 +5,7 @@ python scripts/screenshot_dashboard.py dashboards/<run-id>.html docs/dashboard-d
 
 import sys
 
-from roseprof.browser import chromium_page, load_dashboard
+from roseprof.render.headless import chromium_page, load_dashboard
 
 
 def main() -> int:

@@ -32,7 +32,7 @@ def has_cuda() -> bool:
 
 
 def has_nsys() -> bool:
-    from roseprof.nsys_capture import find_nsys
+    from roseprof.drivers.nsys.capture import find_nsys
 
     return find_nsys() is not None
 

@@ -15,10 +15,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roseprof.store import Run
+from roseprof.analysis.stats import (
+    CONFIDENCE,
+    MIN_SAMPLES,
+    RESAMPLES,
+    clustered,
+    groups,
+    interval,
+    pct,
+    resampled,
+)
+from roseprof.model import KERNEL, Trace
 
-RESAMPLES = 1000
-CONFIDENCE = 0.95
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples of each run's decode steps (ITL: the steps that produced the tokens; "
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
@@ -41,7 +49,8 @@ DEFAULT_GATE = [
 
 @dataclass
 class RunData:
-    run: Run
+    """One run's samples, as the comparison needs them."""
+
     summary: dict
     step_dur: np.ndarray | None  # [S]
     step_roll: np.ndarray | None  # [S] bool
@@ -49,9 +58,7 @@ class RunData:
     itl_roll: np.ndarray | None  # [T] bool
     itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
     step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
-    kernel_steps: dict[
-        str, tuple[np.ndarray, float]
-    ]  # kernel -> ([S] ns launched in each step, ns outside steps)
+    kernel_steps: dict[str, tuple[np.ndarray, float]]  # kernel -> ([S] ns launched in each step, ns outside)
     region_durations: dict[str, np.ndarray]  # name -> instance durations
     region_self: dict[str, float]
     kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
@@ -61,40 +68,38 @@ class RunData:
         return None if self.step_dur is None else len(self.step_dur)
 
 
-def load(run: Run) -> RunData:
-    summary = run.summary()
-    steps = run.table("steps")
+def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> RunData:
+    """A stored run's summary, step and ITL tables and trace, as samples to compare."""
     step_dur = step_roll = None
+    step_regions = {}
     if steps and steps.get("rows"):
         step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
         step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
-    step_regions = {}
-    if steps and steps.get("rows"):
         for name in steps.get("regions", []):
             step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
-    itl_rows = run.table("itl") or []
+    itl_rows = itl_rows or []
     itl = itl_roll = itl_step = None
     if itl_rows:
         itl = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_rows])
         itl_roll = np.concatenate([np.asarray(r["rollover"], dtype=bool) for r in itl_rows])
         if all("step" in r for r in itl_rows):
             itl_step = np.concatenate([np.asarray(r["step"], dtype=np.int64) for r in itl_rows])
-    names = (run.table("names") or {}).get("names", [])
+    names = trace.names
     region_durations: dict[str, np.ndarray] = {}
     kernel_durations: dict[str, np.ndarray] = {}
-    if (run.path / "ranges.npz").is_file():
-        with np.load(run.path / "ranges.npz") as z:
-            dur, name = z["end"] - z["start"], z["name"]
+    r = trace.ranges
+    if len(r):
+        dur, name = r.end - r.start, r.name
         order = np.argsort(name, kind="stable")
-        for idx, chunk in zip(*_groups(name[order], dur[order])):
+        for idx, chunk in zip(*groups(name[order], dur[order])):
             region_durations[names[idx]] = chunk
     kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
-    if (run.path / "gpu_ops.npz").is_file():
-        with np.load(run.path / "gpu_ops.npz") as z:
-            kernel = z["kind"] == 0
-            dur, name, api = (z["end"] - z["start"])[kernel], z["name"][kernel], z["api_start"][kernel]
+    o = trace.ops
+    if len(o):
+        kernel = o.kind == KERNEL
+        dur, name, api = (o.end - o.start)[kernel], o.name[kernel], o.api_start[kernel]
         order = np.argsort(name, kind="stable")
-        for idx, chunk in zip(*_groups(name[order], dur[order])):
+        for idx, chunk in zip(*groups(name[order], dur[order])):
             kernel_durations[names[idx]] = chunk
         if step_dur is not None and len(dur):
             # The step each kernel was launched in, by its API call's time within the step windows.
@@ -110,7 +115,6 @@ def load(run: Run) -> RunData:
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
     region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
     return RunData(
-        run,
         summary,
         step_dur,
         step_roll,
@@ -123,47 +127,6 @@ def load(run: Run) -> RunData:
         region_self,
         kernel_durations,
     )
-
-
-def _groups(keys: np.ndarray, values: np.ndarray):
-    if len(keys) == 0:
-        return [], []
-    bounds = np.flatnonzero(np.diff(keys)) + 1
-    starts = np.concatenate([[0], bounds])
-    return keys[starts].tolist(), np.split(values.astype(np.float64), bounds)
-
-
-def _resampled(values: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
-    """The statistic over RESAMPLES bootstrap resamples of `values`, in chunks to bound memory."""
-    n = len(values)
-    # Fewer resamples for very large samples: their intervals are narrow anyway, and time stays bounded.
-    resamples = RESAMPLES if n <= 20_000 else 200
-    out = np.empty(resamples)
-    chunk = max(1, min(resamples, 4_000_000 // max(n, 1)))
-    for lo in range(0, resamples, chunk):
-        hi = min(resamples, lo + chunk)
-        idx = rng.integers(0, n, size=(hi - lo, n), dtype=np.int64 if n > 2**31 else np.int32)
-        out[lo:hi] = stat(values[idx], axis=1)
-    return out
-
-
-MIN_SAMPLES = (
-    5  # below this many steps (or instances) per run no interval is given, so nothing is significant
-)
-
-
-def _clustered(values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap over clusters (e.g. the tokens of one decode step move together): resample clusters."""
-    order = np.argsort(clusters, kind="stable")
-    v, c = values[order], clusters[order]
-    bounds = np.flatnonzero(np.diff(c)) + 1
-    groups = np.split(v, bounds)
-    n = len(groups)
-    out = np.empty(RESAMPLES)
-    for i in range(RESAMPLES):
-        pick = rng.integers(0, n, size=n)
-        out[i] = stat(np.concatenate([groups[j] for j in pick]))
-    return out
 
 
 def _metric(
@@ -201,29 +164,20 @@ def _metric(
     units_b = len(np.unique(clusters_b)) if clusters_b is not None else len(b)
     if rng is not None and units_a >= MIN_SAMPLES and units_b >= MIN_SAMPLES:
         if clusters_a is not None and clusters_b is not None:
-            ra, rb = _clustered(a, clusters_a, stat, rng), _clustered(b, clusters_b, stat, rng)
+            ra, rb = clustered(a, clusters_a, stat, rng), clustered(b, clusters_b, stat, rng)
         else:
-            ra, rb = _resampled(a, stat, rng), _resampled(b, stat, rng)
-        ra, rb = (ra + offset_a) / scale_a, (rb + offset_b) / scale_b
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = 100.0 * (rb - ra) / ra
-        rel = rel[np.isfinite(rel)]
-        if len(rel):
-            tail = 100 * (1 - CONFIDENCE) / 2
-            lo, hi = np.percentile(rel, [tail, 100 - tail])
-            entry["ci_low_pct"], entry["ci_high_pct"] = float(lo), float(hi)
-            entry["significant"] = bool(lo > 0 or hi < 0)
+            ra, rb = resampled(a, stat, rng), resampled(b, stat, rng)
+        ci = interval((ra + offset_a) / scale_a, (rb + offset_b) / scale_b)
+        if ci is not None:
+            entry["ci_low_pct"], entry["ci_high_pct"] = ci
+            entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
     return entry
-
-
-def _pct(q):
-    return lambda x, axis=None: np.percentile(x, q, axis=axis)
 
 
 def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     metrics: list[dict] = []
-    stats = {"p50": _pct(50), "p99": _pct(99), "mean": np.mean}
+    stats = {"p50": pct(50), "p99": pct(99), "mean": np.mean}
     if a.step_dur is not None and b.step_dur is not None:
         for label, ma, mb in (
             ("", None, None),
@@ -255,7 +209,7 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
             if len(sa) and len(sb):
                 for q in (50, 95, 99):
                     metrics.append(
-                        _metric(f"itl.{label}p{q}_ms", sa, sb, _pct(q), rng=rng, clusters_a=ca, clusters_b=cb)
+                        _metric(f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, clusters_a=ca, clusters_b=cb)
                     )
     # Totals per decode step (run totals when a run has no steps).
     per_step = a.steps and b.steps

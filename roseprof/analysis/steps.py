@@ -9,39 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.steplog import StepLog
-
-DECODE_STEP = "roseinfer.decode_step"
-ROLLOVER_MARK = "roseinfer.kv.rollover"
-
-
-def _stats(values) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) == 0:
-        return {"count": 0, "p50_ns": None, "p99_ns": None, "mean_ns": None}
-    return {
-        "count": int(len(v)),
-        "p50_ns": float(np.percentile(v, 50)),
-        "p99_ns": float(np.percentile(v, 99)),
-        "mean_ns": float(v.mean()),
-    }
-
-
-def _ms_stats(values) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) == 0:
-        return {"count": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
-    return {
-        "count": int(len(v)),
-        "p50_ms": float(np.percentile(v, 50)),
-        "p95_ms": float(np.percentile(v, 95)),
-        "p99_ms": float(np.percentile(v, 99)),
-        "mean_ms": float(v.mean()),
-    }
+from roseprof.analysis.stats import ms_stats, ns_stats
+from roseprof.workload.roseinfer import DECODE_STEP, ROLLOVER_MARK
+from roseprof.workload.steplog import StepLogRecords
 
 
 def step_table(
-    names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLog | None, warnings
+    names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLogRecords | None, warnings
 ):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
@@ -115,9 +89,9 @@ def step_table(
 def steps_summary(rows: dict, region_cols: list[str]) -> dict:
     dur = np.asarray(rows["dur_ns"], dtype=np.float64)
     is_roll = np.asarray(rows["rollovers"]) > 0
-    out = _stats(dur)
+    out = ns_stats(dur)
     for label, mask in (("rollover", is_roll), ("normal", ~is_roll)):
-        group = _stats(dur[mask])
+        group = ns_stats(dur[mask])
         group["regions"] = {
             name: float(np.mean(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None
             for name in region_cols
@@ -143,7 +117,9 @@ def steps_summary(rows: dict, region_cols: list[str]) -> dict:
     return out
 
 
-def request_metrics(log: StepLog | None, step_rollovers: list[int] | None) -> tuple[dict | None, dict | None]:
+def request_metrics(
+    log: StepLogRecords | None, step_rollovers: list[int] | None
+) -> tuple[dict | None, dict | None]:
     """(itl summary, request summary) from the step log's per-token times."""
     if log is None or not log.requests:
         return None, None
@@ -169,21 +145,21 @@ def request_metrics(log: StepLog | None, step_rollovers: list[int] | None) -> tu
             at_roll[known] = rolls[steps[known]] > 0
             itl_roll.extend(gaps[at_roll].tolist())
             itl_else.extend(gaps[~at_roll].tolist())
-    itl = _ms_stats(itl_all)
-    itl["at_rollover"] = _ms_stats(itl_roll)
-    itl["elsewhere"] = _ms_stats(itl_else)
+    itl = ms_stats(itl_all)
+    itl["at_rollover"] = ms_stats(itl_roll)
+    itl["elsewhere"] = ms_stats(itl_else)
     span_s = max(last_token - first_arrival, 1) / 1e9
     requests = {
         "count": len(log.requests),
         "completion_tokens": completion,
         "throughput_tok_s": completion / span_s,
-        "ttft": _ms_stats(ttft),
-        "tpot": _ms_stats(tpot),
+        "ttft": ms_stats(ttft),
+        "tpot": ms_stats(tpot),
     }
     return itl, requests
 
 
-def itl_series(log: StepLog | None, step_rollovers: list[int] | None) -> list[dict]:
+def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> list[dict]:
     """Per request: token index, time since the first arrival (ms), ITL (ms), whether at a rollover step."""
     if log is None or not log.requests:
         return []

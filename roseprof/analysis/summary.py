@@ -5,42 +5,30 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.stats import group_percentiles
 from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
-from roseprof.nsys_sqlite import NsysTrace
-from roseprof.steplog import StepLog
+from roseprof.model import Trace
+from roseprof.workload.steplog import StepLogRecords
 
 SUMMARY_SCHEMA = 1
 
 
-def _group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict[int, list[float]]:
-    """Percentiles of `values` per distinct key (linear interpolation, as numpy and `nsys stats` medians)."""
-    out: dict[int, list[float]] = {}
-    if len(keys) == 0:
-        return out
-    order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    bounds = np.flatnonzero(np.diff(k)) + 1
-    for chunk_k, chunk_v in zip(np.split(k, bounds), np.split(v, bounds)):
-        out[int(chunk_k[0])] = [float(np.percentile(chunk_v, q)) for q in qs]
-    return out
-
-
-def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
+def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it."""
     warnings: list[str] = []
-    start, end, tid = trace.range_start, trace.range_end, trace.range_tid
+    start, end, tid = trace.ranges.start, trace.ranges.end, trace.ranges.tid
     tree = build_tree(start, end, tid)
     gpu = attribute_gpu_ops(
         start,
         end,
         tid,
         tree,
-        trace.op_kind,
-        trace.op_start,
-        trace.op_end,
-        trace.api_start,
-        trace.api_end,
-        trace.api_tid,
+        trace.ops.kind,
+        trace.ops.start,
+        trace.ops.end,
+        trace.ops.api_start,
+        trace.ops.api_end,
+        trace.ops.api_tid,
     )
     dur = end - start
     has_gpu = trace.has_gpu
@@ -48,8 +36,8 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
     # Regions: one row per (domain, name), like `nsys stats`' NVTX summary.
     regions = []
     if len(start):
-        key = trace.range_domain * (len(trace.names) + 1) + trace.range_name
-        pct = _group_percentiles(key, dur)
+        key = trace.ranges.domain * (len(trace.names) + 1) + trace.ranges.name
+        pct = group_percentiles(key, dur)
         uniq, inverse = np.unique(key, return_inverse=True)
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=dur)
@@ -78,14 +66,14 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
 
     # Kernels: one row per (kernel name, innermost region it was launched in).
     kernels = []
-    is_kernel = trace.op_kind == 0
+    is_kernel = trace.ops.kind == 0
     if is_kernel.any():
-        k_name = trace.op_name[is_kernel]
+        k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
-        k_region = np.where(k_range >= 0, trace.range_name[np.maximum(k_range, 0)], -1)
-        k_dur = (trace.op_end - trace.op_start)[is_kernel]
+        k_region = np.where(k_range >= 0, trace.ranges.name[np.maximum(k_range, 0)], -1)
+        k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
         key = k_name * (len(trace.names) + 2) + (k_region + 1)
-        pct = _group_percentiles(key, k_dur, qs=(50,))
+        pct = group_percentiles(key, k_dur, qs=(50,))
         uniq, inverse = np.unique(key, return_inverse=True)
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=k_dur)
@@ -104,21 +92,21 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
 
     rows, region_cols = step_table(
-        trace.names,
+        trace.names.values,
         start,
         end,
-        trace.range_name,
+        trace.ranges.name,
         tree.parent,
         tree.depth,
-        trace.mark_ts,
-        trace.mark_name,
+        trace.marks.ts,
+        trace.marks.name,
         log,
         warnings,
     )
     steps = steps_summary(rows, region_cols) if rows else None
     itl, requests = request_metrics(log, rows["rollovers"] if rows else None)
     marks = {}
-    for m in trace.mark_name.tolist():
+    for m in trace.marks.name.tolist():
         marks[trace.names[m]] = marks.get(trace.names[m], 0) + 1
 
     gpu_idle = None
@@ -132,9 +120,9 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
         "kernels_outside_ranges": unattributed,
         "gpu_ops": {
             "kernels": int(is_kernel.sum()),
-            "kernel_ns": int((trace.op_end - trace.op_start)[is_kernel].sum()),
-            "memcpy": int((trace.op_kind == 1).sum()),
-            "memset": int((trace.op_kind == 2).sum()),
+            "kernel_ns": int((trace.ops.end - trace.ops.start)[is_kernel].sum()),
+            "memcpy": int((trace.ops.kind == 1).sum()),
+            "memset": int((trace.ops.kind == 2).sum()),
         }
         if has_gpu
         else None,
@@ -154,11 +142,11 @@ def analyse_nsys(trace: NsysTrace, log: StepLog | None) -> tuple[dict, dict]:
     return summary, tables
 
 
-def _gpu_idle_between_steps(rows: dict, trace: NsysTrace) -> dict:
+def _gpu_idle_between_steps(rows: dict, trace: Trace) -> dict:
     """GPU idle time inside each step window [step start, next step start): window minus merged busy time."""
     starts = np.asarray(rows["start_ns"], dtype=np.int64)
     bounds = np.append(starts, starts[-1] + np.asarray(rows["dur_ns"])[-1])
-    s, e = trace.op_start, trace.op_end
+    s, e = trace.ops.start, trace.ops.end
     # Merge overlapping ops (streams) into busy intervals, then clip them to windows.
     order = np.argsort(s)
     s, e = s[order], np.maximum.accumulate(e[order])

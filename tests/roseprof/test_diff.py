@@ -44,7 +44,7 @@ CAPTURES = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from roseprof.nsys_capture import find_nsys
+    from roseprof.drivers.nsys.capture import find_nsys
 
     if find_nsys() is None:
         pytest.skip("needs nsys")

@@ -63,14 +63,12 @@ class Run:
         return self.path.name
 
     def summary(self) -> dict:
-        path = self.path / "summary.json"
-        if not path.is_file():
-            raise RoseprofError(f"run {self.id} has no summary.json (status {self.manifest.get('status')})")
-        return read_json(path)
+        from roseprof.run.tables import read_summary  # tables imports this module
 
-    def table(self, name: str):
-        path = self.path / f"{name}.json"
-        return read_json(path) if path.is_file() else None
+        summary = read_summary(self.path)
+        if summary is None:
+            raise RoseprofError(f"run {self.id} has no summary.json (status {self.manifest.get('status')})")
+        return summary
 
 
 class RunWriter:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
-from plotly.offline import get_plotlyjs
 
-from roseprof.analysis.diff import RunData
-from roseprof.dashboard.figures import _layout, esc
-from roseprof.dashboard.html import ERROR_HOOK, RENDERER_VERSION, STYLE, _script_json
+from roseprof.render.figures import _layout, esc
+from roseprof.render.page import figure_divs, page, write_page
 
 COLORS = {"A": "#636efa", "B": "#ef553b"}
 
@@ -85,21 +81,21 @@ def _metrics_table(result: dict) -> str:
     return f'<div class="panel"><h2>All metrics (largest significant changes first)</h2><table><tr>{head}</tr>{"".join(rows)}</table></div>'
 
 
-def render_diff(a: RunData, b: RunData, result: dict, dashboards_dir) -> Path:
+def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
+    """`samples`: {"a"|"b": {"step_ns": [S] or None, "itl_ms": [T] or None}} of the two runs."""
+    a, b = samples["a"], samples["b"]
     figs = [
         _region_bars(result),
         _overlaid(
             "Decode step time",
-            None if a.step_dur is None else a.step_dur / 1e3,
-            None if b.step_dur is None else b.step_dur / 1e3,
+            None if a["step_ns"] is None else a["step_ns"] / 1e3,
+            None if b["step_ns"] is None else b["step_ns"] / 1e3,
             "step time (µs)",
         ),
-        _overlaid("Inter-token latency", a.itl, b.itl, "ITL (ms)"),
+        _overlaid("Inter-token latency", a["itl_ms"], b["itl_ms"], "ITL (ms)"),
         _kernel_deltas(result),
     ]
     figs = [f for f in figs if f is not None]
-    divs = "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(len(figs)))
-    specs = "[" + ",".join(pio.to_json(f, validate=False) for f in figs) + "]"
     k = result["kernels"]
     changes = "".join(
         f"<li>{label}: {html.escape(name)} ({t / 1e3:,.1f} µs/step)</li>"
@@ -111,29 +107,10 @@ def render_diff(a: RunData, b: RunData, result: dict, dashboards_dir) -> Path:
         gate = f"<b>gate ({result['threshold_pct']}%):</b> " + (
             html.escape(", ".join(result["regressions"])) if result["regressions"] else "no regression"
         )
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>roseprof diff</title>
-<meta name="roseprof-renderer" content="{RENDERER_VERSION}"><style>{STYLE}</style><script>{ERROR_HOOK}</script>
-<script>{get_plotlyjs()}</script></head>
-<body><header><h1>roseprof diff</h1>
-<div class="sub">A: {html.escape(result["a"]["id"])} &nbsp; B: {html.escape(result["b"]["id"])}</div></header>
-<div id="errors"></div>
-<main><div class="panel"><p>{html.escape(result["method"])}</p><p>{gate}</p>{f"<ul>{changes}</ul>" if changes else ""}</div>
-{divs}
+    main = f"""<div class="panel"><p>{html.escape(result["method"])}</p><p>{gate}</p>{f"<ul>{changes}</ul>" if changes else ""}</div>
+{figure_divs(len(figs))}
 {_metrics_table(result)}
-</main>
-<script id="figures" type="application/json">{_script_json(specs)}</script>
-<script>
-(function () {{
-  var specs = JSON.parse(document.getElementById('figures').textContent);
-  specs.forEach(function (spec, i) {{ Plotly.newPlot('fig' + i, spec.data, spec.layout, {{responsive: true, displaylogo: false}}); }});
-  document.body.setAttribute('data-figures', String(specs.length));
-}})();
-</script></body></html>
 """
+    sub = f"A: {result['a']['id']}   B: {result['b']['id']}"
     out = Path(dashboards_dir) / f"diff-{result['a']['id']}-vs-{result['b']['id']}.html"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    return write_page(page("roseprof diff", "roseprof diff", sub, main, figs), out)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from roseprof.nsys_capture import find_nsys
+from roseprof.drivers.nsys.capture import find_nsys
 from tests.helpers import roseprof
 
 pytestmark = pytest.mark.nsys
@@ -128,7 +128,7 @@ def test_ctrl_c_keeps_an_incomplete_run(tmp_path):
 
 
 def test_missing_importer_is_explained(tmp_path, monkeypatch):
-    from roseprof.nsys_capture import importer_problem
+    from roseprof.drivers.nsys.capture import importer_problem
 
     fake = tmp_path / "target-linux-x64" / "nsys"
     fake.parent.mkdir()
@@ -160,7 +160,7 @@ def test_import_of_an_nsys_rep(engine_capture, tmp_path):
 
 
 def test_report_from_a_newer_nsys_is_explained(tmp_path):
-    from roseprof.nsys_capture import nsys_version
+    from roseprof.drivers.nsys.capture import nsys_version
     from tests.helpers import DATA, assert_one_line_error
 
     if not nsys_version(find_nsys()).startswith("2022"):

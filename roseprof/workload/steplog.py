@@ -1,4 +1,4 @@
-"""Read the engine's step log (ROSEINFER_STEP_LOG, JSON lines; see roseinfer.tracing.StepLog)."""
+"""Read the engine's step log (ROSEINFER_STEP_LOG, JSON lines; written by roseinfer.tracing)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class StepLog:
+class StepLogRecords:
     meta: dict = field(default_factory=dict)
     steps: list[dict] = field(default_factory=list)
     prefills: list[dict] = field(default_factory=list)
@@ -16,10 +16,10 @@ class StepLog:
     bad_lines: int = 0  # e.g. a last line cut short when the capture was interrupted
 
 
-def read_steplog(path: str) -> StepLog | None:
+def read_steplog(path: str) -> StepLogRecords | None:
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return None
-    log = StepLog()
+    log = StepLogRecords()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             try:

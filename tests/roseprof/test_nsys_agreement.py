@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from roseprof.analysis.summary import analyse_nsys
-from roseprof.nsys_sqlite import read_nsys_sqlite
-from roseprof.steplog import read_steplog
+from roseprof.analysis.summary import analyse
+from roseprof.drivers.nsys.reader import read_nsys_sqlite
+from roseprof.workload.steplog import read_steplog
 
-DATA = Path(__file__).parent / "data" / "nsys"
+DATA = Path(__file__).parent.parent / "data" / "nsys"
 CPU = "cpu-nsys2022.4-nvtx"
 MATMUL = "h100-nsys2025.3-matmul-nvtx"
 DECODE = "h100-nsys2025.3-roseinfer-decode"
@@ -43,7 +43,7 @@ def summaries():
     out = {}
     for base in (CPU, MATMUL, DECODE):
         log = DATA / f"{base}.steplog.jsonl"
-        out[base] = analyse_nsys(
+        out[base] = analyse(
             read_nsys_sqlite(str(DATA / f"{base}.sqlite")), read_steplog(str(log)) if log.exists() else None
         )[0]
     return out

@@ -14,16 +14,12 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from roseprof.workload.roseinfer import STEP_BREAKDOWN
+
 MAX_STEP_BARS = 1500
 MAX_ITL_POINTS = 20000
 MAX_ITL_REQUESTS = 64
-BREAKDOWN = (
-    ("build_block_tables", "roseinfer.decode_step_sessions.build_block_tables"),
-    ("h2d", "roseinfer.decode_step_sessions.h2d_block_tables"),
-    ("forward", "roseinfer.model.forward"),
-    ("kv.append", "roseinfer.kv.append_token"),
-    ("sample", "roseinfer.sample"),
-)
+BREAKDOWN = STEP_BREAKDOWN
 ROLLOVER = "#d62728"
 
 

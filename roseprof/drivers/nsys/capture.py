@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.model import Trace
+from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
 # Nsight Compute (see shared/gpu/README.md): it works once its importer folder and libdw are in place.
@@ -101,7 +103,7 @@ def profile(
     if capture_range != "none":
         argv.append(f"--capture-range={capture_range}")
         if capture_range == "nvtx":
-            argv.append(f"--nvtx-capture={nvtx_capture or 'roseinfer.decode_step'}")
+            argv.append(f"--nvtx-capture={nvtx_capture or DECODE_STEP}")
             argv.append("--capture-range-end=none")
     argv += cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
     with open(log_path, "wb") as log:
@@ -148,7 +150,9 @@ def finish_report(nsys: str, out_base: Path) -> Path:
     raise CaptureFailed(f"nsys left only {qdstrm.name}: {importer_problem(nsys)}")
 
 
-def export_sqlite(nsys: str, rep: Path, out: Path) -> Path:
+def export_sqlite(nsys: str, rep: Path, out: Path, label: str | None = None) -> Path:
+    """`nsys export --type sqlite`; errors name `label` (the user's file) when given."""
+    label = label or rep.name
     proc = subprocess.run(
         [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out}", str(rep)],
         capture_output=True,
@@ -159,9 +163,56 @@ def export_sqlite(nsys: str, rep: Path, out: Path) -> Path:
         text = (proc.stderr or proc.stdout).strip()
         if "Version not supported" in text:
             raise RoseprofError(
-                f"{rep.name} was written by a newer Nsight Systems than this nsys ({nsys_version(nsys)}) can read: "
+                f"{label} was written by a newer Nsight Systems than this nsys ({nsys_version(nsys)}) can read: "
                 "export it where it was made (nsys export --type sqlite) and import the .sqlite"
             )
         last = text.splitlines()[-1:] or ["no output"]
-        raise RoseprofError(f"nsys export failed on {rep.name}: {last[0]}")
+        raise RoseprofError(f"nsys export failed on {label}: {last[0]}")
     return out
+
+
+class NsysCapture:
+    """`roseprof nsys`: what the tool-neutral capture pipeline needs from Nsight Systems."""
+
+    tool = "nsys"
+
+    def __init__(
+        self, trace: str | None, capture_range: str, nvtx_capture: str | None, has_gpu: bool
+    ) -> None:
+        nsys = find_nsys()
+        if nsys is None:
+            raise RoseprofError("nsys not found: set NSYS, put it on PATH, or run scripts/install-nsys.sh")
+        self.nsys = nsys
+        self.trace = trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
+        self.capture_range = capture_range
+        self.nvtx_capture = nvtx_capture
+
+    def engine_env(self) -> dict[str, str]:
+        return {NVTX_ENV: "1"}
+
+    def describe(self) -> dict:
+        return {
+            "path": self.nsys,
+            "version": nsys_version(self.nsys),
+            "trace": self.trace,
+            "capture_range": self.capture_range,
+        }
+
+    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+        return profile(
+            self.nsys,
+            cmd,
+            raw / "trace",
+            self.trace,
+            self.capture_range,
+            self.nvtx_capture,
+            env,
+            raw / "nsys.log",
+        )
+
+    def collect(self, raw: Path) -> Trace:
+        from roseprof.drivers.nsys.reader import read_nsys_sqlite
+
+        rep = finish_report(self.nsys, raw / "trace")
+        sqlite_path = export_sqlite(self.nsys, rep, raw / "trace.sqlite")
+        return read_nsys_sqlite(str(sqlite_path))

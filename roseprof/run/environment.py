@@ -7,15 +7,9 @@ import platform
 import socket
 import sys
 
-ENV_KEYS = (
-    "ROSEINFER_NVTX",
-    "ROSEINFER_RECORD_FUNCTION",
-    "ROSEINFER_STEP_LOG",
-    "ROSELLM_TRITON_KV_APPEND",
-    "ROSELLM_TRITON_KV_APPEND_MIN_BATCH",
-    "CUDA_VISIBLE_DEVICES",
-    "OMP_NUM_THREADS",
-)
+from roseprof.workload.roseinfer import ENV_KEYS as ENGINE_ENV_KEYS
+
+ENV_KEYS = ENGINE_ENV_KEYS + ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")
 
 
 def cpu_model() -> str:

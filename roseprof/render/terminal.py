@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from roseprof import units
-from roseprof.store import Run
+from roseprof.render import units
+from roseprof.run.store import Run
 
 
 def make_console() -> Console:

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from roseprof.browser import find_chromium
-from roseprof.nsys_capture import find_nsys
+from roseprof.drivers.nsys.capture import find_nsys
+from roseprof.render.headless import find_chromium
 from tests.helpers import DATA, roseprof
 
 pytestmark = pytest.mark.browser
@@ -54,7 +54,7 @@ SOURCES = {
 def page():
     if find_chromium() is None:
         pytest.skip("needs Chromium (scripts/install-chromium.sh)")
-    from roseprof.browser import chromium_page
+    from roseprof.render.headless import chromium_page
 
     with chromium_page() as p:
         yield p
@@ -70,7 +70,7 @@ def check_drawn(result, expect_at_least):
 
 @pytest.mark.parametrize("name", list(SOURCES))
 def test_fixture_dashboards_draw(page, tmp_path, name):
-    from roseprof.browser import load_dashboard
+    from roseprof.render.headless import load_dashboard
 
     path = _render(tmp_path, name, SOURCES[name])
     result = load_dashboard(page, path)
@@ -83,7 +83,7 @@ def test_fixture_dashboards_draw(page, tmp_path, name):
 def test_fresh_capture_dashboard_draws(page, tmp_path):
     if find_nsys() is None:
         pytest.skip("needs nsys")
-    from roseprof.browser import load_dashboard
+    from roseprof.render.headless import load_dashboard
 
     cmd = [
         sys.executable,
@@ -109,7 +109,7 @@ def test_fresh_capture_dashboard_draws(page, tmp_path):
 def test_hostile_names_are_text_and_never_run(page, tmp_path):
     if find_nsys() is None:
         pytest.skip("needs nsys")
-    from roseprof.browser import load_dashboard
+    from roseprof.render.headless import load_dashboard
 
     prog = tmp_path / "hostile.py"
     prog.write_text(HOSTILE_PROGRAM)
@@ -133,9 +133,9 @@ def test_telemetry_lane_draws(page, tmp_path):
     """A run with telemetry (as written on a GPU machine) gets the telemetry panel; CPU runs have none."""
     import shutil
 
-    from roseprof.browser import load_dashboard
-    from roseprof.dashboard.html import render_run
-    from roseprof.store import RunStore, write_json
+    from roseprof.render.headless import load_dashboard
+    from roseprof.render.run_dashboard import render_run
+    from roseprof.run.store import RunStore, write_json
 
     traces = tmp_path / "traces"
     assert (

@@ -1,4 +1,5 @@
-"""Read an Nsight Systems SQLite export into numpy columns: NVTX ranges and marks, GPU ops, API calls.
+"""Read an Nsight Systems SQLite export into the run model: NVTX ranges and marks, GPU ops and the API calls
+that launched them, threads, GPUs.
 
 Both schema generations in tests/data (nsys 2022.4, export schema 3.0; nsys 2025.3, schema 3.20) are read
 the same way; anything the reader does not know is refused with a one-line reason. Names follow `nsys stats`:
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from roseprof.errors import RoseprofError
+from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
 
 # ENUM_NSYS_EVENT_TYPE ids (stable across the schema versions we read).
 NVTX_MARK = 34
@@ -32,57 +33,23 @@ GPU_OP_TABLES = {
 }
 
 
-@dataclass
-class NsysTrace:
-    """Columns of one capture. Ranges are sorted by (thread, start, end descending)."""
-
-    tool_version: str
-    schema_version: str
-    names: list[str]  # range and kernel names, indexed by the *_name columns
-    domains: list[str]  # domain names, "" for the default domain
-    # NVTX ranges [R]
-    range_start: np.ndarray
-    range_end: np.ndarray
-    range_name: np.ndarray
-    range_domain: np.ndarray
-    range_tid: np.ndarray
-    range_style: np.ndarray  # 0 PushPop, 1 StartEnd
-    # NVTX marks [M]
-    mark_ts: np.ndarray
-    mark_name: np.ndarray
-    # GPU operations [G] joined to their launching API call (api_* = -1 where no call was found)
-    op_kind: np.ndarray  # 0 kernel, 1 memcpy, 2 memset
-    op_start: np.ndarray
-    op_end: np.ndarray
-    op_name: np.ndarray  # kernels: demangled name; copies/sets: a fixed label
-    api_start: np.ndarray
-    api_end: np.ndarray
-    api_tid: np.ndarray
-    gpus: list[dict] = field(default_factory=list)
-    threads: dict[int, str] = field(default_factory=dict)
-    session_start_utc_ns: int | None = None
-
-    @property
-    def has_gpu(self) -> bool:
-        return len(self.op_start) > 0
-
-
 def _fail(path: str, why: str) -> RoseprofError:
     return RoseprofError(f"{path}: {why}")
 
 
-def open_sqlite(path: str) -> sqlite3.Connection:
-    """Open read-only after checking the file really is an SQLite database."""
+def open_sqlite(path: str, label: str | None = None) -> sqlite3.Connection:
+    """Open read-only after checking the file really is an SQLite database (errors name `label`)."""
+    label = label or path
     if not os.path.exists(path):
-        raise _fail(path, "no such file")
+        raise _fail(label, "no such file")
     if os.path.isdir(path):
-        raise _fail(path, "is a folder, not an nsys SQLite export")
+        raise _fail(label, "is a folder, not an nsys SQLite export")
     size = os.path.getsize(path)
     if size == 0:
-        raise _fail(path, "is empty (0 bytes), not an nsys SQLite export")
+        raise _fail(label, "is empty (0 bytes), not an nsys SQLite export")
     with open(path, "rb") as fh:
         if fh.read(16) != b"SQLite format 3\x00":
-            raise _fail(path, "is not an SQLite database")
+            raise _fail(label, "is not an SQLite database")
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -92,11 +59,11 @@ def open_sqlite(path: str) -> sqlite3.Connection:
         )
     except sqlite3.DatabaseError as e:
         conn.close()
-        raise _fail(path, f"is not a readable SQLite database ({e})") from None
+        raise _fail(label, f"is not a readable SQLite database ({e})") from None
     if page_size * page_count > size:
         conn.close()
         raise _fail(
-            path,
+            label,
             f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}",
         )
     return conn
@@ -121,17 +88,19 @@ def _array(rows, dtype=np.int64) -> np.ndarray:
     return np.asarray(rows, dtype=dtype) if rows else np.zeros(0, dtype=dtype)
 
 
-def read_nsys_sqlite(path: str) -> NsysTrace:
-    conn = open_sqlite(path)
+def read_nsys_sqlite(path: str, label: str | None = None) -> Trace:
+    """Read the export at `path`; errors name `label` (the user's file) when given."""
+    label = label or path
+    conn = open_sqlite(path, label)
     try:
-        return _read(conn, path)
+        return _read(conn, label)
     except sqlite3.DatabaseError as e:
-        raise _fail(path, f"could not be read as an nsys export ({e})") from None
+        raise _fail(label, f"could not be read as an nsys export ({e})") from None
     finally:
         conn.close()
 
 
-def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
+def _read(conn: sqlite3.Connection, path: str) -> Trace:
     tables = _tables(conn)
     meta = _export_meta(conn, tables)
     if not meta:
@@ -163,42 +132,24 @@ def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
                 f"NVTX_EVENTS lacks column(s) {', '.join(sorted(missing))}: unknown nsys schema {schema}",
             )
 
-    names: list[str] = []
-    name_index: dict[str, int] = {}
-
-    def intern(values) -> np.ndarray:
-        out = np.empty(len(values), dtype=np.int64)
-        for i, v in enumerate(values):
-            v = "" if v is None else v
-            j = name_index.get(v)
-            if j is None:
-                j = name_index[v] = len(names)
-                names.append(v)
-            out[i] = j
-        return out
-
+    names = Names()
     domains = [""]
     if has_nvtx:
-        ranges, marks, domains = _read_nvtx(conn)
+        range_rows, mark_rows, domains = _read_nvtx(conn)
     else:
-        ranges, marks = [], []
-    r = list(zip(*ranges)) if ranges else [[]] * 6
-    order_cols = (
-        _array(r[0]),
-        _array(r[1]),
-        intern(r[2]) if ranges else _array([]),
-        _array(r[3]),
-        _array(r[4]),
-        _array(r[5]),
-    )
-    start, end, name, dom, tid, style = order_cols
-    order = np.lexsort(
-        (-end, start, tid)
-    )  # by thread, then start, then longest first (parents before children)
-    m = list(zip(*marks)) if marks else [[], []]
-
-    ops = _read_gpu_ops(conn, tables, intern)
-    gpus = _read_gpus(conn, tables)
+        range_rows, mark_rows = [], []
+    r = list(zip(*range_rows)) if range_rows else [[]] * 6
+    ranges = Ranges(
+        start=_array(r[0]),
+        end=_array(r[1]),
+        name=names.intern_many(r[2]),
+        domain=_array(r[3]),
+        tid=_array(r[4]),
+        style=_array(r[5]),
+    ).sort()
+    ops = _read_gpu_ops(conn, tables, names)
+    m = list(zip(*mark_rows)) if mark_rows else [[], [], []]
+    marks = Marks(ts=_array(m[0]), name=names.intern_many(m[1]), tid=_array(m[2]))
     threads = {}
     if "ThreadNames" in tables:
         for name_id, gtid in conn.execute(
@@ -211,28 +162,21 @@ def _read(conn: sqlite3.Connection, path: str) -> NsysTrace:
     ):
         row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         session = int(row[0]) if row and row[0] is not None else None
-    return NsysTrace(
-        tool_version=meta.get("EXPORT_PRODUCT_VERSION", "?"),
-        schema_version=schema,
+    return Trace(
+        tool=Tool("nsys", meta.get("EXPORT_PRODUCT_VERSION", "?"), schema),
         names=names,
         domains=domains,
-        range_start=start[order],
-        range_end=end[order],
-        range_name=name[order],
-        range_domain=dom[order],
-        range_tid=tid[order],
-        range_style=style[order],
-        mark_ts=_array(m[0]),
-        mark_name=intern(m[1]) if marks else _array([]),
-        gpus=gpus,
+        ranges=ranges,
+        marks=marks,
+        ops=ops,
         threads=threads,
+        gpus=_read_gpus(conn, tables),
         session_start_utc_ns=session,
-        **ops,
     )
 
 
 def _read_nvtx(conn: sqlite3.Connection):
-    """Ranges as (start, end, name, domain index, tid, style) and marks as (ts, name)."""
+    """Ranges as (start, end, name, domain index, tid, style) and marks as (ts, name, tid)."""
     # Domains are per process: (domainId, pid bits of globalTid) -> name, as nsys stats joins them.
     domain_rows = conn.execute(
         f"SELECT domainId, globalTid & 0x0000FFFFFF000000, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"
@@ -267,7 +211,8 @@ def _read_nvtx(conn: sqlite3.Connection):
         for start, end, text, dom, pid_bits, gtid, etype in rows
     ]
     marks = conn.execute(
-        f"""SELECT e.start, coalesce(s.value, e.text) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id
+        f"""SELECT e.start, coalesce(s.value, e.text), coalesce(e.globalTid, 0)
+            FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id
             WHERE e.eventType = {NVTX_MARK} ORDER BY e.start"""
     ).fetchall()
     return ranges, marks, domains
@@ -281,49 +226,59 @@ def _fetch_columns(conn: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray
     return np.array(rows, dtype=np.int64).reshape(-1, ncols)
 
 
-def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], intern) -> dict[str, np.ndarray]:
+def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], names: Names) -> GpuOps:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
     parts, corr_sources = [], []
     for kind, (label, table) in enumerate(GPU_OP_TABLES.items()):
         if table not in tables:
             continue
+        cols = _columns(conn, table)
         if label == "kernel":
-            cols = _columns(conn, table)
             name_col = "demangledName" if "demangledName" in cols else "shortName"
             name_expr = f"coalesce({name_col}, -1)"
         else:
             name_expr = "-1"
+        optional = [
+            f"coalesce({c}, -1)" if c in cols else "-1" for c in ("deviceId", "streamId", "graphNodeId")
+        ]
         arr = _fetch_columns(
             conn,
-            f"SELECT start, end, {name_expr}, coalesce(correlationId, -1), coalesce(globalPid, -1), {kind} FROM {table}",
-            6,
+            f"SELECT start, end, {name_expr}, coalesce(correlationId, -1), coalesce(globalPid, -1), {kind}, "
+            f"{', '.join(optional)} FROM {table}",
+            9,
         )
         if len(arr):
             parts.append(arr)
             corr_sources.append(f"SELECT correlationId FROM {table}")
-    ops = np.concatenate(parts) if parts else np.zeros((0, 6), dtype=np.int64)
-    op_start, op_end, op_name_sid, op_corr, op_pid, op_kind = (ops[:, i] for i in range(6))
+    ops = np.concatenate(parts) if parts else np.zeros((0, 9), dtype=np.int64)
+    op_start, op_end, op_name_sid, op_corr, op_pid, op_kind, device, stream, graph_node = (
+        ops[:, i] for i in range(9)
+    )
     # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.
     op_name = np.zeros(len(ops), dtype=np.int64)
+    strings: dict[int, str] = {}
     if len(ops):
         is_kernel = op_kind == 0
         sids, inverse = np.unique(op_name_sid[is_kernel], return_inverse=True)
-        strings = dict(conn.execute("SELECT id, value FROM StringIds").fetchall()) if len(sids) else {}
-        op_name[is_kernel] = intern([strings.get(int(i), f"[unknown kernel {int(i)}]") for i in sids])[
-            inverse
-        ]
+        strings = dict(conn.execute("SELECT id, value FROM StringIds").fetchall())
+        op_name[is_kernel] = names.intern_many(
+            [strings.get(int(i), f"[unknown kernel {int(i)}]") for i in sids]
+        )[inverse]
         for kind, label in ((1, "[CUDA memcpy]"), (2, "[CUDA memset]")):
-            op_name[op_kind == kind] = intern([label])[0]
+            op_name[op_kind == kind] = names.intern(label)
     api_start = np.full(len(ops), -1, dtype=np.int64)
     api_end = api_start.copy()
     api_tid = api_start.copy()
+    api_sid = api_start.copy()
     if len(ops) and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+        has_name = "nameId" in _columns(conn, "CUPTI_ACTIVITY_KIND_RUNTIME")
         # Only the API calls that launched GPU work (most calls launch none).
         rt = _fetch_columns(
             conn,
-            "SELECT correlationId, globalTid, start, end FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+            f"SELECT correlationId, globalTid, start, end, {'coalesce(nameId, -1)' if has_name else '-1'} "
+            "FROM CUPTI_ACTIVITY_KIND_RUNTIME "
             f"WHERE correlationId IN ({' UNION ALL '.join(corr_sources)})",
-            4,
+            5,
         )
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
         for pid in np.unique(op_pid):
@@ -339,16 +294,27 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], intern) -> dict[st
             src = corr_sorted[pos_ok[hit]]
             dst = ops_i[hit]
             api_tid[dst], api_start[dst], api_end[dst] = rt[src, 1], rt[src, 2], rt[src, 3]
+            api_sid[dst] = rt[src, 4]
+    # Launching calls' names (cudaLaunchKernel, cudaGraphLaunch, ...), interned after the ops' own names.
+    api_name = np.full(len(ops), -1, dtype=np.int64)
+    known = api_sid >= 0
+    if known.any():
+        sids, inverse = np.unique(api_sid[known], return_inverse=True)
+        api_name[known] = names.intern_many([strings.get(int(i), "?") for i in sids])[inverse]
     order = np.argsort(op_start, kind="stable")
-    return {
-        "op_kind": op_kind[order],
-        "op_start": op_start[order],
-        "op_end": op_end[order],
-        "op_name": op_name[order],
-        "api_start": api_start[order],
-        "api_end": api_end[order],
-        "api_tid": api_tid[order],
-    }
+    return GpuOps(
+        kind=op_kind[order],
+        start=op_start[order],
+        end=op_end[order],
+        name=op_name[order],
+        device=device[order],
+        stream=stream[order],
+        graph_node=graph_node[order],
+        api_start=api_start[order],
+        api_end=api_end[order],
+        api_tid=api_tid[order],
+        api_name=api_name[order],
+    )
 
 
 def _read_gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict]:

@@ -1,57 +1,16 @@
-"""One self-contained HTML file per run: summary cards, plotly figures, tables. Works offline (plotly.js inline).
-
-Nothing from a trace is ever inserted as markup: tables and cards go through html.escape, figure JSON is
-escaped so that no `</script>` or `<!--` in a name can end the script element, and plotly labels are escaped
-in figures.py. A small error hook shows any JavaScript error in a banner (and tests read it).
-"""
+"""The run dashboard: summary cards, plotly figures and tables of one stored run, in the shared page shell."""
 
 from __future__ import annotations
 
 import datetime as dt
 import html
-import json
 import os
 from pathlib import Path
 
-import plotly.io as pio
-from plotly.offline import get_plotlyjs
-
-from roseprof import units
-from roseprof.dashboard import figures
-from roseprof.store import Run, read_json
-
-RENDERER_VERSION = "1"
-
-STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
-header{padding:16px 24px;background:#1d2330;color:#fff}header h1{margin:0;font-size:20px}
-header .sub{opacity:.75;font-size:13px;margin-top:4px;word-break:break-all}
-main{padding:16px 24px;max-width:1400px}
-.cards{display:flex;flex-wrap:wrap;gap:12px;margin-bottom:16px}
-.card{background:#fff;border-radius:8px;padding:10px 14px;box-shadow:0 1px 2px #0002;min-width:150px}
-.card .k{font-size:12px;color:#667}.card .v{font-size:18px;font-weight:600;margin-top:2px;word-break:break-all}
-.panel{background:#fff;border-radius:8px;padding:8px;margin-bottom:16px;box-shadow:0 1px 2px #0002}
-table{border-collapse:collapse;font-size:13px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
-th:first-child,td:first-child{text-align:left;word-break:break-all}
-table.kernels td:first-child{min-width:260px}table.kernels td:nth-child(2){text-align:left;font-family:monospace;font-size:12px;word-break:break-all}
-h2{font-size:16px;margin:8px}#errors{display:none;background:#fdd;color:#900;padding:8px 24px}
-footer{font-size:12px;color:#667;padding:8px 24px 24px}
-"""
-
-ERROR_HOOK = """
-window.__dashboardErrors = [];
-window.addEventListener('error', function (e) {
-  window.__dashboardErrors.push(String(e.message));
-  var box = document.getElementById('errors');
-  if (box) { box.style.display = 'block'; box.textContent = 'Dashboard error: ' + window.__dashboardErrors.join(' | '); }
-});
-"""
-
-
-def _script_json(obj) -> str:
-    """JSON that is safe inside <script>: no '<', '>' or '&' survive as themselves."""
-    text = obj if isinstance(obj, str) else json.dumps(obj)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+from roseprof.render import figures, units
+from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
+from roseprof.run import tables
+from roseprof.run.store import Run
 
 
 def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
@@ -158,8 +117,8 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
 
 
 def build_figures(run: Run, summary: dict) -> list:
-    steps = run.table("steps")
-    itl = run.table("itl")
+    steps = tables.read_steps(run.path)
+    itl = tables.read_itl(run.path)
     out = [
         figures.region_bars(summary),
         figures.step_breakdown(steps),
@@ -168,7 +127,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
         figures.gpu_idle(steps),
-        figures.telemetry(run.table("telemetry")),
+        figures.telemetry(tables.read_telemetry(run.path)),
     ]
     return [f for f in out if f is not None]
 
@@ -181,41 +140,18 @@ def render_run(run: Run, out_path: Path) -> Path:
         f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(str(v))}</div></div>'
         for k, v in _cards(run, summary)
     )
-    divs = "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(len(figs)))
-    specs = "[" + ",".join(pio.to_json(f, validate=False) for f in figs) + "]"
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in summary.get("warnings") or [])
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>roseprof · {html.escape(run.id)}</title>
-<meta name="roseprof-renderer" content="{RENDERER_VERSION}">
-<style>{STYLE}</style><script>{ERROR_HOOK}</script>
-<script>{get_plotlyjs()}</script></head>
-<body><header><h1>{html.escape(run.manifest.get("name", run.id))}</h1><div class="sub">{html.escape(run.id)}</div></header>
-<div id="errors"></div>
-<main><div class="cards">{cards}</div>
+    main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
-{divs}
+{figure_divs(len(figs))}
 {_region_table(summary)}
 {_kernels_by_region(summary)}
-</main>
-<footer>Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
-Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
-never in the tables.</footer>
-<script id="figures" type="application/json">{_script_json(specs)}</script>
-<script>
-(function () {{
-  var specs = JSON.parse(document.getElementById('figures').textContent);
-  specs.forEach(function (spec, i) {{
-    Plotly.newPlot('fig' + i, spec.data, spec.layout, {{responsive: true, displaylogo: false}});
-  }});
-  document.body.setAttribute('data-figures', String(specs.length));
-}})();
-</script></body></html>
 """
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".part")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out_path)
-    return out_path
+    footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
+Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
+never in the tables."""
+    text = page(f"roseprof · {run.id}", run.manifest.get("name", run.id), run.id, main, figs, footer)
+    return write_page(text, out_path)
 
 
 def dashboard_path(run: Run, dashboards_dir: str | os.PathLike) -> Path:
@@ -237,6 +173,3 @@ def ensure_dashboard(run: Run, dashboards_dir) -> Path:
     if is_stale(run, path):
         render_run(run, path)
     return path
-
-
-__all__ = ["render_run", "ensure_dashboard", "dashboard_path", "is_stale", "read_json"]

@@ -1,1 +1,0 @@
-"""HTML dashboards: figures built from a stored run (figures.py), laid out into one offline file (html.py)."""

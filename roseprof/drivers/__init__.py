@@ -1,0 +1,60 @@
+"""Drivers: one folder per tool (nsys/, and torch/ and ncu/ as they land), each turning the tool's files into
+the run model (`roseprof.model.Trace`) and, where the tool can be run, capturing a command with it.
+
+The registry picks a driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
+"traceEvents" key, ncu's CSV header), so an unknown file gets one clear line instead of a wrong reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from roseprof.errors import RoseprofError
+from roseprof.model import Trace
+
+SNIFF_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Reader:
+    """How one tool's file becomes a Trace.
+
+    read(path, raw_dir, label): `path` is the run's own copy of the user's file (in raw_dir, where any
+    conversion, e.g. an nsys export, also writes); `label` is how errors name the file: the user's path.
+    """
+
+    tool: str
+    description: str  # e.g. "nsys .sqlite export"
+    suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
+    sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
+    read: Callable[[Path, Path, str], Trace]
+
+
+def readers() -> list[Reader]:
+    from roseprof.drivers.nsys import READERS as NSYS
+
+    return [*NSYS]
+
+
+def pick_reader(path: Path, label: str | None = None) -> Reader:
+    """The reader for `path`: by suffix first, then by content; one clear line when none fits."""
+    label = label or str(path)
+    name = path.name.lower()
+    by_suffix = [r for r in readers() if any(name.endswith(s) for s in r.suffixes)]
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError as e:
+        raise RoseprofError(f"{label}: cannot read ({e.strerror})") from None
+    for r in by_suffix:
+        if r.sniff(head) or len(by_suffix) == 1 and not any(o.sniff(head) for o in readers()):
+            return r
+    for r in readers():
+        if r.sniff(head):
+            return r
+    known = ", ".join(sorted({r.description for r in readers()}))
+    if not head:
+        raise RoseprofError(f"{label}: is empty (0 bytes); roseprof import reads {known}")
+    raise RoseprofError(f"{label}: not a file roseprof can read (it reads {known})")

@@ -1,0 +1,88 @@
+"""The HTML page shell shared by run and diff dashboards: one self-contained file, plotly.js inline, offline.
+
+Nothing from a trace is ever inserted as markup: callers escape text with html.escape, figure JSON is
+escaped here so that no `</script>` or `<!--` in a name can end the script element, and plotly labels are
+escaped in figures.py. A small error hook shows any JavaScript error in a banner (and tests read it).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+RENDERER_VERSION = "1"
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+header{padding:16px 24px;background:#1d2330;color:#fff}header h1{margin:0;font-size:20px}
+header .sub{opacity:.75;font-size:13px;margin-top:4px;word-break:break-all}
+main{padding:16px 24px;max-width:1400px}
+.cards{display:flex;flex-wrap:wrap;gap:12px;margin-bottom:16px}
+.card{background:#fff;border-radius:8px;padding:10px 14px;box-shadow:0 1px 2px #0002;min-width:150px}
+.card .k{font-size:12px;color:#667}.card .v{font-size:18px;font-weight:600;margin-top:2px;word-break:break-all}
+.panel{background:#fff;border-radius:8px;padding:8px;margin-bottom:16px;box-shadow:0 1px 2px #0002}
+table{border-collapse:collapse;font-size:13px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
+th:first-child,td:first-child{text-align:left;word-break:break-all}
+table.kernels td:first-child{min-width:260px}table.kernels td:nth-child(2){text-align:left;font-family:monospace;font-size:12px;word-break:break-all}
+h2{font-size:16px;margin:8px}#errors{display:none;background:#fdd;color:#900;padding:8px 24px}
+footer{font-size:12px;color:#667;padding:8px 24px 24px}
+"""
+
+ERROR_HOOK = """
+window.__dashboardErrors = [];
+window.addEventListener('error', function (e) {
+  window.__dashboardErrors.push(String(e.message));
+  var box = document.getElementById('errors');
+  if (box) { box.style.display = 'block'; box.textContent = 'Dashboard error: ' + window.__dashboardErrors.join(' | '); }
+});
+"""
+
+
+def script_json(obj) -> str:
+    """JSON that is safe inside <script>: no '<', '>' or '&' survive as themselves."""
+    text = obj if isinstance(obj, str) else json.dumps(obj)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def figure_divs(count: int) -> str:
+    return "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(count))
+
+
+def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str = "") -> str:
+    """A whole page: `heading`/`sub`/`title` are plain text (escaped here); `main` and `footer` are markup the
+    caller built (with its own text escaped); `figs` are plotly figures drawn into figure_divs(len(figs))."""
+    specs = "[" + ",".join(pio.to_json(f, validate=False) for f in figs) + "]"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<meta name="roseprof-renderer" content="{RENDERER_VERSION}">
+<style>{STYLE}</style><script>{ERROR_HOOK}</script>
+<script>{get_plotlyjs()}</script></head>
+<body><header><h1>{html.escape(heading)}</h1><div class="sub">{html.escape(sub)}</div></header>
+<div id="errors"></div>
+<main>{main}</main>
+{f"<footer>{footer}</footer>" if footer else ""}
+<script id="figures" type="application/json">{script_json(specs)}</script>
+<script>
+(function () {{
+  var specs = JSON.parse(document.getElementById('figures').textContent);
+  specs.forEach(function (spec, i) {{
+    Plotly.newPlot('fig' + i, spec.data, spec.layout, {{responsive: true, displaylogo: false}});
+  }});
+  document.body.setAttribute('data-figures', String(specs.length));
+}})();
+</script></body></html>
+"""
+
+
+def write_page(text: str, out_path: Path) -> Path:
+    """Write atomically: a reader never sees half a page."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, out_path)
+    return out_path

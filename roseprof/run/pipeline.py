@@ -1,0 +1,151 @@
+"""From a capture or a file to a finished run, through any driver: run the tool, read its file into the model,
+analyse, store. The status and exit code rules live here once for every tool:
+
+    complete    (exit 0)   the command succeeded and its trace was read
+    failed      (exit 1)   the command failed; what the tool wrote is kept and read where possible
+    failed      (exit 3)   the profiler itself failed and left nothing to read
+    incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
+
+`analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
+run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
+("steps", "step_regions") and the per-request ITL series ("itl_series").
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from roseprof.drivers import pick_reader
+from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.model import Trace
+from roseprof.run import environment, tables
+from roseprof.run.store import Run, RunStore
+from roseprof.run.telemetry import TelemetrySampler
+from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
+
+Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
+
+
+class Capturer(Protocol):
+    """What a driver's capture provides (see drivers/nsys/capture.py: NsysCapture)."""
+
+    tool: str
+
+    def engine_env(self) -> dict[str, str]: ...  # switches the engine needs for this tool (e.g. NVTX on)
+
+    def describe(self) -> dict: ...  # the manifest's record of the tool and its options
+
+    def run(
+        self, cmd: list[str], env: dict[str, str], raw: Path
+    ) -> tuple[int, bool]: ...  # (rc, interrupted)
+
+    def collect(self, raw: Path) -> Trace: ...  # the finished capture's file(s), read into the model
+
+
+@dataclass
+class CaptureOutcome:
+    run: Run
+    exit_code: int  # 0 complete; 1 the command failed; 3 the profiler failed; 130 interrupted
+    summary: dict | None
+
+
+def capture(
+    store: RunStore, capturer: Capturer, command: list[str], name: str, gpus: list[dict], analyse: Analyse
+) -> CaptureOutcome:
+    writer = store.new_run(name, capturer.tool)
+    env = dict(os.environ)
+    env.update(capturer.engine_env())
+    env[STEP_LOG_ENV] = str(writer.path / STEPLOG_FILE)
+    writer.manifest.update(
+        command=command,
+        cwd=os.getcwd(),
+        environment=environment.describe(env),
+        gpus=gpus,
+        **{capturer.tool: capturer.describe()},
+    )
+    status, exit_code, message, summary = "complete", 0, None, None
+    sampler = TelemetrySampler()
+    sampling = bool(gpus) and sampler.start()
+    try:
+        rc, interrupted = capturer.run(command, env, writer.raw)
+    except KeyboardInterrupt:
+        rc, interrupted = 130, True
+    except CaptureFailed as e:
+        writer.finish("failed", exit_code=3, message=str(e))
+        raise
+    finally:
+        samples = sampler.stop() if sampling else []
+    if samples:
+        tables.write_telemetry(writer.path, sampler.interval_s, samples)
+    writer.manifest["command_exit_code"] = rc
+    if interrupted:
+        status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"
+    elif rc != 0:
+        status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
+    try:
+        trace = capturer.collect(writer.raw)
+        summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse)
+    except (RoseprofError, KeyboardInterrupt) as e:
+        # Nothing to parse: keep the run (with the tool's own log) and say why.
+        status = "failed" if status == "complete" else status
+        why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
+        message = f"{message}; {why}" if message else why
+        exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
+    run = writer.finish(status, exit_code=exit_code, message=message)
+    return CaptureOutcome(run, exit_code, summary)
+
+
+def _ingest(writer, trace: Trace, steplog: Path | None, analyse: Analyse) -> dict:
+    """Analyse the trace and write the run's normalised files; returns the summary."""
+    summary, data = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
+    summary["run_id"] = writer.run_id
+    summary["tool"] = {"name": trace.tool.name, "version": trace.tool.version, "schema": trace.tool.format}
+    writer.manifest["tool"] = summary["tool"]
+    if trace.gpus and not writer.manifest.get("gpus"):
+        writer.manifest["gpus"] = trace.gpus
+    tables.write_trace(writer.path, trace)
+    tables.write_analysis(writer.path, summary, data["steps"], data["step_regions"], data["itl_series"])
+    return summary
+
+
+def import_file(store: RunStore, path: str, name: str | None, steplog: str | None, analyse: Analyse) -> Run:
+    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link)."""
+    src = Path(path)
+    if not src.exists():
+        raise RoseprofError(f"{path}: no such file")
+    if src.is_dir():
+        raise RoseprofError(
+            f"{path}: is a folder; give a trace file (roseprof import --help lists the kinds)"
+        )
+    reader = pick_reader(src, path)
+    if steplog is not None and not Path(steplog).is_file():
+        raise RoseprofError(f"{steplog}: no such step log")
+    writer = store.new_run(name or _stem(src.name, reader.suffixes), reader.tool)
+    try:
+        writer.manifest.update(source=str(src.resolve()), environment=environment.describe())
+        copy = writer.raw / src.name
+        # A copy, not a hard link: editing the user's file later must not change the run's raw data.
+        shutil.copyfile(src, copy)
+        trace = reader.read(copy, writer.raw, path)
+        log_path = None
+        if steplog is not None:
+            log_path = writer.path / STEPLOG_FILE
+            shutil.copyfile(steplog, log_path)
+        _ingest(writer, trace, log_path, analyse)
+    except BaseException:
+        writer.abort()  # bad input leaves no run folder behind
+        raise
+    return writer.finish("complete", exit_code=0, message=None)
+
+
+def _stem(filename: str, suffixes: tuple[str, ...]) -> str:
+    """The file's name without the suffix that chose its reader (trace.json.gz -> trace)."""
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if filename.lower().endswith(suffix) and len(filename) > len(suffix):
+            return filename[: -len(suffix)]
+    return Path(filename).stem or filename

@@ -1,0 +1,102 @@
+"""roseinfer as roseprof sees it: its region names, its step breakdown, its switches, its default command.
+
+These mirror `roseinfer.tracing` and `roseinfer.env` (a test checks that they agree) rather than importing
+them, so reading a stored run never imports the engine (nor torch).
+"""
+
+from __future__ import annotations
+
+import sys
+
+# Region names (stable API, as in roseinfer.tracing).
+DECODE_STEP = "roseinfer.decode_step"
+BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
+H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
+MODEL_FORWARD = "roseinfer.model.forward"
+KV_APPEND = "roseinfer.kv.append_token"
+PREFILL = "roseinfer.prefill"
+SAMPLE = "roseinfer.sample"
+SCHEDULER_STEP = "roseinfer.scheduler.step"
+REGION_NAMES = (
+    DECODE_STEP,
+    BUILD_BLOCK_TABLES,
+    H2D_BLOCK_TABLES,
+    MODEL_FORWARD,
+    KV_APPEND,
+    PREFILL,
+    SAMPLE,
+    SCHEDULER_STEP,
+)
+# An NVTX mark at a KV-block rollover: without a step log, a step that contains one is a rollover step.
+ROLLOVER_MARK = "roseinfer.kv.rollover"
+
+# The parts of a decode step, in the order the per-step breakdown stacks them: (short label, region).
+STEP_BREAKDOWN = (
+    ("build_block_tables", BUILD_BLOCK_TABLES),
+    ("h2d", H2D_BLOCK_TABLES),
+    ("forward", MODEL_FORWARD),
+    ("kv.append", KV_APPEND),
+    ("sample", SAMPLE),
+)
+
+# The engine's switches (roseinfer.env): captures set the first three; the manifest records them all.
+NVTX_ENV = "ROSEINFER_NVTX"
+RECORD_FUNCTION_ENV = "ROSEINFER_RECORD_FUNCTION"
+STEP_LOG_ENV = "ROSEINFER_STEP_LOG"
+ENV_KEYS = (
+    NVTX_ENV,
+    RECORD_FUNCTION_ENV,
+    STEP_LOG_ENV,
+    "ROSELLM_TRITON_KV_APPEND",
+    "ROSELLM_TRITON_KV_APPEND_MIN_BATCH",
+)
+
+STEPLOG_FILE = "steplog.jsonl"  # where a capture asks the engine to write its step log, in the run folder
+
+
+def default_command(device: str | None = None) -> list[str]:
+    """The built-in engine benchmark, sized for the machine: tens of seconds on CPU, GPT-2 small on a GPU."""
+    if device is None:
+        try:
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            device = "cpu"
+    common = [
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_streaming",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        "--no-stop-on-eos",
+        "--mode",
+        "online",
+    ]
+    if device == "cuda":
+        return common + [
+            "--hf-model-id",
+            "gpt2",
+            "--device",
+            "cuda",
+            "--num-requests",
+            "64",
+            "--max-batch-size",
+            "64",
+            "--max-new-tokens",
+            "256",
+        ]
+    return common + [
+        "--hf-model-id",
+        "gpt2-tiny",
+        "--device",
+        "cpu",
+        "--num-requests",
+        "16",
+        "--max-batch-size",
+        "16",
+        "--max-new-tokens",
+        "320",
+    ]

@@ -1,0 +1,126 @@
+"""The diff's statistics on synthetic samples: no capture needed, every number known in advance."""
+
+import numpy as np
+import pytest
+
+from roseprof.analysis import stats
+from roseprof.analysis.diff import compare, gate, kernel_changes, prepare, rank
+from roseprof.model import Names, Tool, Trace
+
+
+def run_data(step_ns, rollovers=None, itl_ms=None, regions=None):
+    """A run whose decode steps took step_ns (and whose tokens came at itl_ms, one request per step)."""
+    n = len(step_ns)
+    rows = {
+        "start_ns": np.cumsum([0, *step_ns[:-1]]).tolist(),
+        "dur_ns": list(step_ns),
+        "rollovers": list(rollovers if rollovers is not None else [0] * n),
+        "index": list(range(n)),
+    }
+    for name, values in (regions or {}).items():
+        rows[f"region:{name}"] = list(values)
+    steps = {"regions": list(regions or {}), "rows": rows}
+    itl = None
+    if itl_ms is not None:
+        itl = [
+            {
+                "id": 0,
+                "itl_ms": list(itl_ms),
+                "rollover": [False] * len(itl_ms),
+                "step": list(range(len(itl_ms))),
+            }
+        ]
+    return prepare({"regions": []}, steps, itl, Trace(Tool("test", "0"), names=Names()))
+
+
+def by_name(metrics):
+    return {m["name"]: m for m in metrics}
+
+
+def test_identical_runs_change_nothing():
+    rng = np.random.default_rng(1)
+    steps = (1e6 + rng.normal(0, 2e4, 200)).tolist()
+    m = by_name(compare(run_data(steps), run_data(steps)))
+    assert m["steps.p50_ns"]["delta_pct"] == 0
+    assert not any(x["significant"] for x in m.values())
+    assert gate(list(m.values()), 0.0, None) == []
+
+
+def test_a_doubled_step_time_is_significant_and_gated():
+    rng = np.random.default_rng(2)
+    a = (1e6 + rng.normal(0, 2e4, 100)).tolist()
+    b = (2e6 + rng.normal(0, 2e4, 100)).tolist()
+    metrics = compare(run_data(a), run_data(b))
+    m = by_name(metrics)["steps.p50_ns"]
+    assert m["delta_pct"] == pytest.approx(100, abs=5)
+    assert m["significant"] and m["ci_low_pct"] > 50 and m["ci_high_pct"] < 150
+    assert "steps.p50_ns" in [r["name"] for r in gate(metrics, 10.0, None)]
+    # Over the threshold only: +100% does not trip a 150% gate; no threshold never gates.
+    assert gate(metrics, 150.0, None) == []
+    assert gate(metrics, None, None) == []
+    # A faster run is no regression.
+    assert gate(compare(run_data(b), run_data(a)), 10.0, None) == []
+
+
+def test_the_gate_looks_only_at_the_named_metrics():
+    a = [1e6] * 50 + [1.1e6] * 50
+    b = [2e6] * 50 + [2.1e6] * 50
+    metrics = compare(run_data(a), run_data(b))
+    assert [r["name"] for r in gate(metrics, 10.0, ["steps.mean_ns"])] == ["steps.mean_ns"]
+    assert gate(metrics, 10.0, ["itl.*"]) == []
+
+
+def test_too_few_steps_get_no_interval():
+    m = by_name(compare(run_data([1e6] * 4), run_data([3e6] * 4)))["steps.p50_ns"]
+    assert m["delta_pct"] == pytest.approx(200)
+    assert m["ci_low_pct"] is None and not m["significant"]
+
+
+def test_per_step_region_metric_and_ranking():
+    a = run_data([1e6] * 20, regions={"r": [1e5] * 10 + [1.2e5] * 10})
+    b = run_data([1e6] * 20, regions={"r": [3e5] * 10 + [3.2e5] * 10})
+    metrics = rank(compare(a, b))
+    first = metrics[0]
+    assert first["significant"] and first["name"].startswith("steps.normal.regions")
+    assert all(not m["significant"] for m in metrics if m["name"].startswith("steps.p"))
+
+
+def test_kernel_changes_name_new_and_vanished():
+    a, b = run_data([1e6] * 5), run_data([1e6] * 5)
+    a.kernel_durations = {"gemm": np.array([10.0]), "old": np.array([5.0, 5.0])}
+    b.kernel_durations = {"gemm": np.array([10.0]), "new": np.array([20.0])}
+    changes = kernel_changes(a, b)
+    assert changes["new"] == [("new", 4.0)] and changes["vanished"] == [("old", 2.0)]
+
+
+def test_resampled_is_seeded_and_bounded():
+    values = np.arange(100, dtype=float)
+    r1 = stats.resampled(values, np.mean, np.random.default_rng(0))
+    r2 = stats.resampled(values, np.mean, np.random.default_rng(0))
+    assert len(r1) == stats.RESAMPLES and np.array_equal(r1, r2)
+    assert values.min() <= r1.min() and r1.max() <= values.max()
+    assert len(stats.resampled(np.ones(20_001), np.mean, np.random.default_rng(0))) == 200
+
+
+def test_clustered_resampling_keeps_clusters_together():
+    # Two clusters of identical values: any resample's mean is one of three values.
+    values = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 3.0])
+    clusters = np.array([0, 0, 0, 1, 1, 1])
+    out = stats.clustered(values, clusters, np.mean, np.random.default_rng(0))
+    assert set(np.round(out, 6)) <= {1.0, 2.0, 3.0}
+
+
+def test_interval_of_relative_change():
+    ra = np.full(1000, 100.0)
+    rb = np.linspace(110, 130, 1000)
+    lo, hi = stats.interval(ra, rb)
+    assert 10 < lo < 11 and 29 < hi < 30
+    assert stats.interval(np.zeros(10), np.ones(10)) is None
+
+
+def test_group_percentiles_match_numpy():
+    keys = np.array([2, 1, 2, 1, 2])
+    values = np.array([5.0, 1.0, 7.0, 3.0, 6.0])
+    out = stats.group_percentiles(keys, values)
+    assert out[1] == [np.percentile([1, 3], 50), np.percentile([1, 3], 99)]
+    assert out[2][0] == 6.0
