@@ -1,7 +1,7 @@
 """Our own GPT-2 forward. Attention reads and writes the paged KV cache through a context object.
 
 The model knows nothing of blocks: per layer it hands the new keys/values to `kv.append(layer, k, v)` and asks
-`kv.attend(layer, q, k, v)` for the attention output. `roseinfer.paged_kv` implements both for prefill
+`kv.attend(layer, q, k, v)` for the attention output. `roseinfer.kv_context` implements both for prefill
 (packed variable-length sequences) and decode (one token per sequence).
 """
 
