@@ -120,6 +120,25 @@ def region(name: str):
     return _Region(name)
 
 
+def time_calls(obj: object, labels: dict[str, str], into: dict[str, list[int]]) -> None:
+    """Host time of each call to some of `obj`'s methods, without a profiler: labels maps a method name to the
+    label its call times (perf_counter_ns) are appended under in `into`. Only this object's methods are wrapped
+    (an instance attribute shadows the class's), so nothing else pays for it. The engine and the runner say
+    which of their parts can be timed (`Engine.time_parts`); scripts/bench_decode_host.py reads the result."""
+    for name, label in labels.items():
+        method = getattr(obj, name)
+        into.setdefault(label, [])
+
+        def timed(*args, _method=method, _times=into[label], **kwargs):
+            t0 = time.perf_counter_ns()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                _times.append(time.perf_counter_ns() - t0)
+
+        setattr(obj, name, timed)
+
+
 class StepLogWriter:
     """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
     (roseprof reads it).

@@ -51,7 +51,7 @@ def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, 
     stats = llm.engine.stats
     assert stats["rollovers"] > 0 and stats["cow"] >= 1
     assert llm.engine.mgr.num_free() == llm.engine.mgr.num_blocks
-    assert llm.engine._inflight is None
+    assert llm.engine.runner.in_flight is None
 
 
 @pytest.mark.gpu
