@@ -275,8 +275,8 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
 
 
 def hbm_floor(engine: Engine) -> dict:
-    """What `roseinfer.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
-    from roseinfer import roofline
+    """What `roseinfer.bench.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
+    from roseinfer.bench import roofline
 
     bandwidth = roofline.copy_bandwidth(engine.device)
     return {
@@ -310,7 +310,7 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         return 2
     hf = None
     if args.compare_hf:
-        from roseinfer.hf_reference import hf_generate, to_hf
+        from roseinfer.bench.hf_reference import hf_generate, to_hf
 
         hf_model = to_hf(engine.model)
         prompts = pretokenized or tokenize(tokenizer, texts, 1)
