@@ -5,7 +5,12 @@ python -m roseinfer.benchmark_scheduler --num-requests 64 --max-batch-size 64 --
 
 import sys
 
-from roseinfer.benchmark_common import main
+from roseinfer.bench import common
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.main("benchmark_scheduler", __doc__, default_mode="offline", argv=argv)
+
 
 if __name__ == "__main__":
-    sys.exit(main("benchmark_scheduler", __doc__, default_mode="offline"))
+    sys.exit(main())

@@ -5,7 +5,12 @@ python -m roseinfer.benchmark_streaming --num-requests 16 --max-new-tokens 128 -
 
 import sys
 
-from roseinfer.benchmark_common import main
+from roseinfer.bench import common
+
+
+def main(argv: list[str] | None = None) -> int:
+    return common.main("benchmark_streaming", __doc__, default_mode="online", argv=argv)
+
 
 if __name__ == "__main__":
-    sys.exit(main("benchmark_streaming", __doc__, default_mode="online"))
+    sys.exit(main())

@@ -12,12 +12,20 @@ entry until it is reused, so a later request with the same prefix takes it back 
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from roseinfer import env
 from roseinfer.kernels import triton_available
+
+if TYPE_CHECKING:
+    from roseinfer.sequence import Sequence
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    return -(-num_tokens // block_size)
 
 
 class OutOfBlocks(RuntimeError):
@@ -64,6 +72,7 @@ class KVBlockManager:
         # Counters of the last append call per layer (the engine logs layer 0's per decode step).
         self.last_rollovers = [0] * num_layers
         self.last_cow = [0] * num_layers
+        self._layers = np.arange(num_layers)[:, None]  # [L, 1]: indexes a [L, B] array of blocks per layer
         # The Triton append path (CUDA only): index tensors are staged in reused per-layer buffers, pinned on the
         # host, so a step allocates no tensors. Per layer, because a layer's copy may still be in flight when the
         # next layer stages its own indices.
@@ -152,6 +161,69 @@ class KVBlockManager:
         self._cached[layer][key] = block
         self._key_of[layer][block] = key
 
+    # -- sequences ---------------------------------------------------------------------------------------------
+    def allocate_prompt(self, seq: Sequence) -> tuple[list[object], int]:
+        """Blocks in every layer for all of `seq`'s tokens: the longest cached prefix shared, the rest new.
+        Returns the prefix keys (`register_prompt` them once the blocks are written) and the blocks hit."""
+        tokens = seq.all_ids
+        keys = self.prefix_keys(tokens, self.block_size) if self.prefix_cache else []
+        seq.block_ids = [self.match_prefix(layer, keys) for layer in range(self.num_layers)]
+        hits = len(seq.block_ids[0])
+        need = blocks_for(len(tokens), self.block_size)
+        for layer in range(self.num_layers):
+            while len(seq.block_ids[layer]) < need:
+                seq.block_ids[layer].append(self.allocate(layer))
+        seq.forget_table_row()
+        return keys, hits
+
+    def register_prompt(self, seq: Sequence, keys: list[object]) -> None:
+        """Make `seq`'s full prompt blocks findable by later requests (their keys/values are written)."""
+        for layer in range(self.num_layers):
+            for i, key in enumerate(keys):
+                self.register(layer, seq.block_ids[layer][i], key)
+
+    def release(self, seq: Sequence) -> None:
+        """Drop `seq`'s references to its blocks (finished or preempted); it holds no KV afterwards."""
+        for layer, ids in enumerate(seq.block_ids):
+            self.free(layer, ids)
+        seq.block_ids = []
+        seq.num_cached = 0
+        seq.forget_table_row()
+
+    def starting_a_block(self, seqs: list[Sequence]) -> list[Sequence]:
+        """The sequences whose next token starts a new block (their cached tokens fill their blocks exactly)."""
+        bs = self.block_size
+        return [seq for seq in seqs if seq.num_cached == len(seq.block_ids[0]) * bs]
+
+    def append_blocks(self, seqs: list[Sequence]) -> None:
+        """One new last block in every layer for each of `seqs` (a decode step's rollovers, allocated at once)."""
+        if not seqs:
+            return
+        for layer in range(self.num_layers):
+            for seq, block in zip(seqs, self.allocate_many(layer, len(seqs))):
+                seq.block_ids[layer].append(block)
+
+    def copy_shared_slots(self, seqs: list[Sequence], slot_blocks: np.ndarray) -> list[int]:
+        """Copy-on-write where the block receiving a sequence's new token is shared (a partly filled prefix-cache
+        block). slot_blocks: [L, B] block of each sequence's new token per layer. Returns the rows whose block
+        lists changed."""
+        layers, rows = np.nonzero(self.refcount[self._layers, slot_blocks] > 1)
+        for layer, row in zip(layers, rows):
+            self.copy_on_write(int(layer), seqs[row].block_ids[layer])
+        return sorted(set(rows.tolist()))
+
+    def fill_slots(self, slot_blocks: np.ndarray, past: np.ndarray) -> None:
+        """Count each sequence's new token as written into its slot block (slot_blocks [L, B], past lengths [B]):
+        the static decode step writes the keys/values on the device, from the block tables."""
+        self.fill[self._layers, slot_blocks] = (past % self.block_size + 1)[None, :]
+
+    def last_append_counts(self) -> tuple[int, int]:
+        """(rollovers, copy-on-writes) of the last append call; layer 0's, as every layer sees the same."""
+        return self.last_rollovers[0], self.last_cow[0]
+
+    def reset_append_counts(self, layer: int) -> None:
+        self.last_rollovers[layer] = self.last_cow[layer] = 0
+
     # -- writes --------------------------------------------------------------------------------------------------
     def copy_on_write(self, layer: int, block_ids: list[int], index: int = -1) -> int:
         """Give the sequence its own copy of its shared block `block_ids[index]`; returns the new block."""
@@ -190,8 +262,7 @@ class KVBlockManager:
         that block). Only a shared, partly filled last block (copy-on-write) takes the per-request path, and,
         with batched_rollover off, so does a rollover (the earlier design).
         """
-        self.last_rollovers[layer] = 0
-        self.last_cow[layer] = 0
+        self.reset_append_counts(layer)
         fill, rc = self.fill[layer], self.refcount[layer]
         last = np.fromiter((ids[-1] for ids in block_ids_list), dtype=np.int64, count=len(block_ids_list))
         pos = fill[last]  # [B] slot each token goes to

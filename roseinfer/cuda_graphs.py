@@ -6,9 +6,10 @@ host work inside, so:
 - a batch runs in the smallest bucket that holds it; the rows beyond the batch are padding (token 0, no past
   tokens, and a block-table row pointing every layer at the KV manager's pad block, which their appends write);
 - the inputs live in static device buffers written before each replay: token ids and past lengths
-  (`inputs` [2, B_MAX]) and the block tables [B_MAX, L, M] (`roseinfer.block_tables`), always at full width M;
-- each new token's KV slot is allocated on the host before the step (`Engine._reserve_decode_slots`), so inside
-  the graph it is read from the block table on the device (`StaticDecodeKV`).
+  and live flags (`inputs` [3, B_MAX]) and the block tables [B_MAX, L, M] (`roseinfer.block_tables`), always at
+  full width M;
+- each new token's KV slot is reserved on the host before the step (`ModelRunner`, through the block manager),
+  so inside the graph it is read from the block table on the device (`StaticDecodeKV`).
 The logits of a bucket are one static [bucket, V] tensor that the next replay overwrites, beside the greedy
 tokens [bucket]. A step ends by leaving the next step's inputs on the device: its greedy tokens as the next
 token ids and every live row's past length plus one (`inputs[2]` is 1 for the batch's rows, 0 for padding). A
@@ -27,6 +28,7 @@ Without `capture` the same static path runs eagerly: that is how it is checked o
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 
 import torch
 
@@ -41,6 +43,21 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch})
 
 
+@dataclass(frozen=True)
+class GraphKernels:
+    """The fast path's kernel choices inside a captured step. The engine uses them all; scripts/bench_graph_step.py
+    turns them off one at a time to measure what each brings."""
+
+    append_min_batch: int | None = (
+        None  # Triton KV append from this batch size (None: the block manager's rule)
+    )
+    fused_add_layernorm: bool = (
+        True  # residual add + LayerNorm (and the argmax) as Triton kernels, where available
+    )
+    gelu_epilogue: bool = True  # the GELU in the c_fc GEMM's epilogue (CUDA, half precision)
+    append_in_attention: bool = True  # the paged-attention kernel writes the new K/V (no append kernel)
+
+
 class DecodeGraphs:
     def __init__(
         self,
@@ -52,6 +69,7 @@ class DecodeGraphs:
         paged_attn: bool,
         max_batch: int,
         capture: bool,
+        kernels: GraphKernels = GraphKernels(),
     ) -> None:
         self.model = model
         self.mgr = mgr
@@ -61,9 +79,10 @@ class DecodeGraphs:
         self.paged_attn = paged_attn
         self.buckets = batch_buckets(max_batch)
         self.capture = capture
+        self.kernels = kernels
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
-        self.fused = mgr.k_caches[0].is_cuda and triton_available()
+        self.fused = kernels.fused_add_layernorm and mgr.k_caches[0].is_cuda and triton_available()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -78,8 +97,12 @@ class DecodeGraphs:
         then advances to the next step's (see the module's docstring)."""
         ids, past, live = self.inputs[0, :bucket], self.inputs[1, :bucket], self.inputs[2, :bucket]
         tables = self.tables.dev[:bucket].permute(1, 0, 2)  # [L, bucket, M]
-        kv = StaticDecodeKV(self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture)
-        logits = self.model(ids, past, kv, fused=self.fused)  # [bucket, V]
+        k = self.kernels
+        kv = StaticDecodeKV(
+            self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
+            min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
+        )  # fmt: skip
+        logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         if self.fused:
             from roseinfer.kernels.argmax import argmax_triton
 
@@ -118,3 +141,7 @@ class DecodeGraphs:
             graph.replay()
             logits, greedy = self.outputs[bucket]
         return logits[:batch], greedy[:batch]
+
+    def replay(self, bucket: int) -> None:
+        """Replay a bucket's graph on whatever its static inputs hold (a measurement hook, scripts/bench_*.py)."""
+        self.graphs[bucket].replay()

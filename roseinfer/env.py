@@ -8,6 +8,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+# The variables' names, as roseprof records them with a run (it mirrors this tuple).
+ROSEINFER_NVTX = "ROSEINFER_NVTX"
+ROSEINFER_RECORD_FUNCTION = "ROSEINFER_RECORD_FUNCTION"
+ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
+ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
+ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
+KEYS = (
+    ROSEINFER_NVTX,
+    ROSEINFER_RECORD_FUNCTION,
+    ROSEINFER_STEP_LOG,
+    ROSELLM_TRITON_KV_APPEND,
+    ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
+)
+
 
 def _flag(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
@@ -45,12 +59,12 @@ class Env:
 
 def read() -> Env:
     return Env(
-        nvtx=_flag("ROSEINFER_NVTX", False),
-        record_function=_flag("ROSEINFER_RECORD_FUNCTION", False),
-        step_log=os.environ.get("ROSEINFER_STEP_LOG") or None,
-        triton_kv_append=_flag("ROSELLM_TRITON_KV_APPEND", True),
-        triton_kv_append_min_batch=_int("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", 128),
-        triton_kv_append_min_batch_set=bool(os.environ.get("ROSELLM_TRITON_KV_APPEND_MIN_BATCH")),
+        nvtx=_flag(ROSEINFER_NVTX, False),
+        record_function=_flag(ROSEINFER_RECORD_FUNCTION, False),
+        step_log=os.environ.get(ROSEINFER_STEP_LOG) or None,
+        triton_kv_append=_flag(ROSELLM_TRITON_KV_APPEND, True),
+        triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
+        triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
     )
 
 

@@ -75,7 +75,7 @@ class DecodeKV(_DecodeAttention):
         if self.batched_append:
             self.mgr.append_token_batch(layer, [s.block_ids[layer] for s in self.seqs], k, v)
         else:
-            self.mgr.last_rollovers[layer] = self.mgr.last_cow[layer] = 0
+            self.mgr.reset_append_counts(layer)
             for i, seq in enumerate(self.seqs):
                 self.mgr.append_token(layer, seq.block_ids[layer], k[i], v[i])
 
@@ -83,7 +83,7 @@ class DecodeKV(_DecodeAttention):
 class StaticDecodeKV(_DecodeAttention):
     """Decode with every index already on the device and no host work, so the step can be captured in a CUDA graph.
 
-    The engine gave each sequence the slot of its new token before the step (`Engine._reserve_decode_slots`):
+    The runner reserved each sequence's slot for its new token before the step (`ModelRunner`):
     token `past` of a sequence, which lies in block `table[past // BLOCK]` at position `past % BLOCK`. The
     slots are read from the block table here, on the device, once per step.
     """
@@ -96,6 +96,9 @@ class StaticDecodeKV(_DecodeAttention):
         scale: float,
         paged_attn: bool,
         in_graph: bool = False,  # the step is (or warms up for) a CUDA graph: no per-launch cost
+        min_batch: int
+        | None = None,  # Triton append from this batch size (None: the block manager's threshold)
+        append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
     ) -> None:
         self.mgr = mgr
         self.block_tables = block_tables
@@ -103,12 +106,12 @@ class StaticDecodeKV(_DecodeAttention):
         self.scale = scale
         self.paged_attn = paged_attn
         b = past_lens.shape[0]
-        self.triton = mgr.use_triton and b >= (
-            mgr.triton_min_batch_graph if in_graph else mgr.triton_min_batch
-        )
+        if min_batch is None:
+            min_batch = mgr.triton_min_batch_graph if in_graph else mgr.triton_min_batch
+        self.triton = mgr.use_triton and b >= min_batch
         # Where the Triton append applies and the Triton attention runs, the attention kernel does the append:
         # it reads the new K/V anyway and the slot is in the table (one kernel per layer fewer).
-        self.append_in_attention = self.triton and paged_attn
+        self.append_in_attention = self.triton and paged_attn and append_in_attention
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 

@@ -32,6 +32,11 @@ class LLM:
     def generate(
         self, prompts: list[str | list[int]] | str | list[int], params: SamplingParams | None = None
     ) -> list[RequestOutput]:
+        """Generate for every prompt and return one RequestOutput per prompt, in order.
+
+        `prompts` is a list of prompts (each a string or a list of token ids) or a single prompt. An empty list
+        returns an empty list (nothing is queued); an empty prompt raises ValueError, and then no prompt of the
+        call is queued. `params` applies to every prompt (default: SamplingParams())."""
         params = params or SamplingParams()
         if isinstance(prompts, str) or (
             isinstance(prompts, list) and prompts and isinstance(prompts[0], int)

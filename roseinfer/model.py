@@ -1,7 +1,7 @@
 """Our own GPT-2 forward. Attention reads and writes the paged KV cache through a context object.
 
 The model knows nothing of blocks: per layer it hands the new keys/values to `kv.append(layer, k, v)` and asks
-`kv.attend(layer, q, k, v)` for the attention output. `roseinfer.paged_kv` implements both for prefill
+`kv.attend(layer, q, k, v)` for the attention output. `roseinfer.kv_context` implements both for prefill
 (packed variable-length sequences) and decode (one token per sequence).
 """
 
@@ -38,7 +38,13 @@ class Block(nn.Module):
         self.mlp_proj = nn.Linear(4 * c, c)
 
     def forward(
-        self, x: torch.Tensor, h: torch.Tensor, layer: int, kv: KVContext, fused: bool
+        self,
+        x: torch.Tensor,
+        h: torch.Tensor,
+        layer: int,
+        kv: KVContext,
+        fused: bool,
+        gelu_epilogue: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: residual stream [T, C], h = ln_1(x) [T, C] (T = tokens in the batch: one per sequence in decode,
         all new prompt tokens in prefill). Returns the residual stream after attention and the MLP branch's
@@ -50,7 +56,7 @@ class Block(nn.Module):
             kv.append(layer, k, v)
         a = kv.attend(layer, q, k, v)  # [T, H, D]
         x, h = residual_layer_norm(x, self.attn_proj(a.reshape(t, -1)), self.ln_2, fused)
-        return x, self.mlp_proj(linear_gelu(h, self.c_fc))
+        return x, self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))
 
 
 def residual_layer_norm(
@@ -67,11 +73,11 @@ def residual_layer_norm(
     return x, ln(x)
 
 
-def linear_gelu(x: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
+def linear_gelu(x: torch.Tensor, lin: nn.Linear, epilogue: bool = True) -> torch.Tensor:
     """gelu_tanh(lin(x)) [T, N]. On CUDA in half precision one GEMM with cuBLASLt's GELU epilogue (the tanh
-    form, GPT-2's gelu_new) instead of a GEMM and a GELU kernel; elsewhere torch's two ops (on CPU
-    `_addmm_activation` uses the exact erf form, which GPT-2 does not)."""
-    if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+    form, GPT-2's gelu_new) instead of a GEMM and a GELU kernel; elsewhere (or with epilogue=False) torch's two
+    ops (on CPU `_addmm_activation` uses the exact erf form, which GPT-2 does not)."""
+    if epilogue and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
         return torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True)
     return F.gelu(lin(x), approximate="tanh")
 
@@ -125,13 +131,15 @@ class GPT2(nn.Module):
         kv: KVContext,
         last: torch.Tensor | None = None,
         fused: bool = False,
+        gelu_epilogue: bool = True,
     ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
-        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs)."""
+        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs).
+        gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
         x, h = residual_layer_norm(self.wte(ids), self.wpe(positions), blocks[0].ln_1, fused)  # [T, C] each
         for layer, block in enumerate(blocks):
-            x, delta = block(x, h, layer, kv, fused)
+            x, delta = block(x, h, layer, kv, fused, gelu_epilogue)
             if layer + 1 < len(blocks):
                 x, h = residual_layer_norm(x, delta, blocks[layer + 1].ln_1, fused)
         if last is not None:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from collections import deque
 
+from roseinfer.block_manager import KVBlockManager, blocks_for
 from roseinfer.config import EngineConfig
 from roseinfer.sequence import Sequence, Status
 
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    return -(-num_tokens // block_size)
+__all__ = ["Scheduler", "blocks_for"]
 
 
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, num_blocks: int) -> None:
+    def __init__(self, cfg: EngineConfig, mgr: KVBlockManager) -> None:
         self.cfg = cfg
-        self.num_blocks = num_blocks
+        self.mgr = mgr
+        self.num_blocks = mgr.num_blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -32,13 +32,13 @@ class Scheduler:
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def admit(self, free_blocks: int) -> list[Sequence]:
+    def schedule_prefill(self) -> list[Sequence]:
         """Sequences to prefill now, in admission order; they join `running`."""
         room = min(self.cfg.prefill_max_batch_size, self.cfg.max_batch_size - len(self.running))
         if room <= 0 or not self.waiting:
             return []
         # Keep one block per running sequence in reserve so decode can roll over without preempting at once.
-        budget = free_blocks - len(self.running)
+        budget = self.mgr.num_free() - len(self.running)
         candidates = list(self.waiting)
         if self.cfg.prefill_admission_policy == "shortest-first":
             candidates.sort(key=lambda s: s.num_tokens)
@@ -63,14 +63,40 @@ class Scheduler:
             self.running.append(seq)
         return batch
 
-    def preempt_newest(self) -> Sequence:
-        seq = self.running.pop()
-        seq.status = Status.WAITING
-        seq.preemptions += 1
-        self.waiting.appendleft(seq)
-        return seq
+    def schedule_decode(self) -> tuple[list[Sequence], int]:
+        """The batch to decode (every running sequence) and how many were preempted to make room: the newest
+        go back to the queue until the free blocks cover every sequence whose next token starts a block."""
+        preempted = 0
+        while len(self.running) > 1 and self._blocks_needed() > self.mgr.num_free():
+            self._preempt_newest()
+            preempted += 1
+        return list(self.running), preempted
+
+    def can_follow(self, in_flight: list[Sequence]) -> bool:
+        """Can the next decode step follow the one in flight on the device (the overlapped decode): the same batch,
+        no admission, no sequence finishing by length with it, and no preemption?"""
+        running = self.running
+        if running != in_flight:  # a sequence finished (EOS) when the previous tokens were read
+            return False
+        if self.waiting and len(running) < self.cfg.max_batch_size:
+            return False  # a request may be admitted: prefill first
+        if any(len(s.output_ids) + 1 >= s.params.max_new_tokens for s in running):
+            return False  # finishes by length with the step in flight
+        return self._blocks_needed() <= self.mgr.num_free()
 
     def finish(self, seq: Sequence, reason: str) -> None:
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         self.running.remove(seq)
+        self.mgr.release(seq)
+
+    def _blocks_needed(self) -> int:
+        """Blocks the next decode step takes: one per running sequence whose new token starts a block."""
+        return sum(1 for s in self.running if s.num_cached % self.cfg.block_size == 0)
+
+    def _preempt_newest(self) -> None:
+        seq = self.running.pop()
+        seq.status = Status.WAITING
+        seq.preemptions += 1
+        self.waiting.appendleft(seq)
+        self.mgr.release(seq)

@@ -49,6 +49,12 @@ class Sequence:
     token_step: list[int] = field(default_factory=list)
     preemptions: int = 0
 
+    def forget_table_row(self) -> None:
+        """The block lists changed other than by appending: the cached block-table row is rebuilt next step."""
+        self.table_row = None
+        self.table_row_np = None
+        self.table_row_blocks = -1
+
     @property
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids

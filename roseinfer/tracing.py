@@ -3,7 +3,8 @@
 `region(name)` is on the hot path. When both NVTX and record_function are off it returns a shared no-op
 context manager after one attribute check, so the engine can keep its regions in place at no real cost.
 
-Region names are stable API (dashboards, diffs and users' scripts match on them).
+Region names are stable API (dashboards, diffs and users' scripts match on them); roseprof mirrors the
+names and `STEP_BREAKDOWN` from here.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ REGION_NAMES = (
     SAMPLE,
     SCHEDULER_STEP,
 )
+# The regions a decode step is broken down into (dashboards stack them per step), in display order.
+STEP_BREAKDOWN = (BUILD_BLOCK_TABLES, H2D_BLOCK_TABLES, MODEL_FORWARD, KV_APPEND, SAMPLE)
 
 
 class _State:
@@ -117,25 +120,35 @@ def region(name: str):
     return _Region(name)
 
 
-def mark(name: str) -> None:
-    """An instantaneous NVTX mark (e.g. a KV block rollover); nothing when NVTX is off."""
-    if STATE.nvtx:
-        try:
-            import nvtx
+def time_calls(obj: object, labels: dict[str, str], into: dict[str, list[int]]) -> None:
+    """Host time of each call to some of `obj`'s methods, without a profiler: labels maps a method name to the
+    label its call times (perf_counter_ns) are appended under in `into`. Only this object's methods are wrapped
+    (an instance attribute shadows the class's), so nothing else pays for it. The engine and the runner say
+    which of their parts can be timed (`Engine.time_parts`); scripts/bench_decode_host.py reads the result."""
+    for name, label in labels.items():
+        method = getattr(obj, name)
+        into.setdefault(label, [])
 
-            nvtx.mark(name)
-        except ImportError:
-            pass
+        def timed(*args, _method=method, _times=into[label], **kwargs):
+            t0 = time.perf_counter_ns()
+            try:
+                return _method(*args, **kwargs)
+            finally:
+                _times.append(time.perf_counter_ns() - t0)
+
+        setattr(obj, name, timed)
 
 
-class StepLog:
-    """Per decode step and per token timings, written as JSON lines to ROSEINFER_STEP_LOG.
+class StepLogWriter:
+    """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
+    (roseprof reads it).
 
     Records (one JSON object a line, `type` first):
       {"type": "meta", "clock": "monotonic_ns", "pid": ..., "block_size": ...}
       {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids]}
-      {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow"}
-      {"type": "request", "id", "arrival_ns", "prompt_tokens", "token_ns": [...], "token_step": [...]}
+      {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids]}
+      {"type": "request", "id", "arrival_ns", "prompt_tokens", "output_tokens", "token_ns": [...],
+       "token_step": [...], "preemptions"}
     The k-th "step" record is the k-th `roseinfer.decode_step` range of the same run: both are emitted by
     the same code, in the same order, once per decode step. `token_step[i]` is the index of the decode step
     that emitted token i (-1 for the token produced by prefill), so ITL can be split by rollover steps. With the
@@ -196,17 +209,17 @@ class StepLog:
                 self._fh = None
 
 
-_STEP_LOG: StepLog | None = None
+_STEP_LOG: StepLogWriter | None = None
 
 
-def step_log(meta: dict[str, Any] | None = None) -> StepLog | None:
+def step_log(meta: dict[str, Any] | None = None) -> StepLogWriter | None:
     """The process's step log when ROSEINFER_STEP_LOG is set (one per process, shared by engines)."""
     global _STEP_LOG
     path = env.reload().step_log
     if path is None:
         return None
     if _STEP_LOG is None or _STEP_LOG.path != path:
-        _STEP_LOG = StepLog(path, meta)
+        _STEP_LOG = StepLogWriter(path, meta)
     return _STEP_LOG
 
 

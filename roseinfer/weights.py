@@ -33,8 +33,21 @@ def resolve_model_config(model: str) -> ModelConfig:
             layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
             eos_token_id=raw.get("eos_token_id") if raw.get("eos_token_id") is not None else 50256,
         )
+    if _looks_like_path(model):
+        if os.path.exists(model):
+            raise ValueError(f"{model}: not a folder (give a Hugging Face checkpoint folder)")
+        hint = ""
+        if model.startswith("~") and os.path.isdir(os.path.expanduser(model)):
+            hint = " (~ is not expanded here: give the full path)"
+        raise ValueError(f"no such folder: {model}{hint}")
     names = ", ".join(BUILTIN_MODELS)
     raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
+
+
+def _looks_like_path(model: str) -> bool:
+    """A model argument meant as a folder: it has a path separator or starts with . or ~ (a bare word is a name)."""
+    seps = [os.sep] + ([os.altsep] if os.altsep else []) + ["/"]
+    return any(sep in model for sep in seps) or model.startswith((".", "~"))
 
 
 def hf_key_map(n_layer: int) -> list[tuple[str, str, bool]]:

@@ -1,6 +1,7 @@
 """Where the host's time goes in a decode step, without a profiler attached: each part of `Engine.step` timed
-with perf_counter (NVTX off), and a CUDA graph replay alone (launch cost on the CPU, run time on the GPU).
-With the overlapped decode (the default with CUDA graphs) `_read_tokens` is where the host waits for the GPU.
+with perf_counter (NVTX off; `Engine.time_parts`), and a CUDA graph replay alone (launch cost on the CPU, run
+time on the GPU). With the overlapped decode (the default with CUDA graphs) `runner.read_tokens` is where the
+host waits for the GPU.
 
     python scripts/bench_decode_host.py --device cuda --model gpt2 --batch 64 --new-tokens 256
 
@@ -10,25 +11,11 @@ on workload (a)); this says which part of that is which.
 
 import argparse
 import time
-from collections import defaultdict
 
 import numpy as np
 import torch
 
 from roseinfer import LLM, SamplingParams, tracing
-
-
-def timed(obj, name: str, into: dict) -> None:
-    f = getattr(obj, name)
-
-    def wrapper(*args, **kwargs):
-        t0 = time.perf_counter_ns()
-        try:
-            return f(*args, **kwargs)
-        finally:
-            into[name].append(time.perf_counter_ns() - t0)
-
-    setattr(obj, name, wrapper)
 
 
 def main() -> None:
@@ -54,22 +41,10 @@ def main() -> None:
         engine.use_static_decode(capture=False)
     prompts = [[1]] * a.batch
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
-    times: dict[str, list[int]] = defaultdict(list)
-    for name in (
-        "step",
-        "_reserve_decode_slots",
-        "_stage_inputs",
-        "_sample",
-        "_read_tokens",
-        "_emit",
-        "_make_room_for_decode",
-        "_can_continue",
-    ):
-        timed(engine, name, times)
-    timed(engine.tables, "to_device", times)
-    timed(engine.graphs, "run", times)
+    times: dict[str, list[int]] = {}
+    engine.time_parts(times)
     llm.generate(prompts, SamplingParams(max_new_tokens=a.new_tokens, ignore_eos=True))
-    steps = len(times["run"])
+    steps = len(times["graphs.run"])
     print(f"{a.model} {a.device} batch {a.batch}: {steps} decode steps, median per step (us)")
     print("| part of Engine.step | host us (p50) |")
     print("|---|---|")
@@ -78,15 +53,14 @@ def main() -> None:
             print(f"| {name} | {np.median(values[-steps:]) / 1e3:.1f} |")
     if cuda:
         bucket = engine.graphs.bucket_for(a.batch)
-        graph = engine.graphs.graphs[bucket]
-        engine.inputs[2].zero_()  # replays below must not advance the past lengths
+        engine.runner.freeze_static_inputs(bucket)  # replays below must not advance the past lengths
         launch, gpu = [], []
         for _ in range(200):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             start.record()
             t0 = time.perf_counter_ns()
-            graph.replay()
+            engine.graphs.replay(bucket)
             launch.append(time.perf_counter_ns() - t0)
             end.record()
             end.synchronize()

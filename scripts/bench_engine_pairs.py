@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from roseinfer import tracing
+from roseinfer.bench.hf_reference import hf_generate, to_hf
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
-from roseinfer.hf_reference import hf_generate, to_hf
 from roseinfer.sequence import SamplingParams
 
 CONFIGS = {

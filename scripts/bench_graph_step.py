@@ -11,87 +11,58 @@ Variants, each adding one change to the one before:
   3. + residual add and LayerNorm as one Triton kernel;
   4. + the GELU in the c_fc GEMM's epilogue (cuBLASLt);
   5. + the KV append done by the paged-attention kernel (no append kernel): the engine as it is now.
-The earlier variants are rebuilt here by swapping the engine's choices back (a measurement device, not options
-of the engine).
+The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
+kernel choices), not options of the engine.
 """
 
 import argparse
 import statistics
 
 import torch
-import torch.nn.functional as F
 
-import roseinfer.cuda_graphs
-import roseinfer.model
 from roseinfer import LLM, tracing
-from roseinfer.kv_context import StaticDecodeKV
+from roseinfer.cuda_graphs import GraphKernels
 
-
-def plain_linear_gelu(x, lin):
-    return F.gelu(lin(x), approximate="tanh")
+# Variant -> the captured step's kernel choices (each variant adds one change to the one before).
+VARIANTS = {
+    1: GraphKernels(
+        append_min_batch=128, fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False
+    ),
+    2: GraphKernels(fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False),
+    3: GraphKernels(gelu_epilogue=False, append_in_attention=False),
+    4: GraphKernels(append_in_attention=False),
+    5: GraphKernels(),
+}
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
-    graphs = engine.graphs
+    graphs, runner = engine.graphs, engine.runner
     bucket = graphs.bucket_for(batch)
-    tables, m = engine.tables, engine.max_blocks_per_seq
+    m = runner.max_blocks_per_seq
     n_layer = engine.model_cfg.n_layer
     # Row b, layer l: blocks b*M .. b*M + M-1 (distinct, inside the pool).
     ids = torch.arange(bucket * m).view(bucket, 1, m).expand(bucket, n_layer, m)
-    tables.host[:bucket] = ids
-    tables.to_device(bucket)
-    engine.inputs_host[0, :bucket] = 1
-    engine.inputs_host[1, :bucket] = past
-    engine.inputs_host[2, :bucket] = 0  # live = 0: the replay does not advance the past lengths
-    engine.inputs[:, :bucket].copy_(engine.inputs_host[:, :bucket])
-    graph = graphs.graphs[bucket]
+    # Live flags 0: the replays do not advance the past lengths.
+    runner.freeze_static_inputs(bucket, past=past, tables=ids)
     for _ in range(10):
-        graph.replay()
-    engine.inputs[0, :bucket] = 1  # the replays wrote their greedy tokens there
+        graphs.replay(bucket)
+    runner.reset_token_ids(bucket)  # the replays wrote their greedy tokens there
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graph.replay()
+        graphs.replay(bucket)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
 
 
-class SeparateAppend(StaticDecodeKV):
-    """The static decode context with the KV append as its own kernel again (variants 1 to 4)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.append_in_attention = False
-
-
 def build(batch: int, variant: int):
-    saved = (
-        roseinfer.model.linear_gelu,
-        roseinfer.cuda_graphs.triton_available,
-        roseinfer.cuda_graphs.StaticDecodeKV,
-    )
-    try:
-        if variant < 5:
-            roseinfer.cuda_graphs.StaticDecodeKV = SeparateAppend
-        if variant < 4:
-            roseinfer.model.linear_gelu = plain_linear_gelu
-        if variant < 3:
-            roseinfer.cuda_graphs.triton_available = lambda: False  # DecodeGraphs.fused off
-        llm = LLM("gpt2", device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
-        engine = llm.engine
-        if variant < 2:
-            engine.mgr.triton_min_batch_graph = 128
-        engine.use_static_decode(capture=True)
-        return engine
-    finally:
-        (
-            roseinfer.model.linear_gelu,
-            roseinfer.cuda_graphs.triton_available,
-            roseinfer.cuda_graphs.StaticDecodeKV,
-        ) = saved
+    llm = LLM("gpt2", device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
+    engine = llm.engine
+    engine.use_static_decode(capture=True, kernels=VARIANTS[variant])
+    return engine
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from functools import partial
 
 import torch
 
+from roseinfer.bench.timing import graph_us, time_us
 from roseinfer.kernels.kv_append import (
     MODE_FULL_BATCH,
     MODE_GENERAL,
@@ -19,7 +20,6 @@ from roseinfer.kernels.kv_append import (
     kv_append_reference,
     kv_append_triton,
 )
-from roseinfer.kernels.timing import graph_us, time_us
 
 
 def main() -> None:

@@ -4,9 +4,9 @@
 
 Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks are handed out in shuffled order, block
 size 64; 20 calls are captured in a CUDA graph and the replays timed with CUDA events (median of 20), for
-several num_warps and loop pipelining depths (`num_stages`) (`roseinfer.kernels.timing.graph_us`). Bandwidth counts the
+several num_warps and loop pipelining depths (`num_stages`) (`roseinfer.bench.timing.graph_us`). Bandwidth counts the
 K and V bytes each call must read (the past tokens of every sequence), so it is comparable with the measured
-copy bandwidth of `roseinfer.roofline`.
+copy bandwidth of `roseinfer.bench.roofline`.
 """
 
 import argparse
@@ -14,9 +14,9 @@ import functools
 
 import torch
 
+from roseinfer.bench.roofline import copy_bandwidth
+from roseinfer.bench.timing import graph_us
 from roseinfer.kernels.paged_attention import paged_decode_attention_triton
-from roseinfer.kernels.timing import graph_us
-from roseinfer.roofline import copy_bandwidth
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ source .gpu/nsys-on-gpu.sh
 
 if want tests; then
 echo "== 1. CUDA tests"
-python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_engine_cuda.py tests/test_kv_append_kernels.py 2>&1 | tail -25 | tee /tmp/bundle/gpu-tests.log
+python3 -m pytest -p no:cacheprovider -o addopts='' tests/roseinfer/test_engine_cuda.py tests/roseinfer/test_kv_append_kernels.py 2>&1 | tail -25 | tee /tmp/bundle/gpu-tests.log
 fi
 
 if want fixture; then
@@ -74,14 +74,14 @@ fi
 
 if want graphtests; then
 echo "== 7b. the engine's GPU tests (CUDA graphs, engine vs Hugging Face)"
-timeout 300 python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_cuda_graphs.py tests/test_engine_cuda.py \
-  tests/test_paged_attention_kernel.py 2>&1 | tail -4 | tee /tmp/bundle/graph-tests.log
+timeout 300 python3 -m pytest -p no:cacheprovider -o addopts='' tests/roseinfer/test_cuda_graphs.py tests/roseinfer/test_engine_cuda.py \
+  tests/roseinfer/test_paged_attention_kernel.py 2>&1 | tail -4 | tee /tmp/bundle/graph-tests.log
 fi
 
 if want steptests; then
 echo "== 7c. the fused kernels' tests, CUDA graphs (overlapped decode), engine and paged attention"
-timeout 400 python3 -m pytest -p no:cacheprovider -o addopts='' tests/test_fused_kernels.py tests/test_cuda_graphs.py \
-  tests/test_engine_cuda.py tests/test_paged_attention_kernel.py 2>&1 | tail -25 | tee /tmp/bundle/step-tests.log
+timeout 400 python3 -m pytest -p no:cacheprovider -o addopts='' tests/roseinfer/test_fused_kernels.py tests/roseinfer/test_cuda_graphs.py \
+  tests/roseinfer/test_engine_cuda.py tests/roseinfer/test_paged_attention_kernel.py 2>&1 | tail -25 | tee /tmp/bundle/step-tests.log
 fi
 
 if want step; then

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from roseinfer import LLM, SamplingParams
-from tests.test_engine_matches_hf import NEW_TOKENS, make_prompts
-from tests.test_engine_matches_hf import hf_outputs as hf_outputs_on
+from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
+from tests.roseinfer.test_engine_matches_hf import hf_outputs as hf_outputs_on
 
 pytestmark = pytest.mark.gpu
 

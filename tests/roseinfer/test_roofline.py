@@ -1,6 +1,7 @@
 """The HBM-floor arithmetic: bytes the weights and the KV cache take, and the tokens the engine counts as read."""
 
-from roseinfer import LLM, SamplingParams, roofline
+from roseinfer import LLM, SamplingParams
+from roseinfer.bench import roofline
 from roseinfer.config import BUILTIN_MODELS
 
 

@@ -58,7 +58,10 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument("--mode", default=default_mode, choices=["online", "offline"])
     p.add_argument("--pretok", action="store_true", help="tokenize prompts before timing starts")
     p.add_argument(
-        "--tokenize-workers", type=int, default=1, help="threads tokenizing prompts (without --pretok)"
+        "--tokenize-workers",
+        type=int,
+        default=1,
+        help="threads tokenizing prompts (without --pretok); 0 or 1: in the calling thread, no pool",
     )
     p.add_argument("--block-size", type=int, default=64)
     p.add_argument("--num-blocks", type=int, default=None)
@@ -97,13 +100,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
         "max_new_tokens",
         "max_batch_size",
         "prefill_max_batch_size",
-        "tokenize_workers",
         "repeat_runs",
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.warmup_runs < 0:
-        parser.error("--warmup-runs must be >= 0")
+    for name in ("tokenize_workers", "warmup_runs"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0")
     try:
         args.repeats = [int(x) for x in args.prompt_repeats.split(",")]
     except ValueError:
@@ -141,6 +144,7 @@ def prompt_texts(args) -> list[str]:
 
 
 def tokenize(tokenizer, texts: list[str], workers: int) -> list[list[int]]:
+    """Token ids of every text; `workers` threads when more than one (0 and 1 tokenise inline)."""
     if workers <= 1:
         return [tokenizer.encode(t) for t in texts]
     from concurrent.futures import ThreadPoolExecutor
@@ -275,8 +279,8 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
 
 
 def hbm_floor(engine: Engine) -> dict:
-    """What `roseinfer.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
-    from roseinfer import roofline
+    """What `roseinfer.bench.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
+    from roseinfer.bench import roofline
 
     bandwidth = roofline.copy_bandwidth(engine.device)
     return {
@@ -310,7 +314,7 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         return 2
     hf = None
     if args.compare_hf:
-        from roseinfer.hf_reference import hf_generate, to_hf
+        from roseinfer.bench.hf_reference import hf_generate, to_hf
 
         hf_model = to_hf(engine.model)
         prompts = pretokenized or tokenize(tokenizer, texts, 1)

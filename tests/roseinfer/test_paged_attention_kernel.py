@@ -68,8 +68,8 @@ def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch, head_dim
 
 def test_engine_with_paged_attn_matches_hf(tiny_checkpoint):
     from roseinfer import LLM, SamplingParams
-    from tests.test_engine_cuda import hf_outputs
-    from tests.test_engine_matches_hf import NEW_TOKENS, make_prompts
+    from tests.roseinfer.test_engine_cuda import hf_outputs
+    from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
 
     torch.backends.cuda.matmul.allow_tf32 = False
     ref = hf_outputs(tiny_checkpoint, torch.float32)

@@ -126,7 +126,7 @@ def test_overlapped_decode_matches_hf(tiny_checkpoint, hf_reference, max_batch):
         assert llm.engine.stats[key] == sync.engine.stats[key], key
     # Ranges that only launch (after a prefill) or only read (a drain) come on top of the forward passes.
     assert llm.engine.decode_steps > llm.engine.stats["decode_steps"]
-    assert llm.engine._inflight is None
+    assert llm.engine.runner.in_flight is None
     mgr = llm.engine.mgr
     assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
 

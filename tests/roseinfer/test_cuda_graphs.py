@@ -5,7 +5,7 @@ import torch
 
 from roseinfer import LLM, SamplingParams
 from roseinfer.cuda_graphs import batch_buckets
-from tests.test_engine_matches_hf import NEW_TOKENS, make_prompts
+from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
 
 
 def test_batch_buckets_cover_every_batch_size():
@@ -30,7 +30,7 @@ def _generate(llm, **kw):
 )  # Triton KV append inside the graph (default), the torch one
 @pytest.mark.parametrize("overlap", [True, False])  # next step launched before the tokens are read, or not
 def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, min_batch, overlap):
-    from tests.test_engine_cuda import hf_outputs
+    from tests.roseinfer.test_engine_cuda import hf_outputs
 
     monkeypatch.setenv("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", min_batch)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -51,7 +51,7 @@ def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, 
     stats = llm.engine.stats
     assert stats["rollovers"] > 0 and stats["cow"] >= 1
     assert llm.engine.mgr.num_free() == llm.engine.mgr.num_blocks
-    assert llm.engine._inflight is None
+    assert llm.engine.runner.in_flight is None
 
 
 @pytest.mark.gpu
@@ -91,7 +91,7 @@ def test_graph_replay_equals_the_same_path_run_eagerly(tiny_checkpoint):
 
 @pytest.mark.gpu
 def test_graph_decode_under_preemption(tiny_checkpoint):
-    from tests.test_engine_cuda import hf_outputs
+    from tests.roseinfer.test_engine_cuda import hf_outputs
 
     torch.backends.cuda.matmul.allow_tf32 = False
     ref = hf_outputs(tiny_checkpoint, torch.float32)

@@ -1,0 +1,367 @@
+"""The model runner: the device side of a step. It owns the model, the KV pool, the block tables, the staged
+inputs, the CUDA graphs and the overlapped decode, and turns a batch of sequences into their next token ids.
+
+Three decode paths behind `decode(seqs)`:
+- eager: the block tables are built for the batch and the KV append allocates rollover blocks inside the step;
+- static (`use_static_decode`; captured in CUDA graphs with `--cuda-graph`): every new token's slot is reserved
+  on the host before the step, the inputs sit in static buffers and the step is a bucket's graph replay;
+- overlapped (static, all greedy, `overlap_decode`): the step is launched before the previous step's greedy
+  tokens are read, so the GPU runs step k while the host emits step k-1's tokens and prepares step k+1. Each
+  call then returns the tokens of the step launched in the call before it, and `drain()` reads the last one.
+
+The runner opens the regions inside a step (build/h2d block tables, model forward, sample); the engine holds
+`roseinfer.prefill` and `roseinfer.decode_step` around its calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from roseinfer import tracing
+from roseinfer.block_manager import KVBlockManager, blocks_for
+from roseinfer.block_tables import BlockTables
+from roseinfer.config import EngineConfig
+from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
+from roseinfer.kernels import triton_available
+from roseinfer.kv_context import DecodeKV, PrefillKV
+from roseinfer.sampler import sample
+from roseinfer.sequence import Sequence, Status
+from roseinfer.tracing import region
+from roseinfer.weights import build_model
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class PrefillOutput:
+    token_ids: list[int]  # the first new token of each sequence
+    tokens: int  # prompt tokens computed (prefix-cache hits but the last token left out)
+    cow: int  # copy-on-writes (per layer)
+    prefix_hit_blocks: int
+
+
+@dataclass
+class DecodeOutput:
+    batch: list[Sequence]  # the sequences this step launched (or, in a drain, read): the step log's record
+    seqs: list[Sequence]  # whose tokens `token_ids` are: the batch, or the batch launched the call before
+    token_ids: list[int]
+    rollovers: int
+    cow: int
+    kv_tokens: int  # past tokens whose K/V the launched forward reads (for the HBM floor)
+    launched: bool  # False for a drain: no forward pass
+
+
+@dataclass
+class _InFlight:
+    """A decode step launched whose greedy tokens the host has not read yet."""
+
+    seqs: list[Sequence]
+    tokens: torch.Tensor  # [B] int64, pinned on CUDA: filled by a copy that `done` follows
+    done: torch.cuda.Event | None  # None on CPU, where the copy is synchronous
+
+
+class ModelRunner:
+    def __init__(self, model: str, cfg: EngineConfig) -> None:
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device 'cuda' requested but CUDA is not available")
+        if cfg.paged_attn and (self.device.type != "cuda" or not triton_available()):
+            raise ValueError("paged_attn (--paged-attn) needs a CUDA device and Triton")
+        if cfg.cuda_graph and self.device.type != "cuda":
+            raise ValueError("cuda_graph (--cuda-graph) needs a CUDA device")
+        self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
+        mc = self.model_cfg
+        self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
+        # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
+        num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq
+        self.mgr = KVBlockManager(
+            mc.n_layer, num_blocks, cfg.block_size, mc.n_head, mc.head_dim, DTYPES[cfg.dtype], self.device,
+            prefix_cache=cfg.prefix_cache, batched_rollover=cfg.batched_rollover, pad_block=True,
+        )  # fmt: skip
+        self.tables = BlockTables(
+            mc.n_layer, cfg.max_batch_size, self.max_blocks_per_seq, self.device,
+            cache=cfg.block_table_cache, pad_block=self.mgr.pad_block,
+        )  # fmt: skip
+        # A decode step's inputs [3, B_MAX]: token ids, past lengths, 1 for live rows (0 for a graph bucket's
+        # padding): staged on the host (pinned), one copy over.
+        pin = self.device.type == "cuda"
+        self.inputs_host = torch.zeros(3, cfg.max_batch_size, dtype=torch.int64, pin_memory=pin)
+        self.inputs = self.inputs_host if not pin else self.inputs_host.to(self.device)
+        self._input_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Host-to-device copies read the pinned buffers after the call returns; before the host writes them again
+        # it waits for this event (recorded after the last copy). Only the overlapped decode can get that far
+        # ahead; elsewhere it has long fired.
+        self._staged = torch.cuda.Event() if pin else None
+        # Overlapped decode: the step launched but whose tokens are not read yet, and two pinned buffers its
+        # greedy tokens are copied into (two: the next step's copy must not overwrite unread tokens).
+        self._inflight: _InFlight | None = None
+        self._token_bufs = [
+            torch.zeros(cfg.max_batch_size, dtype=torch.int64, pin_memory=pin) for _ in range(2)
+        ]
+        self._token_events = [torch.cuda.Event() if pin else None for _ in range(2)]
+        self._next_buf = 0
+        self.scale = 1.0 / math.sqrt(mc.head_dim)
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.graphs: DecodeGraphs | None = None
+        # Static path: the batch and bucket the device tables hold now, and their slot blocks [L, B].
+        self._static_batch: list[Sequence] = []
+        self._static_rows = 0
+        self._static_slots = np.zeros((mc.n_layer, 0), dtype=np.int64)
+        if cfg.cuda_graph:
+            self.use_static_decode(capture=True)
+
+    def use_static_decode(self, capture: bool, kernels: GraphKernels | None = None) -> None:
+        """Decode through static buffers, captured in CUDA graphs per batch bucket (`--cuda-graph`); with
+        capture=False the same path runs eagerly, which is how it is checked where graphs cannot run (CPU).
+        kernels: the captured step's kernel choices (all on by default)."""
+        self.graphs = DecodeGraphs(
+            self.model, self.mgr, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
+            self.cfg.max_batch_size, capture=capture, kernels=kernels or GraphKernels(),
+        )  # fmt: skip
+
+    @property
+    def in_flight(self) -> list[Sequence] | None:
+        """The batch of the decode step launched whose tokens are not read yet (overlapped decode), if any."""
+        return None if self._inflight is None else self._inflight.seqs
+
+    # -- prefill -------------------------------------------------------------------------------------------------
+    def prefill(self, seqs: list[Sequence]) -> PrefillOutput:
+        """Blocks for every prompt (cached prefixes shared), one packed forward over the tokens not cached, and
+        each sequence's first new token."""
+        mgr, bs = self.mgr, self.cfg.block_size
+        starts: list[int] = []
+        keys_of: list[list[object]] = []
+        hits = 0
+        for seq in seqs:
+            keys, hit_blocks = mgr.allocate_prompt(seq)
+            hits += hit_blocks
+            # A full hit still recomputes the last token: its logits give the next token.
+            starts.append(min(hit_blocks * bs, seq.num_tokens - 1))
+            keys_of.append(keys)
+        ids, pos, last = [], [], []
+        for seq, start in zip(seqs, starts):
+            tokens = seq.all_ids
+            ids += tokens[start:]
+            pos += range(start, len(tokens))
+            last.append(len(ids) - 1)
+        kv = PrefillKV(mgr, seqs, starts, self.scale)
+        logits = self.model(
+            torch.tensor(ids, device=self.device),  # [T] packed
+            torch.tensor(pos, device=self.device),
+            kv,
+            last=torch.tensor(last, device=self.device),
+        )  # [S, V]
+        for seq, keys in zip(seqs, keys_of):
+            seq.num_cached = seq.num_tokens
+            mgr.register_prompt(seq, keys)
+        with region(tracing.SAMPLE):
+            token_ids = self._sample(logits, seqs)
+        return PrefillOutput(token_ids, len(ids), kv.cow // max(mgr.num_layers, 1), hits)
+
+    # -- decode --------------------------------------------------------------------------------------------------
+    def decode(self, seqs: list[Sequence]) -> DecodeOutput:
+        """One decode step of `seqs` (with the overlapped decode: launch it, return the previous step's tokens)."""
+        if self.graphs is None:
+            out = self._decode_eager(seqs)
+        elif self.cfg.overlap_decode and all(s.params.temperature == 0 for s in seqs):
+            out = self._decode_overlapped(seqs)
+        else:
+            rollovers, cow, logits, greedy, kv_tokens = self._launch_static(seqs, restage=True)
+            with region(tracing.SAMPLE):
+                token_ids = self._sample(logits, seqs, greedy)
+            out = DecodeOutput(seqs, seqs, token_ids, rollovers, cow, kv_tokens, launched=True)
+        if out.cow:  # a copy-on-write swapped a block id without changing the count
+            for seq in seqs:
+                seq.forget_table_row()
+        return out
+
+    def drain(self) -> DecodeOutput:
+        """Launch nothing: read the tokens of the step in flight (the next step cannot follow it on the device)."""
+        inflight, self._inflight = self._inflight, None
+        with region(tracing.SAMPLE):
+            token_ids = self._read_tokens(inflight)
+        return DecodeOutput(inflight.seqs, inflight.seqs, token_ids, 0, 0, 0, launched=False)
+
+    def drop_finished_in_flight(self) -> None:
+        """Forget the step in flight once every sequence of it has finished: its tokens are not needed."""
+        if self._inflight is not None and all(s.status is not Status.RUNNING for s in self._inflight.seqs):
+            self._inflight = None
+
+    def _decode_eager(self, seqs: list[Sequence]) -> DecodeOutput:
+        batch = len(seqs)
+        with region(tracing.BUILD_BLOCK_TABLES):
+            width = self.tables.build(seqs)
+        with region(tracing.H2D_BLOCK_TABLES):
+            self.tables.to_device(batch)
+            self._stage_inputs(seqs, batch)
+        kv_tokens = sum(s.num_cached for s in seqs)
+        with region(tracing.MODEL_FORWARD):
+            tables = self.tables.device_view(batch, width)  # [L, B, width]
+            ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
+            kv = DecodeKV(
+                self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append, self.cfg.paged_attn
+            )
+            logits = self.model(ids, past, kv)  # [B, V]
+        rollovers, cow = self.mgr.last_append_counts()
+        with region(tracing.SAMPLE):
+            token_ids = self._sample(logits, seqs)
+        for seq in seqs:
+            seq.num_cached += 1
+        return DecodeOutput(seqs, seqs, token_ids, rollovers, cow, kv_tokens, launched=True)
+
+    def _decode_overlapped(self, seqs: list[Sequence]) -> DecodeOutput:
+        """Launch this step, then read the tokens of the step launched in the call before (if any).
+
+        The engine only decodes with a step in flight when the batch is the same and no sequence of it finishes by
+        length with that step (`Scheduler.can_follow`); a sequence that meets EOS does finish when its token is
+        read, and the token the following step already computed for it is dropped."""
+        previous = self._inflight
+        rollovers, cow, _, greedy, kv_tokens = self._launch_static(seqs, restage=previous is None)
+        self._inflight = self._copy_tokens_out(seqs, greedy)
+        if previous is None:
+            return DecodeOutput(seqs, [], [], rollovers, cow, kv_tokens, launched=True)
+        with region(tracing.SAMPLE):  # waits for the previous step on the GPU
+            token_ids = self._read_tokens(previous)
+        return DecodeOutput(seqs, previous.seqs, token_ids, rollovers, cow, kv_tokens, launched=True)
+
+    def _launch_static(
+        self, seqs: list[Sequence], restage: bool
+    ) -> tuple[int, int, torch.Tensor, torch.Tensor, int]:
+        """Static path: reserve every sequence's slot, stage what changed, replay the bucket's graph. restage:
+        copy token ids and past lengths from the host (False: the previous step left them on the device).
+        Returns (rollovers, copy-on-writes, logits [B, V], greedy tokens [B], past tokens read)."""
+        batch = len(seqs)
+        rows = self.graphs.bucket_for(batch)  # padded to the graph's batch bucket, tables at full width
+        with region(tracing.BUILD_BLOCK_TABLES):
+            rollovers, cow, changed = self._reserve_decode_slots(seqs, rows)
+        with region(tracing.H2D_BLOCK_TABLES):
+            if changed:
+                self.tables.to_device(rows)
+            if restage:
+                self._stage_inputs(seqs, rows)
+            if self._staged is not None and (changed or restage):
+                self._staged.record()
+        kv_tokens = sum(s.num_cached for s in seqs)
+        with region(tracing.MODEL_FORWARD):
+            logits, greedy = self.graphs.run(batch)
+        for seq in seqs:
+            seq.num_cached += 1  # the new token's K/V is written (or will be, by the step just launched)
+        return rollovers, cow, logits, greedy, kv_tokens
+
+    def _reserve_decode_slots(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
+        """Static path: give every sequence the KV slot of its new token before the step, so the step itself is
+        device work only. Builds the host block tables (padded to `rows`) when they changed; returns
+        (rollovers, copy-on-writes, tables changed).
+
+        In most steps nothing changed: the same sequences in the same rows, none starting a block. Then the
+        tables on the device are still right and only the fill counts move (the slots are read from the tables
+        on the device), which keeps this off the host's critical path (186 us -> see docs/BENCHMARKS.md)."""
+        mgr = self.mgr
+        starting = mgr.starting_a_block(seqs)
+        past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+        same = not starting and rows == self._static_rows and seqs == self._static_batch
+        cow = 0
+        if not same:
+            self._host_buffers_free()
+            mgr.append_blocks(starting)
+            self.tables.build(seqs, pad_to=rows)
+            slot_blocks = self._slot_blocks(seqs, past)
+            copied = mgr.copy_shared_slots(seqs, slot_blocks)  # shared, partly filled blocks
+            cow = len(copied)
+            if cow:
+                for row in copied:
+                    seqs[row].forget_table_row()
+                self.tables.build(seqs, pad_to=rows)
+                slot_blocks = self._slot_blocks(seqs, past)
+            self._static_batch, self._static_rows, self._static_slots = list(seqs), rows, slot_blocks
+        mgr.fill_slots(self._static_slots, past)
+        return len(starting), cow, not same
+
+    def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
+        """[L, B] block that receives each sequence's new token, read from the host tables."""
+        return self.tables.host_np[np.arange(len(seqs)), :, past // self.cfg.block_size].T
+
+    def _stage_inputs(self, seqs: list[Sequence], rows: int) -> None:
+        """Token ids, past lengths and live flags into the input buffer; rows beyond the batch are padding
+        (zeros)."""
+        self._host_buffers_free()
+        host = self.inputs_host.numpy()
+        b = len(seqs)
+        host[0, :b] = [s.last_token for s in seqs]
+        host[1, :b] = [s.num_cached for s in seqs]
+        host[2, :b] = 1
+        host[:, b:rows] = 0
+        if self.inputs is not self.inputs_host:
+            views = self._input_views.get(rows)
+            if views is None:  # slice once per batch size, not every step
+                views = self._input_views[rows] = (self.inputs[:, :rows], self.inputs_host[:, :rows])
+            views[0].copy_(views[1], non_blocking=True)
+
+    def _host_buffers_free(self) -> None:
+        """Wait until the last host-to-device copy has read the pinned buffers (long done unless overlapped)."""
+        if self._staged is not None:
+            self._staged.synchronize()
+
+    def _copy_tokens_out(self, seqs: list[Sequence], greedy: torch.Tensor) -> _InFlight:
+        """Start copying the greedy tokens [B] of the step just launched into a pinned buffer."""
+        i = self._next_buf
+        self._next_buf ^= 1
+        buf, event = self._token_bufs[i][: len(seqs)], self._token_events[i]
+        buf.copy_(greedy, non_blocking=event is not None)
+        if event is not None:
+            event.record()
+        return _InFlight(list(seqs), buf, event)
+
+    @staticmethod
+    def _read_tokens(inflight: _InFlight) -> list[int]:
+        if inflight.done is not None:
+            inflight.done.synchronize()
+        return inflight.tokens.tolist()
+
+    def _sample(
+        self, logits: torch.Tensor, seqs: list[Sequence], greedy: torch.Tensor | None = None
+    ) -> list[int]:
+        return sample(logits, [s.params.temperature for s in seqs], self.generator, greedy)
+
+    # -- measurement hooks (scripts/bench_*.py) ------------------------------------------------------------------
+    def time_parts(self, into: dict[str, list[int]]) -> None:
+        """Time each part of a decode step on the host into `into` (label -> ns per call); call it after
+        `use_static_decode`. Wraps this runner's own methods; nothing is timed unless this is called."""
+        tracing.time_calls(
+            self,
+            {
+                "_reserve_decode_slots": "runner.reserve_decode_slots",
+                "_stage_inputs": "runner.stage_inputs",
+                "_sample": "runner.sample",
+                "_read_tokens": "runner.read_tokens",
+            },
+            into,
+        )
+        tracing.time_calls(self.tables, {"to_device": "tables.to_device"}, into)
+        if self.graphs is not None:
+            tracing.time_calls(self.graphs, {"run": "graphs.run"}, into)
+
+    def freeze_static_inputs(
+        self, rows: int, past: int | None = None, tables: torch.Tensor | None = None
+    ) -> None:
+        """Make replays of the first `rows` rows repeat one step: live flags 0, so the past lengths stay. With
+        `past`, every row gets token id 1 at that past length; with `tables` [rows, L, M], those block tables."""
+        if tables is not None:
+            self.tables.host[:rows] = tables
+            self.tables.to_device(rows)
+        if past is not None:
+            self.inputs_host[0, :rows] = 1
+            self.inputs_host[1, :rows] = past
+            self.inputs_host[2, :rows] = 0
+            self.inputs[:, :rows].copy_(self.inputs_host[:, :rows])
+        else:
+            self.inputs[2, :rows].zero_()
+
+    def reset_token_ids(self, rows: int) -> None:
+        """Token id 1 in the first `rows` rows again (replays write their greedy tokens there)."""
+        self.inputs[0, :rows] = 1
