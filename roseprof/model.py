@@ -134,6 +134,24 @@ class GpuOps:
 
 
 @dataclass
+class GraphNodes:
+    """CUDA graph nodes as the tool saw them made [N]: during stream capture (or an explicit add) on the thread
+    that made them, or cloned from another node when a graph was instantiated (original >= 0). A replayed
+    kernel's GpuOps.graph_node names one of these; following clones back to the original node gives the time
+    and thread of its capture, and so the ranges that were open then."""
+
+    node: np.ndarray = field(default_factory=_empty)
+    original: np.ndarray = field(default_factory=_empty)  # the node this one was cloned from, or -1
+    start: np.ndarray = field(default_factory=_empty)  # when the node was made
+    tid: np.ndarray = field(default_factory=_empty)  # the thread that made it
+
+    COLUMNS = ("node", "original", "start", "tid")
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+
+@dataclass
 class Tool:
     name: str  # "nsys", "torch", "ncu"
     version: str  # the tool's version as its file states it, or "?"
@@ -148,6 +166,7 @@ class Trace:
     ranges: Ranges = field(default_factory=Ranges)
     marks: Marks = field(default_factory=Marks)
     ops: GpuOps = field(default_factory=GpuOps)
+    graph_nodes: GraphNodes = field(default_factory=GraphNodes)
     threads: dict[int, str] = field(default_factory=dict)  # tid -> the thread's name, where the tool knows it
     gpus: list[dict] = field(default_factory=list)
     session_start_utc_ns: int | None = None

@@ -86,7 +86,9 @@ def step_table(
     return rows, region_cols
 
 
-def steps_summary(rows: dict, region_cols: list[str]) -> dict:
+def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()) -> dict:
+    """Step times overall and for rollover vs normal steps, with the mean (and median) ns per region inside
+    the step; with graph replays attributed (graph_cols), also the mean GPU kernel ns per capture-time region."""
     dur = np.asarray(rows["dur_ns"], dtype=np.float64)
     is_roll = np.asarray(rows["rollovers"]) > 0
     out = ns_stats(dur)
@@ -105,6 +107,11 @@ def steps_summary(rows: dict, region_cols: list[str]) -> dict:
             name: float(np.median(np.asarray(rows[f"region:{name}"])[mask])) if mask.any() else None
             for name in region_cols
         }
+        if graph_cols:
+            group["graph_regions"] = {
+                name: float(np.mean(np.asarray(rows[f"graph:{name}"])[mask])) if mask.any() else None
+                for name in graph_cols
+            }
         out[label] = group
     # The region that accounts for most of the rollover-vs-normal difference in mean step time.
     if is_roll.any() and (~is_roll).any() and region_cols:

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.graphs import (
+    attribution,
+    capture_ranges,
+    graph_kernel_ns,
+    graph_warning,
+    step_graph_columns,
+)
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stats import group_percentiles
 from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
@@ -32,6 +39,8 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     )
     dur = end - start
     has_gpu = trace.has_gpu
+    capture = capture_ranges(trace, tree)  # [G] capture-time range of graph-replayed ops, -1 otherwise
+    graph_ns = graph_kernel_ns(trace, tree, capture)  # [R]
 
     # Regions: one row per (domain, name), like `nsys stats`' NVTX summary.
     regions = []
@@ -46,6 +55,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         proj = np.where(has_ops, gpu.proj_end - gpu.proj_start, 0)
         proj_total = np.bincount(inverse, weights=proj)
         kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
+        graph_total = np.bincount(inverse, weights=graph_ns)
         for j, k in enumerate(uniq):
             name_id, dom_id = int(k % (len(trace.names) + 1)), int(k // (len(trace.names) + 1))
             p50, p99 = pct[int(k)]
@@ -58,34 +68,40 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
                     "self_ns": int(self_total[j]),
                     "gpu_proj_ns": int(proj_total[j]) if has_gpu else None,
                     "gpu_kernel_ns": int(kern_total[j]) if has_gpu else None,
+                    "gpu_graph_ns": int(graph_total[j]) if has_gpu else None,
                     "p50_ns": p50,
                     "p99_ns": p99,
                 }
             )
         regions.sort(key=lambda r: -r["total_ns"])
 
-    # Kernels: one row per (kernel name, innermost region it was launched in).
+    # Kernels: one row per (kernel name, innermost region it was launched in, innermost region open when its
+    # CUDA graph node was captured: None for kernels not replayed by a graph).
     kernels = []
     is_kernel = trace.ops.kind == 0
     if is_kernel.any():
         k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
         k_region = np.where(k_range >= 0, trace.ranges.name[np.maximum(k_range, 0)], -1)
+        k_cap = capture[is_kernel]
+        k_capture = np.where(k_cap >= 0, trace.ranges.name[np.maximum(k_cap, 0)], -1)
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
-        key = k_name * (len(trace.names) + 2) + (k_region + 1)
-        pct = group_percentiles(key, k_dur, qs=(50,))
-        uniq, inverse = np.unique(key, return_inverse=True)
+        uniq, inverse = np.unique(
+            np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True
+        )
+        inverse = inverse.ravel()
+        pct = group_percentiles(inverse, k_dur, qs=(50,))
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=k_dur)
-        for j, k in enumerate(uniq):
-            name_id, region_id = int(k // (len(trace.names) + 2)), int(k % (len(trace.names) + 2)) - 1
+        for j, (name_id, region_id, capture_id) in enumerate(uniq.tolist()):
             kernels.append(
                 {
                     "name": trace.names[name_id],
                     "count": int(count[j]),
                     "total_ns": int(total[j]),
-                    "p50_ns": pct[int(k)][0],
+                    "p50_ns": pct[j][0],
                     "region": trace.names[region_id] if region_id >= 0 else None,
+                    "capture_region": trace.names[capture_id] if capture_id >= 0 else None,
                 }
             )
         kernels.sort(key=lambda r: -r["total_ns"])
@@ -103,7 +119,11 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         log,
         warnings,
     )
-    steps = steps_summary(rows, region_cols) if rows else None
+    graph_cols = step_graph_columns(rows, trace, capture) if rows else []
+    steps = steps_summary(rows, region_cols, graph_cols) if rows else None
+    note = graph_warning(trace, capture)
+    if note:
+        warnings.append(note)
     itl, requests = request_metrics(log, rows["rollovers"] if rows else None)
     marks = {}
     for m in trace.marks.name.tolist():
@@ -132,6 +152,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "marks": [{"name": k, "count": v} for k, v in sorted(marks.items())],
         "gpus": trace.gpus,
         "gpu_idle_between_steps": gpu_idle,
+        "kernel_attribution": attribution(trace, gpu.op_range, capture) if has_gpu else None,
         "warnings": warnings,
     }
     tables = {

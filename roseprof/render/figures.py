@@ -107,6 +107,34 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
     return _layout(fig, "Decode step breakdown", note, height=420)
 
 
+def graph_breakdown(steps: dict | None) -> go.Figure | None:
+    """GPU kernel time of each step's graph replay, split by the region open when each kernel was captured."""
+    rows = (steps or {}).get("rows") or {}
+    cols = [k for k in rows if k.startswith("graph:")]
+    if not cols:
+        return None
+    n = len(rows["dur_ns"])
+    edges = _bins(n)
+    x = edges[:-1]
+    fig = go.Figure()
+    for col in cols:
+        fig.add_bar(x=x, y=_binned(rows[col], edges) / 1e3, name=esc(col[len("graph:") :]))
+    total = sum(np.asarray(rows[c], dtype=np.float64) for c in cols)
+    roll = _binned(np.asarray(rows["rollovers"]) > 0, edges, np.max) > 0
+    fig.add_scatter(
+        x=x[roll],
+        y=_binned(total, edges)[roll] / 1e3 * 1.04,
+        mode="markers",
+        name="rollover step",
+        marker={"symbol": "triangle-down", "color": ROLLOVER, "size": 8},
+    )
+    fig.update_layout(barmode="stack", bargap=0, xaxis_title="decode step", yaxis_title="GPU µs")
+    note = "kernels replayed by CUDA graphs, by the region open when each was captured" + (
+        "" if n <= MAX_STEP_BARS else f"; binned to {len(x)} bars (mean per bin)"
+    )
+    return _layout(fig, "GPU time per step by region (CUDA graph replays)", note, height=420)
+
+
 def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
     if not steps or not steps.get("rows"):
         return None

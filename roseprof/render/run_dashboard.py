@@ -53,6 +53,16 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
                     f"{at['p99_ms']:.2f} / {itl['elsewhere']['p99_ms']:.2f} ms",
                 )
             )
+    attribution = summary.get("kernel_attribution")
+    if attribution and attribution.get("attributed_pct") is not None:
+        graph = attribution["graph_by_capture_ns"]
+        cards.append(
+            (
+                "kernel time in regions",
+                f"{attribution['attributed_pct']:.1f}%"
+                + (f" ({units.ms(graph)} ms graph-replayed, by capture region)" if graph else ""),
+            )
+        )
     return cards
 
 
@@ -73,6 +83,10 @@ def _region_table(summary: dict) -> str:
             "GPU kernel ms",
         )
     )
+    # Graph-replayed kernel time by capture-time region: a column only when the run has any.
+    graph = any(r.get("gpu_graph_ns") for r in regions)
+    if graph:
+        head += "<th>GPU graph ms</th>"
     body = []
     for r in regions:
         name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
@@ -86,6 +100,8 @@ def _region_table(summary: dict) -> str:
             units.ms(r["gpu_proj_ns"]),
             units.ms(r["gpu_kernel_ns"]),
         ]
+        if graph:
+            cells.append(units.ms(r.get("gpu_graph_ns")))
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<div class="panel"><h2>Regions</h2><table><tr>{head}</tr>{"".join(body)}</table></div>'
 
@@ -96,7 +112,8 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
         return ""
     groups: dict[str, list[dict]] = {}
     for k in kernels:
-        groups.setdefault(k["region"] or "(outside any range)", []).append(k)
+        # A kernel replayed by a CUDA graph belongs to the region open when its graph node was captured.
+        groups.setdefault(k.get("capture_region") or k["region"] or "(outside any range)", []).append(k)
     rows = []
     for region, ks in sorted(groups.items(), key=lambda kv: -sum(k["total_ns"] for k in kv[1])):
         for k in sorted(ks, key=lambda k: -k["total_ns"])[:per_region]:
@@ -109,7 +126,16 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
                 units.us(mean),
             ]
             rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("region (innermost)", "kernel", "count", "total ms", "mean µs"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "region (innermost; graph kernels: where captured)",
+            "kernel",
+            "count",
+            "total ms",
+            "mean µs",
+        )
+    )
     return (
         f'<div class="panel"><h2>Top kernels per region (top {per_region} each)</h2>'
         f'<table class="kernels"><tr>{head}</tr>{"".join(rows)}</table></div>'
@@ -122,6 +148,7 @@ def build_figures(run: Run, summary: dict) -> list:
     out = [
         figures.region_bars(summary),
         figures.step_breakdown(steps),
+        figures.graph_breakdown(steps),
         figures.itl_over_time(itl),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),

@@ -8,6 +8,7 @@
     ranges.npz      the model's Ranges columns
     marks.npz       the model's Marks columns
     gpu_ops.npz     the model's GpuOps columns
+    graph_nodes.npz the model's GraphNodes columns (CUDA graph nodes: where replayed kernels were captured)
 
 Version 1 (before the tool-neutral model) had no marks, thread names, style or the ops' device, stream,
 graph node and launching call; reading such a run fills those with -1 and says nothing is lost that the
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
+from roseprof.model import GpuOps, GraphNodes, Marks, Names, Ranges, Tool, Trace
 from roseprof.run.store import read_json, write_json
 
 TABLES_VERSION = 2
@@ -33,6 +34,7 @@ def write_trace(folder: Path, trace: Trace) -> None:
     np.savez(folder / "ranges.npz", **{c: getattr(trace.ranges, c) for c in RANGE_COLUMNS})
     np.savez(folder / "marks.npz", **{c: getattr(trace.marks, c) for c in MARK_COLUMNS})
     np.savez(folder / "gpu_ops.npz", **{c: getattr(trace.ops, c) for c in GpuOps.COLUMNS})
+    np.savez(folder / "graph_nodes.npz", **{c: getattr(trace.graph_nodes, c) for c in GraphNodes.COLUMNS})
     write_json(
         folder / "names.json",
         {
@@ -88,6 +90,7 @@ def read_trace(folder: Path) -> Trace:
         ranges=Ranges(**ranges),
         marks=Marks(**_load_npz(folder / "marks.npz", MARK_COLUMNS)),
         ops=GpuOps(**ops),
+        graph_nodes=GraphNodes(**_load_npz(folder / "graph_nodes.npz", GraphNodes.COLUMNS)),
         threads={int(t): n for t, n in (meta.get("threads") or {}).items()},
     )
 

@@ -14,6 +14,7 @@ import sqlite3
 
 import numpy as np
 
+from roseprof.drivers.nsys.graphs import read_graph_nodes
 from roseprof.errors import RoseprofError
 from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
 
@@ -163,6 +164,7 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
         row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         session = int(row[0]) if row and row[0] is not None else None
     return Trace(
+        graph_nodes=read_graph_nodes(conn, tables, _columns),
         tool=Tool("nsys", meta.get("EXPORT_PRODUCT_VERSION", "?"), schema),
         names=names,
         domains=domains,
