@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis import ncu
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stats import group_percentiles
 from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
@@ -67,10 +68,12 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     # Kernels: one row per (kernel name, innermost region it was launched in).
     kernels = []
     is_kernel = trace.ops.kind == 0
-    if is_kernel.any():
+    if is_kernel.any() and trace.kernel_metrics is None:
         k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
-        k_region = np.where(k_range >= 0, trace.ranges.name[np.maximum(k_range, 0)], -1)
+        # A trace with kernels and no range at all has nothing to index: every kernel is outside any range.
+        range_name = trace.ranges.name if len(trace.ranges) else np.full(1, -1, dtype=np.int64)
+        k_region = np.where(k_range >= 0, range_name[np.maximum(k_range, 0)], -1)
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
         key = k_name * (len(trace.names) + 2) + (k_region + 1)
         pct = group_percentiles(key, k_dur, qs=(50,))
@@ -90,6 +93,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
             )
         kernels.sort(key=lambda r: -r["total_ns"])
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
+    if trace.kernel_metrics is not None:
+        # ncu: no timeline to attribute kernels by; each launch names the NVTX ranges that enclosed it.
+        kernels = ncu.kernels(trace)
+        unattributed = sum(1 for r in ncu.regions(trace.kernel_metrics) if r is None)
 
     rows, region_cols = step_table(
         trace.names.values,
@@ -132,8 +139,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "marks": [{"name": k, "count": v} for k, v in sorted(marks.items())],
         "gpus": trace.gpus,
         "gpu_idle_between_steps": gpu_idle,
-        "warnings": warnings,
+        "warnings": warnings + trace.warnings,
     }
+    if trace.kernel_metrics is not None:
+        summary["ncu"] = ncu.section(trace)
     tables = {
         "steps": rows,
         "step_regions": region_cols,
