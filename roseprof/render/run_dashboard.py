@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, units
+from roseprof.render import figures, ncu_views, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -53,6 +53,8 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
                     f"{at['p99_ms']:.2f} / {itl['elsewhere']['p99_ms']:.2f} ms",
                 )
             )
+    if summary.get("ncu"):
+        cards += ncu_views.cards(summary["ncu"])
     return cards
 
 
@@ -128,6 +130,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.top_kernels(summary),
         figures.gpu_idle(steps),
         figures.telemetry(tables.read_telemetry(run.path)),
+        *ncu_views.figures(summary),
     ]
     return [f for f in out if f is not None]
 
@@ -144,6 +147,7 @@ def render_run(run: Run, out_path: Path) -> Path:
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
 {figure_divs(len(figs))}
+{ncu_views.panels(summary)}
 {_region_table(summary)}
 {_kernels_by_region(summary)}
 """

@@ -181,6 +181,7 @@ class NcuCapture:
         self.sections = tuple(sections)
         self.metrics = metrics
         self.kernel_name_base = kernel_name_base
+        self.from_run: str | None = None  # the nsys/torch run whose top kernels were chosen (--from)
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}
@@ -209,7 +210,10 @@ class NcuCapture:
         return argv
 
     def describe(self) -> dict:
-        return {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options()}
+        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options()}
+        if self.from_run:
+            out["from_run"] = self.from_run
+        return out
 
     def filters(self) -> str:
         parts = [f"--kernel-name {self.kernel}"] if self.kernel else []
