@@ -89,7 +89,9 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards
     help="matching launches to profile (default 100, with --from 5 per kernel; 0: all)",
 )
 @click.option(
-    "--set", "section_set", default="full", show_default=True, help="ncu section set (basic, detailed, full)"
+    "--set",
+    "section_set",
+    help="ncu section set: basic, detailed, full (default: full, unless --section or --metrics is given)",
 )
 @click.option("--section", "sections", multiple=True, help="an ncu section to collect (repeatable)")
 @click.option(
