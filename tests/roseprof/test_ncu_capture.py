@@ -205,3 +205,18 @@ def test_ncu_runs_diff_per_kernel_and_metric(tmp_path):
     result = json.loads(roseprof("diff", "b", "c", "--json", *dirs(tmp_path)).stdout)
     assert [n for n, _ in result["kernels"]["new"]][0].startswith("copy_blocked")
     assert len(result["kernels"]["vanished"]) == 2
+
+
+def test_the_default_ncu_command_is_a_valid_engine_benchmark():
+    from roseinfer.benchmark_common import build_parser, engine_config, parse
+    from roseprof.workload.roseinfer import ncu_default_command
+
+    cmd = ncu_default_command()
+    assert cmd[:2] == ["env", "ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1"]  # the Triton KV append at batch 8
+    module = cmd.index("-m") + 1
+    assert cmd[module] == "roseinfer.benchmark_streaming"
+    args = parse(build_parser("x", "x", "online"), cmd[module + 1 :])
+    cfg = engine_config(args)
+    # Eager decode (NVTX ranges enclose each kernel), the Triton attention kernel, a few steps.
+    assert cfg.paged_attn and not cfg.cuda_graph and args.device == "cuda"
+    assert args.num_requests * args.max_new_tokens <= 256
