@@ -246,6 +246,10 @@ class NcuCapture:
             if ran:
                 more = f" (and {len(ran) - 10} more)" if len(ran) > 10 else ""
                 listed = f"; kernels that ran: {', '.join(ran[:10])}{more}"
+            if self.filters() == "no filter":
+                raise RoseprofError(
+                    f"ncu profiled no kernel: the command launched none on a GPU ncu can profile{listed}"
+                )
             raise RoseprofError(f"no kernel matched the filter ({self.filters()}): ncu profiled none{listed}")
         return rc, False
 
