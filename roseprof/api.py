@@ -11,7 +11,7 @@ from roseprof.errors import RoseprofError
 from roseprof.model import Trace
 from roseprof.run import environment, pipeline, tables
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import default_command
+from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
 
 
@@ -37,6 +37,74 @@ def capture_nsys(
     command = cmd or default_command()
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
     return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace)
+
+
+DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
+FROM_LAUNCHES_PER_KERNEL = 5
+
+
+def capture_ncu(
+    store: RunStore,
+    cmd: list[str] | None,
+    name: str | None,
+    kernel: str | None = None,
+    nvtx_include: tuple[str, ...] = (),
+    launch_skip: int = 0,
+    launch_count: int | None = None,
+    section_set: str | None = None,
+    sections: tuple[str, ...] = (),
+    metrics: str | None = None,
+    from_run: str | None = None,
+    top: int = 5,
+) -> pipeline.CaptureOutcome:
+    """`roseprof ncu`: CMD (or the engine benchmark sized for ncu) under Nsight Compute, into a new run. With
+    from_run: the `top` kernels by GPU time of that nsys or torch run, FROM_LAUNCHES_PER_KERNEL launches each (at
+    most), and its command when none is given."""
+    from roseprof.analysis.ncu import kernel_regex, top_kernels
+    from roseprof.drivers.ncu.capture import NcuCapture
+
+    kernel_name_base = None
+    if kernel:
+        kernel = f"regex:{kernel}"
+    if from_run is not None:
+        if kernel:
+            raise RoseprofError("--from picks the kernels itself: give --from or --kernel, not both")
+        source = store.resolve(from_run)
+        if (source.manifest.get("tool") or {}).get("name") == "ncu":
+            raise RoseprofError(f"run {source.id} is an ncu run: --from takes an nsys or torch run")
+        chosen = top_kernels(source.summary(), top)
+        if not chosen:
+            raise RoseprofError(
+                f"run {source.id} has no kernels to profile (--from needs a run with GPU kernels)"
+            )
+        # The exact demangled names nsys and torch record, matched whole.
+        kernel, kernel_name_base = f"regex:{kernel_regex([n for n, _ in chosen])}", "demangled"
+        if launch_count is None:
+            launch_count = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
+        if not cmd:
+            cmd = source.manifest.get("command")
+            if not cmd:
+                raise RoseprofError(
+                    f"run {source.id} has no command (it was imported): give the command after --"
+                )
+    if launch_count is None:
+        launch_count = DEFAULT_LAUNCH_COUNT
+    if section_set is None and not sections and not metrics:
+        section_set = "full"  # every section, the roofline included
+    capturer = NcuCapture(
+        kernel=kernel,
+        nvtx_include=nvtx_include,
+        launch_skip=launch_skip,
+        launch_count=launch_count or None,  # 0: every matching launch
+        section_set=section_set,
+        sections=sections,
+        metrics=metrics,
+        kernel_name_base=kernel_name_base,
+    )
+    capturer.from_run = source.id if from_run is not None else None
+    command = list(cmd) if cmd else ncu_default_command()
+    run_name = name or ("ncu-demo" if not cmd else Path(command[0]).name)
+    return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace)
 
 
 def import_path(store: RunStore, path: str, name: str | None, steplog: str | None) -> Run:
@@ -77,8 +145,17 @@ def diff_runs(
     for run in (run_a, run_b):
         _check(run, allow_incomplete)
     a, b = load_run(run_a), load_run(run_b)
-    metrics = compare(a, b)
-    if not metrics:
+    metrics, method = compare(a, b), METHOD
+    both_ncu = bool(a.summary.get("ncu") and b.summary.get("ncu"))
+    if both_ncu:
+        from roseprof.analysis import ncu_diff
+
+        # Per-launch metrics instead of kernel-time totals (which count the launches the filters chose).
+        metrics = [m for m in metrics if not m["name"].startswith("kernels.")]
+        metrics += ncu_diff.compare(tables.read_trace(run_a.path), tables.read_trace(run_b.path))
+        method = ncu_diff.METHOD
+    changes = kernel_changes(a, b)
+    if not metrics and not (both_ncu and (changes["new"] or changes["vanished"])):
         raise RoseprofError(
             f"runs {run_a.id} and {run_b.id} have nothing in common to compare (no shared regions, kernels or steps)"
         )
@@ -86,9 +163,9 @@ def diff_runs(
     result = {
         "a": _describe(run_a),
         "b": _describe(run_b),
-        "method": METHOD,
+        "method": method,
         "metrics": rank(metrics),
-        "kernels": kernel_changes(a, b),
+        "kernels": changes,
         "regressions": [m["name"] for m in regressions],
         "threshold_pct": threshold,
     }

@@ -64,13 +64,97 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards
     sys.exit(outcome.exit_code)
 
 
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: ncu-demo, or the command's name)")
+@click.option(
+    "--kernel", metavar="REGEX", help="profile kernels whose name matches REGEX (ncu --kernel-name regex:)"
+)
+@click.option(
+    "--nvtx-include",
+    multiple=True,
+    metavar="RANGE",
+    help="only kernels inside this NVTX range (repeatable; push/pop ranges end in '/', e.g. roseinfer.kv.append_token/)",
+)
+@click.option(
+    "--launch-skip",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="matching launches to skip",
+)
+@click.option(
+    "--launch-count",
+    type=click.IntRange(min=0),
+    default=None,
+    help="matching launches to profile (default 100, with --from 5 per kernel; 0: all)",
+)
+@click.option(
+    "--set",
+    "section_set",
+    help="ncu section set: basic, detailed, full (default: full, unless --section or --metrics is given)",
+)
+@click.option("--section", "sections", multiple=True, help="an ncu section to collect (repeatable)")
+@click.option(
+    "--metrics", help="ncu metrics to collect, comma-separated (gpu__time_duration.sum is always added)"
+)
+@click.option(
+    "--from", "from_run", metavar="RUN", help="profile the top kernels by GPU time of this nsys or torch run"
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=5, show_default=True, help="with --from: how many kernels"
+)
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def ncu(
+    name,
+    kernel,
+    nvtx_include,
+    launch_skip,
+    launch_count,
+    section_set,
+    sections,
+    metrics,
+    from_run,
+    top,
+    open_,
+    traces_dir,
+    dashboards_dir,
+    cmd,
+) -> None:
+    """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
+    command, or the engine benchmark sized for ncu."""
+    from roseprof.api import capture_ncu
+    from roseprof.render.terminal import make_console, print_summary
+
+    outcome = capture_ncu(
+        RunStore(traces_dir),
+        list(cmd) or None,
+        name,
+        kernel,
+        tuple(nvtx_include),
+        launch_skip,
+        launch_count,
+        section_set,
+        tuple(sections),
+        metrics,
+        from_run,
+        top,
+    )
+    print_summary(make_console(), outcome.run, outcome.summary)
+    if outcome.summary is not None:
+        _dashboard(outcome.run, dashboards_dir, open_)
+    sys.exit(outcome.exit_code)
+
+
 @cli.command("import", epilog=EXIT_CODES)
 @click.argument("path")
 @click.option("--name", help="a name for the run (default: the file's name)")
 @click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
 @store_options
 def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
-    """Import a trace file as a run (nsys .sqlite/.nsys-rep; the driver is picked by suffix, then content)."""
+    """Import a trace file as a run (nsys .sqlite/.nsys-rep, ncu .ncu-rep or CSV export; the driver is picked by
+    suffix, then content)."""
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console, print_summary
 

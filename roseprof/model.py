@@ -9,7 +9,8 @@ Invariants (checked by `check`, and by the driver contract test on every fixture
 - ranges are sorted by (thread, start, end descending): parents before children, each thread contiguous;
 - push/pop ranges are well nested on their thread (start/end ranges may overlap anything);
 - every name index resolves in `names`, every domain index in `domains`;
-- end >= start for ranges and GPU ops; GPU ops sorted by start.
+- end >= start for ranges and GPU ops; GPU ops sorted by start;
+- per-launch metrics (ncu), where present, have one row per GPU op they describe, each op index valid.
 """
 
 from __future__ import annotations
@@ -133,6 +134,59 @@ class GpuOps:
         return len(self.start)
 
 
+# Per-launch metric names (KernelMetrics.values), each in the unit its name ends with; NaN where the report
+# lacks the metric (never 0). FLOP rates and peaks follow Nsight Compute's own roofline sections.
+KERNEL_METRICS = (
+    "duration_ns",  # gpu__time_duration.sum
+    "elapsed_cycles",  # gpc__cycles_elapsed.max
+    "sm_throughput_pct",  # compute (SM) throughput, % of peak (speed of light)
+    "memory_throughput_pct",  # memory throughput, % of peak (speed of light)
+    "dram_throughput_pct",  # DRAM throughput, % of peak
+    "achieved_occupancy_pct",
+    "theoretical_occupancy_pct",
+    "registers_per_thread",
+    "waves_per_sm",
+    "dram_read_bytes",
+    "dram_write_bytes",
+    "dram_bytes_per_s",  # achieved DRAM bandwidth
+    "fp32_flop_per_s",  # achieved: fadd + fmul + 2 ffma per cycle x SM frequency
+    "fp16_flop_per_s",  # 2 hadd + 2 hmul + 4 hfma (packed half2), per cycle x SM frequency
+    "fp64_flop_per_s",
+    "tensor_flop_per_s",  # tensor pipe instructions x 512, where the report has them
+    "tensor_pipe_pct",  # tensor pipe cycles active, % of peak
+    "sm_frequency_hz",
+    "dram_frequency_hz",
+)
+
+
+@dataclass
+class KernelMetrics:
+    """Per-launch metrics (ncu): one row per profiled kernel launch [K], describing GPU op `op[k]`.
+
+    Nsight Compute replays each kernel alone, so these launches have no timeline: the ops they describe carry
+    synthetic start times (the launches end to end in launch order), real durations and no launching call.
+    """
+
+    op: np.ndarray = field(default_factory=_empty)  # [K] row in Trace.ops
+    launch_id: np.ndarray = field(default_factory=_empty)  # [K] the tool's own launch id (ncu: ID)
+    grid: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))  # [K, 3], -1 unknown
+    block: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))  # [K, 3]
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # KERNEL_METRICS name -> [K] float64
+    nvtx: list[list[list[str]]] = field(default_factory=list)  # [K] enclosing push/pop ranges, outermost
+    # first, each [domain, name] (domain "" for the default domain)
+    rules: list[dict] = field(default_factory=list)  # the tool's findings: {launch: k, section, rule, type,
+    # description, speedup_type, speedup_pct (None where it gave none)}
+    devices: dict[int, dict] = field(default_factory=dict)  # device id -> what the report says of the GPU
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def value(self, name: str) -> np.ndarray:
+        """[K] values of one metric, all NaN where the report has none of it."""
+        v = self.values.get(name)
+        return v if v is not None else np.full(len(self.op), np.nan)
+
+
 @dataclass
 class GraphNodes:
     """CUDA graph nodes as the tool saw them made [N]: during stream capture (or an explicit add) on the thread
@@ -171,6 +225,7 @@ class Trace:
     gpus: list[dict] = field(default_factory=list)
     session_start_utc_ns: int | None = None
     warnings: list[str] = field(default_factory=list)  # what the reader had to assume or leave out
+    kernel_metrics: KernelMetrics | None = None  # per-launch metrics (ncu)
 
     @property
     def has_gpu(self) -> bool:
@@ -205,6 +260,12 @@ def check(trace: Trace) -> list[str]:
         named = o.api_name[o.api_name >= 0]
         if len(named) and named.max() >= n:
             problems.append("a launching API call name does not resolve")
+    km = trace.kernel_metrics
+    if km is not None and len(km):
+        if km.op.min() < 0 or km.op.max() >= len(o):
+            problems.append("a per-launch metric row names no GPU op")
+        if any(len(v) != len(km) for v in km.values.values()) or len(km.nvtx) != len(km):
+            problems.append("per-launch metric columns differ in length")
     return problems
 
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine, idempotently:
 #   a virtual environment in .venv with roseinfer/roseprof installed (editable) and the dev tools,
-#   and Nsight Systems for CPU captures (scripts/install-nsys.sh).
+#   Nsight Systems for CPU captures (scripts/install-nsys.sh),
+#   Nsight Compute's ncu for importing .ncu-rep reports (scripts/install-ncu.sh),
 #   and Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh).
-# Usage: scripts/setup.sh [--no-nsys] [--no-browser]
+# Usage: scripts/setup.sh [--no-nsys] [--no-ncu] [--no-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_nsys=1
+want_ncu=1
 want_browser=1
 for arg in "$@"; do
   case "$arg" in
     --no-nsys) want_nsys=0 ;;
+    --no-ncu) want_ncu=0 ;;
     --no-browser) want_browser=0 ;;
     *) echo "setup: unknown option $arg" >&2; exit 2 ;;
   esac
@@ -31,6 +34,9 @@ fi
 
 if [ "$want_nsys" = 1 ]; then
   bash scripts/install-nsys.sh
+fi
+if [ "$want_ncu" = 1 ]; then
+  bash scripts/install-ncu.sh
 fi
 if [ "$want_browser" = 1 ]; then
   bash scripts/install-chromium.sh

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis import ncu
 from roseprof.analysis.graphs import (
     attribution,
     capture_ranges,
@@ -79,12 +80,14 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     # CUDA graph node was captured: None for kernels not replayed by a graph).
     kernels = []
     is_kernel = trace.ops.kind == 0
-    if is_kernel.any():
+    if is_kernel.any() and trace.kernel_metrics is None:
         k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
-        k_region = np.where(k_range >= 0, trace.ranges.name[np.maximum(k_range, 0)], -1)
+        # A trace with kernels and no range at all has nothing to index: every kernel is outside any range.
+        range_name = trace.ranges.name if len(trace.ranges) else np.full(1, -1, dtype=np.int64)
+        k_region = np.where(k_range >= 0, range_name[np.maximum(k_range, 0)], -1)
         k_cap = capture[is_kernel]
-        k_capture = np.where(k_cap >= 0, trace.ranges.name[np.maximum(k_cap, 0)], -1)
+        k_capture = np.where(k_cap >= 0, range_name[np.maximum(k_cap, 0)], -1)
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
         uniq, inverse = np.unique(
             np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True
@@ -106,6 +109,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
             )
         kernels.sort(key=lambda r: -r["total_ns"])
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
+    if trace.kernel_metrics is not None:
+        # ncu: no timeline to attribute kernels by; each launch names the NVTX ranges that enclosed it.
+        kernels = ncu.kernels(trace)
+        unattributed = sum(1 for r in ncu.regions(trace.kernel_metrics) if r is None)
 
     rows, region_cols = step_table(
         trace.names.values,
@@ -153,8 +160,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "gpus": trace.gpus,
         "gpu_idle_between_steps": gpu_idle,
         "kernel_attribution": attribution(trace, gpu.op_range, capture) if has_gpu else None,
-        "warnings": warnings,
+        "warnings": warnings + trace.warnings,
     }
+    if trace.kernel_metrics is not None:
+        summary["ncu"] = ncu.section(trace)
     tables = {
         "steps": rows,
         "step_regions": region_cols,

@@ -33,9 +33,10 @@ class Reader:
 
 
 def readers() -> list[Reader]:
+    from roseprof.drivers.ncu import READERS as NCU
     from roseprof.drivers.nsys import READERS as NSYS
 
-    return [*NSYS]
+    return [*NSYS, *NCU]
 
 
 def pick_reader(path: Path, label: str | None = None) -> Reader:

@@ -69,6 +69,28 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
     )
 
 
+def _ncu_duration_deltas(result: dict) -> go.Figure | None:
+    """ncu runs: each shared kernel's change in mean duration per launch."""
+    rows = [
+        m
+        for m in result["metrics"]
+        if m["name"].startswith("ncu.") and m["name"].endswith(".duration_ns") and m["delta_pct"] is not None
+    ]
+    if not rows:
+        return None
+    rows = sorted(rows, key=lambda m: abs(m["delta_pct"]), reverse=True)[:15][::-1]
+    names = [esc(m["name"][len("ncu.") : -len(".duration_ns")][:80]) for m in rows]
+    fig = go.Figure()
+    fig.add_bar(
+        y=names,
+        x=[m["delta_pct"] for m in rows],
+        orientation="h",
+        marker_color=["#d62728" if m["delta_pct"] > 0 else "#2ca02c" for m in rows],
+    )
+    fig.update_layout(xaxis_title="B vs A, % change of the mean duration per launch")
+    return _layout(fig, "Kernel duration change (Nsight Compute)", None, height=max(320, 60 + 28 * len(rows)))
+
+
 def _metrics_table(result: dict) -> str:
     head = "".join(f"<th>{h}</th>" for h in ("metric", "A", "B", "Δ %", "95% CI", "verdict"))
     rows = []
@@ -94,6 +116,7 @@ def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
         ),
         _overlaid("Inter-token latency", a["itl_ms"], b["itl_ms"], "ITL (ms)"),
         _kernel_deltas(result),
+        _ncu_duration_deltas(result),
     ]
     figs = [f for f in figs if f is not None]
     k = result["kernels"]

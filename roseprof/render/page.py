@@ -15,7 +15,7 @@ from pathlib import Path
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-RENDERER_VERSION = "1"
+RENDERER_VERSION = "2"
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -29,6 +29,7 @@ main{padding:16px 24px;max-width:1400px}
 table{border-collapse:collapse;font-size:13px;width:100%}th,td{padding:4px 8px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left;word-break:break-all}
 table.kernels td:first-child{min-width:260px}table.kernels td:nth-child(2){text-align:left;font-family:monospace;font-size:12px;word-break:break-all}
+table.rules td{text-align:left;vertical-align:top}table.rules td:first-child{font-family:monospace;font-size:12px;min-width:260px;max-width:380px}
 h2{font-size:16px;margin:8px}#errors{display:none;background:#fdd;color:#900;padding:8px 24px}
 footer{font-size:12px;color:#667;padding:8px 24px 24px}
 """

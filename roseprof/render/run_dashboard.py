@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, units
+from roseprof.render import figures, ncu_views, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -63,6 +63,8 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
                 + (f" ({units.ms(graph)} ms graph-replayed, by capture region)" if graph else ""),
             )
         )
+    if summary.get("ncu"):
+        cards += ncu_views.cards(summary["ncu"])
     return cards
 
 
@@ -155,6 +157,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.top_kernels(summary),
         figures.gpu_idle(steps),
         figures.telemetry(tables.read_telemetry(run.path)),
+        *ncu_views.figures(summary),
     ]
     return [f for f in out if f is not None]
 
@@ -171,6 +174,7 @@ def render_run(run: Run, out_path: Path) -> Path:
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
 {figure_divs(len(figs))}
+{ncu_views.panels(summary)}
 {_region_table(summary)}
 {_kernels_by_region(summary)}
 """

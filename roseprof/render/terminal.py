@@ -70,6 +70,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
                 units.us(k["p50_ns"]),
             )
         console.print(t)
+    if summary.get("ncu"):
+        _print_ncu(console, summary["ncu"])
     steps = summary.get("steps")
     if steps:
         roll, norm = steps["rollover"], steps["normal"]
@@ -103,6 +105,31 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
     for w in summary.get("warnings") or []:
         console.print(f"warning: {w}", markup=False, style="yellow")
     console.print(f"run folder: {run.path}", markup=False)
+
+
+def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
+    """Nsight Compute runs: the key metrics per kernel (means over its profiled launches) and the top findings."""
+    pct = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    t = Table(title="ncu: per kernel, mean over profiled launches", title_justify="left")
+    for col in ("kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"):
+        t.add_column(col, justify="left" if col == "kernel" else "right")
+    for k in ncu["kernels"][:top]:
+        t.add_row(
+            k["name"][:70],
+            f"{k['launches']:,}",
+            units.us(k["mean_duration_ns"]),
+            pct(k["mean_sm_throughput_pct"]),
+            pct(k["mean_memory_throughput_pct"]),
+            pct(k["mean_dram_bandwidth_pct_of_peak"]),
+            pct(k["mean_achieved_occupancy_pct"]),
+        )
+    console.print(t)
+    for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
+        console.print(
+            f"ncu finding: {r['kernel'][:50]}: {r['rule']} (est. speedup {r['speedup_pct']:.1f}%)",
+            markup=False,
+        )
+    console.print(f"note: {ncu['note']}", markup=False, style="dim")
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:

@@ -4,6 +4,7 @@ analyse, store. The status and exit code rules live here once for every tool:
     complete    (exit 0)   the command succeeded and its trace was read
     failed      (exit 1)   the command failed; what the tool wrote is kept and read where possible
     failed      (exit 3)   the profiler itself failed and left nothing to read
+    (no run)    (exit 2)   the capture's input was wrong (the tool ran but the options matched nothing)
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
@@ -77,6 +78,9 @@ def capture(
         rc, interrupted = 130, True
     except CaptureFailed as e:
         writer.finish("failed", exit_code=3, message=str(e))
+        raise
+    except RoseprofError:
+        writer.abort()  # the user's input was wrong (e.g. a filter that matched nothing): no run to keep
         raise
     finally:
         samples = sampler.stop() if sampling else []

@@ -9,6 +9,9 @@
     marks.npz       the model's Marks columns
     gpu_ops.npz     the model's GpuOps columns
     graph_nodes.npz the model's GraphNodes columns (CUDA graph nodes: where replayed kernels were captured)
+    kernel_metrics.npz, kernel_metrics.json
+                    per-launch metrics (ncu): numeric columns in the .npz (NaN where the report has no value),
+                    enclosing NVTX ranges, rule findings and device facts in the .json with its own version
 
 Version 1 (before the tool-neutral model) had no marks, thread names, style or the ops' device, stream,
 graph node and launching call; reading such a run fills those with -1 and says nothing is lost that the
@@ -21,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from roseprof.model import GpuOps, GraphNodes, Marks, Names, Ranges, Tool, Trace
+from roseprof.model import GpuOps, GraphNodes, KernelMetrics, Marks, Names, Ranges, Tool, Trace
 from roseprof.run.store import read_json, write_json
 
 TABLES_VERSION = 2
+KERNEL_METRICS_VERSION = 1
 RANGE_COLUMNS = ("start", "end", "name", "domain", "tid", "style")
 MARK_COLUMNS = ("ts", "name", "tid")
 
@@ -44,6 +48,43 @@ def write_trace(folder: Path, trace: Trace) -> None:
             "domains": trace.domains,
             "threads": {str(t): n for t, n in trace.threads.items()},
         },
+    )
+    if trace.kernel_metrics is not None:
+        _write_kernel_metrics(folder, trace.kernel_metrics)
+
+
+def _write_kernel_metrics(folder: Path, km: KernelMetrics) -> None:
+    columns = {"op": km.op, "launch_id": km.launch_id, "grid": km.grid, "block": km.block}
+    np.savez(folder / "kernel_metrics.npz", **columns, **{f"value:{k}": v for k, v in km.values.items()})
+    write_json(
+        folder / "kernel_metrics.json",
+        {
+            "version": KERNEL_METRICS_VERSION,
+            "nvtx": km.nvtx,
+            "rules": km.rules,
+            "devices": {str(d): v for d, v in km.devices.items()},
+        },
+    )
+
+
+def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
+    """The per-launch metrics (ncu) of a stored run, or None where the run has none."""
+    meta = _read_optional(folder / "kernel_metrics.json")
+    if meta is None or not (folder / "kernel_metrics.npz").is_file():
+        return None
+    with np.load(folder / "kernel_metrics.npz", allow_pickle=False) as z:
+        cols = {k: np.asarray(z[k]) for k in z.files}
+    return KernelMetrics(
+        op=cols["op"].astype(np.int64),
+        launch_id=cols["launch_id"].astype(np.int64),
+        grid=cols["grid"].astype(np.int64).reshape(-1, 3),
+        block=cols["block"].astype(np.int64).reshape(-1, 3),
+        values={
+            k.removeprefix("value:"): v.astype(np.float64) for k, v in cols.items() if k.startswith("value:")
+        },
+        nvtx=meta.get("nvtx", []),
+        rules=meta.get("rules", []),
+        devices={int(d): v for d, v in (meta.get("devices") or {}).items()},
     )
 
 
@@ -92,6 +133,7 @@ def read_trace(folder: Path) -> Trace:
         ops=GpuOps(**ops),
         graph_nodes=GraphNodes(**_load_npz(folder / "graph_nodes.npz", GraphNodes.COLUMNS)),
         threads={int(t): n for t, n in (meta.get("threads") or {}).items()},
+        kernel_metrics=read_kernel_metrics(folder),
     )
 
 

@@ -100,3 +100,36 @@ def default_command(device: str | None = None) -> list[str]:
         "--max-new-tokens",
         "320",
     ]
+
+
+def ncu_default_command() -> list[str]:
+    """The engine benchmark for `roseprof ncu`: GPT-2 small on the GPU, a few decode steps, eager (ncu's NVTX filter
+    sees the ranges around kernels launched one by one, not around CUDA-graph replays), with the Triton
+    paged-attention decode kernel and the Triton KV-append kernel (its batch threshold lowered to 1, so it runs at
+    this small batch). With a kernel or NVTX filter and roseprof's launch cap, a full-set profile of the chosen
+    kernels takes minutes."""
+    return [
+        "env",
+        "ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1",
+        sys.executable,
+        "-m",
+        "roseinfer.benchmark_streaming",
+        "--hf-model-id",
+        "gpt2",
+        "--device",
+        "cuda",
+        "--paged-attn",
+        "--num-requests",
+        "8",
+        "--max-batch-size",
+        "8",
+        "--max-new-tokens",
+        "16",
+        "--warmup-runs",
+        "0",
+        "--repeat-runs",
+        "1",
+        "--no-stop-on-eos",
+        "--mode",
+        "online",
+    ]

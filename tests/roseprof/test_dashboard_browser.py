@@ -47,6 +47,8 @@ SOURCES = {
         "--steplog",
         DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl",
     ],
+    "ncu-raw": ["import", DATA / "ncu" / "tn-raw.csv"],
+    "ncu-public": ["import", DATA / "ncu" / "brycelelbach__nsightful__copy_blocked.csv"],
 }
 
 
@@ -74,9 +76,19 @@ def test_fixture_dashboards_draw(page, tmp_path, name):
 
     path = _render(tmp_path, name, SOURCES[name])
     result = load_dashboard(page, path)
-    # regions for all; steps and ITL panels for the decode runs; kernels for the GPU ones
-    check_drawn(result, {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 7}[name])
-    assert "roseinfer" in result["text"]
+    # regions for all; steps and ITL panels for the decode runs; kernels for the GPU ones; for ncu runs top
+    # kernels, speed of light and (with the raw page's FLOP rates and peaks) the roofline
+    expected = {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 7, "ncu-raw": 3, "ncu-public": 2}
+    check_drawn(result, expected[name])
+    if name != "ncu-public":
+        assert "roseinfer" in result["text"]
+    if name.startswith("ncu"):
+        assert "Speed of light" in result["text"] and ("Roofline (DRAM)" in result["text"]) == (
+            name == "ncu-raw"
+        )
+    if name == "ncu-raw":
+        # template kernel names are markup-looking text from a real report: shown literally
+        assert "vectorized_elementwise_kernel<4, CUDAFunctorOnSelf_add<float>" in result["text"]
 
 
 @pytest.mark.nsys

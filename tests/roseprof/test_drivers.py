@@ -11,9 +11,13 @@ from roseprof.errors import RoseprofError
 from roseprof.model import KERNEL, check
 
 DATA = Path(__file__).parent.parent / "data"
-# Oracles and programs beside the traces are not traces.
-NOT_TRACES = (".csv", ".py", ".jsonl", ".md")
-TRACES = sorted(p for p in DATA.rglob("*") if p.is_file() and not p.name.endswith(NOT_TRACES))
+# Oracles, programs and origin notes beside the traces are not traces; ncu's CSV exports are (its trace format).
+NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt")
+TRACES = sorted(
+    p
+    for p in DATA.rglob("*")
+    if p.is_file() and (not p.name.endswith(NOT_TRACES) or (p.parent.name == "ncu" and p.suffix == ".csv"))
+)
 # Readers still to come (torch/Kineto, ncu): until they land their files must be refused cleanly.
 NO_READER_YET = {".json"}
 
@@ -32,13 +36,20 @@ def test_every_fixture_reads_into_a_sound_model(path, tmp_path):
     try:
         trace = reader.read(path, tmp_path, str(path))
     except RoseprofError as e:
-        # An .nsys-rep from a newer Nsight Systems than the one installed: one line, naming the file.
-        assert path.suffix == ".nsys-rep" and str(path) in str(e) and "\n" not in str(e)
+        # A report from a newer Nsight Systems / Compute than the one installed (or none installed): one line,
+        # naming the file.
+        assert path.suffix in (".nsys-rep", ".ncu-rep") and str(path) in str(e) and "\n" not in str(e)
         return
     assert check(trace) == []
     assert trace.tool.name == reader.tool and trace.tool.version
     assert len(trace.ranges) or len(trace.ops)
     ops = trace.ops
+    if trace.kernel_metrics is not None:
+        # ncu replays kernels alone and records no API calls: no launching call to check, but every op is a
+        # profiled launch with its metrics and a real duration.
+        assert len(trace.kernel_metrics) == len(ops) and (ops.api_start == -1).all()
+        assert np.array_equal(np.sort(trace.kernel_metrics.op), np.arange(len(ops)))
+        assert (ops.end > ops.start).all()
     launched = ops.api_start >= 0
     # A GPU op starts after the API call that launched it began (one clock for both).
     assert (ops.start[launched] >= ops.api_start[launched]).all()

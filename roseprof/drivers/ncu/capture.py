@@ -1,0 +1,292 @@
+"""Finding and driving Nsight Compute: `ncu` on a command, then `ncu --import R --csv --page raw|details`.
+
+Messages ncu prints that roseprof acts on, as ncu 2022.3 (Debian's nsight-compute) prints them (its binary's own
+strings, and runs of it on this CPU machine):
+    ==WARNING== No kernels were profiled.                          (exit 0, no report written)
+    ==ERROR== The application returned an error code (3).          (ncu exits with the application's code)
+    ==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters ...
+    ==ERROR== '/x' does not exist or is not an executable. ...     (exit 255)
+    ==ERROR== Failed to load report file 'R.ncu-rep'.              (--import of a file it cannot read, exit 1)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from roseprof.drivers.ncu import report_file
+from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.model import Trace
+from roseprof.workload.roseinfer import NVTX_ENV
+
+# Where ncu usually lives, newest first within each pattern (Debian's package puts it on PATH as /usr/bin/ncu).
+NCU_CANDIDATES = (
+    "/opt/nvidia/nsight-compute/*/ncu",
+    "/usr/local/cuda/bin/ncu",
+    "/usr/local/cuda-*/bin/ncu",
+    "/usr/local/cuda/nsight-compute-*/ncu",
+    "/usr/bin/ncu",
+    "/usr/lib/nsight-compute/ncu",
+)
+NO_KERNELS = "No kernels were profiled"
+REPORT = "report"  # raw/report.ncu-rep, raw/report.raw.csv, raw/report.details.csv
+PERMISSION_HINT = (
+    "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or load the nvidia module "
+    "with NVreg_RestrictProfilingToAdminUsers=0 (https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container, "
+    "start it with --cap-add SYS_ADMIN"
+)
+
+
+def find_ncu() -> str | None:
+    env = os.environ.get("NCU")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    on_path = shutil.which("ncu")
+    if on_path:
+        return on_path
+    for pattern in NCU_CANDIDATES:
+        for path in sorted(glob.glob(pattern), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+def ncu_version(ncu: str) -> str:
+    try:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    m = re.search(r"Version (\S+)", out)
+    return m.group(1) if m else "?"
+
+
+def export_pages(ncu: str, rep: Path, label: str) -> tuple[Path, Path]:
+    """The report's raw and details pages as CSV beside it (base units: no rounding to a scaled unit)."""
+    out = []
+    for page in ("raw", "details"):
+        path = rep.with_name(f"{rep.name.removesuffix('.ncu-rep')}.{page}.csv")
+        with open(path, "wb") as fh:
+            proc = subprocess.run(
+                [ncu, "--import", str(rep), "--csv", "--page", page, "--print-units", "base"],
+                stdout=fh,
+                stderr=subprocess.PIPE,
+                timeout=3600,
+            )
+        if proc.returncode != 0:
+            text = (proc.stderr.decode(errors="replace") + path.read_text(errors="replace")).strip()
+            raise RoseprofError(_import_failure(ncu, rep, label, text))
+        out.append(path)
+    return out[0], out[1]
+
+
+def _import_failure(ncu: str, rep: Path, label: str, text: str) -> str:
+    info = report_file.describe(rep)
+    if info is None:
+        return f"{label}: not an Nsight Compute report (no NVR header)"
+    mine = ncu_version(ncu)
+    writer = next((v for p, v in info["versions"].items() if "compute" in p.lower()), None)
+    writer = writer or next(iter(info["versions"].values()), None)
+    if "Failed to load report" in text and writer and _newer(writer, mine):
+        return (
+            f"{label} was written by Nsight Compute {writer} (report format {info['format']}); this ncu ({mine}) "
+            f"cannot read it: use ncu {writer} or newer (set NCU), or export it where it was made "
+            "(ncu --import R --csv --page raw > R.csv) and import the CSV"
+        )
+    last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
+    return f"ncu --import failed on {label}: {last[0].removeprefix('==ERROR== ')}"
+
+
+def _newer(a: str, b: str) -> bool:
+    def key(v: str) -> tuple:
+        return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
+
+    return b == "?" or key(a) > key(b)
+
+
+def read_report(path: Path, raw: Path, label: str) -> Trace:
+    from roseprof.drivers.ncu.pages import read_page
+    from roseprof.drivers.ncu.reader import build_trace
+
+    ncu = find_ncu()
+    if ncu is None:
+        raise RoseprofError(
+            f"{label}: importing an .ncu-rep needs ncu to export it: set NCU or put ncu on PATH (Debian: "
+            "scripts/install-ncu.sh), or export it with `ncu --import R --csv --page raw` and import the CSV"
+        )
+    raw_csv, details_csv = export_pages(ncu, path, label)
+    version = _writer_version(path) or "?"
+    return build_trace(read_page(raw_csv, label), read_page(details_csv, label), label, version)
+
+
+def _writer_version(rep: Path) -> str | None:
+    info = report_file.describe(rep) or {}
+    versions = info.get("versions") or {}
+    return next((v for p, v in versions.items() if "compute" in p.lower()), None) or next(
+        iter(versions.values()), None
+    )
+
+
+def kernels_listed(log: str) -> list[str]:
+    """Kernel names ncu lists after "No kernels were profiled", where it lists any: indented lines under a line
+    that names kernels and ends with ':' (ncu 2022.3 lists none)."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if NO_KERNELS in line), None)
+    names: list[str] = []
+    listing = False
+    for line in lines[start + 1 :] if start is not None else []:
+        body = re.sub(r"^==\w+==\s?", "", line)
+        if not body.strip():
+            continue
+        if body.rstrip().endswith(":") and "kernel" in body.lower():
+            listing = True
+        elif listing and body[:1] in (" ", "\t"):
+            names.append(re.sub(r"^\s*(\d+[.)]\s*)?", "", body).strip())
+        else:
+            listing = False
+    return names
+
+
+class NcuCapture:
+    """`roseprof ncu`: what the tool-neutral capture pipeline needs from Nsight Compute."""
+
+    tool = "ncu"
+
+    def __init__(
+        self,
+        kernel: str | None = None,
+        nvtx_include: tuple[str, ...] = (),
+        launch_skip: int = 0,
+        launch_count: int | None = None,
+        section_set: str | None = None,
+        sections: tuple[str, ...] = (),
+        metrics: str | None = None,
+        kernel_name_base: str | None = None,
+    ) -> None:
+        ncu = find_ncu()
+        if ncu is None:
+            raise RoseprofError(
+                "ncu not found: set NCU, put Nsight Compute's ncu on PATH, or install it (Debian: scripts/install-ncu.sh)"
+            )
+        self.ncu = ncu
+        self.kernel = kernel
+        self.nvtx_include = tuple(nvtx_include)
+        self.launch_skip = launch_skip
+        self.launch_count = launch_count
+        self.section_set = section_set
+        self.sections = tuple(sections)
+        self.metrics = metrics
+        self.kernel_name_base = kernel_name_base
+        self.from_run: str | None = None  # the nsys/torch run whose top kernels were chosen (--from)
+
+    def engine_env(self) -> dict[str, str]:
+        return {NVTX_ENV: "1"}
+
+    def options(self) -> list[str]:
+        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges)."""
+        argv = ["--clock-control", "none", "--nvtx", "--target-processes", "all"]
+        for rng in self.nvtx_include:
+            argv += ["--nvtx-include", rng]
+        if self.kernel:
+            argv += ["--kernel-name", self.kernel]
+        if self.kernel_name_base:
+            argv += ["--kernel-name-base", self.kernel_name_base]
+        if self.launch_skip:
+            argv += ["--launch-skip", str(self.launch_skip)]
+        if self.launch_count:
+            argv += ["--launch-count", str(self.launch_count)]
+        if self.section_set:
+            argv += ["--set", self.section_set]
+        for section in self.sections:
+            argv += ["--section", section]
+        if self.metrics:
+            # The duration is what every view of the run is built on: always collect it.
+            wanted = [m for m in self.metrics.split(",") if m]
+            argv += ["--metrics", ",".join(dict.fromkeys(wanted + ["gpu__time_duration.sum"]))]
+        return argv
+
+    def describe(self) -> dict:
+        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options()}
+        if self.from_run:
+            out["from_run"] = self.from_run
+        return out
+
+    def filters(self) -> str:
+        parts = [f"--kernel-name {self.kernel}"] if self.kernel else []
+        parts += [f"--nvtx-include {r}" for r in self.nvtx_include]
+        if self.launch_skip:
+            parts.append(f"--launch-skip {self.launch_skip}")
+        return ", ".join(parts) or "no filter"
+
+    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+        argv = [self.ncu, *self.options(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
+        rc, interrupted = _stream(argv, env, raw / "ncu.log", self.ncu)
+        log = (raw / "ncu.log").read_text(errors="replace")
+        if "ERR_NVGPUCTRPERM" in log:
+            raise CaptureFailed(PERMISSION_HINT)
+        if interrupted:
+            return rc, True
+        missing = re.search(r"==ERROR== ('.*' does not exist or is not an executable)", log)
+        if missing:
+            raise RoseprofError(missing.group(1))
+        if rc != 0 and "The application returned an error code" not in log:
+            errors = [line for line in log.splitlines() if line.startswith("==ERROR==")] or log.splitlines()[
+                -1:
+            ]
+            last = (errors or ["no output"])[-1].removeprefix("==ERROR== ")
+            raise CaptureFailed(f"ncu failed (exit {rc}): {last}")
+        report = raw / f"{REPORT}.ncu-rep"
+        if rc == 0 and not report.is_file() and NO_KERNELS in log:
+            ran = kernels_listed(log)
+            listed = ""
+            if ran:
+                more = f" (and {len(ran) - 10} more)" if len(ran) > 10 else ""
+                listed = f"; kernels that ran: {', '.join(ran[:10])}{more}"
+            if self.filters() == "no filter":
+                raise RoseprofError(
+                    f"ncu profiled no kernel: the command launched none on a GPU ncu can profile{listed}"
+                )
+            raise RoseprofError(f"no kernel matched the filter ({self.filters()}): ncu profiled none{listed}")
+        return rc, False
+
+    def collect(self, raw: Path) -> Trace:
+        from roseprof.drivers.ncu.pages import read_page
+        from roseprof.drivers.ncu.reader import build_trace
+
+        rep = raw / f"{REPORT}.ncu-rep"
+        if not rep.is_file():
+            raise RoseprofError("ncu wrote no report (see raw/ncu.log in the run folder)")
+        raw_csv, details_csv = export_pages(self.ncu, rep, str(rep))
+        label = str(rep)
+        return build_trace(
+            read_page(raw_csv, label), read_page(details_csv, label), label, ncu_version(self.ncu)
+        )
+
+
+def _stream(argv: list[str], env: dict[str, str], log_path: Path, ncu: str) -> tuple[int, bool]:
+    """Run ncu with its output (and the program's) to the terminal and the log; returns (exit code, interrupted)."""
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        except OSError as e:
+            raise CaptureFailed(f"cannot run {ncu}: {e.strerror}") from None
+        try:
+            assert proc.stdout is not None
+            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                log.write(chunk)
+                os.write(2, chunk)
+            return proc.wait(), False
+        except KeyboardInterrupt:
+            try:
+                proc.send_signal(signal.SIGINT)
+                rc = proc.wait(timeout=120)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                proc.kill()
+                rc = proc.wait()
+            if proc.stdout is not None:
+                log.write(proc.stdout.read() or b"")
+            return rc, True
