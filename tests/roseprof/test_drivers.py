@@ -11,8 +11,8 @@ from roseprof.errors import RoseprofError
 from roseprof.model import KERNEL, check
 
 DATA = Path(__file__).parent.parent / "data"
-# Oracles, programs and origin notes beside the traces are not traces; ncu's CSV exports are (its trace format).
-NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt")
+# Oracles, programs, origin notes and tool logs beside the traces are not traces; ncu's CSV exports are (its trace format).
+NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt", ".log")
 TRACES = sorted(
     p
     for p in DATA.rglob("*")

@@ -220,3 +220,10 @@ def test_the_default_ncu_command_is_a_valid_engine_benchmark():
     # Eager decode (NVTX ranges enclose each kernel), the Triton attention kernel, a few steps.
     assert cfg.paged_attn and not cfg.cuda_graph and args.device == "cuda"
     assert args.num_requests * args.max_new_tokens <= 256
+
+
+def test_kernels_listed_in_real_ncu_2025_output():
+    from roseprof.drivers.ncu.capture import kernels_listed
+
+    log = (DATA / "ncu" / "h100-ncu2025.3-nomatch.log").read_text()
+    assert kernels_listed(log) == ["reduce_kernel", "vectorized_elementwise_kernel"]

@@ -132,8 +132,9 @@ def _writer_version(rep: Path) -> str | None:
 
 
 def kernels_listed(log: str) -> list[str]:
-    """Kernel names ncu lists after "No kernels were profiled", where it lists any: indented lines under a line
-    that names kernels and ends with ':' (ncu 2022.3 lists none)."""
+    """Kernel names ncu lists after "No kernels were profiled", where it lists any: the lines under a line that
+    names kernels and ends with ':', indented or numbered ("Available Kernels:" then "1. name" in ncu 2025.3,
+    tests/data/ncu/h100-ncu2025.3-nomatch.log; ncu 2022.3 lists none)."""
     lines = log.splitlines()
     start = next((i for i, line in enumerate(lines) if NO_KERNELS in line), None)
     names: list[str] = []
@@ -144,7 +145,7 @@ def kernels_listed(log: str) -> list[str]:
             continue
         if body.rstrip().endswith(":") and "kernel" in body.lower():
             listing = True
-        elif listing and body[:1] in (" ", "\t"):
+        elif listing and (body[:1] in (" ", "\t") or re.match(r"\d+[.)]\s", body)):
             names.append(re.sub(r"^\s*(\d+[.)]\s*)?", "", body).strip())
         else:
             listing = False
