@@ -140,12 +140,13 @@ def _per_kernel(launches: list[dict]) -> list[dict]:
 
 
 def _rules(km: KernelMetrics, names: list[str]) -> list[dict]:
-    """ncu's findings, one row per (kernel, rule, description), with how many launches raised it and the largest
-    estimated speedup; the biggest promised speedups first."""
+    """ncu's findings, one row per (kernel, rule): how many launches raised it, the largest estimated speedup and
+    the text ncu wrote for that launch (its numbers differ from launch to launch); the biggest promises first."""
     merged: dict[tuple, dict] = {}
+    launches: dict[tuple, set] = {}
     for r in km.rules:
         kernel = names[r["launch"]]
-        key = (kernel, r["rule"], r["type"], r["description"])
+        key = (kernel, r["rule"], r["type"])
         entry = merged.setdefault(
             key,
             {
@@ -159,10 +160,13 @@ def _rules(km: KernelMetrics, names: list[str]) -> list[dict]:
                 "launches": 0,
             },
         )
-        entry["launches"] += 1
+        launches.setdefault(key, set()).add(r["launch"])
+        entry["launches"] = len(launches[key])
         s = r.get("speedup_pct")
         if s is not None and (entry["speedup_pct"] is None or s > entry["speedup_pct"]):
             entry["speedup_pct"] = s
+            entry["description"] = r["description"]
+            entry["speedup_type"] = r.get("speedup_type")
     return sorted(merged.values(), key=lambda e: (-(e["speedup_pct"] or -1), e["kernel"], e["rule"]))
 
 

@@ -159,7 +159,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "marks": [{"name": k, "count": v} for k, v in sorted(marks.items())],
         "gpus": trace.gpus,
         "gpu_idle_between_steps": gpu_idle,
-        "kernel_attribution": attribution(trace, gpu.op_range, capture) if has_gpu else None,
+        # Only where the tool recorded the calls that launched kernels (not ncu, which records none).
+        "kernel_attribution": attribution(trace, gpu.op_range, capture)
+        if has_gpu and (trace.ops.api_tid >= 0).any()
+        else None,
         "warnings": warnings + trace.warnings,
     }
     if trace.kernel_metrics is not None:

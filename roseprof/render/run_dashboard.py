@@ -25,6 +25,10 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
         ("device", device),
         ("command", " ".join(m.get("command") or []) or m.get("source", "-")),
     ]
+    if summary.get("ncu"):
+        # ncu replays each kernel alone, many times over: the profiled program's step and token times measure the
+        # profiler, so they are not shown (summary.json keeps them).
+        return cards + ncu_views.cards(summary["ncu"])
     steps = summary.get("steps")
     if steps:
         cards.append(("decode steps", f"{steps['count']:,} (rollover {steps['rollover']['count']:,})"))
@@ -63,8 +67,6 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
                 + (f" ({units.ms(graph)} ms graph-replayed, by capture region)" if graph else ""),
             )
         )
-    if summary.get("ncu"):
-        cards += ncu_views.cards(summary["ncu"])
     return cards
 
 
@@ -145,6 +147,8 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
 
 
 def build_figures(run: Run, summary: dict) -> list:
+    if summary.get("ncu"):
+        return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
     steps = tables.read_steps(run.path)
     itl = tables.read_itl(run.path)
     out = [
@@ -157,7 +161,6 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.top_kernels(summary),
         figures.gpu_idle(steps),
         figures.telemetry(tables.read_telemetry(run.path)),
-        *ncu_views.figures(summary),
     ]
     return [f for f in out if f is not None]
 
@@ -174,9 +177,7 @@ def render_run(run: Run, out_path: Path) -> Path:
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
 {figure_divs(len(figs))}
-{ncu_views.panels(summary)}
-{_region_table(summary)}
-{_kernels_by_region(summary)}
+{ncu_views.panels(summary) if summary.get("ncu") else _region_table(summary) + _kernels_by_region(summary)}
 """
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
 Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
