@@ -122,7 +122,7 @@ def build_figures(run: Run, summary: dict) -> list:
     out = [
         figures.region_bars(summary),
         figures.step_breakdown(steps),
-        figures.itl_over_time(itl),
+        figures.itl_over_time(itl, (steps or {}).get("run_starts")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
