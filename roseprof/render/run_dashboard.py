@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, units
+from roseprof.render import figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -28,7 +28,9 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
     steps = summary.get("steps")
     if steps:
         cards.append(("decode steps", f"{steps['count']:,} (rollover {steps['rollover']['count']:,})"))
-        cards.append(("step p50 / p99", f"{units.us(steps['p50_ns'])} / {units.us(steps['p99_ns'])} µs"))
+        cards.append(
+            ("step p50 / p99", f"{text.duration(steps['p50_ns'])} / {text.duration(steps['p99_ns'])}")
+        )
     req = summary.get("requests")
     if req:
         cards.append(
@@ -60,33 +62,26 @@ def _region_table(summary: dict) -> str:
     regions = summary.get("regions") or []
     if not regions:
         return ""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "region",
-            "count",
-            "total ms",
-            "self ms",
-            "p50 µs",
-            "p99 µs",
-            "GPU proj ms",
-            "GPU kernel ms",
-        )
-    )
-    body = []
+    headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kernel ms"]
+    rows = []
     for r in regions:
         name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
-        cells = [
-            html.escape(name),
-            f"{r['count']:,}",
-            units.ms(r["total_ns"]),
-            units.ms(r["self_ns"]),
-            units.us(r["p50_ns"]),
-            units.us(r["p99_ns"]),
-            units.ms(r["gpu_proj_ns"]),
-            units.ms(r["gpu_kernel_ns"]),
-        ]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        rows.append(
+            [
+                html.escape(name),
+                f"{r['count']:,}",
+                units.ms(r["total_ns"]),
+                units.ms(r["self_ns"]),
+                units.us(r["p50_ns"]),
+                units.us(r["p99_ns"]),
+                units.ms(r["gpu_proj_ns"]),
+                units.ms(r["gpu_kernel_ns"]),
+            ]
+        )
+    # A CPU run has no GPU figures: its GPU columns would be all "-".
+    keep = [i for i in range(len(headers)) if i == 0 or any(row[i] != "-" for row in rows)]
+    head = "".join(f"<th>{headers[i]}</th>" for i in keep)
+    body = ["<tr>" + "".join(f"<td>{row[i]}</td>" for i in keep) + "</tr>" for row in rows]
     return f'<div class="panel"><h2>Regions</h2><table><tr>{head}</tr>{"".join(body)}</table></div>'
 
 
