@@ -202,12 +202,14 @@ def rollover_sentence(steps: dict | None) -> str | None:
 def headline_sentence(v: dict) -> str:
     """One line: what changed, in the runs' own words (shared with the diff dashboard)."""
     overall = v["overall"]
-    moved = [r for r in v["headline"] if r["word"] in ("faster", "slower")]
-    figures = ", ".join(f"{r['label']} {r['delta_pct']:+.1f}%" for r in moved)
+
+    def listed(word: str) -> str:
+        return ", ".join(f"{r['label']} {r['delta_pct']:+.1f}%" for r in v["headline"] if r["word"] == word)
+
     if overall in ("faster", "slower"):
-        return f"after is {overall} than before: {figures}"
+        return f"after is {overall} than before: {listed(overall)}"
     if overall == "mixed":
-        return f"after is faster in some figures and slower in others: {figures}"
+        return f"after is slower in {listed('slower')}; faster in {listed('faster')}"
     if overall == "no clear change":
         return "no clear change between before and after (every interval includes 0)"
     return "no headline figure could be tested (see the samples column)"
