@@ -14,12 +14,14 @@ ROSEINFER_RECORD_FUNCTION = "ROSEINFER_RECORD_FUNCTION"
 ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
 ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
 ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
+ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"
 KEYS = (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
     ROSELLM_TRITON_KV_APPEND,
     ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
+    ROSEINFER_TEST_SLEEP_REGION,
 )
 
 
@@ -55,6 +57,24 @@ class Env:
     # Python, so captured steps use Triton at every batch size unless this variable is set explicitly.
     triton_kv_append_min_batch: int
     triton_kv_append_min_batch_set: bool
+    # Tests only: `region:ms` makes every entry into that region sleep ms milliseconds inside it, a large and
+    # deterministic slowdown that lets tests check what `roseprof diff` reports without racing two captures'
+    # timings. Never set it in a benchmark; a capture records it in its manifest.
+    test_sleep_region: tuple[str, float] | None
+
+
+def _sleep_region(name: str) -> tuple[str, float] | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    region, sep, ms = raw.rpartition(":")
+    try:
+        seconds = float(ms) / 1e3
+    except ValueError:
+        seconds = -1.0
+    if not sep or not region or seconds < 0:
+        raise ValueError(f"{name} must be REGION:MILLISECONDS, got {raw!r}")
+    return region, seconds
 
 
 def read() -> Env:
@@ -65,6 +85,7 @@ def read() -> Env:
         triton_kv_append=_flag(ROSELLM_TRITON_KV_APPEND, True),
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
+        test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
     )
 
 

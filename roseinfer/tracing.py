@@ -41,7 +41,7 @@ STEP_BREAKDOWN = (BUILD_BLOCK_TABLES, H2D_BLOCK_TABLES, MODEL_FORWARD, KV_APPEND
 
 
 class _State:
-    __slots__ = ("enabled", "nvtx", "record_function", "_push", "_pop")
+    __slots__ = ("enabled", "nvtx", "record_function", "_push", "_pop", "sleep_region", "sleep_s")
 
     def __init__(self) -> None:
         self.enabled = False
@@ -49,6 +49,8 @@ class _State:
         self.record_function = False
         self._push = None
         self._pop = None
+        self.sleep_region: str | None = None  # tests only: ROSEINFER_TEST_SLEEP_REGION
+        self.sleep_s = 0.0
 
 
 STATE = _State()
@@ -73,7 +75,8 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     STATE.record_function = e.record_function if record_function is None else record_function
     if STATE.nvtx and STATE._push is None:
         STATE._push, STATE._pop = _nvtx_functions()
-    STATE.enabled = STATE.nvtx or STATE.record_function
+    STATE.sleep_region, STATE.sleep_s = e.test_sleep_region or (None, 0.0)
+    STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None
 
 
 class _NullRegion:
@@ -104,6 +107,8 @@ class _Region:
 
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
+        if self.name == STATE.sleep_region:
+            time.sleep(STATE.sleep_s)
 
     def __exit__(self, *exc: object) -> None:
         if self._rf is not None:
@@ -149,6 +154,7 @@ class StepLogWriter:
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids]}
       {"type": "request", "id", "arrival_ns", "prompt_tokens", "output_tokens", "token_ns": [...],
        "token_step": [...], "preemptions"}
+      {"type": "run_start", "run": r, "ts_ns", "next_step"}   a benchmark run (warm-up or measured) begins
     The k-th "step" record is the k-th `roseinfer.decode_step` range of the same run: both are emitted by
     the same code, in the same order, once per decode step. `token_step[i]` is the index of the decode step
     that emitted token i (-1 for the token produced by prefill), so ITL can be split by rollover steps. With the
@@ -221,6 +227,20 @@ def step_log(meta: dict[str, Any] | None = None) -> StepLogWriter | None:
     if _STEP_LOG is None or _STEP_LOG.path != path:
         _STEP_LOG = StepLogWriter(path, meta)
     return _STEP_LOG
+
+
+_RUNS_STARTED = 0
+
+
+def run_start() -> None:
+    """Mark in the step log that a benchmark run begins, so profiles of several runs (--warmup-runs,
+    --repeat-runs) show where each starts. `next_step` is the index the run's first step record will have."""
+    log = step_log()
+    if log is None:
+        return
+    global _RUNS_STARTED
+    log.write({"type": "run_start", "run": _RUNS_STARTED, "ts_ns": now_ns(), "next_step": log.step_index})
+    _RUNS_STARTED += 1
 
 
 def now_ns() -> int:

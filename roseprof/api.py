@@ -7,6 +7,7 @@ from pathlib import Path
 
 from roseprof.analysis.diff import METHOD, RunData, compare, gate, kernel_changes, prepare, rank
 from roseprof.analysis.summary import analyse
+from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
 from roseprof.run import environment, pipeline, tables
@@ -28,6 +29,7 @@ def capture_nsys(
     trace: str | None,
     capture_range: str,
     nvtx_capture: str | None,
+    progress: pipeline.Progress | None = None,
 ) -> pipeline.CaptureOutcome:
     """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run."""
     from roseprof.drivers.nsys.capture import NsysCapture
@@ -36,7 +38,20 @@ def capture_nsys(
     capturer = NsysCapture(trace, capture_range, nvtx_capture, has_gpu=bool(gpus))
     command = cmd or default_command()
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
-    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace)
+    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace, progress)
+
+
+def previous_run(store: RunStore, run: Run) -> Run | None:
+    """The latest complete run with the same name before `run`: what a user compares a new capture with."""
+    earlier = [
+        r
+        for r in store.runs()
+        if r.id != run.id
+        and r.manifest.get("name") == run.manifest.get("name")
+        and r.manifest.get("status") == "complete"
+        and r.manifest.get("created_utc", "") <= run.manifest.get("created_utc", "")
+    ]
+    return earlier[-1] if earlier else None
 
 
 DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
@@ -163,6 +178,7 @@ def diff_runs(
     result = {
         "a": _describe(run_a),
         "b": _describe(run_b),
+        "verdict": verdict(metrics, _describe(run_a), _describe(run_b), changes),
         "method": method,
         "metrics": rank(metrics),
         "kernels": changes,

@@ -54,13 +54,25 @@ def cli() -> None:
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards_dir, cmd) -> None:
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
-    from roseprof.api import capture_nsys
+    from roseprof.api import capture_nsys, previous_run
+    from roseprof.render.progress import CaptureProgress, print_next
     from roseprof.render.terminal import make_console, print_summary
 
-    outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
-    print_summary(make_console(), outcome.run, outcome.summary)
+    store = RunStore(traces_dir)
+    progress = CaptureProgress()
+    try:
+        outcome = capture_nsys(
+            store, list(cmd) or None, name, trace, capture_range, nvtx_capture, progress=progress
+        )
+    finally:
+        progress.pause()
+    console = make_console()
+    print_summary(console, outcome.run, outcome.summary)
     if outcome.summary is not None:
-        _dashboard(outcome.run, dashboards_dir, open_)
+        _dashboard(outcome.run, dashboards_dir, open_, progress)
+    if outcome.exit_code == 0:
+        previous = previous_run(store, outcome.run)
+        print_next(console, outcome.run.id, previous.id if previous else None)
     sys.exit(outcome.exit_code)
 
 
@@ -198,7 +210,9 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 @cli.command(epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.")
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--json", "as_json", is_flag=True, help='print {"a": ..., "b": ..., "metrics": [...]}')
+@click.option(
+    "--json", "as_json", is_flag=True, help='print {"a": ..., "b": ..., "verdict": {...}, "metrics": [...]}'
+)
 @click.option(
     "--fail-on-regression",
     "threshold",
@@ -223,7 +237,8 @@ def diff(
     """Compare RUN_A (before) with RUN_B (after)."""
     from roseprof.api import diff_runs
     from roseprof.render.diff_dashboard import render_diff
-    from roseprof.render.terminal import make_console, print_diff
+    from roseprof.render.terminal import make_console
+    from roseprof.render.terminal_diff import print_diff
 
     result, samples = diff_runs(
         RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete
@@ -232,7 +247,8 @@ def diff(
     if as_json:
         click.echo(
             json.dumps(
-                {k: result[k] for k in ("a", "b", "method", "metrics", "kernels", "regressions")}, indent=1
+                {k: result[k] for k in ("a", "b", "verdict", "method", "metrics", "kernels", "regressions")},
+                indent=1,
             )
         )
     else:
@@ -241,7 +257,7 @@ def diff(
     sys.exit(1 if result["regressions"] else 0)
 
 
-def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
+def _dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> None:
     try:
         from roseprof.render.run_dashboard import ensure_dashboard
     except ImportError as e:  # the run is stored; only the rendering is missing
@@ -252,7 +268,13 @@ def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
         return
     from roseprof.render.system_browser import open_in_browser
 
-    path = ensure_dashboard(run, dashboards_dir)
+    if progress is not None:
+        progress("render", "rendering the dashboard")
+    try:
+        path = ensure_dashboard(run, dashboards_dir)
+    finally:
+        if progress is not None:
+            progress.finish()
     click.echo(f"dashboard: {path}")
     if open_browser:
         open_in_browser(path)

@@ -9,3 +9,8 @@ class CaptureFailed(RoseprofError):
     """The profiler itself failed and left nothing to parse."""
 
     exit_code = 3
+
+
+class NothingRecorded(RoseprofError):
+    """The trace holds no ranges and no GPU activity: nothing to analyse. A capture words this for the user
+    (the command failed, or it is not instrumented); an import names the file."""

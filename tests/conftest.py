@@ -1,10 +1,44 @@
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+REPO = Path(__file__).resolve().parent.parent
+# roseprof's default output folders: a test that forgets --traces-dir or --dashboards-dir writes here.
+DEFAULT_OUTPUTS = ("traces", "dashboards")
+
+
+def _entries(roots) -> set[Path]:
+    return {
+        p
+        for root in roots
+        for name in DEFAULT_OUTPUTS
+        if (root / name).is_dir()
+        for p in (root / name).iterdir()
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tests_write_only_in_their_temp_folders():
+    """Fail the session if ./traces or ./dashboards (of the checkout, or of the folder pytest runs in) gained
+    entries: every test passes --traces-dir and --dashboards-dir under its tmp_path. (A `make demo` run in the
+    same checkout while the tests run would trip this too.)"""
+    roots = {REPO, Path.cwd().resolve()}
+    before = _entries(roots)
+    yield
+    new = sorted(str(p) for p in _entries(roots) - before)
+    if new:
+        pytest.fail(
+            f"tests wrote outside their temporary folders: {', '.join(new[:5])}"
+            + (f" and {len(new) - 5} more" if len(new) > 5 else "")
+            + " (pass --traces-dir and --dashboards-dir under tmp_path)",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ Method (printed with every diff): each metric is a statistic of a sample (step t
 instance durations, a kernel's instance durations). Both samples are resampled with replacement
 (RESAMPLES times, seeded), the statistic is recomputed on each pair, and the 95% interval of the relative
 change (b - a) / a is read off the percentiles of those resampled changes. A change is significant when the
-interval excludes zero. Totals (region and kernel time) are divided by the run's number of decode steps
+interval excludes zero. No interval (so never significant) below MIN_SAMPLES samples per run, or, for a high
+percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; stats.min_samples). Totals (region and kernel time) are divided by the run's number of decode steps
 (or compared as run totals when either run has no steps), so runs of different length compare fairly.
 """
 
@@ -19,9 +20,11 @@ from roseprof.analysis.stats import (
     CONFIDENCE,
     MIN_SAMPLES,
     RESAMPLES,
+    TAIL_SAMPLES,
     clustered,
     groups,
     interval,
+    min_samples,
     pct,
     resampled,
 )
@@ -30,7 +33,9 @@ from roseprof.model import KERNEL, Trace
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples of each run's decode steps (ITL: the steps that produced the tokens; "
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
-    "change; significant when it excludes 0; no interval under 5 steps; totals are per decode step"
+    f"change; significant when it excludes 0; no interval under {MIN_SAMPLES} samples per run, nor for a "
+    f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
+    f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
 )
 # What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
 # kernel metrics are many (one per range and kernel) and some move by tens of percent between two captures of the
@@ -62,6 +67,7 @@ class RunData:
     region_durations: dict[str, np.ndarray]  # name -> instance durations
     region_self: dict[str, float]
     kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
+    ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
 
     @property
     def steps(self) -> int | None:
@@ -114,6 +120,9 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                 ).astype(np.float64)
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
     region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
+    ttft = None
+    if itl_rows and all("ttft_ms" in r for r in itl_rows):
+        ttft = np.asarray([r["ttft_ms"] for r in itl_rows if r["ttft_ms"] is not None], dtype=np.float64)
     return RunData(
         summary,
         step_dur,
@@ -126,6 +135,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         region_durations,
         region_self,
         kernel_durations,
+        ttft,
     )
 
 
@@ -142,8 +152,10 @@ def _metric(
     clusters_b=None,
     offset_a=0.0,
     offset_b=0.0,
+    q: float | None = None,
 ):
-    """A statistic of samples a and b (value = (stat + offset) / scale), with its bootstrap interval."""
+    """A statistic of samples a and b (value = (stat + offset) / scale), with its bootstrap interval; `q` is the
+    percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
     va, vb = (float(stat(a)) + offset_a) / scale_a, (float(stat(b)) + offset_b) / scale_b
     entry = {
         "name": name,
@@ -156,13 +168,16 @@ def _metric(
         "lower_is_better": lower_is_better,
         "n_a": int(len(a)),
         "n_b": int(len(b)),
+        "min_samples": min_samples(q),
     }
+    units_a = len(np.unique(clusters_a)) if clusters_a is not None else len(a)
+    units_b = len(np.unique(clusters_b)) if clusters_b is not None else len(b)
+    if clusters_a is not None and clusters_b is not None:
+        entry["units_a"], entry["units_b"] = int(units_a), int(units_b)  # what was resampled (decode steps)
     if va == 0:
         return entry
     entry["delta_pct"] = 100.0 * (vb - va) / va
-    units_a = len(np.unique(clusters_a)) if clusters_a is not None else len(a)
-    units_b = len(np.unique(clusters_b)) if clusters_b is not None else len(b)
-    if rng is not None and units_a >= MIN_SAMPLES and units_b >= MIN_SAMPLES:
+    if rng is not None and min(units_a, units_b) >= entry["min_samples"]:
         if clusters_a is not None and clusters_b is not None:
             ra, rb = clustered(a, clusters_a, stat, rng), clustered(b, clusters_b, stat, rng)
         else:
@@ -177,7 +192,7 @@ def _metric(
 def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
     metrics: list[dict] = []
-    stats = {"p50": pct(50), "p99": pct(99), "mean": np.mean}
+    stats = {"p50": (pct(50), 50), "p99": (pct(99), 99), "mean": (np.mean, None)}
     if a.step_dur is not None and b.step_dur is not None:
         for label, ma, mb in (
             ("", None, None),
@@ -187,8 +202,8 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
             sa = a.step_dur if ma is None else a.step_dur[ma]
             sb = b.step_dur if mb is None else b.step_dur[mb]
             if len(sa) and len(sb):
-                for sname, fn in stats.items():
-                    metrics.append(_metric(f"steps.{label}{sname}_ns", sa, sb, fn, rng=rng))
+                for sname, (fn, q) in stats.items():
+                    metrics.append(_metric(f"steps.{label}{sname}_ns", sa, sb, fn, rng=rng, q=q))
             if label and ma.any() and mb.any():
                 # Where inside the step the time went, for rollover and normal steps apart (mean ns per step).
                 for name in sorted(set(a.step_regions) & set(b.step_regions)):
@@ -209,7 +224,9 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
             if len(sa) and len(sb):
                 for q in (50, 95, 99):
                     metrics.append(
-                        _metric(f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, clusters_a=ca, clusters_b=cb)
+                        _metric(
+                            f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, clusters_a=ca, clusters_b=cb, q=q
+                        )
                     )
     # Totals per decode step (run totals when a run has no steps).
     per_step = a.steps and b.steps
@@ -278,6 +295,17 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
         ra, rb = (a.summary.get("requests") or {}).get(key), (b.summary.get("requests") or {}).get(key)
         if ra and rb and ra.get("count") and rb.get("count"):
             for q in ("p50_ms", "p99_ms"):
+                if (
+                    key == "ttft"
+                    and a.ttft is not None
+                    and b.ttft is not None
+                    and len(a.ttft)
+                    and len(b.ttft)
+                ):
+                    # One sample per request: resampled over requests like the other percentiles.
+                    qq = int(q[1:3])
+                    metrics.append(_metric(f"requests.ttft.{q}", a.ttft, b.ttft, pct(qq), rng=rng, q=qq))
+                    continue
                 metrics.append(
                     {"name": f"requests.{key}.{q}", "a": ra[q], "b": rb[q], **_plain_delta(ra[q], rb[q])}
                 )
@@ -296,7 +324,6 @@ def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
             }
         )
     for m in metrics:
-        m.pop("n_a", None), m.pop("n_b", None)
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
     return metrics
 

@@ -3,12 +3,26 @@ per-key grouping, and bootstrap resampling (plain, and clustered when samples mo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
 # Below this many steps (or instances) per run no interval is given, so nothing is called significant.
 MIN_SAMPLES = 5
+# A high percentile is only tested when at least this many samples per run lie beyond it: the p99 of 8 rollover
+# steps is just the slowest of them, one sample, and two captures' slowest steps differ by chance on a busy
+# machine. So p95 needs 40 samples per run and p99 needs 200 (min_samples).
+TAIL_SAMPLES = 2
+
+
+def min_samples(q: float | None = None) -> int:
+    """Samples (or resampled units, e.g. decode steps for ITL) per run that a statistic needs before it gets an
+    interval: MIN_SAMPLES for a mean or median; for the q-th percentile, enough that TAIL_SAMPLES lie beyond it."""
+    if q is None or q <= 50:
+        return MIN_SAMPLES
+    return max(MIN_SAMPLES, math.ceil(TAIL_SAMPLES * 100 / (100 - q) - 1e-9))
 
 
 def pct(q):

@@ -113,7 +113,9 @@ def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()
                 for name in graph_cols
             }
         out[label] = group
-    # The region that accounts for most of the rollover-vs-normal difference in mean step time.
+    # The region whose mean time grows most in rollover steps (mean_ns < 0 when every region is faster there).
+    # It says where rollover steps spend extra time, not that they are slower: that is rollover.mean_ns against
+    # normal.mean_ns (render/text.py: rollover_sentence words both).
     if is_roll.any() and (~is_roll).any() and region_cols:
         diffs = {
             name: out["rollover"]["regions"][name] - out["normal"]["regions"][name]
@@ -183,6 +185,30 @@ def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> 
                 "itl_ms": [(b - a) / 1e6 for a, b in zip(t, t[1:])],
                 "rollover": [0 <= s < len(rolls) and rolls[s] > 0 for s in steps[1:]],
                 "step": list(steps[1:]),  # the decode step that produced each token (-1: prefill)
+                "ttft_ms": (t[0] - r["arrival_ns"]) / 1e6 if len(t) else None,
+            }
+        )
+    return out
+
+
+def run_starts(log: StepLogRecords | None, n_steps: int) -> list[dict]:
+    """Where each benchmark run (warm-up or measured) begins, from the step log's run_start records:
+    [{"run": r, "step": first decode step index (None when the steps are not the log's), "t_ms": time since
+    the first request's arrival, as the ITL series}]. A benchmark with --repeat-runs 3 captures several runs
+    back to back; without these the charts join them with no boundary."""
+    if log is None or not log.run_starts:
+        return []
+    step_starts = np.asarray([s["start_ns"] for s in log.steps], dtype=np.int64)
+    steps_are_the_logs = len(log.steps) == n_steps
+    t0 = min(r["arrival_ns"] for r in log.requests) if log.requests else None
+    out = []
+    for i, rec in enumerate(sorted(log.run_starts, key=lambda r: r["ts_ns"])):
+        first = int(np.searchsorted(step_starts, rec["ts_ns"], side="left"))
+        out.append(
+            {
+                "run": int(rec.get("run", i)),
+                "step": first if steps_are_the_logs and first < n_steps else None,
+                "t_ms": (rec["ts_ns"] - t0) / 1e6 if t0 is not None else None,
             }
         )
     return out

@@ -14,7 +14,7 @@ from roseprof.analysis.graphs import (
 )
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stats import group_percentiles
-from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
+from roseprof.analysis.steps import itl_series, request_metrics, run_starts, step_table, steps_summary
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
 
@@ -171,6 +171,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "steps": rows,
         "step_regions": region_cols,
         "itl_series": itl_series(log, rows["rollovers"] if rows else None),
+        "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
     }
     return summary, tables
 

@@ -1,4 +1,5 @@
-"""The diff dashboard: two runs side by side (regions, step and ITL distributions, kernel deltas, metrics)."""
+"""The diff dashboard: the verdict first (is after faster or slower than before?), then the two runs side by side
+(regions, step and ITL distributions, kernel deltas, every metric); the method is the footnote."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
+from roseprof.render import text
 from roseprof.render.figures import _layout, esc
 from roseprof.render.page import figure_divs, page, write_page
 
-COLORS = {"A": "#636efa", "B": "#ef553b"}
+COLORS = {"before": "#636efa", "after": "#ef553b"}
+WORD_COLOR = {"faster": "#2ca02c", "slower": "#d62728", "mixed": "#b8860b"}
 
 
 def _region_bars(result: dict) -> go.Figure | None:
@@ -24,10 +27,12 @@ def _region_bars(result: dict) -> go.Figure | None:
     names = [esc(m["name"][len("regions.") : -len(".total_ns")]) for m in rows]
     unit = "µs per decode step" if rows[0].get("per_step") else "µs per run"
     fig = go.Figure()
-    fig.add_bar(y=names, x=[m["a"] / 1e3 for m in rows], orientation="h", name="A", marker_color=COLORS["A"])
-    fig.add_bar(y=names, x=[m["b"] / 1e3 for m in rows], orientation="h", name="B", marker_color=COLORS["B"])
+    for key, label in (("a", "before"), ("b", "after")):
+        fig.add_bar(
+            y=names, x=[m[key] / 1e3 for m in rows], orientation="h", name=label, marker_color=COLORS[label]
+        )
     fig.update_layout(barmode="group", xaxis_title=unit)
-    return _layout(fig, "Time per region, A vs B", None, height=max(320, 60 + 40 * len(rows)))
+    return _layout(fig, "Time per region, before vs after", None, height=max(320, 60 + 40 * len(rows)))
 
 
 def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
@@ -37,7 +42,7 @@ def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
     lo, hi = float(np.percentile(both, 0.5)), float(np.percentile(both, 99.5))
     bins = {"start": lo, "end": hi, "size": max((hi - lo) / 60, 1e-6)}
     fig = go.Figure()
-    for label, x in (("A", xa), ("B", xb)):
+    for label, x in (("before", xa), ("after", xb)):
         fig.add_histogram(
             x=x,
             name=f"{label} ({len(x)})",
@@ -63,7 +68,7 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
         orientation="h",
         marker_color=["#d62728" if m["b"] > m["a"] else "#2ca02c" for m in rows],
     )
-    fig.update_layout(xaxis_title="B - A (µs per decode step)")
+    fig.update_layout(xaxis_title="after − before (µs per decode step)")
     return _layout(
         fig, "Kernel time change", "largest absolute changes", height=max(320, 60 + 28 * len(rows))
     )
@@ -92,15 +97,61 @@ def _ncu_duration_deltas(result: dict) -> go.Figure | None:
 
 
 def _metrics_table(result: dict) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("metric", "A", "B", "Δ %", "95% CI", "verdict"))
+    head = "".join(f"<th>{h}</th>" for h in ("metric", "key", "before", "after", "change [95% CI]", ""))
     rows = []
     for m in result["metrics"]:
-        ci = "-" if m["ci_low_pct"] is None else f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]"
+        unit = text.metric_unit(m["name"])
         verdict = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
-        d = "-" if m["delta_pct"] is None else f"{m['delta_pct']:+.1f}"
-        cells = [html.escape(m["name"]), f"{m['a']:,.3f}", f"{m['b']:,.3f}", d, ci, verdict]
+        cells = [
+            html.escape(text.metric_label(m["name"], m.get("per_step", False))),
+            f"<code>{html.escape(m['name'])}</code>",
+            html.escape(text.value(unit, m["a"])),
+            html.escape(text.value(unit, m["b"])),
+            html.escape(text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"])),
+            verdict,
+        ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return f'<div class="panel"><h2>All metrics (largest significant changes first)</h2><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+
+
+def _change_table(rows: list[dict], first: str) -> str:
+    head = "".join(f"<th>{h}</th>" for h in (first, "before", "after", "change [95% CI]", "verdict"))
+    body = []
+    for r in rows:
+        color = WORD_COLOR.get(r["word"])
+        word = html.escape(r["word"]) + (f" <small>({html.escape(r['why'])})</small>" if r.get("why") else "")
+        cells = [
+            html.escape(r["label"]),
+            html.escape(text.value(r["unit"], r["before"])),
+            html.escape(text.value(r["unit"], r["after"])),
+            html.escape(text.change(r["delta_pct"], r["ci_low_pct"], r["ci_high_pct"])),
+            f'<b style="color:{color}">{word}</b>' if color else word,
+        ]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def _verdict_panel(result: dict) -> str:
+    """The first thing on the page: the answer, the headline figures, where the time moved, the gate."""
+    v = result["verdict"]
+    color = WORD_COLOR.get(v["overall"], "#1d2330")
+    parts = [
+        f'<h2 style="color:{color};font-size:20px">{html.escape(text.headline_sentence(v))}</h2>',
+        _change_table(v["headline"], "figure"),
+        f"<p><small>{html.escape(text.samples_note(v))}</small></p>",
+    ]
+    for key in ("regions", "kernels"):
+        if v[key]:
+            per = "per decode step" if v[key][0].get("per_step") else "per run"
+            parts.append(f"<h2>Where the time moved: {key} (significant, time {per})</h2>")
+            parts.append(_change_table(v[key], key[:-1]))
+    for label, names in (("New kernels", v["new_kernels"]), ("Vanished kernels", v["vanished_kernels"])):
+        if names:
+            parts.append(f"<p><b>{label}:</b> " + ", ".join(html.escape(n) for n in names) + "</p>")
+    if result["threshold_pct"] is not None:
+        gate = ", ".join(result["regressions"]) if result["regressions"] else "no regression"
+        parts.append(f"<p><b>Gate ({result['threshold_pct']}%):</b> {html.escape(gate)}</p>")
+    return f'<div class="panel verdict">{"".join(parts)}</div>'
 
 
 def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
@@ -119,21 +170,12 @@ def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
         _ncu_duration_deltas(result),
     ]
     figs = [f for f in figs if f is not None]
-    k = result["kernels"]
-    changes = "".join(
-        f"<li>{label}: {html.escape(name)} ({t / 1e3:,.1f} µs/step)</li>"
-        for label in ("new", "vanished")
-        for name, t in k[label][:20]
-    )
-    gate = ""
-    if result["threshold_pct"] is not None:
-        gate = f"<b>gate ({result['threshold_pct']}%):</b> " + (
-            html.escape(", ".join(result["regressions"])) if result["regressions"] else "no regression"
-        )
-    main = f"""<div class="panel"><p>{html.escape(result["method"])}</p><p>{gate}</p>{f"<ul>{changes}</ul>" if changes else ""}</div>
+    main = f"""{_verdict_panel(result)}
 {figure_divs(len(figs))}
 {_metrics_table(result)}
 """
-    sub = f"A: {result['a']['id']}   B: {result['b']['id']}"
-    out = Path(dashboards_dir) / f"diff-{result['a']['id']}-vs-{result['b']['id']}.html"
-    return write_page(page("roseprof diff", "roseprof diff", sub, main, figs), out)
+    footer = f"Method: {html.escape(result['method'])}."
+    a, b = result["a"], result["b"]
+    sub = f"before: {a['id']} ({a.get('name')})   after: {b['id']} ({b.get('name')})"
+    out = Path(dashboards_dir) / f"diff-{a['id']}-vs-{b['id']}.html"
+    return write_page(page("roseprof diff", "roseprof diff", sub, main, figs, footer), out)

@@ -14,6 +14,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from roseprof.render.text import rollover_sentence
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
 MAX_STEP_BARS = 1500
@@ -63,6 +64,23 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
     return _layout(fig, "Time per region", note, height=max(320, 60 + 34 * len(rows)))
 
 
+def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str | None:
+    """Dotted lines where each benchmark run begins (--warmup-runs/--repeat-runs capture several runs back to
+    back); `key` is "step" or "t_ms", the x of the figure. Returns a note for the subtitle, or None."""
+    marks = [s for s in starts or [] if s.get(key) is not None]
+    if len(marks) < 2:
+        return None
+    for s in marks:
+        fig.add_vline(
+            x=s[key],
+            line={"dash": "dot", "color": "#555", "width": 1},
+            annotation_text=f"run {s['run'] + 1}",
+            annotation_position="top right",
+            annotation_font_size=10,
+        )
+    return f"{len(marks)} benchmark runs (warm-up included), each start marked"
+
+
 def _bins(n: int) -> np.ndarray:
     """Bin edges over n steps, at most MAX_STEP_BARS bins."""
     return np.linspace(0, n, min(n, MAX_STEP_BARS) + 1).astype(np.int64)
@@ -104,7 +122,8 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
         if n <= MAX_STEP_BARS
         else f", binned to {len(x)} bars (mean per bin; marked if any step in the bin rolled over)"
     )
-    return _layout(fig, "Decode step breakdown", note, height=420)
+    runs = _run_boundaries(fig, steps.get("run_starts"), "step")
+    return _layout(fig, "Decode step breakdown", f"{note}; {runs}" if runs else note, height=420)
 
 
 def graph_breakdown(steps: dict | None) -> go.Figure | None:
@@ -154,16 +173,11 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
             marker_color=ROLLOVER,
         )
     fig.update_layout(barmode="overlay", xaxis_title="step time (µs)", yaxis_title="fraction of steps")
-    excess = (summary.get("steps") or {}).get("rollover_excess")
-    note = None
-    if excess:
-        note = (
-            f"rollover steps are slower mostly in {excess['region']} (+{excess['mean_ns'] / 1e3:.1f} µs mean)"
-        )
+    note = rollover_sentence(summary.get("steps"))
     return _layout(fig, "Step time: rollover vs normal", note)
 
 
-def itl_over_time(itl_series: list[dict] | None) -> go.Figure | None:
+def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None = None) -> go.Figure | None:
     if not itl_series:
         return None
     total = sum(len(r["itl_ms"]) for r in itl_series)
@@ -197,6 +211,9 @@ def itl_over_time(itl_series: list[dict] | None) -> go.Figure | None:
     ]
     if stride > 1:
         parts.append(f"every {stride}th token plotted, all rollover tokens marked")
+    runs = _run_boundaries(fig, run_starts, "t_ms")
+    if runs:
+        parts.append(runs)
     return _layout(fig, "Inter-token latency over time", "; ".join(parts), height=420)
 
 

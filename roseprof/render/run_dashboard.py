@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, ncu_views, units
+from roseprof.render import figures, ncu_views, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -32,7 +32,9 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
     steps = summary.get("steps")
     if steps:
         cards.append(("decode steps", f"{steps['count']:,} (rollover {steps['rollover']['count']:,})"))
-        cards.append(("step p50 / p99", f"{units.us(steps['p50_ns'])} / {units.us(steps['p99_ns'])} µs"))
+        cards.append(
+            ("step p50 / p99", f"{text.duration(steps['p50_ns'])} / {text.duration(steps['p99_ns'])}")
+        )
     req = summary.get("requests")
     if req:
         cards.append(
@@ -74,27 +76,15 @@ def _region_table(summary: dict) -> str:
     regions = summary.get("regions") or []
     if not regions:
         return ""
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "region",
-            "count",
-            "total ms",
-            "self ms",
-            "p50 µs",
-            "p99 µs",
-            "GPU proj ms",
-            "GPU kernel ms",
-        )
-    )
+    headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kernel ms"]
     # Graph-replayed kernel time by capture-time region: a column only when the run has any.
     graph = any(r.get("gpu_graph_ns") for r in regions)
     if graph:
-        head += "<th>GPU graph ms</th>"
-    body = []
+        headers.append("GPU graph ms")
+    rows = []
     for r in regions:
         name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
-        cells = [
+        row = [
             html.escape(name),
             f"{r['count']:,}",
             units.ms(r["total_ns"]),
@@ -105,8 +95,12 @@ def _region_table(summary: dict) -> str:
             units.ms(r["gpu_kernel_ns"]),
         ]
         if graph:
-            cells.append(units.ms(r.get("gpu_graph_ns")))
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+            row.append(units.ms(r.get("gpu_graph_ns")))
+        rows.append(row)
+    # A CPU run has no GPU figures: its GPU columns would be all "-".
+    keep = [i for i in range(len(headers)) if i == 0 or any(row[i] != "-" for row in rows)]
+    head = "".join(f"<th>{headers[i]}</th>" for i in keep)
+    body = ["<tr>" + "".join(f"<td>{row[i]}</td>" for i in keep) + "</tr>" for row in rows]
     return f'<div class="panel"><h2>Regions</h2><table><tr>{head}</tr>{"".join(body)}</table></div>'
 
 
@@ -155,7 +149,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.region_bars(summary),
         figures.step_breakdown(steps),
         figures.graph_breakdown(steps),
-        figures.itl_over_time(itl),
+        figures.itl_over_time(itl, (steps or {}).get("run_starts")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),

@@ -1,48 +1,103 @@
-"""Terminal rendering of runs with rich: the summary table after a capture, `ls`, `show`."""
+"""Terminal rendering of runs with rich: the summary after a capture, `ls`, `show` (the diff: terminal_diff.py).
+
+Tables fit the console (80 columns and up): columns with nothing in them are dropped (GPU columns of a CPU
+run), long names are shortened in the middle so their distinguishing tail survives, run ids are never cut
+(users copy them), and commands are cut at a word with an ellipsis.
+"""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
-from roseprof.render import units
+from roseprof.render import text, units
 from roseprof.run.store import Run
+
+MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
 
 
 def make_console() -> Console:
-    """A console for summaries; wide when not a terminal, so range and kernel names are not cut to nothing."""
+    """A console for summaries; wide when not a terminal, so a log or a pipe gets names whole."""
     console = Console()
     return console if console.is_terminal else Console(width=160)
 
 
+def _empty(cells) -> bool:
+    return all(c in ("-", "") for c in cells)
+
+
+def fit_table(
+    console: Console,
+    title: str | None,
+    headers: list[str],
+    rows: list[list[str]],
+    shrink: dict[int, callable] | None = None,
+    keep: set[int] = frozenset({0}),
+    optional: tuple[int, ...] = (),
+    whole: set[int] = frozenset(),
+) -> Table:
+    """A table of `rows` that fits the console. `shrink` maps a column to fit(text, width) used to narrow it;
+    columns whose cells are all empty are dropped (except those in `keep`); `optional` columns are dropped, in
+    order, while the shrinkable ones would otherwise go below MIN_NAME; `whole` columns are never cut (run ids)."""
+    shrink = shrink or {}
+    cols = [i for i in range(len(headers)) if i in keep or not _empty(r[i] for r in rows)]
+
+    def build(cols: list[int], widths: dict[int, int]) -> Table:
+        t = Table(
+            title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
+        )
+        for i in cols:
+            left = i in shrink or i == 0
+            width = max([len(headers[i])] + [len(r[i]) for r in rows]) if i in whole else None
+            t.add_column(headers[i], justify="left" if left else "right", no_wrap=True, min_width=width)
+        for r in rows:
+            # Text, not markup: kernel names hold brackets ("[lambda(int) (instance 1)]") rich would eat.
+            t.add_row(*(Text(shrink[i](r[i], widths[i]) if i in widths else r[i]) for i in cols))
+        return t
+
+    def natural(cols: list[int]) -> int:
+        return Measurement.get(console, console.options.update(width=10**5), build(cols, {})).maximum
+
+    while True:
+        excess = natural(cols) - console.width
+        if excess <= 0:
+            return build(cols, {})
+        targets = [i for i in cols if i in shrink]
+        room = {i: max(len(r[i]) for r in rows) if rows else 0 for i in targets}
+        give = sum(max(0, w - MIN_NAME) for w in room.values())
+        dropping = [i for i in optional if i in cols]
+        if give >= excess or not dropping:
+            floor = MIN_NAME if give >= excess else MIN_NAME // 2  # nothing left to drop: names give more
+            widths, left = {}, excess
+            for i in sorted(targets, key=lambda i: -room[i]):  # take from the widest first
+                cut = min(left, max(0, room[i] - floor))
+                widths[i] = room[i] - cut
+                left -= cut
+            return build(cols, widths)
+        cols.remove(dropping[0])
+
+
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
     m = run.manifest
+    tool = m.get("tool", {})
     console.print(
-        f"[bold]{run.id}[/]  {m.get('tool', {}).get('name')} {m.get('tool', {}).get('version', '')}  status [bold]{m.get('status')}[/]"
+        f"[bold]{run.id}[/]  {tool.get('name')} {tool.get('version', '')}  status [bold]{m.get('status')}[/]",
+        overflow="fold",
     )
     if m.get("message"):
         console.print(f"  {m['message']}", markup=False)
     if summary is None:
-        console.print(f"run folder: {run.path}", markup=False)
+        console.print(f"run folder: {run.path}", markup=False, overflow="fold")
         return
     regions = summary.get("regions") or []
     if regions:
-        t = Table(title="time per region", title_justify="left")
-        for col in (
-            "region",
-            "count",
-            "total ms",
-            "self ms",
-            "p50 µs",
-            "p99 µs",
-            "GPU proj ms",
-            "GPU kernel ms",
-        ):
-            t.add_column(col, justify="left" if col == "region" else "right")
-        for r in regions[:top]:
-            name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
-            t.add_row(
-                name,
+        headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kern ms"]
+        rows = [
+            [
+                f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"],
                 f"{r['count']:,}",
                 units.ms(r["total_ns"]),
                 units.ms(r["self_ns"]),
@@ -50,42 +105,42 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
                 units.us(r["p99_ns"]),
                 units.ms(r["gpu_proj_ns"]),
                 units.ms(r["gpu_kernel_ns"]),
-            )
-        console.print(t)
+            ]
+            for r in regions[:top]
+        ]
+        # At 80 columns a GPU run's eight columns leave no room for names: the percentiles go first.
+        table = fit_table(
+            console, "time per region", headers, rows, {0: text.shorten_middle}, optional=(4, 5)
+        )
+        console.print(table)
         if len(regions) > top:
             console.print(
                 f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False
             )
     kernels = summary.get("kernels") or []
     if kernels:
-        t = Table(title="top kernels", title_justify="left")
-        for col in ("kernel", "region", "count", "total ms", "p50 µs"):
-            t.add_column(col, justify="left" if col in ("kernel", "region") else "right")
-        for k in kernels[:8]:
-            t.add_row(
-                k["name"][:70],
-                k["region"] or "-",
-                f"{k['count']:,}",
-                units.ms(k["total_ns"]),
-                units.us(k["p50_ns"]),
-            )
-        console.print(t)
+        rows = [
+            [k["name"], k["region"] or "-", f"{k['count']:,}", units.ms(k["total_ns"]), units.us(k["p50_ns"])]
+            for k in kernels[:8]
+        ]
+        headers = ["kernel", "region", "count", "total ms", "p50 µs"]
+        shrink = {0: text.kernel_name, 1: text.shorten_middle}
+        console.print(fit_table(console, "top kernels", headers, rows, shrink))
     if summary.get("ncu"):
         _print_ncu(console, summary["ncu"])
     steps = summary.get("steps")
     if steps:
         roll, norm = steps["rollover"], steps["normal"]
+        d = text.duration
         console.print(
-            f"decode steps: {steps['count']:,}  p50 {units.us(steps['p50_ns'])} µs  p99 {units.us(steps['p99_ns'])} µs  |  "
-            f"rollover ({roll['count']}) p50 {units.us(roll['p50_ns'])} µs  vs normal ({norm['count']}) p50 {units.us(norm['p50_ns'])} µs",
+            f"decode steps: {steps['count']:,}  p50 {d(steps['p50_ns'])}  p99 {d(steps['p99_ns'])}  |  "
+            f"rollover ({roll['count']:,}) p50 {d(roll['p50_ns'])}  vs normal ({norm['count']:,}) p50 "
+            f"{d(norm['p50_ns'])}",
             markup=False,
         )
-        if steps.get("rollover_excess"):
-            ex = steps["rollover_excess"]
-            console.print(
-                f"rollover steps are slower mostly in {ex['region']} (+{units.us(ex['mean_ns'])} µs mean)",
-                markup=False,
-            )
+        sentence = text.rollover_sentence(steps)
+        if sentence:
+            console.print(sentence, markup=False)
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
@@ -104,26 +159,36 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         )
     for w in summary.get("warnings") or []:
         console.print(f"warning: {w}", markup=False, style="yellow")
-    console.print(f"run folder: {run.path}", markup=False)
+    console.print(f"run folder: {run.path}", markup=False, overflow="fold")
+
+
+def _tool(m: dict) -> str:
+    tool = m.get("tool", {})
+    version = ".".join(str(tool.get("version", "")).split(".")[:2])  # 2025.3.2.0 -> 2025.3
+    return f"{tool.get('name', '')} {version}".strip()
 
 
 def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     """Nsight Compute runs: the key metrics per kernel (means over its profiled launches) and the top findings."""
     pct = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-    t = Table(title="ncu: per kernel, mean over profiled launches", title_justify="left")
-    for col in ("kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"):
-        t.add_column(col, justify="left" if col == "kernel" else "right")
-    for k in ncu["kernels"][:top]:
-        t.add_row(
-            k["name"][:70],
+    headers = ["kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"]
+    rows = [
+        [
+            k["name"],
             f"{k['launches']:,}",
             units.us(k["mean_duration_ns"]),
             pct(k["mean_sm_throughput_pct"]),
             pct(k["mean_memory_throughput_pct"]),
             pct(k["mean_dram_bandwidth_pct_of_peak"]),
             pct(k["mean_achieved_occupancy_pct"]),
+        ]
+        for k in ncu["kernels"][:top]
+    ]
+    console.print(
+        fit_table(
+            console, "ncu: per kernel, mean over profiled launches", headers, rows, {0: text.kernel_name}
         )
-    console.print(t)
+    )
     for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
         console.print(
             f"ncu finding: {r['kernel'][:50]}: {r['rule']} (est. speedup {r['speedup_pct']:.1f}%)",
@@ -133,74 +198,23 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:
-    t = Table()
-    for col in ("run", "name", "tool", "status", "created (UTC)", "command"):
-        t.add_column(col)
-    for r in runs:
-        m = r.manifest
-        cmd = " ".join(m.get("command") or [m.get("source", "")])
-        t.add_row(
+    headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
+    rows = [
+        [
             r.id,
-            m.get("name", ""),
-            f"{m.get('tool', {}).get('name', '')} {m.get('tool', {}).get('version', '')}",
-            m.get("status", ""),
-            m.get("created_utc", ""),
-            cmd[-60:],
-        )
-    console.print(t)
-
-
-def _fmt_value(name: str, v) -> str:
-    if v is None:
-        return "-"
-    if (
-        name.endswith("_ns") or ".regions." in name or ".regions_p50." in name
-    ):  # steps.<group>.regions.<region> is ns per step
-        return f"{v / 1e3:,.1f} µs"
-    if name.endswith("_ms"):
-        return f"{v:,.3f} ms"
-    return f"{v:,.2f}"
-
-
-def print_diff(console: Console, result: dict, top: int) -> None:
-    a, b = result["a"], result["b"]
-    console.print(f"A: {a['id']}  ({a.get('name')})\nB: {b['id']}  ({b.get('name')})", markup=False)
-    t = Table(title="largest significant changes first", title_justify="left")
-    for col in ("metric", "A", "B", "Δ %", "95% CI", ""):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for m in result["metrics"][:top]:
-        d = m["delta_pct"]
-        ci = "-" if m["ci_low_pct"] is None else f"[{m['ci_low_pct']:+.1f}, {m['ci_high_pct']:+.1f}]"
-        flag = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
-        style = (
-            "red"
-            if m.get("regression")
-            else ("green" if m["significant"] and d is not None and (d < 0) == m["lower_is_better"] else None)
-        )
-        t.add_row(
-            m["name"],
-            _fmt_value(m["name"], m["a"]),
-            _fmt_value(m["name"], m["b"]),
-            "-" if d is None else f"{d:+.1f}",
-            ci,
-            flag,
-            style=style,
-        )
-    console.print(t)
-    if len(result["metrics"]) > top:
-        console.print(f"... {len(result['metrics']) - top} more metrics (--json for all)", markup=False)
-    for label in ("new", "vanished"):
-        ks = result["kernels"][label]
-        if ks:
-            console.print(
-                f"{label} kernels: " + ", ".join(k[:60] for k, _ in ks[:5]) + (" ..." if len(ks) > 5 else ""),
-                markup=False,
-            )
-    console.print(f"method: {result['method']}", markup=False, style="dim")
-    if result["threshold_pct"] is not None:
-        verdict = (
-            f"{len(result['regressions'])} regression(s) over {result['threshold_pct']}%"
-            if result["regressions"]
-            else "no regression"
-        )
-        console.print(f"gate: {verdict}", markup=False, style="red" if result["regressions"] else "green")
+            r.manifest.get("name", ""),
+            _tool(r.manifest),
+            r.manifest.get("status", ""),
+            r.manifest.get("created_utc", ""),
+            text.command(r.manifest.get("command") or [r.manifest.get("source", "")], 10**6),
+        ]
+        for r in runs
+    ]
+    # The run id holds the creation time and the name: those columns go first when room is short, then the
+    # tool; the id is never cut (users copy it), the command is cut at a word.
+    console.print(
+        fit_table(
+            console, None, headers, rows, {5: text.command}, keep={0, 5}, optional=(4, 1, 2), whole={0}
+        ),
+        crop=False,
+    )

@@ -9,7 +9,11 @@ analyse, store. The status and exit code rules live here once for every tool:
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
-("steps", "step_regions") and the per-request ITL series ("itl_series").
+("steps", "step_regions"), the per-request ITL series ("itl_series") and where benchmark runs begin
+("run_starts").
+
+`progress(stage, message)` is told what the capture is doing (stages: capture, export, parse, analyse, store);
+the caller presents it (render/progress.py) or passes None. The pipeline never prints.
 """
 
 from __future__ import annotations
@@ -22,14 +26,19 @@ from pathlib import Path
 from typing import Protocol
 
 from roseprof.drivers import pick_reader
-from roseprof.errors import CaptureFailed, RoseprofError
-from roseprof.model import Trace
+from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
+from roseprof.model import KERNEL, Trace
 from roseprof.run import environment, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.run.telemetry import TelemetrySampler
 from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
 
 Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
+Progress = Callable[[str, str], None]  # (stage, message)
+
+
+def _quiet(stage: str, message: str) -> None:
+    return None
 
 
 class Capturer(Protocol):
@@ -56,8 +65,15 @@ class CaptureOutcome:
 
 
 def capture(
-    store: RunStore, capturer: Capturer, command: list[str], name: str, gpus: list[dict], analyse: Analyse
+    store: RunStore,
+    capturer: Capturer,
+    command: list[str],
+    name: str,
+    gpus: list[dict],
+    analyse: Analyse,
+    progress: Progress | None = None,
 ) -> CaptureOutcome:
+    progress = progress or _quiet
     writer = store.new_run(name, capturer.tool)
     env = dict(os.environ)
     env.update(capturer.engine_env())
@@ -72,6 +88,7 @@ def capture(
     status, exit_code, message, summary = "complete", 0, None, None
     sampler = TelemetrySampler()
     sampling = bool(gpus) and sampler.start()
+    progress("capture", f"capturing under {capturer.tool}: {' '.join(command)}")
     try:
         rc, interrupted = capturer.run(command, env, writer.raw)
     except KeyboardInterrupt:
@@ -92,8 +109,24 @@ def capture(
     elif rc != 0:
         status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
     try:
+        progress("export", f"exporting and reading the {capturer.tool} report")
         trace = capturer.collect(writer.raw)
-        summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse)
+        kernels = int((trace.ops.kind == KERNEL).sum())
+        progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
+        if not len(trace.ranges) and not len(trace.ops):
+            raise NothingRecorded("the trace holds no ranges and no GPU activity")
+        summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse, progress)
+    except NothingRecorded:
+        # The story is the command's: it failed, or it ran without recording anything roseprof can read.
+        status = "failed" if status == "complete" else status
+        if rc != 0 and not interrupted:
+            message = f"the command exited with code {rc} before recording any range or GPU kernel"
+        elif not interrupted:
+            message = (
+                "the command finished but recorded no NVTX ranges and no GPU kernels: nothing to analyse "
+                "(a program of your own needs NVTX ranges, or GPU work with --trace cuda)"
+            )
+            exit_code = 2
     except (RoseprofError, KeyboardInterrupt) as e:
         # Nothing to parse: keep the run (with the tool's own log) and say why.
         status = "failed" if status == "complete" else status
@@ -104,16 +137,28 @@ def capture(
     return CaptureOutcome(run, exit_code, summary)
 
 
-def _ingest(writer, trace: Trace, steplog: Path | None, analyse: Analyse) -> dict:
+def _ingest(
+    writer, trace: Trace, steplog: Path | None, analyse: Analyse, progress: Progress | None = None
+) -> dict:
     """Analyse the trace and write the run's normalised files; returns the summary."""
+    progress = progress or _quiet
+    progress("analyse", "analysing: regions, kernels, decode steps, ITL")
     summary, data = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
+    progress("store", "storing the run")
     summary["run_id"] = writer.run_id
     summary["tool"] = {"name": trace.tool.name, "version": trace.tool.version, "schema": trace.tool.format}
     writer.manifest["tool"] = summary["tool"]
     if trace.gpus and not writer.manifest.get("gpus"):
         writer.manifest["gpus"] = trace.gpus
     tables.write_trace(writer.path, trace)
-    tables.write_analysis(writer.path, summary, data["steps"], data["step_regions"], data["itl_series"])
+    tables.write_analysis(
+        writer.path,
+        summary,
+        data["steps"],
+        data["step_regions"],
+        data["itl_series"],
+        data.get("run_starts", ()),
+    )
     return summary
 
 

@@ -1,7 +1,8 @@
 """The run folder's normalised files, written and read in this one module.
 
     summary.json    the contract (DESIGN.md): regions, kernels, steps, itl, requests
-    steps.json      per decode step: times, rollovers, batch size, ns per region inside the step
+    steps.json      per decode step: times, rollovers, batch size, ns per region inside the step; and
+                    run_starts: where each benchmark run begins (step index, ms since the first arrival)
     itl.json        per request: token times, ITL, the step that produced each token
     telemetry.json  GPU samples during a capture (when there was a GPU)
     names.json      the trace's Names table, domains and thread names, and TABLES_VERSION
@@ -88,8 +89,12 @@ def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
     )
 
 
-def write_analysis(folder: Path, summary: dict, steps: dict | None, step_regions: list, itl: list) -> None:
-    write_json(folder / "steps.json", {"regions": step_regions, "rows": steps})
+def write_analysis(
+    folder: Path, summary: dict, steps: dict | None, step_regions: list, itl: list, run_starts=()
+) -> None:
+    write_json(
+        folder / "steps.json", {"regions": step_regions, "rows": steps, "run_starts": list(run_starts)}
+    )
     write_json(folder / "itl.json", itl)
     write_json(folder / "summary.json", summary)
 
@@ -146,7 +151,7 @@ def read_summary(folder: Path) -> dict | None:
 
 
 def read_steps(folder: Path) -> dict | None:
-    """{"regions": [...], "rows": {column: [S]}} or None."""
+    """{"regions": [...], "rows": {column: [S]}, "run_starts": [...]} or None (run_starts absent before 2026-11)."""
     return _read_optional(folder / "steps.json")
 
 

@@ -49,6 +49,7 @@ ENV_KEYS = (
     STEP_LOG_ENV,
     "ROSELLM_TRITON_KV_APPEND",
     "ROSELLM_TRITON_KV_APPEND_MIN_BATCH",
+    "ROSEINFER_TEST_SLEEP_REGION",  # tests only: an injected sleep; a run that had one must say so
 )
 
 STEPLOG_FILE = "steplog.jsonl"  # where a capture asks the engine to write its step log, in the run folder

@@ -13,6 +13,7 @@ class StepLogRecords:
     steps: list[dict] = field(default_factory=list)
     prefills: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
+    run_starts: list[dict] = field(default_factory=list)  # a benchmark run begins (warm-up or measured)
     bad_lines: int = 0  # e.g. a last line cut short when the capture was interrupted
 
 
@@ -34,6 +35,8 @@ def read_steplog(path: str) -> StepLogRecords | None:
                 log.requests.append(rec)
             elif kind == "prefill":
                 log.prefills.append(rec)
+            elif kind == "run_start":
+                log.run_starts.append(rec)
             elif kind == "meta" and not log.meta:
                 log.meta = rec
     # Several engines in one process share the log; their step records interleave in time order already.

@@ -14,13 +14,28 @@ DECODE = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
 DECODE_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl"
 
 
+def dashboards(tmp_path):
+    """Every command that can render a dashboard writes it under the test's own folder."""
+    return ["--dashboards-dir", tmp_path / "dashboards"]
+
+
 def run_dirs(traces):
     return sorted(p for p in traces.iterdir()) if traces.exists() else []
 
 
 def test_import_show_ls(tmp_path):
     traces = tmp_path / "traces"
-    proc = roseprof("import", DECODE, "--name", "gpu", "--steplog", DECODE_LOG, "--traces-dir", traces)
+    proc = roseprof(
+        "import",
+        DECODE,
+        "--name",
+        "gpu",
+        "--steplog",
+        DECODE_LOG,
+        "--traces-dir",
+        traces,
+        *dashboards(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "roseinfer.decode_step" in proc.stdout and "run folder:" in proc.stdout
     (run,) = run_dirs(traces)
@@ -51,7 +66,12 @@ def test_import_show_ls(tmp_path):
 def test_name_means_the_latest_run(tmp_path):
     traces = tmp_path / "t"
     for _ in range(2):
-        assert roseprof("import", MATMUL, "--name", "mm", "--traces-dir", traces).returncode == 0
+        assert (
+            roseprof(
+                "import", MATMUL, "--name", "mm", "--traces-dir", traces, *dashboards(tmp_path)
+            ).returncode
+            == 0
+        )
     runs = json.loads(roseprof("ls", "--json", "--traces-dir", traces).stdout)
     shown = json.loads(roseprof("show", "mm", "--json", "--traces-dir", traces).stdout)
     assert shown["run_id"] == runs[-1]["id"]
@@ -63,7 +83,7 @@ def test_concurrent_imports_do_not_collide(tmp_path):
     threads = [
         threading.Thread(
             target=lambda: results.append(
-                roseprof("import", MATMUL, "--name", "same", "--traces-dir", traces)
+                roseprof("import", MATMUL, "--name", "same", "--traces-dir", traces, *dashboards(tmp_path))
             )
         )
         for _ in range(3)
@@ -80,7 +100,7 @@ def test_unknown_and_ambiguous_runs(tmp_path):
     traces = tmp_path / "t"
     assert_one_line_error(roseprof("show", "nope", "--traces-dir", traces), 2, "no run 'nope'")
     for _ in range(2):
-        roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces)
+        roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces, *dashboards(tmp_path))
     assert_one_line_error(roseprof("show", "2", "--traces-dir", traces), 2, "ambiguous")
 
 
@@ -119,7 +139,7 @@ def _bad_files(tmp_path):
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     traces = tmp_path / "traces"
     for path, message in _bad_files(tmp_path):
-        proc = roseprof("import", path, "--traces-dir", traces)
+        proc = roseprof("import", path, "--traces-dir", traces, *dashboards(tmp_path))
         assert_one_line_error(proc, 2, message)
         assert run_dirs(traces) == [], f"{path.name} left a run folder behind"
 

@@ -151,7 +151,16 @@ def test_telemetry_lane_draws(page, tmp_path):
 
     traces = tmp_path / "traces"
     assert (
-        roseprof("import", *SOURCES["h100-decode"][1:], "--name", "gpu", "--traces-dir", traces).returncode
+        roseprof(
+            "import",
+            *SOURCES["h100-decode"][1:],
+            "--name",
+            "gpu",
+            "--traces-dir",
+            traces,
+            "--dashboards-dir",
+            tmp_path / "dashboards",
+        ).returncode
         == 0
     )
     run = RunStore(traces).resolve("gpu")

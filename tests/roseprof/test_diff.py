@@ -9,8 +9,8 @@ from tests.helpers import assert_one_line_error, roseprof
 
 pytestmark = pytest.mark.nsys
 
-# Equal prompts (16 bytes), so all 64 requests cross a 64-token block boundary in the same step: 6 rollover
-# steps in 400 tokens, each with 64 rows x 4 layers that the earlier design sends down the per-request path.
+# Equal prompts (16 bytes) so all 16 requests cross a 64-token block boundary in the same step; two benchmark runs
+# (a warm-up and a measured one) of 69 decode steps each, so the step log marks two run starts.
 WORKLOAD = [
     sys.executable,
     "-m",
@@ -18,28 +18,26 @@ WORKLOAD = [
     "--hf-model-id",
     "gpt2-tiny",
     "--num-requests",
-    "64",
+    "16",
     "--max-batch-size",
-    "64",
+    "16",
     "--prefill-max-batch-size",
-    "64",
+    "16",
     "--max-new-tokens",
-    "400",
+    "70",
     "--prompt",
     "abcdefghijklmnop",
     "--warmup-runs",
-    "0",
+    "1",
     "--repeat-runs",
     "1",
     "--no-stop-on-eos",
 ]
-CAPTURES = {
-    "default": [],
-    "default-again": [],
-    "no-batched-kv-append": ["--no-batched-kv-append"],
-    "no-batched-rollover": ["--no-batched-rollover"],
-    "no-block-table-cache": ["--no-block-table-cache"],
-}
+# A real change whose size does not depend on how busy the machine is: every KV append (4 layers a step) sleeps
+# 5 ms, +20 ms a step (about +200% on a quiet machine; seen +62% when another job made steps 240 ms). How much the engine's own designs gain is measured in benchmarks, not asserted here:
+# two captures' timings race on a shared machine.
+SLEEP = {"ROSEINFER_TEST_SLEEP_REGION": "roseinfer.kv.append_token:5"}
+CAPTURES = {"default": {}, "slow-append": SLEEP}
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +47,7 @@ def store(tmp_path_factory):
     if find_nsys() is None:
         pytest.skip("needs nsys")
     root = tmp_path_factory.mktemp("diff")
-    for name, flags in CAPTURES.items():
+    for name, env in CAPTURES.items():
         proc = roseprof(
             "nsys",
             "--name",
@@ -60,9 +58,11 @@ def store(tmp_path_factory):
             root / "dashboards",
             "--",
             *WORKLOAD,
-            *flags,
+            env=env,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        # Not a terminal: no progress on stderr; what to do next on stdout.
+        assert "roseprof ✓" not in proc.stderr and "next: roseprof open" in proc.stdout
     return root
 
 
@@ -72,53 +72,64 @@ def diff(store, a, b, *args):
     )
 
 
-def metrics(store, a, b):
+def diff_json(store, a, b):
     proc = diff(store, a, b, "--json")
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert set(out) >= {"a", "b", "metrics", "method"}
-    return {m["name"]: m for m in out["metrics"]}
+    return json.loads(proc.stdout)
 
 
-def assert_dropped(m, pct):
-    assert m["significant"] and m["delta_pct"] < -pct and m["ci_high_pct"] < 0, m
+def test_an_injected_slowdown_is_found_named_and_gated(store):
+    out = diff_json(store, "default", "slow-append")
+    # Scripts read these keys: they stay, and the verdict is added.
+    assert set(out) >= {"a", "b", "verdict", "method", "metrics", "kernels", "regressions"}
+    assert set(out["metrics"][0]) >= {
+        "name",
+        "a",
+        "b",
+        "delta_pct",
+        "ci_low_pct",
+        "ci_high_pct",
+        "significant",
+    }
+    v = out["verdict"]
+    words = {r["label"]: r["word"] for r in v["headline"]}
+    assert words["step p50"] == "slower" and words["ITL p50"] == "slower", v["headline"]
+    # Figures the sleep does not touch (TTFT, the p99s of a busy machine) may move either way: "mixed" is honest.
+    assert v["overall"] in ("slower", "mixed")
+    # The region that sleeps is named: first among all metrics (largest significant change) and where time moved.
+    assert "roseinfer.kv.append_token" in out["metrics"][0]["name"], out["metrics"][0]
+    assert "roseinfer.kv.append_token" in [r["label"] for r in v["regions"]], v["regions"]
+    # The gate catches it, on the default metrics and on the region by name.
+    for args in ([], ["--metric", "regions.roseinfer.kv.*"]):
+        gate = diff(store, "default", "slow-append", "--fail-on-regression", "20", *args)
+        assert gate.returncode == 1, gate.stdout
+        assert "REGRESSION" in gate.stdout
+    terminal = diff(store, "default", "slow-append").stdout.splitlines()
+    assert terminal[2].startswith("after is slower ") and "step p50 +" in terminal[2]
+    # Read the other way it is faster, and no regression.
+    back = diff_json(store, "slow-append", "default")["verdict"]
+    assert {r["label"]: r["word"] for r in back["headline"]}["step p50"] == "faster"
+    assert diff(store, "slow-append", "default", "--fail-on-regression", "20").returncode == 0
 
 
-def test_batched_kv_append_drops_append_time(store):
-    m = metrics(store, "no-batched-kv-append", "default")
-    assert_dropped(m["regions.roseinfer.kv.append_token.total_ns"], 30)
-    # The same change read the other way is a regression the gate catches.
-    gate = diff(
-        store,
-        "default",
-        "no-batched-kv-append",
-        "--fail-on-regression",
-        "20",
-        "--metric",
-        "regions.roseinfer.kv.*",
-    )
-    assert gate.returncode == 1, gate.stdout
-    assert "REGRESSION" in gate.stdout
-
-
-def test_batched_rollover_drops_rollover_step_append_time(store):
-    m = metrics(store, "no-batched-rollover", "default")
-    rollover = m["steps.rollover.regions_p50.roseinfer.kv.append_token"]
-    assert_dropped(rollover, 30)
-    # Normal steps take the same path in both designs: the change there is smaller.
-    normal = m["steps.normal.regions_p50.roseinfer.kv.append_token"]
-    assert abs(normal["delta_pct"]) < abs(rollover["delta_pct"])
-
-
-def test_block_table_cache_drops_build_time(store):
-    m = metrics(store, "no-block-table-cache", "default")
-    assert_dropped(m["regions.roseinfer.decode_step_sessions.build_block_tables.total_ns"], 20)
-
-
-def test_same_code_twice_is_not_a_regression(store):
-    proc = diff(store, "default", "default-again", "--fail-on-regression", "30")
+def test_a_run_against_itself_is_no_regression(store):
+    proc = diff(store, "default", "default", "--fail-on-regression", "0")
     assert proc.returncode == 0, proc.stdout
-    assert "no regression" in proc.stdout and "dashboard:" in proc.stdout
+    assert "no clear change" in proc.stdout and "no regression" in proc.stdout and "dashboard:" in proc.stdout
+
+
+def test_each_benchmark_run_start_is_marked(store):
+    (run,) = [
+        p
+        for p in (store / "traces").iterdir()
+        if p.name.startswith(tuple("0123456789")) and "default" in p.name
+    ]
+    steps = json.loads((run / "steps.json").read_text())
+    starts = steps["run_starts"]
+    n = len(steps["rows"]["dur_ns"])
+    assert [s["run"] for s in starts] == [0, 1]
+    assert starts[0]["step"] == 0 and starts[1]["step"] == n // 2
+    assert starts[0]["t_ms"] < starts[1]["t_ms"]
 
 
 def test_bad_input(store, tmp_path):
@@ -138,6 +149,9 @@ def test_bad_input(store, tmp_path):
         "import sys; sys.exit(1)",
     )
     assert failed.returncode == 1
+    # The story is the command's, not the trace file's (nor a temporary path).
+    message = [line for line in failed.stdout.splitlines() if "exited" in line]
+    assert message and "the command exited with code 1" in message[0] and ".tmp-" not in failed.stdout
     assert_one_line_error(diff(store, "default", "broken"), 2, "--allow-incomplete")
     assert_one_line_error(diff(store, "default", "broken", "--allow-incomplete"), 2, "no summary.json")
     # Runs with nothing in common.

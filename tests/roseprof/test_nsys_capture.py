@@ -40,7 +40,10 @@ def only_run(traces):
 @pytest.fixture(scope="module")
 def engine_capture(tmp_path_factory):
     traces = tmp_path_factory.mktemp("traces")
-    proc = roseprof("nsys", "--name", "engine", "--traces-dir", traces, "--", *ENGINE)
+    dashboards = tmp_path_factory.mktemp("dashboards")
+    proc = roseprof(
+        "nsys", "--name", "engine", "--traces-dir", traces, "--dashboards-dir", dashboards, "--", *ENGINE
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, *only_run(traces)
 
@@ -95,7 +98,17 @@ def test_capture_joins_the_step_log(engine_capture):
 
 
 def test_failing_command_keeps_a_failed_run(tmp_path):
-    proc = roseprof("nsys", "--traces-dir", tmp_path, "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    proc = roseprof(
+        "nsys",
+        "--traces-dir",
+        tmp_path,
+        "--dashboards-dir",
+        tmp_path / ".dashboards",
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
+    )
     assert proc.returncode == 1, proc.stderr
     _, manifest = only_run(tmp_path)
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
@@ -110,6 +123,8 @@ def test_ctrl_c_keeps_an_incomplete_run(tmp_path):
         "nsys",
         "--traces-dir",
         str(tmp_path),
+        "--dashboards-dir",
+        str(tmp_path / ".dashboards"),
         "--",
         sys.executable,
         "-c",
@@ -166,7 +181,12 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
     if not nsys_version(find_nsys()).startswith("2022"):
         pytest.skip("only an older nsys refuses the 2025.3 report")
     proc = roseprof(
-        "import", DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.nsys-rep", "--traces-dir", tmp_path / "t"
+        "import",
+        DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.nsys-rep",
+        "--traces-dir",
+        tmp_path / "t",
+        "--dashboards-dir",
+        tmp_path / "d",
     )
     assert_one_line_error(proc, 2, "written by a newer Nsight Systems")
     assert not any(p for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))

@@ -15,7 +15,7 @@ import sqlite3
 import numpy as np
 
 from roseprof.drivers.nsys.graphs import read_graph_nodes
-from roseprof.errors import RoseprofError
+from roseprof.errors import NothingRecorded, RoseprofError
 from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
 
 # ENUM_NSYS_EVENT_TYPE ids (stable across the schema versions we read).
@@ -120,9 +120,9 @@ def _read(conn: sqlite3.Connection, path: str) -> Trace:
     has_nvtx = "NVTX_EVENTS" in tables
     has_kernels = GPU_OP_TABLES["kernel"] in tables
     if not has_nvtx and not has_kernels:
-        raise _fail(
-            path,
-            "has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse (capture with -t nvtx or -t cuda)",
+        raise NothingRecorded(
+            f"{path}: has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse "
+            "(capture with -t nvtx or -t cuda)"
         )
     if has_nvtx:
         need = {"start", "end", "eventType", "text", "textId", "globalTid", "domainId"}

@@ -1,0 +1,127 @@
+"""The answer a diff leads with: is `after` faster or slower than `before`?
+
+Data only (renderers word and lay it out). A fixed set of headline figures, each with before -> after, the
+change and its interval, how many samples back it and one word:
+
+    faster / slower     the interval excludes 0 (for throughput, higher is faster)
+    no clear change     the interval includes 0
+    too few samples     fewer per run than the statistic needs (stats.min_samples: p50 5, p99 200)
+    not tested          one figure per run (throughput), so there is nothing to resample
+
+then the largest significant changes in regions and kernels (time per decode step): where the time moved.
+"""
+
+from __future__ import annotations
+
+from roseprof.analysis.stats import min_samples
+
+# (metric, label, what one sample is, unit of the value)
+HEADLINE = (
+    ("steps.p50_ns", "step p50", "steps", "ns"),
+    ("steps.p99_ns", "step p99", "steps", "ns"),
+    ("itl.p50_ms", "ITL p50", "tokens", "ms"),
+    ("itl.p99_ms", "ITL p99", "tokens", "ms"),
+    ("requests.ttft.p50_ms", "TTFT p50", "requests", "ms"),
+    ("requests.throughput_tok_s", "throughput", None, "tok/s"),
+)
+TOP_CHANGES = 5
+
+
+def word(m: dict) -> tuple[str, str | None]:
+    """(word, why) for one metric row of the diff."""
+    d = m.get("delta_pct")
+    if d is None:
+        return "not tested", "before is zero"
+    if m.get("ci_low_pct") is None:
+        need = m.get("min_samples")
+        if need is None and m["name"].startswith("requests.ttft."):
+            return "not tested", "a run stored without per-request TTFT (import it again)"
+        if need is None:
+            return "not tested", "one figure per run: nothing to resample"
+        have = min(m.get("units_a", m.get("n_a", 0)), m.get("units_b", m.get("n_b", 0)))
+        if have < need:
+            return "too few samples", f"needs {need} per run"
+        return "not tested", "no interval"
+    if not m.get("significant"):
+        return "no clear change", None
+    better = (d < 0) == m.get("lower_is_better", True)
+    return ("faster" if better else "slower"), None
+
+
+def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
+    w, why = word(m)
+    row = {
+        "metric": m["name"],
+        "label": label,
+        "unit": unit,
+        "before": m["a"],
+        "after": m["b"],
+        "delta_pct": m["delta_pct"],
+        "ci_low_pct": m["ci_low_pct"],
+        "ci_high_pct": m["ci_high_pct"],
+        "word": w,
+        "why": why,
+        "samples": sample,
+        "n_before": m.get("n_a"),
+        "n_after": m.get("n_b"),
+        "min_samples": m.get("min_samples"),
+    }
+    if "units_a" in m:  # ITL: tokens, resampled by the decode steps that produced them
+        row["steps_before"], row["steps_after"] = m["units_a"], m["units_b"]
+    return row
+
+
+def _changes(metrics: dict[str, dict], prefix: str, self_of=None) -> list[dict]:
+    """Significant per-step time changes under `prefix`, where the time moved first: a region's own (self) time
+    when known, so that a slower child does not list every enclosing region above it."""
+    rows = []
+    for name, m in metrics.items():
+        if not (name.startswith(prefix) and name.endswith(".total_ns") and m["significant"]):
+            continue
+        short = name[len(prefix) : -len(".total_ns")]
+        row = _row(m, short, None, "ns")
+        row["per_step"] = bool(m.get("per_step"))
+        moved = m["b"] - m["a"]
+        own = metrics.get(f"{prefix}{short}.self_ns") if self_of else None
+        if own is not None:
+            row["self_before"], row["self_after"] = own["a"], own["b"]
+            moved = own["b"] - own["a"]
+        row["moved_ns"] = moved
+        rows.append(row)
+    rows.sort(key=lambda r: -abs(r["moved_ns"]))
+    if rows:
+        # Drop regions whose own time barely moved (they only enclose the one that did).
+        largest = abs(rows[0]["moved_ns"])
+        rows = [r for r in rows if abs(r["moved_ns"]) >= 0.05 * largest]
+    return rows[:TOP_CHANGES]
+
+
+def verdict(metrics: list[dict], before: dict, after: dict, kernels: dict | None = None) -> dict:
+    """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names,
+    `kernels` the kernels only one run has (kernel_changes)."""
+    by_name = {m["name"]: m for m in metrics}
+    headline = [
+        _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
+    ]
+    words = {r["word"] for r in headline}
+    if "slower" in words and "faster" in words:
+        overall = "mixed"
+    elif "slower" in words:
+        overall = "slower"
+    elif "faster" in words:
+        overall = "faster"
+    elif "no clear change" in words:
+        overall = "no clear change"
+    else:
+        overall = "not tested"
+    return {
+        "before": before,
+        "after": after,
+        "overall": overall,
+        "headline": headline,
+        "regions": _changes(by_name, "regions.", self_of=True),
+        "kernels": _changes(by_name, "kernels."),
+        "new_kernels": [name for name, _ in (kernels or {}).get("new", [])[:TOP_CHANGES]],
+        "vanished_kernels": [name for name, _ in (kernels or {}).get("vanished", [])[:TOP_CHANGES]],
+        "min_samples": {"p50": min_samples(50), "p95": min_samples(95), "p99": min_samples(99)},
+    }

@@ -1,0 +1,86 @@
+"""`roseprof diff` in the terminal: the verdict first (is after faster or slower than before?), then where the
+time moved, then every metric (--top of them), the method and the gate."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from roseprof.render import text
+from roseprof.render.terminal import fit_table
+from roseprof.render.text import headline_sentence, samples_note
+
+STYLE = {"faster": "green", "slower": "red", "mixed": "yellow"}
+
+
+def _change_rows(rows: list[dict]) -> list[list[str]]:
+    return [
+        [
+            r["label"],
+            text.value(r["unit"], r["before"]),
+            text.value(r["unit"], r["after"]),
+            text.change(r["delta_pct"], r["ci_low_pct"], r["ci_high_pct"]),
+            r["word"],
+        ]
+        for r in rows
+    ]
+
+
+def print_verdict(console: Console, v: dict) -> None:
+    b, a = v["before"], v["after"]
+    console.print(f"before  {b['id']}  ({b.get('name')})", markup=False, overflow="fold")
+    console.print(f"after   {a['id']}  ({a.get('name')})", markup=False, overflow="fold")
+    console.print(headline_sentence(v), markup=False, style=f"bold {STYLE.get(v['overall'], '')}".strip())
+    headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
+    console.print(fit_table(console, None, headers, _change_rows(v["headline"]), keep=set(range(5))))
+    console.print(samples_note(v), markup=False, style="dim")
+    for key, title in (("regions", "regions"), ("kernels", "kernels")):
+        changes = v[key]
+        if not changes:
+            continue
+        per = "per decode step" if changes[0].get("per_step") else "per run"
+        shrink = {0: text.shorten_middle if key == "regions" else text.kernel_name}
+        console.print(
+            fit_table(
+                console,
+                f"where the time moved: {title} (significant, time {per})",
+                [key[:-1], "before", "after", "change [95% CI]", "verdict"],
+                _change_rows(changes),
+                shrink,
+            )
+        )
+    for label, names in (("new kernels", v["new_kernels"]), ("vanished kernels", v["vanished_kernels"])):
+        if names:
+            shown = ", ".join(text.kernel_name(n, 60) for n in names)
+            console.print(f"{label}: {shown}", markup=False)
+
+
+def print_diff(console: Console, result: dict, top: int) -> None:
+    print_verdict(console, result["verdict"])
+    metrics = result["metrics"]
+    rows = []
+    for m in metrics[:top]:
+        unit = text.metric_unit(m["name"])
+        flag = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
+        rows.append(
+            [
+                text.metric_label(m["name"], m.get("per_step", False)),
+                text.value(unit, m["a"]),
+                text.value(unit, m["b"]),
+                text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"]),
+                flag,
+            ]
+        )
+    title = f"all metrics, largest significant changes first ({min(top, len(metrics))} of {len(metrics)})"
+    headers = ["metric", "before", "after", "change [95% CI]", ""]
+    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, keep={0, 4}))
+    if len(metrics) > top:
+        console.print(f"... {len(metrics) - top} more metrics (--top N, or --json for all)", markup=False)
+    console.print(f"method: {result['method']}", markup=False, style="dim")
+    if result["threshold_pct"] is not None:
+        regressions = result["regressions"]
+        verdict = (
+            f"{len(regressions)} regression(s) over {result['threshold_pct']}%: " + ", ".join(regressions)
+            if regressions
+            else "no regression"
+        )
+        console.print(f"gate: {verdict}", markup=False, style="red" if regressions else "green")

@@ -1,0 +1,242 @@
+"""Text for people, shared by the terminal and the dashboards: durations in the unit a person reads, names
+shortened so that the part that tells them apart survives, commands cut at a word, metric names in words."""
+
+from __future__ import annotations
+
+import os
+
+ELLIPSIS = "…"
+
+
+def duration(ns) -> str:
+    """812 ns, 15.7 µs, 15.75 ms, 1.23 s."""
+    if ns is None:
+        return "-"
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:,.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:,.1f} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:,.2f} ms"
+    return f"{ns / 1e9:,.2f} s"
+
+
+def value(unit: str, v) -> str:
+    """A figure in its unit: "ns" and "ms" become durations; "tok/s" a rate; "" a plain number."""
+    if v is None:
+        return "-"
+    if unit == "ns":
+        return duration(v)
+    if unit == "ms":
+        return duration(v * 1e6)
+    if unit == "tok/s":
+        return f"{v:,.1f} tok/s"
+    return f"{v:,.2f}"
+
+
+def change(delta_pct, lo, hi) -> str:
+    """+12.3% [+10.1, +14.6]; the interval left out when there is none."""
+    if delta_pct is None:
+        return "-"
+    if lo is None:
+        return f"{delta_pct:+.1f}%"
+    return f"{delta_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"
+
+
+SEPARATORS = "./:"
+MIN_HEAD = 4
+
+
+def shorten_middle(name: str, width: int) -> str:
+    """Cut a long name in the middle, keeping its head and its distinguishing tail: the longest run of whole
+    trailing components that fits, so that `roseinfer.decode_step_sessions.build_block_tables` in 36 columns is
+    `roseinfer.decode_…build_block_tables` and its h2d_ sibling stays apart from it."""
+    if width <= 0 or len(name) <= width:
+        return name
+    if width <= MIN_HEAD + 2:
+        return name[: width - 1] + ELLIPSIS
+    room = width - 1
+    # The longest run of whole trailing components that leaves MIN_HEAD characters of head; failing that, the
+    # last component alone (no head: it is what tells names apart); failing that, plain characters.
+    tail = None
+    for head_min in (MIN_HEAD, 0):
+        for i in range(len(name) - 1, 0, -1):
+            if name[i - 1] in SEPARATORS:
+                if len(name) - i > room - head_min:
+                    break
+                tail = name[i:]
+        if tail is not None:
+            break
+    if tail is None:
+        tail = name[-(room - MIN_HEAD) :]
+    return name[: room - len(tail)] + ELLIPSIS + tail
+
+
+def kernel_base(name: str) -> str:
+    """A C++ kernel's function name without return type, template arguments or parameters (what nsys calls the
+    base name): `void at::native::foo<(int)128, ...>(long, T3)` -> `at::native::foo`."""
+    full = name
+    name = name.replace("<unnamed>::", "").replace("(anonymous namespace)::", "")
+    cut = len(name)
+    for ch in "<(":
+        i = name.find(ch)
+        if i > 0:
+            cut = min(cut, i)
+    base = name[:cut].strip()
+    if " " in base:
+        base = base.rsplit(" ", 1)[1]
+    return base or full
+
+
+def kernel_name(name: str, width: int) -> str:
+    """A kernel name for a narrow column: whole when it fits, else its base name, shortened in the middle."""
+    if len(name) <= width:
+        return name
+    return shorten_middle(kernel_base(name), width)
+
+
+def command(argv: list[str] | str | None, width: int) -> str:
+    """A command line that fits `width`: the program by its file name (the path is in `roseprof show`), cut at the
+    end on a word boundary with an ellipsis."""
+    if not argv:
+        return ""
+    words = [argv] if isinstance(argv, str) else list(argv)
+    if os.sep in words[0] and len(words) > 1:
+        words[0] = os.path.basename(words[0])
+    text = " ".join(words)
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    cut = text[: width - 1]
+    space = cut.rfind(" ")
+    if space >= width // 2:  # at a word, unless that would throw away most of the room
+        cut = cut[:space]
+    return cut.rstrip() + ELLIPSIS
+
+
+METRIC_PARTS = {"rollover.": "rollover ", "normal.": "normal "}
+
+
+def metric_label(name: str, per_step: bool = False) -> str:
+    """A diff metric's name in words; the JSON keeps the name itself (scripts depend on it)."""
+    for prefix, kind in (("regions.", ""), ("kernels.", "kernel ")):
+        if name.startswith(prefix):
+            body, _, stat = name[len(prefix) :].rpartition(".")
+            per = "step" if per_step else "run"
+            what = {"total_ns": f"time/{per}", "self_ns": f"self/{per}", "count": f"calls/{per}"}
+            return f"{kind}{body} · {what.get(stat, stat)}"
+    if name.startswith("steps."):
+        rest = name[len("steps.") :]
+        group = ""
+        for part, label in METRIC_PARTS.items():
+            if rest.startswith(part):
+                group, rest = label, rest[len(part) :]
+        if rest.startswith(("regions.", "regions_p50.")):
+            stat, _, region = rest.partition(".")
+            how = "mean" if stat == "regions" else "p50"
+            return f"{region} · {group}{how}"
+        return f"{group}step {rest.removesuffix('_ns')}"
+    if name.startswith("itl."):
+        rest = name[len("itl.") :].removesuffix("_ms")
+        where = ""
+        if rest.startswith("at_rollover."):
+            where, rest = " at rollover", rest[len("at_rollover.") :]
+        elif rest.startswith("elsewhere."):
+            where, rest = " elsewhere", rest[len("elsewhere.") :]
+        return f"ITL {rest}{where}"
+    if name.startswith("requests."):
+        rest = name[len("requests.") :]
+        if rest == "throughput_tok_s":
+            return "throughput"
+        key, _, stat = rest.partition(".")
+        return f"{key.upper()} {stat.removesuffix('_ms')}"
+    return name
+
+
+def shorten_label(label: str, width: int) -> str:
+    """A metric label `name · what` shortened in its name part, so `what` stays readable."""
+    name, sep, what = label.rpartition(" · ")
+    if not sep or len(label) <= width:
+        return shorten_middle(label, width)
+    return shorten_middle(name, max(8, width - len(sep) - len(what))) + sep + what
+
+
+def metric_unit(name: str) -> str:
+    if name.endswith("_ns") or ".regions." in name or ".regions_p50." in name:
+        return "ns"
+    if name.endswith("_ms"):
+        return "ms"
+    if name.endswith("tok_s"):
+        return "tok/s"
+    return ""
+
+
+def rollover_sentence(steps: dict | None) -> str | None:
+    """What is true of rollover steps against normal ones (mean step time), and where the difference sits."""
+    if not steps:
+        return None
+    roll, norm = steps.get("rollover") or {}, steps.get("normal") or {}
+    if not roll.get("count") or not norm.get("count") or roll.get("mean_ns") is None:
+        return None
+    diff = roll["mean_ns"] - norm["mean_ns"]
+    counts = f"{roll['count']:,} rollover vs {norm['count']:,} normal steps"
+    ex = steps.get("rollover_excess")
+    if diff > 0:
+        where = ""
+        if ex and ex["mean_ns"] > 0:
+            where = f", mostly in {ex['region']} (+{duration(ex['mean_ns'])})"
+        return f"rollover steps are slower by {duration(diff)} on average{where} ({counts})"
+    if diff < 0:
+        where = ""
+        if ex and ex["mean_ns"] > 0:
+            where = f"; {ex['region']} still takes {duration(ex['mean_ns'])} longer in them"
+        return f"rollover steps are faster by {duration(-diff)} on average{where} ({counts})"
+    return f"rollover steps take as long as normal ones on average ({counts})"
+
+
+# The diff's verdict in words (terminal and dashboard alike).
+
+
+def headline_sentence(v: dict) -> str:
+    """One line: what changed, in the runs' own words (shared with the diff dashboard)."""
+    overall = v["overall"]
+
+    def listed(word: str) -> str:
+        return ", ".join(f"{r['label']} {r['delta_pct']:+.1f}%" for r in v["headline"] if r["word"] == word)
+
+    if overall in ("faster", "slower"):
+        return f"after is {overall} than before: {listed(overall)}"
+    if overall == "mixed":
+        return f"after is slower in {listed('slower')}; faster in {listed('faster')}"
+    if overall == "no clear change":
+        return "no clear change between before and after (every interval includes 0)"
+    return "no headline figure could be tested (see the samples column)"
+
+
+def samples(row: dict) -> str | None:
+    """How many samples back a headline figure: `568 tokens in 71 steps`, `71 steps`, `8 / 9 requests`."""
+    if row["samples"] is None or row["n_before"] is None:
+        return None
+    nb, na = row["n_before"], row["n_after"]
+    out = f"{nb:,} {row['samples']}" if nb == na else f"{nb:,} / {na:,} {row['samples']}"
+    if "steps_before" in row:
+        sb, sa = row["steps_before"], row["steps_after"]
+        out += f" in {sb:,} steps" if sb == sa else f" in {sb:,} / {sa:,} steps"
+    return out
+
+
+def samples_note(v: dict) -> str:
+    """The footnote under the headline figures: what backs them and what a figure needs to be tested."""
+    seen = []
+    for r in v["headline"]:
+        s = samples(r)
+        if s and s not in seen:
+            seen.append(s)
+    need = v["min_samples"]
+    backing = f"Samples per run: {'; '.join(seen)}. " if seen else ""
+    return (
+        f"{backing}A figure is tested with ≥ {need['p50']} samples per run (p99: ≥ {need['p99']}, so that the "
+        "tail is more than one sample); throughput is one figure per run, with no interval."
+    )

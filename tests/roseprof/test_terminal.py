@@ -1,0 +1,123 @@
+"""What a person reads in an 80-, 100- or 120-column terminal: tables that fit, names that stay apart, run ids
+whole, commands cut at a word, and sentences that say what is true."""
+
+import io
+
+import pytest
+from rich.console import Console
+
+from roseprof import api
+from roseprof.render import text
+from roseprof.render.terminal import print_runs, print_summary
+from roseprof.render.terminal_diff import print_diff
+from roseprof.run.store import RunStore
+from tests.helpers import DATA
+
+WIDTHS = (80, 100, 120)
+GPU = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
+GPU_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl"
+CPU = DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = RunStore(tmp_path_factory.mktemp("terminal") / "traces")
+    api.import_path(s, str(GPU), "before", str(GPU_LOG))
+    api.import_path(s, str(GPU), "after", str(GPU_LOG))
+    api.import_path(s, str(CPU), "a-cpu-run-with-a-longish-name", None)
+    return s
+
+
+def render(width, fn, *args) -> str:
+    out = io.StringIO()
+    fn(Console(file=out, width=width, color_system=None, force_terminal=False), *args)
+    return out.getvalue()
+
+
+def assert_fits(out: str, width: int):
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width]
+    assert not too_wide, too_wide
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_summary_fits_and_keeps_names_apart(store, width):
+    run = store.resolve("after")
+    out = render(width, print_summary, run, run.summary())
+    assert_fits(out, width)
+    # The two block-table regions differ only at their end: both ends survive shortening.
+    assert "h2d_block_tables" in out and "build_block_tables" in out
+    # Kernel names with brackets are text, not markup (rich would eat "[lambda(int) (instance 1)]").
+    assert "index_elementwise_kernel" in out
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_cpu_run_has_no_empty_gpu_columns(store, width):
+    run = store.resolve("a-cpu-run-with-a-longish-name")
+    out = render(width, print_summary, run, run.summary())
+    assert_fits(out, width)
+    assert "time per region" in out and "GPU" not in out
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_ls_never_cuts_a_run_id(store, width):
+    runs = store.runs()
+    for r in runs:  # a long command, as a capture records it
+        r.manifest["command"] = ["/usr/bin/python3", "-m", "roseinfer.benchmark_streaming"] + ["--flag"] * 30
+    out = render(width, print_runs, runs)
+    assert_fits(out, width)
+    for r in runs:
+        assert r.id in out
+    # The command: the program by its file name, its start kept, cut with an ellipsis.
+    full = " ".join(["python3", "-m", "roseinfer.benchmark_streaming"] + ["--flag"] * 30)
+    commands = [line[line.index("python3") :].rstrip() for line in out.splitlines() if "python3" in line]
+    assert len(commands) == len(runs)
+    for c in commands:
+        assert c.endswith("…") and full.startswith(c[:-1]) and len(c) >= 10, c
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_diff_leads_with_the_verdict(store, width):
+    result, _ = api.diff_runs(store, "before", "after", 5.0, None, False)
+    out = render(width, print_diff, result, 25)
+    assert_fits(out, width)
+    lines = out.splitlines()
+    assert lines[0].startswith("before  ") and lines[1].startswith("after   ")
+    assert lines[2] == "no clear change between before and after (every interval includes 0)"
+    head = "\n".join(lines[:14])
+    for figure in ("step p50", "step p99", "ITL p50", "ITL p99", "TTFT p50", "throughput"):
+        assert figure in head, figure
+    assert "too few samples" in head  # 71 steps: p99 is not tested
+    assert "15.75 ms" in head  # units a person reads, not 15,746,816 ns
+    assert "gate: no regression" in out
+
+
+def test_shorten_middle_keeps_the_distinguishing_tail():
+    name = "roseinfer.decode_step_sessions.build_block_tables"
+    assert text.shorten_middle(name, 36) == "roseinfer.decode_…build_block_tables"
+    assert text.shorten_middle(name, 100) == name
+    for width in (19, 24, 30):
+        a = text.shorten_middle(name, width)
+        b = text.shorten_middle("roseinfer.decode_step_sessions.h2d_block_tables", width)
+        assert len(a) <= width and len(b) <= width and a != b
+
+
+def test_command_is_cut_at_a_word():
+    argv = ["/work/.venv/bin/python", "-m", "roseinfer.benchmark_streaming", "--num-requests", "64"]
+    assert text.command(argv, 200) == "python -m roseinfer.benchmark_streaming --num-requests 64"
+    assert text.command(argv, 50) == "python -m roseinfer.benchmark_streaming…"
+
+
+def test_rollover_sentence_says_what_is_true():
+    def steps(roll_mean, norm_mean, excess):
+        return {
+            "rollover": {"count": 6, "mean_ns": roll_mean},
+            "normal": {"count": 394, "mean_ns": norm_mean},
+            "rollover_excess": {"region": "roseinfer.kv.append_token", "mean_ns": excess},
+        }
+
+    slower = text.rollover_sentence(steps(3e6, 2e6, 0.8e6))
+    assert slower.startswith("rollover steps are slower by 1.00 ms") and "mostly in roseinfer.kv" in slower
+    faster = text.rollover_sentence(steps(2e6, 3e6, 0.1e6))
+    assert faster.startswith("rollover steps are faster by 1.00 ms") and "slower" not in faster
+    assert "6 rollover vs 394 normal steps" in faster
+    assert "mostly" not in text.rollover_sentence(steps(2e6, 3e6, -1e3))

@@ -1,0 +1,87 @@
+"""The diff's verdict: the headline figures, their words and how many samples a figure needs to be tested."""
+
+import numpy as np
+
+from roseprof.analysis.diff import compare
+from roseprof.analysis.stats import MIN_SAMPLES, min_samples
+from roseprof.analysis.verdict import verdict, word
+from tests.roseprof.test_diff_stats import run_data
+
+RUNS = {"id": "r1", "name": "before"}, {"id": "r2", "name": "after"}
+
+
+def steps(mean, n, seed):
+    return (mean + np.random.default_rng(seed).normal(0, mean / 50, n)).tolist()
+
+
+def test_the_minimum_samples_leave_a_tail():
+    assert min_samples() == min_samples(50) == MIN_SAMPLES
+    assert min_samples(95) == 40 and min_samples(99) == 200
+
+
+def test_a_slower_run_is_called_slower_and_p99_needs_200_steps():
+    a, b = (
+        run_data(steps(1e6, 100, 1), itl_ms=steps(1.0, 100, 2)),
+        run_data(steps(2e6, 100, 3), itl_ms=steps(2.0, 100, 4)),
+    )
+    v = verdict(compare(a, b), *RUNS)
+    rows = {r["label"]: r for r in v["headline"]}
+    assert v["overall"] == "slower"
+    assert rows["step p50"]["word"] == "slower" and rows["ITL p50"]["word"] == "slower"
+    assert rows["step p50"]["n_before"] == 100 and rows["step p50"]["samples"] == "steps"
+    # 100 steps: the p99 is the slowest one or two of them, so it is not tested however large the change.
+    assert rows["step p99"]["word"] == "too few samples" and rows["step p99"]["ci_low_pct"] is None
+    assert rows["ITL p99"]["word"] == "too few samples" and rows["ITL p99"]["steps_before"] == 100
+    # With 250 steps a run the p99 is tested.
+    a, b = run_data(steps(1e6, 250, 5)), run_data(steps(2e6, 250, 6))
+    rows = {r["label"]: r for r in verdict(compare(a, b), *RUNS)["headline"]}
+    assert rows["step p99"]["word"] == "slower"
+
+
+def test_faster_and_no_clear_change():
+    a, b = run_data(steps(2e6, 50, 1)), run_data(steps(1e6, 50, 2))
+    assert verdict(compare(a, b), *RUNS)["overall"] == "faster"
+    same = steps(1e6, 50, 3)
+    v = verdict(compare(run_data(same), run_data(same)), *RUNS)
+    assert v["overall"] == "no clear change"
+    assert v["before"]["name"] == "before" and v["after"]["name"] == "after"
+
+
+def test_words_for_figures_without_an_interval():
+    plain = {"name": "requests.throughput_tok_s", "delta_pct": 10.0, "ci_low_pct": None, "significant": False}
+    assert word(plain) == ("not tested", "one figure per run: nothing to resample")
+    few = {**plain, "name": "steps.p99_ns", "min_samples": 200, "n_a": 8, "n_b": 8}
+    assert word(few) == ("too few samples", "needs 200 per run")
+    # Higher throughput is faster.
+    up = {**plain, "ci_low_pct": 5.0, "ci_high_pct": 15.0, "significant": True, "lower_is_better": False}
+    assert word(up)[0] == "faster"
+
+
+def test_where_the_time_moved_is_led_by_own_time():
+    """A slower child makes every enclosing region slower too; the region whose own time moved comes first."""
+
+    def total(name, a, b):
+        return {
+            "name": f"regions.{name}.total_ns",
+            "a": a,
+            "b": b,
+            "delta_pct": 100 * (b - a) / a,
+            "ci_low_pct": 1.0,
+            "ci_high_pct": 2.0,
+            "significant": True,
+            "lower_is_better": True,
+            "per_step": True,
+        }
+
+    def own(name, a, b):
+        return {"name": f"regions.{name}.self_ns", "a": a, "b": b, "delta_pct": 0, "significant": False}
+
+    metrics = [
+        total("outer", 10e6, 22e6),
+        own("outer", 1e6, 1e6),
+        total("inner", 2e6, 14e6),
+        own("inner", 2e6, 14e6),
+    ]
+    v = verdict(metrics, *RUNS)
+    assert [r["label"] for r in v["regions"]] == ["inner"]
+    assert v["regions"][0]["word"] == "slower"
