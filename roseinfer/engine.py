@@ -395,6 +395,7 @@ class Engine:
             self.rollover_steps.add(index)
         if self.steplog is not None:
             self.steplog.step(start_ns, end_ns, len(seqs), rollovers, cow, [s.id for s in seqs])
+        tracing.profiler_step()
         return index
 
     def _stage_inputs(self, seqs: list[Sequence], rows: int) -> None:

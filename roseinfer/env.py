@@ -41,6 +41,29 @@ class Env:
     # Python, so captured steps use Triton at every batch size unless this variable is set explicitly.
     triton_kv_append_min_batch: int
     triton_kv_append_min_batch_set: bool
+    # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
+    # or at exit; record_function spans are then on. The profiler advances once per decode step.
+    torch_profile: str | None
+    # The profiler's schedule in decode steps: "wait,warmup,active" (steps skipped, warmed up, recorded).
+    torch_profile_schedule: tuple[int, int, int]
+    # Record Python stacks with each op (with_stack=True; costs time while recording).
+    torch_profile_with_stack: bool
+    # CPU activity only, even where CUDA exists (no kernels; the profiler's cost on the GPU side is gone).
+    torch_profile_cpu_only: bool
+
+
+def _schedule(name: str, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    parts = raw.split(",")
+    try:
+        wait, warmup, active = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"{name} must be three integers wait,warmup,active, got {raw!r}") from None
+    if wait < 0 or warmup < 0 or active < 1:
+        raise ValueError(f"{name}: wait and warmup must be >= 0 and active >= 1, got {raw!r}")
+    return wait, warmup, active
 
 
 def read() -> Env:
@@ -51,6 +74,10 @@ def read() -> Env:
         triton_kv_append=_flag("ROSELLM_TRITON_KV_APPEND", True),
         triton_kv_append_min_batch=_int("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", 128),
         triton_kv_append_min_batch_set=bool(os.environ.get("ROSELLM_TRITON_KV_APPEND_MIN_BATCH")),
+        torch_profile=os.environ.get("ROSEINFER_TORCH_PROFILE") or None,
+        torch_profile_schedule=_schedule("ROSEINFER_TORCH_PROFILE_SCHEDULE", (8, 2, 128)),
+        torch_profile_with_stack=_flag("ROSEINFER_TORCH_PROFILE_WITH_STACK", False),
+        torch_profile_cpu_only=_flag("ROSEINFER_TORCH_PROFILE_CPU_ONLY", False),
     )
 
 
