@@ -80,6 +80,9 @@ class Columns:
         self.thread_names: dict[tuple[int, int], str] = {}
         self.string_tids: dict[str, int] = {}  # 2021 traces write tids as strings ("25738", "stream 7")
         self.events = 0  # events decoded so far (error messages count from here)
+        # Flow events are kept only on a second pass, when some GPU op or call lacks a correlation id.
+        self.want_flows = False
+        self.flows = 0
         self.has_user_annotation = False
         self.old_operators: list[Event] = []  # 2021 `Operator` spans, sorted out at the end
 
@@ -105,7 +108,8 @@ class Columns:
         return self.string_tids.setdefault(s, (1 << 31) + len(self.string_tids))
 
 
-def add_segment(cols: Columns, segment: bytes, label: str) -> None:
+def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) -> None:
+    """Decode one segment of whole events into `cols` (rows=False: only what a second pass collects)."""
     from roseprof.errors import RoseprofError
 
     try:
@@ -138,14 +142,17 @@ def add_segment(cols: Columns, segment: bytes, label: str) -> None:
             picked.append((kind, e))
             cols.has_user_annotation |= kind == RANGE
         elif ph in ("s", "f") and e.cat in FLOW_CATEGORIES and e.ts is not None:
-            (flow_s if ph == "s" else flow_f).append(e)
+            cols.flows += 1
+            if cols.want_flows:
+                (flow_s if ph == "s" else flow_f).append(e)
         elif ph == "M" and e.args is not None and isinstance(e.args.name, str):
             pid = cols.int_id(e.pid)
             if e.name == "process_name":
                 cols.process_names[pid] = e.args.name
             elif e.name == "thread_name":
                 cols.thread_names[(pid, cols.int_id(e.tid))] = e.args.name
-    add_rows(cols, picked)
+    if rows:
+        add_rows(cols, picked)
     for out, flows in ((cols.flow_start, flow_s), (cols.flow_end, flow_f)):
         if flows:
             out.append(
@@ -166,17 +173,22 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
     intern = cols.intern
     cols.name.append(np.fromiter((intern(e.name) for _, e in picked), dtype=np.int64, count=n))
     int_id = cols.int_id
-    cols.pid.append(np.fromiter((int_id(e.pid) for _, e in picked), dtype=np.int64, count=n))
-    cols.tid.append(np.fromiter((int_id(e.tid) for _, e in picked), dtype=np.int64, count=n))
-    args = [e.args for _, e in picked]
-    for out, field in ((cols.corr, "correlation"), (cols.device, "device"), (cols.stream, "stream")):
-        out.append(
-            np.fromiter(
-                (-1 if a is None or getattr(a, field) is None else getattr(a, field) for a in args),
-                dtype=np.int64,
-                count=n,
-            )
+    cols.pid.append(
+        np.fromiter(
+            (e.pid if type(e.pid) is int else int_id(e.pid) for _, e in picked), dtype=np.int64, count=n
         )
+    )
+    cols.tid.append(
+        np.fromiter(
+            (e.tid if type(e.tid) is int else int_id(e.tid) for _, e in picked), dtype=np.int64, count=n
+        )
+    )
+    args = [e.args for _, e in picked]
+    none = Args()  # every field None
+    args = [none if a is None else a for a in args]
+    cols.corr.append(np.fromiter((-1 if a.correlation is None else a.correlation for a in args), np.int64, n))
+    cols.device.append(np.fromiter((-1 if a.device is None else a.device for a in args), np.int64, n))
+    cols.stream.append(np.fromiter((-1 if a.stream is None else a.stream for a in args), np.int64, n))
 
 
 def _scope_name(name: str) -> bool:

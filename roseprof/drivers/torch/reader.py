@@ -89,6 +89,12 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
     if not cols.has_user_annotation and cols.old_operators:
         add_rows(cols, [(RANGE, e) for e in cols.old_operators])  # a 2021 trace: annotations were `Operator`s
     cols.old_operators = []
+    if cols.kind and cols.flows and (_cat(cols.corr) < 0).any():
+        flows = Columns()  # a second pass for the flow events only (rare: correlation ids are the rule)
+        flows.want_flows, flows.string_tids = True, cols.string_tids
+        for segment in EventStream(path, label).segments():
+            add_segment(flows, segment, label, rows=False)
+        cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
     if not cols.kind:
         raise RoseprofError(
             f"{label}: none of its {cols.events} events is a user annotation, kernel, memcpy or memset: "

@@ -21,8 +21,9 @@ import numpy as np
 
 from roseprof.errors import RoseprofError
 
-CHUNK = 16 << 20  # bytes of JSON per segment (decompressed)
+CHUNK = 4 << 20  # bytes of JSON per segment (decompressed): the scan's temporaries are a few times this
 GZIP_MAGIC = b"\x1f\x8b"
+HEADER_LIMIT = 256 << 20  # give up looking for traceEvents after this much JSON
 
 QUOTE, BACKSLASH, OPEN, CLOSE_OBJ, CLOSE_ARR = 1, 2, 3, 4, 5
 _CLASS = np.zeros(256, dtype=np.uint8)  # byte -> structural class (0: not structural)
@@ -104,7 +105,7 @@ class EventStream:
             start = self._find_array(buf)
             if start is not None:
                 break
-            if len(buf) > 64 * CHUNK:
+            if len(buf) > HEADER_LIMIT:
                 break
         else:
             start = None
@@ -135,7 +136,7 @@ class EventStream:
                 raise RoseprofError(
                     f"{self.label}: the JSON ends inside the traceEvents array (the file is truncated)"
                 )
-            buf = rest.lstrip(b" \t\r\n,") + nxt
+            buf = (rest + nxt).lstrip(b" \t\r\n,")  # the comma after the last event may start `nxt`
 
     def _find_array(self, buf: bytes) -> int | None:
         """Offset just after the `[` that opens the events array, or None if not in `buf` yet."""
