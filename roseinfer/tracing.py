@@ -70,7 +70,9 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     STATE.nvtx = e.nvtx if nvtx is None else nvtx
     STATE.record_function = e.record_function if record_function is None else record_function
     if e.torch_profile and _PROFILER is None:
+        # Started now, before decode step 0: the schedule's step k is then the engine's decode step k.
         _PROFILER = TorchProfile(e)
+        _PROFILER.start()
         STATE.record_function = True  # the profile's regions are the record_function spans
     if STATE.nvtx and STATE._push is None:
         STATE._push, STATE._pop = _nvtx_functions()
@@ -243,7 +245,7 @@ class TorchProfile:
         self.done = False
         self.tagged = False
 
-    def _start(self) -> None:
+    def start(self) -> None:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -267,8 +269,6 @@ class TorchProfile:
         self.done = True
 
     def step(self) -> None:
-        if self.prof is None:
-            self._start()
         self.prof.step()
         if not self.tagged and self.prof.current_action.name.startswith("RECORD"):
             import torch
