@@ -181,6 +181,7 @@ class Engine:
         if self.steplog is not None:
             batch = out.batch
             self.steplog.step(start_ns, end_ns, len(batch), out.rollovers, out.cow, [s.id for s in batch])
+        tracing.profiler_step()  # torch.profiler's schedule advances once per decode step (ROSEINFER_TORCH_PROFILE)
         return index
 
     def _log_request(self, seq: Sequence) -> None:

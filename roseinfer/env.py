@@ -15,10 +15,18 @@ ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
 ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
 ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
 ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"
+ROSEINFER_TORCH_PROFILE = "ROSEINFER_TORCH_PROFILE"
+ROSEINFER_TORCH_PROFILE_SCHEDULE = "ROSEINFER_TORCH_PROFILE_SCHEDULE"
+ROSEINFER_TORCH_PROFILE_WITH_STACK = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
+ROSEINFER_TORCH_PROFILE_CPU_ONLY = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
 KEYS = (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
+    ROSEINFER_TORCH_PROFILE,
+    ROSEINFER_TORCH_PROFILE_SCHEDULE,
+    ROSEINFER_TORCH_PROFILE_WITH_STACK,
+    ROSEINFER_TORCH_PROFILE_CPU_ONLY,
     ROSELLM_TRITON_KV_APPEND,
     ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
     ROSEINFER_TEST_SLEEP_REGION,
@@ -61,6 +69,15 @@ class Env:
     # deterministic slowdown that lets tests check what `roseprof diff` reports without racing two captures'
     # timings. Never set it in a benchmark; a capture records it in its manifest.
     test_sleep_region: tuple[str, float] | None
+    # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
+    # or at exit; record_function spans are then on. The profiler advances once per decode step.
+    torch_profile: str | None
+    # The profiler's schedule in decode steps: "wait,warmup,active" (steps skipped, warmed up, recorded).
+    torch_profile_schedule: tuple[int, int, int]
+    # Record Python stacks with each op (with_stack=True; costs time while recording).
+    torch_profile_with_stack: bool
+    # CPU activity only, even where CUDA exists (no kernels; the profiler's cost on the GPU side is gone).
+    torch_profile_cpu_only: bool
 
 
 def _sleep_region(name: str) -> tuple[str, float] | None:
@@ -77,6 +94,20 @@ def _sleep_region(name: str) -> tuple[str, float] | None:
     return region, seconds
 
 
+def _schedule(name: str, default: tuple[int, int, int]) -> tuple[int, int, int]:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    parts = raw.split(",")
+    try:
+        wait, warmup, active = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"{name} must be three integers wait,warmup,active, got {raw!r}") from None
+    if wait < 0 or warmup < 0 or active < 1:
+        raise ValueError(f"{name}: wait and warmup must be >= 0 and active >= 1, got {raw!r}")
+    return wait, warmup, active
+
+
 def read() -> Env:
     return Env(
         nvtx=_flag(ROSEINFER_NVTX, False),
@@ -86,6 +117,10 @@ def read() -> Env:
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
+        torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
+        torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, (8, 2, 128)),
+        torch_profile_with_stack=_flag(ROSEINFER_TORCH_PROFILE_WITH_STACK, False),
+        torch_profile_cpu_only=_flag(ROSEINFER_TORCH_PROFILE_CPU_ONLY, False),
     )
 
 

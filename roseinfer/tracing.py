@@ -70,9 +70,15 @@ def _nvtx_functions():
 
 def configure(nvtx: bool | None = None, record_function: bool | None = None) -> None:
     """Switch regions on or off; None keeps the value from the environment (ROSEINFER_NVTX, ...)."""
+    global _PROFILER
     e = env.reload()
     STATE.nvtx = e.nvtx if nvtx is None else nvtx
     STATE.record_function = e.record_function if record_function is None else record_function
+    if e.torch_profile and _PROFILER is None:
+        # Started now, before decode step 0: the schedule's step k is then the engine's decode step k.
+        _PROFILER = TorchProfile(e)
+        _PROFILER.start()
+        STATE.record_function = True  # the profile's regions are the record_function spans
     if STATE.nvtx and STATE._push is None:
         STATE._push, STATE._pop = _nvtx_functions()
     STATE.sleep_region, STATE.sleep_s = e.test_sleep_region or (None, 0.0)
@@ -162,7 +168,9 @@ class StepLogWriter:
     launch the next step (its rollovers and copy-on-writes), then read and emit the previous step's tokens; a
     range may only launch (after a prefill) or only read (a drain).
     Timestamps are time.monotonic_ns(). A profiler's timeline has its own time base, so the join is by order
-    (k-th record to k-th range), and the offset between the clocks is then read off the joined pairs.
+    (k-th record to k-th range), and the offset between the clocks is then read off the joined pairs. Where a
+    profiler saw only a window of steps (torch.profiler's schedule), the meta record's realtime_ns /
+    monotonic_ns pair maps its Unix-time timeline onto this clock and roseprof joins by time instead.
     """
 
     def __init__(self, path: str, meta: dict[str, Any] | None = None) -> None:
@@ -171,7 +179,18 @@ class StepLogWriter:
         self._lock = threading.Lock()
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.step_index = 0
-        self.write({"type": "meta", "clock": "monotonic_ns", "pid": os.getpid(), **(meta or {})})
+        # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
+        real, mono = time.time_ns(), time.monotonic_ns()
+        self.write(
+            {
+                "type": "meta",
+                "clock": "monotonic_ns",
+                "pid": os.getpid(),
+                "realtime_ns": real,
+                "monotonic_ns": mono,
+                **(meta or {}),
+            }
+        )
         atexit.register(self.close)
 
     def write(self, record: dict[str, Any]) -> None:
@@ -245,6 +264,69 @@ def run_start() -> None:
 
 def now_ns() -> int:
     return time.monotonic_ns()
+
+
+class TorchProfile:
+    """torch.profiler inside the engine (ROSEINFER_TORCH_PROFILE=DIR): a schedule of decode steps, advanced once
+    per decode step by `profiler_step()`; the trace goes to DIR/trace.json.gz when the window ends, or at exit
+    when the run ends inside it."""
+
+    def __init__(self, e: env.Env) -> None:
+        self.dir = e.torch_profile
+        self.e = e
+        self.prof = None
+        self.done = False
+        self.tagged = False
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available() and not self.e.torch_profile_cpu_only:
+            activities.append(ProfilerActivity.CUDA)
+        wait, warmup, active = self.e.torch_profile_schedule
+        os.makedirs(self.dir, exist_ok=True)
+        self.prof = profile(
+            activities=activities,
+            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+            on_trace_ready=self._save,
+            with_stack=self.e.torch_profile_with_stack,
+        )
+        self.prof.record_steps = False  # no ProfilerStep#N spans: the decode_step spans are the steps
+        self.prof.start()
+        atexit.register(self.close)
+
+    def _save(self, prof) -> None:
+        prof.export_chrome_trace(os.path.join(self.dir, "trace.json.gz"))
+        self.done = True
+
+    def step(self) -> None:
+        self.prof.step()
+        if not self.tagged and self.prof.current_action.name.startswith("RECORD"):
+            import torch
+
+            # Kineto keeps metadata only while it records; read back as the run's tool version.
+            self.prof.add_metadata("torch_version", torch.__version__)
+            self.tagged = True
+        if self.done:  # the window is written: stop profiling for the rest of the run
+            self.close()
+
+    def close(self) -> None:
+        global _PROFILER
+        if self.prof is not None:
+            prof, self.prof = self.prof, None
+            prof.stop()  # inside the window this saves what was recorded (on_trace_ready)
+        _PROFILER = None
+
+
+_PROFILER: TorchProfile | None = None
+
+
+def profiler_step() -> None:
+    """Once per decode step: advances torch.profiler's schedule when ROSEINFER_TORCH_PROFILE is set."""
+    if _PROFILER is not None:
+        _PROFILER.step()
 
 
 configure()

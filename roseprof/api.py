@@ -122,6 +122,38 @@ def capture_ncu(
     return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace)
 
 
+def capture_torch(
+    store: RunStore,
+    cmd: list[str] | None,
+    name: str | None,
+    schedule: tuple[int, int, int],
+    with_stack: bool,
+    cpu_only: bool,
+) -> pipeline.CaptureOutcome:
+    """`roseprof torch`: CMD (or the built-in engine benchmark) with torch.profiler on, into a new run."""
+    from roseprof.drivers.torch.capture import TorchCapture
+
+    gpus = environment.gpus()
+    capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
+    command = cmd or default_command()
+    run_name = name or ("demo" if not cmd else Path(command[0]).name)
+    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace)
+
+
+def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
+    """`roseprof export --format chrome`: a stored run as Chrome trace-event JSON (Perfetto opens it)."""
+    from roseprof.export.chrome import write_chrome
+
+    run = store.resolve(ref)
+    if not (run.path / "ranges.npz").is_file() and not (run.path / "gpu_ops.npz").is_file():
+        raise RoseprofError(
+            f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
+        )
+    path = Path(out) if out else run.path / "trace.chrome.json.gz"
+    write_chrome(run.path, path, run.manifest)
+    return path
+
+
 def import_path(store: RunStore, path: str, name: str | None, steplog: str | None) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
     return pipeline.import_file(store, path, name, steplog, analyse_trace)

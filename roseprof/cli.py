@@ -159,14 +159,58 @@ def ncu(
     sys.exit(outcome.exit_code)
 
 
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--wait", type=int, default=8, show_default=True, help="decode steps skipped before the window")
+@click.option("--warmup", type=int, default=2, show_default=True, help="decode steps profiled and discarded")
+@click.option("--active", type=int, default=128, show_default=True, help="decode steps recorded")
+@click.option(
+    "--with-stack", is_flag=True, help="record Python stacks with every op (slower while recording)"
+)
+@click.option("--cpu-only", is_flag=True, help="CPU activity only, even where CUDA exists")
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, dashboards_dir, cmd) -> None:
+    """Run CMD with torch.profiler on (the built-in engine benchmark when no CMD is given after --).
+
+    The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
+    $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
+    """
+    from roseprof.api import capture_torch
+    from roseprof.render.terminal import make_console, print_summary
+
+    outcome = capture_torch(
+        RunStore(traces_dir), list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only
+    )
+    print_summary(make_console(), outcome.run, outcome.summary)
+    if outcome.summary is not None:
+        _dashboard(outcome.run, dashboards_dir, open_)
+    sys.exit(outcome.exit_code)
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["chrome"]), default="chrome", show_default=True)
+@click.option(
+    "-o", "--output", help="the file to write (default: RUN's folder/trace.chrome.json.gz; .gz compresses)"
+)
+@store_options
+def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
+    """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
+    from roseprof.api import export_chrome
+
+    click.echo(str(export_chrome(RunStore(traces_dir), run, output)))
+
+
 @cli.command("import", epilog=EXIT_CODES)
 @click.argument("path")
 @click.option("--name", help="a name for the run (default: the file's name)")
 @click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
 @store_options
 def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
-    """Import a trace file as a run (nsys .sqlite/.nsys-rep, ncu .ncu-rep or CSV export; the driver is picked by
-    suffix, then content)."""
+    """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
+    .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content."""
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console, print_summary
 

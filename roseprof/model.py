@@ -223,7 +223,9 @@ class Trace:
     graph_nodes: GraphNodes = field(default_factory=GraphNodes)
     threads: dict[int, str] = field(default_factory=dict)  # tid -> the thread's name, where the tool knows it
     gpus: list[dict] = field(default_factory=list)
-    session_start_utc_ns: int | None = None
+    session_start_utc_ns: int | None = None  # the Unix time (ns) of the trace's time 0, where known
+    # The clock of the timestamps where the tool documents it: "realtime" (Unix time; torch.profiler), or None.
+    clock: str | None = None
     warnings: list[str] = field(default_factory=list)  # what the reader had to assume or leave out
     kernel_metrics: KernelMetrics | None = None  # per-launch metrics (ncu)
 

@@ -24,6 +24,12 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=8)
     p.add_argument("--paged-attn", action="store_true")
     p.add_argument("--cuda-graph", action="store_true")
+    p.add_argument(
+        "--switch",
+        choices=["nvtx", "record_function"],
+        default="nvtx",
+        help="what 'on' turns on: NVTX ranges, or record_function spans (torch.profiler's, profiler not running)",
+    )
     a = p.parse_args()
     dtype = a.dtype or ("float16" if a.device == "cuda" else "float32")
     llm = LLM(
@@ -40,7 +46,9 @@ def main() -> None:
     params = SamplingParams(max_new_tokens=a.new_tokens, ignore_eos=True)
 
     def step_us(nvtx: bool) -> float:
-        tracing.configure(nvtx=nvtx, record_function=False)
+        tracing.configure(
+            nvtx=nvtx and a.switch == "nvtx", record_function=nvtx and a.switch == "record_function"
+        )
         engine.stats.update(decode_ns=0, decode_steps=0)
         llm.generate(prompts, params)
         return engine.stats["decode_ns"] / engine.stats["decode_steps"] / 1e3
@@ -55,7 +63,7 @@ def main() -> None:
     print(
         f"{a.model} {a.device} {dtype} batch {a.batch}, {a.new_tokens} tokens, graphs={a.cuda_graph}, {a.pairs} pairs"
     )
-    print(f"decode step p50: NVTX off {off:.1f} us, on {on:.1f} us: {100 * (on / off - 1):+.2f}%")
+    print(f"decode step p50: {a.switch} off {off:.1f} us, on {on:.1f} us: {100 * (on / off - 1):+.2f}%")
     print(f"per-pair on/off: median {np.median(ratios):.4f}, min {min(ratios):.4f}, max {max(ratios):.4f}")
 
 

@@ -3,6 +3,12 @@
 The k-th step record of the engine's log is the k-th `roseinfer.decode_step` range of the same run (both
 come from the same code path, once per step). Without a step log, a step is a rollover step when a
 `roseinfer.kv.rollover` mark falls inside it or between it and the next step.
+
+When the counts differ because the profiler saw only a window of steps (torch.profiler's schedule), and the
+trace's clock is known (Unix time for torch.profiler, the step log's meta records a Unix/monotonic pair), each
+range is joined to the record whose [start_ns, end_ns] holds the range's middle, by time, not by index.
+A program with no `roseinfer.decode_step` ranges and no step log gets its steps from torch.profiler's
+`ProfilerStep#N` spans (the reader names them `ProfilerStep`).
 """
 
 from __future__ import annotations
@@ -13,21 +19,68 @@ from roseprof.analysis.stats import ms_stats, ns_stats
 from roseprof.workload.roseinfer import DECODE_STEP, ROLLOVER_MARK
 from roseprof.workload.steplog import StepLogRecords
 
+PROFILER_STEP = (
+    "ProfilerStep"  # torch.profiler's step spans (ProfilerStep#N), as the Kineto reader names them
+)
+
+
+def clock_offset(trace_clock: str | None, session_start_utc_ns: int | None, log: StepLogRecords | None):
+    """ns to add to a trace time to get the step log's time (monotonic_ns), or None when it cannot be known.
+
+    Only for a trace on Unix time whose step log recorded a (realtime_ns, monotonic_ns) pair taken together.
+    """
+    if trace_clock != "realtime" or session_start_utc_ns is None or log is None:
+        return None
+    real, mono = log.meta.get("realtime_ns"), log.meta.get("monotonic_ns")
+    if not isinstance(real, int) or not isinstance(mono, int):
+        return None
+    return session_start_utc_ns - (real - mono)
+
+
+def join_by_time(start, end, log_steps: list[dict], offset: int) -> np.ndarray:
+    """[S] the index of the step record holding each range's middle (on the log's clock), -1 where none does."""
+    rec_start = np.asarray([s["start_ns"] for s in log_steps], dtype=np.int64)
+    rec_end = np.asarray([s["end_ns"] for s in log_steps], dtype=np.int64)
+    mid = (start + end) // 2 + offset
+    k = np.searchsorted(rec_start, mid, side="right") - 1
+    ok = (k >= 0) & (mid <= rec_end[np.maximum(k, 0)])
+    return np.where(ok, k, -1)
+
 
 def step_table(
-    names, start, end, name_idx, parent, depth, marks_ts, marks_name, log: StepLogRecords | None, warnings
+    names,
+    start,
+    end,
+    name_idx,
+    parent,
+    depth,
+    marks_ts,
+    marks_name,
+    log: StepLogRecords | None,
+    warnings,
+    log_offset_ns: int | None = None,
 ):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
     Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
+    Rows joined to the log by time also carry "log_index" (the record of each row; -1: none).
     """
-    decode_id = names.index(DECODE_STEP) if DECODE_STEP in names else -1
+    log_steps = log.steps if log is not None else []
+    step_name = DECODE_STEP
+    if DECODE_STEP not in names and not log_steps and PROFILER_STEP in names:
+        step_name = PROFILER_STEP
+    decode_id = names.index(step_name) if step_name in names else -1
     step_ranges = np.flatnonzero(name_idx == decode_id) if decode_id >= 0 else np.zeros(0, dtype=np.int64)
     step_ranges = step_ranges[np.argsort(start[step_ranges], kind="stable")]
-    log_steps = log.steps if log is not None else []
     if len(step_ranges) == 0 and not log_steps:
         return None, []
     joined = len(step_ranges) > 0 and len(log_steps) == len(step_ranges)
+    if len(step_ranges) and log_steps and not joined and log_offset_ns is not None:
+        log_index = join_by_time(start[step_ranges], end[step_ranges], log_steps, log_offset_ns)
+        if (log_index >= 0).any():
+            return _time_joined(
+                names, start, end, name_idx, parent, depth, step_ranges, log_steps, log_index, warnings
+            )
     if len(step_ranges) and log_steps and not joined:
         warnings.append(
             f"step log has {len(log_steps)} steps but the trace has {len(step_ranges)} {DECODE_STEP} ranges "
@@ -54,6 +107,30 @@ def step_table(
             owner = np.searchsorted(np.asarray(rows["start_ns"]), ts, side="right") - 1
             np.add.at(rollovers, owner[owner >= 0], 1)
         rows["rollovers"] = rollovers.tolist()
+    region_cols = _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
+    return rows, region_cols
+
+
+def _time_joined(names, start, end, name_idx, parent, depth, step_ranges, log_steps, log_index, warnings):
+    n = len(step_ranges)
+    unmatched = int((log_index < 0).sum())
+    if unmatched:
+        warnings.append(f"{unmatched} of {n} {DECODE_STEP} ranges match no step log record by time")
+    rows: dict[str, list] = {
+        "start_ns": start[step_ranges].tolist(),
+        "dur_ns": (end[step_ranges] - start[step_ranges]).tolist(),
+        "index": log_index.tolist(),  # the engine's own step numbers: the window's first step is not step 0
+        "log_index": log_index.tolist(),
+    }
+    for key in ("rollovers", "batch_size", "cow"):
+        rows[key] = [int(log_steps[k].get(key, 0)) if k >= 0 else 0 for k in log_index.tolist()]
+    region_cols = _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
+    return rows, region_cols
+
+
+def _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges) -> list[str]:
+    """Adds the ns of every region inside each step to `rows` (and the step time no child covers)."""
+    n = len(rows["dur_ns"])
     region_cols: list[str] = []
     if len(step_ranges):
         # For every range, the decode step it sits in (climb parents, vectorised over all ranges).
@@ -83,7 +160,7 @@ def step_table(
         covered = np.zeros(n, dtype=np.int64)
         np.add.at(covered, owner[direct], end[direct] - start[direct])
         rows["rest_ns"] = (np.asarray(rows["dur_ns"]) - covered).tolist()
-    return rows, region_cols
+    return region_cols
 
 
 def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()) -> dict:

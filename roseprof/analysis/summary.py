@@ -14,7 +14,14 @@ from roseprof.analysis.graphs import (
 )
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stats import group_percentiles
-from roseprof.analysis.steps import itl_series, request_metrics, run_starts, step_table, steps_summary
+from roseprof.analysis.steps import (
+    clock_offset,
+    itl_series,
+    request_metrics,
+    run_starts,
+    step_table,
+    steps_summary,
+)
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
 
@@ -23,7 +30,7 @@ SUMMARY_SCHEMA = 1
 
 def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it."""
-    warnings: list[str] = []
+    warnings: list[str] = list(trace.warnings)  # what the reader had to assume, then what the analyses found
     start, end, tid = trace.ranges.start, trace.ranges.end, trace.ranges.tid
     tree = build_tree(start, end, tid)
     gpu = attribute_gpu_ops(
@@ -125,13 +132,18 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         trace.marks.name,
         log,
         warnings,
+        clock_offset(trace.clock, trace.session_start_utc_ns, log),
     )
     graph_cols = step_graph_columns(rows, trace, capture) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None
     note = graph_warning(trace, capture)
     if note:
         warnings.append(note)
-    itl, requests = request_metrics(log, rows["rollovers"] if rows else None)
+    # Tokens name the log's step indices; rows joined by time cover only the profiled window of them.
+    rolls = rows["rollovers"] if rows else None
+    if rows and "log_index" in rows:
+        rolls = [int(s.get("rollovers", 0)) for s in log.steps]
+    itl, requests = request_metrics(log, rolls)
     marks = {}
     for m in trace.marks.name.tolist():
         marks[trace.names[m]] = marks.get(trace.names[m], 0) + 1
@@ -170,7 +182,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     tables = {
         "steps": rows,
         "step_regions": region_cols,
-        "itl_series": itl_series(log, rows["rollovers"] if rows else None),
+        "itl_series": itl_series(log, rolls),
         "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
     }
     return summary, tables

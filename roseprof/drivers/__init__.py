@@ -1,4 +1,4 @@
-"""Drivers: one folder per tool (nsys/, and torch/ and ncu/ as they land), each turning the tool's files into
+"""Drivers: one folder per tool (nsys/, torch/, and ncu/ as it lands), each turning the tool's files into
 the run model (`roseprof.model.Trace`) and, where the tool can be run, capturing a command with it.
 
 The registry picks a driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
@@ -35,8 +35,9 @@ class Reader:
 def readers() -> list[Reader]:
     from roseprof.drivers.ncu import READERS as NCU
     from roseprof.drivers.nsys import READERS as NSYS
+    from roseprof.drivers.torch import READERS as TORCH
 
-    return [*NSYS, *NCU]
+    return [*NSYS, *NCU, *TORCH]
 
 
 def pick_reader(path: Path, label: str | None = None) -> Reader:

@@ -1,0 +1,44 @@
+"""torch.profiler (Kineto): capture.py runs a command with the profiler on; reader.py reads Kineto / Chrome-trace
+JSON (plain or gzipped) into the model."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+
+from roseprof.drivers import Reader
+from roseprof.model import Trace
+
+GZIP_MAGIC = b"\x1f\x8b"
+# A JSON object whose first keys include one a Chrome trace or Kineto file starts with.
+_TRACE_KEY = re.compile(rb'^\s*\{\s*(?:"[^"]*"\s*:[^"]*)?"(traceEvents|schemaVersion|deviceProperties)"\s*:')
+_KEY_ANYWHERE = re.compile(rb'"(traceEvents|schemaVersion)"\s*:')
+
+
+def sniff(head: bytes) -> bool:
+    """A gzip stream whose start inflates to a trace, or a `{` with a trace key in the first bytes."""
+    if head.startswith(GZIP_MAGIC):
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
+        except zlib.error:
+            return False
+    stripped = head.lstrip()
+    return stripped[:1] == b"{" and bool(_TRACE_KEY.match(head) or _KEY_ANYWHERE.search(head))
+
+
+def read(path: Path, raw: Path, label: str) -> Trace:
+    from roseprof.drivers.torch.reader import read_kineto
+
+    return read_kineto(path, raw, label)
+
+
+READERS = (
+    Reader(
+        "torch",
+        "torch.profiler / Kineto / Chrome-trace .json and .json.gz",
+        (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json"),
+        sniff,
+        read,
+    ),
+)

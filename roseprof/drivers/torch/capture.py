@@ -1,0 +1,142 @@
+"""`roseprof torch`: run a command with torch.profiler on and read the Kineto trace(s) it writes.
+
+The engine profiles itself when ROSEINFER_TORCH_PROFILE=DIR is set (roseinfer/tracing.py: a schedule of decode
+steps, record_function spans on). Any other program gets the same folder as ROSEPROF_TORCH_TRACE_DIR and writes
+its trace there itself, e.g. `on_trace_ready=torch.profiler.tensorboard_trace_handler(DIR)` or
+`prof.export_chrome_trace(DIR + "/trace.json.gz")`. Every .json / .json.gz file found there is read; several
+(one per process or rank) are merged into one run, each process kept on its own threads.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.model import GpuOps, Marks, Names, Ranges, Trace
+from roseprof.workload.roseinfer import (
+    RECORD_FUNCTION_ENV,
+    TORCH_PROFILE_CPU_ONLY_ENV,
+    TORCH_PROFILE_ENV,
+    TORCH_PROFILE_SCHEDULE_ENV,
+    TORCH_PROFILE_WITH_STACK_ENV,
+)
+
+TRACE_DIR_ENV = "ROSEPROF_TORCH_TRACE_DIR"  # where a program that is not the engine writes its trace
+TRACE_FOLDER = "torch"  # inside the run's raw/
+
+
+class TorchCapture:
+    tool = "torch"
+
+    def __init__(self, wait: int, warmup: int, active: int, with_stack: bool, cpu_only: bool) -> None:
+        if wait < 0 or warmup < 0 or active < 1:
+            raise RoseprofError("--wait and --warmup must be >= 0 and --active >= 1")
+        self.schedule = (wait, warmup, active)
+        self.with_stack = with_stack
+        self.cpu_only = cpu_only
+
+    def engine_env(self) -> dict[str, str]:
+        return {
+            RECORD_FUNCTION_ENV: "1",
+            TORCH_PROFILE_SCHEDULE_ENV: ",".join(map(str, self.schedule)),
+            TORCH_PROFILE_WITH_STACK_ENV: "1" if self.with_stack else "0",
+            TORCH_PROFILE_CPU_ONLY_ENV: "1" if self.cpu_only else "0",
+        }
+
+    def describe(self) -> dict:
+        wait, warmup, active = self.schedule
+        return {
+            "schedule": {"wait": wait, "warmup": warmup, "active": active},
+            "with_stack": self.with_stack,
+            "cpu_only": self.cpu_only,
+        }
+
+    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+        out = raw / TRACE_FOLDER
+        out.mkdir(exist_ok=True)
+        env = {**env, TORCH_PROFILE_ENV: str(out), TRACE_DIR_ENV: str(out)}
+        try:
+            proc = subprocess.Popen(cmd, env=env)
+        except OSError as e:
+            raise RoseprofError(f"cannot run {cmd[0]}: {e.strerror}") from None
+        try:
+            return proc.wait(), False
+        except KeyboardInterrupt:
+            # Ctrl-C reached the command too (same process group): let it write what it has.
+            try:
+                proc.send_signal(signal.SIGINT)
+                return proc.wait(timeout=120), True
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                proc.kill()
+                return proc.wait(), True
+
+    def collect(self, raw: Path) -> Trace:
+        files = trace_files(raw / TRACE_FOLDER)
+        if not files:
+            wait, warmup, _ = self.schedule
+            raise CaptureFailed(
+                f"no torch.profiler trace was written into raw/{TRACE_FOLDER}/ (the engine writes one after "
+                f"{wait}+{warmup} decode steps; another program must write its own into ${TRACE_DIR_ENV})"
+            )
+        return read_traces(files)
+
+
+def trace_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.name.lower().endswith((".json", ".json.gz"))
+    )
+
+
+def read_traces(files: list[Path]) -> Trace:
+    from roseprof.drivers.torch.reader import read_kineto
+
+    traces = [read_kineto(p, p.parent, str(p)) for p in files]
+    return traces[0] if len(traces) == 1 else merge(traces)
+
+
+def merge(traces: list[Trace]) -> Trace:
+    """Several traces of one run (processes, ranks) as one: names re-interned, threads kept apart.
+
+    Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base.
+    """
+    first = traces[0]
+    names = Names()
+    parts_r, parts_o, threads, gpus, warnings = [], [], {}, [], []
+    for t in traces:
+        remap = names.intern_many(t.names.values)
+        shift = 0
+        if first.session_start_utc_ns is not None and t.session_start_utc_ns is not None:
+            shift = t.session_start_utc_ns - first.session_start_utc_ns
+        r = t.ranges
+        parts_r.append(
+            Ranges(
+                r.start + shift, r.end + shift, remap[r.name] if len(r) else r.name, r.domain, r.tid, r.style
+            )
+        )
+        o = t.ops
+        api_name = np.where(o.api_name >= 0, remap[np.maximum(o.api_name, 0)] if len(remap) else -1, -1)
+        api_shift = np.where(o.api_start >= 0, shift, 0)
+        parts_o.append(
+            GpuOps(o.kind, o.start + shift, o.end + shift, remap[o.name] if len(o) else o.name, o.device, o.stream,
+                   o.graph_node, o.api_start + api_shift, o.api_end + api_shift, o.api_tid, api_name)
+        )  # fmt: skip
+        threads.update(t.threads)
+        gpus += [g for g in t.gpus if g not in gpus]
+        warnings += t.warnings
+    ranges = Ranges(
+        *(
+            np.concatenate([getattr(p, f) for p in parts_r])
+            for f in ("start", "end", "name", "domain", "tid", "style")
+        )
+    ).sort()
+    cat = {f: np.concatenate([getattr(p, f) for p in parts_o]) for f in GpuOps.COLUMNS}
+    order = np.argsort(cat["start"], kind="stable")
+    ops = GpuOps(**{f: v[order] for f, v in cat.items()})
+    return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
+                 session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings)  # fmt: skip

@@ -1,0 +1,258 @@
+"""Read a torch.profiler (Kineto) / Chrome-trace JSON file (.json, .json.gz, .pt.trace.json[.gz]) into the model.
+
+What becomes what:
+- `user_annotation` spans (record_function, ProfilerStep#N) -> ranges, push/pop style, nested by time on their
+  thread. A thread is a (pid, tid) pair: its id in the model is pid << 32 | tid, so processes (and ranks
+  merged into one file) stay apart. `ProfilerStep#N` is named `ProfilerStep` (one region, N instances), which
+  is what the step analysis looks for when there is no step log.
+- kernels, memcpys, memsets -> GPU ops with their device and stream, joined to the `cuda_runtime` /
+  `cuda_driver` call that launched them by correlation id (args.correlation), or, where an event lacks it, by
+  the `ac2g` flow that links the two; so Nsight Systems' projection rule applies to them unchanged.
+- `gpu_user_annotation` spans are not kept: Kineto draws each one from the first to the last GPU op launched
+  under a user annotation, which is the projection the analysis computes itself (`gpu_proj_ns`; a test checks
+  the two agree). Keeping them as ranges too would count every region twice.
+- CPU operators (`cpu_op`, aten::*) and Python frames are left out: regions are what the program annotated,
+  as with NVTX under Nsight Systems.
+
+Timestamps: Kineto writes microseconds as floats with three decimals; they become integer ns by rounding
+(`events.us_to_ns`), exactly for traces written relative to baseTimeNanoseconds (PyTorch 2.x). Older traces
+hold Unix-epoch microseconds, where a float64 keeps about 0.25 us: the reader says so in the run's warnings.
+The clock is Unix time (CLOCK_REALTIME): trace time t is the instant baseTimeNanoseconds + t.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from roseprof.drivers.torch.events import (
+    API,
+    OP_KERNEL,
+    OP_MEMCPY,
+    OP_MEMSET,
+    RANGE,
+    Columns,
+    add_rows,
+    add_segment,
+    us_to_ns,
+)
+from roseprof.drivers.torch.scan import EventStream
+from roseprof.errors import RoseprofError
+from roseprof.model import (
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    PUSH_POP,
+    START_END,
+    GpuOps,
+    Names,
+    Ranges,
+    Tool,
+    Trace,
+    check,
+)
+
+PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
+EXACT_US_LIMIT = 2.0**43  # below it a float64 keeps three decimals of microseconds exactly
+OP_KIND = {OP_KERNEL: KERNEL, OP_MEMCPY: MEMCPY, OP_MEMSET: MEMSET}
+
+
+class Header(msgspec.Struct):
+    schemaVersion: object = None  # noqa: N815 - Kineto's key
+    deviceProperties: list[dict] | None = None  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    distributedInfo: dict | None = None  # noqa: N815
+    torch_version: str | None = None  # written by `roseprof torch` captures (add_metadata)
+
+
+def thread_id(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    """The model's thread id of a (pid, tid) pair: unique per pair for pids < 2**31 and tids < 2**32."""
+    return ((pid & 0x7FFFFFFF) << 32) | (tid & 0xFFFFFFFF)
+
+
+def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -> Trace:
+    label = label or str(path)
+    stream = EventStream(path, label)
+    cols = Columns()
+    for segment in stream.segments():
+        add_segment(cols, segment, label)
+    header = Header()
+    if not stream.bare_array:
+        try:
+            header = msgspec.json.decode(stream.header, type=Header)
+        except msgspec.DecodeError as e:
+            raise RoseprofError(f"{label}: is not valid JSON outside traceEvents ({e})") from None
+    if cols.events == 0:
+        raise RoseprofError(f"{label}: the trace has no events (traceEvents is empty)")
+    if not cols.has_user_annotation and cols.old_operators:
+        add_rows(cols, [(RANGE, e) for e in cols.old_operators])  # a 2021 trace: annotations were `Operator`s
+    cols.old_operators = []
+    if cols.kind and cols.flows and (_cat(cols.corr) < 0).any():
+        flows = Columns()  # a second pass for the flow events only (rare: correlation ids are the rule)
+        flows.want_flows, flows.string_tids = True, cols.string_tids
+        for segment in EventStream(path, label).segments():
+            add_segment(flows, segment, label, rows=False)
+        cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
+    if not cols.kind:
+        raise RoseprofError(
+            f"{label}: none of its {cols.events} events is a user annotation, kernel, memcpy or memset: "
+            "nothing to analyse (record_function spans and CUDA activity are what roseprof reads)"
+        )
+    return _build(cols, header, label)
+
+
+def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype, copy=False)
+
+
+def _build(cols: Columns, header: Header, label: str) -> Trace:
+    kind = _cat(cols.kind, np.int8)
+    ts_us = _cat(cols.ts, np.float64)
+    start = us_to_ns(ts_us)
+    dur = us_to_ns(_cat(cols.dur, np.float64))
+    warnings = []
+    if (dur < 0).any():
+        warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")
+        dur = np.maximum(dur, 0)
+    end = start + dur
+    if len(ts_us) and np.abs(ts_us).max() >= EXACT_US_LIMIT and (ts_us != np.floor(ts_us)).any():
+        warnings.append(
+            "timestamps are Unix-epoch microseconds with fractions: a float64 keeps them to about 0.25 us "
+            "(durations stay exact)"
+        )
+    name = _cat(cols.name)
+    pid, tid = _cat(cols.pid), _cat(cols.tid)
+    corr, device, stream = _cat(cols.corr), _cat(cols.device), _cat(cols.stream)
+    names = Names(list(cols.names))
+    thread = thread_id(pid, tid)
+
+    is_range = kind == RANGE
+    r_name = name[is_range].copy()
+    step_ids = [i for s, i in cols.names.items() if s.startswith(PROFILER_STEP + "#")]
+    if step_ids:
+        r_name[np.isin(r_name, step_ids)] = names.intern(PROFILER_STEP)
+    ranges = Ranges(
+        start=start[is_range],
+        end=end[is_range],
+        name=r_name,
+        domain=np.zeros(int(is_range.sum()), dtype=np.int64),
+        tid=thread[is_range],
+        style=np.full(int(is_range.sum()), PUSH_POP, dtype=np.int64),
+    ).sort()
+    probe = Trace(tool=Tool("torch", "?"), names=names, ranges=ranges)
+    if any("overlap" in p for p in check(probe)):
+        # Spans that cross on one thread (e.g. async work annotated by hand): keep them, as start/end ranges.
+        ranges.style[:] = START_END
+        warnings.append("user annotations overlap without nesting on a thread: read as start/end ranges")
+
+    ops = _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names)
+    used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0]]))
+    rank = (header.distributedInfo or {}).get("rank")
+    threads = {}
+    for t in used.tolist():
+        p, th = t >> 32, t & 0xFFFFFFFF
+        process = cols.process_names.get(p, "process")
+        tname = cols.thread_names.get((p, th)) or f"thread {th}"
+        threads[t] = f"{tname}, {process} pid {p}" + (f" rank {rank}" if rank is not None else "")
+    gpus = [
+        {
+            "id": d.get("id"),
+            "name": d.get("name"),
+            "totalMemory": d.get("totalGlobalMem"),
+            "smCount": d.get("numSms"),
+        }
+        for d in header.deviceProperties or []
+        if isinstance(d, dict)
+    ]
+    base = header.baseTimeNanoseconds
+    epoch_us = len(ts_us) and base is None and np.median(ts_us) > 1e15  # after 2001: Unix-epoch microseconds
+    schema = header.schemaVersion
+    return Trace(
+        tool=Tool("torch", header.torch_version or "?", None if schema is None else f"kineto {schema}"),
+        names=names,
+        ranges=ranges,
+        ops=ops,
+        threads=threads,
+        gpus=gpus,
+        session_start_utc_ns=base if base is not None else (0 if epoch_us else None),
+        clock="realtime" if base is not None or epoch_us else None,
+        warnings=warnings,
+    )
+
+
+def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names) -> GpuOps:
+    is_op = np.isin(kind, list(OP_KIND))
+    op_i = np.flatnonzero(is_op)
+    order = op_i[np.argsort(start[op_i], kind="stable")]
+    n = len(order)
+    api = np.flatnonzero(kind == API)
+    api_row = _join_by_correlation(corr[order], corr[api], start[order], start[api])
+    api_row = np.where(api_row >= 0, api[np.maximum(api_row, 0)], -1)
+    missing = api_row < 0
+    if missing.any() and cols.flow_start and cols.flow_end:
+        api_row[missing] = _join_by_flow(cols, order[missing], api, pid, tid, ts_us)
+    hit = api_row >= 0
+    src = api_row[hit]
+    api_start = np.full(n, -1, dtype=np.int64)
+    api_end, api_tid, api_name = api_start.copy(), api_start.copy(), api_start.copy()
+    api_start[hit], api_end[hit], api_tid[hit], api_name[hit] = start[src], end[src], thread[src], name[src]
+    op_kind = np.zeros(n, dtype=np.int64)
+    for k, v in OP_KIND.items():
+        op_kind[kind[order] == k] = v
+    dev, strm = device[order], stream[order]
+    return GpuOps(
+        kind=op_kind,
+        start=start[order],
+        end=end[order],
+        name=name[order],
+        device=np.where(dev >= 0, dev, pid[order]),  # Kineto's GPU track: pid = device, tid = stream
+        stream=np.where(strm >= 0, strm, tid[order]),
+        graph_node=np.full(n, -1, dtype=np.int64),
+        api_start=api_start,
+        api_end=api_end,
+        api_tid=api_tid,
+        api_name=api_name,
+    )
+
+
+def _join_by_correlation(op_corr, api_corr, op_start, api_start) -> np.ndarray:
+    """For each op, the index (into the API arrays) of the call with its correlation id, or -1.
+
+    Correlation ids are unique per process; where a file holds several processes and one id repeats, the op
+    takes the latest call with that id that began before it.
+    """
+    out = np.full(len(op_corr), -1, dtype=np.int64)
+    if len(api_corr) == 0 or len(op_corr) == 0:
+        return out
+    order = np.lexsort((api_start, api_corr))
+    keys, starts = api_corr[order], api_start[order]
+    pos = np.searchsorted(keys, op_corr, side="right") - 1
+    for _ in range(8):  # step back over calls with the same id that began after the op
+        later = (pos > 0) & (keys[np.maximum(pos, 0)] == op_corr) & (starts[np.maximum(pos, 0)] > op_start)
+        later &= keys[np.maximum(pos - 1, 0)] == op_corr
+        if not later.any():
+            break
+        pos[later] -= 1
+    ok = (pos >= 0) & (op_corr >= 0) & (keys[np.maximum(pos, 0)] == op_corr)
+    out[ok] = order[pos[ok]]
+    return out
+
+
+def _join_by_flow(cols, op_rows, api, pid, tid, ts_us) -> np.ndarray:
+    """Ops without a correlation id: the `f` flow event on the op's track at its start names the id, and the
+    `s` event with that id sits on the launching call's track at the call's start."""
+    fs, ff = np.concatenate(cols.flow_start), np.concatenate(cols.flow_end)
+    call_at = {
+        (p, t, s): i
+        for i, p, t, s in zip(api.tolist(), pid[api].tolist(), tid[api].tolist(), ts_us[api].tolist())
+    }
+    start_of = {int(i): (int(p), int(t), s) for i, p, t, s in fs.tolist()}
+    id_at = {(int(p), int(t), s): int(i) for i, p, t, s in ff.tolist()}
+    out = np.full(len(op_rows), -1, dtype=np.int64)
+    for j, row in enumerate(op_rows.tolist()):
+        flow = id_at.get((int(pid[row]), int(tid[row]), float(ts_us[row])))
+        at = start_of.get(flow) if flow is not None else None
+        out[j] = call_at.get(at, -1) if at is not None else -1
+    return out

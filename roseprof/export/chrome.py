@@ -1,0 +1,237 @@
+"""A stored run -> Chrome trace-event JSON, the format ui.perfetto.dev and chrome://tracing import.
+
+Written as a stream, a batch of rows at a time, from the run's stored columns (run/tables.py), so a run with a
+million kernels never becomes a million Python dicts. What Perfetto's JSON importer needs, and what we write:
+- a top-level object with "traceEvents" (and "displayTimeUnit");
+- timestamps ("ts") and durations ("dur") in microseconds: integer ns printed as `us.nnn`, exact;
+- integer "pid" and "tid"; "M" events (process_name, thread_name) naming the tracks;
+- "X" complete events for slices (sync slices must nest on a track: push/pop ranges do), "i" instants with a
+  scope ("s"), "C" counters with numeric args, "s"/"f" flow events (same "id", "bp": "e") for launch arrows.
+
+Tracks: one per CPU thread (regions as `user_annotation` slices, launching calls as `cuda_runtime`
+slices), one per GPU stream (kernels, memcpys, memsets with their Kineto categories and args.correlation), a
+"roseprof" process with the decode steps and, apart, the rollover steps (slices and instant markers), and GPU
+telemetry counters where the capture sampled any. Categories and args follow Kineto's, so roseprof's own
+Kineto reader imports the file back with the same region and kernel totals.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from roseprof.model import KERNEL, MEMCPY, START_END, Trace
+from roseprof.run import tables
+from roseprof.workload.steplog import read_steplog
+
+BATCH = 65536
+STYLE_ARGS = ', "args": {"style": "start/end"}'
+STEPS_PID = 2**31 - 2  # the "roseprof" process holding the step tracks
+OP_CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy"}  # anything else: gpu_memset
+
+
+def _us(ns: int) -> str:
+    """Integer ns as microseconds with three decimals, exact (a float would round large timestamps)."""
+    sign = "-" if ns < 0 else ""
+    ns = abs(ns)
+    return f"{sign}{ns // 1000}.{ns % 1000:03d}"
+
+
+def cpu_pid_tid(tool: str, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (pid, tid) a thread id of the model stands for: nsys' globalTid packs the pid in bits 24..47, the
+    Kineto reader's thread id packs it in the high 32 bits."""
+    if tool == "nsys":
+        return (tid >> 24) & 0xFFFFFF, tid & 0xFFFFFF
+    if tool == "torch":
+        return tid >> 32, tid & 0xFFFFFFFF
+    return np.ones_like(tid), tid & 0x7FFFFFFF
+
+
+class _Writer:
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.first = True
+
+    def lines(self, lines: list[str]) -> None:
+        if not lines:
+            return
+        self.fh.write(("\n" if self.first else ",\n") + ",\n".join(lines))
+        self.first = False
+
+
+def write_chrome(folder: Path, out: Path, manifest: dict | None = None) -> None:
+    trace = tables.read_trace(folder)
+    steps = tables.read_steps(folder)
+    telemetry = tables.read_telemetry(folder)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".part")
+    opener = gzip.open if out.name.endswith(".gz") else open
+    with opener(tmp, "wt", encoding="utf-8", **({"compresslevel": 3} if opener is gzip.open else {})) as fh:
+        meta = {
+            "tool": trace.tool.name,
+            "version": trace.tool.version,
+            "run_id": (manifest or {}).get("run_id"),
+        }
+        fh.write('{"displayTimeUnit": "ns", "otherData": ' + json.dumps(meta) + ', "traceEvents": [')
+        w = _Writer(fh)
+        esc = [json.dumps(s) for s in trace.names.values]  # every name escaped once
+        _tracks(w, trace)
+        _ranges(w, trace, esc)
+        _ops(w, trace, esc)
+        _steps(w, steps)
+        _telemetry(w, telemetry, steps, folder)
+        fh.write("\n]}\n")
+    tmp.replace(out)
+
+
+def _tracks(w: _Writer, trace: Trace) -> None:
+    tids = np.unique(np.concatenate([trace.ranges.tid, trace.ops.api_tid[trace.ops.api_tid >= 0]]))
+    pid, tid = cpu_pid_tid(trace.tool.name, tids)
+    lines = []
+    for p in np.unique(pid).tolist():
+        lines.append(
+            f'{{"ph": "M", "name": "process_name", "pid": {p}, "tid": 0, "args": {{"name": "process {p}"}}}}'
+        )
+    for t, p, th in zip(tids.tolist(), pid.tolist(), tid.tolist()):
+        name = json.dumps(trace.threads.get(t, f"thread {th}"))
+        lines.append(
+            f'{{"ph": "M", "name": "thread_name", "pid": {p}, "tid": {th}, "args": {{"name": {name}}}}}'
+        )
+    o = trace.ops
+    if len(o):
+        for d in np.unique(o.device).tolist():
+            lines.append(
+                f'{{"ph": "M", "name": "process_name", "pid": {d}, "tid": 0, "args": {{"name": "GPU {d}"}}}}'
+            )
+        for d, s in {(int(d), int(s)) for d, s in zip(o.device.tolist(), o.stream.tolist())}:
+            lines.append(
+                f'{{"ph": "M", "name": "thread_name", "pid": {d}, "tid": {s}, "args": {{"name": "stream {s}"}}}}'
+            )
+    lines.append(
+        f'{{"ph": "M", "name": "process_name", "pid": {STEPS_PID}, "tid": 0, "args": {{"name": "roseprof"}}}}'
+    )
+    for th, name in ((1, "decode steps"), (2, "rollover steps")):
+        lines.append(
+            f'{{"ph": "M", "name": "thread_name", "pid": {STEPS_PID}, "tid": {th}, "args": {{"name": "{name}"}}}}'
+        )
+    w.lines(lines)
+
+
+def _ranges(w: _Writer, trace: Trace, esc: list[str]) -> None:
+    r = trace.ranges
+    for lo in range(0, len(r), BATCH):
+        sl = slice(lo, lo + BATCH)
+        pid, tid = cpu_pid_tid(trace.tool.name, r.tid[sl])
+        w.lines(
+            [
+                f'{{"ph": "X", "cat": "user_annotation", "name": {esc[n]}, "pid": {p}, "tid": {t}, '
+                f'"ts": {_us(s)}, "dur": {_us(e - s)}{STYLE_ARGS if st == START_END else ""}}}'
+                for s, e, n, p, t, st in zip(
+                    r.start[sl].tolist(), r.end[sl].tolist(), r.name[sl].tolist(), pid.tolist(), tid.tolist(),
+                    r.style[sl].tolist(),
+                )
+            ]
+        )  # fmt: skip
+
+
+def _ops(w: _Writer, trace: Trace, esc: list[str]) -> None:
+    """GPU ops on their stream tracks and, once each, the calls that launched them, linked by a flow."""
+    o = trace.ops
+    if not len(o):
+        return
+    launched = o.api_tid >= 0
+    # One correlation id per distinct launching call (a graph launch starts many kernels).
+    key = np.stack([o.api_tid, o.api_start, o.api_end], axis=1)[launched]
+    calls, first, call_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    corr = np.full(len(o), -1, dtype=np.int64)
+    corr[launched] = call_of.reshape(-1) + 1
+    api_rows = np.flatnonzero(launched)[first]
+    cpid, ctid = cpu_pid_tid(trace.tool.name, o.api_tid[api_rows])
+    for lo in range(0, len(api_rows), BATCH):
+        sl = slice(lo, lo + BATCH)
+        rows = api_rows[sl]
+        w.lines(
+            [
+                line
+                for c, s, e, n, p, t in zip(
+                    corr[rows].tolist(), o.api_start[rows].tolist(), o.api_end[rows].tolist(),
+                    o.api_name[rows].tolist(), cpid[sl].tolist(), ctid[sl].tolist(),
+                )
+                for line in (
+                    f'{{"ph": "X", "cat": "cuda_runtime", "name": {esc[n] if n >= 0 else json.dumps("launch")}, '
+                    f'"pid": {p}, "tid": {t}, "ts": {_us(s)}, "dur": {_us(e - s)}, "args": {{"correlation": {c}}}}}',
+                    f'{{"ph": "s", "cat": "ac2g", "name": "ac2g", "id": {c}, "pid": {p}, "tid": {t}, "ts": {_us(s)}}}',
+                )
+            ]
+        )  # fmt: skip
+    for lo in range(0, len(o), BATCH):
+        sl = slice(lo, lo + BATCH)
+        lines = []
+        for k, s, e, n, d, st, c in zip(
+            o.kind[sl].tolist(), o.start[sl].tolist(), o.end[sl].tolist(), o.name[sl].tolist(),
+            o.device[sl].tolist(), o.stream[sl].tolist(), corr[sl].tolist(),
+        ):  # fmt: skip
+            cat = OP_CATEGORY.get(k, "gpu_memset")
+            args = f'"device": {d}, "stream": {st}' + (f', "correlation": {c}' if c > 0 else "")
+            lines.append(
+                f'{{"ph": "X", "cat": "{cat}", "name": {esc[n]}, "pid": {d}, "tid": {st}, "ts": {_us(s)}, '
+                f'"dur": {_us(e - s)}, "args": {{{args}}}}}'
+            )
+            if c > 0:
+                lines.append(
+                    f'{{"ph": "f", "cat": "ac2g", "name": "ac2g", "id": {c}, "pid": {d}, "tid": {st}, '
+                    f'"ts": {_us(s)}, "bp": "e"}}'
+                )
+        w.lines(lines)
+
+
+def _steps(w: _Writer, steps: dict | None) -> None:
+    rows = (steps or {}).get("rows")
+    if not rows:
+        return
+    lines = []
+    for k, (i, s, d, r) in enumerate(zip(rows["index"], rows["start_ns"], rows["dur_ns"], rows["rollovers"])):
+        args = f'{{"index": {i}, "rollovers": {r}' + (
+            f', "batch_size": {rows["batch_size"][k]}}}' if "batch_size" in rows else "}"
+        )
+        lines.append(
+            f'{{"ph": "X", "cat": "roseprof.step", "name": "step {i}", "pid": {STEPS_PID}, "tid": 1, '
+            f'"ts": {_us(s)}, "dur": {_us(d)}, "args": {args}}}'
+        )
+        if r > 0:
+            lines.append(
+                f'{{"ph": "X", "cat": "roseprof.step", "name": "rollover step {i}", "pid": {STEPS_PID}, "tid": 2, '
+                f'"ts": {_us(s)}, "dur": {_us(d)}, "args": {args}}}'
+            )
+            lines.append(
+                f'{{"ph": "i", "cat": "roseprof.step", "name": "rollover", "s": "p", "pid": {STEPS_PID}, '
+                f'"tid": 2, "ts": {_us(s)}}}'
+            )
+    w.lines(lines)
+
+
+def _telemetry(w: _Writer, telemetry: dict | None, steps: dict | None, folder: Path) -> None:
+    """GPU counters. Samples are on the step log's clock (monotonic): placed on the trace's timeline through
+    the first step, which both the trace and the step log hold; left out when the run cannot align them."""
+    samples = (telemetry or {}).get("samples") or []
+    rows = (steps or {}).get("rows") or {}
+    log = read_steplog(str(folder / "steplog.jsonl")) if samples and rows else None
+    if not samples or not rows or log is None or not log.steps:
+        return
+    k = rows.get("log_index", rows["index"])[0]
+    if not 0 <= k < len(log.steps):
+        return
+    offset = rows["start_ns"][0] - log.steps[k]["start_ns"]
+    fields = ("sm_clock_mhz", "util_pct", "mem_used_mib", "power_w")
+    w.lines(
+        [
+            f'{{"ph": "C", "name": "GPU {s["gpu"]} {f}", "pid": {s["gpu"]}, "tid": 0, '
+            f'"ts": {_us(s["t_ns"] + offset)}, "args": {{"value": {float(s[f])}}}}}'
+            for s in samples
+            for f in fields
+            if f in s
+        ]
+    )
