@@ -50,18 +50,42 @@ def cli() -> None:
 )
 @click.option("--nvtx-capture", help="with --capture-range nvtx: the range that starts the capture")
 @click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="capture CMD N times: N runs of one name, a group `roseprof diff` compares as one side",
+)
 @store_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards_dir, cmd) -> None:
+def nsys(name, trace, capture_range, nvtx_capture, open_, repeat, traces_dir, dashboards_dir, cmd) -> None:
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
     from roseprof.api import capture_nsys
+
+    outcomes = capture_nsys(
+        RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture, repeat
+    )
+    _report_captures(outcomes, repeat, dashboards_dir, open_)
+
+
+def _report_captures(outcomes, repeat: int, dashboards_dir, open_: bool) -> None:
+    """Each run's summary (one line each but the last for a series), its dashboard, and the exit code."""
     from roseprof.render.terminal import make_console, print_summary
 
-    outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
-    print_summary(make_console(), outcome.run, outcome.summary)
-    if outcome.summary is not None:
-        _dashboard(outcome.run, dashboards_dir, open_)
-    sys.exit(outcome.exit_code)
+    console = make_console()
+    for i, outcome in enumerate(outcomes):
+        if i < len(outcomes) - 1:
+            click.echo(f"run {i + 1}/{repeat}: {outcome.run.id} {outcome.run.manifest.get('status')}")
+        else:
+            if repeat > 1:
+                click.echo(f"run {i + 1}/{repeat}:")
+            print_summary(console, outcome.run, outcome.summary)
+        if outcome.summary is not None:
+            _dashboard(outcome.run, dashboards_dir, open_ and i == len(outcomes) - 1)
+    if repeat > 1 and len(outcomes) < repeat:
+        click.echo(f"series stopped after run {len(outcomes)} of {repeat}: it did not complete", err=True)
+    sys.exit(outcomes[-1].exit_code)
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
@@ -195,9 +219,41 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
         print_summary(make_console(), found, summary)
 
 
-@cli.command(epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.")
-@click.argument("run_a")
-@click.argument("run_b")
+class _DiffCommand(click.Command):
+    """`diff A1 A2 --vs B1 B2`: the words after --vs, up to the next option, are the after side."""
+
+    def parse_args(self, ctx, args):
+        out, i = [], 0
+        while i < len(args):
+            if args[i] == "--":
+                out += args[i:]
+                break
+            if args[i] == "--vs":
+                i += 1
+                taken = 0
+                while i < len(args) and not args[i].startswith("-"):
+                    out += ["--vs", args[i]]
+                    i, taken = i + 1, taken + 1
+                if not taken:
+                    out.append("--vs")  # click says it needs a value
+                continue
+            out.append(args[i])
+            i += 1
+        return super().parse_args(ctx, out)
+
+
+@cli.command(
+    cls=_DiffCommand,
+    epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.",
+)
+@click.argument("runs", nargs=-1)
+@click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
+@click.option(
+    "--baseline", metavar="NAME", help="the before side is this baseline's runs: --baseline NAME RUNS"
+)
+@click.option(
+    "--latest", is_flag=True, help="a name means its latest run only (default: all its complete runs)"
+)
 @click.option("--json", "as_json", is_flag=True, help='print {"a": ..., "b": ..., "metrics": [...]}')
 @click.option(
     "--fail-on-regression",
@@ -218,15 +274,41 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 @click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")
 @store_options
 def diff(
-    run_a, run_b, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
+    runs, vs, baseline, latest, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
 ) -> None:
-    """Compare RUN_A (before) with RUN_B (after)."""
+    """Compare runs before (A) with runs after (B): `diff A B`, `diff A1 A2 --vs B1 B2`, `diff --baseline NAME B`.
+
+    A run id (or unique prefix) is that run; a name is every complete run with that name (--latest: its latest
+    run). Several runs a side are compared with a hierarchical bootstrap (runs, then steps inside each run)."""
     from roseprof.api import diff_runs
     from roseprof.render.diff_dashboard import render_diff
     from roseprof.render.terminal import make_console, print_diff
 
+    runs = list(runs)
+    if baseline and vs:
+        raise RoseprofError("give --baseline NAME RUN... or RUN... --vs RUN..., not both")
+    if baseline:
+        refs_a, refs_b = [], runs
+    elif vs:
+        refs_a, refs_b = runs, list(vs)
+    elif len(runs) == 2:
+        refs_a, refs_b = runs[:1], runs[1:]
+    else:
+        refs_a, refs_b = [], []
+    if (not baseline and not refs_a) or not refs_b:
+        raise RoseprofError(
+            "diff needs two sides: `diff A B`, `diff A1 A2 --vs B1 B2` or `diff --baseline NAME B` "
+            f"(got {len(runs)} run reference(s))"
+        )
     result, samples = diff_runs(
-        RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete
+        RunStore(traces_dir),
+        refs_a,
+        refs_b,
+        threshold,
+        list(metrics) or None,
+        allow_incomplete,
+        latest=latest,
+        baseline=baseline,
     )
     result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
     if as_json:
@@ -239,6 +321,43 @@ def diff(
         print_diff(make_console(), result, top)
         click.echo(f"dashboard: {result['dashboard']}")
     sys.exit(1 if result["regressions"] else 0)
+
+
+@cli.group()
+def baseline() -> None:
+    """Named baselines: sets of runs kept under a name (in the traces folder) to diff against in CI."""
+
+
+@baseline.command("set")
+@click.argument("name")
+@click.argument("runs", nargs=-1, required=True)
+@click.option(
+    "--latest", is_flag=True, help="a run name means its latest run only (default: all its complete runs)"
+)
+@store_options
+def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
+    """Keep RUNS (ids, prefixes or names) under NAME, replacing what NAME meant before."""
+    from roseprof.api import set_baseline
+
+    entry, found = set_baseline(RunStore(traces_dir), name, list(runs), latest)
+    click.echo(f"baseline {name}: {len(found)} run(s): {', '.join(entry['runs'])}")
+
+
+@baseline.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="print baselines.json's entries")
+@store_options
+def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
+    """List the baselines: name, when set, and their runs."""
+    from roseprof.run.baselines import read_all
+
+    entries = read_all(RunStore(traces_dir))
+    if as_json:
+        click.echo(json.dumps(entries, indent=1))
+        return
+    for name, e in sorted(entries.items()):
+        click.echo(f"{name}  {e['created_utc']}  {len(e['runs'])} run(s): {' '.join(e['runs'])}")
+    if not entries:
+        click.echo("no baselines (roseprof baseline set NAME RUN...)")
 
 
 def _dashboard(run, dashboards_dir, open_browser: bool) -> None:

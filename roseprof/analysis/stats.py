@@ -103,3 +103,50 @@ def interval(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float] | None:
     tail = 100 * (1 - CONFIDENCE) / 2
     lo, hi = np.percentile(rel, [tail, 100 - tail])
     return float(lo), float(hi)
+
+
+def hierarchical(
+    runs: list[np.ndarray],
+    stat,
+    rng: np.random.Generator,
+    clusters: list[np.ndarray] | None = None,
+    offsets: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+) -> np.ndarray:
+    """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
+    units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
+    together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales.
+
+    The outer level puts the drift between runs (a shared machine's load, clocks, cache state) into the interval,
+    which resampling the steps of one run cannot see. With one run it is the within-run bootstrap."""
+    n_runs = len(runs)
+    # Without scales the statistic is the metric (a percentile, a mean); with them, a total per scale unit.
+    offsets = np.zeros(n_runs) if offsets is None else np.asarray(offsets, dtype=np.float64)  # [R]
+    scales = None if scales is None else np.asarray(scales, dtype=np.float64)  # [R]
+    parts = []  # per run: (values sorted by cluster, cluster starts, cluster lengths) or (values, None, None)
+    for r, values in enumerate(runs):
+        if clusters is None:
+            parts.append((values, None, None))
+            continue
+        order = np.argsort(clusters[r], kind="stable")
+        c = clusters[r][order]
+        starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]])) if len(c) else np.zeros(0, int)
+        lengths = np.diff(np.append(starts, len(c)))
+        parts.append((values[order], starts, lengths))
+    out = np.empty(RESAMPLES)
+    for i in range(RESAMPLES):
+        pick = rng.integers(0, n_runs, size=n_runs)  # [R] runs, with replacement
+        pooled = []
+        for r in pick:
+            values, starts, lengths = parts[r]
+            if starts is None:
+                pooled.append(values[rng.integers(0, len(values), size=len(values))])
+            else:
+                chosen = rng.integers(0, len(starts), size=len(starts))  # clusters, with replacement
+                lens = lengths[chosen]
+                # Indices of every value of the chosen clusters, in one gather.
+                idx = np.repeat(starts[chosen] - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
+                pooled.append(values[idx])
+        scale = 1.0 if scales is None else scales[pick].sum()
+        out[i] = (float(stat(np.concatenate(pooled))) + offsets[pick].sum()) / scale
+    return out

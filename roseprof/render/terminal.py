@@ -165,6 +165,11 @@ def _fmt_value(name: str, v) -> str:
 def print_diff(console: Console, result: dict, top: int) -> None:
     a, b = result["a"], result["b"]
     console.print(f"A: {a['id']}  ({a.get('name')})\nB: {b['id']}  ({b.get('name')})", markup=False)
+    for label, side in (("A", a), ("B", b)):
+        if len(side.get("runs") or []) > 1:
+            console.print(
+                f"{label} is a group of {len(side['runs'])} runs: {', '.join(side['runs'])}", markup=False
+            )
     t = Table(title="largest significant changes first", title_justify="left")
     for col in ("metric", "A", "B", "Δ %", "95% CI", ""):
         t.add_column(col, justify="left" if col == "metric" else "right")
