@@ -13,6 +13,7 @@ from roseprof.analysis.graphs import (
     step_graph_columns,
 )
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.spikes import analyse_spikes
 from roseprof.analysis.stats import group_percentiles
 from roseprof.analysis.steps import itl_series, request_metrics, step_table, steps_summary
 from roseprof.model import Trace
@@ -167,11 +168,11 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     }
     if trace.kernel_metrics is not None:
         summary["ncu"] = ncu.section(trace)
-    tables = {
-        "steps": rows,
-        "step_regions": region_cols,
-        "itl_series": itl_series(log, rows["rollovers"] if rows else None),
-    }
+    series = itl_series(log, rows["rollovers"] if rows else None)
+    summary["spikes"], causes = analyse_spikes(log, rows, region_cols, trace)
+    for row, cause in zip(series, causes):
+        row["spike_cause"] = cause  # per token: the spike's main cause, None for a token that is no spike
+    tables = {"steps": rows, "step_regions": region_cols, "itl_series": series}
     return summary, tables
 
 
