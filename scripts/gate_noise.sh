@@ -14,6 +14,10 @@ dash=$traces/dashboards
 py=${PYTHON:-.venv/bin/python}
 pairs=${PAIRS:-10}
 runs=${RUNS:-3}
+# One torch thread: on the shared 2-core machine torch's default (2 OpenMP threads) collapses when other
+# processes load the cores (the (a) workload: 74 s of decode instead of 2.9 s at load 7); the noise of the
+# shared machine stays (docs/BENCHMARKS.md).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # (a) the CPU engine benchmark, ~10-15 s a capture on the 2-core machine
 same=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 16
   --max-batch-size 16 --max-new-tokens 128 --no-stop-on-eos --warmup-runs 0 --repeat-runs 1)

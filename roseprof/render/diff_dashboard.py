@@ -134,6 +134,17 @@ def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
 {figure_divs(len(figs))}
 {_metrics_table(result)}
 """
-    sub = f"A: {result['a']['id']}   B: {result['b']['id']}"
-    out = Path(dashboards_dir) / f"diff-{result['a']['id']}-vs-{result['b']['id']}.html"
+    sub = f"A: {_side(result['a'])}   B: {_side(result['b'])}"
+    out = Path(dashboards_dir) / f"diff-{_file_side(result['a'])}-vs-{_file_side(result['b'])}.html"
     return write_page(page("roseprof diff", "roseprof diff", sub, main, figs), out)
+
+
+def _side(side: dict) -> str:
+    """A side of the diff by its latest run's id, and how many runs its group has beyond that one."""
+    more = len(side.get("runs") or []) - 1
+    return f"{side['id']} + {more} more" if more > 0 else side["id"]
+
+
+def _file_side(side: dict) -> str:
+    n = len(side.get("runs") or [])
+    return f"{side['id']}-x{n}" if n > 1 else side["id"]

@@ -12,10 +12,13 @@ import sys
 
 os.environ["ROSEINFER_STEP_LOG"] = sys.argv[1]
 
+import torch  # noqa: E402
+
 from roseinfer.config import EngineConfig  # noqa: E402
 from roseinfer.engine import Engine  # noqa: E402
 from roseinfer.sequence import SamplingParams  # noqa: E402
 
+torch.set_num_threads(1)  # a shared 2-core machine: two OpenMP threads collapse under load
 shared = list(range(100, 132))
 prompts = [shared + [7 + i] * (2 + i) for i in range(6)] + [shared, shared]
 arrival_step = [0, 0, 2, 5, 9, 14, 20, 27]
