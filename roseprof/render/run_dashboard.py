@@ -174,7 +174,12 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
         if not d:
             return "-"
         top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:top_deltas]
-        return "<br>".join(f"{html.escape(k)} {v / unit_ns:+,.1f} µs" for k, v in top)
+        # Kernel names run to hundreds of characters (templates): the start says which one; the tooltip has all.
+        return "<br>".join(
+            f'<span title="{html.escape(k)}">{html.escape(k if len(k) <= 60 else k[:57] + "...")}</span> '
+            f"{v / unit_ns:+,.1f} µs"
+            for k, v in top
+        )
 
     listed = []
     for s in spikes.get("listed") or []:
@@ -183,7 +188,7 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
         )
         rec = s.get("step_record") or {}
         cells = [
-            f"{s['t_ms']:,.1f}",
+            f"{s['t_ms']:.0f}",
             f"{s['itl_ms']:.2f}",
             str(s["step"]) if s["step"] >= 0 else "prefill",
             html.escape(", ".join(f"{k} {v}" for k, v in rec.items() if v is not None)),
