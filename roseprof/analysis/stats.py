@@ -123,6 +123,9 @@ def hierarchical(
     # Without scales the statistic is the metric (a percentile, a mean); with them, a total per scale unit.
     offsets = np.zeros(n_runs) if offsets is None else np.asarray(offsets, dtype=np.float64)  # [R]
     scales = None if scales is None else np.asarray(scales, dtype=np.float64)  # [R]
+    lengths = {len(v) for v in runs}
+    if clusters is None and len(lengths) == 1 and 0 not in lengths:
+        return _hierarchical_equal(runs, stat, rng, offsets, scales)
     parts = []  # per run: (values sorted by cluster, cluster starts, cluster lengths) or (values, None, None)
     for r, values in enumerate(runs):
         if clusters is None:
@@ -149,4 +152,20 @@ def hierarchical(
                 pooled.append(values[idx])
         scale = 1.0 if scales is None else scales[pick].sum()
         out[i] = (float(stat(np.concatenate(pooled))) + offsets[pick].sum()) / scale
+    return out
+
+
+def _hierarchical_equal(runs, stat, rng, offsets, scales) -> np.ndarray:
+    """`hierarchical` for runs of one length n (the usual case: one workload, one step count), vectorised: every
+    resample pools R x n values, so a chunk of resamples is one [chunk, R * n] matrix."""
+    n_runs, n = len(runs), len(runs[0])
+    flat = np.concatenate(runs)  # [R * n]
+    out = np.empty(RESAMPLES)
+    chunk = max(1, min(RESAMPLES, 4_000_000 // (n_runs * n)))
+    for lo in range(0, RESAMPLES, chunk):
+        hi = min(RESAMPLES, lo + chunk)
+        pick = rng.integers(0, n_runs, size=(hi - lo, n_runs))  # [C, R]
+        idx = pick[:, :, None] * n + rng.integers(0, n, size=(hi - lo, n_runs, n))  # [C, R, n]
+        scale = 1.0 if scales is None else scales[pick].sum(axis=1)
+        out[lo:hi] = (stat(flat[idx.reshape(hi - lo, -1)], axis=1) + offsets[pick].sum(axis=1)) / scale
     return out

@@ -188,3 +188,16 @@ def test_hierarchical_resampling_draws_runs_then_clusters():
         [values], np.sum, np.random.default_rng(0), clusters=[clusters], offsets=[2.0], scales=[2.0]
     )
     assert set(np.round(out, 6)) <= {(4 + 2) / 2, (12 + 2) / 2, (20 + 2) / 2}
+
+
+def test_hierarchical_runs_of_one_length_take_the_vectorised_path():
+    out = stats.hierarchical([np.full(5, 1.0), np.full(5, 3.0)], np.mean, np.random.default_rng(0))
+    assert set(np.round(out, 6)) == {1.0, 2.0, 3.0}
+    out = stats.hierarchical(
+        [np.full(5, 1.0), np.full(5, 3.0)],
+        np.sum,
+        np.random.default_rng(0),
+        offsets=[1.0, 1.0],
+        scales=[5, 5],
+    )
+    assert set(np.round(out, 6)) == {1.2, 2.2, 3.2}
