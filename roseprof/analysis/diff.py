@@ -20,6 +20,7 @@ from roseprof.analysis.stats import (
     MIN_SAMPLES,
     RESAMPLES,
     clustered,
+    expansion,
     groups,
     hierarchical,
     interval,
@@ -36,8 +37,10 @@ METHOD = (
 HIERARCHICAL_METHOD = (
     "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
     "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
-    "tokens; regions outside the step: their instances), statistic on the pooled resample; {conf}% percentile "
-    "interval of the relative change; significant when it excludes 0; totals are per decode step"
+    "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
+    "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
+    "x{exp_b:.2f} after); {conf}% interval of the relative change; significant when it excludes 0; totals are per "
+    "decode step"
 )
 
 
@@ -48,7 +51,14 @@ def method(n_a: int, n_b: int) -> str:
             f"{METHOD} (one run a side: the interval sees the noise inside each run, not the drift between "
             "runs; compare groups of runs, e.g. roseprof nsys --repeat 3, to have it)"
         )
-    return HIERARCHICAL_METHOD.format(n_a=n_a, n_b=n_b, resamples=RESAMPLES, conf=int(CONFIDENCE * 100))
+    return HIERARCHICAL_METHOD.format(
+        n_a=n_a,
+        n_b=n_b,
+        resamples=RESAMPLES,
+        conf=int(CONFIDENCE * 100),
+        exp_a=expansion(n_a),
+        exp_b=expansion(n_b),
+    )
 
 
 # What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
@@ -178,7 +188,9 @@ class Sample:
             if self.clusters is not None:
                 return (clustered(v, self.clusters[0], stat, rng) + off) / scale
             return (resampled(v, stat, rng) + off) / scale
-        return hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+        r = hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+        centre = self.value(stat)
+        return centre + (r - centre) * expansion(len(self.values))
 
 
 def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
