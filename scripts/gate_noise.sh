@@ -33,6 +33,7 @@ capture() {  # capture NAME CMD...: one capture under the shared lock
     --dashboards-dir "$dash" -- "$@" > /dev/null
 }
 first_run() { rp ls --json | $py -c "import json,sys; print([r['id'] for r in json.load(sys.stdin) if r['name']=='$1' and r['status']=='complete'][0])"; }
+count() { rp ls --json | $py -c "import json,sys; print(sum(r['name']=='$1' and r['status']=='complete' for r in json.load(sys.stdin)))"; }
 gate() {  # gate LABEL A... --vs B... [options]: prints LABEL and the regressions, never fails the script
   local label=$1; shift
   local out rc=0
@@ -55,6 +56,9 @@ capture)
 report)
   echo "load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
   for p in $(seq "$pairs"); do
+    if [ "$(count "same$p-a")" -lt "$runs" ] || [ "$(count "same$p-b")" -lt "$runs" ]; then
+      echo "pair $p: fewer than $runs complete runs a side, skipped"; continue
+    fi
     gate "pair $p groups default" "same$p-a" --vs "same$p-b" --fail-on-regression 10
     gate "pair $p groups regions" "same$p-a" --vs "same$p-b" --fail-on-regression 10 --metric 'regions.*'
     a1=$(first_run "same$p-a") b1=$(first_run "same$p-b")
