@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from roseprof.cli_vs import VsCommand
 from roseprof.errors import RoseprofError
 from roseprof.run.store import RunStore
 
@@ -219,31 +220,8 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
         print_summary(make_console(), found, summary)
 
 
-class _DiffCommand(click.Command):
-    """`diff A1 A2 --vs B1 B2`: the words after --vs, up to the next option, are the after side."""
-
-    def parse_args(self, ctx, args):
-        out, i = [], 0
-        while i < len(args):
-            if args[i] == "--":
-                out += args[i:]
-                break
-            if args[i] == "--vs":
-                i += 1
-                taken = 0
-                while i < len(args) and not args[i].startswith("-"):
-                    out += ["--vs", args[i]]
-                    i, taken = i + 1, taken + 1
-                if not taken:
-                    out.append("--vs")  # click says it needs a value
-                continue
-            out.append(args[i])
-            i += 1
-        return super().parse_args(ctx, out)
-
-
 @cli.command(
-    cls=_DiffCommand,
+    cls=VsCommand,
     epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.",
 )
 @click.argument("runs", nargs=-1)

@@ -203,7 +203,8 @@ def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
 
 
 def _metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True):
-    """A statistic of samples a and b, with its bootstrap interval."""
+    """A statistic of samples a and b (Samples, or one run's values as arrays), with its bootstrap interval."""
+    a, b = (x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)]) for x in (a, b))
     va, vb = a.value(stat), b.value(stat)
     entry = {
         "name": name,
@@ -214,6 +215,8 @@ def _metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=Tru
         "ci_high_pct": None,
         "significant": False,
         "lower_is_better": lower_is_better,
+        "n_a": sum(len(v) for v in a.values),
+        "n_b": sum(len(v) for v in b.values),
     }
     if va == 0:
         return entry
@@ -323,6 +326,7 @@ def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 
                 {"name": label, "a": va, "b": vb, **_plain_delta(va, vb), "lower_is_better": lower}
             )
     for m in metrics:
+        m.pop("n_a", None), m.pop("n_b", None)
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
     return metrics
 
