@@ -190,7 +190,10 @@ class Sample:
             return (resampled(v, stat, rng) + off) / scale
         r = hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
         centre = self.value(stat)
-        return centre + (r - centre) * expansion(len(self.values))
+        widened = centre + (r - centre) * expansion(len(self.values))
+        # Every metric is a time or a count: widening must not take it through zero (a relative change under
+        # -100%); a floor far below the estimate keeps those resamples in the interval as "much smaller".
+        return np.maximum(widened, abs(centre) * 1e-3) if centre > 0 else widened
 
 
 def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
