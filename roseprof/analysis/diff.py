@@ -64,7 +64,7 @@ def method(n_a: int, n_b: int) -> str:
 # What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
 # kernel metrics are many (one per range and kernel) and some move by tens of percent between two captures of the
 # same code on a shared machine (seen: roseinfer.sample +57%), which a within-run interval cannot know; gate on
-# them by name with --metric.
+# them by name with --metric, on groups of runs (3 a side: the hierarchical interval has the drift in it).
 DEFAULT_GATE = [
     "steps.p50_ns",
     "steps.mean_ns",
