@@ -99,6 +99,10 @@ class Engine:
                     finished += self._prefill(prefill)
                 batch, preempted = self.scheduler.schedule_decode()
                 self.stats["preemptions"] += preempted
+                if preempted and self.steplog is not None:
+                    # The preempted sequences went back to the front of the queue, newest first.
+                    for seq in list(self.scheduler.waiting)[:preempted]:
+                        self.steplog.preempt(seq.id)
                 if not batch:
                     return finished
                 finished += self._decode(batch)
@@ -164,6 +168,7 @@ class Engine:
                     "tokens": out.tokens,
                     "cow": out.cow,
                     "requests": [s.id for s in seqs],
+                    "readmitted": [s.id for s in seqs if s.preemptions],
                 }
             )
 
@@ -180,7 +185,17 @@ class Engine:
             self.rollover_steps.add(index)
         if self.steplog is not None:
             batch = out.batch
-            self.steplog.step(start_ns, end_ns, len(batch), out.rollovers, out.cow, [s.id for s in batch])
+            graphs = self.runner.graphs
+            self.steplog.step(
+                start_ns,
+                end_ns,
+                len(batch),
+                out.rollovers,
+                out.cow,
+                [s.id for s in batch],
+                launched=out.launched,
+                bucket=graphs.bucket_for(len(batch)) if graphs is not None and batch else None,
+            )
         tracing.profiler_step()  # torch.profiler's schedule advances once per decode step (ROSEINFER_TORCH_PROFILE)
         return index
 

@@ -10,6 +10,7 @@ names and `STEP_BREAKDOWN` from here.
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import threading
@@ -150,14 +151,27 @@ def time_calls(obj: object, labels: dict[str, str], into: dict[str, list[int]]) 
         setattr(obj, name, timed)
 
 
+# The step log's format (roseprof.workload.steplog reads every version; the meta record says which this is).
+# 2: gc and preempt records; a step's `launched` and `bucket`; a prefill's `readmitted`.
+STEPLOG_VERSION = 2
+# A collection of the youngest generations shorter than this is not logged: there are thousands a second, and
+# none is a reason for a slow token.
+GC_MIN_NS = 100_000
+
+
 class StepLogWriter:
     """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
     (roseprof reads it).
 
     Records (one JSON object a line, `type` first):
-      {"type": "meta", "clock": "monotonic_ns", "pid": ..., "block_size": ...}
-      {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids]}
-      {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids]}
+      {"type": "meta", "version": 2, "clock": "monotonic_ns", "pid": ..., "block_size": ...}
+      {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
+       "launched": false for a drain of the overlapped decode, "bucket": the CUDA-graph batch bucket or null}
+      {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
+       "readmitted": [ids of requests recomputed after a preemption]}
+      {"type": "preempt", "t_ns", "request": id}   a running request preempted (its blocks freed) to make room
+      {"type": "gc", "start_ns", "end_ns", "generation", "collected"}   a collection by Python's gc (from
+       gc.callbacks; the youngest generations' only when they took GC_MIN_NS or more)
       {"type": "request", "id", "arrival_ns", "prompt_tokens", "output_tokens", "token_ns": [...],
        "token_step": [...], "preemptions"}
       {"type": "run_start", "run": r, "ts_ns", "next_step"}   a benchmark run (warm-up or measured) begins
@@ -179,11 +193,16 @@ class StepLogWriter:
         self._lock = threading.Lock()
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.step_index = 0
+        # Collections seen by the gc callback, written at the next flush: the callback runs inside the collector,
+        # where it must not take the lock or do I/O (a collection can start inside `write`).
+        self._gc_pending: list[tuple[int, int, int, int]] = []
+        self._gc_start = 0
         # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
         real, mono = time.time_ns(), time.monotonic_ns()
         self.write(
             {
                 "type": "meta",
+                "version": STEPLOG_VERSION,
                 "clock": "monotonic_ns",
                 "pid": os.getpid(),
                 "realtime_ns": real,
@@ -191,7 +210,16 @@ class StepLogWriter:
                 **(meta or {}),
             }
         )
+        gc.callbacks.append(self._on_gc)
         atexit.register(self.close)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.monotonic_ns()
+            return
+        end = time.monotonic_ns()
+        if info["generation"] == 2 or end - self._gc_start >= GC_MIN_NS:
+            self._gc_pending.append((self._gc_start, end, info["generation"], info["collected"]))
 
     def write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -200,7 +228,10 @@ class StepLogWriter:
             if len(self._lines) >= 256:
                 self._flush_locked()
 
-    def step(self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, requests) -> None:
+    def step(
+        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, requests, **extra: Any
+    ) -> None:
+        """A decode step record; `extra` adds fields (launched, bucket)."""
         self.write(
             {
                 "type": "step",
@@ -211,11 +242,19 @@ class StepLogWriter:
                 "rollovers": rollovers,
                 "cow": cow,
                 "requests": list(requests),
+                **extra,
             }
         )
         self.step_index += 1
 
+    def preempt(self, request_id: int) -> None:
+        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
+
     def _flush_locked(self) -> None:
+        pending, self._gc_pending = self._gc_pending, []  # a collection during the loop lands in the new list
+        for start, end, generation, collected in pending:
+            record = {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation}
+            self._lines.append(json.dumps({**record, "collected": collected}, separators=(",", ":")))
         if self._fh is None or not self._lines:
             return
         self._fh.write("\n".join(self._lines) + "\n")
@@ -227,6 +266,8 @@ class StepLogWriter:
             self._flush_locked()
 
     def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         with self._lock:
             self._flush_locked()
             if self._fh is not None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseprof.analysis.diff import METHOD, RunData, compare, gate, kernel_changes, prepare, rank
+import numpy as np
+
+from roseprof.analysis.diff import compare, gate, kernel_changes, method, rank
+from roseprof.analysis.samples import RunData, prepare
 from roseprof.analysis.summary import analyse
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-from roseprof.run import environment, pipeline, tables
+from roseprof.run import baselines, environment, pipeline, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
@@ -29,16 +32,23 @@ def capture_nsys(
     trace: str | None,
     capture_range: str,
     nvtx_capture: str | None,
+    repeat: int = 1,
     progress: pipeline.Progress | None = None,
-) -> pipeline.CaptureOutcome:
-    """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run."""
+) -> list[pipeline.CaptureOutcome]:
+    """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run (`repeat`
+    times: that many runs of one name, stopping at the first that does not complete)."""
     from roseprof.drivers.nsys.capture import NsysCapture
 
     gpus = environment.gpus()
     capturer = NsysCapture(trace, capture_range, nvtx_capture, has_gpu=bool(gpus))
     command = cmd or default_command()
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
-    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace, progress)
+    return pipeline.capture_series(
+        lambda extra: pipeline.capture(
+            store, capturer, command, run_name, gpus, analyse_trace, progress, manifest=extra
+        ),
+        repeat,
+    )
 
 
 def previous_run(store: RunStore, run: Run) -> Run | None:
@@ -173,49 +183,86 @@ def _check(run: Run, allow_incomplete: bool) -> None:
         raise RoseprofError(f"run {run.id} is {status} and has no summary.json: nothing to compare")
 
 
-def _describe(run: Run) -> dict:
-    m = run.manifest
+def _describe(runs: list[Run]) -> dict:
+    """One side of a diff: its latest run's name, tool and command, and every run's id."""
+    m = runs[-1].manifest
     return {
-        "id": run.id,
+        "id": runs[-1].id,
         "name": m.get("name"),
         "tool": m.get("tool"),
         "status": m.get("status"),
         "command": m.get("command"),
+        "runs": [r.id for r in runs],
     }
 
 
+def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
+    """Run references -> runs, oldest first, each once: a name stands for all its complete runs unless latest."""
+    found: dict[str, Run] = {}
+    for ref in refs:
+        for run in store.resolve_group(ref, latest):
+            found.setdefault(run.id, run)
+    return sorted(found.values(), key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+
+
+def set_baseline(store: RunStore, name: str, refs: list[str], latest: bool) -> tuple[dict, list[Run]]:
+    """`roseprof baseline set`: the runs the references stand for, kept under a name."""
+    runs = resolve_side(store, refs, latest)
+    return baselines.set_baseline(store, name, runs), runs
+
+
 def diff_runs(
-    store: RunStore, ref_a: str, ref_b: str, threshold, patterns, allow_incomplete: bool
+    store: RunStore,
+    refs_a: list[str],
+    refs_b: list[str],
+    threshold,
+    patterns,
+    allow_incomplete: bool,
+    latest: bool = False,
+    baseline: str | None = None,
 ) -> tuple[dict, dict]:
-    """`roseprof diff`: (result, samples); result is what --json prints, samples feed the diff dashboard."""
-    run_a, run_b = store.resolve(ref_a), store.resolve(ref_b)
-    for run in (run_a, run_b):
+    """`roseprof diff`: group A (the refs, or a named baseline) against group B; (result, samples): result is
+    what --json prints, samples feed the diff dashboard."""
+    runs_a = baselines.baseline_runs(store, baseline) if baseline else resolve_side(store, refs_a, latest)
+    runs_b = resolve_side(store, refs_b, latest)
+    for run in runs_a + runs_b:
         _check(run, allow_incomplete)
-    a, b = load_run(run_a), load_run(run_b)
-    metrics, method = compare(a, b), METHOD
-    both_ncu = bool(a.summary.get("ncu") and b.summary.get("ncu"))
+    a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
+    metrics, method_text = compare(a, b), method(len(a), len(b))
+    ncu_sides = [all(d.summary.get("ncu") for d in g) for g in (a, b)]
+    both_ncu = all(ncu_sides)
+    if any(ncu_sides) and (len(a) > 1 or len(b) > 1):
+        raise RoseprofError("ncu runs are compared one a side: give one run each (or --latest)")
     if both_ncu:
         from roseprof.analysis import ncu_diff
 
         # Per-launch metrics instead of kernel-time totals (which count the launches the filters chose).
         metrics = [m for m in metrics if not m["name"].startswith("kernels.")]
-        metrics += ncu_diff.compare(tables.read_trace(run_a.path), tables.read_trace(run_b.path))
-        method = ncu_diff.METHOD
+        metrics += ncu_diff.compare(tables.read_trace(runs_a[0].path), tables.read_trace(runs_b[0].path))
+        method_text = ncu_diff.METHOD
     changes = kernel_changes(a, b)
     if not metrics and not (both_ncu and (changes["new"] or changes["vanished"])):
         raise RoseprofError(
-            f"runs {run_a.id} and {run_b.id} have nothing in common to compare (no shared regions, kernels or steps)"
+            f"runs {runs_a[-1].id} and {runs_b[-1].id} have nothing in common to compare "
+            "(no shared regions, kernels or steps)"
         )
     regressions = gate(metrics, threshold, patterns)
     result = {
-        "a": _describe(run_a),
-        "b": _describe(run_b),
-        "verdict": verdict(metrics, _describe(run_a), _describe(run_b), changes),
-        "method": method,
+        "a": _describe(runs_a),
+        "b": _describe(runs_b),
+        "verdict": verdict(metrics, _describe(runs_a), _describe(runs_b), changes),
+        "method": method_text,
         "metrics": rank(metrics),
         "kernels": changes,
         "regressions": [m["name"] for m in regressions],
         "threshold_pct": threshold,
     }
-    samples = {k: {"step_ns": d.step_dur, "itl_ms": d.itl} for k, d in (("a", a), ("b", b))}
+    samples = {
+        k: {"step_ns": _pooled([d.step_dur for d in g]), "itl_ms": _pooled([d.itl for d in g])}
+        for k, g in (("a", a), ("b", b))
+    }
     return result, samples
+
+
+def _pooled(arrays: list) -> np.ndarray | None:
+    return None if any(x is None for x in arrays) else np.concatenate(arrays)

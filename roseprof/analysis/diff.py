@@ -5,7 +5,8 @@ instance durations, a kernel's instance durations). Both samples are resampled w
 (RESAMPLES times, seeded), the statistic is recomputed on each pair, and the 95% interval of the relative
 change (b - a) / a is read off the percentiles of those resampled changes. A change is significant when the
 interval excludes zero. No interval (so never significant) below MIN_SAMPLES samples per run, or, for a high
-percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; stats.min_samples). Totals (region and kernel time) are divided by the run's number of decode steps
+percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; stats.min_samples). Totals
+(region and kernel time) are divided by the run's number of decode steps
 (or compared as run totals when either run has no steps), so runs of different length compare fairly.
 """
 
@@ -16,19 +17,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roseprof.analysis.samples import RunData
 from roseprof.analysis.stats import (
     CONFIDENCE,
     MIN_SAMPLES,
     RESAMPLES,
     TAIL_SAMPLES,
     clustered,
-    groups,
+    expansion,
+    hierarchical,
     interval,
     min_samples,
     pct,
     resampled,
 )
-from roseprof.model import KERNEL, Trace
 
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples of each run's decode steps (ITL: the steps that produced the tokens; "
@@ -37,10 +39,38 @@ METHOD = (
     f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
     f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
 )
+HIERARCHICAL_METHOD = (
+    "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
+    "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
+    "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
+    "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
+    "x{exp_b:.2f} after); {conf}% interval of the relative change; significant when it excludes 0; the same "
+    f"sample minimums as one run a side ({MIN_SAMPLES}; p95: {min_samples(95)}, p99: {min_samples(99)}); totals "
+    "are per decode step"
+)
+
+
+def method(n_a: int, n_b: int) -> str:
+    """The method text printed with every diff: the within-run bootstrap for one run a side, else hierarchical."""
+    if n_a == 1 and n_b == 1:
+        return (
+            f"{METHOD} (one run a side: the interval sees the noise inside each run, not the drift between "
+            "runs; compare groups of runs, e.g. roseprof nsys --repeat 3, to have it)"
+        )
+    return HIERARCHICAL_METHOD.format(
+        n_a=n_a,
+        n_b=n_b,
+        resamples=RESAMPLES,
+        conf=int(CONFIDENCE * 100),
+        exp_a=expansion(n_a),
+        exp_b=expansion(n_b),
+    )
+
+
 # What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
 # kernel metrics are many (one per range and kernel) and some move by tens of percent between two captures of the
 # same code on a shared machine (seen: roseinfer.sample +57%), which a within-run interval cannot know; gate on
-# them by name with --metric.
+# them by name with --metric, on groups of runs (3 a side: the hierarchical interval has the drift in it).
 DEFAULT_GATE = [
     "steps.p50_ns",
     "steps.mean_ns",
@@ -53,110 +83,57 @@ DEFAULT_GATE = [
 
 
 @dataclass
-class RunData:
-    """One run's samples, as the comparison needs them."""
+class Sample:
+    """One metric's sample on one side, per run: the values (with the cluster of each value, when values move
+    together), and how the statistic becomes the metric: (stat(pooled values) + sum of offsets) / sum of scales
+    over the runs (a total per decode step: offset = time outside the steps, scale = the run's steps)."""
 
-    summary: dict
-    step_dur: np.ndarray | None  # [S]
-    step_roll: np.ndarray | None  # [S] bool
-    itl: np.ndarray | None  # [T] ms
-    itl_roll: np.ndarray | None  # [T] bool
-    itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
-    step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
-    kernel_steps: dict[str, tuple[np.ndarray, float]]  # kernel -> ([S] ns launched in each step, ns outside)
-    region_durations: dict[str, np.ndarray]  # name -> instance durations
-    region_self: dict[str, float]
-    kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
-    ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
+    values: list[np.ndarray]  # per run: [N_r]
+    clusters: list[np.ndarray] | None = None  # per run: [N_r]
+    offsets: list[float] | None = None
+    scales: list[float] | None = None
 
-    @property
-    def steps(self) -> int | None:
-        return None if self.step_dur is None else len(self.step_dur)
+    def value(self, stat) -> float:
+        off = sum(self.offsets) if self.offsets else 0.0
+        scale = sum(self.scales) if self.scales else 1.0
+        return (float(stat(np.concatenate(self.values))) + off) / scale
 
+    def units(self) -> int:
+        if self.clusters is not None:
+            return sum(len(np.unique(c)) for c in self.clusters)
+        return sum(len(v) for v in self.values)
 
-def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> RunData:
-    """A stored run's summary, step and ITL tables and trace, as samples to compare."""
-    step_dur = step_roll = None
-    step_regions = {}
-    if steps and steps.get("rows"):
-        step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
-        step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
-        for name in steps.get("regions", []):
-            step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
-    itl_rows = itl_rows or []
-    itl = itl_roll = itl_step = None
-    if itl_rows:
-        itl = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_rows])
-        itl_roll = np.concatenate([np.asarray(r["rollover"], dtype=bool) for r in itl_rows])
-        if all("step" in r for r in itl_rows):
-            itl_step = np.concatenate([np.asarray(r["step"], dtype=np.int64) for r in itl_rows])
-    names = trace.names
-    region_durations: dict[str, np.ndarray] = {}
-    kernel_durations: dict[str, np.ndarray] = {}
-    r = trace.ranges
-    if len(r):
-        dur, name = r.end - r.start, r.name
-        order = np.argsort(name, kind="stable")
-        for idx, chunk in zip(*groups(name[order], dur[order])):
-            region_durations[names[idx]] = chunk
-    kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
-    o = trace.ops
-    if len(o):
-        kernel = o.kind == KERNEL
-        dur, name, api = (o.end - o.start)[kernel], o.name[kernel], o.api_start[kernel]
-        order = np.argsort(name, kind="stable")
-        for idx, chunk in zip(*groups(name[order], dur[order])):
-            kernel_durations[names[idx]] = chunk
-        if step_dur is not None and len(dur):
-            # The step each kernel was launched in, by its API call's time within the step windows.
-            starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
-            ends = starts + step_dur.astype(np.int64)
-            owner = np.searchsorted(starts, api, side="right") - 1
-            inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
-            for idx in np.unique(name):
-                sel = name == idx
-                per_step = np.bincount(
-                    owner[sel & inside], weights=dur[sel & inside], minlength=len(starts)
-                ).astype(np.float64)
-                kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
-    region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
-    ttft = None
-    if itl_rows and all("ttft_ms" in r for r in itl_rows):
-        ttft = np.asarray([r["ttft_ms"] for r in itl_rows if r["ttft_ms"] is not None], dtype=np.float64)
-    return RunData(
-        summary,
-        step_dur,
-        step_roll,
-        itl,
-        itl_roll,
-        itl_step,
-        step_regions,
-        kernel_steps,
-        region_durations,
-        region_self,
-        kernel_durations,
-        ttft,
-    )
+    def resampled(self, stat, rng) -> np.ndarray:
+        """The metric over RESAMPLES bootstrap resamples: today's within-run bootstrap for one run, the
+        hierarchical one (runs, then steps inside each) for several."""
+        if len(self.values) == 1:
+            v, off = self.values[0], self.offsets[0] if self.offsets else 0.0
+            scale = self.scales[0] if self.scales else 1.0
+            if self.clusters is not None:
+                return (clustered(v, self.clusters[0], stat, rng) + off) / scale
+            return (resampled(v, stat, rng) + off) / scale
+        r = hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+        centre = self.value(stat)
+        widened = centre + (r - centre) * expansion(len(self.values))
+        # Every metric is a time or a count: widening must not take it through zero (a relative change under
+        # -100%); a floor far below the estimate keeps those resamples in the interval as "much smaller".
+        return np.maximum(widened, abs(centre) * 1e-3) if centre > 0 else widened
 
 
-def _metric(
-    name: str,
-    a: np.ndarray,
-    b: np.ndarray,
-    stat,
-    scale_a=1.0,
-    scale_b=1.0,
-    rng=None,
-    lower_is_better=True,
-    clusters_a=None,
-    clusters_b=None,
-    offset_a=0.0,
-    offset_b=0.0,
-    q: float | None = None,
-):
-    """A statistic of samples a and b (value = (stat + offset) / scale), with its bootstrap interval; `q` is the
-    percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
-    va, vb = (float(stat(a)) + offset_a) / scale_a, (float(stat(b)) + offset_b) / scale_b
+def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
+    """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them."""
+    if offsets is None and scales is None:
+        keep = [i for i, v in enumerate(values) if len(v)]
+        values = [values[i] for i in keep]
+        clusters = None if clusters is None else [clusters[i] for i in keep]
+    return Sample(list(values), clusters, offsets, scales)
+
+
+def _metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True, q: float | None = None):
+    """A statistic of samples a and b (Samples, or one run's values as arrays), with its bootstrap interval; `q`
+    is the percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
+    a, b = (x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)]) for x in (a, b))
+    va, vb = a.value(stat), b.value(stat)
     entry = {
         "name": name,
         "a": va,
@@ -166,166 +143,141 @@ def _metric(
         "ci_high_pct": None,
         "significant": False,
         "lower_is_better": lower_is_better,
-        "n_a": int(len(a)),
-        "n_b": int(len(b)),
+        "n_a": sum(len(v) for v in a.values),
+        "n_b": sum(len(v) for v in b.values),
         "min_samples": min_samples(q),
     }
-    units_a = len(np.unique(clusters_a)) if clusters_a is not None else len(a)
-    units_b = len(np.unique(clusters_b)) if clusters_b is not None else len(b)
-    if clusters_a is not None and clusters_b is not None:
-        entry["units_a"], entry["units_b"] = int(units_a), int(units_b)  # what was resampled (decode steps)
+    if a.clusters is not None and b.clusters is not None:
+        entry["units_a"], entry["units_b"] = a.units(), b.units()  # what was resampled (decode steps)
     if va == 0:
         return entry
     entry["delta_pct"] = 100.0 * (vb - va) / va
-    if rng is not None and min(units_a, units_b) >= entry["min_samples"]:
-        if clusters_a is not None and clusters_b is not None:
-            ra, rb = clustered(a, clusters_a, stat, rng), clustered(b, clusters_b, stat, rng)
-        else:
-            ra, rb = resampled(a, stat, rng), resampled(b, stat, rng)
-        ci = interval((ra + offset_a) / scale_a, (rb + offset_b) / scale_b)
+    if rng is not None and min(a.units(), b.units()) >= entry["min_samples"]:
+        ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
         if ci is not None:
             entry["ci_low_pct"], entry["ci_high_pct"] = ci
             entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
     return entry
 
 
-def compare(a: RunData, b: RunData, seed: int = 0) -> list[dict]:
+def _group(x: RunData | list[RunData]) -> list[RunData]:
+    return [x] if isinstance(x, RunData) else list(x)
+
+
+def _common(dicts: list[dict]) -> list[str]:
+    return sorted(set.intersection(*(set(d) for d in dicts)))
+
+
+def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0) -> list[dict]:
+    """Every metric of group a (before) against group b (after): one run a side, or several."""
+    ga, gb = _group(a), _group(b)
+    runs = ga + gb
     rng = np.random.default_rng(seed)
     metrics: list[dict] = []
     stats = {"p50": (pct(50), 50), "p99": (pct(99), 99), "mean": (np.mean, None)}
-    if a.step_dur is not None and b.step_dur is not None:
-        for label, ma, mb in (
-            ("", None, None),
-            ("rollover.", a.step_roll, b.step_roll),
-            ("normal.", ~a.step_roll, ~b.step_roll),
-        ):
-            sa = a.step_dur if ma is None else a.step_dur[ma]
-            sb = b.step_dur if mb is None else b.step_dur[mb]
-            if len(sa) and len(sb):
+    if all(r.step_dur is not None for r in runs):
+        for label, sel in (("", None), ("rollover.", True), ("normal.", False)):
+
+            def masks(g, sel=sel):
+                return [np.ones(len(r.step_dur), bool) if sel is None else r.step_roll == sel for r in g]
+
+            ma, mb = masks(ga), masks(gb)
+            sa = _sample([r.step_dur[m] for r, m in zip(ga, ma)])
+            sb = _sample([r.step_dur[m] for r, m in zip(gb, mb)])
+            if sa.values and sb.values:
                 for sname, (fn, q) in stats.items():
                     metrics.append(_metric(f"steps.{label}{sname}_ns", sa, sb, fn, rng=rng, q=q))
-            if label and ma.any() and mb.any():
+            if label and any(m.any() for m in ma) and any(m.any() for m in mb):
                 # Where inside the step the time went, for rollover and normal steps apart (mean ns per step).
-                for name in sorted(set(a.step_regions) & set(b.step_regions)):
-                    ra, rb = a.step_regions[name][ma], b.step_regions[name][mb]
+                for name in _common([r.step_regions for r in runs]):
+                    ra = _sample([r.step_regions[name][m] for r, m in zip(ga, ma)])
+                    rb = _sample([r.step_regions[name][m] for r, m in zip(gb, mb)])
                     metrics.append(_metric(f"steps.{label}regions.{name}", ra, rb, np.mean, rng=rng))
                     metrics.append(_metric(f"steps.{label}regions_p50.{name}", ra, rb, np.median, rng=rng))
-    if a.itl is not None and b.itl is not None:
-        everything_a, everything_b = np.ones(len(a.itl), dtype=bool), np.ones(len(b.itl), dtype=bool)
-        for label, ma, mb in (
-            ("", everything_a, everything_b),
-            ("at_rollover.", a.itl_roll, b.itl_roll),
-            ("elsewhere.", ~a.itl_roll, ~b.itl_roll),
-        ):
-            sa, sb = a.itl[ma], b.itl[mb]
-            # Tokens of one decode step share that step's latency: resample steps, not tokens.
-            ca = a.itl_step[ma] if a.itl_step is not None else None
-            cb = b.itl_step[mb] if b.itl_step is not None else None
-            if len(sa) and len(sb):
+    if all(r.itl is not None for r in runs):
+        clustered_itl = all(r.itl_step is not None for r in runs)
+        for label, sel in (("", None), ("at_rollover.", True), ("elsewhere.", False)):
+
+            def itl_sample(g, sel=sel):
+                ms = [np.ones(len(r.itl), bool) if sel is None else r.itl_roll == sel for r in g]
+                # Tokens of one decode step share that step's latency: resample steps, not tokens.
+                cl = [r.itl_step[m] for r, m in zip(g, ms)] if clustered_itl else None
+                return _sample([r.itl[m] for r, m in zip(g, ms)], cl)
+
+            sa, sb = itl_sample(ga), itl_sample(gb)
+            if sa.values and sb.values:
                 for q in (50, 95, 99):
-                    metrics.append(
-                        _metric(
-                            f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, clusters_a=ca, clusters_b=cb, q=q
-                        )
-                    )
+                    metrics.append(_metric(f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, q=q))
     # Totals per decode step (run totals when a run has no steps).
-    per_step = a.steps and b.steps
-    norm_a, norm_b = (a.steps, b.steps) if per_step else (1.0, 1.0)
-    for name in sorted(set(a.region_durations) & set(b.region_durations)):
-        da, db = a.region_durations[name], b.region_durations[name]
-        if per_step and name in a.step_regions and name in b.step_regions:
+    per_step = all(r.steps for r in runs)
+
+    def norm(g):
+        return [float(r.steps) if per_step else 1.0 for r in g]
+
+    for name in _common([r.region_durations for r in runs]):
+        if per_step and all(name in r.step_regions for r in runs):
             # Inside the decode step: the per-step time is the sample, resampled over steps.
-            sa, sb = a.step_regions[name], b.step_regions[name]
-            out_a, out_b = float(da.sum() - sa.sum()), float(db.sum() - sb.sum())
-            metrics.append(
-                _metric(
-                    f"regions.{name}.total_ns",
-                    sa,
-                    sb,
-                    np.sum,
-                    norm_a,
-                    norm_b,
-                    rng,
-                    offset_a=out_a,
-                    offset_b=out_b,
-                )
-            )
+            def side(g, name=name):
+                outside = [float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in g]
+                return Sample([r.step_regions[name] for r in g], None, outside, norm(g))
         else:
-            metrics.append(_metric(f"regions.{name}.total_ns", da, db, np.sum, norm_a, norm_b, rng))
-        ca, cb = len(da) / norm_a, len(db) / norm_b
+
+            def side(g, name=name):
+                return Sample([r.region_durations[name] for r in g], None, None, norm(g))
+
+        metrics.append(_metric(f"regions.{name}.total_ns", side(ga), side(gb), np.sum, rng))
+        ca = sum(len(r.region_durations[name]) for r in ga) / sum(norm(ga))
+        cb = sum(len(r.region_durations[name]) for r in gb) / sum(norm(gb))
         metrics.append({"name": f"regions.{name}.count", "a": ca, "b": cb, **_plain_delta(ca, cb)})
-        if name in a.region_self and name in b.region_self:
-            metrics.append(
-                {
-                    "name": f"regions.{name}.self_ns",
-                    "a": a.region_self[name] / norm_a,
-                    "b": b.region_self[name] / norm_b,
-                    **_plain_delta(a.region_self[name] / norm_a, b.region_self[name] / norm_b),
-                }
-            )
-    for name in sorted(set(a.kernel_durations) & set(b.kernel_durations)):
-        if per_step and name in a.kernel_steps and name in b.kernel_steps:
-            (sa, out_a), (sb, out_b) = a.kernel_steps[name], b.kernel_steps[name]
-            metrics.append(
-                _metric(
-                    f"kernels.{name}.total_ns",
-                    sa,
-                    sb,
-                    np.sum,
-                    norm_a,
-                    norm_b,
-                    rng,
-                    offset_a=out_a,
-                    offset_b=out_b,
+        if all(name in r.region_self for r in runs):
+            sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
+            sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
+            metrics.append({"name": f"regions.{name}.self_ns", "a": sa, "b": sb, **_plain_delta(sa, sb)})
+    for name in _common([r.kernel_durations for r in runs]):
+        if per_step and all(name in r.kernel_steps for r in runs):
+
+            def side(g, name=name):
+                return Sample(
+                    [r.kernel_steps[name][0] for r in g], None, [r.kernel_steps[name][1] for r in g], norm(g)
                 )
-            )
         else:
+
+            def side(g, name=name):
+                return Sample([r.kernel_durations[name] for r in g], None, None, norm(g))
+
+        metrics.append(_metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum, rng))
+    # TTFT: one sample per request, resampled over requests (and runs) like the other percentiles.
+    ttft_ok = all(r.ttft is not None and len(r.ttft) for r in ga + gb)
+    if ttft_ok:
+        for q in (50, 99):
+            sa, sb = _sample([r.ttft for r in ga]), _sample([r.ttft for r in gb])
+            metrics.append(_metric(f"requests.ttft.p{q}_ms", sa, sb, pct(q), rng=rng, q=q))
+    # Numbers with no sample behind them (the benchmark's own request figures): the mean over the runs.
+    for key, q, lower in [(k, q, True) for k in ("ttft", "tpot") for q in ("p50_ms", "p99_ms")] + [
+        (None, "throughput_tok_s", False)
+    ]:
+        if key == "ttft" and ttft_ok:
+            continue
+        va, vb = _request_figure(ga, key, q), _request_figure(gb, key, q)
+        if va and vb:
+            label = f"requests.{key}.{q}" if key else f"requests.{q}"
             metrics.append(
-                _metric(
-                    f"kernels.{name}.total_ns",
-                    a.kernel_durations[name],
-                    b.kernel_durations[name],
-                    np.sum,
-                    norm_a,
-                    norm_b,
-                    rng,
-                )
+                {"name": label, "a": va, "b": vb, **_plain_delta(va, vb), "lower_is_better": lower}
             )
-    for key in ("ttft", "tpot"):
-        ra, rb = (a.summary.get("requests") or {}).get(key), (b.summary.get("requests") or {}).get(key)
-        if ra and rb and ra.get("count") and rb.get("count"):
-            for q in ("p50_ms", "p99_ms"):
-                if (
-                    key == "ttft"
-                    and a.ttft is not None
-                    and b.ttft is not None
-                    and len(a.ttft)
-                    and len(b.ttft)
-                ):
-                    # One sample per request: resampled over requests like the other percentiles.
-                    qq = int(q[1:3])
-                    metrics.append(_metric(f"requests.ttft.{q}", a.ttft, b.ttft, pct(qq), rng=rng, q=qq))
-                    continue
-                metrics.append(
-                    {"name": f"requests.{key}.{q}", "a": ra[q], "b": rb[q], **_plain_delta(ra[q], rb[q])}
-                )
-    ta, tb = (
-        (a.summary.get("requests") or {}).get("throughput_tok_s"),
-        (b.summary.get("requests") or {}).get("throughput_tok_s"),
-    )
-    if ta and tb:
-        metrics.append(
-            {
-                "name": "requests.throughput_tok_s",
-                "a": ta,
-                "b": tb,
-                **_plain_delta(ta, tb),
-                "lower_is_better": False,
-            }
-        )
     for m in metrics:
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
     return metrics
+
+
+def _request_figure(g: list[RunData], key: str | None, q: str) -> float | None:
+    values = []
+    for r in g:
+        req = r.summary.get("requests") or {}
+        if key is None:
+            values.append(req.get(q))
+        else:
+            values.append((req.get(key) or {}).get(q) if (req.get(key) or {}).get("count") else None)
+    return float(np.mean(values)) if values and all(values) else None
 
 
 def _plain_delta(a: float, b: float) -> dict:
@@ -356,11 +308,16 @@ def gate(metrics: list[dict], threshold_pct: float | None, patterns: list[str] |
     return out
 
 
-def kernel_changes(a: RunData, b: RunData) -> dict:
-    """Kernels only in one run (new in b, vanished from a), with their per-step time."""
-    na, nb = (a.steps, b.steps) if a.steps and b.steps else (1, 1)
-    new = {k: float(v.sum()) / nb for k, v in b.kernel_durations.items() if k not in a.kernel_durations}
-    gone = {k: float(v.sum()) / na for k, v in a.kernel_durations.items() if k not in b.kernel_durations}
+def kernel_changes(a: RunData | list[RunData], b: RunData | list[RunData]) -> dict:
+    """Kernels only in one group (new in b, vanished from a), with their per-step time."""
+    ga, gb = _group(a), _group(b)
+    per_step = all(r.steps for r in ga + gb)
+    na = sum(r.steps for r in ga) if per_step else len(ga)
+    nb = sum(r.steps for r in gb) if per_step else len(gb)
+    in_a = set().union(*(r.kernel_durations for r in ga))
+    in_b = set().union(*(r.kernel_durations for r in gb))
+    new = {k: sum(float(r.kernel_durations.get(k, np.zeros(0)).sum()) for r in gb) / nb for k in in_b - in_a}
+    gone = {k: sum(float(r.kernel_durations.get(k, np.zeros(0)).sum()) for r in ga) / na for k in in_a - in_b}
     return {
         "new": sorted(new.items(), key=lambda kv: -kv[1]),
         "vanished": sorted(gone.items(), key=lambda kv: -kv[1]),

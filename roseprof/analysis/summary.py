@@ -13,6 +13,7 @@ from roseprof.analysis.graphs import (
     step_graph_columns,
 )
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.spikes import analyse_spikes
 from roseprof.analysis.stats import group_percentiles
 from roseprof.analysis.steps import (
     clock_offset,
@@ -179,10 +180,14 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     }
     if trace.kernel_metrics is not None:
         summary["ncu"] = ncu.section(trace)
+    series = itl_series(log, rolls)
+    summary["spikes"], causes = analyse_spikes(log, rows, region_cols, trace)
+    for row, cause in zip(series, causes):
+        row["spike_cause"] = cause  # per token: the spike's main cause, None for a token that is no spike
     tables = {
         "steps": rows,
         "step_regions": region_cols,
-        "itl_series": itl_series(log, rolls),
+        "itl_series": series,
         "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
     }
     return summary, tables

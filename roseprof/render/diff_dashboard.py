@@ -176,6 +176,17 @@ def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
 """
     footer = f"Method: {html.escape(result['method'])}."
     a, b = result["a"], result["b"]
-    sub = f"before: {a['id']} ({a.get('name')})   after: {b['id']} ({b.get('name')})"
-    out = Path(dashboards_dir) / f"diff-{a['id']}-vs-{b['id']}.html"
+    sub = f"before: {_side(a)} ({a.get('name')})   after: {_side(b)} ({b.get('name')})"
+    out = Path(dashboards_dir) / f"diff-{_file_side(a)}-vs-{_file_side(b)}.html"
     return write_page(page("roseprof diff", "roseprof diff", sub, main, figs, footer), out)
+
+
+def _side(side: dict) -> str:
+    """A side of the diff by its latest run's id, and how many runs its group has beyond that one."""
+    more = len(side.get("runs") or []) - 1
+    return f"{side['id']} + {more} more" if more > 0 else side["id"]
+
+
+def _file_side(side: dict) -> str:
+    n = len(side.get("runs") or [])
+    return f"{side['id']}-x{n}" if n > 1 else side["id"]

@@ -140,6 +140,78 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
     )
 
 
+def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
+    """The cause table, then the largest spikes with their step's region and kernel deltas against the median
+    step (positive: the spike's step spent more there)."""
+    if not spikes or not spikes.get("causes"):
+        return ""
+    head = "".join(
+        f"<th>{h}</th>" for h in ("cause", "spike tokens", "share %", "added p50 ms", "added total ms")
+    )
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{c}</td>"
+            for c in (
+                html.escape(e["label"]),
+                f"{e['tokens']:,}",
+                f"{e['share_pct']:.1f}",
+                f"{e['added_p50_ms']:.3f}",
+                f"{e['added_total_ms']:.1f}",
+            )
+        )
+        + "</tr>"
+        for e in spikes["causes"]
+    )
+
+    def deltas(d: dict | None, unit_ns=1e3) -> str:
+        if not d:
+            return "-"
+        top = sorted(d.items(), key=lambda kv: -abs(kv[1]))[:top_deltas]
+        # Kernel names run to hundreds of characters (templates): the start says which one; the tooltip has all.
+        return "<br>".join(
+            f'<span title="{html.escape(k)}">{html.escape(k if len(k) <= 60 else k[:57] + "...")}</span> '
+            f"{v / unit_ns:+,.1f} µs"
+            for k, v in top
+        )
+
+    listed = []
+    for s in spikes.get("listed") or []:
+        causes = ", ".join(
+            f"{html.escape(k)} {v:.2f} ms" for k, v in sorted(s["causes"].items(), key=lambda kv: -kv[1])
+        )
+        rec = s.get("step_record") or {}
+        cells = [
+            f"{s['t_ms']:.0f}",
+            f"{s['itl_ms']:.2f}",
+            str(s["step"]) if s["step"] >= 0 else "prefill",
+            html.escape(", ".join(f"{k} {v}" for k, v in rec.items() if v is not None)),
+            causes,
+            deltas(s.get("regions")),
+            deltas(s.get("kernels")),
+        ]
+        listed.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    lhead = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "t ms",
+            "ITL ms",
+            "step",
+            "step record",
+            "added by cause",
+            "regions vs median step",
+            "kernels vs median step",
+        )
+    )
+    return (
+        f'<div class="panel"><h2>ITL spikes</h2><p>{html.escape(spikes["definition"])}: '
+        f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens, threshold {spikes['threshold_ms']:.3f} ms "
+        f"(median {spikes['median_ms']:.3f} ms). A token can have several causes.</p>"
+        f"<table><tr>{head}</tr>{rows}</table>"
+        f"<h2>Largest spikes (one per step)</h2><table><tr>{lhead}</tr>{''.join(listed)}</table></div>"
+    )
+
+
 def build_figures(run: Run, summary: dict) -> list:
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
@@ -150,6 +222,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_breakdown(steps),
         figures.graph_breakdown(steps),
         figures.itl_over_time(itl, (steps or {}).get("run_starts")),
+        figures.itl_spikes(itl, summary.get("spikes")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
@@ -171,6 +244,7 @@ def render_run(run: Run, out_path: Path) -> Path:
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
 {figure_divs(len(figs))}
+{_spike_tables(summary.get("spikes"))}
 {ncu_views.panels(summary) if summary.get("ncu") else _region_table(summary) + _kernels_by_region(summary)}
 """
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.

@@ -150,6 +150,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             f"at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}",
             markup=False,
         )
+    if summary.get("spikes"):
+        print_spikes(console, summary["spikes"])
     req = summary.get("requests")
     if req:
         console.print(
@@ -195,6 +197,29 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
             markup=False,
         )
     console.print(f"note: {ncu['note']}", markup=False, style="dim")
+
+
+def print_spikes(console: Console, spikes: dict) -> None:
+    """The ITL spike cause table: how many spike tokens each cause touched and the latency it added."""
+    console.print(
+        f"ITL spikes: {spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens ({spikes['spike_steps']} steps) "
+        f"above {spikes['threshold_ms']:.3f} ms = {spikes['definition'].removeprefix('ITL above ')}",
+        markup=False,
+    )
+    if not spikes["causes"]:
+        return
+    t = Table(title="spike causes (a token can have several)", title_justify="left")
+    for col in ("cause", "tokens", "share %", "added p50 ms", "added total ms"):
+        t.add_column(col, justify="left" if col == "cause" else "right")
+    for c in spikes["causes"]:
+        t.add_row(
+            c["label"],
+            f"{c['tokens']:,}",
+            f"{c['share_pct']:.1f}",
+            f"{c['added_p50_ms']:.3f}",
+            f"{c['added_total_ms']:.1f}",
+        )
+    console.print(t)
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:

@@ -56,6 +56,10 @@ def print_verdict(console: Console, v: dict) -> None:
 
 def print_diff(console: Console, result: dict, top: int) -> None:
     print_verdict(console, result["verdict"])
+    for label in ("before", "after"):
+        runs = result["a" if label == "before" else "b"].get("runs") or []
+        if len(runs) > 1:
+            console.print(f"{label} is a group of {len(runs)} runs: {', '.join(runs)}", markup=False)
     metrics = result["metrics"]
     rows = []
     for m in metrics[:top]:

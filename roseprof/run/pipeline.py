@@ -72,9 +72,12 @@ def capture(
     gpus: list[dict],
     analyse: Analyse,
     progress: Progress | None = None,
+    manifest: dict | None = None,
 ) -> CaptureOutcome:
+    """One capture into a new run; `manifest` adds fields to its manifest (e.g. its place in a --repeat series)."""
     progress = progress or _quiet
     writer = store.new_run(name, capturer.tool)
+    writer.manifest.update(manifest or {})
     env = dict(os.environ)
     env.update(capturer.engine_env())
     env[STEP_LOG_ENV] = str(writer.path / STEPLOG_FILE)
@@ -198,3 +201,15 @@ def _stem(filename: str, suffixes: tuple[str, ...]) -> str:
         if filename.lower().endswith(suffix) and len(filename) > len(suffix):
             return filename[: -len(suffix)]
     return Path(filename).stem or filename
+
+
+def capture_series(capture_one: Callable[[dict], CaptureOutcome], repeat: int) -> list[CaptureOutcome]:
+    """`--repeat N`: N captures of the same command, each its own complete run with the same name (a group that
+    `roseprof diff` compares as one side). The first that does not complete stops the series; its exit code is
+    the series'."""
+    outcomes: list[CaptureOutcome] = []
+    for i in range(repeat):
+        outcomes.append(capture_one({"repeat": {"index": i + 1, "of": repeat}} if repeat > 1 else {}))
+        if outcomes[-1].exit_code != 0:
+            break
+    return outcomes

@@ -154,3 +154,18 @@ class RunStore:
         if len(prefixed) > 1:
             raise RoseprofError(f"run {ref!r} is ambiguous: {', '.join(r.id for r in prefixed[:5])}")
         raise RoseprofError(f"no run {ref!r} in {self.root} (see `roseprof ls`)")
+
+    def resolve_group(self, ref: str, latest: bool = False) -> list[Run]:
+        """The runs a reference stands for in a comparison: a run id or a unique prefix of one, that run; a name,
+        every complete run with that name, oldest first (all of its runs when none is complete, so the caller
+        can say why). latest=True: the latest run with that name only, as `resolve`."""
+        if latest:
+            return [self.resolve(ref)]
+        runs = self.runs()
+        if any(run.id == ref for run in runs):
+            return [self.resolve(ref)]
+        named = [r for r in runs if r.manifest.get("name") == ref]
+        complete = [r for r in named if r.manifest.get("status") == "complete"]
+        if complete:
+            return complete
+        return named or [self.resolve(ref)]

@@ -76,10 +76,10 @@ def test_fixture_dashboards_draw(page, tmp_path, name):
 
     path = _render(tmp_path, name, SOURCES[name])
     result = load_dashboard(page, path)
-    # regions for all; steps and ITL panels for the decode runs; kernels for the GPU ones; for ncu runs only
-    # the kernel views (timeline figures would show the profiler's replays): speed of light and (with the raw
-    # page's FLOP rates and peaks) the roofline
-    expected = {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 7, "ncu-raw": 2, "ncu-public": 1}
+    # regions for all; steps, ITL and ITL-spike panels for the decode runs; kernels for the GPU ones; for ncu
+    # runs only the kernel views (timeline figures would show the profiler's replays): speed of light and (with
+    # the raw page's FLOP rates and peaks) the roofline
+    expected = {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 8, "ncu-raw": 2, "ncu-public": 1}
     check_drawn(result, expected[name])
     if name != "ncu-public":
         assert "roseinfer" in result["text"]
@@ -90,6 +90,8 @@ def test_fixture_dashboards_draw(page, tmp_path, name):
     if name == "ncu-raw":
         # template kernel names are markup-looking text from a real report: shown literally
         assert "vectorized_elementwise_kernel<4, CUDAFunctorOnSelf_add<float>" in result["text"]
+    if name == "h100-decode":  # its first decode step is 14x the median: a spike, listed with its regions
+        assert "ITL spikes" in result["text"] and "Largest spikes" in result["text"]
 
 
 @pytest.mark.nsys

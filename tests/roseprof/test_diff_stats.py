@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from roseprof.analysis import stats
-from roseprof.analysis.diff import compare, gate, kernel_changes, prepare, rank
+from roseprof.analysis.diff import compare, gate, kernel_changes, rank
+from roseprof.analysis.samples import prepare
 from roseprof.model import Names, Tool, Trace
 
 
@@ -124,3 +125,96 @@ def test_group_percentiles_match_numpy():
     out = stats.group_percentiles(keys, values)
     assert out[1] == [np.percentile([1, 3], 50), np.percentile([1, 3], 99)]
     assert out[2][0] == 6.0
+
+
+def drifting_group(means, seed, n=150, noise=0.01):
+    """Runs of identical code on a machine whose speed drifts between runs: each run's steps scatter by
+    `noise` around its own mean."""
+    rng = np.random.default_rng(seed)
+    return [run_data((m * 1e6 * (1 + rng.normal(0, noise, n))).tolist()) for m in means]
+
+
+def test_one_run_a_side_is_the_within_run_method():
+    from roseprof.analysis.diff import method
+
+    rng = np.random.default_rng(3)
+    a = run_data((1e6 + rng.normal(0, 2e4, 80)).tolist(), itl_ms=rng.normal(1, 0.02, 80).tolist())
+    b = run_data((1.1e6 + rng.normal(0, 2e4, 80)).tolist(), itl_ms=rng.normal(1.1, 0.02, 80).tolist())
+    assert compare([a], [b]) == compare(a, b)
+    assert "one run a side" in method(1, 1) and "hierarchical" in method(3, 3)
+
+
+def test_drift_between_runs_is_not_a_regression_for_groups():
+    # Same code: the runs' means differ by a few percent (the machine), both groups alike.
+    ga = drifting_group([1.00, 1.06, 0.97], seed=4)
+    gb = drifting_group([1.05, 0.98, 1.07], seed=5)
+    first = by_name(compare(ga[0], gb[0]))["steps.p50_ns"]
+    assert first["significant"] and first["delta_pct"] > 3  # the within-run method calls it a change
+    assert gate(compare(ga[0], gb[0]), 0.0, ["steps.p50_ns"])
+    groups = by_name(compare(ga, gb))["steps.p50_ns"]
+    assert not groups["significant"]  # the hierarchical interval has the drift in it
+    assert groups["ci_low_pct"] < 0 < groups["ci_high_pct"]
+    assert gate(compare(ga, gb), 0.0, None) == []
+
+
+def test_a_real_change_is_still_significant_with_three_runs_a_side():
+    ga = drifting_group([1.00, 1.06, 0.97], seed=6)
+    gb = drifting_group([2.05, 1.96, 2.10], seed=7)
+    metrics = compare(ga, gb)
+    m = by_name(metrics)["steps.p50_ns"]
+    assert m["significant"] and 90 < m["delta_pct"] < 115
+    assert "steps.p50_ns" in [r["name"] for r in gate(metrics, 10.0, None)]
+
+
+def test_group_totals_are_per_step_over_all_runs():
+    # Region time per step: (sum of per-step time + time outside the steps) / steps, pooled over the runs.
+    runs = [
+        run_data([1e6] * 10, regions={"r": [100.0] * 10}),
+        run_data([1e6] * 30, regions={"r": [300.0] * 30}),
+    ]
+    for r in runs:
+        r.region_durations = {"r": np.concatenate([r.step_regions["r"], [1000.0]])}
+    m = by_name(compare(runs, runs))["regions.r.total_ns"]
+    assert m["a"] == pytest.approx((10 * 100 + 30 * 300 + 2000) / 40)
+    assert m["delta_pct"] == 0 and not m["significant"]
+
+
+def test_hierarchical_resampling_draws_runs_then_clusters():
+    # Two runs of constant values: every resample's mean is a mix of whole runs.
+    out = stats.hierarchical([np.full(4, 1.0), np.full(6, 3.0)], np.mean, np.random.default_rng(0))
+    assert len(out) == stats.RESAMPLES and set(np.round(out, 6)) <= {1.0, 3.0, 2.2}
+    # Clusters stay whole inside a run; offsets and scales are summed over the drawn runs.
+    values, clusters = np.array([1.0, 1.0, 5.0, 5.0]), np.array([0, 0, 1, 1])
+    out = stats.hierarchical(
+        [values], np.sum, np.random.default_rng(0), clusters=[clusters], offsets=[2.0], scales=[2.0]
+    )
+    assert set(np.round(out, 6)) <= {(4 + 2) / 2, (12 + 2) / 2, (20 + 2) / 2}
+
+
+def test_hierarchical_runs_of_one_length_take_the_vectorised_path():
+    out = stats.hierarchical([np.full(5, 1.0), np.full(5, 3.0)], np.mean, np.random.default_rng(0))
+    assert set(np.round(out, 6)) == {1.0, 2.0, 3.0}
+    out = stats.hierarchical(
+        [np.full(5, 1.0), np.full(5, 3.0)],
+        np.sum,
+        np.random.default_rng(0),
+        offsets=[1.0, 1.0],
+        scales=[5, 5],
+    )
+    assert set(np.round(out, 6)) == {1.2, 2.2, 3.2}
+
+
+def test_three_runs_a_side_keep_false_alarms_under_the_nominal_level():
+    # 100 same-code pairs of groups, 3 runs a side, 5% drift between runs: the widened (expanded) hierarchical
+    # interval calls at most 5% of them significant (the plain percentile bootstrap over 3 runs: ~19%).
+    from roseprof.analysis.diff import Sample, _metric
+
+    rng = np.random.default_rng(11)
+    significant = 0
+    for trial in range(100):
+        a, b = (
+            Sample([(1 + rng.normal(0, 0.05)) * (1 + rng.normal(0, 0.05, 64)) for _ in range(3)])
+            for _ in range(2)
+        )
+        significant += _metric("x", a, b, np.mean, rng=np.random.default_rng(trial))["significant"]
+    assert significant <= 5

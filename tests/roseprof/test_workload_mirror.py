@@ -28,3 +28,9 @@ def test_environment_keys_agree():
         env.ROSEINFER_RECORD_FUNCTION,
         env.ROSEINFER_STEP_LOG,
     )
+
+
+def test_step_log_version_agrees():
+    from roseprof.workload import steplog
+
+    assert steplog.STEPLOG_VERSION == tracing.STEPLOG_VERSION

@@ -1,0 +1,98 @@
+"""One stored run as the samples a comparison needs: step times, ITL (with the step behind each token), TTFT,
+per-step region and kernel time, instance durations. Built from the run's tables and trace; no I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from roseprof.analysis.stats import groups
+from roseprof.model import KERNEL, Trace
+
+
+@dataclass
+class RunData:
+    """One run's samples, as the comparison needs them."""
+
+    summary: dict
+    step_dur: np.ndarray | None  # [S]
+    step_roll: np.ndarray | None  # [S] bool
+    itl: np.ndarray | None  # [T] ms
+    itl_roll: np.ndarray | None  # [T] bool
+    itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
+    step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
+    kernel_steps: dict[str, tuple[np.ndarray, float]]  # kernel -> ([S] ns launched in each step, ns outside)
+    region_durations: dict[str, np.ndarray]  # name -> instance durations
+    region_self: dict[str, float]
+    kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
+    ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
+
+    @property
+    def steps(self) -> int | None:
+        return None if self.step_dur is None else len(self.step_dur)
+
+
+def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> RunData:
+    """A stored run's summary, step and ITL tables and trace, as samples to compare."""
+    step_dur = step_roll = None
+    step_regions = {}
+    if steps and steps.get("rows"):
+        step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
+        step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
+        for name in steps.get("regions", []):
+            step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
+    itl_rows = itl_rows or []
+    itl = itl_roll = itl_step = None
+    if itl_rows:
+        itl = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_rows])
+        itl_roll = np.concatenate([np.asarray(r["rollover"], dtype=bool) for r in itl_rows])
+        if all("step" in r for r in itl_rows):
+            itl_step = np.concatenate([np.asarray(r["step"], dtype=np.int64) for r in itl_rows])
+    ttft = None
+    if itl_rows and all("ttft_ms" in r for r in itl_rows):
+        ttft = np.asarray([r["ttft_ms"] for r in itl_rows if r["ttft_ms"] is not None], dtype=np.float64)
+    names = trace.names
+    region_durations: dict[str, np.ndarray] = {}
+    kernel_durations: dict[str, np.ndarray] = {}
+    r = trace.ranges
+    if len(r):
+        dur, name = r.end - r.start, r.name
+        order = np.argsort(name, kind="stable")
+        for idx, chunk in zip(*groups(name[order], dur[order])):
+            region_durations[names[idx]] = chunk
+    kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
+    o = trace.ops
+    if len(o):
+        kernel = o.kind == KERNEL
+        dur, name, api = (o.end - o.start)[kernel], o.name[kernel], o.api_start[kernel]
+        order = np.argsort(name, kind="stable")
+        for idx, chunk in zip(*groups(name[order], dur[order])):
+            kernel_durations[names[idx]] = chunk
+        if step_dur is not None and len(dur):
+            # The step each kernel was launched in, by its API call's time within the step windows.
+            starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
+            ends = starts + step_dur.astype(np.int64)
+            owner = np.searchsorted(starts, api, side="right") - 1
+            inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
+            for idx in np.unique(name):
+                sel = name == idx
+                per_step = np.bincount(
+                    owner[sel & inside], weights=dur[sel & inside], minlength=len(starts)
+                ).astype(np.float64)
+                kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
+    region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
+    return RunData(
+        summary,
+        step_dur,
+        step_roll,
+        itl,
+        itl_roll,
+        itl_step,
+        step_regions,
+        kernel_steps,
+        region_durations,
+        region_self,
+        kernel_durations,
+        ttft,
+    )

@@ -1,0 +1,38 @@
+"""The `roseprof` command line: click verbs that parse options and call the library; nothing else lives here.
+
+common.py holds the group and what every verb shares, capture.py the capture verbs (nsys, ncu, torch), runs.py
+the verbs on stored runs and files (import, ls, show, open, export, diff, baseline).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from roseprof.cli import capture, runs  # noqa: F401  (registers the verbs on the group)
+from roseprof.cli.common import cli
+from roseprof.errors import RoseprofError
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("roseprof: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except RoseprofError as e:
+        click.echo(f"roseprof: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        click.echo("roseprof: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The capture verbs: `roseprof nsys`, `roseprof ncu`, `roseprof torch` (each runs a command under its tool)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from roseprof.cli.common import EXIT_CODES, cli, show_dashboard, store_options
+from roseprof.run.store import RunStore
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
+@click.option(
+    "--capture-range",
+    type=click.Choice(["none", "cudaProfilerApi", "nvtx"]),
+    default="none",
+    show_default=True,
+)
+@click.option("--nvtx-capture", help="with --capture-range nvtx: the range that starts the capture")
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="capture CMD N times: N runs of one name, a group `roseprof diff` compares as one side",
+)
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def nsys(name, trace, capture_range, nvtx_capture, open_, repeat, traces_dir, dashboards_dir, cmd) -> None:
+    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
+    from roseprof.api import capture_nsys
+    from roseprof.render.progress import CaptureProgress
+
+    store = RunStore(traces_dir)
+    progress = CaptureProgress()
+    try:
+        outcomes = capture_nsys(
+            store, list(cmd) or None, name, trace, capture_range, nvtx_capture, repeat, progress=progress
+        )
+    finally:
+        progress.pause()
+    _report_captures(store, outcomes, repeat, dashboards_dir, open_, progress)
+
+
+def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, progress=None) -> None:
+    """Each run's summary (one line each but the last for a series), its dashboard, what to do next, and the
+    exit code."""
+    from roseprof.api import previous_run
+    from roseprof.render.progress import print_next
+    from roseprof.render.terminal import make_console, print_summary
+
+    console = make_console()
+    for i, outcome in enumerate(outcomes):
+        last = i == len(outcomes) - 1
+        if not last:
+            click.echo(f"run {i + 1}/{repeat}: {outcome.run.id} {outcome.run.manifest.get('status')}")
+        else:
+            if repeat > 1:
+                click.echo(f"run {i + 1}/{repeat}:")
+            print_summary(console, outcome.run, outcome.summary)
+        if outcome.summary is not None:
+            show_dashboard(outcome.run, dashboards_dir, open_ and last, progress)
+    final = outcomes[-1]
+    if repeat > 1 and len(outcomes) < repeat:
+        click.echo(f"series stopped after run {len(outcomes)} of {repeat}: it did not complete", err=True)
+    elif final.exit_code == 0:
+        if repeat > 1:
+            name = final.run.manifest.get("name")
+            click.echo(f"next: roseprof diff {name} <other name>  (compares the {repeat} runs as a group)")
+        else:
+            previous = previous_run(store, final.run)
+            print_next(console, final.run.id, previous.id if previous else None)
+    sys.exit(final.exit_code)
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: ncu-demo, or the command's name)")
+@click.option(
+    "--kernel", metavar="REGEX", help="profile kernels whose name matches REGEX (ncu --kernel-name regex:)"
+)
+@click.option(
+    "--nvtx-include",
+    multiple=True,
+    metavar="RANGE",
+    help="only kernels inside this NVTX range (repeatable; push/pop ranges end in '/', e.g. roseinfer.kv.append_token/)",
+)
+@click.option(
+    "--launch-skip",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="matching launches to skip",
+)
+@click.option(
+    "--launch-count",
+    type=click.IntRange(min=0),
+    default=None,
+    help="matching launches to profile (default 100, with --from 5 per kernel; 0: all)",
+)
+@click.option(
+    "--set",
+    "section_set",
+    help="ncu section set: basic, detailed, full (default: full, unless --section or --metrics is given)",
+)
+@click.option("--section", "sections", multiple=True, help="an ncu section to collect (repeatable)")
+@click.option(
+    "--metrics", help="ncu metrics to collect, comma-separated (gpu__time_duration.sum is always added)"
+)
+@click.option(
+    "--from", "from_run", metavar="RUN", help="profile the top kernels by GPU time of this nsys or torch run"
+)
+@click.option(
+    "--top", type=click.IntRange(min=1), default=5, show_default=True, help="with --from: how many kernels"
+)
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def ncu(
+    name,
+    kernel,
+    nvtx_include,
+    launch_skip,
+    launch_count,
+    section_set,
+    sections,
+    metrics,
+    from_run,
+    top,
+    open_,
+    traces_dir,
+    dashboards_dir,
+    cmd,
+) -> None:
+    """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
+    command, or the engine benchmark sized for ncu."""
+    from roseprof.api import capture_ncu
+    from roseprof.render.terminal import make_console, print_summary
+
+    outcome = capture_ncu(
+        RunStore(traces_dir),
+        list(cmd) or None,
+        name,
+        kernel,
+        tuple(nvtx_include),
+        launch_skip,
+        launch_count,
+        section_set,
+        tuple(sections),
+        metrics,
+        from_run,
+        top,
+    )
+    print_summary(make_console(), outcome.run, outcome.summary)
+    if outcome.summary is not None:
+        show_dashboard(outcome.run, dashboards_dir, open_)
+    sys.exit(outcome.exit_code)
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--wait", type=int, default=8, show_default=True, help="decode steps skipped before the window")
+@click.option("--warmup", type=int, default=2, show_default=True, help="decode steps profiled and discarded")
+@click.option("--active", type=int, default=128, show_default=True, help="decode steps recorded")
+@click.option(
+    "--with-stack", is_flag=True, help="record Python stacks with every op (slower while recording)"
+)
+@click.option("--cpu-only", is_flag=True, help="CPU activity only, even where CUDA exists")
+@click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@store_options
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, dashboards_dir, cmd) -> None:
+    """Run CMD with torch.profiler on (the built-in engine benchmark when no CMD is given after --).
+
+    The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
+    $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
+    """
+    from roseprof.api import capture_torch
+    from roseprof.render.terminal import make_console, print_summary
+
+    outcome = capture_torch(
+        RunStore(traces_dir), list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only
+    )
+    print_summary(make_console(), outcome.run, outcome.summary)
+    if outcome.summary is not None:
+        show_dashboard(outcome.run, dashboards_dir, open_)
+    sys.exit(outcome.exit_code)

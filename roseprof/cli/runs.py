@@ -1,0 +1,210 @@
+"""The verbs on stored runs and files: import, ls, show, open, export, diff, baseline."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from roseprof.cli.common import EXIT_CODES, cli, show_dashboard, store_options
+from roseprof.cli.vs import VsCommand
+from roseprof.errors import RoseprofError
+from roseprof.run.store import RunStore
+
+
+@cli.command(epilog=EXIT_CODES)
+@click.argument("run")
+@click.option("--format", "fmt", type=click.Choice(["chrome"]), default="chrome", show_default=True)
+@click.option(
+    "-o", "--output", help="the file to write (default: RUN's folder/trace.chrome.json.gz; .gz compresses)"
+)
+@store_options
+def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
+    """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
+    from roseprof.api import export_chrome
+
+    click.echo(str(export_chrome(RunStore(traces_dir), run, output)))
+
+
+@cli.command("import", epilog=EXIT_CODES)
+@click.argument("path")
+@click.option("--name", help="a name for the run (default: the file's name)")
+@click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
+@store_options
+def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
+    """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
+    .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content."""
+    from roseprof.api import import_path
+    from roseprof.render.terminal import make_console, print_summary
+
+    run = import_path(RunStore(traces_dir), path, name, steplog)
+    print_summary(make_console(), run, run.summary())
+    show_dashboard(run, dashboards_dir, False)
+
+
+@cli.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="print the manifests as JSON")
+@store_options
+def ls(as_json, traces_dir, dashboards_dir) -> None:
+    """List the stored runs, oldest first."""
+    from roseprof.render.terminal import make_console, print_runs
+
+    runs = RunStore(traces_dir).runs()
+    if as_json:
+        click.echo(json.dumps([{"id": r.id, **r.manifest} for r in runs], indent=1))
+    else:
+        print_runs(make_console(), runs)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True, help="print summary.json")
+@store_options
+def show(run, as_json, traces_dir, dashboards_dir) -> None:
+    """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
+    from roseprof.render.terminal import make_console, print_summary
+
+    found = RunStore(traces_dir).resolve(run)
+    summary = found.summary() if (found.path / "summary.json").is_file() else None
+    if as_json:
+        if summary is None:
+            raise RoseprofError(f"run {found.id} has no summary.json (status {found.manifest.get('status')})")
+        click.echo(json.dumps(summary, indent=1))
+    else:
+        print_summary(make_console(), found, summary)
+
+
+@cli.command(
+    cls=VsCommand,
+    epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.",
+)
+@click.argument("runs", nargs=-1)
+@click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
+@click.option(
+    "--baseline", metavar="NAME", help="the before side is this baseline's runs: --baseline NAME RUNS"
+)
+@click.option(
+    "--latest", is_flag=True, help="a name means its latest run only (default: all its complete runs)"
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help='print {"a": ..., "b": ..., "verdict": {...}, "metrics": [...]}'
+)
+@click.option(
+    "--fail-on-regression",
+    "threshold",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="PCT",
+    help="exit 1 when a gated metric grew by more than PCT% and significantly",
+)
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="GLOB",
+    help="metrics the gate looks at (repeatable glob; default: step-time and ITL medians and means)",
+)
+@click.option("--allow-incomplete", is_flag=True, help="compare what exists of incomplete or failed runs")
+@click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")
+@store_options
+def diff(
+    runs, vs, baseline, latest, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
+) -> None:
+    """Compare runs before (A) with runs after (B): `diff A B`, `diff A1 A2 --vs B1 B2`, `diff --baseline NAME B`.
+
+    A run id (or unique prefix) is that run; a name is every complete run with that name (--latest: its latest
+    run). Several runs a side are compared with a hierarchical bootstrap (runs, then steps inside each run)."""
+    from roseprof.api import diff_runs
+    from roseprof.render.diff_dashboard import render_diff
+    from roseprof.render.terminal import make_console
+    from roseprof.render.terminal_diff import print_diff
+
+    runs = list(runs)
+    if baseline and vs:
+        raise RoseprofError("give --baseline NAME RUN... or RUN... --vs RUN..., not both")
+    if baseline:
+        refs_a, refs_b = [], runs
+    elif vs:
+        refs_a, refs_b = runs, list(vs)
+    elif len(runs) == 2:
+        refs_a, refs_b = runs[:1], runs[1:]
+    else:
+        refs_a, refs_b = [], []
+    if (not baseline and not refs_a) or not refs_b:
+        raise RoseprofError(
+            "diff needs two sides: `diff A B`, `diff A1 A2 --vs B1 B2` or `diff --baseline NAME B` "
+            f"(got {len(runs)} run reference(s))"
+        )
+    result, samples = diff_runs(
+        RunStore(traces_dir),
+        refs_a,
+        refs_b,
+        threshold,
+        list(metrics) or None,
+        allow_incomplete,
+        latest=latest,
+        baseline=baseline,
+    )
+    result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+    if as_json:
+        click.echo(
+            json.dumps(
+                {k: result[k] for k in ("a", "b", "verdict", "method", "metrics", "kernels", "regressions")},
+                indent=1,
+            )
+        )
+    else:
+        print_diff(make_console(), result, top)
+        click.echo(f"dashboard: {result['dashboard']}")
+    sys.exit(1 if result["regressions"] else 0)
+
+
+@cli.group()
+def baseline() -> None:
+    """Named baselines: sets of runs kept under a name (in the traces folder) to diff against in CI."""
+
+
+@baseline.command("set")
+@click.argument("name")
+@click.argument("runs", nargs=-1, required=True)
+@click.option(
+    "--latest", is_flag=True, help="a run name means its latest run only (default: all its complete runs)"
+)
+@store_options
+def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
+    """Keep RUNS (ids, prefixes or names) under NAME, replacing what NAME meant before."""
+    from roseprof.api import set_baseline
+
+    entry, found = set_baseline(RunStore(traces_dir), name, list(runs), latest)
+    click.echo(f"baseline {name}: {len(found)} run(s): {', '.join(entry['runs'])}")
+
+
+@baseline.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="print baselines.json's entries")
+@store_options
+def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
+    """List the baselines: name, when set, and their runs."""
+    from roseprof.run.baselines import read_all
+
+    entries = read_all(RunStore(traces_dir))
+    if as_json:
+        click.echo(json.dumps(entries, indent=1))
+        return
+    for name, e in sorted(entries.items()):
+        click.echo(f"{name}  {e['created_utc']}  {len(e['runs'])} run(s): {' '.join(e['runs'])}")
+    if not entries:
+        click.echo("no baselines (roseprof baseline set NAME RUN...)")
+
+
+@cli.command("open")
+@click.argument("run")
+@store_options
+def open_(run, traces_dir, dashboards_dir) -> None:
+    """Render RUN's dashboard if missing or stale, and open it (or print its path where there is no display)."""
+    found = RunStore(traces_dir).resolve(run)
+    if not (found.path / "summary.json").is_file():
+        raise RoseprofError(
+            f"run {found.id} has no summary.json (status {found.manifest.get('status')}): nothing to show"
+        )
+    show_dashboard(found, dashboards_dir, True)

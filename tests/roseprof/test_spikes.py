@@ -1,0 +1,159 @@
+"""ITL spike attribution: synthetic step logs (every number known) and a real engine run that injects each cause."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roseprof.analysis.spikes import analyse_spikes, attribute
+from roseprof.workload.steplog import StepLogRecords, read_steplog
+
+MS = 1_000_000
+
+
+def synthetic(step_ms, batch=4, rollovers=None, prefills=(), gc=(), version=1):
+    """A step log of decode steps back to back (step k takes step_ms[k]), every request in every step, each
+    emitting its token at the step's end."""
+    steps, t = [], 0
+    for k, d in enumerate(step_ms):
+        steps.append(
+            {
+                "type": "step",
+                "index": k,
+                "start_ns": t,
+                "end_ns": t + int(d * MS),
+                "batch_size": batch,
+                "rollovers": (rollovers or {}).get(k, 0),
+                "cow": 0,
+                "requests": list(range(batch)),
+            }
+        )
+        t += int(d * MS) + 10_000
+    requests = [
+        {
+            "id": r,
+            "arrival_ns": 0,
+            "token_ns": [0] + [s["end_ns"] for s in steps],
+            "token_step": [-1] + list(range(len(steps))),
+        }
+        for r in range(batch)
+    ]
+    return StepLogRecords(
+        meta={"version": version} if version > 1 else {},
+        steps=steps,
+        prefills=list(prefills),
+        requests=requests,
+        gc=list(gc),
+    )
+
+
+def test_identical_steps_have_no_spikes():
+    summary, causes = analyse_spikes(synthetic([10.0] * 200), None, [], None)
+    assert summary["spike_tokens"] == 0 and summary["causes"] == []
+    assert all(c is None for per_request in causes for c in per_request)
+    # Ordinary jitter (2%) is no spike either: the floor is 25% over the median.
+    jitter = 10.0 * (1 + np.random.default_rng(0).normal(0, 0.02, 200))
+    assert analyse_spikes(synthetic(jitter.tolist()), None, [], None)[0]["spike_tokens"] == 0
+
+
+def test_a_slow_rollover_step_is_a_rollover_spike():
+    step_ms = [10.0] * 100
+    step_ms[40] = 30.0
+    summary, causes = analyse_spikes(synthetic(step_ms, rollovers={40: 4}), None, [], None)
+    assert summary["spike_tokens"] == 4 and summary["spike_steps"] == 1
+    (entry,) = summary["causes"]
+    assert entry["cause"] == "rollover" and entry["share_pct"] == 100
+    assert entry["added_p50_ms"] == pytest.approx(20.0, rel=0.01)
+    assert causes[0][40] == "rollover" and causes[0][39] is None
+    assert summary["listed"][0]["step"] == 40 and summary["listed"][0]["step_record"]["rollovers"] == 4
+
+
+def test_prefill_gc_and_unknown_share_the_excess():
+    step_ms = [10.0] * 100
+    # Step 20's window holds a 15 ms prefill before it; step 60's a 12 ms collection (version 2); step 80 is slow
+    # for no recorded reason.
+    log = synthetic(step_ms)
+    for k, extra in ((20, 15), (60, 12)):
+        for s in log.steps[k:]:
+            s["start_ns"] += extra * MS
+            s["end_ns"] += extra * MS
+    log.steps[80]["end_ns"] += 25 * MS
+    for s in log.steps[81:]:
+        s["start_ns"] += 25 * MS
+        s["end_ns"] += 25 * MS
+    for r in log.requests:
+        r["token_ns"] = [0] + [s["end_ns"] for s in log.steps]
+    t20 = log.steps[19]["end_ns"] + 20_000
+    log.prefills.append({"start_ns": t20, "end_ns": t20 + 15 * MS, "tokens": 100, "requests": [9], "cow": 0})
+    t60 = log.steps[59]["end_ns"] + 20_000
+    log.gc.append({"start_ns": t60, "end_ns": t60 + 12 * MS, "generation": 2, "collected": 5})
+    summary, causes = analyse_spikes(log, None, [], None)
+    by_cause = {c["cause"]: c for c in summary["causes"]}
+    assert set(by_cause) == {"prefill", "gc", "unknown"}
+    assert by_cause["prefill"]["added_p50_ms"] == pytest.approx(15, rel=0.05)
+    assert by_cause["gc"]["added_p50_ms"] == pytest.approx(12, rel=0.05)
+    assert by_cause["unknown"]["added_p50_ms"] == pytest.approx(25, rel=0.05)
+    assert (causes[0][20], causes[0][60], causes[0][80]) == ("prefill", "gc", "unknown")
+
+
+@pytest.fixture(scope="module")
+def engine_log(tmp_path_factory):
+    path = tmp_path_factory.mktemp("spikes") / "steplog.jsonl"
+    script = Path(__file__).with_name("spike_engine_run.py")
+    proc = subprocess.run([sys.executable, script, path], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return read_steplog(str(path))
+
+
+def test_every_injected_cause_is_found_where_it_happened(engine_log):
+    log = engine_log
+    tok, costs = attribute(log)
+    step = tok["step"]
+    # Each cause happened in this run (the step log's own records say so).
+    rollover_steps = {s["index"] for s in log.steps if s["rollovers"]}
+    preempted = {r["id"] for r in log.requests if r.get("preemptions")}
+    assert rollover_steps and preempted and len(log.prefills) >= 6
+    assert any(p["cow"] for p in log.prefills)
+    # Rollovers: exactly the tokens of the steps that rolled over.
+    for k in {int(s) for s in step if s >= 0}:
+        at = step == k
+        assert (costs["rollover"][at] > 0).all() == (k in rollover_steps), k
+    # Batch changes: exactly where the step's batch differs from the previous step's.
+    sizes = [s["batch_size"] for s in log.steps]
+    for k in {int(s) for s in step if s > 0}:
+        assert (costs["batch_change"][step == k] > 0).all() == (sizes[k] != sizes[k - 1]), k
+    # Prefills: every token whose window holds a prefill has it (new or re-admission), no other token does.
+    holds = np.zeros(len(step), dtype=bool)
+    cow_window = np.zeros(len(step), dtype=bool)
+    for p in log.prefills:
+        inside = (tok["start"] < p["end_ns"]) & (p["start_ns"] < tok["end"])
+        holds |= inside
+        if p["cow"]:
+            cow_window |= (tok["start"] <= p["start_ns"]) & (p["end_ns"] <= tok["end"])
+    assert ((costs["prefill"] + costs["readmission"]) > 0).tolist() == holds.tolist()
+    assert cow_window.any() and ((costs["cow"] > 0) == cow_window).all()
+    # Re-admission: the prefill that recomputed a preempted request.
+    assert (costs["readmission"] > 0).any()
+    # The preempted request waited for KV blocks; nobody else did.
+    waited = np.isin(tok["request"], list(preempted)) & (costs["kv_wait"] > 0)
+    assert waited.any() and not ((costs["kv_wait"] > 0) & ~np.isin(tok["request"], list(preempted))).any()
+    # The step after a preemption has the preemption.
+    assert (costs["preemption"] > 0).any()
+    # Python's gc (log version 2): every token whose window holds a recorded collection.
+    if log.version >= 2:
+        assert log.gc
+        for g in log.gc:
+            within = (tok["start"] <= g["start_ns"]) & (g["end_ns"] <= tok["end"])
+            assert (costs["gc"][within] > 0).all()
+
+
+def test_engine_run_summary_is_json_and_consistent(engine_log):
+    summary, causes = analyse_spikes(engine_log, None, [], None)
+    json.dumps(summary, allow_nan=False)
+    assert summary["tokens"] == sum(len(r["token_ns"]) - 1 for r in engine_log.requests)
+    assert sum(c is not None for per in causes for c in per) == summary["spike_tokens"]
+    for c in summary["causes"]:
+        assert 0 < c["tokens"] <= summary["spike_tokens"] and c["added_total_ms"] >= 0
