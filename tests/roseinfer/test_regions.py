@@ -8,7 +8,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from roseinfer import LLM, SamplingParams, tracing
 
-PARTS = {tracing.EMBEDDING, tracing.ATTENTION, tracing.LAYERNORM, tracing.MLP, tracing.LM_HEAD, tracing.ARGMAX}
+PARTS = {
+    tracing.EMBEDDING,
+    tracing.ATTENTION,
+    tracing.LAYERNORM,
+    tracing.MLP,
+    tracing.LM_HEAD,
+    tracing.ARGMAX,
+}
 # Ops that make no kernel (views, metadata, allocation): no graph node, so no region needed.
 NO_KERNEL = {
     "view", "_unsafe_view", "reshape", "slice", "select", "permute", "unbind", "t", "transpose", "expand",
@@ -41,7 +48,9 @@ def region_stack(monkeypatch):
 def test_every_op_of_a_static_decode_step_is_inside_a_part(region_stack):
     llm = LLM("gpt2-tiny", max_batch_size=4)
     llm.engine.use_static_decode(capture=False)
-    llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=3, ignore_eos=True))  # real tables and lengths
+    llm.generate(
+        [[1, 2, 3]] * 3, SamplingParams(max_new_tokens=3, ignore_eos=True)
+    )  # real tables and lengths
     graphs = llm.engine.graphs
     mode = RecordRegions(region_stack)
     with torch.inference_mode(), mode:
