@@ -191,17 +191,23 @@ class KVBlockManager:
         seq.forget_table_row()
 
     def starting_a_block(self, seqs: list[Sequence]) -> list[Sequence]:
-        """The sequences whose next token starts a new block (their cached tokens fill their blocks exactly)."""
+        """The sequences whose next token needs a new block now (their cached tokens fill the blocks they hold
+        exactly; a block reserved ahead of the boundary, `roseinfer.decode_slots`, is held already)."""
         bs = self.block_size
         return [seq for seq in seqs if seq.num_cached == len(seq.block_ids[0]) * bs]
 
-    def append_blocks(self, seqs: list[Sequence]) -> None:
-        """One new last block in every layer for each of `seqs` (a decode step's rollovers, allocated at once)."""
+    def append_blocks(self, seqs: list[Sequence]) -> np.ndarray:
+        """One new last block in every layer for each of `seqs` (a decode step's rollovers, allocated at once, or
+        blocks reserved ahead of them). Returns the new blocks [L, len(seqs)]."""
+        out = np.empty((self.num_layers, len(seqs)), dtype=np.int64)
         if not seqs:
-            return
+            return out
         for layer in range(self.num_layers):
-            for seq, block in zip(seqs, self.allocate_many(layer, len(seqs))):
+            blocks = self.allocate_many(layer, len(seqs))
+            out[layer] = blocks
+            for seq, block in zip(seqs, blocks):
                 seq.block_ids[layer].append(block)
+        return out
 
     def copy_shared_slots(self, seqs: list[Sequence], slot_blocks: np.ndarray) -> list[int]:
         """Copy-on-write where the block receiving a sequence's new token is shared (a partly filled prefix-cache

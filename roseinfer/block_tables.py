@@ -12,6 +12,7 @@ Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from roseinfer.sequence import Sequence
@@ -70,6 +71,13 @@ class BlockTables:
             rows += [self.pad_row] * (pad_to - len(seqs))
         torch.stack(rows, out=self.host[: len(rows)])
         return max(len(seq.block_ids[0]) for seq in seqs)
+
+    def put_blocks(self, rows: np.ndarray, cols: np.ndarray, blocks: np.ndarray) -> None:
+        """One new block per listed row, in every layer, written straight into the host buffer: rows [K] of the
+        batch the buffer holds, cols [K] each block's index in its sequence's lists, blocks [L, K]. One numpy
+        write instead of K cached rows written and the batch restacked; each sequence's cached row catches up
+        (`_row` writes the columns it lacks) when the buffer is next stacked."""
+        self.host_np[rows, :, cols] = blocks.T  # [K, L]
 
     def to_device(self, batch: int) -> None:
         """Copy the first `batch` rows over (one non-blocking copy on CUDA; nothing to do on CPU)."""

@@ -55,6 +55,11 @@ class EngineConfig:
     # With CUDA graphs: prepare and launch the next decode step while the GPU still runs this one (its greedy
     # tokens stay on the device). False: the earlier design, where the host waits for every step's tokens first.
     overlap_decode: bool = True
+    # Static decode (CUDA graphs): reserve a sequence's next KV block during the steps before its last block fills,
+    # a few sequences per step, so a step in which the whole batch starts a block allocates nothing
+    # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
+    # in the step that starts it.
+    blocks_ahead: bool = True
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_batch_size", "prefill_max_batch_size"):

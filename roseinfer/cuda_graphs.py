@@ -22,6 +22,12 @@ the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), 
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about.
 
+Regions at capture time: a replay is one launch, so the regions around it (`roseinfer.model.forward` in the
+runner) cannot say where its GPU time goes. Each bucket is captured inside `roseinfer.model.forward`, with the
+model's part regions open around their kernels (`roseinfer.model`; `roseinfer.argmax` here), on the thread that
+captures: a profiler that records the graph's nodes (nsys `--cuda-graph-trace=node`) then puts every replayed
+kernel in the part that made it, and a step's kernel time adds up over the parts. Replays open none of them.
+
 Without `capture` the same static path runs eagerly: that is how it is checked on CPU (with torch ops there).
 """
 
@@ -36,6 +42,7 @@ from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
 from roseinfer.kv_context import StaticDecodeKV
+from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -103,14 +110,15 @@ class DecodeGraphs:
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
         logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
-        if self.fused:
-            from roseinfer.kernels.argmax import argmax_triton
+        with region(ARGMAX):
+            if self.fused:
+                from roseinfer.kernels.argmax import argmax_triton
 
-            greedy = argmax_triton(logits)  # [bucket]
-        else:
-            greedy = torch.argmax(logits, dim=-1)  # [bucket]
-        ids.copy_(greedy)
-        past.add_(live)
+                greedy = argmax_triton(logits)  # [bucket]
+            else:
+                greedy = torch.argmax(logits, dim=-1)  # [bucket]
+            ids.copy_(greedy)
+            past.add_(live)
         return logits, greedy
 
     @torch.inference_mode()
@@ -122,11 +130,14 @@ class DecodeGraphs:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels
                 for _ in range(2):
-                    self.forward(bucket)
+                    with region(MODEL_FORWARD):
+                        self.forward(bucket)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool):
-                self.outputs[bucket] = self.forward(bucket)
+                # Stream capture records on this thread: every node is made inside forward and its parts.
+                with region(MODEL_FORWARD):
+                    self.outputs[bucket] = self.forward(bucket)
             self.graphs[bucket] = graph
         torch.cuda.synchronize()
 

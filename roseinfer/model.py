@@ -3,6 +3,12 @@
 The model knows nothing of blocks: per layer it hands the new keys/values to `kv.append(layer, k, v)` and asks
 `kv.attend(layer, q, k, v)` for the attention output. `roseinfer.kv_context` implements both for prefill
 (packed variable-length sequences) and decode (one token per sequence).
+
+The forward opens a region around each of its parts (`roseinfer.tracing`: embedding, per layer attention,
+LayerNorms and MLP, then lm_head). Eagerly they split a step's host and GPU time; while a decode step is captured
+in a CUDA graph they are open on the capturing thread as each kernel's graph node is made, which is what lets a
+profiler put every replayed kernel back in its part (roseprof/analysis/graphs.py). With tracing off each costs
+one attribute check and a no-op context manager.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.tracing import KV_APPEND, region
+from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
 
 class KVContext(Protocol):
@@ -50,13 +56,16 @@ class Block(nn.Module):
         all new prompt tokens in prefill). Returns the residual stream after attention and the MLP branch's
         output, not yet added: the caller adds it together with the next LayerNorm (`residual_layer_norm`)."""
         t = x.shape[0]
-        qkv = self.c_attn(h).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
-        q, k, v = qkv.unbind(1)  # each [T, H, D]
-        with region(KV_APPEND):
-            kv.append(layer, k, v)
-        a = kv.attend(layer, q, k, v)  # [T, H, D]
-        x, h = residual_layer_norm(x, self.attn_proj(a.reshape(t, -1)), self.ln_2, fused)
-        return x, self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))
+        with region(ATTENTION):
+            qkv = self.c_attn(h).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+            q, k, v = qkv.unbind(1)  # each [T, H, D]
+            with region(KV_APPEND):
+                kv.append(layer, k, v)
+            a = self.attn_proj(kv.attend(layer, q, k, v).reshape(t, -1))  # [T, C]
+        with region(LAYERNORM):
+            x, h = residual_layer_norm(x, a, self.ln_2, fused)
+        with region(MLP):
+            return x, self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))
 
 
 def residual_layer_norm(
@@ -137,14 +146,20 @@ class GPT2(nn.Module):
         fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs).
         gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
-        x, h = residual_layer_norm(self.wte(ids), self.wpe(positions), blocks[0].ln_1, fused)  # [T, C] each
+        with region(EMBEDDING):
+            tok, pos = self.wte(ids), self.wpe(positions)  # [T, C] each
+        with region(LAYERNORM):
+            x, h = residual_layer_norm(tok, pos, blocks[0].ln_1, fused)  # [T, C] each
         for layer, block in enumerate(blocks):
             x, delta = block(x, h, layer, kv, fused, gelu_epilogue)
             if layer + 1 < len(blocks):
-                x, h = residual_layer_norm(x, delta, blocks[layer + 1].ln_1, fused)
+                with region(LAYERNORM):
+                    x, h = residual_layer_norm(x, delta, blocks[layer + 1].ln_1, fused)
         if last is not None:
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
-        _, h = residual_layer_norm(x, delta, self.ln_f, fused)
-        if self.lm_head_weight is None:
-            return F.linear(h, self.wte.weight)  # tied lm_head: [*, V]
-        return F.linear(h, self.lm_head_weight)[:, : self.cfg.vocab_size]  # [*, V] of [*, V_PAD]
+        with region(LAYERNORM):
+            _, h = residual_layer_norm(x, delta, self.ln_f, fused)
+        with region(LM_HEAD):
+            if self.lm_head_weight is None:
+                return F.linear(h, self.wte.weight)  # tied lm_head: [*, V]
+            return F.linear(h, self.lm_head_weight)[:, : self.cfg.vocab_size]  # [*, V] of [*, V_PAD]

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from roseinfer import tracing
@@ -26,6 +25,7 @@ from roseinfer.block_manager import KVBlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
+from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
 from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.sampler import sample
@@ -108,10 +108,8 @@ class ModelRunner:
         self.scale = 1.0 / math.sqrt(mc.head_dim)
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.graphs: DecodeGraphs | None = None
-        # Static path: the batch and bucket the device tables hold now, and their slot blocks [L, B].
-        self._static_batch: list[Sequence] = []
-        self._static_rows = 0
-        self._static_slots = np.zeros((mc.n_layer, 0), dtype=np.int64)
+        # Static path: each new token's KV slot reserved on the host before the step.
+        self.slots = DecodeSlots(self.mgr, self.tables, cfg.blocks_ahead, self._host_buffers_free)
         if cfg.cuda_graph:
             self.use_static_decode(capture=True)
 
@@ -254,37 +252,9 @@ class ModelRunner:
         return rollovers, cow, logits, greedy, kv_tokens
 
     def _reserve_decode_slots(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
-        """Static path: give every sequence the KV slot of its new token before the step, so the step itself is
-        device work only. Builds the host block tables (padded to `rows`) when they changed; returns
-        (rollovers, copy-on-writes, tables changed).
-
-        In most steps nothing changed: the same sequences in the same rows, none starting a block. Then the
-        tables on the device are still right and only the fill counts move (the slots are read from the tables
-        on the device), which keeps this off the host's critical path (186 us -> see docs/BENCHMARKS.md)."""
-        mgr = self.mgr
-        starting = mgr.starting_a_block(seqs)
-        past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
-        same = not starting and rows == self._static_rows and seqs == self._static_batch
-        cow = 0
-        if not same:
-            self._host_buffers_free()
-            mgr.append_blocks(starting)
-            self.tables.build(seqs, pad_to=rows)
-            slot_blocks = self._slot_blocks(seqs, past)
-            copied = mgr.copy_shared_slots(seqs, slot_blocks)  # shared, partly filled blocks
-            cow = len(copied)
-            if cow:
-                for row in copied:
-                    seqs[row].forget_table_row()
-                self.tables.build(seqs, pad_to=rows)
-                slot_blocks = self._slot_blocks(seqs, past)
-            self._static_batch, self._static_rows, self._static_slots = list(seqs), rows, slot_blocks
-        mgr.fill_slots(self._static_slots, past)
-        return len(starting), cow, not same
-
-    def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
-        """[L, B] block that receives each sequence's new token, read from the host tables."""
-        return self.tables.host_np[np.arange(len(seqs)), :, past // self.cfg.block_size].T
+        """Static path: every sequence's KV slot reserved before the step, host tables padded to `rows`
+        (`roseinfer.decode_slots`); returns (rollovers, copy-on-writes, tables changed)."""
+        return self.slots.reserve(seqs, rows)
 
     def _stage_inputs(self, seqs: list[Sequence], rows: int) -> None:
         """Token ids, past lengths and live flags into the input buffer; rows beyond the batch are padding

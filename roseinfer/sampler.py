@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from roseinfer.tracing import ARGMAX, region
+
 
 def sample(
     logits: torch.Tensor,  # [B, V]
@@ -13,7 +15,8 @@ def sample(
     greedy: torch.Tensor | None = None,  # [B] argmax of the logits where the step computed it already
 ) -> list[int]:
     if greedy is None:
-        greedy = torch.argmax(logits, dim=-1)  # [B]
+        with region(ARGMAX):
+            greedy = torch.argmax(logits, dim=-1)  # [B]
     if all(t == 0 for t in temperatures):
         return greedy.tolist()
     t = torch.tensor([max(x, 1e-6) for x in temperatures], device=logits.device, dtype=torch.float32)

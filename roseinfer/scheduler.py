@@ -91,8 +91,9 @@ class Scheduler:
         self.mgr.release(seq)
 
     def _blocks_needed(self) -> int:
-        """Blocks the next decode step takes: one per running sequence whose new token starts a block."""
-        return sum(1 for s in self.running if s.num_cached % self.cfg.block_size == 0)
+        """Blocks the next decode step takes: one per running sequence whose new token starts a block it does not
+        hold yet (blocks reserved ahead of the boundary are held already)."""
+        return len(self.mgr.starting_a_block(self.running))
 
     def _preempt_newest(self) -> None:
         seq = self.running.pop()

@@ -27,6 +27,17 @@ KV_APPEND = "roseinfer.kv.append_token"
 PREFILL = "roseinfer.prefill"
 SAMPLE = "roseinfer.sample"
 SCHEDULER_STEP = "roseinfer.scheduler.step"
+# The parts of the model's forward (eager steps, prefill, and while a decode step is captured in a CUDA graph, so
+# that a replay's kernels can be attributed to them): the token and position embeddings; per layer the attention
+# (QKV projection, KV append, attention, output projection), every residual add + LayerNorm (ln_1, ln_2, and the
+# final ln_f) and the MLP; then the lm_head GEMM and the greedy argmax (in a graph also the next step's inputs
+# written from it).
+EMBEDDING = "roseinfer.embedding"
+ATTENTION = "roseinfer.layer.attention"
+LAYERNORM = "roseinfer.layer.layernorm"
+MLP = "roseinfer.layer.mlp"
+LM_HEAD = "roseinfer.lm_head"
+ARGMAX = "roseinfer.argmax"
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,
@@ -36,6 +47,12 @@ REGION_NAMES = (
     PREFILL,
     SAMPLE,
     SCHEDULER_STEP,
+    EMBEDDING,
+    ATTENTION,
+    LAYERNORM,
+    MLP,
+    LM_HEAD,
+    ARGMAX,
 )
 # The regions a decode step is broken down into (dashboards stack them per step), in display order.
 STEP_BREAKDOWN = (BUILD_BLOCK_TABLES, H2D_BLOCK_TABLES, MODEL_FORWARD, KV_APPEND, SAMPLE)

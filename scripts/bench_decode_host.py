@@ -6,7 +6,10 @@ host waits for the GPU.
     python scripts/bench_decode_host.py --device cuda --model gpt2 --batch 64 --new-tokens 256
 
 With CUDA graphs the GPU idles while the host prepares the next step (nsys showed ~0.56 ms idle per 1.5 ms step
-on workload (a)); this says which part of that is which.
+on workload (a)); this says which part of that is which. The slot reservation (`runner.reserve_decode_slots`,
+where rollover blocks are allocated) is also given apart for the steps in which the batch starts blocks, the steps
+whose host tables changed otherwise (blocks reserved ahead) and the rest; `--no-blocks-ahead` measures the
+earlier design. On CPU the static path runs without capture (equal one-token prompts: the batch in lock-step).
 """
 
 import argparse
@@ -24,6 +27,7 @@ def main() -> None:
     p.add_argument("--model", default="gpt2-tiny")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--no-blocks-ahead", action="store_true", help="the earlier rollover design")
     a = p.parse_args()
     cuda = a.device == "cuda"
     tracing.configure(nvtx=False, record_function=False)
@@ -35,6 +39,7 @@ def main() -> None:
         prefill_max_batch_size=a.batch,
         paged_attn=cuda,
         cuda_graph=cuda,
+        blocks_ahead=not a.no_blocks_ahead,
     )
     engine = llm.engine
     if engine.graphs is None:
@@ -43,6 +48,17 @@ def main() -> None:
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
     times: dict[str, list[int]] = {}
     engine.time_parts(times)
+    reserve_by_kind: dict[str, list[int]] = {"rollover": [], "tables changed": [], "other": []}
+    reserve = engine.runner._reserve_decode_slots
+
+    def timed_reserve(seqs, rows):
+        t0 = time.perf_counter_ns()
+        out = reserve(seqs, rows)
+        kind = "rollover" if out[0] else "tables changed" if out[2] else "other"
+        reserve_by_kind[kind].append(time.perf_counter_ns() - t0)
+        return out
+
+    engine.runner._reserve_decode_slots = timed_reserve
     llm.generate(prompts, SamplingParams(max_new_tokens=a.new_tokens, ignore_eos=True))
     steps = len(times["graphs.run"])
     print(f"{a.model} {a.device} batch {a.batch}: {steps} decode steps, median per step (us)")
@@ -51,6 +67,14 @@ def main() -> None:
     for name, values in times.items():
         if len(values) >= steps:
             print(f"| {name} | {np.median(values[-steps:]) / 1e3:.1f} |")
+    design = "at the boundary (--no-blocks-ahead)" if a.no_blocks_ahead else "ahead"
+    print(f"\nreserve_decode_slots by step, rollover blocks allocated {design}:")
+    print("| steps | count | host us p50 | p99 | max |")
+    print("|---|---|---|---|---|")
+    for kind, values in reserve_by_kind.items():
+        if values:
+            v = np.asarray(values) / 1e3
+            print(f"| {kind} | {len(v)} | {np.median(v):.1f} | {np.percentile(v, 99):.1f} | {v.max():.1f} |")
     if cuda:
         bucket = engine.graphs.bucket_for(a.batch)
         engine.runner.freeze_static_inputs(bucket)  # replays below must not advance the past lengths

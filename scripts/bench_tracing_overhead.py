@@ -42,7 +42,9 @@ def main() -> None:
     steps = llm.engine.decode_steps - steps0
     step_ns = llm.engine.stats["decode_ns"] / steps
     layers = llm.engine.model_cfg.n_layer
-    per_step = 6 + layers  # scheduler.step, decode_step, build, h2d, forward, sample + kv.append per layer
+    # scheduler.step, decode_step, build, h2d, forward, sample, argmax, embedding, the first layernorm, lm_head;
+    # per layer attention, kv.append, mlp and two layernorms (ln_2, then the next ln_1 or ln_f)
+    per_step = 10 + 5 * layers
     print(
         f"torch {torch.__version__}, gpt2-tiny, batch 16: decode step {step_ns / 1e3:.0f} µs, {per_step} regions per step"
     )

@@ -83,6 +83,12 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         action="store_true",
         help="earlier design: with --cuda-graph, wait for each step's tokens before preparing the next",
     )
+    p.add_argument(
+        "--no-blocks-ahead",
+        action="store_true",
+        help="earlier design: with --cuda-graph, allocate each KV block in the step that starts it (all of a "
+        "lock-step batch at once)",
+    )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -136,6 +142,7 @@ def engine_config(args) -> EngineConfig:
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
         overlap_decode=not args.no_overlap_decode,
+        blocks_ahead=not args.no_blocks_ahead,
     )
 
 

@@ -17,6 +17,14 @@ KV_APPEND = "roseinfer.kv.append_token"
 PREFILL = "roseinfer.prefill"
 SAMPLE = "roseinfer.sample"
 SCHEDULER_STEP = "roseinfer.scheduler.step"
+# The model's parts, open in eager steps and while a decode step is captured in a CUDA graph (graph-replayed
+# kernels are attributed to them through the trace's graph nodes).
+EMBEDDING = "roseinfer.embedding"
+ATTENTION = "roseinfer.layer.attention"
+LAYERNORM = "roseinfer.layer.layernorm"
+MLP = "roseinfer.layer.mlp"
+LM_HEAD = "roseinfer.lm_head"
+ARGMAX = "roseinfer.argmax"
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,
@@ -26,6 +34,12 @@ REGION_NAMES = (
     PREFILL,
     SAMPLE,
     SCHEDULER_STEP,
+    EMBEDDING,
+    ATTENTION,
+    LAYERNORM,
+    MLP,
+    LM_HEAD,
+    ARGMAX,
 )
 # An NVTX mark at a KV-block rollover: without a step log, a step that contains one is a rollover step.
 ROLLOVER_MARK = "roseinfer.kv.rollover"
@@ -65,7 +79,9 @@ STEPLOG_FILE = "steplog.jsonl"  # where a capture asks the engine to write its s
 
 
 def default_command(device: str | None = None) -> list[str]:
-    """The built-in engine benchmark, sized for the machine: tens of seconds on CPU, GPT-2 small on a GPU."""
+    """The built-in engine benchmark, sized for the machine: tens of seconds on CPU; on a GPU, GPT-2 small on the
+    fast path users run (`--paged-attn --cuda-graph`: the Triton attention kernel, each decode step one CUDA graph
+    replay, whose kernels roseprof attributes to the regions open when the graph was captured)."""
     if device is None:
         try:
             import torch
@@ -97,6 +113,8 @@ def default_command(device: str | None = None) -> list[str]:
             "64",
             "--max-new-tokens",
             "256",
+            "--paged-attn",
+            "--cuda-graph",
         ]
     return common + [
         "--hf-model-id",

@@ -13,6 +13,14 @@ def test_region_names_agree():
         "MODEL_FORWARD",
         "KV_APPEND",
         "SAMPLE",
+        "PREFILL",
+        "SCHEDULER_STEP",
+        "EMBEDDING",
+        "ATTENTION",
+        "LAYERNORM",
+        "MLP",
+        "LM_HEAD",
+        "ARGMAX",
     ):
         assert getattr(mirror, name) == getattr(tracing, name)
 
@@ -34,3 +42,14 @@ def test_step_log_version_agrees():
     from roseprof.workload import steplog
 
     assert steplog.STEPLOG_VERSION == tracing.STEPLOG_VERSION
+
+
+def test_default_gpu_command_is_the_fast_path_and_parses():
+    from roseinfer.bench.common import build_parser, engine_config, parse
+
+    cmd = mirror.default_command("cuda")
+    assert cmd[1:3] == ["-m", "roseinfer.benchmark_streaming"]
+    assert "--paged-attn" in cmd and "--cuda-graph" in cmd
+    cfg = engine_config(parse(build_parser("benchmark_streaming", "", "online"), cmd[3:]))
+    assert cfg.device == "cuda" and cfg.paged_attn and cfg.cuda_graph and cfg.overlap_decode
+    assert "--cuda-graph" not in mirror.default_command("cpu")

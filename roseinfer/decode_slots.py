@@ -1,0 +1,142 @@
+"""The static decode path's host side: every new token's KV slot reserved before the step, so that the step
+itself (a CUDA graph replay) is device work only.
+
+Before a step the host gives each sequence the block its new token goes to, keeps the host block tables (padded
+to the graph's bucket) in line with the block lists, and counts the token as written in the block manager's fill
+counts. In most steps nothing but the fill counts moves: the same sequences in the same rows, none starting a
+block; the tables on the device are still right and the slots are read from them there.
+
+Rollovers, two designs (`EngineConfig.blocks_ahead`):
+- at the boundary (the earlier design, `blocks_ahead=False`): a sequence's next block is allocated in the step
+  whose token starts it, and the tables are rebuilt. When the whole batch started a block in the same step (equal
+  prompts decode in lock-step) that step did all of it at once: 64 sequences x 12 layers of allocation (~400 us
+  on the CPU machine), 64 table rows written and restacked (~330 us) and a copy-on-write scan, ~0.84 ms in all,
+  longer than the GPU's step, which then waited (docs/BENCHMARKS.md);
+- ahead (the default): a sequence's next block is reserved during the half block of steps before its last block
+  fills, a few sequences per step (the batch over a quarter block's steps), written straight into the host
+  tables' rows (one numpy write, no restack); the step that starts the block then only moves the slots. The same
+  host work, spread where the overlapped decode hides it behind the GPU's step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from roseinfer.block_manager import KVBlockManager
+from roseinfer.block_tables import BlockTables
+from roseinfer.sequence import Sequence
+
+
+class DecodeSlots:
+    def __init__(
+        self,
+        mgr: KVBlockManager,
+        tables: BlockTables,
+        blocks_ahead: bool,
+        host_buffers_free: Callable[[], None],  # waits until the last host-to-device copy read the tables
+    ) -> None:
+        self.mgr = mgr
+        self.tables = tables
+        self.blocks_ahead = blocks_ahead
+        self.host_buffers_free = host_buffers_free
+        self.block_size = mgr.block_size
+        # Reserve a sequence's next block once at most `horizon` free slots are left in its blocks.
+        self.horizon = max(1, self.block_size // 2)
+        # The batch the host tables hold now, its bucket rows, each sequence's slot block per layer [L, B] and
+        # (blocks ahead) how many blocks each holds [B]: only this class adds blocks to a sequence of that batch.
+        self.batch: list[Sequence] = []
+        self.rows = 0
+        self.slots = np.zeros((mgr.num_layers, 0), dtype=np.int64)
+        self.held = np.zeros(0, dtype=np.int64)
+
+    def reserve(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
+        """Give every sequence the KV slot of its new token; the host tables padded to `rows`. Returns
+        (sequences whose token starts a block, copy-on-writes, host tables changed)."""
+        past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+        rollovers = int(np.count_nonzero(past % self.block_size == 0))
+        if self.blocks_ahead:
+            cow, changed = self._reserve_ahead(seqs, rows, past, rollovers)
+        else:
+            cow, changed = self._reserve_at_boundary(seqs, rows, past)
+        self.mgr.fill_slots(self.slots, past)
+        return rollovers, cow, changed
+
+    def _reserve_at_boundary(self, seqs: list[Sequence], rows: int, past: np.ndarray) -> tuple[int, bool]:
+        starting = self.mgr.starting_a_block(seqs)
+        if not starting and rows == self.rows and seqs == self.batch:
+            return 0, False
+        return self._rebuild(seqs, rows, past, starting), True
+
+    def _reserve_ahead(
+        self, seqs: list[Sequence], rows: int, past: np.ndarray, rollovers: int
+    ) -> tuple[int, bool]:
+        same = rows == self.rows and seqs == self.batch
+        if same:
+            held = self.held
+        else:
+            held = np.fromiter((len(s.block_ids[0]) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+        room = held * self.block_size - past  # [B] free slots in the blocks held; 0: this token needs one now
+        if same and room.min() > self.horizon:  # most steps: no block needed now or soon
+            starting = ahead = np.zeros(0, dtype=np.int64)
+        else:
+            starting = np.flatnonzero(room == 0)  # not reserved in time (just admitted, or a tight pool)
+            ahead = self._due(seqs, held, room, len(starting))
+        if len(starting) or not same:
+            new = [seqs[i] for i in np.concatenate([starting, ahead])]
+            cow = self._rebuild(seqs, rows, past, new)
+            held[starting] += 1
+            held[ahead] += 1
+            self.held = held
+            return cow, True
+        changed = len(ahead) > 0
+        if changed:
+            self.host_buffers_free()
+            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
+            self.tables.put_blocks(ahead, held[ahead], blocks)
+            held[ahead] += 1
+        if rollovers:
+            # Their blocks were reserved ahead: fresh, held by one sequence (no copy-on-write); only the slots move.
+            self.slots = self._slot_blocks(seqs, past)
+        return 0, changed
+
+    def _due(self, seqs: list[Sequence], held: np.ndarray, room: np.ndarray, starting: int) -> np.ndarray:
+        """Rows whose next block to reserve now: at most `horizon` free slots left, nearest first, a few per step
+        (the whole batch in half the horizon), only if the sequence will write into it, and never the free
+        blocks the scheduler keeps in reserve (one per running sequence)."""
+        due = np.flatnonzero((room > 0) & (room <= self.horizon))
+        if not len(due):
+            return due
+        budget = -(-len(seqs) // max(1, self.horizon // 2))
+        budget = min(budget, self.mgr.num_free() - len(seqs) - starting)
+        keep: list[int] = []
+        for i in due[np.argsort(room[due], kind="stable")].tolist():
+            if len(keep) >= budget:
+                break
+            seq = seqs[i]
+            # The last token a sequence writes to the cache is its next-to-last one.
+            if held[i] * self.block_size <= len(seq.prompt_ids) + seq.params.max_new_tokens - 2:
+                keep.append(i)
+        return np.array(keep, dtype=np.int64)
+
+    def _rebuild(self, seqs: list[Sequence], rows: int, past: np.ndarray, new: list[Sequence]) -> int:
+        """Allocate a new last block for each of `new`, rebuild the host tables for the batch and work out its
+        slots (copy-on-write where a slot's block is shared). Returns the copy-on-writes."""
+        mgr = self.mgr
+        self.host_buffers_free()
+        mgr.append_blocks(new)
+        self.tables.build(seqs, pad_to=rows)
+        slots = self._slot_blocks(seqs, past)
+        copied = mgr.copy_shared_slots(seqs, slots)  # shared, partly filled blocks
+        if copied:
+            for row in copied:
+                seqs[row].forget_table_row()
+            self.tables.build(seqs, pad_to=rows)
+            slots = self._slot_blocks(seqs, past)
+        self.batch, self.rows, self.slots = list(seqs), rows, slots
+        return len(copied)
+
+    def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
+        """[L, B] block that receives each sequence's new token, read from the host tables."""
+        return self.tables.host_np[np.arange(len(seqs)), :, past // self.block_size].T
