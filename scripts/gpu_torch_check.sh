@@ -6,7 +6,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-torch-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # keeps wheels installed beside (plotly, nvtx)
 TR=/tmp/torch-traces DB=/tmp/torch-dash
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/machine.txt"
 ENGINE="python3 -m roseinfer.benchmark_streaming --hf-model-id gpt2 --device cuda --num-requests 64 --max-batch-size 64
@@ -21,7 +21,9 @@ for variant in paged-attn cuda-graph; do
   cp "$run/manifest.json" "$OUT/torch-$variant-manifest.json"
   cp "$run"/raw/torch/trace.json.gz "$OUT/torch-$variant-trace.json.gz"
   python3 -m roseprof export "$(basename "$run")" --traces-dir $TR -o "$OUT/torch-$variant.perfetto.json.gz"
-  python3 scripts/screenshot_dashboard.py "$DB/$(basename "$run").html" "$OUT/dashboard-torch-$variant.png"
+  cp "$DB/$(basename "$run").html" "$OUT/dashboard-torch-$variant.html"
+  python3 scripts/screenshot_dashboard.py "$DB/$(basename "$run").html" "$OUT/dashboard-torch-$variant.png" \
+    || echo "no screenshot here (no Chromium): take one from dashboard-torch-$variant.html elsewhere"
   # What torch.profiler shows of graph replays: the launching calls and how many kernels each launched.
   python3 - "$run" > "$OUT/torch-$variant-launches.txt" <<'PY'
 import sys, collections
