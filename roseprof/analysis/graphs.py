@@ -25,7 +25,10 @@ def capture_sites(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     tid = t.copy()
     if not len(nodes) or not (ops.graph_node >= 0).any():
         return t, tid
-    order = np.argsort(nodes.node, kind="stable")
+    # nsys writes a node id twice when a node is cloned at instantiation: once made, once as the clone of its
+    # original (seen with nsys 2025.3: tests/data/nsys/h100-nsys2025.3-roseinfer-graphs.sqlite). Look up the
+    # clone record first, so the original's capture site is followed.
+    order = np.lexsort((-nodes.original, nodes.node))
     keys = nodes.node[order]
 
     def lookup(ids: np.ndarray) -> np.ndarray:
