@@ -111,8 +111,14 @@ class KVBlockManager:
             key = key_of.pop(block, None)
             if key is not None:
                 del cached[key]
-        self.refcount[layer, blocks] = 1
-        self.fill[layer, blocks] = 0
+        if n > 8:
+            self.refcount[layer, blocks] = 1
+            self.fill[layer, blocks] = 0
+        else:  # a few blocks (reserved ahead): element writes, 5x cheaper than indexing with a list here
+            rc, fill = self.refcount[layer], self.fill[layer]
+            for block in blocks:
+                rc[block] = 1
+                fill[block] = 0
         return blocks
 
     def free(self, layer: int, block_ids: list[int]) -> None:
@@ -199,15 +205,15 @@ class KVBlockManager:
     def append_blocks(self, seqs: list[Sequence]) -> np.ndarray:
         """One new last block in every layer for each of `seqs` (a decode step's rollovers, allocated at once, or
         blocks reserved ahead of them). Returns the new blocks [L, len(seqs)]."""
-        out = np.empty((self.num_layers, len(seqs)), dtype=np.int64)
         if not seqs:
-            return out
+            return np.zeros((self.num_layers, 0), dtype=np.int64)
+        per_layer = []
         for layer in range(self.num_layers):
             blocks = self.allocate_many(layer, len(seqs))
-            out[layer] = blocks
+            per_layer.append(blocks)
             for seq, block in zip(seqs, blocks):
                 seq.block_ids[layer].append(block)
-        return out
+        return np.array(per_layer, dtype=np.int64)
 
     def copy_shared_slots(self, seqs: list[Sequence], slot_blocks: np.ndarray) -> list[int]:
         """Copy-on-write where the block receiving a sequence's new token is shared (a partly filled prefix-cache

@@ -9,9 +9,10 @@ block; the tables on the device are still right and the slots are read from them
 Rollovers, two designs (`EngineConfig.blocks_ahead`):
 - at the boundary (the earlier design, `blocks_ahead=False`): a sequence's next block is allocated in the step
   whose token starts it, and the tables are rebuilt. When the whole batch started a block in the same step (equal
-  prompts decode in lock-step) that step did all of it at once: 64 sequences x 12 layers of allocation (~400 us
-  on the CPU machine), 64 table rows written and restacked (~330 us) and a copy-on-write scan, ~0.84 ms in all,
-  longer than the GPU's step, which then waited (docs/BENCHMARKS.md);
+  prompts decode in lock-step) that step did all of it at once: 64 sequences x 12 layers of allocation (~300 us
+  on the CPU machine), 64 table rows written and restacked (~150 us) and a copy-on-write scan, ~0.5 ms in all
+  there and ~1 ms under nsys on the H100's host, longer than the GPU's step, which then waited
+  (docs/BENCHMARKS.md, scripts/bench_rollover_host.py);
 - ahead (the default): a sequence's next block is reserved during the half block of steps before its last block
   fills, a few sequences per step (the batch over a quarter block's steps), written straight into the host
   tables' rows (one numpy write, no restack); the step that starts the block then only moves the slots. The same
