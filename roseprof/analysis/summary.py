@@ -15,7 +15,7 @@ SUMMARY_SCHEMA = 1
 
 def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it."""
-    warnings: list[str] = []
+    warnings: list[str] = list(trace.warnings)
     start, end, tid = trace.ranges.start, trace.ranges.end, trace.ranges.tid
     tree = build_tree(start, end, tid)
     gpu = attribute_gpu_ops(
@@ -70,7 +70,9 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     if is_kernel.any():
         k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
-        k_region = np.where(k_range >= 0, trace.ranges.name[np.maximum(k_range, 0)], -1)
+        # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
+        k_region = np.full(len(k_range), -1, dtype=np.int64)
+        k_region[k_range >= 0] = trace.ranges.name[k_range[k_range >= 0]]
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
         key = k_name * (len(trace.names) + 2) + (k_region + 1)
         pct = group_percentiles(key, k_dur, qs=(50,))

@@ -20,7 +20,18 @@ def run_dirs(traces):
 
 def test_import_show_ls(tmp_path):
     traces = tmp_path / "traces"
-    proc = roseprof("import", DECODE, "--name", "gpu", "--steplog", DECODE_LOG, "--traces-dir", traces)
+    proc = roseprof(
+        "import",
+        DECODE,
+        "--name",
+        "gpu",
+        "--steplog",
+        DECODE_LOG,
+        "--traces-dir",
+        traces,
+        "--dashboards-dir",
+        tmp_path / "d",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "roseinfer.decode_step" in proc.stdout and "run folder:" in proc.stdout
     (run,) = run_dirs(traces)
@@ -37,12 +48,17 @@ def test_import_show_ls(tmp_path):
     ):
         assert (run / name).exists(), name
 
-    shown = roseprof("show", "gpu", "--json", "--traces-dir", traces)  # by name
+    shown = roseprof(
+        "show", "gpu", "--json", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"
+    )  # by name
     assert shown.returncode == 0, shown.stderr
     summary = json.loads(shown.stdout)
     assert summary == json.loads((run / "summary.json").read_text())
     assert summary["steps"]["count"] == 71
-    assert roseprof("show", run.name[:20], "--traces-dir", traces).returncode == 0  # by unique prefix
+    assert (
+        roseprof("show", run.name[:20], "--traces-dir", traces, "--dashboards-dir", tmp_path / "d").returncode
+        == 0
+    )  # by unique prefix
 
     listed = roseprof("ls", "--json", env={"ROSEPROF_TRACES_DIR": str(traces)})  # the environment variable
     assert [r["id"] for r in json.loads(listed.stdout)] == [run.name]
@@ -51,9 +67,18 @@ def test_import_show_ls(tmp_path):
 def test_name_means_the_latest_run(tmp_path):
     traces = tmp_path / "t"
     for _ in range(2):
-        assert roseprof("import", MATMUL, "--name", "mm", "--traces-dir", traces).returncode == 0
-    runs = json.loads(roseprof("ls", "--json", "--traces-dir", traces).stdout)
-    shown = json.loads(roseprof("show", "mm", "--json", "--traces-dir", traces).stdout)
+        assert (
+            roseprof(
+                "import", MATMUL, "--name", "mm", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"
+            ).returncode
+            == 0
+        )
+    runs = json.loads(
+        roseprof("ls", "--json", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d").stdout
+    )
+    shown = json.loads(
+        roseprof("show", "mm", "--json", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d").stdout
+    )
     assert shown["run_id"] == runs[-1]["id"]
 
 
@@ -63,7 +88,16 @@ def test_concurrent_imports_do_not_collide(tmp_path):
     threads = [
         threading.Thread(
             target=lambda: results.append(
-                roseprof("import", MATMUL, "--name", "same", "--traces-dir", traces)
+                roseprof(
+                    "import",
+                    MATMUL,
+                    "--name",
+                    "same",
+                    "--traces-dir",
+                    traces,
+                    "--dashboards-dir",
+                    tmp_path / "d",
+                )
             )
         )
         for _ in range(3)
@@ -78,10 +112,16 @@ def test_concurrent_imports_do_not_collide(tmp_path):
 
 def test_unknown_and_ambiguous_runs(tmp_path):
     traces = tmp_path / "t"
-    assert_one_line_error(roseprof("show", "nope", "--traces-dir", traces), 2, "no run 'nope'")
+    assert_one_line_error(
+        roseprof("show", "nope", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"),
+        2,
+        "no run 'nope'",
+    )
     for _ in range(2):
-        roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces)
-    assert_one_line_error(roseprof("show", "2", "--traces-dir", traces), 2, "ambiguous")
+        roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d")
+    assert_one_line_error(
+        roseprof("show", "2", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"), 2, "ambiguous"
+    )
 
 
 def _bad_files(tmp_path):
@@ -119,7 +159,7 @@ def _bad_files(tmp_path):
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     traces = tmp_path / "traces"
     for path, message in _bad_files(tmp_path):
-        proc = roseprof("import", path, "--traces-dir", traces)
+        proc = roseprof("import", path, "--traces-dir", traces, "--dashboards-dir", tmp_path / "d")
         assert_one_line_error(proc, 2, message)
         assert run_dirs(traces) == [], f"{path.name} left a run folder behind"
 
