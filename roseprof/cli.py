@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
 
-from roseprof.errors import RoseprofError
-from roseprof.run.store import RunStore
+from roseprof.errors import RoseprofError, one_line
+from roseprof.render.safe_text import plain
+from roseprof.run.store import RunStore, damage_is_one_line
 
 EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
 
@@ -58,9 +60,9 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, traces_dir, dashboards
     from roseprof.render.terminal import make_console, print_summary
 
     outcome = capture_nsys(RunStore(traces_dir), list(cmd) or None, name, trace, capture_range, nvtx_capture)
-    print_summary(make_console(), outcome.run, outcome.summary)
+    _after_storing(outcome.run, lambda: print_summary(make_console(), outcome.run, outcome.summary))
     if outcome.summary is not None:
-        _dashboard(outcome.run, dashboards_dir, open_)
+        _after_storing(outcome.run, lambda: _dashboard(outcome.run, dashboards_dir, open_))
     sys.exit(outcome.exit_code)
 
 
@@ -75,8 +77,8 @@ def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
     from roseprof.render.terminal import make_console, print_summary
 
     run = import_path(RunStore(traces_dir), path, name, steplog)
-    print_summary(make_console(), run, run.summary())
-    _dashboard(run, dashboards_dir, False)
+    _after_storing(run, lambda: print_summary(make_console(), run, run.summary()))
+    _after_storing(run, lambda: _dashboard(run, dashboards_dir, False))
 
 
 @cli.command("ls")
@@ -102,13 +104,16 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     from roseprof.render.terminal import make_console, print_summary
 
     found = RunStore(traces_dir).resolve(run)
-    summary = found.summary() if (found.path / "summary.json").is_file() else None
-    if as_json:
-        if summary is None:
-            raise RoseprofError(f"run {found.id} has no summary.json (status {found.manifest.get('status')})")
-        click.echo(json.dumps(summary, indent=1))
-    else:
-        print_summary(make_console(), found, summary)
+    with damage_is_one_line(found):
+        summary = found.summary() if (found.path / "summary.json").is_file() else None
+        if as_json:
+            if summary is None:
+                raise RoseprofError(
+                    f"run {found.id} has no summary.json (status {found.manifest.get('status')})"
+                )
+            click.echo(json.dumps(summary, indent=1))
+        else:
+            print_summary(make_console(), found, summary)
 
 
 @cli.command(epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.")
@@ -119,6 +124,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     "--fail-on-regression",
     "threshold",
     type=click.FloatRange(min=0),
+    callback=lambda ctx, param, v: _finite(param, v),
     default=None,
     metavar="PCT",
     help="exit 1 when a gated metric grew by more than PCT% and significantly",
@@ -141,10 +147,15 @@ def diff(
     from roseprof.render.diff_dashboard import render_diff
     from roseprof.render.terminal import make_console, print_diff
 
-    result, samples = diff_runs(
-        RunStore(traces_dir), run_a, run_b, threshold, list(metrics) or None, allow_incomplete
-    )
-    result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+    store = RunStore(traces_dir)
+    with damage_is_one_line(run_a, run_b):
+        result, samples = diff_runs(store, run_a, run_b, threshold, list(metrics) or None, allow_incomplete)
+    # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.
+    try:
+        result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+    except OSError as e:
+        result["dashboard"] = None
+        _warn(f"diff dashboard not written ({_os_error(e)})")
     if as_json:
         click.echo(
             json.dumps(
@@ -153,7 +164,8 @@ def diff(
         )
     else:
         print_diff(make_console(), result, top)
-        click.echo(f"dashboard: {result['dashboard']}")
+        if result["dashboard"]:
+            click.echo(f"dashboard: {result['dashboard']}")
     sys.exit(1 if result["regressions"] else 0)
 
 
@@ -168,7 +180,11 @@ def _dashboard(run, dashboards_dir, open_browser: bool) -> None:
         return
     from roseprof.render.system_browser import open_in_browser
 
-    path = ensure_dashboard(run, dashboards_dir)
+    with damage_is_one_line(run):
+        try:
+            path = ensure_dashboard(run, dashboards_dir)
+        except OSError as e:
+            raise RoseprofError(f"dashboard not written to {dashboards_dir} ({_os_error(e)})") from None
     click.echo(f"dashboard: {path}")
     if open_browser:
         open_in_browser(path)
@@ -187,6 +203,39 @@ def open_(run, traces_dir, dashboards_dir) -> None:
     _dashboard(found, dashboards_dir, True)
 
 
+def _after_storing(run, present) -> None:
+    """Printing or rendering a run that is already stored: a failure is one warning line, and the run and the
+    exit code stay what the capture or import made them (the run's data is whole; `roseprof show` and
+    `roseprof open` present it again)."""
+    try:
+        present()
+    except BrokenPipeError:
+        raise
+    except (RoseprofError, OSError) as e:
+        _warn(
+            f"{one_line(str(e) if isinstance(e, RoseprofError) else _os_error(e))}; the run {run.id} is stored"
+        )
+    except Exception as e:  # a bug in a renderer must not turn a stored run into a crash
+        _warn(
+            f"internal error while presenting the run ({type(e).__name__}: {one_line(str(e), 200)}); "
+            f"the run {run.id} is stored"
+        )
+
+
+def _warn(line: str) -> None:
+    click.echo(f"roseprof: warning: {plain(line)}", err=True)
+
+
+def _os_error(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else "")
+
+
+def _finite(param, value):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite percentage", param=param)
+    return value
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
@@ -197,8 +246,11 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     except RoseprofError as e:
-        click.echo(f"roseprof: error: {e}", err=True)
+        click.echo(f"roseprof: error: {plain(one_line(str(e)))}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # a full disk or a folder we may not write, wherever it surfaced: one line
+        click.echo(f"roseprof: error: {plain(one_line(_os_error(e)))}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("roseprof: interrupted", err=True)
         sys.exit(130)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from roseprof.render import units
+from roseprof.render.safe_text import text
 from roseprof.run.store import Run
 
 
@@ -17,13 +19,19 @@ def make_console() -> Console:
 
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
     m = run.manifest
+    tool = m.get("tool") or {}
     console.print(
-        f"[bold]{run.id}[/]  {m.get('tool', {}).get('name')} {m.get('tool', {}).get('version', '')}  status [bold]{m.get('status')}[/]"
+        Text.assemble(
+            text(run.id, "bold"),
+            text(f"  {tool.get('name')} {tool.get('version') or ''}  status "),
+            text(m.get("status"), "bold"),
+        )
     )
-    if m.get("message"):
-        console.print(f"  {m['message']}", markup=False)
+    for key in ("message", "damaged"):
+        if m.get(key):
+            console.print(text(f"  {m[key]}"))
     if summary is None:
-        console.print(f"run folder: {run.path}", markup=False)
+        console.print(text(f"run folder: {run.path}"))
         return
     regions = summary.get("regions") or []
     if regions:
@@ -42,7 +50,7 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         for r in regions[:top]:
             name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
             t.add_row(
-                name,
+                text(name),
                 f"{r['count']:,}",
                 units.ms(r["total_ns"]),
                 units.ms(r["self_ns"]),
@@ -53,9 +61,7 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             )
         console.print(t)
         if len(regions) > top:
-            console.print(
-                f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False
-            )
+            console.print(text(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)"))
     kernels = summary.get("kernels") or []
     if kernels:
         t = Table(title="top kernels", title_justify="left")
@@ -63,8 +69,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             t.add_column(col, justify="left" if col in ("kernel", "region") else "right")
         for k in kernels[:8]:
             t.add_row(
-                k["name"][:70],
-                k["region"] or "-",
+                text(k["name"][:70]),
+                text(k["region"] or "-"),
                 f"{k['count']:,}",
                 units.ms(k["total_ns"]),
                 units.us(k["p50_ns"]),
@@ -81,8 +87,9 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         if steps.get("rollover_excess"):
             ex = steps["rollover_excess"]
             console.print(
-                f"rollover steps are slower mostly in {ex['region']} (+{units.us(ex['mean_ns'])} µs mean)",
-                markup=False,
+                text(
+                    f"rollover steps are slower mostly in {ex['region']} (+{units.us(ex['mean_ns'])} µs mean)"
+                )
             )
     itl = summary.get("itl")
     if itl and itl.get("count"):
@@ -101,8 +108,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             markup=False,
         )
     for w in summary.get("warnings") or []:
-        console.print(f"warning: {w}", markup=False, style="yellow")
-    console.print(f"run folder: {run.path}", markup=False)
+        console.print(text(f"warning: {w}", "yellow"))
+    console.print(text(f"run folder: {run.path}"))
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:
@@ -111,14 +118,15 @@ def print_runs(console: Console, runs: list[Run]) -> None:
         t.add_column(col)
     for r in runs:
         m = r.manifest
-        cmd = " ".join(m.get("command") or [m.get("source", "")])
+        tool = m.get("tool") or {}
+        cmd = " ".join(m.get("command") or [m.get("source") or ""])
         t.add_row(
-            r.id,
-            m.get("name", ""),
-            f"{m.get('tool', {}).get('name', '')} {m.get('tool', {}).get('version', '')}",
-            m.get("status", ""),
-            m.get("created_utc", ""),
-            cmd[-60:],
+            text(r.id),
+            text(m.get("name") or ""),
+            text(f"{tool.get('name') or ''} {tool.get('version') or ''}"),
+            text(m.get("status") or "", "red" if m.get("status") == "damaged" else None),
+            text(m.get("created_utc") or ""),
+            text(cmd[-60:]),
         )
     console.print(t)
 
@@ -137,7 +145,8 @@ def _fmt_value(name: str, v) -> str:
 
 def print_diff(console: Console, result: dict, top: int) -> None:
     a, b = result["a"], result["b"]
-    console.print(f"A: {a['id']}  ({a.get('name')})\nB: {b['id']}  ({b.get('name')})", markup=False)
+    console.print(text(f"A: {a['id']}  ({a.get('name')})"))
+    console.print(text(f"B: {b['id']}  ({b.get('name')})"))
     t = Table(title="largest significant changes first", title_justify="left")
     for col in ("metric", "A", "B", "Δ %", "95% CI", ""):
         t.add_column(col, justify="left" if col == "metric" else "right")
@@ -151,7 +160,7 @@ def print_diff(console: Console, result: dict, top: int) -> None:
             else ("green" if m["significant"] and d is not None and (d < 0) == m["lower_is_better"] else None)
         )
         t.add_row(
-            m["name"],
+            text(m["name"]),
             _fmt_value(m["name"], m["a"]),
             _fmt_value(m["name"], m["b"]),
             "-" if d is None else f"{d:+.1f}",
@@ -166,8 +175,11 @@ def print_diff(console: Console, result: dict, top: int) -> None:
         ks = result["kernels"][label]
         if ks:
             console.print(
-                f"{label} kernels: " + ", ".join(k[:60] for k, _ in ks[:5]) + (" ..." if len(ks) > 5 else ""),
-                markup=False,
+                text(
+                    f"{label} kernels: "
+                    + ", ".join(k[:60] for k, _ in ks[:5])
+                    + (" ..." if len(ks) > 5 else "")
+                )
             )
     console.print(f"method: {result['method']}", markup=False, style="dim")
     if result["threshold_pct"] is not None:

@@ -5,6 +5,11 @@ analyse, store. The status and exit code rules live here once for every tool:
     failed      (exit 1)   the command failed; what the tool wrote is kept and read where possible
     failed      (exit 3)   the profiler itself failed and left nothing to read
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
+    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
+
+A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
+that cannot be written, its temporary folder is named), in one line, exit 2. Ctrl-C and the capture lock:
+run/process.py.
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
@@ -21,9 +26,10 @@ from pathlib import Path
 from typing import Protocol
 
 from roseprof.drivers import pick_reader
-from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.errors import CaptureFailed, EmptyTrace, RoseprofError
 from roseprof.model import Trace
 from roseprof.run import environment, tables
+from roseprof.run.process import check_command
 from roseprof.run.store import Run, RunStore
 from roseprof.run.telemetry import TelemetrySampler
 from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
@@ -57,6 +63,7 @@ class CaptureOutcome:
 def capture(
     store: RunStore, capturer: Capturer, command: list[str], name: str, gpus: list[dict], analyse: Analyse
 ) -> CaptureOutcome:
+    check_command(command)  # a program that cannot start: one line, before any profiler runs or folder exists
     writer = store.new_run(name, capturer.tool)
     env = dict(os.environ)
     env.update(capturer.engine_env())
@@ -76,28 +83,66 @@ def capture(
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
-        writer.finish("failed", exit_code=3, message=str(e))
+        _finish_or_explain(writer, "failed", 3, str(e))
+        raise
+    except BaseException:
+        writer.abort()  # nothing ran (e.g. interrupted while waiting for another capture): nothing to keep
         raise
     finally:
         samples = sampler.stop() if sampling else []
-    if samples:
-        tables.write_telemetry(writer.path, sampler.interval_s, samples)
-    writer.manifest["command_exit_code"] = rc
-    if interrupted:
-        status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"
-    elif rc != 0:
-        status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
     try:
-        trace = capturer.collect(writer.raw)
-        summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse)
-    except (RoseprofError, KeyboardInterrupt) as e:
-        # Nothing to parse: keep the run (with the tool's own log) and say why.
-        status = "failed" if status == "complete" else status
-        why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
-        message = f"{message}; {why}" if message else why
-        exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
-    run = writer.finish(status, exit_code=exit_code, message=message)
+        if samples:
+            tables.write_telemetry(writer.path, sampler.interval_s, samples)
+        writer.manifest["command_exit_code"] = rc
+        if interrupted:
+            status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"
+        elif rc != 0:
+            status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
+        try:
+            trace = capturer.collect(writer.raw)
+            summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse)
+        except EmptyTrace as e:
+            if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
+                writer.abort()
+                raise EmptyTrace(
+                    f"{command[0]}: {capturer.tool} recorded no range, mark or GPU op: nothing to analyse, "
+                    "nothing stored (does the program emit NVTX ranges, or run CUDA kernels with -t cuda?)"
+                ) from None
+            status, exit_code, message = _failed(status, exit_code, message, writer, e)
+        except (RoseprofError, KeyboardInterrupt) as e:
+            # Nothing to parse: keep the run (with the tool's own log) and say why.
+            status, exit_code, message = _failed(status, exit_code, message, writer, e)
+        run = _finish_or_explain(writer, status, exit_code, message)
+    except OSError as e:  # a full disk while writing the normalised files: keep what the tool wrote
+        summary = None
+        run = _finish_or_explain(writer, "failed", 2, f"could not write the run: {_os_error(e)}")
+        raise RoseprofError(
+            f"{run.path}: could not write the run ({_os_error(e)}); kept the raw capture"
+        ) from None
     return CaptureOutcome(run, exit_code, summary)
+
+
+def _failed(status, exit_code, message, writer, e: BaseException) -> tuple[str, int, str]:
+    why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
+    why = why.replace(str(writer.path), str(writer.final))  # name the run's folder, not its temporary name
+    status = "failed" if status == "complete" else status
+    message = f"{message}; {why}" if message else why
+    exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
+    return status, exit_code, message
+
+
+def _finish_or_explain(writer, status: str, exit_code: int, message: str | None) -> Run:
+    """Rename the run into place; when even that fails (a full disk), say where its files are."""
+    try:
+        return writer.finish(status, exit_code=exit_code, message=message)
+    except OSError as e:
+        raise RoseprofError(
+            f"could not finish the run ({_os_error(e)}); what the profiler wrote is in {writer.raw}"
+        ) from None
+
+
+def _os_error(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else "")
 
 
 def _ingest(writer, trace: Trace, steplog: Path | None, analyse: Analyse) -> dict:
@@ -114,7 +159,9 @@ def _ingest(writer, trace: Trace, steplog: Path | None, analyse: Analyse) -> dic
 
 
 def import_file(store: RunStore, path: str, name: str | None, steplog: str | None, analyse: Analyse) -> Run:
-    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link)."""
+    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link).
+
+    Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     src = Path(path)
     if not src.exists():
         raise RoseprofError(f"{path}: no such file")
@@ -130,17 +177,29 @@ def import_file(store: RunStore, path: str, name: str | None, steplog: str | Non
         writer.manifest.update(source=str(src.resolve()), environment=environment.describe())
         copy = writer.raw / src.name
         # A copy, not a hard link: editing the user's file later must not change the run's raw data.
-        shutil.copyfile(src, copy)
+        _copy(src, copy, path)
         trace = reader.read(copy, writer.raw, path)
         log_path = None
         if steplog is not None:
             log_path = writer.path / STEPLOG_FILE
-            shutil.copyfile(steplog, log_path)
+            _copy(Path(steplog), log_path, steplog)
         _ingest(writer, trace, log_path, analyse)
+        return writer.finish("complete", exit_code=0, message=None)
+    except OSError as e:
+        writer.abort()
+        raise RoseprofError(f"{path}: could not store the run in {store.root} ({_os_error(e)})") from None
     except BaseException:
         writer.abort()  # bad input leaves no run folder behind
         raise
-    return writer.finish("complete", exit_code=0, message=None)
+
+
+def _copy(src: Path, dst: Path, label: str) -> None:
+    try:
+        with open(src, "rb"):
+            pass
+    except OSError as e:
+        raise RoseprofError(f"{label}: cannot read ({e.strerror})") from None
+    shutil.copyfile(src, dst)
 
 
 def _stem(filename: str, suffixes: tuple[str, ...]) -> str:
