@@ -12,7 +12,7 @@ import time
 import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
-from tests.helpers import roseprof
+from tests.helpers import assert_one_line_error, roseprof
 
 pytestmark = pytest.mark.nsys
 
@@ -101,30 +101,68 @@ def test_failing_command_keeps_a_failed_run(tmp_path):
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
 
 
-def test_ctrl_c_keeps_an_incomplete_run(tmp_path):
-    loop = "import time, nvtx\nwhile True:\n    with nvtx.annotate('roseinfer.decode_step'):\n        time.sleep(0.01)\n"
-    cmd = [
-        sys.executable,
-        "-m",
-        "roseprof",
-        "nsys",
-        "--traces-dir",
-        str(tmp_path),
-        "--",
-        sys.executable,
-        "-c",
-        loop,
-    ]
+def test_ctrl_c_in_a_terminal_keeps_what_nsys_collected(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole foreground group) stops the program and keeps the capture."""
+    loop = (
+        "import time, nvtx\nprint('started', flush=True)\nwhile True:\n"
+        "    with nvtx.annotate('roseinfer.decode_step'):\n        time.sleep(0.01)\n"
+    )
+    cmd = [sys.executable, "-m", "roseprof", "nsys", "--traces-dir", str(tmp_path / "t"),
+           "--dashboards-dir", str(tmp_path / "d"), "--", sys.executable, "-c", loop]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    time.sleep(8)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    assert proc.stdout.readline() == b"started\n"  # the program runs (and its output passes through)
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: roseprof's whole process group
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err.decode()
-    run, manifest = only_run(tmp_path)
+    run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "incomplete"
-    if (run / "summary.json").exists():  # nsys finalised its report: what was captured is analysed
-        summary = json.loads((run / "summary.json").read_text())
-        assert any(r["name"] == "roseinfer.decode_step" for r in summary["regions"])
+    summary = json.loads((run / "summary.json").read_text())  # nsys finalised its report: it was analysed
+    assert any(r["name"] == "roseinfer.decode_step" and r["count"] > 10 for r in summary["regions"])
+    assert b"stopping the program; nsys is saving what it collected" in err
+
+
+def test_program_without_nvtx_is_one_line_and_stores_nothing(tmp_path):
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
+                    sys.executable, "-c", "import sys; print('hello'); print('to stderr', file=sys.stderr)")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "hello"
+    ]  # the program's output passes through, nsys' own lines do not
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[0] == "to stderr" and len(lines) == 2, proc.stderr
+    assert lines[1].startswith("roseprof: error: ") and "recorded no range, mark or GPU op" in lines[1]
+    assert not (tmp_path / "t").exists() or list((tmp_path / "t").iterdir()) == []
+
+
+def test_second_capture_waits_for_the_first(tmp_path):
+    import fcntl
+
+    lock = tmp_path / "nsys.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof", "nsys", "--traces-dir", str(tmp_path / "t"), "--dashboards-dir",
+             str(tmp_path / "d"), "--", sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "ROSEPROF_NSYS_LOCK": str(lock)},
+        )  # fmt: skip
+        time.sleep(4)
+        assert proc.poll() is None  # still waiting
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "roseprof: waiting for another nsys capture (pid 4242) to finish" in err
+    assert only_run(tmp_path / "t")[1]["status"] == "complete"
+
+
+def test_command_not_found_is_one_line_before_nsys_starts(tmp_path):
+    for prog in ("no-such-program-xyz", str(tmp_path / "missing.sh"), str(tmp_path)):
+        proc = roseprof(
+            "nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--", prog
+        )
+        assert_one_line_error(proc, 2, prog)
+        assert not (tmp_path / "t").exists()
 
 
 def test_missing_importer_is_explained(tmp_path, monkeypatch):
