@@ -95,7 +95,7 @@ class Export:
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
             page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:
             self.close()
             raise self.error(e) from None
         if page_size * page_count > size:
@@ -114,6 +114,8 @@ class Export:
         self.conn.close()
 
     def error(self, e: Exception) -> RoseprofError:
+        if isinstance(e, UnicodeDecodeError):
+            return fail(self.label, "could not be read as an nsys export (a damaged schema)")
         if isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e):
             return fail(
                 self.label,
@@ -127,6 +129,8 @@ class Export:
             return self.conn.execute(sql).fetchall()
         except sqlite3.Error as e:
             raise self.error(e) from None
+        except UnicodeDecodeError:  # SQLite's own message quoting a damaged schema is not UTF-8
+            raise fail(self.label, "could not be read as an nsys export (a damaged schema)") from None
         except (MemoryError, OverflowError) as e:
             raise fail(self.label, f"holds a value too large to read ({type(e).__name__})") from None
 
