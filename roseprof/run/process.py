@@ -11,7 +11,8 @@ If roseprof itself is killed with SIGKILL the tool's session is left running (no
 Output. The tool's stdout and stderr are read line by line (a line ends at \\n or \\r): every line goes to the
 run's log; lines for which `own_line(line)` is true (the tool's own progress and status lines) stay out of the
 terminal; the rest (the program's output, which the tool passes through on the same pipes) goes to roseprof's
-stdout and stderr as it arrives. A line without an end yet is held until it ends or the pipe closes.
+stdout and stderr as it arrives. A line without an end yet is held until it ends or the pipe closes; blank
+lines are shown only when a shown line follows them (tools print blank lines around their own).
 
 One at a time. `exclusive(path, what)` is a file lock (fcntl.flock) around the profiling step: two captures
 at once on one machine collide inside the profiler ("Connection to the Agent lost"), so the second waits, and
@@ -40,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from roseprof.errors import RoseprofError
+from roseprof.errors import CaptureFailed, RoseprofError
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 LOCK_ENV = "ROSEPROF_{tool}_LOCK"  # e.g. ROSEPROF_NSYS_LOCK: where the capture lock lives
@@ -139,6 +140,14 @@ def _pump(pipe, fd_out: int, log, log_lock: threading.Lock, own_line: Callable[[
     """Drain one of the tool's pipes to the log and the terminal; never stops early (the tool would block)."""
     lines = _Lines()
     state = {"log": True, "show": True}
+    blanks: list[bytes] = []  # blank lines are shown only when a shown line follows (tools print them too)
+
+    def show(line: bytes) -> None:
+        if state["show"]:
+            try:
+                os.write(fd_out, line)
+            except OSError:  # our own output closed (a pipe to `head`): keep draining the tool
+                state["show"] = False
 
     def emit(line: bytes) -> None:
         if state["log"]:
@@ -147,11 +156,15 @@ def _pump(pipe, fd_out: int, log, log_lock: threading.Lock, own_line: Callable[[
                     log.write(line)
             except (OSError, ValueError):  # a full disk: the terminal still gets the program's output
                 state["log"] = False
-        if state["show"] and not own_line(line):
-            try:
-                os.write(fd_out, line)
-            except OSError:  # our own output closed (a pipe to `head`): keep draining the tool
-                state["show"] = False
+        if not line.strip():
+            blanks.append(line)
+        elif own_line(line):
+            blanks.clear()
+        else:
+            for blank in blanks:
+                show(blank)
+            blanks.clear()
+            show(line)
 
     for chunk in iter(lambda: pipe.read1(65536), b""):
         for line in lines.feed(chunk):
@@ -193,7 +206,7 @@ def run_tool(
                 argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
             )
         except OSError as e:
-            raise RoseprofError(f"cannot run {argv[0]}: {e.strerror}") from None
+            raise CaptureFailed(f"cannot run {argv[0]}: {e.strerror}") from None
         in_main = threading.current_thread() is threading.main_thread()
         previous = {s: signal.signal(s, on_signal) for s in FORWARDED_SIGNALS} if in_main else {}
         log_lock = threading.Lock()

@@ -8,7 +8,7 @@ Every case is a real fixture damaged one way. The property, whatever the damage:
 - no run folder (nor a .tmp- one) is left for a refused file, and the earlier run in the store is unchanged.
 
 How many cases: ROSEPROF_FUZZ_EXAMPLES per test (default 12: the whole file takes about a minute here); the long
-run in docs/RELIABILITY.md sets it to 500. A reader added later (torch/Kineto, ncu CSV) joins by one entry in
+run in docs/RELIABILITY.md sets it to 150 (more cases find more; any number works). A reader added later (torch/Kineto, ncu CSV) joins by one entry in
 READERS: its fixtures and the mutations that fit its format.
 """
 

@@ -206,6 +206,10 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
     proc = roseprof(
         "import", DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.nsys-rep", "--traces-dir", tmp_path / "t"
     )
-    assert_one_line_error(proc, 2, "written by a newer Nsight Systems")
+    line = proc.stderr.strip()
+    assert_one_line_error(
+        proc, 2, "h100-nsys2025.3-matmul-nvtx.nsys-rep: written by Nsight Systems 2025.3.1.0"
+    )
+    assert "newer than the installed nsys 2022.4" in line and "nsys export --type sqlite" in line
     assert not any(p for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))
     assert not list((tmp_path / "t").iterdir())

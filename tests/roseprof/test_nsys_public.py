@@ -138,3 +138,14 @@ def test_sqlite_that_is_not_an_nsys_export_is_refused(tmp_path):
         conn.execute("CREATE TABLE notes (t TEXT)")
     proc = roseprof("import", other, "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
     assert_one_line_error(proc, 2, f"{other}: is an SQLite database but not an nsys export")
+
+
+def test_report_header_says_which_nsys_wrote_it():
+    from roseprof.drivers.nsys.report import read_header, version_key
+
+    new = read_header(DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.nsys-rep")
+    old = read_header(PUBLIC / f"{JACOBI}.qdrep")
+    assert (new.format, new.product_version) == ("36398880", "2025.3.1.0")
+    assert old.format == "1"  # nsys 2020.5 wrote no product version where 2025.3 does
+    assert read_header(PUBLIC / f"{FUSER}.sqlite") is None
+    assert version_key("2025.3.1.0") > version_key("2022.4.2.1-df9881f")
