@@ -40,7 +40,9 @@ def only_run(traces):
 @pytest.fixture(scope="module")
 def engine_capture(tmp_path_factory):
     traces = tmp_path_factory.mktemp("traces")
-    proc = roseprof("nsys", "--name", "engine", "--traces-dir", traces, "--", *ENGINE)
+    proc = roseprof(
+        "nsys", "--name", "engine", "--traces-dir", traces, "--dashboards-dir", traces / "d", "--", *ENGINE
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, *only_run(traces)
 
@@ -95,7 +97,8 @@ def test_capture_joins_the_step_log(engine_capture):
 
 
 def test_failing_command_keeps_a_failed_run(tmp_path):
-    proc = roseprof("nsys", "--traces-dir", tmp_path, "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    proc = roseprof("nsys", "--traces-dir", tmp_path, "--dashboards-dir", tmp_path / "d", "--", sys.executable, "-c",
+                    "import sys; sys.exit(3)")  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     _, manifest = only_run(tmp_path)
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
