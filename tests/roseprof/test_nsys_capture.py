@@ -41,7 +41,15 @@ def only_run(traces):
 def engine_capture(tmp_path_factory):
     traces = tmp_path_factory.mktemp("traces")
     proc = roseprof(
-        "nsys", "--name", "engine", "--traces-dir", traces, "--dashboards-dir", traces / "d", "--", *ENGINE
+        "nsys",
+        "--name",
+        "engine",
+        "--traces-dir",
+        traces,
+        "--dashboards-dir",
+        tmp_path_factory.mktemp("dash"),
+        "--",
+        *ENGINE,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, *only_run(traces)
