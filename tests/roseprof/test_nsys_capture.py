@@ -105,10 +105,10 @@ def test_capture_joins_the_step_log(engine_capture):
 
 
 def test_failing_command_keeps_a_failed_run(tmp_path):
-    proc = roseprof("nsys", "--traces-dir", tmp_path, "--dashboards-dir", tmp_path / "d", "--", sys.executable, "-c",
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--", sys.executable, "-c",
                     "import sys; sys.exit(3)")  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    _, manifest = only_run(tmp_path)
+    _, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
 
 
