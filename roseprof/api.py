@@ -3,6 +3,7 @@ the analyses together; rendering is left to the caller."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +20,22 @@ from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
 
 
-def analyse_trace(trace: Trace, steplog: Path | None) -> tuple[dict, dict]:
-    """A trace and, where the engine wrote one, its step log -> (summary, tables)."""
+def analyse_trace(
+    trace: Trace, steplog: Path | None, label: str = "the step log", strict: bool = False
+) -> tuple[dict, dict]:
+    """A trace and, where the engine wrote one, its step log -> (summary, tables).
+
+    A damaged step log costs only its damaged lines (warnings in the summary); with `strict` (a log the user
+    named) one in which no line is a step-log record is refused in one line naming `label`."""
     log = read_steplog(str(steplog)) if steplog is not None else None
-    return analyse(trace, log)
+    if strict and log is not None and log.records == 0:
+        raise RoseprofError(
+            f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
+        )
+    summary, data = analyse(trace, log)
+    if log is not None:
+        summary["warnings"].extend(log.warnings(label))
+    return summary, data
 
 
 def capture_nsys(
@@ -166,7 +179,8 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
 
 def import_path(store: RunStore, path: str, name: str | None, steplog: str | None) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
-    return pipeline.import_file(store, path, name, steplog, analyse_trace)
+    analyse_import = functools.partial(analyse_trace, label=steplog or "the step log", strict=True)
+    return pipeline.import_file(store, path, name, steplog, analyse_import)
 
 
 def load_run(run: Run) -> RunData:
@@ -177,6 +191,8 @@ def load_run(run: Run) -> RunData:
 
 def _check(run: Run, allow_incomplete: bool) -> None:
     status = run.manifest.get("status")
+    if status == "damaged":
+        raise RoseprofError(f"run {run.id} is damaged ({run.manifest.get('damaged')}): nothing to compare")
     if status != "complete" and not allow_incomplete:
         raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
     if not (run.path / "summary.json").is_file():

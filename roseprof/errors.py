@@ -1,5 +1,11 @@
 """Errors the CLI turns into one line on stderr and an exit code (2: bad input or usage)."""
 
+from __future__ import annotations
+
+import re
+
+MAX_MESSAGE_CHARS = 600
+
 
 class RoseprofError(Exception):
     exit_code = 2
@@ -14,3 +20,13 @@ class CaptureFailed(RoseprofError):
 class NothingRecorded(RoseprofError):
     """The trace holds no ranges and no GPU activity: nothing to analyse. A capture words this for the user
     (the command failed, or it is not instrumented); an import names the file."""
+
+
+class EmptyTrace(RoseprofError):
+    """The file (or a capture) holds no range, mark or GPU op: nothing to analyse, so nothing is stored."""
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` as one bounded line: runs of whitespace (an SQL statement in an SQLite error) become one space."""
+    text = re.sub(r"\s+", " ", str(text)).strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -91,11 +91,12 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     if is_kernel.any() and trace.kernel_metrics is None:
         k_name = trace.ops.name[is_kernel]
         k_range = gpu.op_range[is_kernel]
-        # A trace with kernels and no range at all has nothing to index: every kernel is outside any range.
-        range_name = trace.ranges.name if len(trace.ranges) else np.full(1, -1, dtype=np.int64)
-        k_region = np.where(k_range >= 0, range_name[np.maximum(k_range, 0)], -1)
+        # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
+        k_region = np.full(len(k_range), -1, dtype=np.int64)
+        k_region[k_range >= 0] = trace.ranges.name[k_range[k_range >= 0]]
         k_cap = capture[is_kernel]
-        k_capture = np.where(k_cap >= 0, range_name[np.maximum(k_cap, 0)], -1)
+        k_capture = np.full(len(k_cap), -1, dtype=np.int64)
+        k_capture[k_cap >= 0] = trace.ranges.name[k_cap[k_cap >= 0]]
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
         uniq, inverse = np.unique(
             np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True

@@ -11,8 +11,9 @@ import sys
 import click
 
 from roseprof.cli import capture, runs  # noqa: F401  (registers the verbs on the group)
-from roseprof.cli.common import cli
-from roseprof.errors import RoseprofError
+from roseprof.cli.common import cli, os_error
+from roseprof.errors import RoseprofError, one_line
+from roseprof.render.safe_text import plain
 
 
 def main() -> None:
@@ -25,8 +26,11 @@ def main() -> None:
         e.show()
         sys.exit(e.exit_code)
     except RoseprofError as e:
-        click.echo(f"roseprof: error: {e}", err=True)
+        click.echo(f"roseprof: error: {plain(one_line(str(e)))}", err=True)
         sys.exit(e.exit_code)
+    except OSError as e:  # a full disk or a folder we may not write, wherever it surfaced: one line
+        click.echo(f"roseprof: error: {plain(one_line(os_error(e)))}", err=True)
+        sys.exit(2)
     except KeyboardInterrupt:
         click.echo("roseprof: interrupted", err=True)
         sys.exit(130)

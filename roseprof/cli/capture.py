@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from roseprof.cli.common import EXIT_CODES, cli, show_dashboard, store_options
+from roseprof.cli.common import EXIT_CODES, after_storing, cli, show_dashboard, store_options
 from roseprof.run.store import RunStore
 
 
@@ -61,9 +61,12 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         else:
             if repeat > 1:
                 click.echo(f"run {i + 1}/{repeat}:")
-            print_summary(console, outcome.run, outcome.summary)
+            after_storing(outcome.run, lambda o=outcome: print_summary(console, o.run, o.summary))
         if outcome.summary is not None:
-            show_dashboard(outcome.run, dashboards_dir, open_ and last, progress)
+            after_storing(
+                outcome.run,
+                lambda o=outcome, last=last: show_dashboard(o.run, dashboards_dir, open_ and last, progress),
+            )
     final = outcomes[-1]
     if repeat > 1 and len(outcomes) < repeat:
         click.echo(f"series stopped after run {len(outcomes)} of {repeat}: it did not complete", err=True)
@@ -154,9 +157,9 @@ def ncu(
         from_run,
         top,
     )
-    print_summary(make_console(), outcome.run, outcome.summary)
+    after_storing(outcome.run, lambda: print_summary(make_console(), outcome.run, outcome.summary))
     if outcome.summary is not None:
-        show_dashboard(outcome.run, dashboards_dir, open_)
+        after_storing(outcome.run, lambda: show_dashboard(outcome.run, dashboards_dir, open_))
     sys.exit(outcome.exit_code)
 
 
@@ -184,7 +187,7 @@ def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, d
     outcome = capture_torch(
         RunStore(traces_dir), list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only
     )
-    print_summary(make_console(), outcome.run, outcome.summary)
+    after_storing(outcome.run, lambda: print_summary(make_console(), outcome.run, outcome.summary))
     if outcome.summary is not None:
-        show_dashboard(outcome.run, dashboards_dir, open_)
+        after_storing(outcome.run, lambda: show_dashboard(outcome.run, dashboards_dir, open_))
     sys.exit(outcome.exit_code)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import click
+
+from roseprof.errors import RoseprofError, one_line
+from roseprof.render.safe_text import plain
+from roseprof.run.store import damage_is_one_line
 
 EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
 
@@ -47,10 +53,48 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
     if progress is not None:
         progress("render", "rendering the dashboard")
     try:
-        path = ensure_dashboard(run, dashboards_dir)
+        with damage_is_one_line(run):
+            try:
+                path = ensure_dashboard(run, dashboards_dir)
+            except OSError as e:
+                raise RoseprofError(f"dashboard not written to {dashboards_dir} ({os_error(e)})") from None
     finally:
         if progress is not None:
             progress.finish()
     click.echo(f"dashboard: {path}")
     if open_browser:
         open_in_browser(path)
+
+
+def after_storing(run, present) -> None:
+    """Printing or rendering a run that is already stored: a failure is one warning line, and the run and the
+    exit code stay what the capture or import made them (the run's data is whole; `roseprof show` and
+    `roseprof open` present it again)."""
+    try:
+        present()
+    except BrokenPipeError:
+        raise
+    except (RoseprofError, OSError) as e:
+        warn(
+            f"{one_line(str(e) if isinstance(e, RoseprofError) else os_error(e))}; the run {run.id} is stored"
+        )
+    except Exception as e:  # a bug in a renderer must not turn a stored run into a crash
+        warn(
+            f"internal error while presenting the run ({type(e).__name__}: {one_line(str(e), 200)}); "
+            f"the run {run.id} is stored"
+        )
+
+
+def warn(line: str) -> None:
+    click.echo(f"roseprof: warning: {plain(line)}", err=True)
+
+
+def os_error(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else "")
+
+
+def finite(ctx, param, value):
+    """A click callback: NaN or infinity is no percentage."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite percentage", param=param)
+    return value

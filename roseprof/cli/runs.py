@@ -7,10 +7,19 @@ import sys
 
 import click
 
-from roseprof.cli.common import EXIT_CODES, cli, show_dashboard, store_options
+from roseprof.cli.common import (
+    EXIT_CODES,
+    after_storing,
+    cli,
+    finite,
+    os_error,
+    show_dashboard,
+    store_options,
+    warn,
+)
 from roseprof.cli.vs import VsCommand
 from roseprof.errors import RoseprofError
-from roseprof.run.store import RunStore
+from roseprof.run.store import RunStore, damage_is_one_line
 
 
 @cli.command(epilog=EXIT_CODES)
@@ -39,8 +48,8 @@ def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
     from roseprof.render.terminal import make_console, print_summary
 
     run = import_path(RunStore(traces_dir), path, name, steplog)
-    print_summary(make_console(), run, run.summary())
-    show_dashboard(run, dashboards_dir, False)
+    after_storing(run, lambda: print_summary(make_console(), run, run.summary()))
+    after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 
 
 @cli.command("ls")
@@ -66,13 +75,16 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     from roseprof.render.terminal import make_console, print_summary
 
     found = RunStore(traces_dir).resolve(run)
-    summary = found.summary() if (found.path / "summary.json").is_file() else None
-    if as_json:
-        if summary is None:
-            raise RoseprofError(f"run {found.id} has no summary.json (status {found.manifest.get('status')})")
-        click.echo(json.dumps(summary, indent=1))
-    else:
-        print_summary(make_console(), found, summary)
+    with damage_is_one_line(found):
+        summary = found.summary() if (found.path / "summary.json").is_file() else None
+        if as_json:
+            if summary is None:
+                raise RoseprofError(
+                    f"run {found.id} has no summary.json (status {found.manifest.get('status')})"
+                )
+            click.echo(json.dumps(summary, indent=1))
+        else:
+            print_summary(make_console(), found, summary)
 
 
 @cli.command(
@@ -94,6 +106,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     "--fail-on-regression",
     "threshold",
     type=click.FloatRange(min=0),
+    callback=finite,
     default=None,
     metavar="PCT",
     help="exit 1 when a gated metric grew by more than PCT% and significantly",
@@ -136,17 +149,23 @@ def diff(
             "diff needs two sides: `diff A B`, `diff A1 A2 --vs B1 B2` or `diff --baseline NAME B` "
             f"(got {len(runs)} run reference(s))"
         )
-    result, samples = diff_runs(
-        RunStore(traces_dir),
-        refs_a,
-        refs_b,
-        threshold,
-        list(metrics) or None,
-        allow_incomplete,
-        latest=latest,
-        baseline=baseline,
-    )
-    result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+    with damage_is_one_line(*refs_a, *refs_b):
+        result, samples = diff_runs(
+            RunStore(traces_dir),
+            refs_a,
+            refs_b,
+            threshold,
+            list(metrics) or None,
+            allow_incomplete,
+            latest=latest,
+            baseline=baseline,
+        )
+    # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.
+    try:
+        result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+    except OSError as e:
+        result["dashboard"] = None
+        warn(f"diff dashboard not written ({os_error(e)})")
     if as_json:
         click.echo(
             json.dumps(
@@ -156,7 +175,8 @@ def diff(
         )
     else:
         print_diff(make_console(), result, top)
-        click.echo(f"dashboard: {result['dashboard']}")
+        if result["dashboard"]:
+            click.echo(f"dashboard: {result['dashboard']}")
     sys.exit(1 if result["regressions"] else 0)
 
 

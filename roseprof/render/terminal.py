@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from roseprof.render import text, units
+from roseprof.render.safe_text import plain
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
@@ -43,6 +44,9 @@ def fit_table(
     columns whose cells are all empty are dropped (except those in `keep`); `optional` columns are dropped, in
     order, while the shrinkable ones would otherwise go below MIN_NAME; `whole` columns are never cut (run ids)."""
     shrink = shrink or {}
+    rows = [
+        [plain(c) for c in r] for r in rows
+    ]  # names from traces: no control characters reach the terminal
     cols = [i for i in range(len(headers)) if i in keep or not _empty(r[i] for r in rows)]
 
     def build(cols: list[int], widths: dict[int, int]) -> Table:
@@ -84,13 +88,18 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
     m = run.manifest
     tool = m.get("tool", {})
     console.print(
-        f"[bold]{run.id}[/]  {tool.get('name')} {tool.get('version', '')}  status [bold]{m.get('status')}[/]",
+        Text.assemble(
+            (plain(run.id), "bold"),
+            plain(f"  {tool.get('name')} {tool.get('version') or ''}  status "),
+            (plain(m.get("status")), "bold"),
+        ),
         overflow="fold",
     )
-    if m.get("message"):
-        console.print(f"  {m['message']}", markup=False)
+    for key in ("message", "damaged"):
+        if m.get(key):
+            console.print(plain(f"  {m[key]}"), markup=False)
     if summary is None:
-        console.print(f"run folder: {run.path}", markup=False, overflow="fold")
+        console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
         return
     regions = summary.get("regions") or []
     if regions:
@@ -115,7 +124,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         console.print(table)
         if len(regions) > top:
             console.print(
-                f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)", markup=False
+                plain(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)"),
+                markup=False,
             )
     kernels = summary.get("kernels") or []
     if kernels:
@@ -140,7 +150,7 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         )
         sentence = text.rollover_sentence(steps)
         if sentence:
-            console.print(sentence, markup=False)
+            console.print(plain(sentence), markup=False)
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
@@ -160,8 +170,8 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             markup=False,
         )
     for w in summary.get("warnings") or []:
-        console.print(f"warning: {w}", markup=False, style="yellow")
-    console.print(f"run folder: {run.path}", markup=False, overflow="fold")
+        console.print(plain(f"warning: {w}"), markup=False, style="yellow")
+    console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
 
 
 def _tool(m: dict) -> str:
@@ -196,7 +206,7 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
             f"ncu finding: {r['kernel'][:50]}: {r['rule']} (est. speedup {r['speedup_pct']:.1f}%)",
             markup=False,
         )
-    console.print(f"note: {ncu['note']}", markup=False, style="dim")
+    console.print(plain(f"note: {ncu['note']}"), markup=False, style="dim")
 
 
 def print_spikes(console: Console, spikes: dict) -> None:

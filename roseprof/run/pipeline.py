@@ -6,6 +6,11 @@ analyse, store. The status and exit code rules live here once for every tool:
     failed      (exit 3)   the profiler itself failed and left nothing to read
     (no run)    (exit 2)   the capture's input was wrong (the tool ran but the options matched nothing)
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
+    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
+
+A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
+that cannot be written, its temporary folder is named), in one line, exit 2. Ctrl-C and the capture lock:
+run/process.py.
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
@@ -29,6 +34,7 @@ from roseprof.drivers import pick_reader
 from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import environment, tables
+from roseprof.run.process import check_command
 from roseprof.run.store import Run, RunStore
 from roseprof.run.telemetry import TelemetrySampler
 from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
@@ -76,6 +82,7 @@ def capture(
 ) -> CaptureOutcome:
     """One capture into a new run; `manifest` adds fields to its manifest (e.g. its place in a --repeat series)."""
     progress = progress or _quiet
+    check_command(command)  # a program that cannot start: one line, before any profiler runs or folder exists
     writer = store.new_run(name, capturer.tool)
     writer.manifest.update(manifest or {})
     env = dict(os.environ)
@@ -97,47 +104,76 @@ def capture(
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
-        writer.finish("failed", exit_code=3, message=str(e))
+        _finish_or_explain(writer, "failed", 3, str(e))
         raise
-    except RoseprofError:
-        writer.abort()  # the user's input was wrong (e.g. a filter that matched nothing): no run to keep
+    except BaseException:
+        # Nothing ran (interrupted while waiting for another capture) or the user's input was wrong (an ncu
+        # filter that matched nothing): no run to keep.
+        writer.abort()
         raise
     finally:
         samples = sampler.stop() if sampling else []
-    if samples:
-        tables.write_telemetry(writer.path, sampler.interval_s, samples)
-    writer.manifest["command_exit_code"] = rc
-    if interrupted:
-        status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"
-    elif rc != 0:
-        status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
     try:
-        progress("export", f"exporting and reading the {capturer.tool} report")
-        trace = capturer.collect(writer.raw)
-        kernels = int((trace.ops.kind == KERNEL).sum())
-        progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
-        if not len(trace.ranges) and not len(trace.ops):
-            raise NothingRecorded("the trace holds no ranges and no GPU activity")
-        summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse, progress)
-    except NothingRecorded:
-        # The story is the command's: it failed, or it ran without recording anything roseprof can read.
-        status = "failed" if status == "complete" else status
-        if rc != 0 and not interrupted:
-            message = f"the command exited with code {rc} before recording any range or GPU kernel"
-        elif not interrupted:
-            message = (
-                "the command finished but recorded no NVTX ranges and no GPU kernels: nothing to analyse "
-                "(a program of your own needs NVTX ranges, or GPU work with --trace cuda)"
-            )
-            exit_code = 2
-    except (RoseprofError, KeyboardInterrupt) as e:
-        # Nothing to parse: keep the run (with the tool's own log) and say why.
-        status = "failed" if status == "complete" else status
-        why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
-        message = f"{message}; {why}" if message else why
-        exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
-    run = writer.finish(status, exit_code=exit_code, message=message)
+        if samples:
+            tables.write_telemetry(writer.path, sampler.interval_s, samples)
+        writer.manifest["command_exit_code"] = rc
+        if interrupted:
+            status, exit_code, message = "incomplete", 130, "interrupted (Ctrl-C); kept what was captured"
+        elif rc != 0:
+            status, exit_code, message = "failed", 1, f"the command exited with code {rc}"
+        try:
+            progress("export", f"exporting and reading the {capturer.tool} report")
+            trace = capturer.collect(writer.raw)
+            kernels = int((trace.ops.kind == KERNEL).sum())
+            progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
+            if not len(trace.ranges) and not len(trace.ops):
+                raise NothingRecorded("the trace holds no ranges and no GPU activity")
+            summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse, progress)
+        except NothingRecorded as e:
+            if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
+                writer.abort()
+                raise NothingRecorded(
+                    f"{command[0]}: {capturer.tool} recorded no range, mark or GPU op: nothing to analyse, "
+                    "nothing stored (does the program emit NVTX ranges, or run CUDA kernels with -t cuda?)"
+                ) from None
+            if interrupted:
+                status, exit_code, message = _failed(status, exit_code, message, writer, e)
+            else:  # the story is the command's: it failed before recording anything
+                message = f"the command exited with code {rc} before recording any range or GPU kernel"
+        except (RoseprofError, KeyboardInterrupt) as e:
+            # Nothing to parse: keep the run (with the tool's own log) and say why.
+            status, exit_code, message = _failed(status, exit_code, message, writer, e)
+        run = _finish_or_explain(writer, status, exit_code, message)
+    except OSError as e:  # a full disk while writing the normalised files: keep what the tool wrote
+        summary = None
+        run = _finish_or_explain(writer, "failed", 2, f"could not write the run: {_os_error(e)}")
+        raise RoseprofError(
+            f"{run.path}: could not write the run ({_os_error(e)}); kept the raw capture"
+        ) from None
     return CaptureOutcome(run, exit_code, summary)
+
+
+def _failed(status, exit_code, message, writer, e: BaseException) -> tuple[str, int, str]:
+    why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
+    why = why.replace(str(writer.path), str(writer.final))  # name the run's folder, not its temporary name
+    status = "failed" if status == "complete" else status
+    message = f"{message}; {why}" if message else why
+    exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
+    return status, exit_code, message
+
+
+def _finish_or_explain(writer, status: str, exit_code: int, message: str | None) -> Run:
+    """Rename the run into place; when even that fails (a full disk), say where its files are."""
+    try:
+        return writer.finish(status, exit_code=exit_code, message=message)
+    except OSError as e:
+        raise RoseprofError(
+            f"could not finish the run ({_os_error(e)}); what the profiler wrote is in {writer.raw}"
+        ) from None
+
+
+def _os_error(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}" + (f": {e.filename}" if e.filename else "")
 
 
 def _ingest(
@@ -166,7 +202,9 @@ def _ingest(
 
 
 def import_file(store: RunStore, path: str, name: str | None, steplog: str | None, analyse: Analyse) -> Run:
-    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link)."""
+    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link).
+
+    Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     src = Path(path)
     if not src.exists():
         raise RoseprofError(f"{path}: no such file")
@@ -182,17 +220,29 @@ def import_file(store: RunStore, path: str, name: str | None, steplog: str | Non
         writer.manifest.update(source=str(src.resolve()), environment=environment.describe())
         copy = writer.raw / src.name
         # A copy, not a hard link: editing the user's file later must not change the run's raw data.
-        shutil.copyfile(src, copy)
+        _copy(src, copy, path)
         trace = reader.read(copy, writer.raw, path)
         log_path = None
         if steplog is not None:
             log_path = writer.path / STEPLOG_FILE
-            shutil.copyfile(steplog, log_path)
+            _copy(Path(steplog), log_path, steplog)
         _ingest(writer, trace, log_path, analyse)
+        return writer.finish("complete", exit_code=0, message=None)
+    except OSError as e:
+        writer.abort()
+        raise RoseprofError(f"{path}: could not store the run in {store.root} ({_os_error(e)})") from None
     except BaseException:
         writer.abort()  # bad input leaves no run folder behind
         raise
-    return writer.finish("complete", exit_code=0, message=None)
+
+
+def _copy(src: Path, dst: Path, label: str) -> None:
+    try:
+        with open(src, "rb"):
+            pass
+    except OSError as e:
+        raise RoseprofError(f"{label}: cannot read ({e.strerror})") from None
+    shutil.copyfile(src, dst)
 
 
 def _stem(filename: str, suffixes: tuple[str, ...]) -> str:

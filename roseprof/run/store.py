@@ -14,10 +14,12 @@ import os
 import re
 import secrets
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from roseprof.errors import RoseprofError
+from roseprof.errors import RoseprofError, one_line
+from roseprof.run.checks import sound_manifest
 
 STATUSES = ("complete", "incomplete", "failed")
 
@@ -65,10 +67,25 @@ class Run:
     def summary(self) -> dict:
         from roseprof.run.tables import read_summary  # tables imports this module
 
-        summary = read_summary(self.path)
+        summary = read_summary(self.path)  # RoseprofError when damaged
         if summary is None:
             raise RoseprofError(f"run {self.id} has no summary.json (status {self.manifest.get('status')})")
         return summary
+
+
+@contextmanager
+def damage_is_one_line(*runs):
+    """Reading stored runs back: damage the checks in run/tables.py did not name becomes one line naming the
+    run(s), never a traceback from deep inside an analysis or a renderer."""
+    try:
+        yield
+    except RoseprofError:
+        raise
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, ArithmeticError, EOFError) as e:
+        ids = " / ".join(r.id if isinstance(r, Run) else str(r) for r in runs)
+        raise RoseprofError(
+            f"run {ids} looks damaged ({type(e).__name__}: {one_line(str(e), 200)}); re-import its raw/ file"
+        ) from None
 
 
 class RunWriter:
@@ -122,20 +139,31 @@ class RunStore:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise RoseprofError(f"cannot create the traces folder {self.root}: {e.strerror}") from None
-        return RunWriter(self, name, tool)
+        try:
+            return RunWriter(self, name, tool)
+        except OSError as e:
+            raise RoseprofError(
+                f"cannot create a run in the traces folder {self.root}: {e.strerror}"
+            ) from None
 
     def runs(self) -> list[Run]:
-        """Every finished run, oldest first."""
+        """Every finished run, oldest first. A run whose manifest is damaged is listed with status "damaged"
+        (and what is wrong in manifest["damaged"]): one bad folder never hides the others."""
         if not self.root.is_dir():
             return []
         out = []
-        for child in sorted(self.root.iterdir()):
+        try:
+            children = sorted(self.root.iterdir())
+        except OSError as e:
+            raise RoseprofError(f"cannot list the traces folder {self.root}: {e.strerror}") from None
+        for child in children:
             if child.name.startswith(".") or not (child / "manifest.json").is_file():
                 continue
             try:
-                out.append(Run(child, read_json(child / "manifest.json")))
-            except (OSError, json.JSONDecodeError):
-                continue
+                manifest = sound_manifest(read_json(child / "manifest.json"))
+            except (OSError, ValueError, RecursionError) as e:
+                manifest = {"name": "?", "status": "damaged", "damaged": f"manifest.json: {type(e).__name__}"}
+            out.append(Run(child, manifest))
         out.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
         return out
 

@@ -21,11 +21,14 @@ analyses need. The .npz files are uncompressed: zlib on 1M-row columns costs sec
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from roseprof.errors import RoseprofError
 from roseprof.model import GpuOps, GraphNodes, KernelMetrics, Marks, Names, Ranges, Tool, Trace
+from roseprof.run.checks import Damaged, check, check_itl, check_steps, check_summary, check_telemetry
 from roseprof.run.store import read_json, write_json
 
 TABLES_VERSION = 2
@@ -70,7 +73,7 @@ def _write_kernel_metrics(folder: Path, km: KernelMetrics) -> None:
 
 def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
     """The per-launch metrics (ncu) of a stored run, or None where the run has none."""
-    meta = _read_optional(folder / "kernel_metrics.json")
+    meta = _read_checked(folder / "kernel_metrics.json", _is_object)
     if meta is None or not (folder / "kernel_metrics.npz").is_file():
         return None
     with np.load(folder / "kernel_metrics.npz", allow_pickle=False) as z:
@@ -105,59 +108,124 @@ def write_telemetry(folder: Path, interval_s: float, samples: list[dict]) -> Non
     )
 
 
-def _load_npz(path: Path, columns, n_hint: int | None = None) -> dict[str, np.ndarray]:
+def _load_npz(path: Path, columns) -> dict[str, np.ndarray]:
     """Columns of an .npz; a column an older version did not write is all -1."""
     out: dict[str, np.ndarray] = {}
     if not path.is_file():
         return {c: np.zeros(0, dtype=np.int64) for c in columns}
-    with np.load(path, allow_pickle=False) as z:
-        present = {k: np.asarray(z[k], dtype=np.int64) for k in z.files}
-    n = len(next(iter(present.values()))) if present else 0
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            present = {k: np.asarray(z[k], dtype=np.int64) for k in z.files if k in columns}
+    except (OSError, ValueError, TypeError, EOFError, KeyError, zipfile.BadZipFile) as e:
+        raise _damaged(path, f"not a readable .npz ({type(e).__name__})") from None
+    lengths = {len(v) for v in present.values()} | set()
+    if any(v.ndim != 1 for v in present.values()) or len(lengths) > 1:
+        raise _damaged(path, "its columns have different lengths")
+    n = lengths.pop() if lengths else 0
     for c in columns:
         out[c] = present[c] if c in present else np.full(n, -1, dtype=np.int64)
     return out
 
 
 def read_trace(folder: Path) -> Trace:
-    """The stored trace, rebuilt as the model (ranges, marks, GPU ops, names)."""
-    meta = _read_optional(folder / "names.json") or {}
+    """The stored trace, rebuilt as the model (ranges, marks, GPU ops, names); RoseprofError when damaged."""
+    meta = _read_checked(folder / "names.json", _check_names) or {}
     tool = meta.get("tool") or {}
+    version = meta.get("version", 1)
     ranges = _load_npz(folder / "ranges.npz", RANGE_COLUMNS)
-    if not (folder / "ranges.npz").is_file() or meta.get("version", 1) < 2:
+    if not (folder / "ranges.npz").is_file() or version < 2:
         ranges["style"] = np.zeros(len(ranges["start"]), dtype=np.int64)
     ops = _load_npz(folder / "gpu_ops.npz", GpuOps.COLUMNS)
-    if meta.get("version", 1) < 2 and len(ops["start"]):
+    if version < 2 and len(ops["start"]):
         # Version 1 kept api_start and api_tid only; an op with a launching call ended it no later than it began.
         ops["api_end"] = np.where(ops["api_tid"] >= 0, ops["api_start"], -1)
+    marks = _load_npz(folder / "marks.npz", MARK_COLUMNS)
+    names = meta.get("names", [])
+    domains = meta.get("domains", [""]) or [""]
+    # Every index must resolve: a short names table must not turn into an IndexError in a renderer.
+    for file, cols, table in (
+        ("ranges.npz", ("name",), ranges),
+        ("marks.npz", ("name",), marks),
+        ("gpu_ops.npz", ("name",), ops),
+    ):
+        for c in cols:
+            if len(table[c]) and (table[c].min() < 0 or table[c].max() >= len(names)):
+                raise _damaged(folder / file, f"a {c} does not resolve in names.json")
+    if len(ops["api_name"]) and ops["api_name"].max() >= len(names):
+        raise _damaged(folder / "gpu_ops.npz", "an api_name does not resolve in names.json")
+    if len(ranges["domain"]) and (ranges["domain"].min() < 0 or ranges["domain"].max() >= len(domains)):
+        raise _damaged(folder / "ranges.npz", "a domain does not resolve in names.json")
     return Trace(
         tool=Tool(tool.get("name", "?"), tool.get("version", "?"), tool.get("format")),
-        names=Names(meta.get("names", [])),
-        domains=meta.get("domains", [""]),
+        names=Names(names),
+        domains=domains,
         ranges=Ranges(**ranges),
-        marks=Marks(**_load_npz(folder / "marks.npz", MARK_COLUMNS)),
+        marks=Marks(**marks),
         ops=GpuOps(**ops),
         graph_nodes=GraphNodes(**_load_npz(folder / "graph_nodes.npz", GraphNodes.COLUMNS)),
-        threads={int(t): n for t, n in (meta.get("threads") or {}).items()},
+        threads={int(t): n for t, n in (meta.get("threads") or {}).items() if t.lstrip("-").isdigit()},
         kernel_metrics=read_kernel_metrics(folder),
     )
 
 
-def _read_optional(path: Path):
-    return read_json(path) if path.is_file() else None
+def _check_names(meta) -> None:
+    check(
+        meta,
+        {
+            "version": (int, None),
+            "tool": ({"name": (str, None), "version": (str, None), "format": (str, None)}, None),
+            "names": ([str], None),
+            "domains": ([str], None),
+            "threads": ({}, None),
+        },
+    )
+    if isinstance(meta.get("threads"), dict):
+        for t, n in meta["threads"].items():
+            check(n, str, f"threads.{t}")
+
+
+def _damaged(path: Path, why: str) -> RoseprofError:
+    return RoseprofError(
+        f"run {path.parent.name} is damaged: {path.name}: {why} (re-import its raw/ file, or delete the folder)"
+    )
+
+
+def _read_checked(path: Path, checker):
+    """A JSON file of the run, checked for the shape the readers expect; None when absent."""
+    if not path.is_file():
+        return None
+    try:
+        value = read_json(path)
+    except (
+        OSError,
+        ValueError,
+        RecursionError,
+    ) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _damaged(path, f"not readable JSON ({type(e).__name__})") from None
+    try:
+        checker(value)
+    except Damaged as e:
+        raise _damaged(path, str(e)) from None
+    return value
 
 
 def read_summary(folder: Path) -> dict | None:
-    return _read_optional(folder / "summary.json")
+    return _read_checked(folder / "summary.json", check_summary)
 
 
 def read_steps(folder: Path) -> dict | None:
     """{"regions": [...], "rows": {column: [S]}, "run_starts": [...]} or None (run_starts absent before 2026-11)."""
-    return _read_optional(folder / "steps.json")
+    return _read_checked(folder / "steps.json", check_steps)
 
 
 def read_itl(folder: Path) -> list | None:
-    return _read_optional(folder / "itl.json")
+    return _read_checked(folder / "itl.json", check_itl)
 
 
 def read_telemetry(folder: Path) -> dict | None:
-    return _read_optional(folder / "telemetry.json")
+    return _read_checked(folder / "telemetry.json", check_telemetry)
+
+
+def _is_object(value) -> None:
+    if not isinstance(value, dict):
+        raise Damaged("not a JSON object")

@@ -1,18 +1,35 @@
 """Read the engine's step log (ROSEINFER_STEP_LOG, JSON lines; written by roseinfer.tracing).
 
-Version 1 logs (no `version` in the meta record) have meta, step, prefill and request records. Version 2 adds
-what ITL spike attribution needs: `gc` records (a collection's start and end, from `gc.callbacks`), `preempt`
-records (which request was preempted, when), and per step `launched` (false: a drain of the overlapped decode)
-and `bucket` (the CUDA-graph batch bucket). A version 1 log still reads; the analyses infer what they can.
+Version 1 logs (no `version` in the meta record) have meta, step, prefill and request records (and, since
+2026-11, `run_start` records where a benchmark run begins). Version 2 adds what ITL spike attribution needs:
+`gc` records (a collection's start and end, from `gc.callbacks`), `preempt` records (which request was
+preempted, when), and per step `launched` (false: a drain of the overlapped decode) and `bucket` (the CUDA-graph
+batch bucket). A version 1 log still reads; the analyses infer what they can.
+
+A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
+every line is checked and a damaged one costs only itself:
+
+    a line that is not JSON, not an object, too deep, too long, or NaN/Infinity  -> skipped, counted
+    a step or request missing a key, or with a value of the wrong type/range     -> skipped, counted
+    a request whose token_step is shorter or longer than token_ns                -> kept: missing steps are -1
+                                                                                    (unknown), extra ones dropped
+    records of unknown type                                                      -> ignored (newer engines)
+
+What was skipped or repaired becomes warnings in the run's summary (`StepLogRecords.warnings`). A file in which
+no line at all is a step-log record (a binary file, another tool's file) is refused in one line by the caller
+that was given it (`roseprof import --steplog`); a capture's own log never fails the capture.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 
 STEPLOG_VERSION = 2  # the newest format this reader knows (roseinfer.tracing.STEPLOG_VERSION)
+MAX_LINE_BYTES = 64 << 20  # one request's token times are a few hundred kB; a longer line is damage
+INT_LIMIT = 1 << 62  # timestamps beyond this are damage (and would overflow differences)
 
 
 @dataclass
@@ -26,32 +43,127 @@ class StepLogRecords:
         default_factory=list
     )  # version 2: {"start_ns", "end_ns", "generation", "collected"}
     preempts: list[dict] = field(default_factory=list)  # version 2: {"t_ns", "request"}
-    bad_lines: int = 0  # e.g. a last line cut short when the capture was interrupted
+    problems: Counter = field(default_factory=Counter)  # what was skipped or repaired -> how many lines
+    lines: int = 0
 
     @property
     def version(self) -> int:
-        return int(self.meta.get("version", 1))
+        v = self.meta.get("version", 1)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 1
+
+    @property
+    def bad_lines(self) -> int:
+        return sum(n for why, n in self.problems.items() if not why.startswith("repaired"))
+
+    @property
+    def records(self) -> int:
+        return len(self.steps) + len(self.prefills) + len(self.requests) + bool(self.meta)
+
+    def warnings(self, label: str = "the step log") -> list[str]:
+        return [f"{label}: {n} line(s) {why}" for why, n in sorted(self.problems.items())]
+
+
+class _Skip(Exception):
+    pass
+
+
+def _no_constants(name: str):
+    raise _Skip("skipped: NaN or Infinity")
+
+
+def _int(rec: dict, key: str, default=None, minimum: int = -INT_LIMIT) -> int:
+    value = rec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_LIMIT:
+        raise _Skip(f"skipped: {rec.get('type')} record with a missing or invalid {key}")
+    return value
+
+
+def _ints(rec: dict, key: str) -> list[int]:
+    values = rec.get(key)
+    if not isinstance(values, list) or any(
+        isinstance(v, bool) or not isinstance(v, int) or abs(v) > INT_LIMIT for v in values
+    ):
+        raise _Skip(f"skipped: {rec.get('type')} record with a missing or invalid {key}")
+    return values
+
+
+def _step(rec: dict) -> dict:
+    start, end = _int(rec, "start_ns"), _int(rec, "end_ns")
+    if end < start:
+        raise _Skip("skipped: step record ending before it starts")
+    for key in ("rollovers", "batch_size", "cow"):
+        _int(rec, key, 0, minimum=0)
+    return rec
+
+
+def _request(rec: dict, problems: Counter) -> dict:
+    _int(rec, "arrival_ns")
+    tokens = _ints(rec, "token_ns")
+    steps = _ints(rec, "token_step") if "token_step" in rec else []
+    if len(steps) != len(tokens):
+        problems["repaired: token_step not as long as token_ns (unknown steps are -1)"] += 1
+        steps = (steps + [-1] * len(tokens))[: len(tokens)]
+    ident = rec.get("id")
+    if not isinstance(ident, (str, int)) or isinstance(ident, bool):
+        ident = json.dumps(ident)[:64]
+    return {**rec, "id": ident, "token_ns": tokens, "token_step": steps}
+
+
+def _lines(fh):
+    """Lines of a binary file, a line over MAX_LINE_BYTES read no further than that (and reported)."""
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
+                pass
+            yield None
+            continue
+        yield line
 
 
 def read_steplog(path: str) -> StepLogRecords | None:
+    """The log's records, or None when the file is missing or empty. Damage is counted, never raised."""
     if not os.path.isfile(path) or os.path.getsize(path) == 0:
         return None
     log = StepLogRecords()
-    kinds = {"step": log.steps, "request": log.requests, "prefill": log.prefills, "gc": log.gc}
-    kinds["preempt"] = log.preempts
-    kinds["run_start"] = log.run_starts
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                log.bad_lines += 1
+    with open(path, "rb") as fh:
+        for raw in _lines(fh):
+            log.lines += 1
+            if raw is None:
+                log.problems["skipped: longer than 64 MiB"] += 1
                 continue
-            kind = rec.get("type") if isinstance(rec, dict) else None
-            if kind in kinds:
-                kinds[kind].append(rec)
-            elif kind == "meta" and not log.meta:
-                log.meta = rec
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw.decode("utf-8", "replace"), parse_constant=_no_constants)
+                if not isinstance(rec, dict):
+                    raise _Skip("skipped: not a JSON object")
+                kind = rec.get("type")
+                if kind == "step":
+                    log.steps.append(_step(rec))
+                elif kind == "request":
+                    log.requests.append(_request(rec, log.problems))
+                elif kind == "prefill":
+                    log.prefills.append(rec)
+                elif kind == "gc":
+                    _int(rec, "start_ns"), _int(rec, "end_ns")
+                    log.gc.append(rec)
+                elif kind == "preempt":
+                    _int(rec, "t_ns")
+                    log.preempts.append(rec)
+                elif kind == "run_start":
+                    _int(rec, "ts_ns"), _int(rec, "next_step", 0, minimum=0)
+                    log.run_starts.append(rec)
+                elif kind == "meta" and not log.meta:
+                    log.meta = rec
+            except _Skip as e:
+                log.problems[str(e)] += 1
+            except RecursionError:
+                log.problems["skipped: nested too deeply"] += 1
+            except ValueError:  # JSONDecodeError: e.g. a last line cut short when the capture was interrupted
+                log.problems["skipped: not JSON"] += 1
     # Several engines in one process share the log; their step records interleave in time order already.
     log.steps.sort(key=lambda r: r["start_ns"])
     return log

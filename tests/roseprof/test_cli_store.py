@@ -52,12 +52,17 @@ def test_import_show_ls(tmp_path):
     ):
         assert (run / name).exists(), name
 
-    shown = roseprof("show", "gpu", "--json", "--traces-dir", traces)  # by name
+    shown = roseprof(
+        "show", "gpu", "--json", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"
+    )  # by name
     assert shown.returncode == 0, shown.stderr
     summary = json.loads(shown.stdout)
     assert summary == json.loads((run / "summary.json").read_text())
     assert summary["steps"]["count"] == 71
-    assert roseprof("show", run.name[:20], "--traces-dir", traces).returncode == 0  # by unique prefix
+    assert (
+        roseprof("show", run.name[:20], "--traces-dir", traces, "--dashboards-dir", tmp_path / "d").returncode
+        == 0
+    )  # by unique prefix
 
     listed = roseprof("ls", "--json", env={"ROSEPROF_TRACES_DIR": str(traces)})  # the environment variable
     assert [r["id"] for r in json.loads(listed.stdout)] == [run.name]
@@ -98,7 +103,11 @@ def test_concurrent_imports_do_not_collide(tmp_path):
 
 def test_unknown_and_ambiguous_runs(tmp_path):
     traces = tmp_path / "t"
-    assert_one_line_error(roseprof("show", "nope", "--traces-dir", traces), 2, "no run 'nope'")
+    assert_one_line_error(
+        roseprof("show", "nope", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d"),
+        2,
+        "no run 'nope'",
+    )
     for _ in range(2):
         roseprof("import", MATMUL, "--name", "x", "--traces-dir", traces, *dashboards(tmp_path))
     assert_one_line_error(roseprof("show", "2", "--traces-dir", traces), 2, "ambiguous")

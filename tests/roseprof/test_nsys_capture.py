@@ -12,7 +12,7 @@ import time
 import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
-from tests.helpers import roseprof
+from tests.helpers import assert_one_line_error, roseprof
 
 pytestmark = pytest.mark.nsys
 
@@ -40,9 +40,16 @@ def only_run(traces):
 @pytest.fixture(scope="module")
 def engine_capture(tmp_path_factory):
     traces = tmp_path_factory.mktemp("traces")
-    dashboards = tmp_path_factory.mktemp("dashboards")
     proc = roseprof(
-        "nsys", "--name", "engine", "--traces-dir", traces, "--dashboards-dir", dashboards, "--", *ENGINE
+        "nsys",
+        "--name",
+        "engine",
+        "--traces-dir",
+        traces,
+        "--dashboards-dir",
+        tmp_path_factory.mktemp("dash"),
+        "--",
+        *ENGINE,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc, *only_run(traces)
@@ -98,48 +105,75 @@ def test_capture_joins_the_step_log(engine_capture):
 
 
 def test_failing_command_keeps_a_failed_run(tmp_path):
-    proc = roseprof(
-        "nsys",
-        "--traces-dir",
-        tmp_path,
-        "--dashboards-dir",
-        tmp_path / ".dashboards",
-        "--",
-        sys.executable,
-        "-c",
-        "import sys; sys.exit(3)",
-    )
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--", sys.executable, "-c",
+                    "import sys; sys.exit(3)")  # fmt: skip
     assert proc.returncode == 1, proc.stderr
-    _, manifest = only_run(tmp_path)
+    _, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
 
 
-def test_ctrl_c_keeps_an_incomplete_run(tmp_path):
-    loop = "import time, nvtx\nwhile True:\n    with nvtx.annotate('roseinfer.decode_step'):\n        time.sleep(0.01)\n"
-    cmd = [
-        sys.executable,
-        "-m",
-        "roseprof",
-        "nsys",
-        "--traces-dir",
-        str(tmp_path),
-        "--dashboards-dir",
-        str(tmp_path / ".dashboards"),
-        "--",
-        sys.executable,
-        "-c",
-        loop,
-    ]
+def test_ctrl_c_in_a_terminal_keeps_what_nsys_collected(tmp_path):
+    """A terminal's Ctrl-C (SIGINT to the whole foreground group) stops the program and keeps the capture."""
+    loop = (
+        "import time, nvtx\nprint('started', flush=True)\nwhile True:\n"
+        "    with nvtx.annotate('roseinfer.decode_step'):\n        time.sleep(0.01)\n"
+    )
+    cmd = [sys.executable, "-m", "roseprof", "nsys", "--traces-dir", str(tmp_path / "t"),
+           "--dashboards-dir", str(tmp_path / "d"), "--", sys.executable, "-c", loop]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    time.sleep(8)
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    assert proc.stdout.readline() == b"started\n"  # the program runs (and its output passes through)
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: roseprof's whole process group
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err.decode()
-    run, manifest = only_run(tmp_path)
+    run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "incomplete"
-    if (run / "summary.json").exists():  # nsys finalised its report: what was captured is analysed
-        summary = json.loads((run / "summary.json").read_text())
-        assert any(r["name"] == "roseinfer.decode_step" for r in summary["regions"])
+    summary = json.loads((run / "summary.json").read_text())  # nsys finalised its report: it was analysed
+    assert any(r["name"] == "roseinfer.decode_step" and r["count"] > 10 for r in summary["regions"])
+    assert b"stopping the program; nsys is saving what it collected" in err
+
+
+def test_program_without_nvtx_is_one_line_and_stores_nothing(tmp_path):
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
+                    sys.executable, "-c", "import sys; print('hello'); print('to stderr', file=sys.stderr)")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "hello"
+    ]  # the program's output passes through, nsys' own lines do not
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines[0] == "to stderr" and len(lines) == 2, proc.stderr
+    assert lines[1].startswith("roseprof: error: ") and "recorded no range, mark or GPU op" in lines[1]
+    assert not (tmp_path / "t").exists() or list((tmp_path / "t").iterdir()) == []
+
+
+def test_second_capture_waits_for_the_first(tmp_path):
+    import fcntl
+
+    lock = tmp_path / "nsys.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242\n")
+        held.flush()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof", "nsys", "--traces-dir", str(tmp_path / "t"), "--dashboards-dir",
+             str(tmp_path / "d"), "--", sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "ROSEPROF_NSYS_LOCK": str(lock)},
+        )  # fmt: skip
+        time.sleep(4)
+        assert proc.poll() is None  # still waiting
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "roseprof: waiting for another nsys capture (pid 4242) to finish" in err
+    assert only_run(tmp_path / "t")[1]["status"] == "complete"
+
+
+def test_command_not_found_is_one_line_before_nsys_starts(tmp_path):
+    for prog in ("no-such-program-xyz", str(tmp_path / "missing.sh"), str(tmp_path)):
+        proc = roseprof(
+            "nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--", prog
+        )
+        assert_one_line_error(proc, 2, prog)
+        assert not (tmp_path / "t").exists()
 
 
 def test_missing_importer_is_explained(tmp_path, monkeypatch):
@@ -188,6 +222,10 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
         "--dashboards-dir",
         tmp_path / "d",
     )
-    assert_one_line_error(proc, 2, "written by a newer Nsight Systems")
+    line = proc.stderr.strip()
+    assert_one_line_error(
+        proc, 2, "h100-nsys2025.3-matmul-nvtx.nsys-rep: written by Nsight Systems 2025.3.1.0"
+    )
+    assert "newer than the installed nsys 2022.4" in line and "nsys export --type sqlite" in line
     assert not any(p for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))
     assert not list((tmp_path / "t").iterdir())

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from roseprof.drivers import Reader
+from roseprof.drivers.nsys.report import REPORT_MAGIC
+from roseprof.drivers.nsys.sqlite import SQLITE_MAGIC
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"
 
 
 def read_export(path: Path, raw: Path, label: str) -> Trace:

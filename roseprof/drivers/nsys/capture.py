@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
-from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.drivers.nsys.report import read_header, version_key
+from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
+from roseprof.run.process import exclusive, lock_path, run_tool
 from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
@@ -86,7 +88,8 @@ def profile(
     env: dict[str, str],
     log_path: Path,
 ) -> tuple[int, bool]:
-    """Run `nsys profile`; returns (exit code, interrupted). The command's output goes to the terminal and log."""
+    """Run `nsys profile`; returns (exit code, interrupted). The program's output goes to the terminal, nsys'
+    own lines only to the log (run/process.py: run_tool)."""
     argv = [
         nsys,
         "profile",
@@ -106,30 +109,34 @@ def profile(
             argv.append(f"--nvtx-capture={nvtx_capture or DECODE_STEP}")
             argv.append("--capture-range-end=none")
     argv += cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise CaptureFailed(f"cannot run {nsys}: {e.strerror}") from None
-        interrupted = False
-        try:
-            assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-                log.write(chunk)
-                os.write(2, chunk)
-            rc = proc.wait()
-        except KeyboardInterrupt:
-            # Ctrl-C reached nsys too (same process group); let it finish writing what it has.
-            interrupted = True
-            try:
-                proc.send_signal(signal.SIGINT)
-                rc = proc.wait(timeout=120)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
-                rc = proc.wait()
-            if proc.stdout is not None:
-                log.write(proc.stdout.read() or b"")
-    return rc, interrupted
+    # One capture at a time on this machine (two at once collide in nsys' agent); Ctrl-C reaches nsys alone.
+    with exclusive(lock_path("nsys"), "nsys capture"):
+        result = run_tool(argv, env, log_path, own_line=is_nsys_line, tool="nsys")
+    return result.returncode, result.interrupted
+
+
+# nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
+# writes them on the same pipes as the program's output, so a program line that looks exactly like one of
+# these is hidden too (it is still in the log).
+NSYS_OWN_LINE = re.compile(
+    rb"^\s*(?:"
+    rb"Collecting data\.\.\.|Generating '.*'|Generated:|Processing events\.\.\.|"
+    rb"Saving temporary \".*\" file|Creating final output files\.\.\.|Saving intermediate .*|"
+    rb"\[\d+/\d+\] .*|\S+\.(?:nsys-rep|qdrep|qdstrm|sqlite)|Report file (?:moved|saved) to .*|"
+    rb"Capture range (?:started|ended) in the application\.|"
+    rb"The target application terminated\. One or more process it created re-parented\.|"
+    rb"Waiting for termination of re-parented processes\.|Use the `--wait` option to modify this behavior\.|"
+    rb"(?:WARNING|Warning): (?:CPU |LBR |Backtraces |.*(?:sampling|[Nn]sys|report|injection|context-switch)).*|"
+    rb"Exporting \d+ events:.*|Processing \[.*"
+    rb")\s*$"
+)
+
+
+def is_nsys_line(line: bytes) -> bool:
+    if not line.strip():
+        return False
+    # A progress bar redraws itself with \r: "[1/1] [==50%   ] trace.nsys-rep\r".
+    return bool(NSYS_OWN_LINE.match(line.rstrip(b"\r\n")))
 
 
 def finish_report(nsys: str, out_base: Path) -> Path:
@@ -153,22 +160,46 @@ def finish_report(nsys: str, out_base: Path) -> Path:
 def export_sqlite(nsys: str, rep: Path, out: Path, label: str | None = None) -> Path:
     """`nsys export --type sqlite`; errors name `label` (the user's file) when given."""
     label = label or rep.name
-    proc = subprocess.run(
-        [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out}", str(rep)],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-    )
+    try:
+        proc = subprocess.run(
+            [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={out}", str(rep)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=3600,
+        )
+    except subprocess.TimeoutExpired:
+        raise RoseprofError(f"{label}: nsys export did not finish within an hour") from None
+    except OSError as e:
+        raise RoseprofError(f"{label}: cannot run {nsys} to export it ({e.strerror})") from None
     if proc.returncode != 0 or not out.is_file():
-        text = (proc.stderr or proc.stdout).strip()
-        if "Version not supported" in text:
-            raise RoseprofError(
-                f"{label} was written by a newer Nsight Systems than this nsys ({nsys_version(nsys)}) can read: "
-                "export it where it was made (nsys export --type sqlite) and import the .sqlite"
-            )
-        last = text.splitlines()[-1:] or ["no output"]
-        raise RoseprofError(f"nsys export failed on {label}: {last[0]}")
+        raise RoseprofError(_export_problem(nsys, rep, label, (proc.stderr or "") + (proc.stdout or "")))
     return out
+
+
+# What nsys 2022.4 says when a report is newer than it can read (2024.6: "Version number is invalid:
+# 2024@6@2..."; 2025.3: "Version not supported: 36398880"; others: a protobuf parse error).
+NEWER_REPORT = ("Version not supported", "Version number is invalid", "ProtobufParseException")
+
+
+def _export_problem(nsys: str, rep: Path, label: str, text: str) -> str:
+    installed = nsys_version(nsys)
+    header = read_header(rep)
+    written = header.product_version if header else None
+    newer = bool(written) and version_key(written) > version_key(installed)
+    if newer or any(marker in text for marker in NEWER_REPORT):
+        if written:
+            by = f"Nsight Systems {written}"
+        else:
+            by = f"a newer Nsight Systems (report format {header.format if header else '?'})"
+        return (
+            f"{label}: written by {by}, newer than the installed nsys {installed} can read: export it to SQLite "
+            f"with that nsys or newer (nsys export --type sqlite {Path(label).name}) and import the .sqlite"
+        )
+    if header is None:
+        return f"{label}: not an Nsight Systems report (it does not start with the report header)"
+    lines = [line for line in text.splitlines() if line.strip()]
+    return f"{label}: nsys export failed ({one_line(lines[-1] if lines else 'no output', 200)})"
 
 
 class NsysCapture:

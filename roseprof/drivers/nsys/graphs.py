@@ -7,30 +7,28 @@ CUDA_GRAPH_EVENTS, same columns): one row per node made by stream capture or clo
 
 from __future__ import annotations
 
-import sqlite3
-
-import numpy as np
-
 from roseprof.model import GraphNodes
 
 TABLES = ("CUDA_GRAPH_NODE_EVENTS", "CUDA_GRAPH_EVENTS")
 NEEDED = {"start", "globalTid", "graphNodeId"}
 
 
-def read_graph_nodes(conn: sqlite3.Connection, tables: set[str], columns) -> GraphNodes:
-    """The graph nodes of the export, or none where it has no usable node table."""
+def read_graph_nodes(db) -> GraphNodes:
+    """The graph nodes of the export (db: drivers/nsys/sqlite.Export), or none where it has no usable table.
+    Rows with a damaged value are left out: a node the kernels cannot find only loses its capture region."""
     for table in TABLES:
-        if table not in tables:
+        if table not in db.tables:
             continue
-        cols = columns(conn, table)
+        cols = db.columns(table)
         if not NEEDED <= cols:
             continue
-        original = "coalesce(originalGraphNodeId, -1)" if "originalGraphNodeId" in cols else "-1"
-        rows = conn.execute(
-            f"SELECT graphNodeId, {original}, start, coalesce(globalTid, -1) FROM {table} "
-            "WHERE graphNodeId IS NOT NULL AND start IS NOT NULL"
-        ).fetchall()
+        original = "originalGraphNodeId" if "originalGraphNodeId" in cols else "NULL"
+        rows = db.query(
+            f"SELECT graphNodeId, coalesce({original}, -1), start, coalesce(globalTid, -1) FROM {table} "
+            "WHERE typeof(graphNodeId) = 'integer' AND typeof(start) = 'integer' "
+            f"AND typeof(coalesce({original}, -1)) = 'integer' AND typeof(coalesce(globalTid, -1)) = 'integer'"
+        )
         if rows:
-            arr = np.array(rows, dtype=np.int64).reshape(-1, 4)
+            arr = db.to_ints(rows, 4, table)
             return GraphNodes(node=arr[:, 0], original=arr[:, 1], start=arr[:, 2], tid=arr[:, 3])
     return GraphNodes()

@@ -1,21 +1,24 @@
 """Read an Nsight Systems SQLite export into the run model: NVTX ranges and marks, GPU ops and the API calls
 that launched them, threads, GPUs.
 
-Both schema generations in tests/data (nsys 2022.4, export schema 3.0; nsys 2025.3, schema 3.20) are read
-the same way; anything the reader does not know is refused with a one-line reason. Names follow `nsys stats`:
-a range's name comes from `text` or, for registered strings, from StringIds through `textId`; the domain
-from the NvtxDomainCreate event with the same domainId in the same process.
+Every export `nsys stats` 2022.4 reads is read the same way (schema 2.9 from nsys 2022.2, 3.x up to 3.25 from
+nsys 2026.2, and exports with no metadata table at all): columns are looked up, not assumed from the schema
+version, and a file that lacks one this reader needs is refused with a one-line reason. Names follow
+`nsys stats`: a range's name comes from `text` or, for registered strings, from StringIds through `textId`;
+the domain from the NvtxDomainCreate event with the same domainId in the same process.
+
+Damage is refused, not guessed around (sqlite.py): a NULL, text, blob or real where nsys writes an integer,
+a range or GPU op that ends before it starts. An NVTX range with no end (never popped) runs to the capture's
+last timestamp, as in `nsys stats`.
 """
 
 from __future__ import annotations
 
-import os
-import sqlite3
-
 import numpy as np
 
 from roseprof.drivers.nsys.graphs import read_graph_nodes
-from roseprof.errors import NothingRecorded, RoseprofError
+from roseprof.drivers.nsys.sqlite import Export, clean_name, clean_scalar, fail, quote
+from roseprof.errors import NothingRecorded
 from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
 
 # ENUM_NSYS_EVENT_TYPE ids (stable across the schema versions we read).
@@ -25,246 +28,211 @@ NVTX_STARTEND = 60
 NVTXT_PUSHPOP = 70
 NVTXT_STARTEND = 71
 NVTX_DOMAIN_CREATE = 75
-SUPPORTED_SCHEMA_MAJOR = 3
+RANGE_TYPES = f"{NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTXT_PUSHPOP}, {NVTXT_STARTEND}"
 
 GPU_OP_TABLES = {
     "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
     "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
 }
-
-
-def _fail(path: str, why: str) -> RoseprofError:
-    return RoseprofError(f"{path}: {why}")
-
-
-def open_sqlite(path: str, label: str | None = None) -> sqlite3.Connection:
-    """Open read-only after checking the file really is an SQLite database (errors name `label`)."""
-    label = label or path
-    if not os.path.exists(path):
-        raise _fail(label, "no such file")
-    if os.path.isdir(path):
-        raise _fail(label, "is a folder, not an nsys SQLite export")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise _fail(label, "is empty (0 bytes), not an nsys SQLite export")
-    with open(path, "rb") as fh:
-        if fh.read(16) != b"SQLite format 3\x00":
-            raise _fail(label, "is not an SQLite database")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        page_size, page_count = (
-            conn.execute("PRAGMA page_size").fetchone()[0],
-            conn.execute("PRAGMA page_count").fetchone()[0],
-        )
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        raise _fail(label, f"is not a readable SQLite database ({e})") from None
-    if page_size * page_count > size:
-        conn.close()
-        raise _fail(
-            label,
-            f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}",
-        )
-    return conn
-
-
-def _tables(conn: sqlite3.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-
-
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
-    return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-
-
-def _export_meta(conn: sqlite3.Connection, tables: set[str]) -> dict[str, str]:
-    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # 2025.x name, 2022.x name
-        if table in tables:
-            return dict(conn.execute(f"SELECT name, value FROM {table}").fetchall())
-    return {}
-
-
-def _array(rows, dtype=np.int64) -> np.ndarray:
-    return np.asarray(rows, dtype=dtype) if rows else np.zeros(0, dtype=dtype)
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+# Export schema majors read here: 2 (nsys 2021-2022.2) and 3 (2022.3 on). A new major may change what columns
+# mean without changing their names, so it is refused until checked against `nsys stats`.
+KNOWN_SCHEMA_MAJORS = ("2", "3")
 
 
 def read_nsys_sqlite(path: str, label: str | None = None) -> Trace:
     """Read the export at `path`; errors name `label` (the user's file) when given."""
-    label = label or path
-    conn = open_sqlite(path, label)
+    db = Export(path, label or path)
     try:
-        return _read(conn, label)
-    except sqlite3.DatabaseError as e:
-        raise _fail(label, f"could not be read as an nsys export ({e})") from None
+        return _read(db)
     finally:
-        conn.close()
+        db.close()
 
 
-def _read(conn: sqlite3.Connection, path: str) -> Trace:
-    tables = _tables(conn)
-    meta = _export_meta(conn, tables)
-    if not meta:
-        raise _fail(
-            path, "has no nsys export metadata (META_DATA_EXPORT / EXPORT_META_DATA): not an nsys export"
-        )
-    schema = meta.get("EXPORT_SCHEMA_VERSION", "?")
-    major = meta.get("EXPORT_SCHEMA_VERSION_MAJOR", schema.split(".")[0])
-    if str(major) != str(SUPPORTED_SCHEMA_MAJOR):
-        raise _fail(
-            path,
-            f"nsys export schema {schema} is not supported (this reader knows schema {SUPPORTED_SCHEMA_MAJOR}.x)",
-        )
-    if "StringIds" not in tables:
-        raise _fail(path, "has no StringIds table: an incomplete nsys export")
+def _export_meta(db: Export) -> dict[str, str]:
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):  # 2023+ name, 2021-2022 name
+        if table in db.tables:
+            rows = db.query(f"SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM {table}")
+            return {n: v for n, v in rows if n is not None}
+    return {}
+
+
+def _optional(cols: set[str], name: str, default: str = "NULL", expr: str | None = None) -> str:
+    return (expr or quote(name)) if name in cols else default
+
+
+def _read(db: Export) -> Trace:
+    tables = db.tables
+    meta = _export_meta(db)
+    warnings: list[str] = []
     has_nvtx = "NVTX_EVENTS" in tables
     has_kernels = GPU_OP_TABLES["kernel"] in tables
+    schema = meta.get("EXPORT_SCHEMA_VERSION") or "?"
+    major = (meta.get("EXPORT_SCHEMA_VERSION_MAJOR") or schema.split(".")[0]).strip()
+    if meta and major not in KNOWN_SCHEMA_MAJORS:
+        raise fail(
+            db.label,
+            f"nsys export schema {schema} is not supported (this reader knows schemas 2.x and 3.x, "
+            "nsys 2021 to 2026.2)",
+        )
+    if not meta:
+        # Exports of nsys 2020 have no metadata table; their tables are the ones read here.
+        if "StringIds" not in tables or not (has_nvtx or any(t in tables for t in GPU_OP_TABLES.values())):
+            raise fail(db.label, "is an SQLite database but not an nsys export (no nsys tables)")
+        warnings.append("the export has no metadata table (an nsys 2020 export?): tool version unknown")
+    if "StringIds" not in tables:
+        raise fail(db.label, "has no StringIds table: an incomplete nsys export")
     if not has_nvtx and not has_kernels:
         raise NothingRecorded(
-            f"{path}: has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse "
+            f"{db.label}: has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: nothing to analyse "
             "(capture with -t nvtx or -t cuda)"
         )
-    if has_nvtx:
-        need = {"start", "end", "eventType", "text", "textId", "globalTid", "domainId"}
-        missing = need - _columns(conn, "NVTX_EVENTS")
-        if missing:
-            raise _fail(
-                path,
-                f"NVTX_EVENTS lacks column(s) {', '.join(sorted(missing))}: unknown nsys schema {schema}",
-            )
-
     names = Names()
     domains = [""]
+    ranges, marks = Ranges(), Marks()
     if has_nvtx:
-        range_rows, mark_rows, domains = _read_nvtx(conn)
-    else:
-        range_rows, mark_rows = [], []
-    r = list(zip(*range_rows)) if range_rows else [[]] * 6
-    ranges = Ranges(
-        start=_array(r[0]),
-        end=_array(r[1]),
-        name=names.intern_many(r[2]),
-        domain=_array(r[3]),
-        tid=_array(r[4]),
-        style=_array(r[5]),
-    ).sort()
-    ops = _read_gpu_ops(conn, tables, names)
-    m = list(zip(*mark_rows)) if mark_rows else [[], [], []]
-    marks = Marks(ts=_array(m[0]), name=names.intern_many(m[1]), tid=_array(m[2]))
-    threads = {}
-    if "ThreadNames" in tables:
-        for name_id, gtid in conn.execute(
-            "SELECT s.value, t.globalTid FROM ThreadNames t JOIN StringIds s ON t.nameId = s.id"
-        ).fetchall():
-            threads[int(gtid)] = name_id
+        ranges, marks, domains = _read_nvtx(db, names, schema)
+    ops = _read_gpu_ops(db, names, warnings)
+    if not len(ranges) and not len(marks) and not len(ops):
+        raise NothingRecorded(f"{db.label}: holds no NVTX range or mark and no GPU op: nothing to analyse")
+    threads: dict[int, str] = {}
+    if "ThreadNames" in tables and {"nameId", "globalTid"} <= db.columns("ThreadNames"):
+        for name, gtid in db.query(
+            "SELECT s.value, t.globalTid FROM ThreadNames t JOIN StringIds s ON t.nameId = s.id "
+            "WHERE typeof(t.globalTid) = 'integer'"
+        ):
+            threads[int(gtid)] = clean_name(name)
     session = None
-    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in _columns(
-        conn, "TARGET_INFO_SESSION_START_TIME"
+    if "TARGET_INFO_SESSION_START_TIME" in tables and "utcEpochNs" in db.columns(
+        "TARGET_INFO_SESSION_START_TIME"
     ):
-        row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-        session = int(row[0]) if row and row[0] is not None else None
+        row = db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+        value = clean_scalar(row[0][0]) if row else None
+        session = value if isinstance(value, int) and not isinstance(value, bool) else None
     return Trace(
-        graph_nodes=read_graph_nodes(conn, tables, _columns),
-        tool=Tool("nsys", meta.get("EXPORT_PRODUCT_VERSION", "?"), schema),
+        graph_nodes=read_graph_nodes(db),
+        tool=Tool("nsys", meta.get("EXPORT_PRODUCT_VERSION") or "?", schema),
         names=names,
         domains=domains,
         ranges=ranges,
         marks=marks,
         ops=ops,
         threads=threads,
-        gpus=_read_gpus(conn, tables),
+        gpus=_read_gpus(db),
         session_start_utc_ns=session,
+        warnings=warnings,
     )
 
 
-def _read_nvtx(conn: sqlite3.Connection):
-    """Ranges as (start, end, name, domain index, tid, style) and marks as (ts, name, tid)."""
+def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, list[str]]:
+    cols = db.columns("NVTX_EVENTS")
+    missing = {"start", "end", "eventType"} - cols
+    if missing:
+        raise fail(
+            db.label,
+            f"NVTX_EVENTS lacks column(s) {', '.join(sorted(missing))}: unknown nsys schema {schema}",
+        )
+    db.check_integers(
+        "NVTX_EVENTS", ["start", "eventType"], [c for c in ("end", "globalTid", "domainId") if c in cols]
+    )
+    tid = _optional(cols, "globalTid", "0", "coalesce(e.globalTid, 0)")
+    dom = _optional(cols, "domainId", "0", "coalesce(e.domainId, 0)")
+    pid_bits = f"({tid}) & 0x0000FFFFFF000000"
+    text = _optional(cols, "text", "NULL", "e.text")
+    if "textId" in cols:
+        name_expr = f"coalesce(s.value, {text})"
+        join = "LEFT JOIN StringIds s ON e.textId = s.id"
+    else:
+        name_expr, join = text, ""
     # Domains are per process: (domainId, pid bits of globalTid) -> name, as nsys stats joins them.
-    domain_rows = conn.execute(
-        f"SELECT domainId, globalTid & 0x0000FFFFFF000000, text FROM NVTX_EVENTS WHERE eventType = {NVTX_DOMAIN_CREATE}"
-    ).fetchall()
     domains = [""]
     domain_of: dict[tuple[int, int], int] = {}
-    for dom_id, pid_bits, text in domain_rows:
-        if text is None:
+    for dom_id, bits, name in db.query(
+        f"SELECT {dom}, {pid_bits}, {text} FROM NVTX_EVENTS e WHERE e.eventType = {NVTX_DOMAIN_CREATE}"
+    ):
+        if name is None:
             continue
-        if text not in domains:
-            domains.append(text)
-        domain_of[(dom_id, pid_bits)] = domains.index(text)
+        name = clean_name(name)
+        if name not in domains:
+            domains.append(name)
+        domain_of[(dom_id, bits)] = domains.index(name)
     # Incomplete ranges (no end) run to the last timestamp of the capture, as in `nsys stats`.
-    max_ts = (
-        conn.execute("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS").fetchone()[0] or 0
+    max_ts = db.query("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS")[0][0] or 0
+    rows = db.query(
+        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {name_expr} "
+        f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
     )
-    rows = conn.execute(
-        f"""SELECT e.start, coalesce(e.end, {int(max_ts)}), coalesce(s.value, e.text), e.domainId,
-                   e.globalTid & 0x0000FFFFFF000000, e.globalTid, e.eventType
-            FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id
-            WHERE e.eventType IN ({NVTX_PUSHPOP}, {NVTX_STARTEND}, {NVTXT_PUSHPOP}, {NVTXT_STARTEND})"""
-    ).fetchall()
-    ranges = [
-        (
-            start,
-            end,
-            text,
-            domain_of.get((dom, pid_bits), 0) if dom else 0,
-            gtid or 0,
-            0 if etype in (NVTX_PUSHPOP, NVTXT_PUSHPOP) else 1,
-        )
-        for start, end, text, dom, pid_bits, gtid, etype in rows
-    ]
-    marks = conn.execute(
-        f"""SELECT e.start, coalesce(s.value, e.text), coalesce(e.globalTid, 0)
-            FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id
-            WHERE e.eventType = {NVTX_MARK} ORDER BY e.start"""
-    ).fetchall()
+    nums = db.to_ints([r[:6] for r in rows], 6, "NVTX_EVENTS")
+    start, end, dom_ids, bits, tids, etype = (nums[:, i] for i in range(6))
+    if (end < start).any():
+        raise fail(db.label, "NVTX_EVENTS holds a range that ends before it starts: a damaged export")
+    domain = np.array(
+        [domain_of.get((d, b), 0) if d else 0 for d, b in zip(dom_ids.tolist(), bits.tolist())],
+        dtype=np.int64,
+    )
+    ranges = Ranges(
+        start=start,
+        end=end,
+        name=names.intern_many([clean_name(r[6]) for r in rows]),
+        domain=domain,
+        tid=tids,
+        style=np.where((etype == NVTX_PUSHPOP) | (etype == NVTXT_PUSHPOP), 0, 1).astype(np.int64),
+    ).sort()
+    mark_rows = db.query(
+        f"SELECT e.start, {tid}, {name_expr} FROM NVTX_EVENTS e {join} WHERE e.eventType = {NVTX_MARK}"
+    )
+    mark_nums = db.to_ints([r[:2] for r in mark_rows], 2, "NVTX_EVENTS")
+    order = np.argsort(mark_nums[:, 0], kind="stable")
+    mark_names = names.intern_many([clean_name(r[2]) for r in mark_rows])
+    marks = Marks(ts=mark_nums[order, 0], name=mark_names[order], tid=mark_nums[order, 1])
     return ranges, marks, domains
 
 
-def _fetch_columns(conn: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
-    """An integer query result as a [rows, ncols] array (NULL -> -1), without a Python object per value."""
-    rows = conn.execute(sql).fetchall()
-    if not rows:
-        return np.zeros((0, ncols), dtype=np.int64)
-    return np.array(rows, dtype=np.int64).reshape(-1, ncols)
-
-
-def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], names: Names) -> GpuOps:
+def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
     parts, corr_sources = [], []
-    for kind, (label, table) in enumerate(GPU_OP_TABLES.items()):
-        if table not in tables:
+    for kind, table in enumerate(GPU_OP_TABLES.values()):
+        if table not in db.tables:
             continue
-        cols = _columns(conn, table)
-        if label == "kernel":
-            name_col = "demangledName" if "demangledName" in cols else "shortName"
-            name_expr = f"coalesce({name_col}, -1)"
-        else:
-            name_expr = "-1"
+        cols = db.columns(table)
+        if not {"start", "end"} <= cols:
+            raise fail(db.label, f"{table} lacks its start/end columns: unknown nsys schema")
+        name_col = next((c for c in ("demangledName", "shortName") if c in cols), None) if kind == 0 else None
         optional = [
-            f"coalesce({c}, -1)" if c in cols else "-1" for c in ("deviceId", "streamId", "graphNodeId")
+            c for c in ("correlationId", "globalPid", "deviceId", "streamId", "graphNodeId") if c in cols
         ]
-        arr = _fetch_columns(
-            conn,
-            f"SELECT start, end, {name_expr}, coalesce(correlationId, -1), coalesce(globalPid, -1), {kind}, "
-            f"{', '.join(optional)} FROM {table}",
+        db.check_integers(table, ["start", "end"], optional + ([name_col] if name_col else []))
+        exprs = [f"coalesce({quote(c)}, -1)" if c in cols else "-1" for c in ("correlationId", "globalPid")]
+        exprs += [
+            f"coalesce({quote(c)}, -1)" if c in cols else "-1"
+            for c in ("deviceId", "streamId", "graphNodeId")
+        ]
+        name_expr = f"coalesce({quote(name_col)}, -1)" if name_col else "-1"
+        arr = db.ints(
+            f"SELECT start, end, {name_expr}, {exprs[0]}, {exprs[1]}, {kind}, {', '.join(exprs[2:])} FROM {table}",
             9,
+            table,
         )
         if len(arr):
             parts.append(arr)
-            corr_sources.append(f"SELECT correlationId FROM {table}")
+            if "correlationId" in cols:
+                corr_sources.append(f"SELECT correlationId FROM {table}")
     ops = np.concatenate(parts) if parts else np.zeros((0, 9), dtype=np.int64)
     op_start, op_end, op_name_sid, op_corr, op_pid, op_kind, device, stream, graph_node = (
         ops[:, i] for i in range(9)
     )
+    if (op_end < op_start).any():
+        raise fail(db.label, "a GPU op ends before it starts: a damaged export")
     # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.
     op_name = np.zeros(len(ops), dtype=np.int64)
-    strings: dict[int, str] = {}
+    strings: dict = {}
     if len(ops):
         is_kernel = op_kind == 0
         sids, inverse = np.unique(op_name_sid[is_kernel], return_inverse=True)
-        strings = dict(conn.execute("SELECT id, value FROM StringIds").fetchall())
+        strings = dict(db.query("SELECT id, value FROM StringIds"))
         op_name[is_kernel] = names.intern_many(
-            [strings.get(int(i), f"[unknown kernel {int(i)}]") for i in sids]
+            [clean_name(strings.get(int(i), f"[unknown kernel {int(i)}]")) for i in sids]
         )[inverse]
         for kind, label in ((1, "[CUDA memcpy]"), (2, "[CUDA memset]")):
             op_name[op_kind == kind] = names.intern(label)
@@ -272,22 +240,27 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], names: Names) -> G
     api_end = api_start.copy()
     api_tid = api_start.copy()
     api_sid = api_start.copy()
-    if len(ops) and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        has_name = "nameId" in _columns(conn, "CUPTI_ACTIVITY_KIND_RUNTIME")
-        # Only the API calls that launched GPU work (most calls launch none).
-        rt = _fetch_columns(
-            conn,
+    rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
+    if len(ops) and corr_sources and {"correlationId", "globalTid", "start", "end"} <= rt_cols:
+        has_name = "nameId" in rt_cols
+        db.check_integers(RUNTIME, [], ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name)
+        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped.
+        rt = db.ints(
             f"SELECT correlationId, globalTid, start, end, {'coalesce(nameId, -1)' if has_name else '-1'} "
-            "FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-            f"WHERE correlationId IN ({' UNION ALL '.join(corr_sources)})",
+            f"FROM {RUNTIME} WHERE correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
             5,
+            RUNTIME,
         )
+        if (rt[:, 3] < rt[:, 2]).any():
+            raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
         for pid in np.unique(op_pid):
             ops_i = np.flatnonzero(op_pid == pid)
             rt_i = np.flatnonzero(rt_pid == pid)
             if len(rt_i) == 0:
                 continue
+            # A correlation id seen twice in one process (damage) joins to its first call.
             corr_sorted = rt_i[np.argsort(rt[rt_i, 0], kind="stable")]
             keys = rt[corr_sorted, 0]
             pos = np.searchsorted(keys, op_corr[ops_i])
@@ -297,12 +270,14 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], names: Names) -> G
             dst = ops_i[hit]
             api_tid[dst], api_start[dst], api_end[dst] = rt[src, 1], rt[src, 2], rt[src, 3]
             api_sid[dst] = rt[src, 4]
+    elif len(ops):
+        warnings.append("no CUDA runtime calls in the export: GPU work is not attributed to ranges")
     # Launching calls' names (cudaLaunchKernel, cudaGraphLaunch, ...), interned after the ops' own names.
     api_name = np.full(len(ops), -1, dtype=np.int64)
     known = api_sid >= 0
     if known.any():
         sids, inverse = np.unique(api_sid[known], return_inverse=True)
-        api_name[known] = names.intern_many([strings.get(int(i), "?") for i in sids])[inverse]
+        api_name[known] = names.intern_many([clean_name(strings.get(int(i), "?")) for i in sids])[inverse]
     order = np.argsort(op_start, kind="stable")
     return GpuOps(
         kind=op_kind[order],
@@ -319,10 +294,10 @@ def _read_gpu_ops(conn: sqlite3.Connection, tables: set[str], names: Names) -> G
     )
 
 
-def _read_gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict]:
-    if "TARGET_INFO_GPU" not in tables:
+def _read_gpus(db: Export) -> list[dict]:
+    if "TARGET_INFO_GPU" not in db.tables:
         return []
-    cols = _columns(conn, "TARGET_INFO_GPU")
+    cols = db.columns("TARGET_INFO_GPU")
     want = [
         c
         for c in ("id", "name", "busLocation", "totalMemory", "smCount", "chipName", "clockRate")
@@ -330,5 +305,5 @@ def _read_gpus(conn: sqlite3.Connection, tables: set[str]) -> list[dict]:
     ]
     if not want:
         return []
-    rows = conn.execute(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU").fetchall()
-    return [dict(zip(want, row)) for row in rows]
+    rows = db.query(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU LIMIT 64")
+    return [{k: clean_scalar(v) for k, v in zip(want, row)} for row in rows]

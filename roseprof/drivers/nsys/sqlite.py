@@ -1,0 +1,176 @@
+"""An SQLite export opened defensively: read-only, every query bounded in time, text decoded with U+FFFD where
+it is not valid UTF-8, and integer columns checked before numpy sees them.
+
+Whatever is wrong with the file (not SQLite, truncated, a malformed schema, a value of the wrong type, a view
+that never ends) becomes one RoseprofError line naming `label`, the user's file, never the run's copy of it.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+import urllib.parse
+
+import numpy as np
+
+from roseprof.errors import RoseprofError, one_line
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# How long reading one file may take: a view that never ends must not hang the user. Generous: a 194 MB export
+# with a million kernels reads in about 3 s here (docs/BENCHMARKS.md).
+TIME_LIMIT_ENV = "ROSEPROF_SQLITE_TIME_LIMIT_S"
+BASE_TIME_LIMIT_S = 120.0
+TIME_LIMIT_S_PER_MB = 1.0
+# Timestamps and ids beyond this are damage, not data: keeping them would overflow end - start.
+INT_LIMIT = 1 << 62
+# A name longer than this is cut (with a note of how much): one 100 MB name must not fill the terminal.
+MAX_NAME_CHARS = 16384
+
+
+def fail(label: str, why: str) -> RoseprofError:
+    return RoseprofError(f"{label}: {why}")
+
+
+def clean_name(value) -> str:
+    """A name as text: bytes decoded with U+FFFD, numbers written out, None empty, very long names cut."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    elif not isinstance(value, str):
+        value = str(value)
+    if len(value) > MAX_NAME_CHARS:
+        value = f"{value[:MAX_NAME_CHARS]}…[{len(value) - MAX_NAME_CHARS} more characters]"
+    return value
+
+
+def clean_scalar(value):
+    """A descriptive value (GPU name, memory size) safe to keep in JSON: finite numbers, text, or None."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < INT_LIMIT else None
+    if isinstance(value, float):
+        return value if np.isfinite(value) else None
+    return clean_name(value)[:256]
+
+
+def time_limit_s(size_bytes: int) -> float:
+    env = os.environ.get(TIME_LIMIT_ENV)
+    if env:
+        try:
+            return max(float(env), 0.1)
+        except ValueError:
+            pass
+    return BASE_TIME_LIMIT_S + TIME_LIMIT_S_PER_MB * size_bytes / 1e6
+
+
+class Export:
+    """A read-only connection to an SQLite file; every error names `label`."""
+
+    def __init__(self, path: str, label: str) -> None:
+        self.label = label
+        if not os.path.exists(path):
+            raise fail(label, "no such file")
+        if os.path.isdir(path):
+            raise fail(label, "is a folder, not an nsys SQLite export")
+        size = os.path.getsize(path)
+        if size == 0:
+            raise fail(label, "is empty (0 bytes), not an nsys SQLite export")
+        with open(path, "rb") as fh:
+            if fh.read(16) != SQLITE_MAGIC:
+                raise fail(label, "is not an SQLite database")
+        self.limit_s = time_limit_s(size)
+        self.deadline = time.monotonic() + self.limit_s
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        try:
+            self.conn = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as e:
+            raise fail(label, f"cannot be opened as an SQLite database ({one_line(str(e))})") from None
+        # Invalid UTF-8 in one name shows as U+FFFD instead of refusing the whole file.
+        self.conn.text_factory = lambda b: b.decode("utf-8", "replace")
+        self.conn.set_progress_handler(lambda: time.monotonic() > self.deadline, 20000)
+        try:
+            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
+            page_count = self.conn.execute("PRAGMA page_count").fetchone()[0]
+        except (sqlite3.Error, UnicodeDecodeError) as e:
+            self.close()
+            raise self.error(e) from None
+        if page_size * page_count > size:
+            self.close()
+            raise fail(
+                label,
+                f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}",
+            )
+        self.tables = {
+            r[0]
+            for r in self.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+            if isinstance(r[0], str)
+        }
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def error(self, e: Exception) -> RoseprofError:
+        if isinstance(e, UnicodeDecodeError):
+            return fail(self.label, "could not be read as an nsys export (a damaged schema)")
+        if isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e):
+            return fail(
+                self.label,
+                f"reading it took over {self.limit_s:.0f} s and was stopped (a view or a damaged table that "
+                f"never ends?); set {TIME_LIMIT_ENV} to allow longer",
+            )
+        return fail(self.label, f"could not be read as an nsys export ({one_line(str(e))})")
+
+    def query(self, sql: str) -> list:
+        try:
+            return self.conn.execute(sql).fetchall()
+        except sqlite3.Error as e:
+            raise self.error(e) from None
+        except UnicodeDecodeError:  # SQLite's own message quoting a damaged schema is not UTF-8
+            raise fail(self.label, "could not be read as an nsys export (a damaged schema)") from None
+        except (MemoryError, OverflowError) as e:
+            raise fail(self.label, f"holds a value too large to read ({type(e).__name__})") from None
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.query(f"PRAGMA table_info({quote(table)})") if isinstance(r[1], str)}
+
+    def check_integers(self, table: str, required: list[str], nullable: list[str] = ()) -> None:
+        """Refuse the file when a column that must hold integers holds anything else (text, a blob, a real)."""
+        checks = [f"typeof({quote(c)}) != 'integer'" for c in required]
+        checks += [f"typeof({quote(c)}) NOT IN ('integer', 'null')" for c in nullable]
+        if not checks:
+            return
+        cols = list(required) + list(nullable)
+        row = self.query(
+            f"SELECT {', '.join(f'typeof({quote(c)})' for c in cols)} FROM {quote(table)} "
+            f"WHERE {' OR '.join(checks)} LIMIT 1"
+        )
+        if row:
+            for c, kind in zip(cols, row[0]):
+                if kind != "integer" and not (kind == "null" and c in nullable):
+                    raise fail(
+                        self.label,
+                        f"{table}.{c} holds a {kind} value where nsys writes an integer: a damaged export",
+                    )
+
+    def ints(self, sql: str, ncols: int, what: str) -> np.ndarray:
+        """An integer query result as a [rows, ncols] int64 array (after check_integers on its columns)."""
+        return self.to_ints(self.query(sql), ncols, what)
+
+    def to_ints(self, rows: list, ncols: int, what: str) -> np.ndarray:
+        if not rows:
+            return np.zeros((0, ncols), dtype=np.int64)
+        try:
+            arr = np.array(rows, dtype=np.int64).reshape(-1, ncols)
+        except (TypeError, ValueError, OverflowError):
+            raise fail(self.label, f"{what} holds a value that is not an integer: a damaged export") from None
+        if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
+            raise fail(self.label, f"{what} holds a value out of range (beyond ±2^62): a damaged export")
+        return arr
+
+
+def quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'

@@ -1,0 +1,226 @@
+"""Running a profiler (nsys, and the torch and ncu drivers' tools) around the user's program, for any driver.
+
+Ctrl-C. A terminal sends SIGINT to its whole foreground process group: roseprof, the profiler and the program.
+A profiler hit by that signal while its program is also dying loses the capture (nsys 2022.4: exit 130, no
+report). So `run_tool` starts the tool in its own session (no controlling terminal, not in the terminal's
+foreground group): only roseprof receives the terminal's Ctrl-C, and forwards ONE SIGINT to the tool alone,
+which stops the program and writes what it collected, as a single SIGINT to nsys does. A second Ctrl-C
+abandons the capture: SIGKILL to the tool's whole session. SIGTERM and SIGHUP to roseprof count as Ctrl-C.
+If roseprof itself is killed with SIGKILL the tool's session is left running (nothing can forward that).
+
+Output. The tool's stdout and stderr are read line by line (a line ends at \\n or \\r): every line goes to the
+run's log; lines for which `own_line(line)` is true (the tool's own progress and status lines) stay out of the
+terminal; the rest (the program's output, which the tool passes through on the same pipes) goes to roseprof's
+stdout and stderr as it arrives. A line without an end yet is held until it ends or the pipe closes; blank
+lines are shown only when a shown line follows them (tools print blank lines around their own).
+
+One at a time. `exclusive(path, what)` is a file lock (fcntl.flock) around the profiling step: two captures
+at once on one machine collide inside the profiler ("Connection to the Agent lost"), so the second waits, and
+says once for whom.
+
+Usage from a driver's capture (drivers/nsys/capture.py):
+
+    with exclusive(lock_path("nsys"), "nsys capture"):
+        result = run_tool(argv, env, raw / "nsys.log", own_line=is_nsys_line, tool="nsys")
+    return result.returncode, result.interrupted
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from roseprof.errors import CaptureFailed, RoseprofError
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+LOCK_ENV = "ROSEPROF_{tool}_LOCK"  # e.g. ROSEPROF_NSYS_LOCK: where the capture lock lives
+
+
+class Interrupted(RoseprofError):
+    exit_code = 130
+
+
+@dataclass
+class ToolResult:
+    returncode: int
+    interrupted: bool
+
+
+def say(line: str) -> None:
+    """One status line of roseprof's own on stderr (never mixed into a line of the program's)."""
+    try:
+        sys.stderr.write(f"roseprof: {line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def check_command(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    """Refuse, before any profiler starts, a program that cannot be run: one line, exit 2, nothing stored."""
+    if not cmd:
+        raise RoseprofError("no command given after --")
+    prog = cmd[0]
+    if os.sep in prog:
+        if not os.path.exists(prog):
+            raise RoseprofError(f"{prog}: no such file")
+        if os.path.isdir(prog):
+            raise RoseprofError(f"{prog}: is a folder, not a program")
+        if not os.access(prog, os.X_OK):
+            raise RoseprofError(f"{prog}: not executable (chmod +x, or run it through its interpreter)")
+        return
+    path = (env or os.environ).get("PATH", os.defpath)
+    if shutil.which(prog, path=path) is None:
+        raise RoseprofError(f"{prog}: command not found (not on PATH)")
+
+
+def lock_path(tool: str) -> Path:
+    env = os.environ.get(LOCK_ENV.format(tool=tool.upper()))
+    return Path(env) if env else Path(tempfile.gettempdir()) / f"roseprof-{tool}-capture.lock"
+
+
+@contextmanager
+def exclusive(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if needed) for the block; wait, saying for whom, if held."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except PermissionError:  # another user's lock file: a read-only descriptor still locks
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise RoseprofError(f"cannot create the capture lock {path}: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            say(f"waiting for another {what} (pid {holder}) to finish")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except KeyboardInterrupt:
+                raise Interrupted(f"interrupted while waiting for another {what}; nothing was run") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
+_LINE_END = re.compile(rb"(?<=[\r\n])")
+
+
+class _Lines:
+    """Splits a byte stream into lines ending at \\n or \\r (kept), holding an unfinished one."""
+
+    def __init__(self) -> None:
+        self.rest = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        *out, self.rest = _LINE_END.split(self.rest + chunk)
+        return out
+
+    def flush(self) -> list[bytes]:
+        rest, self.rest = self.rest, b""
+        return [rest] if rest else []
+
+
+def _pump(pipe, fd_out: int, log, log_lock: threading.Lock, own_line: Callable[[bytes], bool]) -> None:
+    """Drain one of the tool's pipes to the log and the terminal; never stops early (the tool would block)."""
+    lines = _Lines()
+    state = {"log": True, "show": True}
+    blanks: list[bytes] = []  # blank lines are shown only when a shown line follows (tools print them too)
+
+    def show(line: bytes) -> None:
+        if state["show"]:
+            try:
+                os.write(fd_out, line)
+            except OSError:  # our own output closed (a pipe to `head`): keep draining the tool
+                state["show"] = False
+
+    def emit(line: bytes) -> None:
+        if state["log"]:
+            try:
+                with log_lock:
+                    log.write(line)
+            except (OSError, ValueError):  # a full disk: the terminal still gets the program's output
+                state["log"] = False
+        if not line.strip():
+            blanks.append(line)
+        elif own_line(line):
+            blanks.clear()
+        else:
+            for blank in blanks:
+                show(blank)
+            blanks.clear()
+            show(line)
+
+    for chunk in iter(lambda: pipe.read1(65536), b""):
+        for line in lines.feed(chunk):
+            emit(line)
+    for line in lines.flush():
+        emit(line)
+
+
+def run_tool(
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    own_line: Callable[[bytes], bool] = lambda line: False,
+    tool: str = "the profiler",
+) -> ToolResult:
+    """Run `argv` in its own session, its output filtered to the terminal and kept whole in `log_path`."""
+    interrupted = []
+
+    def on_signal(signum, frame) -> None:
+        if not interrupted:
+            interrupted.append(signum)
+            say(f"stopping the program; {tool} is saving what it collected (Ctrl-C again to abandon it)")
+            try:
+                proc.send_signal(signal.SIGINT)  # the tool alone: it stops the program and writes its file
+            except OSError:
+                pass
+        else:
+            say(f"abandoning the capture: stopping {tool} and the program")
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with open(log_path, "wb") as log:
+        try:
+            proc = subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+            )
+        except OSError as e:
+            raise CaptureFailed(f"cannot run {argv[0]}: {e.strerror}") from None
+        in_main = threading.current_thread() is threading.main_thread()
+        previous = {s: signal.signal(s, on_signal) for s in FORWARDED_SIGNALS} if in_main else {}
+        log_lock = threading.Lock()
+        pumps = [
+            threading.Thread(target=_pump, args=(pipe, fd, log, log_lock, own_line), daemon=True)
+            for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2))
+        ]
+        try:
+            for t in pumps:
+                t.start()
+            rc = proc.wait()
+            for t in pumps:  # a program the tool left behind may still hold the pipes: do not wait forever
+                t.join(timeout=30)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    return ToolResult(rc, bool(interrupted))
