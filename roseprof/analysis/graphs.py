@@ -132,7 +132,12 @@ def graph_warning(trace: Trace, capture: np.ndarray) -> str | None:
     graph = is_graph_launch(trace) & (ops.kind == KERNEL)
     if not graph.any() or (capture[graph] >= 0).any():
         return None
-    if not len(trace.graph_nodes):
+    if trace.tool.name != "nsys":
+        why = (
+            f"{trace.tool.name} does not record where graph nodes were captured (roseprof nsys, with nsys 2025+, "
+            "places them in their capture-time regions)"
+        )
+    elif not len(trace.graph_nodes):
         why = "the trace has no CUDA graph node table (capture with nsys 2025+ and --cuda-graph-trace=node)"
     else:
         why = "their graph nodes were not made inside any range on the capturing thread"

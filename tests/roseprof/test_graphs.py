@@ -54,7 +54,7 @@ def engine_like_trace(with_nodes=True) -> Trace:
         api_name=A([launch] * 4),
     )
     return Trace(
-        Tool("test", "0"),
+        Tool("nsys", "test"),
         names=names,
         ranges=ranges,
         ops=ops,
@@ -118,3 +118,11 @@ def test_without_node_table_graphs_count_whole_and_say_so():
     )
     summary, _ = analyse(trace, None)
     assert sum("counted as whole graphs" in w for w in summary["warnings"]) == 1
+
+
+def test_a_torch_trace_names_what_can_place_graph_kernels():
+    trace = engine_like_trace(with_nodes=False)
+    trace.tool = Tool("torch", "2.11")
+    r = trace.ranges
+    note = graph_warning(trace, capture_ranges(trace, build_tree(r.start, r.end, r.tid)))
+    assert "torch does not record where graph nodes were captured" in note and "roseprof nsys" in note
