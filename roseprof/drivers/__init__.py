@@ -7,6 +7,9 @@ The registry picks a driver for a file by its suffix, then by sniffing its first
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,3 +63,19 @@ def pick_reader(path: Path, label: str | None = None) -> Reader:
     if not head:
         raise RoseprofError(f"{label}: is empty (0 bytes); roseprof import reads {known}")
     raise RoseprofError(f"{label}: not a file roseprof can read (it reads {known})")
+
+
+def find_tool(env_var: str, exe: str, candidates: tuple[str, ...]) -> str | None:
+    """A profiler's executable: the path in `env_var` (only that, when set), else on PATH, else the first
+    executable match of `candidates` (glob patterns of the usual install folders, newest first in each)."""
+    env = os.environ.get(env_var)
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    on_path = shutil.which(exe)
+    if on_path:
+        return on_path
+    for pattern in candidates:
+        for path in sorted(glob.glob(pattern), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None

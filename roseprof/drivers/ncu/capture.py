@@ -11,14 +11,13 @@ strings, and runs of it on this CPU machine):
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
 import signal
 import subprocess
 from pathlib import Path
 
+from roseprof.drivers import find_tool
 from roseprof.drivers.ncu import report_file
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import Trace
@@ -43,17 +42,7 @@ PERMISSION_HINT = (
 
 
 def find_ncu() -> str | None:
-    env = os.environ.get("NCU")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    on_path = shutil.which("ncu")
-    if on_path:
-        return on_path
-    for pattern in NCU_CANDIDATES:
-        for path in sorted(glob.glob(pattern), reverse=True):
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    return find_tool("NCU", "ncu", NCU_CANDIDATES)
 
 
 def ncu_version(ncu: str) -> str:

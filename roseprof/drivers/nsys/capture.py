@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
+from roseprof.drivers import find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
@@ -28,17 +27,7 @@ NSYS_CANDIDATES = (
 
 
 def find_nsys() -> str | None:
-    env = os.environ.get("NSYS")
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    on_path = shutil.which("nsys")
-    if on_path:
-        return on_path
-    for pattern in NSYS_CANDIDATES:
-        for path in sorted(glob.glob(pattern), reverse=True):
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    return find_tool("NSYS", "nsys", NSYS_CANDIDATES)
 
 
 def nsys_version(nsys: str) -> str:
