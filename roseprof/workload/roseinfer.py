@@ -89,45 +89,9 @@ def default_command(device: str | None = None) -> list[str]:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:
             device = "cpu"
-    common = [
-        sys.executable,
-        "-m",
-        "roseinfer.benchmark_streaming",
-        "--warmup-runs",
-        "0",
-        "--repeat-runs",
-        "1",
-        "--no-stop-on-eos",
-        "--mode",
-        "online",
-    ]
     if device == "cuda":
-        return common + [
-            "--hf-model-id",
-            "gpt2",
-            "--device",
-            "cuda",
-            "--num-requests",
-            "64",
-            "--max-batch-size",
-            "64",
-            "--max-new-tokens",
-            "256",
-            "--paged-attn",
-            "--cuda-graph",
-        ]
-    return common + [
-        "--hf-model-id",
-        "gpt2-tiny",
-        "--device",
-        "cpu",
-        "--num-requests",
-        "16",
-        "--max-batch-size",
-        "16",
-        "--max-new-tokens",
-        "320",
-    ]
+        return _benchmark("gpt2", "cuda", 64, 256, "--paged-attn", "--cuda-graph")
+    return _benchmark("gpt2-tiny", "cpu", 16, 320)
 
 
 def ncu_default_command() -> list[str]:
@@ -136,23 +100,25 @@ def ncu_default_command() -> list[str]:
     paged-attention decode kernel and the Triton KV-append kernel (its batch threshold lowered to 1, so it runs at
     this small batch). With a kernel or NVTX filter and roseprof's launch cap, a full-set profile of the chosen
     kernels takes minutes."""
+    return ["env", "ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1", *_benchmark("gpt2", "cuda", 8, 16, "--paged-attn")]
+
+
+def _benchmark(model: str, device: str, requests: int, new_tokens: int, *options: str) -> list[str]:
+    """One run of the streaming benchmark, no warm-up, every request to its full length, batch = requests."""
     return [
-        "env",
-        "ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1",
         sys.executable,
         "-m",
         "roseinfer.benchmark_streaming",
         "--hf-model-id",
-        "gpt2",
+        model,
         "--device",
-        "cuda",
-        "--paged-attn",
+        device,
         "--num-requests",
-        "8",
+        str(requests),
         "--max-batch-size",
-        "8",
+        str(requests),
         "--max-new-tokens",
-        "16",
+        str(new_tokens),
         "--warmup-runs",
         "0",
         "--repeat-runs",
@@ -160,4 +126,5 @@ def ncu_default_command() -> list[str]:
         "--no-stop-on-eos",
         "--mode",
         "online",
+        *options,
     ]
