@@ -83,17 +83,8 @@ def _region_table(summary: dict) -> str:
         headers.append("GPU graph ms")
     rows = []
     for r in regions:
-        name = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
-        row = [
-            html.escape(name),
-            f"{r['count']:,}",
-            units.ms(r["total_ns"]),
-            units.ms(r["self_ns"]),
-            units.us(r["p50_ns"]),
-            units.us(r["p99_ns"]),
-            units.ms(r["gpu_proj_ns"]),
-            units.ms(r["gpu_kernel_ns"]),
-        ]
+        row = units.region_cells(r)
+        row[0] = html.escape(row[0])
         if graph:
             row.append(units.ms(r.get("gpu_graph_ns")))
         rows.append(row)

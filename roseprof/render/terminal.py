@@ -104,19 +104,7 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
     regions = summary.get("regions") or []
     if regions:
         headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kern ms"]
-        rows = [
-            [
-                f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"],
-                f"{r['count']:,}",
-                units.ms(r["total_ns"]),
-                units.ms(r["self_ns"]),
-                units.us(r["p50_ns"]),
-                units.us(r["p99_ns"]),
-                units.ms(r["gpu_proj_ns"]),
-                units.ms(r["gpu_kernel_ns"]),
-            ]
-            for r in regions[:top]
-        ]
+        rows = [units.region_cells(r) for r in regions[:top]]
         # At 80 columns a GPU run's eight columns leave no room for names: the percentiles go first.
         table = fit_table(
             console, "time per region", headers, rows, {0: text.shorten_middle}, optional=(4, 5)

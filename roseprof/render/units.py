@@ -7,3 +7,18 @@ def ms(ns) -> str:
 
 def us(ns) -> str:
     return "-" if ns is None else f"{ns / 1e3:,.1f}"
+
+
+def region_cells(r: dict) -> list[str]:
+    """One summary region as the cells every region table shows: name (with its domain), count, total and self
+    ms, p50 and p99 µs, GPU projection and kernel ms."""
+    return [
+        f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"],
+        f"{r['count']:,}",
+        ms(r["total_ns"]),
+        ms(r["self_ns"]),
+        us(r["p50_ns"]),
+        us(r["p99_ns"]),
+        ms(r["gpu_proj_ns"]),
+        ms(r["gpu_kernel_ns"]),
+    ]
