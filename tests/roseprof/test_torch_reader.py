@@ -193,3 +193,21 @@ def test_small_chunks_cut_between_events_anywhere(chunk, monkeypatch):
         for f in a.__dataclass_fields__:
             assert np.array_equal(getattr(a, f), getattr(b, f)), f
     assert whole.names.values == cut.names.values and whole.gpus == cut.gpus
+
+
+def test_one_pass_when_every_op_has_a_correlation_id(monkeypatch):
+    """User annotations never carry a correlation id; they must not trigger the flow pass (it read the file twice)."""
+    from roseprof.drivers.torch import reader
+
+    passes = []
+    real = reader.EventStream.segments
+
+    def counted(self):
+        passes.append(self.path)
+        return real(self)
+
+    monkeypatch.setattr(reader.EventStream, "segments", counted)
+    path = next(p for p in KINETO if "HolisticTraceAnalysis" in p.name)  # annotations, flows, correlation ids
+    trace = read_kineto(path)
+    assert len(passes) == 1
+    assert (trace.ops.api_start >= 0).all()  # and every GPU op still found its launching call

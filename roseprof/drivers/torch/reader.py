@@ -89,7 +89,7 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
     if not cols.has_user_annotation and cols.old_operators:
         add_rows(cols, [(RANGE, e) for e in cols.old_operators])  # a 2021 trace: annotations were `Operator`s
     cols.old_operators = []
-    if cols.kind and cols.flows and (_cat(cols.corr) < 0).any():
+    if cols.kind and cols.flows and ((_cat(cols.corr) < 0) & (_cat(cols.kind, np.int8) != RANGE)).any():
         flows = Columns()  # a second pass for the flow events only (rare: correlation ids are the rule)
         flows.want_flows, flows.string_tids = True, cols.string_tids
         for segment in EventStream(path, label).segments():
