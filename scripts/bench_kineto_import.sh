@@ -19,22 +19,25 @@ ls -l "$work/trace/rank-0.pt.trace.json" | awk '{printf "trace: %.1f MB uncompre
   "$work/trace" 2>&1 | grep -v -e "^Parsed" -e "^Overall" -e "^leaving" -e "Rounding down"
 /usr/bin/time -f "roseprof import: %e s wall, %M KB peak RSS" "$py" -m roseprof import "$work/trace/rank-0.pt.trace.json" \
   --traces-dir "$work/traces" --dashboards-dir "$work/dashboards" > /dev/null
-# Our totals: every kernel (exact ns), and those HTA's iteration window keeps (it drops GPU work that starts outside
-# the first-to-last ProfilerStep span); each duration floored to whole us the way HTA rounds ns-resolution traces.
+# Our totals: every kernel (exact ns), and HTA's own rule applied to our ops so the totals can be compared:
+# HTA keeps GPU work whose launching call starts before the last ProfilerStep starts (it drops the last
+# iteration) and rounds each ns-resolution event in float64 us: ts up, ts + dur down (trace_parser.py,
+# round_down_time_stamps). The us value is rebuilt from exact ns (int64 -> float64 directly would lose 256 ns).
 "$py" - "$work/traces" <<'PY'
-import json, sys
+import sys
 from pathlib import Path
 import numpy as np
 from roseprof.run.tables import read_trace
 run = next(p for p in Path(sys.argv[1]).iterdir() if not p.name.startswith("."))
 t = read_trace(run)
 r, o = t.ranges, t.ops
-step = r.name == t.names.find("ProfilerStep")
-lo, hi = r.start[step].min(), r.end[step].max()
-win = (o.start >= lo) & (o.start <= hi)
-d = o.end - o.start
-for kind, label in ((0, "kernels"), (1, "memcpy"), (2, "memset")):
-    m = o.kind == kind
-    print(f"roseprof {label}: {int(m.sum())} ops, {d[m].sum() / 1e3:.3f} us; in the step window "
-          f"{int((m & win).sum())} ops, {int((d[m & win] // 1000).sum())} us floored")
+last = r.start[r.name == t.names.find("ProfilerStep")].max()
+hta_keeps = (o.api_start >= 0) & (o.api_start < last)
+ts_us = (o.start // 1000).astype(np.float64) + (o.start % 1000) / 1000.0
+dur_us = (o.end - o.start) / 1000.0
+hta_dur = np.floor(ts_us + dur_us) - np.ceil(ts_us)
+for kinds, label in (((0,), "kernels (HTA: COMPUTATION)"), ((1, 2), "memcpy + memset (HTA: MEMORY)")):
+    m = np.isin(o.kind, kinds)
+    print(f"roseprof {label}: {int(m.sum())} ops, {(o.end - o.start)[m].sum() / 1e3:.3f} us exact; "
+          f"by HTA's rule {int((m & hta_keeps).sum())} ops, {hta_dur[m & hta_keeps].sum():.0f} us")
 PY
