@@ -14,9 +14,11 @@ Rollovers, two designs (`EngineConfig.blocks_ahead`):
   there and ~1 ms under nsys on the H100's host, longer than the GPU's step, which then waited
   (docs/BENCHMARKS.md, scripts/bench_rollover_host.py);
 - ahead (the default): a sequence's next block is reserved during the half block of steps before its last block
-  fills, a few sequences per step (the batch over a quarter block's steps), written straight into the host
-  tables' rows (one numpy write, no restack); the step that starts the block then only moves the slots. The same
-  host work, spread where the overlapped decode hides it behind the GPU's step.
+  fills, a few sequences per step (the batch over a quarter block's steps); the step that starts the block then
+  only moves the slots. The blocks are allocated right after a step is launched (`reserve_ahead`), while the GPU
+  still has that step and the one before it to run, and written into the host tables' rows (one numpy write, no
+  restack) before the next launch: the allocation (~50 us for four sequences on the CPU machine) is off the path
+  from one step's tokens to the next step's launch, which is what keeps the GPU fed.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from roseinfer import tracing
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.sequence import Sequence
+from roseinfer.tracing import region
 
 
 class DecodeSlots:
@@ -51,6 +55,9 @@ class DecodeSlots:
         self.rows = 0
         self.slots = np.zeros((mgr.num_layers, 0), dtype=np.int64)
         self.held = np.zeros(0, dtype=np.int64)
+        # Blocks reserved ahead after the last launch, not yet in the host tables: rows [K] of the batch, each
+        # block's index in its sequence's lists [K], the blocks [L, K].
+        self.pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def reserve(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
         """Give every sequence the KV slot of its new token; the host tables padded to `rows`. Returns
@@ -78,29 +85,46 @@ class DecodeSlots:
             held = self.held
         else:
             held = np.fromiter((len(s.block_ids[0]) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
-        room = held * self.block_size - past  # [B] free slots in the blocks held; 0: this token needs one now
-        if same and room.min() > self.horizon:  # most steps: no block needed now or soon
-            starting = ahead = np.zeros(0, dtype=np.int64)
-        else:
-            starting = np.flatnonzero(room == 0)  # not reserved in time (just admitted, or a tight pool)
-            ahead = self._due(seqs, held, room, len(starting))
+        starting = np.flatnonzero(
+            held * self.block_size == past
+        )  # not reserved in time (just admitted, tight pool)
         if len(starting) or not same:
-            new = [seqs[i] for i in np.concatenate([starting, ahead])]
-            cow = self._rebuild(seqs, rows, past, new)
+            # The block lists hold every block reserved ahead, so the rebuilt tables do too.
+            cow = self._rebuild(seqs, rows, past, [seqs[i] for i in starting])
             held[starting] += 1
-            held[ahead] += 1
-            self.held = held
+            self.held, self.pending = held, None
             return cow, True
-        changed = len(ahead) > 0
+        changed = self.pending is not None
         if changed:
             self.host_buffers_free()
-            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
-            self.tables.put_blocks(ahead, held[ahead], blocks)
-            held[ahead] += 1
+            self.tables.put_blocks(*self.pending)
+            self.pending = None
         if rollovers:
             # Their blocks were reserved ahead: fresh, held by one sequence (no copy-on-write); only the slots move.
             self.slots = self._slot_blocks(seqs, past)
         return 0, changed
+
+    def reserve_ahead(self, seqs: list[Sequence]) -> None:
+        """After a step of `seqs` is launched (their `num_cached` counts its token): reserve the next block of the
+        sequences that will need one soon; the next `reserve` writes them into the host tables."""
+        if not self.blocks_ahead or seqs != self.batch:
+            return
+        past = np.fromiter(
+            (s.num_cached for s in seqs), dtype=np.int64, count=len(seqs)
+        )  # [B] the next step's
+        held = self.held
+        room = held * self.block_size - past  # [B] free slots in the blocks held; 0: the next token needs one
+        if room.min() > self.horizon:  # most steps: no block needed soon
+            return
+        with region(tracing.RESERVE_BLOCKS_AHEAD):
+            ahead = self._due(seqs, held, room, int(np.count_nonzero(room == 0)))
+            if not len(ahead):
+                return
+            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
+        # Every launch is preceded by a `reserve`, which writes (or rebuilds past) what is pending.
+        assert self.pending is None, "blocks reserved ahead twice without a step between"
+        self.pending = (ahead, held[ahead].copy(), blocks)
+        held[ahead] += 1
 
     def _due(self, seqs: list[Sequence], held: np.ndarray, room: np.ndarray, starting: int) -> np.ndarray:
         """Rows whose next block to reserve now: at most `horizon` free slots left, nearest first, a few per step

@@ -249,6 +249,7 @@ class ModelRunner:
             logits, greedy = self.graphs.run(batch)
         for seq in seqs:
             seq.num_cached += 1  # the new token's K/V is written (or will be, by the step just launched)
+        self.slots.reserve_ahead(seqs)  # while the GPU runs this step (and the one before)
         return rollovers, cow, logits, greedy, kv_tokens
 
     def _reserve_decode_slots(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:

@@ -22,6 +22,9 @@ from roseinfer import env
 DECODE_STEP = "roseinfer.decode_step"
 BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
 H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
+# Static decode, blocks reserved ahead: the next blocks allocated right after a step's launch, off the path from the
+# previous step's tokens to the next launch (roseinfer/decode_slots.py).
+RESERVE_BLOCKS_AHEAD = "roseinfer.decode_step_sessions.reserve_blocks_ahead"
 MODEL_FORWARD = "roseinfer.model.forward"
 KV_APPEND = "roseinfer.kv.append_token"
 PREFILL = "roseinfer.prefill"
@@ -53,9 +56,17 @@ REGION_NAMES = (
     MLP,
     LM_HEAD,
     ARGMAX,
+    RESERVE_BLOCKS_AHEAD,
 )
 # The regions a decode step is broken down into (dashboards stack them per step), in display order.
-STEP_BREAKDOWN = (BUILD_BLOCK_TABLES, H2D_BLOCK_TABLES, MODEL_FORWARD, KV_APPEND, SAMPLE)
+STEP_BREAKDOWN = (
+    BUILD_BLOCK_TABLES,
+    H2D_BLOCK_TABLES,
+    MODEL_FORWARD,
+    RESERVE_BLOCKS_AHEAD,
+    KV_APPEND,
+    SAMPLE,
+)
 
 
 class _State:

@@ -4,9 +4,11 @@ designs, without a model: the reservation's cost depends on the layers, the batc
 
     python scripts/bench_rollover_host.py --batch 64 --layers 12 --rounds 3
 
-Prints the time per step for the steps that start blocks, the steps whose host tables changed otherwise (blocks
-reserved ahead), and the rest; and, for the earlier design's rollover steps, the parts of that time (block
-allocation, table rows and stack, slot blocks, copy-on-write scan, fill counts).
+Prints the host time per step before the launch (`reserve`: on the path from the previous step's tokens to this
+launch) and after it (`reserve_ahead`: blocks reserved ahead, while the GPU runs), for the steps that start blocks,
+the steps whose host tables changed otherwise (blocks reserved ahead written in), and the rest; and, for the
+rollover steps, the parts of the time before the launch (block allocation, table rows and stack, slot blocks,
+copy-on-write scan, fill counts).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def run(blocks_ahead: bool, batch: int, model: str, steps: int) -> tuple[dict, d
     for seq in seqs:
         runner.mgr.allocate_prompt(seq)
         seq.num_cached = 1
-    by_kind: dict[str, list[float]] = {"rollover": [], "tables changed": [], "other": []}
+    by_kind: dict[str, list[tuple[float, float]]] = {"rollover": [], "tables changed": [], "other": []}
     roll_parts: dict[str, list[float]] = {}
     rows = runner.graphs.bucket_for(batch)
     for step in range(steps):
@@ -53,13 +55,16 @@ def run(blocks_ahead: bool, batch: int, model: str, steps: int) -> tuple[dict, d
             values.clear()
         t0 = time.perf_counter_ns()
         rollovers, _, changed = runner._reserve_decode_slots(seqs, rows)
-        dt = (time.perf_counter_ns() - t0) / 1e3
-        for seq in seqs:
+        t1 = time.perf_counter_ns()
+        for seq in seqs:  # (the launch) the new token's K/V is written by this step
             seq.num_cached += 1
+        t2 = time.perf_counter_ns()
+        runner.slots.reserve_ahead(seqs)
+        t3 = time.perf_counter_ns()
         if step == 0:
             continue  # the first step builds the tables for the new batch
         kind = "rollover" if rollovers else "tables changed" if changed else "other"
-        by_kind[kind].append(dt)
+        by_kind[kind].append(((t1 - t0) / 1e3, (t3 - t2) / 1e3))
         if rollovers:
             for name, values in parts.items():
                 roll_parts.setdefault(name, []).append(sum(values) / 1e3)
@@ -86,21 +91,21 @@ def main() -> None:
             for k, v in roll_parts.items():
                 parts.setdefault(k, []).extend(v)
     print(f"batch {a.batch}, {a.layers} layers, {a.steps} steps x {a.rounds} rounds, host us per step")
-    print("| design | steps | count | p50 | p99 | max |")
-    print("|---|---|---|---|---|---|")
+    print("| design | steps | count | before launch p50 | p99 | max | after launch p50 | p99 |")
+    print("|---|---|---|---|---|---|---|---|")
     for ahead, (kinds, _) in results.items():
         design = "ahead (default)" if ahead else "at the boundary (--no-blocks-ahead)"
         for kind, v in kinds.items():
             if v:
-                v = np.asarray(v)
+                pre, post = np.asarray(v).T  # [N] each
                 print(
-                    f"| {design} | {kind} | {len(v)} | {np.median(v):.1f} | {np.percentile(v, 99):.1f} "
-                    f"| {v.max():.1f} |"
+                    f"| {design} | {kind} | {len(pre)} | {np.median(pre):.1f} | {np.percentile(pre, 99):.1f} "
+                    f"| {pre.max():.1f} | {np.median(post):.1f} | {np.percentile(post, 99):.1f} |"
                 )
     labels = {k: v for group in PARTS.values() for k, v in group.items()}
     for ahead, (_, parts) in results.items():
         design = "ahead" if ahead else "at the boundary"
-        print(f"\nrollover steps, {design}: parts (p50 us)")
+        print(f"\nrollover steps, {design}: parts before the launch (p50 us)")
         for name, v in sorted(parts.items(), key=lambda kv: -np.median(kv[1])):
             if np.median(v) > 0:
                 print(f"- {labels[name]}: {np.median(v):.1f}")

@@ -12,6 +12,9 @@ import sys
 DECODE_STEP = "roseinfer.decode_step"
 BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
 H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
+# Static decode, blocks reserved ahead: the next blocks allocated right after a step's launch, off the path from the
+# previous step's tokens to the next launch (roseinfer/decode_slots.py).
+RESERVE_BLOCKS_AHEAD = "roseinfer.decode_step_sessions.reserve_blocks_ahead"
 MODEL_FORWARD = "roseinfer.model.forward"
 KV_APPEND = "roseinfer.kv.append_token"
 PREFILL = "roseinfer.prefill"
@@ -40,6 +43,7 @@ REGION_NAMES = (
     MLP,
     LM_HEAD,
     ARGMAX,
+    RESERVE_BLOCKS_AHEAD,
 )
 # An NVTX mark at a KV-block rollover: without a step log, a step that contains one is a rollover step.
 ROLLOVER_MARK = "roseinfer.kv.rollover"
@@ -49,6 +53,7 @@ STEP_BREAKDOWN = (
     ("build_block_tables", BUILD_BLOCK_TABLES),
     ("h2d", H2D_BLOCK_TABLES),
     ("forward", MODEL_FORWARD),
+    ("reserve_ahead", RESERVE_BLOCKS_AHEAD),
     ("kv.append", KV_APPEND),
     ("sample", SAMPLE),
 )

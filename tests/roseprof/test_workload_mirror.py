@@ -21,6 +21,7 @@ def test_region_names_agree():
         "MLP",
         "LM_HEAD",
         "ARGMAX",
+        "RESERVE_BLOCKS_AHEAD",
     ):
         assert getattr(mirror, name) == getattr(tracing, name)
 
