@@ -5,7 +5,8 @@
 #               `nsys stats` oracles and the CUDA_GRAPH_NODE_EVENTS schema; then tests/roseprof/test_graphs_real.py
 #               run on it, and its per-region graph time per step
 #   rollover    workload (a) with equal prompts under nsys, rollover blocks at the boundary (--no-blocks-ahead)
-#               and ahead (default), and `roseprof diff` of the two: ITL p99 at rollover steps vs elsewhere
+#               and ahead (default), RUNS (default 3) captures a side interleaved, and `roseprof diff` of the two
+#               groups: ITL p99 at rollover steps vs elsewhere, step time elsewhere
 #   throughput  workload (a) without a profiler, against Hugging Face, with and without --no-blocks-ahead
 # Run from the repo root with .gpu (nsys-on-gpu.sh) and .whl (nvtx, plotly wheels) carried:
 #   bash scripts/gpu_graphs_check.sh            (STAGES=tests,fixture,... picks stages)
@@ -82,11 +83,15 @@ A="--device cuda --hf-model-id gpt2 --no-stop-on-eos --paged-attn --cuda-graph -
 --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 --warmup-runs 1"
 if want rollover; then
   echo "== 3. rollover spike before/after: workload (a), equal prompts, under nsys [${SECONDS}s]"
-  for design in before after; do
-    flag=""; [ "$design" = before ] && flag="--no-blocks-ahead"
-    timeout 240 python3 -m roseprof nsys $STORE --name "rollover-$design" --trace cuda,nvtx -- \
-      python3 -m roseinfer.benchmark_scheduler $A --repeat-runs 1 $flag > "$W/bundle/rollover-$design.log" 2>&1
-    echo "rollover-$design rc=$? [${SECONDS}s]"; tail -12 "$W/bundle/rollover-$design.log"
+  # RUNS captures a side, interleaved: `roseprof diff NAME NAME` then compares the two groups (hierarchical
+  # bootstrap: the GPU's and the host's drift between runs is in the interval).
+  for r in $(seq "${RUNS:-3}"); do
+    for design in before after; do
+      flag=""; [ "$design" = before ] && flag="--no-blocks-ahead"
+      timeout 240 python3 -m roseprof nsys $STORE --name "rollover-$design" --trace cuda,nvtx -- \
+        python3 -m roseinfer.benchmark_scheduler $A --repeat-runs 1 $flag > "$W/bundle/rollover-$design-$r.log" 2>&1
+      echo "rollover-$design run $r rc=$? [${SECONDS}s]"; tail -4 "$W/bundle/rollover-$design-$r.log"
+    done
   done
   python3 -m roseprof diff rollover-before rollover-after --json $STORE > "$W/bundle/rollover-diff.json"
   echo "diff rc=$?"
@@ -97,15 +102,16 @@ w = sys.argv[1]
 print("| run | ITL p99 at rollover ms | ITL p99 elsewhere ms | ratio | step p50 rollover us | step p50 normal us | rollover steps |")
 print("|---|---|---|---|---|---|---|")
 for design in ("before", "after"):
-    run = sorted(glob.glob(f"{w}/tr/*rollover-{design}*"))[-1]
+  for run in sorted(glob.glob(f"{w}/tr/*rollover-{design}*")):
     s = json.load(open(f"{run}/summary.json"))
     itl, st = s["itl"], s["steps"]
     roll, other = itl["at_rollover"]["p99_ms"], itl["elsewhere"]["p99_ms"]
-    print(f"| {design} | {roll:.3f} | {other:.3f} | {roll / other:.2f}x | {st['rollover']['p50_ns'] / 1e3:.1f} "
+    print(f"| {design} {run[-4:]} | {roll:.3f} | {other:.3f} | {roll / other:.2f}x | {st['rollover']['p50_ns'] / 1e3:.1f} "
           f"| {st['normal']['p50_ns'] / 1e3:.1f} | {st['rollover']['count']} |")
 d = json.load(open(f"{w}/bundle/rollover-diff.json"))
 keep = ("itl.p99_ms", "itl.at_rollover.p99_ms", "itl.elsewhere.p99_ms", "itl.elsewhere.p50_ms", "steps.normal.p50_ns",
         "steps.normal.mean_ns", "steps.rollover.p50_ns", "steps.rollover.regions.roseinfer.decode_step_sessions.build_block_tables",
+        "steps.normal.regions.roseinfer.decode_step_sessions.reserve_blocks_ahead",
         "steps.normal.regions.roseinfer.decode_step_sessions.build_block_tables", "requests.throughput_tok_s")
 print("\n| metric | before | after | change | 95% interval | significant |")
 print("|---|---|---|---|---|---|")
@@ -121,7 +127,7 @@ EOF
   for d in "$W"/tr/*rollover-*; do
     tar rf "$W/rollover.tar" -C "$W/tr" --exclude=raw --exclude='*.npz' "$(basename "$d")"
   done
-  tar rf "$W/rollover.tar" -C "$W/bundle" rollover-diff.json rollover-before.log rollover-after.log
+  tar rf "$W/rollover.tar" -C "$W/bundle" rollover-diff.json $(cd "$W/bundle" && ls rollover-*.log)
   tar rf "$W/rollover.tar" -C "$W" $(cd "$W" && ls dash/*rollover*.html 2>/dev/null)
   gzip -c "$W/rollover.tar" > "$OUT/rollover.tgz"
 fi
