@@ -83,3 +83,31 @@ def test_eager_steps_open_the_parts_inside_forward_and_sample(region_stack):
     # Per layer an attention, an MLP and two residual add + LayerNorms (ln_2, then the next ln_1 or ln_f).
     assert per_step.count(tracing.ATTENTION) == per_step.count(tracing.MLP) == layers * steps
     assert per_step.count(tracing.LAYERNORM) == (2 * layers + 1) * steps
+
+
+def test_record_function_spans_only_while_a_profiler_records(monkeypatch):
+    """With record_function on and no profiler recording, a region makes no span (one costs ~6 us even then);
+    while a torch profiler records, every region is a span."""
+    from torch.profiler import ProfilerActivity, profile
+
+    made: list[str] = []
+    real = torch.profiler.record_function
+
+    def counted(name, *args):
+        made.append(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(torch.profiler, "record_function", counted)
+    monkeypatch.setattr(tracing.STATE, "_profiling", None)
+    try:
+        tracing.configure(nvtx=False, record_function=True)
+        with tracing.region(tracing.SAMPLE):
+            pass
+        assert made == []
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with tracing.region(tracing.SAMPLE):
+                torch.ones(2).sum()
+        assert made == [tracing.SAMPLE]
+        assert [e.name for e in prof.events()].count(tracing.SAMPLE) == 1
+    finally:
+        tracing.configure()
