@@ -96,15 +96,33 @@ STATE = _State()
 
 
 def _nvtx_functions():
-    """NVTX push/pop through the `nvtx` package (works without a CUDA build of torch); torch's otherwise."""
+    """NVTX push/pop through the `nvtx` package (works without a CUDA build of torch); torch's otherwise.
+
+    `nvtx.push_range(name)` looks up the domain, registers the string and builds the event's attributes on every
+    call (~1.5 us a range on the CPU machine); the same calls made once per region name and kept cost ~0.15 us,
+    and NVTX records the same event (nvtx 0.2.10's `_lib`, the version pinned for Nsight Systems 2022.4)."""
     try:
         import nvtx
-
-        return (lambda name: nvtx.push_range(name)), (lambda: nvtx.pop_range())
     except ImportError:
         import torch
 
         return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    try:
+        from nvtx._lib import Domain, EventAttributes, RegisteredString
+        from nvtx._lib import pop_range as lib_pop
+        from nvtx._lib import push_range as lib_push
+    except ImportError:  # another nvtx version: its public functions
+        return (lambda name: nvtx.push_range(name)), (lambda: nvtx.pop_range())
+    handle = Domain(None).handle  # the default domain, as nvtx.push_range(name) uses
+    attributes: dict[str, object] = {}
+
+    def push(name: str) -> None:
+        a = attributes.get(name)
+        if a is None:
+            a = attributes[name] = EventAttributes(RegisteredString(handle, name), "blue", None, None)
+        lib_push(a, handle)
+
+    return push, (lambda: lib_pop(handle))
 
 
 def _torch_profiling_check():
