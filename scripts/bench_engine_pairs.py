@@ -2,8 +2,15 @@
 
     python scripts/bench_engine_pairs.py --model gpt2-tiny --num-requests 16 --max-new-tokens 256 --rounds 3
 
+On the GPU, the fast path with equal one-token prompts (every sequence starts a block in the same step), the two
+rollover designs only:
+
+    python scripts/bench_engine_pairs.py --model gpt2 --device cuda --paged-attn --cuda-graph --num-requests 64 \
+        --max-new-tokens 512 --prompt-len 1 --same-prompts --rounds 10 --configs default,--no-blocks-ahead --no-hf
+
 Each round runs every configuration once (order rotated per round); the table gives medians over rounds of
-decode throughput, ITL p50/p99, and ITL p99 of the tokens produced by rollover steps vs the rest. Also: our
+decode throughput, ITL p50/p99, ITL p99 of the tokens produced by rollover steps vs the rest, and the median host
+time of the other decode steps (`engine.step()` calls that decoded, rollover steps left out). Also: our
 engine against Hugging Face `generate` on the same weights and batch, and tracing (NVTX + record_function)
 on vs off.
 """
@@ -28,6 +35,7 @@ CONFIGS = {
     "--no-batched-kv-append": {"batched_kv_append": False},
     "--no-batched-rollover": {"batched_rollover": False},
     "--no-block-table-cache": {"block_table_cache": False},
+    "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
 }
 
@@ -39,8 +47,12 @@ def run(engine: Engine, prompts, max_new_tokens) -> dict:
     engine.decode_steps = 0
     t0 = time.perf_counter()
     seqs = [engine.add_request(p, params) for p in prompts]
+    steps: list[tuple[int, int]] = []  # (decode step index, ns) of each step() call that decoded
     while engine.has_unfinished():
+        index, s0 = engine.decode_steps, time.perf_counter_ns()
         engine.step()
+        if engine.decode_steps > index:
+            steps.append((index, time.perf_counter_ns() - s0))
     total = time.perf_counter() - t0
     roll, rest, all_itl = [], [], []
     for s in seqs:
@@ -49,7 +61,9 @@ def run(engine: Engine, prompts, max_new_tokens) -> dict:
         for gap, step in zip(gaps, s.token_step[1:]):
             (roll if step in engine.rollover_steps else rest).append(gap)
     tokens = sum(len(s.output_ids) for s in seqs)
+    normal = [ns for index, ns in steps if index not in engine.rollover_steps]
     return {
+        "step_us_elsewhere": float(np.median(normal)) / 1e3 if normal else float("nan"),
         "decode_tok_s": tokens / (engine.stats["decode_ns"] / 1e9),
         "total_tok_s": tokens / total,
         "itl_p50": float(np.percentile(all_itl, 50)),
@@ -66,21 +80,34 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--prompt-len", type=int, default=45)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--same-prompts", action="store_true", help="every request the same prompt (lock-step)")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default=None, help="default: float16 on CUDA, float32 on the CPU")
+    ap.add_argument("--paged-attn", action="store_true")
+    ap.add_argument("--cuda-graph", action="store_true")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names of CONFIGS to run")
     args = ap.parse_args()
     g = torch.Generator().manual_seed(0)
     prompts = [
         torch.randint(0, 50000, (args.prompt_len,), generator=g).tolist() for _ in range(args.num_requests)
     ]
+    if args.same_prompts:
+        prompts = [prompts[0]] * len(prompts)
     batch = args.num_requests
+    dtype = args.dtype or ("float16" if args.device == "cuda" else "float32")
     engines = {}
-    for name, opts in CONFIGS.items():
-        opts = {k: v for k, v in opts.items() if not k.startswith("_")}
+    for name in args.configs.split(","):
+        opts = {k: v for k, v in CONFIGS[name].items() if not k.startswith("_")}
         engines[name] = Engine(
-            args.model, EngineConfig(max_batch_size=batch, prefill_max_batch_size=batch, **opts)
-        )
+            args.model,
+            EngineConfig(
+                max_batch_size=batch, prefill_max_batch_size=batch, device=args.device, dtype=dtype,
+                paged_attn=args.paged_attn, cuda_graph=args.cuda_graph, **opts,
+            ),
+        )  # fmt: skip
         run(engines[name], prompts[:2], 8)  # warm up
-    hf = None if args.no_hf else to_hf(engines["default"].model)
+    hf = None if args.no_hf else to_hf(next(iter(engines.values())).model)
     if hf is not None:
         hf_generate(hf, prompts, args.max_new_tokens, batch)  # warm up at full length, as the engine is
     results: dict[str, list[dict]] = {name: [] for name in engines}
@@ -104,20 +131,37 @@ def main() -> None:
         f"new_tokens={args.max_new_tokens} rounds={args.rounds} threads={torch.get_num_threads()}"
     )
     print(
-        "| configuration | decode tok/s | total tok/s | ITL p50 ms | ITL p99 ms | ITL p99 at rollover ms | ITL p99 elsewhere ms |"
+        "| configuration | decode tok/s | total tok/s | ITL p50 ms | ITL p99 ms | ITL p99 at rollover ms "
+        "| ITL p99 elsewhere ms | step p50 elsewhere us |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name in engines:
         print(
             f"| {name} | {med(name, 'decode_tok_s'):.0f} | {med(name, 'total_tok_s'):.0f} | {med(name, 'itl_p50'):.2f} | "
-            f"{med(name, 'itl_p99'):.2f} | {med(name, 'itl_roll_p99'):.2f} | {med(name, 'itl_rest_p99'):.2f} |"
+            f"{med(name, 'itl_p99'):.2f} | {med(name, 'itl_roll_p99'):.2f} | {med(name, 'itl_rest_p99'):.2f} | "
+            f"{med(name, 'step_us_elsewhere'):.1f} |"
         )
-    if hf is not None:
+    if "default" in engines:
+        for name in engines:
+            if name != "default":  # per-round ratios: each round ran both, so the machine's drift cancels
+                ratios = [
+                    x["step_us_elsewhere"] / d["step_us_elsewhere"]
+                    for x, d in zip(results[name], results["default"])
+                ]
+                print(
+                    f"step p50 elsewhere, {name} / default per round: median {statistics.median(ratios):.4f}, "
+                    f"min {min(ratios):.4f}, max {max(ratios):.4f}"
+                )
+    if hf is not None and "default" in engines:
         ours, theirs = med("default", "total_tok_s"), med("hf generate", "total_tok_s")
         print(f"| hf generate (same weights, batch {batch}) | - | {theirs:.0f} | - | - | - | - |")
         print(f"\nours/hf (total completion tok/s, prefill included): {ours / theirs:.2f}x")
-    base, traced = med("default", "decode_tok_s"), med("tracing on (NVTX + record_function)", "decode_tok_s")
-    print(f"tracing overhead (decode tok/s, on vs off): {100 * (base - traced) / base:+.1f}%")
+    if "default" in engines and "tracing on (NVTX + record_function)" in engines:
+        base, traced = (
+            med("default", "decode_tok_s"),
+            med("tracing on (NVTX + record_function)", "decode_tok_s"),
+        )
+        print(f"tracing overhead (decode tok/s, on vs off): {100 * (base - traced) / base:+.1f}%")
 
 
 if __name__ == "__main__":
