@@ -7,6 +7,9 @@ GPU machine, and whole generate() calls alternated on/off still drifted by sever
 host's other tenants), more than the effect. So one engine serves both settings and the setting flips every
 decode step: neighbouring steps see the same context length and the same machine, and the drift cancels.
 Each generate() starts with the other setting. Reports the mean decode step time of each setting and the ratio.
+Both switches are measured as a user without a profiler gets them: record_function spans are made only while a
+torch profiler records, and NVTX ranges only when a tool is attached (NVTX_INJECTION64_PATH, which nsys and ncu
+set): run it under `nsys profile` to include what NVTX costs in the program itself there.
 """
 
 import argparse

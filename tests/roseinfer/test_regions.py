@@ -111,3 +111,20 @@ def test_record_function_spans_only_while_a_profiler_records(monkeypatch):
         assert [e.name for e in prof.events()].count(tracing.SAMPLE) == 1
     finally:
         tracing.configure()
+
+
+def test_nvtx_regions_only_when_a_tool_listens(monkeypatch):
+    """ROSEINFER_NVTX=1 without a tool (no NVTX_INJECTION64_PATH, which nsys and ncu set) leaves the regions off:
+    NVTX would drop every range anyway. Under a tool they are on."""
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    monkeypatch.setenv("ROSEINFER_NVTX", "1")
+    try:
+        tracing.configure()
+        assert not tracing.STATE.nvtx and tracing.region(tracing.SAMPLE) is tracing._NULL
+        monkeypatch.setenv("NVTX_INJECTION64_PATH", "libToolsInjection64.so")  # as nsys sets it
+        tracing.configure()
+        assert tracing.STATE.nvtx and tracing.region(tracing.SAMPLE) is not tracing._NULL
+    finally:
+        monkeypatch.undo()
+        tracing.configure()
+    assert not tracing.STATE.nvtx
