@@ -3,7 +3,8 @@
 #   scripts/gate_noise.sh capture TRACES   (a) 10 pairs of same-code groups, 3 captures a side; (b) the three
 #                                          known regressions and the default, 3 captures each (interleaved)
 #   scripts/gate_noise.sh report TRACES    the diffs: groups (hierarchical bootstrap) and first runs only (the
-#                                          single-run method), default gate and every region metric gated
+#                                          single-run method); default gate, `regions.*` and every region metric
+#                                          (`regions.*` and `steps.*.regions.*`) gated
 # Each capture holds /tmp/roseprof-nsys.lock for itself only, so others can use nsys between captures.
 # PYTHON (default .venv/bin/python) runs roseprof and the benchmark; PAIRS (default 10) and RUNS (default 3).
 set -euo pipefail
@@ -25,6 +26,8 @@ same=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu 
 w=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 64 --max-batch-size 64
   --prefill-max-batch-size 64 --max-new-tokens 400 --prompt abcdefghijklmnop --no-stop-on-eos
   --warmup-runs 0 --repeat-runs 1)
+# Every region metric: each region's time per step, and its median and mean in rollover and in normal steps.
+every=(--metric 'regions.*' --metric 'steps.*.regions.*')
 rp() { local verb=$1; shift; $py -m roseprof "$verb" --traces-dir "$traces" --dashboards-dir "$dash" "$@"; }
 capture() {  # capture NAME CMD...: one capture under the shared lock
   local name=$1; shift
@@ -61,6 +64,7 @@ report)
     fi
     gate "pair $p groups default" "same$p-a" --vs "same$p-b" --fail-on-regression 10
     gate "pair $p groups regions" "same$p-a" --vs "same$p-b" --fail-on-regression 10 --metric 'regions.*'
+    gate "pair $p groups every-region" "same$p-a" --vs "same$p-b" --fail-on-regression 10 "${every[@]}"
     a1=$(first_run "same$p-a") b1=$(first_run "same$p-b")
     gate "pair $p first-runs default" "$a1" --vs "$b1" --fail-on-regression 10
     gate "pair $p first-runs regions" "$a1" --vs "$b1" --fail-on-regression 10 --metric 'regions.*'
@@ -70,6 +74,8 @@ report)
     echo "== known-default -> $before, $runs runs a side"
     rp diff known-default "$before" --fail-on-regression 10 --metric 'regions.*' --top 6 || true
     gate "gate default -> $before (default metrics)" known-default --vs "$before" --fail-on-regression 10
+    gate "gate default -> $before (every region metric)" known-default --vs "$before" --fail-on-regression 10 \
+      "${every[@]}"
   done
   ;;
 *) echo "usage: $0 capture|report TRACES" >&2; exit 2 ;;
