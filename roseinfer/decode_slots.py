@@ -55,6 +55,7 @@ class DecodeSlots:
         self.rows = 0
         self.slots = np.zeros((mgr.num_layers, 0), dtype=np.int64)
         self.held = np.zeros(0, dtype=np.int64)
+        self.past = np.zeros(0, dtype=np.int64)  # [B] past lengths the last `reserve` read
         # Blocks reserved ahead after the last launch, not yet in the host tables: rows [K] of the batch, each
         # block's index in its sequence's lists [K], the blocks [L, K].
         self.pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -63,6 +64,7 @@ class DecodeSlots:
         """Give every sequence the KV slot of its new token; the host tables padded to `rows`. Returns
         (sequences whose token starts a block, copy-on-writes, host tables changed)."""
         past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+        self.past = past
         rollovers = int(np.count_nonzero(past % self.block_size == 0))
         if self.blocks_ahead:
             cow, changed = self._reserve_ahead(seqs, rows, past, rollovers)
@@ -109,9 +111,9 @@ class DecodeSlots:
         sequences that will need one soon; the next `reserve` writes them into the host tables."""
         if not self.blocks_ahead or seqs != self.batch:
             return
-        past = np.fromiter(
-            (s.num_cached for s in seqs), dtype=np.int64, count=len(seqs)
-        )  # [B] the next step's
+        past = (
+            self.past + 1
+        )  # [B] the next step's: `reserve` read them before this step, which adds one token
         held = self.held
         room = held * self.block_size - past  # [B] free slots in the blocks held; 0: the next token needs one
         if room.min() > self.horizon:  # most steps: no block needed soon

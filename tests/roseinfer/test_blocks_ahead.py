@@ -73,14 +73,14 @@ def blocks_allocated_per_step(llm: LLM, batch: int, new_tokens: int) -> tuple[di
     steps that started blocks."""
     engine, mgr = llm.engine, llm.engine.mgr
     per_step: dict[int, int] = {}
-    allocate_many = mgr.allocate_many
+    take = mgr._take  # every allocation of several blocks goes through it
 
     def counting(layer, n):
         if layer == 0:
             per_step[engine.decode_steps] = per_step.get(engine.decode_steps, 0) + n
-        return allocate_many(layer, n)
+        return take(layer, n)
 
-    mgr.allocate_many = counting
+    mgr._take = counting
     llm.generate([[5]] * batch, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     return per_step, engine.rollover_steps
 
