@@ -17,8 +17,9 @@ Rollovers, two designs (`EngineConfig.blocks_ahead`):
   fills, a few sequences per step (the batch over a quarter block's steps); the step that starts the block then
   only moves the slots. The blocks are allocated right after a step is launched (`reserve_ahead`), while the GPU
   still has that step and the one before it to run, and written into the host tables' rows (one numpy write, no
-  restack) before the next launch: the allocation (~50 us for four sequences on the CPU machine) is off the path
-  from one step's tokens to the next step's launch, which is what keeps the GPU fed.
+  restack) before the next launch: the allocation (~40 us for four sequences on the CPU machine) is off the path
+  from one step's tokens to the next step's launch, which is what keeps the GPU fed. The tables go to the device
+  only in a step that starts a block (one copy per rollover, as at the boundary, not one per reserving step).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class DecodeSlots:
         # Blocks reserved ahead after the last launch, not yet in the host tables: rows [K] of the batch, each
         # block's index in its sequence's lists [K], the blocks [L, K].
         self.pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.unsent = False  # the host tables hold blocks the device's copy does not have yet
 
     def reserve(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
         """Give every sequence the KV slot of its new token; the host tables padded to `rows`. Returns
@@ -94,16 +96,19 @@ class DecodeSlots:
             # The block lists hold every block reserved ahead, so the rebuilt tables do too.
             cow = self._rebuild(seqs, rows, past, [seqs[i] for i in starting])
             held[starting] += 1
-            self.held, self.pending = held, None
+            self.held, self.pending, self.unsent = held, None, False
             return cow, True
-        changed = self.pending is not None
-        if changed:
+        if self.pending is not None:
             self.host_buffers_free()
             self.tables.put_blocks(*self.pending)
-            self.pending = None
+            self.pending, self.unsent = None, True
+        changed = False
         if rollovers:
             # Their blocks were reserved ahead: fresh, held by one sequence (no copy-on-write); only the slots move.
             self.slots = self._slot_blocks(seqs, past)
+            # A block reserved ahead is first read on the device in the step whose token starts it, so the tables
+            # go over then, once, with every block reserved since (not once per step that reserved some).
+            changed, self.unsent = self.unsent, False
         return 0, changed
 
     def reserve_ahead(self, seqs: list[Sequence]) -> None:
