@@ -177,7 +177,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "kernel_attribution": attribution(trace, gpu.op_range, capture)
         if has_gpu and (trace.ops.api_tid >= 0).any()
         else None,
-        "warnings": warnings + trace.warnings,
+        "warnings": warnings,
     }
     if trace.kernel_metrics is not None:
         summary["ncu"] = ncu.section(trace)

@@ -211,3 +211,10 @@ def test_one_pass_when_every_op_has_a_correlation_id(monkeypatch):
     trace = read_kineto(path)
     assert len(passes) == 1
     assert (trace.ops.api_start >= 0).all()  # and every GPU op still found its launching call
+
+
+def test_reader_warnings_appear_once_in_the_summary():
+    path = next(p for p in KINETO if "HolisticTraceAnalysis" in p.name)  # Unix-epoch timestamps with fractions
+    trace = read_kineto(path)
+    summary, _ = analyse(trace, None)
+    assert trace.warnings and summary["warnings"].count(trace.warnings[0]) == 1
