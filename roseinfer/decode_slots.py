@@ -89,9 +89,8 @@ class DecodeSlots:
             held = self.held
         else:
             held = np.fromiter((len(s.block_ids[0]) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
-        starting = np.flatnonzero(
-            held * self.block_size == past
-        )  # not reserved in time (just admitted, tight pool)
+        # Sequences whose token needs a block not reserved in time (just admitted, or a tight pool).
+        starting = np.flatnonzero(held * self.block_size == past)
         if len(starting) or not same:
             # The block lists hold every block reserved ahead, so the rebuilt tables do too.
             cow = self._rebuild(seqs, rows, past, [seqs[i] for i in starting])
@@ -116,20 +115,19 @@ class DecodeSlots:
         sequences that will need one soon; the next `reserve` writes them into the host tables."""
         if not self.blocks_ahead or seqs != self.batch:
             return
-        past = (
-            self.past + 1
-        )  # [B] the next step's: `reserve` read them before this step, which adds one token
+        # [B] the next step's past lengths: `reserve` read them before this step, which adds one token.
+        past = self.past + 1
         held = self.held
         room = held * self.block_size - past  # [B] free slots in the blocks held; 0: the next token needs one
         if room.min() > self.horizon:  # most steps: no block needed soon
             return
+        # Every launch is preceded by a `reserve`, which writes (or rebuilds past) what is pending.
+        assert self.pending is None, "blocks reserved ahead twice without a step between"
         with region(tracing.RESERVE_BLOCKS_AHEAD):
             ahead = self._due(seqs, held, room, int(np.count_nonzero(room == 0)))
             if not len(ahead):
                 return
             blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
-        # Every launch is preceded by a `reserve`, which writes (or rebuilds past) what is pending.
-        assert self.pending is None, "blocks reserved ahead twice without a step between"
         self.pending = (ahead, held[ahead].copy(), blocks)
         held[ahead] += 1
 
