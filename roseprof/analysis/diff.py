@@ -20,6 +20,8 @@ import numpy as np
 from roseprof.analysis.samples import RunData
 from roseprof.analysis.stats import (
     CONFIDENCE,
+    LARGE_RESAMPLES,
+    LARGE_SAMPLE,
     MIN_SAMPLES,
     RESAMPLES,
     TAIL_SAMPLES,
@@ -33,14 +35,15 @@ from roseprof.analysis.stats import (
 )
 
 METHOD = (
-    f"bootstrap: {RESAMPLES} resamples of each run's decode steps (ITL: the steps that produced the tokens; "
+    f"bootstrap: {RESAMPLES} resamples ({LARGE_RESAMPLES} over {LARGE_SAMPLE:,} values) of each run's decode steps (ITL: the steps that produced the tokens; "
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
     f"change; significant when it excludes 0; no interval under {MIN_SAMPLES} samples per run, nor for a "
     f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
     f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
 )
 HIERARCHICAL_METHOD = (
-    "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
+    "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples ({large} over "
+    "{large_n:,} values), each drawing "
     "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
     "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
     "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
@@ -61,6 +64,8 @@ def method(n_a: int, n_b: int) -> str:
         n_a=n_a,
         n_b=n_b,
         resamples=RESAMPLES,
+        large=LARGE_RESAMPLES,
+        large_n=LARGE_SAMPLE,
         conf=int(CONFIDENCE * 100),
         exp_a=expansion(n_a),
         exp_b=expansion(n_b),

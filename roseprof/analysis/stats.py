@@ -8,6 +8,10 @@ import math
 import numpy as np
 
 RESAMPLES = 1000
+# Samples of more than LARGE_SAMPLE values (a long GPU run's tokens, a group of such runs) get LARGE_RESAMPLES:
+# each resample's statistic costs a pass over the whole sample, and their intervals are narrow anyway.
+LARGE_SAMPLE = 20_000
+LARGE_RESAMPLES = 200
 CONFIDENCE = 0.95
 # Below this many steps (or instances) per run no interval is given, so nothing is called significant.
 MIN_SAMPLES = 5
@@ -79,11 +83,15 @@ def groups(keys: np.ndarray, values: np.ndarray) -> tuple[list, list[np.ndarray]
     return keys[starts].tolist(), np.split(values.astype(np.float64), bounds)
 
 
+def resamples_for(n: int) -> int:
+    """How many resamples a bootstrap over a sample of n values draws."""
+    return RESAMPLES if n <= LARGE_SAMPLE else LARGE_RESAMPLES
+
+
 def resampled(values: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
     """The statistic over RESAMPLES bootstrap resamples of `values`, in chunks to bound memory."""
     n = len(values)
-    # Fewer resamples for very large samples: their intervals are narrow anyway, and time stays bounded.
-    resamples = RESAMPLES if n <= 20_000 else 200
+    resamples = resamples_for(n)
     out = np.empty(resamples)
     chunk = max(1, min(resamples, 4_000_000 // max(n, 1)))
     for lo in range(0, resamples, chunk):
@@ -100,15 +108,18 @@ def clustered(values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Gen
     bounds = np.flatnonzero(np.diff(c)) + 1
     parts = np.split(v, bounds)
     n = len(parts)
-    out = np.empty(RESAMPLES)
-    for i in range(RESAMPLES):
+    out = np.empty(resamples_for(len(values)))
+    for i in range(len(out)):
         pick = rng.integers(0, n, size=n)
         out[i] = stat(np.concatenate([parts[j] for j in pick]))
     return out
 
 
 def interval(ra: np.ndarray, rb: np.ndarray) -> tuple[float, float] | None:
-    """The CONFIDENCE percentile interval of the relative change 100 (b - a) / a over paired resamples."""
+    """The CONFIDENCE percentile interval of the relative change 100 (b - a) / a over paired resamples (the
+    first k of each when one side drew fewer, resamples_for: they are independent, so any pairing is one)."""
+    k = min(len(ra), len(rb))
+    ra, rb = ra[:k], rb[:k]
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = 100.0 * (rb - ra) / ra
     rel = rel[np.isfinite(rel)]
@@ -127,7 +138,7 @@ def hierarchical(
     offsets: np.ndarray | None = None,
     scales: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
+    """A two-level bootstrap over a group of runs: RESAMPLES times (resamples_for), resample the runs with replacement, then the
     units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
     together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales.
 
@@ -150,8 +161,8 @@ def hierarchical(
         starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]])) if len(c) else np.zeros(0, int)
         lengths = np.diff(np.append(starts, len(c)))
         parts.append((values[order], starts, lengths))
-    out = np.empty(RESAMPLES)
-    for i in range(RESAMPLES):
+    out = np.empty(resamples_for(sum(len(v) for v in runs)))
+    for i in range(len(out)):
         pick = rng.integers(0, n_runs, size=n_runs)  # [R] runs, with replacement
         pooled = []
         for r in pick:
@@ -193,10 +204,11 @@ def _hierarchical_equal(runs, stat, rng, offsets, scales) -> np.ndarray:
     resample pools R x n values, so a chunk of resamples is one [chunk, R * n] matrix."""
     n_runs, n = len(runs), len(runs[0])
     flat = np.concatenate(runs)  # [R * n]
-    out = np.empty(RESAMPLES)
-    chunk = max(1, min(RESAMPLES, 4_000_000 // (n_runs * n)))
-    for lo in range(0, RESAMPLES, chunk):
-        hi = min(RESAMPLES, lo + chunk)
+    resamples = resamples_for(n_runs * n)
+    out = np.empty(resamples)
+    chunk = max(1, min(resamples, 4_000_000 // (n_runs * n)))
+    for lo in range(0, resamples, chunk):
+        hi = min(resamples, lo + chunk)
         pick = rng.integers(0, n_runs, size=(hi - lo, n_runs))  # [C, R]
         idx = pick[:, :, None] * n + rng.integers(0, n, size=(hi - lo, n_runs, n))  # [C, R, n]
         scale = 1.0 if scales is None else scales[pick].sum(axis=1)

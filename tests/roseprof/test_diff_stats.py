@@ -218,3 +218,24 @@ def test_three_runs_a_side_keep_false_alarms_under_the_nominal_level():
         )
         significant += _metric("x", a, b, np.mean, rng=np.random.default_rng(trial))["significant"]
     assert significant <= 5
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_large_samples_draw_fewer_resamples_and_still_compare(runs):
+    """Over stats.LARGE_SAMPLE values (a long GPU run's tokens) a side draws LARGE_RESAMPLES; a side under it still
+    compares with it, and a clear change is still found, with and without clusters (ITL by decode step)."""
+    from roseprof.analysis.diff import Sample, _metric
+
+    rng = np.random.default_rng(3)
+    big_n = stats.LARGE_SAMPLE // runs + 64
+    big = Sample(
+        [rng.normal(100, 5, big_n) for _ in range(runs)],
+        clusters=[np.arange(big_n) // 64 for _ in range(runs)],  # 64 tokens a decode step
+    )
+    small = Sample([rng.normal(130, 5, 640) for _ in range(runs)], clusters=[np.arange(640) // 64] * runs)
+    assert len(big.resampled(np.median, np.random.default_rng(0))) == stats.LARGE_RESAMPLES
+    assert len(small.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
+    m = _metric("itl.p50_ms", big, small, np.median, rng=np.random.default_rng(1))
+    assert (
+        m["significant"] and 25 < m["delta_pct"] < 35 and m["ci_low_pct"] < m["delta_pct"] < m["ci_high_pct"]
+    )

@@ -214,7 +214,9 @@ def test_one_pass_when_every_op_has_a_correlation_id(monkeypatch):
 
 
 def test_reader_warnings_appear_once_in_the_summary():
-    path = next(p for p in KINETO if "HolisticTraceAnalysis" in p.name)  # Unix-epoch timestamps with fractions
+    path = next(
+        p for p in KINETO if "HolisticTraceAnalysis" in p.name
+    )  # Unix-epoch timestamps with fractions
     trace = read_kineto(path)
     summary, _ = analyse(trace, None)
     assert trace.warnings and summary["warnings"].count(trace.warnings[0]) == 1
