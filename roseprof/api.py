@@ -94,6 +94,7 @@ def capture_ncu(
     metrics: str | None = None,
     from_run: str | None = None,
     top: int = 5,
+    progress: pipeline.Progress | None = None,
 ) -> pipeline.CaptureOutcome:
     """`roseprof ncu`: CMD (or the engine benchmark sized for ncu) under Nsight Compute, into a new run. With
     from_run: the `top` kernels by GPU time of that nsys or torch run, FROM_LAUNCHES_PER_KERNEL launches each (at
@@ -142,7 +143,7 @@ def capture_ncu(
     capturer.from_run = source.id if from_run is not None else None
     command = list(cmd) if cmd else ncu_default_command()
     run_name = name or ("ncu-demo" if not cmd else Path(command[0]).name)
-    return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace)
+    return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace, progress)
 
 
 def capture_torch(
@@ -152,6 +153,7 @@ def capture_torch(
     schedule: tuple[int, int, int],
     with_stack: bool,
     cpu_only: bool,
+    progress: pipeline.Progress | None = None,
 ) -> pipeline.CaptureOutcome:
     """`roseprof torch`: CMD (or the built-in engine benchmark) with torch.profiler on, into a new run."""
     from roseprof.drivers.torch.capture import TorchCapture
@@ -160,7 +162,7 @@ def capture_torch(
     capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
     command = cmd or default_command()
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
-    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace)
+    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace, progress)
 
 
 def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:

@@ -141,26 +141,29 @@ def ncu(
     """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
     command, or the engine benchmark sized for ncu."""
     from roseprof.api import capture_ncu
-    from roseprof.render.terminal import make_console, print_summary
+    from roseprof.render.progress import CaptureProgress
 
-    outcome = capture_ncu(
-        RunStore(traces_dir),
-        list(cmd) or None,
-        name,
-        kernel,
-        tuple(nvtx_include),
-        launch_skip,
-        launch_count,
-        section_set,
-        tuple(sections),
-        metrics,
-        from_run,
-        top,
-    )
-    after_storing(outcome.run, lambda: print_summary(make_console(), outcome.run, outcome.summary))
-    if outcome.summary is not None:
-        after_storing(outcome.run, lambda: show_dashboard(outcome.run, dashboards_dir, open_))
-    sys.exit(outcome.exit_code)
+    store = RunStore(traces_dir)
+    progress = CaptureProgress()
+    try:
+        outcome = capture_ncu(
+            store,
+            list(cmd) or None,
+            name,
+            kernel,
+            tuple(nvtx_include),
+            launch_skip,
+            launch_count,
+            section_set,
+            tuple(sections),
+            metrics,
+            from_run,
+            top,
+            progress=progress,
+        )
+    finally:
+        progress.pause()
+    _report_captures(store, [outcome], 1, dashboards_dir, open_, progress)
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
@@ -182,12 +185,14 @@ def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, d
     $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
     """
     from roseprof.api import capture_torch
-    from roseprof.render.terminal import make_console, print_summary
+    from roseprof.render.progress import CaptureProgress
 
-    outcome = capture_torch(
-        RunStore(traces_dir), list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only
-    )
-    after_storing(outcome.run, lambda: print_summary(make_console(), outcome.run, outcome.summary))
-    if outcome.summary is not None:
-        after_storing(outcome.run, lambda: show_dashboard(outcome.run, dashboards_dir, open_))
-    sys.exit(outcome.exit_code)
+    store = RunStore(traces_dir)
+    progress = CaptureProgress()
+    try:
+        outcome = capture_torch(
+            store, list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only, progress=progress
+        )
+    finally:
+        progress.pause()
+    _report_captures(store, [outcome], 1, dashboards_dir, open_, progress)
