@@ -126,11 +126,13 @@ def _nvtx_functions():
 
 
 def _nvtx_tool_attached() -> bool:
-    return bool(os.environ.get("NVTX_INJECTION64_PATH"))
+    # NVTX_DISABLE: the nvtx package's own off switch (its public functions then do nothing).
+    return bool(os.environ.get("NVTX_INJECTION64_PATH")) and not os.environ.get("NVTX_DISABLE")
 
 
 def _torch_profiling_check():
-    """A cheap check (~0.1 us) that a torch profiler is recording. A record_function span costs ~6 us even when
+    """A cheap check (~0.1 us) that a torch profiler is recording (on this thread: the engine's regions are all
+    on the thread that steps it, where roseinfer's own profiler runs). A record_function span costs ~6 us even when
     none is (the op is dispatched all the same), and torch.profiler's schedule leaves the profiler off for all
     but its window of steps: spans are made only while it records, which drops nothing it would have kept."""
     import torch

@@ -124,6 +124,9 @@ def test_nvtx_regions_only_when_a_tool_listens(monkeypatch):
         monkeypatch.setenv("NVTX_INJECTION64_PATH", "libToolsInjection64.so")  # as nsys sets it
         tracing.configure()
         assert tracing.STATE.nvtx and tracing.region(tracing.SAMPLE) is not tracing._NULL
+        monkeypatch.setenv("NVTX_DISABLE", "1")  # the nvtx package's off switch
+        tracing.configure()
+        assert not tracing.STATE.nvtx
     finally:
         monkeypatch.undo()
         tracing.configure()
