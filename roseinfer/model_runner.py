@@ -170,6 +170,7 @@ class ModelRunner:
             out = self._decode_overlapped(seqs)
         else:
             rollovers, cow, logits, greedy, kv_tokens = self._launch_static(seqs, restage=True)
+            self.slots.reserve_ahead(seqs)  # while the GPU runs this step
             with region(tracing.SAMPLE):
                 token_ids = self._sample(logits, seqs, greedy)
             out = DecodeOutput(seqs, seqs, token_ids, rollovers, cow, kv_tokens, launched=True)
@@ -221,6 +222,7 @@ class ModelRunner:
         previous = self._inflight
         rollovers, cow, _, greedy, kv_tokens = self._launch_static(seqs, restage=previous is None)
         self._inflight = self._copy_tokens_out(seqs, greedy)
+        self.slots.reserve_ahead(seqs)  # while the GPU runs this step (and the one before)
         if previous is None:
             return DecodeOutput(seqs, [], [], rollovers, cow, kv_tokens, launched=True)
         with region(tracing.SAMPLE):  # waits for the previous step on the GPU
@@ -249,7 +251,6 @@ class ModelRunner:
             logits, greedy = self.graphs.run(batch)
         for seq in seqs:
             seq.num_cached += 1  # the new token's K/V is written (or will be, by the step just launched)
-        self.slots.reserve_ahead(seqs)  # while the GPU runs this step (and the one before)
         return rollovers, cow, logits, greedy, kv_tokens
 
     def _reserve_decode_slots(self, seqs: list[Sequence], rows: int) -> tuple[int, int, bool]:
