@@ -42,8 +42,7 @@ METHOD = (
     f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
 )
 HIERARCHICAL_METHOD = (
-    "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples ({large} over "
-    "{large_n:,} values), each drawing "
+    "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
     "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
     "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
     "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
@@ -64,8 +63,6 @@ def method(n_a: int, n_b: int) -> str:
         n_a=n_a,
         n_b=n_b,
         resamples=RESAMPLES,
-        large=LARGE_RESAMPLES,
-        large_n=LARGE_SAMPLE,
         conf=int(CONFIDENCE * 100),
         exp_a=expansion(n_a),
         exp_b=expansion(n_b),

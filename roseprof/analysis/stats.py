@@ -8,8 +8,9 @@ import math
 import numpy as np
 
 RESAMPLES = 1000
-# Samples of more than LARGE_SAMPLE values (a long GPU run's tokens, a group of such runs) get LARGE_RESAMPLES:
-# each resample's statistic costs a pass over the whole sample, and their intervals are narrow anyway.
+# One run's sample of more than LARGE_SAMPLE values (a long GPU run's tokens) gets LARGE_RESAMPLES: each
+# resample's statistic costs a pass over the whole sample, and such a run's interval is narrow anyway. Not a group
+# of runs: there the drift between runs sets the width, and 200 resamples would move its ends by a few points.
 LARGE_SAMPLE = 20_000
 LARGE_RESAMPLES = 200
 CONFIDENCE = 0.95
@@ -138,7 +139,7 @@ def hierarchical(
     offsets: np.ndarray | None = None,
     scales: np.ndarray | None = None,
 ) -> np.ndarray:
-    """A two-level bootstrap over a group of runs: RESAMPLES times (resamples_for), resample the runs with replacement, then the
+    """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
     units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
     together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales.
 
@@ -161,8 +162,8 @@ def hierarchical(
         starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]])) if len(c) else np.zeros(0, int)
         lengths = np.diff(np.append(starts, len(c)))
         parts.append((values[order], starts, lengths))
-    out = np.empty(resamples_for(sum(len(v) for v in runs)))
-    for i in range(len(out)):
+    out = np.empty(RESAMPLES)
+    for i in range(RESAMPLES):
         pick = rng.integers(0, n_runs, size=n_runs)  # [R] runs, with replacement
         pooled = []
         for r in pick:
@@ -204,7 +205,7 @@ def _hierarchical_equal(runs, stat, rng, offsets, scales) -> np.ndarray:
     resample pools R x n values, so a chunk of resamples is one [chunk, R * n] matrix."""
     n_runs, n = len(runs), len(runs[0])
     flat = np.concatenate(runs)  # [R * n]
-    resamples = resamples_for(n_runs * n)
+    resamples = RESAMPLES
     out = np.empty(resamples)
     chunk = max(1, min(resamples, 4_000_000 // (n_runs * n)))
     for lo in range(0, resamples, chunk):

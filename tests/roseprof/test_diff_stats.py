@@ -220,22 +220,20 @@ def test_three_runs_a_side_keep_false_alarms_under_the_nominal_level():
     assert significant <= 5
 
 
-@pytest.mark.parametrize("runs", [1, 3])
-def test_large_samples_draw_fewer_resamples_and_still_compare(runs):
-    """Over stats.LARGE_SAMPLE values (a long GPU run's tokens) a side draws LARGE_RESAMPLES; a side under it still
-    compares with it, and a clear change is still found, with and without clusters (ITL by decode step)."""
+def test_a_large_run_draws_fewer_resamples_and_still_compares():
+    """One run of over stats.LARGE_SAMPLE values (a long GPU run's tokens) draws LARGE_RESAMPLES, clustered or not;
+    a side under it still compares with it, and a clear change is found. Groups of runs keep RESAMPLES."""
     from roseprof.analysis.diff import Sample, _metric
 
     rng = np.random.default_rng(3)
-    big_n = stats.LARGE_SAMPLE // runs + 64
-    big = Sample(
-        [rng.normal(100, 5, big_n) for _ in range(runs)],
-        clusters=[np.arange(big_n) // 64 for _ in range(runs)],  # 64 tokens a decode step
-    )
-    small = Sample([rng.normal(130, 5, 640) for _ in range(runs)], clusters=[np.arange(640) // 64] * runs)
+    n = stats.LARGE_SAMPLE + 64
+    big = Sample([rng.normal(100, 5, n)], clusters=[np.arange(n) // 64])  # 64 tokens a decode step
+    small = Sample([rng.normal(130, 5, 640)], clusters=[np.arange(640) // 64])
     assert len(big.resampled(np.median, np.random.default_rng(0))) == stats.LARGE_RESAMPLES
     assert len(small.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
     m = _metric("itl.p50_ms", big, small, np.median, rng=np.random.default_rng(1))
     assert (
         m["significant"] and 25 < m["delta_pct"] < 35 and m["ci_low_pct"] < m["delta_pct"] < m["ci_high_pct"]
     )
+    group = Sample([rng.normal(100, 5, n) for _ in range(3)], clusters=[np.arange(n) // 64] * 3)
+    assert len(group.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
