@@ -220,3 +220,34 @@ def test_reader_warnings_appear_once_in_the_summary():
     trace = read_kineto(path)
     summary, _ = analyse(trace, None)
     assert trace.warnings and summary["warnings"].count(trace.warnings[0]) == 1
+
+
+@pytest.mark.parametrize("kernel_corr, launch_corr", [(None, None), (9, 8), (None, 8), (9, None)])
+def test_flows_join_a_kernel_its_correlation_id_does_not(tmp_path, kernel_corr, launch_corr):
+    """End to end through read_kineto: a kernel whose correlation id is missing, or names no launch, is joined to
+    its launch by the ac2g flow events (the second pass over the file)."""
+
+    def args(corr):
+        return {} if corr is None else {"args": {"correlation": corr}}
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "r", "pid": 5, "tid": 6, "ts": 10.0, "dur": 100.0},
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaLaunchKernel",
+            "pid": 5,
+            "tid": 6,
+            "ts": 20.0,
+            "dur": 5.0,
+        }
+        | args(launch_corr),
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 5, "tid": 6, "ts": 20.0},
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30.0, "dur": 2.0}
+        | args(kernel_corr),
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 0, "tid": 7, "ts": 30.0, "bp": "e"},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = read_kineto(path)
+    assert trace.ops.api_start.tolist() == [20000]

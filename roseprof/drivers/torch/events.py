@@ -80,9 +80,11 @@ class Columns:
         self.thread_names: dict[tuple[int, int], str] = {}
         self.string_tids: dict[str, int] = {}  # 2021 traces write tids as strings ("25738", "stream 7")
         self.events = 0  # events decoded so far (error messages count from here)
-        # Flow events are kept only on a second pass, when some GPU op or call lacks a correlation id.
+        # Flow events are kept only on a second pass (read_flows, set by the reader), made when some GPU op found
+        # no launching call by correlation id.
         self.want_flows = False
         self.flows = 0
+        self.read_flows = None
         self.has_user_annotation = False
         self.old_operators: list[Event] = []  # 2021 `Operator` spans, sorted out at the end
 

@@ -89,12 +89,17 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
     if not cols.has_user_annotation and cols.old_operators:
         add_rows(cols, [(RANGE, e) for e in cols.old_operators])  # a 2021 trace: annotations were `Operator`s
     cols.old_operators = []
-    if cols.kind and cols.flows and ((_cat(cols.corr) < 0) & (_cat(cols.kind, np.int8) != RANGE)).any():
-        flows = Columns()  # a second pass for the flow events only (rare: correlation ids are the rule)
+
+    def read_flows() -> None:
+        """A second pass for the flow events only, made when some GPU op found no launching call by correlation
+        id (rare: correlation ids are the rule)."""
+        flows = Columns()
         flows.want_flows, flows.string_tids = True, cols.string_tids
         for segment in EventStream(path, label).segments():
             add_segment(flows, segment, label, rows=False)
         cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
+
+    cols.read_flows = read_flows
     if not cols.kind:
         raise RoseprofError(
             f"{label}: none of its {cols.events} events is a user annotation, kernel, memcpy or memset: "
@@ -191,6 +196,8 @@ def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream
     api_row = _join_by_correlation(corr[order], corr[api], start[order], start[api])
     api_row = np.where(api_row >= 0, api[np.maximum(api_row, 0)], -1)
     missing = api_row < 0
+    if missing.any() and cols.flows and not cols.flow_start and cols.read_flows is not None:
+        cols.read_flows()
     if missing.any() and cols.flow_start and cols.flow_end:
         api_row[missing] = _join_by_flow(cols, order[missing], api, pid, tid, ts_us)
     hit = api_row >= 0
