@@ -47,7 +47,11 @@ def run(blocks_ahead: bool, batch: int, model: str, steps: int) -> tuple[dict, d
     for seq in seqs:
         runner.mgr.allocate_prompt(seq)
         seq.num_cached = 1
-    by_kind: dict[str, list[tuple[float, float]]] = {"rollover": [], "writing reserved blocks": [], "other": []}
+    by_kind: dict[str, list[tuple[float, float]]] = {
+        "rollover": [],
+        "writing reserved blocks": [],
+        "other": [],
+    }
     roll_parts: dict[str, list[float]] = {}
     rows = runner.graphs.bucket_for(batch)
     for step in range(steps):
