@@ -149,37 +149,6 @@ def test_bad_inputs_get_one_line_and_leave_no_run(tmp_path):
     assert "not valid JSON" in _bad(tmp_path, "junk.json", b'{"traceEvents": [{"ph": "X",, }]}')
 
 
-def test_flows_join_ops_without_a_correlation_id():
-    """A producer that links launches to kernels only by ac2g flow events (no args.correlation)."""
-    from roseprof.drivers.torch.events import Columns, add_segment
-    from roseprof.drivers.torch.reader import Header, _build
-
-    events = [
-        {"ph": "X", "cat": "user_annotation", "name": "r", "pid": 5, "tid": 6, "ts": 10.0, "dur": 100.0},
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaLaunchKernel",
-            "pid": 5,
-            "tid": 6,
-            "ts": 20.0,
-            "dur": 5.0,
-        },
-        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 5, "tid": 6, "ts": 20.0},
-        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 30.0, "dur": 2.0},
-        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 9, "pid": 0, "tid": 7, "ts": 30.0, "bp": "e"},
-    ]
-    cols = Columns()
-    cols.want_flows = True  # read_kineto makes this second pass itself when correlation ids are missing
-    add_segment(cols, json.dumps(events)[1:-1].encode(), "mem")
-    trace = _build(cols, Header(), "mem")
-    assert (
-        trace.ops.api_start.tolist() == [20000] and trace.names[trace.ops.api_name[0]] == "cudaLaunchKernel"
-    )
-    summary, _ = analyse(trace, None)
-    assert summary["kernels"][0]["region"] == "r"
-
-
 @pytest.mark.parametrize("chunk", [257, 4096])
 def test_small_chunks_cut_between_events_anywhere(chunk, monkeypatch):
     """Segments cut at every kind of place (inside strings, escapes, nested args) give the same trace."""
@@ -224,8 +193,9 @@ def test_reader_warnings_appear_once_in_the_summary():
 
 @pytest.mark.parametrize("kernel_corr, launch_corr", [(None, None), (9, 8), (None, 8), (9, None)])
 def test_flows_join_a_kernel_its_correlation_id_does_not(tmp_path, kernel_corr, launch_corr):
-    """End to end through read_kineto: a kernel whose correlation id is missing, or names no launch, is joined to
-    its launch by the ac2g flow events (the second pass over the file)."""
+    """A producer that links launches to kernels by ac2g flow events: end to end through read_kineto, a kernel whose
+    correlation id is missing, or names no launch, is joined to its launch by the flows (the second pass over the
+    file), and so to the region around the launch."""
 
     def args(corr):
         return {} if corr is None else {"args": {"correlation": corr}}
@@ -250,4 +220,8 @@ def test_flows_join_a_kernel_its_correlation_id_does_not(tmp_path, kernel_corr, 
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = read_kineto(path)
-    assert trace.ops.api_start.tolist() == [20000]
+    assert (
+        trace.ops.api_start.tolist() == [20000] and trace.names[trace.ops.api_name[0]] == "cudaLaunchKernel"
+    )
+    summary, _ = analyse(trace, None)
+    assert summary["kernels"][0]["region"] == "r"
