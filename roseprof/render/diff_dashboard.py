@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from roseprof.render import text
 from roseprof.render.figures import _layout, esc
-from roseprof.render.page import figure_divs, page, write_page
+from roseprof.render.page import figure_divs, page, table, write_page
 
 COLORS = {"before": "#636efa", "after": "#ef553b"}
 WORD_COLOR = {"faster": "#2ca02c", "slower": "#d62728", "mixed": "#b8860b"}
@@ -97,38 +97,39 @@ def _ncu_duration_deltas(result: dict) -> go.Figure | None:
 
 
 def _metrics_table(result: dict) -> str:
-    head = "".join(f"<th>{h}</th>" for h in ("metric", "key", "before", "after", "change [95% CI]", ""))
+    head = ["metric", "key", "before", "after", "change [95% CI]", ""]
     rows = []
     for m in result["metrics"]:
         unit = text.metric_unit(m["name"])
         verdict = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
-        cells = [
-            html.escape(text.metric_label(m["name"], m.get("per_step", False))),
-            f"<code>{html.escape(m['name'])}</code>",
-            html.escape(text.value(unit, m["a"])),
-            html.escape(text.value(unit, m["b"])),
-            html.escape(text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"])),
-            verdict,
-        ]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f'<div class="panel"><h2>All metrics (largest significant changes first)</h2><table><tr>{head}</tr>{"".join(rows)}</table></div>'
+        rows.append(
+            [
+                html.escape(text.metric_label(m["name"], m.get("per_step", False))),
+                f"<code>{html.escape(m['name'])}</code>",
+                html.escape(text.value(unit, m["a"])),
+                html.escape(text.value(unit, m["b"])),
+                html.escape(text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"])),
+                verdict,
+            ]
+        )
+    return f'<div class="panel"><h2>All metrics (largest significant changes first)</h2>{table(head, rows)}</div>'
 
 
 def _change_table(rows: list[dict], first: str) -> str:
-    head = "".join(f"<th>{h}</th>" for h in (first, "before", "after", "change [95% CI]", "verdict"))
     body = []
     for r in rows:
         color = WORD_COLOR.get(r["word"])
         word = html.escape(r["word"]) + (f" <small>({html.escape(r['why'])})</small>" if r.get("why") else "")
-        cells = [
-            html.escape(r["label"]),
-            html.escape(text.value(r["unit"], r["before"])),
-            html.escape(text.value(r["unit"], r["after"])),
-            html.escape(text.change(r["delta_pct"], r["ci_low_pct"], r["ci_high_pct"])),
-            f'<b style="color:{color}">{word}</b>' if color else word,
-        ]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+        body.append(
+            [
+                html.escape(r["label"]),
+                html.escape(text.value(r["unit"], r["before"])),
+                html.escape(text.value(r["unit"], r["after"])),
+                html.escape(text.change(r["delta_pct"], r["ci_low_pct"], r["ci_high_pct"])),
+                f'<b style="color:{color}">{word}</b>' if color else word,
+            ]
+        )
+    return table([first, "before", "after", "change [95% CI]", "verdict"], body)
 
 
 def _verdict_panel(result: dict) -> str:

@@ -10,6 +10,7 @@ import html
 import plotly.graph_objects as go
 
 from roseprof.render.figures import _layout, esc
+from roseprof.render.page import table
 
 MAX_SOL_KERNELS = 25
 MAX_RULES = 60
@@ -152,12 +153,6 @@ def figures(summary: dict) -> list:
     return [f for f in (sol_bars(ncu), roofline(ncu)) if f is not None]
 
 
-def _table(head: list[str], rows: list[list[str]], cls: str = "kernels") -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><tr>{th}</tr>{body}</table>'
-
-
 def kernel_table(ncu: dict) -> str:
     head = [
         "region",
@@ -195,7 +190,7 @@ def kernel_table(ncu: dict) -> str:
         )
     return (
         f'<div class="panel"><h2>Kernels (Nsight Compute, mean per launch)</h2>'
-        f"<p>{html.escape(ncu['note'])}</p>{_table(head, rows)}</div>"
+        f"<p>{html.escape(ncu['note'])}</p>{table(head, rows, 'kernels')}</div>"
     )
 
 
@@ -215,7 +210,7 @@ def rule_table(ncu: dict) -> str:
     ]
     more = f" (top {MAX_RULES} of {len(rules)})" if len(rules) > MAX_RULES else ""
     head = ["kernel", "finding", "est. speedup %", "launches", "what ncu says"]
-    return f'<div class="panel"><h2>ncu rule findings{more}</h2>{_table(head, rows, "rules")}</div>'
+    return f'<div class="panel"><h2>ncu rule findings{more}</h2>{table(head, rows, "rules")}</div>'
 
 
 def panels(summary: dict) -> str:

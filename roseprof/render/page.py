@@ -50,6 +50,14 @@ def script_json(obj) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def table(head: list[str], rows: list[list[str]], cls: str | None = None) -> str:
+    """An HTML table: a header row, then a row per list of cells (each already HTML: the caller escapes text)."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><tr>{th}</tr>{body}</table>"
+
+
 def figure_divs(count: int) -> str:
     return "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(count))
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from roseprof.render import figures, ncu_views, text, units
-from roseprof.render.page import RENDERER_VERSION, figure_divs, page, write_page
+from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
 
@@ -90,9 +90,8 @@ def _region_table(summary: dict) -> str:
         rows.append(row)
     # A CPU run has no GPU figures: its GPU columns would be all "-".
     keep = [i for i in range(len(headers)) if i == 0 or any(row[i] != "-" for row in rows)]
-    head = "".join(f"<th>{headers[i]}</th>" for i in keep)
-    body = ["<tr>" + "".join(f"<td>{row[i]}</td>" for i in keep) + "</tr>" for row in rows]
-    return f'<div class="panel"><h2>Regions</h2><table><tr>{head}</tr>{"".join(body)}</table></div>'
+    kept = table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])
+    return f'<div class="panel"><h2>Regions</h2>{kept}</div>'
 
 
 def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
@@ -107,27 +106,19 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
     for region, ks in sorted(groups.items(), key=lambda kv: -sum(k["total_ns"] for k in kv[1])):
         for k in sorted(ks, key=lambda k: -k["total_ns"])[:per_region]:
             mean = k["total_ns"] / k["count"] if k["count"] else 0
-            cells = [
-                html.escape(region),
-                html.escape(k["name"]),
-                f"{k['count']:,}",
-                units.ms(k["total_ns"]),
-                units.us(mean),
-            ]
-            rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "region (innermost; graph kernels: where captured)",
-            "kernel",
-            "count",
-            "total ms",
-            "mean µs",
-        )
-    )
+            rows.append(
+                [
+                    html.escape(region),
+                    html.escape(k["name"]),
+                    f"{k['count']:,}",
+                    units.ms(k["total_ns"]),
+                    units.us(mean),
+                ]
+            )
+    head = ["region (innermost; graph kernels: where captured)", "kernel", "count", "total ms", "mean µs"]
     return (
         f'<div class="panel"><h2>Top kernels per region (top {per_region} each)</h2>'
-        f'<table class="kernels"><tr>{head}</tr>{"".join(rows)}</table></div>'
+        f"{table(head, rows, 'kernels')}</div>"
     )
 
 
@@ -136,23 +127,18 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     step (positive: the spike's step spent more there)."""
     if not spikes or not spikes.get("causes"):
         return ""
-    head = "".join(
-        f"<th>{h}</th>" for h in ("cause", "spike tokens", "share %", "added p50 ms", "added total ms")
-    )
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{c}</td>"
-            for c in (
+    cause_table = table(
+        ["cause", "spike tokens", "share %", "added p50 ms", "added total ms"],
+        [
+            [
                 html.escape(e["label"]),
                 f"{e['tokens']:,}",
                 f"{e['share_pct']:.1f}",
                 f"{e['added_p50_ms']:.3f}",
                 f"{e['added_total_ms']:.1f}",
-            )
-        )
-        + "</tr>"
-        for e in spikes["causes"]
+            ]
+            for e in spikes["causes"]
+        ],
     )
 
     def deltas(d: dict | None, unit_ns=1e3) -> str:
@@ -172,34 +158,31 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
             f"{html.escape(k)} {v:.2f} ms" for k, v in sorted(s["causes"].items(), key=lambda kv: -kv[1])
         )
         rec = s.get("step_record") or {}
-        cells = [
-            f"{s['t_ms']:.0f}",
-            f"{s['itl_ms']:.2f}",
-            str(s["step"]) if s["step"] >= 0 else "prefill",
-            html.escape(", ".join(f"{k} {v}" for k, v in rec.items() if v is not None)),
-            causes,
-            deltas(s.get("regions")),
-            deltas(s.get("kernels")),
-        ]
-        listed.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    lhead = "".join(
-        f"<th>{h}</th>"
-        for h in (
-            "t ms",
-            "ITL ms",
-            "step",
-            "step record",
-            "added by cause",
-            "regions vs median step",
-            "kernels vs median step",
+        listed.append(
+            [
+                f"{s['t_ms']:.0f}",
+                f"{s['itl_ms']:.2f}",
+                str(s["step"]) if s["step"] >= 0 else "prefill",
+                html.escape(", ".join(f"{k} {v}" for k, v in rec.items() if v is not None)),
+                causes,
+                deltas(s.get("regions")),
+                deltas(s.get("kernels")),
+            ]
         )
-    )
+    lhead = [
+        "t ms",
+        "ITL ms",
+        "step",
+        "step record",
+        "added by cause",
+        "regions vs median step",
+        "kernels vs median step",
+    ]
     return (
         f'<div class="panel"><h2>ITL spikes</h2><p>{html.escape(spikes["definition"])}: '
         f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens, threshold {spikes['threshold_ms']:.3f} ms "
         f"(median {spikes['median_ms']:.3f} ms). A token can have several causes.</p>"
-        f"<table><tr>{head}</tr>{rows}</table>"
-        f"<h2>Largest spikes (one per step)</h2><table><tr>{lhead}</tr>{''.join(listed)}</table></div>"
+        f"{cause_table}<h2>Largest spikes (one per step)</h2>{table(lhead, listed)}</div>"
     )
 
 
