@@ -5,6 +5,7 @@
 # exports reports (`ncu --import R --csv --page raw|details`), which is what `roseprof import R.ncu-rep` needs:
 # reports written by ncu 2022.3 and older import; newer ones get one line naming the version that wrote them.
 set -euo pipefail
+source "$(dirname "$0")/apt-non-free.sh"
 
 find_ncu() {
   if [ -n "${NCU:-}" ] && [ -x "$NCU" ]; then echo "$NCU"; return 0; fi
@@ -24,16 +25,7 @@ if ! find_ncu >/dev/null; then
     echo "install-ncu: no ncu found and no apt-get to install it; install Nsight Compute and put ncu on PATH" >&2
     exit 1
   fi
-  # Enable the non-free component (deb822 sources on bookworm and later, sources.list before that).
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    if ! grep -q "non-free" /etc/apt/sources.list.d/debian.sources; then
-      $SUDO sed -i -E 's/^(Components:.*\bmain\b)(.*)$/\1\2 contrib non-free/' /etc/apt/sources.list.d/debian.sources
-    fi
-  elif [ -f /etc/apt/sources.list ] && ! grep -q "non-free" /etc/apt/sources.list; then
-    $SUDO sed -i -E 's/^(deb .* main)(.*)$/\1\2 contrib non-free/' /etc/apt/sources.list
-  fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nsight-compute >/dev/null
+  apt_install_non_free nsight-compute
 fi
 
 NCU=$(find_ncu)

@@ -5,6 +5,7 @@
 # capture out of the box: `nsys` looks for its importer (QdstrmImporter) in a `host-linux-x64` folder beside its
 # own target folder, and the importer needs libssh-4. Without them `nsys profile` leaves only a .qdstrm file.
 set -euo pipefail
+source "$(dirname "$0")/apt-non-free.sh"
 
 find_nsys() {
   command -v nsys 2>/dev/null && return 0
@@ -22,16 +23,7 @@ if ! find_nsys >/dev/null; then
     echo "install-nsys: no nsys found and no apt-get to install it; install Nsight Systems and put nsys on PATH" >&2
     exit 1
   fi
-  # Enable the non-free component (deb822 sources on bookworm and later, sources.list before that).
-  if [ -f /etc/apt/sources.list.d/debian.sources ]; then
-    if ! grep -q "non-free" /etc/apt/sources.list.d/debian.sources; then
-      $SUDO sed -i -E 's/^(Components:.*\bmain\b)(.*)$/\1\2 contrib non-free/' /etc/apt/sources.list.d/debian.sources
-    fi
-  elif [ -f /etc/apt/sources.list ] && ! grep -q "non-free" /etc/apt/sources.list; then
-    $SUDO sed -i -E 's/^(deb .* main)(.*)$/\1\2 contrib non-free/' /etc/apt/sources.list
-  fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nsight-systems libssh-4 >/dev/null
+  apt_install_non_free nsight-systems libssh-4
 fi
 
 NSYS=$(find_nsys)
