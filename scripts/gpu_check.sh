@@ -11,12 +11,7 @@ STAGES=${STAGES:-tests,fixture,demo,nvtx,kernels,hf,gputests,a,b,c,nvtxfast,nvtx
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT" /tmp/bundle
 export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_wheels.sh
 source .gpu/nsys-on-gpu.sh
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nsys --version; python3 -c "import torch, triton, transformers; print(torch.__version__, triton.__version__, transformers.__version__)"; } | tee /tmp/bundle/machine.txt
 

@@ -18,12 +18,7 @@ W=/tmp/graphs15
 mkdir -p "$OUT" "$W/bundle"
 export PYTHONUNBUFFERED=1
 main() {
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_wheels.sh
 source .gpu/nsys-on-gpu.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 nsys --version

@@ -11,12 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/ncu-out}
 mkdir -p "$OUT/fixture"
 export PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source scripts/gpu_wheels.sh
 for f in ../shared/gpu/nsys-on-gpu.sh shared/gpu/nsys-on-gpu.sh .gpu/nsys-on-gpu.sh; do
   [ -f "$f" ] && { source "$f"; break; }
 done
