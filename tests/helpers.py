@@ -8,6 +8,17 @@ from pathlib import Path
 DATA = Path(__file__).parent / "data"
 
 
+def engine_command(
+    module: str = "roseinfer.benchmark_streaming", requests: int = 4, *extra: str
+) -> list[str]:
+    """A short CPU run of an engine benchmark as a user types it: 70 new tokens a request (past one 64-token KV
+    block, so some steps roll over), one measured run, no warm-up."""
+    return [
+        sys.executable, "-m", module, "--num-requests", str(requests), "--max-new-tokens", "70",
+        "--warmup-runs", "0", "--repeat-runs", "1", "--no-stop-on-eos", *extra,
+    ]  # fmt: skip
+
+
 def roseprof(*args, env=None, timeout=600, cwd=None):
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

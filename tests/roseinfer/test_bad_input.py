@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from roseinfer import LLM, SamplingParams
+from tests.helpers import engine_command
 
 
 @pytest.fixture(scope="module")
@@ -88,22 +89,7 @@ def test_benchmark_cli_bad_input(args, message):
 
 def test_benchmark_runs_and_reports(tmp_path):
     out = tmp_path / "r.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "roseinfer.benchmark_scheduler",
-        "--num-requests",
-        "4",
-        "--max-new-tokens",
-        "70",
-        "--warmup-runs",
-        "0",
-        "--repeat-runs",
-        "1",
-        "--no-stop-on-eos",
-        "--json",
-        str(out),
-    ]
+    cmd = engine_command("roseinfer.benchmark_scheduler", 4, "--json", str(out))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for label in ("TTFT", "TPOT", "ITL", "throughput decode", "latency"):

@@ -7,7 +7,7 @@ import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
 from roseprof.render.headless import find_chromium
-from tests.helpers import DATA, roseprof
+from tests.helpers import DATA, engine_command, roseprof
 
 pytestmark = pytest.mark.browser
 
@@ -100,20 +100,7 @@ def test_fresh_capture_dashboard_draws(page, tmp_path):
         pytest.skip("needs nsys")
     from roseprof.render.headless import load_dashboard
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "roseinfer.benchmark_streaming",
-        "--num-requests",
-        "3",
-        "--max-new-tokens",
-        "70",
-        "--warmup-runs",
-        "0",
-        "--repeat-runs",
-        "1",
-        "--no-stop-on-eos",
-    ]
+    cmd = engine_command("roseinfer.benchmark_streaming", 3)
     path = _render(tmp_path, "fresh", ["nsys", "--", *cmd])
     result = load_dashboard(page, path)
     check_drawn(result, 5)  # regions, step breakdown, ITL over time, ITL distribution, step distribution

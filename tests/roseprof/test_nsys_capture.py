@@ -12,24 +12,11 @@ import time
 import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
-from tests.helpers import assert_one_line_error, roseprof
+from tests.helpers import assert_one_line_error, engine_command, roseprof
 
 pytestmark = pytest.mark.nsys
 
-ENGINE = [
-    sys.executable,
-    "-m",
-    "roseinfer.benchmark_streaming",
-    "--num-requests",
-    "4",
-    "--max-new-tokens",
-    "70",
-    "--warmup-runs",
-    "0",
-    "--repeat-runs",
-    "1",
-    "--no-stop-on-eos",
-]
+ENGINE = engine_command()
 
 
 def only_run(traces):

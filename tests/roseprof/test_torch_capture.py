@@ -9,28 +9,18 @@ from pathlib import Path
 import pytest
 
 from roseprof.workload import roseinfer as workload
-from tests.helpers import DATA, roseprof
+from tests.helpers import DATA, engine_command, roseprof
 
-ENGINE = [
-    sys.executable,
-    "-m",
+ENGINE = engine_command(
     "roseinfer.benchmark_streaming",
+    3,
     "--hf-model-id",
     "gpt2-tiny",
     "--device",
     "cpu",
-    "--num-requests",
-    "3",
     "--max-batch-size",
     "3",
-    "--max-new-tokens",
-    "70",  # crosses a 64-token block: rollover steps
-    "--warmup-runs",
-    "0",
-    "--repeat-runs",
-    "1",
-    "--no-stop-on-eos",
-]
+)  # 70 new tokens cross a 64-token block: rollover steps
 PROGRAM = """
 import os, torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule, tensorboard_trace_handler
