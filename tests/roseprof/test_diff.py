@@ -48,22 +48,19 @@ def store(tmp_path_factory):
         pytest.skip("needs nsys")
     root = tmp_path_factory.mktemp("diff")
     for name, env in CAPTURES.items():
-        proc = roseprof(
-            "nsys",
-            "--name",
-            name,
-            "--traces-dir",
-            root / "traces",
-            "--dashboards-dir",
-            root / "dashboards",
-            "--",
-            *WORKLOAD,
-            env=env,
-        )
+        proc = capture(root, name, *WORKLOAD, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # Not a terminal: no progress on stderr; what to do next on stdout.
         assert "roseprof ✓" not in proc.stderr and "next: roseprof open" in proc.stdout
     return root
+
+
+def capture(store, name, *cmd, env=None):
+    """`roseprof nsys --name NAME -- CMD` into the store, as a user runs it."""
+    return roseprof(
+        "nsys", "--name", name, "--traces-dir", store / "traces", "--dashboards-dir", store / "dashboards", "--",
+        *cmd, env=env,
+    )  # fmt: skip
 
 
 def diff(store, a, b, *args):
@@ -135,19 +132,7 @@ def test_each_benchmark_run_start_is_marked(store):
 def test_bad_input(store, tmp_path):
     assert_one_line_error(diff(store, "default", "nope"), 2, "no run 'nope'")
     # A failed run is refused unless asked for.
-    failed = roseprof(
-        "nsys",
-        "--name",
-        "broken",
-        "--traces-dir",
-        store / "traces",
-        "--dashboards-dir",
-        store / "dashboards",
-        "--",
-        sys.executable,
-        "-c",
-        "import sys; sys.exit(1)",
-    )
+    failed = capture(store, "broken", sys.executable, "-c", "import sys; sys.exit(1)")
     assert failed.returncode == 1
     # The story is the command's, not the trace file's (nor a temporary path).
     message = [line for line in failed.stdout.splitlines() if "exited" in line]
@@ -156,18 +141,6 @@ def test_bad_input(store, tmp_path):
     assert_one_line_error(diff(store, "default", "broken", "--allow-incomplete"), 2, "no summary.json")
     # Runs with nothing in common.
     program = "import nvtx, time\nfor _ in range(10):\n    with nvtx.annotate('unrelated.work'):\n        time.sleep(0.001)\n"
-    other = roseprof(
-        "nsys",
-        "--name",
-        "other",
-        "--traces-dir",
-        store / "traces",
-        "--dashboards-dir",
-        store / "dashboards",
-        "--",
-        sys.executable,
-        "-c",
-        program,
-    )
+    other = capture(store, "other", sys.executable, "-c", program)
     assert other.returncode == 0, other.stderr
     assert_one_line_error(diff(store, "default", "other"), 2, "nothing in common")
