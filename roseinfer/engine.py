@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from roseinfer import tracing
+from roseinfer import steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
@@ -29,7 +29,7 @@ class Engine:
         self.model_cfg = self.runner.model_cfg  # the engine's copy: its eos_token_id is what stops sequences
         self.mgr = self.runner.mgr
         self.scheduler = Scheduler(cfg, self.mgr)
-        self.steplog = tracing.step_log({"block_size": cfg.block_size, "model": model})
+        self.steplog = steplog.step_log({"block_size": cfg.block_size, "model": model})
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).

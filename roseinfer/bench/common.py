@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from roseinfer import tracing
+from roseinfer import steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
 from roseinfer.sequence import SamplingParams
@@ -171,7 +171,7 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
     interval_ns = int(args.submit_interval_ms * 1e6) if args.mode == "online" else 0
     engine.stats.update(decode_ns=0, prefill_ns=0, decode_steps=0, decode_kv_tokens=0)
     _sync(args.device)
-    tracing.run_start()  # the step log marks where each run (warm-up or measured) begins
+    steplog.run_start()  # the step log marks where each run (warm-up or measured) begins
     t0 = tracing.now_ns()
     prompts = pretokenized if pretokenized is not None else tokenize(tokenizer, texts, args.tokenize_workers)
     seqs = []

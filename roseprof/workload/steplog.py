@@ -1,4 +1,4 @@
-"""Read the engine's step log (ROSEINFER_STEP_LOG, JSON lines; written by roseinfer.tracing).
+"""Read the engine's step log (ROSEINFER_STEP_LOG, JSON lines; written by roseinfer.steplog).
 
 Version 1 logs (no `version` in the meta record) have meta, step, prefill and request records (and, since
 2026-11, `run_start` records where a benchmark run begins). Version 2 adds what ITL spike attribution needs:
@@ -27,7 +27,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-STEPLOG_VERSION = 2  # the newest format this reader knows (roseinfer.tracing.STEPLOG_VERSION)
+STEPLOG_VERSION = 2  # the newest format this reader knows (roseinfer.steplog.STEPLOG_VERSION)
 MAX_LINE_BYTES = 64 << 20  # one request's token times are a few hundred kB; a longer line is damage
 INT_LIMIT = 1 << 62  # timestamps beyond this are damage (and would overflow differences)
 

@@ -1,6 +1,7 @@
 """roseprof's mirror of roseinfer (workload/roseinfer.py) agrees with the engine's own definitions."""
 
 from roseinfer import env, tracing
+from roseinfer import steplog as engine_steplog
 from roseprof.workload import roseinfer as mirror
 
 
@@ -42,7 +43,7 @@ def test_environment_keys_agree():
 def test_step_log_version_agrees():
     from roseprof.workload import steplog
 
-    assert steplog.STEPLOG_VERSION == tracing.STEPLOG_VERSION
+    assert steplog.STEPLOG_VERSION == engine_steplog.STEPLOG_VERSION
 
 
 def test_default_gpu_command_is_the_fast_path_and_parses():

@@ -1,0 +1,167 @@
+"""The step log: per decode step and per token timings as JSON lines (ROSEINFER_STEP_LOG; roseprof joins it to
+a profile's decode-step ranges). Its clock is `tracing.now_ns`, the one the engine times its steps with.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from roseinfer import env
+from roseinfer.tracing import now_ns
+
+# The step log's format (roseprof.workload.steplog reads every version; the meta record says which this is).
+# 2: gc and preempt records; a step's `launched` and `bucket`; a prefill's `readmitted`.
+STEPLOG_VERSION = 2
+# A collection of the youngest generations shorter than this is not logged: there are thousands a second, and
+# none is a reason for a slow token.
+GC_MIN_NS = 100_000
+
+
+class StepLogWriter:
+    """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
+    (roseprof reads it).
+
+    Records (one JSON object a line, `type` first):
+      {"type": "meta", "version": 2, "clock": "monotonic_ns", "pid": ..., "block_size": ...}
+      {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
+       "launched": false for a drain of the overlapped decode, "bucket": the CUDA-graph batch bucket or null}
+      {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
+       "readmitted": [ids of requests recomputed after a preemption]}
+      {"type": "preempt", "t_ns", "request": id}   a running request preempted (its blocks freed) to make room
+      {"type": "gc", "start_ns", "end_ns", "generation", "collected"}   a collection by Python's gc (from
+       gc.callbacks; the youngest generations' only when they took GC_MIN_NS or more)
+      {"type": "request", "id", "arrival_ns", "prompt_tokens", "output_tokens", "token_ns": [...],
+       "token_step": [...], "preemptions"}
+      {"type": "run_start", "run": r, "ts_ns", "next_step"}   a benchmark run (warm-up or measured) begins
+    The k-th "step" record is the k-th `roseinfer.decode_step` range of the same run: both are emitted by
+    the same code, in the same order, once per decode step. `token_step[i]` is the index of the decode step
+    that emitted token i (-1 for the token produced by prefill), so ITL can be split by rollover steps. With the
+    overlapped decode (CUDA graphs) a step record is what the host did in that range: reserve slots for and
+    launch the next step (its rollovers and copy-on-writes), then read and emit the previous step's tokens; a
+    range may only launch (after a prefill) or only read (a drain).
+    Timestamps are time.monotonic_ns(). A profiler's timeline has its own time base, so the join is by order
+    (k-th record to k-th range), and the offset between the clocks is then read off the joined pairs. Where a
+    profiler saw only a window of steps (torch.profiler's schedule), the meta record's realtime_ns /
+    monotonic_ns pair maps its Unix-time timeline onto this clock and roseprof joins by time instead.
+    """
+
+    def __init__(self, path: str, meta: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.step_index = 0
+        # Collections seen by the gc callback, written at the next flush: the callback runs inside the collector,
+        # where it must not take the lock or do I/O (a collection can start inside `write`).
+        self._gc_pending: list[tuple[int, int, int, int]] = []
+        self._gc_start = 0
+        # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
+        real, mono = time.time_ns(), time.monotonic_ns()
+        self.write(
+            {
+                "type": "meta",
+                "version": STEPLOG_VERSION,
+                "clock": "monotonic_ns",
+                "pid": os.getpid(),
+                "realtime_ns": real,
+                "monotonic_ns": mono,
+                **(meta or {}),
+            }
+        )
+        gc.callbacks.append(self._on_gc)
+        atexit.register(self.close)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_start = time.monotonic_ns()
+            return
+        end = time.monotonic_ns()
+        if info["generation"] == 2 or end - self._gc_start >= GC_MIN_NS:
+            self._gc_pending.append((self._gc_start, end, info["generation"], info["collected"]))
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self._lines.append(json.dumps(record, separators=(",", ":")))
+            # Flush in chunks: a line per step would cost a syscall per step on the hot path.
+            if len(self._lines) >= 256:
+                self._flush_locked()
+
+    def step(
+        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, requests, **extra: Any
+    ) -> None:
+        """A decode step record; `extra` adds fields (launched, bucket)."""
+        self.write(
+            {
+                "type": "step",
+                "index": self.step_index,
+                "start_ns": start_ns,
+                "end_ns": end_ns,
+                "batch_size": batch_size,
+                "rollovers": rollovers,
+                "cow": cow,
+                "requests": list(requests),
+                **extra,
+            }
+        )
+        self.step_index += 1
+
+    def preempt(self, request_id: int) -> None:
+        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
+
+    def _flush_locked(self) -> None:
+        pending, self._gc_pending = self._gc_pending, []  # a collection during the loop lands in the new list
+        for start, end, generation, collected in pending:
+            record = {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation}
+            self._lines.append(json.dumps({**record, "collected": collected}, separators=(",", ":")))
+        if self._fh is None or not self._lines:
+            return
+        self._fh.write("\n".join(self._lines) + "\n")
+        self._fh.flush()
+        self._lines.clear()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._flush_locked()
+
+    def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+        with self._lock:
+            self._flush_locked()
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+
+
+_STEP_LOG: StepLogWriter | None = None
+
+
+def step_log(meta: dict[str, Any] | None = None) -> StepLogWriter | None:
+    """The process's step log when ROSEINFER_STEP_LOG is set (one per process, shared by engines)."""
+    global _STEP_LOG
+    path = env.reload().step_log
+    if path is None:
+        return None
+    if _STEP_LOG is None or _STEP_LOG.path != path:
+        _STEP_LOG = StepLogWriter(path, meta)
+    return _STEP_LOG
+
+
+_RUNS_STARTED = 0
+
+
+def run_start() -> None:
+    """Mark in the step log that a benchmark run begins, so profiles of several runs (--warmup-runs,
+    --repeat-runs) show where each starts. `next_step` is the index the run's first step record will have."""
+    log = step_log()
+    if log is None:
+        return
+    global _RUNS_STARTED
+    log.write({"type": "run_start", "run": _RUNS_STARTED, "ts_ns": now_ns(), "next_step": log.step_index})
+    _RUNS_STARTED += 1
