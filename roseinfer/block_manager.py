@@ -1,9 +1,14 @@
-"""Paged KV cache: per-layer block pools with refcounts, a prefix cache, copy-on-write, and batched appends.
+"""KV block accounting: per-layer block pools with refcounts, a prefix cache, copy-on-write and the slots of
+appended tokens. No tensors live here.
 
-Each layer has its own pool of `num_blocks` blocks of `block_size` token slots and its own cache tensors
-`k_caches[layer]`, `v_caches[layer]`: [N_BLOCKS, H, BLOCK, D]. A sequence owns one list of block ids per layer.
-Every layer sees the same sequence of allocations, so the pools stay in lock-step; they are kept apart
-because that is the layout the block tables and kernels index (one table per layer).
+Each layer has its own pool of `num_blocks` block ids of `block_size` token slots. A sequence owns one list of
+block ids per layer. Every layer sees the same sequence of allocations, so the pools stay in lock-step; they are
+kept apart because that is the layout the block tables and kernels index (one table per layer).
+
+The keys and values live in a rank's `roseinfer.kv_cache.KVCache` (the model runner owns it, as nano-vllm keeps
+accounting in the block manager and tensors in the model runner). With tensor parallelism every rank runs the
+same accounting on the same inputs, so every rank hands out the same block ids while its cache holds only its
+heads. Where accounting decides a copy-on-write, it tells the cache through `copy_block(layer, src, dst)`.
 
 Free blocks sit in an LRU ordered dict. A free block that holds a full prompt block keeps its prefix-cache
 entry until it is reused, so a later request with the same prefix takes it back without recomputing.
@@ -12,13 +17,10 @@ entry until it is reused, so a later request with the same prefix takes it back 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-
-from roseinfer import env
-from roseinfer.kernels import triton_available
 
 if TYPE_CHECKING:
     from roseinfer.sequence import Sequence
@@ -32,35 +34,30 @@ class OutOfBlocks(RuntimeError):
     """The pool is empty; the scheduler frees blocks (preemption) before it retries."""
 
 
-class KVBlockManager:
+class BlockManager:
     def __init__(
         self,
         num_layers: int,
         num_blocks: int,
         block_size: int,
-        num_heads: int,
-        head_dim: int,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
+        copy_block: Callable[[int, int, int], None],
         prefix_cache: bool = True,
         batched_rollover: bool = True,
         pad_block: bool = False,
     ) -> None:
+        """copy_block(layer, src, dst): copies a block's keys and values (the rank's cache does it) when a
+        copy-on-write gives a sequence its own block."""
         self.num_layers = num_layers
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self.copy_block = copy_block
         self.prefix_cache = prefix_cache
         self.batched_rollover = batched_rollover
         # With pad_block, one block beyond the pool (id num_blocks) is never handed out: the padding rows of a
         # CUDA-graph batch bucket write their throw-away keys/values there.
         self.pad_block = num_blocks if pad_block else None
-        physical = num_blocks + (1 if pad_block else 0)
-        shape = (physical, num_heads, block_size, head_dim)
-        # zeros, not empty: on CPU, empty leaves the pages unmapped and the first write into each new block
-        # page-faults, which showed up as a +3 ms kv.append_token spike at every rollover step (64 requests,
-        # gpt2-tiny; see docs/BENCHMARKS.md). Committing the pool up front moves that cost to start-up.
-        self.k_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_caches = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.num_physical = num_blocks + (1 if pad_block else 0)  # blocks the cache tensors hold
+        physical = self.num_physical
         # [L, N]: one row per layer, so a decode step can read or update every layer's entries in one numpy op.
         self.refcount = np.zeros((num_layers, physical), dtype=np.int32)
         self.fill = np.zeros((num_layers, physical), dtype=np.int64)  # tokens written per block
@@ -73,16 +70,6 @@ class KVBlockManager:
         self.last_rollovers = [0] * num_layers
         self.last_cow = [0] * num_layers
         self._layers = np.arange(num_layers)[:, None]  # [L, 1]: indexes a [L, B] array of blocks per layer
-        # The Triton append path (CUDA only): index tensors are staged in reused per-layer buffers, pinned on the
-        # host, so a step allocates no tensors. Per layer, because a layer's copy may still be in flight when the
-        # next layer stages its own indices.
-        e = env.reload()
-        self.use_triton = torch.device(device).type == "cuda" and e.triton_kv_append and triton_available()
-        self.triton_min_batch = e.triton_kv_append_min_batch
-        # In captured steps (no Python launch cost): 1, unless the user set the threshold (see roseinfer.env).
-        self.triton_min_batch_graph = e.triton_kv_append_min_batch if e.triton_kv_append_min_batch_set else 1
-        self._stage_host: list[torch.Tensor] = []
-        self._stage_dev: list[torch.Tensor] = []
 
     # -- pool ----------------------------------------------------------------------------------------------------
     def num_free(self, layer: int = 0) -> int:
@@ -242,20 +229,20 @@ class KVBlockManager:
     def reset_append_counts(self, layer: int) -> None:
         self.last_rollovers[layer] = self.last_cow[layer] = 0
 
-    # -- writes --------------------------------------------------------------------------------------------------
+    # -- slots of appended tokens -----------------------------------------------------------------------------
     def copy_on_write(self, layer: int, block_ids: list[int], index: int = -1) -> int:
         """Give the sequence its own copy of its shared block `block_ids[index]`; returns the new block."""
         old = block_ids[index]
         new = self.allocate(layer)
-        self.k_caches[layer][new].copy_(self.k_caches[layer][old])
-        self.v_caches[layer][new].copy_(self.v_caches[layer][old])
+        self.copy_block(layer, old, new)
         self.fill[layer][new] = self.fill[layer][old]
         self.free(layer, [old])
         block_ids[index] = new
         return new
 
-    def append_token(self, layer: int, block_ids: list[int], k: torch.Tensor, v: torch.Tensor) -> None:
-        """One sequence's new token (k, v: [H, D]); the per-request path (and the slow path of the batch)."""
+    def token_slot(self, layer: int, block_ids: list[int]) -> tuple[int, int]:
+        """(block, position) of one sequence's new token, counted as written: a new block when the last is full,
+        a copy when it is shared. The per-request path (and the slow path of the batch)."""
         rollovers = cow = 0
         if not block_ids or self.fill[layer][block_ids[-1]] == self.block_size:
             block_ids.append(self.allocate(layer))
@@ -265,20 +252,21 @@ class KVBlockManager:
             cow = 1
         block = block_ids[-1]
         pos = int(self.fill[layer][block])
-        self.k_caches[layer][block, :, pos] = k
-        self.v_caches[layer][block, :, pos] = v
         self.fill[layer][block] = pos + 1
         self.last_rollovers[layer] += rollovers
         self.last_cow[layer] += cow
+        return block, pos
 
-    def append_token_batch(
-        self, layer: int, block_ids_list: list[list[int]], k: torch.Tensor, v: torch.Tensor
-    ):
-        """One new token for each sequence of the batch (k, v: [B, H, D]) in one write.
+    def batch_slots(
+        self, layer: int, block_ids_list: list[list[int]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The slots of one new token per sequence of the batch, for one write of the whole batch.
 
         A sequence whose last block is full gets a new block inside the batch (its row then writes slot 0 of
-        that block). Only a shared, partly filled last block (copy-on-write) takes the per-request path, and,
-        with batched_rollover off, so does a rollover (the earlier design).
+        that block). Only a shared, partly filled last block (copy-on-write) is left to the per-request path
+        (`token_slot`, called by the writer for each slow row), and, with batched_rollover off, so is a rollover
+        (the earlier design). Returns (blocks [F], positions [F] of the fast rows, counted as written; the slow
+        rows; the fast rows' indices, or None when every row is fast).
         """
         self.reset_append_counts(layer)
         fill, rc = self.fill[layer], self.refcount[layer]
@@ -295,55 +283,12 @@ class KVBlockManager:
             pos[full] = 0
             self.last_rollovers[layer] = int(full.sum())
         fast = None
-        if slow.any():
+        slow_rows = np.flatnonzero(slow)
+        if len(slow_rows):
             fast = np.flatnonzero(~slow)
-            for i in np.flatnonzero(slow):
-                self.append_token(layer, block_ids_list[i], k[i], v[i])
-            if len(fast) == 0:
-                return
             last, pos = last[fast], pos[fast]
-        if self.use_triton and len(last) >= self.triton_min_batch:
-            self._append_triton(layer, k, v, last, pos, fast)
-        else:
-            if fast is not None:
-                rows = torch.from_numpy(fast).to(k.device)
-                k, v = k[rows], v[rows]
-            blocks_t = torch.from_numpy(last).to(k.device, non_blocking=True)
-            pos_t = torch.from_numpy(pos).to(k.device, non_blocking=True)
-            self.k_caches[layer][blocks_t, :, pos_t] = k  # [B, H, D] into [N, H, BLOCK, D]
-            self.v_caches[layer][blocks_t, :, pos_t] = v
         fill[last] = pos + 1
-
-    def _append_triton(
-        self, layer: int, k, v, last: np.ndarray, pos: np.ndarray, rows: np.ndarray | None
-    ) -> None:
-        """One Triton launch for K and V, the narrowest kernel that applies."""
-        from roseinfer.kernels.kv_append import MODE_FULL_BATCH, MODE_GENERAL, MODE_IDENTITY, kv_append_triton
-
-        n = len(last)
-        if not self._stage_host or self._stage_host[0].shape[1] < n:
-            cap = max(n, 256)
-            self._stage_host = [
-                torch.zeros(3, cap, dtype=torch.int64, pin_memory=True) for _ in range(self.num_layers)
-            ]
-            self._stage_dev = [
-                torch.zeros(3, cap, dtype=torch.int64, device=k.device) for _ in range(self.num_layers)
-            ]
-        host, dev = self._stage_host[layer], self._stage_dev[layer]
-        host[0, :n] = torch.from_numpy(last)
-        host[1, :n] = torch.from_numpy(pos)
-        if rows is not None:
-            host[2, :n] = torch.from_numpy(rows)
-            mode = MODE_GENERAL
-        elif (pos == pos[0]).all():
-            mode = MODE_FULL_BATCH
-        else:
-            mode = MODE_IDENTITY
-        dev[:, :n].copy_(host[:, :n], non_blocking=True)
-        kv_append_triton(
-            self.k_caches[layer], self.v_caches[layer], k, v, dev[0, :n], dev[1, :n],
-            dev[2, :n] if rows is not None else None, mode=mode,
-        )  # fmt: skip
+        return last, pos, slow_rows, fast
 
     def prompt_slots(
         self, block_ids: list[list[int]], start: int, end: int

@@ -4,7 +4,7 @@ Eagerly, a GPT-2 small decode step is ~150 small kernels and Python's launch cos
 docs/BENCHMARKS.md). A graph replays them all from one launch. It needs fixed shapes, fixed addresses and no
 host work inside, so:
 - a batch runs in the smallest bucket that holds it; the rows beyond the batch are padding (token 0, no past
-  tokens, and a block-table row pointing every layer at the KV manager's pad block, which their appends write);
+  tokens, and a block-table row pointing every layer at the block manager's pad block, which their appends write);
 - the inputs live in static device buffers written before each replay: token ids and past lengths
   and live flags (`inputs` [3, B_MAX]) and the block tables [B_MAX, L, M] (`roseinfer.block_tables`), always at
   full width M;
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
+from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
 
@@ -69,7 +69,7 @@ class DecodeGraphs:
     def __init__(
         self,
         model: torch.nn.Module,
-        mgr: KVBlockManager,
+        cache: KVCache,
         tables: BlockTables,
         inputs: torch.Tensor,  # [3, B_MAX] on the device: token ids, past lengths, 1 for live rows (0: padding)
         scale: float,
@@ -79,7 +79,7 @@ class DecodeGraphs:
         kernels: GraphKernels = GraphKernels(),
     ) -> None:
         self.model = model
-        self.mgr = mgr
+        self.cache = cache
         self.tables = tables
         self.inputs = inputs
         self.scale = scale
@@ -89,7 +89,7 @@ class DecodeGraphs:
         self.kernels = kernels
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
-        self.fused = kernels.fused_add_layernorm and mgr.k_caches[0].is_cuda and triton_available()
+        self.fused = kernels.fused_add_layernorm and cache.is_cuda and triton_available()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -106,7 +106,7 @@ class DecodeGraphs:
         tables = self.tables.dev[:bucket].permute(1, 0, 2)  # [L, bucket, M]
         k = self.kernels
         kv = StaticDecodeKV(
-            self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
+            self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
         logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from roseinfer import tracing
-from roseinfer.block_manager import KVBlockManager
+from roseinfer.block_manager import BlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.sequence import Sequence
 from roseinfer.tracing import region
@@ -38,7 +38,7 @@ from roseinfer.tracing import region
 class DecodeSlots:
     def __init__(
         self,
-        mgr: KVBlockManager,
+        mgr: BlockManager,
         tables: BlockTables,
         blocks_ahead: bool,
         host_buffers_free: Callable[[], None],  # waits until the last host-to-device copy read the tables

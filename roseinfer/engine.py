@@ -27,7 +27,8 @@ class Engine:
         self.device = self.runner.device
         self.model = self.runner.model
         self.model_cfg = self.runner.model_cfg  # the engine's copy: its eos_token_id is what stops sequences
-        self.mgr = self.runner.mgr
+        self.mgr = self.runner.mgr  # block accounting (every rank alike)
+        self.kv_cache = self.runner.kv_cache  # this rank's key/value tensors
         self.scheduler = Scheduler(cfg, self.mgr)
         self.steplog = steplog.step_log({"block_size": cfg.block_size, "model": model})
         self.decode_steps = 0  # decode step ranges so far (the step log's index)

@@ -8,14 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from roseinfer.attention import decode_bias, gather_kv, paged_decode_attention
-from roseinfer.block_manager import KVBlockManager
+from roseinfer.block_manager import BlockManager
+from roseinfer.kv_cache import KVCache, append_token, append_token_batch
 from roseinfer.sequence import Sequence
 
 
 class _DecodeAttention:
     """Attention of one new token per sequence over its past tokens, read through the block table."""
 
-    mgr: KVBlockManager
+    cache: KVCache  # this rank's key/value tensors
     block_tables: torch.Tensor  # [L, B, M]
     past_lens: torch.Tensor  # [B]
     scale: float
@@ -29,19 +30,19 @@ class _DecodeAttention:
             from roseinfer.kernels.paged_attention import paged_decode_attention_triton
 
             return paged_decode_attention_triton(
-                q, k, v, self.mgr.k_caches[layer], self.mgr.v_caches[layer], self.block_tables[layer],
+                q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], self.block_tables[layer],
                 self.past_lens, self.scale, append=self.append_in_attention,
             )  # fmt: skip
         if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
-            k0 = self.mgr.k_caches[0]
-            width = self.block_tables.shape[2] * self.mgr.block_size
+            k0 = self.cache.k_caches[0]
+            width = self.block_tables.shape[2] * self.cache.block_size
             self.bias = decode_bias(self.past_lens, width, k0.shape[1], k0.dtype)
         return paged_decode_attention(
             q,
             k,
             v,
-            self.mgr.k_caches[layer],
-            self.mgr.v_caches[layer],
+            self.cache.k_caches[layer],
+            self.cache.v_caches[layer],
             self.block_tables[layer],
             self.past_lens,
             self.scale,
@@ -54,7 +55,8 @@ class DecodeKV(_DecodeAttention):
 
     def __init__(
         self,
-        mgr: KVBlockManager,
+        mgr: BlockManager,
+        cache: KVCache,
         seqs: list[Sequence],
         block_tables: torch.Tensor,  # [L, B, M]
         past_lens: torch.Tensor,  # [B]
@@ -63,6 +65,7 @@ class DecodeKV(_DecodeAttention):
         paged_attn: bool = False,
     ) -> None:
         self.mgr = mgr
+        self.cache = cache
         self.seqs = seqs
         self.block_tables = block_tables
         self.past_lens = past_lens
@@ -73,11 +76,11 @@ class DecodeKV(_DecodeAttention):
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
         if self.batched_append:
-            self.mgr.append_token_batch(layer, [s.block_ids[layer] for s in self.seqs], k, v)
+            append_token_batch(self.mgr, self.cache, layer, [s.block_ids[layer] for s in self.seqs], k, v)
         else:
             self.mgr.reset_append_counts(layer)
             for i, seq in enumerate(self.seqs):
-                self.mgr.append_token(layer, seq.block_ids[layer], k[i], v[i])
+                append_token(self.mgr, self.cache, layer, seq.block_ids[layer], k[i], v[i])
 
 
 class StaticDecodeKV(_DecodeAttention):
@@ -90,25 +93,24 @@ class StaticDecodeKV(_DecodeAttention):
 
     def __init__(
         self,
-        mgr: KVBlockManager,
+        cache: KVCache,
         block_tables: torch.Tensor,  # [L, B, M], full width M
         past_lens: torch.Tensor,  # [B]
         scale: float,
         paged_attn: bool,
         in_graph: bool = False,  # the step is (or warms up for) a CUDA graph: no per-launch cost
-        min_batch: int
-        | None = None,  # Triton append from this batch size (None: the block manager's threshold)
+        min_batch: int | None = None,  # Triton append from this batch size (None: the cache's threshold)
         append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
     ) -> None:
-        self.mgr = mgr
+        self.cache = cache
         self.block_tables = block_tables
         self.past_lens = past_lens
         self.scale = scale
         self.paged_attn = paged_attn
         b = past_lens.shape[0]
         if min_batch is None:
-            min_batch = mgr.triton_min_batch_graph if in_graph else mgr.triton_min_batch
-        self.triton = mgr.use_triton and b >= min_batch
+            min_batch = cache.triton_min_batch_graph if in_graph else cache.triton_min_batch
+        self.triton = cache.use_triton and b >= min_batch
         # Where the Triton append applies and the Triton attention runs, the attention kernel does the append:
         # it reads the new K/V anyway and the slot is in the table (one kernel per layer fewer).
         self.append_in_attention = self.triton and paged_attn and append_in_attention
@@ -121,18 +123,19 @@ class StaticDecodeKV(_DecodeAttention):
             return  # written by `attend`
         if self.slot_blocks is None:
             rows = torch.arange(k.shape[0], device=k.device)
-            self.slot_blocks = self.block_tables[:, rows, self.past_lens // self.mgr.block_size].contiguous()
-            self.slot_pos = self.past_lens % self.mgr.block_size
+            bs = self.cache.block_size
+            self.slot_blocks = self.block_tables[:, rows, self.past_lens // bs].contiguous()
+            self.slot_pos = self.past_lens % bs
         if self.triton:
             from roseinfer.kernels.kv_append import MODE_IDENTITY, kv_append_triton
 
             kv_append_triton(
-                self.mgr.k_caches[layer], self.mgr.v_caches[layer], k, v, self.slot_blocks[layer], self.slot_pos,
+                self.cache.k_caches[layer], self.cache.v_caches[layer], k, v, self.slot_blocks[layer], self.slot_pos,
                 mode=MODE_IDENTITY,
             )  # fmt: skip
         else:
-            self.mgr.k_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = k
-            self.mgr.v_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = v
+            self.cache.k_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = k
+            self.cache.v_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = v
 
 
 class PrefillKV:
@@ -143,8 +146,10 @@ class PrefillKV:
     (`start`, > 0 after a prefix-cache hit) and the same number of new tokens share one batched attention call.
     """
 
-    def __init__(self, mgr: KVBlockManager, seqs: list[Sequence], starts: list[int], scale: float) -> None:
-        self.mgr = mgr
+    def __init__(
+        self, mgr: BlockManager, cache: KVCache, seqs: list[Sequence], starts: list[int], scale: float
+    ) -> None:
+        self.cache = cache
         self.scale = scale
         self.cow = 0
         spans: list[tuple[int, int]] = []
@@ -158,7 +163,7 @@ class PrefillKV:
             blocks.append(b)
             slots.append(s)
             self.cow += cow
-        device = mgr.k_caches[0].device
+        device = cache.k_caches[0].device
         self.blocks = torch.from_numpy(np.concatenate(blocks, axis=1)).to(device)  # [L, T]
         self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
         by_shape: dict[tuple[int, int], list[int]] = {}
@@ -185,8 +190,8 @@ class PrefillKV:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, H, D] packed
-        self.mgr.k_caches[layer][self.blocks[layer], :, self.slots] = k
-        self.mgr.v_caches[layer][self.blocks[layer], :, self.slots] = v
+        self.cache.k_caches[layer][self.blocks[layer], :, self.slots] = k
+        self.cache.v_caches[layer][self.blocks[layer], :, self.slots] = v
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(q)  # [T, H, D]
@@ -197,8 +202,10 @@ class PrefillKV:
             if tables is None:
                 og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, scale=self.scale)
             else:
-                past_k = gather_kv(self.mgr.k_caches[layer], tables[layer])[:, :, :start]  # [G, H, start, D]
-                past_v = gather_kv(self.mgr.v_caches[layer], tables[layer])[:, :, :start]
+                past_k = gather_kv(self.cache.k_caches[layer], tables[layer])[
+                    :, :, :start
+                ]  # [G, H, start, D]
+                past_v = gather_kv(self.cache.v_caches[layer], tables[layer])[:, :, :start]
                 keys, values = torch.cat([past_k, kg], dim=2), torch.cat([past_v, vg], dim=2)
                 og = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
             out.index_copy_(0, rows, og.transpose(1, 2).reshape(g * n, h, d))

@@ -1,4 +1,4 @@
-"""The model runner: the device side of a step. It owns the model, the KV pool, the block tables, the staged
+"""The model runner: the device side of a step. It owns the model, the KV cache tensors, the block tables, the staged
 inputs, the CUDA graphs and the overlapped decode, and turns a batch of sequences into their next token ids.
 
 Three decode paths behind `decode(seqs)`:
@@ -21,12 +21,13 @@ from dataclasses import dataclass
 import torch
 
 from roseinfer import tracing
-from roseinfer.block_manager import KVBlockManager, blocks_for
+from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
+from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.sampler import sample
 from roseinfer.sequence import Sequence, Status
@@ -79,8 +80,13 @@ class ModelRunner:
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
         # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
         num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq
-        self.mgr = KVBlockManager(
-            mc.n_layer, num_blocks, cfg.block_size, mc.n_head, mc.head_dim, DTYPES[cfg.dtype], self.device,
+        # This rank's keys and values (one block beyond the pool: the pad block), and the block accounting every
+        # rank keeps alike; a copy-on-write the accounting decides is copied by the cache.
+        self.kv_cache = KVCache(
+            mc.n_layer, num_blocks + 1, cfg.block_size, mc.n_head, mc.head_dim, DTYPES[cfg.dtype], self.device
+        )
+        self.mgr = BlockManager(
+            mc.n_layer, num_blocks, cfg.block_size, self.kv_cache.copy_block,
             prefix_cache=cfg.prefix_cache, batched_rollover=cfg.batched_rollover, pad_block=True,
         )  # fmt: skip
         self.tables = BlockTables(
@@ -118,7 +124,7 @@ class ModelRunner:
         capture=False the same path runs eagerly, which is how it is checked where graphs cannot run (CPU).
         kernels: the captured step's kernel choices (all on by default)."""
         self.graphs = DecodeGraphs(
-            self.model, self.mgr, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
+            self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture, kernels=kernels or GraphKernels(),
         )  # fmt: skip
 
@@ -147,7 +153,7 @@ class ModelRunner:
             ids += tokens[start:]
             pos += range(start, len(tokens))
             last.append(len(ids) - 1)
-        kv = PrefillKV(mgr, seqs, starts, self.scale)
+        kv = PrefillKV(mgr, self.kv_cache, seqs, starts, self.scale)
         logits = self.model(
             torch.tensor(ids, device=self.device),  # [T] packed
             torch.tensor(pos, device=self.device),
@@ -203,8 +209,9 @@ class ModelRunner:
             tables = self.tables.device_view(batch, width)  # [L, B, width]
             ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
             kv = DecodeKV(
-                self.mgr, seqs, tables, past, self.scale, self.cfg.batched_kv_append, self.cfg.paged_attn
-            )
+                self.mgr, self.kv_cache, seqs, tables, past, self.scale, self.cfg.batched_kv_append,
+                self.cfg.paged_attn,
+            )  # fmt: skip
             logits = self.model(ids, past, kv)  # [B, V]
         rollovers, cow = self.mgr.last_append_counts()
         with region(tracing.SAMPLE):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from roseinfer.block_manager import KVBlockManager, blocks_for
+from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.config import EngineConfig
 from roseinfer.sequence import Sequence, Status
 
@@ -19,7 +19,7 @@ __all__ = ["Scheduler", "blocks_for"]
 
 
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, mgr: KVBlockManager) -> None:
+    def __init__(self, cfg: EngineConfig, mgr: BlockManager) -> None:
         self.cfg = cfg
         self.mgr = mgr
         self.num_blocks = mgr.num_blocks

@@ -25,7 +25,7 @@ from roseinfer.sequence import SamplingParams, Sequence
 
 PARTS = {
     "mgr": {
-        "append_blocks": "allocate blocks (KVBlockManager.append_blocks)",
+        "append_blocks": "allocate blocks (BlockManager.append_blocks)",
         "copy_shared_slots": "copy-on-write scan",
         "fill_slots": "fill counts",
         "starting_a_block": "find the sequences starting a block",

@@ -1,19 +1,35 @@
-"""KVBlockManager: batched appends with rollover, copy-on-write, prefix cache, accounting."""
+"""BlockManager (accounting) and KVCache (a rank's tensors): batched appends with rollover, copy-on-write, prefix
+cache, accounting."""
 
 import pytest
 import torch
 
-from roseinfer.block_manager import KVBlockManager, OutOfBlocks
+from roseinfer.block_manager import BlockManager, OutOfBlocks
+from roseinfer.kv_cache import KVCache
+from roseinfer.kv_cache import append_token_batch as append_batch
 
 H, D, BS = 2, 4, 4
 
 
+class Manager(BlockManager):
+    """The accounting with its cache beside it, as a model runner holds them (`cache`, `append_token_batch`)."""
+
+    def __init__(self, num_blocks=16, **kw):
+        self.cache = KVCache(num_layers=2, num_blocks=num_blocks, block_size=BS, num_heads=H, head_dim=D)
+        super().__init__(
+            num_layers=2, num_blocks=num_blocks, block_size=BS, copy_block=self.cache.copy_block, **kw
+        )
+
+    def append_token_batch(self, layer, block_ids_list, k, v):
+        append_batch(self, self.cache, layer, block_ids_list, k, v)
+
+
 def manager(num_blocks=16, **kw):
-    return KVBlockManager(num_layers=2, num_blocks=num_blocks, block_size=BS, num_heads=H, head_dim=D, **kw)
+    return Manager(num_blocks, **kw)
 
 
 def read_token(mgr, layer, block_ids, t):
-    return mgr.k_caches[layer][block_ids[t // BS], :, t % BS]
+    return mgr.cache.k_caches[layer][block_ids[t // BS], :, t % BS]
 
 
 @pytest.mark.parametrize("batched_rollover", [True, False])
@@ -53,7 +69,7 @@ def test_copy_on_write_leaves_the_shared_block_untouched():
 def test_prefix_cache_keeps_freed_blocks_until_reused():
     mgr = manager(num_blocks=4)
     tokens = list(range(8))
-    keys = KVBlockManager.prefix_keys(tokens, BS)
+    keys = BlockManager.prefix_keys(tokens, BS)
     assert len(keys) == 2
     blocks = [mgr.allocate(0), mgr.allocate(0)]
     for blk, key in zip(blocks, keys):
@@ -61,7 +77,7 @@ def test_prefix_cache_keeps_freed_blocks_until_reused():
     mgr.free(0, blocks)
     assert mgr.match_prefix(0, keys) == blocks  # revived from the free list
     assert mgr.num_free(0) == 2
-    assert mgr.match_prefix(0, KVBlockManager.prefix_keys([9] + tokens[1:], BS)) == []
+    assert mgr.match_prefix(0, BlockManager.prefix_keys([9] + tokens[1:], BS)) == []
 
 
 def test_out_of_blocks_is_an_error_not_corruption():

@@ -23,13 +23,13 @@ def static_llm(blocks_ahead: bool, **kw) -> LLM:
 
 def kv_of(engine, seq) -> list[torch.Tensor]:
     """Per layer, the keys and values of the sequence's cached tokens read through its blocks: [2, T, H, D]."""
-    mgr, pos = engine.mgr, np.arange(seq.num_cached)
+    cache, pos = engine.kv_cache, np.arange(seq.num_cached)
     out = []
     for layer, ids in enumerate(seq.block_ids):
         blocks = torch.as_tensor(np.asarray(ids)[pos // BLOCK])
         slots = torch.as_tensor(pos % BLOCK)
         out.append(
-            torch.stack([mgr.k_caches[layer][blocks, :, slots], mgr.v_caches[layer][blocks, :, slots]])
+            torch.stack([cache.k_caches[layer][blocks, :, slots], cache.v_caches[layer][blocks, :, slots]])
         )
     return out
 

@@ -44,7 +44,7 @@ def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, 
         paged_attn=paged_attn,
         overlap_decode=overlap,
     )
-    assert llm.engine.mgr.triton_min_batch_graph == (128 if min_batch else 1)
+    assert llm.engine.kv_cache.triton_min_batch_graph == (128 if min_batch else 1)
     graphs = llm.engine.graphs
     assert sorted(graphs.graphs) == graphs.buckets == [1, 2, 4, 6]
     assert _generate(llm) == ref

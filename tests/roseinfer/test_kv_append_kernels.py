@@ -55,10 +55,10 @@ def test_engine_uses_triton_above_min_batch(monkeypatch, tiny_checkpoint):
     prompts = [[i + 1] * (5 + 9 * i) for i in range(6)]
     params = SamplingParams(max_new_tokens=80, ignore_eos=True)
     fast = LLM(tiny_checkpoint, device="cuda", max_batch_size=8)
-    assert fast.engine.mgr.use_triton
+    assert fast.engine.kv_cache.use_triton
     monkeypatch.setenv("ROSELLM_TRITON_KV_APPEND", "0")
     slow = LLM(tiny_checkpoint, device="cuda", max_batch_size=8)
-    assert not slow.engine.mgr.use_triton
+    assert not slow.engine.kv_cache.use_triton
     assert [o.token_ids for o in fast.generate(prompts, params)] == [
         o.token_ids for o in slow.generate(prompts, params)
     ]
