@@ -60,12 +60,19 @@ class EngineConfig:
     # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
     # in the step that starts it.
     blocks_ahead: bool = True
+    # Tensor parallelism (roseinfer/distributed.py): ranks, each a process with one device holding its heads and
+    # MLP columns. 1: one device, no process group, no collective.
+    tensor_parallel_size: int = 1
+    # Seconds a rank waits in a collective (or the rendezvous) before it fails: a rank that died stops the others.
+    tp_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        for name in ("block_size", "max_batch_size", "prefill_max_batch_size"):
+        for name in ("block_size", "max_batch_size", "prefill_max_batch_size", "tensor_parallel_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not self.tp_timeout_s > 0:
+            raise ValueError(f"tp_timeout_s must be > 0, got {self.tp_timeout_s!r}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks!r}")
         if self.dtype not in ("float32", "float16", "bfloat16"):

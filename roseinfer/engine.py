@@ -30,7 +30,15 @@ class Engine:
         self.mgr = self.runner.mgr  # block accounting (every rank alike)
         self.kv_cache = self.runner.kv_cache  # this rank's key/value tensors
         self.scheduler = Scheduler(cfg, self.mgr)
-        self.steplog = steplog.step_log({"block_size": cfg.block_size, "model": model})
+        tp = self.runner.tp
+        self.rank, self.world_size = (tp.rank, tp.world_size) if tp is not None else (0, 1)
+        meta = {
+            "block_size": cfg.block_size,
+            "model": model,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
+        self.steplog = steplog.step_log(meta, rank=self.rank)
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).

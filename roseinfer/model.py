@@ -42,6 +42,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c, eps=cfg.layer_norm_epsilon)
         self.c_fc = nn.Linear(c, 4 * c)
         self.mlp_proj = nn.Linear(4 * c, c)
+        # Tensor parallelism (`roseinfer.sharding`): this rank's heads and MLP columns only, and the group whose
+        # all-reduce sums the row-parallel projections. None on one device: no collective, nothing else changes.
+        self.tp = None
 
     def forward(
         self,
@@ -54,18 +57,24 @@ class Block(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: residual stream [T, C], h = ln_1(x) [T, C] (T = tokens in the batch: one per sequence in decode,
         all new prompt tokens in prefill). Returns the residual stream after attention and the MLP branch's
-        output, not yet added: the caller adds it together with the next LayerNorm (`residual_layer_norm`)."""
+        output, not yet added: the caller adds it together with the next LayerNorm (`residual_layer_norm`).
+        With tensor parallelism H is this rank's heads and each projection's output is summed over the ranks."""
         t = x.shape[0]
         with region(ATTENTION):
             qkv = self.c_attn(h).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
             q, k, v = qkv.unbind(1)  # each [T, H, D]
             with region(KV_APPEND):
                 kv.append(layer, k, v)
-            a = self.attn_proj(kv.attend(layer, q, k, v).reshape(t, -1))  # [T, C]
+            a = self.attn_proj(kv.attend(layer, q, k, v).reshape(t, -1))  # [T, C] (this rank's part with TP)
+            if self.tp is not None:
+                self.tp.all_reduce(a)
         with region(LAYERNORM):
             x, h = residual_layer_norm(x, a, self.ln_2, fused)
         with region(MLP):
-            return x, self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))
+            m = self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))  # [T, C]
+            if self.tp is not None:
+                self.tp.all_reduce(m)
+            return x, m
 
 
 def residual_layer_norm(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roseinfer import tracing
+from roseinfer import distributed, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
@@ -32,7 +32,7 @@ from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.sampler import sample
 from roseinfer.sequence import Sequence, Status
 from roseinfer.tracing import region
-from roseinfer.weights import build_model
+from roseinfer.weights import build_model, resolve_model_config
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -68,22 +68,24 @@ class _InFlight:
 class ModelRunner:
     def __init__(self, model: str, cfg: EngineConfig) -> None:
         self.cfg = cfg
-        self.device = torch.device(cfg.device)
+        self.tp = self._join_ranks(model, cfg)
+        self.device = distributed.rank_device(cfg.device, self.tp)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' requested but CUDA is not available")
         if cfg.paged_attn and (self.device.type != "cuda" or not triton_available()):
             raise ValueError("paged_attn (--paged-attn) needs a CUDA device and Triton")
         if cfg.cuda_graph and self.device.type != "cuda":
             raise ValueError("cuda_graph (--cuda-graph) needs a CUDA device")
-        self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
+        self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed, self.tp)
         mc = self.model_cfg
+        heads = self.model.h[0].n_head  # this rank's (all of them on one device)
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
         # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
         num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq
         # This rank's keys and values (one block beyond the pool: the pad block), and the block accounting every
         # rank keeps alike; a copy-on-write the accounting decides is copied by the cache.
         self.kv_cache = KVCache(
-            mc.n_layer, num_blocks + 1, cfg.block_size, mc.n_head, mc.head_dim, DTYPES[cfg.dtype], self.device
+            mc.n_layer, num_blocks + 1, cfg.block_size, heads, mc.head_dim, DTYPES[cfg.dtype], self.device
         )
         self.mgr = BlockManager(
             mc.n_layer, num_blocks, cfg.block_size, self.kv_cache.copy_block,
@@ -118,6 +120,16 @@ class ModelRunner:
         self.slots = DecodeSlots(self.mgr, self.tables, cfg.blocks_ahead, self._host_buffers_free)
         if cfg.cuda_graph:
             self.use_static_decode(capture=True)
+
+    @staticmethod
+    def _join_ranks(model: str, cfg: EngineConfig) -> distributed.TPGroup | None:
+        """With tensor_parallel_size > 1: check the model splits, then join the ranks' process group."""
+        if cfg.tensor_parallel_size == 1:
+            return None
+        from roseinfer.sharding import check_shardable
+
+        check_shardable(resolve_model_config(model).n_head, cfg.tensor_parallel_size, model)
+        return distributed.init(cfg.tensor_parallel_size, torch.device(cfg.device).type, cfg.tp_timeout_s)
 
     def use_static_decode(self, capture: bool, kernels: GraphKernels | None = None) -> None:
         """Decode through static buffers, captured in CUDA graphs per batch bucket (`--cuda-graph`); with

@@ -28,7 +28,9 @@ class StepLogWriter:
     (roseprof reads it).
 
     Records (one JSON object a line, `type` first):
-      {"type": "meta", "version": 2, "clock": "monotonic_ns", "pid": ..., "block_size": ...}
+      {"type": "meta", "version": 2, "clock": "monotonic_ns", "pid": ..., "block_size": ..., "rank": r,
+       "world_size": n}   (with tensor parallelism each rank writes its own log, `rank_path`; the same step
+       indices on every rank, since every rank runs the same schedule)
       {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
        "launched": false for a drain of the overlapped decode, "bucket": the CUDA-graph batch bucket or null}
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
@@ -140,14 +142,28 @@ class StepLogWriter:
 
 
 _STEP_LOG: StepLogWriter | None = None
+_RANK = 0  # this process's tensor-parallel rank, once an engine said so
 
 
-def step_log(meta: dict[str, Any] | None = None) -> StepLogWriter | None:
-    """The process's step log when ROSEINFER_STEP_LOG is set (one per process, shared by engines)."""
-    global _STEP_LOG
+def rank_path(path: str, rank: int) -> str:
+    """Where rank `rank` writes the log named `path`: rank 0 the path itself (what a capture reads), rank r
+    `NAME.rank<r>.EXT` beside it."""
+    if rank == 0:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext}"
+
+
+def step_log(meta: dict[str, Any] | None = None, rank: int | None = None) -> StepLogWriter | None:
+    """The process's step log when ROSEINFER_STEP_LOG is set (one per process, shared by engines); `rank`: the
+    tensor-parallel rank, whose log is `rank_path(ROSEINFER_STEP_LOG, rank)`."""
+    global _STEP_LOG, _RANK
+    if rank is not None:
+        _RANK = rank
     path = env.reload().step_log
     if path is None:
         return None
+    path = rank_path(path, _RANK)
     if _STEP_LOG is None or _STEP_LOG.path != path:
         _STEP_LOG = StepLogWriter(path, meta)
     return _STEP_LOG

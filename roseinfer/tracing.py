@@ -37,6 +37,10 @@ LAYERNORM = "roseinfer.layer.layernorm"
 MLP = "roseinfer.layer.mlp"
 LM_HEAD = "roseinfer.lm_head"
 ARGMAX = "roseinfer.argmax"
+# Tensor parallelism: the sum over the ranks of a row-parallel projection's partial outputs, one inside the
+# attention (after its output projection) and one inside the MLP of every layer. Open while a decode step is
+# captured, so a graph replay's NCCL kernels are attributed to it (roseinfer/distributed.py).
+ALLREDUCE = "roseinfer.layer.allreduce"
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,
@@ -53,6 +57,7 @@ REGION_NAMES = (
     LM_HEAD,
     ARGMAX,
     RESERVE_BLOCKS_AHEAD,
+    ALLREDUCE,
 )
 # The regions a decode step is broken down into (dashboards stack them per step), in display order.
 STEP_BREAKDOWN = (

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
 import torch
 
 from roseinfer.config import BUILTIN_MODELS, ModelConfig
 from roseinfer.model import GPT2
+
+if TYPE_CHECKING:
+    from roseinfer.distributed import TPGroup
 
 
 def resolve_model_config(model: str) -> ModelConfig:
@@ -75,7 +79,11 @@ def _load_hf_state(model: str, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     }
 
 
-def build_model(model: str, device: str, dtype: torch.dtype, seed: int) -> tuple[GPT2, ModelConfig]:
+def build_model(
+    model: str, device: str | torch.device, dtype: torch.dtype, seed: int, tp: TPGroup | None = None
+) -> tuple[GPT2, ModelConfig]:
+    """The model on `device`; with a tensor-parallel group, this rank's shard (`roseinfer.sharding`), cut from the
+    same full weights on every rank (the same checkpoint, or the same seed)."""
     cfg = resolve_model_config(model)
     with torch.device("meta"):
         net = GPT2(cfg)
@@ -84,6 +92,10 @@ def build_model(model: str, device: str, dtype: torch.dtype, seed: int) -> tuple
         net.init_random(seed)
     else:
         net.load_state_dict(_load_hf_state(model, cfg))
+    if tp is not None:
+        from roseinfer.sharding import shard_gpt2
+
+        shard_gpt2(net, tp)
     net = net.to(device=device, dtype=dtype).eval()
     if torch.device(device).type == "cuda":
         net.pad_lm_head()

@@ -28,6 +28,9 @@ LAYERNORM = "roseinfer.layer.layernorm"
 MLP = "roseinfer.layer.mlp"
 LM_HEAD = "roseinfer.lm_head"
 ARGMAX = "roseinfer.argmax"
+# Tensor parallelism: the all-reduce of a row-parallel projection (inside attention and inside the MLP of every
+# layer); its NCCL kernels, replayed or not, land in it.
+ALLREDUCE = "roseinfer.layer.allreduce"
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,
@@ -44,6 +47,7 @@ REGION_NAMES = (
     LM_HEAD,
     ARGMAX,
     RESERVE_BLOCKS_AHEAD,
+    ALLREDUCE,
 )
 # An NVTX mark at a KV-block rollover: without a step log, a step that contains one is a rollover step.
 ROLLOVER_MARK = "roseinfer.kv.rollover"

@@ -23,6 +23,7 @@ def test_region_names_agree():
         "LM_HEAD",
         "ARGMAX",
         "RESERVE_BLOCKS_AHEAD",
+        "ALLREDUCE",
     ):
         assert getattr(mirror, name) == getattr(tracing, name)
 

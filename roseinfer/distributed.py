@@ -1,0 +1,216 @@
+"""Tensor parallelism's process group and collectives, on torch.distributed: NCCL on CUDA, gloo on CPU.
+
+A rank is one process with one device. Every rank runs the same engine on the same requests: the same scheduler
+makes the same decisions (admission, preemption, block ids) from the same inputs, and the model's replicated
+lm_head gives every rank the same logits (they follow an all-reduce), so the same tokens. Only activations
+cross ranks: one all-reduce after the attention's output projection and one after the MLP's, per layer
+(`roseinfer.sharding`). Nothing else is exchanged per step, except where an input is not the same everywhere
+by construction: a benchmark's arrival times (`broadcast_int`, on the host group).
+
+Ranks start one of three ways, all ending in `init`:
+- `LLM(model, tensor_parallel_size=N)`: the calling process is rank 0 and starts ranks 1..N-1 (`roseinfer.workers`);
+- a benchmark with `--tensor-parallel-size N`: it starts N-1 more copies of itself (`launch`);
+- `torchrun --nproc-per-node N -m roseinfer.benchmark_...`: torchrun started them and set RANK, WORLD_SIZE,
+  LOCAL_RANK, MASTER_ADDR and MASTER_PORT (`--nnodes` works the same: NCCL then crosses the network).
+
+Every collective has a timeout (`EngineConfig.tp_timeout_s`): a rank that dies makes the others fail (gloo sees
+the closed connection at once; NCCL's watchdog aborts when the timeout passes), never hang.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from roseinfer.tracing import ALLREDUCE, region
+
+TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class TPGroup:
+    rank: int
+    world_size: int
+    local_rank: int  # the rank's GPU on its node
+    backend: str  # nccl | gloo
+    group: object  # the device group: the model's all-reduces
+    cpu_group: object  # gloo: small host-side messages (a benchmark's arrivals), never on a GPU stream
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum `x` ([T, C], a row-parallel projection's partial output) over the ranks, in place."""
+        with region(ALLREDUCE):
+            dist.all_reduce(x, group=self.group)
+        return x
+
+    def broadcast_int(self, value: int) -> int:
+        """Rank 0's `value` on every rank (a host decision the ranks must share)."""
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.broadcast(t, src=0, group=self.cpu_group)
+        return int(t.item())
+
+
+_GROUP: TPGroup | None = None
+
+
+def current() -> TPGroup | None:
+    """This process's tensor-parallel group, once `init` ran."""
+    return _GROUP
+
+
+def shard_range(n: int, world_size: int, rank: int) -> tuple[int, int]:
+    """[start, stop) of `rank`'s share of n items (heads, MLP columns): n // world each, the first n % world
+    ranks one more. An uneven split is what lets gpt2-xl's 25 heads run on 2 GPUs (13 + 12)."""
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def under_torchrun() -> bool:
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface (the rendezvous of ranks on one machine)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torch_device_type(device: str) -> str:
+    return torch.device(device).type
+
+
+def check_devices(world_size: int, device_type: str) -> None:
+    """One line for what a user gets wrong before any process starts."""
+    if device_type == "cuda":
+        if not dist.is_nccl_available():
+            raise ValueError(
+                f"tensor_parallel_size {world_size} on CUDA needs NCCL, and this torch build has none "
+                "(torch.distributed.is_nccl_available() is False)"
+            )
+        visible = torch.cuda.device_count()
+        if not under_torchrun() and visible < world_size:
+            raise ValueError(f"tensor_parallel_size {world_size} needs {world_size} GPUs, {visible} visible")
+    elif not dist.is_gloo_available():
+        raise ValueError(f"tensor_parallel_size {world_size} on CPU needs gloo, which this torch build lacks")
+
+
+def init(
+    world_size: int,
+    device_type: str,
+    timeout_s: float,
+    rank: int | None = None,
+    init_method: str | None = None,
+) -> TPGroup:
+    """Join the process group (rank and rendezvous from torchrun's variables unless given) and return it."""
+    global _GROUP
+    if _GROUP is not None:
+        if _GROUP.world_size != world_size:
+            raise ValueError(
+                f"this process is rank {_GROUP.rank} of {_GROUP.world_size}, not of tensor_parallel_size {world_size}"
+            )
+        return _GROUP
+    if rank is None:
+        if not under_torchrun():
+            raise ValueError(
+                f"tensor_parallel_size {world_size} needs its ranks started: use LLM(..., tensor_parallel_size=N), "
+                "a benchmark's --tensor-parallel-size N, or torchrun --nproc-per-node N"
+            )
+        env_world = int(os.environ["WORLD_SIZE"])
+        if env_world != world_size:
+            raise ValueError(
+                f"torchrun started {env_world} processes (WORLD_SIZE={env_world}) but tensor_parallel_size is "
+                f"{world_size}: give --nproc-per-node (x --nnodes) equal to --tensor-parallel-size"
+            )
+        rank = int(os.environ["RANK"])
+        init_method = "env://"
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    check_devices(world_size, device_type)
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    timeout = timedelta(seconds=timeout_s)
+    options = {}
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        # Bind the communicator to this GPU now: NCCL then sets up eagerly, not inside the first captured step.
+        options["device_id"] = torch.device("cuda", local_rank)
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout, **options
+    )
+    group = dist.group.WORLD
+    cpu_group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else group
+    _GROUP = TPGroup(rank, world_size, local_rank, backend, group, cpu_group)
+    return _GROUP
+
+
+def destroy() -> None:
+    global _GROUP
+    if _GROUP is not None and dist.is_initialized():
+        dist.destroy_process_group()
+    _GROUP = None
+
+
+def rank_device(device: str, tp: TPGroup | None) -> torch.device:
+    """The rank's device: `cuda` means the rank's own GPU (LOCAL_RANK) under tensor parallelism."""
+    d = torch.device(device)
+    if tp is not None and d.type == "cuda":
+        return torch.device("cuda", tp.local_rank)
+    return d
+
+
+# -- a command started as N ranks (the benchmarks' --tensor-parallel-size without torchrun) ------------------------
+def _rank_main(target, args: tuple, rank: int, world_size: int, port: int) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    code = 1
+    try:
+        code = target(*args)
+    finally:
+        destroy()
+    sys.exit(code)
+
+
+def launch(target, args: tuple, world_size: int, timeout_s: float) -> int:
+    """Run `target(*args)` as ranks 0..world_size-1 on this machine, rank 0 in this process, the rest spawned,
+    as torchrun would (its variables set in each). Returns rank 0's exit code, or 1 if another rank failed."""
+    import multiprocessing as mp
+
+    port = free_port()
+    ctx = mp.get_context("spawn")
+    procs = [
+        ctx.Process(target=_rank_main, args=(target, args, rank, world_size, port), daemon=True)
+        for rank in range(1, world_size)
+    ]
+    for p in procs:
+        p.start()
+    os.environ.update(
+        RANK="0", WORLD_SIZE=str(world_size), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
+    try:
+        code = target(*args)
+    finally:
+        destroy()
+        for key in TORCHRUN_KEYS:
+            os.environ.pop(key, None)
+    failed = []
+    for rank, p in enumerate(procs, start=1):
+        p.join(timeout_s)
+        if p.is_alive():
+            p.kill()  # a rank we started that did not finish in time
+            p.join(5)
+        if p.exitcode != 0:
+            failed.append(f"rank {rank} exit code {p.exitcode}")
+    if failed:
+        print(f"tensor parallelism: {', '.join(failed)}", file=sys.stderr)
+        return code or 1
+    return code
