@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roseinfer import distributed, tracing
+from roseinfer import cpu_threads, distributed, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
@@ -79,6 +79,12 @@ class ModelRunner:
         self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed, self.tp)
         mc = self.model_cfg
         heads = self.model.h[0].n_head  # this rank's (all of them on one device)
+        # On the CPU: how many intra-op threads, and why (None on other devices, whose kernels torch does not split).
+        self.cpu_threads = (
+            cpu_threads.apply(mc.n_embd, cfg.cpu_threads, cfg.tensor_parallel_size)
+            if self.device.type == "cpu"
+            else None
+        )
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
         # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
         num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq

@@ -41,7 +41,6 @@ def run_requests(engine: Engine, prompts: list[list[int]], params: SamplingParam
 
 def _worker_main(model: str, options: dict, rank: int, world_size: int, port: int, conn: Connection) -> None:
     conn.send(("started", None))  # imported and running: rank 0 may now wait in the rendezvous
-    torch.set_num_threads(options.get("cpu_threads") or 1)  # one intra-op thread a rank unless told otherwise
     os.environ["LOCAL_RANK"] = str(rank)
     try:
         cfg = EngineConfig.from_options(**options)
