@@ -4,19 +4,25 @@ Both build the same engine from the same flags, run warmup and measured runs, an
 decode and total time, throughput (completion tokens/s over decode time and over total time), TTFT, TPOT,
 ITL p50/p95/p99 and latency. `--compare-hf` also times Hugging Face `generate` on the same weights and
 prompts, in the same process, and prints the ratio.
+
+`--tensor-parallel-size N` runs the engine on N ranks: started here (N processes on this machine) or by torchrun
+(`torchrun --nproc-per-node N -m roseinfer.benchmark_scheduler --tensor-parallel-size N ...`, and across nodes
+with `--nnodes`). Every rank runs the same requests; rank 0 prints and writes the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import numpy as np
 import torch
 
-from roseinfer import steplog, tracing
+from roseinfer import distributed, steplog, tracing
+from roseinfer.bench import roofline
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
 from roseinfer.sequence import SamplingParams
@@ -97,6 +103,13 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="CPU only: torch intra-op threads (default: OMP_NUM_THREADS if set, else 1 for models up to GPT-2 "
         "small, half the cores for wider ones; roseinfer/cpu_threads.py says why)",
     )
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ranks the model is split over (one device each); started here, or by torchrun --nproc-per-node N",
+    )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -115,6 +128,7 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
         "max_batch_size",
         "prefill_max_batch_size",
         "repeat_runs",
+        "tensor_parallel_size",
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -132,6 +146,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     args.device = args.device or default_device()
     args.hf_model_id = args.hf_model_id or ("gpt2" if args.device.startswith("cuda") else "gpt2-tiny")
     args.dtype = args.dtype or ("float16" if args.device.startswith("cuda") else "float32")
+    if args.compare_hf and args.tensor_parallel_size > 1:
+        parser.error("--compare-hf runs Hugging Face on one device: use it with --tensor-parallel-size 1")
     return args
 
 
@@ -154,6 +170,7 @@ def engine_config(args) -> EngineConfig:
         overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
         cpu_threads=args.cpu_threads,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
 
 
@@ -187,9 +204,17 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
     prompts = pretokenized if pretokenized is not None else tokenize(tokenizer, texts, args.tokenize_workers)
     seqs = []
     next_submit = 0
+    # With tensor parallelism every rank must admit the same requests in the same step: rank 0's clock says which
+    # have arrived (one small broadcast per loop on the host group; none without an arrival interval).
+    tp = engine.runner.tp if interval_ns else None
     while next_submit < len(prompts) or engine.has_unfinished():
         now = tracing.now_ns()
-        while next_submit < len(prompts) and now >= t0 + next_submit * interval_ns:
+        arrived = next_submit
+        while arrived < len(prompts) and now >= t0 + arrived * interval_ns:
+            arrived += 1
+        if tp is not None:
+            arrived = tp.broadcast_int(arrived)
+        while next_submit < arrived:
             seqs.append(
                 engine.add_request(prompts[next_submit], params, arrival_ns=t0 + next_submit * interval_ns)
             )
@@ -276,8 +301,8 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
     if floor is not None:
         fractions = [floor["seconds"](r) / r["decode_s"] for r in runs]
         print(
-            f"HBM floor: copy bandwidth {floor['bandwidth'] / 1e9:.0f} GB/s, weights {floor['weight_bytes'] / 1e6:.0f} MB "
-            f"per step; decode runs at {np.median(fractions):.1%} of the floor's speed (floor time / decode time, p50)"
+            f"HBM floor{' per GPU' if args.tensor_parallel_size > 1 else ''}: copy bandwidth "
+            f"{floor['bandwidth'] / 1e9:.0f} GB/s, weights {floor['weight_bytes'] / 1e6:.0f} MB per step; decode runs at {np.median(fractions):.1%} of the floor's speed (floor time / decode time, p50)"
         )
         result["hbm_floor"] = {
             "copy_bandwidth_bytes_s": floor["bandwidth"],
@@ -300,27 +325,40 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
     return result
 
 
-def hbm_floor(engine: Engine) -> dict:
-    """What `roseinfer.bench.roofline` needs to put each run against the HBM-bandwidth floor of its decode steps."""
-    from roseinfer.bench import roofline
-
-    bandwidth = roofline.copy_bandwidth(engine.device)
-    return {
-        "bandwidth": bandwidth,
-        "weight_bytes": roofline.weight_bytes(engine.model),
-        "kv_bytes_per_token": roofline.kv_bytes_per_token(engine.model),
-        "seconds": lambda run: roofline.decode_floor_seconds(
-            engine.model, run["decode_steps"], run["decode_kv_tokens"], bandwidth
-        ),
-    }
-
-
 def main(prog: str, description: str, default_mode: str, argv: list[str] | None = None) -> int:
     args = parse(build_parser(prog, description, default_mode), argv)
+    if args.tensor_parallel_size > 1 and not distributed.under_torchrun():
+        # Start the ranks here, each running this same command, as torchrun would; what fails alike on every rank
+        # is said once, before any starts.
+        try:
+            from roseinfer.sharding import check_shardable
+            from roseinfer.weights import resolve_model_config
+
+            check_shardable(
+                resolve_model_config(args.hf_model_id).n_head, args.tensor_parallel_size, args.hf_model_id
+            )
+            distributed.check_devices(args.tensor_parallel_size, distributed.torch_device_type(args.device))
+        except ValueError as e:
+            print(f"{prog}: error: {e}", file=sys.stderr)
+            return 2
+        argv = sys.argv[1:] if argv is None else argv
+        timeout_s = EngineConfig.tp_timeout_s
+        return distributed.launch(
+            main, (prog, description, default_mode, argv), args.tensor_parallel_size, timeout_s
+        )
+    try:
+        return _run(prog, args)
+    finally:
+        distributed.destroy()  # under torchrun: leave the process group before exiting (nothing on one device)
+
+
+def _run(prog: str, args) -> int:
+    first_rank = os.environ.get("RANK", "0") == "0"  # errors and results are printed once, by rank 0
     try:
         engine = Engine(args.hf_model_id, engine_config(args))
     except (ValueError, TypeError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        if first_rank:
+            print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     args.threads_used = engine.runner.cpu_threads  # (count, reason) on CPU, None elsewhere
     tokenizer = load_tokenizer(args.hf_model_id)
@@ -333,8 +371,11 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
             summarize(run_once(engine, args, tokenizer, texts, pretokenized)) for _ in range(args.repeat_runs)
         ]
     except ValueError as e:  # e.g. a prompt longer than the model's positions
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        if first_rank:
+            print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    if engine.rank != 0:
+        return 0  # the other ranks ran the same steps; rank 0 reports them
     hf = None
     if args.compare_hf:
         from roseinfer.bench.hf_reference import hf_generate, to_hf
@@ -351,7 +392,7 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         med = sorted(times, key=lambda t: t["seconds"])[len(times) // 2]
         hf = {"seconds": med["seconds"], "tok_s": med["completion_tokens"] / med["seconds"]}
     result = report(
-        args, runs, args.warmup_runs, hf, hbm_floor(engine) if engine.device.type == "cuda" else None
+        args, runs, args.warmup_runs, hf, roofline.hbm_floor(engine) if engine.device.type == "cuda" else None
     )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
