@@ -37,14 +37,12 @@ class LLM:
 
     def _start_ranks(self, model: str, device: str, engine_options: dict) -> Workers:
         """Check what fails in one line before any process starts, start ranks 1..N-1, join as rank 0."""
-        from roseinfer.sharding import check_shardable
-        from roseinfer.weights import resolve_model_config
+        from roseinfer.sharding import check_ranks
 
         cfg = self.config
         n = cfg.tensor_parallel_size
         device_type = distributed.torch_device_type(device)
-        check_shardable(resolve_model_config(model).n_head, n, model)
-        distributed.check_devices(n, device_type)
+        check_ranks(model, n, device)
         workers = Workers(model, {"device": device, **engine_options}, n)
         workers.wait_started(cfg.tp_timeout_s)
         try:

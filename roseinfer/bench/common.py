@@ -331,13 +331,9 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         # Start the ranks here, each running this same command, as torchrun would; what fails alike on every rank
         # is said once, before any starts.
         try:
-            from roseinfer.sharding import check_shardable
-            from roseinfer.weights import resolve_model_config
+            from roseinfer.sharding import check_ranks
 
-            check_shardable(
-                resolve_model_config(args.hf_model_id).n_head, args.tensor_parallel_size, args.hf_model_id
-            )
-            distributed.check_devices(args.tensor_parallel_size, distributed.torch_device_type(args.device))
+            check_ranks(args.hf_model_id, args.tensor_parallel_size, args.device)
         except ValueError as e:
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
