@@ -172,10 +172,13 @@ def _rank_main(target, args: tuple, rank: int, world_size: int, port: int) -> No
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
+    from roseinfer import steplog
+
     code = 1
     try:
         code = target(*args)
     finally:
+        steplog.close()  # a spawned process exits without atexit hooks
         destroy()
     sys.exit(code)
 

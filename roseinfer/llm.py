@@ -113,4 +113,6 @@ class LLM:
                 reason or f"tensor parallelism failed on rank 0: {str(e).splitlines()[0]}"
             ) from None
         workers.wait_done(self.config.tp_timeout_s)
+        if self.engine.steplog is not None:
+            self.engine.steplog.flush()  # as the workers do: every rank's log is complete when generate returns
         return seqs

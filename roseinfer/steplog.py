@@ -169,6 +169,15 @@ def step_log(meta: dict[str, Any] | None = None, rank: int | None = None) -> Ste
     return _STEP_LOG
 
 
+def close() -> None:
+    """Write out and close the process's step log. Processes that multiprocessing starts (tensor-parallel ranks)
+    leave through os._exit, which runs no atexit hook: they call this first."""
+    global _STEP_LOG
+    if _STEP_LOG is not None:
+        _STEP_LOG.close()
+        _STEP_LOG = None
+
+
 _RUNS_STARTED = 0
 
 

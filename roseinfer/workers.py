@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 import torch
 
-from roseinfer import distributed
+from roseinfer import distributed, steplog
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
 from roseinfer.sequence import SamplingParams, Sequence
@@ -62,6 +62,8 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
             if command == "stop":
                 return
             run_requests(engine, *payload)
+            if engine.steplog is not None:
+                engine.steplog.flush()  # the rank's log is complete when generate returns
             conn.send(("done", None))
     except (EOFError, KeyboardInterrupt):
         return
@@ -74,6 +76,7 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
             pass
         raise SystemExit(1) from None
     finally:
+        steplog.close()  # a spawned process exits without atexit hooks
         distributed.destroy()
 
 

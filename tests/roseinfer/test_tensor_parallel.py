@@ -1,0 +1,192 @@
+"""Tensor parallelism on CPU (gloo): greedy output equal to one device and to Hugging Face, ranks that never
+diverge (preemption included), the benchmarks under their own launcher and under torchrun, and one-line errors.
+
+Every multi-process test bounds its waits: the engine's collectives have `tp_timeout_s`, subprocesses a timeout,
+and a killed rank makes the others fail at once (gloo sees the closed connection)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from roseinfer import LLM, SamplingParams, distributed
+from roseinfer.workers import RankFailed
+from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, hf_outputs, make_prompts
+
+TIMEOUT_S = 60.0  # a collective that waits longer fails the test instead of hanging it
+
+
+def save_checkpoint(path, n_head: int, n_embd: int) -> str:
+    """A small GPT-2 saved by Hugging Face, wide weights as in `tiny_checkpoint` (clear argmax winners, so the
+    all-reduce's different float32 summation order cannot flip a greedy token)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=512,
+        n_positions=512,
+        n_embd=n_embd,
+        n_layer=2,
+        n_head=n_head,
+        bos_token_id=511,
+        eos_token_id=511,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.15)
+    model.save_pretrained(path)
+    return str(path)
+
+
+def test_shard_range_splits_every_item_once():
+    for n in (1, 4, 5, 25, 6400):
+        for world in range(1, min(n, 7) + 1):
+            ranges = [distributed.shard_range(n, world, r) for r in range(world)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            sizes = [b - a for a, b in ranges]
+            assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    assert [distributed.shard_range(25, 2, r) for r in (0, 1)] == [
+        (0, 13),
+        (13, 25),
+    ]  # gpt2-xl's heads on 2 GPUs
+
+
+# (heads, width, ranks): heads divide over 2 and 3 ranks, and an uneven split (5 heads over 2 ranks: 3 + 2, as
+# gpt2-xl's 25 heads go 13 + 12)
+SHAPES = [(4, 64, 2), (6, 96, 3), (5, 80, 2)]
+
+
+@pytest.mark.parametrize("heads,width,ranks", SHAPES, ids=[f"{h}heads-tp{n}" for h, _, n in SHAPES])
+def test_greedy_output_equals_one_device_and_hugging_face(tmp_path, heads, width, ranks):
+    path = save_checkpoint(tmp_path / "ckpt", heads, width)
+    reference = hf_outputs(path)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    # One prompt prefilled per step, so later prompts find the earlier ones' blocks in the prefix cache.
+    options = dict(prefill_max_batch_size=1, max_batch_size=8)
+    one = [o.token_ids for o in LLM(path, **options).generate(make_prompts(), params)]
+    assert one == reference
+    with LLM(path, tensor_parallel_size=ranks, tp_timeout_s=TIMEOUT_S, **options) as llm:
+        assert llm.engine.kv_cache.k_caches[0].shape[1] == distributed.shard_range(heads, ranks, 0)[1]
+        outs = llm.generate(make_prompts(), params)
+        for i, (ours, ref) in enumerate(zip(outs, reference)):
+            assert ours.token_ids == ref, (
+                f"prompt {i}: tensor_parallel_size={ranks} differs from Hugging Face"
+            )
+        stats, mgr = llm.engine.stats, llm.engine.mgr
+        assert stats["rollovers"] > 0 and stats["prefix_hit_blocks"] >= 4 and stats["cow"] >= 1
+        assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
+        # A second call on the same ranks gives the same tokens (the prefix cache now holds every prompt).
+        assert [o.token_ids for o in llm.generate(make_prompts(), params)] == reference
+
+
+def _records(path):
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _schedule(records):
+    """What every rank must agree on: each step's batch, rollovers and copy-on-writes, each prefill, each
+    preemption, in order (times left out)."""
+    keep = {
+        "step": ("index", "batch_size", "rollovers", "cow", "requests", "launched", "bucket"),
+        "prefill": ("batch_size", "tokens", "cow", "requests", "readmitted"),
+        "preempt": ("request",),
+        "request": ("id", "prompt_tokens", "output_tokens", "token_step", "preemptions"),
+    }
+    return [(r["type"], *(r.get(k) for k in keep[r["type"]])) for r in records if r["type"] in keep]
+
+
+def test_ranks_never_diverge_under_preemption(monkeypatch, tmp_path, tiny_checkpoint):
+    log = tmp_path / "steplog.jsonl"
+    monkeypatch.setenv("ROSEINFER_STEP_LOG", str(log))
+    # 14 blocks of 16 tokens for 6 requests growing to 5-6 blocks each: the newest are preempted and recomputed.
+    options = dict(block_size=16, num_blocks=14, max_batch_size=6, prefill_max_batch_size=6)
+    prompts = [[(7 * i + j) % 500 + 1 for j in range(20 + 3 * i)] for i in range(6)]
+    params = SamplingParams(max_new_tokens=60, ignore_eos=True)
+    monkeypatch.delenv("ROSEINFER_STEP_LOG")
+    one = [o.token_ids for o in LLM(tiny_checkpoint, **options).generate(prompts, params)]
+    monkeypatch.setenv("ROSEINFER_STEP_LOG", str(log))
+    with LLM(tiny_checkpoint, tensor_parallel_size=2, tp_timeout_s=TIMEOUT_S, **options) as llm:
+        outs = [o.token_ids for o in llm.generate(prompts, params)]
+        assert llm.engine.stats["preemptions"] > 0
+    assert outs == one
+    rank0, rank1 = _records(log), _records(tmp_path / "steplog.rank1.jsonl")
+    assert (rank0[0]["rank"], rank0[0]["world_size"]) == (0, 2)
+    assert (rank1[0]["rank"], rank1[0]["world_size"]) == (1, 2)
+    assert _schedule(rank0) == _schedule(rank1)
+    assert any(r[0] == "preempt" for r in _schedule(rank0))
+
+
+def test_a_rank_that_dies_stops_the_others_with_one_line(tiny_checkpoint):
+    llm = LLM(tiny_checkpoint, tensor_parallel_size=2, tp_timeout_s=TIMEOUT_S)
+    worker = llm.workers.procs[0]
+
+    def kill_rank1(seq, tok):  # after the first token (prefill), before the decode steps' all-reduces
+        if worker.is_alive():
+            os.kill(worker.pid, signal.SIGKILL)
+            worker.join(10)
+
+    llm.engine.on_token = kill_rank1
+    with pytest.raises(RankFailed, match=r"rank 1 died \(exit code -9\)"):
+        llm.generate([[1, 2, 3]], SamplingParams(max_new_tokens=50, ignore_eos=True))
+    assert llm.workers is None  # rank 0 left the group and stopped its workers
+    assert distributed.current() is None
+
+
+def test_errors_a_user_makes_are_one_line(monkeypatch, tiny_checkpoint):
+    with pytest.raises(ValueError, match="tensor_parallel_size 8 is more than .*'s 4 attention heads"):
+        LLM(tiny_checkpoint, tensor_parallel_size=8)
+    with pytest.raises(ValueError, match="tensor_parallel_size must be an integer >= 1"):
+        LLM(tiny_checkpoint, tensor_parallel_size=0)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
+    with pytest.raises(ValueError, match="needs NCCL"):
+        distributed.check_devices(2, "cuda")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(
+        ValueError, match=r"torchrun started 3 processes \(WORLD_SIZE=3\) but tensor_parallel_size is 2"
+    ):
+        distributed.init(2, "cpu", TIMEOUT_S)
+
+
+BENCH = ["--num-requests", "3", "--max-new-tokens", "20", "--warmup-runs", "0", "--repeat-runs", "1"]
+
+
+def test_benchmark_starts_its_ranks_and_rank_0_reports_once(tmp_path):
+    out = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # each rank's default thread count
+    proc = subprocess.run(
+        [sys.executable, "-m", "roseinfer.benchmark_scheduler", "--tensor-parallel-size", "2", "--json", str(out), *BENCH],
+        capture_output=True, text=True, timeout=240, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        proc.stdout.count("TTFT") == 1
+        and "cpu threads: 1 (default: 1 per tensor-parallel rank)" in proc.stdout
+    )
+    assert json.loads(out.read_text())["args"]["tensor_parallel_size"] == 2
+
+
+@pytest.mark.skipif(
+    shutil.which("torchrun", path=os.path.dirname(sys.executable)) is None, reason="no torchrun"
+)
+def test_benchmark_under_torchrun_with_arrivals_every_rank_admits_alike(tmp_path):
+    log = tmp_path / "steplog.jsonl"
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    proc = subprocess.run(
+        [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(distributed.free_port()),
+         "-m", "roseinfer.benchmark_streaming", "--tensor-parallel-size", "2", "--submit-interval-ms", "3", *BENCH],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "ROSEINFER_STEP_LOG": str(log)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("TTFT") == 1
+    rank0, rank1 = _records(log), _records(tmp_path / "steplog.rank1.jsonl")
+    assert _schedule(rank0) == _schedule(rank1) and any(r[0] == "step" for r in _schedule(rank0))
