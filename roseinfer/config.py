@@ -69,6 +69,9 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     # Seconds a rank waits in a collective (or the rendezvous) before it fails: a rank that died stops the others.
     tp_timeout_s: float = 300.0
+    # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), or "symm_mem" (CUDA:
+    # torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode batch; NCCL beyond).
+    tp_allreduce: str = "nccl"
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_batch_size", "prefill_max_batch_size", "tensor_parallel_size"):
@@ -77,6 +80,10 @@ class EngineConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.cpu_threads is not None and (not isinstance(self.cpu_threads, int) or self.cpu_threads < 1):
             raise ValueError(f"cpu_threads must be an integer >= 1, got {self.cpu_threads!r}")
+        if self.tp_allreduce not in ("nccl", "symm_mem"):
+            raise ValueError(f"tp_allreduce must be 'nccl' or 'symm_mem', got {self.tp_allreduce!r}")
+        if self.tp_allreduce == "symm_mem" and not self.device.startswith("cuda"):
+            raise ValueError("tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs a CUDA device")
         if not self.tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s must be > 0, got {self.tp_timeout_s!r}")
         if self.num_blocks is not None and self.num_blocks < 1:

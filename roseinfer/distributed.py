@@ -33,7 +33,40 @@ from roseinfer.tracing import ALLREDUCE, region
 TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-@dataclass(frozen=True)
+class SymmMemAllReduce:
+    """torch's symmetric-memory all-reduce (`torch.ops.symm_mem`, `EngineConfig.tp_allreduce="symm_mem"`): every
+    rank's buffer is mapped into its peers over NVLink and one kernel sums them (two-shot: each rank reduces a
+    slice and writes it to every rank), where NCCL's ring runs a protocol of several latency-bound steps. For the
+    decode step's small messages ([B, C], a few KB) the latency is the cost. Each element is reduced by one rank and
+    then copied, so every rank gets the same bits (its tokens must match). CUDA on one node only; messages larger
+    than the buffer (prefill) and sizes not a multiple of 16 bytes go through NCCL."""
+
+    def __init__(self, group, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        import warnings
+
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.group_name = group.group_name
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9, a no-op warning after
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                symm_mem.enable_symm_mem_for_group(self.group_name)
+        self.buffer = symm_mem.empty(capacity, dtype=dtype, device=device)  # [capacity]
+        symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every other's buffer
+        self.dtype = dtype
+
+    def fits(self, x: torch.Tensor) -> bool:
+        n = x.numel()
+        return x.dtype == self.dtype and n <= self.buffer.numel() and (n * x.element_size()) % 16 == 0
+
+    def all_reduce(self, x: torch.Tensor) -> None:
+        buf = self.buffer[: x.numel()]
+        buf.copy_(x.view(-1))
+        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.group_name)
+        x.view(-1).copy_(buf)
+
+
+@dataclass
 class TPGroup:
     rank: int
     world_size: int
@@ -41,12 +74,20 @@ class TPGroup:
     backend: str  # nccl | gloo
     group: object  # the device group: the model's all-reduces
     cpu_group: object  # gloo: small host-side messages (a benchmark's arrivals), never on a GPU stream
+    symm_mem: SymmMemAllReduce | None = None  # the decode step's all-reduce, where chosen (`use_symm_mem`)
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum `x` ([T, C], a row-parallel projection's partial output) over the ranks, in place."""
         with region(ALLREDUCE):
-            dist.all_reduce(x, group=self.group)
+            if self.symm_mem is not None and self.symm_mem.fits(x):
+                self.symm_mem.all_reduce(x)
+            else:
+                dist.all_reduce(x, group=self.group)
         return x
+
+    def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        """All-reduces of up to `capacity` elements through torch's symmetric memory (CUDA)."""
+        self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device)
 
     def broadcast_int(self, value: int) -> int:
         """Rank 0's `value` on every rank (a host decision the ranks must share)."""

@@ -32,25 +32,31 @@ SECONDS=0
 
 if want tests; then
   echo "== 1. TP tests: NCCL on 2 GPUs, gloo on CPU [${SECONDS}s]"
-  timeout "$(cap 170)" python3 -m pytest -p no:cacheprovider -o addopts='' -q -rs \
+  timeout "$(cap 150)" python3 -m pytest -p no:cacheprovider -o addopts='' -q -rs \
     tests/roseinfer/test_tensor_parallel_cuda.py 2>&1 | tail -15
 fi
 
 B="python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id $MODEL --paged-attn --cuda-graph \
 --no-stop-on-eos --prompt x"
-LAT="$B --num-requests 1 --max-batch-size 1 --prefill-max-batch-size 1 --max-new-tokens 512 --warmup-runs 1 --repeat-runs 3"
-THR="$B --num-requests 64 --max-batch-size 64 --prefill-max-batch-size 64 --max-new-tokens 512 --warmup-runs 1 --repeat-runs 2"
+LAT="$B --num-requests 1 --max-batch-size 1 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 1 --repeat-runs 3"
+THR="$B --num-requests 64 --max-batch-size 64 --prefill-max-batch-size 64 --max-new-tokens 512 --warmup-runs 1 --repeat-runs 1"
+# Runs: TP=1, TP=2 on NCCL's all-reduce, TP=2 on torch's symmetric-memory all-reduce (--tp-allreduce symm_mem).
+RUNS="1:nccl 2:nccl 2:symm_mem"
 if want latency; then
-  for tp in 1 2; do
-    echo "== 2. $MODEL B=1 latency, TP=$tp [${SECONDS}s]"
-    timeout "$(cap 100)" $LAT --tensor-parallel-size $tp --json "$W/bundle/latency-tp$tp.json" 2>&1 | tail -12
+  for run in $RUNS; do
+    tp=${run%%:*} ar=${run##*:}
+    echo "== 2. $MODEL B=1 latency, TP=$tp all-reduce $ar [${SECONDS}s]"
+    timeout "$(cap 100)" $LAT --tensor-parallel-size $tp --tp-allreduce $ar \
+      --json "$W/bundle/latency-tp$tp-$ar.json" 2>&1 | tail -12
     echo "rc=$? [${SECONDS}s]"
   done
 fi
 if want throughput; then
-  for tp in 1 2; do
-    echo "== 3. $MODEL workload (a) 64 x 512, TP=$tp [${SECONDS}s]"
-    timeout "$(cap 120)" $THR --tensor-parallel-size $tp --json "$W/bundle/throughput-tp$tp.json" 2>&1 | tail -12
+  for run in $RUNS; do
+    tp=${run%%:*} ar=${run##*:}
+    echo "== 3. $MODEL workload (a) 64 x 512, TP=$tp all-reduce $ar [${SECONDS}s]"
+    timeout "$(cap 120)" $THR --tensor-parallel-size $tp --tp-allreduce $ar \
+      --json "$W/bundle/throughput-tp$tp-$ar.json" 2>&1 | tail -12
     echo "rc=$? [${SECONDS}s]"
   done
 fi
@@ -61,11 +67,11 @@ d = sys.argv[1]
 def load(name):
     p = os.path.join(d, name)
     return json.load(open(p)) if os.path.exists(p) else None
-print("| run | TP | TPOT p50 ms | ITL p50 ms | decode tok/s | weights per GPU MB | copy GB/s | floor ms/step (weights) | of floor |")
+print("| run | TP, all-reduce | TPOT p50 ms | ITL p50 ms | decode tok/s | weights per GPU MB | copy GB/s | floor ms/step (weights) | of floor |")
 print("|---|---|---|---|---|---|---|---|---|")
 rows = {}
 for kind in ("latency", "throughput"):
-    for tp in (1, 2):
+    for tp in ("1-nccl", "2-nccl", "2-symm_mem"):
         r = load(f"{kind}-tp{tp}.json")
         if r is None:
             continue
@@ -79,10 +85,13 @@ for kind in ("latency", "throughput"):
         rows[(kind, tp)] = (tpot, tok)
         print(f"| {kind} | {tp} | {tpot:.3f} | {itl:.3f} | {tok:.0f} | {wb / 1e6:.0f} | {bw / 1e9:.0f} | "
               f"{wb / bw * 1e3:.3f} | {frac:.1%} |")
-if ("latency", 1) in rows and ("latency", 2) in rows:
-    print(f"\nB=1 per-token latency TP=2 / TP=1: {rows[('latency', 2)][0] / rows[('latency', 1)][0]:.3f}x (goal <= 0.65x)")
-if ("throughput", 1) in rows and ("throughput", 2) in rows:
-    print(f"batch 64 decode throughput TP=2 / TP=1: {rows[('throughput', 2)][1] / rows[('throughput', 1)][1]:.3f}x")
+for ar in ("nccl", "symm_mem"):
+    one, two = ("latency", "1-nccl"), ("latency", f"2-{ar}")
+    if one in rows and two in rows:
+        print(f"B=1 per-token latency TP=2 ({ar}) / TP=1: {rows[two][0] / rows[one][0]:.3f}x (goal <= 0.65x)")
+    one, two = ("throughput", "1-nccl"), ("throughput", f"2-{ar}")
+    if one in rows and two in rows:
+        print(f"batch 64 decode throughput TP=2 ({ar}) / TP=1: {rows[two][1] / rows[one][1]:.3f}x")
 EOF
   tar czf "$OUT/bench.tgz" -C "$W/bundle" $(cd "$W/bundle" && ls *.json side-by-side.md 2>/dev/null)
 fi
@@ -92,7 +101,7 @@ if want nsys; then
   STORE="--traces-dir $W/tr --dashboards-dir $W/dash"
   timeout "$(cap 200)" python3 -m roseprof nsys $STORE --name tp2-b1 --trace cuda,nvtx -- $B --num-requests 1 \
     --max-batch-size 1 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 0 --repeat-runs 1 \
-    --tensor-parallel-size 2 > "$W/bundle/nsys.log" 2>&1
+    --tensor-parallel-size 2 --tp-allreduce "${NSYS_ALLREDUCE:-nccl}" > "$W/bundle/nsys.log" 2>&1
   echo "capture rc=$?"; tail -20 "$W/bundle/nsys.log"
   run=$(ls -d "$W"/tr/*tp2-b1* 2>/dev/null | head -1)
   if [ -n "$run" ]; then

@@ -103,12 +103,15 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="CPU only: torch intra-op threads (default: OMP_NUM_THREADS if set, else 1 for models up to GPT-2 "
         "small, half the cores for wider ones; roseinfer/cpu_threads.py says why)",
     )
+    # Tensor parallelism: N ranks (one device each), started here or by torchrun --nproc-per-node N.
     p.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=1,
-        metavar="N",
-        help="ranks the model is split over (one device each); started here, or by torchrun --nproc-per-node N",
+        "--tensor-parallel-size", type=int, default=1, metavar="N", help="ranks the model is split over"
+    )
+    p.add_argument(
+        "--tp-allreduce",
+        default="nccl",
+        choices=["nccl", "symm_mem"],
+        help="symm_mem: torch's NVLink all-reduce",
     )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
@@ -171,6 +174,7 @@ def engine_config(args) -> EngineConfig:
         blocks_ahead=not args.no_blocks_ahead,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
+        tp_allreduce=args.tp_allreduce,
     )
 
 

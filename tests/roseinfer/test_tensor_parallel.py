@@ -146,6 +146,8 @@ def test_errors_a_user_makes_are_one_line(monkeypatch, tiny_checkpoint):
         LLM(tiny_checkpoint, tensor_parallel_size=8)
     with pytest.raises(ValueError, match="tensor_parallel_size must be an integer >= 1"):
         LLM(tiny_checkpoint, tensor_parallel_size=0)
+    with pytest.raises(ValueError, match="symm_mem.* needs a CUDA device"):
+        LLM(tiny_checkpoint, tensor_parallel_size=2, tp_allreduce="symm_mem")
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: False)
     with pytest.raises(ValueError, match="needs NCCL"):
         distributed.check_devices(2, "cuda")
