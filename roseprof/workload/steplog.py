@@ -4,7 +4,9 @@ Version 1 logs (no `version` in the meta record) have meta, step, prefill and re
 2026-11, `run_start` records where a benchmark run begins). Version 2 adds what ITL spike attribution needs:
 `gc` records (a collection's start and end, from `gc.callbacks`), `preempt` records (which request was
 preempted, when), and per step `launched` (false: a drain of the overlapped decode) and `bucket` (the CUDA-graph
-batch bucket). A version 1 log still reads; the analyses infer what they can.
+batch bucket). A version 1 log still reads; the analyses infer what they can. With tensor parallelism each rank
+writes its own log (rank 0 the named file, rank r `NAME.rank<r>.EXT`) and its meta record carries `rank` and
+`world_size`; the meta record is kept as written (`StepLogRecords.meta`).
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
 every line is checked and a damaged one costs only itself:

@@ -123,6 +123,12 @@ def test_ranks_never_diverge_under_preemption(monkeypatch, tmp_path, tiny_checkp
     assert (rank1[0]["rank"], rank1[0]["world_size"]) == (1, 2)
     assert _schedule(rank0) == _schedule(rank1)
     assert any(r[0] == "preempt" for r in _schedule(rank0))
+    # roseprof reads a rank's log as it reads any other
+    from roseprof.workload.steplog import read_steplog
+
+    logs = [read_steplog(str(p)) for p in (log, tmp_path / "steplog.rank1.jsonl")]
+    assert [(x.meta["rank"], x.meta["world_size"]) for x in logs] == [(0, 2), (1, 2)]
+    assert len(logs[0].steps) == len(logs[1].steps) > 0 and logs[0].bad_lines == logs[1].bad_lines == 0
 
 
 def test_a_rank_that_dies_stops_the_others_with_one_line(tiny_checkpoint):
