@@ -69,8 +69,9 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     # Seconds a rank waits in a collective (or the rendezvous) before it fails: a rank that died stops the others.
     tp_timeout_s: float = 300.0
-    # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), or "symm_mem" (CUDA:
-    # torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode batch; NCCL beyond).
+    # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), or "symm_mem" (CUDA,
+    # bfloat16 or float32: torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode
+    # batch, the GEMM writing into its buffer; NCCL beyond).
     tp_allreduce: str = "nccl"
 
     def __post_init__(self) -> None:
@@ -84,6 +85,11 @@ class EngineConfig:
             raise ValueError(f"tp_allreduce must be 'nccl' or 'symm_mem', got {self.tp_allreduce!r}")
         if self.tp_allreduce == "symm_mem" and not self.device.startswith("cuda"):
             raise ValueError("tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs a CUDA device")
+        if self.tp_allreduce == "symm_mem" and self.dtype == "float16":
+            # torch's symmetric-memory reduction kernels are built for float32 and bfloat16
+            raise ValueError(
+                "tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs bfloat16 or float32 (--dtype)"
+            )
         if not self.tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s must be > 0, got {self.tp_timeout_s!r}")
         if self.num_blocks is not None and self.num_blocks < 1:

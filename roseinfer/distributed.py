@@ -4,7 +4,7 @@ A rank is one process with one device. Every rank runs the same engine on the sa
 makes the same decisions (admission, preemption, block ids) from the same inputs, and the model's replicated
 lm_head gives every rank the same logits (they follow an all-reduce), so the same tokens. Only activations
 cross ranks: one all-reduce after the attention's output projection and one after the MLP's, per layer
-(`roseinfer.sharding`). Nothing else is exchanged per step, except where an input is not the same everywhere
+(`TPGroup.row_parallel`, `roseinfer.sharding`). Nothing else is exchanged per step, except where an input is not the same everywhere
 by construction: a benchmark's arrival times (`broadcast_int`, on the host group).
 
 Ranks start one of three ways, all ending in `init`:
@@ -36,10 +36,11 @@ TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT
 class SymmMemAllReduce:
     """torch's symmetric-memory all-reduce (`torch.ops.symm_mem`, `EngineConfig.tp_allreduce="symm_mem"`): every
     rank's buffer is mapped into its peers over NVLink and one kernel sums them (two-shot: each rank reduces a
-    slice and writes it to every rank), where NCCL's ring runs a protocol of several latency-bound steps. For the
-    decode step's small messages ([B, C], a few KB) the latency is the cost. Each element is reduced by one rank and
-    then copied, so every rank gets the same bits (its tokens must match). CUDA on one node only; messages larger
-    than the buffer (prefill) and sizes not a multiple of 16 bytes go through NCCL."""
+    slice and writes it to every rank), where NCCL's ring runs a protocol of several latency-bound steps; for the
+    decode step's small messages ([B, C], a few KB) latency is the whole cost. The row-parallel GEMM writes straight
+    into the buffer and the sum is read from it, so the path adds no copy kernel. Each element is reduced by one
+    rank and then copied, so every rank gets the same bits (its tokens must match). CUDA on one node only; larger
+    messages (prefill) and sizes not a multiple of 16 bytes go through NCCL."""
 
     def __init__(self, group, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
         import warnings
@@ -55,15 +56,16 @@ class SymmMemAllReduce:
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every other's buffer
         self.dtype = dtype
 
-    def fits(self, x: torch.Tensor) -> bool:
-        n = x.numel()
-        return x.dtype == self.dtype and n <= self.buffer.numel() and (n * x.element_size()) % 16 == 0
+    def output(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """A [rows, cols] view of the buffer for a GEMM to write its partial sums into, or None where it does not
+        fit (then NCCL)."""
+        n = rows * cols
+        if dtype != self.dtype or n > self.buffer.numel() or (n * self.buffer.element_size()) % 16:
+            return None
+        return self.buffer[:n].view(rows, cols)
 
-    def all_reduce(self, x: torch.Tensor) -> None:
-        buf = self.buffer[: x.numel()]
-        buf.copy_(x.view(-1))
-        torch.ops.symm_mem.two_shot_all_reduce_(buf, "sum", self.group_name)
-        x.view(-1).copy_(buf)
+    def reduce(self, out: torch.Tensor) -> None:
+        torch.ops.symm_mem.two_shot_all_reduce_(out.view(-1), "sum", self.group_name)
 
 
 @dataclass
@@ -76,24 +78,34 @@ class TPGroup:
     cpu_group: object  # gloo: small host-side messages (a benchmark's arrivals), never on a GPU stream
     symm_mem: SymmMemAllReduce | None = None  # the decode step's all-reduce, where chosen (`use_symm_mem`)
 
-    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        """Sum `x` ([T, C], a row-parallel projection's partial output) over the ranks, in place."""
+    def row_parallel(self, x: torch.Tensor, lin: torch.nn.Linear) -> torch.Tensor:
+        """lin(x) summed over the ranks: x [T, N_r] this rank's input columns, lin its [C, N_r] weight shard (the
+        bias on rank 0 only) -> [T, C]. With symmetric memory the result is a view of its buffer, valid until the
+        next row-parallel projection (the model consumes it before that)."""
+        symm = self.symm_mem
+        out = symm.output(x.shape[0], lin.weight.shape[0], x.dtype) if symm is not None else None
+        if out is None:
+            y = lin(x)  # [T, C] this rank's partial sum
+            with region(ALLREDUCE):
+                dist.all_reduce(y, group=self.group)
+            return y
+        if lin.bias is None:
+            torch.mm(x, lin.weight.t(), out=out)
+        else:
+            torch.addmm(lin.bias, x, lin.weight.t(), out=out)
         with region(ALLREDUCE):
-            if self.symm_mem is not None and self.symm_mem.fits(x):
-                self.symm_mem.all_reduce(x)
-            else:
-                dist.all_reduce(x, group=self.group)
-        return x
-
-    def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
-        """All-reduces of up to `capacity` elements through torch's symmetric memory (CUDA)."""
-        self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device)
+            symm.reduce(out)
+        return out
 
     def broadcast_int(self, value: int) -> int:
         """Rank 0's `value` on every rank (a host decision the ranks must share)."""
         t = torch.tensor([value], dtype=torch.int64)
         dist.broadcast(t, src=0, group=self.cpu_group)
         return int(t.item())
+
+    def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Row-parallel outputs of up to `capacity` elements summed through torch's symmetric memory (CUDA)."""
+        self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device)
 
 
 _GROUP: TPGroup | None = None

@@ -65,16 +65,13 @@ class Block(nn.Module):
             q, k, v = qkv.unbind(1)  # each [T, H, D]
             with region(KV_APPEND):
                 kv.append(layer, k, v)
-            a = self.attn_proj(kv.attend(layer, q, k, v).reshape(t, -1))  # [T, C] (this rank's part with TP)
-            if self.tp is not None:
-                self.tp.all_reduce(a)
+            o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
+            a = self.attn_proj(o) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)  # [T, C]
         with region(LAYERNORM):
             x, h = residual_layer_norm(x, a, self.ln_2, fused)
         with region(MLP):
-            m = self.mlp_proj(linear_gelu(h, self.c_fc, gelu_epilogue))  # [T, C]
-            if self.tp is not None:
-                self.tp.all_reduce(m)
-            return x, m
+            g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
+            return x, self.mlp_proj(g) if self.tp is None else self.tp.row_parallel(g, self.mlp_proj)
 
 
 def residual_layer_norm(

@@ -36,8 +36,10 @@ if want tests; then
     tests/roseinfer/test_tensor_parallel_cuda.py 2>&1 | tail -15
 fi
 
-B="python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id $MODEL --paged-attn --cuda-graph \
---no-stop-on-eos --prompt x"
+# bfloat16 everywhere: torch's symmetric-memory all-reduce has no float16 kernels, and the same dtype on every run
+# keeps the comparison fair (bfloat16 and float16 move the same bytes).
+B="python3 -m roseinfer.benchmark_scheduler --device cuda --dtype bfloat16 --hf-model-id $MODEL --paged-attn \
+--cuda-graph --no-stop-on-eos --prompt x"
 LAT="$B --num-requests 1 --max-batch-size 1 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 1 --repeat-runs 3"
 THR="$B --num-requests 64 --max-batch-size 64 --prefill-max-batch-size 64 --max-new-tokens 512 --warmup-runs 1 --repeat-runs 1"
 # Runs: TP=1, TP=2 on NCCL's all-reduce, TP=2 on torch's symmetric-memory all-reduce (--tp-allreduce symm_mem).
