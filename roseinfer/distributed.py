@@ -252,21 +252,31 @@ def launch(target, args: tuple, world_size: int, timeout_s: float) -> int:
     os.environ.update(
         RANK="0", WORLD_SIZE=str(world_size), LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
+    rank0_error = None
     try:
         code = target(*args)
+    except (
+        Exception
+    ) as e:  # a collective failed (a rank died) or rank 0 itself failed: said in one line below
+        code, rank0_error = (
+            1,
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}",
+        )
     finally:
         destroy()
         for key in TORCHRUN_KEYS:
             os.environ.pop(key, None)
     failed = []
     for rank, p in enumerate(procs, start=1):
-        p.join(timeout_s)
+        # The others finish with rank 0 when it succeeded; when it failed they may wait in a collective for it.
+        p.join(timeout_s if code == 0 else 10)
         if p.is_alive():
             p.kill()  # a rank we started that did not finish in time
             p.join(5)
         if p.exitcode != 0:
             failed.append(f"rank {rank} exit code {p.exitcode}")
-    if failed:
-        print(f"tensor parallelism: {', '.join(failed)}", file=sys.stderr)
+    if failed or rank0_error:
+        said = ", ".join(failed + ([f"rank 0: {rank0_error}"] if rank0_error else []))
+        print(f"tensor parallelism failed: {said}", file=sys.stderr)
         return code or 1
     return code
