@@ -4,8 +4,8 @@ A rank is one process with one device. Every rank runs the same engine on the sa
 makes the same decisions (admission, preemption, block ids) from the same inputs, and the model's replicated
 lm_head gives every rank the same logits (they follow an all-reduce), so the same tokens. Only activations
 cross ranks: one all-reduce after the attention's output projection and one after the MLP's, per layer
-(`TPGroup.row_parallel`, `roseinfer.sharding`). Nothing else is exchanged per step, except where an input is not the same everywhere
-by construction: a benchmark's arrival times (`broadcast_int`, on the host group).
+(`TPGroup.row_parallel`, `roseinfer.sharding`). Nothing else is exchanged per step, except where an input is not
+the same everywhere by construction: a benchmark's arrival times (`broadcast_int`, on the host group).
 
 Ranks start one of three ways, all ending in `init`:
 - `LLM(model, tensor_parallel_size=N)`: the calling process is rank 0 and starts ranks 1..N-1 (`roseinfer.workers`);
