@@ -6,6 +6,7 @@ exits."""
 
 from __future__ import annotations
 
+import atexit
 from dataclasses import dataclass
 
 from roseinfer import distributed
@@ -50,6 +51,7 @@ class LLM:
         except BaseException:
             workers.close()
             raise
+        atexit.register(self.close)  # an LLM never closed still stops its ranks and leaves the group at exit
         return workers
 
     def close(self) -> None:
@@ -58,6 +60,7 @@ class LLM:
             self.workers.close()
             self.workers = None
             distributed.destroy()
+            atexit.unregister(self.close)
 
     def __enter__(self) -> LLM:
         return self
