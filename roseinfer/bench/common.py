@@ -332,8 +332,8 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
 def main(prog: str, description: str, default_mode: str, argv: list[str] | None = None) -> int:
     args = parse(build_parser(prog, description, default_mode), argv)
     if args.tensor_parallel_size > 1 and not distributed.under_torchrun():
-        # Start the ranks here, each running this same command, as torchrun would; what fails alike on every rank
-        # is said once, before any starts.
+        # Start the ranks here, each running this command, as torchrun would; what fails alike on every rank is
+        # said once, before any starts.
         try:
             from roseinfer.sharding import check_ranks
 
@@ -342,10 +342,8 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
         argv = sys.argv[1:] if argv is None else argv
-        timeout_s = EngineConfig.tp_timeout_s
-        return distributed.launch(
-            main, (prog, description, default_mode, argv), args.tensor_parallel_size, timeout_s
-        )
+        rank_args = (prog, description, default_mode, argv)
+        return distributed.launch(main, rank_args, args.tensor_parallel_size, EngineConfig.tp_timeout_s)
     try:
         return _run(prog, args)
     finally:
