@@ -198,3 +198,42 @@ def test_benchmark_under_torchrun_with_arrivals_every_rank_admits_alike(tmp_path
     assert proc.stdout.count("TTFT") == 1
     rank0, rank1 = _records(log), _records(tmp_path / "steplog.rank1.jsonl")
     assert _schedule(rank0) == _schedule(rank1) and any(r[0] == "step" for r in _schedule(rank0))
+
+
+class _OneRankBuffer:
+    """`SymmMemAllReduce`'s buffer protocol on CPU for one rank (the sum over one rank is its own part): the
+    row-parallel GEMM writes into one shared buffer and the model reads the sum from it, as on the GPU."""
+
+    output = distributed.SymmMemAllReduce.output  # the real method: the view handed to the GEMM
+
+    def __init__(self, capacity: int) -> None:
+        self.buffer = torch.full((capacity,), float("nan"))  # a read of an unwritten slot shows as NaN
+        self.dtype = self.buffer.dtype
+        self.calls = 0
+
+    def reduce(self, out: torch.Tensor) -> None:
+        self.calls += 1
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tiny_checkpoint):
+    return hf_outputs(tiny_checkpoint)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_sums_read_from_the_shared_buffer_before_it_is_reused(tiny_checkpoint, tiny_reference, static):
+    """With symm_mem each projection's sum is a view of one buffer that the next projection overwrites: every
+    consumer must read it first. One rank on CPU walks the same code (GEMM into the buffer, sum read from it)."""
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=8)
+    if static:
+        llm.engine.use_static_decode(capture=False)
+    width = llm.engine.model_cfg.n_embd
+    buffer = _OneRankBuffer(
+        capacity=512 * width
+    )  # every message fits: prefill too, so no process group is used
+    group = distributed.TPGroup(0, 1, 0, "gloo", None, None, symm_mem=buffer)
+    for block in llm.engine.model.h:
+        block.tp = group
+    outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    assert [o.token_ids for o in outs] == tiny_reference
+    assert buffer.calls > 2 * len(llm.engine.model.h) * NEW_TOKENS
