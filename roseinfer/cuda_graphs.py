@@ -28,6 +28,9 @@ model's part regions open around their kernels (`roseinfer.model`; `roseinfer.ar
 captures: a profiler that records the graph's nodes (nsys `--cuda-graph-trace=node`) then puts every replayed
 kernel in the part that made it, and a step's kernel time adds up over the parts. Replays open none of them.
 
+With tensor parallelism the all-reduces of each layer are captured with the rest (NCCL supports stream capture;
+`roseinfer.layer.allreduce` is open around them), so a replay is still one launch per rank.
+
 Without `capture` the same static path runs eagerly: that is how it is checked on CPU (with torch ops there).
 """
 
@@ -126,6 +129,10 @@ class DecodeGraphs:
         # Inputs are zeros and tables all padding here, so warm-up and capture only write the pad block.
         pool = torch.cuda.graph_pool_handle()
         side = torch.cuda.Stream()
+        # With tensor parallelism NCCL's watchdog thread polls the events of earlier collectives (the warm-up's).
+        # In the default ("global") mode any CUDA call another thread makes during a capture invalidates it;
+        # "thread_local" forbids unsafe calls on this thread only. One device keeps the default.
+        mode = "thread_local" if getattr(self.model.h[0], "tp", None) is not None else "global"
         for bucket in reversed(self.buckets):  # largest first: the smaller ones reuse its memory
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels
@@ -134,7 +141,7 @@ class DecodeGraphs:
                         self.forward(bucket)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode=mode):
                 # Stream capture records on this thread: every node is made inside forward and its parts.
                 with region(MODEL_FORWARD):
                     self.outputs[bucket] = self.forward(bucket)
