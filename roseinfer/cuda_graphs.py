@@ -132,7 +132,7 @@ class DecodeGraphs:
         # With tensor parallelism NCCL's watchdog thread polls the events of earlier collectives (the warm-up's).
         # In the default ("global") mode any CUDA call another thread makes during a capture invalidates it;
         # "thread_local" forbids unsafe calls on this thread only. One device keeps the default.
-        mode = "thread_local" if getattr(self.model.h[0], "tp", None) is not None else "global"
+        mode = "thread_local" if self.model.h[0].tp is not None else "global"
         for bucket in reversed(self.buckets):  # largest first: the smaller ones reuse its memory
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up: Triton compiles, cuBLAS picks its kernels
