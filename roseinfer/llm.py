@@ -31,9 +31,13 @@ class LLM:
         self.workers: Workers | None = None
         if cfg.tensor_parallel_size > 1:
             self.workers = self._start_ranks(model, device, engine_options)
-        self.engine = Engine(model, cfg)
-        if self.workers is not None:
-            self.workers.wait_ready(cfg.tp_timeout_s)
+        try:
+            self.engine = Engine(model, cfg)
+            if self.workers is not None:
+                self.workers.wait_ready(cfg.tp_timeout_s)
+        except BaseException:
+            self.close()  # rank 0 or a worker failed to build its engine: stop the ranks started
+            raise
         self.tokenizer = load_tokenizer(model)
 
     def _start_ranks(self, model: str, device: str, engine_options: dict) -> Workers:
