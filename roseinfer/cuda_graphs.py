@@ -17,7 +17,8 @@ following step with the same batch and greedy sampling then needs nothing from t
 engine launch it before reading this step's tokens (`EngineConfig.overlap_decode`). Otherwise the host stages
 all three rows again.
 
-Inside the graph, residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
+Inside the graph, the linears of small buckets run as the small-batch GEMV kernel (`roseinfer.linears`),
+residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about.
@@ -42,6 +43,7 @@ from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
 from roseinfer.kv_context import StaticDecodeKV
+from roseinfer.linears import small_batch_gemv
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
 
 
@@ -63,6 +65,9 @@ class GraphKernels:
     )
     gelu_epilogue: bool = True  # the GELU in the c_fc GEMM's epilogue (CUDA, half precision)
     append_in_attention: bool = True  # the paged-attention kernel writes the new K/V (no append kernel)
+    # Buckets of at most this many rows run their linears as the small-batch GEMV kernel (bias and GELU in its
+    # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (`--no-gemv`).
+    gemv_max_batch: int = 8
 
 
 class DecodeGraphs:
@@ -109,7 +114,8 @@ class DecodeGraphs:
             self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
-        logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
+        with small_batch_gemv(k.gemv_max_batch):
+            logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:
                 from roseinfer.kernels.argmax import argmax_triton

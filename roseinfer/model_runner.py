@@ -123,7 +123,8 @@ class ModelRunner:
         kernels: the captured step's kernel choices (all on by default)."""
         self.graphs = DecodeGraphs(
             self.model, self.mgr, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
-            self.cfg.max_batch_size, capture=capture, kernels=kernels or GraphKernels(),
+            self.cfg.max_batch_size, capture=capture,
+            kernels=kernels or GraphKernels(gemv_max_batch=GraphKernels.gemv_max_batch if self.cfg.gemv else 0),
         )  # fmt: skip
 
     @property

@@ -90,6 +90,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "lock-step batch at once)",
     )
     p.add_argument(
+        "--no-gemv",
+        action="store_true",
+        help="earlier design: with --cuda-graph, the small batches' linears on cuBLAS, not the GEMV kernel",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -153,6 +158,7 @@ def engine_config(args) -> EngineConfig:
         cuda_graph=args.cuda_graph,
         overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
+        gemv=not args.no_gemv,
         cpu_threads=args.cpu_threads,
     )
 

@@ -1,0 +1,107 @@
+"""The small-batch GEMV kernel (`roseinfer.kernels.gemv`) against its plain-torch reference, on random (never zero)
+data over batch sizes and odd shapes, and its dispatch (`roseinfer.linears`)."""
+
+import pytest
+import torch
+
+from roseinfer.kernels.gemv import GemvConfig, gemv_reference, pick_config
+from roseinfer.linears import linear, small_batch_gemv, uses_gemv
+
+
+def _rand(g, *shape, dtype, device, scale=1.0):
+    return (torch.randn(*shape, generator=g, device=device) * scale).to(dtype)
+
+
+def test_reference_is_linear_then_tanh_gelu():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (
+        _rand(g, 3, 40, dtype=torch.float32, device="cpu"),
+        _rand(g, 24, 40, dtype=torch.float32, device="cpu"),
+        None,
+    )
+    torch.testing.assert_close(gemv_reference(x, w), x @ w.T)
+    b = _rand(g, 24, dtype=torch.float32, device="cpu")
+    pre = x @ w.T + b
+    torch.testing.assert_close(
+        gemv_reference(x, w, b, gelu=True), torch.nn.functional.gelu(pre, approximate="tanh")
+    )
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 2304, 768), (1, 768, 3072), (8, 3072, 768), (16, 50, 100), (3, 1, 7)])
+def test_picked_config_fits(m, n, k):
+    cfg = pick_config(m, n, k)
+    assert cfg.block_n in (2, 4, 8, 16) and 64 <= cfg.block_k <= 512 and cfg.num_stages >= 1
+
+
+def test_dispatch_stays_on_torch_off_cuda_and_outside_the_scope():
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(2, 16)
+    assert not uses_gemv(x)
+    with small_batch_gemv(8):
+        assert not uses_gemv(x)  # CPU
+        torch.testing.assert_close(linear(x, lin), lin(x))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 8, 16])
+@pytest.mark.parametrize(
+    "n,k",
+    [(2304, 768), (768, 768), (3072, 768), (768, 3072), (1152, 384), (1000, 1000), (37, 129), (4800, 1600)],
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gemv_matches_reference(m, n, k, dtype):
+    from roseinfer.kernels.gemv import gemv_triton
+
+    g = torch.Generator(device="cuda").manual_seed(m * 100003 + n * 31 + k)
+    x = _rand(g, m, 2 * k, dtype=dtype, device="cuda")[:, :k]  # strided rows, as a slice of a wider tensor
+    w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
+    b = _rand(g, n, dtype=dtype, device="cuda")
+    tol = 1e-2 if dtype == torch.float16 else 3e-2
+    for bias, gelu in ((b, False), (b, True), (None, False)):
+        ref = gemv_reference(x, w, bias, gelu)
+        out = gemv_triton(x, w, bias, gelu)
+        assert out.shape == (m, n) and out.dtype == dtype
+        torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+        rel = (out.float() - ref.float()).norm() / ref.float().norm()
+        assert rel < (2e-3 if dtype == torch.float16 else 1e-2), rel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "config", [GemvConfig(2, 64, 2, 1), GemvConfig(16, 128, 8, 2), GemvConfig(8, 512, 4, 3)]
+)
+def test_gemv_other_configs_match_reference(config):
+    from roseinfer.kernels.gemv import gemv_triton
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    x = _rand(g, 5, 1000, dtype=torch.float16, device="cuda")
+    w = _rand(g, 777, 1000, dtype=torch.float16, device="cuda", scale=0.03)
+    b = _rand(g, 777, dtype=torch.float16, device="cuda")
+    out = gemv_triton(x, w, b, gelu=True, config=config)
+    torch.testing.assert_close(out.float(), gemv_reference(x, w, b, True).float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+def test_gemv_writes_every_element():
+    from roseinfer.kernels.gemv import gemv_triton
+
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = _rand(g, 3, 768, dtype=torch.float16, device="cuda")
+    w = _rand(g, 2304, 768, dtype=torch.float16, device="cuda", scale=0.03)
+    for _ in range(2):  # the output is fresh each call: poison what the allocator hands back
+        torch.full((3, 2304), float("nan"), dtype=torch.float16, device="cuda")
+        out = gemv_triton(x, w, None)
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.gpu
+def test_linear_dispatches_by_rows_and_dtype():
+    lin = torch.nn.Linear(768, 3072, device="cuda", dtype=torch.float16)
+    small, big = torch.randn(4, 768, device="cuda").half(), torch.randn(9, 768, device="cuda").half()
+    with small_batch_gemv(8):
+        assert uses_gemv(small) and not uses_gemv(big) and not uses_gemv(small.float())
+        with torch.no_grad():
+            out = linear(small, lin, gelu=True)
+        ref = gemv_reference(small, lin.weight, lin.bias, gelu=True)
+        torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=1e-2)
+    assert not uses_gemv(small)
