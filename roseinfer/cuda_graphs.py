@@ -42,6 +42,7 @@ import torch
 from roseinfer.block_manager import KVBlockManager
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
+from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.linears import small_batch_gemv
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
@@ -68,6 +69,15 @@ class GraphKernels:
     # Buckets of at most this many rows run their linears as the small-batch GEMV kernel (bias and GELU in its
     # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (`--no-gemv`).
     gemv_max_batch: int = 8
+    # The step's Triton kernels (GEMV, add + LayerNorm, paged attention) as programmatic dependent launches: each
+    # starts while the one before finishes, the GEMV's weight loads in flight before it waits
+    # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (`--no-pdl`).
+    pdl: bool = True
+
+    @classmethod
+    def for_engine(cls, gemv: bool, pdl: bool) -> GraphKernels:
+        """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` turn off."""
+        return cls(gemv_max_batch=cls.gemv_max_batch if gemv else 0, pdl=pdl)
 
 
 class DecodeGraphs:
@@ -114,7 +124,7 @@ class DecodeGraphs:
             self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
-        with small_batch_gemv(k.gemv_max_batch):
+        with small_batch_gemv(k.gemv_max_batch), pdl_scope(k.pdl):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:

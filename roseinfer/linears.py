@@ -6,8 +6,8 @@ shapes are just other shapes, and a row-parallel shard without a bias passes Non
 
 Which kernel runs:
 - inside `small_batch_gemv(max_rows)` (the captured decode step opens it; `roseinfer.cuda_graphs`), on CUDA in
-  half precision, for inputs of at most `max_rows` rows: `roseinfer.kernels.gemv` (bias and GELU in its epilogue,
-  no split-K reduce);
+  half precision, for inputs of at most `max_rows` rows where it was measured faster (`gemv_wins`):
+  `roseinfer.kernels.gemv` (bias and GELU in its epilogue, no split-K reduce);
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
@@ -46,10 +46,17 @@ def uses_gemv(x: torch.Tensor) -> bool:
     )
 
 
+def gemv_wins(rows: int, n: int, k: int) -> bool:
+    """Where the GEMV beat cuBLAS on the H100 (scripts/bench_gemv.py, docs/BENCHMARKS.md): at 1 and 2 rows every
+    linear; up to 8 rows the ones with N <= K (attn_proj, mlp_proj: cuBLAS splits K there and adds a reduce
+    kernel), not c_attn and c_fc (at 8 rows 2 to 3 us slower than cuBLAS)."""
+    return rows <= 2 or n <= k
+
+
 def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True) -> torch.Tensor:
     """act(x @ lin.weight^T + lin.bias): x [T, K] -> [T, N]; act is GPT-2's tanh GELU when `gelu`, else none."""
     weight, bias = lin.weight, lin.bias
-    if uses_gemv(x) and weight.is_contiguous():
+    if uses_gemv(x) and weight.is_contiguous() and gemv_wins(x.shape[0], *weight.shape):
         from roseinfer.kernels.gemv import gemv_triton
 
         return gemv_triton(x, weight, bias, gelu=gelu)

@@ -124,7 +124,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.mgr, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels(gemv_max_batch=GraphKernels.gemv_max_batch if self.cfg.gemv else 0),
+            kernels=kernels or GraphKernels.for_engine(self.cfg.gemv, self.cfg.pdl),
         )  # fmt: skip
 
     @property

@@ -5,7 +5,8 @@
 For each linear of a GPT-2 block (c_attn, attn_proj, c_fc with GELU, mlp_proj) and each row count: the time of
 one call inside a CUDA graph of back-to-back calls (what a captured decode step pays, launch gaps included), on
 as many copies of the weights as exceed the L2 cache twice (as in a decode step, where the 12 layers' weights
-do not stay in L2), median of 20 replays. cuBLAS is torch's F.linear (and `_addmm_activation` for c_fc: the
+do not stay in L2), median of 20 replays. "with PDL": the same graph with programmatic dependent launches (each
+call's weight loads issued while the call before still runs; roseinfer/kernels/pdl.py). cuBLAS is torch's F.linear (and `_addmm_activation` for c_fc: the
 engine's GELU epilogue). GB/s counts the weight bytes (x and the output are KBs); % is against the measured
 device-to-device copy bandwidth. --sweep also times every tile in the grid below and prints the best.
 """
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from roseinfer.bench.roofline import copy_bandwidth
 from roseinfer.config import BUILTIN_MODELS
 from roseinfer.kernels.gemv import GemvConfig, gemv_triton, pick_config, triton_next_pow2
+from roseinfer.kernels.pdl import pdl_supported
 
 L2_BYTES = 50 * 2**20
 
@@ -77,15 +79,16 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
                 return torch._addmm_activation(bs[i], x, ws[i].t(), use_gelu=True)
             return F.linear(x, ws[i], bs[i])
 
-        def ours(cfg, x=x):
-            return lambda i: gemv_triton(x, ws[i], bs[i], gelu, cfg)
+        def ours(cfg, x=x, pdl=False):
+            return lambda i: gemv_triton(x, ws[i], bs[i], gelu, cfg, pdl=pdl)
 
         t_cublas = graph_time_us(cublas, copies)
         cfg = pick_config(m, n, k)
         t_gemv = graph_time_us(ours(cfg), copies)
+        t_pdl = graph_time_us(ours(cfg, pdl=True), copies) if pdl_supported() else float("nan")
         floor = nbytes / bw * 1e6
         print(f"| {name} | {m} | {n} x {k} | {nbytes / 1e6:.2f} | {floor:.2f} | {t_cublas:.2f} | {t_gemv:.2f} "
-              f"| {nbytes / t_gemv / 1e3:.0f} | {floor / t_gemv:.0%} | {cfg.block_n}/{cfg.block_k}/{cfg.num_warps}w/{cfg.num_stages}s |")  # fmt: skip
+              f"| {nbytes / t_gemv / 1e3:.0f} | {floor / t_gemv:.0%} | {t_pdl:.2f} | {floor / t_pdl:.0%} | {cfg.block_n}/{cfg.block_k}/{cfg.num_warps}w/{cfg.num_stages}s |")  # fmt: skip
         if a.sweep and not gelu and str(m) in a.sweep_rows.split(","):  # GELU: same tiles, one more compile
             results = []
             for c in sweep_grid(m):
@@ -109,9 +112,10 @@ def main() -> None:
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {bw / 1e9:.0f} GB/s")
     print(
-        "| linear | rows | N x K | weights MB | floor us | cuBLAS us | GEMV us | GEMV GB/s | GEMV % of copy bw | picked |"
+        "| linear | rows | N x K | weights MB | floor us | cuBLAS us | GEMV us | GEMV GB/s | GEMV % of copy bw "
+        "| GEMV with PDL us | with PDL % of copy bw | picked |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     best_rows = []
     for name, n, k, gelu in shapes(a.model):
         best_rows += bench_shape(name, n, k, gelu, [int(r) for r in a.rows.split(",")], bw, a)

@@ -95,6 +95,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="earlier design: with --cuda-graph, the small batches' linears on cuBLAS, not the GEMV kernel",
     )
     p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="earlier design: with --cuda-graph, plain kernel launches, not programmatic dependent launches",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -159,6 +164,7 @@ def engine_config(args) -> EngineConfig:
         overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
         gemv=not args.no_gemv,
+        pdl=not args.no_pdl,
         cpu_threads=args.cpu_threads,
     )
 

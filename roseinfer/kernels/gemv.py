@@ -44,13 +44,20 @@ class GemvConfig:
     block_k: int  # K slice per loop iteration
     num_warps: int
     num_stages: int  # software pipelining of the K loop (next slices' loads in flight)
+    one_shot: bool = False  # one row only, block_k >= K: no loop, every weight load issued at once
 
 
 def pick_config(m: int, n: int, k: int) -> GemvConfig:
     """The hand-picked tile for an [m, k] x [k, n] product (scripts/bench_gemv.py sweeps the alternatives).
 
-    Aim: at least ~3 programs per SM of the H100's 132 (all resident at once: a program holds little), each
-    reading 16-byte vectors, with the accumulator at <= 64 fp32 registers per thread."""
+    One row (batch 1) and K up to 4,096: one shot, BLOCK_K covering K, two output columns per program (the sweep's
+    best at one row on the H100 was block_n 2 for all four of GPT-2 small's linears): each program issues every
+    load of its weights at once, before it waits for x (with PDL, while the kernel before still runs).
+    Otherwise a K loop, aiming at ~3+ programs per SM of the H100's 132 (all resident at once: a program holds
+    little), 16-byte loads, and an accumulator of at most 32 fp32 registers per thread."""
+    if m == 1 and k <= 4096:
+        block_k = triton_next_pow2(k)
+        return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
     block_m = max(1, triton_next_pow2(m))
     block_n = 16
     while block_n > 2 and -(-n // block_n) < 400:
@@ -78,11 +85,15 @@ def _get_kernel():
     import triton
     import triton.language as tl
 
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
     @triton.jit
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-        HAS_BIAS: tl.constexpr, GELU: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+        HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         rm = tl.arange(0, BLOCK_M)  # [BM]
@@ -92,16 +103,31 @@ def _get_kernel():
         nmask = rn < N
         w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn  # [BN, 1]
         x_rows = x_ptr + rm[:, None] * stride_xm  # [BM, 1]
-        if BLOCK_M == 1:  # one row (batch 1): a 2-D accumulator, no broadcast over rows
+        if ONE_SHOT:  # one row, BLOCK_K >= K: all of this program's weights loaded at once, before the wait
+            kk = rk
+            kmask = kk < K
+            w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
+            if PDL:  # the weights are in flight; x is the previous kernel's output
+                gdc_wait()
+                gdc_launch_dependents()
+            x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
+            out = tl.sum(w.to(tl.float32) * x1.to(tl.float32)[None, :], axis=1)[None, :]  # [1, BN]
+        elif BLOCK_M == 1:  # one row, K in slices: a 2-D accumulator, no broadcast over rows
+            if PDL:
+                gdc_wait()
+                gdc_launch_dependents()
             acc1 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
             for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 kk = k0 + rk
                 kmask = kk < K
                 w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
-                x1 = tl.load(x_ptr + kk, mask=kmask & (M > 0), other=0.0)  # [BK]
+                x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
                 acc1 += w.to(tl.float32) * x1.to(tl.float32)[None, :]
             out = tl.sum(acc1, axis=1)[None, :]  # [1, BN]
         else:
+            if PDL:
+                gdc_wait()
+                gdc_launch_dependents()
             acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
             for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 kk = k0 + rk
@@ -123,8 +149,13 @@ def _get_kernel():
     return _kernel
 
 
-def gemv_triton(x, weight, bias=None, gelu: bool = False, config: GemvConfig | None = None):
-    """Same contract as `gemv_reference`. x rows may be strided (last dimension contiguous); weight contiguous."""
+def gemv_triton(
+    x, weight, bias=None, gelu: bool = False, config: GemvConfig | None = None, pdl: bool | None = None
+):
+    """Same contract as `gemv_reference`. x rows may be strided (last dimension contiguous); weight contiguous.
+    pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says)."""
+    from roseinfer.kernels.pdl import pdl_enabled, pdl_supported
+
     m, k = x.shape
     n = weight.shape[0]
     assert weight.shape[1] == k and x.stride(1) == 1 and weight.is_contiguous()
@@ -133,9 +164,12 @@ def gemv_triton(x, weight, bias=None, gelu: bool = False, config: GemvConfig | N
     if m == 0 or n == 0:
         return out
     cfg = config or pick_config(m, n, k)
+    assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
+    pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, num_warps=cfg.num_warps,
+        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, num_warps=cfg.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
     return out
