@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27 (decode latency) on the GPU machine, in one call, results under $OUT:
 #   tests   the GEMV kernel against its torch reference (PDL chains in a graph too), the fused and attention
-#           kernels, the CUDA-graph decode (HF greedy), the engine on CUDA
+#           kernels, the CUDA-graph decode (HF greedy)
 #   gemv    scripts/bench_gemv.py: the GEMV against cuBLAS on GPT-2 small's decode linears, rows 1 to 16 (SWEEP=--sweep)
 #   step    scripts/bench_graph_step.py: GPU time of one graph replay at batch 1, 2 and 8: session 3, + GEMV, + PDL
 #   b1      batch 1, 256 new tokens, --paged-attn --cuda-graph: --no-gemv --no-pdl, --no-pdl, the default; HBM floor
@@ -28,7 +28,7 @@ if want tests; then
   echo "== tests [${SECONDS}s]"
   timeout 240 python3 -m pytest -p no:cacheprovider -o addopts='' -q -x tests/roseinfer/test_gemv_kernel.py \
     tests/roseinfer/test_cuda_graphs.py tests/roseinfer/test_paged_attention_kernel.py \
-    tests/roseinfer/test_fused_kernels.py tests/roseinfer/test_engine_cuda.py 2>&1 | tail -8
+    tests/roseinfer/test_fused_kernels.py 2>&1 | tail -8
 fi
 if want gemv; then
   echo "== GEMV against cuBLAS [${SECONDS}s]"
