@@ -73,6 +73,8 @@ class GraphKernels:
     # starts while the one before finishes, the GEMV's weight loads in flight before it waits
     # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (`--no-pdl`).
     pdl: bool = True
+    # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
+    pdl_attention: bool = False
 
     @classmethod
     def for_engine(cls, gemv: bool, pdl: bool) -> GraphKernels:
@@ -124,7 +126,7 @@ class DecodeGraphs:
             self.mgr, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
-        with small_batch_gemv(k.gemv_max_batch), pdl_scope(k.pdl):
+        with small_batch_gemv(k.gemv_max_batch), pdl_scope(k.pdl, k.pdl_attention):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:

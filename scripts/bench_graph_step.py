@@ -12,7 +12,8 @@ Variants, each adding one change to the one before:
   4. + the GELU in the c_fc GEMM's epilogue (cuBLASLt);
   5. + the KV append done by the paged-attention kernel (no append kernel): the engine of session 3;
   6. + the small-batch GEMV kernel for the linears of buckets up to 8 rows (issue 27);
-  7. + programmatic dependent launches of the step's Triton kernels (issue 27): the engine as it is now.
+  7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27): the engine now;
+  8. + PDL for the paged-attention kernel too (issue 27; off in the engine).
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -43,6 +44,7 @@ VARIANTS = {
     5: GraphKernels(gemv_max_batch=0, pdl=False),
     6: GraphKernels(pdl=False),
     7: GraphKernels(),
+    8: GraphKernels(pdl_attention=True),
 }
 
 
@@ -81,7 +83,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--variants", default="1,2,3,4,5,6,7")
+    p.add_argument("--variants", default="1,2,3,4,5,6,7,8")
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -93,6 +95,7 @@ def main() -> None:
         5: "+ KV append inside the attention kernel (session 3)",
         6: "+ small-batch GEMV linears",
         7: "+ programmatic dependent launches (engine now)",
+        8: "+ PDL on the attention kernel too",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

@@ -47,15 +47,16 @@ class GemvConfig:
     one_shot: bool = False  # one row only, block_k >= K: no loop, every weight load issued at once
 
 
-def pick_config(m: int, n: int, k: int) -> GemvConfig:
+def pick_config(m: int, n: int, k: int, pdl: bool = False) -> GemvConfig:
     """The hand-picked tile for an [m, k] x [k, n] product (scripts/bench_gemv.py sweeps the alternatives).
 
-    One row (batch 1) and K up to 4,096: one shot, BLOCK_K covering K, two output columns per program (the sweep's
-    best at one row on the H100 was block_n 2 for all four of GPT-2 small's linears): each program issues every
-    load of its weights at once, before it waits for x (with PDL, while the kernel before still runs).
+    With PDL, one row (batch 1) and K up to 4,096: one shot, BLOCK_K covering K, two output columns per program
+    (the sweep's best at one row on the H100 was block_n 2 for all four of GPT-2 small's linears): each program
+    issues every load of its weights at once, before it waits for x, while the kernel before still runs. Without
+    PDL the K loop was faster at one row (c_attn 3.7 against 4.2 us on the H100).
     Otherwise a K loop, aiming at ~3+ programs per SM of the H100's 132 (all resident at once: a program holds
     little), 16-byte loads, and an accumulator of at most 32 fp32 registers per thread."""
-    if m == 1 and k <= 4096:
+    if pdl and m == 1 and k <= 4096:
         block_k = triton_next_pow2(k)
         return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
     block_m = max(1, triton_next_pow2(m))
@@ -163,9 +164,9 @@ def gemv_triton(
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]
     if m == 0 or n == 0:
         return out
-    cfg = config or pick_config(m, n, k)
-    assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
+    cfg = config or pick_config(m, n, k, pdl)
+    assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,

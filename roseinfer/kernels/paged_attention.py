@@ -109,6 +109,6 @@ def paged_decode_attention_triton(
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
         scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), STAGES=num_stages, APPEND=append,
-        PDL=pdl_enabled(), num_warps=num_warps, launch_pdl=pdl_enabled(),
+        PDL=pdl_enabled(attention=True), num_warps=num_warps, launch_pdl=pdl_enabled(attention=True),
     )  # fmt: skip
     return out

@@ -25,6 +25,9 @@ import contextlib
 import contextvars
 
 _PDL: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl", default=False)
+_PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "roseinfer_pdl_attention", default=False
+)
 _SUPPORTED: bool | None = None
 
 
@@ -42,18 +45,24 @@ def pdl_supported() -> bool:
     return _SUPPORTED
 
 
-def pdl_enabled() -> bool:
-    return _PDL.get()
+def pdl_enabled(attention: bool = False) -> bool:
+    """Whether the launcher asking should use PDL; the paged-attention kernel asks with attention=True."""
+    return _PDL_ATTENTION.get() if attention else _PDL.get()
 
 
 @contextlib.contextmanager
-def pdl_scope(enabled: bool):
-    """Kernels launched inside use PDL when `enabled` and the device supports it."""
-    token = _PDL.set(bool(enabled) and pdl_supported())
+def pdl_scope(enabled: bool, attention: bool = False):
+    """Kernels launched inside use PDL when `enabled` and the device supports it; the paged-attention kernel only
+    with `attention` too. At batch 1 on the H100 PDL on the attention kernel made a step faster at 128 past
+    tokens and slower at 512 (docs/BENCHMARKS.md, issue 27): its 12 long programs, launched while the GEMV before
+    still holds every SM, run slower."""
+    on = bool(enabled) and pdl_supported()
+    tokens = (_PDL.set(on), _PDL_ATTENTION.set(on and attention))
     try:
         yield
     finally:
-        _PDL.reset(token)
+        _PDL_ATTENTION.reset(tokens[1])
+        _PDL.reset(tokens[0])
 
 
 def gdc_functions():

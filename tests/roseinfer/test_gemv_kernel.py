@@ -28,8 +28,10 @@ def test_reference_is_linear_then_tanh_gelu():
 
 
 @pytest.mark.parametrize("m,n,k", [(1, 2304, 768), (1, 768, 3072), (8, 3072, 768), (16, 50, 100), (3, 1, 7)])
-def test_picked_config_fits(m, n, k):
-    cfg = pick_config(m, n, k)
+@pytest.mark.parametrize("pdl", [False, True])
+def test_picked_config_fits(m, n, k, pdl):
+    cfg = pick_config(m, n, k, pdl)
+    assert cfg.one_shot == (pdl and m == 1)
     assert cfg.block_n in (2, 4, 8, 16) and cfg.num_stages >= 1
     if cfg.one_shot:  # one row: the whole K in one slice
         assert m == 1 and cfg.block_k >= k
@@ -61,9 +63,11 @@ def test_gemv_matches_reference(m, n, k, dtype):
     w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
     b = _rand(g, n, dtype=dtype, device="cuda")
     tol = 1e-2 if dtype == torch.float16 else 3e-2
-    for bias, gelu in ((b, False), (b, True), (None, False)):
+    for bias, gelu, pdl in ((b, False, False), (b, True, False), (None, False, False), (b, True, True)):
         ref = gemv_reference(x, w, bias, gelu)
-        out = gemv_triton(x, w, bias, gelu)
+        out = gemv_triton(
+            x, w, bias, gelu, pdl=pdl
+        )  # pdl: the one-shot tile at one row (a plain launch here)
         assert out.shape == (m, n) and out.dtype == dtype
         torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
         rel = (out.float() - ref.float()).norm() / ref.float().norm()
