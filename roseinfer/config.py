@@ -60,6 +60,12 @@ class EngineConfig:
     # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
     # in the step that starts it.
     blocks_ahead: bool = True
+    # CUDA graphs, half precision: the linears of batch buckets up to 8 rows run as the small-batch GEMV kernel
+    # (`roseinfer.kernels.gemv`: bias and GELU in its epilogue, no split-K reduce). False: cuBLAS at every batch.
+    gemv: bool = True
+    # CUDA graphs on Hopper or later: the step's Triton kernels as programmatic dependent launches, each started
+    # while the one before it finishes (`roseinfer.kernels.pdl`). False: plain launches.
+    pdl: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

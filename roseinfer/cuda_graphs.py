@@ -17,7 +17,8 @@ following step with the same batch and greedy sampling then needs nothing from t
 engine launch it before reading this step's tokens (`EngineConfig.overlap_decode`). Otherwise the host stages
 all three rows again.
 
-Inside the graph, residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
+Inside the graph, the linears of small buckets run as the small-batch GEMV kernel (`roseinfer.linears`),
+residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about.
@@ -43,8 +44,10 @@ import torch
 
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
+from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
+from roseinfer.linears import small_batch_gemv
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
 
 
@@ -66,6 +69,20 @@ class GraphKernels:
     )
     gelu_epilogue: bool = True  # the GELU in the c_fc GEMM's epilogue (CUDA, half precision)
     append_in_attention: bool = True  # the paged-attention kernel writes the new K/V (no append kernel)
+    # Buckets of at most this many rows run their linears as the small-batch GEMV kernel (bias and GELU in its
+    # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (`--no-gemv`).
+    gemv_max_batch: int = 8
+    # The step's Triton kernels (GEMV, add + LayerNorm, paged attention) as programmatic dependent launches: each
+    # starts while the one before finishes, the GEMV's weight loads in flight before it waits
+    # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (`--no-pdl`).
+    pdl: bool = True
+    # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
+    pdl_attention: bool = False
+
+    @classmethod
+    def for_engine(cls, gemv: bool, pdl: bool) -> GraphKernels:
+        """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` turn off."""
+        return cls(gemv_max_batch=cls.gemv_max_batch if gemv else 0, pdl=pdl)
 
 
 class DecodeGraphs:
@@ -112,7 +129,8 @@ class DecodeGraphs:
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
         )  # fmt: skip
-        logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
+        with small_batch_gemv(k.gemv_max_batch), pdl_scope(k.pdl, k.pdl_attention):
+            logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:
                 from roseinfer.kernels.argmax import argmax_triton

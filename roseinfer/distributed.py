@@ -28,6 +28,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from roseinfer.linears import linear
 from roseinfer.tracing import ALLREDUCE, region
 
 TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -85,7 +86,7 @@ class TPGroup:
         symm = self.symm_mem
         out = symm.output(x.shape[0], lin.weight.shape[0], x.dtype) if symm is not None else None
         if out is None:
-            y = lin(x)  # [T, C] this rank's partial sum
+            y = linear(x, lin)  # [T, C] this rank's partial sum (the small-batch GEMV where it wins)
             with region(ALLREDUCE):
                 dist.all_reduce(y, group=self.group)
             return y

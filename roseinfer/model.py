@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
+from roseinfer.linears import linear
 from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
 
@@ -61,17 +62,19 @@ class Block(nn.Module):
         With tensor parallelism H is this rank's heads and each projection's output is summed over the ranks."""
         t = x.shape[0]
         with region(ATTENTION):
-            qkv = self.c_attn(h).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+            qkv = linear(h, self.c_attn).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
             q, k, v = qkv.unbind(1)  # each [T, H, D]
             with region(KV_APPEND):
                 kv.append(layer, k, v)
             o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
-            a = self.attn_proj(o) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)  # [T, C]
+            a = (
+                linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
+            )  # [T, C]
         with region(LAYERNORM):
             x, h = residual_layer_norm(x, a, self.ln_2, fused)
         with region(MLP):
             g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
-            return x, self.mlp_proj(g) if self.tp is None else self.tp.row_parallel(g, self.mlp_proj)
+            return x, linear(g, self.mlp_proj) if self.tp is None else self.tp.row_parallel(g, self.mlp_proj)
 
 
 def residual_layer_norm(
@@ -89,12 +92,11 @@ def residual_layer_norm(
 
 
 def linear_gelu(x: torch.Tensor, lin: nn.Linear, epilogue: bool = True) -> torch.Tensor:
-    """gelu_tanh(lin(x)) [T, N]. On CUDA in half precision one GEMM with cuBLASLt's GELU epilogue (the tanh
-    form, GPT-2's gelu_new) instead of a GEMM and a GELU kernel; elsewhere (or with epilogue=False) torch's two
-    ops (on CPU `_addmm_activation` uses the exact erf form, which GPT-2 does not)."""
-    if epilogue and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
-        return torch._addmm_activation(lin.bias, x, lin.weight.t(), use_gelu=True)
-    return F.gelu(lin(x), approximate="tanh")
+    """gelu_tanh(lin(x)) [T, N] (GPT-2's gelu_new) as one kernel where one exists: the small-batch GEMV's
+    epilogue or cuBLASLt's GELU epilogue in half precision on CUDA; elsewhere (or with epilogue=False) a GEMM and
+    torch's GELU (on CPU `_addmm_activation` uses the exact erf form, which GPT-2 does not). `roseinfer.linears`
+    chooses."""
+    return linear(x, lin, gelu=True, gelu_epilogue=epilogue)
 
 
 class GPT2(nn.Module):

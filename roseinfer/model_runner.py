@@ -146,7 +146,8 @@ class ModelRunner:
         kernels: the captured step's kernel choices (all on by default)."""
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
-            self.cfg.max_batch_size, capture=capture, kernels=kernels or GraphKernels(),
+            self.cfg.max_batch_size, capture=capture,
+            kernels=kernels or GraphKernels.for_engine(self.cfg.gemv, self.cfg.pdl),
         )  # fmt: skip
 
     @property

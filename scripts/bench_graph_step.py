@@ -10,7 +10,10 @@ Variants, each adding one change to the one before:
   2. + the Triton KV append inside the graph at every batch size;
   3. + residual add and LayerNorm as one Triton kernel;
   4. + the GELU in the c_fc GEMM's epilogue (cuBLASLt);
-  5. + the KV append done by the paged-attention kernel (no append kernel): the engine as it is now.
+  5. + the KV append done by the paged-attention kernel (no append kernel): the engine of session 3;
+  6. + the small-batch GEMV kernel for the linears of buckets up to 8 rows (issue 27);
+  7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27): the engine now;
+  8. + PDL for the paged-attention kernel too (issue 27; off in the engine).
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -26,12 +29,22 @@ from roseinfer.cuda_graphs import GraphKernels
 # Variant -> the captured step's kernel choices (each variant adds one change to the one before).
 VARIANTS = {
     1: GraphKernels(
-        append_min_batch=128, fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False
+        append_min_batch=128,
+        fused_add_layernorm=False,
+        gelu_epilogue=False,
+        append_in_attention=False,
+        gemv_max_batch=0,
+        pdl=False,
     ),
-    2: GraphKernels(fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False),
-    3: GraphKernels(gelu_epilogue=False, append_in_attention=False),
-    4: GraphKernels(append_in_attention=False),
-    5: GraphKernels(),
+    2: GraphKernels(
+        fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False, gemv_max_batch=0, pdl=False
+    ),
+    3: GraphKernels(gelu_epilogue=False, append_in_attention=False, gemv_max_batch=0, pdl=False),
+    4: GraphKernels(append_in_attention=False, gemv_max_batch=0, pdl=False),
+    5: GraphKernels(gemv_max_batch=0, pdl=False),
+    6: GraphKernels(pdl=False),
+    7: GraphKernels(),
+    8: GraphKernels(pdl_attention=True),
 }
 
 
@@ -70,6 +83,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--variants", default="1,2,3,4,5,6,7,8")
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -78,12 +92,15 @@ def main() -> None:
         2: "+ Triton KV append in the graph",
         3: "+ fused residual add + LayerNorm",
         4: "+ GELU epilogue",
-        5: "+ KV append inside the attention kernel (engine now)",
+        5: "+ KV append inside the attention kernel (session 3)",
+        6: "+ small-batch GEMV linears",
+        7: "+ programmatic dependent launches (engine now)",
+        8: "+ PDL on the attention kernel too",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")
     print("|---|" + "---|" * len(pasts))
-    for variant in (1, 2, 3, 4, 5):
+    for variant in (int(v) for v in a.variants.split(",")):
         engine = build(a.batch, variant)
         row = [replay_us(engine, a.batch, past, a.reps) for past in pasts]
         print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |")

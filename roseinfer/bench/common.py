@@ -96,6 +96,16 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "lock-step batch at once)",
     )
     p.add_argument(
+        "--no-gemv",
+        action="store_true",
+        help="earlier design: with --cuda-graph, the small batches' linears on cuBLAS, not the GEMV kernel",
+    )
+    p.add_argument(
+        "--no-pdl",
+        action="store_true",
+        help="earlier design: with --cuda-graph, plain kernel launches, not programmatic dependent launches",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -172,6 +182,8 @@ def engine_config(args) -> EngineConfig:
         cuda_graph=args.cuda_graph,
         overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
+        gemv=not args.no_gemv,
+        pdl=not args.no_pdl,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

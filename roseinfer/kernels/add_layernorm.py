@@ -32,14 +32,23 @@ def _get_kernel():
     import triton
     import triton.language as tl
 
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
     @triton.jit
     def add_layer_norm_kernel(
         x_ptr, d_ptr, w_ptr, b_ptr, s_ptr, y_ptr,
-        stride_x, stride_d, stride_s, stride_y, C, eps, BLOCK_C: tl.constexpr,
+        stride_x, stride_d, stride_s, stride_y, C, eps, BLOCK_C: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         c = tl.arange(0, BLOCK_C)
         mask = c < C
+        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)  # parameters: not written by the step
+        b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        if PDL:  # roseinfer.kernels.pdl: x and delta are earlier kernels' outputs
+            gdc_wait()
+            gdc_launch_dependents()
         x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0)
         d = tl.load(d_ptr + row * stride_d + c, mask=mask, other=0.0)
         s = (x.to(tl.float32) + d.to(tl.float32)).to(s_ptr.dtype.element_ty)  # rounded like torch's add
@@ -48,8 +57,6 @@ def _get_kernel():
         mean = tl.sum(sf, 0) / C
         diff = tl.where(mask, sf - mean, 0.0)
         rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, 0) / C + eps)
-        w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
         y = diff * rstd * w + b
         tl.store(y_ptr + row * stride_y + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 
@@ -58,8 +65,11 @@ def _get_kernel():
 
 
 def add_layer_norm_triton(x, delta, weight, bias, eps: float):
-    """Same contract as the reference; rows may be strided, the last dimension must be contiguous."""
+    """Same contract as the reference; rows may be strided, the last dimension must be contiguous. Launched with
+    PDL inside `roseinfer.kernels.pdl.pdl_scope`."""
     import triton
+
+    from roseinfer.kernels.pdl import pdl_enabled
 
     t, c = x.shape
     assert delta.shape == x.shape and x.stride(1) == 1 and delta.stride(1) == 1
@@ -71,6 +81,6 @@ def add_layer_norm_triton(x, delta, weight, bias, eps: float):
     block_c = triton.next_power_of_2(c)
     _get_kernel()[(t,)](
         x, delta, weight, bias, s, y, x.stride(0), delta.stride(0), s.stride(0), y.stride(0), c, eps,
-        BLOCK_C=block_c, num_warps=4 if block_c <= 1024 else 8,
+        BLOCK_C=block_c, PDL=pdl_enabled(), num_warps=4 if block_c <= 1024 else 8, launch_pdl=pdl_enabled(),
     )  # fmt: skip
     return s, y

@@ -16,16 +16,24 @@ def _get_kernel():
     import triton
     import triton.language as tl
 
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
     @triton.jit
     def paged_decode_kernel(
         q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr,
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
         scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
+        PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         h = tl.program_id(1)
         d = tl.arange(0, BLOCK_D)
         dmask = d < D
+        if PDL:  # roseinfer.kernels.pdl: q, k, v are the previous kernel's output
+            gdc_wait()
+            gdc_launch_dependents()
         q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
         kn_raw = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
         vn_raw = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
@@ -91,6 +99,8 @@ def paged_decode_attention_triton(
     import torch
     import triton
 
+    from roseinfer.kernels.pdl import pdl_enabled
+
     b, h, d = q.shape
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
     out = torch.empty_like(q)
@@ -99,6 +109,6 @@ def paged_decode_attention_triton(
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
         scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), STAGES=num_stages, APPEND=append,
-        num_warps=num_warps,
+        PDL=pdl_enabled(attention=True), num_warps=num_warps, launch_pdl=pdl_enabled(attention=True),
     )  # fmt: skip
     return out

@@ -1,0 +1,179 @@
+"""Small-batch linear layer (GEMV up to a skinny GEMM): out = act(x @ W^T + b) for a handful of rows.
+
+At decode batch 1 a GPT-2 small layer's four linears read 14.2 MB of weights (4.8 us at the H100's copy
+bandwidth), but cuBLAS took 4.3 to 4.9 us for each of them, plus a 1.9 us split-K reduce kernel for some
+(docs/BENCHMARKS.md, issue 27): at M = 1 its tiles are shaped for a matrix product, most of each tile is padding,
+and too few bytes are in flight. This kernel is shaped for the weight stream instead:
+- each program owns BLOCK_N output columns, i.e. BLOCK_N whole rows of W [N, K] (nn.Linear's layout, K
+  contiguous), and walks K in BLOCK_K slices: every load of W is a contiguous run of 16-byte vectors, and no two
+  programs read the same weight byte;
+- BLOCK_N is small (2 to 16), so even a 768-wide output makes hundreds of programs, all resident at once on
+  132 SMs: enough loads in flight without splitting K, so there is no reduce kernel and no atomics;
+- the x rows (at most BLOCK_M, padded to a power of two) are re-read from L2 by every program, which is free
+  next to the weights;
+- the partial products stay in a [BLOCK_M, BLOCK_N, BLOCK_K] fp32 accumulator, reduced over K once at the end
+  (one cross-lane reduction per program, not one per slice);
+- the epilogue adds the bias and, for c_fc, applies GPT-2's tanh GELU, so the linear is one kernel;
+- launched with PDL (`roseinfer.kernels.pdl`), a one-row call takes a one-shot tile: every program loads all of its
+  weights before it waits for x, i.e. while the kernel before it still runs (on the H100, c_attn at one row: 2.7 us
+  in a chain of PDL launches against 3.7 us plain and 5.1 us for cuBLAS; scripts/bench_gemv.py).
+
+The arithmetic is on CUDA cores (fp32 FMAs), one per weight element per row: fine while M is small (at M = 8 that
+is ~12 TFMA/s to keep up with 3 TB/s of fp16 weights), which is why the engine uses it only for small batch
+buckets (`roseinfer.linears`). `gemv_reference` is the plain-torch version the kernel is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def gemv_reference(x, weight, bias=None, gelu: bool = False):
+    """x [M, K], weight [N, K], bias [N] or None. Returns act(x @ weight^T + bias) [M, N] in x's dtype, computed
+    in fp32 (the kernel accumulates in fp32 and rounds once)."""
+    out = F.linear(x.float(), weight.float(), None if bias is None else bias.float())  # [M, N]
+    if gelu:
+        out = F.gelu(out, approximate="tanh")
+    return out.to(x.dtype)
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int  # output columns (rows of W) per program
+    block_k: int  # K slice per loop iteration
+    num_warps: int
+    num_stages: int  # software pipelining of the K loop (next slices' loads in flight)
+    one_shot: bool = False  # one row only, block_k >= K: no loop, every weight load issued at once
+
+
+def pick_config(m: int, n: int, k: int, pdl: bool = False) -> GemvConfig:
+    """The hand-picked tile for an [m, k] x [k, n] product (scripts/bench_gemv.py sweeps the alternatives).
+
+    With PDL, one row (batch 1) and K up to 4,096: one shot, BLOCK_K covering K, two output columns per program
+    (the sweep's best at one row on the H100 was block_n 2 for all four of GPT-2 small's linears): each program
+    issues every load of its weights at once, before it waits for x, while the kernel before still runs. Without
+    PDL the K loop was faster at one row (c_attn 3.7 against 4.2 us on the H100).
+    Otherwise a K loop, aiming at ~3+ programs per SM of the H100's 132 (all resident at once: a program holds
+    little), 16-byte loads, and an accumulator of at most 32 fp32 registers per thread."""
+    if pdl and m == 1 and k <= 4096:
+        block_k = triton_next_pow2(k)
+        return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
+    block_m = max(1, triton_next_pow2(m))
+    block_n = 16
+    while block_n > 2 and -(-n // block_n) < 400:
+        block_n //= 2
+    num_warps = 4
+    # [BLOCK_M, BLOCK_N, BLOCK_K] fp32 accumulator over 32 * num_warps threads: at most 32 registers per thread;
+    # a slice that divides K, where one does, so that no lanes load padding
+    block_k = 512
+    while block_k > 64 and (block_m * block_n * block_k > 32 * 32 * num_warps or k % block_k):
+        block_k //= 2
+    return GemvConfig(block_n, block_k, num_warps, num_stages=3)
+
+
+def triton_next_pow2(v: int) -> int:
+    return 1 if v <= 1 else 2 ** math.ceil(math.log2(v))
+
+
+_kernel = None
+
+
+def _get_kernel():
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    import triton
+    import triton.language as tl
+
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
+    @triton.jit
+    def gemv_kernel(
+        x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+        HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
+    ):  # fmt: skip
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BLOCK_M)  # [BM]
+        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        rk = tl.arange(0, BLOCK_K)  # [BK]
+        mmask = rm < M
+        nmask = rn < N
+        w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn  # [BN, 1]
+        x_rows = x_ptr + rm[:, None] * stride_xm  # [BM, 1]
+        if ONE_SHOT:  # one row, BLOCK_K >= K: all of this program's weights loaded at once, before the wait
+            kk = rk
+            kmask = kk < K
+            w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
+            if PDL:  # the weights are in flight; x is the previous kernel's output
+                gdc_wait()
+                gdc_launch_dependents()
+            x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
+            out = tl.sum(w.to(tl.float32) * x1.to(tl.float32)[None, :], axis=1)[None, :]  # [1, BN]
+        elif BLOCK_M == 1:  # one row, K in slices: a 2-D accumulator, no broadcast over rows
+            if PDL:
+                gdc_wait()
+                gdc_launch_dependents()
+            acc1 = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                kk = k0 + rk
+                kmask = kk < K
+                w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
+                x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
+                acc1 += w.to(tl.float32) * x1.to(tl.float32)[None, :]
+            out = tl.sum(acc1, axis=1)[None, :]  # [1, BN]
+        else:
+            if PDL:
+                gdc_wait()
+                gdc_launch_dependents()
+            acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                kk = k0 + rk
+                kmask = kk < K
+                w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
+                x = tl.load(x_rows + kk[None, :], mask=mmask[:, None] & kmask[None, :], other=0.0)  # [BM, BK]
+                acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+            out = tl.sum(acc, axis=2)  # [BM, BN]
+        if HAS_BIAS:
+            out += tl.load(b_ptr + rn, mask=nmask, other=0.0).to(tl.float32)[None, :]
+        if GELU:
+            # GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with tanh(u) = 1 - 2/(e^2u + 1)
+            u = 0.7978845608028654 * (out + 0.044715 * out * out * out)
+            out = 0.5 * out * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
+        o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
+        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+
+    _kernel = gemv_kernel
+    return _kernel
+
+
+def gemv_triton(
+    x, weight, bias=None, gelu: bool = False, config: GemvConfig | None = None, pdl: bool | None = None
+):
+    """Same contract as `gemv_reference`. x rows may be strided (last dimension contiguous); weight contiguous.
+    pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says)."""
+    from roseinfer.kernels.pdl import pdl_enabled, pdl_supported
+
+    m, k = x.shape
+    n = weight.shape[0]
+    assert weight.shape[1] == k and x.stride(1) == 1 and weight.is_contiguous()
+    assert bias is None or (bias.shape == (n,) and bias.is_contiguous())
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]
+    if m == 0 or n == 0:
+        return out
+    pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
+    cfg = config or pick_config(m, n, k, pdl)
+    assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
+    _get_kernel()[(-(-n // cfg.block_n),)](
+        x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+        HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, num_warps=cfg.num_warps,
+        launch_pdl=pdl,
+    )  # fmt: skip
+    return out

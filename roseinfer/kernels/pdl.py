@@ -1,0 +1,86 @@
+"""Programmatic dependent launch (PDL, Hopper and later) for the decode step's Triton kernels.
+
+In a captured decode step at batch 1 every kernel is short (2 to 6 us) and about 2.5 us of each is fixed cost:
+the launch, the first loads' DRAM latency, the tail (scripts/bench_gemv.py: time = ~2.5 us + bytes at ~2.4 TB/s).
+With PDL a kernel is launched (`launch_pdl=True`, Triton's cuLaunchKernelEx attribute; a captured graph keeps it
+as a programmatic edge) as soon as every program of the kernel before it has called `gdc_launch_dependents`.
+Its programs then do what does not depend on that kernel (the GEMV issues all of its weight loads) and block
+in `gdc_wait` until the kernel before has finished and its writes are visible.
+
+The protocol every PDL kernel here follows, so that the chain stays correct:
+- it calls `gdc_wait` before its first read of anything an earlier kernel of the step wrote (the wait is for the
+  whole previous grid, which itself waited for the one before it: completion is transitive);
+- it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
+  and the next, which prefetches its weights and waits.
+A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
+once it completes.
+
+`pdl_scope(enabled)` turns it on for the kernels launched inside it (the captured decode step opens it;
+`roseinfer.cuda_graphs`); `pdl_enabled()` is what each launcher asks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+_PDL: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl", default=False)
+_PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "roseinfer_pdl_attention", default=False
+)
+_SUPPORTED: bool | None = None
+
+
+def pdl_supported() -> bool:
+    """Triton's PDL intrinsics exist and the device is Hopper or later (griddepcontrol is sm_90+)."""
+    global _SUPPORTED
+    if _SUPPORTED is None:
+        try:
+            import torch
+            from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+
+            _SUPPORTED = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+        except ImportError:
+            _SUPPORTED = False
+    return _SUPPORTED
+
+
+def pdl_enabled(attention: bool = False) -> bool:
+    """Whether the launcher asking should use PDL; the paged-attention kernel asks with attention=True."""
+    return _PDL_ATTENTION.get() if attention else _PDL.get()
+
+
+@contextlib.contextmanager
+def pdl_scope(enabled: bool, attention: bool = False):
+    """Kernels launched inside use PDL when `enabled` and the device supports it; the paged-attention kernel only
+    with `attention` too. At batch 1 on the H100 PDL on the attention kernel made a step faster at 128 past
+    tokens and slower at 512 (docs/BENCHMARKS.md, issue 27): its 12 long programs, launched while the GEMV before
+    still holds every SM, run slower."""
+    on = bool(enabled) and pdl_supported()
+    tokens = (_PDL.set(on), _PDL_ATTENTION.set(on and attention))
+    try:
+        yield
+    finally:
+        _PDL_ATTENTION.reset(tokens[1])
+        _PDL.reset(tokens[0])
+
+
+def gdc_functions():
+    """(gdc_wait, gdc_launch_dependents) for use inside @triton.jit kernels, behind a constexpr PDL flag. Where
+    PDL is not supported they are empty stand-ins, never traced (the flag is False there)."""
+    import triton
+
+    if pdl_supported():
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+        return gdc_wait, gdc_launch_dependents
+
+    @triton.jit
+    def gdc_wait():
+        pass
+
+    @triton.jit
+    def gdc_launch_dependents():
+        pass
+
+    return gdc_wait, gdc_launch_dependents

@@ -1,0 +1,67 @@
+"""The one place the model's linear layers are dispatched: cuBLAS (torch) or the small-batch GEMV kernel.
+
+Every linear of a block goes through `linear(x, lin)`: c_attn, attn_proj, c_fc (with GELU) and mlp_proj. `lin` is
+anything with `.weight` [N, K] and `.bias` [N] or None (an nn.Linear, or a tensor-parallel shard of one: sharded
+shapes are just other shapes, and a row-parallel shard without a bias passes None).
+
+Which kernel runs:
+- inside `small_batch_gemv(max_rows)` (the captured decode step opens it; `roseinfer.cuda_graphs`), on CUDA in
+  half precision, for inputs of at most `max_rows` rows where it was measured faster (`gemv_wins`):
+  `roseinfer.kernels.gemv` (bias and GELU in its epilogue, no split-K reduce);
+- otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
+  the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
+
+fp32 stays on cuBLAS: the fp32 tests compare greedy tokens with Hugging Face exactly, and the GEMV's other
+summation order could flip a near-tie.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+import torch
+import torch.nn.functional as F
+
+# Rows up to which the GEMV kernel runs (0: never). Set only inside `small_batch_gemv`.
+_GEMV_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_gemv_max_rows", default=0)
+
+
+@contextlib.contextmanager
+def small_batch_gemv(max_rows: int):
+    """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never)."""
+    token = _GEMV_MAX_ROWS.set(max_rows)
+    try:
+        yield
+    finally:
+        _GEMV_MAX_ROWS.reset(token)
+
+
+def uses_gemv(x: torch.Tensor) -> bool:
+    return (
+        0 < x.shape[0] <= _GEMV_MAX_ROWS.get()
+        and x.is_cuda
+        and x.dtype in (torch.float16, torch.bfloat16)
+        and x.stride(-1) == 1
+    )
+
+
+def gemv_wins(rows: int, n: int, k: int) -> bool:
+    """Where the GEMV beat cuBLAS on the H100 (scripts/bench_gemv.py, docs/BENCHMARKS.md): at 1 and 2 rows every
+    linear; up to 8 rows the ones with N <= K (attn_proj, mlp_proj: cuBLAS splits K there and adds a reduce
+    kernel), not c_attn and c_fc (at 8 rows 2 to 3 us slower than cuBLAS)."""
+    return rows <= 2 or n <= k
+
+
+def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True) -> torch.Tensor:
+    """act(x @ lin.weight^T + lin.bias): x [T, K] -> [T, N]; act is GPT-2's tanh GELU when `gelu`, else none."""
+    weight, bias = lin.weight, lin.bias
+    if uses_gemv(x) and weight.is_contiguous() and gemv_wins(x.shape[0], *weight.shape):
+        from roseinfer.kernels.gemv import gemv_triton
+
+        return gemv_triton(x, weight, bias, gelu=gelu)
+    if not gelu:
+        return F.linear(x, weight, bias)
+    if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
+        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
+    return F.gelu(F.linear(x, weight, bias), approximate="tanh")

@@ -1,0 +1,133 @@
+"""The small-batch GEMV kernel against cuBLAS on the decode linears' shapes, and a sweep of its tile choices.
+
+    python scripts/bench_gemv.py --model gpt2 --rows 1,2,4,8,16 [--sweep]
+
+For each linear of a GPT-2 block (c_attn, attn_proj, c_fc with GELU, mlp_proj) and each row count: the time of
+one call inside a CUDA graph of back-to-back calls (what a captured decode step pays, launch gaps included), on
+as many copies of the weights as exceed the L2 cache twice (as in a decode step, where the 12 layers' weights
+do not stay in L2), median of 20 replays. "with PDL": the same graph with programmatic dependent launches (each
+call's weight loads issued while the call before still runs; roseinfer/kernels/pdl.py). cuBLAS is torch's F.linear (and `_addmm_activation` for c_fc: the
+engine's GELU epilogue). GB/s counts the weight bytes (x and the output are KBs); % is against the measured
+device-to-device copy bandwidth. --sweep also times every tile in the grid below and prints the best.
+"""
+
+import argparse
+import itertools
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+from roseinfer.bench.roofline import copy_bandwidth
+from roseinfer.config import BUILTIN_MODELS
+from roseinfer.kernels.gemv import GemvConfig, gemv_triton, pick_config, triton_next_pow2
+from roseinfer.kernels.pdl import pdl_supported
+
+L2_BYTES = 50 * 2**20
+
+
+def shapes(model: str) -> list[tuple[str, int, int, bool]]:
+    c = BUILTIN_MODELS[model].n_embd
+    return [("c_attn", 3 * c, c, False), ("attn_proj", c, c, False), ("c_fc+gelu", 4 * c, c, True),
+            ("mlp_proj", c, 4 * c, False)]  # fmt: skip
+
+
+def graph_time_us(fn, copies: int, reps: int = 20) -> float:
+    """Median time of one call, from a graph of `copies` back-to-back calls (fn(i) uses weight copy i)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for i in range(copies):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(copies):
+            fn(i)
+    g.replay()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3 / copies)
+    return statistics.median(times)
+
+
+def sweep_grid(m: int):
+    # kept small: every tile is a compile (~1 s); accumulators up to 64 registers a thread
+    bm = triton_next_pow2(m)
+    for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512), (2, 4), (1, 3)):
+        if bm * bn * bk <= 64 * 32 * warps and bn * bk >= 32 * warps * 8 and (bk >= 256 or bm > 1):
+            yield GemvConfig(bn, bk, warps, stages)
+
+
+def bench_shape(name, n, k, gelu, rows, bw, a):
+    dev, dt = torch.device("cuda"), torch.float16
+    nbytes = n * k * 2
+    copies = max(4, -(-2 * L2_BYTES // nbytes))
+    ws = [torch.randn(n, k, device=dev, dtype=dt) * k**-0.5 for _ in range(copies)]  # [N, K] each
+    bs = [torch.randn(n, device=dev, dtype=dt) for _ in range(copies)]  # [N] each
+    best = []
+    for m in rows:
+        x = torch.randn(m, k, device=dev, dtype=dt)  # [M, K]
+
+        def cublas(i, x=x):
+            if gelu:
+                return torch._addmm_activation(bs[i], x, ws[i].t(), use_gelu=True)
+            return F.linear(x, ws[i], bs[i])
+
+        def ours(cfg, x=x, pdl=False):
+            return lambda i: gemv_triton(x, ws[i], bs[i], gelu, cfg, pdl=pdl)
+
+        t_cublas = graph_time_us(cublas, copies)
+        cfg = pick_config(m, n, k)
+        t_gemv = graph_time_us(ours(cfg), copies)
+        t_pdl = graph_time_us(ours(cfg, pdl=True), copies) if pdl_supported() else float("nan")
+        floor = nbytes / bw * 1e6
+        print(f"| {name} | {m} | {n} x {k} | {nbytes / 1e6:.2f} | {floor:.2f} | {t_cublas:.2f} | {t_gemv:.2f} "
+              f"| {nbytes / t_gemv / 1e3:.0f} | {floor / t_gemv:.0%} | {t_pdl:.2f} | {floor / t_pdl:.0%} | {cfg.block_n}/{cfg.block_k}/{cfg.num_warps}w/{cfg.num_stages}s |")  # fmt: skip
+        if a.sweep and not gelu and str(m) in a.sweep_rows.split(","):  # GELU: same tiles, one more compile
+            results = []
+            for c in sweep_grid(m):
+                try:
+                    results.append((graph_time_us(ours(c), copies), c))
+                except Exception as e:  # a tile Triton cannot build (shared memory): skip it
+                    print(f"  skip {c}: {type(e).__name__}")
+            results.sort(key=lambda r: r[0])
+            best.append((name, m, t_gemv, results[:3]))
+    return best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--rows", default="1,2,4,8,16")
+    p.add_argument("--sweep", action="store_true")
+    p.add_argument("--sweep-rows", default="1,8")
+    a = p.parse_args()
+    torch.manual_seed(0)
+    bw = copy_bandwidth(torch.device("cuda"))
+    print(f"{torch.cuda.get_device_name()}: copy bandwidth {bw / 1e9:.0f} GB/s")
+    print(
+        "| linear | rows | N x K | weights MB | floor us | cuBLAS us | GEMV us | GEMV GB/s | GEMV % of copy bw "
+        "| GEMV with PDL us | with PDL % of copy bw | picked |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    best_rows = []
+    for name, n, k, gelu in shapes(a.model):
+        best_rows += bench_shape(name, n, k, gelu, [int(r) for r in a.rows.split(",")], bw, a)
+        torch.cuda.empty_cache()
+    if best_rows:
+        print("\nsweep: best three tiles (block_n/block_k/warps/stages) against the picked one")
+        for name, m, t_pick, top in best_rows:
+            tops = ", ".join(
+                f"{c.block_n}/{c.block_k}/{c.num_warps}w/{c.num_stages}s {t:.2f} us" for t, c in top
+            )
+            print(f"{name} rows {m}: picked {t_pick:.2f} us; best {tops}")
+
+
+if __name__ == "__main__":
+    main()
