@@ -165,7 +165,9 @@ def _columns(conn, table) -> list[str]:
 def mutate_structure(conn, rng: random.Random) -> str:
     table = rng.choice(_tables(conn))
     cols = _columns(conn, table)
-    how = rng.choice(["drop table", "rename table", "drop column", "rename column", "empty table", "view"])
+    how = rng.choice(
+        ["drop table", "rename table", "drop column", "rename column", "empty table", "view", "endless view"]
+    )
     if how == "drop table":
         conn.execute(f'DROP TABLE "{table}"')
     elif how == "rename table":
@@ -175,6 +177,11 @@ def mutate_structure(conn, rng: random.Random) -> str:
     elif how == "view":  # the same rows behind a view
         conn.execute(f'ALTER TABLE "{table}" RENAME TO "{table}_t"')
         conn.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "{table}_t"')
+    elif how == "endless view":  # rows that never end (WITH RECURSIVE): stopped by the reader's work bound
+        conn.execute(f'DROP TABLE "{table}"')
+        names = ", ".join(f'x AS "{c}"' for c in NSYS_COLUMNS[table])
+        conn.execute(f'CREATE VIEW "{table}" AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) '
+                     f"SELECT {names} FROM n")  # fmt: skip
     elif cols:
         col = rng.choice(cols)
         loosen(conn, table)  # no index or constraint stands in the way
