@@ -15,6 +15,7 @@ import urllib.parse
 import numpy as np
 
 from roseprof.errors import RoseprofError, one_line
+from roseprof.model import cut_name
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # How long reading one file may take: a view that never ends must not hang the user. Generous: a 194 MB export
@@ -32,8 +33,6 @@ STEP_LIMIT_PER_BYTE = 100
 PROGRESS_EVERY = 20_000  # steps between two calls of the progress handler
 # Timestamps and ids beyond this are damage, not data: keeping them would overflow end - start.
 INT_LIMIT = 1 << 62
-# A name longer than this is cut (with a note of how much): one 100 MB name must not fill the terminal.
-MAX_NAME_CHARS = 16384
 
 
 def fail(label: str, why: str) -> RoseprofError:
@@ -48,9 +47,7 @@ def clean_name(value) -> str:
         value = value.decode("utf-8", "replace")
     elif not isinstance(value, str):
         value = str(value)
-    if len(value) > MAX_NAME_CHARS:
-        value = f"{value[:MAX_NAME_CHARS]}…[{len(value) - MAX_NAME_CHARS} more characters]"
-    return value
+    return cut_name(value)
 
 
 def clean_scalar(value):

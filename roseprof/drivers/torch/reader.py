@@ -84,6 +84,10 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
             header = msgspec.json.decode(stream.header, type=Header)
         except msgspec.DecodeError as e:
             raise RoseprofError(f"{label}: is not valid JSON outside traceEvents ({e})") from None
+        except RecursionError:
+            raise RoseprofError(
+                f"{label}: is nested too deeply outside traceEvents to read (damage)"
+            ) from None
     if cols.events == 0:
         raise RoseprofError(f"{label}: the trace has no events (traceEvents is empty)")
     if not cols.has_user_annotation and cols.old_operators:
