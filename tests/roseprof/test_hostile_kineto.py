@@ -5,8 +5,6 @@ gigabytes), a ROCm trace's text streams (refused). Each is read, or refused in o
 import collections
 import gzip
 import json
-import subprocess
-import sys
 from collections import defaultdict
 
 import pytest
@@ -15,6 +13,7 @@ from roseprof.analysis.summary import analyse
 from roseprof.drivers.torch.reader import read_kineto
 from roseprof.model import KERNEL, MAX_NAME_CHARS
 from tests.helpers import DATA, one_line_error, run_cli
+from tests.roseprof.peak_memory import import_peak_rss
 
 H100 = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
 V100 = (
@@ -82,31 +81,13 @@ def test_a_traceevents_key_inside_a_string_or_nested_object_is_not_a_second_arra
     assert code == 0, err
 
 
-def _peak_rss_of_import(tmp_path, path) -> tuple[subprocess.CompletedProcess, int]:
-    """`roseprof import` and then `roseprof show` in a child process, and the child's peak RSS in bytes."""
-    code = (
-        "import resource, sys\n"
-        "from roseprof.cli import main\n"
-        "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
-        "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)\n"
-        "sys.exit(code)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, "import", str(path), "--traces-dir", str(tmp_path / "t"),
-         "--dashboards-dir", str(tmp_path / "d")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    peak = int(proc.stderr.rsplit("PEAK", 1)[1].split()[0])
-    return proc, peak
-
-
 def test_a_huge_name_is_cut_as_it_is_read_and_costs_no_more_than_its_bytes(tmp_path):
     """8 MB of name (the robustness run: 40 s and 930 MB to import, minutes to show): cut to MAX_NAME_CHARS."""
     huge = "k" * (8 << 20)
     path = tmp_path / "huge.json"
     path.write_text(with_first_kernel(h100_text(), lambda e: e.replace('"name": "', f'"name": "{huge}', 1)))
-    baseline, base_peak = _peak_rss_of_import(tmp_path / "small", H100)
-    proc, peak = _peak_rss_of_import(tmp_path, path)
+    baseline, base_peak = import_peak_rss(tmp_path / "small", H100)
+    proc, peak = import_peak_rss(tmp_path, path)
     assert proc.returncode == 0 and baseline.returncode == 0, proc.stderr
     # The name's 8 MB is read once (the file's bytes, its decoded text): a few times its size at most.
     assert peak - base_peak < 8 * len(huge), (peak, base_peak)
