@@ -199,6 +199,7 @@ def _check(run: Run, allow_incomplete: bool) -> None:
         raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
     if not (run.path / "summary.json").is_file():
         raise RoseprofError(f"run {run.id} is {status} and has no summary.json: nothing to compare")
+    tables.check_stored_run(run.path, run.manifest)
 
 
 def _describe(runs: list[Run]) -> dict:

@@ -29,15 +29,31 @@ def _empty(dtype=np.int64) -> np.ndarray:
     return np.zeros(0, dtype=dtype)
 
 
+# A name longer than this is cut, with a note of how much: an 8 MB kernel name (damage, or a generated name) must
+# not cost minutes and gigabytes in every table, chart and terminal line that shows it. Real names (templated
+# C++ kernels) stay under a few thousand characters.
+MAX_NAME_CHARS = 16384
+
+
+def cut_name(value: str) -> str:
+    if len(value) > MAX_NAME_CHARS:
+        return f"{value[:MAX_NAME_CHARS]}…[{len(value) - MAX_NAME_CHARS} more characters]"
+    return value
+
+
 class Names:
-    """Strings interned once: every *_name column of a trace indexes this one list."""
+    """Strings interned once: every *_name column of a trace indexes this one list (each at most
+    MAX_NAME_CHARS long: longer ones are cut as they come in)."""
 
     def __init__(self, values: list[str] | None = None) -> None:
-        self.values: list[str] = list(values or [])
-        self._index = {v: i for i, v in enumerate(self.values)}
+        self.values: list[str] = []
+        self._index: dict[str, int] = {}
+        for v in values or []:
+            self.values.append(cut_name(v))
+            self._index.setdefault(self.values[-1], len(self.values) - 1)
 
     def intern(self, value: str | None) -> int:
-        value = "" if value is None else value
+        value = "" if value is None else cut_name(value)
         i = self._index.get(value)
         if i is None:
             i = self._index[value] = len(self.values)

@@ -6,7 +6,9 @@ the verbs on stored runs and files (import, ls, show, open, export, diff, baseli
 
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 
 import click
 
@@ -16,9 +18,33 @@ from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _termination_is_an_interrupt():
+    """SIGTERM and SIGHUP (a CI job's timeout, a closed terminal) end roseprof as Ctrl-C does: through its
+    clean-up paths, so an import or a capture stopped that way removes its `.tmp-` folder. A capture's tool
+    runner installs its own handlers (forwarding the signal to the profiler) while the profiler runs."""
+    previous = {}
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(s) == signal.SIG_DFL:
+                previous[s] = signal.signal(s, _interrupt)
+        except ValueError:  # not the main thread: leave signals alone
+            pass
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        with _termination_is_an_interrupt():
+            cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("roseprof: interrupted", err=True)
         sys.exit(130)

@@ -13,6 +13,9 @@ import math
 
 NUM = "number"
 OPT_NUM = (NUM, None)
+# No number roseprof writes comes near this (2^62 ns is 146 years; FLOP rates are ~1e16): a p50 of 1e308 is a
+# hand edit or damage, and would turn every delta computed from it into inf or NaN.
+NUM_LIMIT = float(1 << 62)
 
 
 class Damaged(ValueError):
@@ -51,6 +54,8 @@ def check(value, spec, where: str = "") -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if not ok:
             raise Damaged(f"{where} is not a number")
+        if abs(value) > NUM_LIMIT:
+            raise Damaged(f"{where} is {value:g}, beyond any time, count or rate roseprof writes")
         return
     if spec is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise Damaged(f"{where} is not an integer")
@@ -107,8 +112,15 @@ ITL_ROW = {"t_ms": [NUM], "itl_ms": [NUM], "rollover": [bool], "step": ([int], N
 TELEMETRY = {"interval_s": NUM, "samples": [dict]}
 
 
+# Written into every summary (an empty object is a summary.json cut or replaced, not a run with nothing in it).
+SUMMARY_KEYS = ("regions", "kernels", "warnings")
+
+
 def check_summary(summary) -> None:
     check(summary, SUMMARY)
+    for key in SUMMARY_KEYS:
+        if key not in summary:
+            raise Damaged(f"{key} is missing")
     steps = summary.get("steps")
     if steps:
         for group in ("rollover", "normal"):

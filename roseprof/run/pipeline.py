@@ -106,6 +106,11 @@ def capture(
     except CaptureFailed as e:
         _finish_or_explain(writer, "failed", 3, str(e))
         raise
+    except OSError as e:  # the traces folder's disk filled up under the profiler (its log, its report)
+        writer.abort()
+        raise RoseprofError(
+            f"{store.root}: could not write the capture ({_os_error(e)}); nothing was stored"
+        ) from None
     except BaseException:
         # Nothing ran (interrupted while waiting for another capture) or the user's input was wrong (an ncu
         # filter that matched nothing): no run to keep.
@@ -154,12 +159,23 @@ def capture(
 
 
 def _failed(status, exit_code, message, writer, e: BaseException) -> tuple[str, int, str]:
-    why = "interrupted while exporting" if isinstance(e, KeyboardInterrupt) else str(e)
+    why = f"interrupted while exporting; {_kept(writer)}" if isinstance(e, KeyboardInterrupt) else str(e)
     why = why.replace(str(writer.path), str(writer.final))  # name the run's folder, not its temporary name
     status = "failed" if status == "complete" else status
     message = f"{message}; {why}" if message else why
     exit_code = exit_code or (e.exit_code if isinstance(e, RoseprofError) else 130)
     return status, exit_code, message
+
+
+def _kept(writer) -> str:
+    """What the profiler wrote, kept in raw/, and how to analyse it later (a second Ctrl-C stopped the export)."""
+    files = sorted(p for p in writer.raw.iterdir() if p.is_file()) if writer.raw.is_dir() else []
+    if not files:
+        return "the profiler wrote nothing"
+    listed = ", ".join(f"raw/{p.name} ({p.stat().st_size / 1e6:.1f} MB)" for p in files)
+    report = next((p for p in files if p.suffix in (".nsys-rep", ".qdrep", ".ncu-rep", ".json", ".gz")), None)
+    later = f"; analyse it with: roseprof import {writer.final / 'raw' / report.name}" if report else ""
+    return f"kept {listed}{later}"
 
 
 def _finish_or_explain(writer, status: str, exit_code: int, message: str | None) -> Run:

@@ -226,6 +226,24 @@ def read_telemetry(folder: Path) -> dict | None:
     return _read_checked(folder / "telemetry.json", check_telemetry)
 
 
+# What every complete (or incomplete, analysed) run holds: a diff of a run missing one would compare nothing
+# there in silence.
+RUN_FILES = ("summary.json", "steps.json", "itl.json", "names.json", "ranges.npz", "gpu_ops.npz", "marks.npz")
+
+
+def check_stored_run(folder: Path, manifest: dict) -> None:
+    """RoseprofError naming the file when an analysed run lacks one of its files or its manifest names another
+    tool than the one whose trace it stores."""
+    for name in RUN_FILES:
+        if not (folder / name).is_file():
+            raise _damaged(folder / name, "missing")
+    meta = _read_checked(folder / "names.json", _check_names) or {}
+    stored = (meta.get("tool") or {}).get("name")
+    said = (manifest.get("tool") or {}).get("name")
+    if stored and said and stored != said:
+        raise _damaged(folder / "manifest.json", f"names the tool {said!r}; the stored trace is {stored!r}'s")
+
+
 def _is_object(value) -> None:
     if not isinstance(value, dict):
         raise Damaged("not a JSON object")

@@ -12,7 +12,11 @@ A step log can be damaged (a capture interrupted mid-line, a disk that filled up
 every line is checked and a damaged one costs only itself:
 
     a line that is not JSON, not an object, too deep, too long, or NaN/Infinity  -> skipped, counted
-    a step or request missing a key, or with a value of the wrong type/range     -> skipped, counted
+    a record missing a key it needs (step, prefill, gc: start_ns and end_ns;      -> skipped, counted
+    request: id, arrival_ns, token_ns; preempt: t_ns, request), or any known key
+    with a value of the wrong type or range (a count below 0, an id list that is
+    not a list of integers, an interval ending before it starts)
+    a count or id list that is absent (older engines)                            -> kept: 0, [], launched true
     a request whose token_step is shorter or longer than token_ns                -> kept: missing steps are -1
                                                                                     (unknown), extra ones dropped
     records of unknown type                                                      -> ignored (newer engines)
@@ -20,6 +24,9 @@ every line is checked and a damaged one costs only itself:
 What was skipped or repaired becomes warnings in the run's summary (`StepLogRecords.warnings`). A file in which
 no line at all is a step-log record (a binary file, another tool's file) is refused in one line by the caller
 that was given it (`roseprof import --steplog`); a capture's own log never fails the capture.
+
+Every record the reader returns holds each field it knows, of the right type: the analyses (steps, ITL, spikes)
+index them without checking again.
 """
 
 from __future__ import annotations
@@ -73,42 +80,92 @@ def _no_constants(name: str):
     raise _Skip("skipped: NaN or Infinity")
 
 
+def _bad(rec: dict, key: str) -> _Skip:
+    return _Skip(f"skipped: {rec.get('type')} record with a missing or invalid {key}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -INT_LIMIT <= value <= INT_LIMIT
+
+
 def _int(rec: dict, key: str, default=None, minimum: int = -INT_LIMIT) -> int:
     value = rec.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_LIMIT:
-        raise _Skip(f"skipped: {rec.get('type')} record with a missing or invalid {key}")
+    if not _is_int(value) or value < minimum:
+        raise _bad(rec, key)
     return value
 
 
-def _ints(rec: dict, key: str) -> list[int]:
-    values = rec.get(key)
-    if not isinstance(values, list) or any(
-        isinstance(v, bool) or not isinstance(v, int) or abs(v) > INT_LIMIT for v in values
-    ):
-        raise _Skip(f"skipped: {rec.get('type')} record with a missing or invalid {key}")
+def _ints(rec: dict, key: str, default=None) -> list[int]:
+    values = rec.get(key, default)
+    if not isinstance(values, list) or not all(_is_int(v) for v in values):
+        raise _bad(rec, key)
     return values
 
 
-def _step(rec: dict) -> dict:
+def _interval(rec: dict) -> dict:
     start, end = _int(rec, "start_ns"), _int(rec, "end_ns")
     if end < start:
-        raise _Skip("skipped: step record ending before it starts")
-    for key in ("rollovers", "batch_size", "cow"):
-        _int(rec, key, 0, minimum=0)
-    return rec
+        raise _Skip(f"skipped: {rec.get('type')} record ending before it starts")
+    return {"start_ns": start, "end_ns": end}
+
+
+def _counts(rec: dict, *keys: str) -> dict:
+    """Counts that default to 0 when absent (older engines) and are damage when present but not a count."""
+    return {key: _int(rec, key, 0, minimum=0) for key in keys}
+
+
+# Every record is rebuilt from its checked fields (plus whatever else it holds, untouched), so an analysis
+# indexing a field the reader knows never meets a missing key or a value of the wrong type.
+def _step(rec: dict) -> dict:
+    launched = rec.get("launched", True)
+    bucket = rec.get("bucket")
+    if not isinstance(launched, bool):
+        raise _bad(rec, "launched")
+    if bucket is not None and not _is_int(bucket):
+        raise _bad(rec, "bucket")
+    checked = {**_interval(rec), **_counts(rec, "rollovers", "batch_size", "cow")}
+    return {**rec, **checked, "requests": _ints(rec, "requests", []), "launched": launched, "bucket": bucket}
+
+
+def _prefill(rec: dict) -> dict:
+    checked = {**_interval(rec), **_counts(rec, "batch_size", "tokens", "cow")}
+    return {
+        **rec,
+        **checked,
+        "requests": _ints(rec, "requests", []),
+        "readmitted": _ints(rec, "readmitted", []),
+    }
 
 
 def _request(rec: dict, problems: Counter) -> dict:
-    _int(rec, "arrival_ns")
+    # The engine's ids are integers; the analyses match them against steps' and preemptions' id lists.
+    ident, arrival = _int(rec, "id"), _int(rec, "arrival_ns")
     tokens = _ints(rec, "token_ns")
     steps = _ints(rec, "token_step") if "token_step" in rec else []
     if len(steps) != len(tokens):
         problems["repaired: token_step not as long as token_ns (unknown steps are -1)"] += 1
         steps = (steps + [-1] * len(tokens))[: len(tokens)]
-    ident = rec.get("id")
-    if not isinstance(ident, (str, int)) or isinstance(ident, bool):
-        ident = json.dumps(ident)[:64]
-    return {**rec, "id": ident, "token_ns": tokens, "token_step": steps}
+    return {**rec, "id": ident, "arrival_ns": arrival, "token_ns": tokens, "token_step": steps}
+
+
+def _gc(rec: dict) -> dict:
+    return {**rec, **_interval(rec)}
+
+
+def _preempt(rec: dict) -> dict:
+    return {**rec, "t_ns": _int(rec, "t_ns"), "request": _int(rec, "request")}
+
+
+def _run_start(rec: dict) -> dict:
+    checked = {"ts_ns": _int(rec, "ts_ns"), "next_step": _int(rec, "next_step", 0, minimum=0)}
+    if "run" in rec:
+        checked["run"] = _int(rec, "run", minimum=0)
+    return {**rec, **checked}
+
+
+def _meta(rec: dict) -> dict:
+    version = rec.get("version", 1)
+    return {**rec, "version": version if _is_int(version) and version > 0 else 1}
 
 
 def _lines(fh):
@@ -148,18 +205,15 @@ def read_steplog(path: str) -> StepLogRecords | None:
                 elif kind == "request":
                     log.requests.append(_request(rec, log.problems))
                 elif kind == "prefill":
-                    log.prefills.append(rec)
+                    log.prefills.append(_prefill(rec))
                 elif kind == "gc":
-                    _int(rec, "start_ns"), _int(rec, "end_ns")
-                    log.gc.append(rec)
+                    log.gc.append(_gc(rec))
                 elif kind == "preempt":
-                    _int(rec, "t_ns")
-                    log.preempts.append(rec)
+                    log.preempts.append(_preempt(rec))
                 elif kind == "run_start":
-                    _int(rec, "ts_ns"), _int(rec, "next_step", 0, minimum=0)
-                    log.run_starts.append(rec)
+                    log.run_starts.append(_run_start(rec))
                 elif kind == "meta" and not log.meta:
-                    log.meta = rec
+                    log.meta = _meta(rec)
             except _Skip as e:
                 log.problems[str(e)] += 1
             except RecursionError:

@@ -1,5 +1,5 @@
-"""Property-based fuzzing (hypothesis, derandomized: the same cases on every run) of every reader, step logs and
-stored runs, through the CLI's error handling (`roseprof.cli.main`, in-process; a few in a real subprocess).
+"""Property-based fuzzing (hypothesis, derandomized: the same cases on every run) of every reader (nsys SQLite,
+Kineto JSON, ncu CSV; step logs and stored runs in test_fuzz_logs_and_runs.py), through the CLI's error handling (`roseprof.cli.main`, in-process; a few in a real subprocess).
 
 Every case is a real fixture damaged one way. The property, whatever the damage:
 - the file is read (exit 0, one new complete run), or refused in ONE line naming the user's file (exit 2);
@@ -8,14 +8,13 @@ Every case is a real fixture damaged one way. The property, whatever the damage:
 - no run folder (nor a .tmp- one) is left for a refused file, and the earlier run in the store is unchanged.
 
 How many cases: ROSEPROF_FUZZ_EXAMPLES per test (default 12: the whole file takes about a minute here); the long
-run in docs/RELIABILITY.md sets it to 150 (more cases find more; any number works). A reader added later (torch/Kineto, ncu CSV) joins by one entry in
-READERS: its fixtures and the mutations that fit its format.
+run in docs/RELIABILITY.md sets it to 150 (more cases find more; any number works). A reader joins by one entry
+in READERS: its fixtures and the mutations that fit its format (mutate.py, mutate_text.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 import shutil
@@ -30,6 +29,7 @@ from hypothesis import strategies as st
 
 from tests.helpers import DATA, run_cli
 from tests.roseprof.mutate import loosen
+from tests.roseprof.mutate_text import csv_encoding, csv_rows, kineto_structure, kineto_values
 
 EXAMPLES = int(os.environ.get("ROSEPROF_FUZZ_EXAMPLES", "12"))
 CASE_SECONDS = 60
@@ -165,7 +165,9 @@ def _columns(conn, table) -> list[str]:
 def mutate_structure(conn, rng: random.Random) -> str:
     table = rng.choice(_tables(conn))
     cols = _columns(conn, table)
-    how = rng.choice(["drop table", "rename table", "drop column", "rename column", "empty table", "view"])
+    how = rng.choice(
+        ["drop table", "rename table", "drop column", "rename column", "empty table", "view", "endless view"]
+    )
     if how == "drop table":
         conn.execute(f'DROP TABLE "{table}"')
     elif how == "rename table":
@@ -175,6 +177,11 @@ def mutate_structure(conn, rng: random.Random) -> str:
     elif how == "view":  # the same rows behind a view
         conn.execute(f'ALTER TABLE "{table}" RENAME TO "{table}_t"')
         conn.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "{table}_t"')
+    elif how == "endless view":  # rows that never end (WITH RECURSIVE): stopped by the reader's work bound
+        conn.execute(f'DROP TABLE "{table}"')
+        names = ", ".join(f'x AS "{c}"' for c in NSYS_COLUMNS[table])
+        conn.execute(f'CREATE VIEW "{table}" AS WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) '
+                     f"SELECT {names} FROM n")  # fmt: skip
     elif cols:
         col = rng.choice(cols)
         loosen(conn, table)  # no index or constraint stands in the way
@@ -292,8 +299,23 @@ READERS = [
             sql_mutation(mutate_ranges_and_ids),
         ),
     ),  # fmt: skip
-    # Kineto JSON and ncu CSV join here when their readers land, e.g.
-    # ReaderCase("torch-json", (DATA / "torch" / "h100-torch2.11-matmul-trace.json",), (truncate, flip_bits, ...)),
+    ReaderCase(
+        "kineto-json",
+        (
+            DATA / "torch" / "h100-torch2.11-matmul-trace.json",
+            DATA / "torch" / "pytorch__kineto__worker0.1623143089861.pt.trace.json.gz",
+        ),
+        (truncate, flip_bits, kineto_values, kineto_structure),
+    ),
+    ReaderCase(
+        "ncu-csv",
+        (
+            DATA / "ncu" / "tn-details.csv",
+            DATA / "ncu" / "tn-raw.csv",
+            DATA / "ncu" / "brycelelbach__nsightful__copy_blocked.csv",
+        ),
+        (truncate, flip_bits, csv_encoding, csv_rows),
+    ),  # fmt: skip
 ]
 READER_MUTATIONS = [(r, m) for r in READERS for m in r.mutations]
 
@@ -305,90 +327,10 @@ READER_MUTATIONS = [(r, m) for r in READERS for m in r.mutations]
 @given(seed=st.integers(0, 2**32 - 1), which=st.integers(0, 100))
 def test_damaged_file_is_read_or_refused_in_one_line(store, tmp_path, reader, mutation, seed, which):
     src = reader.fixtures[which % len(reader.fixtures)]
-    path = tmp_path / f"case-{seed}{src.suffix}"
+    path = tmp_path / f"case-{seed}{''.join(src.suffixes[-2:]) if src.name.endswith('.gz') else src.suffix}"
     shutil.copyfile(src, path)
     mutation(path, random.Random(seed))
     check_cli(store, ["import", path], label=path)
-
-
-# ---- damaged step logs --------------------------------------------------------------------------------------
-
-
-def _damage_json(value, rng: random.Random):
-    """One random change inside a JSON value: a wrong-typed value, a deleted key, a shortened list."""
-    if isinstance(value, dict) and value:
-        key = rng.choice(list(value))
-        how = rng.random()
-        if how < 0.25:
-            return {k: v for k, v in value.items() if k != key}
-        return {**value, key: _damage_json(value[key], rng)}
-    if isinstance(value, list) and value:
-        how = rng.random()
-        if how < 0.3:
-            return value[: rng.randrange(len(value))]
-        i = rng.randrange(len(value))
-        return value[:i] + [_damage_json(value[i], rng)] + value[i + 1 :]
-    return rng.choice([None, "x", -1, 2**70, 1.5, float("nan"), [], {}, True, "\udcff", [[[]]], 0])
-
-
-@FUZZ
-@given(seed=st.integers(0, 2**32 - 1), how=st.sampled_from(["records", "bytes", "truncate", "lines"]))
-def test_damaged_step_log_is_warned_about_or_refused(store, tmp_path, seed, how):
-    rng = random.Random(seed)
-    lines = STEPLOG.read_text().splitlines()
-    log = tmp_path / f"steps-{seed}.jsonl"
-    if how == "records":
-        for _ in range(rng.choice([1, 5, 40])):
-            i = rng.randrange(len(lines))
-            lines[i] = json.dumps(_damage_json(json.loads(lines[i]), rng))
-        log.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass"))
-    elif how == "lines":
-        for _ in range(rng.choice([1, 10])):
-            lines.insert(
-                rng.randrange(len(lines)), rng.choice(["[", "1", "null", "[" * 5000, "\x00\xff", "{}"])
-            )
-        log.write_bytes("\n".join(lines).encode("utf-8", "surrogateescape"))
-    else:
-        shutil.copyfile(STEPLOG, log)
-        (truncate if how == "truncate" else flip_bits)(log, rng)
-    check_cli(store, ["import", DECODE, "--steplog", log], label=log)
-
-
-# ---- damaged stored runs ------------------------------------------------------------------------------------
-
-
-@FUZZ
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    file=st.sampled_from(["summary.json", "steps.json", "itl.json", "names.json", "manifest.json", "ranges.npz",
-                          "gpu_ops.npz", "marks.npz"]),
-    how=st.sampled_from(["json", "truncate", "bits"]),
-)  # fmt: skip
-def test_damaged_stored_run_never_tracebacks(store, tmp_path, seed, file, how):
-    root, earlier, _ = store
-    rng = random.Random(seed)
-    victim = root / "t" / f"20990101T000000Z-victim-{seed % 65536:04x}"
-    shutil.copytree(earlier, victim)
-    try:
-        manifest = json.loads((victim / "manifest.json").read_text())
-        (victim / "manifest.json").write_text(
-            json.dumps({**manifest, "name": "victim", "run_id": victim.name})
-        )
-        path = victim / file
-        if how == "json" and file.endswith(".json"):
-            damaged = _damage_json(json.loads(path.read_text()), rng)
-            path.write_text(json.dumps(damaged))  # NaN included: Python writes it, a hand edit could too
-        elif how == "bits":
-            flip_bits(path, rng)
-        else:
-            truncate(path, rng)
-        for args in (["ls"], ["ls", "--json"], ["show", victim.name], ["show", victim.name, "--json"],
-                     ["open", victim.name], ["diff", earlier.name, victim.name, "--allow-incomplete"]):  # fmt: skip
-            check_cli(
-                store, args, label=victim.name, env={"DISPLAY": "", "WAYLAND_DISPLAY": "", "BROWSER": ""}
-            )
-    finally:
-        shutil.rmtree(victim)
 
 
 # ---- a few through a real subprocess, memory bounded --------------------------------------------------------

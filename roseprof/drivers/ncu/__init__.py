@@ -15,9 +15,9 @@ from roseprof.model import Trace
 def read_csv(path: Path, raw: Path, label: str) -> Trace:
     """One CSV export: the raw page (with its units row) or the details page."""
     from roseprof.drivers.ncu.pages import read_page
-    from roseprof.drivers.ncu.reader import build_trace
+    from roseprof.drivers.ncu.reader import build_trace, used
 
-    page = read_page(path, label)
+    page = read_page(path, label, keep=used)
     return build_trace(page if page.kind == "raw" else None, page if page.kind == "details" else None, label)
 
 

@@ -74,20 +74,25 @@ def export_pages(ncu: str, rep: Path, label: str) -> tuple[Path, Path]:
 
 
 def _import_failure(ncu: str, rep: Path, label: str, text: str) -> str:
+    """ncu's refusal of a report, in one line naming the user's file (ncu names the run's temporary copy), and,
+    where the report says which Nsight Compute wrote it, that version beside this ncu's."""
     info = report_file.describe(rep)
     if info is None:
         return f"{label}: not an Nsight Compute report (no NVR header)"
+    for spelled in {str(rep), str(rep.resolve()), str(rep.absolute())}:
+        text = text.replace(spelled, label)
     mine = ncu_version(ncu)
     writer = next((v for p, v in info["versions"].items() if "compute" in p.lower()), None)
     writer = writer or next(iter(info["versions"].values()), None)
-    if "Failed to load report" in text and writer and _newer(writer, mine):
+    if writer and _newer(writer, mine):
         return (
             f"{label} was written by Nsight Compute {writer} (report format {info['format']}); this ncu ({mine}) "
             f"cannot read it: use ncu {writer} or newer (set NCU), or export it where it was made "
             "(ncu --import R --csv --page raw > R.csv) and import the CSV"
         )
     last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
-    return f"ncu --import failed on {label}: {last[0].removeprefix('==ERROR== ')}"
+    wrote = f" (written by Nsight Compute {writer}; this ncu is {mine})" if writer else ""
+    return f"ncu --import failed on {label}{wrote}: {last[0].removeprefix('==ERROR== ')}"
 
 
 def _newer(a: str, b: str) -> bool:
@@ -99,7 +104,7 @@ def _newer(a: str, b: str) -> bool:
 
 def read_report(path: Path, raw: Path, label: str) -> Trace:
     from roseprof.drivers.ncu.pages import read_page
-    from roseprof.drivers.ncu.reader import build_trace
+    from roseprof.drivers.ncu.reader import build_trace, used
 
     ncu = find_ncu()
     if ncu is None:
@@ -109,7 +114,8 @@ def read_report(path: Path, raw: Path, label: str) -> Trace:
         )
     raw_csv, details_csv = export_pages(ncu, path, label)
     version = _writer_version(path) or "?"
-    return build_trace(read_page(raw_csv, label), read_page(details_csv, label), label, version)
+    pages = read_page(raw_csv, label, keep=used), read_page(details_csv, label, keep=used)
+    return build_trace(*pages, label, version)
 
 
 def _writer_version(rep: Path) -> str | None:
@@ -245,7 +251,7 @@ class NcuCapture:
 
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.ncu.pages import read_page
-        from roseprof.drivers.ncu.reader import build_trace
+        from roseprof.drivers.ncu.reader import build_trace, used
 
         rep = raw / f"{REPORT}.ncu-rep"
         if not rep.is_file():
@@ -253,7 +259,10 @@ class NcuCapture:
         raw_csv, details_csv = export_pages(self.ncu, rep, str(rep))
         label = str(rep)
         return build_trace(
-            read_page(raw_csv, label), read_page(details_csv, label), label, ncu_version(self.ncu)
+            read_page(raw_csv, label, keep=used),
+            read_page(details_csv, label, keep=used),
+            label,
+            ncu_version(self.ncu),
         )
 
 

@@ -6,13 +6,21 @@ section, metric) with the metric's display name, unit and value, plus rows for t
 type, description, estimated speedup). Both start with the same launch columns (ID, process, kernel name, context,
 stream, block and grid size, device, compute capability) and, with `--nvtx`, one column per NVTX range kind.
 Columns are found by name, not position: versions add and move them.
+
+Files are read as text in UTF-8, or in the encoding a byte-order mark names (UTF-8 with a BOM and UTF-16, as
+Windows tools re-save CSVs; CRLF line ends either way), and streamed a row at a time, keeping only the metrics
+the caller asks for: a million-row details page or a raw page of thousands of columns costs what is kept, not
+the file. A row cut short (a metric row without its value, a raw row with fewer cells than the header) is refused
+in one line: read on, it would change a mean without a word.
 """
 
 from __future__ import annotations
 
 import csv
-import io
+import itertools
 import re
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,12 +66,27 @@ class Page:
     launches: list[Launch]
 
 
+def encoding_of(head: bytes) -> str:
+    """The text encoding of a CSV from its first bytes: a byte-order mark's, UTF-16 without one (a NUL beside the
+    header's first quote), else UTF-8."""
+    if head.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if head.startswith(b'"\x00'):
+        return "utf-16-le"
+    if head.startswith(b'\x00"'):
+        return "utf-16-be"
+    return "utf-8"
+
+
 def sniff(head: bytes) -> bool:
     """An ncu CSV export: its header, possibly after ncu's own ==PROF== / ==WARNING== lines."""
-    for line in head.splitlines():
-        if line.startswith(b"=="):
+    text = head.decode(encoding_of(head), errors="replace").lstrip("\ufeff")
+    for line in text.splitlines():
+        if line.startswith("=="):
             continue
-        return line.startswith(HEADER_START.encode())
+        return line.startswith(HEADER_START)
     return False
 
 
@@ -89,20 +112,44 @@ def parse_nvtx(cell: str) -> list[list[str]]:
     return out
 
 
-def read_page(path: Path, label: str) -> Page:
+Keep = Callable[[object], bool]  # which metric keys to keep (raw: a name; details: (section, name))
+
+
+def _every(key) -> bool:
+    return True
+
+
+def read_page(path: Path, label: str, keep: Keep | None = None) -> Page:
+    """One CSV export, streamed; `keep` (default: every metric) says which metrics the caller will use."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with open(path, "rb") as fh:
+            encoding = encoding_of(fh.read(4))
+        # newline="": the csv module sees CRLF and quoted line breaks as they are.
+        with open(path, encoding=encoding, errors="replace", newline="") as fh:
+            return _parse(fh, label, keep or _every)
     except OSError as e:
         raise RoseprofError(f"{label}: cannot read ({e.strerror})") from None
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith(HEADER_START)), None)
-    if start is None:
+
+
+def _parse(lines, label: str, keep: Keep) -> Page:
+    skipped = 0  # ncu's own ==PROF== lines before the header
+    for line in lines:
+        line = line.lstrip("\ufeff")
+        if line.startswith(HEADER_START):
+            break
+        skipped += 1
+    else:
         raise RoseprofError(f'{label}: not an Nsight Compute CSV export (no "ID","Process ID" header)')
-    rows = list(csv.reader(io.StringIO("".join(lines[start:]))))
-    header = rows[0]
-    if DETAILS_COLUMNS <= set(header):
-        return Page("details", _details(header, rows[1:], label))
-    return Page("raw", _raw(header, rows[1:], label))
+    csv.field_size_limit(min(sys.maxsize, 1 << 31))  # a kernel name of templates can be long
+    rows = csv.reader(itertools.chain([line], lines), strict=True)
+    numbered = ((skipped + rows.line_num, row) for row in rows)
+    try:
+        _, header = next(numbered)
+        if DETAILS_COLUMNS <= set(header):
+            return Page("details", _details(header, numbered, label, keep))
+        return Page("raw", _raw(header, numbered, label, keep))
+    except csv.Error as e:
+        raise RoseprofError(f"{label}: line {skipped + rows.line_num} is not well-formed CSV ({e})") from None
 
 
 def _launch(row: dict[str, str], nvtx_col: str | None) -> Launch:
@@ -129,22 +176,25 @@ def _check_launch_columns(header: list[str], label: str) -> None:
         raise RoseprofError(f"{label}: ncu CSV export without its {', '.join(sorted(missing))} column")
 
 
-def _raw(header: list[str], rows: list[list[str]], label: str) -> list[Launch]:
+def _raw(header: list[str], rows: Iterator, label: str, keep: Keep) -> list[Launch]:
     _check_launch_columns(header, label)
     units = [""] * len(header)
-    if rows and rows[0] and rows[0][0] == "":  # the units row under the header
-        units, rows = rows[0] + [""] * (len(header) - len(rows[0])), rows[1:]
     nvtx_col = _nvtx_column(header)
     metric_cols = [
-        (i, h) for i, h in enumerate(header) if h not in LAUNCH_COLUMNS and "_Range:" not in h and h
+        (i, h)
+        for i, h in enumerate(header)
+        if h not in LAUNCH_COLUMNS and "_Range:" not in h and h and keep(h)
     ]
     out = []
-    for n, row in enumerate(rows, start=2):
+    for n, (line, row) in enumerate(rows):
         if not row or not any(row):
+            continue
+        if n == 0 and row[0] == "":  # the units row under the header
+            units = row + [""] * (len(header) - len(row))
             continue
         if len(row) != len(header):
             raise RoseprofError(
-                f"{label}: row {n + 1} has {len(row)} cells where the header names {len(header)}"
+                f"{label}: line {line} has {len(row)} cells where the header names {len(header)} (cut short?)"
             )
         launch = _launch(dict(zip(header, row)), nvtx_col)
         launch.metrics = {h: (row[i], units[i]) for i, h in metric_cols}
@@ -152,14 +202,22 @@ def _raw(header: list[str], rows: list[list[str]], label: str) -> list[Launch]:
     return out
 
 
-def _details(header: list[str], rows: list[list[str]], label: str) -> list[Launch]:
+def _details(header: list[str], rows: Iterator, label: str, keep: Keep) -> list[Launch]:
     _check_launch_columns(header, label)
     nvtx_col = _nvtx_column(header)
+    value_at = header.index("Metric Value")
     by_id: dict[int, Launch] = {}
-    for row in rows:
+    names: dict[tuple[str, str], tuple[str, str]] = {}  # one key tuple per metric, shared by every launch
+    for line, row in rows:
         if not row or not any(row):
             continue
-        # Metric rows end before the rule columns (ncu writes a trailing comma, not empty rule cells).
+        # Metric rows end with the value and a trailing comma (not empty rule cells); rule rows fill every
+        # column. Any other length is a cut row: read on, it would drop that launch's value without a word.
+        if len(row) not in (value_at + 2, len(header)):
+            raise RoseprofError(
+                f"{label}: line {line} has {len(row)} cells where ncu writes {value_at + 2} (a metric) or "
+                f"{len(header)} (a rule finding): cut short?"
+            )
         cells = dict(zip(header, row + [""] * (len(header) - len(row))))
         launch_id = _int(cells["ID"])
         launch = by_id.get(launch_id)
@@ -179,7 +237,9 @@ def _details(header: list[str], rows: list[list[str]], label: str) -> list[Launc
             )
         elif cells.get("Metric Name"):
             key = (cells["Section Name"], cells["Metric Name"])
-            launch.metrics.setdefault(key, (cells["Metric Value"], cells["Metric Unit"]))
+            key = names.setdefault(key, key)
+            if keep(key):
+                launch.metrics.setdefault(key, (cells["Metric Value"], cells["Metric Unit"]))
     return [by_id[k] for k in sorted(by_id)]
 
 

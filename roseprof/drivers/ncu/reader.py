@@ -117,6 +117,22 @@ DEVICE_ATTRIBUTES = {
     "l2_cache_bytes": "device__attribute_l2_cache_size",
 }
 
+# Every metric key this reader reads (raw page names and details page (section, label) pairs): the CSV pages keep
+# only these (pages.read_page's `keep`), so a raw page of thousands of columns costs what is read.
+USED = (
+    {raw for raw, _, _ in MAP.values()}
+    | {where for _, _, where in MAP.values() if where is not None}
+    | {name for parts in FLOPS.values() for name, _ in parts}
+    | {ACHIEVED_CLOCK}
+    | {metric for metric, _, _ in PEAKS.values()}
+    | {clock for _, _, clock in PEAKS.values()}
+    | set(DEVICE_ATTRIBUTES.values())
+)
+
+
+def used(key) -> bool:
+    return key in USED
+
 
 def _value(launch: Launch, key, unit: str | None, label: str) -> float:
     """One metric of one launch in `unit` (None: whatever it converts to); NaN where missing."""

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from roseprof.drivers import find_tool
@@ -80,6 +83,36 @@ def profile(
 ) -> tuple[int, bool]:
     """Run `nsys profile`; returns (exit code, interrupted). The program's output goes to the terminal, nsys'
     own lines only to the log (run/process.py: run_tool)."""
+    with plain_output_path(out_base) as nsys_base:
+        return _profile(nsys, cmd, nsys_base, trace, capture_range, nvtx_capture, env, log_path)
+
+
+# nsys 2022.4 writes a quote in its output path as `&"` and then fails to rename its own file (FATAL ERROR ...
+# RenameOutputFile); paths of letters, digits and ./_+- are safe.
+PLAIN_PATH = re.compile(r"[\w./+-]+")
+
+
+@contextmanager
+def plain_output_path(out_base: Path):
+    """`out_base`, or where a traces folder's path holds characters nsys mangles (quotes, spaces), a folder of
+    a plain name under $TMPDIR whose files are moved to `out_base`'s folder afterwards (on every path out)."""
+    if PLAIN_PATH.fullmatch(str(out_base)):
+        yield out_base
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="roseprof-nsys-"))
+    if not PLAIN_PATH.fullmatch(str(tmp)):  # $TMPDIR itself is not plain: nothing better to offer
+        shutil.rmtree(tmp, ignore_errors=True)
+        yield out_base
+        return
+    try:
+        yield tmp / out_base.name
+    finally:
+        for f in tmp.iterdir():
+            shutil.move(str(f), str(out_base.parent / f.name))
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _profile(nsys, cmd, out_base, trace, capture_range, nvtx_capture, env, log_path) -> tuple[int, bool]:
     argv = [
         nsys,
         "profile",
@@ -264,6 +297,33 @@ class NsysCapture:
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.nsys.reader import read_nsys_sqlite
 
-        rep = finish_report(self.nsys, raw / "trace")
-        sqlite_path = export_sqlite(self.nsys, rep, raw / "trace.sqlite")
-        return read_nsys_sqlite(str(sqlite_path))
+        try:
+            rep = finish_report(self.nsys, raw / "trace")
+            sqlite_path = export_sqlite(self.nsys, rep, raw / "trace.sqlite")
+            return read_nsys_sqlite(str(sqlite_path))
+        except RoseprofError as e:
+            full = disk_full(raw, raw / "nsys.log")
+            if full:  # the cause, instead of its symptom (an empty export, nsys' exception text)
+                raise CaptureFailed(
+                    f"{full}; nsys could not write its report ({one_line(str(e), 160)})"
+                ) from None
+            raise
+
+
+# Below this much free space nsys' report or its SQLite export may not fit: a failure then is said to be the
+# disk's, not reported as an empty or unreadable file.
+LOW_DISK_BYTES = 64 << 20
+DISK_FULL_SAID = (b"No space left on device", b"ENOSPC", b"Disk quota exceeded")
+
+
+def disk_full(raw: Path, log: Path) -> str | None:
+    """ "the disk holding <traces folder> is full (N KiB free)" when it is nearly so or nsys said so, else None."""
+    try:
+        st = os.statvfs(raw)
+        said = log.is_file() and any(m in log.read_bytes()[-(1 << 20) :] for m in DISK_FULL_SAID)
+    except OSError:
+        return None
+    free = st.f_bavail * st.f_frsize
+    if free >= LOW_DISK_BYTES and not said:
+        return None
+    return f"the disk holding {raw.parent.parent} is full ({free // 1024} KiB free)"

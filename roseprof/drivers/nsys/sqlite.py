@@ -15,6 +15,7 @@ import urllib.parse
 import numpy as np
 
 from roseprof.errors import RoseprofError, one_line
+from roseprof.model import cut_name
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # How long reading one file may take: a view that never ends must not hang the user. Generous: a 194 MB export
@@ -22,10 +23,16 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 TIME_LIMIT_ENV = "ROSEPROF_SQLITE_TIME_LIMIT_S"
 BASE_TIME_LIMIT_S = 120.0
 TIME_LIMIT_S_PER_MB = 1.0
+# How much work reading one file may take, in SQLite virtual-machine steps: the bound that does not depend on
+# how busy the machine is. Every real export here needs under 1 step per byte of file (0.7 for the largest
+# fixture); a view that never ends (WITH RECURSIVE) produces rows from no data at all, so it runs past this
+# within a few seconds however busy the machine. ROSEPROF_SQLITE_STEP_LIMIT overrides it.
+STEP_LIMIT_ENV = "ROSEPROF_SQLITE_STEP_LIMIT"
+BASE_STEP_LIMIT = 200_000_000
+STEP_LIMIT_PER_BYTE = 100
+PROGRESS_EVERY = 20_000  # steps between two calls of the progress handler
 # Timestamps and ids beyond this are damage, not data: keeping them would overflow end - start.
 INT_LIMIT = 1 << 62
-# A name longer than this is cut (with a note of how much): one 100 MB name must not fill the terminal.
-MAX_NAME_CHARS = 16384
 
 
 def fail(label: str, why: str) -> RoseprofError:
@@ -40,9 +47,7 @@ def clean_name(value) -> str:
         value = value.decode("utf-8", "replace")
     elif not isinstance(value, str):
         value = str(value)
-    if len(value) > MAX_NAME_CHARS:
-        value = f"{value[:MAX_NAME_CHARS]}…[{len(value) - MAX_NAME_CHARS} more characters]"
-    return value
+    return cut_name(value)
 
 
 def clean_scalar(value):
@@ -66,6 +71,16 @@ def time_limit_s(size_bytes: int) -> float:
     return BASE_TIME_LIMIT_S + TIME_LIMIT_S_PER_MB * size_bytes / 1e6
 
 
+def step_limit(size_bytes: int) -> int:
+    env = os.environ.get(STEP_LIMIT_ENV)
+    if env:
+        try:
+            return max(int(float(env)), PROGRESS_EVERY)
+        except ValueError:
+            pass
+    return BASE_STEP_LIMIT + STEP_LIMIT_PER_BYTE * size_bytes
+
+
 class Export:
     """A read-only connection to an SQLite file; every error names `label`."""
 
@@ -75,7 +90,7 @@ class Export:
             raise fail(label, "no such file")
         if os.path.isdir(path):
             raise fail(label, "is a folder, not an nsys SQLite export")
-        size = os.path.getsize(path)
+        self.size = size = os.path.getsize(path)
         if size == 0:
             raise fail(label, "is empty (0 bytes), not an nsys SQLite export")
         with open(path, "rb") as fh:
@@ -83,6 +98,9 @@ class Export:
                 raise fail(label, "is not an SQLite database")
         self.limit_s = time_limit_s(size)
         self.deadline = time.monotonic() + self.limit_s
+        self.step_limit = step_limit(size)
+        self.steps = 0
+        self.stopped_for = ""
         uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
         try:
             self.conn = sqlite3.connect(uri, uri=True)
@@ -90,7 +108,7 @@ class Export:
             raise fail(label, f"cannot be opened as an SQLite database ({one_line(str(e))})") from None
         # Invalid UTF-8 in one name shows as U+FFFD instead of refusing the whole file.
         self.conn.text_factory = lambda b: b.decode("utf-8", "replace")
-        self.conn.set_progress_handler(lambda: time.monotonic() > self.deadline, 20000)
+        self.conn.set_progress_handler(self._over_budget, PROGRESS_EVERY)
         try:
             self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             page_size = self.conn.execute("PRAGMA page_size").fetchone()[0]
@@ -110,12 +128,32 @@ class Export:
             if isinstance(r[0], str)
         }
 
+    def _over_budget(self) -> bool:
+        """SQLite's progress handler: True interrupts the running statement."""
+        self.steps += PROGRESS_EVERY
+        if self.steps > self.step_limit:
+            self.stopped_for = "steps"
+        elif time.monotonic() > self.deadline:
+            self.stopped_for = "time"
+        return bool(self.stopped_for)
+
     def close(self) -> None:
         self.conn.close()
 
     def error(self, e: Exception) -> RoseprofError:
         if isinstance(e, UnicodeDecodeError):
             return fail(self.label, "could not be read as an nsys export (a damaged schema)")
+        if (
+            isinstance(e, sqlite3.OperationalError)
+            and "interrupted" in str(e)
+            and self.stopped_for == "steps"
+        ):
+            return fail(
+                self.label,
+                f"reading it took over {self.step_limit / 1e6:.0f} million SQLite steps for a "
+                f"{self.size / 1e6:.1f} MB file and was stopped (a view or a damaged table that never ends?); "
+                f"set {STEP_LIMIT_ENV} to allow more",
+            )
         if isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e):
             return fail(
                 self.label,
@@ -128,6 +166,10 @@ class Export:
         try:
             return self.conn.execute(sql).fetchall()
         except sqlite3.Error as e:
+            if "interrupted" in str(e) and not self.stopped_for:
+                # A signal (Ctrl-C, SIGTERM) arrived inside the progress handler, which SQLite turned into an
+                # interruption: it is the user's, so it goes on as one (the run's temporary folder is removed).
+                raise KeyboardInterrupt from None
             raise self.error(e) from None
         except UnicodeDecodeError:  # SQLite's own message quoting a damaged schema is not UTF-8
             raise fail(self.label, "could not be read as an nsys export (a damaged schema)") from None

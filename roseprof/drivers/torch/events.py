@@ -12,6 +12,10 @@ Categories, old and new spellings (Kineto 2021 wrote `Kernel`, `Memcpy`, `Memset
   GPU ops    kernel / Kernel, gpu_memcpy / Memcpy, gpu_memset / Memset
   API calls  cuda_runtime / Runtime, cuda_driver (ROCm traces spell hip* calls in the same categories)
   flows      ac2g / async `s` and `f` events: the launching call's and the GPU op's correlation id
+
+Streams and devices are integers in CUDA traces; ROCm traces (roctracer, rocprofiler-sdk) write a HIP stream as
+the pointer's text ("0x7f2c..."): each distinct text becomes one stream id (`Columns.track_id`), as a tid does.
+Names longer than model.MAX_NAME_CHARS are cut as they are read.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
+
+from roseprof.model import cut_name
 
 RANGE, OP_KERNEL, OP_MEMCPY, OP_MEMSET, API = 0, 1, 2, 3, 4
 CATEGORY = {
@@ -35,13 +41,16 @@ CATEGORY = {
     "cuda_driver": API,
 }
 OLD_OPERATOR = "Operator"
+ID_LIMIT = (
+    1 << 62
+)  # a pid, tid, device or stream beyond this (a pointer written as a number) is numbered instead
 FLOW_CATEGORIES = ("ac2g", "async")
 
 
 class Args(msgspec.Struct):
     correlation: int | None = None
-    device: int | None = None
-    stream: int | None = None
+    device: int | str | None = None
+    stream: int | str | None = None
     name: Any = None  # thread_name / process_name metadata
 
 
@@ -89,6 +98,7 @@ class Columns:
         self.old_operators: list[Event] = []  # 2021 `Operator` spans, sorted out at the end
 
     def intern(self, s: str) -> int:
+        s = cut_name(s)
         i = self.names.get(s)
         if i is None:
             i = self.names[s] = len(self.names)
@@ -96,18 +106,27 @@ class Columns:
 
     def int_id(self, v) -> int:
         """pid/tid as an int: numbers as they are, numeric strings parsed, other strings numbered."""
-        if isinstance(v, int):
+        if isinstance(v, int) and -ID_LIMIT < v < ID_LIMIT:
             return v
         if v is None:
             return -1
         s = str(v)
-        if s.lstrip("-").isdigit():
+        if s.lstrip("-").isdigit() and -ID_LIMIT < int(s) < ID_LIMIT:
             return int(s)
         if s.startswith("stream "):  # 2021 GPU tracks: "stream 7"
             tail = s[7:].strip()
             if tail.isdigit():
                 return int(tail)
         return self.string_tids.setdefault(s, (1 << 31) + len(self.string_tids))
+
+    def track_id(self, v) -> int:
+        """A GPU op's device or stream as an int (-1: not given): integers as they are, numeric text parsed,
+        other text (a ROCm HIP stream's pointer, "0x7f2c...") and integers beyond int64 numbered as tids are."""
+        if v is None:
+            return -1
+        if isinstance(v, int) and 0 <= v < ID_LIMIT:
+            return v
+        return self.int_id(str(v))
 
 
 def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) -> None:
@@ -120,6 +139,10 @@ def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) ->
         raise RoseprofError(f"{label}: {_where(e, cols.events)}") from None
     except msgspec.DecodeError as e:
         raise RoseprofError(f"{label}: is not valid JSON near event {cols.events} ({e})") from None
+    except RecursionError:  # msgspec, on arrays or objects nested thousands deep (inside an event's args)
+        raise RoseprofError(
+            f"{label}: an event near traceEvents[{cols.events}] is nested too deeply to read (damage)"
+        ) from None
     base = cols.events
     cols.events += len(events)
     picked: list[tuple[int, Event]] = []
@@ -150,11 +173,16 @@ def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) ->
         elif ph == "M" and e.args is not None and isinstance(e.args.name, str):
             pid = cols.int_id(e.pid)
             if e.name == "process_name":
-                cols.process_names[pid] = e.args.name
+                cols.process_names[pid] = cut_name(e.args.name)
             elif e.name == "thread_name":
-                cols.thread_names[(pid, cols.int_id(e.tid))] = e.args.name
+                cols.thread_names[(pid, cols.int_id(e.tid))] = cut_name(e.args.name)
     if rows:
-        add_rows(cols, picked)
+        try:
+            add_rows(cols, picked)
+        except OverflowError:  # a correlation id beyond 64 bits (pids, tids and streams are numbered instead)
+            raise RoseprofError(
+                f"{label}: an event near traceEvents[{base}] holds a correlation id beyond 64 bits (damage)"
+            ) from None
     for out, flows in ((cols.flow_start, flow_s), (cols.flow_end, flow_f)):
         if flows:
             out.append(
@@ -177,20 +205,25 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
     int_id = cols.int_id
     cols.pid.append(
         np.fromiter(
-            (e.pid if type(e.pid) is int else int_id(e.pid) for _, e in picked), dtype=np.int64, count=n
+            (e.pid if type(e.pid) is int and 0 <= e.pid < ID_LIMIT else int_id(e.pid) for _, e in picked),
+            dtype=np.int64,
+            count=n,
         )
     )
     cols.tid.append(
         np.fromiter(
-            (e.tid if type(e.tid) is int else int_id(e.tid) for _, e in picked), dtype=np.int64, count=n
+            (e.tid if type(e.tid) is int and 0 <= e.tid < ID_LIMIT else int_id(e.tid) for _, e in picked),
+            dtype=np.int64,
+            count=n,
         )
     )
     args = [e.args for _, e in picked]
     none = Args()  # every field None
     args = [none if a is None else a for a in args]
     cols.corr.append(np.fromiter((-1 if a.correlation is None else a.correlation for a in args), np.int64, n))
-    cols.device.append(np.fromiter((-1 if a.device is None else a.device for a in args), np.int64, n))
-    cols.stream.append(np.fromiter((-1 if a.stream is None else a.stream for a in args), np.int64, n))
+    track = cols.track_id
+    cols.device.append(np.fromiter((track(a.device) for a in args), np.int64, n))
+    cols.stream.append(np.fromiter((track(a.stream) for a in args), np.int64, n))
 
 
 def _scope_name(name: str) -> bool:

@@ -56,6 +56,7 @@ from roseprof.model import (
 
 PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
 EXACT_US_LIMIT = 2.0**43  # below it a float64 keeps three decimals of microseconds exactly
+TIME_LIMIT_US = 2.0**62 / 1000  # 2^62 ns: beyond it end = start + dur would overflow int64
 OP_KIND = {OP_KERNEL: KERNEL, OP_MEMCPY: MEMCPY, OP_MEMSET: MEMSET}
 
 
@@ -84,6 +85,10 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
             header = msgspec.json.decode(stream.header, type=Header)
         except msgspec.DecodeError as e:
             raise RoseprofError(f"{label}: is not valid JSON outside traceEvents ({e})") from None
+        except RecursionError:
+            raise RoseprofError(
+                f"{label}: is nested too deeply outside traceEvents to read (damage)"
+            ) from None
     if cols.events == 0:
         raise RoseprofError(f"{label}: the trace has no events (traceEvents is empty)")
     if not cols.has_user_annotation and cols.old_operators:
@@ -115,8 +120,16 @@ def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
 def _build(cols: Columns, header: Header, label: str) -> Trace:
     kind = _cat(cols.kind, np.int8)
     ts_us = _cat(cols.ts, np.float64)
+    dur_us = _cat(cols.dur, np.float64)
+    for what, us in (("ts", ts_us), ("dur", dur_us)):
+        bad = ~(np.abs(us) < TIME_LIMIT_US)  # NaN too
+        if bad.any():  # cast to integer ns it would become an arbitrary time, silently
+            raise RoseprofError(
+                f"{label}: {int(bad.sum())} event(s) have a {what} of {us[bad][0]:g} us, beyond any time a trace "
+                "holds (damage)"
+            )
     start = us_to_ns(ts_us)
-    dur = us_to_ns(_cat(cols.dur, np.float64))
+    dur = us_to_ns(dur_us)
     warnings = []
     if (dur < 0).any():
         warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")

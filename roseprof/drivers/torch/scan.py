@@ -24,6 +24,9 @@ from roseprof.errors import RoseprofError
 CHUNK = 4 << 20  # bytes of JSON per segment (decompressed): the scan's temporaries are a few times this
 GZIP_MAGIC = b"\x1f\x8b"
 HEADER_LIMIT = 256 << 20  # give up looking for traceEvents after this much JSON
+# One event longer than this is damage (real events, args and all, are under a few MB): refused, because a
+# segment is rescanned from its start until it holds a whole event, so a 1 GiB event would take minutes.
+MAX_EVENT_BYTES = 64 << 20
 
 QUOTE, BACKSLASH, OPEN, CLOSE_OBJ, CLOSE_ARR = 1, 2, 3, 4, 5
 _CLASS = np.zeros(256, dtype=np.uint8)  # byte -> structural class (0: not structural)
@@ -130,7 +133,23 @@ class EventStream:
                 self.header += b"[]" + rest[1:]
                 for chunk in chunks:
                     self.header += chunk
+                    if len(self.header) > HEADER_LIMIT:
+                        raise RoseprofError(
+                            f"{self.label}: holds over {HEADER_LIMIT >> 20} MiB of JSON after traceEvents: "
+                            "not a trace"
+                        )
+                if self._top_level_keys(self.header, _EVENTS_KEY) > 1:
+                    # JSON readers differ (the first, the last, or an error): which one is the trace is unknown.
+                    raise RoseprofError(
+                        f"{self.label}: has two traceEvents arrays (a duplicated key): which one is the trace "
+                        "is ambiguous"
+                    )
                 break
+            if not cut and len(rest) > MAX_EVENT_BYTES:
+                raise RoseprofError(
+                    f"{self.label}: an event of traceEvents is over {MAX_EVENT_BYTES >> 20} MiB long: damage, "
+                    "not a trace event (a name or args of that size?)"
+                )
             nxt = next(chunks, None)
             if nxt is None:
                 raise RoseprofError(
@@ -144,13 +163,21 @@ class EventStream:
         if head[:1] == b"[":
             self.bare_array = True
             return len(buf) - len(head) + 1
-        for m in _EVENTS_KEY.finditer(buf):
+        m = next(self._top_level(buf, _EVENTS_KEY), None)
+        return m.end() if m is not None else None
+
+    @staticmethod
+    def _top_level(buf: bytes, key: re.Pattern):
+        """Matches of `key` that are keys of the top-level object (not inside a string or a nested value)."""
+        for m in key.finditer(buf):
             # A probe "{" after the text before the key: reported only when that text ends outside a string.
             pos, c = _structure(buf[: m.start()] + b"{")
             outside = len(pos) > 0 and pos[-1] == m.start()
             if outside and int(np.where(c[:-1] == OPEN, 1, -1).sum()) == 1:  # a key of the top-level object
-                return m.end()
-        return None
+                yield m
+
+    def _top_level_keys(self, buf: bytes, key: re.Pattern) -> int:
+        return sum(1 for _ in self._top_level(buf, key))
 
     def _no_events(self, buf: bytes) -> None:
         head = buf.lstrip()[:1]

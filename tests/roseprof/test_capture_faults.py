@@ -1,0 +1,106 @@
+"""Faults around a capture (issue 23): a traces folder whose path nsys mangles (quotes, spaces), a disk that
+fills up under nsys (a real tmpfs; skipped where it cannot be mounted), and a second Ctrl-C while the report is
+exported. Each ends in a message that says what happened, and leaves no `.tmp-` folder."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roseprof.model import Trace
+from roseprof.run import pipeline
+from roseprof.run.store import RunStore
+from tests.helpers import roseprof
+from tests.roseprof.test_store_damage import _mount_tmpfs
+
+NVTX_PROGRAM = [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass"]
+
+
+def nsys_capture(traces: Path, dashboards: Path) -> subprocess.CompletedProcess:
+    return roseprof("nsys", "--traces-dir", traces, "--dashboards-dir", dashboards, "--", *NVTX_PROGRAM)
+
+
+def leftovers(traces: Path) -> list[str]:
+    return [p.name for p in traces.iterdir() if p.name.startswith(".tmp-")] if traces.exists() else []
+
+
+@pytest.mark.nsys
+def test_a_traces_folder_with_quotes_and_spaces_captures_without_nsys_errors(tmp_path):
+    traces = tmp_path / 'it\'s a "quoted" folder' / "t"
+    proc = nsys_capture(traces, tmp_path / "d")
+    assert proc.returncode == 0, proc.stderr
+    assert "FATAL ERROR" not in proc.stderr and "RenameOutputFile" not in proc.stderr, proc.stderr
+    (run,) = [p for p in traces.iterdir()]
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+    assert (run / "raw" / "trace.nsys-rep").is_file()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "600k")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def fill(disk: Path, leave_kib: int) -> None:
+    """Fill the tmpfs up to `leave_kib` KiB free."""
+    import os
+
+    st = os.statvfs(disk)
+    free = st.f_bavail * st.f_frsize
+    (disk / "filler").write_bytes(b"\0" * max(free - leave_kib * 1024, 0))
+
+
+@pytest.mark.nsys
+@pytest.mark.parametrize("leave_kib", [300, 0])
+def test_a_full_disk_under_nsys_is_said_to_be_the_disk(small_disk, tmp_path, leave_kib):
+    fill(small_disk, leave_kib)
+    traces = small_disk / "t"
+    proc = nsys_capture(traces, tmp_path / "d")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    said = proc.stderr + proc.stdout
+    # The cause first (not "trace.sqlite is empty (0 bytes)", nor nsys' exception text alone).
+    assert f"the disk holding {traces} is full" in said or f"{traces}: could not write the capture" in said, (
+        said
+    )
+    # (A capture by someone else on the machine adds "roseprof: waiting for another nsys capture".)
+    ours = [
+        line for line in proc.stderr.splitlines() if line.startswith("roseprof:") and "waiting" not in line
+    ]
+    assert len(ours) <= 1, proc.stderr
+    assert leftovers(traces) == []
+
+
+class InterruptedExport:
+    """A capturer whose profiler wrote its report and was then interrupted (a second Ctrl-C) while exporting."""
+
+    tool = "nsys"
+
+    def engine_env(self) -> dict:
+        return {}
+
+    def describe(self) -> dict:
+        return {}
+
+    def run(self, cmd, env, raw: Path):
+        (raw / "trace.nsys-rep").write_bytes(b"\0" * 2_000_000)
+        (raw / "nsys.log").write_text("Collecting data...\n")
+        return 130, True  # the first Ctrl-C: nsys stopped the program and saved its report
+
+    def collect(self, raw: Path) -> Trace:
+        raise KeyboardInterrupt  # the second Ctrl-C, during `nsys export`
+
+
+def test_a_second_ctrl_c_while_exporting_keeps_and_names_what_was_captured(tmp_path):
+    store = RunStore(tmp_path / "t")
+    outcome = pipeline.capture(
+        store, InterruptedExport(), [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
+    )
+    manifest = outcome.run.manifest
+    assert manifest["status"] == "incomplete" and outcome.exit_code == 130
+    assert "raw/trace.nsys-rep (2.0 MB)" in manifest["message"]
+    assert f"roseprof import {outcome.run.path / 'raw' / 'trace.nsys-rep'}" in manifest["message"]
+    assert (outcome.run.path / "raw" / "trace.nsys-rep").is_file() and leftovers(tmp_path / "t") == []
