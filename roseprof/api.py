@@ -21,7 +21,11 @@ from roseprof.workload.steplog import read_steplog
 
 
 def analyse_trace(
-    trace: Trace, steplog: Path | None, label: str = "the step log", strict: bool = False
+    trace: Trace,
+    steplog: Path | None,
+    label: str = "the step log",
+    strict: bool = False,
+    step_range: str | None = None,
 ) -> tuple[dict, dict]:
     """A trace and, where the engine wrote one, its step log -> (summary, tables).
 
@@ -32,7 +36,7 @@ def analyse_trace(
         raise RoseprofError(
             f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
         )
-    summary, data = analyse(trace, log)
+    summary, data = analyse(trace, log, step_range)
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
     return summary, data

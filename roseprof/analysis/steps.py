@@ -24,6 +24,23 @@ PROFILER_STEP = (
 )
 
 
+def step_of_program(names, has_log: bool, step_range: str | None) -> str:
+    """The range that is one step: the user's --step-range; the engine's decode step; else torch.profiler's
+    ProfilerStep, when the program called prof.step()."""
+    if step_range:
+        return step_range
+    if DECODE_STEP not in names and not has_log and PROFILER_STEP in names:
+        return PROFILER_STEP
+    return DECODE_STEP
+
+
+def step_kind(step_name: str, has_log: bool) -> str:
+    """ "decode" (the engine's decode steps: rollovers and ITL apply), "profiler" or "range" (a program's)."""
+    if has_log or step_name == DECODE_STEP:
+        return "decode"
+    return "profiler" if step_name == PROFILER_STEP else "range"
+
+
 def clock_offset(trace_clock: str | None, session_start_utc_ns: int | None, log: StepLogRecords | None):
     """ns to add to a trace time to get the step log's time (monotonic_ns), or None when it cannot be known.
 
@@ -59,19 +76,21 @@ def step_table(
     log: StepLogRecords | None,
     warnings,
     log_offset_ns: int | None = None,
+    step_range: str | None = None,
 ):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
     Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
     Rows joined to the log by time also carry "log_index" (the record of each row; -1: none).
+    `step_range` names the range that is a step in a program that is not the engine (--step-range).
     """
     log_steps = log.steps if log is not None else []
-    step_name = DECODE_STEP
-    if DECODE_STEP not in names and not log_steps and PROFILER_STEP in names:
-        step_name = PROFILER_STEP
+    step_name = step_of_program(names, bool(log_steps), step_range)
     decode_id = names.index(step_name) if step_name in names else -1
     step_ranges = np.flatnonzero(name_idx == decode_id) if decode_id >= 0 else np.zeros(0, dtype=np.int64)
     step_ranges = step_ranges[np.argsort(start[step_ranges], kind="stable")]
+    if step_range and not len(step_ranges):
+        warnings.append(f"--step-range {step_range}: the trace has no range of that name, so no steps")
     if len(step_ranges) == 0 and not log_steps:
         return None, []
     joined = len(step_ranges) > 0 and len(log_steps) == len(step_ranges)
