@@ -14,7 +14,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.text import rollover_sentence
+from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
 MAX_STEP_BARS = 1500
@@ -49,19 +49,47 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
     fig = go.Figure()
     fig.add_bar(y=names, x=[r["total_ns"] / 1e6 for r in rows], orientation="h", name="CPU total")
     fig.add_bar(y=names, x=[r["self_ns"] / 1e6 for r in rows], orientation="h", name="CPU self")
+    graphs = any(r.get("gpu_ns") is not None and r.get("gpu_ns") != r.get("gpu_kernel_ns") for r in regions)
     if any(r.get("gpu_proj_ns") is not None for r in rows):
         fig.add_bar(
             y=names, x=[(r["gpu_proj_ns"] or 0) / 1e6 for r in rows], orientation="h", name="GPU projection"
         )
+        # Graph replays counted where captured (gpu_ns); older runs have the launch rule's figure only.
+        key = "gpu_ns" if graphs else "gpu_kernel_ns"
         fig.add_bar(
             y=names,
-            x=[(r["gpu_kernel_ns"] or 0) / 1e6 for r in rows],
+            x=[(r.get(key) or 0) / 1e6 for r in rows],
             orientation="h",
-            name="GPU kernel time",
+            name="GPU kernel time" + (" (CUDA-graph replays where captured)" if graphs else ""),
         )
-    fig.update_layout(barmode="group", xaxis_title="ms (sum over instances)")
-    note = f"top {len(rows)} of {len(regions)} regions by CPU total" if len(regions) > top else None
-    return _layout(fig, "Time per region", note, height=max(320, 60 + 34 * len(rows)))
+    fig.update_layout(barmode="group", xaxis_title="ms (sum over instances, whole run)")
+    notes = [f"top {len(rows)} of {len(regions)} regions by CPU total"] if len(regions) > top else []
+    if graphs:
+        notes.append(
+            "GPU projection: nsys' launch rule (a graph replay counts under the range that launched it)"
+        )
+    if summary.get("steady"):
+        notes.append("capture, warm-up and prefill included (the steady state is above)")
+    return _layout(fig, "Time per region", "; ".join(notes) or None, height=max(320, 60 + 34 * len(rows)))
+
+
+def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
+    """Per step in steady state: mean host and GPU time per region (summary.json `steady`)."""
+    steady = summary.get("steady")
+    if not steady or not steady.get("regions"):
+        return None
+    rows = steady["regions"][:top][::-1]
+    names = [esc(r["name"]) for r in rows]
+    fig = go.Figure()
+    fig.add_bar(y=names, x=[(r["host_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="host")
+    if any(r.get("gpu_mean_ns") is not None for r in rows):
+        fig.add_bar(y=names, x=[(r["gpu_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="GPU")
+    fig.update_layout(barmode="group", xaxis_title=f"µs per {esc(steady['unit'])} (mean)")
+    note = f"{steady['counted']:,} of {steady['steps']:,} steps"
+    if steady.get("graph_replays"):
+        note += "; GPU: CUDA-graph replays in the region each kernel was captured in"
+    title = f"Steady state: time per {steady['unit']} by region"
+    return _layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
 
 def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str | None:
@@ -159,6 +187,11 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
         return None
     rows = steps["rows"]
     dur = np.asarray(rows["dur_ns"], dtype=np.float64) / 1e3
+    if not is_decode(summary):  # a program's steps: no rollovers to split by
+        fig = go.Figure()
+        fig.add_histogram(x=dur, name=f"steps ({len(dur)})", histnorm="probability")
+        fig.update_layout(xaxis_title="step time (µs)", yaxis_title="fraction of steps")
+        return _layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
     roll = np.asarray(rows["rollovers"]) > 0
     fig = go.Figure()
     fig.add_histogram(
@@ -247,9 +280,11 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
     for k in kernels:
         per_name[k["name"]] = per_name.get(k["name"], 0) + k["total_ns"]
     names = sorted(per_name, key=per_name.get, reverse=True)[:top][::-1]
+    # Distinct kernels stay distinct: one base name shared by several instantiations gets a tag each.
+    labels = [kernel_name(label, 90) for label in kernel_labels(names)]
     fig = go.Figure()
     fig.add_bar(
-        y=[esc(n[:90]) for n in names],
+        y=[esc(n) for n in labels],
         x=[per_name[n] / 1e6 for n in names],
         orientation="h",
         hovertext=[esc(n) for n in names],
@@ -259,21 +294,28 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
     return _layout(
         fig,
         "Top kernels",
-        f"{len(per_name)} distinct kernels; names cut to 90 characters",
+        f"{len(per_name)} distinct kernels; long names shortened in the middle (#tag: one of several with that "
+        "base name; the full name on hover)",
         height=max(320, 60 + 28 * len(names)),
     )
 
 
-def gpu_idle(steps: dict | None) -> go.Figure | None:
+def is_decode(summary: dict) -> bool:
+    """The engine's decode steps (rollovers apply), not a program's ProfilerStep or --step-range steps."""
+    return ((summary or {}).get("steps") or {}).get("kind", "decode") == "decode"
+
+
+def gpu_idle(steps: dict | None, summary: dict | None = None) -> go.Figure | None:
     if not steps or "gpu_idle_ns" not in (steps.get("rows") or {}):
         return None
+    unit = "decode step" if is_decode(summary) else "step"
     rows = steps["rows"]
     edges = _bins(len(rows["gpu_idle_ns"]))
     fig = go.Figure()
     fig.add_scatter(x=edges[:-1], y=_binned(rows["gpu_idle_ns"], edges) / 1e3, mode="lines", name="GPU idle")
-    fig.update_layout(xaxis_title="decode step", yaxis_title="GPU idle within the step (µs)")
+    fig.update_layout(xaxis_title=unit, yaxis_title="GPU idle within the step (µs)")
     return _layout(
-        fig, "GPU idle time per decode step", "step window minus the union of GPU activity", height=300
+        fig, f"GPU idle time per {unit}", "step window minus the union of GPU activity", height=300
     )
 
 
