@@ -20,6 +20,7 @@ from roseprof.render.safe_text import plain
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
+MIN_COMMAND = 16  # `ls` shows a command cut to no fewer characters than this, or none
 
 
 def make_console() -> Console:
@@ -96,23 +97,27 @@ def fit_table(
 
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
     m = run.manifest
-    console.print(
-        Text.assemble(
-            (plain(run.id), "bold"),
-            plain(f"  {text.tool_label(m.get('tool') or {})}  status "),
-            (plain(m.get("status")), "bold"),
-        ),
-        overflow="fold",
+    head = Text.assemble(
+        (plain(run.id), "bold"),
+        plain(f"  {text.tool_label(m.get('tool') or {})}  status "),
+        (plain(m.get("status")), "bold"),
     )
-    argv = m.get("command") or ([m["source"]] if m.get("source") else None)
-    if argv:
-        label = "command" if m.get("command") else "imported from"
-        console.print(plain(f"{label}: {' '.join(map(str, argv))}"), markup=False, overflow="fold")
+    if head.cell_len > console.width:  # a long imported id: the id alone on its line, whole
+        head = Text.assemble(
+            (plain(run.id), "bold"),
+            "\n" + plain(f"{text.tool_label(m.get('tool') or {})}  status "),
+            (plain(m.get("status")), "bold"),
+        )
+    console.print(head, overflow="fold")
+    if m.get("command"):
+        console.print(plain(f"command: {' '.join(map(str, m['command']))}"), markup=False, overflow="fold")
+    elif m.get("source"):
+        _print_path(console, "imported from", m["source"])
     for key in ("message", "damaged"):
         if m.get(key):
             console.print(plain(f"  {m[key]}"), markup=False)
     if summary is None:
-        console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
+        _print_path(console, "run folder", run.path)
         return
     if summary.get("steady"):
         print_steady(console, summary["steady"], top)
@@ -145,7 +150,12 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         )
     for w in summary.get("warnings") or []:
         console.print(plain(f"warning: {w}"), markup=False, style="yellow")
-    console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
+    _print_path(console, "run folder", run.path)
+
+
+def _print_path(console: Console, label: str, path) -> None:
+    """`label: PATH` on one line, never cut or folded, so that it copies whole (a terminal wraps it softly)."""
+    console.print(plain(f"{label}: {path}"), markup=False, highlight=False, soft_wrap=True)
 
 
 def print_steady(console: Console, steady: dict, top: int = 12) -> None:
@@ -296,15 +306,19 @@ def print_runs(console: Console, runs: list[Run]) -> None:
             _tool(r.manifest),
             r.manifest.get("status", ""),
             r.manifest.get("created_utc", ""),
-            text.command(r.manifest.get("command") or [r.manifest.get("source", "")], 10**6),
+            text.command(r.manifest.get("command"), 10**6)
+            if r.manifest.get("command")
+            else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
         ]
         for r in runs
     ]
     # The run id holds the creation time and the name: those columns go first when room is short, then the
-    # tool; the id is never cut (users copy it), the command is cut at a word.
+    # tool, then the command (cut at a word while it keeps MIN_COMMAND characters; `show` prints it whole). The
+    # id and the status are never cut (users copy ids; a cut status reads as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {5: text.command}, keep={0, 5}, optional=(4, 1, 2), whole={0}
+            console, None, headers, rows, {5: text.command}, keep={0, 3}, optional=(4, 1, 2, 5),
+            whole={0, 3}, min_width={5: MIN_COMMAND},
         ),
         crop=False,
-    )
+    )  # fmt: skip

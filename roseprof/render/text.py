@@ -327,3 +327,18 @@ def steps_line(steps: dict) -> str:
             f"{d(norm['p50_ns'])}"
         )
     return line
+
+
+def common_prefix(names: list[str]) -> str:
+    """The first dotted component every name starts with (`roseinfer.`, `hf.`), or "" when they do not share one
+    or there are fewer than two: a narrow table can leave it out and say so once."""
+    heads = {n.split(".", 1)[0] + "." if "." in n else "" for n in names}
+    if len(names) < 2 or len(heads) != 1:
+        return ""
+    head = heads.pop()
+    return head if all(len(n) > len(head) for n in names) else ""
+
+
+def without_prefix(label: str, prefix: str) -> str:
+    """A metric label (`name · what`) with its name's shared prefix left out."""
+    return label[len(prefix) :] if prefix and label.startswith(prefix) else label
