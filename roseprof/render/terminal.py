@@ -20,7 +20,7 @@ from roseprof.render.safe_text import plain
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
-MIN_COMMAND = 16  # `ls` shows a command cut to no fewer characters than this, or none
+MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
 
 
 def make_console() -> Console:
