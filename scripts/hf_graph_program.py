@@ -105,7 +105,13 @@ def main() -> None:
     profiler = contextlib.nullcontext()
     if trace_dir is not None:
         kinds = torch.profiler.ProfilerActivity
-        profiler = torch.profiler.profile(activities=[kinds.CPU] + ([kinds.CUDA] if cuda else []))
+        steps = args.eager + (args.replays if cuda else 0)
+        # A schedule, so that prof.step() records ProfilerStep#N spans: every step is active.
+        profiler = torch.profiler.profile(
+            activities=[kinds.CPU] + ([kinds.CUDA] if cuda else []),
+            schedule=torch.profiler.schedule(wait=0, warmup=0, active=steps, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(trace_dir, "trace.json.gz")),
+        )
 
     tokens: list[list[int]] = []
     t0 = time.perf_counter()
@@ -131,8 +137,6 @@ def main() -> None:
             for _ in range(args.replays):
                 step(lambda: (graph.replay(), static_logits)[1])
             torch.cuda.synchronize()
-    if trace_dir is not None:
-        prof.export_chrome_trace(os.path.join(trace_dir, "trace.json.gz"))
     dt = time.perf_counter() - t0
     replays = args.replays if cuda else 0
     print(f"{len(tokens)} steps ({args.eager} eager, {replays} graph replays) in {dt:.2f} s")

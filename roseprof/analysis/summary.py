@@ -157,7 +157,7 @@ def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = N
         # Only the engine's decode steps have rollovers; a program's steps are named by what marks them.
         steps["kind"] = kind
         steps["name"] = step_name
-    unit = {"decode": "decode step", "profiler": "step"}.get(kind, f"step ({step_name})")
+    unit = {"decode": "decode step", "profiler": "ProfilerStep"}.get(kind, step_name)
     steady = steady_state(
         trace, tree, gpu.op_range, capture, rows, region_cols, log, unit, step_name
     ) if trace.kernel_metrics is None else None  # fmt: skip

@@ -9,6 +9,8 @@ its trace there itself, e.g. `on_trace_ready=torch.profiler.tensorboard_trace_ha
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import signal
 import subprocess
 from pathlib import Path
@@ -82,7 +84,19 @@ class TorchCapture:
                 f"no torch.profiler trace was written into raw/{TRACE_FOLDER}/ (the engine writes one after "
                 f"{wait}+{warmup} decode steps; another program must write its own into ${TRACE_DIR_ENV})"
             )
-        return read_traces(files)
+        trace = read_traces(files)
+        if trace.tool.version == "?":
+            # A program's own trace does not say which torch wrote it (the engine adds it): the installed one.
+            trace.tool = dataclasses.replace(trace.tool, version=installed_torch() or "?")
+        return trace
+
+
+def installed_torch() -> str | None:
+    """torch's version in this environment, from its package metadata (importing torch would take seconds)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def trace_files(folder: Path) -> list[Path]:
