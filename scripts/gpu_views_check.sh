@@ -37,7 +37,7 @@ show() {  # show a run at 80 and 120 columns, into the log and the bundle
 
 if want nsys; then
   echo "== 1. the HF CUDA-graph program under roseprof nsys [${SECONDS}s]"
-  timeout 240 python3 -m roseprof nsys $STORE --name hf-graph --trace cuda,nvtx -- \
+  timeout 240 python3 -m roseprof nsys $STORE --name hf-graph --trace cuda,nvtx --step-range hf.step -- \
     python3 scripts/hf_graph_program.py > "$X/capture-nsys.log" 2>&1
   echo "capture rc=$?"; tail -30 "$X/capture-nsys.log"
   run=$(ls -d "$W"/tr/*hf-graph* | head -1)
