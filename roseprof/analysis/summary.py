@@ -216,8 +216,19 @@ def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = N
         "step_regions": region_cols,
         "itl_series": series,
         "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
+        # Per GPU op: the innermost launching region and the capture-time region, as names (the export's args).
+        "op_regions": _op_regions(trace, gpu.op_range, capture),
     }
     return summary, tables
+
+
+def _op_regions(trace: Trace, launch_range: np.ndarray, capture: np.ndarray) -> dict:
+    out = {}
+    for key, rng in (("region", launch_range), ("capture_region", capture)):
+        col = np.full(len(rng), -1, dtype=np.int64)
+        col[rng >= 0] = trace.ranges.name[rng[rng >= 0]]
+        out[key] = col
+    return out
 
 
 def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int = 200) -> list[dict]:

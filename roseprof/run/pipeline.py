@@ -197,6 +197,7 @@ def _ingest(
         data["step_regions"],
         data["itl_series"],
         data.get("run_starts", ()),
+        data.get("op_regions"),
     )
     return summary
 
