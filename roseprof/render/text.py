@@ -342,3 +342,16 @@ def common_prefix(names: list[str]) -> str:
 def without_prefix(label: str, prefix: str) -> str:
     """A metric label (`name · what`) with its name's shared prefix left out."""
     return label[len(prefix) :] if prefix and label.startswith(prefix) else label
+
+
+def whole_run_note(steady: dict | None) -> str:
+    """` (warm-up and capture included)`: what a whole-run sum holds that the steady state leaves out."""
+    ex = (steady or {}).get("excluded") or {}
+    parts = [
+        label
+        for key, label in (("capture", "CUDA-graph capture"), ("warmup", "warm-up"), ("prefill", "prefill"))
+        if (ex.get(key) or {}).get("steps") or (ex.get(key) or {}).get("ranges")
+    ]
+    if not parts:
+        return ""
+    return f" ({', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]} included)"
