@@ -14,7 +14,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence
+from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence, whole_run_note
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
 MAX_STEP_BARS = 1500
@@ -68,8 +68,8 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
         notes.append(
             "GPU projection: nsys' launch rule (a graph replay counts under the range that launched it)"
         )
-    if summary.get("steady"):
-        notes.append("capture, warm-up and prefill included (the steady state is above)")
+    if whole_run_note(summary.get("steady")):
+        notes.append(f"whole run{whole_run_note(summary.get('steady'))}; the steady state is above")
     return _layout(fig, "Time per region", "; ".join(notes) or None, height=max(320, 60 + 34 * len(rows)))
 
 

@@ -109,9 +109,7 @@ def _region_table(summary: dict) -> str:
         if graph
         else ""
     )
-    title = "Regions, whole run" + (
-        " (capture, warm-up and prefill included)" if summary.get("steady") else ""
-    )
+    title = html.escape("Regions, whole run" + text.whole_run_note(summary.get("steady")))
     return f'<div class="panel"><h2>{title}</h2>{note}{kept}</div>'
 
 

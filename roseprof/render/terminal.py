@@ -197,9 +197,7 @@ def _print_regions(console: Console, run: Run, summary: dict, top: int) -> None:
         headers.append("GPU ms w/ graphs")
         for row, r in zip(rows, regions):
             row.append(units.ms(r.get("gpu_ns")))
-    title = "time per region, whole run" + (
-        " (capture, warm-up, prefill included)" if summary.get("steady") else ""
-    )
+    title = "time per region, whole run" + text.whole_run_note(summary.get("steady"))
     # At 80 columns a GPU run's columns leave no room for names: the percentiles go first, then nsys' columns.
     optional = (4, 5, 6, 7) if graphs else (4, 5)
     console.print(fit_table(console, title, headers, rows, {0: text.shorten_middle}, optional=optional))
