@@ -223,9 +223,10 @@ def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()
 
 
 def request_metrics(
-    log: StepLogRecords | None, step_rollovers: list[int] | None
+    log: StepLogRecords | None, step_rollovers: list[int] | None, left_out: list[list] | None = None
 ) -> tuple[dict | None, dict | None]:
-    """(itl summary, request summary) from the step log's per-token times."""
+    """(itl summary, request summary) from the step log's per-token times. `left_out`: per request, per token
+    after the first, a reason to leave its ITL out (the profiler's own work, CUDA-graph capture) or None."""
     if log is None or not log.requests:
         return None, None
     itl_all, itl_roll, itl_else, ttft, tpot = [], [], [], [], []
@@ -233,7 +234,7 @@ def request_metrics(
     first_arrival = min(r["arrival_ns"] for r in log.requests)
     last_token = first_arrival
     rolls = np.asarray(step_rollovers if step_rollovers is not None else [], dtype=np.int64)
-    for r in log.requests:
+    for ri, r in enumerate(log.requests):
         t = np.asarray(r["token_ns"], dtype=np.int64)
         completion += len(t)
         if len(t) == 0:
@@ -243,8 +244,11 @@ def request_metrics(
         if len(t) > 1:
             gaps = np.diff(t) / 1e6
             tpot.append((t[-1] - t[0]) / 1e6 / (len(t) - 1))
-            itl_all.extend(gaps.tolist())
             steps = np.asarray(r["token_step"][1:], dtype=np.int64)
+            if left_out and ri < len(left_out) and len(left_out[ri]) == len(gaps):
+                keep = np.array([w is None for w in left_out[ri]], dtype=bool)
+                gaps, steps = gaps[keep], steps[keep]
+            itl_all.extend(gaps.tolist())
             known = (steps >= 0) & (steps < len(rolls))
             at_roll = np.zeros(len(steps), dtype=bool)
             at_roll[known] = rolls[steps[known]] > 0
@@ -264,14 +268,16 @@ def request_metrics(
     return itl, requests
 
 
-def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> list[dict]:
+def itl_series(
+    log: StepLogRecords | None, step_rollovers: list[int] | None, left_out: list[list] | None = None
+) -> list[dict]:
     """Per request: token index, time since the first arrival (ms), ITL (ms), whether at a rollover step."""
     if log is None or not log.requests:
         return []
     t0 = min(r["arrival_ns"] for r in log.requests)
     rolls = step_rollovers or []
     out = []
-    for r in log.requests:
+    for ri, r in enumerate(log.requests):
         t = r["token_ns"]
         steps = r["token_step"]
         out.append(
@@ -284,6 +290,8 @@ def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> 
                 "ttft_ms": (t[0] - r["arrival_ns"]) / 1e6 if len(t) else None,
             }
         )
+        if left_out and ri < len(left_out) and any(left_out[ri]):
+            out[-1]["left_out"] = left_out[ri]  # why a token is not in the ITL figures (None: it is)
     return out
 
 

@@ -168,7 +168,10 @@ def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = N
     rolls = rows["rollovers"] if rows else None
     if rows and "log_index" in rows:
         rolls = [int(s.get("rollovers", 0)) for s in log.steps]
-    itl, requests = request_metrics(log, rolls)
+    spikes, spike_causes, left_out = analyse_spikes(log, rows, region_cols, trace)
+    itl, requests = request_metrics(log, rolls, left_out)
+    if itl is not None and spikes and spikes.get("left_out"):
+        itl["left_out"] = spikes["left_out"]  # the tokens these figures leave out, and why
     marks = {}
     for m in trace.marks.name.tolist():
         marks[trace.names[m]] = marks.get(trace.names[m], 0) + 1
@@ -207,9 +210,9 @@ def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = N
     }
     if trace.kernel_metrics is not None:
         summary["ncu"] = ncu.section(trace)
-    series = itl_series(log, rolls)
-    summary["spikes"], causes = analyse_spikes(log, rows, region_cols, trace)
-    for row, cause in zip(series, causes):
+    series = itl_series(log, rolls, left_out)
+    summary["spikes"] = spikes
+    for row, cause in zip(series, spike_causes):
         row["spike_cause"] = cause  # per token: the spike's main cause, None for a token that is no spike
     tables = {
         "steps": rows,

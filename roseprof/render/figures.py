@@ -222,6 +222,9 @@ def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None =
         t, v, roll = np.asarray(r["t_ms"]), np.asarray(r["itl_ms"]), np.asarray(r["rollover"], dtype=bool)
         keep = np.zeros(len(t), dtype=bool)
         keep[::stride] = True
+        counted = _kept([r])  # a token left out of the ITL figures would set the axis (a 4 s profiler flush)
+        keep &= counted
+        roll &= counted
         fig.add_scattergl(
             x=t[keep],
             y=v[keep],
@@ -257,6 +260,8 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     roll = np.concatenate(
         [np.asarray(r["rollover"], dtype=bool) for r in itl_series] or [np.zeros(0, dtype=bool)]
     )
+    kept = _kept(itl_series)
+    v, roll = v[kept], roll[kept]
     if len(v) == 0:
         return None
     fig = go.Figure()
@@ -264,11 +269,22 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     if roll.any():
         fig.add_box(x=v[roll], name="at rollover", boxpoints=False, marker_color=ROLLOVER)
     fig.update_layout(xaxis_title="ITL (ms)", showlegend=False)
-    return _layout(
-        fig,
-        "ITL at rollover steps vs elsewhere",
-        f"{int(roll.sum())} rollover tokens, {int((~roll).sum())} others",
-        height=300,
+    note = f"{int(roll.sum())} rollover tokens, {int((~roll).sum())} others"
+    if not kept.all():
+        note += (
+            f"; {int((~kept).sum())} left out (the profiler's own work or CUDA-graph capture in their gap)"
+        )
+    return _layout(fig, "ITL at rollover steps vs elsewhere", note, height=300)
+
+
+def _kept(itl_series: list[dict]) -> np.ndarray:
+    """[T] the tokens the ITL figures count: not those whose gap holds the profiler's work or a capture."""
+    return np.concatenate(
+        [
+            np.array([w is None for w in r.get("left_out") or [None] * len(r["itl_ms"])], bool)
+            for r in itl_series
+        ]
+        or [np.zeros(0, dtype=bool)]
     )
 
 
@@ -370,6 +386,7 @@ CAUSE_COLOURS = {
     "batch_change": "#ff7f0e",
     "gc": "#2ca02c",
     "host": "#bcbd22",
+    "slow_step": "#7f7f7f",
     "unknown": "#000000",
 }
 
@@ -383,7 +400,7 @@ def itl_spikes(itl_series: list[dict] | None, spikes: dict | None) -> go.Figure 
     cause = np.concatenate(
         [np.asarray(r.get("spike_cause") or [None] * len(r["t_ms"]), dtype=object) for r in itl_series]
     )
-    calm = np.flatnonzero(cause == None)  # noqa: E711 - elementwise on an object array
+    calm = np.flatnonzero((cause == None) & _kept(itl_series))  # noqa: E711 - elementwise on an object array
     stride = max(1, int(np.ceil(len(calm) / MAX_ITL_POINTS)))
     fig = go.Figure()
     fig.add_scattergl(

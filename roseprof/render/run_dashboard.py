@@ -183,10 +183,10 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
 def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     """The cause table, then the largest spikes with their step's region and kernel deltas against the median
     step (positive: the spike's step spent more there)."""
-    if not spikes or not spikes.get("causes"):
+    if not spikes or not (spikes.get("causes") or spikes.get("left_out")):
         return ""
     cause_table = table(
-        ["cause", "spike tokens", "share %", "added p50 ms", "added total ms"],
+        ["main cause", "spike tokens", "share %", "added p50 ms", "added total ms", "where the time went"],
         [
             [
                 html.escape(e["label"]),
@@ -194,10 +194,12 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
                 f"{e['share_pct']:.1f}",
                 f"{e['added_p50_ms']:.3f}",
                 f"{e['added_total_ms']:.1f}",
+                html.escape(text.evidence_text(e.get("evidence"))),
             ]
             for e in spikes["causes"]
         ],
     )
+    left = text.left_out_line(spikes.get("left_out"))
 
     def deltas(d: dict | None, unit_ns=1e3) -> str:
         if not d:
@@ -239,8 +241,8 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     return (
         f'<div class="panel"><h2>ITL spikes</h2><p>{html.escape(spikes["definition"])}: '
         f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens, threshold {spikes['threshold_ms']:.3f} ms "
-        f"(median {spikes['median_ms']:.3f} ms). A token can have several causes.</p>"
-        f"{cause_table}<h2>Largest spikes (one per step)</h2>{table(lhead, listed)}</div>"
+        f"(median {spikes['median_ms']:.3f} ms). Each spike token has one main cause: what added most to it.</p>"
+        f"{f'<p>{html.escape(left)}.</p>' if left else ''}{cause_table}<h2>Largest spikes (one per step)</h2>{table(lhead, listed)}</div>"
     )
 
 

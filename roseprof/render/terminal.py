@@ -273,26 +273,26 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
 
 
 def print_spikes(console: Console, spikes: dict) -> None:
-    """The ITL spike cause table: how many spike tokens each cause touched and the latency it added."""
+    """The ITL spikes: one main cause per spike token, with what took the time; the tokens left out."""
     console.print(
         f"ITL spikes: {spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens ({spikes['spike_steps']} steps) "
         f"above {spikes['threshold_ms']:.3f} ms = {spikes['definition'].removeprefix('ITL above ')}",
         markup=False,
     )
+    line = text.left_out_line(spikes.get("left_out"))
+    if line:
+        console.print(plain(line), markup=False)
     if not spikes["causes"]:
         return
-    t = Table(title="spike causes (a token can have several)", title_justify="left")
-    for col in ("cause", "tokens", "share %", "added p50 ms", "added total ms"):
-        t.add_column(col, justify="left" if col == "cause" else "right")
-    for c in spikes["causes"]:
-        t.add_row(
-            c["label"],
-            f"{c['tokens']:,}",
-            f"{c['share_pct']:.1f}",
-            f"{c['added_p50_ms']:.3f}",
-            f"{c['added_total_ms']:.1f}",
-        )
-    console.print(t)
+    rows = [
+        [c["label"], f"{c['tokens']:,}", f"{c['share_pct']:.1f}", f"{c['added_p50_ms']:.3f}",
+         f"{c['added_total_ms']:.1f}"]
+        for c in spikes["causes"]
+    ]  # fmt: skip
+    headers = ["main cause", "tokens", "share %", "added p50 ms", "added total ms"]
+    console.print(fit_table(console, "spike causes (one per spike token)", headers, rows))
+    for c in spikes["causes"]:  # the evidence: where each cause's time went
+        console.print(plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"), markup=False)
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:

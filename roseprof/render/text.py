@@ -355,3 +355,22 @@ def whole_run_note(steady: dict | None) -> str:
     if not parts:
         return ""
     return f" ({', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]} included)"
+
+
+def left_out_line(left_out: dict | None) -> str | None:
+    """One line: the tokens the ITL figures leave out (the profiler's own work, CUDA-graph capture) and why."""
+    if not left_out:
+        return None
+    parts = [f"{e['tokens']:,} token(s) whose gap holds {e['label']} (up to {duration(e['max_ms'] * 1e6)})"
+             for e in left_out.values()]  # fmt: skip
+    return "ITL figures leave out " + "; ".join(parts)
+
+
+def evidence_text(evidence: list[dict] | None) -> str:
+    """`roseinfer.model.forward +164.0 µs p50 (48 tokens); ...`: where a cause's time went."""
+    if not evidence:
+        return "-"
+    return "; ".join(
+        f"{e['where']} +{duration(e['p50_ms'] * 1e6)} p50 ({e['tokens']:,} token{'s' if e['tokens'] != 1 else ''})"
+        for e in evidence
+    )

@@ -1,0 +1,95 @@
+"""What the trace says about a token's window: the profiler's own work and CUDA-graph capture (tokens whose gap
+holds them are left out of the ITL figures), and which region took a slow step's extra time (the evidence a
+spike's cause is shown with).
+
+The step log is on the engine's clock; the trace on the tool's. The offset between them comes from the decode
+steps both hold (the step rows are the trace's `roseinfer.decode_step` ranges, joined to the log's records), so
+this works for nsys and torch.profiler runs alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.model import Trace
+from roseprof.workload.steplog import StepLogRecords
+
+LEFT_OUT = {
+    "profiler": "the profiler starting or writing its trace",
+    "capture": "CUDA graph capture",
+}
+SPREAD = 0.5  # a region that took less than this share of a slow step's excess does not stand for it alone
+
+
+def log_offset(log: StepLogRecords, rows: dict | None) -> float | None:
+    """ns to add to a trace time to get the step log's time, from the steps both hold; None when unknown."""
+    if not rows or not rows.get("start_ns") or not log.steps:
+        return None
+    index = rows.get("log_index", rows["index"])
+    if len(index) != len(rows["start_ns"]):
+        return None
+    diffs = [
+        log.steps[k]["start_ns"] - t
+        for k, t in zip(index, rows["start_ns"])
+        if isinstance(k, int) and 0 <= k < len(log.steps)
+    ]
+    return float(np.median(diffs)) if diffs else None
+
+
+def left_out_tokens(
+    log: StepLogRecords, rows: dict | None, trace: Trace | None, start: np.ndarray, end: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(reason [T]: "", "profiler" or "capture"; the ns of the window it took [T]) for token windows [start, end]
+    on the log's clock. The profiler: a window holding the trace's first or last instant (the profiler starting,
+    or writing its trace when a torch.profiler window ends); capture: a window in which CUDA graph nodes were
+    made."""
+    reason = np.full(len(start), "", dtype=object)
+    took = np.zeros(len(start))
+    offset = log_offset(log, rows) if trace is not None else None
+    if offset is None or not len(start):
+        return reason, took
+    times = [t for t in (trace.ranges.start, trace.ranges.end, trace.ops.start, trace.ops.end) if len(t)]
+    if times:
+        first = min(float(t.min()) for t in times) + offset
+        last = max(float(t.max()) for t in times) + offset
+        hit = (start < first) & (first < end)
+        reason[hit], took[hit] = "profiler", (first - start)[hit]
+        hit = (start < last) & (last < end)
+        reason[hit], took[hit] = "profiler", (end - last)[hit]
+    nodes = trace.graph_nodes
+    if len(nodes):
+        made = np.sort(nodes.start.astype(np.float64) + offset)
+        inside = np.searchsorted(made, end) > np.searchsorted(made, start)
+        hit = inside & (reason == "")
+        reason[hit], took[hit] = "capture", (end - start)[hit]  # the engine waited for the capture
+    return reason, took
+
+
+def step_region_excess(
+    rows: dict | None, region_cols: list[str], n_log_steps: int
+) -> dict[int, tuple[str, float]]:
+    """Per decode step (log index) slower than the median step: the region whose time grew most over its median,
+    and by how much (ns); "(spread over the step)" when no region took SPREAD of the step's excess (machine
+    noise: everything ran a little slower)."""
+    if not rows or len(rows.get("dur_ns", [])) != n_log_steps or not n_log_steps:
+        return {}
+    dur = np.asarray(rows["dur_ns"], dtype=np.float64)
+    excess = dur - np.median(dur)
+    cols = {name: np.asarray(rows[f"region:{name}"], dtype=np.float64) for name in region_cols}
+    if "rest_ns" in rows:
+        cols["(host time between regions)"] = np.asarray(rows["rest_ns"], dtype=np.float64)
+    for key in rows:
+        if key.startswith("graph:"):  # a replay's GPU time, by the region its kernels were captured in
+            cols[f"{key[len('graph:') :]} (GPU)"] = np.asarray(rows[key], dtype=np.float64)
+    if not cols:
+        return {}
+    deltas = {name: v - np.median(v) for name, v in cols.items()}
+    out = {}
+    for k in np.flatnonzero(excess > 0).tolist():
+        name = max(deltas, key=lambda n: deltas[n][k])
+        grew = float(deltas[name][k])
+        if grew >= SPREAD * excess[k]:
+            out[k] = (name, grew)
+        else:
+            out[k] = ("(spread over the step)", float(excess[k]))
+    return out
