@@ -84,9 +84,13 @@ def step_region_excess(
     if not cols:
         return {}
     deltas = {name: v - np.median(v) for name, v in cols.items()}
+    typical = {name: float(np.median(v)) for name, v in cols.items()}
     out = {}
     for k in np.flatnonzero(excess > 0).tolist():
-        name = max(deltas, key=lambda n: deltas[n][k])
+        most = max(deltas[n][k] for n in deltas)
+        # Nested regions grow together (a forward and its lm_head): name the most specific one, the smallest
+        # region that took nearly all of the growth.
+        name = min((n for n in deltas if deltas[n][k] >= 0.8 * most), key=lambda n: typical[n])
         grew = float(deltas[name][k])
         if grew >= SPREAD * excess[k]:
             out[k] = (name, grew)
