@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from roseinfer import steplog, tracing
+from roseinfer import env, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
@@ -29,7 +29,12 @@ class Engine:
         self.model_cfg = self.runner.model_cfg  # the engine's copy: its eos_token_id is what stops sequences
         self.mgr = self.runner.mgr
         self.scheduler = Scheduler(cfg, self.mgr)
-        self.steplog = steplog.step_log({"block_size": cfg.block_size, "model": model})
+        meta = {"block_size": cfg.block_size, "model": model}
+        if env.ENV.torch_profile:
+            # The profiler's schedule (decode steps): roseprof leaves out the tokens whose gap holds its own work
+            # (starting to collect, starting to record, writing the trace) from the ITL figures.
+            meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
+        self.steplog = steplog.step_log(meta)
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).

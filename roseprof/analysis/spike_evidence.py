@@ -46,7 +46,10 @@ def left_out_tokens(
     reason = np.full(len(start), "", dtype=object)
     took = np.zeros(len(start))
     offset = log_offset(log, rows) if trace is not None else None
-    if offset is None or not len(start):
+    if not len(start):
+        return reason, took
+    _engine_profiler(log, start, end, reason, took)
+    if offset is None:
         return reason, took
     times = [t for t in (trace.ranges.start, trace.ranges.end, trace.ops.start, trace.ops.end) if len(t)]
     if times:
@@ -71,7 +74,11 @@ def step_region_excess(
     """Per decode step (log index) slower than the median step: the region whose time grew most over its median,
     and by how much (ns); "(spread over the step)" when no region took SPREAD of the step's excess (machine
     noise: everything ran a little slower)."""
-    if not rows or len(rows.get("dur_ns", [])) != n_log_steps or not n_log_steps:
+    if not rows or not rows.get("dur_ns") or not n_log_steps:
+        return {}
+    # The rows' log step: the same index, or (a torch.profiler window joined by time) their log_index.
+    index = rows.get("log_index") or (rows["index"] if len(rows["dur_ns"]) == n_log_steps else None)
+    if index is None or len(index) != len(rows["dur_ns"]):
         return {}
     dur = np.asarray(rows["dur_ns"], dtype=np.float64)
     excess = dur - np.median(dur)
@@ -86,14 +93,31 @@ def step_region_excess(
     deltas = {name: v - np.median(v) for name, v in cols.items()}
     typical = {name: float(np.median(v)) for name, v in cols.items()}
     out = {}
-    for k in np.flatnonzero(excess > 0).tolist():
-        most = max(deltas[n][k] for n in deltas)
+    for row in np.flatnonzero(excess > 0).tolist():
+        k = int(index[row])
+        if k < 0:
+            continue
+        most = max(deltas[n][row] for n in deltas)
         # Nested regions grow together (a forward and its lm_head): name the most specific one, the smallest
         # region that took nearly all of the growth.
-        name = min((n for n in deltas if deltas[n][k] >= 0.8 * most), key=lambda n: typical[n])
-        grew = float(deltas[name][k])
-        if grew >= SPREAD * excess[k]:
+        name = min((n for n in deltas if deltas[n][row] >= 0.8 * most), key=lambda n: typical[n])
+        grew = float(deltas[name][row])
+        if grew >= SPREAD * excess[row]:
             out[k] = (name, grew)
         else:
-            out[k] = ("(spread over the step)", float(excess[k]))
+            out[k] = ("(spread over the step)", float(excess[row]))
     return out
+
+
+def _engine_profiler(log: StepLogRecords, start, end, reason, took) -> None:
+    # The engine's own torch.profiler (its schedule in the log's meta): at the ends of `wait` (collecting starts),
+    # `warmup` (recording starts) and `active` (the trace is written) decode steps the profiler works between
+    # two steps; the tokens of the step on either side of each switch hold it.
+    schedule = log.meta.get("torch_profile_schedule")
+    if isinstance(schedule, list) and len(schedule) == 3 and all(isinstance(x, int) for x in schedule):
+        wait, warmup, active = schedule
+        for k in {wait, wait + warmup, wait + warmup + active}:
+            if 0 < k < len(log.steps):
+                switch = float(log.steps[k - 1]["end_ns"]), float(log.steps[k]["start_ns"])
+                hit = (start <= switch[1]) & (end >= switch[0]) & (reason == "")
+                reason[hit], took[hit] = "profiler", switch[1] - switch[0]

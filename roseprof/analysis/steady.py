@@ -88,6 +88,10 @@ def steady_state(
     nodes = trace.graph_nodes
     captures = np.zeros(n, dtype=bool)
     capture_roots: set[int] = set()
+    # torch.profiler records no graph nodes, but the capture's runtime calls (host events, or launch calls).
+    calls = _capture_calls(trace)
+    at = _step_of(calls, starts, ends)
+    captures[at[at >= 0]] = True
     if len(nodes):
         node_step = _step_of(nodes.start, starts, ends)
         captures[node_step[node_step >= 0]] = True
@@ -138,12 +142,18 @@ def steady_state(
         around.update(trace.names[int(x)] for x in np.unique(r.name[cur]))
         cur = np.unique(tree.parent[cur])
         cur = cur[cur >= 0]
+    # A range that only wraps the capture outside the steps (`hf.capture`) holds every replayed kernel by the
+    # capture rule, and no step runs it: it is on the capture's own line, not a part of the step.
+    around.update(trace.names[int(r.name[i])] for i in outside_steps)
+    around -= set(region_cols) - {step_name}
     regions = []
     for name in dict.fromkeys([*host, *gpu]):
         if name in around:
             continue
         hm, hp = stats(host.get(name, np.zeros(n)))
         gm, gp = stats(gpu.get(name, np.zeros(n))) if has_gpu else (None, None)
+        if not hm and not gm:  # ran only in the steps left out (an eager warm-up, the capture)
+            continue
         regions.append(
             {
                 "name": name,
@@ -183,5 +193,27 @@ def steady_state(
         "step": {"host_mean_ns": hm, "host_p50_ns": hp, "gpu_mean_ns": gm, "gpu_p50_ns": gp},
         "regions": regions[:MAX_REGIONS],
         "regions_total": len(regions),
-        "graph_replays": bool(replaying[steady].any()),
+        # GPU time of graph replays is in the regions they were captured in (the trace has the graph's nodes).
+        "graph_replays": bool(replaying[steady].any() and (capture >= 0).any()),
     }
+
+
+CAPTURE_CALLS = (
+    "BeginCapture",
+    "EndCapture",
+    "GraphInstantiate",
+)  # cudaStreamBeginCapture, cuGraphInstantiate...
+
+
+def _capture_calls(trace: Trace) -> np.ndarray:
+    """Start times of the runtime/driver calls that capture or instantiate a CUDA graph."""
+    names = trace.names.values
+    hit = np.array([any(c in v for c in CAPTURE_CALLS) for v in names], dtype=bool)
+    if not hit.any():
+        return np.zeros(0, dtype=np.int64)
+    h, o = trace.host_events, trace.ops
+    parts = [h.start[hit[h.name]]] if len(h) else []
+    named = o.api_name >= 0
+    if named.any():
+        parts.append(o.api_start[named][hit[o.api_name[named]]])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
