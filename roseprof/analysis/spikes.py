@@ -20,11 +20,16 @@ happened, spike or not; the summary counts spikes):
                   overlapped decode, which launches nothing)
     gc            Python's garbage collector ran in the window (the engine logs gc callbacks, log version 2)
     host          host time in the window outside any step or prefill, beyond what is typical
-    unknown       the spike's excess that none of the above accounts for (more than half of it)
+    slow_step     a step in the window took longer than the median step and the log records nothing above in it
+                  (with the overlapped decode the window also holds part of the step before the token's own)
+    unknown       the spike's excess that no record accounts for (more than half of it)
 
 The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the
 window: the decode step's time over the median step (split evenly among the step's causes), the prefills' and
-collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest.
+collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest. The
+cause that added most is the token's one main cause, shown with its evidence (spike_evidence.py: the region that
+grew in the slowest step of the window, or the event); a cause that added under MIN_ADDED_NS is none. Tokens whose
+gap holds the profiler's own work or a CUDA-graph capture are no ITL sample: left out, and counted apart.
 """
 
 from __future__ import annotations
