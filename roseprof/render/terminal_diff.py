@@ -71,7 +71,8 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     rows = []
     for m, label in zip(metrics[:top], labels):
         unit = text.metric_unit(m["name"])
-        flag = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
+        # One character for "significant" so that 80 columns keep the figures whole; a regression stays loud.
+        flag = "REGRESSION" if m.get("regression") else ("*" if m["significant"] else "")
         rows.append(
             [
                 text.without_prefix(label, prefix),
@@ -85,7 +86,9 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     if prefix:
         title += f"; regions without {prefix}"
     headers = ["metric", "before", "after", "change [95% CI]", ""]
-    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}))
+    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
+    if any(r[4] == "*" for r in rows):
+        console.print("* significant: the 95% interval excludes 0", markup=False, style="dim")
     if len(metrics) > top:
         console.print(f"... {len(metrics) - top} more metrics (--top N, or --json for all)", markup=False)
     console.print(f"method: {result['method']}", markup=False, style="dim")

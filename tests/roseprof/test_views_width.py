@@ -18,6 +18,8 @@ from tests.helpers import DATA, roseprof
 WIDTHS = (80, 100, 120)
 GRAPHS = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.sqlite"
 GRAPHS_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.steplog.jsonl"
+DECODE = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
+DECODE_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl"
 CLOVER = DATA / "nsys" / "public" / "hpcgroup__pipit__perlmutter-cloverleaf-cuda.sqlite"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
@@ -29,6 +31,9 @@ def store(tmp_path_factory):
     for name in ("before", "after"):
         proc = roseprof("import", GRAPHS, "--steplog", GRAPHS_LOG, "--name", name, *opts)
         assert proc.returncode == 0, proc.stderr
+    # the eager decode fixture against the fast path: a diff in which most metrics changed significantly
+    proc = roseprof("import", DECODE, "--steplog", DECODE_LOG, "--name", "eager", *opts)
+    assert proc.returncode == 0, proc.stderr
     proc = roseprof("import", CLOVER, *opts)  # its id is ~70 characters: the file's name is the run's
     assert proc.returncode == 0, proc.stderr
     ids = sorted(p.name for p in (root / "traces").iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -50,11 +55,12 @@ def commands(ids):
         "show": ["show", "after"],
         "show-long-id": ["show", clover],
         "diff": ["diff", "before", "after"],
+        "diff-changed": ["diff", "eager", "after"],
     }
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff"])
+@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff", "diff-changed"])
 def test_piped_output_honours_columns(store, verb, width):
     opts, ids = store
     proc = roseprof(*commands(ids)[verb], *opts, env={"COLUMNS": str(width)})
@@ -100,7 +106,7 @@ def run_in_terminal(args: list[str], cols: int = 80, rows: int = 24) -> str:
     return ANSI.sub("", b"".join(chunks).decode("utf-8", errors="replace")).replace("\r\n", "\n")
 
 
-@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff"])
+@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff", "diff-changed"])
 def test_a_real_80x24_terminal(store, verb):
     opts, ids = store
     out = run_in_terminal([*commands(ids)[verb], *opts])
@@ -109,3 +115,7 @@ def test_a_real_80x24_terminal(store, verb):
     if verb == "ls":
         for run_id in ids:
             assert any(run_id in line for line in out.splitlines()), run_id
+    if verb == "diff-changed":  # the figures stay whole: no value cut to an ellipsis
+        table = out[out.index("all metrics") :].splitlines()
+        rows = [line for line in table if line.rstrip().endswith(" *")]
+        assert rows and not any("… " in line or "…  " in line for line in rows), rows
