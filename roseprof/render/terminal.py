@@ -24,13 +24,21 @@ MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, o
 
 
 def make_console() -> Console:
-    """A console for summaries: the terminal's width, or COLUMNS when set (a terminal or a pipe alike); a pipe
-    without COLUMNS gets 160 columns, so a log keeps names whole."""
+    """A console for summaries: COLUMNS when set (a terminal or a pipe alike), else the terminal's width; output
+    piped into `head` or `less` from a terminal gets that terminal's width (COLUMNS is a shell variable that
+    bash does not export); with no terminal at all (a log, a CI job) 160 columns, so names stay whole."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return Console(width=max(int(columns), 40))
     console = Console()
-    return console if console.is_terminal else Console(width=160)
+    if console.is_terminal:
+        return console
+    for fd in (2, 0):  # stdout is a pipe; stderr or stdin may still be the user's terminal
+        try:
+            return Console(width=max(os.get_terminal_size(fd).columns, 40))
+        except (OSError, ValueError):
+            continue
+    return Console(width=160)
 
 
 def _empty(cells) -> bool:
