@@ -119,3 +119,22 @@ def test_a_real_80x24_terminal(store, verb):
         table = out[out.index("all metrics") :].splitlines()
         rows = [line for line in table if line.rstrip().endswith(" *")]
         assert rows and not any("… " in line or "…  " in line for line in rows), rows
+
+
+def test_piped_from_an_80_column_terminal(store):
+    """`roseprof show RUN | head` in an 80-column terminal without COLUMNS exported: the terminal's width."""
+    opts, ids = store
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "roseprof", "show", "after", *map(str, opts)],
+            stdout=subprocess.PIPE, stderr=slave, stdin=slave, env=env, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0
+    assert_fits(proc.stdout, 80)
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) > 60  # not some narrower default
