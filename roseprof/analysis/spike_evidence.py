@@ -121,3 +121,34 @@ def _engine_profiler(log: StepLogRecords, start, end, reason, took) -> None:
                 switch = float(log.steps[k - 1]["end_ns"]), float(log.steps[k]["start_ns"])
                 hit = (start <= switch[1]) & (end >= switch[0]) & (reason == "")
                 reason[hit], took[hit] = "profiler", switch[1] - switch[0]
+
+
+# The causes a step's extra time goes to (spikes.py), and how an event cause is named as evidence.
+STEP_EVIDENCE = ("rollover", "cow", "batch_change", "preemption", "slow_step")  # evidence: a step's region
+EVENTS = {
+    "host": "host time between decode steps",
+    "gc": "Python gc collections",
+    "prefill": "prefill of new requests",
+    "readmission": "prefill recomputing preempted requests",
+    "kv_wait": "its request preempted, then recomputed",
+    "unknown": "no record accounts for it",
+}
+
+
+def evidence_of(
+    cause: str, t: int, tok: dict, added_ns: float, where: dict, log: StepLogRecords, starts: np.ndarray
+) -> tuple[str, float]:
+    """(what took the time, ns) for a spike token's main cause: the region that grew most in the slowest step of
+    its window (a step cause), or the event in its window. `starts`: the log's step starts, sorted."""
+    k = int(tok["step"][t])
+    if cause == "slow_step":  # the slowest step in the window, its own or the one before (overlapped decode)
+        lo = max(int(np.searchsorted(starts, tok["start"][t], side="right")) - 1, 0)
+        hi = int(np.searchsorted(starts, tok["end"][t], side="left"))
+        inside = [i for i in range(lo, hi) if log.steps[i]["end_ns"] > tok["start"][t]]
+        if inside:
+            k = max(inside, key=lambda i: log.steps[i]["end_ns"] - log.steps[i]["start_ns"])
+    if cause in STEP_EVIDENCE:
+        first = k == 0 or any(r.get("next_step") == k for r in log.run_starts)
+        what, ns = where.get(k, (f"decode step {k} (no trace to say where)", added_ns))
+        return (f"first step of a run: {what}" if first else what, ns)
+    return (EVENTS.get(cause, cause), added_ns)

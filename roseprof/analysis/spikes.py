@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.spike_evidence import LEFT_OUT, left_out_tokens, step_region_excess
+from roseprof.analysis.spike_evidence import LEFT_OUT, evidence_of, left_out_tokens, step_region_excess
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.steplog import StepLogRecords
 
@@ -252,8 +252,11 @@ def analyse_spikes(
     names.append("unknown")
     primary = np.argmax(added, axis=1)  # one main cause per token: the one that added most
     where = step_region_excess(rows, region_cols, len(log.steps))
-    evidence = [_evidence(names[primary[t]], t, tok, added[t, primary[t]], where, log) if spike[t] else None
-                for t in range(n)]  # fmt: skip
+    starts = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
+    evidence = [
+        evidence_of(names[primary[t]], t, tok, added[t, primary[t]], where, log, starts) if spike[t] else None
+        for t in range(n)
+    ]
     table = []
     n_spikes = int(spike.sum())
     for j, c in enumerate(names):
@@ -312,37 +315,6 @@ def analyse_spikes(
         out_per_request.append([why_out[t] or None for t in range(i, i + m)])
         i += m
     return summary, per_request, out_per_request
-
-
-EVENTS = {
-    "host": "host time between decode steps",
-    "gc": "Python gc collections",
-    "prefill": "prefill of new requests",
-    "readmission": "prefill recomputing preempted requests",
-    "kv_wait": "its request preempted, then recomputed",
-    "unknown": "no record accounts for it",
-}
-
-
-def _evidence(
-    cause: str, t: int, tok: dict, added_ns: float, where: dict, log: StepLogRecords
-) -> tuple[str, float]:
-    """(what took the time, ns) for a spike token's main cause: the region that grew most in the slowest step of
-    its window (a step cause), or the event in its window."""
-    k = int(tok["step"][t])
-    if cause == "slow_step":  # the slowest step in the window, its own or the one before (overlapped decode)
-        inside = [
-            i
-            for i, s in enumerate(log.steps)
-            if s["start_ns"] < tok["end"][t] and s["end_ns"] > tok["start"][t]
-        ]
-        if inside:
-            k = max(inside, key=lambda i: log.steps[i]["end_ns"] - log.steps[i]["start_ns"])
-    if cause in (*STEP_CAUSES, "slow_step"):
-        first = k == 0 or any(r.get("next_step") == k for r in log.run_starts)
-        what, ns = where.get(k, (f"decode step {k} (no trace to say where)", added_ns))
-        return (f"first step of a run: {what}" if first else what, ns)
-    return (EVENTS.get(cause, cause), added_ns)
 
 
 def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, evidence) -> list[dict]:

@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, ncu_views, text, units
+from roseprof.render import figures, ncu_views, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -257,7 +257,7 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_breakdown(steps),
         figures.graph_breakdown(steps),
         figures.itl_over_time(itl, (steps or {}).get("run_starts")),
-        figures.itl_spikes(itl, summary.get("spikes")),
+        spike_figures.itl_spikes(itl, summary.get("spikes")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
