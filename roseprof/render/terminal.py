@@ -247,7 +247,10 @@ def _print_kernels(console: Console, summary: dict) -> None:
 
 def _tool(m: dict) -> str:
     tool = m.get("tool", {})
-    version = ".".join(str(tool.get("version", "")).split(".")[:2])  # 2025.3.2.0 -> 2025.3
+    raw = str(tool.get("version") or "")
+    version = (
+        ".".join(raw.split(".")[:2]) if raw != "?" else ""
+    )  # 2025.3.2.0 -> 2025.3; unknown: the name alone
     return f"{tool.get('name', '')} {version}".strip()
 
 

@@ -116,6 +116,10 @@ def test_a_program_speaks_of_its_own_steps(store):
     out = store.run("import", MATMUL, "--name", "plain")
     assert store.summary("plain")["steps"] is None and "step" not in out.lower()
     assert "ncu (version not recorded)" in store.run("import", NCU_CSV, "--name", "ncucsv")
+    listing = store.run("ls")
+    assert (
+        "?" not in listing and " torch " in listing and " ncu " in listing
+    )  # a version not known: none shown
 
 
 def test_distinct_kernels_stay_distinct(store):
