@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from roseinfer import steplog, tracing
+from roseinfer import env, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
@@ -32,12 +32,11 @@ class Engine:
         self.scheduler = Scheduler(cfg, self.mgr)
         tp = self.runner.tp
         self.rank, self.world_size = (tp.rank, tp.world_size) if tp is not None else (0, 1)
-        meta = {
-            "block_size": cfg.block_size,
-            "model": model,
-            "rank": self.rank,
-            "world_size": self.world_size,
-        }
+        meta = {"block_size": cfg.block_size, "model": model, "rank": self.rank, "world_size": self.world_size}
+        if env.ENV.torch_profile:
+            # The profiler's schedule (decode steps): roseprof leaves out the tokens whose gap holds its own work
+            # (starting to collect, starting to record, writing the trace) from the ITL figures.
+            meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
         self.steplog = steplog.step_log(meta, rank=self.rank)
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block

@@ -40,7 +40,7 @@ class StepLogWriter:
        gc.callbacks; the youngest generations' only when they took GC_MIN_NS or more)
       {"type": "request", "id", "arrival_ns", "prompt_tokens", "output_tokens", "token_ns": [...],
        "token_step": [...], "preemptions"}
-      {"type": "run_start", "run": r, "ts_ns", "next_step"}   a benchmark run (warm-up or measured) begins
+      {"type": "run_start", "run": r, "ts_ns", "next_step", "warmup"}   a benchmark run begins (warmup: bool)
     The k-th "step" record is the k-th `roseinfer.decode_step` range of the same run: both are emitted by
     the same code, in the same order, once per decode step. `token_step[i]` is the index of the decode step
     that emitted token i (-1 for the token produced by prefill), so ITL can be split by rollover steps. With the
@@ -181,12 +181,21 @@ def close() -> None:
 _RUNS_STARTED = 0
 
 
-def run_start() -> None:
+def run_start(warmup: bool = False) -> None:
     """Mark in the step log that a benchmark run begins, so profiles of several runs (--warmup-runs,
-    --repeat-runs) show where each starts. `next_step` is the index the run's first step record will have."""
+    --repeat-runs) show where each starts. `next_step` is the index the run's first step record will have;
+    `warmup` says the run is a warm-up (roseprof leaves its steps out of the steady state)."""
     log = step_log()
     if log is None:
         return
     global _RUNS_STARTED
-    log.write({"type": "run_start", "run": _RUNS_STARTED, "ts_ns": now_ns(), "next_step": log.step_index})
+    log.write(
+        {
+            "type": "run_start",
+            "run": _RUNS_STARTED,
+            "ts_ns": now_ns(),
+            "next_step": log.step_index,
+            "warmup": warmup,
+        }
+    )
     _RUNS_STARTED += 1

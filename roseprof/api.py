@@ -21,7 +21,11 @@ from roseprof.workload.steplog import read_steplog
 
 
 def analyse_trace(
-    trace: Trace, steplog: Path | None, label: str = "the step log", strict: bool = False
+    trace: Trace,
+    steplog: Path | None,
+    label: str = "the step log",
+    strict: bool = False,
+    step_range: str | None = None,
 ) -> tuple[dict, dict]:
     """A trace and, where the engine wrote one, its step log -> (summary, tables).
 
@@ -32,7 +36,7 @@ def analyse_trace(
         raise RoseprofError(
             f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
         )
-    summary, data = analyse(trace, log)
+    summary, data = analyse(trace, log, step_range)
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
     return summary, data
@@ -47,6 +51,7 @@ def capture_nsys(
     nvtx_capture: str | None,
     repeat: int = 1,
     progress: pipeline.Progress | None = None,
+    step_range: str | None = None,
 ) -> list[pipeline.CaptureOutcome]:
     """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run (`repeat`
     times: that many runs of one name, stopping at the first that does not complete)."""
@@ -58,8 +63,15 @@ def capture_nsys(
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
-            store, capturer, command, run_name, gpus, analyse_trace, progress, manifest=extra
-        ),
+            store,
+            capturer,
+            command,
+            run_name,
+            gpus,
+            _analyser(step_range),
+            progress,
+            manifest={**extra, **_step_manifest(step_range)},
+        ),  # fmt: skip
         repeat,
     )
 
@@ -154,6 +166,7 @@ def capture_torch(
     with_stack: bool,
     cpu_only: bool,
     progress: pipeline.Progress | None = None,
+    step_range: str | None = None,
 ) -> pipeline.CaptureOutcome:
     """`roseprof torch`: CMD (or the built-in engine benchmark) with torch.profiler on, into a new run."""
     from roseprof.drivers.torch.capture import TorchCapture
@@ -162,7 +175,20 @@ def capture_torch(
     capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
     command = cmd or default_command()
     run_name = name or ("demo" if not cmd else Path(command[0]).name)
-    return pipeline.capture(store, capturer, command, run_name, gpus, analyse_trace, progress)
+    return pipeline.capture(
+        store, capturer, command, run_name, gpus, _analyser(step_range), progress, _step_manifest(step_range)
+    )
+
+
+def _analyser(step_range: str | None, **kw):
+    """The analysis step of a capture or import: with --step-range, that range is the program's step."""
+    return (
+        functools.partial(analyse_trace, step_range=step_range, **kw) if step_range or kw else analyse_trace
+    )
+
+
+def _step_manifest(step_range: str | None) -> dict:
+    return {"step_range": step_range} if step_range else {}
 
 
 def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
@@ -179,10 +205,12 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     return path
 
 
-def import_path(store: RunStore, path: str, name: str | None, steplog: str | None) -> Run:
+def import_path(
+    store: RunStore, path: str, name: str | None, steplog: str | None, step_range: str | None = None
+) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
-    analyse_import = functools.partial(analyse_trace, label=steplog or "the step log", strict=True)
-    return pipeline.import_file(store, path, name, steplog, analyse_import)
+    analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
+    return pipeline.import_file(store, path, name, steplog, analyse_import, _step_manifest(step_range))
 
 
 def load_run(run: Run) -> RunData:

@@ -221,6 +221,28 @@ class GraphNodes:
         return len(self.node)
 
 
+HOST_CATEGORIES = ("cpu_op", "python_function", "cuda_runtime", "cuda_driver")  # HostEvents.kind -> category
+
+
+@dataclass
+class HostEvents:
+    """What else the tool recorded on the host [H], beside regions and the calls that launched GPU ops:
+    torch.profiler's CPU operators (aten::*), Python frames, and runtime/driver calls that launched nothing
+    (synchronisations, allocations). The analyses leave them out (regions are what the program annotated);
+    the export keeps them, so a Perfetto view of a run has every event of the raw trace."""
+
+    start: np.ndarray = field(default_factory=_empty)
+    end: np.ndarray = field(default_factory=_empty)
+    name: np.ndarray = field(default_factory=_empty)  # index into Trace.names
+    tid: np.ndarray = field(default_factory=_empty)  # the tool's thread id, as Ranges.tid
+    kind: np.ndarray = field(default_factory=_empty)  # index into HOST_CATEGORIES
+
+    COLUMNS = ("start", "end", "name", "tid", "kind")
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
 @dataclass
 class Tool:
     name: str  # "nsys", "torch", "ncu"
@@ -244,6 +266,7 @@ class Trace:
     clock: str | None = None
     warnings: list[str] = field(default_factory=list)  # what the reader had to assume or leave out
     kernel_metrics: KernelMetrics | None = None  # per-launch metrics (ncu)
+    host_events: HostEvents = field(default_factory=HostEvents)
 
     @property
     def has_gpu(self) -> bool:

@@ -209,13 +209,13 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_once(engine: Engine, args, tokenizer, texts, pretokenized) -> dict:
-    """One measured run; returns per-request timings and totals."""
+def run_once(engine: Engine, args, tokenizer, texts, pretokenized, warmup: bool = False) -> dict:
+    """One run (measured, or a warm-up); returns per-request timings and totals."""
     params = SamplingParams(max_new_tokens=args.max_new_tokens, ignore_eos=args.no_stop_on_eos)
     interval_ns = int(args.submit_interval_ms * 1e6) if args.mode == "online" else 0
     engine.stats.update(decode_ns=0, prefill_ns=0, decode_steps=0, decode_kv_tokens=0)
     _sync(args.device)
-    steplog.run_start()  # the step log marks where each run (warm-up or measured) begins
+    steplog.run_start(warmup)  # the step log marks where each run (warm-up or measured) begins
     t0 = tracing.now_ns()
     prompts = pretokenized if pretokenized is not None else tokenize(tokenizer, texts, args.tokenize_workers)
     seqs = []
@@ -376,7 +376,7 @@ def _run(prog: str, args) -> int:
     pretokenized = tokenize(tokenizer, texts, args.tokenize_workers) if args.pretok else None
     try:
         for _ in range(args.warmup_runs):
-            run_once(engine, args, tokenizer, texts, pretokenized)
+            run_once(engine, args, tokenizer, texts, pretokenized, warmup=True)
         runs = [
             summarize(run_once(engine, args, tokenizer, texts, pretokenized)) for _ in range(args.repeat_runs)
         ]

@@ -49,6 +49,15 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         itl_roll = np.concatenate([np.asarray(r["rollover"], dtype=bool) for r in itl_rows])
         if all("step" in r for r in itl_rows):
             itl_step = np.concatenate([np.asarray(r["step"], dtype=np.int64) for r in itl_rows])
+        # Tokens whose gap holds the profiler's own work or a CUDA-graph capture are no ITL sample.
+        keep = np.concatenate(
+            [
+                np.array([w is None for w in r.get("left_out") or [None] * len(r["itl_ms"])], bool)
+                for r in itl_rows
+            ]
+        )
+        itl, itl_roll = itl[keep], itl_roll[keep]
+        itl_step = itl_step[keep] if itl_step is not None else None
     ttft = None
     if itl_rows and all("ttft_ms" in r for r in itl_rows):
         ttft = np.asarray([r["ttft_ms"] for r in itl_rows if r["ttft_ms"] is not None], dtype=np.float64)

@@ -20,23 +20,30 @@ happened, spike or not; the summary counts spikes):
                   overlapped decode, which launches nothing)
     gc            Python's garbage collector ran in the window (the engine logs gc callbacks, log version 2)
     host          host time in the window outside any step or prefill, beyond what is typical
-    unknown       the spike's excess that none of the above accounts for (more than half of it)
+    slow_step     a step in the window took longer than the median step and the log records nothing above in it
+                  (with the overlapped decode the window also holds part of the step before the token's own)
+    unknown       the spike's excess that no record accounts for (more than half of it)
 
 The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the
 window: the decode step's time over the median step (split evenly among the step's causes), the prefills' and
-collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest.
+collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest. The
+cause that added most is the token's one main cause, shown with its evidence (spike_evidence.py: the region that
+grew in the slowest step of the window, or the event); a cause that added under MIN_ADDED_NS is none. Tokens whose
+gap holds the profiler's own work or a CUDA-graph capture are no ITL sample: left out, and counted apart.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.spike_evidence import LEFT_OUT, evidence_of, left_out_tokens, step_region_excess
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.steplog import StepLogRecords
 
 K_MAD = 5.0
 MIN_EXCESS = 0.25
 LISTED = 12  # spikes listed with their step's region and kernel deltas
+MIN_ADDED_NS = 1000.0  # a cause that added less than 1 µs to a spike added nothing
 CAUSES = {
     "rollover": "KV block rollover",
     "cow": "copy-on-write",
@@ -46,7 +53,8 @@ CAUSES = {
     "kv_wait": "waited for a free KV block",
     "batch_change": "batch-size change",
     "gc": "Python gc",
-    "host": "host time outside regions",
+    "host": "host time outside decode steps",
+    "slow_step": "slower decode step",
     "unknown": "unknown",
 }
 STEP_CAUSES = ("rollover", "cow", "batch_change", "preemption")
@@ -150,10 +158,36 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
         "preemption": has_step & (ev["preemption"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
     }
     n_step_causes = sum(p.astype(int) for p in present.values())
-    # A step cause with no excess step time still counts as present (tiny cost), so it is found everywhere.
+    # A step's extra time goes to what the log says happened in it. A step cause that cost nothing keeps a
+    # nominal 1 ns, so it is found wherever it happened; as a spike's cause it adds nothing (MIN_ADDED_NS).
     share = np.maximum(step_excess, 1.0) / np.maximum(n_step_causes, 1)
     for c, p in present.items():
         costs[c] = np.where(p, share, 0.0)
+    # A step slower than the median with nothing in the log to say why: the trace says where (spike_evidence).
+    costs["slow_step"] = np.where(n_step_causes == 0, step_excess, 0.0)
+    # With the overlapped decode a token's window also holds (part of) the step before its own: the extra time
+    # of every other step inside the window counts too.
+    if n_steps:
+        st = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
+        ex = np.clip(ev["dur"] - typical_step, 0, None)
+        rate = ex / np.maximum(ev["dur"], 1.0)
+        cum = np.concatenate([[0.0], np.cumsum(ex)])
+
+        def excess_before(t):
+            j = np.searchsorted(st, t, side="right") - 1
+            jj = np.maximum(j, 0)
+            return np.where(j >= 0, cum[jj] + rate[jj] * np.clip(t - st[jj], 0, ev["dur"][jj]), 0.0)
+
+        in_window = excess_before(tok["end"]) - excess_before(tok["start"])
+        own = np.where(
+            has_step,
+            np.clip(
+                np.minimum(tok["end"], st[ks] + ev["dur"][ks]) - np.maximum(tok["start"], st[ks]), 0, None
+            )
+            * rate[ks],
+            0.0,
+        )
+        costs["slow_step"] += np.clip(in_window - own, 0, None)
     seen: set[int] = set()
     new_iv, readmit_iv = [], []
     for p in sorted(log.prefills, key=lambda p: p["start_ns"]):
@@ -191,36 +225,48 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
 
 def analyse_spikes(
     log: StepLogRecords | None, rows: dict | None, region_cols: list[str], trace: Trace | None
-) -> tuple[dict | None, list[list]]:
-    """(summary.json's `spikes`, per request of the ITL series the cause of each spike token, None elsewhere)."""
+) -> tuple[dict | None, list[list], list[list]]:
+    """(summary.json's `spikes`; per request of the ITL series, the main cause of each spike token, None
+    elsewhere; per request, why a token is left out of the ITL figures: "profiler", "capture" or None)."""
     if log is None or not log.requests:
-        return None, []
+        return None, [], []
     tok, costs = attribute(log)
     n = len(tok["end"])
     if n == 0:
-        return None, [[] for _ in log.requests]
+        return None, [[] for _ in log.requests], [[] for _ in log.requests]
     itl = (tok["end"] - tok["start"]) / 1e6  # [T] ms
-    med, mad, limit = threshold(itl)
-    spike = itl > limit
+    why_out, took_out = left_out_tokens(log, rows, trace, tok["start"], tok["end"])
+    kept = why_out == ""
+    med, mad, limit = threshold(itl[kept] if kept.any() else itl)
+    spike = kept & (itl > limit)
     excess_ns = np.clip(itl - med, 0, None) * 1e6
     names = [c for c in CAUSES if c != "unknown"]
     cost = np.stack([costs[c] for c in names], axis=1)  # [T, C]
     total = cost.sum(axis=1)
-    # Shares of the excess, never more than the excess; what none explains over half of it: unknown.
+    # Shares of the excess, never more than the excess; what no record explains, over half of it: unknown.
     scale = np.where(total > 0, np.minimum(1.0, excess_ns / np.maximum(total, 1.0)), 0.0)
     added = cost * scale[:, None]  # [T, C] ns
     rest = excess_ns - added.sum(axis=1)
     unknown = np.where(rest > 0.5 * excess_ns, rest, 0.0)
     added = np.concatenate([added, unknown[:, None]], axis=1)
     names.append("unknown")
-    has = np.concatenate([cost > 0, (unknown > 0)[:, None]], axis=1)  # [T, C + 1]
-    primary = np.argmax(added, axis=1)
+    primary = np.argmax(added, axis=1)  # one main cause per token: the one that added most
+    where = step_region_excess(rows, region_cols, len(log.steps))
+    starts = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
+    evidence = [
+        evidence_of(names[primary[t]], t, tok, added[t, primary[t]], where, log, starts) if spike[t] else None
+        for t in range(n)
+    ]
     table = []
     n_spikes = int(spike.sum())
     for j, c in enumerate(names):
-        sel = spike & has[:, j]
+        sel = spike & (primary == j) & (added[:, j] >= MIN_ADDED_NS)  # a cause that added nothing is none
         if not sel.any():
             continue
+        by_where: dict[str, list[float]] = {}
+        for t in np.flatnonzero(sel):
+            by_where.setdefault(evidence[t][0], []).append(evidence[t][1])
+        top = sorted(by_where.items(), key=lambda kv: -sum(kv[1]))[:3]
         table.append(
             {
                 "cause": c,
@@ -229,10 +275,24 @@ def analyse_spikes(
                 "share_pct": 100.0 * sel.sum() / n_spikes,
                 "added_p50_ms": float(np.median(added[sel, j])) / 1e6,
                 "added_total_ms": float(added[sel, j].sum()) / 1e6,
+                # What took the time: a region (by how much the step's time in it grew) or an event.
+                "evidence": [
+                    {"where": w, "tokens": len(v), "p50_ms": float(np.median(v)) / 1e6} for w, v in top
+                ],
             }
         )
     table.sort(key=lambda e: -e["added_total_ms"])
     steps_of_spikes = {int(s) for s in tok["step"][spike] if s >= 0}
+    left_out = {}
+    for reason in LEFT_OUT:
+        sel = why_out == reason
+        if sel.any():
+            left_out[reason] = {
+                "label": LEFT_OUT[reason],
+                "tokens": int(sel.sum()),
+                "max_ms": float(itl[sel].max()),
+                "took_ms": float(took_out[sel].max()) / 1e6,
+            }
     summary = {
         "definition": f"ITL above max(median + {K_MAD:g} x MAD, {1 + MIN_EXCESS:g} x median) of the run's tokens",
         "k_mad": K_MAD,
@@ -240,22 +300,24 @@ def analyse_spikes(
         "median_ms": med,
         "mad_ms": mad,
         "threshold_ms": limit,
-        "tokens": n,
+        "tokens": int(kept.sum()),
         "spike_tokens": n_spikes,
         "spike_steps": len(steps_of_spikes),
         "step_log_version": int(log.meta.get("version", 1)),
         "causes": table,
-        "listed": _listed(log, tok, itl, spike, added, names, rows, region_cols, trace),
+        "left_out": left_out,
+        "listed": _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, evidence),
     }
-    per_request, i = [], 0
+    per_request, out_per_request, i = [], [], 0
     for r in log.requests:
         m = max(len(r["token_ns"]) - 1, 0)
         per_request.append([names[primary[t]] if spike[t] else None for t in range(i, i + m)])
+        out_per_request.append([why_out[t] or None for t in range(i, i + m)])
         i += m
-    return summary, per_request
+    return summary, per_request, out_per_request
 
 
-def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace) -> list[dict]:
+def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, evidence) -> list[dict]:
     """The largest spikes, one per decode step (tokens of one step share it), with what the step did."""
     t0 = min(r["arrival_ns"] for r in log.requests)
     best: dict = {}
@@ -275,6 +337,11 @@ def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace) -> lis
             "t_ms": (tok["end"][t] - t0) / 1e6,
             "itl_ms": float(itl[t]),
             "causes": {names[j]: float(added[t, j]) / 1e6 for j in np.flatnonzero(added[t] > 0)},
+            "main": {
+                "cause": names[int(np.argmax(added[t]))],
+                "where": evidence[t][0],
+                "ms": evidence[t][1] / 1e6,
+            },
         }
         if 0 <= k < len(log.steps):
             s = log.steps[k]

@@ -24,6 +24,23 @@ PROFILER_STEP = (
 )
 
 
+def step_of_program(names, has_log: bool, step_range: str | None) -> str:
+    """The range that is one step: the user's --step-range; the engine's decode step; else torch.profiler's
+    ProfilerStep, when the program called prof.step()."""
+    if step_range:
+        return step_range
+    if DECODE_STEP not in names and not has_log and PROFILER_STEP in names:
+        return PROFILER_STEP
+    return DECODE_STEP
+
+
+def step_kind(step_name: str, has_log: bool) -> str:
+    """ "decode" (the engine's decode steps: rollovers and ITL apply), "profiler" or "range" (a program's)."""
+    if has_log or step_name == DECODE_STEP:
+        return "decode"
+    return "profiler" if step_name == PROFILER_STEP else "range"
+
+
 def clock_offset(trace_clock: str | None, session_start_utc_ns: int | None, log: StepLogRecords | None):
     """ns to add to a trace time to get the step log's time (monotonic_ns), or None when it cannot be known.
 
@@ -59,19 +76,21 @@ def step_table(
     log: StepLogRecords | None,
     warnings,
     log_offset_ns: int | None = None,
+    step_range: str | None = None,
 ):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
     Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
     Rows joined to the log by time also carry "log_index" (the record of each row; -1: none).
+    `step_range` names the range that is a step in a program that is not the engine (--step-range).
     """
     log_steps = log.steps if log is not None else []
-    step_name = DECODE_STEP
-    if DECODE_STEP not in names and not log_steps and PROFILER_STEP in names:
-        step_name = PROFILER_STEP
+    step_name = step_of_program(names, bool(log_steps), step_range)
     decode_id = names.index(step_name) if step_name in names else -1
     step_ranges = np.flatnonzero(name_idx == decode_id) if decode_id >= 0 else np.zeros(0, dtype=np.int64)
     step_ranges = step_ranges[np.argsort(start[step_ranges], kind="stable")]
+    if step_range and not len(step_ranges):
+        warnings.append(f"--step-range {step_range}: the trace has no range of that name, so no steps")
     if len(step_ranges) == 0 and not log_steps:
         return None, []
     joined = len(step_ranges) > 0 and len(log_steps) == len(step_ranges)
@@ -204,9 +223,10 @@ def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()
 
 
 def request_metrics(
-    log: StepLogRecords | None, step_rollovers: list[int] | None
+    log: StepLogRecords | None, step_rollovers: list[int] | None, left_out: list[list] | None = None
 ) -> tuple[dict | None, dict | None]:
-    """(itl summary, request summary) from the step log's per-token times."""
+    """(itl summary, request summary) from the step log's per-token times. `left_out`: per request, per token
+    after the first, a reason to leave its ITL out (the profiler's own work, CUDA-graph capture) or None."""
     if log is None or not log.requests:
         return None, None
     itl_all, itl_roll, itl_else, ttft, tpot = [], [], [], [], []
@@ -214,7 +234,7 @@ def request_metrics(
     first_arrival = min(r["arrival_ns"] for r in log.requests)
     last_token = first_arrival
     rolls = np.asarray(step_rollovers if step_rollovers is not None else [], dtype=np.int64)
-    for r in log.requests:
+    for ri, r in enumerate(log.requests):
         t = np.asarray(r["token_ns"], dtype=np.int64)
         completion += len(t)
         if len(t) == 0:
@@ -224,8 +244,11 @@ def request_metrics(
         if len(t) > 1:
             gaps = np.diff(t) / 1e6
             tpot.append((t[-1] - t[0]) / 1e6 / (len(t) - 1))
-            itl_all.extend(gaps.tolist())
             steps = np.asarray(r["token_step"][1:], dtype=np.int64)
+            if left_out and ri < len(left_out) and len(left_out[ri]) == len(gaps):
+                keep = np.array([w is None for w in left_out[ri]], dtype=bool)
+                gaps, steps = gaps[keep], steps[keep]
+            itl_all.extend(gaps.tolist())
             known = (steps >= 0) & (steps < len(rolls))
             at_roll = np.zeros(len(steps), dtype=bool)
             at_roll[known] = rolls[steps[known]] > 0
@@ -245,14 +268,16 @@ def request_metrics(
     return itl, requests
 
 
-def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> list[dict]:
+def itl_series(
+    log: StepLogRecords | None, step_rollovers: list[int] | None, left_out: list[list] | None = None
+) -> list[dict]:
     """Per request: token index, time since the first arrival (ms), ITL (ms), whether at a rollover step."""
     if log is None or not log.requests:
         return []
     t0 = min(r["arrival_ns"] for r in log.requests)
     rolls = step_rollovers or []
     out = []
-    for r in log.requests:
+    for ri, r in enumerate(log.requests):
         t = r["token_ns"]
         steps = r["token_step"]
         out.append(
@@ -265,6 +290,8 @@ def itl_series(log: StepLogRecords | None, step_rollovers: list[int] | None) -> 
                 "ttft_ms": (t[0] - r["arrival_ns"]) / 1e6 if len(t) else None,
             }
         )
+        if left_out and ri < len(left_out) and any(left_out[ri]):
+            out[-1]["left_out"] = left_out[ri]  # why a token is not in the ITL figures (None: it is)
     return out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis import ncu
+from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import (
     attribution,
     capture_ranges,
@@ -15,11 +16,14 @@ from roseprof.analysis.graphs import (
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.spikes import analyse_spikes
 from roseprof.analysis.stats import group_percentiles
+from roseprof.analysis.steady import steady_state
 from roseprof.analysis.steps import (
     clock_offset,
     itl_series,
     request_metrics,
     run_starts,
+    step_kind,
+    step_of_program,
     step_table,
     steps_summary,
 )
@@ -29,8 +33,9 @@ from roseprof.workload.steplog import StepLogRecords
 SUMMARY_SCHEMA = 1
 
 
-def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
-    """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it."""
+def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = None) -> tuple[dict, dict]:
+    """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it.
+    `step_range`: the range that marks one step of a program that is not the engine (--step-range)."""
     warnings: list[str] = list(trace.warnings)  # what the reader had to assume, then what the analyses found
     start, end, tid = trace.ranges.start, trace.ranges.end, trace.ranges.tid
     tree = build_tree(start, end, tid)
@@ -65,6 +70,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         proj_total = np.bincount(inverse, weights=proj)
         kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
         graph_total = np.bincount(inverse, weights=graph_ns)
+        # Kernel time with graph replays counted where captured (gpu_regions.py): what the views show.
+        present, by_capture = gpu_ns_by_key(trace, tree, gpu.op_range, capture, inverse.ravel())
+        gpu_total = np.zeros(len(uniq), dtype=np.int64)
+        gpu_total[present] = by_capture[0]
         for j, k in enumerate(uniq):
             name_id, dom_id = int(k % (len(trace.names) + 1)), int(k // (len(trace.names) + 1))
             p50, p99 = pct[int(k)]
@@ -78,6 +87,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
                     "gpu_proj_ns": int(proj_total[j]) if has_gpu else None,
                     "gpu_kernel_ns": int(kern_total[j]) if has_gpu else None,
                     "gpu_graph_ns": int(graph_total[j]) if has_gpu else None,
+                    "gpu_ns": int(gpu_total[j]) if has_gpu else None,
                     "p50_ns": p50,
                     "p99_ns": p99,
                 }
@@ -86,7 +96,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
 
     # Kernels: one row per (kernel name, innermost region it was launched in, innermost region open when its
     # CUDA graph node was captured: None for kernels not replayed by a graph).
-    kernels = []
+    kernels, kernel_regions = [], []
     is_kernel = trace.ops.kind == 0
     if is_kernel.any() and trace.kernel_metrics is None:
         k_name = trace.ops.name[is_kernel]
@@ -117,12 +127,15 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
                 }
             )
         kernels.sort(key=lambda r: -r["total_ns"])
+        kernel_regions = _kernels_by_owner(trace, k_name, k_region, k_capture, k_dur)
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
     if trace.kernel_metrics is not None:
         # ncu: no timeline to attribute kernels by; each launch names the NVTX ranges that enclosed it.
         kernels = ncu.kernels(trace)
+        kernel_regions = []
         unattributed = sum(1 for r in ncu.regions(trace.kernel_metrics) if r is None)
 
+    step_name = step_of_program(trace.names.values, bool(log is not None and log.steps), step_range)
     rows, region_cols = step_table(
         trace.names.values,
         start,
@@ -135,9 +148,19 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         log,
         warnings,
         clock_offset(trace.clock, trace.session_start_utc_ns, log),
+        step_range,
     )
     graph_cols = step_graph_columns(rows, trace, capture) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None
+    kind = step_kind(step_name, bool(log is not None and log.steps))
+    if steps is not None:
+        # Only the engine's decode steps have rollovers; a program's steps are named by what marks them.
+        steps["kind"] = kind
+        steps["name"] = step_name
+    unit = {"decode": "decode step", "profiler": "ProfilerStep"}.get(kind, step_name)
+    steady = steady_state(
+        trace, tree, gpu.op_range, capture, rows, region_cols, log, unit, step_name
+    ) if trace.kernel_metrics is None else None  # fmt: skip
     note = graph_warning(trace, capture)
     if note:
         warnings.append(note)
@@ -145,7 +168,10 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     rolls = rows["rollovers"] if rows else None
     if rows and "log_index" in rows:
         rolls = [int(s.get("rollovers", 0)) for s in log.steps]
-    itl, requests = request_metrics(log, rolls)
+    spikes, spike_causes, left_out = analyse_spikes(log, rows, region_cols, trace)
+    itl, requests = request_metrics(log, rolls, left_out)
+    if itl is not None and spikes and spikes.get("left_out"):
+        itl["left_out"] = spikes["left_out"]  # the tokens these figures leave out, and why
     marks = {}
     for m in trace.marks.name.tolist():
         marks[trace.names[m]] = marks.get(trace.names[m], 0) + 1
@@ -158,6 +184,8 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         "schema": SUMMARY_SCHEMA,
         "regions": regions,
         "kernels": kernels,
+        # Kernels by the region they ran for: graph replays where captured, the others where launched.
+        "kernel_regions": kernel_regions,
         "kernels_outside_ranges": unattributed,
         "gpu_ops": {
             "kernels": int(is_kernel.sum()),
@@ -168,6 +196,7 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
         if has_gpu
         else None,
         "steps": steps,
+        "steady": steady,
         "itl": itl,
         "requests": requests,
         "marks": [{"name": k, "count": v} for k, v in sorted(marks.items())],
@@ -181,17 +210,53 @@ def analyse(trace: Trace, log: StepLogRecords | None) -> tuple[dict, dict]:
     }
     if trace.kernel_metrics is not None:
         summary["ncu"] = ncu.section(trace)
-    series = itl_series(log, rolls)
-    summary["spikes"], causes = analyse_spikes(log, rows, region_cols, trace)
-    for row, cause in zip(series, causes):
+    series = itl_series(log, rolls, left_out)
+    summary["spikes"] = spikes
+    for row, cause in zip(series, spike_causes):
         row["spike_cause"] = cause  # per token: the spike's main cause, None for a token that is no spike
     tables = {
         "steps": rows,
         "step_regions": region_cols,
         "itl_series": series,
         "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
+        # Per GPU op: the innermost launching region and the capture-time region, as names (the export's args).
+        "op_regions": _op_regions(trace, gpu.op_range, capture),
     }
     return summary, tables
+
+
+def _op_regions(trace: Trace, launch_range: np.ndarray, capture: np.ndarray) -> dict:
+    out = {}
+    for key, rng in (("region", launch_range), ("capture_region", capture)):
+        col = np.full(len(rng), -1, dtype=np.int64)
+        col[rng >= 0] = trace.ranges.name[rng[rng >= 0]]
+        out[key] = col
+    return out
+
+
+def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int = 200) -> list[dict]:
+    """One row per (kernel name, region it belongs to: the innermost capture-time region of a graph-replayed
+    kernel, the innermost launching region of the others), largest first."""
+    owner = np.where(k_capture >= 0, k_capture, k_region)
+    uniq, inverse = np.unique(np.stack([k_name, owner], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    pct = group_percentiles(inverse, k_dur, qs=(50,))
+    count = np.bincount(inverse)
+    total = np.bincount(inverse, weights=k_dur)
+    replayed = np.bincount(inverse, weights=k_capture >= 0)
+    rows = [
+        {
+            "name": trace.names[name_id],
+            "region": trace.names[region_id] if region_id >= 0 else None,
+            "count": int(count[j]),
+            "graph_count": int(replayed[j]),
+            "total_ns": int(total[j]),
+            "p50_ns": pct[j][0],
+        }
+        for j, (name_id, region_id) in enumerate(uniq.tolist())
+    ]
+    rows.sort(key=lambda r: -r["total_ns"])
+    return rows[:top]
 
 
 def _gpu_idle_between_steps(rows: dict, trace: Trace) -> dict:

@@ -28,9 +28,16 @@ from roseprof.run.store import RunStore
     show_default=True,
     help="capture CMD N times: N runs of one name, a group `roseprof diff` compares as one side",
 )
+@click.option(
+    "--step-range",
+    metavar="NAME",
+    help="the NVTX or record_function range that is one step of your program (per-step and steady-state views)",
+)
 @store_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def nsys(name, trace, capture_range, nvtx_capture, open_, repeat, traces_dir, dashboards_dir, cmd) -> None:
+def nsys(
+    name, trace, capture_range, nvtx_capture, open_, repeat, step_range, traces_dir, dashboards_dir, cmd
+) -> None:
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
     from roseprof.api import capture_nsys
     from roseprof.render.progress import CaptureProgress
@@ -39,7 +46,7 @@ def nsys(name, trace, capture_range, nvtx_capture, open_, repeat, traces_dir, da
     progress = CaptureProgress()
     try:
         outcomes = capture_nsys(
-            store, list(cmd) or None, name, trace, capture_range, nvtx_capture, repeat, progress=progress
+            store, list(cmd) or None, name, trace, capture_range, nvtx_capture, repeat, progress, step_range
         )
     finally:
         progress.pause()
@@ -176,9 +183,16 @@ def ncu(
 )
 @click.option("--cpu-only", is_flag=True, help="CPU activity only, even where CUDA exists")
 @click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
+@click.option(
+    "--step-range",
+    metavar="NAME",
+    help="the NVTX or record_function range that is one step of your program (per-step and steady-state views)",
+)
 @store_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, dashboards_dir, cmd) -> None:
+def torch(
+    name, wait, warmup, active, with_stack, cpu_only, open_, step_range, traces_dir, dashboards_dir, cmd
+) -> None:
     """Run CMD with torch.profiler on (the built-in engine benchmark when no CMD is given after --).
 
     The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
@@ -191,7 +205,7 @@ def torch(name, wait, warmup, active, with_stack, cpu_only, open_, traces_dir, d
     progress = CaptureProgress()
     try:
         outcome = capture_torch(
-            store, list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only, progress=progress
+            store, list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only, progress, step_range
         )
     finally:
         progress.pause()

@@ -40,14 +40,19 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
 @click.argument("path")
 @click.option("--name", help="a name for the run (default: the file's name)")
 @click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
+@click.option(
+    "--step-range",
+    metavar="NAME",
+    help="the NVTX or record_function range that is one step of the program (per-step and steady-state views)",
+)
 @store_options
-def import_(path, name, steplog, traces_dir, dashboards_dir) -> None:
+def import_(path, name, steplog, step_range, traces_dir, dashboards_dir) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content."""
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console, print_summary
 
-    run = import_path(RunStore(traces_dir), path, name, steplog)
+    run = import_path(RunStore(traces_dir), path, name, steplog, step_range)
     after_storing(run, lambda: print_summary(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 

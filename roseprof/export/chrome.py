@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roseprof.model import KERNEL, MEMCPY, START_END, Trace
+from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace
 from roseprof.run import tables
 from roseprof.workload.steplog import read_steplog
 
@@ -80,7 +80,8 @@ def write_chrome(folder: Path, out: Path, manifest: dict | None = None) -> None:
         esc = [json.dumps(s) for s in trace.names.values]  # every name escaped once
         _tracks(w, trace)
         _ranges(w, trace, esc)
-        _ops(w, trace, esc)
+        _host(w, trace, esc)
+        _ops(w, trace, esc, tables.read_op_regions(folder, len(trace.ops), len(trace.names)))
         _steps(w, steps)
         _telemetry(w, telemetry, steps, folder)
         fh.write("\n]}\n")
@@ -88,7 +89,9 @@ def write_chrome(folder: Path, out: Path, manifest: dict | None = None) -> None:
 
 
 def _tracks(w: _Writer, trace: Trace) -> None:
-    tids = np.unique(np.concatenate([trace.ranges.tid, trace.ops.api_tid[trace.ops.api_tid >= 0]]))
+    tids = np.unique(
+        np.concatenate([trace.ranges.tid, trace.ops.api_tid[trace.ops.api_tid >= 0], trace.host_events.tid])
+    )
     pid, tid = cpu_pid_tid(trace.tool.name, tids)
     lines = []
     for p in np.unique(pid).tolist():
@@ -137,9 +140,34 @@ def _ranges(w: _Writer, trace: Trace, esc: list[str]) -> None:
         )  # fmt: skip
 
 
-def _ops(w: _Writer, trace: Trace, esc: list[str]) -> None:
-    """GPU ops on their stream tracks and, once each, the calls that launched them, linked by a flow."""
+def _host(w: _Writer, trace: Trace, esc: list[str]) -> None:
+    """The host events that are not regions (torch: CPU operators, Python frames, calls that launched nothing),
+    on their threads with their Kineto categories."""
+    h = trace.host_events
+    cats = [json.dumps(c) for c in HOST_CATEGORIES]
+    for lo in range(0, len(h), BATCH):
+        sl = slice(lo, lo + BATCH)
+        pid, tid = cpu_pid_tid(trace.tool.name, h.tid[sl])
+        w.lines(
+            [
+                f'{{"ph": "X", "cat": {cats[k]}, "name": {esc[n]}, "pid": {p}, "tid": {t}, "ts": {_us(s)}, '
+                f'"dur": {_us(e - s)}}}'
+                for s, e, n, p, t, k in zip(
+                    h.start[sl].tolist(), h.end[sl].tolist(), h.name[sl].tolist(), pid.tolist(), tid.tolist(),
+                    h.kind[sl].tolist(),
+                )
+            ]
+        )  # fmt: skip
+
+
+def _ops(w: _Writer, trace: Trace, esc: list[str], regions: dict | None) -> None:
+    """GPU ops on their stream tracks and, once each, the calls that launched them, linked by a flow. An op's args
+    name its region (innermost, launching) and, for a kernel a CUDA graph replayed, the region it was captured
+    in: the region roseprof's views count it in."""
     o = trace.ops
+    none = np.full(len(o), -1, dtype=np.int64)
+    launch_region = regions["region"] if regions else none
+    capture_region = regions["capture_region"] if regions else none
     if not len(o):
         return
     launched = o.api_tid >= 0
@@ -170,12 +198,17 @@ def _ops(w: _Writer, trace: Trace, esc: list[str]) -> None:
     for lo in range(0, len(o), BATCH):
         sl = slice(lo, lo + BATCH)
         lines = []
-        for k, s, e, n, d, st, c in zip(
+        for k, s, e, n, d, st, c, lr, cr in zip(
             o.kind[sl].tolist(), o.start[sl].tolist(), o.end[sl].tolist(), o.name[sl].tolist(),
-            o.device[sl].tolist(), o.stream[sl].tolist(), corr[sl].tolist(),
+            o.device[sl].tolist(), o.stream[sl].tolist(), corr[sl].tolist(), launch_region[sl].tolist(),
+            capture_region[sl].tolist(),
         ):  # fmt: skip
             cat = OP_CATEGORY.get(k, "gpu_memset")
             args = f'"device": {d}, "stream": {st}' + (f', "correlation": {c}' if c > 0 else "")
+            if lr >= 0:
+                args += f', "region": {esc[lr]}'
+            if cr >= 0:
+                args += f', "capture_region": {esc[cr]}'
             lines.append(
                 f'{{"ph": "X", "cat": "{cat}", "name": {esc[n]}, "pid": {d}, "tid": {st}, "ts": {_us(s)}, '
                 f'"dur": {_us(e - s)}, "args": {{{args}}}}}'

@@ -60,10 +60,13 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
     if not rows:
         return None
     rows = sorted(rows, key=lambda m: abs(m["b"] - m["a"]), reverse=True)[:15][::-1]
-    names = [esc(m["name"][len("kernels.") : -len(".total_ns")][:80]) for m in rows]
+    full = [m["name"][len("kernels.") : -len(".total_ns")] for m in rows]
+    # Distinct kernels stay distinct bars: a shared base name gets each kernel's tag (text.kernel_labels).
+    names = [esc(text.kernel_name(label, 80)) for label in text.kernel_labels(full)]
     fig = go.Figure()
     fig.add_bar(
         y=names,
+        hovertext=[esc(n) for n in full],
         x=[(m["b"] - m["a"]) / 1e3 for m in rows],
         orientation="h",
         marker_color=["#d62728" if m["b"] > m["a"] else "#2ca02c" for m in rows],

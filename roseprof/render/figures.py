@@ -14,7 +14,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.text import rollover_sentence
+from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence, whole_run_note
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
 MAX_STEP_BARS = 1500
@@ -49,19 +49,47 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
     fig = go.Figure()
     fig.add_bar(y=names, x=[r["total_ns"] / 1e6 for r in rows], orientation="h", name="CPU total")
     fig.add_bar(y=names, x=[r["self_ns"] / 1e6 for r in rows], orientation="h", name="CPU self")
+    graphs = any(r.get("gpu_ns") is not None and r.get("gpu_ns") != r.get("gpu_kernel_ns") for r in regions)
     if any(r.get("gpu_proj_ns") is not None for r in rows):
         fig.add_bar(
             y=names, x=[(r["gpu_proj_ns"] or 0) / 1e6 for r in rows], orientation="h", name="GPU projection"
         )
+        # Graph replays counted where captured (gpu_ns); older runs have the launch rule's figure only.
+        key = "gpu_ns" if graphs else "gpu_kernel_ns"
         fig.add_bar(
             y=names,
-            x=[(r["gpu_kernel_ns"] or 0) / 1e6 for r in rows],
+            x=[(r.get(key) or 0) / 1e6 for r in rows],
             orientation="h",
-            name="GPU kernel time",
+            name="GPU kernel time" + (" (CUDA-graph replays where captured)" if graphs else ""),
         )
-    fig.update_layout(barmode="group", xaxis_title="ms (sum over instances)")
-    note = f"top {len(rows)} of {len(regions)} regions by CPU total" if len(regions) > top else None
-    return _layout(fig, "Time per region", note, height=max(320, 60 + 34 * len(rows)))
+    fig.update_layout(barmode="group", xaxis_title="ms (sum over instances, whole run)")
+    notes = [f"top {len(rows)} of {len(regions)} regions by CPU total"] if len(regions) > top else []
+    if graphs:
+        notes.append(
+            "GPU projection: nsys' launch rule (a graph replay counts under the range that launched it)"
+        )
+    if whole_run_note(summary.get("steady")):
+        notes.append(f"whole run{whole_run_note(summary.get('steady'))}; the steady state is above")
+    return _layout(fig, "Time per region", "; ".join(notes) or None, height=max(320, 60 + 34 * len(rows)))
+
+
+def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
+    """Per step in steady state: mean host and GPU time per region (summary.json `steady`)."""
+    steady = summary.get("steady")
+    if not steady or not steady.get("regions"):
+        return None
+    rows = steady["regions"][:top][::-1]
+    names = [esc(r["name"]) for r in rows]
+    fig = go.Figure()
+    fig.add_bar(y=names, x=[(r["host_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="host")
+    if any(r.get("gpu_mean_ns") is not None for r in rows):
+        fig.add_bar(y=names, x=[(r["gpu_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="GPU")
+    fig.update_layout(barmode="group", xaxis_title=f"µs per {esc(steady['unit'])} (mean)")
+    note = f"{steady['counted']:,} of {steady['steps']:,} steps"
+    if steady.get("graph_replays"):
+        note += "; GPU: CUDA-graph replays in the region each kernel was captured in"
+    title = f"Steady state: time per {steady['unit']} by region"
+    return _layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
 
 def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str | None:
@@ -159,6 +187,11 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
         return None
     rows = steps["rows"]
     dur = np.asarray(rows["dur_ns"], dtype=np.float64) / 1e3
+    if not is_decode(summary):  # a program's steps: no rollovers to split by
+        fig = go.Figure()
+        fig.add_histogram(x=dur, name=f"steps ({len(dur)})", histnorm="probability")
+        fig.update_layout(xaxis_title="step time (µs)", yaxis_title="fraction of steps")
+        return _layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
     roll = np.asarray(rows["rollovers"]) > 0
     fig = go.Figure()
     fig.add_histogram(
@@ -189,6 +222,9 @@ def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None =
         t, v, roll = np.asarray(r["t_ms"]), np.asarray(r["itl_ms"]), np.asarray(r["rollover"], dtype=bool)
         keep = np.zeros(len(t), dtype=bool)
         keep[::stride] = True
+        counted = _kept([r])  # a token left out of the ITL figures would set the axis (a 4 s profiler flush)
+        keep &= counted
+        roll &= counted
         fig.add_scattergl(
             x=t[keep],
             y=v[keep],
@@ -224,6 +260,8 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     roll = np.concatenate(
         [np.asarray(r["rollover"], dtype=bool) for r in itl_series] or [np.zeros(0, dtype=bool)]
     )
+    kept = _kept(itl_series)
+    v, roll = v[kept], roll[kept]
     if len(v) == 0:
         return None
     fig = go.Figure()
@@ -231,11 +269,22 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     if roll.any():
         fig.add_box(x=v[roll], name="at rollover", boxpoints=False, marker_color=ROLLOVER)
     fig.update_layout(xaxis_title="ITL (ms)", showlegend=False)
-    return _layout(
-        fig,
-        "ITL at rollover steps vs elsewhere",
-        f"{int(roll.sum())} rollover tokens, {int((~roll).sum())} others",
-        height=300,
+    note = f"{int(roll.sum())} rollover tokens, {int((~roll).sum())} others"
+    if not kept.all():
+        note += (
+            f"; {int((~kept).sum())} left out (the profiler's own work or CUDA-graph capture in their gap)"
+        )
+    return _layout(fig, "ITL at rollover steps vs elsewhere", note, height=300)
+
+
+def _kept(itl_series: list[dict]) -> np.ndarray:
+    """[T] the tokens the ITL figures count: not those whose gap holds the profiler's work or a capture."""
+    return np.concatenate(
+        [
+            np.array([w is None for w in r.get("left_out") or [None] * len(r["itl_ms"])], bool)
+            for r in itl_series
+        ]
+        or [np.zeros(0, dtype=bool)]
     )
 
 
@@ -247,9 +296,11 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
     for k in kernels:
         per_name[k["name"]] = per_name.get(k["name"], 0) + k["total_ns"]
     names = sorted(per_name, key=per_name.get, reverse=True)[:top][::-1]
+    # Distinct kernels stay distinct: one base name shared by several instantiations gets a tag each.
+    labels = [kernel_name(label, 90) for label in kernel_labels(names)]
     fig = go.Figure()
     fig.add_bar(
-        y=[esc(n[:90]) for n in names],
+        y=[esc(n) for n in labels],
         x=[per_name[n] / 1e6 for n in names],
         orientation="h",
         hovertext=[esc(n) for n in names],
@@ -259,21 +310,28 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
     return _layout(
         fig,
         "Top kernels",
-        f"{len(per_name)} distinct kernels; names cut to 90 characters",
+        f"{len(per_name)} distinct kernels; long names shortened in the middle (#tag: one of several with that "
+        "base name; the full name on hover)",
         height=max(320, 60 + 28 * len(names)),
     )
 
 
-def gpu_idle(steps: dict | None) -> go.Figure | None:
+def is_decode(summary: dict) -> bool:
+    """The engine's decode steps (rollovers apply), not a program's ProfilerStep or --step-range steps."""
+    return ((summary or {}).get("steps") or {}).get("kind", "decode") == "decode"
+
+
+def gpu_idle(steps: dict | None, summary: dict | None = None) -> go.Figure | None:
     if not steps or "gpu_idle_ns" not in (steps.get("rows") or {}):
         return None
+    unit = "decode step" if is_decode(summary) else "step"
     rows = steps["rows"]
     edges = _bins(len(rows["gpu_idle_ns"]))
     fig = go.Figure()
     fig.add_scatter(x=edges[:-1], y=_binned(rows["gpu_idle_ns"], edges) / 1e3, mode="lines", name="GPU idle")
-    fig.update_layout(xaxis_title="decode step", yaxis_title="GPU idle within the step (µs)")
+    fig.update_layout(xaxis_title=unit, yaxis_title="GPU idle within the step (µs)")
     return _layout(
-        fig, "GPU idle time per decode step", "step window minus the union of GPU activity", height=300
+        fig, f"GPU idle time per {unit}", "step window minus the union of GPU activity", height=300
     )
 
 
@@ -315,56 +373,3 @@ def telemetry(data: dict | None) -> go.Figure | None:
     return _layout(
         fig, "GPU telemetry", f"NVML, every {data.get('interval_s', 0.1) * 1000:.0f} ms", height=620
     )
-
-
-# One colour per spike cause (summary.json `spikes`; roseprof/analysis/spikes.py defines them).
-CAUSE_COLOURS = {
-    "rollover": ROLLOVER,
-    "cow": "#9467bd",
-    "prefill": "#1f77b4",
-    "readmission": "#17becf",
-    "preemption": "#8c564b",
-    "kv_wait": "#e377c2",
-    "batch_change": "#ff7f0e",
-    "gc": "#2ca02c",
-    "host": "#bcbd22",
-    "unknown": "#000000",
-}
-
-
-def itl_spikes(itl_series: list[dict] | None, spikes: dict | None) -> go.Figure | None:
-    """ITL over time, every spike token coloured by its main cause, the spike threshold as a line."""
-    if not itl_series or not spikes or not any("spike_cause" in r for r in itl_series):
-        return None
-    t = np.concatenate([np.asarray(r["t_ms"], dtype=np.float64) for r in itl_series])
-    v = np.concatenate([np.asarray(r["itl_ms"], dtype=np.float64) for r in itl_series])
-    cause = np.concatenate(
-        [np.asarray(r.get("spike_cause") or [None] * len(r["t_ms"]), dtype=object) for r in itl_series]
-    )
-    calm = np.flatnonzero(cause == None)  # noqa: E711 - elementwise on an object array
-    stride = max(1, int(np.ceil(len(calm) / MAX_ITL_POINTS)))
-    fig = go.Figure()
-    fig.add_scattergl(
-        x=t[calm[::stride]],
-        y=v[calm[::stride]],
-        mode="markers",
-        name="no spike",
-        marker={"color": "#c7c7c7", "size": 3},
-    )
-    labels = {c["cause"]: c["label"] for c in spikes.get("causes", [])}
-    for name, colour in CAUSE_COLOURS.items():
-        sel = cause == name
-        if sel.any():
-            fig.add_scattergl(
-                x=t[sel],
-                y=v[sel],
-                mode="markers",
-                name=esc(f"{labels.get(name, name)} ({int(sel.sum())})"),
-                marker={"color": colour, "size": 6},
-            )
-    fig.add_hline(y=spikes["threshold_ms"], line={"dash": "dot", "color": "#555"})
-    fig.update_layout(xaxis_title="time since first arrival (ms)", yaxis_title="ITL (ms)")
-    note = f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens are spikes: {spikes['definition']}"
-    if stride > 1:
-        note += f"; every {stride}th other token plotted"
-    return _layout(fig, "ITL spikes by cause (the main cause of each spike token)", note, height=420)

@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, ncu_views, text, units
+from roseprof.render import figures, ncu_views, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.run import tables
 from roseprof.run.store import Run
@@ -20,7 +20,7 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
     gpus = m.get("gpus") or summary.get("gpus") or []
     device = ", ".join(g.get("name", "?") for g in gpus) or (env.get("cpu") or {}).get("model", "CPU")
     cards = [
-        ("tool", f"{tool.get('name', '?')} {tool.get('version', '')}"),
+        ("tool", text.tool_label(tool)),
         ("status", m.get("status", "?")),
         ("device", device),
         ("command", " ".join(m.get("command") or []) or m.get("source", "-")),
@@ -30,8 +30,18 @@ def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
         # profiler, so they are not shown (summary.json keeps them).
         return cards + ncu_views.cards(summary["ncu"])
     steps = summary.get("steps")
-    if steps:
+    steady = summary.get("steady")
+    if steady:
+        st = steady["step"]
+        value = f"host {text.duration(st['host_p50_ns'])}"
+        if st.get("gpu_p50_ns") is not None:
+            value += f", GPU {text.duration(st['gpu_p50_ns'])}"
+        cards.insert(0, (f"per {steady['unit']}, steady state (p50)", value))
+    if steps and steps.get("kind", "decode") == "decode":
         cards.append(("decode steps", f"{steps['count']:,} (rollover {steps['rollover']['count']:,})"))
+    elif steps:
+        cards.append((f"steps ({steps.get('name')})", f"{steps['count']:,}"))
+    if steps:
         cards.append(
             ("step p50 / p99", f"{text.duration(steps['p50_ns'])} / {text.duration(steps['p99_ns'])}")
         )
@@ -77,31 +87,79 @@ def _region_table(summary: dict) -> str:
     if not regions:
         return ""
     headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kernel ms"]
-    # Graph-replayed kernel time by capture-time region: a column only when the run has any.
-    graph = any(r.get("gpu_graph_ns") for r in regions)
+    # Graph-replayed kernel time counted where captured: a column only when the run has any.
+    graph = any(r.get("gpu_ns") is not None and r.get("gpu_ns") != r.get("gpu_kernel_ns") for r in regions)
     if graph:
-        headers.append("GPU graph ms")
+        headers[6:8] = ["GPU proj ms (launch rule)", "GPU kernel ms (launch rule)"]
+        headers.append("GPU kernel ms (graph replays where captured)")
     rows = []
     for r in regions:
         row = units.region_cells(r)
         row[0] = html.escape(row[0])
         if graph:
-            row.append(units.ms(r.get("gpu_graph_ns")))
+            row.append(units.ms(r.get("gpu_ns")))
         rows.append(row)
     # A CPU run has no GPU figures: its GPU columns would be all "-".
     keep = [i for i in range(len(headers)) if i == 0 or any(row[i] != "-" for row in rows)]
     kept = table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])
-    return f'<div class="panel"><h2>Regions</h2>{kept}</div>'
+    note = (
+        "<p>Launch rule: a GPU op belongs to the ranges around the call that launched it, as in <code>nsys "
+        "stats</code>; a CUDA graph replay is one launch, so all its kernels count there. The last column counts "
+        "each replayed kernel in the regions open when its graph node was captured.</p>"
+        if graph
+        else ""
+    )
+    title = html.escape("Regions, whole run" + text.whole_run_note(summary.get("steady")))
+    return f'<div class="panel"><h2>{title}</h2>{note}{kept}</div>'
+
+
+def _steady_panel(summary: dict) -> str:
+    """The steady state first: per step, host and GPU time per region, and what was left out."""
+    steady = summary.get("steady")
+    if not steady:
+        return ""
+    us = lambda v: "-" if not v else units.us(v)  # noqa: E731
+    st = steady["step"]
+    rows = [[f"<b>(whole {html.escape(steady['unit'])})</b>", us(st["host_mean_ns"]), us(st["host_p50_ns"]),
+             us(st["gpu_mean_ns"]), us(st["gpu_p50_ns"])]]  # fmt: skip
+    rows += [
+        [html.escape(r["name"]), us(r["host_mean_ns"]), us(r["host_p50_ns"]), us(r["gpu_mean_ns"]),
+         us(r["gpu_p50_ns"])]
+        for r in steady["regions"]
+    ]  # fmt: skip
+    headers = ["region", "host µs mean", "host µs p50", "GPU µs mean", "GPU µs p50"]
+    keep = [i for i in range(5) if i < 3 or any(row[i] != "-" for row in rows)]
+    notes = [text.GRAPH_NOTE] if steady.get("graph_replays") else []
+    left = text.left_out_sentence(steady)
+    if left:
+        notes.append(left)
+    body = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+    title = text.steady_title(steady)
+    return (
+        f'<div class="panel" id="steady"><h2>{html.escape(title[0].upper() + title[1:])}</h2>'
+        f"{body}{table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])}</div>"
+    )
+
+
+def _no_gpu_note(summary: dict) -> str:
+    """A CPU run's dashboard says why it has no kernel sections."""
+    if summary.get("gpu_ops") is not None or summary.get("ncu"):
+        return ""
+    return (
+        '<div class="panel"><h2>Kernels</h2><p>This trace has no GPU activity (a CPU run, or a capture without '
+        "CUDA tracing), so there are no kernel, GPU time or GPU idle sections.</p></div>"
+    )
 
 
 def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
-    kernels = summary.get("kernels") or []
+    # By the region a kernel ran for (graph replays: where captured); older runs' kernel rows otherwise.
+    kernels = summary.get("kernel_regions") or summary.get("kernels") or []
     if not kernels:
         return ""
     groups: dict[str, list[dict]] = {}
     for k in kernels:
-        # A kernel replayed by a CUDA graph belongs to the region open when its graph node was captured.
         groups.setdefault(k.get("capture_region") or k["region"] or "(outside any range)", []).append(k)
+    labels = dict(zip((k["name"] for k in kernels), text.kernel_labels([k["name"] for k in kernels])))
     rows = []
     for region, ks in sorted(groups.items(), key=lambda kv: -sum(k["total_ns"] for k in kv[1])):
         for k in sorted(ks, key=lambda k: -k["total_ns"])[:per_region]:
@@ -109,7 +167,7 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
             rows.append(
                 [
                     html.escape(region),
-                    html.escape(k["name"]),
+                    f'<span title="{html.escape(k["name"])}">{html.escape(text.kernel_name(labels[k["name"]], 120))}</span>',
                     f"{k['count']:,}",
                     units.ms(k["total_ns"]),
                     units.us(mean),
@@ -125,10 +183,10 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
 def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     """The cause table, then the largest spikes with their step's region and kernel deltas against the median
     step (positive: the spike's step spent more there)."""
-    if not spikes or not spikes.get("causes"):
+    if not spikes or not (spikes.get("causes") or spikes.get("left_out")):
         return ""
     cause_table = table(
-        ["cause", "spike tokens", "share %", "added p50 ms", "added total ms"],
+        ["main cause", "spike tokens", "share %", "added p50 ms", "added total ms", "where the time went"],
         [
             [
                 html.escape(e["label"]),
@@ -136,10 +194,12 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
                 f"{e['share_pct']:.1f}",
                 f"{e['added_p50_ms']:.3f}",
                 f"{e['added_total_ms']:.1f}",
+                html.escape(text.evidence_text(e.get("evidence"))),
             ]
             for e in spikes["causes"]
         ],
     )
+    left = text.left_out_line(spikes.get("left_out"))
 
     def deltas(d: dict | None, unit_ns=1e3) -> str:
         if not d:
@@ -181,8 +241,8 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     return (
         f'<div class="panel"><h2>ITL spikes</h2><p>{html.escape(spikes["definition"])}: '
         f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens, threshold {spikes['threshold_ms']:.3f} ms "
-        f"(median {spikes['median_ms']:.3f} ms). A token can have several causes.</p>"
-        f"{cause_table}<h2>Largest spikes (one per step)</h2>{table(lhead, listed)}</div>"
+        f"(median {spikes['median_ms']:.3f} ms). Each spike token has one main cause: what added most to it.</p>"
+        f"{f'<p>{html.escape(left)}.</p>' if left else ''}{cause_table}<h2>Largest spikes (one per step)</h2>{table(lhead, listed)}</div>"
     )
 
 
@@ -192,15 +252,16 @@ def build_figures(run: Run, summary: dict) -> list:
     steps = tables.read_steps(run.path)
     itl = tables.read_itl(run.path)
     out = [
+        figures.steady_bars(summary),
         figures.region_bars(summary),
         figures.step_breakdown(steps),
         figures.graph_breakdown(steps),
         figures.itl_over_time(itl, (steps or {}).get("run_starts")),
-        figures.itl_spikes(itl, summary.get("spikes")),
+        spike_figures.itl_spikes(itl, summary.get("spikes")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
-        figures.gpu_idle(steps),
+        figures.gpu_idle(steps, summary),
         figures.telemetry(tables.read_telemetry(run.path)),
     ]
     return [f for f in out if f is not None]
@@ -217,9 +278,11 @@ def render_run(run: Run, out_path: Path) -> Path:
     warnings = "".join(f"<li>{html.escape(w)}</li>" for w in summary.get("warnings") or [])
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
+{_steady_panel(summary)}
 {figure_divs(len(figs))}
 {_spike_tables(summary.get("spikes"))}
 {ncu_views.panels(summary) if summary.get("ncu") else _region_table(summary) + _kernels_by_region(summary)}
+{_no_gpu_note(summary)}
 """
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
 Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,

@@ -7,6 +7,8 @@ run), long names are shortened in the middle so their distinguishing tail surviv
 
 from __future__ import annotations
 
+import os
+
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
@@ -18,12 +20,25 @@ from roseprof.render.safe_text import plain
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
+MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
 
 
 def make_console() -> Console:
-    """A console for summaries; wide when not a terminal, so a log or a pipe gets names whole."""
+    """A console for summaries: COLUMNS when set (a terminal or a pipe alike), else the terminal's width; output
+    piped into `head` or `less` from a terminal gets that terminal's width (COLUMNS is a shell variable that
+    bash does not export); with no terminal at all (a log, a CI job) 160 columns, so names stay whole."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return Console(width=max(int(columns), 40))
     console = Console()
-    return console if console.is_terminal else Console(width=160)
+    if console.is_terminal:
+        return console
+    for fd in (2, 0):  # stdout is a pipe; stderr or stdin may still be the user's terminal
+        try:
+            return Console(width=max(os.get_terminal_size(fd).columns, 40))
+        except (OSError, ValueError):
+            continue
+    return Console(width=160)
 
 
 def _empty(cells) -> bool:
@@ -39,10 +54,13 @@ def fit_table(
     keep: set[int] = frozenset({0}),
     optional: tuple[int, ...] = (),
     whole: set[int] = frozenset(),
+    min_width: dict[int, int] | None = None,
 ) -> Table:
     """A table of `rows` that fits the console. `shrink` maps a column to fit(text, width) used to narrow it;
     columns whose cells are all empty are dropped (except those in `keep`); `optional` columns are dropped, in
-    order, while the shrinkable ones would otherwise go below MIN_NAME; `whole` columns are never cut (run ids)."""
+    order, while the shrinkable ones would otherwise go below MIN_NAME (or their `min_width`); `whole` columns
+    are never cut (run ids)."""
+    floor_of = {i: (min_width or {}).get(i, MIN_NAME) for i in range(len(headers))}
     shrink = shrink or {}
     rows = [
         [plain(c) for c in r] for r in rows
@@ -71,12 +89,13 @@ def fit_table(
             return build(cols, {})
         targets = [i for i in cols if i in shrink]
         room = {i: max(len(r[i]) for r in rows) if rows else 0 for i in targets}
-        give = sum(max(0, w - MIN_NAME) for w in room.values())
+        give = sum(max(0, w - floor_of[i]) for i, w in room.items())
         dropping = [i for i in optional if i in cols]
         if give >= excess or not dropping:
-            floor = MIN_NAME if give >= excess else MIN_NAME // 2  # nothing left to drop: names give more
+            enough = give >= excess  # else nothing is left to drop: names give more
             widths, left = {}, excess
             for i in sorted(targets, key=lambda i: -room[i]):  # take from the widest first
+                floor = floor_of[i] if enough else min(floor_of[i], MIN_NAME) // 2
                 cut = min(left, max(0, room[i] - floor))
                 widths[i] = room[i] - cut
                 left -= cut
@@ -86,68 +105,48 @@ def fit_table(
 
 def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
     m = run.manifest
-    tool = m.get("tool", {})
-    console.print(
-        Text.assemble(
-            (plain(run.id), "bold"),
-            plain(f"  {tool.get('name')} {tool.get('version') or ''}  status "),
-            (plain(m.get("status")), "bold"),
-        ),
-        overflow="fold",
+    head = Text.assemble(
+        (plain(run.id), "bold"),
+        plain(f"  {text.tool_label(m.get('tool') or {})}  status "),
+        (plain(m.get("status")), "bold"),
     )
+    if head.cell_len > console.width:  # a long imported id: the id alone on its line, whole
+        head = Text.assemble(
+            (plain(run.id), "bold"),
+            "\n" + plain(f"{text.tool_label(m.get('tool') or {})}  status "),
+            (plain(m.get("status")), "bold"),
+        )
+    console.print(head, overflow="fold")
+    if m.get("command"):
+        console.print(plain(f"command: {' '.join(map(str, m['command']))}"), markup=False, overflow="fold")
+    elif m.get("source"):
+        _print_path(console, "imported from", m["source"])
     for key in ("message", "damaged"):
         if m.get(key):
             console.print(plain(f"  {m[key]}"), markup=False)
     if summary is None:
-        console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
+        _print_path(console, "run folder", run.path)
         return
-    regions = summary.get("regions") or []
-    if regions:
-        headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kern ms"]
-        rows = [units.region_cells(r) for r in regions[:top]]
-        # At 80 columns a GPU run's eight columns leave no room for names: the percentiles go first.
-        table = fit_table(
-            console, "time per region", headers, rows, {0: text.shorten_middle}, optional=(4, 5)
-        )
-        console.print(table)
-        if len(regions) > top:
-            console.print(
-                plain(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)"),
-                markup=False,
-            )
-    kernels = summary.get("kernels") or []
-    if kernels:
-        rows = [
-            [k["name"], k["region"] or "-", f"{k['count']:,}", units.ms(k["total_ns"]), units.us(k["p50_ns"])]
-            for k in kernels[:8]
-        ]
-        headers = ["kernel", "region", "count", "total ms", "p50 µs"]
-        shrink = {0: text.kernel_name, 1: text.shorten_middle}
-        console.print(fit_table(console, "top kernels", headers, rows, shrink))
+    if summary.get("steady"):
+        print_steady(console, summary["steady"], top)
+    _print_regions(console, run, summary, top)
+    _print_kernels(console, summary)
     if summary.get("ncu"):
         _print_ncu(console, summary["ncu"])
     steps = summary.get("steps")
     if steps:
-        roll, norm = steps["rollover"], steps["normal"]
-        d = text.duration
-        console.print(
-            f"decode steps: {steps['count']:,}  p50 {d(steps['p50_ns'])}  p99 {d(steps['p99_ns'])}  |  "
-            f"rollover ({roll['count']:,}) p50 {d(roll['p50_ns'])}  vs normal ({norm['count']:,}) p50 "
-            f"{d(norm['p50_ns'])}",
-            markup=False,
-        )
-        sentence = text.rollover_sentence(steps)
+        console.print(plain(text.steps_line(steps)), markup=False)
+        sentence = text.rollover_sentence(steps) if steps.get("kind", "decode") == "decode" else None
         if sentence:
             console.print(plain(sentence), markup=False)
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        console.print(
-            f"ITL ms: p50 {fmt(itl['p50_ms'])}  p95 {fmt(itl['p95_ms'])}  p99 {fmt(itl['p99_ms'])}  |  "
-            f"at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}",
-            markup=False,
-        )
+        line = f"ITL ms: p50 {fmt(itl['p50_ms'])}  p95 {fmt(itl['p95_ms'])}  p99 {fmt(itl['p99_ms'])}"
+        if at.get("count"):
+            line += f"  |  at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}"
+        console.print(line, markup=False)
     if summary.get("spikes"):
         print_spikes(console, summary["spikes"])
     req = summary.get("requests")
@@ -159,12 +158,99 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
         )
     for w in summary.get("warnings") or []:
         console.print(plain(f"warning: {w}"), markup=False, style="yellow")
-    console.print(plain(f"run folder: {run.path}"), markup=False, overflow="fold")
+    _print_path(console, "run folder", run.path)
+
+
+def _print_path(console: Console, label: str, path) -> None:
+    """`label: PATH` on one line, never cut or folded, so that it copies whole (a terminal wraps it softly)."""
+    console.print(plain(f"{label}: {path}"), markup=False, highlight=False, soft_wrap=True)
+
+
+def print_steady(console: Console, steady: dict, top: int = 12) -> None:
+    """Per step in steady state: host and GPU time per region, mean and median; what was left out."""
+    us = lambda v: "-" if not v else units.us(v)  # noqa: E731 - a region that never ran in a step: "-"
+    st = steady["step"]
+    rows = [[f"(whole {steady['unit']})", us(st["host_mean_ns"]), us(st["host_p50_ns"]),
+             us(st["gpu_mean_ns"]), us(st["gpu_p50_ns"])]]  # fmt: skip
+    for r in steady["regions"][:top]:
+        rows.append(
+            [
+                r["name"],
+                us(r["host_mean_ns"]),
+                us(r["host_p50_ns"]),
+                us(r["gpu_mean_ns"]),
+                us(r["gpu_p50_ns"]),
+            ]
+        )
+    headers = ["region", "host µs mean", "host µs p50", "GPU µs mean", "GPU µs p50"]
+    console.print(fit_table(console, text.steady_title(steady), headers, rows, {0: text.shorten_middle}))
+    if len(steady["regions"]) > top:
+        console.print(f"  ... {len(steady['regions']) - top} more regions (--json)", markup=False)
+    if steady.get("graph_replays"):
+        console.print(plain(f"  {text.GRAPH_NOTE}"), markup=False, style="dim")
+    left = text.left_out_sentence(steady)
+    if left:
+        console.print(plain(f"  {left}"), markup=False, overflow="fold", style="dim")
+
+
+def _print_regions(console: Console, run: Run, summary: dict, top: int) -> None:
+    regions = summary.get("regions") or []
+    if not regions:
+        return
+    graphs = any(r.get("gpu_ns") != r.get("gpu_kernel_ns") for r in regions)
+    headers = ["region", "count", "total ms", "self ms", "p50 µs", "p99 µs", "GPU proj ms", "GPU kern ms"]
+    rows = [units.region_cells(r) for r in regions[:top]]
+    if graphs:
+        # The launch rule (nsys stats) puts a graph replay's kernels under the launch; this column does not.
+        headers.append("GPU ms w/ graphs")
+        for row, r in zip(rows, regions):
+            row.append(units.ms(r.get("gpu_ns")))
+    title = "time per region, whole run" + text.whole_run_note(summary.get("steady"))
+    # At 80 columns a GPU run's columns leave no room for names: the percentiles go first, then nsys' columns.
+    optional = (4, 5, 6, 7) if graphs else (4, 5)
+    console.print(fit_table(console, title, headers, rows, {0: text.shorten_middle}, optional=optional))
+    if graphs:
+        console.print(
+            plain("  GPU ms w/ graphs: CUDA-graph replays counted where captured (proj, kern: nsys stats' rule)"),
+            markup=False, style="dim",
+        )  # fmt: skip
+    if len(regions) > top:
+        console.print(
+            plain(f"  ... {len(regions) - top} more regions (roseprof show {run.id} --json)"),
+            markup=False,
+            overflow="fold",
+        )
+
+
+def _print_kernels(console: Console, summary: dict) -> None:
+    # Rows by the region a kernel ran for (graph replays: where captured); older runs: by launching region.
+    kernels = summary.get("kernel_regions") or summary.get("kernels") or []
+    if not kernels:
+        return
+    shown = kernels[:8]
+    labels = text.kernel_labels([k["name"] for k in shown])
+    rows = [
+        [label, k["region"] or "-", f"{k['count']:,}", units.ms(k["total_ns"]), units.us(k["p50_ns"])]
+        for label, k in zip(labels, shown)
+    ]
+    headers = ["kernel", "region", "count", "total ms", "p50 µs"]
+    shrink = {0: text.kernel_name, 1: text.shorten_middle}
+    # A kernel name needs more room than a region's to stay recognisable: the median goes first.
+    console.print(fit_table(console, "top kernels", headers, rows, shrink, optional=(4,), min_width={0: 36}))
+    if any(k.get("graph_count") for k in shown):
+        console.print(
+            plain("  region: innermost; CUDA-graph replays are in the region they were captured in"),
+            markup=False,
+            style="dim",
+        )
 
 
 def _tool(m: dict) -> str:
     tool = m.get("tool", {})
-    version = ".".join(str(tool.get("version", "")).split(".")[:2])  # 2025.3.2.0 -> 2025.3
+    raw = str(tool.get("version") or "")
+    version = (
+        ".".join(raw.split(".")[:2]) if raw != "?" else ""
+    )  # 2025.3.2.0 -> 2025.3; unknown: the name alone
     return f"{tool.get('name', '')} {version}".strip()
 
 
@@ -198,26 +284,26 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
 
 
 def print_spikes(console: Console, spikes: dict) -> None:
-    """The ITL spike cause table: how many spike tokens each cause touched and the latency it added."""
+    """The ITL spikes: one main cause per spike token, with what took the time; the tokens left out."""
     console.print(
         f"ITL spikes: {spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens ({spikes['spike_steps']} steps) "
         f"above {spikes['threshold_ms']:.3f} ms = {spikes['definition'].removeprefix('ITL above ')}",
         markup=False,
     )
+    line = text.left_out_line(spikes.get("left_out"))
+    if line:
+        console.print(plain(line), markup=False)
     if not spikes["causes"]:
         return
-    t = Table(title="spike causes (a token can have several)", title_justify="left")
-    for col in ("cause", "tokens", "share %", "added p50 ms", "added total ms"):
-        t.add_column(col, justify="left" if col == "cause" else "right")
-    for c in spikes["causes"]:
-        t.add_row(
-            c["label"],
-            f"{c['tokens']:,}",
-            f"{c['share_pct']:.1f}",
-            f"{c['added_p50_ms']:.3f}",
-            f"{c['added_total_ms']:.1f}",
-        )
-    console.print(t)
+    rows = [
+        [c["label"], f"{c['tokens']:,}", f"{c['share_pct']:.1f}", f"{c['added_p50_ms']:.3f}",
+         f"{c['added_total_ms']:.1f}"]
+        for c in spikes["causes"]
+    ]  # fmt: skip
+    headers = ["main cause", "tokens", "share %", "added p50 ms", "added total ms"]
+    console.print(fit_table(console, "spike causes (one per spike token)", headers, rows))
+    for c in spikes["causes"]:  # the evidence: where each cause's time went
+        console.print(plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"), markup=False)
 
 
 def print_runs(console: Console, runs: list[Run]) -> None:
@@ -229,15 +315,19 @@ def print_runs(console: Console, runs: list[Run]) -> None:
             _tool(r.manifest),
             r.manifest.get("status", ""),
             r.manifest.get("created_utc", ""),
-            text.command(r.manifest.get("command") or [r.manifest.get("source", "")], 10**6),
+            text.command(r.manifest.get("command"), 10**6)
+            if r.manifest.get("command")
+            else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
         ]
         for r in runs
     ]
     # The run id holds the creation time and the name: those columns go first when room is short, then the
-    # tool; the id is never cut (users copy it), the command is cut at a word.
+    # tool, then the command (cut at a word while it keeps MIN_COMMAND characters; `show` prints it whole). The
+    # id and the status are never cut (users copy ids; a cut status reads as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {5: text.command}, keep={0, 5}, optional=(4, 1, 2), whole={0}
+            console, None, headers, rows, {5: text.command}, keep={0, 3}, optional=(4, 1, 2, 5),
+            whole={0, 3}, min_width={5: MIN_COMMAND},
         ),
         crop=False,
-    )
+    )  # fmt: skip

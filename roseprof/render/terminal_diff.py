@@ -39,12 +39,16 @@ def print_verdict(console: Console, v: dict) -> None:
             continue
         per = "per decode step" if changes[0].get("per_step") else "per run"
         shrink = {0: text.shorten_middle if key == "regions" else text.kernel_name}
+        rows = _change_rows(changes)
+        if key == "kernels":  # one base name, several kernels: each keeps its tag
+            for row, label in zip(rows, text.kernel_labels([r["label"] for r in changes])):
+                row[0] = label
         console.print(
             fit_table(
                 console,
                 f"where the time moved: {title} (significant, time {per})",
                 [key[:-1], "before", "after", "change [95% CI]", "verdict"],
-                _change_rows(changes),
+                rows,
                 shrink,
             )
         )
@@ -61,13 +65,17 @@ def print_diff(console: Console, result: dict, top: int) -> None:
         if len(runs) > 1:
             console.print(f"{label} is a group of {len(runs)} runs: {', '.join(runs)}", markup=False)
     metrics = result["metrics"]
+    labels = [text.metric_label(m["name"], m.get("per_step", False)) for m in metrics[:top]]
+    # Region labels share their program's prefix (`roseinfer.`): left out (and said) so names fit 80 columns.
+    prefix = text.common_prefix([label.rpartition(" · ")[0] for label in labels if " · " in label])
     rows = []
-    for m in metrics[:top]:
+    for m, label in zip(metrics[:top], labels):
         unit = text.metric_unit(m["name"])
-        flag = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
+        # One character for "significant" so that 80 columns keep the figures whole; a regression stays loud.
+        flag = "REGRESSION" if m.get("regression") else ("*" if m["significant"] else "")
         rows.append(
             [
-                text.metric_label(m["name"], m.get("per_step", False)),
+                text.without_prefix(label, prefix),
                 text.value(unit, m["a"]),
                 text.value(unit, m["b"]),
                 text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"]),
@@ -75,8 +83,12 @@ def print_diff(console: Console, result: dict, top: int) -> None:
             ]
         )
     title = f"all metrics, largest significant changes first ({min(top, len(metrics))} of {len(metrics)})"
+    if prefix:
+        title += f"; regions without {prefix}"
     headers = ["metric", "before", "after", "change [95% CI]", ""]
-    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, keep={0, 4}))
+    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
+    if any(r[4] == "*" for r in rows):
+        console.print("* significant: the 95% interval excludes 0", markup=False, style="dim")
     if len(metrics) > top:
         console.print(f"... {len(metrics) - top} more metrics (--top N, or --json for all)", markup=False)
     console.print(f"method: {result['method']}", markup=False, style="dim")

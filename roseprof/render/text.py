@@ -3,6 +3,7 @@ shortened so that the part that tells them apart survives, commands cut at a wor
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 ELLIPSIS = "…"
@@ -62,7 +63,7 @@ def shorten_middle(name: str, width: int) -> str:
     tail = None
     for head_min in (MIN_HEAD, 0):
         for i in range(len(name) - 1, 0, -1):
-            if name[i - 1] in SEPARATORS:
+            if name[i - 1] in SEPARATORS and name[i] not in SEPARATORS:  # `::` is one separator
                 if len(name) - i > room - head_min:
                     break
                 tail = name[i:]
@@ -89,11 +90,41 @@ def kernel_base(name: str) -> str:
     return base or full
 
 
+TAG = " #"  # a disambiguator's separator: `clover::par_ranged2d_kernel #3fa2`
+
+
+def kernel_tag(name: str) -> str:
+    """Four hex digits of the full name's hash: the same kernel gets the same tag in every run and view."""
+    return hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=2).hexdigest()
+
+
+def kernel_labels(names: list[str]) -> list[str]:
+    """The names as shown side by side: a name whose base name (what a narrow column keeps) is another's too gets
+    its tag, so six instantiations of one template stay six kernels. kernel_name() keeps the tag."""
+    bases: dict[str, set[str]] = {}
+    for n in names:
+        bases.setdefault(kernel_base(n), set()).add(n)
+    return [n + TAG + kernel_tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
+
+
 def kernel_name(name: str, width: int) -> str:
-    """A kernel name for a narrow column: whole when it fits, else its base name, shortened in the middle."""
+    """A kernel name for a narrow column: whole when it fits, else its base name, shortened in the middle; a tag
+    from kernel_labels() stays at the end."""
     if len(name) <= width:
         return name
-    return shorten_middle(kernel_base(name), width)
+    body, sep, tag = name.rpartition(TAG)
+    if not sep or len(tag) != 4 or any(c not in "0123456789abcdef" for c in tag):
+        body, sep, tag = name, "", ""
+    base = kernel_base(body)
+    return shorten_middle(base, max(width - len(sep) - len(tag), 8)) + sep + tag
+
+
+def tool_label(tool: dict) -> str:
+    """`nsys 2025.3.2.0`, `torch 2.11.0`; a version neither the file nor the tool gave is said so, not `?`."""
+    name, version = tool.get("name") or "?", tool.get("version")
+    if not version or version == "?":
+        return f"{name} (version not recorded)"
+    return f"{name} {version}"
 
 
 def command(argv: list[str] | str | None, width: int) -> str:
@@ -239,4 +270,107 @@ def samples_note(v: dict) -> str:
     return (
         f"{backing}A figure is tested with ≥ {need['p50']} samples per run (p99: ≥ {need['p99']}, so that the "
         "tail is more than one sample); throughput is one figure per run, with no interval."
+    )
+
+
+# The steady state (summary.json `steady`) in words, for the terminal and the dashboard.
+
+
+def steady_title(steady: dict) -> str:
+    """`steady state, per decode step (71 of 72 steps)`."""
+    return f"steady state, per {steady['unit']} ({steady['counted']:,} of {steady['steps']:,} steps)"
+
+
+def left_out_sentence(steady: dict) -> str | None:
+    """What the steady state leaves out, each with its size: warm-up, CUDA-graph capture, prefill."""
+    ex = steady.get("excluded") or {}
+    parts = []
+    warm = ex.get("warmup") or {}
+    if warm.get("steps"):
+        parts.append(f"warm-up {warm['steps']:,} step(s), {duration(warm['host_ns'])}")
+    cap = ex.get("capture") or {}
+    bits = []
+    if cap.get("steps"):
+        bits.append(f"{cap['steps']:,} step(s), {duration(cap['host_ns'])}")
+    if cap.get("ranges"):
+        names = ", ".join(cap.get("range_names") or [])
+        bits.append(
+            f"{cap['ranges']:,} range(s) outside the steps ({names}), {duration(cap['range_host_ns'])}"
+        )
+    if bits:
+        parts.append("CUDA graph capture " + " and ".join(bits))
+    pre = ex.get("prefill") or {}
+    bits = []
+    if pre.get("steps"):
+        bits.append(f"{pre['steps']:,} step(s) holding one, {duration(pre['host_ns'])}")
+    if pre.get("ranges"):
+        bits.append(f"{pre['ranges']:,} outside the steps, {duration(pre['range_host_ns'])}")
+    if bits:
+        parts.append("prefill " + " and ".join(bits))
+    return "left out (host time): " + "; ".join(parts) if parts else None
+
+
+GRAPH_NOTE = "GPU: CUDA-graph replays counted in the region each kernel was captured in"
+
+
+def steps_line(steps: dict) -> str:
+    """The step counts and times; rollovers only for the engine's decode steps."""
+    d = duration
+    if steps.get("kind", "decode") != "decode":
+        what = "steps (ProfilerStep)" if steps.get("kind") == "profiler" else f"steps ({steps.get('name')})"
+        return f"{what}: {steps['count']:,}  p50 {d(steps['p50_ns'])}  p99 {d(steps['p99_ns'])}"
+    roll, norm = steps["rollover"], steps["normal"]
+    line = f"decode steps: {steps['count']:,}  p50 {d(steps['p50_ns'])}  p99 {d(steps['p99_ns'])}"
+    if roll["count"]:
+        line += (
+            f"  |  rollover ({roll['count']:,}) p50 {d(roll['p50_ns'])}  vs normal ({norm['count']:,}) p50 "
+            f"{d(norm['p50_ns'])}"
+        )
+    return line
+
+
+def common_prefix(names: list[str]) -> str:
+    """The first dotted component every name starts with (`roseinfer.`, `hf.`), or "" when they do not share one
+    or there are fewer than two: a narrow table can leave it out and say so once."""
+    heads = {n.split(".", 1)[0] + "." if "." in n else "" for n in names}
+    if len(names) < 2 or len(heads) != 1:
+        return ""
+    head = heads.pop()
+    return head if all(len(n) > len(head) for n in names) else ""
+
+
+def without_prefix(label: str, prefix: str) -> str:
+    """A metric label (`name · what`) with its name's shared prefix left out."""
+    return label[len(prefix) :] if prefix and label.startswith(prefix) else label
+
+
+def whole_run_note(steady: dict | None) -> str:
+    """` (warm-up and capture included)`: what a whole-run sum holds that the steady state leaves out."""
+    ex = (steady or {}).get("excluded") or {}
+    parts = [
+        label
+        for key, label in (("capture", "CUDA-graph capture"), ("warmup", "warm-up"), ("prefill", "prefill"))
+        if (ex.get(key) or {}).get("steps") or (ex.get(key) or {}).get("ranges")
+    ]
+    if not parts:
+        return ""
+    return f" ({', '.join(parts[:-1]) + ' and ' + parts[-1] if len(parts) > 1 else parts[0]} included)"
+
+
+def left_out_line(left_out: dict | None) -> str | None:
+    """One line: the tokens the ITL figures leave out (the profiler's own work, CUDA-graph capture) and why."""
+    if not left_out:
+        return None
+    parts = [f"{e['tokens']:,} token(s) whose gap holds {e['label']} (up to {duration(e['max_ms'] * 1e6)})"
+             for e in left_out.values()]  # fmt: skip
+    return "ITL figures leave out " + "; ".join(parts)
+
+
+def evidence_text(evidence: list[dict] | None) -> str:
+    """`roseinfer.model.forward +164.0 µs p50 (48 tokens); ...`: where a cause's time went."""
+    if not evidence:
+        return "-"
+    return "; ".join(
+        f"{e['where']} +{duration(e['p50_ms'] * 1e6)} p50 ({e['tokens']:,} token{'s' if e['tokens'] != 1 else ''})"
+        for e in evidence
     )

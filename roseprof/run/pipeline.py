@@ -213,11 +213,19 @@ def _ingest(
         data["step_regions"],
         data["itl_series"],
         data.get("run_starts", ()),
+        data.get("op_regions"),
     )
     return summary
 
 
-def import_file(store: RunStore, path: str, name: str | None, steplog: str | None, analyse: Analyse) -> Run:
+def import_file(
+    store: RunStore,
+    path: str,
+    name: str | None,
+    steplog: str | None,
+    analyse: Analyse,
+    manifest: dict | None = None,
+) -> Run:
     """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link).
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
@@ -233,7 +241,9 @@ def import_file(store: RunStore, path: str, name: str | None, steplog: str | Non
         raise RoseprofError(f"{steplog}: no such step log")
     writer = store.new_run(name or _stem(src.name, reader.suffixes), reader.tool)
     try:
-        writer.manifest.update(source=str(src.resolve()), environment=environment.describe())
+        writer.manifest.update(
+            source=str(src.resolve()), environment=environment.describe(), **(manifest or {})
+        )
         copy = writer.raw / src.name
         # A copy, not a hard link: editing the user's file later must not change the run's raw data.
         _copy(src, copy, path)

@@ -10,6 +10,9 @@
     marks.npz       the model's Marks columns
     gpu_ops.npz     the model's GpuOps columns
     graph_nodes.npz the model's GraphNodes columns (CUDA graph nodes: where replayed kernels were captured)
+    op_regions.npz  per GPU op, its innermost launching region and capture-time region (names index, -1: none)
+    host_events.npz the model's HostEvents columns (torch: CPU operators, Python frames, calls that launched
+                    nothing); absent when there are none (and in runs stored before 2026-11-24)
     kernel_metrics.npz, kernel_metrics.json
                     per-launch metrics (ncu): numeric columns in the .npz (NaN where the report has no value),
                     enclosing NVTX ranges, rule findings and device facts in the .json with its own version
@@ -27,7 +30,18 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.errors import RoseprofError
-from roseprof.model import GpuOps, GraphNodes, KernelMetrics, Marks, Names, Ranges, Tool, Trace
+from roseprof.model import (
+    HOST_CATEGORIES,
+    GpuOps,
+    GraphNodes,
+    HostEvents,
+    KernelMetrics,
+    Marks,
+    Names,
+    Ranges,
+    Tool,
+    Trace,
+)
 from roseprof.run.checks import Damaged, check, check_itl, check_steps, check_summary, check_telemetry
 from roseprof.run.store import read_json, write_json
 
@@ -43,6 +57,8 @@ def write_trace(folder: Path, trace: Trace) -> None:
     np.savez(folder / "marks.npz", **{c: getattr(trace.marks, c) for c in MARK_COLUMNS})
     np.savez(folder / "gpu_ops.npz", **{c: getattr(trace.ops, c) for c in GpuOps.COLUMNS})
     np.savez(folder / "graph_nodes.npz", **{c: getattr(trace.graph_nodes, c) for c in GraphNodes.COLUMNS})
+    if len(trace.host_events):
+        np.savez(folder / "host_events.npz", **{c: getattr(trace.host_events, c) for c in HostEvents.COLUMNS})
     write_json(
         folder / "names.json",
         {
@@ -92,14 +108,36 @@ def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
     )
 
 
+OP_REGION_COLUMNS = ("region", "capture_region")
+
+
 def write_analysis(
-    folder: Path, summary: dict, steps: dict | None, step_regions: list, itl: list, run_starts=()
+    folder: Path,
+    summary: dict,
+    steps: dict | None,
+    step_regions: list,
+    itl: list,
+    run_starts=(),
+    op_regions: dict | None = None,
 ) -> None:
+    if op_regions is not None:
+        np.savez(folder / "op_regions.npz", **{c: np.asarray(op_regions[c]) for c in OP_REGION_COLUMNS})
     write_json(
         folder / "steps.json", {"regions": step_regions, "rows": steps, "run_starts": list(run_starts)}
     )
     write_json(folder / "itl.json", itl)
     write_json(folder / "summary.json", summary)
+
+
+def read_op_regions(folder: Path, n_ops: int, n_names: int) -> dict[str, np.ndarray] | None:
+    """Per GPU op, the names index of its innermost launching region and, for a graph-replayed kernel, of the
+    region its node was captured in (-1: none); None for runs stored without them, or that do not match."""
+    if not (folder / "op_regions.npz").is_file():
+        return None
+    cols = _load_npz(folder / "op_regions.npz", OP_REGION_COLUMNS)
+    if any(len(v) != n_ops or (len(v) and (v.min() < -1 or v.max() >= n_names)) for v in cols.values()):
+        return None
+    return cols
 
 
 def write_telemetry(folder: Path, interval_s: float, samples: list[dict]) -> None:
@@ -140,6 +178,7 @@ def read_trace(folder: Path) -> Trace:
         # Version 1 kept api_start and api_tid only; an op with a launching call ended it no later than it began.
         ops["api_end"] = np.where(ops["api_tid"] >= 0, ops["api_start"], -1)
     marks = _load_npz(folder / "marks.npz", MARK_COLUMNS)
+    host = _load_npz(folder / "host_events.npz", HostEvents.COLUMNS)
     names = meta.get("names", [])
     domains = meta.get("domains", [""]) or [""]
     # Every index must resolve: a short names table must not turn into an IndexError in a renderer.
@@ -147,12 +186,15 @@ def read_trace(folder: Path) -> Trace:
         ("ranges.npz", ("name",), ranges),
         ("marks.npz", ("name",), marks),
         ("gpu_ops.npz", ("name",), ops),
+        ("host_events.npz", ("name",), host),
     ):
         for c in cols:
             if len(table[c]) and (table[c].min() < 0 or table[c].max() >= len(names)):
                 raise _damaged(folder / file, f"a {c} does not resolve in names.json")
     if len(ops["api_name"]) and ops["api_name"].max() >= len(names):
         raise _damaged(folder / "gpu_ops.npz", "an api_name does not resolve in names.json")
+    if len(host["kind"]) and (host["kind"].min() < 0 or host["kind"].max() >= len(HOST_CATEGORIES)):
+        raise _damaged(folder / "host_events.npz", "a kind is not a known host event category")
     if len(ranges["domain"]) and (ranges["domain"].min() < 0 or ranges["domain"].max() >= len(domains)):
         raise _damaged(folder / "ranges.npz", "a domain does not resolve in names.json")
     return Trace(
@@ -165,6 +207,7 @@ def read_trace(folder: Path) -> Trace:
         graph_nodes=GraphNodes(**_load_npz(folder / "graph_nodes.npz", GraphNodes.COLUMNS)),
         threads={int(t): n for t, n in (meta.get("threads") or {}).items() if t.lstrip("-").isdigit()},
         kernel_metrics=read_kernel_metrics(folder),
+        host_events=HostEvents(**host),
     )
 
 

@@ -47,6 +47,8 @@ SOURCES = {
         "--steplog",
         DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl",
     ],
+    # a CUDA-graph program that is not the engine: the steady state per hf.step, graph replays where captured
+    "h100-hf-graph": ["import", DATA / "nsys" / "h100-nsys2025.3-hf-graph.sqlite", "--step-range", "hf.step"],
     "ncu-raw": ["import", DATA / "ncu" / "tn-raw.csv"],
     "ncu-public": ["import", DATA / "ncu" / "brycelelbach__nsightful__copy_blocked.csv"],
 }
@@ -79,10 +81,19 @@ def test_fixture_dashboards_draw(page, tmp_path, name):
     # regions for all; steps, ITL and ITL-spike panels for the decode runs; kernels for the GPU ones; for ncu
     # runs only the kernel views (timeline figures would show the profiler's replays): speed of light and (with
     # the raw page's FLOP rates and peaks) the roofline
-    expected = {"cpu-2022.4": 3, "h100-matmul": 2, "h100-decode": 8, "ncu-raw": 2, "ncu-public": 1}
+    expected = {
+        "cpu-2022.4": 3,
+        "h100-matmul": 2,
+        "h100-decode": 8,
+        "h100-hf-graph": 6,
+        "ncu-raw": 2,
+        "ncu-public": 1,
+    }
     check_drawn(result, expected[name])
-    if name != "ncu-public":
+    if name not in ("ncu-public", "h100-hf-graph"):
         assert "roseinfer" in result["text"]
+    if name == "h100-hf-graph":
+        assert "Steady state, per hf.step (60 of 63 steps)" in result["text"]
     if name.startswith("ncu"):
         assert "Speed of light" in result["text"] and ("Roofline (DRAM)" in result["text"]) == (
             name == "ncu-raw"

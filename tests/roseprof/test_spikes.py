@@ -51,7 +51,7 @@ def synthetic(step_ms, batch=4, rollovers=None, prefills=(), gc=(), version=1):
 
 
 def test_identical_steps_have_no_spikes():
-    summary, causes = analyse_spikes(synthetic([10.0] * 200), None, [], None)
+    summary, causes, _ = analyse_spikes(synthetic([10.0] * 200), None, [], None)
     assert summary["spike_tokens"] == 0 and summary["causes"] == []
     assert all(c is None for per_request in causes for c in per_request)
     # Ordinary jitter (2%) is no spike either: the floor is 25% over the median.
@@ -62,7 +62,7 @@ def test_identical_steps_have_no_spikes():
 def test_a_slow_rollover_step_is_a_rollover_spike():
     step_ms = [10.0] * 100
     step_ms[40] = 30.0
-    summary, causes = analyse_spikes(synthetic(step_ms, rollovers={40: 4}), None, [], None)
+    summary, causes, _ = analyse_spikes(synthetic(step_ms, rollovers={40: 4}), None, [], None)
     assert summary["spike_tokens"] == 4 and summary["spike_steps"] == 1
     (entry,) = summary["causes"]
     assert entry["cause"] == "rollover" and entry["share_pct"] == 100
@@ -71,10 +71,10 @@ def test_a_slow_rollover_step_is_a_rollover_spike():
     assert summary["listed"][0]["step"] == 40 and summary["listed"][0]["step_record"]["rollovers"] == 4
 
 
-def test_prefill_gc_and_unknown_share_the_excess():
+def test_prefill_gc_and_a_slow_step_each_explain_their_spike():
     step_ms = [10.0] * 100
     # Step 20's window holds a 15 ms prefill before it; step 60's a 12 ms collection (version 2); step 80 is slow
-    # for no recorded reason.
+    # with nothing else in the log: the step itself took the time (without a trace, no region to name).
     log = synthetic(step_ms)
     for k, extra in ((20, 15), (60, 12)):
         for s in log.steps[k:]:
@@ -90,13 +90,17 @@ def test_prefill_gc_and_unknown_share_the_excess():
     log.prefills.append({"start_ns": t20, "end_ns": t20 + 15 * MS, "tokens": 100, "requests": [9], "cow": 0})
     t60 = log.steps[59]["end_ns"] + 20_000
     log.gc.append({"start_ns": t60, "end_ns": t60 + 12 * MS, "generation": 2, "collected": 5})
-    summary, causes = analyse_spikes(log, None, [], None)
+    summary, causes, _ = analyse_spikes(log, None, [], None)
     by_cause = {c["cause"]: c for c in summary["causes"]}
-    assert set(by_cause) == {"prefill", "gc", "unknown"}
+    assert set(by_cause) == {"prefill", "gc", "slow_step"}  # nothing is unknown: a record explains each
     assert by_cause["prefill"]["added_p50_ms"] == pytest.approx(15, rel=0.05)
     assert by_cause["gc"]["added_p50_ms"] == pytest.approx(12, rel=0.05)
-    assert by_cause["unknown"]["added_p50_ms"] == pytest.approx(25, rel=0.05)
-    assert (causes[0][20], causes[0][60], causes[0][80]) == ("prefill", "gc", "unknown")
+    assert by_cause["slow_step"]["added_p50_ms"] == pytest.approx(25, rel=0.05)
+    assert (causes[0][20], causes[0][60], causes[0][80]) == ("prefill", "gc", "slow_step")
+    # Each cause comes with its evidence: the event, or the step, that took the time.
+    assert by_cause["gc"]["evidence"][0]["where"] == "Python gc collections"
+    assert by_cause["slow_step"]["evidence"][0]["where"] == "decode step 80 (no trace to say where)"
+    assert all(c["tokens"] == 4 for c in summary["causes"])  # one main cause per spike token
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +155,7 @@ def test_every_injected_cause_is_found_where_it_happened(engine_log):
 
 
 def test_engine_run_summary_is_json_and_consistent(engine_log):
-    summary, causes = analyse_spikes(engine_log, None, [], None)
+    summary, causes, _ = analyse_spikes(engine_log, None, [], None)
     json.dumps(summary, allow_nan=False)
     assert summary["tokens"] == sum(len(r["token_ns"]) - 1 for r in engine_log.requests)
     assert sum(c is not None for per in causes for c in per) == summary["spike_tokens"]

@@ -15,7 +15,7 @@ from roseprof.drivers.torch.reader import read_kineto
 from roseprof.model import KERNEL
 from tests.helpers import DATA, assert_one_line_error, roseprof
 
-KINETO = sorted((DATA / "torch").glob("*.json*"))
+KINETO = sorted(p for p in (DATA / "torch").glob("*.json*") if not p.name.endswith(".jsonl"))  # not step logs
 KINETO = [p for p in KINETO if not p.name.endswith(".origin.txt")]
 H100 = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
 

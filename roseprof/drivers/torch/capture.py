@@ -9,6 +9,8 @@ its trace there itself, e.g. `on_trace_ready=torch.profiler.tensorboard_trace_ha
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import signal
 import subprocess
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.errors import CaptureFailed, RoseprofError
-from roseprof.model import GpuOps, Marks, Names, Ranges, Trace
+from roseprof.model import GpuOps, HostEvents, Marks, Names, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
     TORCH_PROFILE_CPU_ONLY_ENV,
@@ -82,7 +84,19 @@ class TorchCapture:
                 f"no torch.profiler trace was written into raw/{TRACE_FOLDER}/ (the engine writes one after "
                 f"{wait}+{warmup} decode steps; another program must write its own into ${TRACE_DIR_ENV})"
             )
-        return read_traces(files)
+        trace = read_traces(files)
+        if trace.tool.version == "?":
+            # A program's own trace does not say which torch wrote it (the engine adds it): the installed one.
+            trace.tool = dataclasses.replace(trace.tool, version=installed_torch() or "?")
+        return trace
+
+
+def installed_torch() -> str | None:
+    """torch's version in this environment, from its package metadata (importing torch would take seconds)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def trace_files(folder: Path) -> list[Path]:
@@ -107,7 +121,7 @@ def merge(traces: list[Trace]) -> Trace:
     """
     first = traces[0]
     names = Names()
-    parts_r, parts_o, threads, gpus, warnings = [], [], {}, [], []
+    parts_r, parts_o, parts_h, threads, gpus, warnings = [], [], [], {}, [], []
     for t in traces:
         remap = names.intern_many(t.names.values)
         shift = 0
@@ -126,6 +140,10 @@ def merge(traces: list[Trace]) -> Trace:
             GpuOps(o.kind, o.start + shift, o.end + shift, remap[o.name] if len(o) else o.name, o.device, o.stream,
                    o.graph_node, o.api_start + api_shift, o.api_end + api_shift, o.api_tid, api_name)
         )  # fmt: skip
+        h = t.host_events
+        parts_h.append(
+            HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind)
+        )
         threads.update(t.threads)
         gpus += [g for g in t.gpus if g not in gpus]
         warnings += t.warnings
@@ -138,5 +156,7 @@ def merge(traces: list[Trace]) -> Trace:
     cat = {f: np.concatenate([getattr(p, f) for p in parts_o]) for f in GpuOps.COLUMNS}
     order = np.argsort(cat["start"], kind="stable")
     ops = GpuOps(**{f: v[order] for f, v in cat.items()})
+    host = HostEvents(*(np.concatenate([getattr(p, f) for p in parts_h]) for f in HostEvents.COLUMNS))
     return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
-                 session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings)  # fmt: skip
+                 session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
+                 host_events=host)  # fmt: skip

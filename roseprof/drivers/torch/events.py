@@ -11,6 +11,7 @@ Categories, old and new spellings (Kineto 2021 wrote `Kernel`, `Memcpy`, `Memset
              `Optimizer.step#SGD.step`, `my.region`; not `aten::mm`, `detach_`, `AddmmBackward`)
   GPU ops    kernel / Kernel, gpu_memcpy / Memcpy, gpu_memset / Memset
   API calls  cuda_runtime / Runtime, cuda_driver (ROCm traces spell hip* calls in the same categories)
+  host       cpu_op / Operator (operators), python_function: kept for the export only (model.HostEvents)
   flows      ac2g / async `s` and `f` events: the launching call's and the GPU op's correlation id
 
 Streams and devices are integers in CUDA traces; ROCm traces (roctracer, rocprofiler-sdk) write a HIP stream as
@@ -28,6 +29,8 @@ import numpy as np
 from roseprof.model import cut_name
 
 RANGE, OP_KERNEL, OP_MEMCPY, OP_MEMSET, API = 0, 1, 2, 3, 4
+# Kept for the export only (model.HostEvents): CPU operators, Python frames; driver calls apart from runtime ones.
+HOST_CPU_OP, HOST_PYTHON, API_DRIVER = 5, 6, 7
 CATEGORY = {
     "user_annotation": RANGE,
     "kernel": OP_KERNEL,
@@ -38,8 +41,11 @@ CATEGORY = {
     "Memset": OP_MEMSET,
     "cuda_runtime": API,
     "Runtime": API,
-    "cuda_driver": API,
+    "cuda_driver": API_DRIVER,
+    "cpu_op": HOST_CPU_OP,
+    "python_function": HOST_PYTHON,
 }
+API_KINDS = (API, API_DRIVER)
 OLD_OPERATOR = "Operator"
 ID_LIMIT = (
     1 << 62
@@ -153,7 +159,7 @@ def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) ->
         if ph == "X":
             kind = CATEGORY.get(e.cat)
             old = kind is None and e.cat == OLD_OPERATOR and _scope_name(e.name)
-            if kind is None and not old:
+            if kind is None and not old and e.cat != OLD_OPERATOR:
                 continue
             if e.ts is None or e.dur is None:
                 what = "ts" if e.ts is None else "dur"
@@ -164,6 +170,8 @@ def add_segment(cols: Columns, segment: bytes, label: str, rows: bool = True) ->
             if old:
                 cols.old_operators.append(e)
                 continue
+            if kind is None:  # a 2021 `Operator` that is an operator, not a scope: a CPU op
+                kind = HOST_CPU_OP
             picked.append((kind, e))
             cols.has_user_annotation |= kind == RANGE
         elif ph in ("s", "f") and e.cat in FLOW_CATEGORIES and e.ts is not None:

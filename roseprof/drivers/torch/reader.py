@@ -11,8 +11,9 @@ What becomes what:
 - `gpu_user_annotation` spans are not kept: Kineto draws each one from the first to the last GPU op launched
   under a user annotation, which is the projection the analysis computes itself (`gpu_proj_ns`; a test checks
   the two agree). Keeping them as ranges too would count every region twice.
-- CPU operators (`cpu_op`, aten::*) and Python frames are left out: regions are what the program annotated,
-  as with NVTX under Nsight Systems.
+- CPU operators (`cpu_op`, aten::*), Python frames and the runtime calls that launched no GPU op are kept
+  apart (model.HostEvents): regions are what the program annotated, as with NVTX under Nsight Systems, and
+  the export writes them all back.
 
 Timestamps: Kineto writes microseconds as floats with three decimals; they become integer ns by rounding
 (`events.us_to_ns`), exactly for traces written relative to baseTimeNanoseconds (PyTorch 2.x). Older traces
@@ -28,7 +29,10 @@ import msgspec
 import numpy as np
 
 from roseprof.drivers.torch.events import (
-    API,
+    API_DRIVER,
+    API_KINDS,
+    HOST_CPU_OP,
+    HOST_PYTHON,
     OP_KERNEL,
     OP_MEMCPY,
     OP_MEMSET,
@@ -41,12 +45,14 @@ from roseprof.drivers.torch.events import (
 from roseprof.drivers.torch.scan import EventStream
 from roseprof.errors import RoseprofError
 from roseprof.model import (
+    HOST_CATEGORIES,
     KERNEL,
     MEMCPY,
     MEMSET,
     PUSH_POP,
     START_END,
     GpuOps,
+    HostEvents,
     Names,
     Ranges,
     Tool,
@@ -93,6 +99,8 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
         raise RoseprofError(f"{label}: the trace has no events (traceEvents is empty)")
     if not cols.has_user_annotation and cols.old_operators:
         add_rows(cols, [(RANGE, e) for e in cols.old_operators])  # a 2021 trace: annotations were `Operator`s
+    elif cols.old_operators:
+        add_rows(cols, [(HOST_CPU_OP, e) for e in cols.old_operators])  # scopes beside user annotations
     cols.old_operators = []
 
     def read_flows() -> None:
@@ -105,7 +113,7 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
         cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
 
     cols.read_flows = read_flows
-    if not cols.kind:
+    if not cols.kind or np.isin(np.concatenate(cols.kind), (HOST_CPU_OP, HOST_PYTHON)).all():
         raise RoseprofError(
             f"{label}: none of its {cols.events} events is a user annotation, kernel, memcpy or memset: "
             "nothing to analyse (record_function spans and CUDA activity are what roseprof reads)"
@@ -165,8 +173,24 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         ranges.style[:] = START_END
         warnings.append("user annotations overlap without nesting on a thread: read as start/end ranges")
 
-    ops = _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names)
-    used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0]]))
+    ops, launched = _gpu_ops(
+        cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names
+    )
+    # Everything else on the host, for the export: CPU ops, Python frames, calls that launched no GPU op.
+    host = np.isin(kind, (HOST_CPU_OP, HOST_PYTHON, *API_KINDS))
+    host[launched] = False
+    host_i = np.flatnonzero(host)
+    host_i = host_i[np.argsort(start[host_i], kind="stable")]
+    host_kind = np.select(
+        [kind[host_i] == HOST_CPU_OP, kind[host_i] == HOST_PYTHON, kind[host_i] == API_DRIVER],
+        [HOST_CATEGORIES.index("cpu_op"), HOST_CATEGORIES.index("python_function"),
+         HOST_CATEGORIES.index("cuda_driver")],
+        HOST_CATEGORIES.index("cuda_runtime"),
+    )  # fmt: skip
+    host_events = HostEvents(
+        start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64)
+    )
+    used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
     rank = (header.distributedInfo or {}).get("rank")
     threads = {}
     for t in used.tolist():
@@ -197,15 +221,17 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         session_start_utc_ns=base if base is not None else (0 if epoch_us else None),
         clock="realtime" if base is not None or epoch_us else None,
         warnings=warnings,
+        host_events=host_events,
     )
 
 
-def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names) -> GpuOps:
+def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names):
+    """(the GPU ops, the rows of the calls that launched any)."""
     is_op = np.isin(kind, list(OP_KIND))
     op_i = np.flatnonzero(is_op)
     order = op_i[np.argsort(start[op_i], kind="stable")]
     n = len(order)
-    api = np.flatnonzero(kind == API)
+    api = np.flatnonzero(np.isin(kind, API_KINDS))
     api_row = _join_by_correlation(corr[order], corr[api], start[order], start[api])
     api_row = np.where(api_row >= 0, api[np.maximum(api_row, 0)], -1)
     missing = api_row < 0
@@ -234,7 +260,7 @@ def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream
         api_end=api_end,
         api_tid=api_tid,
         api_name=api_name,
-    )
+    ), np.unique(src)
 
 
 def _join_by_correlation(op_corr, api_corr, op_start, api_start) -> np.ndarray:

@@ -1,0 +1,64 @@
+"""GPU kernel time per region with CUDA-graph replays counted where they were captured: what every view shows.
+
+`nsys stats` (and summary.json's `gpu_proj_ns` / `gpu_kernel_ns`) give a kernel to the ranges around the call
+that launched it. A CUDA graph replay is one launch for all its kernels, so by that rule a graph-replayed
+forward's attention, MLP and lm_head kernels all land in the one range around `cudaGraphLaunch`. Here a kernel
+belongs to every range around its launching call *and* every range that was open on the capturing thread when
+its graph node was made (graphs.capture_ranges): the union of the two chains, each region name counted once per
+kernel. For a run without graph replays this equals `gpu_kernel_ns`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.ranges import RangeTree
+from roseprof.model import KERNEL, Trace
+
+
+def kernel_range_pairs(
+    tree: RangeTree, launch_range: np.ndarray, capture: np.ndarray, kernels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(op, range) pairs: each kernel (row of `kernels`, indices into the ops) with every range enclosing its
+    launch and every range enclosing its graph node's capture (a range may appear twice; callers dedupe)."""
+    ops_out, ranges_out = [], []
+    for first in (launch_range, capture):
+        ops = kernels[first[kernels] >= 0]
+        cur = first[ops]
+        while len(cur):
+            ops_out.append(ops)
+            ranges_out.append(cur)
+            up = tree.parent[cur]
+            keep = up >= 0
+            ops, cur = ops[keep], up[keep]
+    if not ops_out:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(ops_out), np.concatenate(ranges_out)
+
+
+def gpu_ns_by_key(
+    trace: Trace,
+    tree: RangeTree,
+    launch_range: np.ndarray,
+    capture: np.ndarray,
+    range_key: np.ndarray,
+    op_group: np.ndarray | None = None,
+    n_groups: int = 1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, [n_groups, len(keys)] kernel ns): per group of the op (e.g. the step that launched it; -1: none)
+    and key of the region (`range_key` maps each range to one, e.g. its name), for the keys that have any. A
+    kernel counts once per key even when both of its chains hold that region."""
+    ops = trace.ops
+    kernels = np.flatnonzero(ops.kind == KERNEL)
+    group = np.zeros(len(ops), dtype=np.int64) if op_group is None else op_group
+    op_idx, rng = kernel_range_pairs(tree, launch_range, capture, kernels)
+    live = group[op_idx] >= 0
+    op_idx, rng = op_idx[live], rng[live]
+    if not len(op_idx):
+        return np.zeros(0, dtype=np.int64), np.zeros((n_groups, 0), dtype=np.int64)
+    keys, key = np.unique(range_key[rng], return_inverse=True)
+    pair = np.unique(op_idx.astype(np.int64) * len(keys) + key.ravel())
+    op_idx, key = pair // len(keys), pair % len(keys)
+    out = np.zeros((n_groups, len(keys)), dtype=np.int64)
+    np.add.at(out, (group[op_idx], key), (ops.end - ops.start)[op_idx])
+    return keys, out

@@ -1,0 +1,219 @@
+"""The steady state: host and GPU time per step and per region, the way an engineer tuning decode reads a run.
+
+Sums over a whole run are led by what happens once: CUDA-graph capture (every layer's region runs, Triton
+compiles, cuBLAS picks kernels), warm-up and prefill. So this view takes the run's steps (the engine's decode
+steps; a program's `ProfilerStep#N` or the NVTX range named with --step-range) and leaves out:
+
+    capture   steps in which CUDA graph nodes were made (and, apart from the steps, the ranges that made them)
+    warm-up   the benchmark's warm-up runs (step log `run_start` records); in a program that replays CUDA
+              graphs, the steps before the first replay (the eager warm-up a capture needs); otherwise, when
+              nothing above says what is warm-up, the first step (lazy initialisation, allocator growth)
+    prefill   steps with a prefill inside them (the engine's prefill ranges elsewhere are counted apart)
+
+Each of these gets its own line (steps, host time). For the steps left, per region: the mean and median of the
+host time inside each step (the durations of that region's ranges in it) and of the GPU kernel time of the
+kernels the step launched, graph replays counted in the region where their node was captured (gpu_regions.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.gpu_regions import gpu_ns_by_key
+from roseprof.analysis.graphs import is_graph_launch
+from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.model import KERNEL, Trace
+from roseprof.workload.roseinfer import PREFILL
+from roseprof.workload.steplog import StepLogRecords
+
+MAX_REGIONS = 40  # rows kept in summary.json; the rest are smaller than the last one kept
+
+
+def _step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """[N] the step whose [start, end] holds each time, -1 where none does."""
+    k = np.searchsorted(starts, times, side="right") - 1
+    ok = (k >= 0) & (times >= 0) & (times <= ends[np.maximum(k, 0)])
+    return np.where(ok, k, -1)
+
+
+def _warmup_steps(rows: dict, log: StepLogRecords | None, replaying: np.ndarray) -> np.ndarray:
+    n = len(rows["dur_ns"])
+    warm = np.zeros(n, dtype=bool)
+    starts = sorted((log.run_starts if log is not None else []), key=lambda r: r["ts_ns"])
+    index = np.asarray(rows.get("log_index", rows["index"]))
+    if len(starts) > 1 and len(index) == n:
+        # A run_start says `warmup` (engines since 2026-11); an older log's first of several runs is the
+        # benchmark's default --warmup-runs 1.
+        flagged = [isinstance(r.get("warmup"), bool) for r in starts]
+        for i, r in enumerate(starts):
+            is_warm = r["warmup"] if flagged[i] else (i == 0 and not any(flagged))
+            if not is_warm:
+                continue
+            end = starts[i + 1]["next_step"] if i + 1 < len(starts) else np.inf
+            warm |= (index >= r["next_step"]) & (index < end)
+    if replaying.any():
+        warm[: int(np.argmax(replaying))] = True
+    if not warm.any() and n > 1:
+        warm[0] = True
+    return warm
+
+
+def steady_state(
+    trace: Trace,
+    tree: RangeTree,
+    launch_range: np.ndarray,
+    capture: np.ndarray,
+    rows: dict | None,
+    region_cols: list[str],
+    log: StepLogRecords | None,
+    unit: str,
+    step_name: str | None,
+) -> dict | None:
+    if not rows or not rows.get("dur_ns"):
+        return None
+    starts = np.asarray(rows["start_ns"], dtype=np.int64)
+    dur = np.asarray(rows["dur_ns"], dtype=np.int64)
+    ends = starts + dur
+    n = len(dur)
+    ops, r = trace.ops, trace.ranges
+    has_gpu = trace.has_gpu
+    kernel = ops.kind == KERNEL
+    op_step = np.where(kernel & (ops.api_tid >= 0), _step_of(ops.api_start, starts, ends), -1)
+    replaying = np.zeros(n, dtype=bool)
+    graph = is_graph_launch(trace) & (op_step >= 0)
+    replaying[op_step[graph]] = True
+
+    # Capture: where graph nodes were made. Inside a step, the step is left out; outside, the outermost range
+    # around the node (e.g. `hf.capture`, the engine's capture-time `roseinfer.model.forward`) is counted apart.
+    nodes = trace.graph_nodes
+    captures = np.zeros(n, dtype=bool)
+    capture_roots: set[int] = set()
+    # torch.profiler records no graph nodes, but the capture's runtime calls (host events, or launch calls).
+    calls = _capture_calls(trace)
+    at = _step_of(calls, starts, ends)
+    captures[at[at >= 0]] = True
+    if len(nodes):
+        node_step = _step_of(nodes.start, starts, ends)
+        captures[node_step[node_step >= 0]] = True
+        inner = innermost_range(r.start, r.end, r.tid, tree, nodes.start, nodes.start, nodes.tid)
+        for i in np.unique(inner[inner >= 0]).tolist():
+            while tree.parent[i] >= 0:
+                i = int(tree.parent[i])
+            capture_roots.add(i)
+    outside_steps = [i for i in capture_roots if _step_of(r.start[i : i + 1], starts, ends)[0] < 0]
+
+    prefill_col = f"region:{PREFILL}"
+    prefills = np.asarray(rows[prefill_col]) > 0 if prefill_col in rows else np.zeros(n, dtype=bool)
+    warm = _warmup_steps(rows, log, replaying) & ~captures & ~prefills
+    steady = ~(warm | captures | prefills)
+    if not steady.any():
+        return None
+
+    # Host time per step and region: the step rows' region columns (ranges inside each step).
+    host = {name: np.asarray(rows[f"region:{name}"], dtype=np.int64) for name in region_cols}
+    # GPU time per step and region, graph replays where captured.
+    gpu = {}
+    step_gpu = None
+    if has_gpu:
+        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n)
+        gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
+        sel = kernel & (op_step >= 0)
+        step_gpu = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
+    graph_names = set()
+    if (capture >= 0).any():
+        cur = capture[kernel & (capture >= 0) & (op_step >= 0)]
+        cur = np.unique(cur)
+        while len(cur):
+            graph_names.update(trace.names[int(x)] for x in np.unique(r.name[cur]))
+            cur = np.unique(tree.parent[cur][tree.parent[cur] >= 0])
+
+    def stats(v) -> tuple[float | None, float | None]:
+        if v is None:
+            return None, None
+        s = np.asarray(v, dtype=np.float64)[steady]
+        return float(s.mean()), float(np.median(s))
+
+    # The ranges around the steps (a scheduler's step, a benchmark's run) hold every step's GPU time: not parts.
+    around = {step_name}
+    sid = trace.names.find(step_name) if step_name else -1
+    cur = np.unique(tree.parent[r.name == sid]) if sid >= 0 else np.zeros(0, dtype=np.int64)
+    cur = cur[cur >= 0]
+    while len(cur):
+        around.update(trace.names[int(x)] for x in np.unique(r.name[cur]))
+        cur = np.unique(tree.parent[cur])
+        cur = cur[cur >= 0]
+    # A range that only wraps the capture outside the steps (`hf.capture`) holds every replayed kernel by the
+    # capture rule, and no step runs it: it is on the capture's own line, not a part of the step.
+    around.update(trace.names[int(r.name[i])] for i in outside_steps)
+    around -= set(region_cols) - {step_name}
+    regions = []
+    for name in dict.fromkeys([*host, *gpu]):
+        if name in around:
+            continue
+        hm, hp = stats(host.get(name, np.zeros(n)))
+        gm, gp = stats(gpu.get(name, np.zeros(n))) if has_gpu else (None, None)
+        if not hm and not gm:  # ran only in the steps left out (an eager warm-up, the capture)
+            continue
+        regions.append(
+            {
+                "name": name,
+                "host_mean_ns": hm,
+                "host_p50_ns": hp,
+                "gpu_mean_ns": gm,
+                "gpu_p50_ns": gp,
+                "graph": name in graph_names,
+            }
+        )
+    regions.sort(key=lambda e: -max(e["host_mean_ns"] or 0, e["gpu_mean_ns"] or 0))
+    hm, hp = stats(dur)
+    gm, gp = stats(step_gpu) if has_gpu else (None, None)
+
+    def left_out(mask: np.ndarray) -> dict:
+        return {"steps": int(mask.sum()), "host_ns": int(dur[mask].sum())}
+
+    excluded = {"warmup": left_out(warm), "capture": left_out(captures), "prefill": left_out(prefills)}
+    excluded["capture"]["ranges"] = len(outside_steps)
+    excluded["capture"]["range_host_ns"] = int(sum(int(r.end[i] - r.start[i]) for i in outside_steps))
+    excluded["capture"]["range_names"] = sorted({trace.names[int(r.name[i])] for i in outside_steps})
+    pid = trace.names.find(PREFILL)
+    if pid >= 0:
+        pre = np.flatnonzero(r.name == pid)
+        pre = pre[_step_of(r.start[pre], starts, ends) < 0]
+        excluded["prefill"]["ranges"] = len(pre)
+        excluded["prefill"]["range_host_ns"] = int((r.end[pre] - r.start[pre]).sum())
+    elif log is not None and log.prefills:
+        excluded["prefill"]["ranges"] = len(log.prefills)
+        excluded["prefill"]["range_host_ns"] = int(sum(p["end_ns"] - p["start_ns"] for p in log.prefills))
+    return {
+        "unit": unit,
+        "step_name": step_name,
+        "steps": n,
+        "counted": int(steady.sum()),
+        "excluded": excluded,
+        "step": {"host_mean_ns": hm, "host_p50_ns": hp, "gpu_mean_ns": gm, "gpu_p50_ns": gp},
+        "regions": regions[:MAX_REGIONS],
+        "regions_total": len(regions),
+        # GPU time of graph replays is in the regions they were captured in (the trace has the graph's nodes).
+        "graph_replays": bool(replaying[steady].any() and (capture >= 0).any()),
+    }
+
+
+CAPTURE_CALLS = (
+    "BeginCapture",
+    "EndCapture",
+    "GraphInstantiate",
+)  # cudaStreamBeginCapture, cuGraphInstantiate...
+
+
+def _capture_calls(trace: Trace) -> np.ndarray:
+    """Start times of the runtime/driver calls that capture or instantiate a CUDA graph."""
+    names = trace.names.values
+    hit = np.array([any(c in v for c in CAPTURE_CALLS) for v in names], dtype=bool)
+    if not hit.any():
+        return np.zeros(0, dtype=np.int64)
+    h, o = trace.host_events, trace.ops
+    parts = [h.start[hit[h.name]]] if len(h) else []
+    named = o.api_name >= 0
+    if named.any():
+        parts.append(o.api_start[named][hit[o.api_name[named]]])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -1,0 +1,64 @@
+"""`roseprof export` keeps every event of the raw trace that a timeline shows: each CPU operator, Python frame,
+runtime/driver call and GPU op of a torch.profiler trace, counted against the raw file; and a CUDA-graph-replayed
+kernel carries the region it was captured in."""
+
+import collections
+import gzip
+import json
+
+import pytest
+
+from tests.helpers import DATA, roseprof
+
+TORCH = [
+    DATA / "torch" / "h100-torch2.11-matmul-trace.json",
+    DATA / "torch" / "AMD-AGI__TraceLens__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    DATA / "torch" / "pytorch__kineto__worker0.1623143089861.pt.trace.json.gz",
+    DATA / "torch" / "facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+]
+GPU_OPS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy",
+           "gpu_memset": "gpu_memset", "Memset": "gpu_memset"}  # fmt: skip
+CALLS = ("cuda_runtime", "cuda_driver", "Runtime")
+
+
+def events(path) -> list[dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def import_and_export(tmp_path, path, *extra) -> list[dict]:
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", path, "--name", "x", *extra, *opts)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "export.json"
+    proc = roseprof("export", "x", "-o", out, *opts)
+    assert proc.returncode == 0, proc.stderr
+    return events(out)
+
+
+@pytest.mark.parametrize("path", TORCH, ids=lambda p: p.name[:40])
+def test_torch_export_keeps_every_cpu_op_call_and_gpu_op(tmp_path, path):
+    raw = collections.Counter(e.get("cat") for e in events(path) if e.get("ph") == "X")
+    out = collections.Counter(e.get("cat") for e in import_and_export(tmp_path, path) if e.get("ph") == "X")
+    # Kineto 2021 wrote annotations and operators alike as `Operator`: scopes are regions, the rest CPU ops.
+    assert out["cpu_op"] + out["user_annotation"] == raw["cpu_op"] + raw["Operator"] + raw["user_annotation"]
+    assert out["cpu_op"] >= raw["cpu_op"]
+    assert out["python_function"] == raw["python_function"]
+    assert out["cuda_runtime"] + out["cuda_driver"] == sum(raw[c] for c in CALLS)
+    for cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+        assert out[cat] == sum(n for c, n in raw.items() if GPU_OPS.get(c) == cat), cat
+    assert sum(raw[c] for c in ("cpu_op", "Operator", "python_function")) > 0  # the test counts something
+
+
+def test_graph_replayed_kernels_name_their_capture_region(tmp_path):
+    sqlite = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.sqlite"
+    log = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.steplog.jsonl"
+    kernels = [e for e in import_and_export(tmp_path, sqlite, "--steplog", log) if e.get("cat") == "kernel"]
+    captured = collections.Counter(e["args"].get("capture_region") for e in kernels)
+    # 7,313 of the 8,382 kernels were replayed from graph nodes captured in the model's parts
+    assert sum(n for region, n in captured.items() if region) == 7313
+    assert captured["roseinfer.layer.attention"] > 0 and captured["roseinfer.layer.mlp"] > 0
+    replayed = [e for e in kernels if e["args"].get("capture_region")]
+    assert {e["args"]["region"] for e in replayed} <= {"roseinfer.model.forward"}  # launched by the replay

@@ -1,0 +1,140 @@
+"""`ls`, `show` and `diff` as a person runs them: piped with COLUMNS set (80, 100, 120) and in a real terminal of
+80x24 (a pseudo-terminal with that window size, no COLUMNS). Every line fits, run ids stay whole, and the other
+columns give way."""
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+
+import pytest
+
+from tests.helpers import DATA, roseprof
+
+WIDTHS = (80, 100, 120)
+GRAPHS = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.sqlite"
+GRAPHS_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.steplog.jsonl"
+DECODE = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
+DECODE_LOG = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.steplog.jsonl"
+CLOVER = DATA / "nsys" / "public" / "hpcgroup__pipit__perlmutter-cloverleaf-cuda.sqlite"
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("width")
+    opts = ["--traces-dir", root / "traces", "--dashboards-dir", root / "dash"]
+    for name in ("before", "after"):
+        proc = roseprof("import", GRAPHS, "--steplog", GRAPHS_LOG, "--name", name, *opts)
+        assert proc.returncode == 0, proc.stderr
+    # the eager decode fixture against the fast path: a diff in which most metrics changed significantly
+    proc = roseprof("import", DECODE, "--steplog", DECODE_LOG, "--name", "eager", *opts)
+    assert proc.returncode == 0, proc.stderr
+    proc = roseprof("import", CLOVER, *opts)  # its id is ~70 characters: the file's name is the run's
+    assert proc.returncode == 0, proc.stderr
+    ids = sorted(p.name for p in (root / "traces").iterdir() if p.is_dir() and not p.name.startswith("."))
+    return opts, ids
+
+
+PATH_LINE = re.compile(r"^(run folder|dashboard|imported from): \S+$")  # printed whole, to copy
+
+
+def assert_fits(out: str, width: int):
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
+    assert not too_wide, too_wide
+
+
+def commands(ids):
+    clover = next(i for i in ids if "cloverleaf" in i)
+    return {
+        "ls": ["ls"],
+        "show": ["show", "after"],
+        "show-long-id": ["show", clover],
+        "diff": ["diff", "before", "after"],
+        "diff-changed": ["diff", "eager", "after"],
+    }
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff", "diff-changed"])
+def test_piped_output_honours_columns(store, verb, width):
+    opts, ids = store
+    proc = roseprof(*commands(ids)[verb], *opts, env={"COLUMNS": str(width)})
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, width)
+    if verb == "ls":
+        for run_id in ids:  # whole, on one line
+            assert any(run_id in line for line in proc.stdout.splitlines()), run_id
+        assert proc.stdout.count("complete") == len(ids)  # the status is never cut
+    if verb == "show-long-id":
+        assert proc.stdout.splitlines()[0].startswith(commands(ids)[verb][1])  # whole, never folded
+    if verb == "diff":
+        # region names keep their distinguishing part: the shared `roseinfer.` prefix is left out and said
+        assert "regions without roseinfer." in " ".join(proc.stdout.split())
+
+
+def run_in_terminal(args: list[str], cols: int = 80, rows: int = 24) -> str:
+    """The CLI on a pseudo-terminal of cols x rows (what a user's terminal is), its output without escapes."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["TERM"] = "xterm-256color"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", *map(str, args)],
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")
+    return ANSI.sub("", b"".join(chunks).decode("utf-8", errors="replace")).replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("verb", ["ls", "show", "show-long-id", "diff", "diff-changed"])
+def test_a_real_80x24_terminal(store, verb):
+    opts, ids = store
+    out = run_in_terminal([*commands(ids)[verb], *opts])
+    assert out.strip()
+    assert_fits(out, 80)
+    if verb == "ls":
+        for run_id in ids:
+            assert any(run_id in line for line in out.splitlines()), run_id
+    if verb == "diff-changed":  # the figures stay whole: no value cut to an ellipsis
+        table = out[out.index("all metrics") :].splitlines()
+        rows = [line for line in table if line.rstrip().endswith(" *")]
+        assert rows and not any("… " in line or "…  " in line for line in rows), rows
+
+
+def test_piped_from_an_80_column_terminal(store):
+    """`roseprof show RUN | head` in an 80-column terminal without COLUMNS exported: the terminal's width."""
+    opts, ids = store
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "roseprof", "show", "after", *map(str, opts)],
+            stdout=subprocess.PIPE, stderr=slave, stdin=slave, env=env, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 0
+    assert_fits(proc.stdout, 80)
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) > 60  # not some narrower default
