@@ -19,8 +19,9 @@ from roseprof.analysis.samples import RunData
 # Regions under this share of the before side's step time are left out of the median: a 2 µs region's ratio is
 # its timer's noise, not the machine's speed.
 MIN_SHARE = 0.01
-# Fewer regions than this cannot tell one region's change from the machine's speed: no normalisation.
-MIN_REGIONS = 4
+# Fewer regions than this cannot tell one region's change from the machine's speed (with 3, the median is one of
+# the two that did not change): no normalisation.
+MIN_REGIONS = 3
 
 
 def own_per_step(run: RunData, name: str) -> float:
