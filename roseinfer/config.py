@@ -60,12 +60,18 @@ class EngineConfig:
     # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
     # in the step that starts it.
     blocks_ahead: bool = True
+    # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
+    # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
+    # (one thread per core) collapses when other processes compete for the cores.
+    cpu_threads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_batch_size", "prefill_max_batch_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.cpu_threads is not None and (not isinstance(self.cpu_threads, int) or self.cpu_threads < 1):
+            raise ValueError(f"cpu_threads must be an integer >= 1, got {self.cpu_threads!r}")
         if self.num_blocks is not None and self.num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {self.num_blocks!r}")
         if self.dtype not in ("float32", "float16", "bfloat16"):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roseinfer import tracing
+from roseinfer import cpu_threads, tracing
 from roseinfer.block_manager import KVBlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig
@@ -76,6 +76,10 @@ class ModelRunner:
             raise ValueError("cuda_graph (--cuda-graph) needs a CUDA device")
         self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed)
         mc = self.model_cfg
+        # On the CPU: how many intra-op threads, and why (None on other devices, whose kernels torch does not split).
+        self.cpu_threads = (
+            cpu_threads.apply(mc.n_embd, cfg.cpu_threads) if self.device.type == "cpu" else None
+        )
         self.max_blocks_per_seq = blocks_for(mc.n_positions, cfg.block_size)
         # Default pool: every slot of the batch can reach the model's full length, plus one prefill batch.
         num_blocks = cfg.num_blocks or (cfg.max_batch_size + 1) * self.max_blocks_per_seq

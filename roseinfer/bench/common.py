@@ -89,6 +89,14 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="earlier design: with --cuda-graph, allocate each KV block in the step that starts it (all of a "
         "lock-step batch at once)",
     )
+    p.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU only: torch intra-op threads (default: OMP_NUM_THREADS if set, else 1 for models up to GPT-2 "
+        "small, half the cores for wider ones; roseinfer/cpu_threads.py says why)",
+    )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -110,6 +118,8 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None):
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.cpu_threads is not None and args.cpu_threads < 1:
+        parser.error("--cpu-threads must be >= 1")
     for name in ("tokenize_workers", "warmup_runs"):
         if getattr(args, name) < 0:
             parser.error(f"--{name.replace('_', '-')} must be >= 0")
@@ -143,6 +153,7 @@ def engine_config(args) -> EngineConfig:
         cuda_graph=args.cuda_graph,
         overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
+        cpu_threads=args.cpu_threads,
     )
 
 
@@ -240,6 +251,9 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
         f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode} "
         f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}"
     )
+    threads = getattr(args, "threads_used", None)
+    if threads is not None:
+        print(f"cpu threads: {threads[0]} ({threads[1]})")
     print(f"runs: warmup={warmups} measured={len(runs)}")
     print(
         f"decode time (s):      {_p50_mean([r['decode_s'] for r in runs])}  (steps {runs[0]['decode_steps']})"
@@ -308,6 +322,7 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
     except (ValueError, TypeError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    args.threads_used = engine.runner.cpu_threads  # (count, reason) on CPU, None elsewhere
     tokenizer = load_tokenizer(args.hf_model_id)
     texts = prompt_texts(args)
     pretokenized = tokenize(tokenizer, texts, args.tokenize_workers) if args.pretok else None

@@ -216,3 +216,29 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
     assert "newer than the installed nsys 2022.4" in line and "nsys export --type sqlite" in line
     assert not any(p for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))
     assert not list((tmp_path / "t").iterdir())
+
+
+def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path):
+    # nsys 2022.4 throws "Local Endpoint is not available" while it sets up, before the program starts, when
+    # another nsys on the machine (outside roseprof's lock) holds its agent. A wrapper fails that way once.
+    marker = tmp_path / "failed-once"
+    fake = tmp_path / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = profile ] && [ ! -e {marker} ]; then\n'
+        f"  touch {marker}\n"
+        "  echo 'std::exception::what: RuntimeException' >&2\n"
+        "  echo '[QuadDCommon::tag_message*] = Local Endpoint is not available.' >&2\n"
+        "  exit 1\n"
+        "fi\n"
+        f'exec {find_nsys()} "$@"\n'
+    )
+    fake.chmod(0o755)
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
+                    sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass",
+                    env={"NSYS": str(fake)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "could not reach its own agent" in proc.stderr and "(2 of 3)" in proc.stderr
+    run, manifest = only_run(tmp_path / "t")
+    assert manifest["status"] == "complete"
+    assert b"Local Endpoint" in (run / "raw" / "nsys.start1.log").read_bytes()

@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from roseprof.drivers import find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.run.process import exclusive, lock_path, run_tool
+from roseprof.run.process import exclusive, lock_path, run_tool, say
 from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
@@ -98,10 +99,40 @@ def profile(
             argv.append(f"--nvtx-capture={nvtx_capture or DECODE_STEP}")
             argv.append("--capture-range-end=none")
     argv += cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
-    # One capture at a time on this machine (two at once collide in nsys' agent); Ctrl-C reaches nsys alone.
-    with exclusive(lock_path("nsys"), "nsys capture"):
-        result = run_tool(argv, env, log_path, own_line=is_nsys_line, tool="nsys")
+    for attempt in range(1, AGENT_ATTEMPTS + 1):
+        # One capture at a time on this machine (two at once collide in nsys' agent); Ctrl-C reaches nsys alone.
+        with exclusive(lock_path("nsys"), "nsys capture"):
+            result = run_tool(argv, env, log_path, own_line=is_nsys_line, tool="nsys")
+        if result.returncode == 0 or result.interrupted or not agent_refused(log_path, out_base):
+            break
+        if attempt < AGENT_ATTEMPTS:
+            # Keep the failed start's log beside the run's, then start nsys again.
+            log_path.replace(log_path.with_name(f"{log_path.stem}.start{attempt}{log_path.suffix}"))
+            say(
+                "nsys could not reach its own agent before starting the program (another nsys running on this "
+                f"machine outside roseprof?); starting it again ({attempt + 1} of {AGENT_ATTEMPTS})"
+            )
+            time.sleep(AGENT_RETRY_S * attempt)
     return result.returncode, result.interrupted
+
+
+# nsys 2022.4 throws this while it sets up, before the program starts, when another nsys process on the machine
+# (one that roseprof's lock does not cover: a user's own `nsys profile`, another checkout's tests) holds its
+# agent: seen in the test suite on a shared 2-core machine. Nothing ran, so starting again is safe.
+AGENT_REFUSED = b"Local Endpoint is not available"
+AGENT_ATTEMPTS = 3
+AGENT_RETRY_S = 3.0
+
+
+def agent_refused(log_path: Path, out_base: Path) -> bool:
+    """Did nsys fail to start its agent (so the program never ran and no report exists)?"""
+    if any(out_base.with_suffix(s).exists() for s in (".nsys-rep", ".qdstrm", ".qdrep")):
+        return False
+    try:
+        with open(log_path, "rb") as fh:
+            return AGENT_REFUSED in fh.read(1 << 20)
+    except OSError:
+        return False
 
 
 # nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
