@@ -28,7 +28,6 @@ from roseprof.analysis.stats import (
     RESAMPLES,
     TAIL_SAMPLES,
     clustered,
-    expansion,
     group_interval,
     hierarchical,
     interval,
@@ -47,12 +46,12 @@ METHOD = (
 HIERARCHICAL_METHOD = (
     "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
     "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
-    "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
-    "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
-    "x{exp_b:.2f} after); {conf}% interval of the relative change; a change when it clears its family's noise "
-    "floor (never when of zero width); the same "
+    "tokens; regions outside the step: their instances), statistic on the pooled resample, and again with every "
+    "run kept once (the within-run part of each side's variance; the rest is between runs, corrected by n/(n-1)); "
+    "{conf}% interval log(after/before) +- t sqrt(V_before + V_after), Welch's degrees of freedom from the "
+    "between-run parts; a change when it clears its family's noise floor (never when of zero width); the same "
     f"sample minimums as one run a side ({MIN_SAMPLES}; p95: {min_samples(95)}, p99: {min_samples(99)}); totals "
-    "are per decode step"
+    "are per decode step; a region's own time per step at the before side's machine speed"
 )
 
 
@@ -65,14 +64,7 @@ def method(n_a: int, n_b: int, floor: NoiseFloor | None = None) -> str:
             f"{METHOD} (one run a side: the interval sees the noise inside each run, not the drift between "
             f"runs; compare groups of runs, e.g. roseprof nsys --repeat 3, to have it){floors}"
         )
-    text = HIERARCHICAL_METHOD.format(
-        n_a=n_a,
-        n_b=n_b,
-        resamples=RESAMPLES,
-        conf=int(CONFIDENCE * 100),
-        exp_a=expansion(n_a),
-        exp_b=expansion(n_b),
-    )
+    text = HIERARCHICAL_METHOD.format(n_a=n_a, n_b=n_b, resamples=RESAMPLES, conf=int(CONFIDENCE * 100))
     return text + floors
 
 
