@@ -22,6 +22,7 @@ TOKENS=${TOKENS:-128}
 BUDGET=${BUDGET:-400}
 DEVICE=${DEVICE:-cuda}  # cpu: a dry run of this script's plumbing on a machine without a GPU
 W=/tmp/gate21
+rm -rf "$W"  # a fresh store: runs of an earlier call would join the groups
 mkdir -p "$OUT" "$W"
 export PYTHONUNBUFFERED=1
 SWITCHES=(--no-overlap-decode --no-blocks-ahead --no-block-table-cache)
