@@ -289,7 +289,9 @@ def diff_runs(
     result = {
         "a": side_a,
         "b": side_b,
-        "verdict": verdict(metrics, side_a, side_b, changes, floor.describe()),
+        "verdict": verdict(
+            metrics, side_a, side_b, changes, floor.describe(), noise_floor.ONE_RUN_FALSE_ALARMS[floor.device]
+        ),
         "method": method_text,
         "metrics": rank(metrics),
         "kernels": changes,

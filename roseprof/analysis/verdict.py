@@ -16,7 +16,6 @@ With one run a side the verdict says that its intervals see only the noise insid
 
 from __future__ import annotations
 
-from roseprof.analysis.noise_floor import ONE_RUN_FALSE_ALARMS
 from roseprof.analysis.stats import min_samples
 
 # (metric, label, what one sample is, unit of the value)
@@ -111,11 +110,17 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
 
 
 def verdict(
-    metrics: list[dict], before: dict, after: dict, kernels: dict | None = None, floor: str | None = None
+    metrics: list[dict],
+    before: dict,
+    after: dict,
+    kernels: dict | None = None,
+    floor: str | None = None,
+    false_alarms: dict | None = None,
 ) -> dict:
     """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names
     (and `runs`, every run id of a side), `kernels` the kernels only one run has (kernel_changes), `floor` the
-    noise floor applied, in words."""
+    noise floor applied, in words, and `false_alarms` what one run a side called between runs of the same code
+    on this device (noise_floor.ONE_RUN_FALSE_ALARMS)."""
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
@@ -139,7 +144,7 @@ def verdict(
         # One run a side: the intervals see the variation inside each run only (how often that alone calls a
         # change between two runs of the same code, measured, goes with it).
         "one_run_a_side": one_run,
-        "one_run_false_alarms": ONE_RUN_FALSE_ALARMS if one_run else None,
+        "one_run_false_alarms": false_alarms if one_run else None,
         "noise_floor": floor,
         "overall": overall,
         "headline": headline,
