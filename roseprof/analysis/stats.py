@@ -146,7 +146,7 @@ def hierarchical(
 
     The outer level puts the drift between runs (a shared machine's load, clocks, cache state) into the interval,
     which resampling the steps of one run cannot see. With one run it is the within-run bootstrap. runs_fixed:
-    every run once, only the units inside them resampled (the within-run part of the spread, `widening`)."""
+    every run once, only the units inside them resampled (the within-run part of the spread, `group_interval`)."""
     n_runs = len(runs)
     # Without scales the statistic is the metric (a percentile, a mean); with them, a total per scale unit.
     offsets = np.zeros(n_runs) if offsets is None else np.asarray(offsets, dtype=np.float64)  # [R]
@@ -184,7 +184,7 @@ def hierarchical(
     return out
 
 
-# Student's t 97.5% quantiles by degrees of freedom (CONFIDENCE = 0.95), for `expansion`.
+# Student's t 97.5% quantiles by degrees of freedom (CONFIDENCE = 0.95), for `expansion` and `t975`.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 _T975.update({11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042})
 _Z975 = 1.959964
@@ -195,7 +195,8 @@ def expansion(n_runs: int) -> float:
     percentile interval, Hesterberg 2015: sqrt(n / (n - 1)) * t(n - 1) / z). A bootstrap over a few units is too
     narrow: it sees their spread as the spread of the population (a factor (n - 1) / n in variance) and a normal
     tail where a t with n - 1 degrees of freedom belongs. Simulated, 3 runs a side and 5% drift between runs:
-    significant at the nominal 5% level in 19% of same-code pairs without it, 1% with it (docs/BENCHMARKS.md)."""
+    significant at the nominal 5% level in 19% of same-code pairs without it, 1% with it (docs/BENCHMARKS.md).
+    The diff used it until session 6 (now `group_interval`); scripts/gate_calibration.py compares the two."""
     if n_runs < 2:
         return 1.0
     df = n_runs - 1
