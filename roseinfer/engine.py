@@ -32,7 +32,12 @@ class Engine:
         self.scheduler = Scheduler(cfg, self.mgr)
         tp = self.runner.tp
         self.rank, self.world_size = (tp.rank, tp.world_size) if tp is not None else (0, 1)
-        meta = {"block_size": cfg.block_size, "model": model, "rank": self.rank, "world_size": self.world_size}
+        meta = {
+            "block_size": cfg.block_size,
+            "model": model,
+            "rank": self.rank,
+            "world_size": self.world_size,
+        }
         if env.ENV.torch_profile:
             # The profiler's schedule (decode steps): roseprof leaves out the tokens whose gap holds its own work
             # (starting to collect, starting to record, writing the trace) from the ITL figures.

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from roseprof.analysis.diff import compare, gate, kernel_changes, method, rank
+from roseprof.analysis import noise_floor
+from roseprof.analysis.diff import compare, floor_for, gate, kernel_changes, method, rank
 from roseprof.analysis.samples import RunData, prepare
 from roseprof.analysis.summary import analyse
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-from roseprof.run import baselines, environment, pipeline, tables
+from roseprof.run import alike, baselines, environment, pipeline, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
@@ -60,7 +61,7 @@ def capture_nsys(
     gpus = environment.gpus()
     capturer = NsysCapture(trace, capture_range, nvtx_capture, has_gpu=bool(gpus))
     command = cmd or default_command()
-    run_name = name or ("demo" if not cmd else Path(command[0]).name)
+    run_name = name or default_name("nsys", cmd)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
             store,
@@ -74,6 +75,13 @@ def capture_nsys(
         ),  # fmt: skip
         repeat,
     )
+
+
+def default_name(tool: str, cmd: list[str] | None) -> str:
+    """A capture's run name when --name is not given: the tool, then `demo` (the built-in benchmark) or the
+    command's name. The tool is in it because a name is a group in `diff`: `roseprof torch` and `roseprof nsys`
+    of one command must not pool into one side."""
+    return f"{tool}-{Path(cmd[0]).name if cmd else 'demo'}"
 
 
 def previous_run(store: RunStore, run: Run) -> Run | None:
@@ -154,7 +162,7 @@ def capture_ncu(
     )
     capturer.from_run = source.id if from_run is not None else None
     command = list(cmd) if cmd else ncu_default_command()
-    run_name = name or ("ncu-demo" if not cmd else Path(command[0]).name)
+    run_name = name or default_name("ncu", cmd)
     return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace, progress)
 
 
@@ -174,7 +182,7 @@ def capture_torch(
     gpus = environment.gpus()
     capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
     command = cmd or default_command()
-    run_name = name or ("demo" if not cmd else Path(command[0]).name)
+    run_name = name or default_name("torch", cmd)
     return pipeline.capture(
         store, capturer, command, run_name, gpus, _analyser(step_range), progress, _step_manifest(step_range)
     )
@@ -230,10 +238,11 @@ def _check(run: Run, allow_incomplete: bool) -> None:
     tables.check_stored_run(run.path, run.manifest)
 
 
-def _describe(runs: list[Run]) -> dict:
-    """One side of a diff: its latest run's name, tool and command, and every run's id."""
+def _describe(runs: list[Run], mixed: str | None = None) -> dict:
+    """One side of a diff: its latest run's name, tool and command, every run's id, and what a side pooled with
+    --pool-mixed mixes."""
     m = runs[-1].manifest
-    return {
+    out = {
         "id": runs[-1].id,
         "name": m.get("name"),
         "tool": m.get("tool"),
@@ -241,6 +250,9 @@ def _describe(runs: list[Run]) -> dict:
         "command": m.get("command"),
         "runs": [r.id for r in runs],
     }
+    if mixed:
+        out["mixed"] = mixed
+    return out
 
 
 def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
@@ -267,15 +279,22 @@ def diff_runs(
     allow_incomplete: bool,
     latest: bool = False,
     baseline: str | None = None,
+    min_effect: float | None = None,
+    pool_mixed: bool = False,
 ) -> tuple[dict, dict]:
     """`roseprof diff`: group A (the refs, or a named baseline) against group B; (result, samples): result is
-    what --json prints, samples feed the diff dashboard."""
+    what --json prints, samples feed the diff dashboard. A side pools only alike runs (run/alike.py) unless
+    pool_mixed; min_effect replaces the calibrated noise floors."""
     runs_a = baselines.baseline_runs(store, baseline) if baseline else resolve_side(store, refs_a, latest)
     runs_b = resolve_side(store, refs_b, latest)
+    alike.check_not_self(runs_a, runs_b)
+    mixed_a = alike.check_side("before", refs_a, runs_a, pool_mixed)
+    mixed_b = alike.check_side("after", refs_b, runs_b, pool_mixed)
     for run in runs_a + runs_b:
         _check(run, allow_incomplete)
     a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
-    metrics, method_text = compare(a, b), method(len(a), len(b))
+    floor = floor_for(a + b, min_effect)
+    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor)
     ncu_sides = [all(d.summary.get("ncu") for d in g) for g in (a, b)]
     both_ncu = all(ncu_sides)
     if any(ncu_sides) and (len(a) > 1 or len(b) > 1):
@@ -285,8 +304,9 @@ def diff_runs(
 
         # Per-launch metrics instead of kernel-time totals (which count the launches the filters chose).
         metrics = [m for m in metrics if not m["name"].startswith("kernels.")]
-        metrics += ncu_diff.compare(tables.read_trace(runs_a[0].path), tables.read_trace(runs_b[0].path))
-        method_text = ncu_diff.METHOD
+        ncu_metrics = ncu_diff.compare(tables.read_trace(runs_a[0].path), tables.read_trace(runs_b[0].path))
+        metrics += noise_floor.apply(ncu_metrics, floor)
+        method_text = f"{ncu_diff.METHOD}; noise floor: {floor.describe()}"
     changes = kernel_changes(a, b)
     if not metrics and not (both_ncu and (changes["new"] or changes["vanished"])):
         raise RoseprofError(
@@ -294,10 +314,13 @@ def diff_runs(
             "(no shared regions, kernels or steps)"
         )
     regressions = gate(metrics, threshold, patterns)
+    side_a, side_b = _describe(runs_a, mixed_a), _describe(runs_b, mixed_b)
     result = {
-        "a": _describe(runs_a),
-        "b": _describe(runs_b),
-        "verdict": verdict(metrics, _describe(runs_a), _describe(runs_b), changes),
+        "a": side_a,
+        "b": side_b,
+        "verdict": verdict(
+            metrics, side_a, side_b, changes, floor.describe(), noise_floor.ONE_RUN_FALSE_ALARMS[floor.device]
+        ),
         "method": method_text,
         "metrics": rank(metrics),
         "kernels": changes,

@@ -1,7 +1,10 @@
-"""How often does the group comparison call same-code groups significant? Simulated groups of 3 runs a side whose
-runs drift by TAU between runs (and scatter 5% step to step), with and without the small-sample expansion.
+"""How often does the group comparison call same-code groups significant? Simulated groups of RUNS runs a side whose
+runs drift by TAU between runs (and scatter 5% step to step): the plain percentile interval over the hierarchical
+bootstrap, the expanded one (session 5: each side widened by sqrt(n/(n-1)) t(n-1)/z), and the one `roseprof diff`
+uses since session 6 (stats.group_interval: within- and between-run variance, Welch's t), alone and with a 10%
+noise floor (noise_floor.clears).
 
-    python scripts/gate_calibration.py [--trials 300]
+    python scripts/gate_calibration.py [--trials 300] [--runs 3]
 """
 
 import argparse
@@ -9,7 +12,10 @@ import argparse
 import numpy as np
 
 from roseprof.analysis.diff import Sample
-from roseprof.analysis.stats import expansion, interval
+from roseprof.analysis.noise_floor import clears
+from roseprof.analysis.stats import expansion, group_interval, interval
+
+METHODS = ("plain", "expanded", "welch", "welch, 10% floor")
 
 
 def main() -> None:
@@ -18,9 +24,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args()
     rng = np.random.default_rng(1)
-    print("tau   effect  plain: significant / and >10%   expanded: significant / and >10%")
-    for tau, effect in ((0.03, 1), (0.05, 1), (0.10, 1), (0.15, 1), (0.05, 1.2), (0.10, 2.0)):
-        counts = np.zeros(4)
+    print(f"{args.runs} runs a side; share of pairs called significant")
+    print("| tau (drift between runs) | true change | " + " | ".join(METHODS) + " |")
+    print("|---" * (2 + len(METHODS)) + "|")
+    for tau, effect in ((0.03, 1), (0.05, 1), (0.10, 1), (0.15, 1), (0.05, 1.2), (0.10, 1.5), (0.10, 2.0)):
+        counts = np.zeros(len(METHODS))
         for t in range(args.trials):
 
             def group(scale, tau=tau):
@@ -32,27 +40,19 @@ def main() -> None:
                 )
 
             a, b = group(1.0), group(effect)
-            delta = 100 * (b.value(np.mean) / a.value(np.mean) - 1)
-            for j, widen in enumerate((1.0, expansion(args.runs))):
-                r = np.random.default_rng(t)
-                ra = _raw(a, r)
-                rb = _raw(b, r)
-                ca, cb = a.value(np.mean), b.value(np.mean)
-                lo, hi = interval(ca + (ra - ca) * widen, cb + (rb - cb) * widen)
-                sig = lo > 0 or hi < 0
-                counts[2 * j] += sig
-                counts[2 * j + 1] += sig and abs(delta) > 10
-        c = counts / args.trials
-        print(
-            f"{tau:.2f}  {effect:.1f}     {c[0]:.3f} / {c[1]:.3f}                   {c[2]:.3f} / {c[3]:.3f}"
-        )
-
-
-def _raw(sample: Sample, rng) -> np.ndarray:
-    """The plain hierarchical bootstrap (no expansion)."""
-    from roseprof.analysis.stats import hierarchical
-
-    return hierarchical(sample.values, np.mean, rng)
+            r = np.random.default_rng(t)
+            sa, sb = a.spread(np.mean, r), b.spread(np.mean, r)
+            (ca, ra, _, _), (cb, rb, _, _) = sa, sb
+            cis = [interval(ra, rb)]
+            e = expansion(args.runs)
+            cis.append(interval(ca + (ra - ca) * e, cb + (rb - cb) * e))
+            cis.append(group_interval(sa, sb))
+            for j, (lo, hi) in enumerate(cis):
+                counts[j] += lo > 0 or hi < 0
+            counts[3] += clears(*cis[2], 10.0)
+        shares = " | ".join(f"{c / args.trials:.3f}" for c in counts)
+        change = "none" if effect == 1 else f"x{effect:g}"
+        print(f"| {tau:.0%} | {change} | {shares} |")
 
 
 if __name__ == "__main__":

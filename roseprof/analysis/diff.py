@@ -3,11 +3,11 @@
 Method (printed with every diff): each metric is a statistic of a sample (step times, ITL, a region's
 instance durations, a kernel's instance durations). Both samples are resampled with replacement
 (RESAMPLES times, seeded), the statistic is recomputed on each pair, and the 95% interval of the relative
-change (b - a) / a is read off the percentiles of those resampled changes. A change is significant when the
-interval excludes zero. No interval (so never significant) below MIN_SAMPLES samples per run, or, for a high
+change (b - a) / a is read off the percentiles of those resampled changes. No interval (so never significant) below MIN_SAMPLES samples per run, or, for a high
 percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; stats.min_samples). Totals
-(region and kernel time) are divided by the run's number of decode steps
-(or compared as run totals when either run has no steps), so runs of different length compare fairly.
+(region and kernel time, a region's own time) are divided by the run's number of decode steps
+(or compared as run totals when either run has no steps), so runs of different length compare fairly. A change
+is called one (`significant`) only when its interval clears its family's noise floor (noise_floor.py), not just 0.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roseprof.analysis import machine_speed, noise_floor
+from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import RunData
 from roseprof.analysis.stats import (
     CONFIDENCE,
@@ -26,7 +28,7 @@ from roseprof.analysis.stats import (
     RESAMPLES,
     TAIL_SAMPLES,
     clustered,
-    expansion,
+    group_interval,
     hierarchical,
     interval,
     min_samples,
@@ -37,36 +39,33 @@ from roseprof.analysis.stats import (
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples ({LARGE_RESAMPLES} over {LARGE_SAMPLE:,} values) of each run's decode steps (ITL: the steps that produced the tokens; "
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
-    f"change; significant when it excludes 0; no interval under {MIN_SAMPLES} samples per run, nor for a "
+    f"change; a change when it clears its family's noise floor (never when of zero width); no interval under {MIN_SAMPLES} samples per run, nor for a "
     f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
     f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
 )
 HIERARCHICAL_METHOD = (
     "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
     "the runs with replacement and then the decode steps inside each drawn run (ITL: the steps that produced the "
-    "tokens; regions outside the step: their instances), statistic on the pooled resample, each side's resamples "
-    "widened about its estimate for its few runs (expanded percentile interval: x{exp_a:.2f} before, "
-    "x{exp_b:.2f} after); {conf}% interval of the relative change; significant when it excludes 0; the same "
+    "tokens; regions outside the step: their instances), statistic on the pooled resample, and again with every "
+    "run kept once (the within-run part of each side's variance; the rest is between runs, corrected by n/(n-1)); "
+    "{conf}% interval log(after/before) +- t sqrt(V_before + V_after), Welch's degrees of freedom from the "
+    "between-run parts; a change when it clears its family's noise floor (never when of zero width); the same "
     f"sample minimums as one run a side ({MIN_SAMPLES}; p95: {min_samples(95)}, p99: {min_samples(99)}); totals "
-    "are per decode step"
+    "are per decode step; a region's own time per step at the before side's machine speed"
 )
 
 
-def method(n_a: int, n_b: int) -> str:
-    """The method text printed with every diff: the within-run bootstrap for one run a side, else hierarchical."""
+def method(n_a: int, n_b: int, floor: NoiseFloor | None = None) -> str:
+    """The method text printed with every diff: the within-run bootstrap for one run a side, else hierarchical;
+    then the noise floor applied."""
+    floors = f"; noise floor: {floor.describe()}" if floor is not None else ""
     if n_a == 1 and n_b == 1:
         return (
             f"{METHOD} (one run a side: the interval sees the noise inside each run, not the drift between "
-            "runs; compare groups of runs, e.g. roseprof nsys --repeat 3, to have it)"
+            f"runs; compare groups of runs, e.g. roseprof nsys --repeat 3, to have it){floors}"
         )
-    return HIERARCHICAL_METHOD.format(
-        n_a=n_a,
-        n_b=n_b,
-        resamples=RESAMPLES,
-        conf=int(CONFIDENCE * 100),
-        exp_a=expansion(n_a),
-        exp_b=expansion(n_b),
-    )
+    text = HIERARCHICAL_METHOD.format(n_a=n_a, n_b=n_b, resamples=RESAMPLES, conf=int(CONFIDENCE * 100))
+    return text + floors
 
 
 # What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
@@ -106,20 +105,25 @@ class Sample:
         return sum(len(v) for v in self.values)
 
     def resampled(self, stat, rng) -> np.ndarray:
-        """The metric over RESAMPLES bootstrap resamples: today's within-run bootstrap for one run, the
-        hierarchical one (runs, then steps inside each) for several."""
+        """The metric over RESAMPLES bootstrap resamples: the within-run bootstrap for one run, the hierarchical
+        one (runs, then steps inside each) for several."""
         if len(self.values) == 1:
             v, off = self.values[0], self.offsets[0] if self.offsets else 0.0
             scale = self.scales[0] if self.scales else 1.0
             if self.clusters is not None:
                 return (clustered(v, self.clusters[0], stat, rng) + off) / scale
             return (resampled(v, stat, rng) + off) / scale
-        r = hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
-        centre = self.value(stat)
-        widened = centre + (r - centre) * expansion(len(self.values))
-        # Every metric is a time or a count: widening must not take it through zero (a relative change under
-        # -100%); a floor far below the estimate keeps those resamples in the interval as "much smaller".
-        return np.maximum(widened, abs(centre) * 1e-3) if centre > 0 else widened
+        return hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+
+    def spread(self, stat, rng) -> tuple:
+        """(estimate, resamples, within-run resamples, runs): what stats.group_interval needs of a side."""
+        full = self.resampled(stat, rng)
+        if len(self.values) == 1:
+            return self.value(stat), full, full, 1
+        within = hierarchical(
+            self.values, stat, rng, self.clusters, self.offsets, self.scales, runs_fixed=True
+        )
+        return self.value(stat), full, within, len(self.values)
 
 
 def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
@@ -155,7 +159,10 @@ def _metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=Tru
         return entry
     entry["delta_pct"] = 100.0 * (vb - va) / va
     if rng is not None and min(a.units(), b.units()) >= entry["min_samples"]:
-        ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
+        if len(a.values) == 1 and len(b.values) == 1:
+            ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
+        else:
+            ci = group_interval(a.spread(stat, rng), b.spread(stat, rng))
         if ci is not None:
             entry["ci_low_pct"], entry["ci_high_pct"] = ci
             entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
@@ -170,8 +177,17 @@ def _common(dicts: list[dict]) -> list[str]:
     return sorted(set.intersection(*(set(d) for d in dicts)))
 
 
-def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0) -> list[dict]:
-    """Every metric of group a (before) against group b (after): one run a side, or several."""
+def floor_for(runs: list[RunData], min_effect_pct: float | None = None) -> NoiseFloor:
+    """The noise floor of a diff of these runs: their device's calibrated floors, or --min-effect for all."""
+    device = noise_floor.device_of(any(r.kernel_durations for r in runs))
+    return NoiseFloor(device, min_effect_pct)
+
+
+def compare(
+    a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0, floor: NoiseFloor | None = None
+) -> list[dict]:
+    """Every metric of group a (before) against group b (after): one run a side, or several; each marked against
+    the noise floor (default: the runs' device's calibrated floors)."""
     ga, gb = _group(a), _group(b)
     runs = ga + gb
     rng = np.random.default_rng(seed)
@@ -216,6 +232,9 @@ def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 
     def norm(g):
         return [float(r.steps) if per_step else 1.0 for r in g]
 
+    speeds = machine_speed.speed_factors(ga, gb) if per_step else None
+    speed_a, speed_b = speeds or ([1.0] * len(ga), [1.0] * len(gb))
+
     for name in _common([r.region_durations for r in runs]):
         if per_step and all(name in r.step_regions for r in runs):
             # Inside the decode step: the per-step time is the sample, resampled over steps.
@@ -231,7 +250,19 @@ def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 
         ca = sum(len(r.region_durations[name]) for r in ga) / sum(norm(ga))
         cb = sum(len(r.region_durations[name]) for r in gb) / sum(norm(gb))
         metrics.append({"name": f"regions.{name}.count", "a": ca, "b": cb, **_plain_delta(ca, cb)})
-        if all(name in r.region_self for r in runs):
+        if per_step and all(name in r.step_self for r in runs):
+            # Own time (the region less its children) per step at the before side's machine speed, resampled over
+            # steps: where the time moved (machine_speed.py).
+            def own(g, speed, name=name):
+                scales = [s * n for s, n in zip(speed, norm(g))]
+                return Sample(
+                    [r.step_self[name][0] for r in g], None, [r.step_self[name][1] for r in g], scales
+                )
+
+            m = _metric(f"regions.{name}.self_ns", own(ga, speed_a), own(gb, speed_b), np.sum, rng)
+            m["speed_normalised"] = speeds is not None
+            metrics.append(m)
+        elif all(name in r.region_self for r in runs):
             sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
             sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
             metrics.append({"name": f"regions.{name}.self_ns", "a": sa, "b": sb, **_plain_delta(sa, sb)})
@@ -268,7 +299,7 @@ def compare(a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 
             )
     for m in metrics:
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
-    return metrics
+    return noise_floor.apply(metrics, floor or floor_for(runs))
 
 
 def _request_figure(g: list[RunData], key: str | None, q: str) -> float | None:
@@ -295,7 +326,7 @@ def _plain_delta(a: float, b: float) -> dict:
 
 def gate(metrics: list[dict], threshold_pct: float | None, patterns: list[str] | None) -> list[dict]:
     """Mark and return the regressions: a gated metric that grew (or, higher-is-better, fell) by more than
-    threshold_pct and significantly."""
+    threshold_pct and beyond its noise floor (`significant`: the interval clears the floor)."""
     patterns = patterns or DEFAULT_GATE
     out = []
     for m in metrics:

@@ -17,7 +17,7 @@ from roseprof.model import Trace
 
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples of each kernel's profiled launches, {int(CONFIDENCE * 100)}% percentile "
-    "interval of the relative change of the mean per launch; significant when it excludes 0; no interval under "
+    "interval of the relative change of the mean per launch; a change when it clears the noise floor; no interval under "
     f"{MIN_SAMPLES} launches; kernels matched by name"
 )
 # (metric, lower is better): time and DRAM traffic should fall; throughput and occupancy rise for the same work.

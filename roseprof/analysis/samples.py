@@ -3,10 +3,11 @@ per-step region and kernel time, instance durations. Built from the run's tables
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.stats import groups
 from roseprof.model import KERNEL, Trace
 
@@ -27,6 +28,8 @@ class RunData:
     region_self: dict[str, float]
     kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
     ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
+    # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
+    step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
 
     @property
     def steps(self) -> int | None:
@@ -91,6 +94,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                 ).astype(np.float64)
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
     region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
+    step_self = _step_self(trace, steps, step_dur, set(step_regions))
     return RunData(
         summary,
         step_dur,
@@ -104,4 +108,28 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         region_self,
         kernel_durations,
         ttft,
+        step_self,
     )
+
+
+def _step_self(trace: Trace, steps: dict | None, step_dur, inside_step: set[str]) -> dict:
+    """Own time per decode step of every region that runs inside the steps: each range's duration less its direct
+    children's (ranges.build_tree, as summary.json's self_ns), summed per step by when the range starts. The
+    region whose own time grew is where the time went; its parents' totals only grew with it."""
+    r = trace.ranges
+    if not len(r) or step_dur is None or not inside_step:
+        return {}
+    self_ns = build_tree(r.start, r.end, r.tid).self_ns.astype(np.float64)  # [R]
+    starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)  # [S]
+    ends = starts + step_dur.astype(np.int64)
+    owner = np.searchsorted(starts, r.start, side="right") - 1  # [R] the step a range starts in, or -1
+    inside = (owner >= 0) & (r.end <= ends[np.maximum(owner, 0)])
+    out = {}
+    for idx in np.unique(r.name):
+        name = trace.names[idx]
+        if name not in inside_step:
+            continue
+        sel = r.name == idx
+        per_step = np.bincount(owner[sel & inside], weights=self_ns[sel & inside], minlength=len(starts))
+        out[name] = (per_step.astype(np.float64), float(self_ns[sel & ~inside].sum()))
+    return out

@@ -138,20 +138,22 @@ def hierarchical(
     clusters: list[np.ndarray] | None = None,
     offsets: np.ndarray | None = None,
     scales: np.ndarray | None = None,
+    runs_fixed: bool = False,
 ) -> np.ndarray:
     """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
     units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
     together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales.
 
     The outer level puts the drift between runs (a shared machine's load, clocks, cache state) into the interval,
-    which resampling the steps of one run cannot see. With one run it is the within-run bootstrap."""
+    which resampling the steps of one run cannot see. With one run it is the within-run bootstrap. runs_fixed:
+    every run once, only the units inside them resampled (the within-run part of the spread, `group_interval`)."""
     n_runs = len(runs)
     # Without scales the statistic is the metric (a percentile, a mean); with them, a total per scale unit.
     offsets = np.zeros(n_runs) if offsets is None else np.asarray(offsets, dtype=np.float64)  # [R]
     scales = None if scales is None else np.asarray(scales, dtype=np.float64)  # [R]
     lengths = {len(v) for v in runs}
     if clusters is None and len(lengths) == 1 and 0 not in lengths:
-        return _hierarchical_equal(runs, stat, rng, offsets, scales)
+        return _hierarchical_equal(runs, stat, rng, offsets, scales, runs_fixed)
     parts = []  # per run: (values sorted by cluster, cluster starts, cluster lengths) or (values, None, None)
     for r, values in enumerate(runs):
         if clusters is None:
@@ -164,7 +166,8 @@ def hierarchical(
         parts.append((values[order], starts, lengths))
     out = np.empty(RESAMPLES)
     for i in range(RESAMPLES):
-        pick = rng.integers(0, n_runs, size=n_runs)  # [R] runs, with replacement
+        # [R] runs, with replacement (or each once)
+        pick = np.arange(n_runs) if runs_fixed else rng.integers(0, n_runs, size=n_runs)
         pooled = []
         for r in pick:
             values, starts, lengths = parts[r]
@@ -181,7 +184,7 @@ def hierarchical(
     return out
 
 
-# Student's t 97.5% quantiles by degrees of freedom (CONFIDENCE = 0.95), for `expansion`.
+# Student's t 97.5% quantiles by degrees of freedom (CONFIDENCE = 0.95), for `expansion` and `t975`.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 _T975.update({11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042})
 _Z975 = 1.959964
@@ -192,7 +195,8 @@ def expansion(n_runs: int) -> float:
     percentile interval, Hesterberg 2015: sqrt(n / (n - 1)) * t(n - 1) / z). A bootstrap over a few units is too
     narrow: it sees their spread as the spread of the population (a factor (n - 1) / n in variance) and a normal
     tail where a t with n - 1 degrees of freedom belongs. Simulated, 3 runs a side and 5% drift between runs:
-    significant at the nominal 5% level in 19% of same-code pairs without it, 1% with it (docs/BENCHMARKS.md)."""
+    significant at the nominal 5% level in 19% of same-code pairs without it, 1% with it (docs/BENCHMARKS.md).
+    The diff used it until session 6 (now `group_interval`); scripts/gate_calibration.py compares the two."""
     if n_runs < 2:
         return 1.0
     df = n_runs - 1
@@ -200,7 +204,48 @@ def expansion(n_runs: int) -> float:
     return float(np.sqrt(n_runs / df) * t / _Z975)
 
 
-def _hierarchical_equal(runs, stat, rng, offsets, scales) -> np.ndarray:
+def t975(df: float) -> float:
+    """Student's t 97.5% quantile for df degrees of freedom (a table gap or a fraction: the next lower df, which
+    is wider); the normal one beyond 30."""
+    if df > 30:
+        return _Z975
+    return _T975[max(k for k in _T975 if k <= max(df, 1))]
+
+
+def group_interval(a: tuple, b: tuple) -> tuple[float, float] | None:
+    """The CONFIDENCE interval of the relative change 100 (b - a) / a when a side is a group of runs; a and b are
+    (estimate, full resamples, within-run resamples, runs) of each side (`hierarchical`, and with runs_fixed).
+
+    On the log scale, each side's variance is split in two: within its runs (the steps: resamples with every run
+    kept once) and between its runs (the rest), the latter corrected for the bootstrap's (n - 1) / n. The
+    interval is log(b / a) +- t * sqrt(V_a + V_b), with Welch-Satterthwaite degrees of freedom from the between
+    parts (n_a - 1 + n_b - 1 for equal spreads; the within parts rest on hundreds of steps). A percentile interval
+    over 3 runs is lumpy (27 draws of whole runs), too narrow in its tails, and its cure, widening each side by
+    t(n - 1), over-corrects: it called 1% of same-code pairs significant at the nominal 5% and hid a +47% region
+    change behind [+0.7, +105] (docs/BENCHMARKS.md, session 6)."""
+    total = 0.0
+    df_den = 0.0
+    logs = []
+    for centre, full, within, n_runs in (a, b):
+        if not centre > 0:
+            return None
+        floor = centre * 1e-3  # a time or a count: a resample of 0 is "much smaller", not minus infinity
+        lf = np.log(np.maximum(full, floor))
+        lw = np.log(np.maximum(within, floor))
+        var_within = float(np.var(lw))
+        var_between = 0.0
+        if n_runs > 1:
+            var_between = max(float(np.var(lf)) - var_within, 0.0) * n_runs / (n_runs - 1)
+            df_den += var_between**2 / (n_runs - 1)
+        total += var_between + var_within
+        logs.append(np.log(centre))
+    df = total**2 / df_den if df_den > 0 else math.inf
+    half = t975(df) * math.sqrt(total)
+    diff = logs[1] - logs[0]
+    return 100.0 * math.expm1(diff - half), 100.0 * math.expm1(diff + half)
+
+
+def _hierarchical_equal(runs, stat, rng, offsets, scales, runs_fixed=False) -> np.ndarray:
     """`hierarchical` for runs of one length n (the usual case: one workload, one step count), vectorised: every
     resample pools R x n values, so a chunk of resamples is one [chunk, R * n] matrix."""
     n_runs, n = len(runs), len(runs[0])
@@ -210,7 +255,10 @@ def _hierarchical_equal(runs, stat, rng, offsets, scales) -> np.ndarray:
     chunk = max(1, min(resamples, 4_000_000 // (n_runs * n)))
     for lo in range(0, resamples, chunk):
         hi = min(resamples, lo + chunk)
-        pick = rng.integers(0, n_runs, size=(hi - lo, n_runs))  # [C, R]
+        if runs_fixed:
+            pick = np.broadcast_to(np.arange(n_runs), (hi - lo, n_runs))  # [C, R]
+        else:
+            pick = rng.integers(0, n_runs, size=(hi - lo, n_runs))  # [C, R]
         idx = pick[:, :, None] * n + rng.integers(0, n, size=(hi - lo, n_runs, n))  # [C, R, n]
         scale = 1.0 if scales is None else scales[pick].sum(axis=1)
         out[lo:hi] = (stat(flat[idx.reshape(hi - lo, -1)], axis=1) + offsets[pick].sum(axis=1)) / scale

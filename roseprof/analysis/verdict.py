@@ -3,12 +3,15 @@
 Data only (renderers word and lay it out). A fixed set of headline figures, each with before -> after, the
 change and its interval, how many samples back it and one word:
 
-    faster / slower     the interval excludes 0 (for throughput, higher is faster)
-    no clear change     the interval includes 0
+    faster / slower     the interval lies wholly beyond the metric's noise floor (noise_floor.py; for
+                        throughput, higher is faster)
+    no clear change     the interval reaches inside the floor (or has zero width: no variation seen)
     too few samples     fewer per run than the statistic needs (stats.min_samples: p50 5, p99 200)
     not tested          one figure per run (throughput), so there is nothing to resample
 
-then the largest significant changes in regions and kernels (time per decode step): where the time moved.
+then where the time moved: the region and kernel changes that clear the floor, ranked by how much time per
+decode step moved (a region's own time, so that a slower child does not list every enclosing region above it).
+With one run a side the verdict says that its intervals see only the noise inside each run.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ def word(m: dict) -> tuple[str, str | None]:
             return "too few samples", f"needs {need} per run"
         return "not tested", "no interval"
     if not m.get("significant"):
+        if m.get("zero_width"):
+            return "no clear change", "the resampling saw no variation (an interval of zero width)"
+        if m.get("excludes_zero"):
+            return "no clear change", f"inside the ±{m['floor_pct']:g}% noise floor"
         return "no clear change", None
     better = (d < 0) == m.get("lower_is_better", True)
     return ("faster" if better else "slower"), None
@@ -71,18 +78,24 @@ def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
     return row
 
 
-def _changes(metrics: dict[str, dict], prefix: str, self_of=None) -> list[dict]:
-    """Significant per-step time changes under `prefix`, where the time moved first: a region's own (self) time
-    when known, so that a slower child does not list every enclosing region above it."""
+def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> list[dict]:
+    """The per-step time changes under `prefix` that clear the noise floor, the most time moved first. A region
+    is judged and ranked on its own (self) time where that has an interval, else on its total, ranked by the move
+    of its own time: a slower child makes every enclosing region's total slower, not their own time."""
     rows = []
     for name, m in metrics.items():
-        if not (name.startswith(prefix) and name.endswith(".total_ns") and m["significant"]):
+        if not (name.startswith(prefix) and name.endswith(".total_ns")):
             continue
         short = name[len(prefix) : -len(".total_ns")]
-        row = _row(m, short, None, "ns")
+        own = metrics.get(f"{prefix}{short}.self_ns") if own_time else None
+        tested = own if own is not None and own.get("ci_low_pct") is not None else m
+        if not tested["significant"]:
+            continue
+        row = _row(tested, short, None, "ns")
         row["per_step"] = bool(m.get("per_step"))
+        row["own_time"] = tested is own
+        row["total_before"], row["total_after"] = m["a"], m["b"]
         moved = m["b"] - m["a"]
-        own = metrics.get(f"{prefix}{short}.self_ns") if self_of else None
         if own is not None:
             row["self_before"], row["self_after"] = own["a"], own["b"]
             moved = own["b"] - own["a"]
@@ -96,9 +109,18 @@ def _changes(metrics: dict[str, dict], prefix: str, self_of=None) -> list[dict]:
     return rows[:TOP_CHANGES]
 
 
-def verdict(metrics: list[dict], before: dict, after: dict, kernels: dict | None = None) -> dict:
-    """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names,
-    `kernels` the kernels only one run has (kernel_changes)."""
+def verdict(
+    metrics: list[dict],
+    before: dict,
+    after: dict,
+    kernels: dict | None = None,
+    floor: str | None = None,
+    false_alarms: dict | None = None,
+) -> dict:
+    """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names
+    (and `runs`, every run id of a side), `kernels` the kernels only one run has (kernel_changes), `floor` the
+    noise floor applied, in words, and `false_alarms` what one run a side called between runs of the same code
+    on this device (noise_floor.ONE_RUN_FALSE_ALARMS)."""
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
@@ -114,12 +136,20 @@ def verdict(metrics: list[dict], before: dict, after: dict, kernels: dict | None
         overall = "no clear change"
     else:
         overall = "not tested"
+    regions = _changes(by_name, "regions.", own_time=True)
+    one_run = len(before.get("runs") or [1]) == 1 and len(after.get("runs") or [1]) == 1
     return {
         "before": before,
         "after": after,
+        # One run a side: the intervals see the variation inside each run only (how often that alone calls a
+        # change between two runs of the same code, measured, goes with it).
+        "one_run_a_side": one_run,
+        "one_run_false_alarms": false_alarms if one_run else None,
+        "noise_floor": floor,
         "overall": overall,
         "headline": headline,
-        "regions": _changes(by_name, "regions.", self_of=True),
+        "moved_most": regions[0] if regions else None,
+        "regions": regions,
         "kernels": _changes(by_name, "kernels."),
         "new_kernels": [name for name, _ in (kernels or {}).get("new", [])[:TOP_CHANGES]],
         "vanished_kernels": [name for name, _ in (kernels or {}).get("vanished", [])[:TOP_CHANGES]],

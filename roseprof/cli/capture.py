@@ -11,7 +11,7 @@ from roseprof.run.store import RunStore
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
-@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--name", help="a name for the run (default: nsys-demo, or nsys-<the command's name>)")
 @click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
 @click.option(
     "--capture-range",
@@ -88,7 +88,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
-@click.option("--name", help="a name for the run (default: ncu-demo, or the command's name)")
+@click.option("--name", help="a name for the run (default: ncu-demo, or ncu-<the command's name>)")
 @click.option(
     "--kernel", metavar="REGEX", help="profile kernels whose name matches REGEX (ncu --kernel-name regex:)"
 )
@@ -174,7 +174,7 @@ def ncu(
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
-@click.option("--name", help="a name for the run (default: demo, or the command's name)")
+@click.option("--name", help="a name for the run (default: torch-demo, or torch-<the command's name>)")
 @click.option("--wait", type=int, default=8, show_default=True, help="decode steps skipped before the window")
 @click.option("--warmup", type=int, default=2, show_default=True, help="decode steps profiled and discarded")
 @click.option("--active", type=int, default=128, show_default=True, help="decode steps recorded")

@@ -94,7 +94,8 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 
 @cli.command(
     cls=VsCommand,
-    epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage.",
+    epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage (a run against itself, "
+    "a side mixing tools, commands or machines).",
 )
 @click.argument("runs", nargs=-1)
 @click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
@@ -123,16 +124,43 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     metavar="GLOB",
     help="metrics the gate looks at (repeatable glob; default: step-time and ITL medians and means)",
 )
+@click.option(
+    "--min-effect",
+    type=click.FloatRange(min=0),
+    callback=finite,
+    default=None,
+    metavar="PCT",
+    help="the noise floor for every metric: a change is called one only when its interval clears ±PCT% "
+    "(default: floors per metric family, calibrated from same-code runs)",
+)
+@click.option(
+    "--pool-mixed",
+    is_flag=True,
+    help="pool runs of different tools, commands or machines into one side (refused by default)",
+)
 @click.option("--allow-incomplete", is_flag=True, help="compare what exists of incomplete or failed runs")
 @click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")
 @store_options
 def diff(
-    runs, vs, baseline, latest, as_json, threshold, metrics, allow_incomplete, top, traces_dir, dashboards_dir
+    runs,
+    vs,
+    baseline,
+    latest,
+    as_json,
+    threshold,
+    metrics,
+    min_effect,
+    pool_mixed,
+    allow_incomplete,
+    top,
+    traces_dir,
+    dashboards_dir,
 ) -> None:
     """Compare runs before (A) with runs after (B): `diff A B`, `diff A1 A2 --vs B1 B2`, `diff --baseline NAME B`.
 
     A run id (or unique prefix) is that run; a name is every complete run with that name (--latest: its latest
-    run). Several runs a side are compared with a hierarchical bootstrap (runs, then steps inside each run)."""
+    run), all of one tool, command and machine. Several runs a side are compared with a hierarchical bootstrap
+    (runs, then steps inside each run); a change is called one when its interval clears the noise floor."""
     from roseprof.api import diff_runs
     from roseprof.render.diff_dashboard import render_diff
     from roseprof.render.terminal import make_console
@@ -164,6 +192,8 @@ def diff(
             allow_incomplete,
             latest=latest,
             baseline=baseline,
+            min_effect=min_effect,
+            pool_mixed=pool_mixed,
         )
     # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.
     try:

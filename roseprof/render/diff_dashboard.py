@@ -104,7 +104,7 @@ def _metrics_table(result: dict) -> str:
     rows = []
     for m in result["metrics"]:
         unit = text.metric_unit(m["name"])
-        verdict = "REGRESSION" if m.get("regression") else ("significant" if m["significant"] else "")
+        verdict = "REGRESSION" if m.get("regression") else ("change" if m["significant"] else "")
         rows.append(
             [
                 html.escape(text.metric_label(m["name"], m.get("per_step", False))),
@@ -139,7 +139,9 @@ def _verdict_panel(result: dict) -> str:
     """The first thing on the page: the answer, the headline figures, where the time moved, the gate."""
     v = result["verdict"]
     color = WORD_COLOR.get(v["overall"], "#1d2330")
+    lines = [text.side_line("before", v["before"]), text.side_line("after", v["after"]), text.one_run_note(v)]
     parts = [
+        "".join(f"<p>{html.escape(line)}</p>" for line in lines if line),
         f'<h2 style="color:{color};font-size:20px">{html.escape(text.headline_sentence(v))}</h2>',
         _change_table(v["headline"], "figure"),
         f"<p><small>{html.escape(text.samples_note(v))}</small></p>",
@@ -147,7 +149,8 @@ def _verdict_panel(result: dict) -> str:
     for key in ("regions", "kernels"):
         if v[key]:
             per = "per decode step" if v[key][0].get("per_step") else "per run"
-            parts.append(f"<h2>Where the time moved: {key} (significant, time {per})</h2>")
+            what = "own time" if key == "regions" and v[key][0].get("own_time") else "time"
+            parts.append(f"<h2>Where the time moved: {key} ({what} {per}, beyond the noise floor)</h2>")
             parts.append(_change_table(v[key], key[:-1]))
     for label, names in (("New kernels", v["new_kernels"]), ("Vanished kernels", v["vanished_kernels"])):
         if names:

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from roseprof.render import text
 from roseprof.render.terminal import fit_table
-from roseprof.render.text import headline_sentence, samples_note
+from roseprof.render.text import headline_sentence, one_run_note, samples_note, side_line
 
 STYLE = {"faster": "green", "slower": "red", "mixed": "yellow"}
 
@@ -26,10 +26,18 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
 
 
 def print_verdict(console: Console, v: dict) -> None:
-    b, a = v["before"], v["after"]
-    console.print(f"before  {b['id']}  ({b.get('name')})", markup=False, overflow="fold")
-    console.print(f"after   {a['id']}  ({a.get('name')})", markup=False, overflow="fold")
-    console.print(headline_sentence(v), markup=False, style=f"bold {STYLE.get(v['overall'], '')}".strip())
+    # The first lines say what is compared: each side's run(s), and with one run a side what that cannot see.
+    console.print(side_line("before", v["before"]), markup=False, overflow="fold")
+    console.print(side_line("after", v["after"]), markup=False, overflow="fold")
+    note = one_run_note(v)
+    if note:
+        console.print(note, markup=False, style="yellow", overflow="fold")
+    console.print(
+        headline_sentence(v),
+        markup=False,
+        style=f"bold {STYLE.get(v['overall'], '')}".strip(),
+        overflow="fold",
+    )
     headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
     console.print(fit_table(console, None, headers, _change_rows(v["headline"]), keep=set(range(5))))
     console.print(samples_note(v), markup=False, style="dim")
@@ -38,6 +46,7 @@ def print_verdict(console: Console, v: dict) -> None:
         if not changes:
             continue
         per = "per decode step" if changes[0].get("per_step") else "per run"
+        what = "own time" if key == "regions" and changes[0].get("own_time") else "time"
         shrink = {0: text.shorten_middle if key == "regions" else text.kernel_name}
         rows = _change_rows(changes)
         if key == "kernels":  # one base name, several kernels: each keeps its tag
@@ -46,7 +55,7 @@ def print_verdict(console: Console, v: dict) -> None:
         console.print(
             fit_table(
                 console,
-                f"where the time moved: {title} (significant, time {per})",
+                f"where the time moved: {title} ({what} {per}, beyond the noise floor, most moved first)",
                 [key[:-1], "before", "after", "change [95% CI]", "verdict"],
                 rows,
                 shrink,
@@ -60,10 +69,6 @@ def print_verdict(console: Console, v: dict) -> None:
 
 def print_diff(console: Console, result: dict, top: int) -> None:
     print_verdict(console, result["verdict"])
-    for label in ("before", "after"):
-        runs = result["a" if label == "before" else "b"].get("runs") or []
-        if len(runs) > 1:
-            console.print(f"{label} is a group of {len(runs)} runs: {', '.join(runs)}", markup=False)
     metrics = result["metrics"]
     labels = [text.metric_label(m["name"], m.get("per_step", False)) for m in metrics[:top]]
     # Region labels share their program's prefix (`roseinfer.`): left out (and said) so names fit 80 columns.
@@ -71,7 +76,8 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     rows = []
     for m, label in zip(metrics[:top], labels):
         unit = text.metric_unit(m["name"])
-        # One character for "significant" so that 80 columns keep the figures whole; a regression stays loud.
+        # One character for a change beyond the noise floor, so that 80 columns keep the figures whole; a
+        # regression stays loud.
         flag = "REGRESSION" if m.get("regression") else ("*" if m["significant"] else "")
         rows.append(
             [
@@ -82,13 +88,13 @@ def print_diff(console: Console, result: dict, top: int) -> None:
                 flag,
             ]
         )
-    title = f"all metrics, largest significant changes first ({min(top, len(metrics))} of {len(metrics)})"
+    title = f"all metrics, changes beyond the noise floor first ({min(top, len(metrics))} of {len(metrics)})"
     if prefix:
         title += f"; regions without {prefix}"
     headers = ["metric", "before", "after", "change [95% CI]", ""]
     console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
     if any(r[4] == "*" for r in rows):
-        console.print("* significant: the 95% interval excludes 0", markup=False, style="dim")
+        console.print("* a change: the 95% interval clears its noise floor", markup=False, style="dim")
     if len(metrics) > top:
         console.print(f"... {len(metrics) - top} more metrics (--top N, or --json for all)", markup=False)
     console.print(f"method: {result['method']}", markup=False, style="dim")

@@ -102,17 +102,30 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
         assert gate.returncode == 1, gate.stdout
         assert "REGRESSION" in gate.stdout
     terminal = diff(store, "default", "slow-append").stdout.splitlines()
-    assert terminal[2].startswith("after is slower ") and "step p50 +" in terminal[2]
+    # One run a side: the warning comes first (issue 21), then the answer, which names the region that grew most.
+    assert terminal[2].startswith("one run a side:")
+    answer = next(line for line in terminal if line.startswith("after is "))
+    assert answer.startswith("after is slower ") and "step p50 +" in answer
+    assert "grew most in roseinfer.kv.append_token" in answer
+    # --min-effect replaces the calibrated floors: at 100,000% (1000x) nothing here is a change, nothing is gated.
+    high = diff(
+        store, "default", "slow-append", "--min-effect", "100000", "--json", "--fail-on-regression", "20"
+    )
+    assert high.returncode == 0, high.stdout
+    floored = json.loads(high.stdout)["verdict"]
+    assert {r["label"]: r["word"] for r in floored["headline"]}["step p50"] == "no clear change"
+    assert floored["regions"] == [] and "100000% for every metric" in floored["noise_floor"]
     # Read the other way it is faster, and no regression.
     back = diff_json(store, "slow-append", "default")["verdict"]
     assert {r["label"]: r["word"] for r in back["headline"]}["step p50"] == "faster"
     assert diff(store, "slow-append", "default", "--fail-on-regression", "20").returncode == 0
 
 
-def test_a_run_against_itself_is_no_regression(store):
+def test_a_run_against_itself_is_refused(store):
+    # Issue 21: a run diffed against itself shows no change by construction, so it is refused (exit 2), not
+    # reported as "no clear change" (this test asserted exit 0 and "no regression" before).
     proc = diff(store, "default", "default", "--fail-on-regression", "0")
-    assert proc.returncode == 0, proc.stdout
-    assert "no clear change" in proc.stdout and "no regression" in proc.stdout and "dashboard:" in proc.stdout
+    assert_one_line_error(proc, 2, "before and after are the same run")
 
 
 def test_each_benchmark_run_start_is_marked(store):

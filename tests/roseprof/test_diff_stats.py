@@ -5,6 +5,7 @@ import pytest
 
 from roseprof.analysis import stats
 from roseprof.analysis.diff import compare, gate, kernel_changes, rank
+from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import prepare
 from roseprof.model import Names, Tool, Trace
 
@@ -148,9 +149,14 @@ def test_drift_between_runs_is_not_a_regression_for_groups():
     # Same code: the runs' means differ by a few percent (the machine), both groups alike.
     ga = drifting_group([1.00, 1.06, 0.97], seed=4)
     gb = drifting_group([1.05, 0.98, 1.07], seed=5)
+    # The within-run method alone (no noise floor) calls the drift a change...
+    no_floor = NoiseFloor("cpu", min_effect_pct=0)
+    first = by_name(compare(ga[0], gb[0], floor=no_floor))["steps.p50_ns"]
+    assert first["significant"] and first["delta_pct"] > 3
+    assert gate(compare(ga[0], gb[0], floor=no_floor), 0.0, ["steps.p50_ns"])
+    # ... the default noise floor does not (issue 21: a change must matter to be called one).
     first = by_name(compare(ga[0], gb[0]))["steps.p50_ns"]
-    assert first["significant"] and first["delta_pct"] > 3  # the within-run method calls it a change
-    assert gate(compare(ga[0], gb[0]), 0.0, ["steps.p50_ns"])
+    assert first["excludes_zero"] and not first["significant"]
     groups = by_name(compare(ga, gb))["steps.p50_ns"]
     assert not groups["significant"]  # the hierarchical interval has the drift in it
     assert groups["ci_low_pct"] < 0 < groups["ci_high_pct"]

@@ -108,3 +108,22 @@ def test_nsys_repeat_stores_a_group_and_stops_at_a_failure(tmp_path):
     assert proc.returncode == 1 and "stopped after run 1 of 3" in proc.stderr
     runs = json.loads(roseprof("ls", "--json", "--traces-dir", tmp_path / "traces").stdout)
     assert [r["status"] for r in runs if r["name"] == "bad"] == ["failed"]
+
+
+@pytest.mark.nsys
+def test_a_name_mixing_commands_is_refused_naming_the_arguments(tmp_path):
+    """Issue 21: one name, two commands (the same program with an argument apart): not one group."""
+    program = (
+        "import nvtx, sys\nfor _ in range(8):\n    with nvtx.annotate('work'):\n        sum(range(10000))\n"
+    )
+    for extra in ([], ["--fast"]):
+        proc = roseprof("nsys", "--name", "mix", *dirs(tmp_path), "--", sys.executable, "-c", program, *extra)
+        assert proc.returncode == 0, proc.stderr
+    proc = roseprof("nsys", "--name", "other", *dirs(tmp_path), "--", sys.executable, "-c", program)
+    assert proc.returncode == 0, proc.stderr
+    refused = roseprof("diff", "mix", "other", *dirs(tmp_path))
+    assert_one_line_error(refused, 2, "before (mix) would pool runs of different commands")
+    assert "--fast" in refused.stderr and "(none)" in refused.stderr
+    pooled = roseprof("diff", "mix", "other", "--pool-mixed", *dirs(tmp_path))
+    assert pooled.returncode == 0, pooled.stderr
+    assert "pooled with --pool-mixed: commands" in pooled.stdout.splitlines()[0]

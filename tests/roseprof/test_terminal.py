@@ -86,8 +86,12 @@ def test_diff_leads_with_the_verdict(store, width):
     assert_fits(out, width)
     lines = out.splitlines()
     assert lines[0].startswith("before  ") and lines[1].startswith("after   ")
-    assert lines[2] == "no clear change between before and after (every interval includes 0)"
-    head = "\n".join(lines[:14])
+    # One run a side: the line after the sides says what its intervals cannot see (issue 21), then the answer.
+    assert lines[2].startswith("one run a side: the intervals see only the variation inside each run")
+    answer = next(i for i, line in enumerate(lines) if line.startswith("no clear change"))
+    assert "--repeat 3" in " ".join(lines[2:answer])
+    assert lines[answer] == "no clear change between before and after (every interval includes 0)"
+    head = "\n".join(lines[:18])
     for figure in ("step p50", "step p99", "ITL p50", "ITL p99", "TTFT p50", "throughput"):
         assert figure in head, figure
     assert "too few samples" in head  # 71 steps: p99 is not tested

@@ -92,6 +92,10 @@ def test_a_program_that_is_not_the_engine(tmp_path):
     prog.write_text(PROGRAM)
     proc = roseprof("torch", *store(tmp_path), "--", sys.executable, prog)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # No --name: the run's name says the tool (issue 21: a name is a group in diff, and must not pool an nsys
+    # run of the same command).
+    manifest = json.loads((only_run(tmp_path / "traces") / "manifest.json").read_text())
+    assert manifest["name"] == f"torch-{Path(sys.executable).name}"
     summary = json.loads((only_run(tmp_path / "traces") / "summary.json").read_text())
     regions = {r["name"]: r["count"] for r in summary["regions"]}
     assert regions["train.step"] == 4 and regions["train.forward"] == 4

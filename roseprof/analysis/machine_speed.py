@@ -1,0 +1,50 @@
+"""How fast the machine ran each run, from its regions: so that "where the time moved" compares the code, not
+the machine's load.
+
+On a shared CPU the same code's regions all take 1.5-2x longer in one capture than in the next (other processes
+take the cores): every region's own time per step moves by that factor, and a real change in one region (e.g.
++30% in `roseinfer.kv.append_token`) is lost in it. A machine that is busier slows every region alike, a code
+change moves a few. So each run's speed factor is the median over the step's regions of (its own time per step /
+the before side's typical own time per step): the median-of-ratios normalisation of DESeq (Anders & Huber 2010),
+robust while fewer than half the regions change. Own times divided by it are "at the before side's machine
+speed". The headline figures (step time, ITL) are never normalised: a uniform slowdown is still a slowdown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.samples import RunData
+
+# Regions under this share of the before side's step time are left out of the median: a 2 µs region's ratio is
+# its timer's noise, not the machine's speed.
+MIN_SHARE = 0.01
+# Fewer regions than this cannot tell one region's change from the machine's speed (with 3, the median is one of
+# the two that did not change): no normalisation.
+MIN_REGIONS = 3
+
+
+def own_per_step(run: RunData, name: str) -> float:
+    per_step, outside = run.step_self[name]
+    return (float(per_step.sum()) + outside) / max(len(per_step), 1)
+
+
+def speed_factors(before: list[RunData], after: list[RunData]) -> tuple[list[float], list[float]] | None:
+    """Each run's speed factor (1.0: the before side's typical speed; 2.0: everything took twice as long), or None
+    where the runs have too few regions inside their steps to tell."""
+    runs = before + after
+    if not all(r.step_self and r.step_dur is not None and len(r.step_dur) for r in runs):
+        return None
+    names = sorted(set.intersection(*(set(r.step_self) for r in runs)))
+    step_time = float(np.mean([r.step_dur.mean() for r in before]))
+    own = {n: np.array([own_per_step(r, n) for r in runs]) for n in names}  # name -> [R] ns per step
+    ref = {}
+    for n, values in own.items():
+        b = values[: len(before)]
+        if np.all(values > 0) and np.exp(np.log(b).mean()) >= MIN_SHARE * step_time:
+            ref[n] = np.exp(np.log(b).mean())  # the before side's geometric mean
+    if len(ref) < MIN_REGIONS:
+        return None
+    ratios = np.array([own[n] / ref[n] for n in ref])  # [N regions, R runs]
+    factors = np.median(ratios, axis=0).tolist()
+    return factors[: len(before)], factors[len(before) :]

@@ -1,0 +1,134 @@
+"""The noise floor: how large a change must be, beyond its interval, to be called one.
+
+A bootstrap interval that excludes zero says the two samples differ; it does not say the difference matters, nor
+that it will be there in the next capture of the same code. Between two captures of the same code a region's time
+per step moves by several percent on a quiet GPU and by tens of percent on a shared CPU (the machine's load, not
+the code), and over one run's thousands of steps the within-run interval of that move is narrow. So a metric is
+called a change (`significant`; a verdict word, a row of "where the time moved", a gate regression) only when its
+whole interval lies beyond the floor of its family:
+
+    slower  ci_low  > +floor%
+    faster  ci_high < -floor / (100 + floor) %     (the same ratio: diff B A calls the change diff A B found)
+
+and never when the interval has zero width (every resample gave the same value: the resampling saw no variation,
+which is not certainty). The floors are per metric family and per device, calibrated from same-code pairs of
+groups of runs (scripts/noise_floor_calibration.py; docs/BENCHMARKS.md, session 6); `--min-effect PCT` replaces
+them all.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+# Metric name -> family, first match wins (fnmatch globs over diff.compare's and ncu_diff.compare's names).
+FAMILIES = (
+    ("steps.rollover.regions*", "region time in rollover steps"),
+    ("steps.normal.regions*", "region time in normal steps"),
+    ("steps.*", "step time"),
+    ("itl.*", "ITL"),
+    ("requests.ttft.*", "TTFT"),
+    ("requests.*", "request figures"),
+    ("regions.*.self_ns", "region own time per step"),
+    ("regions.*", "region time per step"),
+    ("kernels.*", "kernel time per step"),
+    ("ncu.*", "ncu kernel metrics"),
+)
+OTHER = "other"
+
+# Percent, per device and family. CPU: scripts/diff_acceptance.sh's same-code groups of the CPU demo, 3 runs a side
+# on the shared 2-core machine with two competing processes (2026-11-24, load 7-8), each floor above the largest
+# move beyond zero that any same-code pair of groups showed in its family (scripts/noise_floor_calibration.py;
+# docs/BENCHMARKS.md, session 6): region own time 8.1% seen (attention), TTFT 84% (one group's TTFT p50 was 3.7x
+# another's: on a busy CPU the first token waits for the cores), none elsewhere. Families where nothing moved keep
+# a floor of what a change must be to matter: 10% for the user-facing step time and ITL, as the usual gate.
+# Regions of the rollover steps (a few a run) and whole-region totals (not speed-normalised) get more room.
+CPU_FLOORS = {
+    "step time": 10.0,
+    "ITL": 10.0,
+    "TTFT": 100.0,
+    "request figures": 10.0,
+    "region own time per step": 10.0,
+    "region time per step": 15.0,
+    "region time in normal steps": 15.0,
+    "region time in rollover steps": 30.0,
+    "kernel time per step": 15.0,
+    "ncu kernel metrics": 5.0,
+    OTHER: 10.0,
+}
+# GPU: the CPU values, checked on the H100 (scripts/gpu_gate_check.sh, 2026-11-24: the fast-path demo, two
+# same-code groups of 3 runs: no family moved beyond 0 at all, so no GPU floor needs to be higher; one pair of
+# groups is too few to lower them, so they stay: a GPU diff may call fewer changes than it could, never more).
+GPU_FLOORS = dict(CPU_FLOORS)
+GPU_SOURCE = "the CPU floors, checked on an H100 (same-code groups moved no family beyond 0)"
+FLOORS = {"cpu": CPU_FLOORS, "gpu": GPU_FLOORS}
+
+# An interval narrower than this (percentage points) has zero width: every resample gave the same change.
+ZERO_WIDTH = 1e-9
+
+
+def family(name: str) -> str:
+    for pattern, fam in FAMILIES:
+        if fnmatch.fnmatchcase(name, pattern):
+            return fam
+    return OTHER
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The floors one diff applies: the device's calibrated ones, or one value for every family (--min-effect)."""
+
+    device: str  # "cpu" or "gpu": which calibration applies
+    min_effect_pct: float | None = None  # --min-effect: replaces every family's floor
+
+    def pct(self, name: str) -> float:
+        if self.min_effect_pct is not None:
+            return self.min_effect_pct
+        floors = FLOORS[self.device]
+        return floors.get(family(name), floors[OTHER])
+
+    def describe(self) -> str:
+        if self.min_effect_pct is not None:
+            return f"{self.min_effect_pct:g}% for every metric (--min-effect)"
+        floors = FLOORS[self.device]
+        source = "CPU-calibrated" if self.device == "cpu" else GPU_SOURCE
+        parts = ", ".join(f"{fam} {pct:g}%" for fam, pct in floors.items() if fam != OTHER)
+        return f"{self.device.upper()} runs, {source}: {parts}"
+
+
+def device_of(has_gpu_work: bool) -> str:
+    """A diff whose runs launched GPU kernels is a GPU diff: on a GPU the noise is the GPU's (clocks, the host's
+    launch jitter), far below a shared CPU's, so one floor for both would hide GPU changes or call CPU noise one."""
+    return "gpu" if has_gpu_work else "cpu"
+
+
+def clears(ci_low: float | None, ci_high: float | None, floor_pct: float) -> bool:
+    """Whether an interval of the relative change (percent) lies wholly beyond the floor, either way."""
+    if ci_low is None or ci_high is None or ci_high - ci_low <= ZERO_WIDTH:
+        return False
+    faster_edge = -100.0 * floor_pct / (100.0 + floor_pct)
+    return ci_low > floor_pct or ci_high < faster_edge
+
+
+def apply(metrics: list[dict], floor: NoiseFloor) -> list[dict]:
+    """Mark every metric against the floor (in place; returned for chaining): `floor_pct`, `excludes_zero` (the
+    interval alone), `zero_width`, and `significant` (clears the floor: what the words, rows and gate use)."""
+    for m in metrics:
+        lo, hi = m.get("ci_low_pct"), m.get("ci_high_pct")
+        m["floor_pct"] = floor.pct(m["name"])
+        m["excludes_zero"] = bool(lo is not None and hi is not None and (lo > 0 or hi < 0))
+        m["zero_width"] = bool(lo is not None and hi is not None and hi - lo <= ZERO_WIDTH)
+        m["significant"] = clears(lo, hi, m["floor_pct"])
+    return metrics
+
+
+# What one run a side calls between two runs of the same code, per device (docs/BENCHMARKS.md, session 6). CPU: of
+# the 36 pairs of single CPU demo captures (nine runs of the same code, the shared 2-core machine with two
+# competing processes, load 5-8, 2026-11-24), the default gate (`--fail-on-regression 10`) fired in 12 with these
+# floors, and 35 had a faster/slower word somewhere (scripts/diff_acceptance.sh report). GPU: of the 15 pairs of
+# single fast-path demo captures on the H100 (six runs), the gate fired in 0 (4 with no floor); words still come
+# from the host's regions (`roseinfer.sample`, the host waiting for the GPU, -86.6% between two runs).
+ONE_RUN_FALSE_ALARMS = {
+    "cpu": {"fired": 12, "pairs": 36, "where": "the CPU demo on a busy 2-core machine"},
+    "gpu": {"fired": 0, "pairs": 15, "where": "the fast-path demo on an H100; host regions still moved"},
+}

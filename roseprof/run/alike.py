@@ -1,0 +1,79 @@
+"""Which runs may be pooled into one side of a diff: runs of one tool, one command (arguments included) and one
+machine. A group's hierarchical bootstrap treats its runs as draws of one thing; an nsys run and a torch run of
+the same program, or two commands, are not, and pooling them makes an interval of nonsense (seen: +2,739,619%)."""
+
+from __future__ import annotations
+
+from roseprof.errors import RoseprofError, one_line
+from roseprof.run.store import Run
+
+
+def tool(run: Run) -> str:
+    return str((run.manifest.get("tool") or {}).get("name") or "?")
+
+
+def command(run: Run) -> str:
+    cmd = run.manifest.get("command")
+    return " ".join(map(str, cmd)) if cmd else "(imported: no command)"
+
+
+def machine(run: Run) -> str:
+    host = (run.manifest.get("environment") or {}).get("host") or "?"
+    gpus = [g.get("name", "?") for g in run.manifest.get("gpus") or [] if isinstance(g, dict)]
+    return f"{host} ({', '.join(gpus)})" if gpus else host
+
+
+KEYS = (("tools", tool), ("commands", command), ("machines", machine))
+
+
+def _arguments(runs: list[Run]) -> str:
+    """The arguments that differ between the runs' commands, each with the runs that have it."""
+    argvs = {r.id: [str(a) for a in r.manifest.get("command") or []] for r in runs}
+    common = set.intersection(*(set(v) for v in argvs.values()))
+    parts = []
+    for rid, argv in argvs.items():
+        extra = [a for a in argv if a not in common]
+        parts.append(f"{rid}: {one_line(' '.join(extra), 80) if extra else '(none)'}")
+    return "; ".join(parts)
+
+
+def mixes(runs: list[Run]) -> str | None:
+    """What the runs mix, in words (`tools nsys (2 runs), torch (1 run)`), or None when they are alike."""
+    for label, key in KEYS:
+        values: dict[str, list[str]] = {}
+        for r in runs:
+            values.setdefault(key(r), []).append(r.id)
+        if len(values) > 1:
+            if label == "commands" and all(r.manifest.get("command") for r in runs):
+                return f"commands (arguments only some runs have: {_arguments(runs)})"
+            listed = ", ".join(f"{v} ({', '.join(ids)})" for v, ids in values.items())
+            return f"{label} {listed}"
+    return None
+
+
+def check_side(label: str, refs: list[str], runs: list[Run], pool_mixed: bool) -> str | None:
+    """Refuse, in one line, a side whose runs are not alike, unless pool_mixed; returns what a pooled side mixes
+    (for the header to show)."""
+    mixed = mixes(runs) if len(runs) > 1 else None
+    if mixed and not pool_mixed:
+        raise RoseprofError(
+            f"{label} ({' '.join(refs) or 'the baseline'}) would pool runs of different {mixed}: give run ids, "
+            "name runs apart (--name), or pass --pool-mixed to pool them anyway"
+        )
+    return mixed
+
+
+def check_not_self(runs_a: list[Run], runs_b: list[Run]) -> None:
+    """A run on both sides compares it with itself: nothing can move, so say so (exit 2) instead of a verdict."""
+    a, b = [r.id for r in runs_a], [r.id for r in runs_b]
+    both = [rid for rid in a if rid in b]
+    if not both:
+        return
+    if set(a) == set(b):
+        raise RoseprofError(
+            f"before and after are the same run{'s' if len(a) > 1 else ''} ({', '.join(a)}): a run diffed against "
+            "itself shows no change by construction; to see the noise, capture the same code again"
+        )
+    raise RoseprofError(
+        f"run{'s' if len(both) > 1 else ''} {', '.join(both)} on both sides: each run belongs to before or after"
+    )
