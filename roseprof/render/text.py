@@ -71,7 +71,8 @@ def shorten_middle(name: str, width: int) -> str:
             break
     if tail is None:
         tail = name[-(room - MIN_HEAD) :]
-    return name[: room - len(tail)] + ELLIPSIS + tail
+    # No space beside the ellipsis: `kern… (int)` would read as a cut figure or two words.
+    return name[: room - len(tail)].rstrip() + ELLIPSIS + tail.lstrip()
 
 
 def kernel_base(name: str) -> str:

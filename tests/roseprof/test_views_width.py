@@ -138,3 +138,12 @@ def test_piped_from_an_80_column_terminal(store):
     assert proc.returncode == 0
     assert_fits(proc.stdout, 80)
     assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) > 60  # not some narrower default
+
+
+def test_a_name_cut_in_the_middle_keeps_no_space_beside_the_ellipsis():
+    from roseprof.render.text import shorten_middle
+
+    name = "void kernel<(int)4, (int)4>>(T3)"
+    for width in range(8, len(name)):
+        cut = shorten_middle(name, width)
+        assert len(cut) <= width and "… " not in cut and " …" not in cut, (width, cut)
