@@ -89,6 +89,10 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         short = name[len(prefix) : -len(".total_ns")]
         own = metrics.get(f"{prefix}{short}.self_ns") if own_time else None
         tested = own if own is not None and own.get("ci_low_pct") is not None else m
+        if tested is m and own is not None and abs(own["b"] - own["a"]) < 0.5 * abs(m["b"] - m["a"]):
+            # Judged on its total (its own time has no interval: e.g. the step itself, the scheduler's step
+            # around it), but most of that move is its children's: they are listed, not it.
+            continue
         if not tested["significant"]:
             continue
         row = _row(tested, short, None, "ns")

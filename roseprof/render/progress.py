@@ -77,7 +77,7 @@ class CaptureProgress:
 
 def print_next(console: Console, run_id: str, previous_id: str | None) -> None:
     """What to do with a finished run: open it, and compare it with the previous run of the same name."""
-    other = previous_id or "<other run>"
-    before, after = (previous_id, run_id) if previous_id else (run_id, other)
+    # The new run is the after side: what it is compared with (the previous run of its name) comes first.
+    before, after = previous_id or "<earlier run>", run_id
     console.print(f"next: roseprof open {run_id}", markup=False, highlight=False, overflow="fold")
     console.print(f"      roseprof diff {before} {after}", markup=False, highlight=False, overflow="fold")

@@ -39,7 +39,13 @@ def print_verdict(console: Console, v: dict) -> None:
         overflow="fold",
     )
     headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
-    console.print(fit_table(console, None, headers, _change_rows(v["headline"]), keep=set(range(5))))
+    # The figures and the verdict stay whole (they are the answer); a figure's name gives way first.
+    console.print(
+        fit_table(
+            console, None, headers, _change_rows(v["headline"]), {0: text.shorten_middle},
+            keep=set(range(5)), whole={1, 2, 3, 4},
+        )
+    )  # fmt: skip
     console.print(samples_note(v), markup=False, style="dim")
     for key, title in (("regions", "regions"), ("kernels", "kernels")):
         changes = v[key]

@@ -31,8 +31,8 @@ def value(unit: str, v) -> str:
         return duration(v)
     if unit == "ms":
         return duration(v * 1e6)
-    if unit == "tok/s":
-        return f"{v:,.1f} tok/s"
+    if unit == "tok/s":  # no decimals from 1,000 on: they would only push the verdict out of 80 columns
+        return f"{v:,.0f} tok/s" if abs(v) >= 1000 else f"{v:,.1f} tok/s"
     return f"{v:,.2f}"
 
 
@@ -41,8 +41,13 @@ def change(delta_pct, lo, hi) -> str:
     if delta_pct is None:
         return "-"
     if lo is None:
-        return f"{delta_pct:+.1f}%"
-    return f"{delta_pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]"
+        return f"{_pct(delta_pct)}%"
+    return f"{_pct(delta_pct)}% [{_pct(lo)}, {_pct(hi)}]"
+
+
+def _pct(x: float) -> str:
+    """+12.3, or from 1,000 on +4,628 (a tenth of a percent means nothing there)."""
+    return f"{x:+,.0f}" if abs(x) >= 1000 else f"{x:+.1f}"
 
 
 SEPARATORS = "./:"
@@ -246,7 +251,9 @@ def headline_sentence(v: dict) -> str:
     elif overall == "no clear change":
         inside = any(r.get("why") and "noise floor" in r["why"] for r in v["headline"])
         why = "no interval clears its noise floor" if inside else "every interval includes 0"
-        out = f"no clear change between before and after ({why})"
+        # With a region below that did move, say that this is about the headline figures only.
+        where = "in the step, ITL and TTFT figures" if v.get("moved_most") else "between before and after"
+        out = f"no clear change {where} ({why})"
     else:
         out = "no headline figure could be tested (see the samples column)"
     most = v.get("moved_most")
@@ -278,6 +285,12 @@ def one_run_note(v: dict) -> str | None:
     """With one run a side: what its intervals see, what makes a verdict, and how often one run a side calls a
     change between two runs of the same code."""
     if not v.get("one_run_a_side"):
+        single = [side for side in ("before", "after") if len(v[side].get("runs") or [1]) == 1]
+        if len(single) == 1:  # one side a group, the other one run: its drift between runs is unseen
+            return (
+                f"{single[0]} is one run: the interval sees the drift between runs on the other side only; "
+                f"capture --repeat 3 for {single[0]} too for a verdict"
+            )
         return None
     fa = v.get("one_run_false_alarms") or {}
     rate = (
@@ -311,7 +324,9 @@ def samples_note(v: dict) -> str:
         if s and s not in seen:
             seen.append(s)
     need = v["min_samples"]
-    backing = f"Samples per run: {'; '.join(seen)}. " if seen else ""
+    groups = any(len(v[side].get("runs") or [1]) > 1 for side in ("before", "after"))
+    # A group's counts are its runs' together: per side, not per run.
+    backing = f"Samples per {'side' if groups else 'run'}: {'; '.join(seen)}. " if seen else ""
     return (
         f"{backing}A figure is tested with ≥ {need['p50']} samples per run (p99: ≥ {need['p99']}, so that the "
         "tail is more than one sample); throughput is one figure per run, with no interval."

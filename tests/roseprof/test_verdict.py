@@ -85,3 +85,51 @@ def test_where_the_time_moved_is_led_by_own_time():
     v = verdict(metrics, *RUNS)
     assert [r["label"] for r in v["regions"]] == ["inner"]
     assert v["regions"][0]["word"] == "slower"
+
+
+def _region(name, kind, a, b, ci=True):
+    m = {"name": f"regions.{name}.{kind}", "a": a, "b": b, "delta_pct": 100 * (b - a) / a, "per_step": True}
+    if ci:
+        m.update(ci_low_pct=50.0, ci_high_pct=150.0, significant=True, lower_is_better=True)
+    else:
+        m.update(ci_low_pct=None, ci_high_pct=None, significant=False)
+    return m
+
+
+def test_a_region_around_the_step_is_not_listed_for_its_childrens_time():
+    """The step and the scheduler's step around it have no per-step own-time interval; their totals grow with
+    everything inside them. Listed as "own time" they misled a newcomer: only the child whose own time moved is."""
+    metrics = [
+        _region("step", "total_ns", 8.3e6, 11.9e6),
+        _region("step", "self_ns", 29e3, 42e3, ci=False),  # own time moved 13 us: 20% of the child's move
+        _region("child", "total_ns", 132e3, 243e3),
+        _region("child", "self_ns", 132e3, 243e3),
+    ]
+    v = verdict(metrics, *RUNS)
+    assert [r["label"] for r in v["regions"]] == ["child"] and v["regions"][0]["own_time"]
+
+
+def test_the_words_around_the_verdict():
+    from roseprof.render import text
+
+    metrics = [_region("child", "total_ns", 132e3, 243e3), _region("child", "self_ns", 132e3, 243e3)]
+    single = {"id": "r1", "name": "a", "runs": ["r1"]}
+    group = {"id": "r3", "name": "b", "runs": ["r2", "r3"]}
+    v = verdict(metrics, single, group)
+    v["overall"] = "no clear change"  # no headline figure here: the sentence is about them only
+    assert text.headline_sentence(v).startswith("no clear change in the step, ITL and TTFT figures")
+    assert text.one_run_note(v).startswith("before is one run: the interval sees the drift between runs")
+    assert text.value("tok/s", 31360.8) == "31,361 tok/s" and text.value("tok/s", 12.34) == "12.3 tok/s"
+    assert text.change(258.0, -99.7, 462780.0) == "+258.0% [-99.7, +462,780]"
+
+
+def test_the_next_step_compares_the_new_run_as_after():
+    from rich.console import Console
+
+    from roseprof.render.progress import print_next
+
+    console = Console(record=True, width=120)
+    print_next(console, "new-run", None)
+    print_next(console, "new-run", "old-run")
+    out = console.export_text()
+    assert "roseprof diff <earlier run> new-run" in out and "roseprof diff old-run new-run" in out
