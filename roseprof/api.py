@@ -13,9 +13,10 @@ from roseprof.analysis.diff import compare, floor_for, gate, kernel_changes, met
 from roseprof.analysis.samples import RunData, prepare
 from roseprof.analysis.summary import analyse
 from roseprof.analysis.verdict import verdict
+from roseprof.capture import environment, pipeline
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-from roseprof.run import alike, baselines, environment, pipeline, tables
+from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
@@ -218,7 +219,11 @@ def import_path(
 ) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
-    return pipeline.import_file(store, path, name, steplog, analyse_import, _step_manifest(step_range))
+    from roseprof.drivers import pick_reader
+
+    return pipeline.import_file(
+        store, path, name, steplog, analyse_import, pick_reader, _step_manifest(step_range)
+    )
 
 
 def load_run(run: Run) -> RunData:

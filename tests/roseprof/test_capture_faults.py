@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from roseprof.capture import pipeline
 from roseprof.model import Trace
-from roseprof.run import pipeline
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
 from tests.roseprof.test_store_damage import _mount_tmpfs

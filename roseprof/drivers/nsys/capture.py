@@ -11,11 +11,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from roseprof.capture.process import exclusive, lock_path, run_tool, say
 from roseprof.drivers import find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.run.process import exclusive, lock_path, run_tool, say
 from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
@@ -82,7 +82,7 @@ def profile(
     log_path: Path,
 ) -> tuple[int, bool]:
     """Run `nsys profile`; returns (exit code, interrupted). The program's output goes to the terminal, nsys'
-    own lines only to the log (run/process.py: run_tool)."""
+    own lines only to the log (capture/process.py: run_tool)."""
     with plain_output_path(out_base) as nsys_base:
         return _profile(nsys, cmd, nsys_base, trace, capture_range, nvtx_capture, env, log_path)
 

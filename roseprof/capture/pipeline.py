@@ -10,7 +10,7 @@ analyse, store. The status and exit code rules live here once for every tool:
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
 that cannot be written, its temporary folder is named), in one line, exit 2. Ctrl-C and the capture lock:
-run/process.py.
+capture/process.py.
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
@@ -28,19 +28,23 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from roseprof.drivers import pick_reader
+from roseprof.capture import environment
+from roseprof.capture.process import check_command
+from roseprof.capture.telemetry import TelemetrySampler
 from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
-from roseprof.run import environment, tables
-from roseprof.run.process import check_command
+from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.run.telemetry import TelemetrySampler
 from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
+
+if TYPE_CHECKING:
+    from roseprof.drivers import Reader
 
 Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
 Progress = Callable[[str, str], None]  # (stage, message)
+PickReader = Callable[[Path, str], "Reader"]  # (file, label) -> its driver's reader, or RoseprofError
 
 
 def _quiet(stage: str, message: str) -> None:
@@ -224,9 +228,11 @@ def import_file(
     name: str | None,
     steplog: str | None,
     analyse: Analyse,
+    pick_reader: PickReader,
     manifest: dict | None = None,
 ) -> Run:
-    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link).
+    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
+    reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`.
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     src = Path(path)
