@@ -9,8 +9,8 @@ analyse, store. The status and exit code rules live here once for every tool:
     (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
-that cannot be written, its temporary folder is named), in one line, exit 2. Ctrl-C and the capture lock:
-capture/process.py.
+that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
+capture lock, its output): capture/tool.py.
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
@@ -28,11 +28,12 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from roseprof.capture import environment
 from roseprof.capture.process import check_command
 from roseprof.capture.telemetry import TelemetrySampler
+from roseprof.capture.tool import Capturer, run_capture
 from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
@@ -49,22 +50,6 @@ PickReader = Callable[[Path, str], "Reader"]  # (file, label) -> its driver's re
 
 def _quiet(stage: str, message: str) -> None:
     return None
-
-
-class Capturer(Protocol):
-    """What a driver's capture provides (see drivers/nsys/capture.py: NsysCapture)."""
-
-    tool: str
-
-    def engine_env(self) -> dict[str, str]: ...  # switches the engine needs for this tool (e.g. NVTX on)
-
-    def describe(self) -> dict: ...  # the manifest's record of the tool and its options
-
-    def run(
-        self, cmd: list[str], env: dict[str, str], raw: Path
-    ) -> tuple[int, bool]: ...  # (rc, interrupted)
-
-    def collect(self, raw: Path) -> Trace: ...  # the finished capture's file(s), read into the model
 
 
 @dataclass
@@ -104,7 +89,8 @@ def capture(
     sampling = bool(gpus) and sampler.start()
     progress("capture", f"capturing under {capturer.tool}: {' '.join(command)}")
     try:
-        rc, interrupted = capturer.run(command, env, writer.raw)
+        result = run_capture(capturer, command, env, writer.raw)
+        rc, interrupted = result.returncode, result.interrupted
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:

@@ -1,5 +1,6 @@
-"""Drivers: one folder per tool (nsys/, torch/, and ncu/ as it lands), each turning the tool's files into
-the run model (`roseprof.model.Trace`) and, where the tool can be run, capturing a command with it.
+"""Drivers: one folder per tool (nsys/, torch/, ncu/), each turning the tool's files into the run model
+(`roseprof.model.Trace`: a `Reader`) and, where the tool can run a command, saying how (a capture class whose
+`launch` gives a `Launch`; roseprof/capture/process.py runs every tool's launch the same one way).
 
 The registry picks a driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
 "traceEvents" key, ncu's CSV header), so an unknown file gets one clear line instead of a wrong reader.
@@ -33,6 +34,19 @@ class Reader:
     suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
     sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
     read: Callable[[Path, Path, str], Trace]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a driver's tool runs the user's program: what capture/process.py needs to run it (in its own
+    session, under the tool's lock), the same for every tool."""
+
+    argv: list[str]  # the tool's command line, the user's command included
+    env: dict[str, str]  # the whole environment the tool starts with
+    log: Path  # where the tool's whole output is kept (raw/<tool>.log)
+    # The tool's stdout and stderr as one stream, shown on roseprof's stderr: for a tool that interleaves its
+    # own lines with the program's on one pipe (ncu), so that roseprof's stdout stays its own.
+    one_stream: bool = False
 
 
 def readers() -> list[Reader]:

@@ -11,13 +11,13 @@ strings, and runs of it on this CPU machine):
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from roseprof.drivers import find_tool
+from roseprof.drivers import Launch, find_tool
 from roseprof.drivers.ncu import report_file
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import Trace
@@ -33,6 +33,9 @@ NCU_CANDIDATES = (
     "/usr/lib/nsight-compute/ncu",
 )
 NO_KERNELS = "No kernels were profiled"
+# ncu's own lines (==PROF==, ==WARNING==, ==ERROR==, ==INFO==): kept in raw/ncu.log and out of the terminal; what
+# roseprof acts on in them it says itself, in one line.
+NCU_OWN_LINE = re.compile(rb"^==[A-Z]+==")
 REPORT = "report"  # raw/report.ncu-rep, raw/report.raw.csv, raw/report.details.csv
 PERMISSION_HINT = (
     "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or load the nvidia module "
@@ -218,14 +221,27 @@ class NcuCapture:
             parts.append(f"--launch-skip {self.launch_skip}")
         return ", ".join(parts) or "no filter"
 
-    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+    @contextmanager
+    def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
         argv = [self.ncu, *self.options(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
-        rc, interrupted = _stream(argv, env, raw / "ncu.log", self.ncu)
+        # ncu interleaves its ==PROF== lines with the program's output: one stream, on roseprof's stderr.
+        yield Launch(argv, env, raw / "ncu.log", one_stream=True)
+
+    def own_line(self, line: bytes) -> bool:
+        return bool(NCU_OWN_LINE.match(line))
+
+    def refused(self, launch: Launch) -> str | None:
+        return None
+
+    def check(self, result, raw: Path) -> None:
+        """What ncu's log says went wrong: counters refused, a program that does not exist, ncu's own failure,
+        or filters that matched no kernel."""
+        rc = result.returncode
         log = (raw / "ncu.log").read_text(errors="replace")
         if "ERR_NVGPUCTRPERM" in log:
             raise CaptureFailed(PERMISSION_HINT)
-        if interrupted:
-            return rc, True
+        if result.interrupted:
+            return
         missing = re.search(r"==ERROR== ('.*' does not exist or is not an executable)", log)
         if missing:
             raise RoseprofError(missing.group(1))
@@ -247,7 +263,6 @@ class NcuCapture:
                     f"ncu profiled no kernel: the command launched none on a GPU ncu can profile{listed}"
                 )
             raise RoseprofError(f"no kernel matched the filter ({self.filters()}): ncu profiled none{listed}")
-        return rc, False
 
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.ncu.pages import read_page
@@ -264,28 +279,3 @@ class NcuCapture:
             label,
             ncu_version(self.ncu),
         )
-
-
-def _stream(argv: list[str], env: dict[str, str], log_path: Path, ncu: str) -> tuple[int, bool]:
-    """Run ncu with its output (and the program's) to the terminal and the log; returns (exit code, interrupted)."""
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise CaptureFailed(f"cannot run {ncu}: {e.strerror}") from None
-        try:
-            assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-                log.write(chunk)
-                os.write(2, chunk)
-            return proc.wait(), False
-        except KeyboardInterrupt:
-            try:
-                proc.send_signal(signal.SIGINT)
-                rc = proc.wait(timeout=120)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
-                rc = proc.wait()
-            if proc.stdout is not None:
-                log.write(proc.stdout.read() or b"")
-            return rc, True

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import signal
-import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from roseprof.drivers import Launch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Ranges, Trace
 from roseprof.workload.roseinfer import (
@@ -57,24 +58,24 @@ class TorchCapture:
             "cpu_only": self.cpu_only,
         }
 
-    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+    @contextmanager
+    def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
+        """The program itself is the tool: it writes its trace into raw/torch/ (Ctrl-C reaches it once, and the
+        engine writes what its profiler holds); its output, all the program's own, goes to the terminal."""
         out = raw / TRACE_FOLDER
         out.mkdir(exist_ok=True)
-        env = {**env, TORCH_PROFILE_ENV: str(out), TRACE_DIR_ENV: str(out)}
-        try:
-            proc = subprocess.Popen(cmd, env=env)
-        except OSError as e:
-            raise RoseprofError(f"cannot run {cmd[0]}: {e.strerror}") from None
-        try:
-            return proc.wait(), False
-        except KeyboardInterrupt:
-            # Ctrl-C reached the command too (same process group): let it write what it has.
-            try:
-                proc.send_signal(signal.SIGINT)
-                return proc.wait(timeout=120), True
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
-                return proc.wait(), True
+        yield Launch(
+            list(cmd), {**env, TORCH_PROFILE_ENV: str(out), TRACE_DIR_ENV: str(out)}, raw / "torch.log"
+        )
+
+    def own_line(self, line: bytes) -> bool:
+        return False
+
+    def refused(self, launch: Launch) -> str | None:
+        return None
+
+    def check(self, result, raw: Path) -> None:
+        return None  # a missing trace is said by collect
 
     def collect(self, raw: Path) -> Trace:
         files = trace_files(raw / TRACE_FOLDER)
