@@ -3,6 +3,7 @@ the analyses together; rendering is left to the caller."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -44,36 +45,35 @@ def analyse_trace(
     return summary, data
 
 
-def capture_nsys(
+def capture(
     store: RunStore,
+    options,
     cmd: list[str] | None,
     name: str | None,
-    trace: str | None,
-    capture_range: str,
-    nvtx_capture: str | None,
     repeat: int = 1,
     progress: pipeline.Progress | None = None,
     step_range: str | None = None,
 ) -> list[pipeline.CaptureOutcome]:
-    """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run (`repeat`
-    times: that many runs of one name, stopping at the first that does not complete)."""
-    from roseprof.drivers.nsys.capture import NsysCapture
+    """`roseprof nsys|ncu|torch`: CMD (or the built-in engine benchmark) under the tool of `options` (a driver's
+    options: NsysOptions, NcuOptions, TorchOptions), into a new run; `repeat` times: that many runs of one name,
+    stopping at the first that does not complete."""
+    from roseprof.drivers import capturer
 
     gpus = environment.gpus()
-    capturer = NsysCapture(trace, capture_range, nvtx_capture, has_gpu=bool(gpus))
-    command = cmd or default_command()
-    run_name = name or default_name("nsys", cmd)
+    tool = options.tool
+    manifest = _step_manifest(step_range)
+    default = default_command
+    if tool == "ncu":
+        options, cmd = _ncu_from(store, options, cmd)
+        default, manifest = ncu_default_command, {}
+    capture_one = capturer(options, has_gpu=bool(gpus))
+    command = list(cmd) if cmd else default()
+    run_name = name or default_name(tool, cmd)
+    analyser = _analyser(step_range)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
-            store,
-            capturer,
-            command,
-            run_name,
-            gpus,
-            _analyser(step_range),
-            progress,
-            manifest={**extra, **_step_manifest(step_range)},
-        ),  # fmt: skip
+            store, capture_one, command, run_name, gpus, analyser, progress, {**extra, **manifest}
+        ),
         repeat,
     )
 
@@ -98,95 +98,41 @@ def previous_run(store: RunStore, run: Run) -> Run | None:
     return earlier[-1] if earlier else None
 
 
-DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
-FROM_LAUNCHES_PER_KERNEL = 5
-
-
-def capture_ncu(
-    store: RunStore,
-    cmd: list[str] | None,
-    name: str | None,
-    kernel: str | None = None,
-    nvtx_include: tuple[str, ...] = (),
-    launch_skip: int = 0,
-    launch_count: int | None = None,
-    section_set: str | None = None,
-    sections: tuple[str, ...] = (),
-    metrics: str | None = None,
-    from_run: str | None = None,
-    top: int = 5,
-    progress: pipeline.Progress | None = None,
-) -> pipeline.CaptureOutcome:
-    """`roseprof ncu`: CMD (or the engine benchmark sized for ncu) under Nsight Compute, into a new run. With
-    from_run: the `top` kernels by GPU time of that nsys or torch run, FROM_LAUNCHES_PER_KERNEL launches each (at
-    most), and its command when none is given."""
+def _ncu_from(store: RunStore, options, cmd: list[str] | None) -> tuple[object, list[str] | None]:
+    """ncu's options with --from resolved (the `top` kernels by GPU time of that nsys or torch run,
+    FROM_LAUNCHES_PER_KERNEL launches each at most, and its command when none is given) and defaults filled."""
     from roseprof.analysis.ncu import kernel_regex, top_kernels
-    from roseprof.drivers.ncu.capture import NcuCapture
+    from roseprof.drivers.ncu.options import FROM_LAUNCHES_PER_KERNEL
 
-    kernel_name_base = None
-    if kernel:
-        kernel = f"regex:{kernel}"
-    if from_run is not None:
-        if kernel:
+    if options.from_run is not None:
+        if options.kernel:
             raise RoseprofError("--from picks the kernels itself: give --from or --kernel, not both")
-        source = store.resolve(from_run)
+        source = store.resolve(options.from_run)
         if (source.manifest.get("tool") or {}).get("name") == "ncu":
             raise RoseprofError(f"run {source.id} is an ncu run: --from takes an nsys or torch run")
-        chosen = top_kernels(source.summary(), top)
+        chosen = top_kernels(source.summary(), options.top)
         if not chosen:
             raise RoseprofError(
                 f"run {source.id} has no kernels to profile (--from needs a run with GPU kernels)"
             )
+        launches = options.launch_count
+        if launches is None:
+            launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
         # The exact demangled names nsys and torch record, matched whole.
-        kernel, kernel_name_base = f"regex:{kernel_regex([n for n, _ in chosen])}", "demangled"
-        if launch_count is None:
-            launch_count = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
+        options = dataclasses.replace(
+            options,
+            kernel=kernel_regex([n for n, _ in chosen]),
+            kernel_name_base="demangled",
+            launch_count=launches,
+            from_run=source.id,
+        )
         if not cmd:
             cmd = source.manifest.get("command")
             if not cmd:
                 raise RoseprofError(
                     f"run {source.id} has no command (it was imported): give the command after --"
                 )
-    if launch_count is None:
-        launch_count = DEFAULT_LAUNCH_COUNT
-    if section_set is None and not sections and not metrics:
-        section_set = "full"  # every section, the roofline included
-    capturer = NcuCapture(
-        kernel=kernel,
-        nvtx_include=nvtx_include,
-        launch_skip=launch_skip,
-        launch_count=launch_count or None,  # 0: every matching launch
-        section_set=section_set,
-        sections=sections,
-        metrics=metrics,
-        kernel_name_base=kernel_name_base,
-    )
-    capturer.from_run = source.id if from_run is not None else None
-    command = list(cmd) if cmd else ncu_default_command()
-    run_name = name or default_name("ncu", cmd)
-    return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace, progress)
-
-
-def capture_torch(
-    store: RunStore,
-    cmd: list[str] | None,
-    name: str | None,
-    schedule: tuple[int, int, int],
-    with_stack: bool,
-    cpu_only: bool,
-    progress: pipeline.Progress | None = None,
-    step_range: str | None = None,
-) -> pipeline.CaptureOutcome:
-    """`roseprof torch`: CMD (or the built-in engine benchmark) with torch.profiler on, into a new run."""
-    from roseprof.drivers.torch.capture import TorchCapture
-
-    gpus = environment.gpus()
-    capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
-    command = cmd or default_command()
-    run_name = name or default_name("torch", cmd)
-    return pipeline.capture(
-        store, capturer, command, run_name, gpus, _analyser(step_range), progress, _step_manifest(step_range)
-    )
+    return options.with_defaults(), cmd
 
 
 def _analyser(step_range: str | None, **kw):

@@ -9,6 +9,7 @@ The registry picks a driver for a file by its suffix, then by sniffing its first
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import shutil
 from collections.abc import Callable
@@ -47,6 +48,20 @@ class Launch:
     # The tool's stdout and stderr as one stream, shown on roseprof's stderr: for a tool that interleaves its
     # own lines with the program's on one pipe (ncu), so that roseprof's stdout stays its own.
     one_stream: bool = False
+
+
+# Each tool's capture class, by its options' `tool` (imported only when a capture runs).
+CAPTURES = {
+    "nsys": "roseprof.drivers.nsys.capture:NsysCapture",
+    "ncu": "roseprof.drivers.ncu.capture:NcuCapture",
+    "torch": "roseprof.drivers.torch.capture:TorchCapture",
+}
+
+
+def capturer(options, has_gpu: bool):
+    """The capture object for a tool's options (e.g. drivers/nsys/capture.py: NsysOptions -> NsysCapture)."""
+    module, name = CAPTURES[options.tool].split(":")
+    return getattr(importlib.import_module(module), name)(options, has_gpu)
 
 
 def readers() -> list[Reader]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from roseprof.drivers import Launch, find_tool
 from roseprof.drivers.ncu import report_file
+from roseprof.drivers.ncu.options import NcuOptions
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import Trace
 from roseprof.workload.roseinfer import NVTX_ENV
@@ -155,75 +156,27 @@ class NcuCapture:
 
     tool = "ncu"
 
-    def __init__(
-        self,
-        kernel: str | None = None,
-        nvtx_include: tuple[str, ...] = (),
-        launch_skip: int = 0,
-        launch_count: int | None = None,
-        section_set: str | None = None,
-        sections: tuple[str, ...] = (),
-        metrics: str | None = None,
-        kernel_name_base: str | None = None,
-    ) -> None:
+    def __init__(self, options: NcuOptions, has_gpu: bool = True) -> None:
         ncu = find_ncu()
         if ncu is None:
             raise RoseprofError(
                 "ncu not found: set NCU, put Nsight Compute's ncu on PATH, or install it (Debian: scripts/install-ncu.sh)"
             )
         self.ncu = ncu
-        self.kernel = kernel
-        self.nvtx_include = tuple(nvtx_include)
-        self.launch_skip = launch_skip
-        self.launch_count = launch_count
-        self.section_set = section_set
-        self.sections = tuple(sections)
-        self.metrics = metrics
-        self.kernel_name_base = kernel_name_base
-        self.from_run: str | None = None  # the nsys/torch run whose top kernels were chosen (--from)
+        self.options = options
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}
 
-    def options(self) -> list[str]:
-        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges)."""
-        argv = ["--clock-control", "none", "--nvtx", "--target-processes", "all"]
-        for rng in self.nvtx_include:
-            argv += ["--nvtx-include", rng]
-        if self.kernel:
-            argv += ["--kernel-name", self.kernel]
-        if self.kernel_name_base:
-            argv += ["--kernel-name-base", self.kernel_name_base]
-        if self.launch_skip:
-            argv += ["--launch-skip", str(self.launch_skip)]
-        if self.launch_count:
-            argv += ["--launch-count", str(self.launch_count)]
-        if self.section_set:
-            argv += ["--set", self.section_set]
-        for section in self.sections:
-            argv += ["--section", section]
-        if self.metrics:
-            # The duration is what every view of the run is built on: always collect it.
-            wanted = [m for m in self.metrics.split(",") if m]
-            argv += ["--metrics", ",".join(dict.fromkeys(wanted + ["gpu__time_duration.sum"]))]
-        return argv
-
     def describe(self) -> dict:
-        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options()}
-        if self.from_run:
-            out["from_run"] = self.from_run
+        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options.argv()}
+        if self.options.from_run:
+            out["from_run"] = self.options.from_run
         return out
-
-    def filters(self) -> str:
-        parts = [f"--kernel-name {self.kernel}"] if self.kernel else []
-        parts += [f"--nvtx-include {r}" for r in self.nvtx_include]
-        if self.launch_skip:
-            parts.append(f"--launch-skip {self.launch_skip}")
-        return ", ".join(parts) or "no filter"
 
     @contextmanager
     def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
-        argv = [self.ncu, *self.options(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
+        argv = [self.ncu, *self.options.argv(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
         # ncu interleaves its ==PROF== lines with the program's output: one stream, on roseprof's stderr.
         yield Launch(argv, env, raw / "ncu.log", one_stream=True)
 
@@ -258,11 +211,13 @@ class NcuCapture:
             if ran:
                 more = f" (and {len(ran) - 10} more)" if len(ran) > 10 else ""
                 listed = f"; kernels that ran: {', '.join(ran[:10])}{more}"
-            if self.filters() == "no filter":
+            if self.options.filters() == "no filter":
                 raise RoseprofError(
                     f"ncu profiled no kernel: the command launched none on a GPU ncu can profile{listed}"
                 )
-            raise RoseprofError(f"no kernel matched the filter ({self.filters()}): ncu profiled none{listed}")
+            raise RoseprofError(
+                f"no kernel matched the filter ({self.options.filters()}): ncu profiled none{listed}"
+            )
 
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.ncu.pages import read_page

@@ -9,7 +9,9 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from roseprof.drivers import Launch, find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
@@ -224,21 +226,31 @@ def _export_problem(nsys: str, rep: Path, label: str, text: str) -> str:
     return f"{label}: nsys export failed ({one_line(lines[-1] if lines else 'no output', 200)})"
 
 
+@dataclass(frozen=True)
+class NsysOptions:
+    """`roseprof nsys`'s options."""
+
+    tool: ClassVar[str] = "nsys"
+
+    trace: str | None = None  # nsys --trace (None: cuda,nvtx,osrt with a GPU, nvtx,osrt without)
+    # nsys --capture-range: which part of the program nsys records (not the CUDA-graph capture ranges)
+    capture_range: str = "none"
+    nvtx_capture: str | None = None  # with capture_range "nvtx": the range that starts recording
+
+
 class NsysCapture:
     """`roseprof nsys`: what the tool-neutral capture pipeline needs from Nsight Systems."""
 
     tool = "nsys"
 
-    def __init__(
-        self, trace: str | None, capture_range: str, nvtx_capture: str | None, has_gpu: bool
-    ) -> None:
+    def __init__(self, options: NsysOptions, has_gpu: bool) -> None:
         nsys = find_nsys()
         if nsys is None:
             raise RoseprofError("nsys not found: set NSYS, put it on PATH, or run scripts/install-nsys.sh")
         self.nsys = nsys
-        self.trace = trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
-        self.capture_range = capture_range
-        self.nvtx_capture = nvtx_capture
+        self.trace = options.trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
+        self.capture_range = options.capture_range
+        self.nvtx_capture = options.nvtx_capture
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}

@@ -13,7 +13,9 @@ import dataclasses
 import importlib.metadata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
     TORCH_PROFILE_CPU_ONLY_ENV,
     TORCH_PROFILE_ENV,
+    TORCH_PROFILE_SCHEDULE,
     TORCH_PROFILE_SCHEDULE_ENV,
     TORCH_PROFILE_WITH_STACK_ENV,
 )
@@ -32,15 +35,29 @@ TRACE_DIR_ENV = "ROSEPROF_TORCH_TRACE_DIR"  # where a program that is not the en
 TRACE_FOLDER = "torch"  # inside the run's raw/
 
 
+@dataclass(frozen=True)
+class TorchOptions:
+    """`roseprof torch`'s options: the engine's window of decode steps and what torch.profiler records."""
+
+    tool: ClassVar[str] = "torch"
+
+    wait: int = TORCH_PROFILE_SCHEDULE[0]  # decode steps skipped before the window
+    warmup: int = TORCH_PROFILE_SCHEDULE[1]  # decode steps profiled and discarded
+    active: int = TORCH_PROFILE_SCHEDULE[2]  # decode steps recorded
+    with_stack: bool = False
+    cpu_only: bool = False
+
+
 class TorchCapture:
     tool = "torch"
 
-    def __init__(self, wait: int, warmup: int, active: int, with_stack: bool, cpu_only: bool) -> None:
+    def __init__(self, options: TorchOptions, has_gpu: bool = False) -> None:
+        wait, warmup, active = options.wait, options.warmup, options.active
         if wait < 0 or warmup < 0 or active < 1:
             raise RoseprofError("--wait and --warmup must be >= 0 and --active >= 1")
         self.schedule = (wait, warmup, active)
-        self.with_stack = with_stack
-        self.cpu_only = cpu_only
+        self.with_stack = options.with_stack
+        self.cpu_only = options.cpu_only
 
     def engine_env(self) -> dict[str, str]:
         return {
