@@ -151,7 +151,7 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     from roseprof.export.chrome import write_chrome
 
     run = store.resolve(ref)
-    if not (run.path / "ranges.npz").is_file() and not (run.path / "gpu_ops.npz").is_file():
+    if not tables.has_trace(run.path):
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
         )
@@ -184,8 +184,8 @@ def _check(run: Run, allow_incomplete: bool) -> None:
         raise RoseprofError(f"run {run.id} is damaged ({run.manifest.get('damaged')}): nothing to compare")
     if status != "complete" and not allow_incomplete:
         raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
-    if not (run.path / "summary.json").is_file():
-        raise RoseprofError(f"run {run.id} is {status} and has no summary.json: nothing to compare")
+    if not tables.has_summary(run.path):
+        raise RoseprofError(f"run {run.id} is {status} and has no {tables.SUMMARY}: nothing to compare")
     tables.check_stored_run(run.path, run.manifest)
 
 

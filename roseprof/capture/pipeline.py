@@ -38,7 +38,7 @@ from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
+from roseprof.workload.roseinfer import STEP_LOG_ENV
 
 if TYPE_CHECKING:
     from roseprof.drivers import Reader
@@ -76,7 +76,7 @@ def capture(
     writer.manifest.update(manifest or {})
     env = dict(os.environ)
     env.update(capturer.engine_env())
-    env[STEP_LOG_ENV] = str(writer.path / STEPLOG_FILE)
+    env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
     writer.manifest.update(
         command=command,
         cwd=os.getcwd(),
@@ -123,7 +123,7 @@ def capture(
             progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
             if not len(trace.ranges) and not len(trace.ops):
                 raise NothingRecorded("the trace holds no ranges and no GPU activity")
-            summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse, progress)
+            summary = _ingest(writer, trace, writer.path / tables.STEPLOG, analyse, progress)
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
@@ -242,7 +242,7 @@ def import_file(
         trace = reader.read(copy, writer.raw, path)
         log_path = None
         if steplog is not None:
-            log_path = writer.path / STEPLOG_FILE
+            log_path = writer.path / tables.STEPLOG
             _copy(Path(steplog), log_path, steplog)
         _ingest(writer, trace, log_path, analyse)
         return writer.finish("complete", exit_code=0, message=None)

@@ -64,6 +64,17 @@ def capturer(options, has_gpu: bool):
     return getattr(importlib.import_module(module), name)(options, has_gpu)
 
 
+def split_thread_id(tool: str, tid):
+    """The (pid, tid) arrays a model's thread ids stand for, as the tool's driver packed them (its package's
+    `split_thread_id`); a tool that packs no pid: every thread in process 1."""
+    split = None
+    if tool in {r.tool for r in readers()}:  # not a stored run's tool that this roseprof has no driver for
+        split = getattr(importlib.import_module(f"roseprof.drivers.{tool}"), "split_thread_id", None)
+    if split is not None:
+        return split(tid)
+    return (tid & 0) + 1, tid & 0x7FFFFFFF
+
+
 def readers() -> list[Reader]:
     from roseprof.drivers.ncu import READERS as NCU
     from roseprof.drivers.nsys import READERS as NSYS

@@ -84,8 +84,6 @@ ENV_KEYS = (
     "ROSEINFER_TEST_SLEEP_REGION",  # tests only: an injected sleep; a run that had one must say so
 )
 
-STEPLOG_FILE = "steplog.jsonl"  # where a capture asks the engine to write its step log, in the run folder
-
 
 def default_command(device: str | None = None) -> list[str]:
     """The built-in engine benchmark, sized for the machine: tens of seconds on CPU; on a GPU, GPT-2 small on the
