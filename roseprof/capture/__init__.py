@@ -1,8 +1,10 @@
 """Running a tool and turning what it wrote into a stored run, the same way for every driver.
 
-pipeline.py    capture or import -> run folder: status and exit codes, the analysis step passed in
-process.py     the one way a tool runs: its own session, Ctrl-C forwarded once, its own lines kept out of the
-               terminal, one capture per tool at a time (a lock per machine user)
+pipeline.py    a capture or an import -> a run folder: status and exit codes; the analysis step (and, for an
+               import, the reader picker) passed in by api.py
+tool.py        the one path every tool runs by (the Capturer a driver implements, run_capture)
+process.py     a tool in its own session: Ctrl-C forwarded once, its own lines kept out of the terminal
+lock.py        one capture per tool at a time, per machine user, saying whose capture a newcomer waits for
 environment.py what the manifest records about the machine
 telemetry.py   GPU telemetry sampled while the tool runs
 

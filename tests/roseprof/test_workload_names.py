@@ -22,7 +22,7 @@ def test_reading_runs_never_imports_torch():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_workload_mirrors_the_engine_env():
+def test_every_engine_switch_is_declared_in_names_once():
     """roseprof.workload lists every ROSEINFER_* / ROSELLM_* switch roseinfer reads (declared in names.py only)."""
     sources = {p: p.read_text() for p in (ROOT / "roseinfer").rglob("*.py")}
     spelled = {p.name for p, text in sources.items() if re.search(r'"(?:ROSEINFER|ROSELLM)_[A-Z_]+"', text)}
