@@ -61,6 +61,7 @@ def capture(
 
     gpus = environment.gpus()
     tool = options.tool
+    run_name = name or default_name(tool, cmd)  # the command the user gave, not one taken from --from's run
     manifest = _step_manifest(step_range)
     default = default_command
     if tool == "ncu":
@@ -68,7 +69,6 @@ def capture(
         default, manifest = ncu_default_command, {}
     capture_one = capturer(options, has_gpu=bool(gpus))
     command = list(cmd) if cmd else default()
-    run_name = name or default_name(tool, cmd)
     analyser = _analyser(step_range)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
