@@ -8,28 +8,22 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# The variables' names, as roseprof records them with a run (it mirrors this tuple).
-ROSEINFER_NVTX = "ROSEINFER_NVTX"
-ROSEINFER_RECORD_FUNCTION = "ROSEINFER_RECORD_FUNCTION"
-ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
-ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
-ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
-ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"
-ROSEINFER_TORCH_PROFILE = "ROSEINFER_TORCH_PROFILE"
-ROSEINFER_TORCH_PROFILE_SCHEDULE = "ROSEINFER_TORCH_PROFILE_SCHEDULE"
-ROSEINFER_TORCH_PROFILE_WITH_STACK = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
-ROSEINFER_TORCH_PROFILE_CPU_ONLY = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
-KEYS = (
+# The variables' names, declared once in roseinfer/names.py (torch-free; roseprof records them with a run).
+from roseinfer.names import (  # noqa: F401
+    ENV_KEYS as KEYS,
+)
+from roseinfer.names import (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
+    ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TORCH_PROFILE,
+    ROSEINFER_TORCH_PROFILE_CPU_ONLY,
     ROSEINFER_TORCH_PROFILE_SCHEDULE,
     ROSEINFER_TORCH_PROFILE_WITH_STACK,
-    ROSEINFER_TORCH_PROFILE_CPU_ONLY,
     ROSELLM_TRITON_KV_APPEND,
     ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
-    ROSEINFER_TEST_SLEEP_REGION,
+    TORCH_PROFILE_SCHEDULE,
 )
 
 
@@ -118,7 +112,7 @@ def read() -> Env:
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
         torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
-        torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, (8, 2, 128)),
+        torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),
         torch_profile_with_stack=_flag(ROSEINFER_TORCH_PROFILE_WITH_STACK, False),
         torch_profile_cpu_only=_flag(ROSEINFER_TORCH_PROFILE_CPU_ONLY, False),
     )

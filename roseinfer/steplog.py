@@ -13,11 +13,13 @@ import time
 from typing import Any
 
 from roseinfer import env
+from roseinfer.names import STEPLOG_VERSION
 from roseinfer.tracing import now_ns
 
-# The step log's format (roseprof.workload.steplog reads every version; the meta record says which this is).
-# 2: gc and preempt records; a step's `launched` and `bucket`; a prefill's `readmitted`.
-STEPLOG_VERSION = 2
+# STEPLOG_VERSION (roseinfer/names.py) is the step log's format (roseprof.workload.steplog reads every version;
+# the meta record says which this is). 2: gc and preempt records; a step's `launched` and `bucket`; a
+# prefill's `readmitted`.
+
 # A collection of the youngest generations shorter than this is not logged: there are thousands a second, and
 # none is a reason for a slow token.
 GC_MIN_NS = 100_000

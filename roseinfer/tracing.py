@@ -3,8 +3,8 @@
 `region(name)` is on the hot path. When both NVTX and record_function are off it returns a shared no-op
 context manager after one attribute check, so the engine can keep its regions in place at no real cost.
 
-Region names are stable API (dashboards, diffs and users' scripts match on them); roseprof mirrors the
-names and `STEP_BREAKDOWN` from here. The step log (per-step and per-token records) is roseinfer/steplog.py.
+Region names are stable API (dashboards, diffs and users' scripts match on them): roseinfer/names.py, which
+roseprof imports. The step log (per-step and per-token records) is roseinfer/steplog.py.
 """
 
 from __future__ import annotations
@@ -15,58 +15,27 @@ import time
 
 from roseinfer import env
 
-DECODE_STEP = "roseinfer.decode_step"
-BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
-H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
-# Static decode, blocks reserved ahead: the next blocks allocated right after a step's launch, off the path from the
-# previous step's tokens to the next launch (roseinfer/decode_slots.py).
-RESERVE_BLOCKS_AHEAD = "roseinfer.decode_step_sessions.reserve_blocks_ahead"
-MODEL_FORWARD = "roseinfer.model.forward"
-KV_APPEND = "roseinfer.kv.append_token"
-PREFILL = "roseinfer.prefill"
-SAMPLE = "roseinfer.sample"
-SCHEDULER_STEP = "roseinfer.scheduler.step"
-# The parts of the model's forward (eager steps, prefill, and while a decode step is captured in a CUDA graph, so
-# that a replay's kernels can be attributed to them): the token and position embeddings; per layer the attention
-# (QKV projection, KV append, attention, output projection), every residual add + LayerNorm (ln_1, ln_2, and the
-# final ln_f) and the MLP; then the lm_head GEMM and the greedy argmax (in a graph also the next step's inputs
-# written from it).
-EMBEDDING = "roseinfer.embedding"
-ATTENTION = "roseinfer.layer.attention"
-LAYERNORM = "roseinfer.layer.layernorm"
-MLP = "roseinfer.layer.mlp"
-LM_HEAD = "roseinfer.lm_head"
-ARGMAX = "roseinfer.argmax"
-# Tensor parallelism: the sum over the ranks of a row-parallel projection's partial outputs, one inside the
-# attention (after its output projection) and one inside the MLP of every layer. Open while a decode step is
-# captured, so a graph replay's NCCL kernels are attributed to it (roseinfer/distributed.py).
-ALLREDUCE = "roseinfer.layer.allreduce"
-REGION_NAMES = (
-    DECODE_STEP,
+# Region names (stable API) live in roseinfer/names.py, torch-free, where roseprof reads them; re-exported here
+# because the engine's modules name them as tracing.X.
+from roseinfer.names import (  # noqa: F401
+    ALLREDUCE,
+    ARGMAX,
+    ATTENTION,
     BUILD_BLOCK_TABLES,
+    DECODE_STEP,
+    EMBEDDING,
     H2D_BLOCK_TABLES,
-    MODEL_FORWARD,
     KV_APPEND,
+    LAYERNORM,
+    LM_HEAD,
+    MLP,
+    MODEL_FORWARD,
     PREFILL,
+    REGION_NAMES,
+    RESERVE_BLOCKS_AHEAD,
     SAMPLE,
     SCHEDULER_STEP,
-    EMBEDDING,
-    ATTENTION,
-    LAYERNORM,
-    MLP,
-    LM_HEAD,
-    ARGMAX,
-    RESERVE_BLOCKS_AHEAD,
-    ALLREDUCE,
-)
-# The regions a decode step is broken down into (dashboards stack them per step), in display order.
-STEP_BREAKDOWN = (
-    BUILD_BLOCK_TABLES,
-    H2D_BLOCK_TABLES,
-    MODEL_FORWARD,
-    RESERVE_BLOCKS_AHEAD,
-    KV_APPEND,
-    SAMPLE,
+    STEP_BREAKDOWN,
 )
 
 

@@ -3,6 +3,7 @@ the analyses together; rendering is left to the caller."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -13,9 +14,10 @@ from roseprof.analysis.diff import compare, floor_for, gate, kernel_changes, met
 from roseprof.analysis.samples import RunData, prepare
 from roseprof.analysis.summary import analyse
 from roseprof.analysis.verdict import verdict
+from roseprof.capture import environment, pipeline
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-from roseprof.run import alike, baselines, environment, pipeline, tables
+from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
 from roseprof.workload.steplog import read_steplog
@@ -43,36 +45,35 @@ def analyse_trace(
     return summary, data
 
 
-def capture_nsys(
+def capture(
     store: RunStore,
+    options,
     cmd: list[str] | None,
     name: str | None,
-    trace: str | None,
-    capture_range: str,
-    nvtx_capture: str | None,
     repeat: int = 1,
     progress: pipeline.Progress | None = None,
     step_range: str | None = None,
 ) -> list[pipeline.CaptureOutcome]:
-    """`roseprof nsys`: CMD (or the built-in engine benchmark) under Nsight Systems, into a new run (`repeat`
-    times: that many runs of one name, stopping at the first that does not complete)."""
-    from roseprof.drivers.nsys.capture import NsysCapture
+    """`roseprof nsys|ncu|torch`: CMD (or the built-in engine benchmark) under the tool of `options` (a driver's
+    options: NsysOptions, NcuOptions, TorchOptions), into a new run; `repeat` times: that many runs of one name,
+    stopping at the first that does not complete."""
+    from roseprof.drivers import capturer
 
     gpus = environment.gpus()
-    capturer = NsysCapture(trace, capture_range, nvtx_capture, has_gpu=bool(gpus))
-    command = cmd or default_command()
-    run_name = name or default_name("nsys", cmd)
+    tool = options.tool
+    run_name = name or default_name(tool, cmd)  # the command the user gave, not one taken from --from's run
+    manifest = _step_manifest(step_range)
+    default = default_command
+    if tool == "ncu":
+        options, cmd = _ncu_from(store, options, cmd)
+        default, manifest = ncu_default_command, {}
+    capture_one = capturer(options, has_gpu=bool(gpus))
+    command = list(cmd) if cmd else default()
+    analyser = _analyser(step_range)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
-            store,
-            capturer,
-            command,
-            run_name,
-            gpus,
-            _analyser(step_range),
-            progress,
-            manifest={**extra, **_step_manifest(step_range)},
-        ),  # fmt: skip
+            store, capture_one, command, run_name, gpus, analyser, progress, {**extra, **manifest}
+        ),
         repeat,
     )
 
@@ -97,95 +98,41 @@ def previous_run(store: RunStore, run: Run) -> Run | None:
     return earlier[-1] if earlier else None
 
 
-DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
-FROM_LAUNCHES_PER_KERNEL = 5
-
-
-def capture_ncu(
-    store: RunStore,
-    cmd: list[str] | None,
-    name: str | None,
-    kernel: str | None = None,
-    nvtx_include: tuple[str, ...] = (),
-    launch_skip: int = 0,
-    launch_count: int | None = None,
-    section_set: str | None = None,
-    sections: tuple[str, ...] = (),
-    metrics: str | None = None,
-    from_run: str | None = None,
-    top: int = 5,
-    progress: pipeline.Progress | None = None,
-) -> pipeline.CaptureOutcome:
-    """`roseprof ncu`: CMD (or the engine benchmark sized for ncu) under Nsight Compute, into a new run. With
-    from_run: the `top` kernels by GPU time of that nsys or torch run, FROM_LAUNCHES_PER_KERNEL launches each (at
-    most), and its command when none is given."""
+def _ncu_from(store: RunStore, options, cmd: list[str] | None) -> tuple[object, list[str] | None]:
+    """ncu's options with --from resolved (the `top` kernels by GPU time of that nsys or torch run,
+    FROM_LAUNCHES_PER_KERNEL launches each at most, and its command when none is given) and defaults filled."""
     from roseprof.analysis.ncu import kernel_regex, top_kernels
-    from roseprof.drivers.ncu.capture import NcuCapture
+    from roseprof.drivers.ncu.options import FROM_LAUNCHES_PER_KERNEL
 
-    kernel_name_base = None
-    if kernel:
-        kernel = f"regex:{kernel}"
-    if from_run is not None:
-        if kernel:
+    if options.from_run is not None:
+        if options.kernel:
             raise RoseprofError("--from picks the kernels itself: give --from or --kernel, not both")
-        source = store.resolve(from_run)
+        source = store.resolve(options.from_run)
         if (source.manifest.get("tool") or {}).get("name") == "ncu":
             raise RoseprofError(f"run {source.id} is an ncu run: --from takes an nsys or torch run")
-        chosen = top_kernels(source.summary(), top)
+        chosen = top_kernels(source.summary(), options.top)
         if not chosen:
             raise RoseprofError(
                 f"run {source.id} has no kernels to profile (--from needs a run with GPU kernels)"
             )
+        launches = options.launch_count
+        if launches is None:
+            launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
         # The exact demangled names nsys and torch record, matched whole.
-        kernel, kernel_name_base = f"regex:{kernel_regex([n for n, _ in chosen])}", "demangled"
-        if launch_count is None:
-            launch_count = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
+        options = dataclasses.replace(
+            options,
+            kernel=kernel_regex([n for n, _ in chosen]),
+            kernel_name_base="demangled",
+            launch_count=launches,
+            from_run=source.id,
+        )
         if not cmd:
             cmd = source.manifest.get("command")
             if not cmd:
                 raise RoseprofError(
                     f"run {source.id} has no command (it was imported): give the command after --"
                 )
-    if launch_count is None:
-        launch_count = DEFAULT_LAUNCH_COUNT
-    if section_set is None and not sections and not metrics:
-        section_set = "full"  # every section, the roofline included
-    capturer = NcuCapture(
-        kernel=kernel,
-        nvtx_include=nvtx_include,
-        launch_skip=launch_skip,
-        launch_count=launch_count or None,  # 0: every matching launch
-        section_set=section_set,
-        sections=sections,
-        metrics=metrics,
-        kernel_name_base=kernel_name_base,
-    )
-    capturer.from_run = source.id if from_run is not None else None
-    command = list(cmd) if cmd else ncu_default_command()
-    run_name = name or default_name("ncu", cmd)
-    return pipeline.capture(store, capturer, command, run_name, environment.gpus(), analyse_trace, progress)
-
-
-def capture_torch(
-    store: RunStore,
-    cmd: list[str] | None,
-    name: str | None,
-    schedule: tuple[int, int, int],
-    with_stack: bool,
-    cpu_only: bool,
-    progress: pipeline.Progress | None = None,
-    step_range: str | None = None,
-) -> pipeline.CaptureOutcome:
-    """`roseprof torch`: CMD (or the built-in engine benchmark) with torch.profiler on, into a new run."""
-    from roseprof.drivers.torch.capture import TorchCapture
-
-    gpus = environment.gpus()
-    capturer = TorchCapture(*schedule, with_stack=with_stack, cpu_only=cpu_only)
-    command = cmd or default_command()
-    run_name = name or default_name("torch", cmd)
-    return pipeline.capture(
-        store, capturer, command, run_name, gpus, _analyser(step_range), progress, _step_manifest(step_range)
-    )
+    return options.with_defaults(), cmd
 
 
 def _analyser(step_range: str | None, **kw):
@@ -204,7 +151,7 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     from roseprof.export.chrome import write_chrome
 
     run = store.resolve(ref)
-    if not (run.path / "ranges.npz").is_file() and not (run.path / "gpu_ops.npz").is_file():
+    if not tables.has_trace(run.path):
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
         )
@@ -218,7 +165,11 @@ def import_path(
 ) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
-    return pipeline.import_file(store, path, name, steplog, analyse_import, _step_manifest(step_range))
+    from roseprof.drivers import pick_reader
+
+    return pipeline.import_file(
+        store, path, name, steplog, analyse_import, pick_reader, _step_manifest(step_range)
+    )
 
 
 def load_run(run: Run) -> RunData:
@@ -233,8 +184,8 @@ def _check(run: Run, allow_incomplete: bool) -> None:
         raise RoseprofError(f"run {run.id} is damaged ({run.manifest.get('damaged')}): nothing to compare")
     if status != "complete" and not allow_incomplete:
         raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
-    if not (run.path / "summary.json").is_file():
-        raise RoseprofError(f"run {run.id} is {status} and has no summary.json: nothing to compare")
+    if not tables.has_summary(run.path):
+        raise RoseprofError(f"run {run.id} is {status} and has no {tables.SUMMARY}: nothing to compare")
     tables.check_stored_run(run.path, run.manifest)
 
 

@@ -18,12 +18,8 @@ class CaptureFailed(RoseprofError):
 
 
 class NothingRecorded(RoseprofError):
-    """The trace holds no ranges and no GPU activity: nothing to analyse. A capture words this for the user
-    (the command failed, or it is not instrumented); an import names the file."""
-
-
-class EmptyTrace(RoseprofError):
-    """The file (or a capture) holds no range, mark or GPU op: nothing to analyse, so nothing is stored."""
+    """The trace holds no range, mark or GPU op: nothing to analyse, so nothing is stored. A capture words this
+    for the user (the command failed, or it is not instrumented); an import names the file."""
 
 
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

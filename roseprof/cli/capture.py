@@ -39,15 +39,21 @@ def nsys(
     name, trace, capture_range, nvtx_capture, open_, repeat, step_range, traces_dir, dashboards_dir, cmd
 ) -> None:
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
-    from roseprof.api import capture_nsys
+    from roseprof.drivers.nsys.capture import NsysOptions
+
+    options = NsysOptions(trace, capture_range, nvtx_capture)
+    _capture(options, cmd, name, repeat, step_range, traces_dir, dashboards_dir, open_)
+
+
+def _capture(options, cmd, name, repeat, step_range, traces_dir, dashboards_dir, open_) -> None:
+    """Every capture verb: the library's one capture entry, its stages on stderr, then the report."""
+    from roseprof.api import capture
     from roseprof.render.progress import CaptureProgress
 
     store = RunStore(traces_dir)
     progress = CaptureProgress()
     try:
-        outcomes = capture_nsys(
-            store, list(cmd) or None, name, trace, capture_range, nvtx_capture, repeat, progress, step_range
-        )
+        outcomes = capture(store, options, list(cmd) or None, name, repeat, progress, step_range)
     finally:
         progress.pause()
     _report_captures(store, outcomes, repeat, dashboards_dir, open_, progress)
@@ -147,30 +153,20 @@ def ncu(
 ) -> None:
     """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
     command, or the engine benchmark sized for ncu."""
-    from roseprof.api import capture_ncu
-    from roseprof.render.progress import CaptureProgress
+    from roseprof.drivers.ncu.options import NcuOptions
 
-    store = RunStore(traces_dir)
-    progress = CaptureProgress()
-    try:
-        outcome = capture_ncu(
-            store,
-            list(cmd) or None,
-            name,
-            kernel,
-            tuple(nvtx_include),
-            launch_skip,
-            launch_count,
-            section_set,
-            tuple(sections),
-            metrics,
-            from_run,
-            top,
-            progress=progress,
-        )
-    finally:
-        progress.pause()
-    _report_captures(store, [outcome], 1, dashboards_dir, open_, progress)
+    options = NcuOptions(
+        kernel=kernel,
+        nvtx_include=tuple(nvtx_include),
+        launch_skip=launch_skip,
+        launch_count=launch_count,
+        section_set=section_set,
+        sections=tuple(sections),
+        metrics=metrics,
+        from_run=from_run,
+        top=top,
+    )
+    _capture(options, cmd, name, 1, None, traces_dir, dashboards_dir, open_)
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
@@ -198,15 +194,7 @@ def torch(
     The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
     $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
     """
-    from roseprof.api import capture_torch
-    from roseprof.render.progress import CaptureProgress
+    from roseprof.drivers.torch.capture import TorchOptions
 
-    store = RunStore(traces_dir)
-    progress = CaptureProgress()
-    try:
-        outcome = capture_torch(
-            store, list(cmd) or None, name, (wait, warmup, active), with_stack, cpu_only, progress, step_range
-        )
-    finally:
-        progress.pause()
-    _report_captures(store, [outcome], 1, dashboards_dir, open_, progress)
+    options = TorchOptions(wait, warmup, active, with_stack, cpu_only)
+    _capture(options, cmd, name, 1, step_range, traces_dir, dashboards_dir, open_)

@@ -78,14 +78,15 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
 def show(run, as_json, traces_dir, dashboards_dir) -> None:
     """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
     from roseprof.render.terminal import make_console, print_summary
+    from roseprof.run import tables
 
     found = RunStore(traces_dir).resolve(run)
     with damage_is_one_line(found):
-        summary = found.summary() if (found.path / "summary.json").is_file() else None
+        summary = found.summary() if tables.has_summary(found.path) else None
         if as_json:
             if summary is None:
                 raise RoseprofError(
-                    f"run {found.id} has no summary.json (status {found.manifest.get('status')})"
+                    f"run {found.id} has no {tables.SUMMARY} (status {found.manifest.get('status')})"
                 )
             click.echo(json.dumps(summary, indent=1))
         else:
@@ -257,9 +258,11 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
 @store_options
 def open_(run, traces_dir, dashboards_dir) -> None:
     """Render RUN's dashboard if missing or stale, and open it (or print its path where there is no display)."""
+    from roseprof.run import tables
+
     found = RunStore(traces_dir).resolve(run)
-    if not (found.path / "summary.json").is_file():
+    if not tables.has_summary(found.path):
         raise RoseprofError(
-            f"run {found.id} has no summary.json (status {found.manifest.get('status')}): nothing to show"
+            f"run {found.id} has no {tables.SUMMARY} (status {found.manifest.get('status')}): nothing to show"
         )
     show_dashboard(found, dashboards_dir, True)

@@ -1,5 +1,6 @@
-"""Drivers: one folder per tool (nsys/, torch/, and ncu/ as it lands), each turning the tool's files into
-the run model (`roseprof.model.Trace`) and, where the tool can be run, capturing a command with it.
+"""Drivers: one folder per tool (nsys/, torch/, ncu/), each turning the tool's files into the run model
+(`roseprof.model.Trace`: a `Reader`) and, where the tool can run a command, saying how (a capture class whose
+`launch` gives a `Launch`; roseprof/capture/process.py runs every tool's launch the same one way).
 
 The registry picks a driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
 "traceEvents" key, ncu's CSV header), so an unknown file gets one clear line instead of a wrong reader.
@@ -8,6 +9,7 @@ The registry picks a driver for a file by its suffix, then by sniffing its first
 from __future__ import annotations
 
 import glob
+import importlib
 import os
 import shutil
 from collections.abc import Callable
@@ -33,6 +35,44 @@ class Reader:
     suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
     sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
     read: Callable[[Path, Path, str], Trace]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a driver's tool runs the user's program: what capture/process.py needs to run it (in its own
+    session, under the tool's lock), the same for every tool."""
+
+    argv: list[str]  # the tool's command line, the user's command included
+    env: dict[str, str]  # the whole environment the tool starts with
+    log: Path  # where the tool's whole output is kept (raw/<tool>.log)
+    # The tool's stdout and stderr as one stream, shown on roseprof's stderr: for a tool that interleaves its
+    # own lines with the program's on one pipe (ncu), so that roseprof's stdout stays its own.
+    one_stream: bool = False
+
+
+# Each tool's capture class, by its options' `tool` (imported only when a capture runs).
+CAPTURES = {
+    "nsys": "roseprof.drivers.nsys.capture:NsysCapture",
+    "ncu": "roseprof.drivers.ncu.capture:NcuCapture",
+    "torch": "roseprof.drivers.torch.capture:TorchCapture",
+}
+
+
+def capturer(options, has_gpu: bool):
+    """The capture object for a tool's options (e.g. drivers/nsys/capture.py: NsysOptions -> NsysCapture)."""
+    module, name = CAPTURES[options.tool].split(":")
+    return getattr(importlib.import_module(module), name)(options, has_gpu)
+
+
+def split_thread_id(tool: str, tid):
+    """The (pid, tid) arrays a model's thread ids stand for, as the tool's driver packed them (its package's
+    `split_thread_id`); a tool that packs no pid: every thread in process 1."""
+    split = None
+    if tool in {r.tool for r in readers()}:  # not a stored run's tool that this roseprof has no driver for
+        split = getattr(importlib.import_module(f"roseprof.drivers.{tool}"), "split_thread_id", None)
+    if split is not None:
+        return split(tid)
+    return (tid & 0) + 1, tid & 0x7FFFFFFF
 
 
 def readers() -> list[Reader]:

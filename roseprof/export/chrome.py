@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roseprof.drivers import split_thread_id
 from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace
 from roseprof.run import tables
 from roseprof.workload.steplog import read_steplog
@@ -41,13 +42,8 @@ def _us(ns: int) -> str:
 
 
 def cpu_pid_tid(tool: str, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (pid, tid) a thread id of the model stands for: nsys' globalTid packs the pid in bits 24..47, the
-    Kineto reader's thread id packs it in the high 32 bits."""
-    if tool == "nsys":
-        return (tid >> 24) & 0xFFFFFF, tid & 0xFFFFFF
-    if tool == "torch":
-        return tid >> 32, tid & 0xFFFFFFFF
-    return np.ones_like(tid), tid & 0x7FFFFFFF
+    """The (pid, tid) a thread id of the model stands for: how the tool packs them is its driver's to say."""
+    return split_thread_id(tool, tid)
 
 
 class _Writer:
@@ -251,7 +247,7 @@ def _telemetry(w: _Writer, telemetry: dict | None, steps: dict | None, folder: P
     the first step, which both the trace and the step log hold; left out when the run cannot align them."""
     samples = (telemetry or {}).get("samples") or []
     rows = (steps or {}).get("rows") or {}
-    log = read_steplog(str(folder / "steplog.jsonl")) if samples and rows else None
+    log = read_steplog(str(folder / tables.STEPLOG)) if samples and rows else None
     if not samples or not rows or log is None or not log.steps:
         return
     k = rows.get("log_index", rows["index"])[0]

@@ -1,7 +1,7 @@
 """What a capture is doing, on stderr with rich, for a person at a terminal; silent when stderr is not one (logs,
 pipes, tests), so scripted output stays what it was.
 
-run/pipeline.py calls `progress(stage, message)`; this presents it: one line per stage with the time the last
+capture/pipeline.py calls `progress(stage, message)`; this presents it: one line per stage with the time the last
 one took, and a spinner while roseprof itself works (exporting, analysing, rendering). No spinner during the
 capture: the command's own output passes through to the terminal then, and a live display would garble it.
 """

@@ -65,11 +65,11 @@ class Run:
         return self.path.name
 
     def summary(self) -> dict:
-        from roseprof.run.tables import read_summary  # tables imports this module
+        from roseprof.run.tables import SUMMARY, read_summary  # tables imports this module
 
         summary = read_summary(self.path)  # RoseprofError when damaged
         if summary is None:
-            raise RoseprofError(f"run {self.id} has no summary.json (status {self.manifest.get('status')})")
+            raise RoseprofError(f"run {self.id} has no {SUMMARY} (status {self.manifest.get('status')})")
         return summary
 
 

@@ -45,10 +45,27 @@ from roseprof.model import (
 from roseprof.run.checks import Damaged, check, check_itl, check_steps, check_summary, check_telemetry
 from roseprof.run.store import read_json, write_json
 
+# The run folder's file names that other modules need, spelled here only (the rest are this module's own).
+SUMMARY = "summary.json"
+RANGES = "ranges.npz"
+GPU_OPS = "gpu_ops.npz"
+STEPLOG = (
+    "steplog.jsonl"  # where a capture asks the engine to write its step log (an import copies one there)
+)
+
 TABLES_VERSION = 2
 KERNEL_METRICS_VERSION = 1
 RANGE_COLUMNS = ("start", "end", "name", "domain", "tid", "style")
 MARK_COLUMNS = ("ts", "name", "tid")
+
+
+def has_summary(folder: Path) -> bool:
+    return (folder / SUMMARY).is_file()
+
+
+def has_trace(folder: Path) -> bool:
+    """Whether the run stored a trace (ranges or GPU ops) to export."""
+    return (folder / RANGES).is_file() or (folder / GPU_OPS).is_file()
 
 
 def write_trace(folder: Path, trace: Trace) -> None:

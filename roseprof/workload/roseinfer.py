@@ -1,90 +1,62 @@
 """roseinfer as roseprof sees it: its region names, its step breakdown, its switches, its default command.
 
-These mirror `roseinfer.tracing` and `roseinfer.env` (a test checks that they agree) rather than importing
-them, so reading a stored run never imports the engine (nor torch).
+The names are the engine's own, imported from `roseinfer.names` (torch-free: importing it loads neither the
+engine nor torch, roseinfer/__init__.py being lazy), so reading a stored run never imports torch and there is
+no mirror to keep in agreement.
 """
 
 from __future__ import annotations
 
 import sys
 
-# Region names (stable API, as in roseinfer.tracing).
-DECODE_STEP = "roseinfer.decode_step"
-BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
-H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
-# Static decode, blocks reserved ahead: the next blocks allocated right after a step's launch, off the path from the
-# previous step's tokens to the next launch (roseinfer/decode_slots.py).
-RESERVE_BLOCKS_AHEAD = "roseinfer.decode_step_sessions.reserve_blocks_ahead"
-MODEL_FORWARD = "roseinfer.model.forward"
-KV_APPEND = "roseinfer.kv.append_token"
-PREFILL = "roseinfer.prefill"
-SAMPLE = "roseinfer.sample"
-SCHEDULER_STEP = "roseinfer.scheduler.step"
-# The model's parts, open in eager steps and while a decode step is captured in a CUDA graph (graph-replayed
-# kernels are attributed to them through the trace's graph nodes).
-EMBEDDING = "roseinfer.embedding"
-ATTENTION = "roseinfer.layer.attention"
-LAYERNORM = "roseinfer.layer.layernorm"
-MLP = "roseinfer.layer.mlp"
-LM_HEAD = "roseinfer.lm_head"
-ARGMAX = "roseinfer.argmax"
-# Tensor parallelism: the all-reduce of a row-parallel projection (inside attention and inside the MLP of every
-# layer); its NCCL kernels, replayed or not, land in it.
-ALLREDUCE = "roseinfer.layer.allreduce"
-REGION_NAMES = (
-    DECODE_STEP,
+from roseinfer import names
+from roseinfer.names import (  # noqa: F401 - re-exported: roseprof names them as workload.roseinfer.X
+    ALLREDUCE,
+    ARGMAX,
+    ATTENTION,
     BUILD_BLOCK_TABLES,
+    DECODE_STEP,
+    EMBEDDING,
+    ENV_KEYS,
     H2D_BLOCK_TABLES,
-    MODEL_FORWARD,
     KV_APPEND,
+    LAYERNORM,
+    LM_HEAD,
+    MLP,
+    MODEL_FORWARD,
     PREFILL,
+    REGION_NAMES,
+    RESERVE_BLOCKS_AHEAD,
     SAMPLE,
     SCHEDULER_STEP,
-    EMBEDDING,
-    ATTENTION,
-    LAYERNORM,
-    MLP,
-    LM_HEAD,
-    ARGMAX,
-    RESERVE_BLOCKS_AHEAD,
-    ALLREDUCE,
+    TORCH_PROFILE_SCHEDULE,
 )
+
 # An NVTX mark at a KV-block rollover: without a step log, a step that contains one is a rollover step.
 ROLLOVER_MARK = "roseinfer.kv.rollover"
 
-# The parts of a decode step, in the order the per-step breakdown stacks them: (short label, region).
-STEP_BREAKDOWN = (
-    ("build_block_tables", BUILD_BLOCK_TABLES),
-    ("h2d", H2D_BLOCK_TABLES),
-    ("forward", MODEL_FORWARD),
-    ("reserve_ahead", RESERVE_BLOCKS_AHEAD),
-    ("kv.append", KV_APPEND),
-    ("sample", SAMPLE),
-)
+# The parts of a decode step, in the order the per-step breakdown stacks them (the engine's STEP_BREAKDOWN):
+# (short label, region); the labels are roseprof's, for narrow columns.
+STEP_LABELS = {
+    BUILD_BLOCK_TABLES: "build_block_tables",
+    H2D_BLOCK_TABLES: "h2d",
+    MODEL_FORWARD: "forward",
+    RESERVE_BLOCKS_AHEAD: "reserve_ahead",
+    KV_APPEND: "kv.append",
+    SAMPLE: "sample",
+}
+STEP_BREAKDOWN = tuple((STEP_LABELS[region], region) for region in names.STEP_BREAKDOWN)
 
-# The engine's switches (roseinfer.env): captures set the first three; the manifest records them all.
-NVTX_ENV = "ROSEINFER_NVTX"
-RECORD_FUNCTION_ENV = "ROSEINFER_RECORD_FUNCTION"
-STEP_LOG_ENV = "ROSEINFER_STEP_LOG"
-TORCH_PROFILE_ENV = "ROSEINFER_TORCH_PROFILE"  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
-TORCH_PROFILE_SCHEDULE_ENV = "ROSEINFER_TORCH_PROFILE_SCHEDULE"  # "wait,warmup,active" in decode steps
-TORCH_PROFILE_WITH_STACK_ENV = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
-TORCH_PROFILE_CPU_ONLY_ENV = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
-TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default window
-ENV_KEYS = (
-    NVTX_ENV,
-    RECORD_FUNCTION_ENV,
-    STEP_LOG_ENV,
-    TORCH_PROFILE_ENV,
-    TORCH_PROFILE_SCHEDULE_ENV,
-    TORCH_PROFILE_WITH_STACK_ENV,
-    TORCH_PROFILE_CPU_ONLY_ENV,
-    "ROSELLM_TRITON_KV_APPEND",
-    "ROSELLM_TRITON_KV_APPEND_MIN_BATCH",
-    "ROSEINFER_TEST_SLEEP_REGION",  # tests only: an injected sleep; a run that had one must say so
-)
-
-STEPLOG_FILE = "steplog.jsonl"  # where a capture asks the engine to write its step log, in the run folder
+# The engine's switches: captures set these (the manifest records all of ENV_KEYS).
+NVTX_ENV = names.ROSEINFER_NVTX
+RECORD_FUNCTION_ENV = names.ROSEINFER_RECORD_FUNCTION
+STEP_LOG_ENV = names.ROSEINFER_STEP_LOG
+TORCH_PROFILE_ENV = (
+    names.ROSEINFER_TORCH_PROFILE
+)  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
+TORCH_PROFILE_SCHEDULE_ENV = names.ROSEINFER_TORCH_PROFILE_SCHEDULE  # "wait,warmup,active" in decode steps
+TORCH_PROFILE_WITH_STACK_ENV = names.ROSEINFER_TORCH_PROFILE_WITH_STACK
+TORCH_PROFILE_CPU_ONLY_ENV = names.ROSEINFER_TORCH_PROFILE_CPU_ONLY
 
 
 def default_command(device: str | None = None) -> list[str]:

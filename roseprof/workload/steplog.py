@@ -36,7 +36,9 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
-STEPLOG_VERSION = 2  # the newest format this reader knows (roseinfer.steplog.STEPLOG_VERSION)
+from roseinfer import names
+
+STEPLOG_VERSION = names.STEPLOG_VERSION  # the newest format this reader knows (the engine's)
 MAX_LINE_BYTES = 64 << 20  # one request's token times are a few hundred kB; a longer line is damage
 INT_LIMIT = 1 << 62  # timestamps beyond this are damage (and would overflow differences)
 

@@ -2,6 +2,7 @@
 fills up under nsys (a real tmpfs; skipped where it cannot be mounted), and a second Ctrl-C while the report is
 exported. Each ends in a message that says what happened, and leaves no `.tmp-` folder."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from roseprof.capture import pipeline
+from roseprof.drivers import Launch
 from roseprof.model import Trace
-from roseprof.run import pipeline
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
 from tests.roseprof.test_store_damage import _mount_tmpfs
@@ -85,10 +87,19 @@ class InterruptedExport:
     def describe(self) -> dict:
         return {}
 
-    def run(self, cmd, env, raw: Path):
+    @contextlib.contextmanager
+    def launch(self, cmd, env, raw: Path):
+        yield Launch([sys.executable, "-c", "pass"], env, raw / "nsys.log")
         (raw / "trace.nsys-rep").write_bytes(b"\0" * 2_000_000)
-        (raw / "nsys.log").write_text("Collecting data...\n")
-        return 130, True  # the first Ctrl-C: nsys stopped the program and saved its report
+
+    def own_line(self, line: bytes) -> bool:
+        return False
+
+    def refused(self, launch) -> None:
+        return None
+
+    def check(self, result, raw: Path) -> None:
+        raise KeyboardInterrupt  # the first Ctrl-C: nsys stopped the program and saved its report
 
     def collect(self, raw: Path) -> Trace:
         raise KeyboardInterrupt  # the second Ctrl-C, during `nsys export`

@@ -11,14 +11,15 @@ strings, and runs of it on this CPU machine):
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from roseprof.drivers import find_tool
+from roseprof.drivers import Launch, find_tool
 from roseprof.drivers.ncu import report_file
+from roseprof.drivers.ncu.options import NcuOptions
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import Trace
 from roseprof.workload.roseinfer import NVTX_ENV
@@ -33,6 +34,9 @@ NCU_CANDIDATES = (
     "/usr/lib/nsight-compute/ncu",
 )
 NO_KERNELS = "No kernels were profiled"
+# ncu's own lines (==PROF==, ==WARNING==, ==ERROR==, ==INFO==): kept in raw/ncu.log and out of the terminal; what
+# roseprof acts on in them it says itself, in one line.
+NCU_OWN_LINE = re.compile(rb"^==[A-Z]+==")
 REPORT = "report"  # raw/report.ncu-rep, raw/report.raw.csv, raw/report.details.csv
 PERMISSION_HINT = (
     "ncu may not read this GPU's performance counters (ERR_NVGPUCTRPERM): run as root, or load the nvidia module "
@@ -152,80 +156,45 @@ class NcuCapture:
 
     tool = "ncu"
 
-    def __init__(
-        self,
-        kernel: str | None = None,
-        nvtx_include: tuple[str, ...] = (),
-        launch_skip: int = 0,
-        launch_count: int | None = None,
-        section_set: str | None = None,
-        sections: tuple[str, ...] = (),
-        metrics: str | None = None,
-        kernel_name_base: str | None = None,
-    ) -> None:
+    def __init__(self, options: NcuOptions, has_gpu: bool = True) -> None:
         ncu = find_ncu()
         if ncu is None:
             raise RoseprofError(
                 "ncu not found: set NCU, put Nsight Compute's ncu on PATH, or install it (Debian: scripts/install-ncu.sh)"
             )
         self.ncu = ncu
-        self.kernel = kernel
-        self.nvtx_include = tuple(nvtx_include)
-        self.launch_skip = launch_skip
-        self.launch_count = launch_count
-        self.section_set = section_set
-        self.sections = tuple(sections)
-        self.metrics = metrics
-        self.kernel_name_base = kernel_name_base
-        self.from_run: str | None = None  # the nsys/torch run whose top kernels were chosen (--from)
+        self.options = options
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}
 
-    def options(self) -> list[str]:
-        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges)."""
-        argv = ["--clock-control", "none", "--nvtx", "--target-processes", "all"]
-        for rng in self.nvtx_include:
-            argv += ["--nvtx-include", rng]
-        if self.kernel:
-            argv += ["--kernel-name", self.kernel]
-        if self.kernel_name_base:
-            argv += ["--kernel-name-base", self.kernel_name_base]
-        if self.launch_skip:
-            argv += ["--launch-skip", str(self.launch_skip)]
-        if self.launch_count:
-            argv += ["--launch-count", str(self.launch_count)]
-        if self.section_set:
-            argv += ["--set", self.section_set]
-        for section in self.sections:
-            argv += ["--section", section]
-        if self.metrics:
-            # The duration is what every view of the run is built on: always collect it.
-            wanted = [m for m in self.metrics.split(",") if m]
-            argv += ["--metrics", ",".join(dict.fromkeys(wanted + ["gpu__time_duration.sum"]))]
-        return argv
-
     def describe(self) -> dict:
-        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options()}
-        if self.from_run:
-            out["from_run"] = self.from_run
+        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options.argv()}
+        if self.options.from_run:
+            out["from_run"] = self.options.from_run
         return out
 
-    def filters(self) -> str:
-        parts = [f"--kernel-name {self.kernel}"] if self.kernel else []
-        parts += [f"--nvtx-include {r}" for r in self.nvtx_include]
-        if self.launch_skip:
-            parts.append(f"--launch-skip {self.launch_skip}")
-        return ", ".join(parts) or "no filter"
+    @contextmanager
+    def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
+        argv = [self.ncu, *self.options.argv(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
+        # ncu interleaves its ==PROF== lines with the program's output: one stream, on roseprof's stderr.
+        yield Launch(argv, env, raw / "ncu.log", one_stream=True)
 
-    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
-        argv = [self.ncu, *self.options(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
-        rc, interrupted = _stream(argv, env, raw / "ncu.log", self.ncu)
+    def own_line(self, line: bytes) -> bool:
+        return bool(NCU_OWN_LINE.match(line))
+
+    def refused(self, launch: Launch) -> str | None:
+        return None
+
+    def check(self, result, raw: Path) -> None:
+        """What ncu's log says went wrong: counters refused, a program that does not exist, ncu's own failure,
+        or filters that matched no kernel."""
+        rc = result.returncode
         log = (raw / "ncu.log").read_text(errors="replace")
         if "ERR_NVGPUCTRPERM" in log:
             raise CaptureFailed(PERMISSION_HINT)
-        if interrupted:
-            return rc, True
+        if result.interrupted:
+            return
         missing = re.search(r"==ERROR== ('.*' does not exist or is not an executable)", log)
         if missing:
             raise RoseprofError(missing.group(1))
@@ -242,12 +211,13 @@ class NcuCapture:
             if ran:
                 more = f" (and {len(ran) - 10} more)" if len(ran) > 10 else ""
                 listed = f"; kernels that ran: {', '.join(ran[:10])}{more}"
-            if self.filters() == "no filter":
+            if self.options.filters() == "no filter":
                 raise RoseprofError(
                     f"ncu profiled no kernel: the command launched none on a GPU ncu can profile{listed}"
                 )
-            raise RoseprofError(f"no kernel matched the filter ({self.filters()}): ncu profiled none{listed}")
-        return rc, False
+            raise RoseprofError(
+                f"no kernel matched the filter ({self.options.filters()}): ncu profiled none{listed}"
+            )
 
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.ncu.pages import read_page
@@ -264,28 +234,3 @@ class NcuCapture:
             label,
             ncu_version(self.ncu),
         )
-
-
-def _stream(argv: list[str], env: dict[str, str], log_path: Path, ncu: str) -> tuple[int, bool]:
-    """Run ncu with its output (and the program's) to the terminal and the log; returns (exit code, interrupted)."""
-    with open(log_path, "wb") as log:
-        try:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        except OSError as e:
-            raise CaptureFailed(f"cannot run {ncu}: {e.strerror}") from None
-        try:
-            assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read1(65536), b""):
-                log.write(chunk)
-                os.write(2, chunk)
-            return proc.wait(), False
-        except KeyboardInterrupt:
-            try:
-                proc.send_signal(signal.SIGINT)
-                rc = proc.wait(timeout=120)
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
-                rc = proc.wait()
-            if proc.stdout is not None:
-                log.write(proc.stdout.read() or b"")
-            return rc, True

@@ -11,6 +11,11 @@ from roseprof.errors import RoseprofError
 from roseprof.model import Trace
 
 
+def split_thread_id(tid):
+    """(pid, tid) of the model's thread ids, which are nsys' globalTid: the pid in bits 24..47."""
+    return (tid >> 24) & 0xFFFFFF, tid & 0xFFFFFF
+
+
 def read_export(path: Path, raw: Path, label: str) -> Trace:
     from roseprof.drivers.nsys.reader import read_nsys_sqlite
 

@@ -7,15 +7,16 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from roseprof.drivers import find_tool
+from roseprof.drivers import Launch, find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.run.process import exclusive, lock_path, run_tool, say
 from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
@@ -71,22 +72,6 @@ def importer_problem(nsys: str) -> str:
     return f"its importer {importer} failed"
 
 
-def profile(
-    nsys: str,
-    cmd: list[str],
-    out_base: Path,
-    trace: str,
-    capture_range: str,
-    nvtx_capture: str | None,
-    env: dict[str, str],
-    log_path: Path,
-) -> tuple[int, bool]:
-    """Run `nsys profile`; returns (exit code, interrupted). The program's output goes to the terminal, nsys'
-    own lines only to the log (run/process.py: run_tool)."""
-    with plain_output_path(out_base) as nsys_base:
-        return _profile(nsys, cmd, nsys_base, trace, capture_range, nvtx_capture, env, log_path)
-
-
 # nsys 2022.4 writes a quote in its output path as `&"` and then fails to rename its own file (FATAL ERROR ...
 # RenameOutputFile); paths of letters, digits and ./_+- are safe.
 PLAIN_PATH = re.compile(r"[\w./+-]+")
@@ -112,7 +97,10 @@ def plain_output_path(out_base: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _profile(nsys, cmd, out_base, trace, capture_range, nvtx_capture, env, log_path) -> tuple[int, bool]:
+def profile_argv(
+    nsys: str, cmd: list[str], out_base: Path, trace: str, capture_range: str, nvtx_capture: str | None
+) -> list[str]:
+    """`nsys profile`'s command line around `cmd`, writing `out_base`.nsys-rep."""
     argv = [
         nsys,
         "profile",
@@ -131,30 +119,13 @@ def _profile(nsys, cmd, out_base, trace, capture_range, nvtx_capture, env, log_p
         if capture_range == "nvtx":
             argv.append(f"--nvtx-capture={nvtx_capture or DECODE_STEP}")
             argv.append("--capture-range-end=none")
-    argv += cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
-    for attempt in range(1, AGENT_ATTEMPTS + 1):
-        # One capture at a time on this machine (two at once collide in nsys' agent); Ctrl-C reaches nsys alone.
-        with exclusive(lock_path("nsys"), "nsys capture"):
-            result = run_tool(argv, env, log_path, own_line=is_nsys_line, tool="nsys")
-        if result.returncode == 0 or result.interrupted or not agent_refused(log_path, out_base):
-            break
-        if attempt < AGENT_ATTEMPTS:
-            # Keep the failed start's log beside the run's, then start nsys again.
-            log_path.replace(log_path.with_name(f"{log_path.stem}.start{attempt}{log_path.suffix}"))
-            say(
-                "nsys could not reach its own agent before starting the program (another nsys running on this "
-                f"machine outside roseprof?); starting it again ({attempt + 1} of {AGENT_ATTEMPTS})"
-            )
-            time.sleep(AGENT_RETRY_S * attempt)
-    return result.returncode, result.interrupted
+    return argv + cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
 
 
 # nsys 2022.4 throws this while it sets up, before the program starts, when another nsys process on the machine
 # (one that roseprof's lock does not cover: a user's own `nsys profile`, another checkout's tests) holds its
 # agent: seen in the test suite on a shared 2-core machine. Nothing ran, so starting again is safe.
 AGENT_REFUSED = b"Local Endpoint is not available"
-AGENT_ATTEMPTS = 3
-AGENT_RETRY_S = 3.0
 
 
 def agent_refused(log_path: Path, out_base: Path) -> bool:
@@ -255,21 +226,31 @@ def _export_problem(nsys: str, rep: Path, label: str, text: str) -> str:
     return f"{label}: nsys export failed ({one_line(lines[-1] if lines else 'no output', 200)})"
 
 
+@dataclass(frozen=True)
+class NsysOptions:
+    """`roseprof nsys`'s options."""
+
+    tool: ClassVar[str] = "nsys"
+
+    trace: str | None = None  # nsys --trace (None: cuda,nvtx,osrt with a GPU, nvtx,osrt without)
+    # nsys --capture-range: which part of the program nsys records (not the CUDA-graph capture ranges)
+    capture_range: str = "none"
+    nvtx_capture: str | None = None  # with capture_range "nvtx": the range that starts recording
+
+
 class NsysCapture:
     """`roseprof nsys`: what the tool-neutral capture pipeline needs from Nsight Systems."""
 
     tool = "nsys"
 
-    def __init__(
-        self, trace: str | None, capture_range: str, nvtx_capture: str | None, has_gpu: bool
-    ) -> None:
+    def __init__(self, options: NsysOptions, has_gpu: bool) -> None:
         nsys = find_nsys()
         if nsys is None:
             raise RoseprofError("nsys not found: set NSYS, put it on PATH, or run scripts/install-nsys.sh")
         self.nsys = nsys
-        self.trace = trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
-        self.capture_range = capture_range
-        self.nvtx_capture = nvtx_capture
+        self.trace = options.trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
+        self.capture_range = options.capture_range
+        self.nvtx_capture = options.nvtx_capture
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}
@@ -282,17 +263,28 @@ class NsysCapture:
             "capture_range": self.capture_range,
         }
 
-    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
-        return profile(
-            self.nsys,
-            cmd,
-            raw / "trace",
-            self.trace,
-            self.capture_range,
-            self.nvtx_capture,
-            env,
-            raw / "nsys.log",
+    @contextmanager
+    def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
+        """`nsys profile` writing raw/trace.nsys-rep (staged under a plain path where the traces folder's is not);
+        the program's output goes to the terminal, nsys' own lines only to raw/nsys.log."""
+        with plain_output_path(raw / "trace") as out_base:
+            argv = profile_argv(self.nsys, cmd, out_base, self.trace, self.capture_range, self.nvtx_capture)
+            yield Launch(argv, env, raw / "nsys.log")
+
+    def own_line(self, line: bytes) -> bool:
+        return is_nsys_line(line)
+
+    def refused(self, launch: Launch) -> str | None:
+        out_base = Path(next(a for a in launch.argv if a.startswith("--output=")).removeprefix("--output="))
+        if not agent_refused(launch.log, out_base):
+            return None
+        return (
+            "nsys could not reach its own agent before starting the program (another nsys running on this "
+            "machine outside roseprof?)"
         )
+
+    def check(self, result, raw: Path) -> None:
+        return None  # nsys' failures show in its report (collect)
 
     def collect(self, raw: Path) -> Trace:
         from roseprof.drivers.nsys.reader import read_nsys_sqlite

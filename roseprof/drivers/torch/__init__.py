@@ -16,6 +16,11 @@ _TRACE_KEY = re.compile(rb'^\s*\{\s*(?:"[^"]*"\s*:[^"]*)?"(traceEvents|schemaVer
 _KEY_ANYWHERE = re.compile(rb'"(traceEvents|schemaVersion)"\s*:')
 
 
+def split_thread_id(tid):
+    """(pid, tid) of the model's thread ids, which the Kineto reader packs as pid << 32 | tid (reader.thread_id)."""
+    return tid >> 32, tid & 0xFFFFFFFF
+
+
 def sniff(head: bytes) -> bool:
     """A gzip stream whose start inflates to a trace, or a `{` with a trace key in the first bytes."""
     if head.startswith(GZIP_MAGIC):

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import signal
-import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
+from roseprof.drivers import Launch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
     TORCH_PROFILE_CPU_ONLY_ENV,
     TORCH_PROFILE_ENV,
+    TORCH_PROFILE_SCHEDULE,
     TORCH_PROFILE_SCHEDULE_ENV,
     TORCH_PROFILE_WITH_STACK_ENV,
 )
@@ -31,15 +35,29 @@ TRACE_DIR_ENV = "ROSEPROF_TORCH_TRACE_DIR"  # where a program that is not the en
 TRACE_FOLDER = "torch"  # inside the run's raw/
 
 
+@dataclass(frozen=True)
+class TorchOptions:
+    """`roseprof torch`'s options: the engine's window of decode steps and what torch.profiler records."""
+
+    tool: ClassVar[str] = "torch"
+
+    wait: int = TORCH_PROFILE_SCHEDULE[0]  # decode steps skipped before the window
+    warmup: int = TORCH_PROFILE_SCHEDULE[1]  # decode steps profiled and discarded
+    active: int = TORCH_PROFILE_SCHEDULE[2]  # decode steps recorded
+    with_stack: bool = False
+    cpu_only: bool = False
+
+
 class TorchCapture:
     tool = "torch"
 
-    def __init__(self, wait: int, warmup: int, active: int, with_stack: bool, cpu_only: bool) -> None:
+    def __init__(self, options: TorchOptions, has_gpu: bool = False) -> None:
+        wait, warmup, active = options.wait, options.warmup, options.active
         if wait < 0 or warmup < 0 or active < 1:
             raise RoseprofError("--wait and --warmup must be >= 0 and --active >= 1")
         self.schedule = (wait, warmup, active)
-        self.with_stack = with_stack
-        self.cpu_only = cpu_only
+        self.with_stack = options.with_stack
+        self.cpu_only = options.cpu_only
 
     def engine_env(self) -> dict[str, str]:
         return {
@@ -57,24 +75,24 @@ class TorchCapture:
             "cpu_only": self.cpu_only,
         }
 
-    def run(self, cmd: list[str], env: dict[str, str], raw: Path) -> tuple[int, bool]:
+    @contextmanager
+    def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
+        """The program itself is the tool: it writes its trace into raw/torch/ (Ctrl-C reaches it once, and the
+        engine writes what its profiler holds); its output, all the program's own, goes to the terminal."""
         out = raw / TRACE_FOLDER
         out.mkdir(exist_ok=True)
-        env = {**env, TORCH_PROFILE_ENV: str(out), TRACE_DIR_ENV: str(out)}
-        try:
-            proc = subprocess.Popen(cmd, env=env)
-        except OSError as e:
-            raise RoseprofError(f"cannot run {cmd[0]}: {e.strerror}") from None
-        try:
-            return proc.wait(), False
-        except KeyboardInterrupt:
-            # Ctrl-C reached the command too (same process group): let it write what it has.
-            try:
-                proc.send_signal(signal.SIGINT)
-                return proc.wait(timeout=120), True
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                proc.kill()
-                return proc.wait(), True
+        yield Launch(
+            list(cmd), {**env, TORCH_PROFILE_ENV: str(out), TRACE_DIR_ENV: str(out)}, raw / "torch.log"
+        )
+
+    def own_line(self, line: bytes) -> bool:
+        return False
+
+    def refused(self, launch: Launch) -> str | None:
+        return None
+
+    def check(self, result, raw: Path) -> None:
+        return None  # a missing trace is said by collect
 
     def collect(self, raw: Path) -> Trace:
         files = trace_files(raw / TRACE_FOLDER)

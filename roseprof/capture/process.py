@@ -1,4 +1,4 @@
-"""Running a profiler (nsys, and the torch and ncu drivers' tools) around the user's program, for any driver.
+"""Running a profiler (nsys, ncu, or the program itself under torch.profiler) around the user's program.
 
 Ctrl-C. A terminal sends SIGINT to its whole foreground process group: roseprof, the profiler and the program.
 A profiler hit by that signal while its program is also dying loses the capture (nsys 2022.4: exit 130, no
@@ -14,41 +14,29 @@ terminal; the rest (the program's output, which the tool passes through on the s
 stdout and stderr as it arrives. A line without an end yet is held until it ends or the pipe closes; blank
 lines are shown only when a shown line follows them (tools print blank lines around their own).
 
-One at a time. `exclusive(path, what)` is a file lock (fcntl.flock) around the profiling step: two captures
-at once on one machine collide inside the profiler ("Connection to the Agent lost"), so the second waits, and
-says once for whom.
+With `one_stream` the tool's stdout and stderr are one pipe, shown on roseprof's stderr (a tool that interleaves
+its own lines with the program's, ncu).
 
-Usage from a driver's capture (drivers/nsys/capture.py):
-
-    with exclusive(lock_path("nsys"), "nsys capture"):
-        result = run_tool(argv, env, raw / "nsys.log", own_line=is_nsys_line, tool="nsys")
-    return result.returncode, result.interrupted
+Every capture runs its tool through `run_tool`, by way of capture/tool.py (the one path, under the tool's lock:
+capture/lock.py); drivers say only what to run (drivers/__init__.py: Launch).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from roseprof.errors import CaptureFailed, RoseprofError
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-LOCK_ENV = "ROSEPROF_{tool}_LOCK"  # e.g. ROSEPROF_NSYS_LOCK: where the capture lock lives
-
-
-class Interrupted(RoseprofError):
-    exit_code = 130
 
 
 @dataclass
@@ -82,40 +70,6 @@ def check_command(cmd: list[str], env: dict[str, str] | None = None) -> None:
     path = (env or os.environ).get("PATH", os.defpath)
     if shutil.which(prog, path=path) is None:
         raise RoseprofError(f"{prog}: command not found (not on PATH)")
-
-
-def lock_path(tool: str) -> Path:
-    env = os.environ.get(LOCK_ENV.format(tool=tool.upper()))
-    return Path(env) if env else Path(tempfile.gettempdir()) / f"roseprof-{tool}-capture.lock"
-
-
-@contextmanager
-def exclusive(path: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (created if needed) for the block; wait, saying for whom, if held."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:  # another user's lock file: a read-only descriptor still locks
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise RoseprofError(f"cannot create the capture lock {path}: {e.strerror}") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
-            say(f"waiting for another {what} (pid {holder}) to finish")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except KeyboardInterrupt:
-                raise Interrupted(f"interrupted while waiting for another {what}; nothing was run") from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass
-        yield
-    finally:
-        os.close(fd)
 
 
 _LINE_END = re.compile(rb"(?<=[\r\n])")
@@ -179,6 +133,7 @@ def run_tool(
     log_path: Path,
     own_line: Callable[[bytes], bool] = lambda line: False,
     tool: str = "the profiler",
+    one_stream: bool = False,
 ) -> ToolResult:
     """Run `argv` in its own session, its output filtered to the terminal and kept whole in `log_path`."""
     interrupted = []
@@ -203,7 +158,11 @@ def run_tool(
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(
-                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+                argv,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if one_stream else subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as e:
             raise CaptureFailed(f"cannot run {argv[0]}: {e.strerror}") from None
@@ -212,7 +171,7 @@ def run_tool(
         log_lock = threading.Lock()
         pumps = [
             threading.Thread(target=_pump, args=(pipe, fd, log, log_lock, own_line), daemon=True)
-            for pipe, fd in ((proc.stdout, 1), (proc.stderr, 2))
+            for pipe, fd in (((proc.stdout, 2),) if one_stream else ((proc.stdout, 1), (proc.stderr, 2)))
         ]
         try:
             for t in pumps:

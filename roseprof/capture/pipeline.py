@@ -9,8 +9,8 @@ analyse, store. The status and exit code rules live here once for every tool:
     (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
-that cannot be written, its temporary folder is named), in one line, exit 2. Ctrl-C and the capture lock:
-run/process.py.
+that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
+capture lock, its output): capture/tool.py.
 
 `analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
 run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
@@ -28,39 +28,28 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-from roseprof.drivers import pick_reader
+from roseprof.capture import environment
+from roseprof.capture.process import check_command
+from roseprof.capture.telemetry import TelemetrySampler
+from roseprof.capture.tool import Capturer, run_capture
 from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
-from roseprof.run import environment, tables
-from roseprof.run.process import check_command
+from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.run.telemetry import TelemetrySampler
-from roseprof.workload.roseinfer import STEP_LOG_ENV, STEPLOG_FILE
+from roseprof.workload.roseinfer import STEP_LOG_ENV
+
+if TYPE_CHECKING:
+    from roseprof.drivers import Reader
 
 Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
 Progress = Callable[[str, str], None]  # (stage, message)
+PickReader = Callable[[Path, str], "Reader"]  # (file, label) -> its driver's reader, or RoseprofError
 
 
 def _quiet(stage: str, message: str) -> None:
     return None
-
-
-class Capturer(Protocol):
-    """What a driver's capture provides (see drivers/nsys/capture.py: NsysCapture)."""
-
-    tool: str
-
-    def engine_env(self) -> dict[str, str]: ...  # switches the engine needs for this tool (e.g. NVTX on)
-
-    def describe(self) -> dict: ...  # the manifest's record of the tool and its options
-
-    def run(
-        self, cmd: list[str], env: dict[str, str], raw: Path
-    ) -> tuple[int, bool]: ...  # (rc, interrupted)
-
-    def collect(self, raw: Path) -> Trace: ...  # the finished capture's file(s), read into the model
 
 
 @dataclass
@@ -87,7 +76,7 @@ def capture(
     writer.manifest.update(manifest or {})
     env = dict(os.environ)
     env.update(capturer.engine_env())
-    env[STEP_LOG_ENV] = str(writer.path / STEPLOG_FILE)
+    env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
     writer.manifest.update(
         command=command,
         cwd=os.getcwd(),
@@ -100,7 +89,8 @@ def capture(
     sampling = bool(gpus) and sampler.start()
     progress("capture", f"capturing under {capturer.tool}: {' '.join(command)}")
     try:
-        rc, interrupted = capturer.run(command, env, writer.raw)
+        result = run_capture(capturer, command, env, writer.raw)
+        rc, interrupted = result.returncode, result.interrupted
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
@@ -133,7 +123,7 @@ def capture(
             progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
             if not len(trace.ranges) and not len(trace.ops):
                 raise NothingRecorded("the trace holds no ranges and no GPU activity")
-            summary = _ingest(writer, trace, writer.path / STEPLOG_FILE, analyse, progress)
+            summary = _ingest(writer, trace, writer.path / tables.STEPLOG, analyse, progress)
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
@@ -224,9 +214,11 @@ def import_file(
     name: str | None,
     steplog: str | None,
     analyse: Analyse,
+    pick_reader: PickReader,
     manifest: dict | None = None,
 ) -> Run:
-    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link).
+    """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
+    reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`.
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     src = Path(path)
@@ -250,7 +242,7 @@ def import_file(
         trace = reader.read(copy, writer.raw, path)
         log_path = None
         if steplog is not None:
-            log_path = writer.path / STEPLOG_FILE
+            log_path = writer.path / tables.STEPLOG
             _copy(Path(steplog), log_path, steplog)
         _ingest(writer, trace, log_path, analyse)
         return writer.finish("complete", exit_code=0, message=None)

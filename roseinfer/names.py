@@ -1,0 +1,93 @@
+"""The engine's names, the facts roseprof reads runs by: region names, environment switches, the step log's
+format version. Torch-free and import-free, so roseprof imports this module (not a mirror of it) and reading a
+stored run never imports torch: `import roseinfer.names` loads nothing else (roseinfer/__init__.py is lazy).
+
+Region names are stable API (dashboards, diffs and users' scripts match on them).
+"""
+
+from __future__ import annotations
+
+DECODE_STEP = "roseinfer.decode_step"
+BUILD_BLOCK_TABLES = "roseinfer.decode_step_sessions.build_block_tables"
+H2D_BLOCK_TABLES = "roseinfer.decode_step_sessions.h2d_block_tables"
+# Static decode, blocks reserved ahead: the next blocks allocated right after a step's launch, off the path from the
+# previous step's tokens to the next launch (roseinfer/decode_slots.py).
+RESERVE_BLOCKS_AHEAD = "roseinfer.decode_step_sessions.reserve_blocks_ahead"
+MODEL_FORWARD = "roseinfer.model.forward"
+KV_APPEND = "roseinfer.kv.append_token"
+PREFILL = "roseinfer.prefill"
+SAMPLE = "roseinfer.sample"
+SCHEDULER_STEP = "roseinfer.scheduler.step"
+# The parts of the model's forward (eager steps, prefill, and while a decode step is captured in a CUDA graph, so
+# that a replay's kernels can be attributed to them): the token and position embeddings; per layer the attention
+# (QKV projection, KV append, attention, output projection), every residual add + LayerNorm (ln_1, ln_2, and the
+# final ln_f) and the MLP; then the lm_head GEMM and the greedy argmax (in a graph also the next step's inputs
+# written from it).
+EMBEDDING = "roseinfer.embedding"
+ATTENTION = "roseinfer.layer.attention"
+LAYERNORM = "roseinfer.layer.layernorm"
+MLP = "roseinfer.layer.mlp"
+LM_HEAD = "roseinfer.lm_head"
+ARGMAX = "roseinfer.argmax"
+# Tensor parallelism: the sum over the ranks of a row-parallel projection's partial outputs, one inside the
+# attention (after its output projection) and one inside the MLP of every layer. Open while a decode step is
+# captured, so a graph replay's NCCL kernels are attributed to it (roseinfer/distributed.py).
+ALLREDUCE = "roseinfer.layer.allreduce"
+REGION_NAMES = (
+    DECODE_STEP,
+    BUILD_BLOCK_TABLES,
+    H2D_BLOCK_TABLES,
+    MODEL_FORWARD,
+    KV_APPEND,
+    PREFILL,
+    SAMPLE,
+    SCHEDULER_STEP,
+    EMBEDDING,
+    ATTENTION,
+    LAYERNORM,
+    MLP,
+    LM_HEAD,
+    ARGMAX,
+    RESERVE_BLOCKS_AHEAD,
+    ALLREDUCE,
+)
+# The regions a decode step is broken down into (dashboards stack them per step), in display order.
+STEP_BREAKDOWN = (
+    BUILD_BLOCK_TABLES,
+    H2D_BLOCK_TABLES,
+    MODEL_FORWARD,
+    RESERVE_BLOCKS_AHEAD,
+    KV_APPEND,
+    SAMPLE,
+)
+
+
+# The environment switches the engine reads (roseinfer/env.py types and reads them; roseprof records them all
+# with a run and sets the first ones for a capture).
+ROSEINFER_NVTX = "ROSEINFER_NVTX"
+ROSEINFER_RECORD_FUNCTION = "ROSEINFER_RECORD_FUNCTION"
+ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
+ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
+ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
+ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"  # tests only: an injected sleep
+ROSEINFER_TORCH_PROFILE = (
+    "ROSEINFER_TORCH_PROFILE"  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
+)
+ROSEINFER_TORCH_PROFILE_SCHEDULE = "ROSEINFER_TORCH_PROFILE_SCHEDULE"  # "wait,warmup,active" in decode steps
+ROSEINFER_TORCH_PROFILE_WITH_STACK = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
+ROSEINFER_TORCH_PROFILE_CPU_ONLY = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
+ENV_KEYS = (
+    ROSEINFER_NVTX,
+    ROSEINFER_RECORD_FUNCTION,
+    ROSEINFER_STEP_LOG,
+    ROSEINFER_TORCH_PROFILE,
+    ROSEINFER_TORCH_PROFILE_SCHEDULE,
+    ROSEINFER_TORCH_PROFILE_WITH_STACK,
+    ROSEINFER_TORCH_PROFILE_CPU_ONLY,
+    ROSELLM_TRITON_KV_APPEND,
+    ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
+    ROSEINFER_TEST_SLEEP_REGION,
+)
+TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
+
+STEPLOG_VERSION = 2  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)

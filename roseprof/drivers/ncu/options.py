@@ -1,0 +1,64 @@
+"""`roseprof ncu`'s options, defined once: the CLI fills them, api.py resolves --from into them, and the driver
+turns them into ncu's command line (`argv`). Frozen, so what was asked is what the manifest records."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
+FROM_LAUNCHES_PER_KERNEL = 5  # with --from: launches profiled per chosen kernel (at most)
+DURATION_METRIC = "gpu__time_duration.sum"  # what every view of an ncu run is built on: always collected
+
+
+@dataclass(frozen=True)
+class NcuOptions:
+    tool: ClassVar[str] = "ncu"
+
+    kernel: str | None = None  # a regex over kernel names (ncu --kernel-name regex:...)
+    nvtx_include: tuple[str, ...] = ()  # only kernels inside these NVTX ranges
+    launch_skip: int = 0  # matching launches to skip
+    launch_count: int | None = None  # matching launches to profile; None: the default; 0: every one
+    section_set: str | None = None  # basic, detailed, full (None: full unless sections or metrics are given)
+    sections: tuple[str, ...] = ()
+    metrics: str | None = None  # comma-separated; the duration is always added
+    kernel_name_base: str | None = None  # "demangled" when the names are nsys' or torch's (--from)
+    from_run: str | None = None  # the nsys or torch run whose top kernels to profile
+    top: int = 5  # with from_run: how many kernels
+
+    def with_defaults(self) -> NcuOptions:
+        """The launch cap and the full section set where the user chose neither."""
+        count = DEFAULT_LAUNCH_COUNT if self.launch_count is None else self.launch_count
+        full = self.section_set is None and not self.sections and not self.metrics
+        return dataclasses.replace(self, launch_count=count, section_set="full" if full else self.section_set)
+
+    def argv(self) -> list[str]:
+        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges)."""
+        argv = ["--clock-control", "none", "--nvtx", "--target-processes", "all"]
+        for rng in self.nvtx_include:
+            argv += ["--nvtx-include", rng]
+        if self.kernel:
+            argv += ["--kernel-name", f"regex:{self.kernel}"]
+        if self.kernel_name_base:
+            argv += ["--kernel-name-base", self.kernel_name_base]
+        if self.launch_skip:
+            argv += ["--launch-skip", str(self.launch_skip)]
+        if self.launch_count:  # 0: every matching launch
+            argv += ["--launch-count", str(self.launch_count)]
+        if self.section_set:
+            argv += ["--set", self.section_set]
+        for section in self.sections:
+            argv += ["--section", section]
+        if self.metrics:
+            wanted = [m for m in self.metrics.split(",") if m]
+            argv += ["--metrics", ",".join(dict.fromkeys(wanted + [DURATION_METRIC]))]
+        return argv
+
+    def filters(self) -> str:
+        """The filters, as a message about a profile that matched nothing names them."""
+        parts = [f"--kernel-name regex:{self.kernel}"] if self.kernel else []
+        parts += [f"--nvtx-include {r}" for r in self.nvtx_include]
+        if self.launch_skip:
+            parts.append(f"--launch-skip {self.launch_skip}")
+        return ", ".join(parts) or "no filter"
