@@ -3,9 +3,9 @@ and the panels it renders. `sections/__init__.py` lists them; `analysis/summary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable
 
 import numpy as np
 
