@@ -267,9 +267,12 @@ def build_figures(run: Run, summary: dict) -> list:
     return [f for f in out if f is not None]
 
 
-def render_run(run: Run, out_path: Path) -> Path:
-    """Write the run's dashboard to out_path (atomically) and return it."""
+def render_run(run: Run, out_path: Path, section_panels=None) -> Path:
+    """Write the run's dashboard to out_path (atomically) and return it. `section_panels`: summary -> the plain
+    tables of analysis sections with no view of their own here (api.section_panels; render/ never imports the
+    analyses)."""
     summary = run.summary()
+    extra = "".join(_section_panel(p) for p in section_panels(summary)) if section_panels else ""
     figs = build_figures(run, summary)
     cards = "".join(
         f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(str(v))}</div></div>'
@@ -283,6 +286,7 @@ def render_run(run: Run, out_path: Path) -> Path:
 {_spike_tables(summary.get("spikes"))}
 {ncu_views.panels(summary) if summary.get("ncu") else _region_table(summary) + _kernels_by_region(summary)}
 {_no_gpu_note(summary)}
+{extra}
 """
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
 Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
@@ -305,8 +309,16 @@ def is_stale(run: Run, path: Path) -> bool:
     return f'content="{RENDERER_VERSION}"' not in head
 
 
-def ensure_dashboard(run: Run, dashboards_dir) -> Path:
+def ensure_dashboard(run: Run, dashboards_dir, section_panels=None) -> Path:
     path = dashboard_path(run, dashboards_dir)
     if is_stale(run, path):
-        render_run(run, path)
+        render_run(run, path, section_panels)
     return path
+
+
+def _section_panel(panel: dict) -> str:
+    """One section panel as HTML: its title, a table, its note."""
+    head = [html.escape(str(c)) for c in panel["columns"]]
+    rows = [[html.escape(str(c)) for c in r] for r in panel.get("rows") or []]
+    note = f"<p>{html.escape(panel['note'])}</p>" if panel.get("note") else ""
+    return f'<div class="panel"><h2>{html.escape(panel["title"])}</h2>{table(head, rows)}{note}</div>'

@@ -103,7 +103,11 @@ def fit_table(
         cols.remove(dropping[0])
 
 
-def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
+def print_summary(
+    console: Console, run: Run, summary: dict | None, top: int = 12, panels: list[dict] = ()
+) -> None:
+    """The run in the terminal. `panels`: the plain tables of analysis sections that have no view of their own
+    here (analysis/sections/, api.section_panels), printed after the built-in views."""
     m = run.manifest
     head = Text.assemble(
         (plain(run.id), "bold"),
@@ -156,9 +160,22 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             f"throughput {req['throughput_tok_s']:,.1f} tok/s  TTFT p50 {req['ttft']['p50_ms']:.2f} ms",
             markup=False,
         )
+    for panel in panels:
+        print_panel(console, panel)
     for w in summary.get("warnings") or []:
         console.print(plain(f"warning: {w}"), markup=False, style="yellow")
     _print_path(console, "run folder", run.path)
+
+
+def print_panel(console: Console, panel: dict) -> None:
+    """One section panel: {"title", "columns", "rows", "note"}, cells already text."""
+    rows = [[str(c) for c in r] for r in panel.get("rows") or []]
+    # The title on its own line: as a table title it would wrap to the width of a narrow table.
+    console.print(plain(panel["title"]), markup=False, overflow="fold")
+    if rows:
+        console.print(fit_table(console, None, list(panel["columns"]), rows))
+    if panel.get("note"):
+        console.print(plain(panel["note"]), markup=False)
 
 
 def _print_path(console: Console, label: str, path) -> None:

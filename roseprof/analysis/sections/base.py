@@ -88,8 +88,9 @@ class Section:
     applies       Trace -> bool: whether this section runs for a trace (e.g. ncu's kernel views only for ncu runs)
     absent        its summary part where it does not apply (summary.json keeps a key readers expect, as null)
     checks        {summary key: spec} in run/checks.py's spec language: what a stored summary.json must hold there
-    diff_metrics  (runs_before, runs_after) -> [metric dicts] (name, a, b, delta_pct, ...), from analysis.samples
-                  RunData; None where diff.compare already covers the section
+    diff_metrics  (runs_before, runs_after) -> [{"name", "a", "b", "lower_is_better" (default True)}]: a figure
+                  per side from the runs' analysis.samples.RunData (summary included); diff.compare adds the change
+                  and the noise floor. None where diff.compare already covers the section
     panels        summary -> [{"title", "columns", "rows", "note"}]: plain tables that show (terminal) and the run
                   dashboard present the same way; None where the renderers already have the section's own views
     """
