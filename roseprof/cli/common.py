@@ -111,6 +111,7 @@ def print_run(console, run, summary) -> None:
     """A stored run in the terminal (`show`, and after a capture or import): the summary's views, then the panels
     of analysis sections that have no built-in view."""
     from roseprof.api import section_panels
-    from roseprof.render.terminal import print_summary
+    from roseprof.render.terminal import TerminalRenderer
+    from roseprof.render.view import RunView
 
-    print_summary(console, run, summary, panels=section_panels(summary) if summary else ())
+    TerminalRenderer(console).render(RunView(run, summary, section_panels(summary) if summary else []))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roseprof.render import figures, ncu_views, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
-from roseprof.run import tables
+from roseprof.render.view import RunView
 from roseprof.run.store import Run
 
 
@@ -246,11 +246,11 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     )
 
 
-def build_figures(run: Run, summary: dict) -> list:
+def build_figures(view: RunView) -> list:
+    summary = view.summary
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
-    steps = tables.read_steps(run.path)
-    itl = tables.read_itl(run.path)
+    steps, itl = view.steps, view.itl
     out = [
         figures.steady_bars(summary),
         figures.region_bars(summary),
@@ -262,18 +262,32 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
         figures.gpu_idle(steps, summary),
-        figures.telemetry(tables.read_telemetry(run.path)),
+        figures.telemetry(view.telemetry),
     ]
     return [f for f in out if f is not None]
 
 
 def render_run(run: Run, out_path: Path, section_panels=None) -> Path:
     """Write the run's dashboard to out_path (atomically) and return it. `section_panels`: summary -> the plain
-    tables of analysis sections with no view of their own here (api.section_panels; render/ never imports the
-    analyses)."""
-    summary = run.summary()
-    extra = "".join(_section_panel(p) for p in section_panels(summary)) if section_panels else ""
-    figs = build_figures(run, summary)
+    tables of analysis sections with no view of their own here (api.section_panels)."""
+    return RunDashboard().render(RunView.load(run, section_panels), out_path)
+
+
+class RunDashboard:
+    """A run's offline HTML dashboard, from its view alone."""
+
+    def render(self, view: RunView, out_path: Path) -> Path:
+        """Write the dashboard to out_path (atomically) and return it."""
+        return _render(view, out_path)
+
+
+def _render(view: RunView, out_path: Path) -> Path:
+    run = view.run
+    summary = (
+        view.summary if view.summary is not None else run.summary()
+    )  # no summary.json: refused in one line
+    extra = "".join(_section_panel(p) for p in view.panels)
+    figs = build_figures(view)
     cards = "".join(
         f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(str(v))}</div></div>'
         for k, v in _cards(run, summary)

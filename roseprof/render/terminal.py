@@ -17,6 +17,7 @@ from rich.text import Text
 
 from roseprof.render import text, units
 from roseprof.render.safe_text import plain
+from roseprof.render.view import RunView
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
@@ -165,6 +166,16 @@ def print_summary(
     for w in summary.get("warnings") or []:
         console.print(plain(f"warning: {w}"), markup=False, style="yellow")
     _print_path(console, "run folder", run.path)
+
+
+class TerminalRenderer:
+    """A run in the terminal (`show`, and after a capture or import), from its view, fitted to the console."""
+
+    def __init__(self, console: Console, top: int = 12):
+        self.console, self.top = console, top
+
+    def render(self, view: RunView) -> None:
+        print_summary(self.console, view.run, view.summary, self.top, view.panels)
 
 
 def print_panel(console: Console, panel: dict) -> None:
