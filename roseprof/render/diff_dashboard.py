@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render import text
+from roseprof.render import text, verdict_text
 from roseprof.render.figures import esc, layout
 from roseprof.render.page import figure_divs, page, table, write_page
 
@@ -137,12 +137,16 @@ def _verdict_panel(result: dict) -> str:
     """The first thing on the page: the answer, the headline figures, where the time moved, the gate."""
     v = result["verdict"]
     color = WORD_COLOR.get(v["overall"], "#1d2330")
-    lines = [text.side_line("before", v["before"]), text.side_line("after", v["after"]), text.one_run_note(v)]
+    lines = [
+        verdict_text.side_line("before", v["before"]),
+        verdict_text.side_line("after", v["after"]),
+        verdict_text.one_run_note(v),
+    ]
     parts = [
         "".join(f"<p>{html.escape(line)}</p>" for line in lines if line),
-        f'<h2 style="color:{color};font-size:20px">{html.escape(text.headline_sentence(v))}</h2>',
+        f'<h2 style="color:{color};font-size:20px">{html.escape(verdict_text.headline_sentence(v))}</h2>',
         _change_table(v["headline"], "figure"),
-        f"<p><small>{html.escape(text.samples_note(v))}</small></p>",
+        f"<p><small>{html.escape(verdict_text.samples_note(v))}</small></p>",
     ]
     for key in ("regions", "kernels"):
         if v[key]:
