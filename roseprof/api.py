@@ -45,6 +45,13 @@ def analyse_trace(
     return summary, data
 
 
+def section_panels(summary: dict) -> list[dict]:
+    """The panels of the analysis sections that offer them (analysis/sections/), from a run's summary alone."""
+    from roseprof.analysis.sections import SECTIONS
+
+    return [p for s in SECTIONS if s.panels is not None for p in s.panels(summary)]
+
+
 def capture(
     store: RunStore,
     options,

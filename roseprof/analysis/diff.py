@@ -20,6 +20,7 @@ import numpy as np
 from roseprof.analysis import machine_speed, noise_floor
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import RunData
+from roseprof.analysis.sections import SECTIONS
 from roseprof.analysis.stats import (
     CONFIDENCE,
     LARGE_RESAMPLES,
@@ -296,6 +297,20 @@ def compare(
             label = f"requests.{key}.{q}" if key else f"requests.{q}"
             metrics.append(
                 {"name": label, "a": va, "b": vb, **_plain_delta(va, vb), "lower_is_better": lower}
+            )
+    # Metrics of analysis sections that diff does not know by name (analysis/sections/: diff_metrics).
+    for section in SECTIONS:
+        for m in section.diff_metrics(ga, gb) if section.diff_metrics is not None else ():
+            # A summary figure per side, no sample behind it: a plain change, never called significant alone.
+            lower = m.get("lower_is_better", True)
+            metrics.append(
+                {
+                    "name": m["name"],
+                    "a": m["a"],
+                    "b": m["b"],
+                    **_plain_delta(m["a"], m["b"]),
+                    "lower_is_better": lower,
+                }
             )
     for m in metrics:
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))

@@ -196,15 +196,7 @@ def _ingest(
     if trace.gpus and not writer.manifest.get("gpus"):
         writer.manifest["gpus"] = trace.gpus
     tables.write_trace(writer.path, trace)
-    tables.write_analysis(
-        writer.path,
-        summary,
-        data["steps"],
-        data["step_regions"],
-        data["itl_series"],
-        data.get("run_starts", ()),
-        data.get("op_regions"),
-    )
+    tables.write_analysis(writer.path, summary, data)  # the tables by name
     return summary
 
 

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from roseprof.cli.common import EXIT_CODES, after_storing, cli, show_dashboard, store_options
+from roseprof.cli.common import EXIT_CODES, after_storing, cli, print_run, show_dashboard, store_options
 from roseprof.run.store import RunStore
 
 
@@ -64,7 +64,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     exit code."""
     from roseprof.api import previous_run
     from roseprof.render.progress import print_next
-    from roseprof.render.terminal import make_console, print_summary
+    from roseprof.render.terminal import make_console
 
     console = make_console()
     for i, outcome in enumerate(outcomes):
@@ -74,7 +74,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         else:
             if repeat > 1:
                 click.echo(f"run {i + 1}/{repeat}:")
-            after_storing(outcome.run, lambda o=outcome: print_summary(console, o.run, o.summary))
+            after_storing(outcome.run, lambda o=outcome: print_run(console, o.run, o.summary))
         if outcome.summary is not None:
             after_storing(
                 outcome.run,

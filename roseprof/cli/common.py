@@ -55,7 +55,7 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
     try:
         with damage_is_one_line(run):
             try:
-                path = ensure_dashboard(run, dashboards_dir)
+                path = ensure_dashboard(run, dashboards_dir, section_panels())
             except OSError as e:
                 raise RoseprofError(f"dashboard not written to {dashboards_dir} ({os_error(e)})") from None
     finally:
@@ -98,3 +98,20 @@ def finite(ctx, param, value):
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"{value} is not a finite percentage", param=param)
     return value
+
+
+def section_panels():
+    """summary -> the panels of analysis sections with no built-in view (the library's, imported on use)."""
+    from roseprof.api import section_panels
+
+    return section_panels
+
+
+def print_run(console, run, summary) -> None:
+    """A stored run in the terminal (`show`, and after a capture or import): the summary's views, then the panels
+    of analysis sections that have no built-in view."""
+    from roseprof.api import section_panels
+    from roseprof.render.terminal import TerminalRenderer
+    from roseprof.render.view import RunView
+
+    TerminalRenderer(console).render(RunView(run, summary, section_panels(summary) if summary else []))

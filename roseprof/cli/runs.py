@@ -13,6 +13,7 @@ from roseprof.cli.common import (
     cli,
     finite,
     os_error,
+    print_run,
     show_dashboard,
     store_options,
     warn,
@@ -50,10 +51,10 @@ def import_(path, name, steplog, step_range, traces_dir, dashboards_dir) -> None
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content."""
     from roseprof.api import import_path
-    from roseprof.render.terminal import make_console, print_summary
+    from roseprof.render.terminal import make_console
 
     run = import_path(RunStore(traces_dir), path, name, steplog, step_range)
-    after_storing(run, lambda: print_summary(make_console(), run, run.summary()))
+    after_storing(run, lambda: print_run(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 
 
@@ -77,7 +78,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
 @store_options
 def show(run, as_json, traces_dir, dashboards_dir) -> None:
     """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
-    from roseprof.render.terminal import make_console, print_summary
+    from roseprof.render.terminal import make_console
     from roseprof.run import tables
 
     found = RunStore(traces_dir).resolve(run)
@@ -90,7 +91,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
                 )
             click.echo(json.dumps(summary, indent=1))
         else:
-            print_summary(make_console(), found, summary)
+            print_run(make_console(), found, summary)
 
 
 @cli.command(

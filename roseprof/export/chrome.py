@@ -58,10 +58,26 @@ class _Writer:
         self.first = False
 
 
-def write_chrome(folder: Path, out: Path, manifest: dict | None = None) -> None:
+class ChromeExport:
+    """A stored run as Chrome trace JSON (Perfetto), from its view: the model's columns are streamed from the run
+    folder (run/tables.py), the steps and telemetry come from the view."""
+
+    def render(self, view, out_path: Path) -> Path:
+        write_chrome(view.run.path, out_path, view.run.manifest, view.steps, view.telemetry)
+        return out_path
+
+
+def write_chrome(
+    folder: Path,
+    out: Path,
+    manifest: dict | None = None,
+    steps: dict | None = None,
+    telemetry: dict | None = None,
+) -> None:
+    """`steps`, `telemetry`: the view's, where the caller has loaded them (read from the folder otherwise)."""
     trace = tables.read_trace(folder)
-    steps = tables.read_steps(folder)
-    telemetry = tables.read_telemetry(folder)
+    steps = steps if steps is not None else tables.read_steps(folder)
+    telemetry = telemetry if telemetry is not None else tables.read_telemetry(folder)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render import text
-from roseprof.render.figures import _layout, esc
+from roseprof.render import text, verdict_text
+from roseprof.render.figures import esc, layout
 from roseprof.render.page import figure_divs, page, table, write_page
 
 COLORS = {"before": "#636efa", "after": "#ef553b"}
@@ -32,7 +32,7 @@ def _region_bars(result: dict) -> go.Figure | None:
             y=names, x=[m[key] / 1e3 for m in rows], orientation="h", name=label, marker_color=COLORS[label]
         )
     fig.update_layout(barmode="group", xaxis_title=unit)
-    return _layout(fig, "Time per region, before vs after", None, height=max(320, 60 + 40 * len(rows)))
+    return layout(fig, "Time per region, before vs after", None, height=max(320, 60 + 40 * len(rows)))
 
 
 def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
@@ -52,7 +52,7 @@ def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
             marker_color=COLORS[label],
         )
     fig.update_layout(barmode="overlay", xaxis_title=xlabel, yaxis_title="fraction")
-    return _layout(fig, title, "central 99% of both runs shown")
+    return layout(fig, title, "central 99% of both runs shown")
 
 
 def _kernel_deltas(result: dict) -> go.Figure | None:
@@ -72,9 +72,7 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
         marker_color=["#d62728" if m["b"] > m["a"] else "#2ca02c" for m in rows],
     )
     fig.update_layout(xaxis_title="after − before (µs per decode step)")
-    return _layout(
-        fig, "Kernel time change", "largest absolute changes", height=max(320, 60 + 28 * len(rows))
-    )
+    return layout(fig, "Kernel time change", "largest absolute changes", height=max(320, 60 + 28 * len(rows)))
 
 
 def _ncu_duration_deltas(result: dict) -> go.Figure | None:
@@ -96,7 +94,7 @@ def _ncu_duration_deltas(result: dict) -> go.Figure | None:
         marker_color=["#d62728" if m["delta_pct"] > 0 else "#2ca02c" for m in rows],
     )
     fig.update_layout(xaxis_title="B vs A, % change of the mean duration per launch")
-    return _layout(fig, "Kernel duration change (Nsight Compute)", None, height=max(320, 60 + 28 * len(rows)))
+    return layout(fig, "Kernel duration change (Nsight Compute)", None, height=max(320, 60 + 28 * len(rows)))
 
 
 def _metrics_table(result: dict) -> str:
@@ -139,12 +137,16 @@ def _verdict_panel(result: dict) -> str:
     """The first thing on the page: the answer, the headline figures, where the time moved, the gate."""
     v = result["verdict"]
     color = WORD_COLOR.get(v["overall"], "#1d2330")
-    lines = [text.side_line("before", v["before"]), text.side_line("after", v["after"]), text.one_run_note(v)]
+    lines = [
+        verdict_text.side_line("before", v["before"]),
+        verdict_text.side_line("after", v["after"]),
+        verdict_text.one_run_note(v),
+    ]
     parts = [
         "".join(f"<p>{html.escape(line)}</p>" for line in lines if line),
-        f'<h2 style="color:{color};font-size:20px">{html.escape(text.headline_sentence(v))}</h2>',
+        f'<h2 style="color:{color};font-size:20px">{html.escape(verdict_text.headline_sentence(v))}</h2>',
         _change_table(v["headline"], "figure"),
-        f"<p><small>{html.escape(text.samples_note(v))}</small></p>",
+        f"<p><small>{html.escape(verdict_text.samples_note(v))}</small></p>",
     ]
     for key in ("regions", "kernels"):
         if v[key]:

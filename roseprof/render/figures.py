@@ -28,7 +28,7 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _layout(fig: go.Figure, title: str, note: str | None = None, height: int = 380) -> go.Figure:
+def layout(fig: go.Figure, title: str, note: str | None = None, height: int = 380) -> go.Figure:
     full = esc(title) if note is None else f"{esc(title)}<br><sup>{esc(note)}</sup>"
     fig.update_layout(
         title={"text": full, "x": 0.01},
@@ -70,7 +70,7 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
         )
     if whole_run_note(summary.get("steady")):
         notes.append(f"whole run{whole_run_note(summary.get('steady'))}; the steady state is above")
-    return _layout(fig, "Time per region", "; ".join(notes) or None, height=max(320, 60 + 34 * len(rows)))
+    return layout(fig, "Time per region", "; ".join(notes) or None, height=max(320, 60 + 34 * len(rows)))
 
 
 def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
@@ -89,7 +89,7 @@ def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
     if steady.get("graph_replays"):
         note += "; GPU: CUDA-graph replays in the region each kernel was captured in"
     title = f"Steady state: time per {steady['unit']} by region"
-    return _layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
+    return layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
 
 def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str | None:
@@ -151,7 +151,7 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
         else f", binned to {len(x)} bars (mean per bin; marked if any step in the bin rolled over)"
     )
     runs = _run_boundaries(fig, steps.get("run_starts"), "step")
-    return _layout(fig, "Decode step breakdown", f"{note}; {runs}" if runs else note, height=420)
+    return layout(fig, "Decode step breakdown", f"{note}; {runs}" if runs else note, height=420)
 
 
 def graph_breakdown(steps: dict | None) -> go.Figure | None:
@@ -179,7 +179,7 @@ def graph_breakdown(steps: dict | None) -> go.Figure | None:
     note = "kernels replayed by CUDA graphs, by the region open when each was captured" + (
         "" if n <= MAX_STEP_BARS else f"; binned to {len(x)} bars (mean per bin)"
     )
-    return _layout(fig, "GPU time per step by region (CUDA graph replays)", note, height=420)
+    return layout(fig, "GPU time per step by region (CUDA graph replays)", note, height=420)
 
 
 def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
@@ -191,7 +191,7 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
         fig = go.Figure()
         fig.add_histogram(x=dur, name=f"steps ({len(dur)})", histnorm="probability")
         fig.update_layout(xaxis_title="step time (µs)", yaxis_title="fraction of steps")
-        return _layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
+        return layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
     roll = np.asarray(rows["rollovers"]) > 0
     fig = go.Figure()
     fig.add_histogram(
@@ -207,7 +207,7 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
         )
     fig.update_layout(barmode="overlay", xaxis_title="step time (µs)", yaxis_title="fraction of steps")
     note = rollover_sentence(summary.get("steps"))
-    return _layout(fig, "Step time: rollover vs normal", note)
+    return layout(fig, "Step time: rollover vs normal", note)
 
 
 def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None = None) -> go.Figure | None:
@@ -222,7 +222,9 @@ def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None =
         t, v, roll = np.asarray(r["t_ms"]), np.asarray(r["itl_ms"]), np.asarray(r["rollover"], dtype=bool)
         keep = np.zeros(len(t), dtype=bool)
         keep[::stride] = True
-        counted = _kept([r])  # a token left out of the ITL figures would set the axis (a 4 s profiler flush)
+        counted = kept_tokens(
+            [r]
+        )  # a token left out of the ITL figures would set the axis (a 4 s profiler flush)
         keep &= counted
         roll &= counted
         fig.add_scattergl(
@@ -250,7 +252,7 @@ def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None =
     runs = _run_boundaries(fig, run_starts, "t_ms")
     if runs:
         parts.append(runs)
-    return _layout(fig, "Inter-token latency over time", "; ".join(parts), height=420)
+    return layout(fig, "Inter-token latency over time", "; ".join(parts), height=420)
 
 
 def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
@@ -260,7 +262,7 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     roll = np.concatenate(
         [np.asarray(r["rollover"], dtype=bool) for r in itl_series] or [np.zeros(0, dtype=bool)]
     )
-    kept = _kept(itl_series)
+    kept = kept_tokens(itl_series)
     v, roll = v[kept], roll[kept]
     if len(v) == 0:
         return None
@@ -274,10 +276,10 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
         note += (
             f"; {int((~kept).sum())} left out (the profiler's own work or CUDA-graph capture in their gap)"
         )
-    return _layout(fig, "ITL at rollover steps vs elsewhere", note, height=300)
+    return layout(fig, "ITL at rollover steps vs elsewhere", note, height=300)
 
 
-def _kept(itl_series: list[dict]) -> np.ndarray:
+def kept_tokens(itl_series: list[dict]) -> np.ndarray:
     """[T] the tokens the ITL figures count: not those whose gap holds the profiler's work or a capture."""
     return np.concatenate(
         [
@@ -307,7 +309,7 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
         hoverinfo="text+x",
     )
     fig.update_layout(xaxis_title="kernel time (ms)")
-    return _layout(
+    return layout(
         fig,
         "Top kernels",
         f"{len(per_name)} distinct kernels; long names shortened in the middle (#tag: one of several with that "
@@ -330,9 +332,7 @@ def gpu_idle(steps: dict | None, summary: dict | None = None) -> go.Figure | Non
     fig = go.Figure()
     fig.add_scatter(x=edges[:-1], y=_binned(rows["gpu_idle_ns"], edges) / 1e3, mode="lines", name="GPU idle")
     fig.update_layout(xaxis_title=unit, yaxis_title="GPU idle within the step (µs)")
-    return _layout(
-        fig, f"GPU idle time per {unit}", "step window minus the union of GPU activity", height=300
-    )
+    return layout(fig, f"GPU idle time per {unit}", "step window minus the union of GPU activity", height=300)
 
 
 def telemetry(data: dict | None) -> go.Figure | None:
@@ -370,6 +370,6 @@ def telemetry(data: dict | None) -> go.Figure | None:
                 col=1,
             )
     fig.update_xaxes(title_text="seconds since the capture started", row=len(lanes), col=1)
-    return _layout(
+    return layout(
         fig, "GPU telemetry", f"NVML, every {data.get('interval_s', 0.1) * 1000:.0f} ms", height=620
     )

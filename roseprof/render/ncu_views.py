@@ -9,7 +9,7 @@ import html
 
 import plotly.graph_objects as go
 
-from roseprof.render.figures import _layout, esc
+from roseprof.render.figures import esc, layout
 from roseprof.render.page import table
 
 MAX_SOL_KERNELS = 25
@@ -74,7 +74,7 @@ def sol_bars(ncu: dict) -> go.Figure | None:
         )
     fig.update_layout(barmode="group", xaxis={"title": "% of peak (ncu speed of light)", "range": [0, 100]})
     note = f"mean over each kernel's profiled launches; top {len(rows)} kernels by profiled time"
-    return _layout(fig, "Speed of light: compute vs memory", note, height=max(320, 80 + 46 * len(rows)))
+    return layout(fig, "Speed of light: compute vs memory", note, height=max(320, 80 + 46 * len(rows)))
 
 
 def _hover(r: dict, dev: dict) -> str:
@@ -143,7 +143,7 @@ def roofline(ncu: dict) -> go.Figure | None:
     note = f"{dev.get('name') or 'device ' + str(dev.get('id'))}: DRAM {bw / 1e12:,.2f} TB/s; peaks from {source}"
     if skipped:
         note += f"; {skipped} launches without floating-point work or DRAM traffic not drawn"
-    return _layout(fig, "Roofline (DRAM)", note, height=520)
+    return layout(fig, "Roofline (DRAM)", note, height=520)
 
 
 def figures(summary: dict) -> list:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roseprof.render import figures, ncu_views, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
-from roseprof.run import tables
+from roseprof.render.view import RunView
 from roseprof.run.store import Run
 
 
@@ -246,11 +246,11 @@ def _spike_tables(spikes: dict | None, top_deltas: int = 4) -> str:
     )
 
 
-def build_figures(run: Run, summary: dict) -> list:
+def build_figures(view: RunView) -> list:
+    summary = view.summary
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
-    steps = tables.read_steps(run.path)
-    itl = tables.read_itl(run.path)
+    steps, itl = view.steps, view.itl
     out = [
         figures.steady_bars(summary),
         figures.region_bars(summary),
@@ -262,15 +262,32 @@ def build_figures(run: Run, summary: dict) -> list:
         figures.step_distribution(summary, steps),
         figures.top_kernels(summary),
         figures.gpu_idle(steps, summary),
-        figures.telemetry(tables.read_telemetry(run.path)),
+        figures.telemetry(view.telemetry),
     ]
     return [f for f in out if f is not None]
 
 
-def render_run(run: Run, out_path: Path) -> Path:
-    """Write the run's dashboard to out_path (atomically) and return it."""
-    summary = run.summary()
-    figs = build_figures(run, summary)
+def render_run(run: Run, out_path: Path, section_panels=None) -> Path:
+    """Write the run's dashboard to out_path (atomically) and return it. `section_panels`: summary -> the plain
+    tables of analysis sections with no view of their own here (api.section_panels)."""
+    return RunDashboard().render(RunView.load(run, section_panels), out_path)
+
+
+class RunDashboard:
+    """A run's offline HTML dashboard, from its view alone."""
+
+    def render(self, view: RunView, out_path: Path) -> Path:
+        """Write the dashboard to out_path (atomically) and return it."""
+        return _render(view, out_path)
+
+
+def _render(view: RunView, out_path: Path) -> Path:
+    run = view.run
+    summary = (
+        view.summary if view.summary is not None else run.summary()
+    )  # no summary.json: refused in one line
+    extra = "".join(_section_panel(p) for p in view.panels)
+    figs = build_figures(view)
     cards = "".join(
         f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(str(v))}</div></div>'
         for k, v in _cards(run, summary)
@@ -283,6 +300,7 @@ def render_run(run: Run, out_path: Path) -> Path:
 {_spike_tables(summary.get("spikes"))}
 {ncu_views.panels(summary) if summary.get("ncu") else _region_table(summary) + _kernels_by_region(summary)}
 {_no_gpu_note(summary)}
+{extra}
 """
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
 Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
@@ -305,8 +323,16 @@ def is_stale(run: Run, path: Path) -> bool:
     return f'content="{RENDERER_VERSION}"' not in head
 
 
-def ensure_dashboard(run: Run, dashboards_dir) -> Path:
+def ensure_dashboard(run: Run, dashboards_dir, section_panels=None) -> Path:
     path = dashboard_path(run, dashboards_dir)
     if is_stale(run, path):
-        render_run(run, path)
+        render_run(run, path, section_panels)
     return path
+
+
+def _section_panel(panel: dict) -> str:
+    """One section panel as HTML: its title, a table, its note."""
+    head = [html.escape(str(c)) for c in panel["columns"]]
+    rows = [[html.escape(str(c)) for c in r] for r in panel.get("rows") or []]
+    note = f"<p>{html.escape(panel['note'])}</p>" if panel.get("note") else ""
+    return f'<div class="panel"><h2>{html.escape(panel["title"])}</h2>{table(head, rows)}{note}</div>'

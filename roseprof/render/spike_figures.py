@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import MAX_ITL_POINTS, ROLLOVER, _kept, _layout, esc
+from roseprof.render.figures import MAX_ITL_POINTS, ROLLOVER, esc, kept_tokens, layout
 
 # One colour per spike cause (summary.json `spikes`; roseprof/analysis/spikes.py defines them).
 CAUSE_COLOURS = {
@@ -32,7 +32,7 @@ def itl_spikes(itl_series: list[dict] | None, spikes: dict | None) -> go.Figure 
     cause = np.concatenate(
         [np.asarray(r.get("spike_cause") or [None] * len(r["t_ms"]), dtype=object) for r in itl_series]
     )
-    calm = np.flatnonzero((cause == None) & _kept(itl_series))  # noqa: E711 - elementwise on an object array
+    calm = np.flatnonzero((cause == None) & kept_tokens(itl_series))  # noqa: E711 - elementwise on an object array
     stride = max(1, int(np.ceil(len(calm) / MAX_ITL_POINTS)))
     fig = go.Figure()
     fig.add_scattergl(
@@ -58,4 +58,4 @@ def itl_spikes(itl_series: list[dict] | None, spikes: dict | None) -> go.Figure 
     note = f"{spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens are spikes: {spikes['definition']}"
     if stride > 1:
         note += f"; every {stride}th other token plotted"
-    return _layout(fig, "ITL spikes by cause (the main cause of each spike token)", note, height=420)
+    return layout(fig, "ITL spikes by cause (the main cause of each spike token)", note, height=420)

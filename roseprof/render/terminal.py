@@ -17,6 +17,7 @@ from rich.text import Text
 
 from roseprof.render import text, units
 from roseprof.render.safe_text import plain
+from roseprof.render.view import RunView
 from roseprof.run.store import Run
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
@@ -103,7 +104,11 @@ def fit_table(
         cols.remove(dropping[0])
 
 
-def print_summary(console: Console, run: Run, summary: dict | None, top: int = 12) -> None:
+def print_summary(
+    console: Console, run: Run, summary: dict | None, top: int = 12, panels: list[dict] = ()
+) -> None:
+    """The run in the terminal. `panels`: the plain tables of analysis sections that have no view of their own
+    here (analysis/sections/, api.section_panels), printed after the built-in views."""
     m = run.manifest
     head = Text.assemble(
         (plain(run.id), "bold"),
@@ -156,9 +161,32 @@ def print_summary(console: Console, run: Run, summary: dict | None, top: int = 1
             f"throughput {req['throughput_tok_s']:,.1f} tok/s  TTFT p50 {req['ttft']['p50_ms']:.2f} ms",
             markup=False,
         )
+    for panel in panels:
+        print_panel(console, panel)
     for w in summary.get("warnings") or []:
         console.print(plain(f"warning: {w}"), markup=False, style="yellow")
     _print_path(console, "run folder", run.path)
+
+
+class TerminalRenderer:
+    """A run in the terminal (`show`, and after a capture or import), from its view, fitted to the console."""
+
+    def __init__(self, console: Console, top: int = 12):
+        self.console, self.top = console, top
+
+    def render(self, view: RunView) -> None:
+        print_summary(self.console, view.run, view.summary, self.top, view.panels)
+
+
+def print_panel(console: Console, panel: dict) -> None:
+    """One section panel: {"title", "columns", "rows", "note"}, cells already text."""
+    rows = [[str(c) for c in r] for r in panel.get("rows") or []]
+    # The title on its own line: as a table title it would wrap to the width of a narrow table.
+    console.print(plain(panel["title"]), markup=False, overflow="fold")
+    if rows:
+        console.print(fit_table(console, None, list(panel["columns"]), rows))
+    if panel.get("note"):
+        console.print(plain(panel["note"]), markup=False)
 
 
 def _print_path(console: Console, label: str, path) -> None:

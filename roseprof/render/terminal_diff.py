@@ -7,7 +7,7 @@ from rich.console import Console
 
 from roseprof.render import text
 from roseprof.render.terminal import fit_table
-from roseprof.render.text import headline_sentence, one_run_note, samples_note, side_line
+from roseprof.render.verdict_text import headline_sentence, one_run_note, samples_note, side_line
 
 STYLE = {"faster": "green", "slower": "red", "mixed": "yellow"}
 

@@ -112,12 +112,17 @@ ITL_ROW = {"t_ms": [NUM], "itl_ms": [NUM], "rollover": [bool], "step": ([int], N
 TELEMETRY = {"interval_s": NUM, "samples": [dict]}
 
 
+# {summary key: spec} of the analysis sections (analysis/sections/: each names the checks of what it stores),
+# handed over when the analyses are imported, so that this module never imports them.
+SECTION_CHECKS: dict = {}
+
 # Written into every summary (an empty object is a summary.json cut or replaced, not a run with nothing in it).
 SUMMARY_KEYS = ("regions", "kernels", "warnings")
 
 
 def check_summary(summary) -> None:
     check(summary, SUMMARY)
+    check(summary, dict(SECTION_CHECKS))
     for key in SUMMARY_KEYS:
         if key not in summary:
             raise Damaged(f"{key} is missing")

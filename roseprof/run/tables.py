@@ -128,21 +128,20 @@ def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
 OP_REGION_COLUMNS = ("region", "capture_region")
 
 
-def write_analysis(
-    folder: Path,
-    summary: dict,
-    steps: dict | None,
-    step_regions: list,
-    itl: list,
-    run_starts=(),
-    op_regions: dict | None = None,
-) -> None:
+def write_analysis(folder: Path, summary: dict, named: dict) -> None:
+    """summary.json and the analysis tables the run folder keeps, taken by name from the sections' tables
+    (analysis/sections/): steps, step_regions and run_starts -> steps.json, itl_series -> itl.json, op_regions ->
+    op_regions.npz. A table of another name is the analysis' own and is not stored."""
+    op_regions = named.get("op_regions")
     if op_regions is not None:
         np.savez(folder / "op_regions.npz", **{c: np.asarray(op_regions[c]) for c in OP_REGION_COLUMNS})
-    write_json(
-        folder / "steps.json", {"regions": step_regions, "rows": steps, "run_starts": list(run_starts)}
-    )
-    write_json(folder / "itl.json", itl)
+    steps = {
+        "regions": named.get("step_regions") or [],
+        "rows": named.get("steps"),
+        "run_starts": list(named.get("run_starts") or ()),
+    }
+    write_json(folder / "steps.json", steps)
+    write_json(folder / "itl.json", named.get("itl_series") or [])
     write_json(folder / "summary.json", summary)
 
 

@@ -110,15 +110,17 @@ def test_a_region_around_the_step_is_not_listed_for_its_childrens_time():
 
 
 def test_the_words_around_the_verdict():
-    from roseprof.render import text
+    from roseprof.render import text, verdict_text
 
     metrics = [_region("child", "total_ns", 132e3, 243e3), _region("child", "self_ns", 132e3, 243e3)]
     single = {"id": "r1", "name": "a", "runs": ["r1"]}
     group = {"id": "r3", "name": "b", "runs": ["r2", "r3"]}
     v = verdict(metrics, single, group)
     v["overall"] = "no clear change"  # no headline figure here: the sentence is about them only
-    assert text.headline_sentence(v).startswith("no clear change in the step, ITL and TTFT figures")
-    assert text.one_run_note(v).startswith("before is one run: the interval sees the drift between runs")
+    assert verdict_text.headline_sentence(v).startswith("no clear change in the step, ITL and TTFT figures")
+    assert verdict_text.one_run_note(v).startswith(
+        "before is one run: the interval sees the drift between runs"
+    )
     assert text.value("tok/s", 31360.8) == "31,361 tok/s" and text.value("tok/s", 12.34) == "12.3 tok/s"
     assert text.change(258.0, -99.7, 462780.0) == "+258.0% [-99.7, +462,780]"
 

@@ -1,0 +1,104 @@
+"""What an analysis section is: a name, a compute step, the checks of what it stores, the metrics it offers diff
+and the panels it renders. `sections/__init__.py` lists them; `analysis/summary.py` runs them in that order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
+from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.model import Trace
+from roseprof.workload.steplog import StepLogRecords
+
+
+@dataclass
+class SectionResult:
+    """A section's summary part ({summary key: value}) and the named tables it keeps beside summary.json."""
+
+    summary: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What every section computes from: the model, the step log, and what several sections share (the range tree,
+    the GPU ops' attribution, graph capture regions), each built once on first use. `results` holds the sections
+    computed so far, by name, so a later section reads an earlier one's tables instead of recomputing them."""
+
+    trace: Trace
+    log: StepLogRecords | None
+    step_range: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    results: dict[str, SectionResult] = field(default_factory=dict)
+
+    @cached_property
+    def tree(self):
+        r = self.trace.ranges
+        return build_tree(r.start, r.end, r.tid)
+
+    @cached_property
+    def gpu(self):
+        """Per range its GPU ops (projection, kernel time) and per op its innermost launching range (ranges.py)."""
+        r, ops = self.trace.ranges, self.trace.ops
+        return attribute_gpu_ops(
+            r.start,
+            r.end,
+            r.tid,
+            self.tree,
+            ops.kind,
+            ops.start,
+            ops.end,
+            ops.api_start,
+            ops.api_end,
+            ops.api_tid,
+        )
+
+    @cached_property
+    def capture(self) -> np.ndarray:
+        """[G] the capture-time range of each graph-replayed op, -1 otherwise."""
+        return capture_ranges(self.trace, self.tree)
+
+    @cached_property
+    def graph_ns(self) -> np.ndarray:
+        """[R] kernel time of the graph replays each range launched."""
+        return graph_kernel_ns(self.trace, self.tree, self.capture)
+
+    @property
+    def has_log_steps(self) -> bool:
+        return bool(self.log is not None and self.log.steps)
+
+    def table(self, name: str):
+        """A table an earlier section made, by name (None when no section made it)."""
+        for result in self.results.values():
+            if name in result.tables:
+                return result.tables[name]
+        return None
+
+
+@dataclass(frozen=True)
+class Section:
+    """One analysis.
+
+    name          unique; its result is Context.results[name]
+    compute       Context -> SectionResult (its summary keys and its named tables); never prints, never reads files
+    applies       Trace -> bool: whether this section runs for a trace (e.g. ncu's kernel views only for ncu runs)
+    absent        its summary part where it does not apply (summary.json keeps a key readers expect, as null)
+    checks        {summary key: spec} in run/checks.py's spec language: what a stored summary.json must hold there
+    diff_metrics  (runs_before, runs_after) -> [{"name", "a", "b", "lower_is_better" (default True)}]: a figure
+                  per side from the runs' analysis.samples.RunData (summary included); diff.compare adds the change
+                  and the noise floor. None where diff.compare already covers the section
+    panels        summary -> [{"title", "columns", "rows", "note"}]: plain tables that show (terminal) and the run
+                  dashboard present the same way; None where the renderers already have the section's own views
+    """
+
+    name: str
+    compute: Callable[[Context], SectionResult]
+    applies: Callable[[Trace], bool] = lambda trace: True
+    absent: dict = field(default_factory=dict)
+    checks: dict = field(default_factory=dict)
+    diff_metrics: Callable | None = None
+    panels: Callable[[dict], list[dict]] | None = None

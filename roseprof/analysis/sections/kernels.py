@@ -1,0 +1,83 @@
+"""Kernels of a timeline (nsys, torch): one row per (kernel, launching region, capture-time region), and by the
+region each ran for. ncu runs have their own kernel views (ncu_kernels.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.stats import group_percentiles
+from roseprof.model import KERNEL, Trace
+
+
+def compute(ctx: Context) -> SectionResult:
+    trace, gpu = ctx.trace, ctx.gpu
+    kernels, kernel_regions = [], []
+    is_kernel = trace.ops.kind == KERNEL
+    if is_kernel.any():
+        k_name = trace.ops.name[is_kernel]
+        k_range = gpu.op_range[is_kernel]
+        # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
+        k_region = np.full(len(k_range), -1, dtype=np.int64)
+        k_region[k_range >= 0] = trace.ranges.name[k_range[k_range >= 0]]
+        k_cap = ctx.capture[is_kernel]
+        k_capture = np.full(len(k_cap), -1, dtype=np.int64)
+        k_capture[k_cap >= 0] = trace.ranges.name[k_cap[k_cap >= 0]]
+        k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
+        uniq, inverse = np.unique(
+            np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True
+        )
+        inverse = inverse.ravel()
+        pct = group_percentiles(inverse, k_dur, qs=(50,))
+        count = np.bincount(inverse)
+        total = np.bincount(inverse, weights=k_dur)
+        for j, (name_id, region_id, capture_id) in enumerate(uniq.tolist()):
+            kernels.append(
+                {
+                    "name": trace.names[name_id],
+                    "count": int(count[j]),
+                    "total_ns": int(total[j]),
+                    "p50_ns": pct[j][0],
+                    "region": trace.names[region_id] if region_id >= 0 else None,
+                    "capture_region": trace.names[capture_id] if capture_id >= 0 else None,
+                }
+            )
+        kernels.sort(key=lambda r: -r["total_ns"])
+        kernel_regions = _kernels_by_owner(trace, k_name, k_region, k_capture, k_dur)
+    unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
+    return SectionResult(
+        {
+            "kernels": kernels,
+            # Kernels by the region they ran for: graph replays where captured, the others where launched.
+            "kernel_regions": kernel_regions,
+            "kernels_outside_ranges": unattributed,
+        }
+    )
+
+
+def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int = 200) -> list[dict]:
+    """One row per (kernel name, region it belongs to: the innermost capture-time region of a graph-replayed
+    kernel, the innermost launching region of the others), largest first."""
+    owner = np.where(k_capture >= 0, k_capture, k_region)
+    uniq, inverse = np.unique(np.stack([k_name, owner], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    pct = group_percentiles(inverse, k_dur, qs=(50,))
+    count = np.bincount(inverse)
+    total = np.bincount(inverse, weights=k_dur)
+    replayed = np.bincount(inverse, weights=k_capture >= 0)
+    rows = [
+        {
+            "name": trace.names[name_id],
+            "region": trace.names[region_id] if region_id >= 0 else None,
+            "count": int(count[j]),
+            "graph_count": int(replayed[j]),
+            "total_ns": int(total[j]),
+            "p50_ns": pct[j][0],
+        }
+        for j, (name_id, region_id) in enumerate(uniq.tolist())
+    ]
+    rows.sort(key=lambda r: -r["total_ns"])
+    return rows[:top]
+
+
+SECTION = Section("kernels", compute, applies=lambda trace: trace.kernel_metrics is None)

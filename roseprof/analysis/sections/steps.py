@@ -1,0 +1,98 @@
+"""Steps: the program's steps (the engine's decode steps from its step log or ranges, ProfilerStep, or
+--step-range), their times with rollovers apart, and the GPU's idle time inside each; the per-step rows are the
+`steps` table that the ITL, steady-state and diff work from."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.graphs import graph_warning, step_graph_columns
+from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.steps import (
+    clock_offset,
+    run_starts,
+    step_kind,
+    step_of_program,
+    step_table,
+    steps_summary,
+)
+
+
+def compute(ctx: Context) -> SectionResult:
+    trace, tree, log = ctx.trace, ctx.tree, ctx.log
+    ranges = trace.ranges
+    step_name, kind = step_names(ctx)
+    rows, region_cols = step_table(
+        trace.names.values,
+        ranges.start,
+        ranges.end,
+        ranges.name,
+        tree.parent,
+        tree.depth,
+        trace.marks.ts,
+        trace.marks.name,
+        log,
+        ctx.warnings,
+        clock_offset(trace.clock, trace.session_start_utc_ns, log),
+        ctx.step_range,
+    )
+    graph_cols = step_graph_columns(rows, trace, ctx.capture) if rows else []
+    steps = steps_summary(rows, region_cols, graph_cols) if rows else None
+    if steps is not None:
+        # Only the engine's decode steps have rollovers; a program's steps are named by what marks them.
+        steps["kind"] = kind
+        steps["name"] = step_name
+    note = graph_warning(trace, ctx.capture)
+    if note:
+        ctx.warnings.append(note)
+    gpu_idle = None
+    if rows and trace.has_gpu and len(rows["start_ns"]) > 1:
+        idle = gpu_idle_per_step(rows, trace)
+        rows = {**rows, "gpu_idle_ns": idle}  # a column of the steps table, beside the step's own
+        v = np.asarray(idle, dtype=np.float64)
+        gpu_idle = {
+            "p50_ns": float(np.percentile(v, 50)),
+            "p99_ns": float(np.percentile(v, 99)),
+            "total_ns": int(v.sum()),
+        }
+    return SectionResult(
+        {"steps": steps, "gpu_idle_between_steps": gpu_idle},
+        {
+            "steps": rows,
+            "step_regions": region_cols,
+            "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
+        },
+    )
+
+
+def step_names(ctx: Context) -> tuple[str, str]:
+    """(the range or mark that makes one step, its kind: decode, profiler or the program's own)."""
+    step_name = step_of_program(ctx.trace.names.values, ctx.has_log_steps, ctx.step_range)
+    return step_name, step_kind(step_name, ctx.has_log_steps)
+
+
+def gpu_idle_per_step(rows: dict, trace) -> list[int]:
+    """GPU idle time inside each step window [step start, next step start): window minus merged busy time."""
+    starts = np.asarray(rows["start_ns"], dtype=np.int64)
+    bounds = np.append(starts, starts[-1] + np.asarray(rows["dur_ns"])[-1])
+    s, e = trace.ops.start, trace.ops.end
+    # Merge overlapping ops (streams) into busy intervals, then clip them to windows.
+    order = np.argsort(s)
+    s, e = s[order], np.maximum.accumulate(e[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    grp = np.cumsum(new) - 1
+    bs = s[new]
+    be = np.zeros(new.sum(), dtype=np.int64)
+    np.maximum.at(be, grp, e)
+    idle = []
+    for i in range(len(starts)):
+        lo, hi = bounds[i], bounds[i + 1]
+        a = np.searchsorted(be, lo, side="right")
+        b = np.searchsorted(bs, hi, side="left")
+        busy = np.clip(np.minimum(be[a:b], hi) - np.maximum(bs[a:b], lo), 0, None).sum()
+        idle.append(int(hi - lo - busy))
+    return idle
+
+
+SECTION = Section("steps", compute)
