@@ -137,19 +137,11 @@ def _tracks(w: _Writer, trace: Trace) -> None:
 
 def _ranges(w: _Writer, trace: Trace, esc: list[str]) -> None:
     r = trace.ranges
-    for lo in range(0, len(r), BATCH):
-        sl = slice(lo, lo + BATCH)
-        pid, tid = cpu_pid_tid(trace.tool.name, r.tid[sl])
-        w.lines(
-            [
-                f'{{"ph": "X", "cat": "user_annotation", "name": {esc[n]}, "pid": {p}, "tid": {t}, '
-                f'"ts": {_us(s)}, "dur": {_us(e - s)}{STYLE_ARGS if st == START_END else ""}}}'
-                for s, e, n, p, t, st in zip(
-                    r.start[sl].tolist(), r.end[sl].tolist(), r.name[sl].tolist(), pid.tolist(), tid.tolist(),
-                    r.style[sl].tolist(),
-                )
-            ]
-        )  # fmt: skip
+    _spans(
+        w, trace, r, esc,
+        lambda sl: ['"user_annotation"'] * len(r.start[sl]),
+        lambda sl: [STYLE_ARGS if st == START_END else "" for st in r.style[sl].tolist()],
+    )  # fmt: skip
 
 
 def _host(w: _Writer, trace: Trace, esc: list[str]) -> None:
@@ -157,16 +149,30 @@ def _host(w: _Writer, trace: Trace, esc: list[str]) -> None:
     on their threads with their Kineto categories."""
     h = trace.host_events
     cats = [json.dumps(c) for c in HOST_CATEGORIES]
-    for lo in range(0, len(h), BATCH):
+    _spans(
+        w,
+        trace,
+        h,
+        esc,
+        lambda sl: [cats[k] for k in h.kind[sl].tolist()],
+        lambda sl: [""] * len(h.start[sl]),
+    )
+
+
+def _spans(w: _Writer, trace: Trace, table, esc: list[str], cats, extra) -> None:
+    """Complete ("X") events of a host table (start, end, name, tid columns) on their process and thread, a batch
+    at a time: `cats(slice)` gives each row's category (JSON text), `extra(slice)` what follows its duration (args,
+    or nothing)."""
+    for lo in range(0, len(table), BATCH):
         sl = slice(lo, lo + BATCH)
-        pid, tid = cpu_pid_tid(trace.tool.name, h.tid[sl])
+        pid, tid = cpu_pid_tid(trace.tool.name, table.tid[sl])
         w.lines(
             [
-                f'{{"ph": "X", "cat": {cats[k]}, "name": {esc[n]}, "pid": {p}, "tid": {t}, "ts": {_us(s)}, '
-                f'"dur": {_us(e - s)}}}'
-                for s, e, n, p, t, k in zip(
-                    h.start[sl].tolist(), h.end[sl].tolist(), h.name[sl].tolist(), pid.tolist(), tid.tolist(),
-                    h.kind[sl].tolist(),
+                f'{{"ph": "X", "cat": {c}, "name": {esc[n]}, "pid": {p}, "tid": {t}, "ts": {_us(s)}, '
+                f'"dur": {_us(e - s)}{x}}}'
+                for s, e, n, p, t, c, x in zip(
+                    table.start[sl].tolist(), table.end[sl].tolist(), table.name[sl].tolist(), pid.tolist(),
+                    tid.tolist(), cats(sl), extra(sl),
                 )
             ]
         )  # fmt: skip
