@@ -23,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# `roseprof` in a child that reports its own peak RSS, as the tests measure it (run with PYTHONPATH=.).
+from tests.roseprof.peak_memory import CHILD
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 NSYS_FIXTURES = [
@@ -35,20 +38,6 @@ H100_KINETO = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
 DETAILS = DATA / "ncu" / "brycelelbach__nsightful__copy_blocked.csv"
 RAW = DATA / "ncu" / "tn-raw.csv"
 TIMEOUT_S = 300
-
-
-# The child reports its own peak RSS as its last stderr line (RUSAGE_CHILDREN would be the largest child so far).
-CHILD = """
-import resource, sys
-from roseprof.cli import main
-try:
-    main()
-    code = 0
-except SystemExit as e:
-    code = e.code
-print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, file=sys.stderr)
-sys.exit(code)
-"""
 
 
 def roseprof(work: Path, *args: str) -> dict:

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import save_checkpoint
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -45,20 +47,7 @@ def tests_write_only_in_their_temp_folders():
 def tiny_checkpoint(tmp_path_factory):
     """A small GPT-2 checkpoint saved by Hugging Face itself, with weights wide enough that greedy argmax
     has clear winners (GPT-2's 0.02 init gives near-ties that fp32 summation order can flip)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    path = tmp_path_factory.mktemp("ckpt") / "tiny-gpt2"
-    cfg = GPT2Config(
-        vocab_size=512, n_positions=512, n_embd=64, n_layer=2, n_head=4, bos_token_id=511, eos_token_id=511
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.15)
-    model.save_pretrained(path)
-    return str(path)
+    return save_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-gpt2", n_head=4, n_embd=64)
 
 
 def has_cuda() -> bool:

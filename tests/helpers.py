@@ -8,6 +8,32 @@ from pathlib import Path
 DATA = Path(__file__).parent / "data"
 
 
+def save_checkpoint(path, n_head: int, n_embd: int) -> str:
+    """A small GPT-2 checkpoint saved by Hugging Face itself (2 layers, 512 tokens), with weights wide enough that
+    greedy argmax has clear winners: GPT-2's 0.02 init gives near-ties that fp32 summation order (another
+    device's, or a tensor-parallel all-reduce's) can flip."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        vocab_size=512,
+        n_positions=512,
+        n_embd=n_embd,
+        n_layer=2,
+        n_head=n_head,
+        bos_token_id=511,
+        eos_token_id=511,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.15)
+    model.save_pretrained(path)
+    return str(path)
+
+
 def engine_command(
     module: str = "roseinfer.benchmark_streaming", requests: int = 4, *extra: str
 ) -> list[str]:

@@ -36,39 +36,33 @@ def test_a_bad_thread_count_is_refused(bad):
         EngineConfig(cpu_threads=bad)
 
 
-def test_the_engine_sets_torch_threads_for_its_process():
+@pytest.fixture
+def suite_threads():
+    """The engine sets torch's threads for its whole process: the suite's own count is put back after the test."""
     before = torch.get_num_threads()
-    try:
-        llm = LLM("gpt2-tiny", cpu_threads=2)
-        assert torch.get_num_threads() == 2
-        assert llm.engine.runner.cpu_threads == (2, "cpu_threads option")
-    finally:
-        torch.set_num_threads(before)  # the suite's own process keeps its count
+    yield
+    torch.set_num_threads(before)
 
 
-def test_results_do_not_depend_on_the_thread_count():
+def test_the_engine_sets_torch_threads_for_its_process(suite_threads):
+    llm = LLM("gpt2-tiny", cpu_threads=2)
+    assert torch.get_num_threads() == 2
+    assert llm.engine.runner.cpu_threads == (2, "cpu_threads option")
+
+
+def test_results_do_not_depend_on_the_thread_count(suite_threads):
     params = SamplingParams(max_new_tokens=8, temperature=0.0)
-    before = torch.get_num_threads()
-    try:
-        one = LLM("gpt2-tiny", cpu_threads=1).generate([[1, 2, 3, 4]], params)[0].token_ids
-        two = LLM("gpt2-tiny", cpu_threads=2).generate([[1, 2, 3, 4]], params)[0].token_ids
-    finally:
-        torch.set_num_threads(before)
+    one = LLM("gpt2-tiny", cpu_threads=1).generate([[1, 2, 3, 4]], params)[0].token_ids
+    two = LLM("gpt2-tiny", cpu_threads=2).generate([[1, 2, 3, 4]], params)[0].token_ids
     assert one == two and len(one) == 8
 
 
-def test_the_benchmark_says_how_many_threads_it_used(capsys):
-    before = torch.get_num_threads()
+def test_the_benchmark_says_how_many_threads_it_used(capsys, suite_threads):
     argv = ["--hf-model-id", "gpt2-tiny", "--device", "cpu", "--num-requests", "2", "--max-new-tokens", "4"]
-    try:
-        assert (
-            benchmark_streaming.main(
-                [*argv, "--warmup-runs", "0", "--repeat-runs", "1", "--cpu-threads", "1"]
-            )
-            == 0
-        )
-    finally:
-        torch.set_num_threads(before)
+    assert (
+        benchmark_streaming.main([*argv, "--warmup-runs", "0", "--repeat-runs", "1", "--cpu-threads", "1"])
+        == 0
+    )
     assert "cpu threads: 1 (cpu_threads option)" in capsys.readouterr().out
 
 

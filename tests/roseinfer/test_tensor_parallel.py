@@ -16,33 +16,10 @@ import torch
 
 from roseinfer import LLM, SamplingParams, distributed
 from roseinfer.workers import RankFailed
+from tests.helpers import save_checkpoint
 from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, hf_outputs, make_prompts
 
 TIMEOUT_S = 60.0  # a collective that waits longer fails the test instead of hanging it
-
-
-def save_checkpoint(path, n_head: int, n_embd: int) -> str:
-    """A small GPT-2 saved by Hugging Face, wide weights as in `tiny_checkpoint` (clear argmax winners, so the
-    all-reduce's different float32 summation order cannot flip a greedy token)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(
-        vocab_size=512,
-        n_positions=512,
-        n_embd=n_embd,
-        n_layer=2,
-        n_head=n_head,
-        bos_token_id=511,
-        eos_token_id=511,
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, 0.15)
-    model.save_pretrained(path)
-    return str(path)
 
 
 def test_shard_range_splits_every_item_once():

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+# The child reports its own peak RSS as its last stderr line (RUSAGE_CHILDREN would be the largest child so far).
+# scripts/reliability_attacks.py runs its attacks through it too.
 CHILD = """
 import resource, sys
 from roseprof.cli import main

@@ -14,6 +14,7 @@ from roseprof.drivers.torch.reader import read_kineto
 from roseprof.model import KERNEL, MAX_NAME_CHARS
 from tests.helpers import DATA, one_line_error, run_cli
 from tests.roseprof.peak_memory import import_peak_rss
+from tests.roseprof.test_torch_reader import kernel_totals
 
 H100 = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
 V100 = (
@@ -139,10 +140,7 @@ def test_a_rocm_trace_with_text_streams_is_read_with_exact_kernel_totals(tmp_pat
             per_stream[e["args"]["stream"]] += 1
     trace = read_kineto(path)
     summary, _ = analyse(trace, None)
-    got_count, got_ns = defaultdict(int), defaultdict(int)
-    for k in summary["kernels"]:
-        got_count[k["name"]] += k["count"]
-        got_ns[k["name"]] += k["total_ns"]
+    got_count, got_ns = kernel_totals(summary)
     assert dict(got_count) == dict(want_count) and dict(got_ns) == dict(want_ns)
     # Each HIP stream's text is one stream of the model, and its kernels are all there.
     kernel_streams = trace.ops.stream[trace.ops.kind == KERNEL]
