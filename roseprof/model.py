@@ -251,6 +251,19 @@ class Tool:
 
 
 @dataclass
+class Process:
+    """One OS process of the trace and, where the trace says, its place in a distributed run."""
+
+    pid: int
+    name: str = ""  # the process' name as the tool recorded it, or ""
+    rank: int | None = None  # its rank (torch.distributed's RANK), where known
+    world_size: int | None = None
+    rank_from: str | None = (
+        None  # what said so: "step log", "kineto distributedInfo", "RANK environment", ...
+    )
+
+
+@dataclass
 class Trace:
     tool: Tool
     names: Names = field(default_factory=Names)
@@ -267,10 +280,37 @@ class Trace:
     warnings: list[str] = field(default_factory=list)  # what the reader had to assume or leave out
     kernel_metrics: KernelMetrics | None = None  # per-launch metrics (ncu)
     host_events: HostEvents = field(default_factory=HostEvents)
+    # The OS process of every thread id the trace uses (ranges, marks, launching calls, host events), as the
+    # tool packed it (nsys: globalTid bits 24..47; torch: pid << 32 | tid); empty where the tool records no
+    # process (ncu). `processes` describes each pid; a run of several ranks has one Process per rank.
+    thread_pids: dict[int, int] = field(default_factory=dict)
+    processes: dict[int, Process] = field(default_factory=dict)
 
     @property
     def has_gpu(self) -> bool:
         return len(self.ops) > 0
+
+    def pids(self, tids: np.ndarray) -> np.ndarray:
+        """[N] the pid of each thread id (-1 where the trace does not say: an unknown thread, a GPU op with no
+        launching call)."""
+        return _lookup(self.thread_pids, tids)
+
+    def ranks(self, pids: np.ndarray) -> np.ndarray:
+        """[N] the rank of each pid (-1 where unknown)."""
+        return _lookup({p: pr.rank for p, pr in self.processes.items() if pr.rank is not None}, pids)
+
+
+def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
+    """[N] table[key] for each key, -1 where the table has none (vectorised: ops and ranges run to millions)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if not table or not len(keys):
+        return np.full(len(keys), -1, dtype=np.int64)
+    k = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    v = np.fromiter(table.values(), dtype=np.int64, count=len(table))
+    order = np.argsort(k)
+    k, v = k[order], v[order]
+    at = np.clip(np.searchsorted(k, keys), 0, len(k) - 1)
+    return np.where(k[at] == keys, v[at], -1)
 
 
 def check(trace: Trace) -> list[str]:
