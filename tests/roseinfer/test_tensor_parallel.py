@@ -37,8 +37,8 @@ def test_shard_range_splits_every_item_once():
 
 
 # (heads, width, ranks): heads divide over 2 and 3 ranks, and an uneven split (5 heads over 2 ranks: 3 + 2, as
-# gpt2-xl's 25 heads go 13 + 12)
-SHAPES = [(4, 64, 2), (6, 96, 3), (5, 80, 2)]
+# gpt2-xl's 25 heads go 13 + 12), and 4 ranks (issue 28 on CPU: four processes, gloo)
+SHAPES = [(4, 64, 2), (6, 96, 3), (5, 80, 2), (8, 128, 4)]
 
 
 @pytest.mark.parametrize("heads,width,ranks", SHAPES, ids=[f"{h}heads-tp{n}" for h, _, n in SHAPES])
