@@ -45,6 +45,15 @@ def analyse_trace(
     return summary, data
 
 
+def register_sections() -> None:
+    """Hand run/checks.py every analysis section's checks (run/ never imports analysis/), so that a stored
+    summary.json is checked part by part wherever it is read. Importing the analyses does it; calling this again
+    changes nothing."""
+    from roseprof.analysis.sections import register_checks
+
+    register_checks()
+
+
 def section_panels(summary: dict) -> list[dict]:
     """The panels of the analysis sections that offer them (analysis/sections/), from a run's summary alone."""
     from roseprof.analysis.sections import SECTIONS

@@ -6,6 +6,7 @@ from __future__ import annotations
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.spikes import analyse_spikes
 from roseprof.analysis.steps import itl_series, request_metrics
+from roseprof.run.checks import MS_STATS, NUM
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -26,4 +27,13 @@ def compute(ctx: Context) -> SectionResult:
     return SectionResult({"itl": itl, "requests": requests, "spikes": spikes}, {"itl_series": series})
 
 
-SECTION = Section("itl", compute)
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {
+    "itl": ({**MS_STATS, "at_rollover": MS_STATS, "elsewhere": MS_STATS}, None),
+    "requests": (
+        {"count": int, "completion_tokens": int, "throughput_tok_s": NUM, "ttft": MS_STATS, "tpot": MS_STATS},
+        None,
+    ),
+}
+
+SECTION = Section("itl", compute, checks=CHECKS)

@@ -8,6 +8,7 @@ import numpy as np
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
 from roseprof.model import KERNEL, Trace
+from roseprof.run.checks import NUM, OPT_NUM
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -80,4 +81,12 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
     return rows[:top]
 
 
-SECTION = Section("kernels", compute, applies=lambda trace: trace.kernel_metrics is None)
+# What a stored summary.json must hold here (run/checks.py's spec language); ncu's kernel table has the same rows.
+CHECKS = {
+    "kernels": (
+        [{"name": str, "count": int, "total_ns": NUM, "p50_ns": OPT_NUM, "region": (str, None)}],
+        None,
+    ),
+}
+
+SECTION = Section("kernels", compute, applies=lambda trace: trace.kernel_metrics is None, checks=CHECKS)

@@ -7,6 +7,7 @@ import numpy as np
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
+from roseprof.run.checks import NUM, OPT_NUM
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -53,4 +54,24 @@ def compute(ctx: Context) -> SectionResult:
     return SectionResult({"regions": regions})
 
 
-SECTION = Section("regions", compute)
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {
+    "regions": (
+        [
+            {
+                "name": str,
+                "domain": str,
+                "count": int,
+                "total_ns": NUM,
+                "self_ns": NUM,
+                "gpu_proj_ns": OPT_NUM,
+                "gpu_kernel_ns": OPT_NUM,
+                "p50_ns": OPT_NUM,
+                "p99_ns": OPT_NUM,
+            }
+        ],
+        None,
+    ),
+}
+
+SECTION = Section("regions", compute, checks=CHECKS)

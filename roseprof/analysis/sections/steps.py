@@ -16,6 +16,7 @@ from roseprof.analysis.steps import (
     step_table,
     steps_summary,
 )
+from roseprof.run.checks import NS_STATS, NUM, OPT_NUM, MapOf
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -95,4 +96,17 @@ def gpu_idle_per_step(rows: dict, trace) -> list[int]:
     return idle
 
 
-SECTION = Section("steps", compute)
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {
+    "steps": (
+        {
+            **NS_STATS,
+            "rollover": {**NS_STATS, "regions": (MapOf(OPT_NUM), None)},
+            "normal": {**NS_STATS, "regions": (MapOf(OPT_NUM), None)},
+            "rollover_excess": ({"region": str, "mean_ns": NUM}, None),
+        },
+        None,
+    ),
+}
+
+SECTION = Section("steps", compute, checks=CHECKS)
