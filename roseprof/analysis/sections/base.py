@@ -95,6 +95,9 @@ class Section:
     diff_samples  {family: Sides -> [metric]}: metrics with samples behind them (per-step or per-token values,
                   resampled with the diff's one generator: analysis/diff_metric.py, Sides.metric). Families are
                   asked in sections.DIFF_ORDER (the built-in ones), then in SECTIONS' order
+    diff_prepare  (summary, steps, itl_rows, trace) -> anything: what this section's diff_samples read of one stored
+                  run beyond RunData's own samples (e.g. a per-step column of its own, from the trace and the step
+                  windows); kept in RunData.sections[name]. None where RunData has what the section compares
     panels        summary -> [{"title", "columns", "rows", "note"}]: plain tables that show (terminal) and the run
                   dashboard present the same way; None where the renderers already have the section's own views
     """
@@ -106,6 +109,7 @@ class Section:
     checks: dict = field(default_factory=dict)
     diff_metrics: Callable | None = None
     diff_samples: dict[str, Callable[[Sides], list[dict]]] = field(default_factory=dict)
+    diff_prepare: Callable | None = None
     panels: Callable[[dict], list[dict]] | None = None
 
     def diff_families(self) -> list[tuple[str, Callable[[Sides], list[dict]]]]:
