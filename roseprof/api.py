@@ -48,8 +48,8 @@ def analyse_trace(
 
 def register_sections() -> None:
     """Hand run/checks.py every analysis section's checks (run/ never imports analysis/), so that a stored
-    summary.json is checked part by part wherever it is read. Importing the analyses does it; calling this again
-    changes nothing."""
+    summary.json is checked part by part wherever it is read. Importing the analyses does it once; calling this
+    again hands over the sections added to SECTIONS since."""
     from roseprof.analysis.sections import register_checks
 
     register_checks()
