@@ -45,15 +45,7 @@ SUMMARY_ORDER = (
 # seeded bootstrap draws in that order, so the same runs keep the same intervals. Others follow, in SECTIONS' order.
 DIFF_ORDER = ("steps", "itl", "regions", "kernels", "requests")
 
-__all__ = [
-    "DIFF_ORDER",
-    "SECTIONS",
-    "SUMMARY_ORDER",
-    "Context",
-    "Section",
-    "SectionResult",
-    "register_checks",
-]
+__all__ = ["SECTIONS", "SUMMARY_ORDER", "Context", "Section", "SectionResult", "register_checks"]
 
 
 def register_checks() -> None:
