@@ -17,6 +17,7 @@ from roseprof.analysis.verdict import verdict
 from roseprof.capture import environment, pipeline
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
+from roseprof.render.view import DiffView, RunView
 from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
@@ -43,6 +44,15 @@ def analyse_trace(
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
     return summary, data
+
+
+def register_sections() -> None:
+    """Hand run/checks.py every analysis section's checks (run/ never imports analysis/), so that a stored
+    summary.json is checked part by part wherever it is read. Importing the analyses does it once; calling this
+    again hands over the sections added to SECTIONS since."""
+    from roseprof.analysis.sections import register_checks
+
+    register_checks()
 
 
 def section_panels(summary: dict) -> list[dict]:
@@ -155,7 +165,7 @@ def _step_manifest(step_range: str | None) -> dict:
 
 def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     """`roseprof export --format chrome`: a stored run as Chrome trace-event JSON (Perfetto opens it)."""
-    from roseprof.export.chrome import write_chrome
+    from roseprof.export.chrome import ChromeExport
 
     run = store.resolve(ref)
     if not tables.has_trace(run.path):
@@ -163,8 +173,9 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
         )
     path = Path(out) if out else run.path / "trace.chrome.json.gz"
-    write_chrome(run.path, path, run.manifest)
-    return path
+    # The export reads the stored trace, steps and telemetry, never summary.json: a run whose summary is damaged
+    # still exports.
+    return ChromeExport().render(RunView(run, summary=None), path)
 
 
 def import_path(
@@ -239,10 +250,11 @@ def diff_runs(
     baseline: str | None = None,
     min_effect: float | None = None,
     pool_mixed: bool = False,
-) -> tuple[dict, dict]:
-    """`roseprof diff`: group A (the refs, or a named baseline) against group B; (result, samples): result is
-    what --json prints, samples feed the diff dashboard. A side pools only alike runs (run/alike.py) unless
-    pool_mixed; min_effect replaces the calibrated noise floors."""
+) -> DiffView:
+    """`roseprof diff`: group A (the refs, or a named baseline) against group B, as the view every diff renderer
+    takes: the result (what --json prints), the sides' pooled samples (the diff dashboard's distributions) and
+    both sides' runs. A side pools only alike runs (run/alike.py) unless pool_mixed; min_effect replaces the
+    calibrated noise floors."""
     runs_a = baselines.baseline_runs(store, baseline) if baseline else resolve_side(store, refs_a, latest)
     runs_b = resolve_side(store, refs_b, latest)
     alike.check_not_self(runs_a, runs_b)
@@ -289,7 +301,7 @@ def diff_runs(
         k: {"step_ns": _pooled([d.step_dur for d in g]), "itl_ms": _pooled([d.itl for d in g])}
         for k, g in (("a", a), ("b", b))
     }
-    return result, samples
+    return DiffView(result, samples, runs_a, runs_b)
 
 
 def _pooled(arrays: list) -> np.ndarray | None:

@@ -13,14 +13,15 @@ is called one (`significant`) only when its interval clears its family's noise f
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 
 import numpy as np
 
-from roseprof.analysis import machine_speed, noise_floor
+from roseprof.analysis import noise_floor
+from roseprof.analysis.diff_metric import Sample, Sides  # noqa: F401  (Sample: the scripts and tests know it here)
+from roseprof.analysis.diff_metric import metric as _metric  # noqa: F401  (the tests know it by this name)
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import RunData
-from roseprof.analysis.sections import SECTIONS
+from roseprof.analysis.sections import DIFF_ORDER, SECTIONS
 from roseprof.analysis.stats import (
     CONFIDENCE,
     LARGE_RESAMPLES,
@@ -28,13 +29,7 @@ from roseprof.analysis.stats import (
     MIN_SAMPLES,
     RESAMPLES,
     TAIL_SAMPLES,
-    clustered,
-    group_interval,
-    hierarchical,
-    interval,
     min_samples,
-    pct,
-    resampled,
 )
 
 METHOD = (
@@ -84,98 +79,8 @@ DEFAULT_GATE = [
 ]
 
 
-@dataclass
-class Sample:
-    """One metric's sample on one side, per run: the values (with the cluster of each value, when values move
-    together), and how the statistic becomes the metric: (stat(pooled values) + sum of offsets) / sum of scales
-    over the runs (a total per decode step: offset = time outside the steps, scale = the run's steps)."""
-
-    values: list[np.ndarray]  # per run: [N_r]
-    clusters: list[np.ndarray] | None = None  # per run: [N_r]
-    offsets: list[float] | None = None
-    scales: list[float] | None = None
-
-    def value(self, stat) -> float:
-        off = sum(self.offsets) if self.offsets else 0.0
-        scale = sum(self.scales) if self.scales else 1.0
-        return (float(stat(np.concatenate(self.values))) + off) / scale
-
-    def units(self) -> int:
-        if self.clusters is not None:
-            return sum(len(np.unique(c)) for c in self.clusters)
-        return sum(len(v) for v in self.values)
-
-    def resampled(self, stat, rng) -> np.ndarray:
-        """The metric over RESAMPLES bootstrap resamples: the within-run bootstrap for one run, the hierarchical
-        one (runs, then steps inside each) for several."""
-        if len(self.values) == 1:
-            v, off = self.values[0], self.offsets[0] if self.offsets else 0.0
-            scale = self.scales[0] if self.scales else 1.0
-            if self.clusters is not None:
-                return (clustered(v, self.clusters[0], stat, rng) + off) / scale
-            return (resampled(v, stat, rng) + off) / scale
-        return hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
-
-    def spread(self, stat, rng) -> tuple:
-        """(estimate, resamples, within-run resamples, runs): what stats.group_interval needs of a side."""
-        full = self.resampled(stat, rng)
-        if len(self.values) == 1:
-            return self.value(stat), full, full, 1
-        within = hierarchical(
-            self.values, stat, rng, self.clusters, self.offsets, self.scales, runs_fixed=True
-        )
-        return self.value(stat), full, within, len(self.values)
-
-
-def _sample(values, clusters=None, offsets=None, scales=None) -> Sample:
-    """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them."""
-    if offsets is None and scales is None:
-        keep = [i for i, v in enumerate(values) if len(v)]
-        values = [values[i] for i in keep]
-        clusters = None if clusters is None else [clusters[i] for i in keep]
-    return Sample(list(values), clusters, offsets, scales)
-
-
-def _metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True, q: float | None = None):
-    """A statistic of samples a and b (Samples, or one run's values as arrays), with its bootstrap interval; `q`
-    is the percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
-    a, b = (x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)]) for x in (a, b))
-    va, vb = a.value(stat), b.value(stat)
-    entry = {
-        "name": name,
-        "a": va,
-        "b": vb,
-        "delta_pct": None,
-        "ci_low_pct": None,
-        "ci_high_pct": None,
-        "significant": False,
-        "lower_is_better": lower_is_better,
-        "n_a": sum(len(v) for v in a.values),
-        "n_b": sum(len(v) for v in b.values),
-        "min_samples": min_samples(q),
-    }
-    if a.clusters is not None and b.clusters is not None:
-        entry["units_a"], entry["units_b"] = a.units(), b.units()  # what was resampled (decode steps)
-    if va == 0:
-        return entry
-    entry["delta_pct"] = 100.0 * (vb - va) / va
-    if rng is not None and min(a.units(), b.units()) >= entry["min_samples"]:
-        if len(a.values) == 1 and len(b.values) == 1:
-            ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
-        else:
-            ci = group_interval(a.spread(stat, rng), b.spread(stat, rng))
-        if ci is not None:
-            entry["ci_low_pct"], entry["ci_high_pct"] = ci
-            entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
-    return entry
-
-
 def _group(x: RunData | list[RunData]) -> list[RunData]:
     return [x] if isinstance(x, RunData) else list(x)
-
-
-def _common(dicts: list[dict]) -> list[str]:
-    return sorted(set.intersection(*(set(d) for d in dicts)))
 
 
 def floor_for(runs: list[RunData], min_effect_pct: float | None = None) -> NoiseFloor:
@@ -188,155 +93,26 @@ def compare(
     a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0, floor: NoiseFloor | None = None
 ) -> list[dict]:
     """Every metric of group a (before) against group b (after): one run a side, or several; each marked against
-    the noise floor (default: the runs' device's calibrated floors)."""
+    the noise floor (default: the runs' device's calibrated floors). The metrics are the analysis sections'
+    (analysis/sections/: diff_samples, diff_metrics), asked in one order with one seeded generator."""
     ga, gb = _group(a), _group(b)
-    runs = ga + gb
-    rng = np.random.default_rng(seed)
-    metrics: list[dict] = []
-    stats = {"p50": (pct(50), 50), "p99": (pct(99), 99), "mean": (np.mean, None)}
-    if all(r.step_dur is not None for r in runs):
-        for label, sel in (("", None), ("rollover.", True), ("normal.", False)):
-
-            def masks(g, sel=sel):
-                return [np.ones(len(r.step_dur), bool) if sel is None else r.step_roll == sel for r in g]
-
-            ma, mb = masks(ga), masks(gb)
-            sa = _sample([r.step_dur[m] for r, m in zip(ga, ma)])
-            sb = _sample([r.step_dur[m] for r, m in zip(gb, mb)])
-            if sa.values and sb.values:
-                for sname, (fn, q) in stats.items():
-                    metrics.append(_metric(f"steps.{label}{sname}_ns", sa, sb, fn, rng=rng, q=q))
-            if label and any(m.any() for m in ma) and any(m.any() for m in mb):
-                # Where inside the step the time went, for rollover and normal steps apart (mean ns per step).
-                for name in _common([r.step_regions for r in runs]):
-                    ra = _sample([r.step_regions[name][m] for r, m in zip(ga, ma)])
-                    rb = _sample([r.step_regions[name][m] for r, m in zip(gb, mb)])
-                    metrics.append(_metric(f"steps.{label}regions.{name}", ra, rb, np.mean, rng=rng))
-                    metrics.append(_metric(f"steps.{label}regions_p50.{name}", ra, rb, np.median, rng=rng))
-    if all(r.itl is not None for r in runs):
-        clustered_itl = all(r.itl_step is not None for r in runs)
-        for label, sel in (("", None), ("at_rollover.", True), ("elsewhere.", False)):
-
-            def itl_sample(g, sel=sel):
-                ms = [np.ones(len(r.itl), bool) if sel is None else r.itl_roll == sel for r in g]
-                # Tokens of one decode step share that step's latency: resample steps, not tokens.
-                cl = [r.itl_step[m] for r, m in zip(g, ms)] if clustered_itl else None
-                return _sample([r.itl[m] for r, m in zip(g, ms)], cl)
-
-            sa, sb = itl_sample(ga), itl_sample(gb)
-            if sa.values and sb.values:
-                for q in (50, 95, 99):
-                    metrics.append(_metric(f"itl.{label}p{q}_ms", sa, sb, pct(q), rng=rng, q=q))
-    # Totals per decode step (run totals when a run has no steps).
-    per_step = all(r.steps for r in runs)
-
-    def norm(g):
-        return [float(r.steps) if per_step else 1.0 for r in g]
-
-    speeds = machine_speed.speed_factors(ga, gb) if per_step else None
-    speed_a, speed_b = speeds or ([1.0] * len(ga), [1.0] * len(gb))
-
-    for name in _common([r.region_durations for r in runs]):
-        if per_step and all(name in r.step_regions for r in runs):
-            # Inside the decode step: the per-step time is the sample, resampled over steps.
-            def side(g, name=name):
-                outside = [float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in g]
-                return Sample([r.step_regions[name] for r in g], None, outside, norm(g))
-        else:
-
-            def side(g, name=name):
-                return Sample([r.region_durations[name] for r in g], None, None, norm(g))
-
-        metrics.append(_metric(f"regions.{name}.total_ns", side(ga), side(gb), np.sum, rng))
-        ca = sum(len(r.region_durations[name]) for r in ga) / sum(norm(ga))
-        cb = sum(len(r.region_durations[name]) for r in gb) / sum(norm(gb))
-        metrics.append({"name": f"regions.{name}.count", "a": ca, "b": cb, **_plain_delta(ca, cb)})
-        if per_step and all(name in r.step_self for r in runs):
-            # Own time (the region less its children) per step at the before side's machine speed, resampled over
-            # steps: where the time moved (machine_speed.py).
-            def own(g, speed, name=name):
-                scales = [s * n for s, n in zip(speed, norm(g))]
-                return Sample(
-                    [r.step_self[name][0] for r in g], None, [r.step_self[name][1] for r in g], scales
-                )
-
-            m = _metric(f"regions.{name}.self_ns", own(ga, speed_a), own(gb, speed_b), np.sum, rng)
-            m["speed_normalised"] = speeds is not None
-            metrics.append(m)
-        elif all(name in r.region_self for r in runs):
-            sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
-            sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
-            metrics.append({"name": f"regions.{name}.self_ns", "a": sa, "b": sb, **_plain_delta(sa, sb)})
-    for name in _common([r.kernel_durations for r in runs]):
-        if per_step and all(name in r.kernel_steps for r in runs):
-
-            def side(g, name=name):
-                return Sample(
-                    [r.kernel_steps[name][0] for r in g], None, [r.kernel_steps[name][1] for r in g], norm(g)
-                )
-        else:
-
-            def side(g, name=name):
-                return Sample([r.kernel_durations[name] for r in g], None, None, norm(g))
-
-        metrics.append(_metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum, rng))
-    # TTFT: one sample per request, resampled over requests (and runs) like the other percentiles.
-    ttft_ok = all(r.ttft is not None and len(r.ttft) for r in ga + gb)
-    if ttft_ok:
-        for q in (50, 99):
-            sa, sb = _sample([r.ttft for r in ga]), _sample([r.ttft for r in gb])
-            metrics.append(_metric(f"requests.ttft.p{q}_ms", sa, sb, pct(q), rng=rng, q=q))
-    # Numbers with no sample behind them (the benchmark's own request figures): the mean over the runs.
-    for key, q, lower in [(k, q, True) for k in ("ttft", "tpot") for q in ("p50_ms", "p99_ms")] + [
-        (None, "throughput_tok_s", False)
-    ]:
-        if key == "ttft" and ttft_ok:
-            continue
-        va, vb = _request_figure(ga, key, q), _request_figure(gb, key, q)
-        if va and vb:
-            label = f"requests.{key}.{q}" if key else f"requests.{q}"
-            metrics.append(
-                {"name": label, "a": va, "b": vb, **_plain_delta(va, vb), "lower_is_better": lower}
-            )
-    # Metrics of analysis sections that diff does not know by name (analysis/sections/: diff_metrics).
-    for section in SECTIONS:
-        for m in section.diff_metrics(ga, gb) if section.diff_metrics is not None else ():
-            # A summary figure per side, no sample behind it: a plain change, never called significant alone.
-            lower = m.get("lower_is_better", True)
-            metrics.append(
-                {
-                    "name": m["name"],
-                    "a": m["a"],
-                    "b": m["b"],
-                    **_plain_delta(m["a"], m["b"]),
-                    "lower_is_better": lower,
-                }
-            )
+    sides = Sides(ga, gb, np.random.default_rng(seed))
+    metrics = [m for _, offer in families() for m in offer(sides)]
     for m in metrics:
-        m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
-    return noise_floor.apply(metrics, floor or floor_for(runs))
+        # Totals per decode step (regions, kernels) say so; every other metric is a figure per run.
+        m["per_step"] = bool(m.pop("per_step", False))
+    return noise_floor.apply(metrics, floor or floor_for(ga + gb))
 
 
-def _request_figure(g: list[RunData], key: str | None, q: str) -> float | None:
-    values = []
-    for r in g:
-        req = r.summary.get("requests") or {}
-        if key is None:
-            values.append(req.get(q))
-        else:
-            values.append((req.get(key) or {}).get(q) if (req.get(key) or {}).get("count") else None)
-    return float(np.mean(values)) if values and all(values) else None
-
-
-def _plain_delta(a: float, b: float) -> dict:
-    """A change with no sample to resample (a single summary number): never called significant."""
-    return {
-        "delta_pct": 100.0 * (b - a) / a if a else None,
-        "ci_low_pct": None,
-        "ci_high_pct": None,
-        "significant": False,
-        "lower_is_better": True,
-    }
+def families() -> list[tuple]:
+    """Every (family, Sides -> metrics) the sections offer: the built-in families in DIFF_ORDER (the order their
+    resamples have always been drawn in, so the same runs keep the same intervals), then the others in SECTIONS'
+    order."""
+    offered = [f for section in SECTIONS for f in section.diff_families()]
+    order = {name: i for i, name in enumerate(DIFF_ORDER)}
+    return sorted(
+        offered, key=lambda f: order.get(f[0], len(order))
+    )  # stable: the others keep SECTIONS' order
 
 
 def gate(metrics: list[dict], threshold_pct: float | None, patterns: list[str] | None) -> list[dict]:

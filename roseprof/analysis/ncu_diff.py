@@ -1,7 +1,7 @@
 """Two Nsight Compute runs compared kernel by kernel, metric by metric.
 
 Each kernel's launches are its sample: for every kernel profiled in both runs and every metric below that both
-have, the mean over launches is compared with diff.py's bootstrap interval (resampling launches). Kernels that
+have, the mean over launches is compared with diff_metric.py's bootstrap interval (resampling launches). Kernels that
 appeared or vanished are named by diff.kernel_changes, as for any run. Run totals of kernel time are left out for
 ncu runs: they count how many launches the filters chose, not how fast the kernel is.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.diff import _metric
+from roseprof.analysis.diff_metric import metric as bootstrap_metric
 from roseprof.analysis.ncu import kernel_names
 from roseprof.analysis.stats import CONFIDENCE, MIN_SAMPLES, RESAMPLES
 from roseprof.model import Trace
@@ -58,7 +58,7 @@ def compare(a: Trace, b: Trace, seed: int = 0) -> list[dict]:
     for kernel in sorted(set(sa) & set(sb)):
         for metric, lower in METRICS:
             if metric in sa[kernel] and metric in sb[kernel]:
-                m = _metric(
+                m = bootstrap_metric(
                     f"ncu.{kernel}.{metric}",
                     sa[kernel][metric],
                     sb[kernel][metric],

@@ -30,6 +30,9 @@ class RunData:
     ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
     # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
     step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
+    # section name -> what that section's diff_prepare made of the stored run: samples of its own (a per-step
+    # column from the trace and the step windows, say) that its diff_samples families read back
+    sections: dict[str, object] = field(default_factory=dict)
 
     @property
     def steps(self) -> int | None:
@@ -95,6 +98,10 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
     region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
     step_self = _step_self(trace, steps, step_dur, set(step_regions))
+    # Imported here: the sections' diff hooks import this module (RunData).
+    from roseprof.analysis.sections import SECTIONS
+
+    own = {s.name: s.diff_prepare(summary, steps, itl_rows, trace) for s in SECTIONS if s.diff_prepare}
     return RunData(
         summary,
         step_dur,
@@ -109,6 +116,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         kernel_durations,
         ttft,
         step_self,
+        own,
     )
 
 

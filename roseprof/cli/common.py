@@ -37,6 +37,10 @@ def store_options(f):
 @click.version_option(package_name="roseinfer", prog_name="roseprof")
 def cli() -> None:
     """Capture, parse and compare profiles of roseinfer (or any command)."""
+    from roseprof.api import register_sections
+
+    # Before any verb reads a stored run: its summary.json is checked against what each analysis section stores.
+    register_sections()
 
 
 def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> None:

@@ -164,9 +164,9 @@ def diff(
     run), all of one tool, command and machine. Several runs a side are compared with a hierarchical bootstrap
     (runs, then steps inside each run); a change is called one when its interval clears the noise floor."""
     from roseprof.api import diff_runs
-    from roseprof.render.diff_dashboard import render_diff
+    from roseprof.render.diff_dashboard import DiffDashboard
     from roseprof.render.terminal import make_console
-    from roseprof.render.terminal_diff import print_diff
+    from roseprof.render.terminal_diff import TerminalDiff
 
     runs = list(runs)
     if baseline and vs:
@@ -185,7 +185,7 @@ def diff(
             f"(got {len(runs)} run reference(s))"
         )
     with damage_is_one_line(*refs_a, *refs_b):
-        result, samples = diff_runs(
+        view = diff_runs(
             RunStore(traces_dir),
             refs_a,
             refs_b,
@@ -197,9 +197,10 @@ def diff(
             min_effect=min_effect,
             pool_mixed=pool_mixed,
         )
+    result = view.result
     # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.
     try:
-        result["dashboard"] = str(render_diff(result, samples, dashboards_dir))
+        result["dashboard"] = str(DiffDashboard().render(view, view.default_path(dashboards_dir)))
     except OSError as e:
         result["dashboard"] = None
         warn(f"diff dashboard not written ({os_error(e)})")
@@ -211,7 +212,7 @@ def diff(
             )
         )
     else:
-        print_diff(make_console(), result, top)
+        TerminalDiff(make_console(), top).render(view)
         if result["dashboard"]:
             click.echo(f"dashboard: {result['dashboard']}")
     sys.exit(1 if result["regressions"] else 0)

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from roseprof.render import text, verdict_text
 from roseprof.render.figures import esc, layout
 from roseprof.render.page import figure_divs, page, table, write_page
+from roseprof.render.view import DiffView
 
 COLORS = {"before": "#636efa", "after": "#ef553b"}
 WORD_COLOR = {"faster": "#2ca02c", "slower": "#d62728", "mixed": "#b8860b"}
@@ -163,8 +164,15 @@ def _verdict_panel(result: dict) -> str:
     return f'<div class="panel verdict">{"".join(parts)}</div>'
 
 
-def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
-    """`samples`: {"a"|"b": {"step_ns": [S] or None, "itl_ms": [T] or None}} of the two runs."""
+class DiffDashboard:
+    """A diff's offline HTML dashboard, from its view alone."""
+
+    def render(self, view: DiffView, out_path: Path) -> Path:
+        """Write the dashboard to out_path (atomically) and return it (view.default_path: the usual place)."""
+        return _render(view.result, view.samples, Path(out_path))
+
+
+def _render(result: dict, samples: dict, out: Path) -> Path:
     a, b = samples["a"], samples["b"]
     figs = [
         _region_bars(result),
@@ -186,7 +194,6 @@ def render_diff(result: dict, samples: dict, dashboards_dir) -> Path:
     footer = f"Method: {html.escape(result['method'])}."
     a, b = result["a"], result["b"]
     sub = f"before: {_side(a)} ({a.get('name')})   after: {_side(b)} ({b.get('name')})"
-    out = Path(dashboards_dir) / f"diff-{_file_side(a)}-vs-{_file_side(b)}.html"
     return write_page(page("roseprof diff", "roseprof diff", sub, main, figs, footer), out)
 
 
@@ -194,8 +201,3 @@ def _side(side: dict) -> str:
     """A side of the diff by its latest run's id, and how many runs its group has beyond that one."""
     more = len(side.get("runs") or []) - 1
     return f"{side['id']} + {more} more" if more > 0 else side["id"]
-
-
-def _file_side(side: dict) -> str:
-    n = len(side.get("runs") or [])
-    return f"{side['id']}-x{n}" if n > 1 else side["id"]

@@ -8,6 +8,7 @@ from rich.console import Console
 from roseprof.render import text
 from roseprof.render.terminal import fit_table
 from roseprof.render.verdict_text import headline_sentence, one_run_note, samples_note, side_line
+from roseprof.render.view import DiffView
 
 STYLE = {"faster": "green", "slower": "red", "mixed": "yellow"}
 
@@ -71,6 +72,16 @@ def print_verdict(console: Console, v: dict) -> None:
         if names:
             shown = ", ".join(text.kernel_name(n, 60) for n in names)
             console.print(f"{label}: {shown}", markup=False)
+
+
+class TerminalDiff:
+    """A diff in the terminal (`roseprof diff`), from its view, fitted to the console: `top` metrics in the table."""
+
+    def __init__(self, console: Console, top: int = 25):
+        self.console, self.top = console, top
+
+    def render(self, view: DiffView) -> None:
+        print_diff(self.console, view.result, self.top)
 
 
 def print_diff(console: Console, result: dict, top: int) -> None:

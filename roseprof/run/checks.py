@@ -3,8 +3,12 @@ or hand-edited summary.json, steps of mismatched lengths, a manifest whose statu
 damaged in one line instead of failing deep inside a renderer.
 
 A spec is a type (int, float, str, bool, NUM), a tuple of allowed specs, a dict of {key: spec} (listed keys are
-required unless their spec allows None; extra keys are allowed), or a one-element list [item spec]. NUM is a
-finite number; bools are never numbers here.
+required unless their spec allows None; extra keys are allowed), MapOf(spec) (an object of any keys, every value
+matching spec), or a one-element list [item spec]. NUM is a finite number; bools are never numbers here.
+
+What summary.json holds is checked part by part: each analysis section names the checks of its part
+(analysis/sections/, handed over into SECTION_CHECKS); this module keeps the spec language and what is no
+section's (warnings, gpus, the keys every summary has).
 """
 
 from __future__ import annotations
@@ -16,6 +20,13 @@ OPT_NUM = (NUM, None)
 # No number roseprof writes comes near this (2^62 ns is 146 years; FLOP rates are ~1e16): a p50 of 1e308 is a
 # hand edit or damage, and would turn every delta computed from it into inf or NaN.
 NUM_LIMIT = float(1 << 62)
+
+
+class MapOf:
+    """A spec for an object of any keys whose every value matches `spec` (a step's time per region, by name)."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
 
 
 class Damaged(ValueError):
@@ -44,6 +55,11 @@ def check(value, spec, where: str = "") -> None:
                 raise Damaged(f"{where + '.' if where else ''}{key} is missing")
             check(value.get(key), sub, f"{where + '.' if where else ''}{key}")
         return
+    if isinstance(spec, MapOf):
+        check(value, dict, where)
+        for key, item in value.items():
+            check(item, spec.spec, f"{where}.{key}")
+        return
     if isinstance(spec, list):
         if not isinstance(value, list):
             raise Damaged(f"{where or 'the file'} is not a list")
@@ -69,44 +85,11 @@ def _allows_none(spec) -> bool:
 
 NS_STATS = {"count": int, "p50_ns": OPT_NUM, "p99_ns": OPT_NUM}
 MS_STATS = {"count": int, "p50_ms": OPT_NUM, "p95_ms": OPT_NUM, "p99_ms": OPT_NUM}
+# What a summary holds that is no analysis section's: the analyses' warnings and the GPUs the capture saw. Each
+# section's part is checked by the section's own `checks` (analysis/sections/).
 SUMMARY = {
-    "regions": (
-        [
-            {
-                "name": str,
-                "domain": str,
-                "count": int,
-                "total_ns": NUM,
-                "self_ns": NUM,
-                "gpu_proj_ns": OPT_NUM,
-                "gpu_kernel_ns": OPT_NUM,
-                "p50_ns": OPT_NUM,
-                "p99_ns": OPT_NUM,
-            }
-        ],
-        None,
-    ),
-    "kernels": (
-        [{"name": str, "count": int, "total_ns": NUM, "p50_ns": OPT_NUM, "region": (str, None)}],
-        None,
-    ),
-    "steps": (
-        {
-            **NS_STATS,
-            "rollover": {**NS_STATS, "regions": (dict, None)},
-            "normal": {**NS_STATS, "regions": (dict, None)},
-            "rollover_excess": ({"region": str, "mean_ns": NUM}, None),
-        },
-        None,
-    ),
-    "itl": ({**MS_STATS, "at_rollover": MS_STATS, "elsewhere": MS_STATS}, None),
-    "requests": (
-        {"count": int, "completion_tokens": int, "throughput_tok_s": NUM, "ttft": MS_STATS, "tpot": MS_STATS},
-        None,
-    ),
     "warnings": ([str], None),
     "gpus": ([dict], None),
-    "marks": ([{"name": str, "count": int}], None),
 }
 ITL_ROW = {"t_ms": [NUM], "itl_ms": [NUM], "rollover": [bool], "step": ([int], None)}
 TELEMETRY = {"interval_s": NUM, "samples": [dict]}
@@ -121,16 +104,11 @@ SUMMARY_KEYS = ("regions", "kernels", "warnings")
 
 
 def check_summary(summary) -> None:
-    check(summary, SUMMARY)
     check(summary, dict(SECTION_CHECKS))
+    check(summary, SUMMARY)
     for key in SUMMARY_KEYS:
         if key not in summary:
             raise Damaged(f"{key} is missing")
-    steps = summary.get("steps")
-    if steps:
-        for group in ("rollover", "normal"):
-            for name, v in (steps[group].get("regions") or {}).items():
-                check(v, OPT_NUM, f"steps.{group}.regions.{name}")
 
 
 def check_steps(steps) -> None:

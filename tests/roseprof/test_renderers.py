@@ -9,10 +9,10 @@ from rich.console import Console
 
 from roseprof import api
 from roseprof.export.chrome import ChromeExport
-from roseprof.render.diff_dashboard import render_diff
+from roseprof.render.diff_dashboard import DiffDashboard
 from roseprof.render.run_dashboard import RunDashboard
 from roseprof.render.terminal import TerminalRenderer
-from roseprof.render.terminal_diff import print_diff
+from roseprof.render.terminal_diff import TerminalDiff
 from roseprof.render.view import RunView
 from roseprof.run.store import RunStore
 from tests.helpers import DATA
@@ -71,9 +71,9 @@ def test_the_diff_renderers(imported, tmp_path):
     store, run = imported
     fixture = run.manifest["source"]
     api.import_path(store, fixture, "b", _steplog(fixture))
-    result, samples = api.diff_runs(store, ["a"], ["b"], None, None, False)
+    view = api.diff_runs(store, ["a"], ["b"], None, None, False)
     out = io.StringIO()
-    print_diff(Console(file=out, width=80, color_system=None, force_terminal=False), result, 10)
+    TerminalDiff(Console(file=out, width=80, color_system=None, force_terminal=False), 10).render(view)
     assert out.getvalue().strip()
-    page = render_diff(result, samples, tmp_path).read_text()
+    page = DiffDashboard().render(view, view.default_path(tmp_path)).read_text()
     assert "roseprof diff" in page

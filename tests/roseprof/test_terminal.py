@@ -81,7 +81,7 @@ def test_ls_never_cuts_a_run_id(store, width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_diff_leads_with_the_verdict(store, width):
-    result, _ = api.diff_runs(store, ["before"], ["after"], 5.0, None, False)
+    result = api.diff_runs(store, ["before"], ["after"], 5.0, None, False).result
     out = render(width, print_diff, result, 25)
     assert_fits(out, width)
     lines = out.splitlines()

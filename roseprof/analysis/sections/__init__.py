@@ -41,6 +41,10 @@ SUMMARY_ORDER = (
     "spikes",
 )
 
+# The built-in diff metrics' families (a section's diff_samples), in the order diff has always asked for them: its
+# seeded bootstrap draws in that order, so the same runs keep the same intervals. Others follow, in SECTIONS' order.
+DIFF_ORDER = ("steps", "itl", "regions", "kernels", "requests")
+
 __all__ = ["SECTIONS", "SUMMARY_ORDER", "Context", "Section", "SectionResult", "register_checks"]
 
 

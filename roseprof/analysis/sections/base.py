@@ -9,6 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
+from roseprof.analysis.diff_metric import Sides, figure
 from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.model import Trace
@@ -89,8 +90,14 @@ class Section:
     absent        its summary part where it does not apply (summary.json keeps a key readers expect, as null)
     checks        {summary key: spec} in run/checks.py's spec language: what a stored summary.json must hold there
     diff_metrics  (runs_before, runs_after) -> [{"name", "a", "b", "lower_is_better" (default True)}]: a figure
-                  per side from the runs' analysis.samples.RunData (summary included); diff.compare adds the change
-                  and the noise floor. None where diff.compare already covers the section
+                  per side from the runs' analysis.samples.RunData (summary included), no sample behind it: a plain
+                  change, never called significant alone
+    diff_samples  {family: Sides -> [metric]}: metrics with samples behind them (per-step or per-token values,
+                  resampled with the diff's one generator: analysis/diff_metric.py, Sides.metric). Families are
+                  asked in sections.DIFF_ORDER (the built-in ones), then in SECTIONS' order
+    diff_prepare  (summary, steps, itl_rows, trace) -> anything: what this section's diff_samples read of one stored
+                  run beyond RunData's own samples (e.g. a per-step column of its own, from the trace and the step
+                  windows); kept in RunData.sections[name]. None where RunData has what the section compares
     panels        summary -> [{"title", "columns", "rows", "note"}]: plain tables that show (terminal) and the run
                   dashboard present the same way; None where the renderers already have the section's own views
     """
@@ -101,4 +108,21 @@ class Section:
     absent: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)
     diff_metrics: Callable | None = None
+    diff_samples: dict[str, Callable[[Sides], list[dict]]] = field(default_factory=dict)
+    diff_prepare: Callable | None = None
     panels: Callable[[dict], list[dict]] | None = None
+
+    def diff_families(self) -> list[tuple[str, Callable[[Sides], list[dict]]]]:
+        """What this section offers diff, as (family, Sides -> metrics): its sample families, then its plain
+        figures as one family of the section's name. diff.compare asks every family through this one path and
+        marks each metric against the noise floor."""
+        families = list(self.diff_samples.items())
+        if self.diff_metrics is not None:
+            families.append((self.name, self._figures))
+        return families
+
+    def _figures(self, sides: Sides) -> list[dict]:
+        return [
+            figure(m["name"], m["a"], m["b"], m.get("lower_is_better", True))
+            for m in self.diff_metrics(sides.before, sides.after)
+        ]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.diff_metric import Sample, Sides, common
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
 from roseprof.model import KERNEL, Trace
+from roseprof.run.checks import NUM, OPT_NUM
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -80,4 +82,41 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
     return rows[:top]
 
 
-SECTION = Section("kernels", compute, applies=lambda trace: trace.kernel_metrics is None)
+def diff_kernels(sides: Sides) -> list[dict]:
+    """Per kernel: its total time per decode step (launched in each step, resampled over steps), or per run where
+    a run has no steps."""
+    ga, gb, norm, per_step = sides.before, sides.after, sides.norm, sides.per_step
+    metrics = []
+    for name in common([r.kernel_durations for r in sides.runs]):
+        if per_step and all(name in r.kernel_steps for r in sides.runs):
+
+            def side(g, name=name):
+                return Sample(
+                    [r.kernel_steps[name][0] for r in g], None, [r.kernel_steps[name][1] for r in g], norm(g)
+                )
+        else:
+
+            def side(g, name=name):
+                return Sample([r.kernel_durations[name] for r in g], None, None, norm(g))
+
+        m = sides.metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum)
+        m["per_step"] = per_step  # how the views label it
+        metrics.append(m)
+    return metrics
+
+
+# What a stored summary.json must hold here (run/checks.py's spec language); ncu's kernel table has the same rows.
+CHECKS = {
+    "kernels": (
+        [{"name": str, "count": int, "total_ns": NUM, "p50_ns": OPT_NUM, "region": (str, None)}],
+        None,
+    ),
+}
+
+SECTION = Section(
+    "kernels",
+    compute,
+    applies=lambda trace: trace.kernel_metrics is None,
+    checks=CHECKS,
+    diff_samples={"kernels": diff_kernels},
+)

@@ -13,4 +13,7 @@ def compute(ctx: Context) -> SectionResult:
     return SectionResult({"marks": [{"name": k, "count": v} for k, v in sorted(marks.items())]})
 
 
-SECTION = Section("marks", compute)
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {"marks": ([{"name": str, "count": int}], None)}
+
+SECTION = Section("marks", compute, checks=CHECKS)

@@ -5,6 +5,7 @@ the GPU's peaks). The arithmetic is analysis/ncu.py's; this module is only its p
 from __future__ import annotations
 
 from roseprof.analysis import ncu
+from roseprof.analysis.sections import kernels
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 
 
@@ -20,4 +21,6 @@ def compute(ctx: Context) -> SectionResult:
     )
 
 
-SECTION = Section("ncu", compute, applies=lambda trace: trace.kernel_metrics is not None)
+SECTION = Section(
+    "ncu", compute, applies=lambda trace: trace.kernel_metrics is not None, checks=kernels.CHECKS
+)

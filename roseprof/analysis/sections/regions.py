@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.diff_metric import Sample, Sides, common, figure
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
+from roseprof.run.checks import NUM, OPT_NUM
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -53,4 +55,67 @@ def compute(ctx: Context) -> SectionResult:
     return SectionResult({"regions": regions})
 
 
-SECTION = Section("regions", compute)
+def diff_regions(sides: Sides) -> list[dict]:
+    """Per region: its total time and count (per decode step, or per run where a run has no steps) and its own
+    time (less its children), per step at the before side's machine speed where the region runs inside the steps
+    (machine_speed.py: where the time moved)."""
+    ga, gb, norm = sides.before, sides.after, sides.norm
+    per_step, speeds = sides.per_step, sides.speeds
+    speed_a, speed_b = speeds or ([1.0] * len(ga), [1.0] * len(gb))
+    metrics = []
+    for name in common([r.region_durations for r in sides.runs]):
+        if per_step and all(name in r.step_regions for r in sides.runs):
+            # Inside the decode step: the per-step time is the sample, resampled over steps.
+            def side(g, name=name):
+                outside = [float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in g]
+                return Sample([r.step_regions[name] for r in g], None, outside, norm(g))
+        else:
+
+            def side(g, name=name):
+                return Sample([r.region_durations[name] for r in g], None, None, norm(g))
+
+        metrics.append(sides.metric(f"regions.{name}.total_ns", side(ga), side(gb), np.sum))
+        ca = sum(len(r.region_durations[name]) for r in ga) / sum(norm(ga))
+        cb = sum(len(r.region_durations[name]) for r in gb) / sum(norm(gb))
+        metrics.append(figure(f"regions.{name}.count", ca, cb))
+        if per_step and all(name in r.step_self for r in sides.runs):
+
+            def own(g, speed, name=name):
+                scales = [s * n for s, n in zip(speed, norm(g))]
+                return Sample(
+                    [r.step_self[name][0] for r in g], None, [r.step_self[name][1] for r in g], scales
+                )
+
+            m = sides.metric(f"regions.{name}.self_ns", own(ga, speed_a), own(gb, speed_b), np.sum)
+            m["speed_normalised"] = speeds is not None
+            metrics.append(m)
+        elif all(name in r.region_self for r in sides.runs):
+            sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
+            sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
+            metrics.append(figure(f"regions.{name}.self_ns", sa, sb))
+    for m in metrics:
+        m["per_step"] = per_step  # a total per decode step (or per run): how the views label it
+    return metrics
+
+
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {
+    "regions": (
+        [
+            {
+                "name": str,
+                "domain": str,
+                "count": int,
+                "total_ns": NUM,
+                "self_ns": NUM,
+                "gpu_proj_ns": OPT_NUM,
+                "gpu_kernel_ns": OPT_NUM,
+                "p50_ns": OPT_NUM,
+                "p99_ns": OPT_NUM,
+            }
+        ],
+        None,
+    ),
+}
+
+SECTION = Section("regions", compute, checks=CHECKS, diff_samples={"regions": diff_regions})

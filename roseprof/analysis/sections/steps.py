@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.diff_metric import Sides, common, sample
 from roseprof.analysis.graphs import graph_warning, step_graph_columns
 from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.stats import pct
 from roseprof.analysis.steps import (
     clock_offset,
     run_starts,
@@ -16,6 +18,7 @@ from roseprof.analysis.steps import (
     step_table,
     steps_summary,
 )
+from roseprof.run.checks import NS_STATS, NUM, OPT_NUM, MapOf
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -95,4 +98,45 @@ def gpu_idle_per_step(rows: dict, trace) -> list[int]:
     return idle
 
 
-SECTION = Section("steps", compute)
+def diff_steps(sides: Sides) -> list[dict]:
+    """Step time (all steps, rollover and normal apart: p50, p99, mean), resampled over steps; and for rollover and
+    normal steps, where inside the step the time went (each region's mean and median ns per step)."""
+    if not all(r.step_dur is not None for r in sides.runs):
+        return []
+    ga, gb = sides.before, sides.after
+    metrics = []
+    stats = {"p50": (pct(50), 50), "p99": (pct(99), 99), "mean": (np.mean, None)}
+    for label, sel in (("", None), ("rollover.", True), ("normal.", False)):
+
+        def masks(g, sel=sel):
+            return [np.ones(len(r.step_dur), bool) if sel is None else r.step_roll == sel for r in g]
+
+        ma, mb = masks(ga), masks(gb)
+        sa = sample([r.step_dur[m] for r, m in zip(ga, ma)])
+        sb = sample([r.step_dur[m] for r, m in zip(gb, mb)])
+        if sa.values and sb.values:
+            for sname, (fn, q) in stats.items():
+                metrics.append(sides.metric(f"steps.{label}{sname}_ns", sa, sb, fn, q=q))
+        if label and any(m.any() for m in ma) and any(m.any() for m in mb):
+            for name in common([r.step_regions for r in sides.runs]):
+                ra = sample([r.step_regions[name][m] for r, m in zip(ga, ma)])
+                rb = sample([r.step_regions[name][m] for r, m in zip(gb, mb)])
+                metrics.append(sides.metric(f"steps.{label}regions.{name}", ra, rb, np.mean))
+                metrics.append(sides.metric(f"steps.{label}regions_p50.{name}", ra, rb, np.median))
+    return metrics
+
+
+# What a stored summary.json must hold here (run/checks.py's spec language).
+CHECKS = {
+    "steps": (
+        {
+            **NS_STATS,
+            "rollover": {**NS_STATS, "regions": (MapOf(OPT_NUM), None)},
+            "normal": {**NS_STATS, "regions": (MapOf(OPT_NUM), None)},
+            "rollover_excess": ({"region": str, "mean_ns": NUM}, None),
+        },
+        None,
+    ),
+}
+
+SECTION = Section("steps", compute, checks=CHECKS, diff_samples={"steps": diff_steps})

@@ -1,0 +1,163 @@
+"""One diff metric: a statistic of the before and after sides' samples with its bootstrap interval, and `Sides`,
+what an analysis section's diff metrics are computed from (analysis/sections/: `diff_samples`, `diff_metrics`).
+
+The statistics are stats.py's; the method text and the gate are diff.py's, which asks the sections for their
+metrics (diff.compare) and marks each against the noise floor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from roseprof.analysis import machine_speed
+from roseprof.analysis.samples import RunData
+from roseprof.analysis.stats import (
+    clustered,
+    group_interval,
+    hierarchical,
+    interval,
+    min_samples,
+    resampled,
+)
+
+
+@dataclass
+class Sample:
+    """One metric's sample on one side, per run: the values (with the cluster of each value, when values move
+    together), and how the statistic becomes the metric: (stat(pooled values) + sum of offsets) / sum of scales
+    over the runs (a total per decode step: offset = time outside the steps, scale = the run's steps)."""
+
+    values: list[np.ndarray]  # per run: [N_r]
+    clusters: list[np.ndarray] | None = None  # per run: [N_r]
+    offsets: list[float] | None = None
+    scales: list[float] | None = None
+
+    def value(self, stat) -> float:
+        off = sum(self.offsets) if self.offsets else 0.0
+        scale = sum(self.scales) if self.scales else 1.0
+        return (float(stat(np.concatenate(self.values))) + off) / scale
+
+    def units(self) -> int:
+        if self.clusters is not None:
+            return sum(len(np.unique(c)) for c in self.clusters)
+        return sum(len(v) for v in self.values)
+
+    def resampled(self, stat, rng) -> np.ndarray:
+        """The metric over RESAMPLES bootstrap resamples: the within-run bootstrap for one run, the hierarchical
+        one (runs, then steps inside each) for several."""
+        if len(self.values) == 1:
+            v, off = self.values[0], self.offsets[0] if self.offsets else 0.0
+            scale = self.scales[0] if self.scales else 1.0
+            if self.clusters is not None:
+                return (clustered(v, self.clusters[0], stat, rng) + off) / scale
+            return (resampled(v, stat, rng) + off) / scale
+        return hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+
+    def spread(self, stat, rng) -> tuple:
+        """(estimate, resamples, within-run resamples, runs): what stats.group_interval needs of a side."""
+        full = self.resampled(stat, rng)
+        if len(self.values) == 1:
+            return self.value(stat), full, full, 1
+        within = hierarchical(
+            self.values, stat, rng, self.clusters, self.offsets, self.scales, runs_fixed=True
+        )
+        return self.value(stat), full, within, len(self.values)
+
+
+def sample(values, clusters=None, offsets=None, scales=None) -> Sample:
+    """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them."""
+    if offsets is None and scales is None:
+        keep = [i for i, v in enumerate(values) if len(v)]
+        values = [values[i] for i in keep]
+        clusters = None if clusters is None else [clusters[i] for i in keep]
+    return Sample(list(values), clusters, offsets, scales)
+
+
+def metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True, q: float | None = None):
+    """A statistic of samples a and b (Samples, or one run's values as arrays), with its bootstrap interval; `q`
+    is the percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
+    a, b = (x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)]) for x in (a, b))
+    va, vb = a.value(stat), b.value(stat)
+    entry = {
+        "name": name,
+        "a": va,
+        "b": vb,
+        "delta_pct": None,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "significant": False,
+        "lower_is_better": lower_is_better,
+        "n_a": sum(len(v) for v in a.values),
+        "n_b": sum(len(v) for v in b.values),
+        "min_samples": min_samples(q),
+    }
+    if a.clusters is not None and b.clusters is not None:
+        entry["units_a"], entry["units_b"] = a.units(), b.units()  # what was resampled (decode steps)
+    if va == 0:
+        return entry
+    entry["delta_pct"] = 100.0 * (vb - va) / va
+    if rng is not None and min(a.units(), b.units()) >= entry["min_samples"]:
+        if len(a.values) == 1 and len(b.values) == 1:
+            ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
+        else:
+            ci = group_interval(a.spread(stat, rng), b.spread(stat, rng))
+        if ci is not None:
+            entry["ci_low_pct"], entry["ci_high_pct"] = ci
+            entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
+    return entry
+
+
+def plain_delta(a: float, b: float) -> dict:
+    """A change with no sample to resample (a single summary number): never called significant."""
+    return {
+        "delta_pct": 100.0 * (b - a) / a if a else None,
+        "ci_low_pct": None,
+        "ci_high_pct": None,
+        "significant": False,
+        "lower_is_better": True,
+    }
+
+
+def figure(name: str, a: float, b: float, lower_is_better: bool = True) -> dict:
+    """A metric of one summary figure per side (no sample behind it): a plain change, never significant alone."""
+    return {"name": name, "a": a, "b": b, **plain_delta(a, b), "lower_is_better": lower_is_better}
+
+
+def common(dicts: list[dict]) -> list[str]:
+    """The keys every dict has, sorted: what every run of both sides can be compared on."""
+    return sorted(set.intersection(*(set(d) for d in dicts)))
+
+
+@dataclass
+class Sides:
+    """What a section's diff metrics are computed from: the runs before and after (one or more a side, each an
+    analysis/samples.RunData with its summary), and the diff's one seeded generator: every interval draws from it
+    in turn, so a diff is repeatable only when the metrics are asked for in one order (sections.DIFF_ORDER)."""
+
+    before: list[RunData]
+    after: list[RunData]
+    rng: np.random.Generator
+
+    @property
+    def runs(self) -> list[RunData]:
+        return self.before + self.after
+
+    @cached_property
+    def per_step(self) -> bool:
+        """Totals are compared per decode step where every run has steps (run totals otherwise)."""
+        return all(r.steps for r in self.runs)
+
+    def norm(self, runs: list[RunData]) -> list[float]:
+        """What a total is divided by, per run: its decode steps, or 1 (a run total)."""
+        return [float(r.steps) if self.per_step else 1.0 for r in runs]
+
+    @cached_property
+    def speeds(self) -> tuple[list[float], list[float]] | None:
+        """Each run's machine speed factor (machine_speed.py), where totals are per step and the runs tell it."""
+        return machine_speed.speed_factors(self.before, self.after) if self.per_step else None
+
+    def metric(self, name: str, a: Sample, b: Sample, stat, lower_is_better=True, q: float | None = None):
+        """`metric` with the diff's generator: a statistic of the two sides' samples, with its interval."""
+        return metric(name, a, b, stat, self.rng, lower_is_better, q)
