@@ -229,5 +229,5 @@ def test_diff_compares_each_rank(tmp_path):
 
 def test_a_folder_without_traces_is_refused_in_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(RoseprofError, match="holds no per-rank trace"):
+    with pytest.raises(RoseprofError, match="is a folder with no trace in it"):
         api.import_path(RunStore(tmp_path / "traces"), str(tmp_path / "empty"), None, None)
