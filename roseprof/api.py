@@ -21,7 +21,7 @@ from roseprof.render.view import DiffView, RunView
 from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
-from roseprof.workload.steplog import read_steplog
+from roseprof.workload.steplog import rank_log_paths, read_steplog
 
 
 def analyse_trace(
@@ -40,9 +40,18 @@ def analyse_trace(
         raise RoseprofError(
             f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
         )
-    summary, data = analyse(trace, log, step_range)
+    # The other ranks' logs beside rank 0's (steplog.rank<r>.jsonl); a damaged one costs its lines, as rank 0's.
+    rank_logs = {}
+    if steplog is not None:
+        for rank, path in rank_log_paths(str(steplog)).items():
+            other = read_steplog(path) if rank else None
+            if other is not None and other.records:
+                rank_logs[rank] = other
+    summary, data = analyse(trace, log, step_range, rank_logs)
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
+    for rank, other in rank_logs.items():
+        summary["warnings"].extend(other.warnings(f"{label} (rank {rank})"))
     return summary, data
 
 
@@ -179,15 +188,25 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
 
 
 def import_path(
-    store: RunStore, path: str, name: str | None, steplog: str | None, step_range: str | None = None
+    store: RunStore,
+    path: str | list[str],
+    name: str | None,
+    steplog: str | None,
+    step_range: str | None = None,
 ) -> Run:
-    """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
+    """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run; several files,
+    or a folder of them (HTA's layout, rank-N.*.json[.gz]), as one run of several ranks (Kineto)."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
-    from roseprof.drivers import pick_reader
+    from roseprof.drivers import pick_reader, rank_files
 
+    paths = [path] if isinstance(path, str) else list(path)
+    files: list[str] = []
+    for p in paths:
+        files += [str(f) for f in rank_files(Path(p), p)] if Path(p).is_dir() else [p]
     return pipeline.import_file(
-        store, path, name, steplog, analyse_import, pick_reader, _step_manifest(step_range)
-    )
+        store, files[0] if len(files) == 1 else files, name, steplog, analyse_import, pick_reader,
+        _step_manifest(step_range),
+    )  # fmt: skip
 
 
 def load_run(run: Run) -> RunData:

@@ -5,7 +5,17 @@ docs/ARCHITECTURE.md has the recipe."""
 
 from __future__ import annotations
 
-from roseprof.analysis.sections import gpu_ops, itl, kernels, marks, ncu_kernels, regions, steady, steps
+from roseprof.analysis.sections import (
+    gpu_ops,
+    itl,
+    kernels,
+    marks,
+    ncu_kernels,
+    ranks,
+    regions,
+    steady,
+    steps,
+)
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.run import checks
 
@@ -15,6 +25,7 @@ SECTIONS: list[Section] = [
     ncu_kernels.SECTION,
     gpu_ops.SECTION,
     steps.SECTION,
+    ranks.SECTION,
     steady.SECTION,
     itl.SECTION,
     marks.SECTION,
@@ -35,6 +46,8 @@ SUMMARY_ORDER = (
     "marks",
     "gpus",
     "gpu_idle_between_steps",
+    "ranks",
+    "rank_clock",
     "kernel_attribution",
     "warnings",
     "ncu",

@@ -8,6 +8,7 @@ import numpy as np
 
 from roseprof.analysis.diff_metric import Sides, common, sample
 from roseprof.analysis.graphs import graph_warning, step_graph_columns
+from roseprof.analysis.ranks import first_rank_ranges
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import pct
 from roseprof.analysis.steps import (
@@ -38,6 +39,7 @@ def compute(ctx: Context) -> SectionResult:
         ctx.warnings,
         clock_offset(trace.clock, trace.session_start_utc_ns, log),
         ctx.step_range,
+        first_rank_ranges(trace),  # several ranks: rank 0's steps, the indices every rank shares
     )
     graph_cols = step_graph_columns(rows, trace, ctx.capture) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None

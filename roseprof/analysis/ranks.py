@@ -1,0 +1,149 @@
+"""Which rank each process of a run is, and which ranges and GPU ops each rank owns.
+
+A trace of several processes (a tensor-parallel engine under nsys, or one Kineto file per rank merged) knows its
+processes (model.Trace.processes) and, where its tool recorded one, their rank. The engine's step logs say it for
+every run: each rank's log carries the writing process' `pid`, `rank` and `world_size` in its meta record, so a
+process whose pid is a log's gets that log's rank (`rank_from` "step log"; the engine's own word wins over the
+tool's, they agree where both speak).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from roseprof.model import Trace, lookup
+from roseprof.workload.steplog import StepLogRecords, log_rank
+
+STEP_LOG = "step log"  # Process.rank_from when a step log's meta record named the process
+
+
+def assign_ranks(trace: Trace, logs: dict[int, StepLogRecords]) -> None:
+    """Gives each process whose pid is a log's meta `pid` that log's rank and world size (in place)."""
+    for file_rank, log in logs.items():
+        pid = log.meta.get("pid")
+        process = trace.processes.get(pid) if isinstance(pid, int) else None
+        if process is None:
+            continue
+        world = log.meta.get("world_size")
+        process.rank = log_rank(log, file_rank)
+        if isinstance(world, int) and not isinstance(world, bool) and world > 0:
+            process.world_size = world
+        process.rank_from = STEP_LOG
+
+
+def ranked_pids(trace: Trace) -> dict[int, list[int]]:
+    """{rank: its pids}, ranks ascending; empty when no process' rank is known."""
+    out: dict[int, list[int]] = {}
+    for pid, p in sorted(trace.processes.items()):
+        if p.rank is not None:
+            out.setdefault(p.rank, []).append(pid)
+    return dict(sorted(out.items()))
+
+
+def range_pids(trace: Trace) -> np.ndarray:
+    """[R] the pid of each range's thread (-1 where the trace does not say)."""
+    return trace.pids(trace.ranges.tid)
+
+
+def first_rank_ranges(trace: Trace) -> np.ndarray | None:
+    """[R] bool: the ranges of the lowest known rank's processes, where the ranges come from several processes
+    and a rank is known; None otherwise (every range counts, as in a run of one process)."""
+    ranked = ranked_pids(trace)
+    if not ranked or len(set(trace.thread_pids.values())) < 2:
+        return None  # one process (or no rank known): every range counts, with no per-range lookup
+    pids = range_pids(trace)
+    if len(np.unique(pids)) < 2:
+        return None
+    return np.isin(pids, next(iter(ranked.values())))
+
+
+@dataclass
+class RankGroup:
+    """One entry of summary.json's `ranks`: a rank's processes (a rank may run several, e.g. a Kineto file's
+    host pid and pid 0), or one process of unknown rank in a run of several processes."""
+
+    label: str  # "rank 0", or "pid 1234" where the rank is unknown
+    rank: int | None
+    pids: list[int]  # the main process first (most threads' events), then the rest ascending
+    world_size: int | None
+    rank_from: str | None
+    name: str
+
+
+def rank_groups(trace: Trace) -> list[RankGroup]:
+    """The run's ranks, lowest first, then its processes of unknown rank by pid; empty for a run of one process
+    whose world size is not above 1 (its all-ranks tables are that process' own)."""
+    used = sorted(set(trace.thread_pids.values()))
+    procs = [trace.processes[p] for p in used if p in trace.processes]
+    if len(procs) < 2 and not any((p.world_size or 1) > 1 for p in procs):
+        return []
+    weight = Counter(trace.thread_pids.values())  # threads per pid: the main process has the most
+    groups: list[RankGroup] = []
+    for rank, pids in ranked_pids(trace).items():
+        pids = sorted((p for p in pids if p in weight), key=lambda p: (-weight[p], p))
+        if not pids:
+            continue
+        first = trace.processes[pids[0]]
+        groups.append(RankGroup(f"rank {rank}", rank, pids, first.world_size, first.rank_from, first.name))
+    for p in procs:
+        if p.rank is None:
+            groups.append(RankGroup(f"pid {p.pid}", None, [p.pid], p.world_size, None, p.name))
+    return groups
+
+
+def op_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
+    """[G] the index in `groups` of the rank that launched each GPU op, -1 where unknown.
+
+    By the launching call's thread; an op the file gives no launching call (launched before the profiler's
+    window) takes the rank of the other ops on its device when only one rank launched onto that device."""
+    out = np.full(len(trace.ops), -1, dtype=np.int64)
+    if not groups or not len(trace.ops):
+        return out
+    pid_group = {p: i for i, g in enumerate(groups) for p in g.pids}
+    out = lookup(pid_group, trace.pids(trace.ops.api_tid))
+    unknown = out < 0
+    if unknown.any():
+        device = trace.ops.device
+        for d in np.unique(device[unknown]).tolist():
+            owners = np.unique(out[(device == d) & ~unknown])
+            if len(owners) == 1:
+                out[unknown & (device == d)] = owners[0]
+    return out
+
+
+def range_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
+    """[R] the index in `groups` of each range's rank, -1 where unknown."""
+    pid_group = {p: i for i, g in enumerate(groups) for p in g.pids}
+    return lookup(pid_group, range_pids(trace))
+
+
+COLLECTIVE_NAMES = ("nccl", "rccl")  # NCCL's kernels (ncclDevKernel_*, ncclKernel_*) and ROCm's RCCL ones
+
+
+def is_collective(names: list[str], op_names: np.ndarray) -> np.ndarray:
+    """[G] bool: the op is a collective kernel, by its name (NCCL's or RCCL's)."""
+    ids = [i for i, n in enumerate(names) if any(c in n.lower() for c in COLLECTIVE_NAMES)]
+    return np.isin(op_names, ids)
+
+
+def collective_end_spread(trace: Trace, n_groups: int, op_group: np.ndarray) -> dict | None:
+    """How well the ranks' clocks agree: the k-th collective kernel of every rank ends at one moment (all ranks
+    leave an all-reduce together, within the link's latency), so the spread of the k-th ends across ranks bounds
+    the clocks' disagreement plus that latency. None where fewer than two ranks ran a collective."""
+    collective = is_collective(trace.names.values, trace.ops.name) & (trace.ops.kind == 0)
+    ends = [np.sort(trace.ops.end[collective & (op_group == g)]) for g in range(n_groups)]
+    ends = [e for e in ends if len(e)]
+    if len(ends) < 2:
+        return None
+    n = min(len(e) for e in ends)
+    matrix = np.stack([e[:n] for e in ends])  # [ranks, n] the k-th collective's end on each rank
+    spread = matrix.max(axis=0) - matrix.min(axis=0)  # [n]
+    return {
+        "matched": int(n),
+        "ranks": len(ends),
+        "end_spread_p50_ns": float(np.percentile(spread, 50)),
+        "end_spread_max_ns": int(spread.max()),
+    }
