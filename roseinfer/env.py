@@ -115,7 +115,9 @@ def read() -> Env:
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
-        test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1) if os.environ.get(ROSEINFER_TEST_SLEEP_RANK) else None,
+        test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1)
+        if os.environ.get(ROSEINFER_TEST_SLEEP_RANK)
+        else None,
         torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
         torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),
         torch_profile_with_stack=_flag(ROSEINFER_TORCH_PROFILE_WITH_STACK, False),

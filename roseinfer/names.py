@@ -70,7 +70,9 @@ ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
 ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
 ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
 ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"  # tests only: an injected sleep
-ROSEINFER_TEST_SLEEP_RANK = "ROSEINFER_TEST_SLEEP_RANK"  # tests only: the one rank that sleeps (all when unset)
+ROSEINFER_TEST_SLEEP_RANK = (
+    "ROSEINFER_TEST_SLEEP_RANK"  # tests only: the one rank that sleeps (all when unset)
+)
 ROSEINFER_TORCH_PROFILE = (
     "ROSEINFER_TORCH_PROFILE"  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
 )

@@ -5,7 +5,17 @@ docs/ARCHITECTURE.md has the recipe."""
 
 from __future__ import annotations
 
-from roseprof.analysis.sections import gpu_ops, itl, kernels, marks, ncu_kernels, regions, steady, steps
+from roseprof.analysis.sections import (
+    collectives,
+    gpu_ops,
+    itl,
+    kernels,
+    marks,
+    ncu_kernels,
+    regions,
+    steady,
+    steps,
+)
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.run import checks
 
@@ -18,6 +28,7 @@ SECTIONS: list[Section] = [
     steady.SECTION,
     itl.SECTION,
     marks.SECTION,
+    collectives.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.

@@ -1,0 +1,249 @@
+"""Collectives: per rank, every collective (NCCL/RCCL kernels on GPUs, the engine's all-reduce regions on the CPU),
+per decode step and collective the ranks' arrival spread and the last rank, exposed communication per rank, the
+straggler (how often last, by how much, in which region it spent the extra time) and the ITL spikes one rank
+caused. The analyses are analysis/collectives.py and analysis/stragglers.py; this module assembles the summary,
+its checks, diff metrics and panels."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.collectives import Instances, Matched, Participants, find_instances, match
+from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.sections.steps import step_names
+from roseprof.analysis.stragglers import per_step_lateness, spikes_by_rank, straggler
+from roseprof.run.checks import NUM, OPT_NUM
+
+SOURCE = {"gpu": "NCCL/RCCL kernels", "cpu": "roseinfer.layer.allreduce regions (gloo: the host waits)"}
+
+
+def compute(ctx: Context) -> SectionResult:
+    trace = ctx.trace
+    step_name, _ = step_names(ctx)
+    step_id = trace.names.find(step_name) if step_name else -1
+    step_rows = np.flatnonzero(trace.ranges.name == step_id) if step_id >= 0 else np.zeros(0, np.int64)
+    steps_table = ctx.table("steps") or {}
+    found = find_instances(
+        trace,
+        ctx.tree,
+        ctx.gpu.op_range,
+        ctx.capture,
+        step_rows,
+        steps_table.get("index"),
+    )
+    if found is None:
+        return SectionResult({"collectives": None})
+    inst, parts = found
+    m = match(inst, len(parts.pid))
+    if m.unmatched_steps:
+        ctx.warnings.append(
+            f"collectives: {m.unmatched_steps} decode step(s) where the ranks issued different numbers of "
+            "collectives were left out of the arrival spread"
+        )
+    itl = ctx.results.get("itl")
+    spikes = spikes_by_rank(
+        ctx.table("itl_series"), itl.summary.get("spikes") if itl is not None else None, parts, m
+    )
+    summary = {
+        "kind": inst.kind,
+        "source": SOURCE[inst.kind],
+        "rank_known": parts.rank_known,
+        "count": int(len(inst.who)),
+        "matched": int(len(m.step)),
+        "matched_steps": int(len(np.unique(m.step))),
+        "unmatched_steps": m.unmatched_steps,
+        "spread": _spread(m) if len(parts.pid) > 1 else None,
+        "ranks": _ranks(inst, parts, m),
+        "straggler": straggler(trace, ctx.tree, inst, parts, m),
+        "spikes": spikes,
+        "heatmap": _heatmap(parts, m),
+    }
+    return SectionResult({"collectives": summary})
+
+
+def _spread(m: Matched) -> dict | None:
+    if not len(m.spread):
+        return None
+    s = m.spread.astype(np.float64)
+    return {
+        "p50_ns": float(np.percentile(s, 50)),
+        "p99_ns": float(np.percentile(s, 99)),
+        "max_ns": float(s.max()),
+    }
+
+
+def _ranks(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
+    out = []
+    for p in range(len(parts.pid)):
+        mine = inst.who == p
+        in_step = mine & (inst.step >= 0)
+        steps, per_step = np.unique(inst.step[in_step], return_inverse=True)
+        exposed_steps = np.bincount(per_step.ravel(), weights=inst.exposed[in_step]) if len(steps) else []
+        durations = (parts.step_end[p] - parts.step_start[p]).astype(np.float64)
+        late = m.lateness[:, p].astype(np.float64) if len(m.step) and len(parts.pid) > 1 else np.zeros(0)
+        out.append(
+            {
+                "rank": parts.rank[p],
+                "pid": parts.pid[p],
+                "device": parts.device[p],
+                "count": int(mine.sum()),
+                "in_steps": int(in_step.sum()),
+                "total_ns": int((inst.end - inst.arrival)[mine].sum()),
+                "exposed_ns": int(inst.exposed[mine].sum()),
+                "exposed_per_step_p50_ns": _p(exposed_steps, 50),
+                "step_p50_ns": _p(durations, 50),
+                "last_count": int(((m.last == p) & (m.spread > 0)).sum()) if len(parts.pid) > 1 else 0,
+                "late_p50_ns": _p(late, 50),
+                "late_p99_ns": _p(late, 99),
+            }
+        )
+    return out
+
+
+def _p(values, q: float) -> float | None:
+    return float(np.percentile(values, q)) if len(values) else None
+
+
+def _heatmap(parts: Participants, m: Matched) -> dict | None:
+    """Rank x step: each rank's lateness summed over the step's collectives (ms), for the run dashboard."""
+    if len(parts.pid) < 2 or not len(m.step):
+        return None
+    steps, late = per_step_lateness(m, len(parts.pid))
+    return {
+        "steps": steps.tolist(),
+        "ranks": list(parts.rank),
+        "late_ms": np.round(late / 1e6, 4).tolist(),  # [P][S]
+    }
+
+
+def diff_metrics(before, after) -> list[dict]:
+    """Per rank: decode step p50, exposed communication per step (p50), and the arrival spread p50 overall."""
+    out = []
+    a_runs = [r.summary.get("collectives") for r in before]
+    b_runs = [r.summary.get("collectives") for r in after]
+    if not all(a_runs) or not all(b_runs):
+        return out
+
+    def mean(runs, pick):
+        values = [pick(c) for c in runs]
+        return float(np.mean(values)) / 1e6 if all(v is not None for v in values) else None
+
+    def by_rank(c, rank, key):
+        return next((e[key] for e in c["ranks"] if e["rank"] == rank), None)
+
+    ranks = sorted(
+        {e["rank"] for c in a_runs for e in c["ranks"]} & {e["rank"] for c in b_runs for e in c["ranks"]}
+    )
+    for rank in ranks:
+        for key, label in (
+            ("step_p50_ns", "step_p50_ms"),
+            ("exposed_per_step_p50_ns", "exposed_per_step_p50_ms"),
+        ):
+            a = mean(a_runs, lambda c: by_rank(c, rank, key))  # noqa: B023 - used at once
+            b = mean(b_runs, lambda c: by_rank(c, rank, key))  # noqa: B023
+            if a is not None and b is not None:
+                out.append({"name": f"collectives.rank {rank}.{label}", "a": a, "b": b})
+    a = mean(a_runs, lambda c: (c.get("spread") or {}).get("p50_ns"))
+    b = mean(b_runs, lambda c: (c.get("spread") or {}).get("p50_ns"))
+    if a is not None and b is not None:
+        out.append({"name": "collectives.spread_p50_ms", "a": a, "b": b})
+    return out
+
+
+def _ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.2f}"
+
+
+def panels(summary: dict) -> list[dict]:
+    c = summary.get("collectives")
+    if not c:
+        return []
+    who = "rank" if c["rank_known"] else "proc"
+    rows = [
+        [e["rank"], e["pid"], e["count"], _ms(e["exposed_per_step_p50_ns"]), _ms(e["step_p50_ns"]),
+         e["last_count"], _ms(e["late_p50_ns"]), _ms(e["late_p99_ns"])]
+        for e in c["ranks"]
+    ]  # fmt: skip
+    spread = c.get("spread")
+    note = f"{c['count']} collectives ({c['source']}); "
+    if spread:
+        note += (
+            f"{c['matched']} matched over {c['matched_steps']} decode steps: arrival spread p50 "
+            f"{_ms(spread['p50_ns'])} ms, p99 {_ms(spread['p99_ns'])} ms, max {_ms(spread['max_ns'])} ms"
+        )
+    else:
+        note += "one rank: no arrival spread"
+    out = [
+        {
+            "title": "collectives per rank (exposed: per decode step, p50; late: arrival after the first rank)",
+            "columns": [who, "pid", "coll", "exposed ms", "step ms", "last", "late p50", "late p99"],
+            "rows": rows,
+            "note": note + (" (ranks unknown: processes in pid order)" if not c["rank_known"] else ""),
+        }
+    ]
+    s = c.get("straggler")
+    if s:
+        out.append(
+            {
+                "title": f"straggler: rank {s['rank']} (pid {s['pid']}), where it spent the extra time",
+                "columns": ["region", "extra ms", "p50 ms/coll"],
+                "rows": [[r["region"], _ms(r["extra_ns"]), _ms(r["extra_p50_ns"])] for r in s["regions"]],
+                "note": (
+                    f"last at {s['last_count']} of {c['matched']} collectives ({s['last_pct']:.0f}%), late p50 "
+                    f"{_ms(s['late_p50_ns'])} ms, p99 {_ms(s['late_p99_ns'])} ms; {s['late_share_pct']:.0f}% of all "
+                    f"lateness; most often late at collective {s['most_late_at']} of the step"
+                    + (f" (issued in {s['most_late_site']})" if s.get("most_late_site") else "")
+                ),
+            }
+        )
+    sp = c.get("spikes")
+    if sp and sp["explained_steps"]:
+        out.append(
+            {
+                "title": "ITL spikes one rank's lateness explains",
+                "columns": ["step", "ITL ms", "rank", "late ms"],
+                "rows": [
+                    [e["step"], f"{e['itl_ms']:.2f}", e["rank"], f"{e['late_ms']:.2f}"] for e in sp["listed"]
+                ],
+                "note": f"{sp['explained_steps']} of {sp['spike_steps']} spike steps",
+            }
+        )
+    return out
+
+
+RANK_ENTRY = {
+    "rank": int,
+    "pid": int,
+    "count": int,
+    "exposed_ns": NUM,
+    "exposed_per_step_p50_ns": OPT_NUM,
+    "step_p50_ns": OPT_NUM,
+    "last_count": int,
+    "late_p50_ns": OPT_NUM,
+    "late_p99_ns": OPT_NUM,
+}
+CHECKS = {
+    "collectives": (
+        {
+            "kind": str,
+            "rank_known": bool,
+            "count": int,
+            "matched": int,
+            "unmatched_steps": int,
+            "spread": ({"p50_ns": NUM, "p99_ns": NUM, "max_ns": NUM}, None),
+            "ranks": [RANK_ENTRY],
+            "straggler": ({"rank": int, "last_count": int, "region": (str, None)}, None),
+            "heatmap": ({"steps": [int], "ranks": [int], "late_ms": [[NUM]]}, None),
+        },
+        None,
+    )
+}
+
+SECTION = Section(
+    "collectives",
+    compute,
+    absent={"collectives": None},
+    checks=CHECKS,
+    diff_metrics=diff_metrics,
+    panels=panels,
+)
