@@ -20,7 +20,7 @@ from roseprof.model import Trace
 from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
-from roseprof.workload.steplog import read_steplog
+from roseprof.workload.steplog import rank_log_paths, read_steplog
 
 
 def analyse_trace(
@@ -39,9 +39,18 @@ def analyse_trace(
         raise RoseprofError(
             f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
         )
-    summary, data = analyse(trace, log, step_range)
+    # The other ranks' logs beside rank 0's (steplog.rank<r>.jsonl); a damaged one costs its lines, as rank 0's.
+    rank_logs = {}
+    if steplog is not None:
+        for rank, path in rank_log_paths(str(steplog)).items():
+            other = read_steplog(path) if rank else None
+            if other is not None and other.records:
+                rank_logs[rank] = other
+    summary, data = analyse(trace, log, step_range, rank_logs)
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
+    for rank, other in rank_logs.items():
+        summary["warnings"].extend(other.warnings(f"{label} (rank {rank})"))
     return summary, data
 
 

@@ -299,6 +299,18 @@ class Trace:
         """[N] the rank of each pid (-1 where unknown)."""
         return _lookup({p: pr.rank for p, pr in self.processes.items() if pr.rank is not None}, pids)
 
+    def used_thread_ids(self) -> np.ndarray:
+        """[T] every thread id the trace's events name (ranges, marks, launching calls, graph nodes, host
+        events), each once, sorted: what `thread_pids` must cover."""
+        parts = [
+            self.ranges.tid,
+            self.marks.tid,
+            self.ops.api_tid[self.ops.api_tid >= 0],
+            self.graph_nodes.tid,
+            self.host_events.tid,
+        ]
+        return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+
 
 def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """[N] table[key] for each key, -1 where the table has none (vectorised: ops and ranges run to millions)."""

@@ -77,17 +77,20 @@ def step_table(
     warnings,
     log_offset_ns: int | None = None,
     step_range: str | None = None,
+    step_mask: np.ndarray | None = None,
 ):
     """Per-step rows: index, start_ns, dur_ns, rollovers, batch_size, cow, and ns per region inside the step.
 
     Returns (rows dict of lists, region names in column order) or (None, []) when the run has no steps.
     Rows joined to the log by time also carry "log_index" (the record of each row; -1: none).
     `step_range` names the range that is a step in a program that is not the engine (--step-range).
+    `step_mask` [R] bool: the ranges that may be steps (one rank's, in a run of several ranks; None: all).
     """
     log_steps = log.steps if log is not None else []
     step_name = step_of_program(names, bool(log_steps), step_range)
     decode_id = names.index(step_name) if step_name in names else -1
-    step_ranges = np.flatnonzero(name_idx == decode_id) if decode_id >= 0 else np.zeros(0, dtype=np.int64)
+    is_step = name_idx == decode_id if decode_id >= 0 else np.zeros(len(name_idx), dtype=bool)
+    step_ranges = np.flatnonzero(is_step if step_mask is None else is_step & step_mask)
     step_ranges = step_ranges[np.argsort(start[step_ranges], kind="stable")]
     if step_range and not len(step_ranges):
         warnings.append(f"--step-range {step_range}: the trace has no range of that name, so no steps")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from roseprof.analysis.ranks import assign_ranks
 from roseprof.analysis.sections import SECTIONS, SUMMARY_ORDER, Context
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
@@ -9,14 +10,23 @@ from roseprof.workload.steplog import StepLogRecords
 SUMMARY_SCHEMA = 1
 
 
-def analyse(trace: Trace, log: StepLogRecords | None, step_range: str | None = None) -> tuple[dict, dict]:
+def analyse(
+    trace: Trace,
+    log: StepLogRecords | None,
+    step_range: str | None = None,
+    rank_logs: dict[int, StepLogRecords] | None = None,
+) -> tuple[dict, dict]:
     """Returns (summary, tables): summary is summary.json; tables are the normalised data kept beside it, by name.
     `step_range`: the range that marks one step of a program that is not the engine (--step-range).
+    `rank_logs`: the step logs of ranks 1.. of a run of several ranks, by rank (`log` is rank 0's); a process
+    whose pid is a log's gets that log's rank, in `trace.processes` (so the stored run keeps it).
 
     Each analysis is a section (analysis/sections/): it computes its summary keys and named tables from the
     model and step log; this function runs them in order and assembles summary.json in its key order."""
     # What the reader had to assume, then what the analyses found, in the order they found it.
-    ctx = Context(trace, log, step_range, warnings=list(trace.warnings))
+    logs = {**({0: log} if log is not None else {}), **(rank_logs or {})}
+    assign_ranks(trace, logs)
+    ctx = Context(trace, log, step_range, warnings=list(trace.warnings), logs=logs)
     parts: dict = {"schema": SUMMARY_SCHEMA, "gpus": trace.gpus, "warnings": ctx.warnings}
     tables: dict = {}
     for section in SECTIONS:

@@ -39,6 +39,7 @@ from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import STEP_LOG_ENV
+from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
     from roseprof.drivers import Reader
@@ -235,7 +236,9 @@ def import_file(
         log_path = None
         if steplog is not None:
             log_path = writer.path / tables.STEPLOG
-            _copy(Path(steplog), log_path, steplog)
+            # Every rank's log, named in the run folder as the engine names them in a capture.
+            for rank, path in rank_log_paths(steplog).items():
+                _copy(Path(path), Path(rank_path(str(log_path), rank)), path)
         _ingest(writer, trace, log_path, analyse)
         return writer.finish("complete", exit_code=0, message=None)
     except OSError as e:

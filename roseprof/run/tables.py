@@ -5,7 +5,8 @@
                     run_starts: where each benchmark run begins (step index, ms since the first arrival)
     itl.json        per request: token times, ITL, the step that produced each token
     telemetry.json  GPU samples during a capture (when there was a GPU)
-    names.json      the trace's Names table, domains and thread names, and TABLES_VERSION
+    names.json      the trace's Names table, domains and thread names, and TABLES_VERSION; since version 3 also
+                    `processes` (pid, name, rank, world_size, rank_from each) and `thread_pids` (thread id -> pid)
     ranges.npz      the model's Ranges columns
     marks.npz       the model's Marks columns
     gpu_ops.npz     the model's GpuOps columns
@@ -17,6 +18,8 @@
                     per-launch metrics (ncu): numeric columns in the .npz (NaN where the report has no value),
                     enclosing NVTX ranges, rule findings and device facts in the .json with its own version
 
+Version 3 (2026-11-24) adds the processes; a run stored before reads with none (an empty `thread_pids` and
+`processes`, as ncu's traces have), which every analysis takes as one process.
 Version 1 (before the tool-neutral model) had no marks, thread names, style or the ops' device, stream,
 graph node and launching call; reading such a run fills those with -1 and says nothing is lost that the
 analyses need. The .npz files are uncompressed: zlib on 1M-row columns costs seconds.
@@ -24,6 +27,7 @@ analyses need. The .npz files are uncompressed: zlib on 1M-row columns costs sec
 
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 from pathlib import Path
 
@@ -38,6 +42,7 @@ from roseprof.model import (
     KernelMetrics,
     Marks,
     Names,
+    Process,
     Ranges,
     Tool,
     Trace,
@@ -53,7 +58,7 @@ STEPLOG = (
     "steplog.jsonl"  # where a capture asks the engine to write its step log (an import copies one there)
 )
 
-TABLES_VERSION = 2
+TABLES_VERSION = 3
 KERNEL_METRICS_VERSION = 1
 RANGE_COLUMNS = ("start", "end", "name", "domain", "tid", "style")
 MARK_COLUMNS = ("ts", "name", "tid")
@@ -84,6 +89,8 @@ def write_trace(folder: Path, trace: Trace) -> None:
             "names": trace.names.values,
             "domains": trace.domains,
             "threads": {str(t): n for t, n in trace.threads.items()},
+            "processes": [dataclasses.asdict(p) for p in trace.processes.values()],
+            "thread_pids": {str(t): p for t, p in trace.thread_pids.items()},
         },
     )
     if trace.kernel_metrics is not None:
@@ -224,6 +231,12 @@ def read_trace(folder: Path) -> Trace:
         threads={int(t): n for t, n in (meta.get("threads") or {}).items() if t.lstrip("-").isdigit()},
         kernel_metrics=read_kernel_metrics(folder),
         host_events=HostEvents(**host),
+        thread_pids={
+            int(t): p for t, p in (meta.get("thread_pids") or {}).items() if t.lstrip("-").isdigit()
+        },
+        processes={
+            p["pid"]: Process(**{k: p[k] for k in PROCESS if k in p}) for p in meta.get("processes") or []
+        },
     )
 
 
@@ -236,11 +249,19 @@ def _check_names(meta) -> None:
             "names": ([str], None),
             "domains": ([str], None),
             "threads": ({}, None),
+            "processes": ([PROCESS], None),
+            "thread_pids": ({}, None),
         },
     )
     if isinstance(meta.get("threads"), dict):
         for t, n in meta["threads"].items():
             check(n, str, f"threads.{t}")
+    for t, p in (meta.get("thread_pids") or {}).items():
+        check(p, int, f"thread_pids.{t}")
+
+
+# names.json's processes (version 3): model.Process, field by field.
+PROCESS = {"pid": int, "name": str, "rank": (int, None), "world_size": (int, None), "rank_from": (str, None)}
 
 
 def _damaged(path: Path, why: str) -> RoseprofError:

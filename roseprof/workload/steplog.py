@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -225,3 +226,37 @@ def read_steplog(path: str) -> StepLogRecords | None:
     # Several engines in one process share the log; their step records interleave in time order already.
     log.steps.sort(key=lambda r: r["start_ns"])
     return log
+
+
+def rank_path(path: str, rank: int) -> str:
+    """Where rank `rank`'s log of the run whose rank 0 log is `path` lies: the engine's naming
+    (roseinfer/steplog.py `rank_path`, not imported: roseprof reads runs without loading the engine)."""
+    if rank == 0:
+        return path
+    stem, ext = os.path.splitext(path)
+    return f"{stem}.rank{rank}{ext}"
+
+
+def rank_log_paths(path: str) -> dict[int, str]:
+    """{rank: path} of every rank's log of one run, given rank 0's: rank 0 the path itself (when it exists), rank
+    r >= 1 `NAME.rank<r>.EXT` beside it (the engine's naming: roseinfer/steplog.py `rank_path`)."""
+    folder, base = os.path.split(path)
+    stem, ext = os.path.splitext(base)
+    found = {0: path} if os.path.isfile(path) else {}
+    pattern = re.compile(re.escape(stem) + r"\.rank([1-9][0-9]{0,5})" + re.escape(ext) + "$")
+    try:
+        entries = os.listdir(folder or ".")
+    except OSError:
+        return found
+    for entry in entries:
+        m = pattern.match(entry)
+        full = os.path.join(folder, entry)
+        if m and os.path.isfile(full):
+            found[int(m.group(1))] = full
+    return dict(sorted(found.items()))
+
+
+def log_rank(log: StepLogRecords, file_rank: int) -> int:
+    """The rank a log speaks for: its meta record's `rank`, else the one its file name gives."""
+    rank = log.meta.get("rank")
+    return rank if _is_int(rank) and 0 <= rank < 1 << 31 else file_rank

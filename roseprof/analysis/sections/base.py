@@ -34,6 +34,8 @@ class Context:
     step_range: str | None = None
     warnings: list[str] = field(default_factory=list)
     results: dict[str, SectionResult] = field(default_factory=dict)
+    # Every rank's step log by the rank its file name gives (0: `log` itself), for a run of several ranks.
+    logs: dict[int, StepLogRecords] = field(default_factory=dict)
 
     @cached_property
     def tree(self):

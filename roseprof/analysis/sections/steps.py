@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.graphs import graph_warning, step_graph_columns
+from roseprof.analysis.ranks import first_rank_ranges
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.steps import (
     clock_offset,
@@ -35,6 +36,7 @@ def compute(ctx: Context) -> SectionResult:
         ctx.warnings,
         clock_offset(trace.clock, trace.session_start_utc_ns, log),
         ctx.step_range,
+        first_rank_ranges(trace),  # several ranks: rank 0's steps, the indices every rank shares
     )
     graph_cols = step_graph_columns(rows, trace, ctx.capture) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None

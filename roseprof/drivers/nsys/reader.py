@@ -19,7 +19,7 @@ import numpy as np
 from roseprof.drivers.nsys.graphs import read_graph_nodes
 from roseprof.drivers.nsys.sqlite import Export, clean_name, clean_scalar, fail, quote
 from roseprof.errors import NothingRecorded
-from roseprof.model import GpuOps, Marks, Names, Ranges, Tool, Trace
+from roseprof.model import GpuOps, Marks, Names, Process, Ranges, Tool, Trace
 
 # ENUM_NSYS_EVENT_TYPE ids (stable across the schema versions we read).
 NVTX_MARK = 34
@@ -110,7 +110,7 @@ def _read(db: Export) -> Trace:
         row = db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
         value = clean_scalar(row[0][0]) if row else None
         session = value if isinstance(value, int) and not isinstance(value, bool) else None
-    return Trace(
+    trace = Trace(
         graph_nodes=read_graph_nodes(db),
         tool=Tool("nsys", meta.get("EXPORT_PRODUCT_VERSION") or "?", schema),
         names=names,
@@ -123,6 +123,25 @@ def _read(db: Export) -> Trace:
         session_start_utc_ns=session,
         warnings=warnings,
     )
+    _read_processes(db, trace)
+    return trace
+
+
+def _read_processes(db: Export, trace: Trace) -> None:
+    """Fills trace.thread_pids (globalTid -> pid, bits 24..47) and trace.processes for the pids the events use,
+    each named as nsys' PROCESSES table names it. nsys records no rank: the step logs' meta records give it
+    later (analysis/ranks.py)."""
+    tids = trace.used_thread_ids()
+    tids = tids[tids >= 0]
+    pids = (tids >> 24) & 0xFFFFFF
+    trace.thread_pids = dict(zip(tids.tolist(), pids.tolist()))
+    names: dict[int, str] = {}
+    if "PROCESSES" in db.tables and {"globalPid", "name"} <= db.columns("PROCESSES"):
+        for gpid, name in db.query(
+            "SELECT globalPid, name FROM PROCESSES WHERE typeof(globalPid) = 'integer'"
+        ):
+            names.setdefault((int(gpid) >> 24) & 0xFFFFFF, clean_name(name))
+    trace.processes = {p: Process(p, names.get(p, "")) for p in np.unique(pids).tolist()}
 
 
 def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, list[str]]:

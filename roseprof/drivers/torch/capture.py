@@ -21,7 +21,7 @@ import numpy as np
 
 from roseprof.drivers import Launch
 from roseprof.errors import CaptureFailed, RoseprofError
-from roseprof.model import GpuOps, HostEvents, Marks, Names, Ranges, Trace
+from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
     TORCH_PROFILE_CPU_ONLY_ENV,
@@ -132,15 +132,26 @@ def read_traces(files: list[Path]) -> Trace:
     return traces[0] if len(traces) == 1 else merge(traces)
 
 
+# A pid two traces share (two hosts, or two containers, each with its own pid 1234) moves up by this much per
+# trace: Linux pids stay below 2**22, and the model's thread id keeps 31 bits of pid (reader.thread_id).
+PID_STRIDE = 1 << 22
+MAX_PID = (1 << 31) - 1
+
+
 def merge(traces: list[Trace]) -> Trace:
     """Several traces of one run (processes, ranks) as one: names re-interned, threads kept apart.
 
-    Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base.
+    Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base. Each trace's
+    processes are kept with their ranks; where a pid is already taken by an earlier trace, that trace's threads
+    move to a pid of their own (its name says which pid it had), so two ranks never share a process.
     """
     first = traces[0]
     names = Names()
     parts_r, parts_o, parts_h, threads, gpus, warnings = [], [], [], {}, [], []
-    for t in traces:
+    thread_pids: dict[int, int] = {}
+    processes: dict[int, Process] = {}
+    for k, t in enumerate(traces):
+        t = _own_pids(t, k, processes)
         remap = names.intern_many(t.names.values)
         shift = 0
         if first.session_start_utc_ns is not None and t.session_start_utc_ns is not None:
@@ -163,6 +174,8 @@ def merge(traces: list[Trace]) -> Trace:
             HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind)
         )
         threads.update(t.threads)
+        thread_pids.update(t.thread_pids)
+        processes.update(t.processes)
         gpus += [g for g in t.gpus if g not in gpus]
         warnings += t.warnings
     ranges = Ranges(
@@ -177,4 +190,54 @@ def merge(traces: list[Trace]) -> Trace:
     host = HostEvents(*(np.concatenate([getattr(p, f) for p in parts_h]) for f in HostEvents.COLUMNS))
     return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
                  session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
-                 host_events=host)  # fmt: skip
+                 host_events=host, thread_pids=thread_pids, processes=processes)  # fmt: skip
+
+
+def _own_pids(trace: Trace, k: int, taken: dict[int, Process]) -> Trace:
+    """`trace` (the k-th of a merge) with every pid an earlier trace took moved to a free one: its thread ids
+    (pid << 32 | tid) rewritten in every column that holds them."""
+    moved: dict[int, int] = {}
+    for pid in trace.processes:
+        if pid not in taken:
+            continue
+        new = pid + k * PID_STRIDE
+        while new in taken or new in trace.processes or new in moved.values():
+            new += PID_STRIDE
+        if new > MAX_PID:
+            raise RoseprofError(f"too many traces share pid {pid} to keep them apart")
+        moved[pid] = new
+    if not moved:
+        return trace
+    old = np.fromiter(moved, dtype=np.int64)
+    new = np.fromiter(moved.values(), dtype=np.int64)
+
+    def retid(tids: np.ndarray) -> np.ndarray:
+        tids = np.asarray(tids, dtype=np.int64)
+        pid = tids >> 32
+        hit = np.isin(pid, old) & (tids >= 0)
+        out = tids.copy()
+        out[hit] = (_map(pid[hit], old, new) << 32) | (tids[hit] & 0xFFFFFFFF)
+        return out
+
+    r, o, h = trace.ranges, trace.ops, trace.host_events
+    processes = {}
+    for pid, pr in trace.processes.items():
+        to = moved.get(pid, pid)
+        name = f"{pr.name} (pid {pid} in its own file)".strip() if pid in moved else pr.name
+        processes[to] = dataclasses.replace(pr, pid=to, name=name)
+    tids = np.fromiter(trace.thread_pids, dtype=np.int64, count=len(trace.thread_pids))
+    return dataclasses.replace(
+        trace,
+        ranges=Ranges(r.start, r.end, r.name, r.domain, retid(r.tid), r.style),
+        ops=dataclasses.replace(o, api_tid=np.where(o.api_tid >= 0, retid(o.api_tid), o.api_tid)),
+        host_events=dataclasses.replace(h, tid=retid(h.tid)),
+        threads={int(retid(np.array([t]))[0]): n for t, n in trace.threads.items()},
+        thread_pids=dict(zip(retid(tids).tolist(), (retid(tids) >> 32).tolist())),
+        processes=processes,
+    )
+
+
+def _map(keys: np.ndarray, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """[N] new[i] for each key equal to old[i] (every key is one of old)."""
+    order = np.argsort(old)
+    return new[order][np.searchsorted(old[order], keys)]

@@ -54,12 +54,14 @@ from roseprof.model import (
     GpuOps,
     HostEvents,
     Names,
+    Process,
     Ranges,
     Tool,
     Trace,
     check,
 )
 
+DISTRIBUTED_INFO = "kineto distributedInfo"  # Process.rank_from where the file's distributedInfo says
 PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
 EXACT_US_LIMIT = 2.0**43  # below it a float64 keeps three decimals of microseconds exactly
 TIME_LIMIT_US = 2.0**62 / 1000  # 2^62 ns: beyond it end = start + dur would overflow int64
@@ -191,13 +193,20 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64)
     )
     used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
-    rank = (header.distributedInfo or {}).get("rank")
+    rank, world_size = _distributed(header.distributedInfo)
     threads = {}
     for t in used.tolist():
         p, th = t >> 32, t & 0xFFFFFFFF
         process = cols.process_names.get(p, "process")
         tname = cols.thread_names.get((p, th)) or f"thread {th}"
         threads[t] = f"{tname}, {process} pid {p}" + (f" rank {rank}" if rank is not None else "")
+    # One Kineto file is one process' (one rank's) view: every host pid in it gets the file's rank.
+    processes = {
+        p: Process(
+            p, cols.process_names.get(p, ""), rank, world_size, DISTRIBUTED_INFO if rank is not None else None
+        )
+        for p in np.unique(used >> 32).tolist()
+    }
     gpus = [
         {
             "id": d.get("id"),
@@ -222,7 +231,18 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         clock="realtime" if base is not None or epoch_us else None,
         warnings=warnings,
         host_events=host_events,
+        thread_pids=dict(zip(used.tolist(), (used >> 32).tolist())),
+        processes=processes,
     )
+
+
+def _distributed(info: dict | None) -> tuple[int | None, int | None]:
+    """(rank, world size) from Kineto's distributedInfo, where it holds them as non-negative integers."""
+    out = []
+    for key in ("rank", "world_size"):
+        v = (info or {}).get(key)
+        out.append(v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None)
+    return out[0], out[1]
 
 
 def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names):
