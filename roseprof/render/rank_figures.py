@@ -37,6 +37,7 @@ def arrival_heatmap(summary: dict) -> go.Figure | None:
         )
     )
     fig.update_xaxes(title="decode step" + (" (first of each bin)" if binned else ""))
+    fig.update_yaxes(autorange="reversed")  # rank 0 on top
     note = "each rank's arrival after the first rank's, summed over the step's collectives"
     if binned:
         note += f"; {len(h['steps']):,} steps in {len(edges) - 1:,} bins (mean)"

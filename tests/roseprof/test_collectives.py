@@ -10,9 +10,7 @@ from roseprof.analysis.collectives import find_instances, match
 from roseprof.analysis.sections import Context
 from roseprof.analysis.sections.steps import step_names
 from roseprof.analysis.summary import analyse
-from roseprof.drivers.nsys import split_thread_id
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
-from roseprof.model import Process
 from roseprof.workload.steplog import read_steplog
 from tests.helpers import DATA
 
@@ -24,29 +22,21 @@ NAMED = "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE coale
 
 
 def tp_trace(base):
+    """The capture as the reader gives it, and its analysis with both ranks' step logs (which name the ranks)."""
     trace = read_nsys_sqlite(f"{base}.sqlite", label=base.name)
-    logs = [read_steplog(f"{base}.steplog.jsonl"), read_steplog(f"{base}.steplog.rank1.jsonl")]
-    if not trace.thread_pids:  # readers before the `ranks` branch: the pids nsys packs into globalTid
-        tids = np.unique(trace.ranges.tid)
-        trace.thread_pids = dict(zip(tids.tolist(), split_thread_id(tids)[0].tolist()))
-    for log in logs:
-        meta = log.meta
-        trace.processes.setdefault(meta["pid"], Process(meta["pid"], "python"))
-        trace.processes[meta["pid"]].rank = meta["rank"]
-        trace.processes[meta["pid"]].world_size = meta["world_size"]
-    return trace, logs[0]
+    log0, log1 = read_steplog(f"{base}.steplog.jsonl"), read_steplog(f"{base}.steplog.rank1.jsonl")
+    summary, _ = analyse(trace, log0, rank_logs={1: log1})
+    return trace, summary
 
 
 @pytest.fixture(scope="module")
 def tp2():
-    trace, log = tp_trace(TP2)
-    return trace, analyse(trace, log)[0]
+    return tp_trace(TP2)
 
 
 @pytest.fixture(scope="module")
 def slow():
-    trace, log = tp_trace(SLOW)
-    return trace, analyse(trace, log)[0]
+    return tp_trace(SLOW)
 
 
 def sql_arrivals(base) -> dict[int, dict[int, list[int]]]:
