@@ -48,6 +48,7 @@ class Instances:
     tid: np.ndarray  # [C] host thread that issued it (the range's thread; the launching call's)
     site: np.ndarray  # [C] names index of the region it was issued from (-1: none)
     name: np.ndarray  # [C] names index: the kernel, or the all-reduce region
+    source: np.ndarray  # [C] its row in the trace: in Trace.ops (GPU) or Trace.ranges (CPU)
 
 
 @dataclass
@@ -128,7 +129,7 @@ def find_instances(
         step[mine] = np.where(inside, parts.step_index[p][np.maximum(k, 0)], -1)
     by = np.lexsort((arrival, step, who))  # per participant, per step, in arrival order
     inst = Instances(kind, who[by], arrival[by], end[by], exposed[by], step[by], np.zeros(len(by), np.int64),
-                     host_tid[by], site[by], names[by])  # fmt: skip
+                     host_tid[by], site[by], names[by], sel[by])  # fmt: skip
     inst.order = _order_within(inst.who, inst.step)
     return inst, parts
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.collectives import Instances, Matched, Participants
-from roseprof.model import Trace
+from roseprof.model import KERNEL, Trace
 
 OUTSIDE = "(outside any region)"
 EXPLAINS = 0.5  # a rank's lateness explains a spike when it is at least this share of the spike's excess
@@ -49,17 +49,35 @@ def own_segments(trace: Trace, tree, tid: int) -> tuple[np.ndarray, np.ndarray, 
     return a[:, 0], a[:, 1], a[:, 2]
 
 
+def gpu_segments(trace: Trace, device: int, owner: np.ndarray, leave_out: np.ndarray):
+    """(start [K], end [K], names index [K]): the kernels on GPU `device` other than `leave_out` (the collectives),
+    each labelled by the region it ran for (`owner` [G]: capture-time region of a replayed kernel, else launching
+    region; -1 none), sorted by start. Kernels of several streams may overlap."""
+    o = trace.ops
+    keep = (o.kind == KERNEL) & (o.device == device)
+    keep[leave_out] = False
+    rows = np.flatnonzero(keep)  # GpuOps are sorted by start
+    return o.start[rows], o.end[rows], owner[rows]
+
+
 def own_time(segments, lo: int, hi: int) -> dict[int, int]:
-    """{names index: own ns inside [lo, hi)}; -1 for the time no region covers."""
+    """{names index: ns of its segments inside [lo, hi)}; -1 for the rest of the window (no region's, or idle).
+    Segments sorted by start; none is longer than the longest, so those that reach into the window start after
+    lo minus that."""
     s, e, name = segments
-    a = np.searchsorted(e, lo, side="right")
-    b = np.searchsorted(s, hi, side="left")
-    part = np.clip(np.minimum(e[a:b], hi) - np.maximum(s[a:b], lo), 0, None)
+    if len(s):
+        longest = int((e - s).max())
+        a = np.searchsorted(s, lo - longest, side="left")
+        b = np.searchsorted(s, hi, side="left")
+        part = np.clip(np.minimum(e[a:b], hi) - np.maximum(s[a:b], lo), 0, None)
+        names = name[a:b]
+    else:
+        part = names = np.zeros(0, dtype=np.int64)
     out: dict[int, int] = {}
-    for n, ns in zip(name[a:b].tolist(), part.tolist()):
+    for n, ns in zip(names.tolist(), part.tolist()):
         if ns > 0:
             out[n] = out.get(n, 0) + ns
-    out[-1] = max(hi - lo - sum(out.values()), 0)
+    out[-1] = max(hi - lo - sum(v for k, v in out.items() if k >= 0), 0)
     return out
 
 
@@ -77,8 +95,12 @@ def window_starts(inst: Instances, parts: Participants, m: Matched) -> np.ndarra
     return out
 
 
-def straggler(trace: Trace, tree, inst: Instances, parts: Participants, m: Matched) -> dict | None:
-    """Summary of the straggler, or None where fewer than two ranks or no collective was matched."""
+def straggler(
+    trace: Trace, tree, inst: Instances, parts: Participants, m: Matched, owner=None
+) -> dict | None:
+    """Summary of the straggler, or None where fewer than two ranks or no collective was matched. `owner` [G]: the
+    region each GPU op ran for (a GPU run's windows are split by the kernels in them, not by host regions: the host
+    runs ahead of its GPU)."""
     P = len(parts.pid)
     if P < 2 or not len(m.step) or not m.spread.any():
         return None
@@ -86,7 +108,7 @@ def straggler(trace: Trace, tree, inst: Instances, parts: Participants, m: Match
     s = int(np.argmax(total_late))
     late_at = np.flatnonzero((m.last == s) & (m.spread > 0))
     spread_when_last = m.spread[late_at]
-    regions = _where_late(trace, tree, inst, parts, m, s, late_at)
+    regions = _where_late(trace, tree, inst, parts, m, s, late_at, owner)
     orders = np.bincount(m.order[late_at]) if len(late_at) else np.zeros(0, np.int64)
     site_ids = inst.site[m.row[late_at, s]]
     site_ids = site_ids[site_ids >= 0]
@@ -108,9 +130,10 @@ def straggler(trace: Trace, tree, inst: Instances, parts: Participants, m: Match
     }
 
 
-def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray) -> list[dict]:
+def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray, owner) -> list[dict]:
     """[{region, extra_ns, extra_p50_ns}] largest first: own time on the straggler `s` over the others' mean in
-    the windows before the collectives it was last at."""
+    the windows before the collectives it was last at: on the CPU, own time of the host regions on the thread that
+    issued the collective; on a GPU, kernel time per region on the rank's GPU."""
     if not len(late_at):
         return []
     P = len(parts.pid)
@@ -121,10 +144,14 @@ def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray) -> lis
         own = []
         for p in range(P):
             row = m.row[j, p]
-            tid = int(inst.tid[row])
-            if tid not in segs:
-                segs[tid] = own_segments(trace, tree, tid)
-            own.append(own_time(segs[tid], int(lo[j, p]), int(inst.arrival[row])))
+            key = ("gpu", parts.device[p]) if inst.kind == "gpu" else ("cpu", int(inst.tid[row]))
+            if key not in segs:
+                segs[key] = (
+                    gpu_segments(trace, key[1], owner, inst.source)
+                    if inst.kind == "gpu"
+                    else own_segments(trace, tree, key[1])
+                )
+            own.append(own_time(segs[key], int(lo[j, p]), int(inst.arrival[row])))
         for n in set().union(*own):
             others = [own[p].get(n, 0) for p in range(P) if p != s]
             extra.setdefault(n, []).append(own[s].get(n, 0) - float(np.mean(others)))

@@ -11,6 +11,7 @@ from roseprof.analysis.sections import Context
 from roseprof.analysis.sections.steps import step_names
 from roseprof.analysis.summary import analyse
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
+from roseprof.model import KERNEL
 from roseprof.workload.steplog import read_steplog
 from tests.helpers import DATA
 
@@ -156,3 +157,27 @@ def test_single_process_run_has_no_spread():
     trace = read_nsys_sqlite(str(GRAPHS), label=GRAPHS.name)
     summary, _ = analyse(trace, None)
     assert summary["collectives"] is None  # no NCCL kernel and no all-reduce region
+
+
+def test_gpu_windows_split_by_the_region_each_kernel_ran_for():
+    """A GPU straggler's extra time is found in the kernels between its collectives, by the region each ran for:
+    over the whole H100 graph run, that split equals the kernels section's per-region totals."""
+    from roseprof.analysis.sections.collectives import _op_owner
+    from roseprof.analysis.stragglers import gpu_segments, own_time
+
+    trace = read_nsys_sqlite(str(GRAPHS), label=GRAPHS.name)
+    summary, _ = analyse(trace, None)
+    ctx = Context(trace, None)
+    seg = gpu_segments(trace, 0, _op_owner(ctx), np.zeros(0, dtype=np.int64))
+    split = own_time(seg, int(trace.ops.start.min()), int(trace.ops.end.max()))
+    expected: dict[str, int] = {}
+    for row in summary["kernel_regions"]:
+        expected[row["region"]] = expected.get(row["region"], 0) + row["total_ns"]
+    got = {trace.names[n]: ns for n, ns in split.items() if n >= 0}
+    assert got == {r: ns for r, ns in expected.items() if r is not None}
+    # A window inside one kernel that ran for a region is that region's alone (one stream: nothing overlaps it).
+    owner = _op_owner(ctx)
+    dur = np.where((trace.ops.kind == KERNEL) & (owner >= 0), trace.ops.end - trace.ops.start, -1)
+    k = int(np.argmax(dur))
+    inner = own_time(seg, int(trace.ops.start[k]), int(trace.ops.end[k]))
+    assert inner == {int(owner[k]): int(dur[k]), -1: 0}

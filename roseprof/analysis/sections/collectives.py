@@ -54,11 +54,21 @@ def compute(ctx: Context) -> SectionResult:
         "unmatched_steps": m.unmatched_steps,
         "spread": _spread(m) if len(parts.pid) > 1 else None,
         "ranks": _ranks(inst, parts, m),
-        "straggler": straggler(trace, ctx.tree, inst, parts, m),
+        "straggler": straggler(
+            trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None
+        ),
         "spikes": spikes,
         "heatmap": _heatmap(parts, m),
     }
     return SectionResult({"collectives": summary})
+
+
+def _op_owner(ctx: Context) -> np.ndarray:
+    """[G] names index of the region each GPU op ran for: its capture-time region (graph replay), else the
+    innermost region that launched it; -1 for none (as the kernels section counts them)."""
+    names = ctx.trace.ranges.name
+    owner = np.where(ctx.capture >= 0, ctx.capture, ctx.gpu.op_range)
+    return np.where(owner >= 0, names[np.maximum(owner, 0)], -1)
 
 
 def _spread(m: Matched) -> dict | None:
