@@ -9,7 +9,9 @@ million kernels never becomes a million Python dicts. What Perfetto's JSON impor
   scope ("s"), "C" counters with numeric args, "s"/"f" flow events (same "id", "bp": "e") for launch arrows.
 
 Tracks: one per CPU thread (regions as `user_annotation` slices, launching calls as `cuda_runtime`
-slices), one per GPU stream (kernels, memcpys, memsets with their Kineto categories and args.correlation), a
+slices), grouped by process, a process of a known rank named "rank R (pid P)" (a run of several ranks is one
+process per rank, as HTA and Perfetto users expect); one per GPU stream (a GPU whose ops one rank launched named
+"GPU d (rank R)") (kernels, memcpys, memsets with their Kineto categories and args.correlation), a
 "roseprof" process with the decode steps and, apart, the rollover steps (slices and instant markers), and GPU
 telemetry counters where the capture sampled any. Categories and args follow Kineto's, so roseprof's own
 Kineto reader imports the file back with the same region and kernel totals.
