@@ -216,8 +216,10 @@ def _participants(trace, pid, device, step_ranges, step_index) -> tuple[Particip
 
 
 def _index_of(keys: np.ndarray, uniq: list[int]) -> np.ndarray:
-    lookup = {k: i for i, k in enumerate(uniq)}
-    return np.fromiter((lookup[k] for k in keys.tolist()), dtype=np.int64, count=len(keys))
+    """[C] the position in `uniq` (any order, every key in it) of each key, vectorised."""
+    u = np.asarray(uniq, dtype=np.int64)
+    by_value = np.argsort(u)
+    return by_value[np.searchsorted(u[by_value], keys)]
 
 
 def _order_within(who: np.ndarray, step: np.ndarray) -> np.ndarray:

@@ -25,6 +25,9 @@ from roseprof.model import KERNEL, Trace
 OUTSIDE = "(outside any region)"
 EXPLAINS = 0.5  # a rank's lateness explains a spike when it is at least this share of the spike's excess
 LISTED = 12
+# The late windows split by region, at most this many (evenly spaced over the run): each costs a few lookups per
+# rank in Python, and a long run's thousands of late collectives name the same region.
+MAX_WINDOWS = 2000
 
 
 def own_segments(trace: Trace, tree, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -108,7 +111,12 @@ def straggler(
     s = int(np.argmax(total_late))
     late_at = np.flatnonzero((m.last == s) & (m.spread > 0))
     spread_when_last = m.spread[late_at]
-    regions = _where_late(trace, tree, inst, parts, m, s, late_at, owner)
+    windows = (
+        late_at[np.linspace(0, len(late_at) - 1, MAX_WINDOWS).astype(np.int64)]
+        if len(late_at) > MAX_WINDOWS
+        else late_at
+    )
+    regions = _where_late(trace, tree, inst, parts, m, s, windows, owner)
     orders = np.bincount(m.order[late_at]) if len(late_at) else np.zeros(0, np.int64)
     site_ids = inst.site[m.row[late_at, s]]
     site_ids = site_ids[site_ids >= 0]
@@ -126,6 +134,7 @@ def straggler(
         "most_late_at": int(np.argmax(orders)) if len(orders) else None,
         "most_late_site": trace.names[site] if site >= 0 else None,
         "region": regions[0]["region"] if regions else None,
+        "windows": int(len(windows)),  # the late collectives whose windows `regions` sums over
         "regions": regions[:5],
     }
 

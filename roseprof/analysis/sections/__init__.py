@@ -49,6 +49,7 @@ SUMMARY_ORDER = (
     "kernel_attribution",
     "warnings",
     "ncu",
+    "collectives",  # several ranks (sections/collectives.py)
     "spikes",
 )
 
