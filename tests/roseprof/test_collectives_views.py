@@ -69,9 +69,9 @@ def test_diff_compares_per_rank_and_overall(store):
     assert proc.returncode == 0, proc.stderr
     metrics = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}
     for rank in (0, 1):
-        assert f"collectives.rank {rank}.step_p50_ms" in metrics
-        assert f"collectives.rank {rank}.exposed_per_step_p50_ms" in metrics
-    spread = metrics["collectives.spread_p50_ms"]
+        assert f"rank {rank}.step_p50_ms" in metrics
+        assert f"rank {rank}.exposed_ms" in metrics
+    spread = metrics["arrival_spread_p50_ms"]
     assert spread["b"] > spread["a"]  # rank 1's 3 ms sleep before every MLP all-reduce
 
 

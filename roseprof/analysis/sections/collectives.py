@@ -127,36 +127,34 @@ def _heatmap(parts: Participants, m: Matched) -> dict | None:
 
 
 def diff_metrics(before, after) -> list[dict]:
-    """Per rank: decode step p50, exposed communication per step (p50), and the arrival spread p50 overall."""
-    out = []
+    """Per rank: decode step p50 (`rank R.step_p50_ms`) and exposed communication per decode step, p50
+    (`rank R.exposed_ms`); overall: the arrival spread p50 (`arrival_spread_p50_ms`). A side's figure is
+    the mean over its runs; a rank that one side lacks is not compared."""
     a_runs = [r.summary.get("collectives") for r in before]
     b_runs = [r.summary.get("collectives") for r in after]
-    if not all(a_runs) or not all(b_runs):
-        return out
+    if not a_runs or not b_runs or not all(a_runs) or not all(b_runs):
+        return []
 
-    def mean(runs, pick):
+    def side(runs, pick) -> float | None:
         values = [pick(c) for c in runs]
         return float(np.mean(values)) / 1e6 if all(v is not None for v in values) else None
 
-    def by_rank(c, rank, key):
-        return next((e[key] for e in c["ranks"] if e["rank"] == rank), None)
+    def of_rank(rank: int, key: str):
+        return lambda c: next((e[key] for e in c["ranks"] if e["rank"] == rank), None)
 
-    ranks = sorted(
-        {e["rank"] for c in a_runs for e in c["ranks"]} & {e["rank"] for c in b_runs for e in c["ranks"]}
-    )
-    for rank in ranks:
-        for key, label in (
-            ("step_p50_ns", "step_p50_ms"),
-            ("exposed_per_step_p50_ns", "exposed_per_step_p50_ms"),
-        ):
-            a = mean(a_runs, lambda c: by_rank(c, rank, key))  # noqa: B023 - used at once
-            b = mean(b_runs, lambda c: by_rank(c, rank, key))  # noqa: B023
-            if a is not None and b is not None:
-                out.append({"name": f"collectives.rank {rank}.{label}", "a": a, "b": b})
-    a = mean(a_runs, lambda c: (c.get("spread") or {}).get("p50_ns"))
-    b = mean(b_runs, lambda c: (c.get("spread") or {}).get("p50_ns"))
-    if a is not None and b is not None:
-        out.append({"name": "collectives.spread_p50_ms", "a": a, "b": b})
+    pairs = []
+    common = {e["rank"] for c in a_runs + b_runs for e in c["ranks"]}
+    for c in a_runs + b_runs:
+        common &= {e["rank"] for e in c["ranks"]}
+    for rank in sorted(common):
+        pairs.append((f"rank {rank}.step_p50_ms", of_rank(rank, "step_p50_ns")))
+        pairs.append((f"rank {rank}.exposed_ms", of_rank(rank, "exposed_per_step_p50_ns")))
+    pairs.append(("arrival_spread_p50_ms", lambda c: (c.get("spread") or {}).get("p50_ns")))
+    out = []
+    for name, pick in pairs:
+        a, b = side(a_runs, pick), side(b_runs, pick)
+        if a is not None and b is not None:
+            out.append({"name": name, "a": a, "b": b})
     return out
 
 
