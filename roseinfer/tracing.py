@@ -249,7 +249,7 @@ class TorchProfile:
         atexit.register(self.close)
 
     def _save(self, prof) -> None:
-        prof.export_chrome_trace(os.path.join(self.dir, "trace.json.gz"))
+        prof.export_chrome_trace(os.path.join(self.dir, trace_name()))
         self.done = True
 
     def step(self) -> None:
@@ -269,6 +269,17 @@ class TorchProfile:
             prof, self.prof = self.prof, None
             prof.stop()  # inside the window this saves what was recorded (on_trace_ready)
         _PROFILER = None
+
+
+def trace_name() -> str:
+    """The trace's file name in ROSEINFER_TORCH_PROFILE's folder: `trace.json.gz`, or with tensor parallelism one
+    file per rank, `trace.rank<r>.json.gz` (every rank profiles itself into the same folder; roseprof reads them
+    all as one run, and HTA-style tools find the rank in the name)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return f"trace.rank{dist.get_rank()}.json.gz"
+    return "trace.json.gz"
 
 
 _PROFILER: TorchProfile | None = None

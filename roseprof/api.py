@@ -177,15 +177,25 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
 
 
 def import_path(
-    store: RunStore, path: str, name: str | None, steplog: str | None, step_range: str | None = None
+    store: RunStore,
+    path: str | list[str],
+    name: str | None,
+    steplog: str | None,
+    step_range: str | None = None,
 ) -> Run:
-    """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run."""
+    """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run; several files,
+    or a folder of them (HTA's layout, rank-N.*.json[.gz]), as one run of several ranks (Kineto)."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
-    from roseprof.drivers import pick_reader
+    from roseprof.drivers import pick_reader, rank_files
 
+    paths = [path] if isinstance(path, str) else list(path)
+    files: list[str] = []
+    for p in paths:
+        files += [str(f) for f in rank_files(Path(p), p)] if Path(p).is_dir() else [p]
     return pipeline.import_file(
-        store, path, name, steplog, analyse_import, pick_reader, _step_manifest(step_range)
-    )
+        store, files[0] if len(files) == 1 else files, name, steplog, analyse_import, pick_reader,
+        _step_manifest(step_range),
+    )  # fmt: skip
 
 
 def load_run(run: Run) -> RunData:

@@ -293,11 +293,11 @@ class Trace:
     def pids(self, tids: np.ndarray) -> np.ndarray:
         """[N] the pid of each thread id (-1 where the trace does not say: an unknown thread, a GPU op with no
         launching call)."""
-        return _lookup(self.thread_pids, tids)
+        return lookup(self.thread_pids, tids)
 
     def ranks(self, pids: np.ndarray) -> np.ndarray:
         """[N] the rank of each pid (-1 where unknown)."""
-        return _lookup({p: pr.rank for p, pr in self.processes.items() if pr.rank is not None}, pids)
+        return lookup({p: pr.rank for p, pr in self.processes.items() if pr.rank is not None}, pids)
 
     def used_thread_ids(self) -> np.ndarray:
         """[T] every thread id the trace's events name (ranges, marks, launching calls, graph nodes, host
@@ -312,7 +312,7 @@ class Trace:
         return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
-def _lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
+def lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """[N] table[key] for each key, -1 where the table has none (vectorised: ops and ranges run to millions)."""
     keys = np.asarray(keys, dtype=np.int64)
     if not table or not len(keys):

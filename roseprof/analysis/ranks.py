@@ -9,9 +9,12 @@ tool's, they agree where both speak).
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
+
 import numpy as np
 
-from roseprof.model import Trace
+from roseprof.model import Trace, lookup
 from roseprof.workload.steplog import StepLogRecords, log_rank
 
 STEP_LOG = "step log"  # Process.rank_from when a step log's meta record named the process
@@ -55,3 +58,92 @@ def first_rank_ranges(trace: Trace) -> np.ndarray | None:
     if not ranked:
         return None
     return np.isin(pids, next(iter(ranked.values())))
+
+
+@dataclass
+class RankGroup:
+    """One entry of summary.json's `ranks`: a rank's processes (a rank may run several, e.g. a Kineto file's
+    host pid and pid 0), or one process of unknown rank in a run of several processes."""
+
+    label: str  # "rank 0", or "pid 1234" where the rank is unknown
+    rank: int | None
+    pids: list[int]  # the main process first (most threads' events), then the rest ascending
+    world_size: int | None
+    rank_from: str | None
+    name: str
+
+
+def rank_groups(trace: Trace) -> list[RankGroup]:
+    """The run's ranks, lowest first, then its processes of unknown rank by pid; empty for a run of one process
+    whose world size is not above 1 (its all-ranks tables are that process' own)."""
+    used = sorted(set(trace.thread_pids.values()))
+    procs = [trace.processes[p] for p in used if p in trace.processes]
+    if len(procs) < 2 and not any((p.world_size or 1) > 1 for p in procs):
+        return []
+    weight = Counter(trace.thread_pids.values())  # threads per pid: the main process has the most
+    groups: list[RankGroup] = []
+    for rank, pids in ranked_pids(trace).items():
+        pids = sorted((p for p in pids if p in weight), key=lambda p: (-weight[p], p))
+        if not pids:
+            continue
+        first = trace.processes[pids[0]]
+        groups.append(RankGroup(f"rank {rank}", rank, pids, first.world_size, first.rank_from, first.name))
+    for p in procs:
+        if p.rank is None:
+            groups.append(RankGroup(f"pid {p.pid}", None, [p.pid], p.world_size, None, p.name))
+    return groups
+
+
+def op_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
+    """[G] the index in `groups` of the rank that launched each GPU op, -1 where unknown.
+
+    By the launching call's thread; an op the file gives no launching call (launched before the profiler's
+    window) takes the rank of the other ops on its device when only one rank launched onto that device."""
+    out = np.full(len(trace.ops), -1, dtype=np.int64)
+    if not groups or not len(trace.ops):
+        return out
+    pid_group = {p: i for i, g in enumerate(groups) for p in g.pids}
+    out = lookup(pid_group, trace.pids(trace.ops.api_tid))
+    unknown = out < 0
+    if unknown.any():
+        device = trace.ops.device
+        for d in np.unique(device[unknown]).tolist():
+            owners = np.unique(out[(device == d) & ~unknown])
+            if len(owners) == 1:
+                out[unknown & (device == d)] = owners[0]
+    return out
+
+
+def range_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
+    """[R] the index in `groups` of each range's rank, -1 where unknown."""
+    pid_group = {p: i for i, g in enumerate(groups) for p in g.pids}
+    return lookup(pid_group, range_pids(trace))
+
+
+COLLECTIVE_NAMES = ("nccl", "rccl")  # NCCL's kernels (ncclDevKernel_*, ncclKernel_*) and ROCm's RCCL ones
+
+
+def is_collective(names: list[str], op_names: np.ndarray) -> np.ndarray:
+    """[G] bool: the op is a collective kernel, by its name (NCCL's or RCCL's)."""
+    ids = [i for i, n in enumerate(names) if any(c in n.lower() for c in COLLECTIVE_NAMES)]
+    return np.isin(op_names, ids)
+
+
+def collective_end_spread(trace: Trace, n_groups: int, op_group: np.ndarray) -> dict | None:
+    """How well the ranks' clocks agree: the k-th collective kernel of every rank ends at one moment (all ranks
+    leave an all-reduce together, within the link's latency), so the spread of the k-th ends across ranks bounds
+    the clocks' disagreement plus that latency. None where fewer than two ranks ran a collective."""
+    collective = is_collective(trace.names.values, trace.ops.name) & (trace.ops.kind == 0)
+    ends = [np.sort(trace.ops.end[collective & (op_group == g)]) for g in range(n_groups)]
+    ends = [e for e in ends if len(e)]
+    if len(ends) < 2:
+        return None
+    n = min(len(e) for e in ends)
+    matrix = np.stack([e[:n] for e in ends])  # [ranks, n] the k-th collective's end on each rank
+    spread = matrix.max(axis=0) - matrix.min(axis=0)  # [n]
+    return {
+        "matched": int(n),
+        "ranks": len(ends),
+        "end_spread_p50_ns": float(np.percentile(spread, 50)),
+        "end_spread_max_ns": int(spread.max()),
+    }

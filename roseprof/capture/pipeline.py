@@ -203,7 +203,7 @@ def _ingest(
 
 def import_file(
     store: RunStore,
-    path: str,
+    path: str | list[str],
     name: str | None,
     steplog: str | None,
     analyse: Analyse,
@@ -211,39 +211,63 @@ def import_file(
     manifest: dict | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
-    reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`.
+    reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`. Several
+    files (one per rank) become one run where their driver reads several as one (`Reader.read_many`: Kineto).
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
-    src = Path(path)
-    if not src.exists():
-        raise RoseprofError(f"{path}: no such file")
-    if src.is_dir():
-        raise RoseprofError(
-            f"{path}: is a folder; give a trace file (roseprof import --help lists the kinds)"
-        )
-    reader = pick_reader(src, path)
+    paths = [path] if isinstance(path, str) else list(path)
+    for p in paths:
+        src = Path(p)
+        if not src.exists():
+            raise RoseprofError(f"{p}: no such file")
+        if src.is_dir():
+            raise RoseprofError(
+                f"{p}: is a folder; give a trace file (roseprof import --help lists the kinds)"
+            )
+    readers = [pick_reader(Path(p), p) for p in paths]
+    reader = readers[0]
+    if len(paths) > 1:
+        other = next((p for p, r in zip(paths, readers) if r.tool != reader.tool), None)
+        if other is not None:
+            raise RoseprofError(
+                f"{other}: is a {readers[paths.index(other)].tool} file; the others are {reader.tool}'s"
+            )
+        if reader.read_many is None:
+            raise RoseprofError(
+                f"{paths[0]}: several {reader.tool} files are not one run (one file per rank is read for "
+                "torch.profiler / Kineto traces; an nsys capture holds every process in one file)"
+            )
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
-    writer = store.new_run(name or _stem(src.name, reader.suffixes), reader.tool)
+    first = Path(paths[0])
+    writer = store.new_run(name or _stem(first.name, reader.suffixes), reader.tool)
     try:
-        writer.manifest.update(
-            source=str(src.resolve()), environment=environment.describe(), **(manifest or {})
-        )
-        copy = writer.raw / src.name
-        # A copy, not a hard link: editing the user's file later must not change the run's raw data.
-        _copy(src, copy, path)
-        trace = reader.read(copy, writer.raw, path)
+        sources = [str(Path(p).resolve()) for p in paths]
+        writer.manifest.update(source=sources[0], environment=environment.describe(), **(manifest or {}))
+        if len(sources) > 1:
+            writer.manifest["sources"] = sources  # one file per rank, in the order they were merged
+        copies = []
+        for i, p in enumerate(paths):
+            # Two ranks' files may share a name (rank folders): the second and later keep theirs behind an index.
+            copy = writer.raw / (Path(p).name if len(paths) == 1 else f"{i:03d}-{Path(p).name}")
+            # A copy, not a hard link: editing the user's file later must not change the run's raw data.
+            _copy(Path(p), copy, p)
+            copies.append(copy)
+        if len(paths) == 1:
+            trace = reader.read(copies[0], writer.raw, paths[0])
+        else:
+            trace = reader.read_many(copies, writer.raw, paths)
         log_path = None
         if steplog is not None:
             log_path = writer.path / tables.STEPLOG
             # Every rank's log, named in the run folder as the engine names them in a capture.
-            for rank, path in rank_log_paths(steplog).items():
-                _copy(Path(path), Path(rank_path(str(log_path), rank)), path)
+            for rank, log in rank_log_paths(steplog).items():
+                _copy(Path(log), Path(rank_path(str(log_path), rank)), log)
         _ingest(writer, trace, log_path, analyse)
         return writer.finish("complete", exit_code=0, message=None)
     except OSError as e:
         writer.abort()
-        raise RoseprofError(f"{path}: could not store the run in {store.root} ({_os_error(e)})") from None
+        raise RoseprofError(f"{paths[0]}: could not store the run in {store.root} ({_os_error(e)})") from None
     except BaseException:
         writer.abort()  # bad input leaves no run folder behind
         raise

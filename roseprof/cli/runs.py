@@ -38,22 +38,26 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
 
 
 @cli.command("import", epilog=EXIT_CODES)
-@click.argument("path")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("--name", help="a name for the run (default: the file's name)")
-@click.option("--steplog", help="the engine's step log of the same run (ROSEINFER_STEP_LOG)")
+@click.option(
+    "--steplog",
+    help="the engine's step log of the same run (ROSEINFER_STEP_LOG); rank 0's, where the other ranks' NAME.rank<r>.EXT lie beside it",
+)
 @click.option(
     "--step-range",
     metavar="NAME",
     help="the NVTX or record_function range that is one step of the program (per-step and steady-state views)",
 )
 @store_options
-def import_(path, name, steplog, step_range, traces_dir, dashboards_dir) -> None:
+def import_(paths, name, steplog, step_range, traces_dir, dashboards_dir) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
-    .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content."""
+    .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content.
+    Several Kineto files, or a folder of them (one per rank: rank-0.*.json.gz, rank-1.*, ...), are one run."""
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console
 
-    run = import_path(RunStore(traces_dir), path, name, steplog, step_range)
+    run = import_path(RunStore(traces_dir), list(paths), name, steplog, step_range)
     after_storing(run, lambda: print_run(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import importlib
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,9 @@ class Reader:
     suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
     sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
     read: Callable[[Path, Path, str], Trace]
+    # read_many(paths, raw_dir, labels): several files of one run (one per rank) as one Trace; None where the
+    # tool writes one file for every process (nsys) or has no timeline to merge (ncu)
+    read_many: Callable[[list[Path], Path, list[str]], Trace] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,27 @@ def pick_reader(path: Path, label: str | None = None) -> Reader:
     if not head:
         raise RoseprofError(f"{label}: is empty (0 bytes); roseprof import reads {known}")
     raise RoseprofError(f"{label}: not a file roseprof can read (it reads {known})")
+
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def rank_files(folder: Path, label: str) -> list[Path]:
+    """The trace files of a folder of per-rank traces (HTA's layout: rank-N.<anything>.json[.gz]), by rank (the
+    number after `rank` in the name; names without one after, by name). One line naming `label` when it has none."""
+    suffixes = tuple(s for r in readers() if r.read_many is not None for s in r.suffixes)
+    try:
+        files = [p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(suffixes)]
+    except OSError as e:
+        raise RoseprofError(f"{label}: cannot read the folder ({e.strerror})") from None
+    if not files:
+        raise RoseprofError(f"{label}: holds no per-rank trace ({', '.join(suffixes)})")
+
+    def order(p: Path):
+        m = _RANK_IN_NAME.search(p.name)
+        return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
+
+    return sorted(files, key=order)
 
 
 def find_tool(env_var: str, exe: str, candidates: tuple[str, ...]) -> str | None:

@@ -135,7 +135,15 @@ def check_summary(summary) -> None:
 
 def check_steps(steps) -> None:
     """{"regions": [names], "rows": None or {column: [S]}}, every column as long as the others."""
-    check(steps, {"regions": [str], "rows": (dict, None)})
+    check(steps, {"regions": [str], "rows": (dict, None), "ranks": ({}, None)})
+    for label, rank_rows in (steps.get("ranks") or {}).items():  # several ranks: each one's own steps
+        check(
+            rank_rows,
+            {"index": [NUM], "start_ns": [NUM], "dur_ns": [NUM], "rollovers": [NUM]},
+            f"ranks.{label}",
+        )
+        if len({len(v) for v in rank_rows.values()}) > 1:
+            raise Damaged(f"ranks.{label}: its columns have different lengths")
     rows = steps["rows"]
     if rows is None:
         return

@@ -2,7 +2,9 @@
 
     summary.json    the contract (DESIGN.md): regions, kernels, steps, itl, requests
     steps.json      per decode step: times, rollovers, batch size, ns per region inside the step; and
-                    run_starts: where each benchmark run begins (step index, ms since the first arrival)
+                    run_starts: where each benchmark run begins (step index, ms since the first arrival); in a
+                    run of several ranks, `ranks`: {label: each rank's own steps (index, start_ns, dur_ns,
+                    rollovers)}
     itl.json        per request: token times, ITL, the step that produced each token
     telemetry.json  GPU samples during a capture (when there was a GPU)
     names.json      the trace's Names table, domains and thread names, and TABLES_VERSION; since version 3 also
@@ -147,6 +149,8 @@ def write_analysis(folder: Path, summary: dict, named: dict) -> None:
         "rows": named.get("steps"),
         "run_starts": list(named.get("run_starts") or ()),
     }
+    if named.get("rank_steps"):
+        steps["ranks"] = named["rank_steps"]  # several ranks: each rank's own steps, by its label ("rank 1")
     write_json(folder / "steps.json", steps)
     write_json(folder / "itl.json", named.get("itl_series") or [])
     write_json(folder / "summary.json", summary)

@@ -4,14 +4,20 @@ process is, and the step section joins rank 0's decode steps to rank 0's log (th
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
+import sqlite3
+from collections import Counter
 
 import numpy as np
+import pytest
 
 from roseprof import api
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.drivers.torch.capture import merge
 from roseprof.drivers.torch.reader import read_kineto
+from roseprof.errors import RoseprofError
 from roseprof.model import check
 from roseprof.run import tables
 from roseprof.run.store import RunStore
@@ -21,6 +27,9 @@ TP2 = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.sqlite"
 TP2_LOG = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.steplog.jsonl"
 TP2_PIDS = {0: 25363, 1: 25373}  # the meta records' pids, rank 0 and rank 1
 HTA = DATA / "torch" / "facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+KINETO = DATA / "torch" / "pytorch__kineto__worker0.1623143089861.pt.trace.json.gz"
+TP2_KINETO = DATA / "torch" / "cpu-torch2.13-roseinfer-tp2"  # .rank<r>.json.gz, one per rank
+TP2_KINETO_LOG = DATA / "torch" / "cpu-torch2.13-roseinfer-tp2.steplog.jsonl"
 
 
 def test_nsys_reader_names_every_threads_process():
@@ -85,3 +94,119 @@ def test_a_run_stored_before_processes_reads_with_none(tmp_path):
     old = tables.read_trace(run.path)
     assert old.processes == {} and old.thread_pids == {}
     assert (old.pids(old.ranges.tid) == -1).all()
+
+
+def _tp2_nsys_summary(tmp_path) -> dict:
+    return api.import_path(RunStore(tmp_path / "traces"), str(TP2), None, str(TP2_LOG)).summary()
+
+
+def test_tp2_nsys_per_rank_ranges_are_each_process_rows(tmp_path):
+    """Truth: each rank's region counts and totals are a direct count of its process' NVTX ranges."""
+    summary = _tp2_nsys_summary(tmp_path)
+    db = sqlite3.connect(TP2)
+    rows = db.execute(
+        "SELECT (e.globalTid >> 24) & 16777215, coalesce(s.value, e.text), count(*), sum(e.end - e.start) "
+        "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
+        "WHERE e.eventType IN (59, 60, 70, 71) GROUP BY 1, 2"
+    ).fetchall()
+    db.close()
+    want: dict[int, dict[str, tuple[int, int]]] = {}
+    for pid, name, count, total in rows:
+        want.setdefault(pid, {})[name] = (count, total)
+    by_pid = {e["pid"]: e for e in summary["ranks"]}
+    assert sorted(by_pid) == sorted(want) == sorted(TP2_PIDS.values())
+    for pid, regions in want.items():
+        got = {r["name"]: (r["count"], r["total_ns"]) for r in by_pid[pid]["regions"]}
+        assert got == regions
+        assert by_pid[pid]["range_count"] == sum(c for c, _ in regions.values())
+        assert by_pid[pid]["rank"] == {v: k for k, v in TP2_PIDS.items()}[pid]
+
+
+def test_tp2_nsys_each_rank_joins_its_own_log(tmp_path):
+    summary = _tp2_nsys_summary(tmp_path)
+    for entry in summary["ranks"]:
+        log = (
+            TP2_LOG
+            if entry["rank"] == 0
+            else TP2_LOG.with_name(TP2_LOG.name.replace(".jsonl", ".rank1.jsonl"))
+        )
+        records = [json.loads(x) for x in log.read_text().splitlines()]
+        assert records[0]["pid"] == entry["pid"] and records[0]["rank"] == entry["rank"]
+        assert entry["steps"]["count"] == sum(r["type"] == "step" for r in records)
+    assert summary["rank_clock"]["how"].startswith("one host clock")
+    assert summary["ranks"][0]["steps"]["p50_ns"] == summary["steps"]["p50_ns"]
+
+
+def _kernel_events(path) -> int:
+    """Kernels in a Kineto file, counted straight from its JSON."""
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel"))
+
+
+def test_kineto_per_rank_kernels_are_each_files_own(tmp_path):
+    """Truth: two real Kineto files (HTA's rank 0 of a DDP job, Kineto's own sample) imported as one run: each
+    process' kernel count and time are its file's."""
+    files = [HTA, KINETO]
+    run = api.import_path(RunStore(tmp_path / "traces"), [str(f) for f in files], None, None)
+    summary = run.summary()
+    entries = summary["ranks"]
+    assert [(e["label"], e["pid"]) for e in entries] == [("rank 0", 1102), ("pid 25738", 25738)]
+    for entry, path in zip(entries, files):
+        alone = read_kineto(path)
+        kernel = alone.ops.kind == 0
+        assert entry["kernel_count"] == _kernel_events(path) == int(kernel.sum())
+        assert entry["kernel_ns"] == int((alone.ops.end - alone.ops.start)[kernel].sum())
+    assert summary["rank_clock"]["kernels_of_no_rank"] == 0
+    assert run.manifest["sources"] == [str(f.resolve()) for f in files]
+
+
+def _annotations(path) -> Counter:
+    with gzip.open(path, "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    return Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation")
+
+
+def test_kineto_rank_folder_is_one_run_of_two_ranks(tmp_path):
+    """Our own TP=2 capture (one Kineto file per rank, HTA's folder layout): each rank's regions are its file's
+    record_function spans, each rank's 16 profiled decode steps join its own step log by time."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in (1, 0):  # listed out of order: the folder is read by rank
+        shutil.copy(
+            TP2_KINETO.with_name(f"{TP2_KINETO.name}.rank{r}.json.gz"), folder / f"rank-{r}.trace.json.gz"
+        )
+    run = api.import_path(RunStore(tmp_path / "traces"), str(folder), None, str(TP2_KINETO_LOG))
+    summary = run.summary()
+    assert summary["warnings"] == []
+    assert [e["rank"] for e in summary["ranks"]] == [0, 1]
+    for entry in summary["ranks"]:
+        want = _annotations(folder / f"rank-{entry['rank']}.trace.json.gz")
+        assert {r["name"]: r["count"] for r in entry["regions"]} == dict(want)
+        assert entry["rank_from"] == "step log" and entry["world_size"] == 2
+        assert entry["steps"]["count"] == 16
+    steps = tables.read_steps(run.path)
+    assert sorted(steps["ranks"]) == ["rank 0", "rank 1"]
+    assert steps["ranks"]["rank 1"]["index"] == steps["rows"]["index"]  # the same engine steps on every rank
+    assert summary["rank_clock"]["how"].startswith("Unix time")
+
+
+def test_a_run_of_one_process_has_no_rank_entries(tmp_path):
+    store = RunStore(tmp_path / "traces")
+    summary = api.import_path(store, str(DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite"), None, None).summary()
+    assert summary["ranks"] == [] and summary["rank_clock"] is None
+
+
+def test_several_nsys_files_are_refused_in_one_line(tmp_path):
+    with pytest.raises(RoseprofError, match="one file per rank is read for torch.profiler"):
+        api.import_path(RunStore(tmp_path / "traces"), [str(TP2), str(TP2)], None, None)
+    assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").iterdir())
+
+
+def test_the_rank_panel_fits_80_columns(tmp_path):
+    from roseprof.analysis.sections.ranks import panels
+
+    (panel,) = panels(_tp2_nsys_summary(tmp_path))
+    widths = [max(len(c), *(len(r[i]) for r in panel["rows"])) for i, c in enumerate(panel["columns"])]
+    assert sum(widths) + 2 * (len(widths) - 1) <= 80
+    assert [r[0] for r in panel["rows"]] == ["0", "1"]

@@ -38,6 +38,15 @@ def read(path: Path, raw: Path, label: str) -> Trace:
     return read_kineto(path, raw, label)
 
 
+def read_many(paths: list[Path], raw: Path, labels: list[str]) -> Trace:
+    """One Kineto file per rank (HTA's layout, or `roseprof torch` of a tensor-parallel engine) as one run: each
+    file read on its own (streamed), then merged (capture.merge: Unix-time bases aligned, processes kept apart)."""
+    from roseprof.drivers.torch.capture import merge
+    from roseprof.drivers.torch.reader import read_kineto
+
+    return merge([read_kineto(p, raw, label) for p, label in zip(paths, labels)])
+
+
 READERS = (
     Reader(
         "torch",
@@ -45,5 +54,6 @@ READERS = (
         (".pt.trace.json", ".pt.trace.json.gz", ".json.gz", ".json"),
         sniff,
         read,
+        read_many,
     ),
 )

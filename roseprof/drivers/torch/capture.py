@@ -177,7 +177,7 @@ def merge(traces: list[Trace]) -> Trace:
         thread_pids.update(t.thread_pids)
         processes.update(t.processes)
         gpus += [g for g in t.gpus if g not in gpus]
-        warnings += t.warnings
+        warnings += [w for w in t.warnings if w not in warnings]  # one file's caveat said once
     ranges = Ranges(
         *(
             np.concatenate([getattr(p, f) for p in parts_r])

@@ -1,0 +1,239 @@
+"""Ranks: one entry per rank of a run of several processes (tensor-parallel engines under nsys, one Kineto file
+per rank merged): its processes, its kernels, its own region table and its decode steps joined to its own step
+log, beside the all-ranks tables; and how the ranks' clocks were aligned, and how well.
+
+summary.json: `ranks` is [] for a run of one process (its all-ranks tables are that process' own); otherwise one
+entry per known rank, lowest first, then one per process of unknown rank. `rank_clock` says how the ranks share a
+clock (null where `ranks` is empty). Named tables for later sections: `rank_groups` (the entries' RankGroups),
+`op_rank` ([G] index into `ranks` of each GPU op's rank, -1 unknown), `range_rank` ([R] the same per range),
+`rank_steps` ({label: step rows}, each rank's steps as the `steps` table has them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.ranks import (
+    collective_end_spread,
+    op_groups,
+    range_groups,
+    rank_groups,
+)
+from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.stats import ns_stats
+from roseprof.analysis.steps import clock_offset, step_table
+from roseprof.model import KERNEL
+from roseprof.run.checks import NUM, OPT_NUM
+from roseprof.workload.steplog import log_rank
+
+TOP_REGIONS = 100  # per rank, by total time: a rank's table beside the all-ranks one, not a second copy of it
+
+
+def compute(ctx: Context) -> SectionResult:
+    trace = ctx.trace
+    groups = rank_groups(trace)
+    if not groups:
+        return SectionResult({"ranks": [], "rank_clock": None}, {"rank_groups": []})
+    op_group, r_group = op_groups(trace, groups), range_groups(trace, groups)
+    logs = {log_rank(log, r): log for r, log in ctx.logs.items()}
+    kernel = trace.ops.kind == KERNEL
+    dur = trace.ops.end - trace.ops.start
+    entries, rank_steps = [], {}
+    for g, group in enumerate(groups):
+        mine = r_group == g
+        log = logs.get(group.rank) if group.rank is not None else None
+        rows = _steps(ctx, mine, log, group.label)
+        if rows is not None:
+            rank_steps[group.label] = rows
+        entries.append(
+            {
+                "label": group.label,
+                "rank": group.rank,
+                "pid": group.pids[0],
+                "pids": group.pids,
+                "name": group.name,
+                "world_size": group.world_size,
+                "rank_from": group.rank_from,
+                "kernel_count": int((kernel & (op_group == g)).sum()),
+                "kernel_ns": int(dur[kernel & (op_group == g)].sum()),
+                "range_count": int(mine.sum()),
+                "steps": _step_stats(rows),
+                "regions": _regions(ctx, mine),
+            }
+        )
+    unattributed = int((kernel & (op_group < 0)).sum())
+    clock = {
+        "how": _clock_words(trace),
+        "collectives": collective_end_spread(trace, len(groups), op_group),
+        "kernels_of_no_rank": unattributed,
+    }
+    return SectionResult(
+        {"ranks": entries, "rank_clock": clock},
+        {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps},
+    )
+
+
+def _clock_words(trace) -> str:
+    if trace.tool.name == "nsys":
+        return "one host clock: nsys records every process of the capture on the same clock"
+    if trace.clock == "realtime":
+        return (
+            "Unix time: each rank's file has its own base (Kineto's baseTimeNanoseconds), moved onto the first "
+            "file's; the ranks agree as well as their hosts' clocks do (one host: exactly)"
+        )
+    return "the trace's own clock"
+
+
+def _steps(ctx: Context, mine: np.ndarray, log, label: str) -> dict | None:
+    """The rank's steps: its own decode-step ranges joined to its own step log, as the steps section joins
+    rank 0's (by index, or by time over a profiler's window)."""
+    trace, tree = ctx.trace, ctx.tree
+    r = trace.ranges
+    notes: list[str] = []
+    rows, _ = step_table(
+        trace.names.values, r.start, r.end, r.name, tree.parent, tree.depth, trace.marks.ts, trace.marks.name,
+        log, notes, clock_offset(trace.clock, trace.session_start_utc_ns, log), ctx.step_range, mine,
+    )  # fmt: skip
+    ctx.warnings.extend(f"{label}: {n}" for n in notes if not label.startswith("rank 0"))
+    if rows is None:
+        return None
+    return {k: rows[k] for k in ("index", "start_ns", "dur_ns", "rollovers")}
+
+
+def _step_stats(rows: dict | None) -> dict | None:
+    if rows is None:
+        return None
+    stats = ns_stats(rows["dur_ns"])
+    return {"count": stats["count"], "p50_ns": stats["p50_ns"], "p99_ns": stats["p99_ns"]}
+
+
+def _regions(ctx: Context, mine: np.ndarray) -> list[dict]:
+    """The rank's region table: count, total and own time (and kernel time where there is a GPU)."""
+    trace = ctx.trace
+    idx = np.flatnonzero(mine)
+    if not len(idx):
+        return []
+    r = trace.ranges
+    key = r.domain[idx] * (len(trace.names) + 1) + r.name[idx]
+    uniq, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.ravel()
+    total = np.bincount(inverse, weights=(r.end - r.start)[idx])
+    own = np.bincount(inverse, weights=ctx.tree.self_ns[idx])
+    count = np.bincount(inverse)
+    kern = np.bincount(inverse, weights=ctx.gpu.kernel_ns[idx]) if trace.has_gpu else None
+    rows = [
+        {
+            "name": trace.names[int(k % (len(trace.names) + 1))],
+            "domain": trace.domains[int(k // (len(trace.names) + 1))],
+            "count": int(count[j]),
+            "total_ns": int(total[j]),
+            "self_ns": int(own[j]),
+            "gpu_kernel_ns": int(kern[j]) if kern is not None else None,
+        }
+        for j, k in enumerate(uniq.tolist())
+    ]
+    rows.sort(key=lambda x: (-x["total_ns"], x["name"]))
+    return rows[:TOP_REGIONS]
+
+
+def diff_metrics(before, after) -> list[dict]:
+    """Per rank seen on both sides: its decode step p50 and its kernel time (each side's mean over its runs)."""
+    out = []
+    a_side, b_side = _by_label(before), _by_label(after)
+    for label in [x for x in a_side if x in b_side]:
+        for key, pick in (("step_p50_ns", lambda e: (e.get("steps") or {}).get("p50_ns")),
+                          ("kernel_ns", lambda e: e.get("kernel_ns") if e.get("kernel_count") else None)):  # fmt: skip
+            a = [pick(e) for e in a_side[label]]
+            b = [pick(e) for e in b_side[label]]
+            if a and b and None not in a and None not in b:
+                out.append(
+                    {
+                        "name": f"ranks.{label.replace(' ', '')}.{key}",
+                        "a": float(np.mean(a)),
+                        "b": float(np.mean(b)),
+                    }
+                )
+    return out
+
+
+def _by_label(runs) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for run in runs:
+        for e in run.summary.get("ranks") or []:
+            out.setdefault(e["label"], []).append(e)
+    return out
+
+
+def panels(summary: dict) -> list[dict]:
+    """One row per rank, 7 short columns (fits 80 columns): steps and their p50/p99, kernels and their time, the
+    rank's busiest region by own time."""
+    entries = summary.get("ranks") or []
+    if not entries:
+        return []
+    ms = lambda v: "-" if v is None else f"{v / 1e6:.2f}"  # noqa: E731
+    rows = []
+    for e in entries:
+        st = e.get("steps") or {}
+        top = max(e["regions"], key=lambda r: r["self_ns"])["name"] if e["regions"] else "-"
+        rows.append(
+            ["?" if e["rank"] is None else str(e["rank"]), str(e["pid"]), str(st.get("count", "-")),
+             ms(st.get("p50_ns")), ms(st.get("p99_ns")), str(e["kernel_count"]),
+             ms(e["kernel_ns"] if e["kernel_count"] else None), _middle(top, TOP_NAME_CHARS)]
+        )  # fmt: skip
+    clock = summary.get("rank_clock") or {}
+    spread = clock.get("collectives")
+    note = f"clock: {clock.get('how', '?')}"
+    if spread:
+        note += (
+            f"; {spread['matched']} collectives matched by order: their ends differ by "
+            f"{spread['end_spread_p50_ns'] / 1e3:.1f} µs p50, {spread['end_spread_max_ns'] / 1e3:.1f} µs at most"
+        )
+    return [
+        {
+            "title": "ranks: each rank's steps, kernels and busiest region",
+            "columns": ["rank", "pid", "steps", "p50 ms", "p99 ms", "kernels", "kern ms", "most own time"],
+            "rows": rows,
+            "note": note,
+        }
+    ]
+
+
+TOP_NAME_CHARS = 22  # the busiest region's name in the panel: with the other columns, 80 terminal columns
+
+
+def _middle(name: str, width: int) -> str:
+    """`name` cut in the middle to `width` characters (a region's prefix and its last part both say something)."""
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    return name[: keep // 2] + "…" + name[len(name) - (keep - keep // 2) :]
+
+
+REGION = {"name": str, "domain": str, "count": int, "total_ns": NUM, "self_ns": NUM, "gpu_kernel_ns": OPT_NUM}
+ENTRY = {
+    "label": str,
+    "rank": (int, None),
+    "pid": int,
+    "pids": [int],
+    "world_size": (int, None),
+    "kernel_count": int,
+    "kernel_ns": NUM,
+    "steps": ({"count": int, "p50_ns": OPT_NUM, "p99_ns": OPT_NUM}, None),
+    "regions": [REGION],
+}
+CLOCK = {
+    "how": str,
+    "kernels_of_no_rank": int,
+    "collectives": (
+        {"matched": int, "ranks": int, "end_spread_p50_ns": NUM, "end_spread_max_ns": NUM},
+        None,
+    ),
+}
+
+SECTION = Section(
+    "ranks",
+    compute,
+    absent={"ranks": [], "rank_clock": None},
+    checks={"ranks": ([ENTRY], None), "rank_clock": (CLOCK, None)},
+    diff_metrics=diff_metrics,
+    panels=panels,
+)
