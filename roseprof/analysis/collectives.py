@@ -10,17 +10,17 @@ What a collective instance is, by where the run has it:
           all of it is exposed (the rank can do nothing else while it waits).
 A run with NCCL kernels is read the GPU way, one without them the CPU way.
 
-Per process, the k-th decode-step range is decode step k (the step log's index where the steps table has one per
-range): the same index on every rank. A collective belongs to the step whose range holds its host time (the
-range's start; the launching call of a kernel, which runs later on the GPU). Inside a step the instances are
-numbered in arrival order, and instance (step, n) of every rank is one collective: the ranks run the same program,
+The participants are the `ranks` section's ranks (or processes of unknown rank), each with its decode steps
+joined to its own step log: the same step index on every rank (a run of one process: the steps table's steps). A
+collective belongs to the step whose range holds its host time (the range's start; the launching call of a kernel,
+which runs later on the GPU). Inside a step the instances are numbered in arrival order, and instance (step, n) of every rank is one collective: the ranks run the same program,
 so they issue the same collectives in the same order. A step where the ranks' counts differ is not matched (and
 counted): pairing the wrong calls would invent lateness.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,15 +53,41 @@ class Instances:
 
 @dataclass
 class Participants:
-    """The ranks (or, where no rank is known, processes; or GPUs where no process is) [P]."""
+    """The ranks (the `ranks` section's groups: a rank's processes, or a process of unknown rank), or the one
+    process of a run of one [P], each with its decode steps."""
 
-    pid: list[int]
-    rank: list[int]  # the rank where the trace says, else the participant's place in pid order
+    label: list[str]  # "rank 0", "pid 1234", or "" for a run of one process
+    pid: list[int]  # the main process (-1 where the trace names none)
+    rank: list[int]  # the rank where known, else the participant's place in the list
     rank_known: bool
-    device: list[int]  # the GPU of a GPU run's participant, -1 otherwise
-    step_start: list[np.ndarray]  # per participant: [S_p] its decode-step ranges' starts
+    step_start: list[np.ndarray]  # per participant: [S_p] its decode steps' starts (trace clock)
     step_end: list[np.ndarray]
-    step_index: list[np.ndarray]  # [S_p] the decode step index of each
+    step_index: list[
+        np.ndarray
+    ]  # [S_p] the decode step index of each (the step log's, the same on every rank)
+    device: list[int] = field(default_factory=list)  # the GPU most of its collectives ran on (-1: the CPU)
+
+
+def participants(groups: list, steps: list[dict | None]) -> Participants:
+    """From the `ranks` section's groups (label, rank, pids) and each one's step rows ({start_ns, dur_ns, index},
+    its decode steps joined to its own step log; None where it has none)."""
+    known = all(g.rank is not None for g in groups)
+    starts, ends, indices = [], [], []
+    for rows in steps:
+        rows = rows or {"start_ns": [], "dur_ns": [], "index": []}
+        start = np.asarray(rows["start_ns"], dtype=np.int64)
+        starts.append(start)
+        ends.append(start + np.asarray(rows["dur_ns"], dtype=np.int64))
+        indices.append(np.asarray(rows["index"], dtype=np.int64))
+    return Participants(
+        label=[g.label for g in groups],
+        pid=[g.pids[0] if g.pids else -1 for g in groups],
+        rank=[g.rank if known else i for i, g in enumerate(groups)],
+        rank_known=known,
+        step_start=starts,
+        step_end=ends,
+        step_index=indices,
+    )
 
 
 @dataclass
@@ -81,57 +107,65 @@ class Matched:
 def find_instances(
     trace: Trace,
     tree,
-    op_range,
-    capture,
-    step_ranges: np.ndarray,
-    step_index,
+    op_range: np.ndarray,
+    capture: np.ndarray,
+    op_group: np.ndarray,
+    range_group: np.ndarray,
+    parts: Participants,
     is_collective=is_collective_kernel,
-):
-    """(Instances, Participants), or None when the run holds no collective. `tree`, `op_range`, `capture`: the
-    range tree, each GPU op's launching range and capture-time range (sections' Context); `step_ranges`: rows of
-    the decode-step ranges (every process); `step_index`: rank 0's step indices in order (the steps table), None
-    to number the steps 0, 1, ...; `is_collective`: kernel name -> whether it is a collective."""
+) -> Instances | None:
+    """Every collective of the run, or None where it holds none. `tree`, `op_range`, `capture`: the range tree,
+    each GPU op's launching range and capture-time range (sections' Context); `op_group` [G], `range_group` [R]:
+    the participant of each GPU op and range (-1: none known; such collectives are left out); `parts`: the
+    participants with their steps (sets their `device`); `is_collective`: kernel name -> whether it is one."""
     o, r = trace.ops, trace.ranges
     kernel_names = {i for i in np.unique(o.name[o.kind == KERNEL]).tolist() if is_collective(trace.names[i])}
     if kernel_names:
         sel = np.flatnonzero((o.kind == KERNEL) & np.isin(o.name, list(kernel_names)))
+        exposed = _not_overlapped(o, sel)
+        sel, exposed = sel[op_group[sel] >= 0], exposed[op_group[sel] >= 0]
+        who = op_group[sel]
         host_tid = o.api_tid[sel]
+        # A kernel belongs to the step whose range holds the call that launched it (the GPU runs it later).
         host_t = np.where(o.api_start[sel] >= 0, o.api_start[sel], o.start[sel])
         arrival, end = o.start[sel], o.end[sel]
-        exposed = _not_overlapped(o, sel)
         # The region a kernel ran for: its capture-time region (graph replay), else its launching one.
-        launch = op_range[sel]
-        owner = np.where(capture[sel] >= 0, capture[sel], launch)
-        names = o.name[sel]
-        device = o.device[sel]
-        kind = "gpu"
+        owner = np.where(capture[sel] >= 0, capture[sel], op_range[sel])
+        names, device, kind = o.name[sel], o.device[sel], "gpu"
     else:
         allreduce = trace.names.find(ALLREDUCE)
-        sel = np.flatnonzero(r.name == allreduce) if allreduce >= 0 else np.zeros(0, dtype=np.int64)
+        sel = (
+            np.flatnonzero((r.name == allreduce) & (range_group >= 0))
+            if allreduce >= 0
+            else np.zeros(0, np.int64)
+        )
         if not len(sel):
             return None
+        who = range_group[sel]
         host_tid, host_t = r.tid[sel], r.start[sel]
         arrival, end = r.start[sel], r.end[sel]
-        exposed = end - arrival
+        exposed = end - arrival  # gloo: the host waits inside the region, all of it is exposed
         owner = sel
-        names = r.name[sel]
-        device = np.full(len(sel), -1, dtype=np.int64)
-        kind = "cpu"
+        names, device, kind = r.name[sel], np.full(len(sel), -1, dtype=np.int64), "cpu"
+    if not len(sel):
+        return None
     site = _site(trace, tree, owner)
-    pid = trace.pids(host_tid)
-    parts, who = _participants(trace, pid, device, step_ranges, step_index)
     step = np.full(len(sel), -1, dtype=np.int64)
-    for p in range(len(parts.pid)):
+    parts.device = []
+    for p in range(len(parts.label)):
         mine = who == p
         starts, ends = parts.step_start[p], parts.step_end[p]
         k = np.searchsorted(starts, host_t[mine], side="right") - 1
-        inside = (k >= 0) & (host_t[mine] <= ends[np.maximum(k, 0)])
-        step[mine] = np.where(inside, parts.step_index[p][np.maximum(k, 0)], -1)
+        inside = (
+            (k >= 0) & (host_t[mine] <= ends[np.maximum(k, 0)]) if len(starts) else np.zeros(mine.sum(), bool)
+        )
+        step[mine] = np.where(inside, parts.step_index[p][np.maximum(k, 0)] if len(starts) else -1, -1)
+        parts.device.append(int(np.bincount(device[mine] + 1).argmax()) - 1 if mine.any() else -1)
     by = np.lexsort((arrival, step, who))  # per participant, per step, in arrival order
     inst = Instances(kind, who[by], arrival[by], end[by], exposed[by], step[by], np.zeros(len(by), np.int64),
                      host_tid[by], site[by], names[by], sel[by])  # fmt: skip
     inst.order = _order_within(inst.who, inst.step)
-    return inst, parts
+    return inst
 
 
 def _site(trace: Trace, tree, owner: np.ndarray) -> np.ndarray:
@@ -182,44 +216,6 @@ def _covered_before(starts: np.ndarray, ends: np.ndarray):
         return np.where(j >= 0, before[jj] + inside, 0)
 
     return covered
-
-
-def _participants(trace, pid, device, step_ranges, step_index) -> tuple[Participants, np.ndarray]:
-    """The participants and [C] each instance's. By process where the launching threads say; a GPU run's kernels
-    with no launching call fall back to their GPU (one rank a GPU)."""
-    by_device = (pid < 0).all() and (device >= 0).any() and len(np.unique(device)) > 1
-    keys = device if by_device else pid
-    uniq = np.unique(keys).tolist()
-    ranks = [trace.processes[p].rank if not by_device and p in trace.processes else None for p in uniq]
-    rank_known = all(x is not None for x in ranks) and len(set(ranks)) == len(ranks)
-    if not rank_known:
-        ranks = list(range(len(uniq)))
-    order = np.argsort(ranks, kind="stable")
-    uniq = [uniq[i] for i in order]
-    ranks = [ranks[i] for i in order]
-    who = _index_of(keys, uniq)
-    r = trace.ranges
-    step_pid = trace.pids(r.tid[step_ranges]) if len(step_ranges) else np.zeros(0, dtype=np.int64)
-    starts, ends, indices = [], [], []
-    for key in uniq:
-        rows = step_ranges[step_pid == key] if not by_device and len(uniq) > 1 else step_ranges
-        rows = rows[np.argsort(r.start[rows], kind="stable")]
-        starts.append(r.start[rows])
-        ends.append(r.end[rows])
-        n = len(rows)
-        given = step_index is not None and len(step_index) == n
-        indices.append(np.asarray(step_index, dtype=np.int64) if given else np.arange(n, dtype=np.int64))
-    # A process' GPU: the device most of its collectives ran on (-1 on the CPU).
-    devices = uniq if by_device else [int(np.bincount(device[keys == k] + 1).argmax()) - 1 for k in uniq]
-    pids = [-1] * len(uniq) if by_device else uniq
-    return Participants(pids, ranks, rank_known, devices, starts, ends, indices), who
-
-
-def _index_of(keys: np.ndarray, uniq: list[int]) -> np.ndarray:
-    """[C] the position in `uniq` (any order, every key in it) of each key, vectorised."""
-    u = np.asarray(uniq, dtype=np.int64)
-    by_value = np.argsort(u)
-    return by_value[np.searchsorted(u[by_value], keys)]
 
 
 def _order_within(who: np.ndarray, step: np.ndarray) -> np.ndarray:

@@ -6,9 +6,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from roseprof.analysis.collectives import find_instances, match
-from roseprof.analysis.sections import Context
-from roseprof.analysis.sections.steps import step_names
+from roseprof.analysis.collectives import find_instances, is_collective_kernel, match
+from roseprof.analysis.ranks import assign_ranks
+from roseprof.analysis.sections import SECTIONS, Context
+from roseprof.analysis.sections.collectives import _participants
 from roseprof.analysis.summary import analyse
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.model import KERNEL
@@ -28,6 +29,27 @@ def tp_trace(base):
     log0, log1 = read_steplog(f"{base}.steplog.jsonl"), read_steplog(f"{base}.steplog.rank1.jsonl")
     summary, _ = analyse(trace, log0, rank_logs={1: log1})
     return trace, summary
+
+
+def instances(trace, log0=None, log1=None, is_collective=is_collective_kernel):
+    """(Instances, Participants, Matched) as the section finds them, after the sections it reads (steps, ranks)."""
+    logs = {r: log for r, log in ((0, log0), (1, log1)) if log is not None}
+    assign_ranks(trace, logs)
+    ctx = Context(trace, log0, logs=logs)
+    for section in SECTIONS[: [s.name for s in SECTIONS].index("collectives")]:
+        if section.applies(trace):
+            ctx.results[section.name] = section.compute(ctx)
+    parts, op_group, range_group = _participants(ctx)
+    inst = find_instances(
+        trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts, is_collective
+    )
+    return inst, parts, match(inst, len(parts.label))
+
+
+def tp_instances(base):
+    trace = read_nsys_sqlite(f"{base}.sqlite", label=base.name)
+    logs = read_steplog(f"{base}.steplog.jsonl"), read_steplog(f"{base}.steplog.rank1.jsonl")
+    return (trace, *instances(trace, *logs))
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +96,9 @@ def test_per_rank_counts_equal_sql(base, request):
 
 
 @pytest.mark.parametrize("base", [TP2, SLOW], ids=["tp2", "slowrank1"])
-def test_arrival_spread_equals_sql_and_is_conserved(base, request):
-    trace, _ = request.getfixturevalue("tp2" if base is TP2 else "slow")
-    ctx = Context(trace, None)
-    step_id = trace.names.find(step_names(ctx)[0])
-    inst, parts = find_instances(
-        trace, ctx.tree, ctx.gpu.op_range, ctx.capture, np.flatnonzero(trace.ranges.name == step_id), None
-    )
-    m = match(inst, len(parts.pid))
+def test_arrival_spread_equals_sql_and_is_conserved(base):
+    trace, inst, parts, m = tp_instances(base)
+    assert parts.rank == [0, 1] and parts.label == ["rank 0", "rank 1"]
     sql = sql_arrivals(base)
     for j in range(len(m.step)):
         arrivals = [sql[pid][int(m.step[j])][int(m.order[j])] for pid in parts.pid]
@@ -125,12 +142,7 @@ def test_gpu_path_on_real_h100_kernels():
     time (the part no other kernel on its GPU overlaps, computed by brute force from SQL) and its region (the
     capture-time region of a replayed kernel)."""
     trace = read_nsys_sqlite(str(GRAPHS), label=GRAPHS.name)
-    ctx = Context(trace, None)
-    step_id = trace.names.find(step_names(ctx)[0])
-    inst, parts = find_instances(
-        trace, ctx.tree, ctx.gpu.op_range, ctx.capture, np.flatnonzero(trace.ranges.name == step_id), None,
-        is_collective=lambda name: name.startswith("paged_decode_kernel"),
-    )  # fmt: skip
+    inst, parts, m = instances(trace, is_collective=lambda name: name.startswith("paged_decode_kernel"))
     db = sqlite3.connect(GRAPHS)
     rows = db.execute(
         "SELECT k.start, k.end, k.deviceId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -150,7 +162,9 @@ def test_gpu_path_on_real_h100_kernels():
     assert {a: x for a, x in zip(inst.arrival.tolist(), inst.exposed.tolist())} == exposed
     sites = {trace.names[i] for i in inst.site.tolist() if i >= 0}
     assert sites == {"roseinfer.layer.attention"}
-    assert len(parts.pid) == 1  # one process: no spread, no straggler
+    assert len(parts.label) == 1 and not m.spread.any()  # one process: no spread, no straggler
+    # Graph replays belong to the decode step whose range launched the graph: every step has its 12 layers'.
+    assert (np.bincount(inst.step[inst.step >= 0]) == 12).all()
 
 
 def test_single_process_run_has_no_spread():

@@ -69,7 +69,7 @@ def test_diff_compares_per_rank_and_overall(store):
     assert proc.returncode == 0, proc.stderr
     metrics = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}
     for rank in (0, 1):
-        assert f"rank {rank}.step_p50_ms" in metrics
+        assert f"ranks.rank{rank}.step_p50_ns" in metrics  # the ranks section's
         assert f"rank {rank}.exposed_ms" in metrics
     spread = metrics["arrival_spread_p50_ms"]
     assert spread["b"] > spread["a"]  # rank 1's 3 ms sleep before every MLP all-reduce
@@ -79,22 +79,13 @@ def test_spike_join_names_the_late_rank():
     """The slow capture holds no ITL spike by the spike section's definition (its steps are all slow alike), so
     the join is checked on its real tokens and lateness with one step's tokens marked as a spike: the step where
     rank 1 was latest is explained by rank 1; a step where every rank arrived together is not."""
-    from tests.roseprof.test_collectives import tp_trace
+    from tests.roseprof.test_collectives import tp_instances
 
-    trace, summary = tp_trace(SLOW)
-    from roseprof.analysis.collectives import find_instances, match
-    from roseprof.analysis.sections import Context
-    from roseprof.analysis.sections.steps import step_names
+    trace, inst, parts, m = tp_instances(SLOW)
+    steps, late = per_step_lateness(m, len(parts.label))
+    worst = int(steps[np.argmax(late[1])])
     from roseprof.workload.steplog import read_steplog
 
-    ctx = Context(trace, None)
-    step_id = trace.names.find(step_names(ctx)[0])
-    inst, parts = find_instances(
-        trace, ctx.tree, ctx.gpu.op_range, ctx.capture, np.flatnonzero(trace.ranges.name == step_id), None
-    )
-    m = match(inst, len(parts.pid))
-    steps, late = per_step_lateness(m, len(parts.pid))
-    worst = int(steps[np.argmax(late[1])])
     log = read_steplog(f"{SLOW}.steplog.jsonl")
     series = []
     for r in log.requests:

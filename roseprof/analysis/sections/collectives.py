@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.collectives import Instances, Matched, Participants, find_instances, match
+from roseprof.analysis.collectives import (
+    Instances,
+    Matched,
+    Participants,
+    find_instances,
+    match,
+    participants,
+)
+from roseprof.analysis.ranks import RankGroup
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.steps import step_names
 from roseprof.analysis.stragglers import per_step_lateness, spikes_by_rank, straggler
@@ -19,22 +27,11 @@ SOURCE = {"gpu": "NCCL/RCCL kernels", "cpu": "roseinfer.layer.allreduce regions 
 
 def compute(ctx: Context) -> SectionResult:
     trace = ctx.trace
-    step_name, _ = step_names(ctx)
-    step_id = trace.names.find(step_name) if step_name else -1
-    step_rows = np.flatnonzero(trace.ranges.name == step_id) if step_id >= 0 else np.zeros(0, np.int64)
-    steps_table = ctx.table("steps") or {}
-    found = find_instances(
-        trace,
-        ctx.tree,
-        ctx.gpu.op_range,
-        ctx.capture,
-        step_rows,
-        steps_table.get("index"),
-    )
-    if found is None:
+    parts, op_group, range_group = _participants(ctx)
+    inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+    if inst is None:
         return SectionResult({"collectives": None})
-    inst, parts = found
-    m = match(inst, len(parts.pid))
+    m = match(inst, len(parts.label))
     if m.unmatched_steps:
         ctx.warnings.append(
             f"collectives: {m.unmatched_steps} decode step(s) where the ranks issued different numbers of "
@@ -52,7 +49,7 @@ def compute(ctx: Context) -> SectionResult:
         "matched": int(len(m.step)),
         "matched_steps": int(len(np.unique(m.step))),
         "unmatched_steps": m.unmatched_steps,
-        "spread": _spread(m) if len(parts.pid) > 1 else None,
+        "spread": _spread(m) if len(parts.label) > 1 else None,
         "ranks": _ranks(inst, parts, m),
         "straggler": straggler(
             trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None
@@ -61,6 +58,37 @@ def compute(ctx: Context) -> SectionResult:
         "heatmap": _heatmap(parts, m),
     }
     return SectionResult({"collectives": summary})
+
+
+def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
+    """(the participants, [G] each GPU op's, [R] each range's): the `ranks` section's groups with each rank's
+    steps joined to its own step log; a run of one process is one participant with the steps table's steps."""
+    trace = ctx.trace
+    groups = ctx.table("rank_groups") or []
+    if groups:
+        rank_steps = ctx.table("rank_steps") or {}
+        range_group = ctx.table("range_rank")
+        steps = [rank_steps.get(g.label) or _own_steps(ctx, range_group == i) for i, g in enumerate(groups)]
+        return participants(groups, steps), ctx.table("op_rank"), range_group
+    pids = sorted(set(trace.thread_pids.values()))
+    proc = trace.processes.get(pids[0]) if len(pids) == 1 else None
+    one = RankGroup("", proc.rank if proc else None, pids[:1], None, None, "")
+    rows = ctx.table("steps") or _own_steps(ctx, np.ones(len(trace.ranges), dtype=bool))
+    return (
+        participants([one], [rows]),
+        np.zeros(len(trace.ops), dtype=np.int64),
+        np.zeros(len(trace.ranges), dtype=np.int64),
+    )
+
+
+def _own_steps(ctx: Context, mine: np.ndarray) -> dict:
+    """A participant's decode-step ranges numbered 0, 1, ... (where no step log names them)."""
+    r = ctx.trace.ranges
+    step_name, _ = step_names(ctx)
+    step_id = ctx.trace.names.find(step_name) if step_name else -1
+    rows = np.flatnonzero((r.name == step_id) & mine) if step_id >= 0 else np.zeros(0, dtype=np.int64)
+    rows = rows[np.argsort(r.start[rows], kind="stable")]
+    return {"start_ns": r.start[rows], "dur_ns": r.end[rows] - r.start[rows], "index": np.arange(len(rows))}
 
 
 def _op_owner(ctx: Context) -> np.ndarray:
@@ -84,13 +112,13 @@ def _spread(m: Matched) -> dict | None:
 
 def _ranks(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
     out = []
-    for p in range(len(parts.pid)):
+    for p in range(len(parts.label)):
         mine = inst.who == p
         in_step = mine & (inst.step >= 0)
         steps, per_step = np.unique(inst.step[in_step], return_inverse=True)
         exposed_steps = np.bincount(per_step.ravel(), weights=inst.exposed[in_step]) if len(steps) else []
         durations = (parts.step_end[p] - parts.step_start[p]).astype(np.float64)
-        late = m.lateness[:, p].astype(np.float64) if len(m.step) and len(parts.pid) > 1 else np.zeros(0)
+        late = m.lateness[:, p].astype(np.float64) if len(m.step) and len(parts.label) > 1 else np.zeros(0)
         out.append(
             {
                 "rank": parts.rank[p],
@@ -102,7 +130,7 @@ def _ranks(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
                 "exposed_ns": int(inst.exposed[mine].sum()),
                 "exposed_per_step_p50_ns": _p(exposed_steps, 50),
                 "step_p50_ns": _p(durations, 50),
-                "last_count": int(((m.last == p) & (m.spread > 0)).sum()) if len(parts.pid) > 1 else 0,
+                "last_count": int(((m.last == p) & (m.spread > 0)).sum()) if len(parts.label) > 1 else 0,
                 "late_p50_ns": _p(late, 50),
                 "late_p99_ns": _p(late, 99),
             }
@@ -116,9 +144,9 @@ def _p(values, q: float) -> float | None:
 
 def _heatmap(parts: Participants, m: Matched) -> dict | None:
     """Rank x step: each rank's lateness summed over the step's collectives (ms), for the run dashboard."""
-    if len(parts.pid) < 2 or not len(m.step):
+    if len(parts.label) < 2 or not len(m.step):
         return None
-    steps, late = per_step_lateness(m, len(parts.pid))
+    steps, late = per_step_lateness(m, len(parts.label))
     return {
         "steps": steps.tolist(),
         "ranks": list(parts.rank),
@@ -127,9 +155,9 @@ def _heatmap(parts: Participants, m: Matched) -> dict | None:
 
 
 def diff_metrics(before, after) -> list[dict]:
-    """Per rank: decode step p50 (`rank R.step_p50_ms`) and exposed communication per decode step, p50
-    (`rank R.exposed_ms`); overall: the arrival spread p50 (`arrival_spread_p50_ms`). A side's figure is
-    the mean over its runs; a rank that one side lacks is not compared."""
+    """Per rank: exposed communication per decode step, p50 (`rank R.exposed_ms`); overall: the arrival spread p50
+    (`arrival_spread_p50_ms`). A side's figure is the mean over its runs; a rank that one side lacks is not
+    compared. (Each rank's decode step p50 is the `ranks` section's metric.)"""
     a_runs = [r.summary.get("collectives") for r in before]
     b_runs = [r.summary.get("collectives") for r in after]
     if not a_runs or not b_runs or not all(a_runs) or not all(b_runs):
@@ -147,7 +175,6 @@ def diff_metrics(before, after) -> list[dict]:
     for c in a_runs + b_runs:
         common &= {e["rank"] for e in c["ranks"]}
     for rank in sorted(common):
-        pairs.append((f"rank {rank}.step_p50_ms", of_rank(rank, "step_p50_ns")))
         pairs.append((f"rank {rank}.exposed_ms", of_rank(rank, "exposed_per_step_p50_ns")))
     pairs.append(("arrival_spread_p50_ms", lambda c: (c.get("spread") or {}).get("p50_ns")))
     out = []
