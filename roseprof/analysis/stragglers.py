@@ -30,6 +30,12 @@ LISTED = 12
 MAX_WINDOWS = 2000
 
 
+# A straggler is clear when its share of all lateness is at least this (%): half of it, and 1.5x an even share
+# (2 ranks: 75%). Below, ranks take turns being last (noise), and the latest one is named as such, not blamed.
+def clear_share_pct(n_ranks: int) -> float:
+    return max(50.0, 150.0 / n_ranks)
+
+
 def own_segments(trace: Trace, tree, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start [K], end [K], names index [K]): thread `tid`'s time cut into pieces, each labelled by the innermost
     range open then (a range's own time: its span less its children's), sorted by start."""
@@ -109,6 +115,7 @@ def straggler(
         return None
     total_late = m.lateness.sum(axis=0)  # [P]
     s = int(np.argmax(total_late))
+    share = 100.0 * float(total_late[s]) / float(max(total_late.sum(), 1))
     late_at = np.flatnonzero((m.last == s) & (m.spread > 0))
     spread_when_last = m.spread[late_at]
     windows = (
@@ -126,7 +133,8 @@ def straggler(
         "pid": parts.pid[s],
         "last_count": int(len(late_at)),
         "last_pct": 100.0 * len(late_at) / len(m.step),
-        "late_share_pct": 100.0 * float(total_late[s]) / float(max(total_late.sum(), 1)),
+        "late_share_pct": share,
+        "clear": share >= clear_share_pct(P),
         "late_p50_ns": float(np.percentile(spread_when_last, 50)) if len(late_at) else None,
         "late_p99_ns": float(np.percentile(spread_when_last, 99)) if len(late_at) else None,
         "late_total_ns": int(total_late[s]),

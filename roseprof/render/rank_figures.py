@@ -42,8 +42,10 @@ def arrival_heatmap(summary: dict) -> go.Figure | None:
     if binned:
         note += f"; {len(h['steps']):,} steps in {len(edges) - 1:,} bins (mean)"
     s = c.get("straggler")
-    if s:
+    if s and s.get("clear", True):
         note += f"; straggler: rank {s['rank']}" + (
             f", extra time in {s['region']}" if s.get("region") else ""
         )
+    elif s:
+        note += "; no clear straggler (the ranks take turns arriving last)"
     return layout(fig, "Arrival spread per rank and decode step", note, height=160 + 40 * len(h["ranks"]))

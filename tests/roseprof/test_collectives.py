@@ -195,3 +195,10 @@ def test_gpu_windows_split_by_the_region_each_kernel_ran_for():
     k = int(np.argmax(dur))
     inner = own_time(seg, int(trace.ops.start[k]), int(trace.ops.end[k]))
     assert inner == {int(owner[k]): int(dur[k]), -1: 0}
+
+
+def test_no_clear_straggler_when_ranks_take_turns(tp2, slow):
+    """The even TP=2 capture: no rank was slowed, so none is blamed; the latest one is still said, as such."""
+    s = tp2[1]["collectives"]["straggler"]
+    assert not s["clear"] and s["late_share_pct"] < 75
+    assert slow[1]["collectives"]["straggler"]["clear"]

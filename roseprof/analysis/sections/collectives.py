@@ -186,7 +186,10 @@ def diff_metrics(before, after) -> list[dict]:
 
 
 def _ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:.2f}"
+    if ns is None:
+        return "-"
+    text = f"{ns / 1e6:.2f}"
+    return "0.00" if text == "-0.00" else text
 
 
 def panels(summary: dict) -> list[dict]:
@@ -220,7 +223,11 @@ def panels(summary: dict) -> list[dict]:
     if s:
         out.append(
             {
-                "title": f"straggler: rank {s['rank']} (pid {s['pid']}), where it spent the extra time",
+                "title": (
+                    f"straggler: rank {s['rank']} (pid {s['pid']}), where it spent the extra time"
+                    if s["clear"]
+                    else f"no clear straggler; the latest rank: {s['rank']} (pid {s['pid']}), where its extra time went"
+                ),
                 "columns": ["region", "extra ms", "p50 ms/coll"],
                 "rows": [[r["region"], _ms(r["extra_ns"]), _ms(r["extra_p50_ns"])] for r in s["regions"]],
                 "note": (
@@ -267,7 +274,7 @@ CHECKS = {
             "unmatched_steps": int,
             "spread": ({"p50_ns": NUM, "p99_ns": NUM, "max_ns": NUM}, None),
             "ranks": [RANK_ENTRY],
-            "straggler": ({"rank": int, "last_count": int, "region": (str, None)}, None),
+            "straggler": ({"rank": int, "last_count": int, "clear": bool, "region": (str, None)}, None),
             "heatmap": ({"steps": [int], "ranks": [int], "late_ms": [[NUM]]}, None),
         },
         None,
