@@ -202,3 +202,31 @@ def test_no_clear_straggler_when_ranks_take_turns(tp2, slow):
     s = tp2[1]["collectives"]["straggler"]
     assert not s["clear"] and s["late_share_pct"] < 75
     assert slow[1]["collectives"]["straggler"]["clear"]
+
+
+KINETO_TP2 = DATA / "torch" / "cpu-torch2.13-roseinfer-tp2"
+
+
+def test_kineto_pair_per_rank_collectives_are_each_files_own(tmp_path):
+    """One Kineto file per rank (each on its own Unix-time base): each rank's collectives are its file's
+    `roseinfer.layer.allreduce` spans, counted straight from the JSON, and its 16 profiled decode steps match the
+    other rank's by the step index of its own log."""
+    import gzip
+    import json
+
+    from roseprof import api
+    from roseprof.run.store import RunStore
+
+    files = [f"{KINETO_TP2}.rank{r}.json.gz" for r in (0, 1)]
+    run = api.import_path(RunStore(tmp_path / "t"), files, None, f"{KINETO_TP2}.steplog.jsonl")
+    c = run.summary()["collectives"]
+    for entry, path in zip(c["ranks"], files):
+        with gzip.open(path, "rt") as fh:
+            doc = json.load(fh)
+        spans = [
+            e for e in doc["traceEvents"] if e.get("name") == "roseinfer.layer.allreduce" and e["ph"] == "X"
+        ]
+        assert entry["rank"] == doc["distributedInfo"]["rank"]
+        assert entry["count"] == len(spans) == 128
+    assert c["matched_steps"] == 16 and c["matched"] == 128 and c["unmatched_steps"] == 0
+    assert c["spread"]["p50_ns"] >= 0
