@@ -230,3 +230,21 @@ def test_kineto_pair_per_rank_collectives_are_each_files_own(tmp_path):
         assert entry["count"] == len(spans) == 128
     assert c["matched_steps"] == 16 and c["matched"] == 128 and c["unmatched_steps"] == 0
     assert c["spread"]["p50_ns"] >= 0
+
+
+def test_by_region_counts_equal_sql(tp2):
+    """Each all-reduce is counted in the region it was issued from: SQL counts the ones inside each region."""
+    _, summary = tp2
+    db = sqlite3.connect(f"{TP2}.sqlite")
+    ranges = (
+        "SELECT e.start, e.end, e.globalTid FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId "
+        "WHERE coalesce(e.text, s.value) = '{}'"
+    )
+    got = {r["region"]: r["count"] for r in summary["collectives"]["by_region"]}
+    for region in ("roseinfer.layer.mlp", "roseinfer.layer.attention"):
+        (inside,) = db.execute(
+            f"SELECT count(*) FROM ({ranges.format('roseinfer.layer.allreduce')}) a "
+            f"JOIN ({ranges.format(region)}) r ON a.globalTid = r.globalTid AND r.start <= a.start AND a.end <= r.end"
+        ).fetchone()
+        assert got[region] == inside == 512  # 2 ranks x 64 forwards x 4 layers
+    assert sum(got.values()) == summary["collectives"]["count"]

@@ -55,6 +55,7 @@ def compute(ctx: Context) -> SectionResult:
             trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None
         ),
         "spikes": spikes,
+        "by_region": _by_region(trace, inst),
         "heatmap": _heatmap(parts, m),
     }
     return SectionResult({"collectives": summary})
@@ -136,6 +137,28 @@ def _ranks(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
             }
         )
     return out
+
+
+def _by_region(trace, inst: Instances) -> list[dict]:
+    """One row per (collective, region it was issued from), all ranks together: count, time, exposed time."""
+    key = np.stack([inst.name, inst.site], axis=1)
+    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    total = np.bincount(inverse, weights=inst.end - inst.arrival)
+    exposed = np.bincount(inverse, weights=inst.exposed)
+    count = np.bincount(inverse)
+    rows = [
+        {
+            "name": trace.names[n],
+            "region": trace.names[r] if r >= 0 else None,
+            "count": int(count[j]),
+            "total_ns": int(total[j]),
+            "exposed_ns": int(exposed[j]),
+        }
+        for j, (n, r) in enumerate(uniq.tolist())
+    ]
+    rows.sort(key=lambda x: -x["total_ns"])
+    return rows
 
 
 def _p(values, q: float) -> float | None:
@@ -238,6 +261,23 @@ def panels(summary: dict) -> list[dict]:
                 ),
             }
         )
+    if c.get("by_region"):
+        rows = c["by_region"][:12]
+        one_name = len({r["name"] for r in rows}) == 1  # the CPU's all-reduce region: said once, in the note
+        out.append(
+            {
+                "title": "collectives by the region they were issued from (all ranks)",
+                # The collective's own name last: NCCL's run long, and the figures must stay whole at 80 columns.
+                "columns": ["region", "calls", "total ms", "exposed ms"]
+                + ([] if one_name else ["collective"]),
+                "rows": [
+                    [r["region"] or "-", r["count"], _ms(r["total_ns"]), _ms(r["exposed_ns"])]
+                    + ([] if one_name else [r["name"]])
+                    for r in rows
+                ],
+                "note": f"collective: {rows[0]['name']}" if one_name else None,
+            }
+        )
     sp = c.get("spikes")
     if sp and sp["explained_steps"]:
         out.append(
@@ -275,6 +315,9 @@ CHECKS = {
             "spread": ({"p50_ns": NUM, "p99_ns": NUM, "max_ns": NUM}, None),
             "ranks": [RANK_ENTRY],
             "straggler": ({"rank": int, "last_count": int, "clear": bool, "region": (str, None)}, None),
+            "by_region": [
+                {"name": str, "region": (str, None), "count": int, "total_ns": NUM, "exposed_ns": NUM}
+            ],
             "heatmap": ({"steps": [int], "ranks": [int], "late_ms": [[NUM]]}, None),
         },
         None,
