@@ -1,20 +1,23 @@
 """Collectives per rank: every collective instance of a run, placed in its decode step and matched across ranks.
 
 What a collective instance is, by where the run has it:
-    GPU   a NCCL (or RCCL) kernel: `ncclKernel*`, `ncclDevKernel*`, `rccl*`. Its rank is the process of the call
+    GPU   a NCCL (or RCCL) kernel: `ncclKernel*`, `ncclDevKernel*`, `rccl*`, or any kernel that ran for the
+          `roseinfer.layer.allreduce` region (torch's symmetric-memory all-reduce: each of the region's kernels
+          counts as one, the same on every rank). Its rank is the process of the call
           that launched it (a graph-replayed kernel: the graph launch's thread); its region is the one it ran for
           (the capture-time region of a replayed kernel, the innermost launching region otherwise). Its arrival is
           the kernel's start on the GPU; its exposed time is the part of it that no other kernel on its GPU
           overlaps (compute hid the rest).
     CPU   a `roseinfer.layer.allreduce` range (gloo: the host itself waits): its arrival is the range's start, and
           all of it is exposed (the rank can do nothing else while it waits).
-A run with NCCL kernels is read the GPU way, one without them the CPU way.
+A run with such kernels is read the GPU way, one without them the CPU way.
 
 The participants are the `ranks` section's ranks (or processes of unknown rank), each with its decode steps
 joined to its own step log: the same step index on every rank (a run of one process: the steps table's steps). A
 collective belongs to the step whose range holds its host time (the range's start; the launching call of a kernel,
-which runs later on the GPU). Inside a step the instances are numbered in arrival order, and instance (step, n) of every rank is one collective: the ranks run the same program,
-so they issue the same collectives in the same order. A step where the ranks' counts differ is not matched (and
+which runs later on the GPU). Inside a step the instances are numbered in arrival order, and instance (step, n)
+of every rank is one collective: the ranks run the same program, so they issue the same collectives in the same
+order. A step where the ranks' counts differ is not matched (and
 counted): pairing the wrong calls would invent lateness.
 """
 
@@ -120,8 +123,18 @@ def find_instances(
     participants with their steps (sets their `device`); `is_collective`: kernel name -> whether it is one."""
     o, r = trace.ops, trace.ranges
     kernel_names = {i for i in np.unique(o.name[o.kind == KERNEL]).tolist() if is_collective(trace.names[i])}
-    if kernel_names:
-        sel = np.flatnonzero((o.kind == KERNEL) & np.isin(o.name, list(kernel_names)))
+    owner_all = np.where(capture >= 0, capture, op_range)  # [G] the range each op ran for, -1 none
+    allreduce = trace.names.find(ALLREDUCE)
+    # Kernels that ran for the all-reduce region are the collective too where they are not NCCL's (torch's
+    # symmetric-memory all-reduce, `--tp-allreduce symm_mem`): a GPU run is never read by its host ranges.
+    in_allreduce = (
+        (owner_all >= 0) & (r.name[np.maximum(owner_all, 0)] == allreduce) if allreduce >= 0 else None
+    )
+    gpu = (o.kind == KERNEL) & np.isin(o.name, list(kernel_names))
+    if in_allreduce is not None:
+        gpu |= (o.kind == KERNEL) & in_allreduce
+    if gpu.any():
+        sel = np.flatnonzero(gpu)
         exposed = _not_overlapped(o, sel)
         sel, exposed = sel[op_group[sel] >= 0], exposed[op_group[sel] >= 0]
         who = op_group[sel]
@@ -130,7 +143,7 @@ def find_instances(
         host_t = np.where(o.api_start[sel] >= 0, o.api_start[sel], o.start[sel])
         arrival, end = o.start[sel], o.end[sel]
         # The region a kernel ran for: its capture-time region (graph replay), else its launching one.
-        owner = np.where(capture[sel] >= 0, capture[sel], op_range[sel])
+        owner = owner_all[sel]
         names, device, kind = o.name[sel], o.device[sel], "gpu"
     else:
         allreduce = trace.names.find(ALLREDUCE)
