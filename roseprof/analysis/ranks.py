@@ -51,11 +51,11 @@ def range_pids(trace: Trace) -> np.ndarray:
 def first_rank_ranges(trace: Trace) -> np.ndarray | None:
     """[R] bool: the ranges of the lowest known rank's processes, where the ranges come from several processes
     and a rank is known; None otherwise (every range counts, as in a run of one process)."""
+    ranked = ranked_pids(trace)
+    if not ranked or len(set(trace.thread_pids.values())) < 2:
+        return None  # one process (or no rank known): every range counts, with no per-range lookup
     pids = range_pids(trace)
     if len(np.unique(pids)) < 2:
-        return None
-    ranked = ranked_pids(trace)
-    if not ranked:
         return None
     return np.isin(pids, next(iter(ranked.values())))
 

@@ -121,7 +121,10 @@ def rank_files(folder: Path, label: str) -> list[Path]:
     except OSError as e:
         raise RoseprofError(f"{label}: cannot read the folder ({e.strerror})") from None
     if not files:
-        raise RoseprofError(f"{label}: holds no per-rank trace ({', '.join(suffixes)})")
+        raise RoseprofError(
+            f"{label}: is a folder with no trace in it; give a trace file, or a folder of one Kineto file per rank "
+            f"(rank-0.*.json.gz, rank-1.*, ...: {', '.join(suffixes)})"
+        )
 
     def order(p: Path):
         m = _RANK_IN_NAME.search(p.name)

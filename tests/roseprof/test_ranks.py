@@ -210,3 +210,24 @@ def test_the_rank_panel_fits_80_columns(tmp_path):
     widths = [max(len(c), *(len(r[i]) for r in panel["rows"])) for i, c in enumerate(panel["columns"])]
     assert sum(widths) + 2 * (len(widths) - 1) <= 80
     assert [r[0] for r in panel["rows"]] == ["0", "1"]
+
+
+def test_diff_compares_each_rank(tmp_path):
+    from types import SimpleNamespace
+
+    from roseprof.analysis.sections.ranks import diff_metrics
+
+    before = SimpleNamespace(summary=_tp2_nsys_summary(tmp_path / "a"))
+    after = SimpleNamespace(summary=_tp2_nsys_summary(tmp_path / "b"))
+    metrics = {m["name"]: (m["a"], m["b"]) for m in diff_metrics([before], [after])}
+    p50 = {e["label"]: e["steps"]["p50_ns"] for e in before.summary["ranks"]}
+    assert metrics == {
+        "ranks.rank0.step_p50_ns": (p50["rank 0"], p50["rank 0"]),
+        "ranks.rank1.step_p50_ns": (p50["rank 1"], p50["rank 1"]),
+    }  # no kernel on a CPU run: no kernel-time metric
+
+
+def test_a_folder_without_traces_is_refused_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RoseprofError, match="is a folder with no trace in it"):
+        api.import_path(RunStore(tmp_path / "traces"), str(tmp_path / "empty"), None, None)
