@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import sqlite3
 from collections import Counter
 
@@ -28,8 +27,10 @@ TP2_LOG = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.steplog.jsonl"
 TP2_PIDS = {0: 25363, 1: 25373}  # the meta records' pids, rank 0 and rank 1
 HTA = DATA / "torch" / "facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 KINETO = DATA / "torch" / "pytorch__kineto__worker0.1623143089861.pt.trace.json.gz"
-TP2_KINETO = DATA / "torch" / "cpu-torch2.13-roseinfer-tp2"  # .rank<r>.json.gz, one per rank
-TP2_KINETO_LOG = DATA / "torch" / "cpu-torch2.13-roseinfer-tp2.steplog.jsonl"
+TP2_KINETO = (
+    DATA / "torch" / "cpu-torch2.13-roseinfer-tp2"
+)  # HTA's layout: rank-<r>.trace.json.gz, one per rank
+TP2_KINETO_LOG = TP2_KINETO / "steplog.jsonl"  # and steplog.rank1.jsonl beside it
 
 
 def test_nsys_reader_names_every_threads_process():
@@ -170,12 +171,7 @@ def _annotations(path) -> Counter:
 def test_kineto_rank_folder_is_one_run_of_two_ranks(tmp_path):
     """Our own TP=2 capture (one Kineto file per rank, HTA's folder layout): each rank's regions are its file's
     record_function spans, each rank's 16 profiled decode steps join its own step log by time."""
-    folder = tmp_path / "ranks"
-    folder.mkdir()
-    for r in (1, 0):  # listed out of order: the folder is read by rank
-        shutil.copy(
-            TP2_KINETO.with_name(f"{TP2_KINETO.name}.rank{r}.json.gz"), folder / f"rank-{r}.trace.json.gz"
-        )
+    folder = TP2_KINETO
     run = api.import_path(RunStore(tmp_path / "traces"), str(folder), None, str(TP2_KINETO_LOG))
     summary = run.summary()
     assert summary["warnings"] == []
