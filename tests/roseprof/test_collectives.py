@@ -217,8 +217,8 @@ def test_kineto_pair_per_rank_collectives_are_each_files_own(tmp_path):
     from roseprof import api
     from roseprof.run.store import RunStore
 
-    files = [f"{KINETO_TP2}.rank{r}.json.gz" for r in (0, 1)]
-    run = api.import_path(RunStore(tmp_path / "t"), files, None, f"{KINETO_TP2}.steplog.jsonl")
+    files = [str(KINETO_TP2 / f"rank-{r}.trace.json.gz") for r in (0, 1)]
+    run = api.import_path(RunStore(tmp_path / "t"), files, None, str(KINETO_TP2 / "steplog.jsonl"))
     c = run.summary()["collectives"]
     for entry, path in zip(c["ranks"], files):
         with gzip.open(path, "rt") as fh:

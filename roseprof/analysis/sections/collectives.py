@@ -22,7 +22,10 @@ from roseprof.analysis.sections.steps import step_names
 from roseprof.analysis.stragglers import per_step_lateness, spikes_by_rank, straggler
 from roseprof.run.checks import NUM, OPT_NUM
 
-SOURCE = {"gpu": "NCCL/RCCL kernels", "cpu": "roseinfer.layer.allreduce regions (gloo: the host waits)"}
+SOURCE = {
+    "gpu": "NCCL/RCCL kernels, or kernels of the all-reduce region",
+    "cpu": "roseinfer.layer.allreduce regions (gloo: the host waits)",
+}
 
 
 def compute(ctx: Context) -> SectionResult:
