@@ -230,6 +230,10 @@ def test_kineto_pair_per_rank_collectives_are_each_files_own(tmp_path):
         assert entry["count"] == len(spans) == 128
     assert c["matched_steps"] == 16 and c["matched"] == 128 and c["unmatched_steps"] == 0
     assert c["spread"]["p50_ns"] >= 0
+    # Each file has its own clock base: the table says the spread includes their disagreement.
+    from roseprof.analysis.sections.collectives import panels
+
+    assert "each rank on its own clock" in panels(run.summary())[0]["note"]
 
 
 def test_by_region_counts_equal_sql(tp2):

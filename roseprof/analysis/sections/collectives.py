@@ -237,6 +237,9 @@ def panels(summary: dict) -> list[dict]:
         )
     else:
         note += "one rank: no arrival spread"
+    how = (summary.get("rank_clock") or {}).get("how") or ""
+    if spread and how and not how.startswith("one host clock"):
+        note += "; each rank on its own clock: a spread includes the clocks' disagreement (rank_clock)"
     out = [
         {
             "title": "collectives per rank (exposed: per decode step, p50; late: arrival after the first rank)",
