@@ -6,7 +6,7 @@ over the matched collectives (collectives.py); it is named with how often it was
 lateness when it was.
 
 Where the extra time went: for each collective the straggler was last at, each rank's window runs from the end
-of its previous collective in the step (or the step's start) to its arrival at this one. On the thread that
+of its previous collective (in the step or before it) to its arrival at this one. On the thread that
 issued the collective, the window's time is split by the innermost region open at each instant (own time,
 children apart; "(outside any region)" for time no region covers). The region whose own time on the straggler
 exceeds the mean of the other ranks' the most, summed over those collectives, is where the straggler spent it.
@@ -90,18 +90,18 @@ def own_time(segments, lo: int, hi: int) -> dict[int, int]:
     return out
 
 
-def window_starts(inst: Instances, parts: Participants, m: Matched) -> np.ndarray:
-    """[M, P] where each rank's window before each matched collective begins: the end of its previous collective
-    in the step, or the step's start for the first."""
-    rows = m.row
-    prev = np.where(m.order[:, None] > 0, rows - 1, -1)  # instances are sorted by (rank, step, arrival)
-    out = np.where(prev >= 0, inst.end[np.maximum(prev, 0)], 0)
-    for p in range(rows.shape[1]):
-        first = m.order == 0
-        k = np.searchsorted(parts.step_index[p], m.step[first])
-        k = np.clip(k, 0, max(len(parts.step_start[p]) - 1, 0))
-        out[first, p] = parts.step_start[p][k] if len(parts.step_start[p]) else inst.arrival[rows[first, p]]
-    return out
+def window_starts(inst: Instances, m: Matched) -> np.ndarray:
+    """[M, P] where each rank's window before each matched collective begins: the end of the rank's previous
+    collective in time (in the step or before it: the time between two collectives is what the rank did in
+    between), the collective's own arrival for a rank's first (an empty window)."""
+    C = len(inst.who)
+    by_time = np.lexsort((inst.arrival, inst.who))  # [C] per rank, in arrival order
+    prev_end = np.full(C, -1, dtype=np.int64)
+    same = inst.who[by_time[1:]] == inst.who[by_time[:-1]]
+    prev_end[by_time[1:][same]] = inst.end[by_time[:-1][same]]
+    rows = m.row  # [M, P]
+    arrival = inst.arrival[rows]
+    return np.where(prev_end[rows] >= 0, np.minimum(prev_end[rows], arrival), arrival)
 
 
 def straggler(
@@ -154,7 +154,7 @@ def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray, owner)
     if not len(late_at):
         return []
     P = len(parts.pid)
-    lo = window_starts(inst, parts, m)
+    lo = window_starts(inst, m)
     segs = {}
     extra: dict[int, list[float]] = {}
     for j in late_at.tolist():
