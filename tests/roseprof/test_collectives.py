@@ -269,3 +269,15 @@ def test_gpu_kernels_that_ran_for_the_allreduce_region_are_collectives(monkeypat
         r["count"] for r in summary["kernel_regions"] if r["region"] == "roseinfer.layer.attention"
     )
     assert inst.kind == "gpu" and len(inst.arrival) == expected > 0
+
+
+def test_each_mlp_all_reduce_waits_for_rank_1(slow, tp2):
+    """By the collective's place in the step: the MLP's all-reduces (1, 3, 5, 7: 4 layers, attention's first)
+    wait ~3 ms for rank 1, the injected sleep; in the even capture no place waits that long."""
+    rows = slow[1]["collectives"]["by_order"]
+    assert [r["order"] for r in rows] == list(range(8))
+    for r in rows[1::2]:
+        assert r["region"] == "roseinfer.layer.mlp" and r["last_rank"] == 1 and r["last_pct"] >= 90
+        assert r["spread_p50_ns"] >= 2.5e6
+    assert all(r["region"] == "roseinfer.layer.attention" for r in rows[0::2])
+    assert all(r["spread_p50_ns"] < 2.5e6 for r in tp2[1]["collectives"]["by_order"])

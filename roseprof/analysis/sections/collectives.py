@@ -22,6 +22,7 @@ from roseprof.analysis.sections.steps import step_names
 from roseprof.analysis.stragglers import per_step_lateness, spikes_by_rank, straggler
 from roseprof.run.checks import NUM, OPT_NUM
 
+BY_ORDER_ROWS = 16  # the panel's rows of collectives by their place in the step (summary.json keeps them all)
 SOURCE = {
     "gpu": "NCCL/RCCL kernels, or kernels of the all-reduce region",
     "cpu": "roseinfer.layer.allreduce regions (gloo: the host waits)",
@@ -59,6 +60,7 @@ def compute(ctx: Context) -> SectionResult:
         ),
         "spikes": spikes,
         "by_region": _by_region(trace, inst),
+        "by_order": _by_order(trace, inst, parts, m),
         "heatmap": _heatmap(parts, m),
     }
     return SectionResult({"collectives": summary})
@@ -162,6 +164,31 @@ def _by_region(trace, inst: Instances) -> list[dict]:
     ]
     rows.sort(key=lambda x: -x["total_ns"])
     return rows
+
+
+def _by_order(trace, inst: Instances, parts: Participants, m: Matched) -> list[dict]:
+    """Per collective of the step (its place n), over the matched steps: where it was issued (rank 0's region),
+    the arrival spread p50/p99 and the rank most often last there."""
+    if len(parts.label) < 2 or not len(m.step):
+        return []
+    out = []
+    for n in np.unique(m.order).tolist():
+        at = m.order == n
+        site = np.bincount(np.maximum(inst.site[m.row[at, 0]], 0)).argmax()
+        last = np.bincount(m.last[at & (m.spread > 0)], minlength=len(parts.label))
+        p = int(last.argmax())
+        out.append(
+            {
+                "order": n,
+                "region": trace.names[int(site)] if (inst.site[m.row[at, 0]] >= 0).any() else None,
+                "count": int(at.sum()),
+                "spread_p50_ns": float(np.percentile(m.spread[at], 50)),
+                "spread_p99_ns": float(np.percentile(m.spread[at], 99)),
+                "last_rank": parts.rank[p] if last[p] else None,
+                "last_pct": 100.0 * float(last[p]) / float(at.sum()),
+            }
+        )
+    return out
 
 
 def _p(values, q: float) -> float | None:
@@ -282,6 +309,28 @@ def panels(summary: dict) -> list[dict]:
                     for r in rows
                 ],
                 "note": f"collective: {rows[0]['name']}" if one_name else None,
+            }
+        )
+    if c.get("by_order"):
+        rows = c["by_order"]
+        out.append(
+            {
+                "title": "arrival spread by collective of the decode step",
+                "columns": ["n", "region", "spread p50", "p99", "last", "last %"],
+                "rows": [
+                    [
+                        r["order"],
+                        r["region"] or "-",
+                        _ms(r["spread_p50_ns"]),
+                        _ms(r["spread_p99_ns"]),
+                        "-" if r["last_rank"] is None else r["last_rank"],
+                        f"{r['last_pct']:.0f}",
+                    ]
+                    for r in rows[:BY_ORDER_ROWS]
+                ],  # fmt: skip
+                "note": (
+                    f"{len(rows) - BY_ORDER_ROWS} more in summary.json" if len(rows) > BY_ORDER_ROWS else None
+                ),
             }
         )
     sp = c.get("spikes")
