@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.collectives import (
-    Instances,
-    Matched,
-    Participants,
-    find_instances,
-    match,
-    participants,
-)
+from roseprof.analysis.collective_tables import by_order, by_region, heatmap, rank_rows, spread_stats
+from roseprof.analysis.collectives import Participants, find_instances, match, participants
 from roseprof.analysis.ranks import RankGroup
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.steps import step_names
-from roseprof.analysis.stragglers import per_step_lateness, spikes_by_rank, straggler
+from roseprof.analysis.stragglers import spikes_by_rank, straggler
 from roseprof.run.checks import NUM, OPT_NUM
 
 BY_ORDER_ROWS = 16  # the panel's rows of collectives by their place in the step (summary.json keeps them all)
@@ -53,15 +47,15 @@ def compute(ctx: Context) -> SectionResult:
         "matched": int(len(m.step)),
         "matched_steps": int(len(np.unique(m.step))),
         "unmatched_steps": m.unmatched_steps,
-        "spread": _spread(m) if len(parts.label) > 1 else None,
-        "ranks": _ranks(inst, parts, m),
+        "spread": spread_stats(m) if len(parts.label) > 1 else None,
+        "ranks": rank_rows(inst, parts, m),
         "straggler": straggler(
             trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None
         ),
         "spikes": spikes,
-        "by_region": _by_region(trace, inst),
-        "by_order": _by_order(trace, inst, parts, m),
-        "heatmap": _heatmap(parts, m),
+        "by_region": by_region(trace, inst),
+        "by_order": by_order(trace, inst, parts, m),
+        "heatmap": heatmap(parts, m),
     }
     return SectionResult({"collectives": summary})
 
@@ -103,108 +97,6 @@ def _op_owner(ctx: Context) -> np.ndarray:
     names = ctx.trace.ranges.name
     owner = np.where(ctx.capture >= 0, ctx.capture, ctx.gpu.op_range)
     return np.where(owner >= 0, names[np.maximum(owner, 0)], -1)
-
-
-def _spread(m: Matched) -> dict | None:
-    if not len(m.spread):
-        return None
-    s = m.spread.astype(np.float64)
-    return {
-        "p50_ns": float(np.percentile(s, 50)),
-        "p99_ns": float(np.percentile(s, 99)),
-        "max_ns": float(s.max()),
-    }
-
-
-def _ranks(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
-    out = []
-    for p in range(len(parts.label)):
-        mine = inst.who == p
-        in_step = mine & (inst.step >= 0)
-        steps, per_step = np.unique(inst.step[in_step], return_inverse=True)
-        exposed_steps = np.bincount(per_step.ravel(), weights=inst.exposed[in_step]) if len(steps) else []
-        durations = (parts.step_end[p] - parts.step_start[p]).astype(np.float64)
-        late = m.lateness[:, p].astype(np.float64) if len(m.step) and len(parts.label) > 1 else np.zeros(0)
-        out.append(
-            {
-                "rank": parts.rank[p],
-                "pid": parts.pid[p],
-                "device": parts.device[p],
-                "count": int(mine.sum()),
-                "in_steps": int(in_step.sum()),
-                "total_ns": int((inst.end - inst.arrival)[mine].sum()),
-                "exposed_ns": int(inst.exposed[mine].sum()),
-                "exposed_per_step_p50_ns": _p(exposed_steps, 50),
-                "step_p50_ns": _p(durations, 50),
-                "last_count": int(((m.last == p) & (m.spread > 0)).sum()) if len(parts.label) > 1 else 0,
-                "late_p50_ns": _p(late, 50),
-                "late_p99_ns": _p(late, 99),
-            }
-        )
-    return out
-
-
-def _by_region(trace, inst: Instances) -> list[dict]:
-    """One row per (collective, region it was issued from), all ranks together: count, time, exposed time."""
-    key = np.stack([inst.name, inst.site], axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    total = np.bincount(inverse, weights=inst.end - inst.arrival)
-    exposed = np.bincount(inverse, weights=inst.exposed)
-    count = np.bincount(inverse)
-    rows = [
-        {
-            "name": trace.names[n],
-            "region": trace.names[r] if r >= 0 else None,
-            "count": int(count[j]),
-            "total_ns": int(total[j]),
-            "exposed_ns": int(exposed[j]),
-        }
-        for j, (n, r) in enumerate(uniq.tolist())
-    ]
-    rows.sort(key=lambda x: -x["total_ns"])
-    return rows
-
-
-def _by_order(trace, inst: Instances, parts: Participants, m: Matched) -> list[dict]:
-    """Per collective of the step (its place n), over the matched steps: where it was issued (rank 0's region),
-    the arrival spread p50/p99 and the rank most often last there."""
-    if len(parts.label) < 2 or not len(m.step):
-        return []
-    out = []
-    for n in np.unique(m.order).tolist():
-        at = m.order == n
-        site = np.bincount(np.maximum(inst.site[m.row[at, 0]], 0)).argmax()
-        last = np.bincount(m.last[at & (m.spread > 0)], minlength=len(parts.label))
-        p = int(last.argmax())
-        out.append(
-            {
-                "order": n,
-                "region": trace.names[int(site)] if (inst.site[m.row[at, 0]] >= 0).any() else None,
-                "count": int(at.sum()),
-                "spread_p50_ns": float(np.percentile(m.spread[at], 50)),
-                "spread_p99_ns": float(np.percentile(m.spread[at], 99)),
-                "last_rank": parts.rank[p] if last[p] else None,
-                "last_pct": 100.0 * float(last[p]) / float(at.sum()),
-            }
-        )
-    return out
-
-
-def _p(values, q: float) -> float | None:
-    return float(np.percentile(values, q)) if len(values) else None
-
-
-def _heatmap(parts: Participants, m: Matched) -> dict | None:
-    """Rank x step: each rank's lateness summed over the step's collectives (ms), for the run dashboard."""
-    if len(parts.label) < 2 or not len(m.step):
-        return None
-    steps, late = per_step_lateness(m, len(parts.label))
-    return {
-        "steps": steps.tolist(),
-        "ranks": list(parts.rank),
-        "late_ms": np.round(late / 1e6, 4).tolist(),  # [P][S]
-    }
 
 
 def diff_metrics(before, after) -> list[dict]:
