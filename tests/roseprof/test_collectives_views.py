@@ -110,3 +110,25 @@ def test_one_process_gpu_run_keeps_its_views(tmp_path):
     assert "collectives per rank" not in proc.stdout
     page = next((tmp_path / "d").glob("*.html")).read_text(encoding="utf-8")
     assert "Arrival spread per rank" not in page
+
+
+def test_a_damaged_collectives_part_is_refused_in_one_line(store, tmp_path):
+    """The section's checks apply to what it stored: a hand-edited `collectives` is named, never a traceback.
+    (In process, as test_add_section checks a toy's part: a fresh `roseprof show` registers the sections' checks
+    once the `shape` branch's CLI hands them over before any verb reads a run.)"""
+    import shutil
+
+    from tests.helpers import one_line_error, run_cli
+
+    root, _ = store
+    run = next(p for p in (root / "traces").iterdir() if "-slow-" in p.name)
+    copy = tmp_path / "traces" / run.name
+    shutil.copytree(run, copy)
+    summary = json.loads((copy / "summary.json").read_text())
+    summary["collectives"]["ranks"][1]["last_count"] = "many"
+    (copy / "summary.json").write_text(json.dumps(summary))
+    code, out, err = run_cli(
+        "show", run.name, "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "d"
+    )
+    one_line_error(code, out, err)
+    assert "collectives.ranks[1].last_count is not an integer" in err
