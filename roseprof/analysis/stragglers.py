@@ -17,6 +17,9 @@ rank arrived late by at least half the spike's excess over the median ITL, summe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
+
 import numpy as np
 
 from roseprof.analysis.collectives import Instances, Matched, Participants
@@ -36,9 +39,24 @@ def clear_share_pct(n_ranks: int) -> float:
     return max(50.0, 150.0 / n_ranks)
 
 
-def own_segments(trace: Trace, tree, tid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(start [K], end [K], names index [K]): thread `tid`'s time cut into pieces, each labelled by the innermost
-    range open then (a range's own time: its span less its children's), sorted by start."""
+@dataclass
+class Segments:
+    """Pieces of a timeline [K], each labelled by a region (names index, -1 none), sorted by start."""
+
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+
+    @cached_property
+    def reach(self) -> np.ndarray:
+        """[K] the latest end among the pieces up to each one: those before the first piece reaching past t all
+        end by t (pieces may overlap: kernels of several streams)."""
+        return np.maximum.accumulate(self.end) if len(self.end) else self.end
+
+
+def own_segments(trace: Trace, tree, tid: int) -> Segments:
+    """Thread `tid`'s time cut into pieces, each labelled by the innermost range open then (a range's own time: its
+    span less its children's)."""
     r = trace.ranges
     rows = np.flatnonzero(r.tid == tid)  # contiguous, parents before children (Ranges.sort)
     cursor = {int(i): int(r.start[i]) for i in rows.tolist()}  # how far each range's own time is laid out
@@ -53,35 +71,28 @@ def own_segments(trace: Trace, tree, tid: int) -> tuple[np.ndarray, np.ndarray, 
         if r.end[i] > cursor[i]:
             seg.append((cursor[i], int(r.end[i]), int(r.name[i])))
     if not seg:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return Segments(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
     a = np.asarray(sorted(seg), dtype=np.int64)  # [K, 3]
-    return a[:, 0], a[:, 1], a[:, 2]
+    return Segments(a[:, 0], a[:, 1], a[:, 2])
 
 
-def gpu_segments(trace: Trace, device: int, owner: np.ndarray, leave_out: np.ndarray):
-    """(start [K], end [K], names index [K]): the kernels on GPU `device` other than `leave_out` (the collectives),
-    each labelled by the region it ran for (`owner` [G]: capture-time region of a replayed kernel, else launching
-    region; -1 none), sorted by start. Kernels of several streams may overlap."""
+def gpu_segments(trace: Trace, device: int, owner: np.ndarray, leave_out: np.ndarray) -> Segments:
+    """The kernels on GPU `device` other than `leave_out` (the collectives), each labelled by the region it ran for
+    (`owner` [G]: capture-time region of a replayed kernel, else launching region; -1 none). Kernels of several
+    streams may overlap."""
     o = trace.ops
     keep = (o.kind == KERNEL) & (o.device == device)
     keep[leave_out] = False
     rows = np.flatnonzero(keep)  # GpuOps are sorted by start
-    return o.start[rows], o.end[rows], owner[rows]
+    return Segments(o.start[rows], o.end[rows], owner[rows])
 
 
-def own_time(segments, lo: int, hi: int) -> dict[int, int]:
-    """{names index: ns of its segments inside [lo, hi)}; -1 for the rest of the window (no region's, or idle).
-    Segments sorted by start; none is longer than the longest, so those that reach into the window start after
-    lo minus that."""
-    s, e, name = segments
-    if len(s):
-        longest = int((e - s).max())
-        a = np.searchsorted(s, lo - longest, side="left")
-        b = np.searchsorted(s, hi, side="left")
-        part = np.clip(np.minimum(e[a:b], hi) - np.maximum(s[a:b], lo), 0, None)
-        names = name[a:b]
-    else:
-        part = names = np.zeros(0, dtype=np.int64)
+def own_time(seg: Segments, lo: int, hi: int) -> dict[int, int]:
+    """{names index: ns of its pieces inside [lo, hi)}; -1 for the rest of the window (no region's, or idle)."""
+    a = np.searchsorted(seg.reach, lo, side="right")  # pieces before `a` all end by lo
+    b = np.searchsorted(seg.start, hi, side="left")
+    part = np.clip(np.minimum(seg.end[a:b], hi) - np.maximum(seg.start[a:b], lo), 0, None)
+    names = seg.name[a:b]
     out: dict[int, int] = {}
     for n, ns in zip(names.tolist(), part.tolist()):
         if ns > 0:
