@@ -16,6 +16,7 @@ from roseinfer.names import (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
+    ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TORCH_PROFILE,
     ROSEINFER_TORCH_PROFILE_CPU_ONLY,
@@ -63,6 +64,9 @@ class Env:
     # deterministic slowdown that lets tests check what `roseprof diff` reports without racing two captures'
     # timings. Never set it in a benchmark; a capture records it in its manifest.
     test_sleep_region: tuple[str, float] | None
+    # Tests only: with tensor parallelism, only this rank sleeps in test_sleep_region (every rank when unset): a
+    # rank made late on purpose, whose lateness roseprof's straggler analysis must find and place in that region.
+    test_sleep_rank: int | None
     # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
     # or at exit; record_function spans are then on. The profiler advances once per decode step.
     torch_profile: str | None
@@ -111,6 +115,9 @@ def read() -> Env:
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
+        test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1)
+        if os.environ.get(ROSEINFER_TEST_SLEEP_RANK)
+        else None,
         torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
         torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),
         torch_profile_with_stack=_flag(ROSEINFER_TORCH_PROFILE_WITH_STACK, False),

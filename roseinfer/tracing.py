@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import time
 
 from roseinfer import env
@@ -49,6 +50,7 @@ class _State:
         "_profiling",
         "sleep_region",
         "sleep_s",
+        "sleep_rank",
     )
 
     def __init__(self) -> None:
@@ -60,6 +62,7 @@ class _State:
         self._profiling = None  # () -> bool: is a torch profiler recording now
         self.sleep_region: str | None = None  # tests only: ROSEINFER_TEST_SLEEP_REGION
         self.sleep_s = 0.0
+        self.sleep_rank: int | None = None  # tests only: ROSEINFER_TEST_SLEEP_RANK (None: every rank)
 
 
 STATE = _State()
@@ -130,6 +133,7 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     if STATE.record_function and STATE._profiling is None:
         STATE._profiling = _torch_profiling_check()
     STATE.sleep_region, STATE.sleep_s = e.test_sleep_region or (None, 0.0)
+    STATE.sleep_rank = e.test_sleep_rank
     STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None
 
 
@@ -161,7 +165,7 @@ class _Region:
 
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
-        if self.name == STATE.sleep_region:
+        if self.name == STATE.sleep_region and _sleeps_on_this_rank():
             time.sleep(STATE.sleep_s)
 
     def __exit__(self, *exc: object) -> None:
@@ -170,6 +174,17 @@ class _Region:
             self._rf = None
         if STATE.nvtx:
             STATE._pop()
+
+
+def _sleeps_on_this_rank() -> bool:
+    """Tests only: whether this process is the rank ROSEINFER_TEST_SLEEP_RANK names. Asked when the region is
+    entered, not when tracing is configured: a worker imports this module before it joins the process group. The
+    group is looked up without importing roseinfer.distributed (which imports this module); no group: rank 0."""
+    if STATE.sleep_rank is None:
+        return True
+    dist = sys.modules.get("roseinfer.distributed")
+    group = dist.current() if dist is not None else None
+    return (group.rank if group is not None else 0) == STATE.sleep_rank
 
 
 def region(name: str):

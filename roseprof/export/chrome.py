@@ -9,7 +9,9 @@ million kernels never becomes a million Python dicts. What Perfetto's JSON impor
   scope ("s"), "C" counters with numeric args, "s"/"f" flow events (same "id", "bp": "e") for launch arrows.
 
 Tracks: one per CPU thread (regions as `user_annotation` slices, launching calls as `cuda_runtime`
-slices), one per GPU stream (kernels, memcpys, memsets with their Kineto categories and args.correlation), a
+slices), grouped by process, a process of a known rank named "rank R (pid P)" (a run of several ranks is one
+process per rank, as HTA and Perfetto users expect); one per GPU stream (a GPU whose ops one rank launched named
+"GPU d (rank R)") (kernels, memcpys, memsets with their Kineto categories and args.correlation), a
 "roseprof" process with the decode steps and, apart, the rollover steps (slices and instant markers), and GPU
 telemetry counters where the capture sampled any. Categories and args follow Kineto's, so roseprof's own
 Kineto reader imports the file back with the same region and kernel totals.
@@ -107,8 +109,9 @@ def _tracks(w: _Writer, trace: Trace) -> None:
     pid, tid = cpu_pid_tid(trace.tool.name, tids)
     lines = []
     for p in np.unique(pid).tolist():
+        name = json.dumps(process_label(trace, p))
         lines.append(
-            f'{{"ph": "M", "name": "process_name", "pid": {p}, "tid": 0, "args": {{"name": "process {p}"}}}}'
+            f'{{"ph": "M", "name": "process_name", "pid": {p}, "tid": 0, "args": {{"name": {name}}}}}'
         )
     for t, p, th in zip(tids.tolist(), pid.tolist(), tid.tolist()):
         name = json.dumps(trace.threads.get(t, f"thread {th}"))
@@ -117,9 +120,11 @@ def _tracks(w: _Writer, trace: Trace) -> None:
         )
     o = trace.ops
     if len(o):
+        ranks = gpu_ranks(trace)
         for d in np.unique(o.device).tolist():
+            name = f"GPU {d}" + (f" (rank {ranks[d]})" if d in ranks else "")
             lines.append(
-                f'{{"ph": "M", "name": "process_name", "pid": {d}, "tid": 0, "args": {{"name": "GPU {d}"}}}}'
+                f'{{"ph": "M", "name": "process_name", "pid": {d}, "tid": 0, "args": {{"name": "{name}"}}}}'
             )
         for d, s in {(int(d), int(s)) for d, s in zip(o.device.tolist(), o.stream.tolist())}:
             lines.append(
@@ -133,6 +138,28 @@ def _tracks(w: _Writer, trace: Trace) -> None:
             f'{{"ph": "M", "name": "thread_name", "pid": {STEPS_PID}, "tid": {th}, "args": {{"name": "{name}"}}}}'
         )
     w.lines(lines)
+
+
+def process_label(trace: Trace, pid: int) -> str:
+    """A process track's name: "rank R (pid P)" where the run knows the process' rank (one track per rank of a
+    multi-rank run), "process P" otherwise."""
+    proc = trace.processes.get(pid)
+    if proc is not None and proc.rank is not None:
+        return f"rank {proc.rank} (pid {pid})"
+    return f"process {pid}"
+
+
+def gpu_ranks(trace: Trace) -> dict[int, int]:
+    """{device: rank} for each GPU whose ops were all launched by one rank's process (one GPU a rank)."""
+    o = trace.ops
+    launched = o.api_tid >= 0
+    ranks = trace.ranks(trace.pids(o.api_tid[launched]))
+    out = {}
+    for d in np.unique(o.device[launched]).tolist():
+        on_d = np.unique(ranks[o.device[launched] == d])
+        if len(on_d) == 1 and on_d[0] >= 0:
+            out[d] = int(on_d[0])
+    return out
 
 
 def _ranges(w: _Writer, trace: Trace, esc: list[str]) -> None:

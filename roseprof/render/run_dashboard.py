@@ -7,7 +7,7 @@ import html
 import os
 from pathlib import Path
 
-from roseprof.render import figures, ncu_views, spike_figures, text, units
+from roseprof.render import figures, ncu_views, rank_figures, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.render.view import RunView
 from roseprof.run.store import Run
@@ -260,6 +260,7 @@ def build_figures(view: RunView) -> list:
         spike_figures.itl_spikes(itl, summary.get("spikes")),
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
+        rank_figures.arrival_heatmap(summary),
         figures.top_kernels(summary),
         figures.gpu_idle(steps, summary),
         figures.telemetry(view.telemetry),

@@ -131,3 +131,27 @@ def test_nvtx_regions_only_when_a_tool_listens(monkeypatch):
         monkeypatch.undo()
         tracing.configure()
     assert not tracing.STATE.nvtx
+
+
+def test_the_injected_sleep_can_be_confined_to_one_rank(monkeypatch):
+    """ROSEINFER_TEST_SLEEP_RANK (tests only) makes one rank late: the sleep runs where this process' rank is the
+    one named, and nowhere else (a process with no tensor-parallel group is rank 0)."""
+    import types
+
+    monkeypatch.setenv("ROSEINFER_TEST_SLEEP_REGION", "roseinfer.layer.mlp:0")
+    monkeypatch.setenv("ROSEINFER_TEST_SLEEP_RANK", "1")
+    tracing.configure()
+    try:
+        assert tracing.STATE.sleep_rank == 1
+        assert not tracing._sleeps_on_this_rank()
+        group = types.SimpleNamespace(rank=1)
+        monkeypatch.setattr("roseinfer.distributed._GROUP", group)
+        assert tracing._sleeps_on_this_rank()
+        monkeypatch.delenv("ROSEINFER_TEST_SLEEP_RANK")
+        tracing.configure()
+        group.rank = 0
+        assert tracing.STATE.sleep_rank is None and tracing._sleeps_on_this_rank()  # unset: every rank
+    finally:
+        monkeypatch.delenv("ROSEINFER_TEST_SLEEP_REGION")
+        monkeypatch.delenv("ROSEINFER_TEST_SLEEP_RANK", raising=False)
+        tracing.configure()

@@ -6,6 +6,7 @@ docs/ARCHITECTURE.md has the recipe."""
 from __future__ import annotations
 
 from roseprof.analysis.sections import (
+    collectives,
     gpu_ops,
     itl,
     kernels,
@@ -29,6 +30,7 @@ SECTIONS: list[Section] = [
     steady.SECTION,
     itl.SECTION,
     marks.SECTION,
+    collectives.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.
@@ -51,6 +53,7 @@ SUMMARY_ORDER = (
     "kernel_attribution",
     "warnings",
     "ncu",
+    "collectives",  # several ranks (sections/collectives.py)
     "spikes",
 )
 
