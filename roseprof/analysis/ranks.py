@@ -48,16 +48,27 @@ def range_pids(trace: Trace) -> np.ndarray:
     return trace.pids(trace.ranges.tid)
 
 
-def first_rank_ranges(trace: Trace) -> np.ndarray | None:
-    """[R] bool: the ranges of the lowest known rank's processes, where the ranges come from several processes
-    and a rank is known; None otherwise (every range counts, as in a run of one process)."""
-    ranked = ranked_pids(trace)
-    if not ranked or len(set(trace.thread_pids.values())) < 2:
-        return None  # one process (or no rank known): every range counts, with no per-range lookup
+def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None]:
+    """([R] bool, note): the ranges whose steps are the run's steps where the ranges come from several processes:
+    the lowest known rank's, or, where no rank is known (no step logs), the lowest pid's (the process that started
+    the others, where pids have not wrapped: rank 0 starts the engine's other ranks), with a note saying so. (None, None) for the
+    ranges of one process: every range counts, with no per-range lookup."""
+    if len(set(trace.thread_pids.values())) < 2:
+        return None, None
     pids = range_pids(trace)
-    if len(np.unique(pids)) < 2:
-        return None
-    return np.isin(pids, next(iter(ranked.values())))
+    present = np.unique(pids[pids >= 0])
+    if len(present) < 2:
+        return None, None
+    ranked = ranked_pids(trace)
+    if ranked:
+        return np.isin(pids, next(iter(ranked.values()))), None
+    # No rank known: one process' steps, never several processes' interleaved as if they were one sequence.
+    first = int(present[0])
+    note = (
+        f"ranges from {len(present)} processes and no rank known (no step log names them): the steps are those "
+        f"of pid {first}, the lowest; pass the engine's step logs (--steplog) to join every rank"
+    )
+    return pids == first, note
 
 
 @dataclass

@@ -83,6 +83,18 @@ def test_tp2_import_joins_rank0_steps_to_rank0_log(tmp_path):
     assert steps["start_ns"] == sorted(trace.ranges.start[mine].tolist())
 
 
+def test_without_step_logs_the_steps_are_one_process_not_both_interleaved(tmp_path):
+    store = RunStore(tmp_path / "traces")
+    run = api.import_path(store, str(TP2), None, None)
+    summary = run.summary()
+    trace = read_nsys_sqlite(str(TP2))
+    decode = trace.names.find("roseinfer.decode_step")
+    lowest = (trace.ranges.name == decode) & (trace.pids(trace.ranges.tid) == min(TP2_PIDS.values()))
+    assert summary["steps"]["count"] == int(lowest.sum()) == 63  # not 126: both ranks' ranges as one sequence
+    assert tables.read_steps(run.path)["rows"]["start_ns"] == sorted(trace.ranges.start[lowest].tolist())
+    assert any(f"the steps are those of pid {min(TP2_PIDS.values())}" in w for w in summary["warnings"])
+
+
 def test_a_run_stored_before_processes_reads_with_none(tmp_path):
     store = RunStore(tmp_path / "traces")
     run = api.import_path(store, str(TP2), None, str(TP2_LOG))

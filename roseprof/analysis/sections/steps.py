@@ -26,6 +26,9 @@ def compute(ctx: Context) -> SectionResult:
     trace, tree, log = ctx.trace, ctx.tree, ctx.log
     ranges = trace.ranges
     step_name, kind = step_names(ctx)
+    step_ranges, step_note = first_rank_ranges(trace)
+    if step_note:
+        ctx.warnings.append(step_note)
     rows, region_cols = step_table(
         trace.names.values,
         ranges.start,
@@ -39,7 +42,7 @@ def compute(ctx: Context) -> SectionResult:
         ctx.warnings,
         clock_offset(trace.clock, trace.session_start_utc_ns, log),
         ctx.step_range,
-        first_rank_ranges(trace),  # several ranks: rank 0's steps, the indices every rank shares
+        step_ranges,  # several ranks: rank 0's steps, the indices every rank shares
     )
     graph_cols = step_graph_columns(rows, trace, ctx.capture) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None
