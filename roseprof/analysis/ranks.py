@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roseprof.analysis.collectives import is_collective_kernel
 from roseprof.model import Trace, lookup
 from roseprof.workload.steplog import StepLogRecords, log_rank
 
@@ -131,12 +132,9 @@ def range_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
     return lookup(pid_group, range_pids(trace))
 
 
-COLLECTIVE_NAMES = ("nccl", "rccl")  # NCCL's kernels (ncclDevKernel_*, ncclKernel_*) and ROCm's RCCL ones
-
-
 def is_collective(names: list[str], op_names: np.ndarray) -> np.ndarray:
-    """[G] bool: the op is a collective kernel, by its name (NCCL's or RCCL's)."""
-    ids = [i for i, n in enumerate(names) if any(c in n.lower() for c in COLLECTIVE_NAMES)]
+    """[G] bool: the op is a collective kernel, by its name (collectives.is_collective_kernel: one rule for both)."""
+    ids = [i for i, n in enumerate(names) if is_collective_kernel(n)]
     return np.isin(op_names, ids)
 
 
