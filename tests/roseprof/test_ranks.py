@@ -171,6 +171,12 @@ def test_kineto_per_rank_kernels_are_each_files_own(tmp_path):
         assert entry["kernel_count"] == _kernel_events(path) == int(kernel.sum())
         assert entry["kernel_ns"] == int((alone.ops.end - alone.ops.start)[kernel].sum())
     assert summary["rank_clock"]["kernels_of_no_rank"] == 0
+    # The conservation line per rank: the ranks' kernel time, and the part of it some region accounts for, add up
+    # to the all-ranks line.
+    line = summary["kernel_attribution"]
+    assert sum(e["kernel_ns"] for e in entries) == line["kernel_ns"]
+    assert sum(e["kernel_in_regions_ns"] for e in entries) == line["attributed_ns"]
+    assert all(0 <= e["kernel_in_regions_ns"] <= e["kernel_ns"] for e in entries)
     assert run.manifest["sources"] == [str(f.resolve()) for f in files]
 
 

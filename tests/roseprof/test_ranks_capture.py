@@ -50,7 +50,9 @@ def test_every_rank_is_its_process_with_its_own_steps(tp4_capture):
     assert [r["rank"] for r in ranks] == list(range(RANKS))
     for entry in ranks:
         meta, steps = logs[entry["rank"]]
-        assert entry["pid"] == meta["pid"] and entry["world_size"] == RANKS and entry["rank_from"] == "step log"
+        assert (
+            entry["pid"] == meta["pid"] and entry["world_size"] == RANKS and entry["rank_from"] == "step log"
+        )
         assert entry["steps"]["count"] == steps
     assert summary["steps"]["count"] == logs[0][1]  # the all-ranks step table is rank 0's
     assert not any("step log has" in w for w in summary["warnings"])

@@ -37,6 +37,9 @@ def compute(ctx: Context) -> SectionResult:
     logs = {log_rank(log, r): log for r, log in ctx.logs.items()}
     kernel = trace.ops.kind == KERNEL
     dur = trace.ops.end - trace.ops.start
+    # The conservation line per rank (graphs.attribution's rule): a kernel is placed where a region launched it, or
+    # where its graph node was captured.
+    placed = kernel & ((ctx.capture >= 0) | (ctx.gpu.op_range >= 0)) if trace.has_gpu else kernel
     entries, rank_steps = [], {}
     for g, group in enumerate(groups):
         mine = r_group == g
@@ -55,6 +58,7 @@ def compute(ctx: Context) -> SectionResult:
                 "rank_from": group.rank_from,
                 "kernel_count": int((kernel & (op_group == g)).sum()),
                 "kernel_ns": int(dur[kernel & (op_group == g)].sum()),
+                "kernel_in_regions_ns": int(dur[placed & (op_group == g)].sum()),
                 "range_count": int(mine.sum()),
                 "steps": _step_stats(rows),
                 "regions": _regions(ctx, mine),
@@ -217,6 +221,7 @@ ENTRY = {
     "world_size": (int, None),
     "kernel_count": int,
     "kernel_ns": NUM,
+    "kernel_in_regions_ns": NUM,
     "steps": ({"count": int, "p50_ns": OPT_NUM, "p99_ns": OPT_NUM}, None),
     "regions": [REGION],
 }
