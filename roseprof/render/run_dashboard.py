@@ -261,6 +261,8 @@ def build_figures(view: RunView) -> list:
         figures.itl_distribution(itl),
         figures.step_distribution(summary, steps),
         rank_figures.arrival_heatmap(summary),
+        rank_figures.step_lanes(steps),
+        rank_figures.rank_regions(summary),
         figures.top_kernels(summary),
         figures.gpu_idle(steps, summary),
         figures.telemetry(view.telemetry),

@@ -44,6 +44,33 @@ def test_dashboard_draws_the_arrival_heatmap(store):
     assert "straggler: rank 1, extra time in roseinfer.layer.mlp" in page
 
 
+def test_dashboard_has_rank_lanes_and_a_rank_selector(store):
+    """Each rank's decode steps as its own lane, and own time per region per rank with a selector (all ranks, or
+    one rank alone) whose bars are the summary's per-rank region tables."""
+    from roseprof.render.rank_figures import rank_regions, step_lanes
+
+    root, _ = store
+    page = next((root / "dash").glob("*-slow-*.html")).read_text(encoding="utf-8")
+    assert "Decode step time per rank" in page and "Own time per region, per rank" in page
+    run = next(p for p in (root / "traces").iterdir() if "-slow-" in p.name)
+    summary = json.loads((run / "summary.json").read_text())
+    steps = json.loads((run / "steps.json").read_text())
+    lanes = step_lanes(steps)
+    assert [t.name for t in lanes.data] == ["rank 0", "rank 1"]
+    for trace in lanes.data:
+        assert list(trace.y) == [d / 1e6 for d in steps["ranks"][trace.name]["dur_ns"]]
+    fig = rank_regions(summary)
+    labels = [b["label"] for b in fig.layout.updatemenus[0].buttons]
+    assert labels == ["all ranks", "rank 0", "rank 1"]
+    assert list(fig.layout.updatemenus[0].buttons[2]["args"][0]["visible"]) == [False, True]
+    for trace, entry in zip(fig.data, summary["ranks"]):
+        own = {r["name"]: r["self_ns"] / 1e6 for r in entry["regions"]}
+        assert list(trace.x) == [own.get(name, 0) for name in trace.y]
+    # The slowed rank's MLP own time is the larger (the injected sleep runs inside roseinfer.layer.mlp on rank 1).
+    mlp = list(fig.data[0].y).index("roseinfer.layer.mlp")
+    assert fig.data[1].x[mlp] > fig.data[0].x[mlp]
+
+
 def test_chrome_export_has_one_process_per_rank(store, tmp_path):
     root, opts = store
     out = tmp_path / "slow.json.gz"
