@@ -178,17 +178,21 @@ def _common(dicts: list[dict]) -> list[str]:
     return sorted(set.intersection(*(set(d) for d in dicts)))
 
 
-def floor_for(runs: list[RunData], min_effect_pct: float | None = None) -> NoiseFloor:
-    """The noise floor of a diff of these runs: their device's calibrated floors, or --min-effect for all."""
-    device = noise_floor.device_of(any(r.kernel_durations for r in runs))
-    return NoiseFloor(device, min_effect_pct)
+def floor_for(
+    a: RunData | list[RunData], b: RunData | list[RunData], min_effect_pct: float | None = None
+) -> NoiseFloor:
+    """The noise floor of a diff of group a against group b: their device's calibrated floors (those of one run a
+    side when each side is one run: its interval cannot see the drift between runs), or --min-effect for all."""
+    ga, gb = _group(a), _group(b)
+    device = noise_floor.device_of(any(r.kernel_durations for r in ga + gb))
+    return NoiseFloor(device, min_effect_pct, one_run=len(ga) == 1 and len(gb) == 1)
 
 
 def compare(
     a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0, floor: NoiseFloor | None = None
 ) -> list[dict]:
     """Every metric of group a (before) against group b (after): one run a side, or several; each marked against
-    the noise floor (default: the runs' device's calibrated floors)."""
+    the noise floor (default: floor_for, the runs' device's calibrated floors for this many runs a side)."""
     ga, gb = _group(a), _group(b)
     runs = ga + gb
     rng = np.random.default_rng(seed)
@@ -314,7 +318,7 @@ def compare(
             )
     for m in metrics:
         m["per_step"] = bool(per_step) and m["name"].startswith(("regions.", "kernels."))
-    return noise_floor.apply(metrics, floor or floor_for(runs))
+    return noise_floor.apply(metrics, floor or floor_for(ga, gb))
 
 
 def _request_figure(g: list[RunData], key: str | None, q: str) -> float | None:
