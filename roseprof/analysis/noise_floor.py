@@ -32,6 +32,7 @@ FAMILIES = (
     ("requests.ttft.*", "TTFT"),
     ("requests.*", "request figures"),
     ("regions.*.self_ns", "region own time per step"),
+    ("regions.*.self_p5_ns", "region own time per step"),
     ("regions.*", "region time per step"),
     ("kernels.*", "kernel time per step"),
     ("ncu.*", "ncu kernel metrics"),
