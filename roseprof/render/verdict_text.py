@@ -71,11 +71,13 @@ def one_run_note(v: dict) -> str | None:
             )
         return None
     fa = v.get("one_run_false_alarms") or {}
-    rate = (
-        f" (same code, one run a side: the gate fired in {fa['fired']} of {fa['pairs']} pairs, {fa['where']})"
-        if fa.get("pairs")
-        else ""
-    )
+    rate = ""
+    if fa.get("pairs"):
+        worded = f", a faster/slower word in {fa['worded']}" if "worded" in fa else ""
+        rate = (
+            f" (same code, one run a side: the gate fired in {fa['fired']} of {fa['pairs']} pairs{worded}, "
+            f"{fa['where']})"
+        )
     return (
         "one run a side: the intervals see only the variation inside each run, not the drift between runs"
         f"{rate}; capture --repeat 3 a side for a verdict"
