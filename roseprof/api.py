@@ -282,7 +282,7 @@ def diff_runs(
     for run in runs_a + runs_b:
         _check(run, allow_incomplete)
     a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
-    floor = floor_for(a + b, min_effect)
+    floor = floor_for(a, b, min_effect)
     metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor)
     ncu_sides = [all(d.summary.get("ncu") for d in g) for g in (a, b)]
     both_ncu = all(ncu_sides)

@@ -5,8 +5,9 @@
 #                                               (`--no-batched-kv-append`), interleaved, with LOAD (2) CPU-bound
 #                                               processes competing the whole time
 #   scripts/diff_acceptance.sh report TRACES    the diffs: same-code group pairs (a-b, a-c, b-c) and the planted
-#                                               regression (same-a -> kv), 3 runs a side; then every pair of single
-#                                               same-code runs (one run a side), for the gate's false-alarm rate
+#                                               regression against each (a-kv, b-kv, c-kv), 3 runs a side; then
+#                                               (unless ONE_RUN=0) every pair of single same-code runs (one run a
+#                                               side), for the gate's false-alarm rate
 #   scripts/diff_acceptance.sh calibrate TRACES the noise-floor calibration (scripts/noise_floor_calibration.py)
 #   scripts/diff_acceptance.sh capture-w TRACES / report-w TRACES: the same for the README's worked example W (64
 #                                               requests, 400 tokens, equal prompts): same-a and kv, RUNS each
@@ -53,11 +54,12 @@ capture)
 report)
   start_load
   echo "load average now: $(loadavg)"
-  for pair in "same-a same-b" "same-a same-c" "same-b same-c" "same-a kv"; do
+  for pair in "same-a same-b" "same-a same-c" "same-b same-c" "same-a kv" "same-b kv" "same-c kv"; do
     set -- $pair
     echo "== roseprof diff $1 $2   ($runs runs a side, $load competing processes)"
     rp diff "$1" "$2" --top 10 --fail-on-regression 10 || echo "(exit $?)"
   done
+  [ "${ONE_RUN:-1}" = 0 ] && exit 0
   echo "== one run a side: every pair of single same-code runs, default gate at 10%"
   ids=$(rp ls --json | $py -c "import json,sys; print(' '.join(r['id'] for r in json.load(sys.stdin) if r['name'].startswith('same-') and r['status']=='complete'))")
   fired=0 total=0 worded=0

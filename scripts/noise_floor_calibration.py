@@ -9,8 +9,8 @@ the same code, captured interleaved). With no floor (every interval judged again
 are compared, and for every metric family the script prints how far beyond zero the intervals of same-code pairs
 reached (the clearance: ci_low for a rise; for a fall the floor f it would clear, -100 ci_high / (100 + ci_high)).
 A floor above the groups' largest clearance calls no same-code group pair a change. Then, with the floors now in
-noise_floor.py, how many single-run pairs still fire the default gate at --gate percent (the false-alarm rate of
-one run a side that `roseprof diff` prints).
+noise_floor.py (the one-run floors for single runs), how many pairs still fire the default gate at --gate percent
+and how many print a faster/slower word anywhere (the false-alarm rate of one run a side that `roseprof diff` prints).
 """
 
 import argparse
@@ -24,6 +24,7 @@ import numpy as np
 from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, floor_for, gate
 from roseprof.analysis.noise_floor import NoiseFloor, family
+from roseprof.analysis.verdict import verdict
 from roseprof.api import load_run, resolve_side
 from roseprof.run.store import RunStore
 
@@ -56,7 +57,9 @@ def main() -> int:
     store = RunStore(args.traces)
     groups = {n: resolve_side(store, [n], latest=False) for n in args.names}
     data = {r.id: load_run(r) for runs in groups.values() for r in runs}
-    floor = floor_for(list(data.values()))
+    some = list(data.values())
+    floor = floor_for(some[:2], some[2:])  # the groups' floors
+    one_run = floor_for(some[0], some[1])
     zero = NoiseFloor(floor.device, min_effect_pct=0)
     print(f"device: {floor.device}; groups: " + ", ".join(f"{n} ({len(r)} runs)" for n, r in groups.items()))
     group_cl: dict[str, list] = {}
@@ -65,34 +68,43 @@ def main() -> int:
         metrics = compare(ga, gb, floor=zero)
         per_family(metrics, group_cl)
         fired = [m["name"] for m in gate(compare(ga, gb, floor=floor), args.gate, None)]
-        worded = [m["name"] for m in compare(ga, gb, floor=floor) if m["significant"]]
+        changed = [m["name"] for m in compare(ga, gb, floor=floor) if m["significant"]]
         print(f"groups {a} vs {b}: gate {'fired: ' + ', '.join(fired) if fired else 'quiet'}; "
-              f"changes beyond the floors: {len(worded)} {worded[:4]}")  # fmt: skip
+              f"changes beyond the floors: {len(changed)} {changed[:4]}")  # fmt: skip
     single_cl: dict[str, list] = {}
-    fired_zero = fired_floor = pairs = 0
+    fired_zero = fired_floor = worded = pairs = 0
     for ra, rb in itertools.combinations(list(data), 2):
         metrics = compare(data[ra], data[rb], floor=zero)
         per_family(metrics, single_cl)
         fired_zero += bool(gate(metrics, args.gate, None))
-        fired_floor += bool(gate(compare(data[ra], data[rb], floor=floor), args.gate, None))
+        floored = compare(data[ra], data[rb], floor=one_run)
+        fired_floor += bool(gate(floored, args.gate, None))
+        v = verdict(floored, {"id": ra}, {"id": rb})
+        words = {r["word"] for r in v["headline"]} & {"faster", "slower"}
+        worded += bool(words or v["regions"] or v["kernels"])
         pairs += 1
     print(f"\none run a side: {pairs} same-code pairs; default gate at {args.gate:g}% fired in {fired_zero} "
-          f"with no floor, {fired_floor} with the floors in noise_floor.py")  # fmt: skip
+          f"with no floor, {fired_floor} with the one-run floors in noise_floor.py; a faster/slower word in "
+          f"{worded}")  # fmt: skip
     print(
-        "\n| family | groups: largest clearance (metric) | one run a side: p95 / largest clearance | floor now |"
+        "\n| family | groups: largest clearance (metric) | one run a side: p95 / largest clearance | floor now "
+        "(groups / one run) |"
     )
     print("|---|---|---|---|")
     summary = {}
     for fam in sorted(set(group_cl) | set(single_cl)):
         g = max(group_cl.get(fam, [(0.0, "-")]))
         s = np.array([c for c, _ in single_cl.get(fam, [])] or [0.0])
-        now = noise_floor.FLOORS[floor.device].get(fam, noise_floor.FLOORS[floor.device][noise_floor.OTHER])
-        print(f"| {fam} | {g[0]:.1f}% ({g[1]}) | {np.percentile(s, 95):.1f}% / {s.max():.1f}% | {now:g}% |")
+        now = floor.floors.get(fam, floor.floors[noise_floor.OTHER])
+        now_one = one_run.floors.get(fam, one_run.floors[noise_floor.OTHER])
+        print(f"| {fam} | {g[0]:.1f}% ({g[1]}) | {np.percentile(s, 95):.1f}% / {s.max():.1f}% | {now:g}% / "
+              f"{now_one:g}% |")  # fmt: skip
         summary[fam] = {"groups_max": g[0], "groups_max_metric": g[1], "single_p95": float(np.percentile(s, 95)),
-                        "single_max": float(s.max()), "floor": now}  # fmt: skip
+                        "single_max": float(s.max()), "floor": now, "one_run_floor": now_one}  # fmt: skip
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"device": floor.device, "families": summary,
-            "one_run": {"pairs": pairs, "fired_no_floor": fired_zero, "fired_floor": fired_floor}}, indent=1))  # fmt: skip
+            "one_run": {"pairs": pairs, "fired_no_floor": fired_zero, "fired_floor": fired_floor,
+                    "worded": worded}}, indent=1))  # fmt: skip
     return 0
 
 

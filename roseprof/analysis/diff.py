@@ -37,7 +37,9 @@ METHOD = (
     f"regions outside the step: their instances), {int(CONFIDENCE * 100)}% percentile interval of the relative "
     f"change; a change when it clears its family's noise floor (never when of zero width); no interval under {MIN_SAMPLES} samples per run, nor for a "
     f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
-    f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step"
+    f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step; where "
+    "the time moved judges a region by its own time in the steps no wait for a core landed in (p5 over the steps, "
+    "at the before side's machine speed)"
 )
 HIERARCHICAL_METHOD = (
     "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
@@ -47,7 +49,8 @@ HIERARCHICAL_METHOD = (
     "{conf}% interval log(after/before) +- t sqrt(V_before + V_after), Welch's degrees of freedom from the "
     "between-run parts; a change when it clears its family's noise floor (never when of zero width); the same "
     f"sample minimums as one run a side ({MIN_SAMPLES}; p95: {min_samples(95)}, p99: {min_samples(99)}); totals "
-    "are per decode step; a region's own time per step at the before side's machine speed"
+    "are per decode step; a region's own time per step at the before side's machine speed, judged in where the "
+    "time moved by its p5 over the steps (the steps no wait for a core landed in)"
 )
 
 
@@ -83,17 +86,21 @@ def _group(x: RunData | list[RunData]) -> list[RunData]:
     return [x] if isinstance(x, RunData) else list(x)
 
 
-def floor_for(runs: list[RunData], min_effect_pct: float | None = None) -> NoiseFloor:
-    """The noise floor of a diff of these runs: their device's calibrated floors, or --min-effect for all."""
-    device = noise_floor.device_of(any(r.kernel_durations for r in runs))
-    return NoiseFloor(device, min_effect_pct)
+def floor_for(
+    a: RunData | list[RunData], b: RunData | list[RunData], min_effect_pct: float | None = None
+) -> NoiseFloor:
+    """The noise floor of a diff of group a against group b: their device's calibrated floors (those of one run a
+    side when each side is one run: its interval cannot see the drift between runs), or --min-effect for all."""
+    ga, gb = _group(a), _group(b)
+    device = noise_floor.device_of(any(r.kernel_durations for r in ga + gb))
+    return NoiseFloor(device, min_effect_pct, one_run=len(ga) == 1 and len(gb) == 1)
 
 
 def compare(
     a: RunData | list[RunData], b: RunData | list[RunData], seed: int = 0, floor: NoiseFloor | None = None
 ) -> list[dict]:
     """Every metric of group a (before) against group b (after): one run a side, or several; each marked against
-    the noise floor (default: the runs' device's calibrated floors). The metrics are the analysis sections'
+    the noise floor (default: floor_for, the runs' device's calibrated floors for this many runs a side). The metrics are the analysis sections'
     (analysis/sections/: diff_samples, diff_metrics), asked in one order with one seeded generator."""
     ga, gb = _group(a), _group(b)
     sides = Sides(ga, gb, np.random.default_rng(seed))
@@ -101,7 +108,7 @@ def compare(
     for m in metrics:
         # Totals per decode step (regions, kernels) say so; every other metric is a figure per run.
         m["per_step"] = bool(m.pop("per_step", False))
-    return noise_floor.apply(metrics, floor or floor_for(ga + gb))
+    return noise_floor.apply(metrics, floor or floor_for(ga, gb))
 
 
 def families() -> list[tuple]:

@@ -24,24 +24,33 @@ MIN_SHARE = 0.01
 MIN_REGIONS = 3
 
 
+# The low percentile of the steps' own time (the steps no wait landed in) is the time without the machine's
+# interruptions, so regions far below 1% of the step still tell the machine's speed by it: all but those under
+# LOW_MIN_SHARE (0.05%: 4 µs of the CPU demo's 7.5 ms step, where the clock's grain starts to show).
+LOW_MIN_SHARE = 0.0005
+
+
 def own_per_step(run: RunData, name: str) -> float:
     per_step, outside = run.step_self[name]
     return (float(per_step.sum()) + outside) / max(len(per_step), 1)
 
 
-def speed_factors(before: list[RunData], after: list[RunData]) -> tuple[list[float], list[float]] | None:
+def speed_factors(
+    before: list[RunData], after: list[RunData], statistic=own_per_step, min_share: float = MIN_SHARE
+) -> tuple[list[float], list[float]] | None:
     """Each run's speed factor (1.0: the before side's typical speed; 2.0: everything took twice as long), or None
-    where the runs have too few regions inside their steps to tell."""
+    where the runs have too few regions inside their steps to tell. `statistic(run, region)` is the per-run figure
+    the regions are compared by (default: the mean own time per step)."""
     runs = before + after
     if not all(r.step_self and r.step_dur is not None and len(r.step_dur) for r in runs):
         return None
     names = sorted(set.intersection(*(set(r.step_self) for r in runs)))
     step_time = float(np.mean([r.step_dur.mean() for r in before]))
-    own = {n: np.array([own_per_step(r, n) for r in runs]) for n in names}  # name -> [R] ns per step
+    own = {n: np.array([statistic(r, n) for r in runs]) for n in names}  # name -> [R] ns per step
     ref = {}
     for n, values in own.items():
         b = values[: len(before)]
-        if np.all(values > 0) and np.exp(np.log(b).mean()) >= MIN_SHARE * step_time:
+        if np.all(values > 0) and np.exp(np.log(b).mean()) >= min_share * step_time:
             ref[n] = np.exp(np.log(b).mean())  # the before side's geometric mean
     if len(ref) < MIN_REGIONS:
         return None

@@ -16,6 +16,7 @@ With one run a side the verdict says that its intervals see only the noise insid
 
 from __future__ import annotations
 
+from roseprof.analysis.diff_metric import LOW_OWN
 from roseprof.analysis.stats import min_samples
 
 # (metric, label, what one sample is, unit of the value)
@@ -81,13 +82,18 @@ def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
 def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> list[dict]:
     """The per-step time changes under `prefix` that clear the noise floor, the most time moved first. A region
     is judged and ranked on its own (self) time where that has an interval, else on its total, ranked by the move
-    of its own time: a slower child makes every enclosing region's total slower, not their own time."""
+    of its own time: a slower child makes every enclosing region's total slower, not their own time. Its own time
+    is judged in the steps no wait for a core landed in (diff_metric.LOW_OWN: the 5th percentile over the steps) where
+    that has an interval: the mean carries the waits, which move more between runs than the planted change does."""
     rows = []
     for name, m in metrics.items():
         if not (name.startswith(prefix) and name.endswith(".total_ns")):
             continue
         short = name[len(prefix) : -len(".total_ns")]
         own = metrics.get(f"{prefix}{short}.self_ns") if own_time else None
+        low = metrics.get(LOW_OWN.format(short)) if own_time else None
+        if low is not None and low.get("ci_low_pct") is not None:
+            own = low
         tested = own if own is not None and own.get("ci_low_pct") is not None else m
         if tested is m and own is not None and abs(own["b"] - own["a"]) < 0.5 * abs(m["b"] - m["a"]):
             # Judged on its total (its own time has no interval: e.g. the step itself, the scheduler's step
@@ -98,6 +104,7 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         row = _row(tested, short, None, "ns")
         row["per_step"] = bool(m.get("per_step"))
         row["own_time"] = tested is own
+        row["own_stat"] = "p5 of the steps" if tested is low else "mean"
         row["total_before"], row["total_after"] = m["a"], m["b"]
         moved = m["b"] - m["a"]
         if own is not None:

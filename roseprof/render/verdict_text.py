@@ -6,6 +6,14 @@ from __future__ import annotations
 from roseprof.render.text import duration
 
 
+def what_moved(row: dict) -> str:
+    """What a "where the time moved" row measures: a region's own time (in the steps no wait for a core landed in:
+    `p5 own time`), or a time."""
+    if not row.get("own_time"):
+        return "time"
+    return "p5 own time" if row.get("own_stat", "").startswith("p5") else "own time"
+
+
 def headline_sentence(v: dict) -> str:
     """One line: what changed, in the runs' own words, and where the time moved most (shared with the diff
     dashboard)."""
@@ -28,7 +36,7 @@ def headline_sentence(v: dict) -> str:
         out = "no headline figure could be tested (see the samples column)"
     most = v.get("moved_most")
     if most:
-        what = "own time" if most.get("own_time") else "time"
+        what = what_moved(most)
         per = " per step" if most.get("per_step") else ""
         moved = most["moved_ns"]
         out += (
@@ -63,11 +71,13 @@ def one_run_note(v: dict) -> str | None:
             )
         return None
     fa = v.get("one_run_false_alarms") or {}
-    rate = (
-        f" (same code, one run a side: the gate fired in {fa['fired']} of {fa['pairs']} pairs, {fa['where']})"
-        if fa.get("pairs")
-        else ""
-    )
+    rate = ""
+    if fa.get("pairs"):
+        worded = f", a faster/slower word in {fa['worded']}" if "worded" in fa else ""
+        rate = (
+            f" (same code, one run a side: the gate fired in {fa['fired']} of {fa['pairs']} pairs{worded}, "
+            f"{fa['where']})"
+        )
     return (
         "one run a side: the intervals see only the variation inside each run, not the drift between runs"
         f"{rate}; capture --repeat 3 a side for a verdict"

@@ -39,6 +39,11 @@ def by_name(metrics):
     return {m["name"]: m for m in metrics}
 
 
+# These synthetic runs test the intervals and the gate, not the floors: one run a side is judged against the CPU
+# group floors (10% for step time). The floors one run a side gets by default are tested in test_diff_trust.py.
+GROUP_FLOOR = NoiseFloor("cpu")
+
+
 def test_identical_runs_change_nothing():
     rng = np.random.default_rng(1)
     steps = (1e6 + rng.normal(0, 2e4, 200)).tolist()
@@ -52,7 +57,7 @@ def test_a_doubled_step_time_is_significant_and_gated():
     rng = np.random.default_rng(2)
     a = (1e6 + rng.normal(0, 2e4, 100)).tolist()
     b = (2e6 + rng.normal(0, 2e4, 100)).tolist()
-    metrics = compare(run_data(a), run_data(b))
+    metrics = compare(run_data(a), run_data(b), floor=GROUP_FLOOR)
     m = by_name(metrics)["steps.p50_ns"]
     assert m["delta_pct"] == pytest.approx(100, abs=5)
     assert m["significant"] and m["ci_low_pct"] > 50 and m["ci_high_pct"] < 150
@@ -67,7 +72,7 @@ def test_a_doubled_step_time_is_significant_and_gated():
 def test_the_gate_looks_only_at_the_named_metrics():
     a = [1e6] * 50 + [1.1e6] * 50
     b = [2e6] * 50 + [2.1e6] * 50
-    metrics = compare(run_data(a), run_data(b))
+    metrics = compare(run_data(a), run_data(b), floor=GROUP_FLOOR)
     assert [r["name"] for r in gate(metrics, 10.0, ["steps.mean_ns"])] == ["steps.mean_ns"]
     assert gate(metrics, 10.0, ["itl.*"]) == []
 

@@ -3,11 +3,15 @@
 import numpy as np
 
 from roseprof.analysis.diff import compare
+from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.stats import MIN_SAMPLES, min_samples
 from roseprof.analysis.verdict import verdict, word
 from tests.roseprof.test_diff_stats import run_data
 
 RUNS = {"id": "r1", "name": "before"}, {"id": "r2", "name": "after"}
+# The words against the CPU group floors (10% for step time): these tests are about the words and the samples a
+# figure needs, not the floors (one run a side's own floors: test_diff_trust.py).
+GROUP_FLOOR = NoiseFloor("cpu")
 
 
 def steps(mean, n, seed):
@@ -24,7 +28,7 @@ def test_a_slower_run_is_called_slower_and_p99_needs_200_steps():
         run_data(steps(1e6, 100, 1), itl_ms=steps(1.0, 100, 2)),
         run_data(steps(2e6, 100, 3), itl_ms=steps(2.0, 100, 4)),
     )
-    v = verdict(compare(a, b), *RUNS)
+    v = verdict(compare(a, b, floor=GROUP_FLOOR), *RUNS)
     rows = {r["label"]: r for r in v["headline"]}
     assert v["overall"] == "slower"
     assert rows["step p50"]["word"] == "slower" and rows["ITL p50"]["word"] == "slower"
@@ -34,15 +38,15 @@ def test_a_slower_run_is_called_slower_and_p99_needs_200_steps():
     assert rows["ITL p99"]["word"] == "too few samples" and rows["ITL p99"]["steps_before"] == 100
     # With 250 steps a run the p99 is tested.
     a, b = run_data(steps(1e6, 250, 5)), run_data(steps(2e6, 250, 6))
-    rows = {r["label"]: r for r in verdict(compare(a, b), *RUNS)["headline"]}
+    rows = {r["label"]: r for r in verdict(compare(a, b, floor=GROUP_FLOOR), *RUNS)["headline"]}
     assert rows["step p99"]["word"] == "slower"
 
 
 def test_faster_and_no_clear_change():
     a, b = run_data(steps(2e6, 50, 1)), run_data(steps(1e6, 50, 2))
-    assert verdict(compare(a, b), *RUNS)["overall"] == "faster"
+    assert verdict(compare(a, b, floor=GROUP_FLOOR), *RUNS)["overall"] == "faster"
     same = steps(1e6, 50, 3)
-    v = verdict(compare(run_data(same), run_data(same)), *RUNS)
+    v = verdict(compare(run_data(same), run_data(same), floor=GROUP_FLOOR), *RUNS)
     assert v["overall"] == "no clear change"
     assert v["before"]["name"] == "before" and v["after"]["name"] == "after"
 
