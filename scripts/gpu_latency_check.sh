@@ -41,7 +41,7 @@ if want gemv; then
 fi
 if want step; then
   echo "== graph replay GPU time [${SECONDS}s]"
-  for b in 1 2 8; do
+  for b in ${STEP_BATCHES:-1 2 8}; do
     timeout 150 python3 scripts/bench_graph_step.py --batch $b --past 128,256,512 --reps 100 \
       --variants "${STEP_VARIANTS:-7,9,10,11}" 2>&1 | tail -7
   done
