@@ -4,12 +4,13 @@
 the other. At batch 1 that is 12 programs on a 132-SM H100, each paying a DRAM round trip per block in series:
 ~6 us a layer at short context and ~13 us at 512 past tokens (docs/BENCHMARKS.md, issue 27). Here the past is
 cut into SPLITS slices of whole blocks, one program per (sequence, head, slice):
-- each program runs the same online softmax over its slice and stores a partial (max m, normaliser l, weighted
-  sum acc [D]) in fp32;
+- each program runs the same online softmax over its slice (slice 0 starting from the new token, as the one-pass
+  kernel does) and stores a partial (max m, normaliser l, weighted sum acc [D]) in fp32;
 - it then takes a ticket from a per-(sequence, head) counter (an atomic add after a barrier, so every thread's
-  partial stores are ordered before it); the program that takes the last ticket merges the partials with the
-  new token (which always starts the softmax, as in the one-pass kernel), writes the output and sets the counter
-  back to 0, so the next launch (the next layer, the next graph replay) finds it zeroed;
+  partial stores are ordered before it); the program that takes the last ticket merges the partials, writes
+  the output and sets the counter
+  back to 0, so the next launch (the next layer, the next graph replay) finds it zeroed; where one slice is
+  active (a past of at most one slice's blocks) it writes the output itself, as the one-pass kernel would;
 - slices past a sequence's length do nothing (not even a ticket): a sequence of p past tokens has
   max(1, ceil(ceil(p / BLOCK) / blocks_per_split)) active slices, and the counter waits for those only.
 So the reduce needs no second kernel, and the grid is fixed by the table's width, as a captured graph needs.
@@ -26,15 +27,22 @@ import torch
 _kernel = None
 # device -> int32 counters, one per (sequence, head); every launch leaves them at 0
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
-# Aim for about this many programs (two per SM of the H100) when picking the number of slices.
-TARGET_PROGRAMS = 264
+# From this many (sequence, head) pairs (two per SM of the H100) the one-pass kernel's programs fill the GPU.
+ONE_PASS_FROM = 264
+# At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
+MAX_PROGRAMS = 4096
 
 
 def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
-    """Slices of the past per (sequence, head): enough for ~TARGET_PROGRAMS programs, at most one block each.
-    1 means the one-pass kernel is the better choice (batch * heads already fills the GPU)."""
-    want = -(-TARGET_PROGRAMS // max(1, batch * heads))
-    return max(1, min(max_blocks, want))
+    """Slices of the past per (sequence, head): one block each where the grid stays under MAX_PROGRAMS (a slice
+    of one block is the shortest chain of DRAM round trips; slices past a sequence's length exit at once, and a
+    sequence of one block's past takes no merge at all). 1: the one-pass kernel (batch x heads fills the GPU).
+    On the H100 (docs/BENCHMARKS.md, issue 27) slices of two blocks at batch 2 made 128 past tokens slower: one
+    active slice, and the merge's round trips on top."""
+    pairs = max(1, batch * heads)
+    if pairs >= ONE_PASS_FROM:
+        return 1
+    return max(1, min(max_blocks, MAX_PROGRAMS // pairs))
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -77,19 +85,21 @@ def _get_kernel():
         if sp < active:
             bh = b * H + h
             q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
+            kn_raw = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
+            vn_raw = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
             if APPEND:
                 if sp == 0:  # the new token's K/V into its slot (position `past`), which no slice reads
-                    kn_raw = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
-                    vn_raw = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
                     slot_blk = tl.load(table_ptr + b * stride_tb + past // BLOCK).to(tl.int64)
                     slot = slot_blk * stride_cn + h * stride_ch + (past % BLOCK) * stride_cp + d
                     tl.store(kc_ptr + slot, kn_raw.to(kc_ptr.dtype.element_ty), mask=dmask)
                     tl.store(vc_ptr + slot, vn_raw.to(vc_ptr.dtype.element_ty), mask=dmask)
-            # This slice's online softmax: max m, normaliser l, weighted sum acc [D]. Every active slice's first
-            # block holds at least one past token, so m is finite after it (slice 0 of an empty past: no loop).
-            m = tl.full([], float("-inf"), tl.float32)
-            l = tl.zeros([], tl.float32)  # noqa: E741
-            acc = tl.zeros([BLOCK_D], tl.float32)
+            # This slice's online softmax: max m, normaliser l, weighted sum acc [D]. Slice 0 starts from the new
+            # token (as the one-pass kernel does), the others from nothing; every active slice's first block holds
+            # a past token, so m is finite once it is read.
+            own = sp == 0
+            m = tl.where(own, tl.sum(q * kn_raw.to(tl.float32), 0) * scale, float("-inf"))
+            l = tl.where(own, 1.0, 0.0)  # noqa: E741
+            acc = tl.where(own, vn_raw.to(tl.float32), 0.0)  # [BLOCK_D]
             offs = tl.arange(0, BLOCK)
             first = sp * PER_SPLIT
             last = tl.minimum(first + PER_SPLIT, n_blocks)
@@ -107,40 +117,42 @@ def _get_kernel():
                 acc = acc * alpha + tl.sum(p[:, None] * v, 0)
                 l = l * alpha + tl.sum(p, 0)  # noqa: E741
                 m = m_new
-            # The partial: acc in part [B*H, SPLITS, BLOCK_D], (m, l) in stat [B*H, SPLITS, 2]
-            tl.store(part_ptr + (bh * SPLITS + sp) * BLOCK_D + d, acc)
-            tl.store(stat_ptr + (bh * SPLITS + sp) * 2, m)
-            tl.store(stat_ptr + (bh * SPLITS + sp) * 2 + 1, l)
-            tl.debug_barrier()  # all of this program's stores before its ticket (the atomic releases them)
-            ticket = tl.atomic_add(count_ptr + bh, 1, sem="acq_rel", scope="gpu")
-            if ticket == active - 1:  # the last slice to finish merges them all
-                kn = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0).to(tl.float32)
-                vn = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0).to(tl.float32)
-                m_self = tl.sum(q * kn, 0) * scale  # the new token's score: finite, so the merged max is too
-                r = tl.arange(0, SPLITS_P2)
-                rmask = r < active
-                # .cg: read at L2, where the other programs' stores are, never a stale L1 line
-                ms = tl.load(
-                    stat_ptr + (bh * SPLITS + r) * 2, mask=rmask, other=float("-inf"), cache_modifier=".cg"
-                )
-                ls = tl.load(
-                    stat_ptr + (bh * SPLITS + r) * 2 + 1, mask=rmask, other=0.0, cache_modifier=".cg"
-                )
-                parts = tl.load(
-                    part_ptr + (bh * SPLITS + r[:, None]) * BLOCK_D + d[None, :],
-                    mask=rmask[:, None],
-                    other=0.0,
-                    cache_modifier=".cg",
-                )  # [SPLITS_P2, BLOCK_D]
-                m_all = tl.maximum(m_self, tl.max(ms, 0))
-                w = tl.exp(ms - m_all)  # [SPLITS_P2]; 0 for empty slices (m = -inf)
-                w_self = tl.exp(m_self - m_all)
-                l_all = w_self + tl.sum(ls * w, 0)
-                out = (vn * w_self + tl.sum(parts * w[:, None], 0)) / l_all
-                tl.store(
-                    out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dmask
-                )
-                tl.atomic_xchg(count_ptr + bh, 0)  # every active slice has taken its ticket: ready for reuse
+            o_ptrs = out_ptr + b * stride_ob + h * stride_oh + d
+            if active == 1:  # one slice (past <= PER_SPLIT blocks): the one-pass kernel's result, no merge
+                tl.store(o_ptrs, (acc / l).to(out_ptr.dtype.element_ty), mask=dmask)
+            else:
+                # The partial: acc in part [B*H, SPLITS, BLOCK_D], (m, l) in stat [B*H, SPLITS, 2]
+                tl.store(part_ptr + (bh * SPLITS + sp) * BLOCK_D + d, acc)
+                tl.store(stat_ptr + (bh * SPLITS + sp) * 2, m)
+                tl.store(stat_ptr + (bh * SPLITS + sp) * 2 + 1, l)
+                tl.debug_barrier()  # all of this program's stores before its ticket (the atomic releases them)
+                ticket = tl.atomic_add(count_ptr + bh, 1, sem="acq_rel", scope="gpu")
+                if ticket == active - 1:  # the last slice to finish merges them all
+                    r = tl.arange(0, SPLITS_P2)
+                    rmask = r < active
+                    # .cg: read at L2, where the other programs' stores are, never a stale L1 line
+                    ms = tl.load(
+                        stat_ptr + (bh * SPLITS + r) * 2,
+                        mask=rmask,
+                        other=float("-inf"),
+                        cache_modifier=".cg",
+                    )
+                    ls = tl.load(
+                        stat_ptr + (bh * SPLITS + r) * 2 + 1, mask=rmask, other=0.0, cache_modifier=".cg"
+                    )
+                    parts = tl.load(
+                        part_ptr + (bh * SPLITS + r[:, None]) * BLOCK_D + d[None, :],
+                        mask=rmask[:, None],
+                        other=0.0,
+                        cache_modifier=".cg",
+                    )  # [SPLITS_P2, BLOCK_D]
+                    m_all = tl.max(ms, 0)  # finite: slice 0 holds the new token
+                    w = tl.exp(ms - m_all)  # [SPLITS_P2]; 0 for the masked ones
+                    out = tl.sum(parts * w[:, None], 0) / tl.sum(ls * w, 0)
+                    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=dmask)
+                    tl.atomic_xchg(
+                        count_ptr + bh, 0
+                    )  # every active slice has taken its ticket: ready for reuse
 
     _kernel = split_decode_kernel
     return _kernel

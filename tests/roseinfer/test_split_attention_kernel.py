@@ -5,17 +5,18 @@ left at zero for the next launch, inside a CUDA graph replayed on new lengths, a
 import pytest
 import torch
 
-from roseinfer.kernels.split_attention import TARGET_PROGRAMS, pick_splits
+from roseinfer.kernels.split_attention import MAX_PROGRAMS, ONE_PASS_FROM, pick_splits
 
 BLOCK = 64
 
 
-def test_pick_splits_fills_the_gpu_at_small_batches_only():
+def test_pick_splits_one_block_a_slice_at_small_batches_only():
     assert pick_splits(1, 12, 16) == 16  # 12 programs alone would leave most of 132 SMs idle
     assert pick_splits(1, 12, 5) == 5  # never more slices than blocks
-    assert pick_splits(8, 12, 16) == 3
+    assert pick_splits(8, 12, 16) == 16
+    assert pick_splits(16, 12, 16) * 16 * 12 <= MAX_PROGRAMS
     assert pick_splits(64, 12, 16) == 1  # batch x heads fills the GPU: the one-pass kernel
-    assert pick_splits(1, 25, 16) * 25 >= TARGET_PROGRAMS // 2
+    assert pick_splits(ONE_PASS_FROM, 1, 16) == 1
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
