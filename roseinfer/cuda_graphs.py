@@ -78,6 +78,9 @@ class GraphKernels:
     pdl: bool = True
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
+    # The split attention kernel launched plainly but releasing attn_proj early (`pdl_attention_release`; a
+    # measurement variant, off)
+    pdl_attention_release: bool = False
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
     split_attention: bool = True
@@ -144,7 +147,10 @@ class DecodeGraphs:
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention,
         )  # fmt: skip
-        with small_batch_gemv(k.gemv_max_batch, k.norm_gemv), pdl_scope(k.pdl, k.pdl_attention):
+        with (
+            small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
+            pdl_scope(k.pdl, k.pdl_attention, k.pdl_attention_release),
+        ):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:

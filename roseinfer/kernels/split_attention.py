@@ -27,8 +27,10 @@ import torch
 _kernel = None
 # device -> int32 counters, one per (sequence, head); every launch leaves them at 0
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
-# From this many (sequence, head) pairs (two per SM of the H100) the one-pass kernel's programs fill the GPU.
-ONE_PASS_FROM = 264
+# From this many (sequence, head) pairs the one-pass kernel runs: on the H100 (docs/BENCHMARKS.md, issue 27) at
+# batch 8 (96 pairs) the split made 128 past tokens 17 us a step slower (and 512 58 us faster); at batches 1 and 2
+# it was no slower at 128 and faster beyond.
+ONE_PASS_FROM = 64
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
 MAX_PROGRAMS = 4096
 
@@ -36,7 +38,7 @@ MAX_PROGRAMS = 4096
 def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
     """Slices of the past per (sequence, head): one block each where the grid stays under MAX_PROGRAMS (a slice
     of one block is the shortest chain of DRAM round trips; slices past a sequence's length exit at once, and a
-    sequence of one block's past takes no merge at all). 1: the one-pass kernel (batch x heads fills the GPU).
+    sequence of one block's past takes no merge at all). 1: the one-pass kernel (from ONE_PASS_FROM pairs).
     On the H100 (docs/BENCHMARKS.md, issue 27) slices of two blocks at batch 2 made 128 past tokens slower: one
     active slice, and the merge's round trips on top."""
     pairs = max(1, batch * heads)
@@ -176,7 +178,7 @@ def split_decode_attention_triton(
     `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses)."""
     import triton
 
-    from roseinfer.kernels.pdl import pdl_enabled
+    from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
 
     b, h, d = q.shape
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
@@ -190,13 +192,14 @@ def split_decode_attention_triton(
     part = torch.empty(b * h, splits, block_d, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, BLOCK_D]
     stat = torch.empty(b * h, splits, 2, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, (m, l)]
     count = _counters(q.device, b * h)
-    pdl = pdl_enabled(attention=True)
+    pdl = pdl_enabled(attention=True)  # launched as a dependent of the kernel before
+    release = pdl or pdl_attention_release()  # calls gdc_wait / gdc_launch_dependents
     _get_kernel()[(b, h, splits)](
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out, part, stat, count,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
         h, scale, d, BLOCK=k_cache.shape[2], BLOCK_D=block_d, SPLITS=splits,
         SPLITS_P2=triton.next_power_of_2(splits), PER_SPLIT=per_split, STAGES=num_stages, APPEND=append,
-        PDL=pdl, num_warps=num_warps, launch_pdl=pdl,
+        PDL=release, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out

@@ -13,10 +13,10 @@ BLOCK = 64
 def test_pick_splits_one_block_a_slice_at_small_batches_only():
     assert pick_splits(1, 12, 16) == 16  # 12 programs alone would leave most of 132 SMs idle
     assert pick_splits(1, 12, 5) == 5  # never more slices than blocks
-    assert pick_splits(8, 12, 16) == 16
-    assert pick_splits(16, 12, 16) * 16 * 12 <= MAX_PROGRAMS
-    assert pick_splits(64, 12, 16) == 1  # batch x heads fills the GPU: the one-pass kernel
-    assert pick_splits(ONE_PASS_FROM, 1, 16) == 1
+    assert pick_splits(4, 12, 16) == 16
+    assert pick_splits(5, 12, 16) * 5 * 12 <= MAX_PROGRAMS
+    assert pick_splits(8, 12, 16) == 1  # 96 pairs: the one-pass kernel (the split was slower at short pasts)
+    assert pick_splits(ONE_PASS_FROM, 1, 16) == 1 and pick_splits(ONE_PASS_FROM - 1, 1, 16) == 16
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
