@@ -15,9 +15,9 @@ Variants, each adding one change to the one before:
   7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27, first step);
   8. + PDL for the paged-attention kernel too (issue 27; off in the engine);
   9. 7 + the split-context attention kernel at small batches (issue 27, second step);
- 10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1: the engine now;
+ 10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
  11. 10 + PDL for the (split) attention kernel too;
- 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early.
+ 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -32,7 +32,7 @@ from roseinfer import LLM, tracing
 from roseinfer.cuda_graphs import GraphKernels
 
 # The second step's kernels off: what variants 1 to 8 measured before they existed.
-_FIRST = dict(split_attention=False, norm_gemv=False)
+_FIRST = dict(split_attention=False, norm_gemv=False, pdl_attention_release=False)
 # Variant -> the captured step's kernel choices (each variant adds one change to the one before).
 VARIANTS = {
     1: GraphKernels(
@@ -54,10 +54,10 @@ VARIANTS = {
     8: GraphKernels(pdl_attention=True),
 }
 VARIANTS = {v: dataclasses.replace(k, **_FIRST) for v, k in VARIANTS.items()}
-VARIANTS[9] = GraphKernels(norm_gemv=False)
-VARIANTS[10] = GraphKernels()
-VARIANTS[11] = GraphKernels(pdl_attention=True)
-VARIANTS[12] = GraphKernels(pdl_attention_release=True)
+VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False)
+VARIANTS[10] = GraphKernels(pdl_attention_release=False)
+VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False)
+VARIANTS[12] = GraphKernels()
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -109,9 +109,9 @@ def main() -> None:
         7: "+ programmatic dependent launches",
         8: "+ PDL on the attention kernel too",
         9: "7 + split-context attention",
-        10: "+ add + LayerNorm in the GEMV prologue (engine now)",
+        10: "+ add + LayerNorm in the GEMV prologue",
         11: "10 + PDL on the attention kernel",
-        12: "10 + the split attention (launched plainly) releasing attn_proj early",
+        12: "10 + the split attention (launched plainly) releasing attn_proj early (engine now)",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

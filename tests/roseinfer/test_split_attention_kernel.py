@@ -83,10 +83,12 @@ def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("pdl", [False, "launch", "release"])
 def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
     # The grid is fixed at capture; the active slices follow each replay's lengths, and the counters must be
-    # back at zero after every replay for the next one to merge at the right ticket.
+    # back at zero after every replay for the next one to merge at the right ticket. "launch": a dependent
+    # launch itself; "release": launched plainly, releasing a following PDL kernel early (the engine's choice).
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
     from roseinfer.kernels.split_attention import split_decode_attention_triton
 
@@ -97,10 +99,14 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
     q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, 16, torch.float16)
     past = torch.zeros(batch, dtype=torch.int64, device="cuda")
     scale = head_dim**-0.5
+    w = (torch.randn(96, heads * head_dim, generator=g, device="cuda") * 0.03).half()  # attn_proj's stand-in
 
     def step():
-        with pdl_scope(pdl, attention=True):
-            return split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits=16)
+        with pdl_scope(bool(pdl), attention=pdl == "launch", attention_release=pdl == "release"):
+            out = split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits=16)
+            return out, gemv_triton(
+                out.view(batch, -1), w, None, pdl=bool(pdl)
+            )  # reads the attention's output
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -109,7 +115,7 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = step()
+        out, proj = step()
     for lengths in ([0, 1], [64, 700], [1023, 65], [5, 5]):
         past.copy_(torch.tensor(lengths, device="cuda"))
         q.copy_(torch.randn(batch, heads, head_dim, generator=g, device="cuda").half())
@@ -117,6 +123,8 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
         torch.cuda.synchronize()
         ref = _reference(q, k_new, v_new, kc, vc, table, past, scale)
         torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+        proj_ref = gemv_reference(out.view(batch, -1), w)
+        torch.testing.assert_close(proj.float(), proj_ref.float(), atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.gpu
