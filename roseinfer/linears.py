@@ -11,6 +11,10 @@ Which kernel runs:
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
+`norm_linear(x, delta, ln, lin)` is the same GEMV with the residual add and LayerNorm in its prologue, for one
+row inside `small_batch_gemv(.., norm_prologue=True)` (`norm_gemv_applies` says where; the model falls back to
+the add + LayerNorm kernel and `linear` elsewhere).
+
 fp32 stays on cuBLAS: the fp32 tests compare greedy tokens with Hugging Face exactly, and the GEMV's other
 summation order could flip a near-tie.
 """

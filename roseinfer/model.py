@@ -166,7 +166,8 @@ class GPT2(nn.Module):
         gelu_epilogue: bool = True,
     ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
-        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs).
+        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs), or
+        at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies`.
         gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
         with region(EMBEDDING):

@@ -14,6 +14,8 @@ and too few bytes are in flight. This kernel is shaped for the weight stream ins
 - the partial products stay in a [BLOCK_M, BLOCK_N, BLOCK_K] fp32 accumulator, reduced over K once at the end
   (one cross-lane reduction per program, not one per slice);
 - the epilogue adds the bias and, for c_fc, applies GPT-2's tanh GELU, so the linear is one kernel;
+- at one row an optional prologue adds the residual and applies the LayerNorm in front of c_attn / c_fc
+  (`norm_gemv_triton`), so the add + LayerNorm kernel before them goes too;
 - launched with PDL (`roseinfer.kernels.pdl`), a one-row call takes a one-shot tile: every program loads all of its
   weights before it waits for x, i.e. while the kernel before it still runs (on the H100, c_attn at one row: 2.7 us
   in a chain of PDL launches against 3.7 us plain and 5.1 us for cuBLAS; scripts/bench_gemv.py).
