@@ -66,6 +66,12 @@ class EngineConfig:
     # CUDA graphs on Hopper or later: the step's Triton kernels as programmatic dependent launches, each started
     # while the one before it finishes (`roseinfer.kernels.pdl`). False: plain launches.
     pdl: bool = True
+    # CUDA graphs, small batches: paged attention with each sequence's past split over several programs, merged by
+    # the last of them in the same launch (`roseinfer.kernels.split_attention`). False: one program per head.
+    split_attention: bool = True
+    # CUDA graphs, batch 1, half precision: the residual add + LayerNorm in front of c_attn and c_fc done in the
+    # GEMV's prologue (`roseinfer.kernels.gemv.norm_gemv_triton`). False: its own kernel, as before.
+    norm_gemv: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

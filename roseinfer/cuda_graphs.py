@@ -78,11 +78,28 @@ class GraphKernels:
     pdl: bool = True
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
+    # With PDL, the split attention kernel launched plainly but releasing attn_proj early, whose weight loads then
+    # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 a step 10 us faster
+    pdl_attention_release: bool = True
+    # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
+    # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
+    split_attention: bool = True
+    # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
+    # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
+    norm_gemv: bool = True
 
     @classmethod
-    def for_engine(cls, gemv: bool, pdl: bool) -> GraphKernels:
-        """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` turn off."""
-        return cls(gemv_max_batch=cls.gemv_max_batch if gemv else 0, pdl=pdl)
+    def for_engine(
+        cls, gemv: bool, pdl: bool, split_attention: bool = True, norm_gemv: bool = True
+    ) -> GraphKernels:
+        """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
+        `--no-norm-gemv` turn off."""
+        return cls(
+            gemv_max_batch=cls.gemv_max_batch if gemv else 0,
+            pdl=pdl,
+            split_attention=split_attention,
+            norm_gemv=norm_gemv,
+        )
 
 
 class DecodeGraphs:
@@ -128,8 +145,12 @@ class DecodeGraphs:
         kv = StaticDecodeKV(
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
+            split_attention=k.split_attention,
         )  # fmt: skip
-        with small_batch_gemv(k.gemv_max_batch), pdl_scope(k.pdl, k.pdl_attention):
+        with (
+            small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
+            pdl_scope(k.pdl, k.pdl_attention, k.pdl_attention_release),
+        ):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:

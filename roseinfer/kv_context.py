@@ -24,11 +24,20 @@ class _DecodeAttention:
     bias: torch.Tensor | None = None
 
     append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
+    split_attention = False  # small batches: the past split over several programs (`kernels.split_attention`)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
             from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+            from roseinfer.kernels.split_attention import pick_splits, split_decode_attention_triton
 
+            table = self.block_tables[layer]  # [B, M]
+            splits = pick_splits(q.shape[0], q.shape[1], table.shape[1]) if self.split_attention else 1
+            if splits > 1:
+                return split_decode_attention_triton(
+                    q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], table, self.past_lens,
+                    self.scale, splits, append=self.append_in_attention,
+                )  # fmt: skip
             return paged_decode_attention_triton(
                 q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], self.block_tables[layer],
                 self.past_lens, self.scale, append=self.append_in_attention,
@@ -101,6 +110,7 @@ class StaticDecodeKV(_DecodeAttention):
         in_graph: bool = False,  # the step is (or warms up for) a CUDA graph: no per-launch cost
         min_batch: int | None = None,  # Triton append from this batch size (None: the cache's threshold)
         append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
+        split_attention: bool = False,  # small batches: the split-context attention kernel
     ) -> None:
         self.cache = cache
         self.block_tables = block_tables
@@ -114,6 +124,7 @@ class StaticDecodeKV(_DecodeAttention):
         # Where the Triton append applies and the Triton attention runs, the attention kernel does the append:
         # it reads the new K/V anyway and the slot is in the table (one kernel per layer fewer).
         self.append_in_attention = self.triton and paged_attn and append_in_attention
+        self.split_attention = split_attention
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 

@@ -11,6 +11,10 @@ Which kernel runs:
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
+`norm_linear(x, delta, ln, lin)` is the same GEMV with the residual add and LayerNorm in its prologue, for one
+row inside `small_batch_gemv(.., norm_prologue=True)` (`norm_gemv_applies` says where; the model falls back to
+the add + LayerNorm kernel and `linear` elsewhere).
+
 fp32 stays on cuBLAS: the fp32 tests compare greedy tokens with Hugging Face exactly, and the GEMV's other
 summation order could flip a near-tie.
 """
@@ -25,16 +29,22 @@ import torch.nn.functional as F
 
 # Rows up to which the GEMV kernel runs (0: never). Set only inside `small_batch_gemv`.
 _GEMV_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_gemv_max_rows", default=0)
+# Whether `norm_linear` may fold the residual add + LayerNorm into the GEMV's prologue (one row only).
+_NORM_PROLOGUE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "roseinfer_norm_prologue", default=False
+)
 
 
 @contextlib.contextmanager
-def small_batch_gemv(max_rows: int):
-    """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never)."""
-    token = _GEMV_MAX_ROWS.set(max_rows)
+def small_batch_gemv(max_rows: int, norm_prologue: bool = False):
+    """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
+    norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too."""
+    tokens = (_GEMV_MAX_ROWS.set(max_rows), _NORM_PROLOGUE.set(norm_prologue))
     try:
         yield
     finally:
-        _GEMV_MAX_ROWS.reset(token)
+        _NORM_PROLOGUE.reset(tokens[1])
+        _GEMV_MAX_ROWS.reset(tokens[0])
 
 
 def uses_gemv(x: torch.Tensor) -> bool:
@@ -65,3 +75,23 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
     if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
         return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
     return F.gelu(F.linear(x, weight, bias), approximate="tanh")
+
+
+def norm_gemv_applies(x: torch.Tensor, delta: torch.Tensor, lin) -> bool:
+    """Whether `norm_linear` runs as one kernel here: inside `small_batch_gemv(.., norm_prologue=True)`, where the
+    GEMV itself would run, at one row (`roseinfer.kernels.gemv.norm_gemv_fits`)."""
+    if not (_NORM_PROLOGUE.get() and uses_gemv(x) and delta.stride(-1) == 1 and lin.weight.is_contiguous()):
+        return False
+    from roseinfer.kernels.gemv import norm_gemv_fits
+
+    return norm_gemv_fits(x, lin.weight) and gemv_wins(1, *lin.weight.shape)
+
+
+def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = False):
+    """(s, act(LayerNorm(s) @ lin.weight^T + lin.bias)) with s = x + delta, as one GEMV kernel whose prologue adds
+    and normalises (x, delta [1, K]; callers check `norm_gemv_applies` first). Replaces the add + LayerNorm
+    kernel in front of c_attn and c_fc at batch 1: in a captured step at batch 1 each kernel costs ~1.5 to 2 us
+    however little it does (docs/BENCHMARKS.md, issue 27)."""
+    from roseinfer.kernels.gemv import norm_gemv_triton
+
+    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu)

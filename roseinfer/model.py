@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.linears import linear
+from roseinfer.linears import linear, norm_gemv_applies, norm_linear
 from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
 
@@ -50,19 +50,29 @@ class Block(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        h: torch.Tensor,
+        delta: torch.Tensor,
         layer: int,
         kv: KVContext,
         fused: bool,
         gelu_epilogue: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x: residual stream [T, C], h = ln_1(x) [T, C] (T = tokens in the batch: one per sequence in decode,
-        all new prompt tokens in prefill). Returns the residual stream after attention and the MLP branch's
-        output, not yet added: the caller adds it together with the next LayerNorm (`residual_layer_norm`).
-        With tensor parallelism H is this rank's heads and each projection's output is summed over the ranks."""
+        """x: residual stream [T, C] before the previous branch's output delta [T, C] is added (T = tokens in
+        the batch: one per sequence in decode, all new prompt tokens in prefill; for the first block the token
+        and position embeddings). The block adds them and applies ln_1 (`residual_layer_norm`, or at one row the
+        c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
+        stream after attention and the MLP branch's output, not yet added. With tensor parallelism H is this
+        rank's heads and each projection's output is summed over the ranks."""
         t = x.shape[0]
+        in_gemv = fused and norm_gemv_applies(x, delta, self.c_attn)
+        if not in_gemv:
+            with region(LAYERNORM):
+                x, h = residual_layer_norm(x, delta, self.ln_1, fused)
         with region(ATTENTION):
-            qkv = linear(h, self.c_attn).view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+            if in_gemv:
+                x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn)  # [T, C], [T, 3C]
+            else:
+                qkv = linear(h, self.c_attn)  # [T, 3C]
+            qkv = qkv.view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
             q, k, v = qkv.unbind(1)  # each [T, H, D]
             with region(KV_APPEND):
                 kv.append(layer, k, v)
@@ -70,10 +80,15 @@ class Block(nn.Module):
             a = (
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]
-        with region(LAYERNORM):
-            x, h = residual_layer_norm(x, a, self.ln_2, fused)
+        in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
+        if not in_gemv:
+            with region(LAYERNORM):
+                x, h = residual_layer_norm(x, a, self.ln_2, fused)
         with region(MLP):
-            g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
+            if in_gemv:
+                x, g = norm_linear(x, a, self.ln_2, self.c_fc, gelu=True)  # [T, C], [T, 4C]
+            else:
+                g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
             return x, linear(g, self.mlp_proj) if self.tp is None else self.tp.row_parallel(g, self.mlp_proj)
 
 
@@ -151,18 +166,15 @@ class GPT2(nn.Module):
         gelu_epilogue: bool = True,
     ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
-        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs).
+        fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs), or
+        at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies`.
         gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
         with region(EMBEDDING):
             tok, pos = self.wte(ids), self.wpe(positions)  # [T, C] each
-        with region(LAYERNORM):
-            x, h = residual_layer_norm(tok, pos, blocks[0].ln_1, fused)  # [T, C] each
+        x, delta = tok, pos  # [T, C] each: the first block adds them and applies its ln_1
         for layer, block in enumerate(blocks):
-            x, delta = block(x, h, layer, kv, fused, gelu_epilogue)
-            if layer + 1 < len(blocks):
-                with region(LAYERNORM):
-                    x, h = residual_layer_norm(x, delta, blocks[layer + 1].ln_1, fused)
+            x, delta = block(x, delta, layer, kv, fused, gelu_epilogue)
         if last is not None:
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
         with region(LAYERNORM):

@@ -147,7 +147,9 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels.for_engine(self.cfg.gemv, self.cfg.pdl),
+            kernels=kernels or GraphKernels.for_engine(
+                self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv
+            ),
         )  # fmt: skip
 
     @property

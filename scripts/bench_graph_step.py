@@ -12,13 +12,18 @@ Variants, each adding one change to the one before:
   4. + the GELU in the c_fc GEMM's epilogue (cuBLASLt);
   5. + the KV append done by the paged-attention kernel (no append kernel): the engine of session 3;
   6. + the small-batch GEMV kernel for the linears of buckets up to 8 rows (issue 27);
-  7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27): the engine now;
-  8. + PDL for the paged-attention kernel too (issue 27; off in the engine).
+  7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27, first step);
+  8. + PDL for the paged-attention kernel too (issue 27; off in the engine);
+  9. 7 + the split-context attention kernel at small batches (issue 27, second step);
+ 10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
+ 11. 10 + PDL for the (split) attention kernel too;
+ 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
 
 import argparse
+import dataclasses
 import statistics
 
 import torch
@@ -26,6 +31,8 @@ import torch
 from roseinfer import LLM, tracing
 from roseinfer.cuda_graphs import GraphKernels
 
+# The second step's kernels off: what variants 1 to 8 measured before they existed.
+_FIRST = dict(split_attention=False, norm_gemv=False, pdl_attention_release=False)
 # Variant -> the captured step's kernel choices (each variant adds one change to the one before).
 VARIANTS = {
     1: GraphKernels(
@@ -46,6 +53,11 @@ VARIANTS = {
     7: GraphKernels(),
     8: GraphKernels(pdl_attention=True),
 }
+VARIANTS = {v: dataclasses.replace(k, **_FIRST) for v, k in VARIANTS.items()}
+VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False)
+VARIANTS[10] = GraphKernels(pdl_attention_release=False)
+VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False)
+VARIANTS[12] = GraphKernels()
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -83,7 +95,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--variants", default="1,2,3,4,5,6,7,8")
+    p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12")
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -94,8 +106,12 @@ def main() -> None:
         4: "+ GELU epilogue",
         5: "+ KV append inside the attention kernel (session 3)",
         6: "+ small-batch GEMV linears",
-        7: "+ programmatic dependent launches (engine now)",
+        7: "+ programmatic dependent launches",
         8: "+ PDL on the attention kernel too",
+        9: "7 + split-context attention",
+        10: "+ add + LayerNorm in the GEMV prologue",
+        11: "10 + PDL on the attention kernel",
+        12: "10 + the split attention (launched plainly) releasing attn_proj early (engine now)",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

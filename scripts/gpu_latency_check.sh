@@ -3,14 +3,18 @@
 #   tests   the GEMV kernel against its torch reference (PDL chains in a graph too), the fused and attention
 #           kernels, the CUDA-graph decode (HF greedy)
 #   gemv    scripts/bench_gemv.py: the GEMV against cuBLAS on GPT-2 small's decode linears, rows 1 to 16 (SWEEP=--sweep)
-#   step    scripts/bench_graph_step.py: GPU time of one graph replay at batch 1, 2 and 8: session 3, + GEMV, + PDL
-#   b1      batch 1, 256 new tokens, --paged-attn --cuda-graph: --no-gemv --no-pdl, --no-pdl, the default; HBM floor
-#   nsys    the b1 command under `roseprof nsys`, RUNS (default 3) captures a side interleaved (--no-gemv --no-pdl
-#           and the default), `roseprof diff` of the two groups, the per-region graph time of one of each
-#   ncu     `roseprof ncu` speed of light of the GEMV's four launches of a layer at batch 1
-#   a       workload (a) (64 x 512, batch 64), --no-gemv --no-pdl and the default (PDL applies at bucket 64 too)
+#   step    scripts/bench_graph_step.py: GPU time of one graph replay at batch 1, 2 and 8 (STEP_VARIANTS, default
+#           7,9,10,11: session 6's first step, + split attention, + the norm prologue (engine), + PDL on attention)
+#   b1      batch 1, 256 new tokens, --paged-attn --cuda-graph, each of B1_FLAGS (';'-separated, 'default': no flag; by default session
+#           3's engine, session 6's first step, each new kernel off, the default); HBM floor
+#   hf      scripts/bench_hf_compiled.py: Hugging Face static cache + torch.compile at batch 1, 256 tokens
+#   nsys    the b1 command under `roseprof nsys`, RUNS (default 3) captures a side interleaved (NSYS_BEFORE against
+#           NSYS_AFTER; default both --no-pdl, whose kernel durations are the kernels' own), `roseprof diff` of the
+#           two groups, the per-region graph time and the kernels per step of one of each
+#   ncu     `roseprof ncu` speed of light of NCU_KERNEL's (default split_decode) first launches at batch 1
+#   a       workload (a) (64 x 512, batch 64), each of A_FLAGS (';'-separated)
 # Run from the repo root (or a copy of it) with .gpu and .whl carried:
-#   STAGES=tests,gemv,step,b1,nsys,a bash scripts/gpu_latency_check.sh
+#   STAGES=tests,step,b1,hf,a bash scripts/gpu_latency_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 STAGES=${STAGES:-tests,gemv,step,b1,nsys,ncu,a}
@@ -26,9 +30,10 @@ B1="--device cuda --hf-model-id gpt2 --paged-attn --cuda-graph --no-stop-on-eos 
 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 1"
 if want tests; then
   echo "== tests [${SECONDS}s]"
-  timeout 240 python3 -m pytest -p no:cacheprovider -o addopts='' -q -x tests/roseinfer/test_gemv_kernel.py \
+  timeout ${TEST_LIMIT:-240} python3 -m pytest -p no:cacheprovider -o addopts='' -q ${TEST_K:+-k "$TEST_K"} \
+    tests/roseinfer/test_split_attention_kernel.py tests/roseinfer/test_gemv_kernel.py \
     tests/roseinfer/test_cuda_graphs.py tests/roseinfer/test_paged_attention_kernel.py \
-    tests/roseinfer/test_fused_kernels.py 2>&1 | tail -8
+    tests/roseinfer/test_fused_kernels.py tests/roseinfer/test_regions.py 2>&1 | tail -25
 fi
 if want gemv; then
   echo "== GEMV against cuBLAS [${SECONDS}s]"
@@ -36,31 +41,39 @@ if want gemv; then
 fi
 if want step; then
   echo "== graph replay GPU time [${SECONDS}s]"
-  for b in 1 2 8; do
-    timeout 120 python3 scripts/bench_graph_step.py --batch $b --past 128,256,512 --variants 5,6,7 2>&1 | tail -6
+  for b in ${STEP_BATCHES:-1 2 8}; do
+    timeout 150 python3 scripts/bench_graph_step.py --batch $b --past 128,256,512 --reps 100 \
+      --variants "${STEP_VARIANTS:-7,9,10,11}" 2>&1 | tail -7
   done
 fi
 if want b1; then
   echo "== batch 1, 256 tokens [${SECONDS}s]"
-  for flag in "--no-gemv --no-pdl" --no-pdl ""; do
-    echo "-- b1 ${flag:-(default: GEMV and PDL)}"
-    timeout 120 python3 -m roseinfer.benchmark_streaming $B1 --repeat-runs 5 $flag --json "$W/b1${flag// /}.json" 2>&1 | tail -12
+  IFS=';' read -ra flags <<< "${B1_FLAGS:---no-gemv --no-pdl --no-split-attn --no-norm-gemv;--no-split-attn --no-norm-gemv;--no-norm-gemv;--no-split-attn;default}"
+  for flag in "${flags[@]}"; do
+    [ "$flag" = default ] && flag=""
+    echo "-- b1 ${flag:-(default)}"
+    timeout 120 python3 -m roseinfer.benchmark_streaming $B1 --repeat-runs 5 $flag --json "$W/b1${flag// /}.json" 2>&1 \
+      | tail -12
   done
+fi
+if want hf; then
+  echo "== HF static cache + torch.compile, batch 1 [${SECONDS}s]"
+  timeout 240 python3 scripts/bench_hf_compiled.py --batch 1 --new-tokens 256 --repeat 3 2>&1 | tail -4
 fi
 if want nsys; then
   echo "== b1 under roseprof nsys, ${RUNS:-3} a side [${SECONDS}s]"
   source ../.gpu/nsys-on-gpu.sh 2>/dev/null || source .gpu/nsys-on-gpu.sh
   STORE="--traces-dir $W/tr --dashboards-dir $W/dash"
   for r in $(seq "${RUNS:-3}"); do
-    for design in cublas gemv; do
-      flag=""; [ "$design" = cublas ] && flag="--no-gemv --no-pdl"
+    for design in before after; do
+      flag=${NSYS_BEFORE---no-pdl --no-split-attn --no-norm-gemv}; [ "$design" = after ] && flag=${NSYS_AFTER---no-pdl}
       timeout 100 python3 -m roseprof nsys $STORE --name "b1-$design" --trace cuda,nvtx -- \
         python3 -m roseinfer.benchmark_streaming $B1 --repeat-runs 1 $flag > "$W/nsys-$design-$r.log" 2>&1
-      echo "b1-$design run $r rc=$? [${SECONDS}s]"
+      echo "b1-$design ($flag) run $r rc=$? [${SECONDS}s]"
     done
   done
-  timeout 60 python3 -m roseprof diff b1-cublas b1-gemv $STORE 2>&1 | tail -45
-  for design in cublas gemv; do
+  timeout 60 python3 -m roseprof diff b1-before b1-after $STORE 2>&1 | tail -45
+  for design in before after; do
     run=$(ls -d "$W"/tr/*b1-$design* | tail -1)
     echo "-- per-region GPU time of a graph replay, b1 $design ($run)"
     python3 scripts/graph_step_table.py "$run"
@@ -84,14 +97,16 @@ EOF
   tar czf "$OUT/nsys-b1.tgz" -C "$W" --exclude=raw --exclude='*.npz' tr 2>/dev/null
 fi
 if want ncu; then
-  echo "== ncu speed of light of the GEMV at batch 1 [${SECONDS}s]"
-  timeout 150 python3 -m roseprof ncu --traces-dir $W/tr --dashboards-dir $W/dash --name gemv-b1 --kernel gemv \
-    --launch-count 4 -- python3 -m roseinfer.benchmark_streaming $B1 --max-new-tokens 8 --repeat-runs 1 \
-    --warmup-runs 0 2>&1 | tail -30
+  echo "== ncu speed of light of ${NCU_KERNEL:-split_decode} at batch 1 [${SECONDS}s]"
+  timeout 150 python3 -m roseprof ncu --traces-dir $W/tr --dashboards-dir $W/dash --name ncu-b1 \
+    --kernel "${NCU_KERNEL:-split_decode}" --launch-count "${NCU_COUNT:-4}" -- python3 -m roseinfer.benchmark_streaming \
+    $B1 --max-new-tokens 8 --repeat-runs 1 --warmup-runs 0 2>&1 | tail -30
 fi
 if want a; then
   echo "== workload (a) [${SECONDS}s]"
-  for flag in "--no-gemv --no-pdl" ""; do
+  IFS=';' read -ra flags <<< "${A_FLAGS:---no-split-attn --no-norm-gemv;default}"
+  for flag in "${flags[@]}"; do
+    [ "$flag" = default ] && flag=""
     echo "-- (a) ${flag:-(default)}"
     timeout 120 python3 -m roseinfer.benchmark_scheduler --device cuda --hf-model-id gpt2 --no-stop-on-eos --paged-attn \
       --cuda-graph --num-requests 64 --prompt x --max-new-tokens 512 --max-batch-size 64 --prefill-max-batch-size 64 \

@@ -87,6 +87,18 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="earlier design: with --cuda-graph, plain kernel launches, not programmatic dependent launches",
     )
     p.add_argument(
+        "--no-split-attn",
+        action="store_true",
+        help="earlier design: with --cuda-graph --paged-attn, one attention program per head, not the past split "
+        "over several",
+    )
+    p.add_argument(
+        "--no-norm-gemv",
+        action="store_true",
+        help="earlier design: with --cuda-graph at batch 1, the residual add + LayerNorm as its own kernel, not in "
+        "the GEMV's prologue",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -165,6 +177,8 @@ def engine_config(args) -> EngineConfig:
         blocks_ahead=not args.no_blocks_ahead,
         gemv=not args.no_gemv,
         pdl=not args.no_pdl,
+        split_attention=not args.no_split_attn,
+        norm_gemv=not args.no_norm_gemv,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

@@ -14,6 +14,8 @@ and too few bytes are in flight. This kernel is shaped for the weight stream ins
 - the partial products stay in a [BLOCK_M, BLOCK_N, BLOCK_K] fp32 accumulator, reduced over K once at the end
   (one cross-lane reduction per program, not one per slice);
 - the epilogue adds the bias and, for c_fc, applies GPT-2's tanh GELU, so the linear is one kernel;
+- at one row an optional prologue adds the residual and applies the LayerNorm in front of c_attn / c_fc
+  (`norm_gemv_triton`), so the add + LayerNorm kernel before them goes too;
 - launched with PDL (`roseinfer.kernels.pdl`), a one-row call takes a one-shot tile: every program loads all of its
   weights before it waits for x, i.e. while the kernel before it still runs (on the H100, c_attn at one row: 2.7 us
   in a chain of PDL launches against 3.7 us plain and 5.1 us for cuBLAS; scripts/bench_gemv.py).
@@ -96,8 +98,10 @@ def _get_kernel():
     @triton.jit
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+        d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
+        NORM: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         rm = tl.arange(0, BLOCK_M)  # [BM]
@@ -111,10 +115,26 @@ def _get_kernel():
             kk = rk
             kmask = kk < K
             w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
+            if NORM:  # LayerNorm's parameters: not written by the step, loaded before the wait too
+                lnw = tl.load(lnw_ptr + kk, mask=kmask, other=0.0).to(tl.float32)  # [BK]
+                lnb = tl.load(lnb_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
             if PDL:  # the weights are in flight; x is the previous kernel's output
                 gdc_wait()
                 gdc_launch_dependents()
-            x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
+            if NORM:  # prologue: s = x + delta (the residual stream; program 0 stores it), x1 = LayerNorm(s)
+                xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
+                dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
+                # rounded to the activation dtype like torch's add
+                sr = (xr.to(tl.float32) + dr.to(tl.float32)).to(s_ptr.dtype.element_ty)
+                tl.store(s_ptr + kk, sr, mask=kmask & (pid == 0))
+                sf = sr.to(tl.float32)
+                mean = tl.sum(sf, 0) / K
+                diff = tl.where(kmask, sf - mean, 0.0)
+                rstd = 1.0 / tl.sqrt(tl.sum(diff * diff, 0) / K + eps)
+                # rounded to the activation dtype, as the add + LayerNorm kernel's output the GEMV would read
+                x1 = (diff * rstd * lnw + lnb).to(s_ptr.dtype.element_ty)  # [BK]
+            else:
+                x1 = tl.load(x_ptr + kk, mask=kmask, other=0.0)  # [BK]
             out = tl.sum(w.to(tl.float32) * x1.to(tl.float32)[None, :], axis=1)[None, :]  # [1, BN]
         elif BLOCK_M == 1:  # one row, K in slices: a 2-D accumulator, no broadcast over rows
             if PDL:
@@ -172,8 +192,49 @@ def gemv_triton(
     assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+        x, x, x, x, 0.0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, num_warps=cfg.num_warps,
-        launch_pdl=pdl,
+        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
+        num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
+
+
+def norm_gemv_fits(x, weight) -> bool:
+    """The add + LayerNorm prologue exists for the one-shot tile only: one row, K up to 4,096."""
+    return x.shape[0] == 1 and x.shape[1] <= 4096 and weight.shape[1] == x.shape[1]
+
+
+def norm_gemv_reference(x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False):
+    """(s, out): s = x + delta, out = act(LayerNorm(s) @ weight^T + bias), LayerNorm's output rounded to x's
+    dtype as the unfused add + LayerNorm kernel writes it. x, delta [1, K] -> s [1, K], out [1, N]."""
+    s = x + delta
+    h = F.layer_norm(s.float(), (s.shape[-1],), ln_weight.float(), ln_bias.float(), eps).to(x.dtype)
+    return s, gemv_reference(h, weight, bias, gelu)
+
+
+def norm_gemv_triton(
+    x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, pdl=None
+):
+    """Same contract as `norm_gemv_reference`, one kernel: every program recomputes the row's LayerNorm (the row
+    is K <= 4,096 wide and in L2) before its GEMV, and program 0 writes s. Replaces the add + LayerNorm kernel
+    in front of c_attn and c_fc at batch 1 (`roseinfer.linears.norm_linear`)."""
+    from roseinfer.kernels.pdl import pdl_enabled, pdl_supported
+
+    m, k = x.shape
+    n = weight.shape[0]
+    assert norm_gemv_fits(x, weight) and delta.shape == x.shape and x.stride(1) == 1 and delta.stride(1) == 1
+    assert weight.is_contiguous() and ln_weight.is_contiguous() and ln_bias.is_contiguous()
+    assert bias is None or (bias.shape == (n,) and bias.is_contiguous())
+    s = torch.empty_like(x)  # [1, K]
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [1, N]
+    pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
+    block_k = triton_next_pow2(k)
+    cfg = GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
+    _get_kernel()[(-(-n // cfg.block_n),)](
+        x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
+        delta, ln_weight, ln_bias, s, eps,
+        HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, num_warps=cfg.num_warps, launch_pdl=pdl,
+    )  # fmt: skip
+    return s, out

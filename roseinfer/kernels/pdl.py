@@ -28,6 +28,7 @@ _PDL: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl", def
 _PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "roseinfer_pdl_attention", default=False
 )
+_PDL_RELEASE: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_release", default=False)
 _SUPPORTED: bool | None = None
 
 
@@ -50,17 +51,25 @@ def pdl_enabled(attention: bool = False) -> bool:
     return _PDL_ATTENTION.get() if attention else _PDL.get()
 
 
+def pdl_attention_release() -> bool:
+    """Whether the split attention kernel, launched plainly, still releases the kernel after it early (calls
+    `gdc_launch_dependents`, so attn_proj's weight loads overlap the attention; its `gdc_wait` returns at once in a
+    kernel that was not launched as a dependent)."""
+    return _PDL_RELEASE.get()
+
+
 @contextlib.contextmanager
-def pdl_scope(enabled: bool, attention: bool = False):
+def pdl_scope(enabled: bool, attention: bool = False, attention_release: bool = False):
     """Kernels launched inside use PDL when `enabled` and the device supports it; the paged-attention kernel only
     with `attention` too. At batch 1 on the H100 PDL on the attention kernel made a step faster at 128 past
     tokens and slower at 512 (docs/BENCHMARKS.md, issue 27): its 12 long programs, launched while the GEMV before
-    still holds every SM, run slower."""
+    still holds every SM, run slower. attention_release: see `pdl_attention_release`."""
     on = bool(enabled) and pdl_supported()
-    tokens = (_PDL.set(on), _PDL_ATTENTION.set(on and attention))
+    tokens = (_PDL.set(on), _PDL_ATTENTION.set(on and attention), _PDL_RELEASE.set(on and attention_release))
     try:
         yield
     finally:
+        _PDL_RELEASE.reset(tokens[2])
         _PDL_ATTENTION.reset(tokens[1])
         _PDL.reset(tokens[0])
 

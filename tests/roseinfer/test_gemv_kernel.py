@@ -155,3 +155,128 @@ def test_gemv_chain_with_pdl_in_a_graph_matches_reference(rows):
             ref = gemv_reference(h, w, b, gelu=i % 2 == 0)
             torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
             h = out  # the next link's reference starts from what the kernel wrote
+
+
+def test_norm_reference_is_add_then_layernorm_then_linear():
+    from roseinfer.kernels.gemv import norm_gemv_reference
+
+    g = torch.Generator().manual_seed(1)
+    x, d = (
+        _rand(g, 1, 40, dtype=torch.float32, device="cpu"),
+        _rand(g, 1, 40, dtype=torch.float32, device="cpu"),
+    )
+    ln = torch.nn.LayerNorm(40)
+    lin = torch.nn.Linear(40, 24)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5)
+        s, out = norm_gemv_reference(x, d, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias)
+        torch.testing.assert_close(s, x + d)
+        torch.testing.assert_close(out, lin(ln(x + d)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", [(2304, 768), (3072, 768), (37, 129), (4800, 1600), (7, 4096), (1, 1000)])
+@pytest.mark.parametrize("bias,gelu", [(True, False), (True, True), (False, False)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
+    # The add + LayerNorm prologue: s is exactly x + delta, out as the reference (LayerNorm rounded to dtype).
+    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    x, d = (_rand(g, 1, k, dtype=dtype, device="cuda") for _ in range(2))
+    ln_w = (torch.rand(k, generator=g, device="cuda") + 0.5).to(dtype)
+    ln_b = _rand(g, k, dtype=dtype, device="cuda", scale=0.1)
+    w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
+    b = _rand(g, n, dtype=dtype, device="cuda") if bias else None
+    s_ref, ref = norm_gemv_reference(x, d, ln_w, ln_b, 1e-5, w, b, gelu)
+    for pdl in (False, True):
+        s, out = norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, w, b, gelu, pdl=pdl)
+        assert torch.equal(s, s_ref)
+        tol = 2e-2 if dtype == torch.bfloat16 else 1e-2
+        torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference():
+    # A GPT-2 layer's shape at batch 1 as the engine runs it: [add + LN + c_attn], attn_proj, [add + LN + c_fc
+    # + GELU], mlp_proj, each a PDL launch reading the kernel before's output (and the residual program 0 wrote),
+    # replayed on fresh inputs and checked link by link against the reference.
+    from roseinfer.kernels.gemv import gemv_triton, norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.pdl import pdl_supported
+
+    if not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    c = 768
+
+    def w(n, k):
+        return _rand(g, n, k, dtype=torch.float16, device="cuda", scale=k**-0.5)
+
+    def vec(n, base=0.0):
+        return _rand(g, n, dtype=torch.float16, device="cuda", scale=0.1) + base
+
+    params = dict(
+        c_attn=(w(3 * c, c), vec(3 * c)), proj=(w(c, 3 * c), vec(c)), c_fc=(w(4 * c, c), vec(4 * c)),
+        mlp=(w(c, 4 * c), vec(c)), ln1=(vec(c, 1.0), vec(c)), ln2=(vec(c, 1.0), vec(c)),
+    )  # fmt: skip
+    x, delta = (_rand(g, 1, c, dtype=torch.float16, device="cuda") for _ in range(2))
+
+    def layer(x, delta, impl):
+        s1, qkv = impl[0](x, delta, *params["ln1"], 1e-5, *params["c_attn"], False)
+        a = impl[1](qkv, *params["proj"])
+        s2, hid = impl[0](s1, a, *params["ln2"], 1e-5, *params["c_fc"], True)
+        return s1, qkv, a, s2, hid, impl[1](hid, *params["mlp"])
+
+    ours = (
+        lambda *a: norm_gemv_triton(*a, pdl=True),
+        lambda h, wt, b: gemv_triton(h, wt, b, pdl=True),
+    )
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        layer(x, delta, ours)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = layer(x, delta, ours)
+    for _ in range(3):
+        x.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))
+        delta.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        s1, qkv, a, s2, hid, m = outs
+        s1_ref, qkv_ref = norm_gemv_reference(x, delta, *params["ln1"], 1e-5, *params["c_attn"])
+        assert torch.equal(s1, s1_ref)
+        torch.testing.assert_close(qkv.float(), qkv_ref.float(), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(
+            a.float(), gemv_reference(qkv, *params["proj"]).float(), atol=2e-2, rtol=2e-2
+        )
+        s2_ref, hid_ref = norm_gemv_reference(s1, a, *params["ln2"], 1e-5, *params["c_fc"], gelu=True)
+        assert torch.equal(s2, s2_ref)
+        torch.testing.assert_close(hid.float(), hid_ref.float(), atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(
+            m.float(), gemv_reference(hid, *params["mlp"]).float(), atol=2e-2, rtol=2e-2
+        )
+
+
+@pytest.mark.gpu
+def test_norm_linear_dispatch_at_one_row_inside_the_scope_only():
+    from roseinfer.linears import norm_gemv_applies
+
+    lin = torch.nn.Linear(768, 2304, device="cuda", dtype=torch.float16)
+    one, two = torch.randn(1, 768, device="cuda").half(), torch.randn(2, 768, device="cuda").half()
+    with small_batch_gemv(8, norm_prologue=True):
+        assert norm_gemv_applies(one, one, lin) and not norm_gemv_applies(two, two, lin)
+        assert not norm_gemv_applies(one.float(), one.float(), lin)
+    with small_batch_gemv(8):
+        assert not norm_gemv_applies(one, one, lin)
+    assert not norm_gemv_applies(one, one, lin)
+
+
+def test_norm_linear_never_applies_off_cuda():
+    from roseinfer.linears import norm_gemv_applies
+
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(1, 16)
+    with small_batch_gemv(8, norm_prologue=True):
+        assert not norm_gemv_applies(x, x, lin)

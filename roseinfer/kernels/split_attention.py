@@ -1,0 +1,205 @@
+"""Split-context paged-attention decode (flash-decoding) in one launch, for small batches.
+
+`roseinfer.kernels.paged_attention` runs one program per (sequence, head) that walks its past blocks one after
+the other. At batch 1 that is 12 programs on a 132-SM H100, each paying a DRAM round trip per block in series:
+~6 us a layer at short context and ~13 us at 512 past tokens (docs/BENCHMARKS.md, issue 27). Here the past is
+cut into SPLITS slices of whole blocks, one program per (sequence, head, slice):
+- each program runs the same online softmax over its slice (slice 0 starting from the new token, as the one-pass
+  kernel does) and stores a partial (max m, normaliser l, weighted sum acc [D]) in fp32;
+- it then takes a ticket from a per-(sequence, head) counter (an atomic add after a barrier, so every thread's
+  partial stores are ordered before it); the program that takes the last ticket merges the partials, writes
+  the output and sets the counter
+  back to 0, so the next launch (the next layer, the next graph replay) finds it zeroed; where one slice is
+  active (a past of at most one slice's blocks) it writes the output itself, as the one-pass kernel would;
+- slices past a sequence's length do nothing (not even a ticket): a sequence of p past tokens has
+  max(1, ceil(ceil(p / BLOCK) / blocks_per_split)) active slices, and the counter waits for those only.
+So the reduce needs no second kernel, and the grid is fixed by the table's width, as a captured graph needs.
+`append=True` writes the new token's K/V into its slot (slice 0 does it; no slice reads that slot).
+
+The counters live in one zeroed int32 buffer per device, grown when a call needs more (`_counters`); the CUDA
+graph's warm-up runs make it before capture. The torch reference is `roseinfer.attention.paged_decode_attention`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_kernel = None
+# device -> int32 counters, one per (sequence, head); every launch leaves them at 0
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+# From this many (sequence, head) pairs the one-pass kernel runs: on the H100 (docs/BENCHMARKS.md, issue 27) at
+# batch 8 (96 pairs) the split made 128 past tokens 17 us a step slower (and 512 58 us faster); at batches 1 and 2
+# it was no slower at 128 and faster beyond.
+ONE_PASS_FROM = 64
+# At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
+MAX_PROGRAMS = 4096
+
+
+def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
+    """Slices of the past per (sequence, head): one block each where the grid stays under MAX_PROGRAMS (a slice
+    of one block is the shortest chain of DRAM round trips; slices past a sequence's length exit at once, and a
+    sequence of one block's past takes no merge at all). 1: the one-pass kernel (from ONE_PASS_FROM pairs).
+    On the H100 (docs/BENCHMARKS.md, issue 27) slices of two blocks at batch 2 made 128 past tokens slower: one
+    active slice, and the merge's round trips on top."""
+    pairs = max(1, batch * heads)
+    if pairs >= ONE_PASS_FROM:
+        return 1
+    return max(1, min(max_blocks, MAX_PROGRAMS // pairs))
+
+
+def _counters(device: torch.device, n: int) -> torch.Tensor:
+    buf = _COUNTERS.get(device)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[device] = buf
+    return buf
+
+
+def _get_kernel():
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    import triton
+    import triton.language as tl
+
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
+    @triton.jit
+    def split_decode_kernel(
+        q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr, part_ptr, stat_ptr, count_ptr,
+        stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
+        H, scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+        PER_SPLIT: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, PDL: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        h = tl.program_id(1)
+        sp = tl.program_id(2)
+        d = tl.arange(0, BLOCK_D)
+        dmask = d < D
+        if PDL:  # roseinfer.kernels.pdl: q, k, v are the previous kernel's output
+            gdc_wait()
+            gdc_launch_dependents()
+        past = tl.load(lens_ptr + b)
+        n_blocks = tl.cdiv(past, BLOCK)
+        active = tl.maximum(1, tl.cdiv(n_blocks, PER_SPLIT))  # slices with work; at least slice 0
+        if sp < active:
+            bh = b * H + h
+            q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
+            kn_raw = tl.load(kn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
+            vn_raw = tl.load(vn_ptr + b * stride_nb + h * stride_nh + d, mask=dmask, other=0.0)
+            if APPEND:
+                if sp == 0:  # the new token's K/V into its slot (position `past`), which no slice reads
+                    slot_blk = tl.load(table_ptr + b * stride_tb + past // BLOCK).to(tl.int64)
+                    slot = slot_blk * stride_cn + h * stride_ch + (past % BLOCK) * stride_cp + d
+                    tl.store(kc_ptr + slot, kn_raw.to(kc_ptr.dtype.element_ty), mask=dmask)
+                    tl.store(vc_ptr + slot, vn_raw.to(vc_ptr.dtype.element_ty), mask=dmask)
+            # This slice's online softmax: max m, normaliser l, weighted sum acc [D]. Slice 0 starts from the new
+            # token (as the one-pass kernel does), the others from nothing; every active slice's first block holds
+            # a past token, so m is finite once it is read.
+            own = sp == 0
+            m = tl.where(own, tl.sum(q * kn_raw.to(tl.float32), 0) * scale, float("-inf"))
+            l = tl.where(own, 1.0, 0.0)  # noqa: E741
+            acc = tl.where(own, vn_raw.to(tl.float32), 0.0)  # [BLOCK_D]
+            offs = tl.arange(0, BLOCK)
+            first = sp * PER_SPLIT
+            last = tl.minimum(first + PER_SPLIT, n_blocks)
+            for i in tl.range(first, last, num_stages=STAGES):
+                blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
+                pmask = (i * BLOCK + offs) < past
+                base = blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
+                tile_mask = pmask[:, None] & dmask[None, :]
+                k = tl.load(kc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
+                s = tl.where(pmask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [BLOCK]
+                m_new = tl.maximum(m, tl.max(s, 0))
+                alpha = tl.exp(m - m_new)
+                p = tl.exp(s - m_new)
+                v = tl.load(vc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)
+                acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+                l = l * alpha + tl.sum(p, 0)  # noqa: E741
+                m = m_new
+            o_ptrs = out_ptr + b * stride_ob + h * stride_oh + d
+            if active == 1:  # one slice (past <= PER_SPLIT blocks): the one-pass kernel's result, no merge
+                tl.store(o_ptrs, (acc / l).to(out_ptr.dtype.element_ty), mask=dmask)
+            else:
+                # The partial: acc in part [B*H, SPLITS, BLOCK_D], (m, l) in stat [B*H, SPLITS, 2]
+                tl.store(part_ptr + (bh * SPLITS + sp) * BLOCK_D + d, acc)
+                tl.store(stat_ptr + (bh * SPLITS + sp) * 2, m)
+                tl.store(stat_ptr + (bh * SPLITS + sp) * 2 + 1, l)
+                tl.debug_barrier()  # all of this program's stores before its ticket (the atomic releases them)
+                ticket = tl.atomic_add(count_ptr + bh, 1, sem="acq_rel", scope="gpu")
+                if ticket == active - 1:  # the last slice to finish merges them all
+                    r = tl.arange(0, SPLITS_P2)
+                    rmask = r < active
+                    # .cg: read at L2, where the other programs' stores are, never a stale L1 line
+                    ms = tl.load(
+                        stat_ptr + (bh * SPLITS + r) * 2,
+                        mask=rmask,
+                        other=float("-inf"),
+                        cache_modifier=".cg",
+                    )
+                    ls = tl.load(
+                        stat_ptr + (bh * SPLITS + r) * 2 + 1, mask=rmask, other=0.0, cache_modifier=".cg"
+                    )
+                    parts = tl.load(
+                        part_ptr + (bh * SPLITS + r[:, None]) * BLOCK_D + d[None, :],
+                        mask=rmask[:, None],
+                        other=0.0,
+                        cache_modifier=".cg",
+                    )  # [SPLITS_P2, BLOCK_D]
+                    m_all = tl.max(ms, 0)  # finite: slice 0 holds the new token
+                    w = tl.exp(ms - m_all)  # [SPLITS_P2]; 0 for the masked ones
+                    out = tl.sum(parts * w[:, None], 0) / tl.sum(ls * w, 0)
+                    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=dmask)
+                    tl.atomic_xchg(
+                        count_ptr + bh, 0
+                    )  # every active slice has taken its ticket: ready for reuse
+
+    _kernel = split_decode_kernel
+    return _kernel
+
+
+def split_decode_attention_triton(
+    q,
+    k_new,
+    v_new,
+    k_cache,
+    v_cache,
+    block_table,
+    past_lens,
+    scale: float,
+    splits: int,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    append: bool = False,
+):
+    """Same contract as `roseinfer.kernels.paged_attention.paged_decode_attention_triton`, the past cut into
+    `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses)."""
+    import triton
+
+    from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
+
+    b, h, d = q.shape
+    assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
+    width = block_table.shape[1]
+    per_split = max(1, -(-width // max(1, splits)))
+    splits = max(1, -(-width // per_split))  # no slice that could never be active
+    block_d = triton.next_power_of_2(d)
+    out = torch.empty_like(q)  # [B, H, D]
+    if b == 0:
+        return out
+    part = torch.empty(b * h, splits, block_d, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, BLOCK_D]
+    stat = torch.empty(b * h, splits, 2, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, (m, l)]
+    count = _counters(q.device, b * h)
+    pdl = pdl_enabled(attention=True)  # launched as a dependent of the kernel before
+    release = pdl or pdl_attention_release()  # calls gdc_wait / gdc_launch_dependents
+    _get_kernel()[(b, h, splits)](
+        q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out, part, stat, count,
+        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
+        h, scale, d, BLOCK=k_cache.shape[2], BLOCK_D=block_d, SPLITS=splits,
+        SPLITS_P2=triton.next_power_of_2(splits), PER_SPLIT=per_split, STAGES=num_stages, APPEND=append,
+        PDL=release, num_warps=num_warps, launch_pdl=pdl,
+    )  # fmt: skip
+    return out

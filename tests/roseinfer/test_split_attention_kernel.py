@@ -1,0 +1,146 @@
+"""The split-context paged-attention kernel (`roseinfer.kernels.split_attention`) against the torch reference, on
+random (never zero) data: odd shapes, lengths at block edges, every slice count, the KV append, its counters
+left at zero for the next launch, inside a CUDA graph replayed on new lengths, and in the engine."""
+
+import pytest
+import torch
+
+from roseinfer.kernels.split_attention import MAX_PROGRAMS, ONE_PASS_FROM, pick_splits
+
+BLOCK = 64
+
+
+def test_pick_splits_one_block_a_slice_at_small_batches_only():
+    assert pick_splits(1, 12, 16) == 16  # 12 programs alone would leave most of 132 SMs idle
+    assert pick_splits(1, 12, 5) == 5  # never more slices than blocks
+    assert pick_splits(4, 12, 16) == 16
+    assert pick_splits(5, 12, 16) * 5 * 12 <= MAX_PROGRAMS
+    assert pick_splits(8, 12, 16) == 1  # 96 pairs: the one-pass kernel (the split was slower at short pasts)
+    assert pick_splits(ONE_PASS_FROM, 1, 16) == 1 and pick_splits(ONE_PASS_FROM - 1, 1, 16) == 16
+
+
+def _case(g, batch, heads, head_dim, max_blocks, dtype):
+    n_blocks = batch * max_blocks + 3
+    kc = (torch.rand(n_blocks, heads, BLOCK, head_dim, generator=g, device="cuda") + 0.1).to(dtype)
+    vc = (torch.rand(n_blocks, heads, BLOCK, head_dim, generator=g, device="cuda") + 0.1).to(dtype)
+    q, k_new, v_new = (
+        torch.randn(batch, heads, head_dim, generator=g, device="cuda").to(dtype) for _ in range(3)
+    )
+    table = torch.randperm(n_blocks, generator=g, device="cuda")[: batch * max_blocks].view(batch, max_blocks)
+    return q, k_new, v_new, kc, vc, table
+
+
+def _reference(q, k_new, v_new, kc, vc, table, past, scale):
+    from roseinfer.attention import paged_decode_attention
+
+    return paged_decode_attention(
+        q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table, past, scale
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,heads", [(1, 12), (3, 5), (8, 12)])
+@pytest.mark.parametrize("head_dim", [64, 80])
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_kernel_matches_reference(batch, heads, head_dim, splits, dtype):
+    from roseinfer.kernels.split_attention import _COUNTERS, split_decode_attention_triton
+
+    g = torch.Generator(device="cuda").manual_seed(batch * head_dim + splits)
+    max_blocks = 7
+    q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, max_blocks, dtype)
+    # 0 (only the new token), block edges, and the full table; with 7 blocks and 3 slices, slices of 3, 3, 1
+    edges = torch.tensor([0, 1, 63, 64, 65, 200, 7 * BLOCK - 1, 129], device="cuda")
+    past = edges[torch.arange(batch, device="cuda") % len(edges)]
+    scale = head_dim**-0.5
+    ref = _reference(q, k_new, v_new, kc, vc, table, past, scale)
+    tol = 2e-3 if dtype == torch.float16 else 1e-5
+    for _ in range(2):  # the second launch finds the counters the first left
+        out = split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits)
+        torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+    assert int(_COUNTERS[q.device].abs().sum()) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 5])
+def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch):
+    from roseinfer.kernels.kv_append import kv_append_reference
+    from roseinfer.kernels.split_attention import split_decode_attention_triton
+
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    heads, head_dim = 12, 64
+    q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, 5, torch.float16)
+    past = torch.tensor([0, 63, 64, 130, 5 * BLOCK - 1], device="cuda")[:batch]
+    rows = torch.arange(batch, device="cuda")
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    kv_append_reference(kc_ref, vc_ref, k_new, v_new, table[rows, past // BLOCK], past % BLOCK)
+    ref = _reference(q, k_new, v_new, kc, vc, table, past, head_dim**-0.5)
+    out = split_decode_attention_triton(
+        q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, splits=5, append=True
+    )
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pdl", [False, "launch", "release"])
+def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
+    # The grid is fixed at capture; the active slices follow each replay's lengths, and the counters must be
+    # back at zero after every replay for the next one to merge at the right ticket. "launch": a dependent
+    # launch itself; "release": launched plainly, releasing a following PDL kernel early (the engine's choice).
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
+    from roseinfer.kernels.split_attention import split_decode_attention_triton
+
+    if pdl and not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
+    g = torch.Generator(device="cuda").manual_seed(7)
+    batch, heads, head_dim = 2, 12, 64
+    q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, 16, torch.float16)
+    past = torch.zeros(batch, dtype=torch.int64, device="cuda")
+    scale = head_dim**-0.5
+    w = (torch.randn(96, heads * head_dim, generator=g, device="cuda") * 0.03).half()  # attn_proj's stand-in
+
+    def step():
+        with pdl_scope(bool(pdl), attention=pdl == "launch", attention_release=pdl == "release"):
+            out = split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits=16)
+            return out, gemv_triton(
+                out.view(batch, -1), w, None, pdl=bool(pdl)
+            )  # reads the attention's output
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, proj = step()
+    for lengths in ([0, 1], [64, 700], [1023, 65], [5, 5]):
+        past.copy_(torch.tensor(lengths, device="cuda"))
+        q.copy_(torch.randn(batch, heads, head_dim, generator=g, device="cuda").half())
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = _reference(q, k_new, v_new, kc, vc, table, past, scale)
+        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+        proj_ref = gemv_reference(out.view(batch, -1), w)
+        torch.testing.assert_close(proj.float(), proj_ref.float(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
+    # fp32, CUDA graphs, paged attention: the engine with the split kernel (default) equals the one-pass kernel
+    # (--no-split-attn) and Hugging Face greedy, token for token.
+    from roseinfer import LLM, SamplingParams
+    from tests.roseinfer.test_engine_cuda import hf_outputs
+    from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ref = hf_outputs(tiny_checkpoint, torch.float32)
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    for split in (True, False):
+        llm = LLM(
+            tiny_checkpoint, device="cuda", max_batch_size=8, paged_attn=True, cuda_graph=True,
+            split_attention=split,
+        )  # fmt: skip
+        assert [o.token_ids for o in llm.generate(make_prompts(), params)] == ref, f"split_attention={split}"
