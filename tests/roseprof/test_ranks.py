@@ -276,3 +276,16 @@ def test_a_damaged_rank_log_is_named_in_its_warning(tmp_path):
     summary = api.import_path(RunStore(tmp_path / "traces"), files, None, log).summary()
     damaged = [w for w in summary["warnings"] if "line(s)" in w]
     assert damaged and all(w.startswith(f"{tmp_path / 'in' / 'steplog.rank1.jsonl'}: ") for w in damaged)
+
+
+def test_two_files_of_one_rank_are_not_merged_into_that_rank(tmp_path):
+    """Our rank 0 beside HTA's rank 0 (another run's): both files say rank 0, and merged as one rank its 128
+    all-reduces were two programs' 192 and its step count one file's. The later file's process is kept apart, of
+    unknown rank, and a warning names both files."""
+    files = [str(TP2_KINETO / "rank-0.trace.json.gz"), str(HTA)]
+    summary = api.import_path(RunStore(tmp_path / "traces"), files, None, None).summary()
+    labels = [e["label"] for e in summary["ranks"]]
+    assert labels == ["rank 0", "pid 1102"]
+    assert all(len(e["pids"]) == 1 for e in summary["ranks"])
+    assert [c["count"] for c in summary["collectives"]["ranks"]][:1] == [128]  # rank 0's own all-reduces only
+    assert any(w.startswith(f"{HTA}: says rank 0") and files[0] in w for w in summary["warnings"])
