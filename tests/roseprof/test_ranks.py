@@ -289,3 +289,15 @@ def test_two_files_of_one_rank_are_not_merged_into_that_rank(tmp_path):
     assert all(len(e["pids"]) == 1 for e in summary["ranks"])
     assert [c["count"] for c in summary["collectives"]["ranks"]][:1] == [128]  # rank 0's own all-reduces only
     assert any(w.startswith(f"{HTA}: says rank 0") and files[0] in w for w in summary["warnings"])
+
+
+def test_a_rank_missing_from_the_trace_is_said(tmp_path):
+    """Rank 0's Kineto file alone, with both ranks' step logs (world size 2): the run is one rank's, and says so."""
+    run = api.import_path(
+        RunStore(tmp_path / "traces"), str(TP2_KINETO / "rank-0.trace.json.gz"), None, str(TP2_KINETO_LOG)
+    )
+    summary = run.summary()
+    assert [e["label"] for e in summary["ranks"]] == ["rank 0"]
+    assert any(
+        w.startswith("world size 2, but the trace holds no process of rank(s) 1") for w in summary["warnings"]
+    )

@@ -34,6 +34,7 @@ def compute(ctx: Context) -> SectionResult:
     if not groups:
         return SectionResult({"ranks": [], "rank_clock": None}, {"rank_groups": []})
     op_group, r_group = op_groups(trace, groups), range_groups(trace, groups)
+    _missing_ranks(groups, ctx.warnings)
     logs = {log_rank(log, r): log for r, log in ctx.logs.items()}
     kernel = trace.ops.kind == KERNEL
     dur = trace.ops.end - trace.ops.start
@@ -79,6 +80,18 @@ def compute(ctx: Context) -> SectionResult:
         {"ranks": entries, "rank_clock": clock},
         {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps},
     )
+
+
+def _missing_ranks(groups, warnings: list[str]) -> None:
+    """Says which ranks of the world the trace lacks (a rank's file not given, or never written): the all-ranks
+    tables and the collectives are then those of the ranks present only."""
+    world = max((g.world_size or 0 for g in groups), default=0)
+    missing = sorted(set(range(world)) - {g.rank for g in groups})
+    if missing:
+        warnings.append(
+            f"world size {world}, but the trace holds no process of rank(s) {', '.join(map(str, missing))}: every "
+            "table is the other ranks' alone"
+        )
 
 
 def _clock_words(trace) -> str:
