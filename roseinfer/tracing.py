@@ -228,6 +228,9 @@ class TorchProfile:
         self.prof = None
         self.done = False
         self.tagged = False
+        # The file's name, fixed at the first decode step, inside the process group: a window longer than the run
+        # is written at exit, after the group is gone, where every rank would write `trace.json.gz`.
+        self.name: str | None = None
 
     def start(self) -> None:
         import torch
@@ -249,10 +252,12 @@ class TorchProfile:
         atexit.register(self.close)
 
     def _save(self, prof) -> None:
-        prof.export_chrome_trace(os.path.join(self.dir, trace_name()))
+        prof.export_chrome_trace(os.path.join(self.dir, self.name or trace_name()))
         self.done = True
 
     def step(self) -> None:
+        if self.name is None:
+            self.name = trace_name()
         self.prof.step()
         if not self.tagged and self.prof.current_action.name.startswith("RECORD"):
             import torch
@@ -283,6 +288,13 @@ def trace_name() -> str:
 
 
 _PROFILER: TorchProfile | None = None
+
+
+def close_profiler() -> None:
+    """Stop torch.profiler and write what its window recorded. A tensor-parallel rank that multiprocessing started
+    exits through os._exit, which runs no atexit hook: it calls this first, or its trace is never written."""
+    if _PROFILER is not None:
+        _PROFILER.close()
 
 
 def profiler_step() -> None:

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 
 import torch
 
-from roseinfer import distributed, steplog
+from roseinfer import distributed, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
 from roseinfer.sequence import SamplingParams, Sequence
@@ -77,6 +77,7 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
         raise SystemExit(1) from None
     finally:
         steplog.close()  # a spawned process exits without atexit hooks
+        tracing.close_profiler()  # (nor torch.profiler's) while the process group, which names the file, lives
         distributed.destroy()
 
 

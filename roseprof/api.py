@@ -21,7 +21,7 @@ from roseprof.render.view import DiffView, RunView
 from roseprof.run import alike, baselines, tables
 from roseprof.run.store import Run, RunStore
 from roseprof.workload.roseinfer import default_command, ncu_default_command
-from roseprof.workload.steplog import rank_log_paths, read_steplog
+from roseprof.workload.steplog import rank_log_paths, rank_path, read_steplog
 
 
 def analyse_trace(
@@ -40,18 +40,27 @@ def analyse_trace(
         raise RoseprofError(
             f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
         )
-    # The other ranks' logs beside rank 0's (steplog.rank<r>.jsonl); a damaged one costs its lines, as rank 0's.
-    rank_logs = {}
+    # The other ranks' logs beside rank 0's (steplog.rank<r>.jsonl); a damaged one costs its lines, as rank 0's,
+    # and one with no record at all is refused as rank 0's is (strict), or said (a capture's).
+    rank_logs, unusable = {}, []
     if steplog is not None:
         for rank, path in rank_log_paths(str(steplog)).items():
             other = read_steplog(path) if rank else None
+            # A user's file is named as the user has it (label is their --steplog: rank_path names its ranks').
+            other_label = rank_path(label, rank) if strict else f"{label} (rank {rank})"
             if other is not None and other.records:
-                rank_logs[rank] = other
-    summary, data = analyse(trace, log, step_range, rank_logs)
+                rank_logs[rank] = (other, other_label)
+            elif other is not None:
+                words = f"not a roseinfer step log (none of its {other.lines} line(s) is a record)"
+                if strict:
+                    raise RoseprofError(f"{other_label}: {words}")
+                unusable.append(f"{other_label}: {words}: rank {rank}'s steps are not joined to a log")
+    summary, data = analyse(trace, log, step_range, {r: lg for r, (lg, _) in rank_logs.items()})
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
-    for rank, other in rank_logs.items():
-        summary["warnings"].extend(other.warnings(f"{label} (rank {rank})"))
+    for other, other_label in rank_logs.values():
+        summary["warnings"].extend(other.warnings(other_label))
+    summary["warnings"].extend(unusable)
     return summary, data
 
 

@@ -281,3 +281,26 @@ def test_each_mlp_all_reduce_waits_for_rank_1(slow, tp2):
         assert r["spread_p50_ns"] >= 2.5e6
     assert all(r["region"] == "roseinfer.layer.attention" for r in rows[0::2])
     assert all(r["spread_p50_ns"] < 2.5e6 for r in tp2[1]["collectives"]["by_order"])
+
+
+def test_a_rank_without_its_own_step_log_is_matched_by_order_not_against_engine_step_numbers(tmp_path):
+    """Rank 0's log joins its 16 profiled steps by time (engine steps 59..74), rank 1 has no log (0..15): matched by
+    those indices the ranks' collectives met steps apart (spread p50 222 ms, rank 1 named the straggler). Both are
+    numbered by their order in the trace instead, as a run with no step logs is."""
+    import shutil
+
+    from roseprof import api
+    from roseprof.run.store import RunStore
+
+    for name in ("rank-0.trace.json.gz", "rank-1.trace.json.gz", "steplog.jsonl"):  # not steplog.rank1.jsonl
+        shutil.copy(KINETO_TP2 / name, tmp_path / name)
+    files = [str(tmp_path / f"rank-{r}.trace.json.gz") for r in (0, 1)]
+    one_log = api.import_path(
+        RunStore(tmp_path / "t"), files, None, str(tmp_path / "steplog.jsonl")
+    ).summary()
+    no_log = api.import_path(RunStore(tmp_path / "t"), files, None, None).summary()
+    assert one_log["collectives"]["spread"] == no_log["collectives"]["spread"]
+    assert one_log["collectives"]["matched"] == no_log["collectives"]["matched"] == 128
+    assert one_log["collectives"]["unmatched_steps"] == 0
+    assert any(w.startswith("rank 1: no step log of its own") for w in one_log["warnings"])
+    assert one_log["steps"]["count"] == 16  # rank 0's steps still joined to its log

@@ -245,3 +245,59 @@ def test_a_folder_without_traces_is_refused_in_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(RoseprofError, match="is a folder with no trace in it"):
         api.import_path(RunStore(tmp_path / "traces"), str(tmp_path / "empty"), None, None)
+
+
+def _pair_with_rank1_log(folder, rank1_log: bytes) -> list[str]:
+    """The Kineto TP=2 pair and rank 0's log copied into `folder`, with `rank1_log` as steplog.rank1.jsonl."""
+    import shutil
+
+    folder.mkdir()
+    for name in ("rank-0.trace.json.gz", "rank-1.trace.json.gz", "steplog.jsonl"):
+        shutil.copy(TP2_KINETO / name, folder / name)
+    (folder / "steplog.rank1.jsonl").write_bytes(rank1_log)
+    return [str(folder / f"rank-{r}.trace.json.gz") for r in (0, 1)]
+
+
+def test_a_rank_log_with_no_record_is_refused_naming_that_file(tmp_path):
+    """A rank 1 log that holds no record was dropped without a word; rank 0's is refused, so rank 1's is too,
+    naming the user's steplog.rank1.jsonl, and no run folder is left behind."""
+    files = _pair_with_rank1_log(tmp_path / "in", b"not a step log\n")
+    log = str(tmp_path / "in" / "steplog.jsonl")
+    with pytest.raises(RoseprofError, match=r"steplog\.rank1\.jsonl: not a roseinfer step log"):
+        api.import_path(RunStore(tmp_path / "traces"), files, None, log)
+    assert not any((tmp_path / "traces").iterdir())
+
+
+def test_a_damaged_rank_log_is_named_in_its_warning(tmp_path):
+    """Rank 1's log cut in the middle of a line: its warning names steplog.rank1.jsonl, not rank 0's file."""
+    whole = (TP2_KINETO / "steplog.rank1.jsonl").read_bytes()
+    files = _pair_with_rank1_log(tmp_path / "in", whole[: len(whole) // 2] + b'{"type": "st\n')
+    log = str(tmp_path / "in" / "steplog.jsonl")
+    summary = api.import_path(RunStore(tmp_path / "traces"), files, None, log).summary()
+    damaged = [w for w in summary["warnings"] if "line(s)" in w]
+    assert damaged and all(w.startswith(f"{tmp_path / 'in' / 'steplog.rank1.jsonl'}: ") for w in damaged)
+
+
+def test_two_files_of_one_rank_are_not_merged_into_that_rank(tmp_path):
+    """Our rank 0 beside HTA's rank 0 (another run's): both files say rank 0, and merged as one rank its 128
+    all-reduces were two programs' 192 and its step count one file's. The later file's process is kept apart, of
+    unknown rank, and a warning names both files."""
+    files = [str(TP2_KINETO / "rank-0.trace.json.gz"), str(HTA)]
+    summary = api.import_path(RunStore(tmp_path / "traces"), files, None, None).summary()
+    labels = [e["label"] for e in summary["ranks"]]
+    assert labels == ["rank 0", "pid 1102"]
+    assert all(len(e["pids"]) == 1 for e in summary["ranks"])
+    assert [c["count"] for c in summary["collectives"]["ranks"]][:1] == [128]  # rank 0's own all-reduces only
+    assert any(w.startswith(f"{HTA}: says rank 0") and files[0] in w for w in summary["warnings"])
+
+
+def test_a_rank_missing_from_the_trace_is_said(tmp_path):
+    """Rank 0's Kineto file alone, with both ranks' step logs (world size 2): the run is one rank's, and says so."""
+    run = api.import_path(
+        RunStore(tmp_path / "traces"), str(TP2_KINETO / "rank-0.trace.json.gz"), None, str(TP2_KINETO_LOG)
+    )
+    summary = run.summary()
+    assert [e["label"] for e in summary["ranks"]] == ["rank 0"]
+    assert any(
+        w.startswith("world size 2, but the trace holds no process of rank(s) 1") for w in summary["warnings"]
+    )

@@ -187,3 +187,23 @@ def test_nsys_and_torch_agree_on_steps_and_regions(tmp_path):
     b = json.loads((only_run(tmp_path / "t") / "summary.json").read_text())
     assert a["steps"]["count"] == b["steps"]["count"] > 0
     assert {r["name"] for r in a["regions"]} == {r["name"] for r in b["regions"]}
+
+
+def test_tensor_parallel_window_longer_than_the_run_keeps_every_ranks_trace(tmp_path):
+    """The default window (8 + 2 + 128 decode steps) outlasts this run, so each rank writes its trace as it exits:
+    rank 1 left through os._exit and wrote none, and rank 0 wrote `trace.json.gz` (the process group was gone by
+    then), so the run silently held rank 0 alone. Both ranks' files are kept, each named by its rank."""
+    command = engine_command(
+        "roseinfer.benchmark_streaming", 2, "--hf-model-id", "gpt2-tiny", "--device", "cpu",
+        "--tensor-parallel-size", "2",
+    )  # fmt: skip
+    proc = roseprof("torch", "--name", "tp2", *store(tmp_path), "--", *command)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run = only_run(tmp_path / "traces")
+    assert sorted(p.name for p in (run / "raw" / "torch").iterdir()) == [
+        "trace.rank0.json.gz",
+        "trace.rank1.json.gz",
+    ]
+    summary = json.loads((run / "summary.json").read_text())
+    assert [(e["rank"], e["rank_from"]) for e in summary["ranks"]] == [(0, "step log"), (1, "step log")]
+    assert summary["collectives"]["ranks"][0]["count"] == summary["collectives"]["ranks"][1]["count"] > 0

@@ -34,19 +34,23 @@ def compute(ctx: Context) -> SectionResult:
     if not groups:
         return SectionResult({"ranks": [], "rank_clock": None}, {"rank_groups": []})
     op_group, r_group = op_groups(trace, groups), range_groups(trace, groups)
+    _missing_ranks(groups, ctx.warnings)
     logs = {log_rank(log, r): log for r, log in ctx.logs.items()}
     kernel = trace.ops.kind == KERNEL
     dur = trace.ops.end - trace.ops.start
     # The conservation line per rank (graphs.attribution's rule): a kernel is placed where a region launched it, or
     # where its graph node was captured.
     placed = kernel & ((ctx.capture >= 0) | (ctx.gpu.op_range >= 0)) if trace.has_gpu else kernel
-    entries, rank_steps = [], {}
+    entries, rank_steps, unlogged, window_joined = [], {}, [], False
     for g, group in enumerate(groups):
         mine = r_group == g
         log = logs.get(group.rank) if group.rank is not None else None
         rows = _steps(ctx, mine, log, group.label)
         if rows is not None:
-            rank_steps[group.label] = rows
+            rank_steps[group.label] = {k: rows[k] for k in ("index", "start_ns", "dur_ns", "rollovers")}
+            window_joined |= "log_index" in rows
+            if log is None:
+                unlogged.append(group.label)
         entries.append(
             {
                 "label": group.label,
@@ -64,6 +68,8 @@ def compute(ctx: Context) -> SectionResult:
                 "regions": _regions(ctx, mine),
             }
         )
+    if window_joined and unlogged:
+        _number_by_order(rank_steps, unlogged, ctx.warnings)
     unattributed = int((kernel & (op_group < 0)).sum())
     clock = {
         "how": _clock_words(trace),
@@ -74,6 +80,18 @@ def compute(ctx: Context) -> SectionResult:
         {"ranks": entries, "rank_clock": clock},
         {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps},
     )
+
+
+def _missing_ranks(groups, warnings: list[str]) -> None:
+    """Says which ranks of the world the trace lacks (a rank's file not given, or never written): the all-ranks
+    tables and the collectives are then those of the ranks present only."""
+    world = max((g.world_size or 0 for g in groups), default=0)
+    missing = sorted(set(range(world)) - {g.rank for g in groups})
+    if missing:
+        warnings.append(
+            f"world size {world}, but the trace holds no process of rank(s) {', '.join(map(str, missing))}: every "
+            "table is the other ranks' alone"
+        )
 
 
 def _clock_words(trace) -> str:
@@ -98,9 +116,20 @@ def _steps(ctx: Context, mine: np.ndarray, log, label: str) -> dict | None:
         log, notes, clock_offset(trace.clock, trace.session_start_utc_ns, log), ctx.step_range, mine,
     )  # fmt: skip
     ctx.warnings.extend(f"{label}: {n}" for n in notes if not label.startswith("rank 0"))
-    if rows is None:
-        return None
-    return {k: rows[k] for k in ("index", "start_ns", "dur_ns", "rollovers")}
+    return rows
+
+
+def _number_by_order(rank_steps: dict, unlogged: list[str], warnings: list[str]) -> None:
+    """Renumbers every rank's steps 0, 1, ... by their order in the trace (in place), as a run with no step logs
+    is numbered. A rank joined to its log by time (a profiler window) has the engine's step numbers, a rank with
+    no log its trace's order: matched by index (the collectives section), step 57 of one would meet step 0 of the
+    other and invent a straggler hundreds of milliseconds late."""
+    for rows in rank_steps.values():
+        rows["index"] = list(range(len(rows["index"])))
+    warnings.append(
+        f"{', '.join(unlogged)}: no step log of its own (NAME.rank<r>.EXT beside --steplog), so every rank's "
+        "steps are matched by their order in the trace, not by the engine's step numbers"
+    )
 
 
 def _step_stats(rows: dict | None) -> dict | None:

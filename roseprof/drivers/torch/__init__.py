@@ -44,7 +44,28 @@ def read_many(paths: list[Path], raw: Path, labels: list[str]) -> Trace:
     from roseprof.drivers.torch.capture import merge
     from roseprof.drivers.torch.reader import read_kineto
 
-    return merge([read_kineto(p, raw, label) for p, label in zip(paths, labels)])
+    traces = [read_kineto(p, raw, label) for p, label in zip(paths, labels)]
+    _one_file_per_rank(traces, labels)
+    return merge(traces)
+
+
+def _one_file_per_rank(traces: list[Trace], labels: list[str]) -> None:
+    """Two files that say one rank (the same file twice, another run's rank 0 beside this one's, copies made for a
+    benchmark): the later file's processes lose that rank (in place) and a warning names both files. Merged as one
+    rank, its steps, collectives and kernel time would be two programs' as one; kept apart, each is a process of
+    unknown rank (a step log naming its pid still gives it one)."""
+    seen: dict[int, str] = {}
+    for trace, label in zip(traces, labels):
+        mine = {p.rank for p in trace.processes.values() if p.rank is not None}
+        for rank in sorted(mine & seen.keys()):
+            trace.warnings.append(
+                f"{label}: says rank {rank} (its distributedInfo), as {seen[rank]} does: its processes are kept "
+                "apart, of unknown rank"
+            )
+            for p in trace.processes.values():
+                if p.rank == rank:
+                    p.rank, p.rank_from = None, None
+        seen.update(dict.fromkeys(mine - seen.keys(), label))
 
 
 READERS = (
