@@ -62,7 +62,11 @@ def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None]:
         return None, None
     ranked = ranked_pids(trace)
     if ranked:
-        return np.isin(pids, next(iter(ranked.values()))), None
+        lowest = next(iter(ranked))
+        note = None
+        if lowest != 0:
+            note = f"no process of the trace is known as rank 0: the step table is rank {lowest}'s steps (the lowest rank known)"
+        return np.isin(pids, ranked[lowest]), note
     # No rank known: one process' steps, never several processes' interleaved as if they were one sequence.
     first = int(present[0])
     note = (

@@ -301,3 +301,16 @@ def test_a_rank_missing_from_the_trace_is_said(tmp_path):
     assert any(
         w.startswith("world size 2, but the trace holds no process of rank(s) 1") for w in summary["warnings"]
     )
+
+
+def test_a_run_whose_rank_0_is_unknown_says_whose_steps_it_shows(tmp_path):
+    """Only rank 1's step log given (as --steplog): rank 1's process is known, rank 0's is not, and the step table,
+    rank 1's steps, says so instead of passing for rank 0's."""
+    log1 = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.steplog.rank1.jsonl"
+    run = api.import_path(RunStore(tmp_path / "traces"), str(TP2), None, str(log1))
+    summary = run.summary()
+    trace = read_nsys_sqlite(str(TP2))
+    decode = trace.names.find("roseinfer.decode_step")
+    rank1 = (trace.ranges.name == decode) & (trace.pids(trace.ranges.tid) == TP2_PIDS[1])
+    assert tables.read_steps(run.path)["rows"]["start_ns"] == sorted(trace.ranges.start[rank1].tolist())
+    assert any(w.startswith("no process of the trace is known as rank 0") for w in summary["warnings"])
