@@ -38,6 +38,7 @@ CONFIGS = {
     "--no-block-table-cache": {"block_table_cache": False},
     "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
+    "--no-pdl": {"pdl": False},
     # issue 27's kernels all off: the fast path as it was before that issue
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {
         "gemv": False,
