@@ -89,7 +89,7 @@ class GraphKernels:
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
     split_attention: bool = True
-    # The split kernel's short pasts: at most this many blocks unsplit (None: `split_attention.SERIAL_BLOCKS`;
+    # The split kernel's short-past rule: pasts of at most this many blocks unsplit (None: `pick_serial_blocks`;
     # a measurement hook for scripts/bench_graph_step.py)
     split_serial_blocks: int | None = None
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel

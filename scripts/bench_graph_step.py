@@ -18,7 +18,7 @@ Variants, each adding one change to the one before:
  10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
  11. 10 + PDL for the (split) attention kernel too;
  12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now
-     (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit, PDL in buckets of at most 8 rows);
+     (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit from batch 4, PDL in buckets of at most 8 rows);
  13. 12 without the split attention: the engine's `--no-split-attn`;
  14. 12 with every past of more than one block split (round 1's rule);
  15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at.

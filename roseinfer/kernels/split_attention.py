@@ -31,11 +31,12 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # batch 8 (96 pairs) the split made 128 past tokens 17 us a step slower (and 512 58 us faster); at batches 1 and 2
 # it was no slower at 128 and faster beyond.
 ONE_PASS_FROM = 64
-# A past of at most SERIAL_BLOCKS blocks is walked by slice 0 alone (the one-pass kernel's work, no merge), longer
-# ones are split. On the H100 (docs/BENCHMARKS.md, issue 27 round 2) at 128 past tokens (2 blocks) the split was
-# slower than the one-pass kernel, at batch 4 by 8 to 11 us a step (at batch 1 by 0 to 7): the merge's round
-# trips cost more than the second block they parallelise; from 192 tokens (3 blocks) it was faster at batches 1
-# to 4. The past is read at run time, so one captured graph holds both.
+# From this many pairs (GPT-2 small: batch 4) a past of at most SERIAL_BLOCKS blocks is walked by slice 0 alone
+# (the one-pass kernel's work, no merge): on the H100 at batch 4 the split made 128 past tokens (2 blocks) 8 us a
+# step slower than the one-pass kernel and 256 (4 blocks) 24 us faster; with 48 (sequence, head) pairs of two
+# blocks each the merge's round trips cost more than the second block they parallelise. Below (batches 1 and 2)
+# the split was no slower at any measured past. The past is read at run time, so one captured graph holds both.
+SERIAL_FROM = 48
 SERIAL_BLOCKS = 2
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
 MAX_PROGRAMS = 4096
@@ -51,6 +52,11 @@ def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
     if pairs >= ONE_PASS_FROM:
         return 1
     return max(1, min(max_blocks, MAX_PROGRAMS // pairs))
+
+
+def pick_serial_blocks(batch: int, heads: int) -> int:
+    """Pasts of at most this many blocks run unsplit in the split kernel (slice 0 walks them; 0: none)."""
+    return SERIAL_BLOCKS if batch * heads >= SERIAL_FROM else 0
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -185,7 +191,7 @@ def split_decode_attention_triton(
 ):
     """Same contract as `roseinfer.kernels.paged_attention.paged_decode_attention_triton`, the past cut into
     `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses); a sequence whose
-    past spans at most `serial_blocks` blocks is walked by its slice 0 alone (the engine: SERIAL_BLOCKS)."""
+    past spans at most `serial_blocks` blocks is walked by its slice 0 alone (`pick_serial_blocks` chooses)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled

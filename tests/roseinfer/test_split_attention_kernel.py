@@ -9,6 +9,8 @@ from roseinfer.kernels.split_attention import (
     MAX_PROGRAMS,
     ONE_PASS_FROM,
     SERIAL_BLOCKS,
+    SERIAL_FROM,
+    pick_serial_blocks,
     pick_splits,
 )
 
@@ -24,9 +26,10 @@ def test_pick_splits_one_block_a_slice_at_small_batches_only():
     assert pick_splits(ONE_PASS_FROM, 1, 16) == 1 and pick_splits(ONE_PASS_FROM - 1, 1, 16) == 16
 
 
-def test_pasts_longer_than_the_serial_ones_still_split_at_small_batches():
-    for batch in (1, 2, 4, 5):
-        assert pick_splits(batch, 12, 16) > SERIAL_BLOCKS  # GPT-2's 16-block table: 3 to 16 blocks split
+def test_pick_serial_blocks_short_pasts_unsplit_from_batch_4_only():
+    assert pick_serial_blocks(1, 12) == 0 and pick_serial_blocks(2, 12) == 0  # split faster at every past
+    assert pick_serial_blocks(4, 12) == SERIAL_BLOCKS > 0  # the merge cost more than it saved at 128 tokens
+    assert pick_serial_blocks(SERIAL_FROM, 1) == SERIAL_BLOCKS and pick_serial_blocks(SERIAL_FROM - 1, 1) == 0
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
