@@ -32,10 +32,12 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # it was no slower at 128 and faster beyond.
 ONE_PASS_FROM = 64
 # From this many pairs (GPT-2 small: batch 4) a past of at most SERIAL_BLOCKS blocks is walked by slice 0 alone
-# (the one-pass kernel's work, no merge): on the H100 at batch 4 the split made 128 past tokens (2 blocks) 8 us a
-# step slower than the one-pass kernel and 256 (4 blocks) 24 us faster; with 48 (sequence, head) pairs of two
-# blocks each the merge's round trips cost more than the second block they parallelise. Below (batches 1 and 2)
-# the split was no slower at any measured past. The past is read at run time, so one captured graph holds both.
+# (the one-pass kernel's work, no merge). On the H100 (docs/BENCHMARKS.md, issue 27 round 2), 128 past tokens (2
+# blocks): at batch 4 the split was 8 to 11 us a step slower than the one-pass kernel (with 48 pairs of two blocks
+# the merge's round trips cost more than the second block they parallelise), this rule 0.7 us faster on average;
+# at batch 2 the same rule was 29 us slower (not understood) and the plain split within 2.5 us of the one-pass
+# kernel either way; at batch 1 the split no slower. From 192 tokens the split was faster at batches 1 to 4.
+# The past is read at run time, so one captured graph holds both.
 SERIAL_FROM = 48
 SERIAL_BLOCKS = 2
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
