@@ -76,6 +76,11 @@ class GraphKernels:
     # starts while the one before finishes, the GEMV's weight loads in flight before it waits
     # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (`--no-pdl`).
     pdl: bool = True
+    # PDL in buckets of at most this many rows only (None: every bucket). Its gain is the fixed cost per kernel
+    # it hides, which counts where the GEMV's few-microsecond kernels run (buckets up to 8); at bucket 64 on the
+    # H100 gpt2-medium ran 2.2% slower with PDL than without and GPT-2 small at 512 rows 0.4% (docs/BENCHMARKS.md,
+    # issue 27 round 2): there the add + LayerNorm kernels launched early most likely take SMs from cuBLAS's GEMMs.
+    pdl_max_batch: int | None = 8
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
     # With PDL, the split attention kernel launched plainly but releasing attn_proj early, whose weight loads then
@@ -84,6 +89,9 @@ class GraphKernels:
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
     split_attention: bool = True
+    # The split kernel's short-past rule: pasts of at most this many blocks unsplit (None: `pick_serial_blocks`;
+    # a measurement hook for scripts/bench_graph_step.py)
+    split_serial_blocks: int | None = None
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
@@ -145,11 +153,12 @@ class DecodeGraphs:
         kv = StaticDecodeKV(
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
-            split_attention=k.split_attention,
+            split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
         )  # fmt: skip
+        pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
         with (
             small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
-            pdl_scope(k.pdl, k.pdl_attention, k.pdl_attention_release),
+            pdl_scope(pdl, k.pdl_attention, k.pdl_attention_release),
         ):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):

@@ -25,18 +25,26 @@ class _DecodeAttention:
 
     append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
     split_attention = False  # small batches: the past split over several programs (`kernels.split_attention`)
+    split_serial_blocks: int | None = None  # pasts this short unsplit (None: `pick_serial_blocks`)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
             from roseinfer.kernels.paged_attention import paged_decode_attention_triton
-            from roseinfer.kernels.split_attention import pick_splits, split_decode_attention_triton
+            from roseinfer.kernels.split_attention import (
+                pick_serial_blocks,
+                pick_splits,
+                split_decode_attention_triton,
+            )
 
             table = self.block_tables[layer]  # [B, M]
             splits = pick_splits(q.shape[0], q.shape[1], table.shape[1]) if self.split_attention else 1
             if splits > 1:
+                serial = self.split_serial_blocks
+                if serial is None:
+                    serial = pick_serial_blocks(q.shape[0], q.shape[1])
                 return split_decode_attention_triton(
                     q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], table, self.past_lens,
-                    self.scale, splits, append=self.append_in_attention,
+                    self.scale, splits, append=self.append_in_attention, serial_blocks=serial,
                 )  # fmt: skip
             return paged_decode_attention_triton(
                 q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], self.block_tables[layer],
@@ -111,6 +119,7 @@ class StaticDecodeKV(_DecodeAttention):
         min_batch: int | None = None,  # Triton append from this batch size (None: the cache's threshold)
         append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
         split_attention: bool = False,  # small batches: the split-context attention kernel
+        split_serial_blocks: int | None = None,  # its rule for short pasts (None: `pick_serial_blocks`)
     ) -> None:
         self.cache = cache
         self.block_tables = block_tables
@@ -125,6 +134,7 @@ class StaticDecodeKV(_DecodeAttention):
         # it reads the new K/V anyway and the slot is in the table (one kernel per layer fewer).
         self.append_in_attention = self.triton and paged_attn and append_in_attention
         self.split_attention = split_attention
+        self.split_serial_blocks = split_serial_blocks
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 

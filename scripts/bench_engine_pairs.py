@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from roseinfer import tracing
+from roseinfer.bench import roofline
 from roseinfer.bench.hf_reference import hf_generate, to_hf
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
@@ -37,12 +38,21 @@ CONFIGS = {
     "--no-block-table-cache": {"block_table_cache": False},
     "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
+    "--no-pdl": {"pdl": False},
+    # issue 27's kernels all off: the fast path as it was before that issue
+    "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {
+        "gemv": False,
+        "pdl": False,
+        "split_attention": False,
+        "norm_gemv": False,
+    },
 }
 
 
-def run(engine: Engine, prompts, max_new_tokens) -> dict:
+def run(engine: Engine, prompts, max_new_tokens, bandwidth: float | None = None) -> dict:
+    """One run of every prompt; with `bandwidth` (bytes/s, CUDA) also its decode time against the HBM floor."""
     params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
-    engine.stats.update(decode_ns=0)
+    engine.stats.update(decode_ns=0, decode_steps=0, decode_kv_tokens=0)
     engine.rollover_steps.clear()
     engine.decode_steps = 0
     t0 = time.perf_counter()
@@ -62,7 +72,13 @@ def run(engine: Engine, prompts, max_new_tokens) -> dict:
             (roll if step in engine.rollover_steps else rest).append(gap)
     tokens = sum(len(s.output_ids) for s in seqs)
     normal = [ns for index, ns in steps if index not in engine.rollover_steps]
+    floor_s = float("nan")
+    if bandwidth is not None:
+        floor_s = roofline.decode_floor_seconds(
+            engine.model, engine.stats["decode_steps"], engine.stats["decode_kv_tokens"], bandwidth
+        )
     return {
+        "floor_share": floor_s / (engine.stats["decode_ns"] / 1e9),
         "step_us_elsewhere": float(np.median(normal)) / 1e3 if normal else float("nan"),
         "decode_tok_s": tokens / (engine.stats["decode_ns"] / 1e9),
         "total_tok_s": tokens / total,
@@ -107,6 +123,8 @@ def main() -> None:
             ),
         )  # fmt: skip
         run(engines[name], prompts[:2], 8)  # warm up
+    first = next(iter(engines.values()))
+    bandwidth = roofline.copy_bandwidth(first.device) if first.device.type == "cuda" else None
     hf = None if args.no_hf else to_hf(next(iter(engines.values())).model)
     if hf is not None:
         hf_generate(hf, prompts, args.max_new_tokens, batch)  # warm up at full length, as the engine is
@@ -123,23 +141,28 @@ def main() -> None:
                 nvtx=CONFIGS[name].get("_tracing", False),
                 record_function=CONFIGS[name].get("_tracing", False),
             )
-            results[name].append(run(engines[name], prompts, args.max_new_tokens))
+            results[name].append(run(engines[name], prompts, args.max_new_tokens, bandwidth))
             tracing.configure(nvtx=False, record_function=False)
     med = lambda name, key: statistics.median(x[key] for x in results[name])  # noqa: E731
     print(
         f"model={args.model} requests={args.num_requests} batch={batch} prompt={args.prompt_len} "
         f"new_tokens={args.max_new_tokens} rounds={args.rounds} threads={torch.get_num_threads()}"
     )
+    if bandwidth is not None:
+        print(
+            f"HBM floor: copy bandwidth {bandwidth / 1e9:.0f} GB/s, weights "
+            f"{roofline.weight_bytes(first.model) / 1e6:.0f} MB per step + the K/V each step reads"
+        )
     print(
         "| configuration | decode tok/s | total tok/s | ITL p50 ms | ITL p99 ms | ITL p99 at rollover ms "
-        "| ITL p99 elsewhere ms | step p50 elsewhere us |"
+        "| ITL p99 elsewhere ms | step p50 elsewhere us | share of the HBM floor |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in engines:
         print(
             f"| {name} | {med(name, 'decode_tok_s'):.0f} | {med(name, 'total_tok_s'):.0f} | {med(name, 'itl_p50'):.2f} | "
             f"{med(name, 'itl_p99'):.2f} | {med(name, 'itl_roll_p99'):.2f} | {med(name, 'itl_rest_p99'):.2f} | "
-            f"{med(name, 'step_us_elsewhere'):.1f} |"
+            f"{med(name, 'step_us_elsewhere'):.1f} | {med(name, 'floor_share'):.1%} |"
         )
     if "default" in engines:
         for name in engines:
@@ -151,6 +174,13 @@ def main() -> None:
                 print(
                     f"step p50 elsewhere, {name} / default per round: median {statistics.median(ratios):.4f}, "
                     f"min {min(ratios):.4f}, max {max(ratios):.4f}"
+                )
+                tok = [
+                    d["decode_tok_s"] / x["decode_tok_s"] for x, d in zip(results[name], results["default"])
+                ]
+                print(
+                    f"decode tok/s, default / {name} per round: median {statistics.median(tok):.4f}, "
+                    f"min {min(tok):.4f}, max {max(tok):.4f}"
                 )
     if hf is not None and "default" in engines:
         ours, theirs = med("default", "total_tok_s"), med("hf generate", "total_tok_s")

@@ -17,7 +17,11 @@ Variants, each adding one change to the one before:
   9. 7 + the split-context attention kernel at small batches (issue 27, second step);
  10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
  11. 10 + PDL for the (split) attention kernel too;
- 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now.
+ 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now
+     (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit from batch 4, PDL in buckets of at most 8 rows);
+ 13. 12 without the split attention: the engine's `--no-split-attn`;
+ 14. 12 with every past of more than one block split (round 1's rule);
+ 15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -58,6 +62,9 @@ VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False)
 VARIANTS[10] = GraphKernels(pdl_attention_release=False)
 VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False)
 VARIANTS[12] = GraphKernels()
+VARIANTS[13] = GraphKernels(split_attention=False)
+VARIANTS[14] = GraphKernels(split_serial_blocks=0)
+VARIANTS[15] = GraphKernels(split_serial_blocks=3)
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -95,7 +102,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12")
+    p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12,13")
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -112,6 +119,9 @@ def main() -> None:
         10: "+ add + LayerNorm in the GEMV prologue",
         11: "10 + PDL on the attention kernel",
         12: "10 + the split attention (launched plainly) releasing attn_proj early (engine now)",
+        13: "12 without the split attention (--no-split-attn)",
+        14: "12, every past of more than one block split (round 1)",
+        15: "12, pasts of at most 3 blocks unsplit",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

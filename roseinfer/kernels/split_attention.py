@@ -31,6 +31,15 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # batch 8 (96 pairs) the split made 128 past tokens 17 us a step slower (and 512 58 us faster); at batches 1 and 2
 # it was no slower at 128 and faster beyond.
 ONE_PASS_FROM = 64
+# From this many pairs (GPT-2 small: batch 4) a past of at most SERIAL_BLOCKS blocks is walked by slice 0 alone
+# (the one-pass kernel's work, no merge). On the H100 (docs/BENCHMARKS.md, issue 27 round 2), 128 past tokens (2
+# blocks): at batch 4 the split was 8 to 11 us a step slower than the one-pass kernel (with 48 pairs of two blocks
+# the merge's round trips cost more than the second block they parallelise), this rule 0.7 us faster on average;
+# at batch 2 the same rule was 29 us slower (not understood) and the plain split within 2.5 us of the one-pass
+# kernel either way; at batch 1 the split no slower. From 192 tokens the split was faster at batches 1 to 4.
+# The past is read at run time, so one captured graph holds both.
+SERIAL_FROM = 48
+SERIAL_BLOCKS = 2
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
 MAX_PROGRAMS = 4096
 
@@ -45,6 +54,11 @@ def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
     if pairs >= ONE_PASS_FROM:
         return 1
     return max(1, min(max_blocks, MAX_PROGRAMS // pairs))
+
+
+def pick_serial_blocks(batch: int, heads: int) -> int:
+    """Pasts of at most this many blocks run unsplit in the split kernel (slice 0 walks them; 0: none)."""
+    return SERIAL_BLOCKS if batch * heads >= SERIAL_FROM else 0
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -71,7 +85,8 @@ def _get_kernel():
         q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr, part_ptr, stat_ptr, count_ptr,
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
         H, scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-        PER_SPLIT: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, PDL: tl.constexpr,
+        PER_SPLIT: tl.constexpr, SERIAL: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
+        PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -83,7 +98,8 @@ def _get_kernel():
             gdc_launch_dependents()
         past = tl.load(lens_ptr + b)
         n_blocks = tl.cdiv(past, BLOCK)
-        active = tl.maximum(1, tl.cdiv(n_blocks, PER_SPLIT))  # slices with work; at least slice 0
+        # slices with work; at least slice 0, which walks a past of at most SERIAL blocks alone
+        active = tl.where(n_blocks <= SERIAL, 1, tl.maximum(1, tl.cdiv(n_blocks, PER_SPLIT)))
         if sp < active:
             bh = b * H + h
             q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
@@ -104,7 +120,7 @@ def _get_kernel():
             acc = tl.where(own, vn_raw.to(tl.float32), 0.0)  # [BLOCK_D]
             offs = tl.arange(0, BLOCK)
             first = sp * PER_SPLIT
-            last = tl.minimum(first + PER_SPLIT, n_blocks)
+            last = tl.where(active == 1, n_blocks, tl.minimum(first + PER_SPLIT, n_blocks))
             for i in tl.range(first, last, num_stages=STAGES):
                 blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
                 pmask = (i * BLOCK + offs) < past
@@ -120,7 +136,7 @@ def _get_kernel():
                 l = l * alpha + tl.sum(p, 0)  # noqa: E741
                 m = m_new
             o_ptrs = out_ptr + b * stride_ob + h * stride_oh + d
-            if active == 1:  # one slice (past <= PER_SPLIT blocks): the one-pass kernel's result, no merge
+            if active == 1:  # one slice (past <= PER_SPLIT or SERIAL blocks): the one-pass kernel's result
                 tl.store(o_ptrs, (acc / l).to(out_ptr.dtype.element_ty), mask=dmask)
             else:
                 # The partial: acc in part [B*H, SPLITS, BLOCK_D], (m, l) in stat [B*H, SPLITS, 2]
@@ -173,9 +189,11 @@ def split_decode_attention_triton(
     num_warps: int = 4,
     num_stages: int = 2,
     append: bool = False,
+    serial_blocks: int = 0,
 ):
     """Same contract as `roseinfer.kernels.paged_attention.paged_decode_attention_triton`, the past cut into
-    `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses)."""
+    `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses); a sequence whose
+    past spans at most `serial_blocks` blocks is walked by its slice 0 alone (`pick_serial_blocks` chooses)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
@@ -199,7 +217,8 @@ def split_decode_attention_triton(
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
         h, scale, d, BLOCK=k_cache.shape[2], BLOCK_D=block_d, SPLITS=splits,
-        SPLITS_P2=triton.next_power_of_2(splits), PER_SPLIT=per_split, STAGES=num_stages, APPEND=append,
+        SPLITS_P2=triton.next_power_of_2(splits), PER_SPLIT=per_split, SERIAL=serial_blocks, STAGES=num_stages,
+        APPEND=append,
         PDL=release, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out

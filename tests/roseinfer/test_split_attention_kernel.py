@@ -5,7 +5,14 @@ left at zero for the next launch, inside a CUDA graph replayed on new lengths, a
 import pytest
 import torch
 
-from roseinfer.kernels.split_attention import MAX_PROGRAMS, ONE_PASS_FROM, pick_splits
+from roseinfer.kernels.split_attention import (
+    MAX_PROGRAMS,
+    ONE_PASS_FROM,
+    SERIAL_BLOCKS,
+    SERIAL_FROM,
+    pick_serial_blocks,
+    pick_splits,
+)
 
 BLOCK = 64
 
@@ -17,6 +24,12 @@ def test_pick_splits_one_block_a_slice_at_small_batches_only():
     assert pick_splits(5, 12, 16) * 5 * 12 <= MAX_PROGRAMS
     assert pick_splits(8, 12, 16) == 1  # 96 pairs: the one-pass kernel (the split was slower at short pasts)
     assert pick_splits(ONE_PASS_FROM, 1, 16) == 1 and pick_splits(ONE_PASS_FROM - 1, 1, 16) == 16
+
+
+def test_pick_serial_blocks_short_pasts_unsplit_from_batch_4_only():
+    assert pick_serial_blocks(1, 12) == 0 and pick_serial_blocks(2, 12) == 0  # split faster at every past
+    assert pick_serial_blocks(4, 12) == SERIAL_BLOCKS > 0  # the merge cost more than it saved at 128 tokens
+    assert pick_serial_blocks(SERIAL_FROM, 1) == SERIAL_BLOCKS and pick_serial_blocks(SERIAL_FROM - 1, 1) == 0
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
@@ -59,6 +72,36 @@ def test_kernel_matches_reference(batch, heads, head_dim, splits, dtype):
         out = split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits)
         torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
     assert int(_COUNTERS[q.device].abs().sum()) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("serial", [1, 2, 3, 7])
+@pytest.mark.parametrize("append", [False, True])
+def test_kernel_short_pasts_walked_by_one_slice_match_reference(serial, append):
+    # Pasts on both sides of `serial` blocks in one launch: the short ones walked by slice 0 alone (no merge),
+    # the others split; the counters back at zero for both kinds.
+    from roseinfer.kernels.kv_append import kv_append_reference
+    from roseinfer.kernels.split_attention import _COUNTERS, split_decode_attention_triton
+
+    g = torch.Generator(device="cuda").manual_seed(serial)
+    batch, heads, head_dim, max_blocks = 12, 5, 64, 7
+    q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, max_blocks, torch.float16)
+    past = torch.tensor(
+        [0, 1, 64, 65, 127, 128, 129, 192, 193, 256, 300, max_blocks * BLOCK - 1], device="cuda"
+    )
+    rows = torch.arange(batch, device="cuda")
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    if append:
+        kv_append_reference(kc_ref, vc_ref, k_new, v_new, table[rows, past // BLOCK], past % BLOCK)
+    ref = _reference(q, k_new, v_new, kc, vc, table, past, head_dim**-0.5)
+    for _ in range(2):  # the second launch finds the counters the first left
+        out = split_decode_attention_triton(
+            q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, splits=max_blocks, append=append,
+            serial_blocks=serial,
+        )  # fmt: skip
+        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+    assert int(_COUNTERS[q.device].abs().sum()) == 0
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
 
 
 @pytest.mark.gpu
