@@ -98,6 +98,12 @@ def is_graph_launch(trace: Trace) -> np.ndarray:
     return out
 
 
+def placed_kernels(trace: Trace, launch_range: np.ndarray, capture: np.ndarray) -> np.ndarray:
+    """[G] bool: the kernels some region accounts for (the conservation line's rule): where their graph node was
+    captured, or else where a region launched them."""
+    return (trace.ops.kind == KERNEL) & ((capture >= 0) | (launch_range >= 0))
+
+
 def attribution(trace: Trace, launch_range: np.ndarray, capture: np.ndarray) -> dict:
     """The conservation line: how much kernel time some region accounts for, and which kernels none does."""
     ops = trace.ops
@@ -105,10 +111,10 @@ def attribution(trace: Trace, launch_range: np.ndarray, capture: np.ndarray) -> 
     dur = (ops.end - ops.start).astype(np.int64)
     graph = is_graph_launch(trace) & k
     by_capture = k & (capture >= 0)
-    by_launch = k & ~by_capture & (launch_range >= 0)
-    outside = k & ~by_capture & ~by_launch
+    placed = placed_kernels(trace, launch_range, capture)
+    outside = k & ~placed
     total = int(dur[k].sum())
-    attributed = int(dur[by_capture].sum() + dur[by_launch].sum())
+    attributed = int(dur[placed].sum())
     missing = []
     if outside.any():
         ids, inverse = np.unique(ops.name[outside], return_inverse=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.graphs import placed_kernels
 from roseprof.analysis.ranks import (
     collective_end_spread,
     op_groups,
@@ -38,9 +39,7 @@ def compute(ctx: Context) -> SectionResult:
     logs = {log_rank(log, r): log for r, log in ctx.logs.items()}
     kernel = trace.ops.kind == KERNEL
     dur = trace.ops.end - trace.ops.start
-    # The conservation line per rank (graphs.attribution's rule): a kernel is placed where a region launched it, or
-    # where its graph node was captured.
-    placed = kernel & ((ctx.capture >= 0) | (ctx.gpu.op_range >= 0)) if trace.has_gpu else kernel
+    placed = placed_kernels(trace, ctx.gpu.op_range, ctx.capture) if trace.has_gpu else kernel  # conservation
     entries, rank_steps, unlogged, window_joined = [], {}, [], False
     for g, group in enumerate(groups):
         mine = r_group == g
