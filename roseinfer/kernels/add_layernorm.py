@@ -12,6 +12,8 @@ version the kernel is tested against (and what runs off CUDA).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -22,13 +24,9 @@ def add_layer_norm_reference(x, delta, weight, bias, eps: float):
     return s, F.layer_norm(s, (s.shape[-1],), weight, bias, eps)
 
 
-_kernel = None
-
-
+@functools.cache
 def _get_kernel():
-    global _kernel
-    if _kernel is not None:
-        return _kernel
+    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -60,8 +58,7 @@ def _get_kernel():
         y = diff * rstd * w + b
         tl.store(y_ptr + row * stride_y + c, y.to(y_ptr.dtype.element_ty), mask=mask)
 
-    _kernel = add_layer_norm_kernel
-    return _kernel
+    return add_layer_norm_kernel
 
 
 def add_layer_norm_triton(x, delta, weight, bias, eps: float):

@@ -9,15 +9,14 @@ slice of the padded lm_head's output).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-_kernels = None
 
-
+@functools.cache
 def _get_kernels():
-    global _kernels
-    if _kernels is not None:
-        return _kernels
+    """The kernels, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -42,8 +41,7 @@ def _get_kernels():
         best = tl.max(vals, 0)
         tl.store(out_ptr + row, tl.min(tl.where(vals == best, idx, 2147483647), 0).to(tl.int64))
 
-    _kernels = (argmax_chunks_kernel, argmax_rows_kernel)
-    return _kernels
+    return (argmax_chunks_kernel, argmax_rows_kernel)
 
 
 def argmax_triton(logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor:

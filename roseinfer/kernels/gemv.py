@@ -27,6 +27,7 @@ buckets (`roseinfer.linears`). `gemv_reference` is the plain-torch version the k
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -81,13 +82,9 @@ def triton_next_pow2(v: int) -> int:
     return 1 if v <= 1 else 2 ** math.ceil(math.log2(v))
 
 
-_kernel = None
-
-
+@functools.cache
 def _get_kernel():
-    global _kernel
-    if _kernel is not None:
-        return _kernel
+    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -169,8 +166,7 @@ def _get_kernel():
         o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
         tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
 
-    _kernel = gemv_kernel
-    return _kernel
+    return gemv_kernel
 
 
 def gemv_triton(

@@ -9,6 +9,8 @@ Three kernels, narrowest first (the engine picks the narrowest that applies):
 
 from __future__ import annotations
 
+import functools
+
 MODE_GENERAL, MODE_FULL_BATCH, MODE_IDENTITY = 0, 1, 2
 
 
@@ -20,13 +22,9 @@ def kv_append_reference(k_cache, v_cache, k, v, block, pos, batch_idx=None) -> N
     v_cache[block, :, pos] = src_v
 
 
-_kernel = None
-
-
+@functools.cache
 def _get_kernel():
-    global _kernel
-    if _kernel is not None:
-        return _kernel
+    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -56,8 +54,7 @@ def _get_kernel():
         vv = tl.load(v_ptr + src.to(tl.int64) * stride_vb + h * stride_vh + d, mask=mask)
         tl.store(vc_ptr + dst, vv, mask=mask)
 
-    _kernel = kv_append_kernel
-    return _kernel
+    return kv_append_kernel
 
 
 def kv_append_triton(k_cache, v_cache, k, v, block, pos, batch_idx=None, mode: int | None = None) -> None:

@@ -6,13 +6,12 @@ reference it is tested against).
 
 from __future__ import annotations
 
-_kernel = None
+import functools
 
 
+@functools.cache
 def _get_kernel():
-    global _kernel
-    if _kernel is not None:
-        return _kernel
+    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -69,8 +68,7 @@ def _get_kernel():
         out = acc / l
         tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=dmask)
 
-    _kernel = paged_decode_kernel
-    return _kernel
+    return paged_decode_kernel
 
 
 def paged_decode_attention_triton(

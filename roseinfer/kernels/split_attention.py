@@ -22,9 +22,10 @@ graph's warm-up runs make it before capture. The torch reference is `roseinfer.a
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-_kernel = None
 # device -> int32 counters, one per (sequence, head); every launch leaves them at 0
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 # From this many (sequence, head) pairs the one-pass kernel runs: on the H100 (docs/BENCHMARKS.md, issue 27) at
@@ -69,10 +70,9 @@ def _counters(device: torch.device, n: int) -> torch.Tensor:
     return buf
 
 
+@functools.cache
 def _get_kernel():
-    global _kernel
-    if _kernel is not None:
-        return _kernel
+    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -172,8 +172,7 @@ def _get_kernel():
                         count_ptr + bh, 0
                     )  # every active slice has taken its ticket: ready for reuse
 
-    _kernel = split_decode_kernel
-    return _kernel
+    return split_decode_kernel
 
 
 def split_decode_attention_triton(
