@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
 from roseinfer.kernels.pdl import pdl_scope
@@ -195,6 +196,17 @@ class DecodeGraphs:
                     self.outputs[bucket] = self.forward(bucket)
             self.graphs[bucket] = graph
         torch.cuda.synchronize()
+        if self.model.h[0].tp is not None:
+            distributed.before_destroy(self.release)  # the graphs hold NCCL's communicator (see there)
+
+    def release(self) -> None:
+        """Destroy the captured graphs (their memory and what they hold of NCCL's communicator); the step then runs
+        uncaptured."""
+        torch.cuda.synchronize()
+        for graph in self.graphs.values():
+            graph.reset()
+        self.graphs.clear()
+        self.outputs.clear()
 
     def run(self, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [batch, V] and greedy tokens [batch] of the step whose inputs are staged; valid until the next

@@ -19,9 +19,11 @@ the closed connection at once; NCCL's watchdog aborts when the timeout passes), 
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -202,9 +204,30 @@ def init(
     return _GROUP
 
 
+# What must go before the group does (`before_destroy`): weak, so an engine nobody holds is not kept alive.
+_BEFORE_DESTROY: list[weakref.WeakMethod] = []
+
+
+def before_destroy(method) -> None:
+    """Call the bound `method` in `destroy`, before the process group goes, if its object still lives.
+
+    A CUDA graph that captured an NCCL collective holds a reference on the communicator that is dropped only when
+    the graph is destroyed, and NCCL's finalize waits for it: destroying the group first hangs the process at exit
+    in ncclCommFinalize (seen on 2 H200s, ~100 s a rank, with the decode graphs' all-reduces;
+    pytorch/pytorch#115388). The decode graphs register their release here."""
+    _BEFORE_DESTROY.append(weakref.WeakMethod(method))
+
+
 def destroy() -> None:
     global _GROUP
+    releases = [m for m in (ref() for ref in _BEFORE_DESTROY) if m is not None]
+    _BEFORE_DESTROY.clear()
+    for release in releases:
+        release()
     if _GROUP is not None and dist.is_initialized():
+        if _GROUP.backend == "nccl":
+            gc.collect()  # graphs only a reference cycle still holds go now, not after the group
+            torch.cuda.synchronize()
         dist.destroy_process_group()
     _GROUP = None
 

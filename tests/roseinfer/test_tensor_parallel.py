@@ -41,6 +41,30 @@ def test_shard_range_splits_every_item_once():
 SHAPES = [(4, 64, 2), (6, 96, 3), (5, 80, 2), (8, 128, 4)]
 
 
+def test_what_holds_the_group_is_released_before_the_group_goes(monkeypatch):
+    """CUDA graphs that captured NCCL all-reduces must be destroyed before the process group, or NCCL's finalize
+    waits on them (a hang at exit on 2 GPUs): `destroy` calls the registered releases first, skips an object that is
+    gone, and forgets them all."""
+    order = []
+
+    class Holder:
+        def release(self):
+            order.append("release")
+
+    kept, gone = Holder(), Holder()
+    distributed.before_destroy(kept.release)
+    distributed.before_destroy(gone.release)
+    del gone
+    group = distributed.TPGroup(0, 2, 0, "gloo", None, None)
+    monkeypatch.setattr(distributed, "_GROUP", group)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: order.append("destroy"))
+    distributed.destroy()
+    assert order == ["release", "destroy"] and distributed.current() is None
+    distributed.destroy()  # nothing registered, no group: nothing called
+    assert order == ["release", "destroy"]
+
+
 @pytest.mark.parametrize("heads,width,ranks", SHAPES, ids=[f"{h}heads-tp{n}" for h, _, n in SHAPES])
 def test_greedy_output_equals_one_device_and_hugging_face(tmp_path, heads, width, ranks):
     path = save_checkpoint(tmp_path / "ckpt", heads, width)
