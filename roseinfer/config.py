@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-TP_ALLREDUCES = ("nccl", "symm_mem", "symm_mem_two_shot")  # EngineConfig.tp_allreduce
-
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -84,10 +82,8 @@ class EngineConfig:
     # Seconds a rank waits in a collective (or the rendezvous) before it fails: a rank that died stops the others.
     tp_timeout_s: float = 300.0
     # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), or "symm_mem" (CUDA,
-    # bfloat16 or float32: torch's symmetric-memory all-reduce over NVLink for messages up to a decode batch, the
-    # GEMM writing into its buffer; one-shot up to `SymmMemAllReduce.ONE_SHOT_MAX_BYTES`, two-shot above; NCCL
-    # beyond the buffer), or "symm_mem_two_shot" (the same, two-shot at every size: session 7's design, kept to
-    # compare).
+    # bfloat16 or float32: torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode
+    # batch, the GEMM writing into its buffer; NCCL beyond).
     tp_allreduce: str = "nccl"
 
     def __post_init__(self) -> None:
@@ -97,17 +93,14 @@ class EngineConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.cpu_threads is not None and (not isinstance(self.cpu_threads, int) or self.cpu_threads < 1):
             raise ValueError(f"cpu_threads must be an integer >= 1, got {self.cpu_threads!r}")
-        if self.tp_allreduce not in TP_ALLREDUCES:
-            raise ValueError(
-                f"tp_allreduce must be one of {', '.join(TP_ALLREDUCES)}, got {self.tp_allreduce!r}"
-            )
-        name = self.tp_allreduce
-        if name.startswith("symm_mem") and not self.device.startswith("cuda"):
-            raise ValueError(f"tp_allreduce='{name}' (--tp-allreduce {name}) needs a CUDA device")
-        if name.startswith("symm_mem") and self.dtype == "float16":
+        if self.tp_allreduce not in ("nccl", "symm_mem"):
+            raise ValueError(f"tp_allreduce must be 'nccl' or 'symm_mem', got {self.tp_allreduce!r}")
+        if self.tp_allreduce == "symm_mem" and not self.device.startswith("cuda"):
+            raise ValueError("tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs a CUDA device")
+        if self.tp_allreduce == "symm_mem" and self.dtype == "float16":
             # torch's symmetric-memory reduction kernels are built for float32 and bfloat16
             raise ValueError(
-                f"tp_allreduce='{name}' (--tp-allreduce {name}) needs bfloat16 or float32 (--dtype)"
+                "tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs bfloat16 or float32 (--dtype)"
             )
         if not self.tp_timeout_s > 0:
             raise ValueError(f"tp_timeout_s must be > 0, got {self.tp_timeout_s!r}")

@@ -43,20 +43,9 @@ class SymmMemAllReduce:
     decode step's small messages ([B, C], a few KB) latency is the whole cost. The row-parallel GEMM writes straight
     into the buffer and the sum is read from it, so the path adds no copy kernel. Each element is reduced by one
     rank and then copied, so every rank gets the same bits (its tokens must match). CUDA on one node only; larger
-    messages (prefill) and sizes not a multiple of 16 bytes go through NCCL.
+    messages (prefill) and sizes not a multiple of 16 bytes go through NCCL."""
 
-    Up to ONE_SHOT_MAX_BYTES (with `one_shot`) the one-shot kernel runs instead: every rank reads every peer's
-    buffer and sums them all, in rank order, into a new tensor, one round of synchronisation instead of two. At a
-    decode step's few KB the all-reduce is all latency: two-shot's 96 all-reduces a step made TP=2 slower than one
-    GPU on gpt2-xl at batch 1 (docs/BENCHMARKS.md, "On 2 GPUs"). The rank-order sum gives every rank the same bits."""
-
-    # Where one-shot stops: each rank reads N x the message, so past a few hundred KB two-shot's split wins
-    # (vLLM's and SGLang's custom all-reduces switch in this range too; not measured here).
-    ONE_SHOT_MAX_BYTES = 256 * 1024
-
-    def __init__(
-        self, group, capacity: int, dtype: torch.dtype, device: torch.device, one_shot: bool = True
-    ) -> None:
+    def __init__(self, group, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
         import warnings
 
         import torch.distributed._symmetric_memory as symm_mem
@@ -69,7 +58,6 @@ class SymmMemAllReduce:
         self.buffer = symm_mem.empty(capacity, dtype=dtype, device=device)  # [capacity]
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every other's buffer
         self.dtype = dtype
-        self.one_shot_max_bytes = self.ONE_SHOT_MAX_BYTES if one_shot else 0
 
     def output(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor | None:
         """A [rows, cols] view of the buffer for a GEMM to write its partial sums into, or None where it does not
@@ -79,13 +67,8 @@ class SymmMemAllReduce:
             return None
         return self.buffer[:n].view(rows, cols)
 
-    def reduce(self, out: torch.Tensor) -> torch.Tensor:
-        """The sum over the ranks of `out` (a view of the buffer): a new tensor (one-shot) or `out` itself."""
-        flat = out.view(-1)
-        if flat.numel() * flat.element_size() <= self.one_shot_max_bytes:
-            return torch.ops.symm_mem.one_shot_all_reduce(flat, "sum", self.group_name).view_as(out)
-        torch.ops.symm_mem.two_shot_all_reduce_(flat, "sum", self.group_name)
-        return out
+    def reduce(self, out: torch.Tensor) -> None:
+        torch.ops.symm_mem.two_shot_all_reduce_(out.view(-1), "sum", self.group_name)
 
 
 @dataclass
@@ -100,8 +83,8 @@ class TPGroup:
 
     def row_parallel(self, x: torch.Tensor, lin: torch.nn.Linear) -> torch.Tensor:
         """lin(x) summed over the ranks: x [T, N_r] this rank's input columns, lin its [C, N_r] weight shard (the
-        bias on rank 0 only) -> [T, C]. With symmetric memory's two-shot the result is a view of its buffer, valid
-        until the next row-parallel projection (the model consumes it before that); one-shot's is a new tensor."""
+        bias on rank 0 only) -> [T, C]. With symmetric memory the result is a view of its buffer, valid until the
+        next row-parallel projection (the model consumes it before that)."""
         symm = self.symm_mem
         out = symm.output(x.shape[0], lin.weight.shape[0], x.dtype) if symm is not None else None
         if out is None:
@@ -114,7 +97,8 @@ class TPGroup:
         else:
             torch.addmm(lin.bias, x, lin.weight.t(), out=out)
         with region(ALLREDUCE):
-            return symm.reduce(out)
+            symm.reduce(out)
+        return out
 
     def broadcast_int(self, value: int) -> int:
         """Rank 0's `value` on every rank (a host decision the ranks must share)."""
@@ -122,11 +106,9 @@ class TPGroup:
         dist.broadcast(t, src=0, group=self.cpu_group)
         return int(t.item())
 
-    def use_symm_mem(
-        self, capacity: int, dtype: torch.dtype, device: torch.device, one_shot: bool = True
-    ) -> None:
+    def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
         """Row-parallel outputs of up to `capacity` elements summed through torch's symmetric memory (CUDA)."""
-        self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device, one_shot)
+        self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device)
 
 
 _GROUP: TPGroup | None = None

@@ -79,10 +79,9 @@ class ModelRunner:
         self.model, self.model_cfg = build_model(model, self.device, DTYPES[cfg.dtype], cfg.seed, self.tp)
         mc = self.model_cfg
         heads = self.model.h[0].n_head  # this rank's (all of them on one device)
-        if self.tp is not None and cfg.tp_allreduce.startswith("symm_mem"):
+        if self.tp is not None and cfg.tp_allreduce == "symm_mem":
             # Room for a decode step's [B_MAX, C]; a prefill's larger messages take NCCL.
-            one_shot = cfg.tp_allreduce == "symm_mem"
-            self.tp.use_symm_mem(cfg.max_batch_size * mc.n_embd, DTYPES[cfg.dtype], self.device, one_shot)
+            self.tp.use_symm_mem(cfg.max_batch_size * mc.n_embd, DTYPES[cfg.dtype], self.device)
         # On the CPU: how many intra-op threads, and why (None on other devices, whose kernels torch does not split).
         self.cpu_threads = (
             cpu_threads.apply(mc.n_embd, cfg.cpu_threads, cfg.tensor_parallel_size)

@@ -42,9 +42,8 @@ B="python3 -m roseinfer.benchmark_scheduler --device cuda --dtype bfloat16 --hf-
 --cuda-graph --no-stop-on-eos --prompt x"
 LAT="$B --num-requests 1 --max-batch-size 1 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 1 --repeat-runs 3"
 THR="$B --num-requests 64 --max-batch-size 64 --prefill-max-batch-size 64 --max-new-tokens 512 --warmup-runs 1 --repeat-runs 1"
-# Runs: TP=1, TP=2 on NCCL's all-reduce, TP=2 on torch's symmetric-memory all-reduce (--tp-allreduce symm_mem:
-# one-shot at a decode step's sizes), and its two-shot kernel at every size (symm_mem_two_shot).
-RUNS=${RUNS:-1:nccl 2:nccl 2:symm_mem 2:symm_mem_two_shot}
+# Runs: TP=1, TP=2 on NCCL's all-reduce, TP=2 on torch's symmetric-memory all-reduce (--tp-allreduce symm_mem).
+RUNS="1:nccl 2:nccl 2:symm_mem"
 if want latency; then
   for run in $RUNS; do
     tp=${run%%:*} ar=${run##*:}
@@ -74,7 +73,7 @@ print("| run | TP, all-reduce | TPOT p50 ms | ITL p50 ms | decode tok/s | weight
 print("|---|---|---|---|---|---|---|---|---|")
 rows = {}
 for kind in ("latency", "throughput"):
-    for tp in ("1-nccl", "2-nccl", "2-symm_mem", "2-symm_mem_two_shot"):
+    for tp in ("1-nccl", "2-nccl", "2-symm_mem"):
         r = load(f"{kind}-tp{tp}.json")
         if r is None:
             continue
@@ -88,7 +87,7 @@ for kind in ("latency", "throughput"):
         rows[(kind, tp)] = (tpot, tok)
         print(f"| {kind} | {tp} | {tpot:.3f} | {itl:.3f} | {tok:.0f} | {wb / 1e6:.0f} | {bw / 1e9:.0f} | "
               f"{wb / bw * 1e3:.3f} | {frac:.1%} |")
-for ar in ("nccl", "symm_mem", "symm_mem_two_shot"):
+for ar in ("nccl", "symm_mem"):
     one, two = ("latency", "1-nccl"), ("latency", f"2-{ar}")
     if one in rows and two in rows:
         print(f"B=1 per-token latency TP=2 ({ar}) / TP=1: {rows[two][0] / rows[one][0]:.3f}x (goal <= 0.65x)")

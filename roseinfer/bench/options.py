@@ -7,7 +7,7 @@ import argparse
 
 import torch
 
-from roseinfer.config import TP_ALLREDUCES, EngineConfig
+from roseinfer.config import EngineConfig
 
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. "
 
@@ -113,8 +113,8 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument(
         "--tp-allreduce",
         default="nccl",
-        choices=list(TP_ALLREDUCES),
-        help="symm_mem: torch's NVLink all-reduce (one-shot for small messages); symm_mem_two_shot: two-shot always",
+        choices=["nccl", "symm_mem"],
+        help="symm_mem: torch's NVLink all-reduce",
     )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)

@@ -21,8 +21,7 @@ PATHS = {
     "graph": {"paged_attn": True, "cuda_graph": True},  # overlapped decode (the default)
     "graph-no-overlap": {"paged_attn": True, "cuda_graph": True, "overlap_decode": False},
     # torch's symmetric-memory all-reduce in the captured decode step (prefill's larger messages: NCCL)
-    "graph-symm-mem": {"paged_attn": True, "cuda_graph": True, "tp_allreduce": "symm_mem"},  # one-shot
-    "graph-symm-mem-two-shot": {"paged_attn": True, "cuda_graph": True, "tp_allreduce": "symm_mem_two_shot"},
+    "graph-symm-mem": {"paged_attn": True, "cuda_graph": True, "tp_allreduce": "symm_mem"},
 }
 
 
@@ -50,9 +49,7 @@ def test_tp2_greedy_equals_tp1_and_hf(tiny_checkpoint, hf_reference_cuda, path):
         assert llm.engine.kv_cache.k_caches[0].shape[1] == 2  # 2 of the checkpoint's 4 heads
         if options.get("cuda_graph"):
             assert sorted(llm.engine.graphs.graphs) == [1, 2, 4, 6]  # captured, all-reduces inside
-        assert (llm.engine.runner.tp.symm_mem is not None) == options.get("tp_allreduce", "").startswith(
-            "symm_mem"
-        )
+        assert (llm.engine.runner.tp.symm_mem is not None) == (options.get("tp_allreduce") == "symm_mem")
         outs = _generate(llm)
         for i, (ours, ref) in enumerate(zip(outs, hf_reference_cuda)):
             assert ours == ref, f"prompt {i} ({path}): tensor_parallel_size=2 differs from Hugging Face"
