@@ -31,6 +31,9 @@ from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import ALLREDUCE
 
 COLLECTIVE_KERNEL_PREFIXES = ("ncclkernel", "nccldevkernel", "rccl")  # compared in lower case
+# NVTX domains of communication libraries (NCCL names its ranges in a domain of its own, RCCL likewise): their
+# ranges are the library's calls, never the program's region a collective was issued from.
+LIBRARY_DOMAINS = ("NCCL", "RCCL")
 
 
 def is_collective_kernel(name: str) -> bool:
@@ -182,15 +185,24 @@ def find_instances(
 
 
 def _site(trace: Trace, tree, owner: np.ndarray) -> np.ndarray:
-    """[C] names index of the region a collective was issued from: its owning range, or that range's parent where
-    the owner is the all-reduce region itself (the CPU case, and NCCL kernels launched inside it)."""
+    """[C] names index of the program's region a collective was issued from: its owning range, looked past the
+    all-reduce region itself (the CPU case, and NCCL kernels launched inside it) and past the communication
+    library's own NVTX ranges (NCCL's domain wraps every call, e.g. `ncclAllReduce`, innermost around the kernel:
+    naming it says nothing the collective's name does not), up to the first range that is neither."""
     r = trace.ranges
     allreduce_name = trace.names.find(ALLREDUCE)
+    library = np.array([d in LIBRARY_DOMAINS for d in trace.domains], dtype=bool)  # [domains]
     out = np.full(len(owner), -1, dtype=np.int64)
-    ok = owner >= 0
-    rows = owner[ok]
-    up = np.where((r.name[rows] == allreduce_name) & (tree.parent[rows] >= 0), tree.parent[rows], rows)
-    out[ok] = r.name[up]
+    rows = owner[owner >= 0]
+    # Each step moves every row whose range is the library's or the all-reduce one to its parent, where it has one;
+    # ranges nest a few deep, so this ends in as many steps as the deepest such chain.
+    while len(rows):
+        parent = tree.parent[rows]
+        skip = (library[r.domain[rows]] | (r.name[rows] == allreduce_name)) & (parent >= 0)
+        if not skip.any():
+            break
+        rows = np.where(skip, parent, rows)
+    out[owner >= 0] = r.name[rows]
     return out
 
 

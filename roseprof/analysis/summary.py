@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from roseprof.analysis.ranks import assign_ranks
+from roseprof.analysis.region_names import spelled
 from roseprof.analysis.sections import SECTIONS, SUMMARY_ORDER, Context
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
@@ -26,7 +27,9 @@ def analyse(
     # What the reader had to assume, then what the analyses found, in the order they found it.
     logs = {**({0: log} if log is not None else {}), **(rank_logs or {})}
     assign_ranks(trace, logs)
-    ctx = Context(trace, log, step_range, warnings=list(trace.warnings), logs=logs)
+    # Every section sees a range outside the default domain as `domain:name` (region_names.py): one spelling.
+    shown, own_names = spelled(trace)
+    ctx = Context(shown, log, step_range, warnings=list(trace.warnings), logs=logs, own_names=own_names)
     parts: dict = {"schema": SUMMARY_SCHEMA, "gpus": trace.gpus, "warnings": ctx.warnings}
     tables: dict = {}
     for section in SECTIONS:

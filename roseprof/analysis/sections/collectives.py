@@ -66,10 +66,12 @@ def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
     trace = ctx.trace
     groups = ctx.table("rank_groups") or []
     if groups:
-        rank_steps = ctx.table("rank_steps") or {}
         range_group = ctx.table("range_rank")
-        steps = [rank_steps.get(g.label) or _own_steps(ctx, range_group == i) for i, g in enumerate(groups)]
-        return participants(groups, steps), ctx.table("op_rank"), range_group
+        return (
+            rank_participants(ctx, groups, ctx.table("rank_steps") or {}, range_group),
+            ctx.table("op_rank"),
+            range_group,
+        )
     pids = sorted(set(trace.thread_pids.values()))
     proc = trace.processes.get(pids[0]) if len(pids) == 1 else None
     one = RankGroup("", proc.rank if proc else None, pids[:1], None, None, "")
@@ -79,6 +81,16 @@ def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
         np.zeros(len(trace.ops), dtype=np.int64),
         np.zeros(len(trace.ranges), dtype=np.int64),
     )
+
+
+def rank_participants(
+    ctx: Context, groups: list[RankGroup], rank_steps: dict, range_group: np.ndarray
+) -> Participants:
+    """The `ranks` section's groups as participants, each with its steps joined to its own step log (`rank_steps`,
+    by label), or its decode-step ranges numbered 0, 1, ... where it has none. The ranks section's clock check calls
+    it too, before its tables exist, so both pair the same collectives."""
+    steps = [rank_steps.get(g.label) or _own_steps(ctx, range_group == i) for i, g in enumerate(groups)]
+    return participants(groups, steps)
 
 
 def _own_steps(ctx: Context, mine: np.ndarray) -> dict:
