@@ -11,7 +11,7 @@ def us(ns) -> str:
 
 def region_name(r: dict) -> str:
     """A summary region (name and domain apart) as every table spells a region: `domain:name` outside the default
-    domain (analysis/region_names.py)."""
+    domain (model.spelled_range_names)."""
     return f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
 
 

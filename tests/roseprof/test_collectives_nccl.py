@@ -10,11 +10,13 @@ import io
 import json
 import re
 import sqlite3
+from collections import Counter
 
 import pytest
 from rich.console import Console
 
 from roseprof import api
+from roseprof.export.chrome import ChromeExport
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.render.view import RunView
 from roseprof.run import tables
@@ -137,7 +139,7 @@ def test_a_collective_is_issued_from_the_programs_region_not_nccls_own_range(nsy
     assert c["straggler"]["most_late_site"] in PROGRAM_SITES
 
 
-def test_nccls_range_is_spelled_one_way_in_every_table(nsys_run):
+def test_nccls_range_is_spelled_one_way_in_every_table(nsys_run, tmp_path):
     summary = nsys_run.summary()
     spelled = "NCCL:ncclAllReduce"
     assert any(r["name"] == "ncclAllReduce" and r["domain"] == "NCCL" for r in summary["regions"])
@@ -154,3 +156,12 @@ def test_nccls_range_is_spelled_one_way_in_every_table(nsys_run):
     text = out.getvalue()
     assert text.count(spelled) >= 3  # steady state, whole run, top kernels
     assert not re.search(r"(?<!NCCL:)\bncclAllReduce\b", text)
+    # The export's slices too (its kernels' `region` argument was already spelled so).
+    view = RunView.load(nsys_run, api.section_panels)
+    events = json.loads(ChromeExport().render(view, tmp_path / "run.json").read_text())["traceEvents"]
+    slices = Counter(
+        e["name"] for e in events if e.get("cat") == "user_annotation" and "ncclAllReduce" in e["name"]
+    )
+    assert slices == {
+        spelled: 336
+    }  # 168 a rank: one per all-reduce call while the graphs were captured, and prefill

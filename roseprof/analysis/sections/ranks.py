@@ -243,7 +243,7 @@ TOP_NAME_CHARS = 22  # the busiest region's name in the panel: with the other co
 
 
 def _spelled(region: dict) -> str:
-    """A per-rank region (name and domain apart) as every table spells it (analysis/region_names.py)."""
+    """A per-rank region (name and domain apart) as every table spells it (model.spelled_range_names)."""
     return f"{region['domain']}:{region['name']}" if region.get("domain") else region["name"]
 
 
