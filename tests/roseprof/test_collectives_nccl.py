@@ -165,3 +165,13 @@ def test_nccls_range_is_spelled_one_way_in_every_table(nsys_run, tmp_path):
     assert slices == {
         spelled: 336
     }  # 168 a rank: one per all-reduce call while the graphs were captured, and prefill
+
+
+def test_a_kernel_launched_before_the_window_is_in_no_step(torch_run):
+    """Rank 1's profiler window opened while 23 all-reduces of the step before it still ran: the file has no call
+    that launched them. Placed by their GPU start, 5 fell into the window's first step (29 there against rank 0's
+    24) and that step was left out of the arrival spread; in no step, every step of the window matches."""
+    summary = torch_run.summary()
+    c = summary["collectives"]
+    assert c["unmatched_steps"] == 0 and c["matched"] == 312 == 24 * c["matched_steps"]
+    assert not any("different numbers of collectives" in w for w in summary["warnings"])
