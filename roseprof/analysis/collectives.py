@@ -15,10 +15,10 @@ A run with such kernels is read the GPU way, one without them the CPU way.
 The participants are the `ranks` section's ranks (or processes of unknown rank), each with its decode steps
 joined to its own step log: the same step index on every rank (a run of one process: the steps table's steps). A
 collective belongs to the step whose range holds its host time (the range's start; the launching call of a kernel,
-which runs later on the GPU; a kernel whose launching call the file lacks is in no step). Inside a step the instances are numbered in arrival order, and instance (step, n)
-of every rank is one collective: the ranks run the same program, so they issue the same collectives in the same
-order. A step where the ranks' counts differ is not matched (and
-counted): pairing the wrong calls would invent lateness.
+which runs later on the GPU; a kernel whose launching call the file lacks is in no step). Inside a step the
+instances are numbered in arrival order, and instance (step, n) of every rank is one collective: the ranks run the
+same program, so they issue the same collectives in the same order. A step where the ranks' counts differ is not
+matched (and counted): pairing the wrong calls would invent lateness.
 """
 
 from __future__ import annotations

@@ -93,9 +93,8 @@ def write_chrome(
         fh.write('{"displayTimeUnit": "ns", "otherData": ' + json.dumps(meta) + ', "traceEvents": [')
         w = _Writer(fh)
         spelled = spelled_range_names(trace)  # NCCL's `ncclAllReduce` range as every table names it
-        esc = [
-            json.dumps(s) for s in trace.names.values
-        ]  # every name escaped once (the spelled ones included)
+        # Every name escaped once, the spelled ones included.
+        esc = [json.dumps(s) for s in trace.names.values]
         _tracks(w, trace)
         _ranges(w, trace, esc, spelled)
         _host(w, trace, esc)

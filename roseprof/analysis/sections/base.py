@@ -37,8 +37,8 @@ class Context:
     results: dict[str, SectionResult] = field(default_factory=dict)
     # Every rank's step log by the rank its file name gives (0: `log` itself), for a run of several ranks.
     logs: dict[int, StepLogRecords] = field(default_factory=dict)
-    # [R] each range's own name where `trace.ranges.name` holds the spelled `domain:name` (model.spelled_range_names; None:
-    # every range is of the default domain): the tables keyed by (domain, name) name a region by its own.
+    # [R] each range's own name where `trace.ranges.name` holds the spelled `domain:name` (None: every range is of
+    # the default domain; model.spelled_range_names): the tables keyed by (domain, name) name a region by its own.
     own_names: np.ndarray | None = None
 
     def range_names(self) -> np.ndarray:

@@ -235,10 +235,8 @@ def panels(summary: dict) -> list[dict]:
     ]
 
 
-MATCHED_BY = {
-    "step": "by decode step and place in the step",
-    "order": "by order",
-}  # runs stored before: order
+# How the clock check paired the ranks' collectives (`matched_by`; a run stored before it was said: by order).
+MATCHED_BY = {"step": "by decode step and place in the step", "order": "by order"}
 TOP_NAME_CHARS = 22  # the busiest region's name in the panel: with the other columns, 80 terminal columns
 
 
