@@ -130,6 +130,11 @@ def test_the_clock_check_pairs_the_collectives_the_arrival_spread_pairs(which, r
     assert clock["end_spread_max_ns"] < 10_000
     assert clock["matched"] == summary["collectives"]["matched"] > 0
     assert clock["matched_by"] == "step" and clock["ranks"] == 2
+    # Where each rank has its own clock (Kineto), the arrival spread's note says how far apart they can be.
+    (note,) = [
+        p["note"] for p in api.section_panels(summary) if p["title"].startswith("collectives per rank")
+    ]
+    assert ("µs at most by the collectives' ends" in note) == (which == "torch_run")
 
 
 def test_a_collective_is_issued_from_the_programs_region_not_nccls_own_range(nsys_run):

@@ -168,9 +168,16 @@ def panels(summary: dict) -> list[dict]:
         )
     else:
         note += "one rank: no arrival spread"
-    how = (summary.get("rank_clock") or {}).get("how") or ""
+    clock = summary.get("rank_clock") or {}
+    how = clock.get("how") or ""
     if spread and how and not how.startswith("one host clock"):
-        note += "; each rank on its own clock: a spread includes the clocks' disagreement (rank_clock)"
+        note += "; each rank on its own clock: a spread includes the clocks' disagreement"
+        ends = clock.get("collectives") or {}
+        if (
+            ends.get("matched_by") == "step"
+        ):  # the same collectives' ends: disagreement plus the link's latency
+            note += f", {ends['end_spread_max_ns'] / 1e3:.1f} µs at most by the collectives' ends"
+        note += " (rank_clock)"
     out = [
         {
             "title": "collectives per rank (exposed: per decode step, p50; late: arrival after the first rank)",
