@@ -180,3 +180,14 @@ def test_a_kernel_launched_before_the_window_is_in_no_step(torch_run):
     c = summary["collectives"]
     assert c["unmatched_steps"] == 0 and c["matched"] == 312 == 24 * c["matched_steps"]
     assert not any("different numbers of collectives" in w for w in summary["warnings"])
+
+
+def test_diff_names_nccls_range_as_the_tables_do(nsys_run, tmp_path):
+    """Two imports of the nsys capture: the diff's region metrics spell NCCL's range as every table does, and
+    its per-step figures come from the step rows (which name it so too)."""
+    store = RunStore(tmp_path / "traces")
+    for name in ("a", "b"):
+        api.import_path(store, f"{NSYS}.sqlite", name, f"{NSYS}.steplog.jsonl")
+    metrics = {m["name"]: m for m in api.diff_runs(store, ["a"], ["b"], None, None, False).result["metrics"]}
+    assert {"regions.NCCL:ncclAllReduce.total_ns", "regions.NCCL:ncclAllReduce.self_ns"} <= set(metrics)
+    assert not [n for n in metrics if n.startswith("regions.ncclAllReduce")]
