@@ -191,3 +191,16 @@ def test_diff_names_nccls_range_as_the_tables_do(nsys_run, tmp_path):
     metrics = {m["name"]: m for m in api.diff_runs(store, ["a"], ["b"], None, None, False).result["metrics"]}
     assert {"regions.NCCL:ncclAllReduce.total_ns", "regions.NCCL:ncclAllReduce.self_ns"} <= set(metrics)
     assert not [n for n in metrics if n.startswith("regions.ncclAllReduce")]
+
+
+@pytest.mark.parametrize("which", ["nsys_run", "torch_run"])
+def test_show_fits_80_columns_with_every_rank_panel(which, request):
+    run = request.getfixturevalue(which)
+    out = io.StringIO()
+    TerminalRenderer(Console(file=out, width=80, color_system=None)).render(
+        RunView.load(run, api.section_panels)
+    )
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines if not line.startswith(("run folder:", "imported from:")))
+    titles = ("ranks:", "collectives per rank", "collectives by the region", "arrival spread by collective")
+    assert all(any(line.startswith(t) for line in lines) for t in titles)
