@@ -25,11 +25,16 @@ SOURCE = {
 
 def compute(ctx: Context) -> SectionResult:
     trace = ctx.trace
-    parts, op_group, range_group = _participants(ctx)
-    inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+    # The ranks section found and matched them already for its clock check (a run of several ranks).
+    shared = ctx.table("rank_collectives")
+    if shared is not None:
+        parts, inst, m = shared
+    else:
+        parts, op_group, range_group = _participants(ctx)
+        inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+        m = match(inst, len(parts.label)) if inst is not None else None
     if inst is None:
         return SectionResult({"collectives": None})
-    m = match(inst, len(parts.label))
     if m.unmatched_steps:
         ctx.warnings.append(
             f"collectives: {m.unmatched_steps} decode step(s) where the ranks issued different numbers of "

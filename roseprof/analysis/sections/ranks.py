@@ -6,7 +6,8 @@ summary.json: `ranks` is [] for a run of one process (its all-ranks tables are t
 entry per known rank, lowest first, then one per process of unknown rank. `rank_clock` says how the ranks share a
 clock (null where `ranks` is empty). Named tables for later sections: `rank_groups` (the entries' RankGroups),
 `op_rank` ([G] index into `ranks` of each GPU op's rank, -1 unknown), `range_rank` ([R] the same per range),
-`rank_steps` ({label: step rows}, each rank's steps as the `steps` table has them)."""
+`rank_steps` ({label: step rows}, each rank's steps as the `steps` table has them), `rank_collectives`
+((participants, instances, matched) of analysis/collectives.py, for the collectives section)."""
 
 from __future__ import annotations
 
@@ -67,23 +68,26 @@ def compute(ctx: Context) -> SectionResult:
     if window_joined and unlogged:
         _number_by_order(rank_steps, unlogged, ctx.warnings)
     unattributed = int((kernel & (op_group < 0)).sum())
+    collectives = _collectives(ctx, groups, op_group, r_group, rank_steps)
     clock = {
         "how": _clock_words(trace),
-        "collectives": _clock_check(ctx, groups, op_group, r_group, rank_steps),
+        "collectives": collective_end_spread(*collectives[1:], len(groups)),
         "kernels_of_no_rank": unattributed,
     }
     return SectionResult(
         {"ranks": entries, "rank_clock": clock},
-        {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps},
-    )
+        {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps,
+         "rank_collectives": collectives},
+    )  # fmt: skip
 
 
-def _clock_check(ctx: Context, groups, op_group, r_group, rank_steps: dict) -> dict | None:
-    """The ranks' collective ends compared, the collectives paired as the collectives section pairs them (by decode
-    step and place in the step): analysis/ranks.collective_end_spread."""
+def _collectives(ctx: Context, groups, op_group, r_group, rank_steps: dict) -> tuple:
+    """(participants, instances or None, matched or None): the ranks' collectives found and matched (by decode step
+    and place in the step) once, for the clock check here (analysis/ranks.collective_end_spread) and for the
+    collectives section (the `rank_collectives` table), so both pair the same collectives."""
     parts = rank_participants(ctx, groups, rank_steps, r_group)
     inst = find_instances(ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, r_group, parts)
-    return collective_end_spread(inst, match(inst, len(groups)) if inst is not None else None, len(groups))
+    return parts, inst, match(inst, len(groups)) if inst is not None else None
 
 
 def _missing_ranks(groups, warnings: list[str]) -> None:
