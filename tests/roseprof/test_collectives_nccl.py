@@ -65,11 +65,12 @@ def _sql_kernels() -> dict[int, tuple[int, int, int]]:
     return {pid: (n, ns, nccl) for pid, n, ns, nccl in rows}
 
 
-def _kineto_kernels(path) -> tuple[int, int]:
-    """(kernels, NCCL kernels) in one Kineto file, counted straight from its JSON."""
+def _kineto_kernels(path) -> tuple[int, int, int]:
+    """(kernels, their ns, NCCL kernels) in one Kineto file, counted straight from its JSON (`dur`: µs, ns decimals)."""
     with gzip.open(path, "rt") as fh:
         events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
-    return len(events), sum(e["name"].startswith("ncclDevKernel") for e in events)
+    ns = sum(round(e["dur"] * 1000) for e in events)
+    return len(events), ns, sum(e["name"].startswith("ncclDevKernel") for e in events)
 
 
 def _check_ranks(summary: dict, logs: dict[int, list[dict]]) -> None:
@@ -106,8 +107,8 @@ def test_torch_per_rank_kernels_collectives_and_steps_are_each_files(torch_run):
     _check_ranks(summary, logs)
     steps = tables.read_steps(torch_run.path)["ranks"]
     for entry in summary["ranks"]:
-        kernels, nccl = _kineto_kernels(TORCH / f"rank-{entry['rank']}.trace.json.gz")
-        assert entry["kernel_count"] == kernels
+        kernels, ns, nccl = _kineto_kernels(TORCH / f"rank-{entry['rank']}.trace.json.gz")
+        assert (entry["kernel_count"], entry["kernel_ns"]) == (kernels, ns)
         coll = next(e for e in summary["collectives"]["ranks"] if e["rank"] == entry["rank"])
         assert coll["count"] == nccl
         # The profiler's window: the rank's steps are those of its log the window held, by the engine's numbers.
