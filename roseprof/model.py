@@ -312,6 +312,26 @@ class Trace:
         return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
+def spelled_range_names(trace: Trace) -> np.ndarray | None:
+    """[R] each range's name as every table spells a region: `domain:name` for a range outside the default NVTX
+    domain (NCCL's own `ncclAllReduce` range is `NCCL:ncclAllReduce`, as `nsys stats` 2025 writes it), its name
+    alone in the default domain; None where every range is of the default domain (`ranges.name` is the spelling).
+
+    The spelled names are interned into the trace's one Names table (new strings at its end: every index in use
+    keeps its string), so tables that name a region by index resolve against the trace as stored."""
+    r = trace.ranges
+    other = np.flatnonzero(np.isin(r.domain, [i for i, d in enumerate(trace.domains) if d]))
+    if not len(other):
+        return None
+    pairs, inverse = np.unique(
+        np.stack([r.domain[other], r.name[other]], axis=1), axis=0, return_inverse=True
+    )
+    ids = [trace.names.intern(f"{trace.domains[d]}:{trace.names[n]}") for d, n in pairs.tolist()]
+    out = r.name.copy()
+    out[other] = np.asarray(ids, dtype=np.int64)[inverse.ravel()]
+    return out
+
+
 def lookup(table: dict[int, int], keys: np.ndarray) -> np.ndarray:
     """[N] table[key] for each key, -1 where the table has none (vectorised: ops and ranges run to millions)."""
     keys = np.asarray(keys, dtype=np.int64)

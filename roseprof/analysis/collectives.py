@@ -15,10 +15,10 @@ A run with such kernels is read the GPU way, one without them the CPU way.
 The participants are the `ranks` section's ranks (or processes of unknown rank), each with its decode steps
 joined to its own step log: the same step index on every rank (a run of one process: the steps table's steps). A
 collective belongs to the step whose range holds its host time (the range's start; the launching call of a kernel,
-which runs later on the GPU). Inside a step the instances are numbered in arrival order, and instance (step, n)
-of every rank is one collective: the ranks run the same program, so they issue the same collectives in the same
-order. A step where the ranks' counts differ is not matched (and
-counted): pairing the wrong calls would invent lateness.
+which runs later on the GPU; a kernel whose launching call the file lacks is in no step). Inside a step the
+instances are numbered in arrival order, and instance (step, n) of every rank is one collective: the ranks run the
+same program, so they issue the same collectives in the same order. A step where the ranks' counts differ is not
+matched (and counted): pairing the wrong calls would invent lateness.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import ALLREDUCE
 
 COLLECTIVE_KERNEL_PREFIXES = ("ncclkernel", "nccldevkernel", "rccl")  # compared in lower case
+# NVTX domains of communication libraries (NCCL names its ranges in a domain of its own, RCCL likewise): their
+# ranges are the library's calls, never the program's region a collective was issued from.
+LIBRARY_DOMAINS = ("NCCL", "RCCL")
 
 
 def is_collective_kernel(name: str) -> bool:
@@ -139,8 +142,11 @@ def find_instances(
         sel, exposed = sel[op_group[sel] >= 0], exposed[op_group[sel] >= 0]
         who = op_group[sel]
         host_tid = o.api_tid[sel]
-        # A kernel belongs to the step whose range holds the call that launched it (the GPU runs it later).
-        host_t = np.where(o.api_start[sel] >= 0, o.api_start[sel], o.start[sel])
+        # A kernel belongs to the step whose range holds the call that launched it (the GPU runs it later). One the
+        # file gives no launching call (launched before a profiler's window opened: the previous step's, still
+        # running) is in no step: its GPU start would put it in the step after its own (torch TP=2 on 2 H200s: 5
+        # of rank 1's first-step all-reduces, that step then left out of the arrival spread as unequal).
+        host_t, placeable = o.api_start[sel], o.api_start[sel] >= 0
         arrival, end = o.start[sel], o.end[sel]
         # The region a kernel ran for: its capture-time region (graph replay), else its launching one.
         owner = owner_all[sel]
@@ -155,7 +161,7 @@ def find_instances(
         if not len(sel):
             return None
         who = range_group[sel]
-        host_tid, host_t = r.tid[sel], r.start[sel]
+        host_tid, host_t, placeable = r.tid[sel], r.start[sel], np.ones(len(sel), dtype=bool)
         arrival, end = r.start[sel], r.end[sel]
         exposed = end - arrival  # gloo: the host waits inside the region, all of it is exposed
         owner = sel
@@ -170,7 +176,9 @@ def find_instances(
         starts, ends = parts.step_start[p], parts.step_end[p]
         k = np.searchsorted(starts, host_t[mine], side="right") - 1
         inside = (
-            (k >= 0) & (host_t[mine] <= ends[np.maximum(k, 0)]) if len(starts) else np.zeros(mine.sum(), bool)
+            (k >= 0) & (host_t[mine] <= ends[np.maximum(k, 0)]) & placeable[mine]
+            if len(starts)
+            else np.zeros(mine.sum(), bool)
         )
         step[mine] = np.where(inside, parts.step_index[p][np.maximum(k, 0)] if len(starts) else -1, -1)
         parts.device.append(int(np.bincount(device[mine] + 1).argmax()) - 1 if mine.any() else -1)
@@ -182,15 +190,24 @@ def find_instances(
 
 
 def _site(trace: Trace, tree, owner: np.ndarray) -> np.ndarray:
-    """[C] names index of the region a collective was issued from: its owning range, or that range's parent where
-    the owner is the all-reduce region itself (the CPU case, and NCCL kernels launched inside it)."""
+    """[C] names index of the program's region a collective was issued from: its owning range, looked past the
+    all-reduce region itself (the CPU case, and NCCL kernels launched inside it) and past the communication
+    library's own NVTX ranges (NCCL's domain wraps every call, e.g. `ncclAllReduce`, innermost around the kernel:
+    naming it says nothing the collective's name does not), up to the first range that is neither."""
     r = trace.ranges
     allreduce_name = trace.names.find(ALLREDUCE)
+    library = np.array([d in LIBRARY_DOMAINS for d in trace.domains], dtype=bool)  # [domains]
     out = np.full(len(owner), -1, dtype=np.int64)
-    ok = owner >= 0
-    rows = owner[ok]
-    up = np.where((r.name[rows] == allreduce_name) & (tree.parent[rows] >= 0), tree.parent[rows], rows)
-    out[ok] = r.name[up]
+    rows = owner[owner >= 0]
+    # Each step moves every row whose range is the library's or the all-reduce one to its parent, where it has one;
+    # ranges nest a few deep, so this ends in as many steps as the deepest such chain.
+    while len(rows):
+        parent = tree.parent[rows]
+        skip = (library[r.domain[rows]] | (r.name[rows] == allreduce_name)) & (parent >= 0)
+        if not skip.any():
+            break
+        rows = np.where(skip, parent, rows)
+    out[owner >= 0] = r.name[rows]
     return out
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roseprof.analysis.collectives import is_collective_kernel
 from roseprof.model import Trace, lookup
 from roseprof.workload.steplog import StepLogRecords, log_rank
 
@@ -136,27 +135,35 @@ def range_groups(trace: Trace, groups: list[RankGroup]) -> np.ndarray:
     return lookup(pid_group, range_pids(trace))
 
 
-def is_collective(names: list[str], op_names: np.ndarray) -> np.ndarray:
-    """[G] bool: the op is a collective kernel, by its name (collectives.is_collective_kernel: one rule for both)."""
-    ids = [i for i, n in enumerate(names) if is_collective_kernel(n)]
-    return np.isin(op_names, ids)
+def collective_end_spread(inst, matched, n_groups: int) -> dict | None:
+    """How well the ranks' clocks agree: every rank leaves one all-reduce together (within the link's latency), so
+    the spread of one collective's ends across ranks bounds the clocks' disagreement plus that latency.
 
-
-def collective_end_spread(trace: Trace, n_groups: int, op_group: np.ndarray) -> dict | None:
-    """How well the ranks' clocks agree: the k-th collective kernel of every rank ends at one moment (all ranks
-    leave an all-reduce together, within the link's latency), so the spread of the k-th ends across ranks bounds
-    the clocks' disagreement plus that latency. None where fewer than two ranks ran a collective."""
-    collective = is_collective(trace.names.values, trace.ops.name) & (trace.ops.kind == 0)
-    ends = [np.sort(trace.ops.end[collective & (op_group == g)]) for g in range(n_groups)]
-    ends = [e for e in ends if len(e)]
-    if len(ends) < 2:
+    `inst`, `matched`: the collectives as the arrival-spread analysis finds and matches them (collectives.py: by
+    decode step and place in the step), so the check pairs the same collectives it does: two ranks' profiler windows
+    that start a step apart hold different numbers of collectives, and pairing the k-th of each by order alone puts
+    one step's all-reduce beside another's (hundreds of µs apart on one host). Only where no decode step matched
+    (a program without steps) is the k-th collective of each rank paired by order (`matched_by` "order"). GPU
+    collectives only: a gloo all-reduce's range ends when its host thread resumes, not together. None where fewer
+    than two ranks ran a collective."""
+    if inst is None or inst.kind != "gpu":
         return None
-    n = min(len(e) for e in ends)
-    matrix = np.stack([e[:n] for e in ends])  # [ranks, n] the k-th collective's end on each rank
-    spread = matrix.max(axis=0) - matrix.min(axis=0)  # [n]
+    if len(matched.step) and matched.row.shape[1] >= 2:
+        ends = inst.end[matched.row].T  # [ranks, M] each matched collective's end on each rank
+        by = "step"
+    else:
+        per_rank = [np.sort(inst.end[inst.who == g]) for g in range(n_groups)]
+        per_rank = [e for e in per_rank if len(e)]
+        if len(per_rank) < 2:
+            return None
+        n = min(len(e) for e in per_rank)
+        ends = np.stack([e[:n] for e in per_rank])  # [ranks, n] the k-th collective's end on each rank
+        by = "order"
+    spread = ends.max(axis=0) - ends.min(axis=0)  # [n]
     return {
-        "matched": int(n),
-        "ranks": len(ends),
+        "matched": int(ends.shape[1]),
+        "matched_by": by,
+        "ranks": int(ends.shape[0]),
         "end_spread_p50_ns": float(np.percentile(spread, 50)),
         "end_spread_max_ns": int(spread.max()),
     }

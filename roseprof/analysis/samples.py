@@ -9,7 +9,7 @@ import numpy as np
 
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.stats import groups
-from roseprof.model import KERNEL, Trace
+from roseprof.model import KERNEL, Trace, spelled_range_names
 
 
 @dataclass
@@ -71,8 +71,12 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     region_durations: dict[str, np.ndarray] = {}
     kernel_durations: dict[str, np.ndarray] = {}
     r = trace.ranges
+    # A region is named as every table spells it (`NCCL:ncclAllReduce` outside the default domain), as the step
+    # rows' region columns and summary.json's region rows (name and domain) say it.
+    spelled = spelled_range_names(trace)
+    range_name = r.name if spelled is None else spelled
     if len(r):
-        dur, name = r.end - r.start, r.name
+        dur, name = r.end - r.start, range_name
         order = np.argsort(name, kind="stable")
         for idx, chunk in zip(*groups(name[order], dur[order])):
             region_durations[names[idx]] = chunk
@@ -96,8 +100,11 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                     owner[sel & inside], weights=dur[sel & inside], minlength=len(starts)
                 ).astype(np.float64)
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
-    region_self = {r["name"]: float(r["self_ns"]) for r in summary.get("regions") or []}
-    step_self = _step_self(trace, steps, step_dur, set(step_regions))
+    region_self = {
+        f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]: float(r["self_ns"])
+        for r in summary.get("regions") or []
+    }
+    step_self = _step_self(trace, range_name, steps, step_dur, set(step_regions))
     # Imported here: the sections' diff hooks import this module (RunData).
     from roseprof.analysis.sections import SECTIONS
 
@@ -120,7 +127,9 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     )
 
 
-def _step_self(trace: Trace, steps: dict | None, step_dur, inside_step: set[str]) -> dict:
+def _step_self(
+    trace: Trace, range_name: np.ndarray, steps: dict | None, step_dur, inside_step: set[str]
+) -> dict:
     """Own time per decode step of every region that runs inside the steps: each range's duration less its direct
     children's (ranges.build_tree, as summary.json's self_ns), summed per step by when the range starts. The
     region whose own time grew is where the time went; its parents' totals only grew with it."""
@@ -133,11 +142,11 @@ def _step_self(trace: Trace, steps: dict | None, step_dur, inside_step: set[str]
     owner = np.searchsorted(starts, r.start, side="right") - 1  # [R] the step a range starts in, or -1
     inside = (owner >= 0) & (r.end <= ends[np.maximum(owner, 0)])
     out = {}
-    for idx in np.unique(r.name):
+    for idx in np.unique(range_name):  # [R] each range's spelled name
         name = trace.names[idx]
         if name not in inside_step:
             continue
-        sel = r.name == idx
+        sel = range_name == idx
         per_step = np.bincount(owner[sel & inside], weights=self_ns[sel & inside], minlength=len(starts))
         out[name] = (per_step.astype(np.float64), float(self_ns[sel & ~inside].sum()))
     return out

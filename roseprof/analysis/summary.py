@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from roseprof.analysis.ranks import assign_ranks
 from roseprof.analysis.sections import SECTIONS, SUMMARY_ORDER, Context
-from roseprof.model import Trace
+from roseprof.model import Trace, spelled_range_names
 from roseprof.workload.steplog import StepLogRecords
 
 SUMMARY_SCHEMA = 1
@@ -26,7 +28,12 @@ def analyse(
     # What the reader had to assume, then what the analyses found, in the order they found it.
     logs = {**({0: log} if log is not None else {}), **(rank_logs or {})}
     assign_ranks(trace, logs)
-    ctx = Context(trace, log, step_range, warnings=list(trace.warnings), logs=logs)
+    # One spelling of a region in every table: the sections see a range outside the default NVTX domain under its
+    # `domain:name` (model.spelled_range_names); the tables keyed by (domain, name) take its own name (own_names).
+    spelled = spelled_range_names(trace)
+    shown = trace if spelled is None else replace(trace, ranges=replace(trace.ranges, name=spelled))
+    own_names = None if spelled is None else trace.ranges.name
+    ctx = Context(shown, log, step_range, warnings=list(trace.warnings), logs=logs, own_names=own_names)
     parts: dict = {"schema": SUMMARY_SCHEMA, "gpus": trace.gpus, "warnings": ctx.warnings}
     tables: dict = {}
     for section in SECTIONS:

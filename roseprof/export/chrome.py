@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from roseprof.drivers import split_thread_id
-from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace
+from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace, spelled_range_names
 from roseprof.run import tables
 from roseprof.workload.steplog import read_steplog
 
@@ -91,9 +92,11 @@ def write_chrome(
         }
         fh.write('{"displayTimeUnit": "ns", "otherData": ' + json.dumps(meta) + ', "traceEvents": [')
         w = _Writer(fh)
-        esc = [json.dumps(s) for s in trace.names.values]  # every name escaped once
+        spelled = spelled_range_names(trace)  # NCCL's `ncclAllReduce` range as every table names it
+        # Every name escaped once, the spelled ones included.
+        esc = [json.dumps(s) for s in trace.names.values]
         _tracks(w, trace)
-        _ranges(w, trace, esc)
+        _ranges(w, trace, esc, spelled)
         _host(w, trace, esc)
         _ops(w, trace, esc, tables.read_op_regions(folder, len(trace.ops), len(trace.names)))
         _steps(w, steps)
@@ -162,8 +165,9 @@ def gpu_ranks(trace: Trace) -> dict[int, int]:
     return out
 
 
-def _ranges(w: _Writer, trace: Trace, esc: list[str]) -> None:
-    r = trace.ranges
+def _ranges(w: _Writer, trace: Trace, esc: list[str], spelled: np.ndarray | None) -> None:
+    """The regions as slices, each named as every table spells it (`spelled`: [R] names index; None: its name)."""
+    r = trace.ranges if spelled is None else replace(trace.ranges, name=spelled)
     _spans(
         w, trace, r, esc,
         lambda sl: ['"user_annotation"'] * len(r.start[sl]),

@@ -15,6 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence, whole_run_note
+from roseprof.render.units import region_name
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
 MAX_STEP_BARS = 1500
@@ -45,7 +46,7 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
     if not regions:
         return None
     rows = sorted(regions, key=lambda r: r["total_ns"], reverse=True)[:top][::-1]
-    names = [esc(f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]) for r in rows]
+    names = [esc(region_name(r)) for r in rows]
     fig = go.Figure()
     fig.add_bar(y=names, x=[r["total_ns"] / 1e6 for r in rows], orientation="h", name="CPU total")
     fig.add_bar(y=names, x=[r["self_ns"] / 1e6 for r in rows], orientation="h", name="CPU self")

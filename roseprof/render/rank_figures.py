@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from roseprof.render.figures import MAX_STEP_BARS, layout
+from roseprof.render.units import region_name
 
 
 def arrival_heatmap(summary: dict) -> go.Figure | None:
@@ -94,11 +95,11 @@ def rank_regions(summary: dict, top: int = 10) -> go.Figure | None:
     own: dict[str, float] = {}
     for e in entries:
         for r in e["regions"]:
-            own[r["name"]] = own.get(r["name"], 0.0) + r["self_ns"]
+            own[region_name(r)] = own.get(region_name(r), 0.0) + r["self_ns"]
     names = sorted(own, key=own.get, reverse=True)[:top][::-1]  # largest on top of a horizontal bar chart
     fig = go.Figure()
     for e in entries:
-        by_name = {r["name"]: r["self_ns"] for r in e["regions"]}
+        by_name = {region_name(r): r["self_ns"] for r in e["regions"]}
         fig.add_trace(
             go.Bar(
                 y=names,

@@ -26,7 +26,7 @@ def test_fixtures_found():
     assert any(p.name.endswith(".json") for p in TRACES) and any(p.name.endswith(".json.gz") for p in TRACES)
 
 
-@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: str(p.relative_to(DATA)))
 def test_every_fixture_reads_into_a_sound_model(path, tmp_path):
     reader = pick_reader(path)
     try:

@@ -38,7 +38,7 @@ def _steplog(path):
     return str(log) if log.is_file() else None
 
 
-@pytest.fixture(params=FIXTURES, ids=lambda p: p.name)
+@pytest.fixture(params=FIXTURES, ids=lambda p: str(p.relative_to(DATA)))
 def imported(request, tmp_path):
     store = RunStore(tmp_path / "traces")
     a = api.import_path(store, str(request.param), "a", _steplog(request.param))

@@ -37,6 +37,13 @@ class Context:
     results: dict[str, SectionResult] = field(default_factory=dict)
     # Every rank's step log by the rank its file name gives (0: `log` itself), for a run of several ranks.
     logs: dict[int, StepLogRecords] = field(default_factory=dict)
+    # [R] each range's own name where `trace.ranges.name` holds the spelled `domain:name` (None: every range is of
+    # the default domain; model.spelled_range_names): the tables keyed by (domain, name) name a region by its own.
+    own_names: np.ndarray | None = None
+
+    def range_names(self) -> np.ndarray:
+        """[R] each range's own name index (with its domain apart: the `regions` and per-rank region tables)."""
+        return self.trace.ranges.name if self.own_names is None else self.own_names
 
     @cached_property
     def tree(self):

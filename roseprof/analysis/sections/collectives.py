@@ -25,11 +25,16 @@ SOURCE = {
 
 def compute(ctx: Context) -> SectionResult:
     trace = ctx.trace
-    parts, op_group, range_group = _participants(ctx)
-    inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+    # The ranks section found and matched them already for its clock check (a run of several ranks).
+    shared = ctx.table("rank_collectives")
+    if shared is not None:
+        parts, inst, m = shared
+    else:
+        parts, op_group, range_group = _participants(ctx)
+        inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+        m = match(inst, len(parts.label)) if inst is not None else None
     if inst is None:
         return SectionResult({"collectives": None})
-    m = match(inst, len(parts.label))
     if m.unmatched_steps:
         ctx.warnings.append(
             f"collectives: {m.unmatched_steps} decode step(s) where the ranks issued different numbers of "
@@ -66,10 +71,12 @@ def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
     trace = ctx.trace
     groups = ctx.table("rank_groups") or []
     if groups:
-        rank_steps = ctx.table("rank_steps") or {}
         range_group = ctx.table("range_rank")
-        steps = [rank_steps.get(g.label) or _own_steps(ctx, range_group == i) for i, g in enumerate(groups)]
-        return participants(groups, steps), ctx.table("op_rank"), range_group
+        return (
+            rank_participants(ctx, groups, ctx.table("rank_steps") or {}, range_group),
+            ctx.table("op_rank"),
+            range_group,
+        )
     pids = sorted(set(trace.thread_pids.values()))
     proc = trace.processes.get(pids[0]) if len(pids) == 1 else None
     one = RankGroup("", proc.rank if proc else None, pids[:1], None, None, "")
@@ -79,6 +86,16 @@ def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
         np.zeros(len(trace.ops), dtype=np.int64),
         np.zeros(len(trace.ranges), dtype=np.int64),
     )
+
+
+def rank_participants(
+    ctx: Context, groups: list[RankGroup], rank_steps: dict, range_group: np.ndarray
+) -> Participants:
+    """The `ranks` section's groups as participants, each with its steps joined to its own step log (`rank_steps`,
+    by label), or its decode-step ranges numbered 0, 1, ... where it has none. The ranks section's clock check calls
+    it too, before its tables exist, so both pair the same collectives."""
+    steps = [rank_steps.get(g.label) or _own_steps(ctx, range_group == i) for i, g in enumerate(groups)]
+    return participants(groups, steps)
 
 
 def _own_steps(ctx: Context, mine: np.ndarray) -> dict:
@@ -156,9 +173,16 @@ def panels(summary: dict) -> list[dict]:
         )
     else:
         note += "one rank: no arrival spread"
-    how = (summary.get("rank_clock") or {}).get("how") or ""
+    clock = summary.get("rank_clock") or {}
+    how = clock.get("how") or ""
     if spread and how and not how.startswith("one host clock"):
-        note += "; each rank on its own clock: a spread includes the clocks' disagreement (rank_clock)"
+        note += "; each rank on its own clock: a spread includes the clocks' disagreement"
+        ends = clock.get("collectives") or {}
+        if (
+            ends.get("matched_by") == "step"
+        ):  # the same collectives' ends: disagreement plus the link's latency
+            note += f", {ends['end_spread_max_ns'] / 1e3:.1f} µs at most by the collectives' ends"
+        note += " (rank_clock)"
     out = [
         {
             "title": "collectives per rank (exposed: per decode step, p50; late: arrival after the first rank)",

@@ -6,20 +6,18 @@ summary.json: `ranks` is [] for a run of one process (its all-ranks tables are t
 entry per known rank, lowest first, then one per process of unknown rank. `rank_clock` says how the ranks share a
 clock (null where `ranks` is empty). Named tables for later sections: `rank_groups` (the entries' RankGroups),
 `op_rank` ([G] index into `ranks` of each GPU op's rank, -1 unknown), `range_rank` ([R] the same per range),
-`rank_steps` ({label: step rows}, each rank's steps as the `steps` table has them)."""
+`rank_steps` ({label: step rows}, each rank's steps as the `steps` table has them), `rank_collectives`
+((participants, instances, matched) of analysis/collectives.py, for the collectives section)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.collectives import find_instances, match
 from roseprof.analysis.graphs import placed_kernels
-from roseprof.analysis.ranks import (
-    collective_end_spread,
-    op_groups,
-    range_groups,
-    rank_groups,
-)
+from roseprof.analysis.ranks import collective_end_spread, op_groups, range_groups, rank_groups
 from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.sections.collectives import rank_participants
 from roseprof.analysis.stats import ns_stats
 from roseprof.analysis.steps import clock_offset, step_table
 from roseprof.model import KERNEL
@@ -70,15 +68,26 @@ def compute(ctx: Context) -> SectionResult:
     if window_joined and unlogged:
         _number_by_order(rank_steps, unlogged, ctx.warnings)
     unattributed = int((kernel & (op_group < 0)).sum())
+    collectives = _collectives(ctx, groups, op_group, r_group, rank_steps)
     clock = {
         "how": _clock_words(trace),
-        "collectives": collective_end_spread(trace, len(groups), op_group),
+        "collectives": collective_end_spread(*collectives[1:], len(groups)),
         "kernels_of_no_rank": unattributed,
     }
     return SectionResult(
         {"ranks": entries, "rank_clock": clock},
-        {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps},
-    )
+        {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps,
+         "rank_collectives": collectives},
+    )  # fmt: skip
+
+
+def _collectives(ctx: Context, groups, op_group, r_group, rank_steps: dict) -> tuple:
+    """(participants, instances or None, matched or None): the ranks' collectives found and matched (by decode step
+    and place in the step) once, for the clock check here (analysis/ranks.collective_end_spread) and for the
+    collectives section (the `rank_collectives` table), so both pair the same collectives."""
+    parts = rank_participants(ctx, groups, rank_steps, r_group)
+    inst = find_instances(ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, r_group, parts)
+    return parts, inst, match(inst, len(groups)) if inst is not None else None
 
 
 def _missing_ranks(groups, warnings: list[str]) -> None:
@@ -145,7 +154,7 @@ def _regions(ctx: Context, mine: np.ndarray) -> list[dict]:
     if not len(idx):
         return []
     r = trace.ranges
-    key = r.domain[idx] * (len(trace.names) + 1) + r.name[idx]
+    key = r.domain[idx] * (len(trace.names) + 1) + ctx.range_names()[idx]
     uniq, inverse = np.unique(key, return_inverse=True)
     inverse = inverse.ravel()
     total = np.bincount(inverse, weights=(r.end - r.start)[idx])
@@ -205,7 +214,7 @@ def panels(summary: dict) -> list[dict]:
     rows = []
     for e in entries:
         st = e.get("steps") or {}
-        top = max(e["regions"], key=lambda r: r["self_ns"])["name"] if e["regions"] else "-"
+        top = _spelled(max(e["regions"], key=lambda r: r["self_ns"])) if e["regions"] else "-"
         rows.append(
             ["?" if e["rank"] is None else str(e["rank"]), str(e["pid"]), str(st.get("count", "-")),
              ms(st.get("p50_ns")), ms(st.get("p99_ns")), str(e["kernel_count"]),
@@ -216,7 +225,8 @@ def panels(summary: dict) -> list[dict]:
     note = f"clock: {clock.get('how', '?')}"
     if spread:
         note += (
-            f"; {spread['matched']} collectives matched by order: their ends differ by "
+            f"; {spread['matched']} collectives matched {MATCHED_BY[spread.get('matched_by', 'order')]}: their "
+            "ends differ by "
             f"{spread['end_spread_p50_ns'] / 1e3:.1f} µs p50, {spread['end_spread_max_ns'] / 1e3:.1f} µs at most"
         )
     return [
@@ -229,7 +239,14 @@ def panels(summary: dict) -> list[dict]:
     ]
 
 
+# How the clock check paired the ranks' collectives (`matched_by`; a run stored before it was said: by order).
+MATCHED_BY = {"step": "by decode step and place in the step", "order": "by order"}
 TOP_NAME_CHARS = 22  # the busiest region's name in the panel: with the other columns, 80 terminal columns
+
+
+def _spelled(region: dict) -> str:
+    """A per-rank region (name and domain apart) as every table spells it (model.spelled_range_names)."""
+    return f"{region['domain']}:{region['name']}" if region.get("domain") else region["name"]
 
 
 def _middle(name: str, width: int) -> str:
@@ -257,7 +274,13 @@ CLOCK = {
     "how": str,
     "kernels_of_no_rank": int,
     "collectives": (
-        {"matched": int, "ranks": int, "end_spread_p50_ns": NUM, "end_spread_max_ns": NUM},
+        {
+            "matched": int,
+            "matched_by": (str, None),
+            "ranks": int,
+            "end_spread_p50_ns": NUM,
+            "end_spread_max_ns": NUM,
+        },
         None,
     ),
 }

@@ -19,7 +19,7 @@ def compute(ctx: Context) -> SectionResult:
     has_gpu = trace.has_gpu
     regions = []
     if len(start):
-        key = trace.ranges.domain * (len(trace.names) + 1) + trace.ranges.name
+        key = trace.ranges.domain * (len(trace.names) + 1) + ctx.range_names()
         pct = group_percentiles(key, dur)
         uniq, inverse = np.unique(key, return_inverse=True)
         count = np.bincount(inverse)
