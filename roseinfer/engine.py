@@ -196,9 +196,12 @@ class Engine:
         self.decode_steps += 1
         if out.rollovers:
             self.rollover_steps.add(index)
+        cpu = tracing.take_step_cpu()  # taken every step, so a step never carries an earlier one's CPU time
         if self.steplog is not None:
             batch = out.batch
             graphs = self.runner.graphs
+            # Regions on (under a profiler): the step's thread CPU time and each region's own CPU time in it.
+            cpu_fields = {"cpu_ns": cpu[0], "cpu_own_ns": cpu[1]} if cpu is not None else {}
             self.steplog.step(
                 start_ns,
                 end_ns,
@@ -208,6 +211,7 @@ class Engine:
                 [s.id for s in batch],
                 launched=out.launched,
                 bucket=graphs.bucket_for(len(batch)) if graphs is not None and batch else None,
+                **cpu_fields,
             )
         tracing.profiler_step()  # torch.profiler's schedule advances once per decode step (ROSEINFER_TORCH_PROFILE)
         return index

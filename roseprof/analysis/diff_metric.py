@@ -30,6 +30,15 @@ LOW_OWN_Q = 5
 LOW_OWN = "regions.{}.self_p5_ns"
 
 
+# A region's own thread CPU time per step (the step log's, version 3), which no wait for a core is in: what "where
+# the time moved" judges a CPU region by when every run has it (verdict._changes), at the runs' own speed. Its p5
+# over the steps, as for the wall time: the mean still carries what a context switch costs the region after it
+# (the caches refilled: the same code's kv.append_token mean CPU time moved 9% between runs, its p5 as much, but
+# the planted change is +18-28% of the mean and +61-63% of the p5; docs/BENCHMARKS.md, session 8).
+CPU_OWN = "regions.{}.cpu_own_ns"
+CPU_OWN_LOW = "regions.{}.cpu_own_p5_ns"
+
+
 def low_own(run, name: str) -> float:
     """A run's LOW_OWN_Q-th percentile of a region's own time per step (machine_speed's statistic for it)."""
     return float(np.percentile(run.step_self[name][0], LOW_OWN_Q))

@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis import machine_speed, noise_floor
-from roseprof.analysis.diff_metric import LOW_OWN, LOW_OWN_Q, Sample, Sides, common, figure, low_own
+from roseprof.analysis.diff_metric import (
+    CPU_OWN,
+    CPU_OWN_LOW,
+    LOW_OWN,
+    LOW_OWN_Q,
+    Sample,
+    Sides,
+    common,
+    figure,
+    low_own,
+)
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles, pct
@@ -111,6 +121,8 @@ def diff_regions(sides: Sides) -> list[dict]:
                 m = sides.metric(LOW_OWN.format(name), low(ga, low_a), low(gb, low_b), pct(q), q=q)
                 m["speed_normalised"] = True
                 metrics.append(m)
+            if cpu_only and all(name in r.step_cpu for r in sides.runs):
+                metrics.extend(_cpu_own(sides, name))
         elif all(name in r.region_self for r in sides.runs):
             sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
             sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
@@ -118,6 +130,20 @@ def diff_regions(sides: Sides) -> list[dict]:
     for m in metrics:
         m["per_step"] = per_step  # a total per decode step (or per run): how the views label it
     return metrics
+
+
+def _cpu_own(sides: Sides, name: str) -> list[dict]:
+    """A region's own thread CPU time per step (step log version 3): its mean and its LOW_OWN_Q-th percentile over
+    the steps, resampled over steps, at each run's own speed (no wait for a core is in it to normalise away)."""
+
+    def cpu(g):
+        return Sample([r.step_cpu[name] for r in g])
+
+    mean = sides.metric(CPU_OWN.format(name), cpu(sides.before), cpu(sides.after), np.mean)
+    low = sides.metric(
+        CPU_OWN_LOW.format(name), cpu(sides.before), cpu(sides.after), pct(LOW_OWN_Q), q=LOW_OWN_Q
+    )
+    return [mean, low]
 
 
 # What a stored summary.json must hold here (run/checks.py's spec language).
