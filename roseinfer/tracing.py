@@ -141,9 +141,7 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     STATE.sleep_rank = e.test_sleep_rank
     busy, busy_s = e.test_busy_region or (None, 0.0)
     STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
-    STATE.enabled = (
-        STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or busy is not None
-    )
+    STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or busy is not None
 
 
 class _NullRegion:
@@ -190,7 +188,9 @@ class _Region:
     def __init__(self, name: str) -> None:
         self.name = name
         self._rf = None
-        self._cpu0 = -1  # the thread's CPU ns when this region was entered inside a decode step; -1: not counted
+        self._cpu0 = (
+            -1
+        )  # the thread's CPU ns when this region was entered inside a decode step; -1: not counted
 
     def __enter__(self) -> None:
         if STATE.nvtx:

@@ -31,12 +31,18 @@ LOW_OWN = "regions.{}.self_p5_ns"
 
 
 # A region's own thread CPU time per step (the step log's, version 3), which no wait for a core is in: what "where
-# the time moved" judges a CPU region by when every run has it (verdict._changes), at the runs' own speed. Its p5
-# over the steps, as for the wall time: the mean still carries what a context switch costs the region after it
-# (the caches refilled: the same code's kv.append_token mean CPU time moved 9% between runs, its p5 as much, but
-# the planted change is +18-28% of the mean and +61-63% of the p5; docs/BENCHMARKS.md, session 8).
+# the time moved" judges a CPU region by when every run has it (verdict._changes). Its p5 over the steps at the
+# before side's machine speed, as for the wall time: under load the CPU time of the same code grows too (caches
+# refilled after other processes ran), in the mean most (the planted change: +18-28% of kv.append_token's mean
+# CPU time with two competing processes, -4 to +3% with six; of its p5, +61-63% and +14-32%), and normalised for
+# the machine's speed the p5's between-run spread fell from 9-15% to 2-7% (docs/BENCHMARKS.md, session 8).
 CPU_OWN = "regions.{}.cpu_own_ns"
 CPU_OWN_LOW = "regions.{}.cpu_own_p5_ns"
+
+
+def low_cpu(run, name: str) -> float:
+    """A run's LOW_OWN_Q-th percentile of a region's own CPU time per step (machine_speed's statistic for it)."""
+    return float(np.percentile(run.step_cpu[name], LOW_OWN_Q))
 
 
 def low_own(run, name: str) -> float:

@@ -102,7 +102,9 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         low = metrics.get(LOW_OWN.format(short)) if own_time else None
         cpu = metrics.get(CPU_OWN_LOW.format(short)) if own_time else None
         if cpu is not None and cpu.get("ci_low_pct") is not None:
-            low = cpu  # its CPU time, where no wait for a core is: the wall time's p5 only avoids most of them
+            low = (
+                cpu  # its CPU time, where no wait for a core is: the wall time's p5 only avoids most of them
+            )
         if low is not None and low.get("ci_low_pct") is not None:
             own = low
         tested = own if own is not None and own.get("ci_low_pct") is not None else m

@@ -14,6 +14,7 @@ from roseprof.analysis.diff_metric import (
     Sides,
     common,
     figure,
+    low_cpu,
     low_own,
 )
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
@@ -83,6 +84,14 @@ def diff_regions(sides: Sides) -> list[dict]:
         else None
     )
     low_a, low_b = low_speeds or ([1.0] * len(ga), [1.0] * len(gb))
+    # Each region's own CPU time where every run has it (a CPU diff): the machine's speed by the same statistic.
+    cpu_speeds = (
+        machine_speed.speed_factors(
+            ga, gb, low_cpu, machine_speed.LOW_MIN_SHARE, regions=lambda r: r.step_cpu
+        )
+        if per_step and cpu_only
+        else None
+    )
     metrics = []
     for name in common([r.region_durations for r in sides.runs]):
         if per_step and all(name in r.step_regions for r in sides.runs):
@@ -121,8 +130,8 @@ def diff_regions(sides: Sides) -> list[dict]:
                 m = sides.metric(LOW_OWN.format(name), low(ga, low_a), low(gb, low_b), pct(q), q=q)
                 m["speed_normalised"] = True
                 metrics.append(m)
-            if cpu_only and all(name in r.step_cpu for r in sides.runs):
-                metrics.extend(_cpu_own(sides, name))
+            if cpu_speeds is not None and all(name in r.step_cpu for r in sides.runs):
+                metrics.extend(_cpu_own(sides, name, cpu_speeds))
         elif all(name in r.region_self for r in sides.runs):
             sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
             sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
@@ -132,17 +141,18 @@ def diff_regions(sides: Sides) -> list[dict]:
     return metrics
 
 
-def _cpu_own(sides: Sides, name: str) -> list[dict]:
+def _cpu_own(sides: Sides, name: str, speeds: tuple[list[float], list[float]]) -> list[dict]:
     """A region's own thread CPU time per step (step log version 3): its mean and its LOW_OWN_Q-th percentile over
-    the steps, resampled over steps, at each run's own speed (no wait for a core is in it to normalise away)."""
+    the steps, resampled over steps, at the before side's machine speed (`speeds`, from the CPU times' p5s)."""
 
-    def cpu(g):
-        return Sample([r.step_cpu[name] for r in g])
+    def cpu(g, speed):
+        return Sample([r.step_cpu[name] / s for r, s in zip(g, speed)])
 
-    mean = sides.metric(CPU_OWN.format(name), cpu(sides.before), cpu(sides.after), np.mean)
-    low = sides.metric(
-        CPU_OWN_LOW.format(name), cpu(sides.before), cpu(sides.after), pct(LOW_OWN_Q), q=LOW_OWN_Q
-    )
+    (ga, gb), (sa, sb) = (sides.before, sides.after), speeds
+    mean = sides.metric(CPU_OWN.format(name), cpu(ga, sa), cpu(gb, sb), np.mean)
+    low = sides.metric(CPU_OWN_LOW.format(name), cpu(ga, sa), cpu(gb, sb), pct(LOW_OWN_Q), q=LOW_OWN_Q)
+    for m in (mean, low):
+        m["speed_normalised"] = True
     return [mean, low]
 
 
