@@ -43,6 +43,8 @@ class Engine:
             # (starting to collect, starting to record, writing the trace) from the ITL figures.
             meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
         self.steplog = steplog.step_log(meta, rank=self.rank)
+        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu.
+        tracing.STATE.step_cpu = torch.device(self.device).type == "cpu"
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).

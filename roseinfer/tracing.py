@@ -54,6 +54,7 @@ class _State:
         "sleep_rank",
         "busy_region",
         "busy_ns",
+        "step_cpu",
     )
 
     def __init__(self) -> None:
@@ -68,6 +69,10 @@ class _State:
         self.sleep_rank: int | None = None  # tests only: ROSEINFER_TEST_SLEEP_RANK (None: every rank)
         self.busy_region: str | None = None  # tests only: ROSEINFER_TEST_BUSY_REGION
         self.busy_ns = 0
+        # Regions inside a decode step read the thread's CPU time (_StepCpu). The engine turns it off on a GPU:
+        # there the host's regions are microseconds, two clock reads each would be a visible part of a graph step,
+        # and GPU diffs judge regions by their wall time (docs/BENCHMARKS.md, session 8).
+        self.step_cpu = True
 
 
 STATE = _State()
@@ -203,7 +208,7 @@ class _Region:
         if self.name == STATE.sleep_region and _sleeps_on_this_rank():
             time.sleep(STATE.sleep_s)
         cpu = _CPU
-        if self.name == DECODE_STEP:
+        if self.name == DECODE_STEP and STATE.step_cpu:
             cpu.thread, cpu.children, cpu.own = _thread_id(), [], {}
         if cpu.thread is not None and cpu.thread == _thread_id():
             cpu.children.append(0)

@@ -91,3 +91,14 @@ def test_a_region_on_another_thread_leaves_the_step_alone(monkeypatch):
     with tracing.region(tracing.MLP):
         pass
     assert tracing.take_step_cpu() is None
+
+
+def test_a_gpu_engine_leaves_them_out(monkeypatch):
+    """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step opens no CPU accounting."""
+    monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "step_cpu", False)
+    tracing.take_step_cpu()
+    with tracing.region(tracing.DECODE_STEP):
+        with tracing.region(tracing.SAMPLE):
+            pass
+    assert tracing.take_step_cpu() is None
