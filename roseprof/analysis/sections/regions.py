@@ -8,6 +8,7 @@ from roseprof.analysis import machine_speed, noise_floor
 from roseprof.analysis.diff_metric import (
     CPU_OWN,
     CPU_OWN_LOW,
+    CPU_OWN_LOW_RAW,
     LOW_OWN,
     LOW_OWN_Q,
     Sample,
@@ -153,7 +154,12 @@ def _cpu_own(sides: Sides, name: str, speeds: tuple[list[float], list[float]]) -
     low = sides.metric(CPU_OWN_LOW.format(name), cpu(ga, sa), cpu(gb, sb), pct(LOW_OWN_Q), q=LOW_OWN_Q)
     for m in (mean, low):
         m["speed_normalised"] = True
-    return [mean, low]
+    ones_a, ones_b = [1.0] * len(ga), [1.0] * len(gb)
+    raw = sides.metric(
+        CPU_OWN_LOW_RAW.format(name), cpu(ga, ones_a), cpu(gb, ones_b), pct(LOW_OWN_Q), q=LOW_OWN_Q
+    )
+    raw["speed_normalised"] = False
+    return [mean, low, raw]
 
 
 # What a stored summary.json must hold here (run/checks.py's spec language).
