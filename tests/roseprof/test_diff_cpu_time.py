@@ -93,3 +93,25 @@ def test_a_gpu_diff_keeps_judging_the_mean():
     metrics = compare(before, after, floor=NoiseFloor("gpu"))
     assert not any(".cpu_own" in m["name"] or ".self_p5_ns" in m["name"] for m in metrics)
     assert {r["own_stat"] for r in verdict(metrics, *SIDES)["regions"]} <= {"mean"}
+
+
+def test_a_move_that_only_the_speed_normalisation_makes_is_not_named():
+    """The after group's Python ran 30% slower (every Python-bound region's CPU time), the BLAS-bound lm_head not:
+    at the before side's speed lm_head reads ~23% faster, at the runs' own speed it did not move; the Python-bound
+    regions read slower only at the runs' own speed. Nothing changed in the code: nothing is named."""
+    rng = np.random.default_rng(3)
+    python_bound = {KV: 400, "roseinfer.layer.attention": 1500, "roseinfer.embedding": 40, "roseinfer.sample": 20}
+    before, after = run_data([7.5e6] * 300), run_data([7.5e6] * 300)
+    for name, us in {**python_bound, "roseinfer.lm_head": 3700}.items():
+        work = us * 1e3 * rng.lognormal(0, 0.03, size=(2, 300))  # [2 runs, S] ns
+        slower = 1.3 if name in python_bound else 1.0
+        for run, own in ((before, work[0]), (after, work[1] * slower)):
+            run.step_self[name] = (own, 0.0)
+            run.region_durations[name] = own
+            run.step_cpu[name] = own
+    by = {m["name"]: m for m in compare(before, after, floor=NoiseFloor("cpu"))}
+    assert by["regions.roseinfer.lm_head.cpu_own_p5_ns"]["significant"]  # the normalisation's artefact
+    assert not by["regions.roseinfer.lm_head.cpu_own_p5_raw_ns"]["excludes_zero"]
+    assert by[f"regions.{KV}.cpu_own_p5_raw_ns"]["significant"]  # the machine's, at the runs' own speed
+    assert not by[f"regions.{KV}.cpu_own_p5_ns"]["significant"]
+    assert verdict(list(by.values()), *SIDES)["regions"] == []
