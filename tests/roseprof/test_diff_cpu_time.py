@@ -100,7 +100,12 @@ def test_a_move_that_only_the_speed_normalisation_makes_is_not_named():
     at the before side's speed lm_head reads ~23% faster, at the runs' own speed it did not move; the Python-bound
     regions read slower only at the runs' own speed. Nothing changed in the code: nothing is named."""
     rng = np.random.default_rng(3)
-    python_bound = {KV: 400, "roseinfer.layer.attention": 1500, "roseinfer.embedding": 40, "roseinfer.sample": 20}
+    python_bound = {
+        KV: 400,
+        "roseinfer.layer.attention": 1500,
+        "roseinfer.embedding": 40,
+        "roseinfer.sample": 20,
+    }
     before, after = run_data([7.5e6] * 300), run_data([7.5e6] * 300)
     for name, us in {**python_bound, "roseinfer.lm_head": 3700}.items():
         work = us * 1e3 * rng.lognormal(0, 0.03, size=(2, 300))  # [2 runs, S] ns
