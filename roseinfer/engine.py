@@ -43,6 +43,8 @@ class Engine:
             # (starting to collect, starting to record, writing the trace) from the ITL figures.
             meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
         self.steplog = steplog.step_log(meta, rank=self.rank)
+        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu.
+        tracing.STATE.step_cpu = torch.device(self.device).type == "cpu"
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).
@@ -196,9 +198,12 @@ class Engine:
         self.decode_steps += 1
         if out.rollovers:
             self.rollover_steps.add(index)
+        cpu = tracing.take_step_cpu()  # taken every step, so a step never carries an earlier one's CPU time
         if self.steplog is not None:
             batch = out.batch
             graphs = self.runner.graphs
+            # Regions on (under a profiler): the step's thread CPU time and each region's own CPU time in it.
+            cpu_fields = {"cpu_ns": cpu[0], "cpu_own_ns": cpu[1]} if cpu is not None else {}
             self.steplog.step(
                 start_ns,
                 end_ns,
@@ -208,6 +213,7 @@ class Engine:
                 [s.id for s in batch],
                 launched=out.launched,
                 bucket=graphs.bucket_for(len(batch)) if graphs is not None and batch else None,
+                **cpu_fields,
             )
         tracing.profiler_step()  # torch.profiler's schedule advances once per decode step (ROSEINFER_TORCH_PROFILE)
         return index

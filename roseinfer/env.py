@@ -16,6 +16,7 @@ from roseinfer.names import (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
+    ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TORCH_PROFILE,
@@ -67,6 +68,9 @@ class Env:
     # Tests only: with tensor parallelism, only this rank sleeps in test_sleep_region (every rank when unset): a
     # rank made late on purpose, whose lateness roseprof's straggler analysis must find and place in that region.
     test_sleep_rank: int | None
+    # Tests only: `region:ms` makes every entry into that region spend ms milliseconds of CPU time in a busy loop
+    # (the sleep above costs no CPU, which a diff judging regions by their CPU time cannot see).
+    test_busy_region: tuple[str, float] | None
     # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
     # or at exit; record_function spans are then on. The profiler advances once per decode step.
     torch_profile: str | None
@@ -115,6 +119,7 @@ def read() -> Env:
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
+        test_busy_region=_sleep_region(ROSEINFER_TEST_BUSY_REGION),
         test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1)
         if os.environ.get(ROSEINFER_TEST_SLEEP_RANK)
         else None,

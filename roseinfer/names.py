@@ -70,6 +70,7 @@ ROSEINFER_STEP_LOG = "ROSEINFER_STEP_LOG"
 ROSELLM_TRITON_KV_APPEND = "ROSELLM_TRITON_KV_APPEND"
 ROSELLM_TRITON_KV_APPEND_MIN_BATCH = "ROSELLM_TRITON_KV_APPEND_MIN_BATCH"
 ROSEINFER_TEST_SLEEP_REGION = "ROSEINFER_TEST_SLEEP_REGION"  # tests only: an injected sleep
+ROSEINFER_TEST_BUSY_REGION = "ROSEINFER_TEST_BUSY_REGION"  # tests only: an injected busy loop (CPU time)
 ROSEINFER_TEST_SLEEP_RANK = (
     "ROSEINFER_TEST_SLEEP_RANK"  # tests only: the one rank that sleeps (all when unset)
 )
@@ -90,8 +91,9 @@ ENV_KEYS = (
     ROSELLM_TRITON_KV_APPEND,
     ROSELLM_TRITON_KV_APPEND_MIN_BATCH,
     ROSEINFER_TEST_SLEEP_REGION,
+    ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
-STEPLOG_VERSION = 2  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)
+STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import threading
 import time
 
 from roseinfer import env
@@ -51,6 +52,9 @@ class _State:
         "sleep_region",
         "sleep_s",
         "sleep_rank",
+        "busy_region",
+        "busy_ns",
+        "step_cpu",
     )
 
     def __init__(self) -> None:
@@ -63,6 +67,12 @@ class _State:
         self.sleep_region: str | None = None  # tests only: ROSEINFER_TEST_SLEEP_REGION
         self.sleep_s = 0.0
         self.sleep_rank: int | None = None  # tests only: ROSEINFER_TEST_SLEEP_RANK (None: every rank)
+        self.busy_region: str | None = None  # tests only: ROSEINFER_TEST_BUSY_REGION
+        self.busy_ns = 0
+        # Regions inside a decode step read the thread's CPU time (_StepCpu). The engine turns it off on a GPU:
+        # there the host's regions are microseconds, two clock reads each would be a visible part of a graph step,
+        # and GPU diffs judge regions by their wall time (docs/BENCHMARKS.md, session 8).
+        self.step_cpu = True
 
 
 STATE = _State()
@@ -134,7 +144,9 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
         STATE._profiling = _torch_profiling_check()
     STATE.sleep_region, STATE.sleep_s = e.test_sleep_region or (None, 0.0)
     STATE.sleep_rank = e.test_sleep_rank
-    STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None
+    busy, busy_s = e.test_busy_region or (None, 0.0)
+    STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
+    STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or busy is not None
 
 
 class _NullRegion:
@@ -150,12 +162,40 @@ class _NullRegion:
 _NULL = _NullRegion()
 
 
+class _StepCpu:
+    """Each region's own thread CPU time in the decode step now running, for the step log (`take_step_cpu`).
+
+    On a busy CPU the process waits for a core at random moments, and whichever region runs then absorbs the wait
+    in its wall time; its thread CPU time (CLOCK_THREAD_CPUTIME_ID) leaves the wait out (docs/BENCHMARKS.md,
+    session 8). Nsight Systems 2022.4 cannot record context switches on this machine, so the engine measures it
+    itself, only while regions are on. The step's accounting opens when a `roseinfer.decode_step` region is
+    entered and closes when it exits: the prefill and scheduler regions between steps are not in any step, nor is
+    a region entered before the step opened. Only the thread that entered the step counts (`thread`): a region on
+    another thread never touches the step's stack."""
+
+    __slots__ = ("thread", "children", "own", "last")
+
+    def __init__(self) -> None:
+        self.thread: int | None = None  # the thread whose decode step is open; None between steps
+        self.children: list[int] = []  # per open region (innermost last): CPU ns of its children that ended
+        self.own: dict[str, int] = {}  # region -> its own CPU ns in this step (less its children's)
+        self.last: tuple[int, dict[str, int]] | None = None  # the last step's (CPU ns, own CPU ns by region)
+
+
+_CPU = _StepCpu()
+_thread_time_ns = time.thread_time_ns
+_thread_id = threading.get_ident
+
+
 class _Region:
-    __slots__ = ("name", "_rf")
+    __slots__ = ("name", "_rf", "_cpu0")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._rf = None
+        self._cpu0 = (
+            -1
+        )  # the thread's CPU ns when this region was entered inside a decode step; -1: not counted
 
     def __enter__(self) -> None:
         if STATE.nvtx:
@@ -167,13 +207,46 @@ class _Region:
             self._rf.__enter__()
         if self.name == STATE.sleep_region and _sleeps_on_this_rank():
             time.sleep(STATE.sleep_s)
+        cpu = _CPU
+        if self.name == DECODE_STEP and STATE.step_cpu:
+            cpu.thread, cpu.children, cpu.own = _thread_id(), [], {}
+        if cpu.thread is not None and cpu.thread == _thread_id():
+            cpu.children.append(0)
+            self._cpu0 = _thread_time_ns()  # read last: the profiler's own work above is not this region's
+        if self.name == STATE.busy_region:
+            _burn(STATE.busy_ns)
 
     def __exit__(self, *exc: object) -> None:
+        if self._cpu0 >= 0:
+            spent = _thread_time_ns() - self._cpu0  # read first, as __enter__ reads last
+            cpu = _CPU
+            children = cpu.children.pop()
+            cpu.own[self.name] = cpu.own.get(self.name, 0) + spent - children
+            if cpu.children:
+                cpu.children[-1] += spent
+            if self.name == DECODE_STEP:
+                cpu.last, cpu.thread = (spent, cpu.own), None
         if self._rf is not None:
             self._rf.__exit__(None, None, None)
             self._rf = None
         if STATE.nvtx:
             STATE._pop()
+
+
+def take_step_cpu() -> tuple[int, dict[str, int]] | None:
+    """The last decode step's thread CPU time and each region's own CPU time in it (ns), once; None when regions
+    are off (or the step's region was not entered)."""
+    last, _CPU.last = _CPU.last, None
+    return last
+
+
+def _burn(ns: int) -> None:
+    """Tests only (ROSEINFER_TEST_BUSY_REGION): spend `ns` of this thread's CPU time. The injected sleep costs
+    no CPU, so a diff that judges regions by their CPU time (a run with the step log's CPU times) cannot see it;
+    this is the planted slowdown such a diff must find."""
+    end = _thread_time_ns() + ns
+    while _thread_time_ns() < end:
+        pass
 
 
 def _sleeps_on_this_rank() -> bool:

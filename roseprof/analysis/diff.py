@@ -38,8 +38,9 @@ METHOD = (
     f"change; a change when it clears its family's noise floor (never when of zero width); no interval under {MIN_SAMPLES} samples per run, nor for a "
     f"percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: {min_samples(95)}, p99: "
     f"{min_samples(99)}); ITL is resampled by decode step; region and kernel totals are per decode step; where "
-    "the time moved judges a region by its own time in the steps no wait for a core landed in (p5 over the steps, "
-    "at the before side's machine speed)"
+    "the time moved judges a region by its own thread CPU time where every run has it (CPU runs with the step "
+    "log's CPU times: no wait for a core is in it), else by its own time in the steps no wait for a core landed "
+    "in (either: p5 over the steps, at the before side's machine speed)"
 )
 HIERARCHICAL_METHOD = (
     "hierarchical bootstrap over groups of runs ({n_a} before, {n_b} after): {resamples} resamples, each drawing "
@@ -50,7 +51,8 @@ HIERARCHICAL_METHOD = (
     "between-run parts; a change when it clears its family's noise floor (never when of zero width); the same "
     f"sample minimums as one run a side ({MIN_SAMPLES}; p95: {min_samples(95)}, p99: {min_samples(99)}); totals "
     "are per decode step; a region's own time per step at the before side's machine speed, judged in where the "
-    "time moved by its p5 over the steps (the steps no wait for a core landed in)"
+    "time moved by the p5 over the steps of its own thread CPU time where every run has it, else of its own time "
+    "(the steps no wait for a core landed in)"
 )
 
 

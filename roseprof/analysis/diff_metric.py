@@ -30,6 +30,27 @@ LOW_OWN_Q = 5
 LOW_OWN = "regions.{}.self_p5_ns"
 
 
+# A region's own thread CPU time per step (the step log's, version 3), which no wait for a core is in: what "where
+# the time moved" judges a CPU region by when every run has it (verdict._changes). Its p5 over the steps at the
+# before side's machine speed, as for the wall time: under load the CPU time of the same code grows too (caches
+# refilled after other processes ran), in the mean most (the planted change: +18-28% of kv.append_token's mean
+# CPU time with two competing processes, -4 to +3% with six; of its p5, +61-63% and +14-32%), and normalised for
+# the machine's speed the p5's between-run spread fell from 9-15% to 2-7% (docs/BENCHMARKS.md, session 8).
+CPU_OWN = "regions.{}.cpu_own_ns"
+CPU_OWN_LOW = "regions.{}.cpu_own_p5_ns"
+# The same at the runs' own speed. The normalisation's model (a busier machine slows every region alike) is only
+# half true here: the Python-bound regions slow together while the BLAS-bound ones (lm_head, mlp) barely move, so
+# against a group whose Python ran 25% slower the normalised lm_head reads 20% "faster" and the raw kv.append_token
+# 30% "slower" (docs/BENCHMARKS.md, session 8, acc5). A region is called changed only when the raw figure moved
+# the same way (its interval excludes 0; verdict._agrees).
+CPU_OWN_LOW_RAW = "regions.{}.cpu_own_p5_raw_ns"
+
+
+def low_cpu(run, name: str) -> float:
+    """A run's LOW_OWN_Q-th percentile of a region's own CPU time per step (machine_speed's statistic for it)."""
+    return float(np.percentile(run.step_cpu[name], LOW_OWN_Q))
+
+
 def low_own(run, name: str) -> float:
     """A run's LOW_OWN_Q-th percentile of a region's own time per step (machine_speed's statistic for it)."""
     return float(np.percentile(run.step_self[name][0], LOW_OWN_Q))

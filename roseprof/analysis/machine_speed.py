@@ -8,6 +8,10 @@ change moves a few. So each run's speed factor is the median over the step's reg
 the before side's typical own time per step): the median-of-ratios normalisation of DESeq (Anders & Huber 2010),
 robust while fewer than half the regions change. Own times divided by it are "at the before side's machine
 speed". The headline figures (step time, ITL) are never normalised: a uniform slowdown is still a slowdown.
+
+A region's thread CPU time (step log version 3) has no wait for a core in it, but it is not the machine's speed
+either: under load the same code's Python-bound regions spend 25-65% more CPU time (caches refilled after other
+processes ran, the cores' clocks), so it is normalised the same way (docs/BENCHMARKS.md, session 8).
 """
 
 from __future__ import annotations
@@ -36,15 +40,20 @@ def own_per_step(run: RunData, name: str) -> float:
 
 
 def speed_factors(
-    before: list[RunData], after: list[RunData], statistic=own_per_step, min_share: float = MIN_SHARE
+    before: list[RunData],
+    after: list[RunData],
+    statistic=own_per_step,
+    min_share: float = MIN_SHARE,
+    regions=lambda run: run.step_self,
 ) -> tuple[list[float], list[float]] | None:
     """Each run's speed factor (1.0: the before side's typical speed; 2.0: everything took twice as long), or None
     where the runs have too few regions inside their steps to tell. `statistic(run, region)` is the per-run figure
-    the regions are compared by (default: the mean own time per step)."""
+    the regions are compared by (default: the mean own time per step), over the regions `regions(run)` holds
+    (default: those with a wall own time per step; `run.step_cpu`: those with a CPU one)."""
     runs = before + after
-    if not all(r.step_self and r.step_dur is not None and len(r.step_dur) for r in runs):
+    if not all(regions(r) and r.step_dur is not None and len(r.step_dur) for r in runs):
         return None
-    names = sorted(set.intersection(*(set(r.step_self) for r in runs)))
+    names = sorted(set.intersection(*(set(regions(r)) for r in runs)))
     step_time = float(np.mean([r.step_dur.mean() for r in before]))
     own = {n: np.array([statistic(r, n) for r in runs]) for n in names}  # name -> [R] ns per step
     ref = {}

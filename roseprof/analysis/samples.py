@@ -9,6 +9,7 @@ import numpy as np
 
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.stats import groups
+from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
 from roseprof.model import KERNEL, Trace, spelled_range_names
 
 
@@ -30,6 +31,9 @@ class RunData:
     ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
     # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
     step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
+    # region inside the decode step -> [S] its own thread CPU ns in each step (the step log's, version 3: no wait for
+    # a core in it); empty for runs captured without them
+    step_cpu: dict[str, np.ndarray] = field(default_factory=dict)
     # section name -> what that section's diff_prepare made of the stored run: samples of its own (a per-step
     # column from the trace and the step windows, say) that its diff_samples families read back
     sections: dict[str, object] = field(default_factory=dict)
@@ -43,11 +47,16 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     """A stored run's summary, step and ITL tables and trace, as samples to compare."""
     step_dur = step_roll = None
     step_regions = {}
+    step_cpu: dict[str, np.ndarray] = {}
     if steps and steps.get("rows"):
         step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
         step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
         for name in steps.get("regions", []):
             step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
+        step_cpu = {
+            name: np.asarray(steps["rows"][CPU_PREFIX + name], dtype=np.float64)
+            for name in cpu_regions(steps["rows"])
+        }
     itl_rows = itl_rows or []
     itl = itl_roll = itl_step = None
     if itl_rows:
@@ -123,7 +132,8 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         kernel_durations,
         ttft,
         step_self,
-        own,
+        sections=own,
+        step_cpu=step_cpu,
     )
 
 

@@ -129,8 +129,32 @@ def step_table(
             owner = np.searchsorted(np.asarray(rows["start_ns"]), ts, side="right") - 1
             np.add.at(rollovers, owner[owner >= 0], 1)
         rows["rollovers"] = rollovers.tolist()
+    if joined or not len(step_ranges):
+        cpu_columns(rows, log_steps, range(n))
     region_cols = _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
     return rows, region_cols
+
+
+CPU_PREFIX = "cpu:"  # steps-table column of a region's own thread CPU ns per step (step log version 3)
+
+
+def cpu_columns(rows: dict, log_steps: list[dict], index) -> None:
+    """Adds the step log's CPU times to `rows` (row i is log record index[i]): `cpu_ns`, the step's thread CPU
+    time, and `cpu:REGION`, each region's own CPU time in the step (0 in a step it did not run in). Only when
+    every row has a record with them: a column with holes would pass a missing step for a free one."""
+    index = list(index)
+    if not index or any(k < 0 or "cpu_own_ns" not in log_steps[k] for k in index):
+        return
+    records = [log_steps[k] for k in index]
+    rows["cpu_ns"] = [r["cpu_ns"] for r in records]
+    for name in sorted({name for r in records for name in r["cpu_own_ns"]}):
+        rows[CPU_PREFIX + name] = [r["cpu_own_ns"].get(name, 0) for r in records]
+
+
+def cpu_regions(rows: dict | None) -> list[str]:
+    """The regions a steps table has CPU own times for (none for runs captured with regions off or before
+    step log version 3)."""
+    return [c[len(CPU_PREFIX) :] for c in rows or {} if c.startswith(CPU_PREFIX)]
 
 
 def _time_joined(names, start, end, name_idx, parent, depth, step_ranges, log_steps, log_index, warnings):
@@ -146,6 +170,7 @@ def _time_joined(names, start, end, name_idx, parent, depth, step_ranges, log_st
     }
     for key in ("rollovers", "batch_size", "cow"):
         rows[key] = [int(log_steps[k].get(key, 0)) if k >= 0 else 0 for k in log_index.tolist()]
+    cpu_columns(rows, log_steps, log_index.tolist())
     region_cols = _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
     return rows, region_cols
 

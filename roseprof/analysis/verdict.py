@@ -16,7 +16,7 @@ With one run a side the verdict says that its intervals see only the noise insid
 
 from __future__ import annotations
 
-from roseprof.analysis.diff_metric import LOW_OWN
+from roseprof.analysis.diff_metric import CPU_OWN_LOW, CPU_OWN_LOW_RAW, LOW_OWN
 from roseprof.analysis.stats import min_samples
 
 # (metric, label, what one sample is, unit of the value)
@@ -29,6 +29,12 @@ HEADLINE = (
     ("requests.throughput_tok_s", "throughput", None, "tok/s"),
 )
 TOP_CHANGES = 5
+# (judged by CPU time, by a p5 over the steps) -> which statistic of a region's own time a row was judged by
+OWN_STAT = {
+    (True, True): "CPU time, p5 of the steps",
+    (False, True): "p5 of the steps",
+    (False, False): "mean",
+}
 
 
 def word(m: dict) -> tuple[str, str | None]:
@@ -84,7 +90,10 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
     is judged and ranked on its own (self) time where that has an interval, else on its total, ranked by the move
     of its own time: a slower child makes every enclosing region's total slower, not their own time. Its own time
     is judged in the steps no wait for a core landed in (diff_metric.LOW_OWN: the 5th percentile over the steps) where
-    that has an interval: the mean carries the waits, which move more between runs than the planted change does."""
+    that has an interval: the mean carries the waits, which move more between runs than the planted change does.
+    Where every run has its regions' CPU times (step log version 3), the p5 of its own CPU time instead
+    (diff_metric.CPU_OWN_LOW): no wait is in it at all; and it is a change only where the same at the runs' own
+    speed (CPU_OWN_LOW_RAW) is one too, the same way: the machine's speed does not slow every region alike."""
     rows = []
     for name, m in metrics.items():
         if not (name.startswith(prefix) and name.endswith(".total_ns")):
@@ -92,6 +101,12 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         short = name[len(prefix) : -len(".total_ns")]
         own = metrics.get(f"{prefix}{short}.self_ns") if own_time else None
         low = metrics.get(LOW_OWN.format(short)) if own_time else None
+        cpu = metrics.get(CPU_OWN_LOW.format(short)) if own_time else None
+        if cpu is not None and cpu.get("ci_low_pct") is not None:
+            # Its CPU time, where no wait for a core is: the wall time's p5 only avoids most of them.
+            low = cpu
+            if cpu["significant"] and not _agrees(cpu, metrics.get(CPU_OWN_LOW_RAW.format(short))):
+                continue  # at the before side's machine speed and at the runs' own: a change only where both moved the same way
         if low is not None and low.get("ci_low_pct") is not None:
             own = low
         tested = own if own is not None and own.get("ci_low_pct") is not None else m
@@ -104,7 +119,7 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         row = _row(tested, short, None, "ns")
         row["per_step"] = bool(m.get("per_step"))
         row["own_time"] = tested is own
-        row["own_stat"] = "p5 of the steps" if tested is low else "mean"
+        row["own_stat"] = OWN_STAT[tested is cpu, tested is low]
         row["total_before"], row["total_after"] = m["a"], m["b"]
         moved = m["b"] - m["a"]
         if own is not None:
@@ -118,6 +133,16 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         largest = abs(rows[0]["moved_ns"])
         rows = [r for r in rows if abs(r["moved_ns"]) >= 0.05 * largest]
     return rows[:TOP_CHANGES]
+
+
+def _agrees(normalised: dict, raw: dict | None) -> bool:
+    """Whether a region's own CPU time that changed beyond the floor at the before side's machine speed moved the
+    same way at the runs' own speed, its interval excluding 0 (diff_metric.CPU_OWN_LOW_RAW says why). Only the
+    way is asked of the raw figure: between runs at unlike speeds its interval is wide (+122% [+6, +364] for the
+    planted change, docs/BENCHMARKS.md session 8, acc6)."""
+    if raw is None or not raw.get("excludes_zero") or raw.get("zero_width"):
+        return False
+    return (normalised["delta_pct"] > 0) == (raw["delta_pct"] > 0)
 
 
 def verdict(

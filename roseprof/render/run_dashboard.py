@@ -118,18 +118,15 @@ def _steady_panel(summary: dict) -> str:
     steady = summary.get("steady")
     if not steady:
         return ""
-    us = lambda v: "-" if not v else units.us(v)  # noqa: E731
-    st = steady["step"]
-    rows = [[f"<b>(whole {html.escape(steady['unit'])})</b>", us(st["host_mean_ns"]), us(st["host_p50_ns"]),
-             us(st["gpu_mean_ns"]), us(st["gpu_p50_ns"])]]  # fmt: skip
-    rows += [
-        [html.escape(r["name"]), us(r["host_mean_ns"]), us(r["host_p50_ns"]), us(r["gpu_mean_ns"]),
-         us(r["gpu_p50_ns"])]
-        for r in steady["regions"]
-    ]  # fmt: skip
-    headers = ["region", "host µs mean", "host µs p50", "GPU µs mean", "GPU µs p50"]
-    keep = [i for i in range(5) if i < 3 or any(row[i] != "-" for row in rows)]
+    headers, rows = units.steady_table(steady, steady["regions"], f"(whole {steady['unit']})")
+    rows = [[html.escape(c) for c in row] for row in rows]
+    rows[0][0] = f"<b>{rows[0][0]}</b>"
     notes = [text.GRAPH_NOTE] if steady.get("graph_replays") else []
+    if "own CPU p5" in headers:
+        notes.append(
+            "own CPU (µs): each region's thread CPU time per step less its children's, which no wait for a core is in "
+            "(a diff of CPU runs judges regions by its p5)"
+        )
     left = text.left_out_sentence(steady)
     if left:
         notes.append(left)
@@ -137,7 +134,7 @@ def _steady_panel(summary: dict) -> str:
     title = text.steady_title(steady)
     return (
         f'<div class="panel" id="steady"><h2>{html.escape(title[0].upper() + title[1:])}</h2>'
-        f"{body}{table([headers[i] for i in keep], [[row[i] for i in keep] for row in rows])}</div>"
+        f"{body}{table(headers, rows)}</div>"
     )
 
 

@@ -196,22 +196,13 @@ def _print_path(console: Console, label: str, path) -> None:
 
 def print_steady(console: Console, steady: dict, top: int = 12) -> None:
     """Per step in steady state: host and GPU time per region, mean and median; what was left out."""
-    us = lambda v: "-" if not v else units.us(v)  # noqa: E731 - a region that never ran in a step: "-"
-    st = steady["step"]
-    rows = [[f"(whole {steady['unit']})", us(st["host_mean_ns"]), us(st["host_p50_ns"]),
-             us(st["gpu_mean_ns"]), us(st["gpu_p50_ns"])]]  # fmt: skip
-    for r in steady["regions"][:top]:
-        rows.append(
-            [
-                r["name"],
-                us(r["host_mean_ns"]),
-                us(r["host_p50_ns"]),
-                us(r["gpu_mean_ns"]),
-                us(r["gpu_p50_ns"]),
-            ]
-        )
-    headers = ["region", "host µs mean", "host µs p50", "GPU µs mean", "GPU µs p50"]
+    headers, rows = units.steady_table(steady, steady["regions"][:top], f"(whole {steady['unit']})")
     console.print(fit_table(console, text.steady_title(steady), headers, rows, {0: text.shorten_middle}))
+    if "own CPU p5" in headers:
+        console.print(
+            plain("  own CPU (µs): a region's thread CPU time less its children's (no core waits)"),
+            markup=False, style="dim",
+        )  # fmt: skip
     if len(steady["regions"]) > top:
         console.print(f"  ... {len(steady['regions']) - top} more regions (--json)", markup=False)
     if steady.get("graph_replays"):

@@ -164,6 +164,9 @@ def metric_label(name: str, per_step: bool = False) -> str:
             per = "step" if per_step else "run"
             what = {"total_ns": f"time/{per}", "self_ns": f"self/{per}", "count": f"calls/{per}"}
             what["self_p5_ns"] = f"self/{per} p5"
+            what["cpu_own_ns"] = f"CPU self/{per}"
+            what["cpu_own_p5_ns"] = f"CPU self/{per} p5"
+            what["cpu_own_p5_raw_ns"] = f"CPU self/{per} p5 raw"
             return f"{kind}{body} · {what.get(stat, stat)}"
     if name.startswith("steps."):
         rest = name[len("steps.") :]

@@ -8,10 +8,13 @@ from roseprof.render.text import duration
 
 def what_moved(row: dict) -> str:
     """What a "where the time moved" row measures: a region's own time (in the steps no wait for a core landed in:
-    `p5 own time`), or a time."""
+    `p5 own time`; its thread CPU time where the runs have it: `p5 own CPU time`), or a time."""
     if not row.get("own_time"):
         return "time"
-    return "p5 own time" if row.get("own_stat", "").startswith("p5") else "own time"
+    stat = row.get("own_stat", "")
+    if stat.startswith("CPU"):
+        return "p5 own CPU time"  # its thread CPU time, which no wait for a core is in
+    return "p5 own time" if stat.startswith("p5") else "own time"
 
 
 def headline_sentence(v: dict) -> str:

@@ -6,7 +6,9 @@ Version 1 logs (no `version` in the meta record) have meta, step, prefill and re
 preempted, when), and per step `launched` (false: a drain of the overlapped decode) and `bucket` (the CUDA-graph
 batch bucket). A version 1 log still reads; the analyses infer what they can. With tensor parallelism each rank
 writes its own log (rank 0 the named file, rank r `NAME.rank<r>.EXT`) and its meta record carries `rank` and
-`world_size`; the meta record is kept as written (`StepLogRecords.meta`).
+`world_size`; the meta record is kept as written (`StepLogRecords.meta`). Version 3 adds, per step and only
+while the engine's regions were on, `cpu_ns` (the step's thread CPU time) and `cpu_own_ns` ({region: its own
+thread CPU time in the step}); older logs and steps without them simply have none.
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
 every line is checked and a damaged one costs only itself:
@@ -17,6 +19,7 @@ every line is checked and a damaged one costs only itself:
     with a value of the wrong type or range (a count below 0, an id list that is
     not a list of integers, an interval ending before it starts)
     a count or id list that is absent (older engines)                            -> kept: 0, [], launched true
+    a step whose cpu_ns / cpu_own_ns is damaged                                  -> kept without them
     a request whose token_step is shorter or longer than token_ns                -> kept: missing steps are -1
                                                                                     (unknown), extra ones dropped
     records of unknown type                                                      -> ignored (newer engines)
@@ -127,7 +130,27 @@ def _step(rec: dict) -> dict:
     if bucket is not None and not _is_int(bucket):
         raise _bad(rec, "bucket")
     checked = {**_interval(rec), **_counts(rec, "rollovers", "batch_size", "cow")}
-    return {**rec, **checked, "requests": _ints(rec, "requests", []), "launched": launched, "bucket": bucket}
+    step = {**rec, **checked, "requests": _ints(rec, "requests", []), "launched": launched, "bucket": bucket}
+    if "cpu_ns" in rec or "cpu_own_ns" in rec:
+        cpu = _cpu_times(rec)
+        if cpu is None:  # the step itself is sound: only its CPU times are dropped (counted by the caller)
+            step.pop("cpu_ns", None)
+            step.pop("cpu_own_ns", None)
+            step["cpu_dropped"] = True
+        else:
+            step["cpu_ns"], step["cpu_own_ns"] = cpu
+    return step
+
+
+def _cpu_times(rec: dict) -> tuple[int, dict[str, int]] | None:
+    """Version 3: the step's thread CPU ns and each region's own CPU ns in it, or None when either is damaged
+    (a missing half, a negative count, a name that is not a string)."""
+    total, own = rec.get("cpu_ns"), rec.get("cpu_own_ns")
+    if not (_is_int(total) and total >= 0 and isinstance(own, dict)):
+        return None
+    if not all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in own.items()):
+        return None
+    return total, own
 
 
 def _prefill(rec: dict) -> dict:
@@ -205,6 +228,8 @@ def read_steplog(path: str) -> StepLogRecords | None:
                 kind = rec.get("type")
                 if kind == "step":
                     log.steps.append(_step(rec))
+                    if log.steps[-1].pop("cpu_dropped", False):
+                        log.problems["repaired: damaged CPU times dropped from a step"] += 1
                 elif kind == "request":
                     log.requests.append(_request(rec, log.problems))
                 elif kind == "prefill":

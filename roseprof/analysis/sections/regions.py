@@ -5,7 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis import machine_speed, noise_floor
-from roseprof.analysis.diff_metric import LOW_OWN, LOW_OWN_Q, Sample, Sides, common, figure, low_own
+from roseprof.analysis.diff_metric import (
+    CPU_OWN,
+    CPU_OWN_LOW,
+    CPU_OWN_LOW_RAW,
+    LOW_OWN,
+    LOW_OWN_Q,
+    Sample,
+    Sides,
+    common,
+    figure,
+    low_cpu,
+    low_own,
+)
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles, pct
@@ -73,6 +85,14 @@ def diff_regions(sides: Sides) -> list[dict]:
         else None
     )
     low_a, low_b = low_speeds or ([1.0] * len(ga), [1.0] * len(gb))
+    # Each region's own CPU time where every run has it (a CPU diff): the machine's speed by the same statistic.
+    cpu_speeds = (
+        machine_speed.speed_factors(
+            ga, gb, low_cpu, machine_speed.LOW_MIN_SHARE, regions=lambda r: r.step_cpu
+        )
+        if per_step and cpu_only
+        else None
+    )
     metrics = []
     for name in common([r.region_durations for r in sides.runs]):
         if per_step and all(name in r.step_regions for r in sides.runs):
@@ -111,6 +131,8 @@ def diff_regions(sides: Sides) -> list[dict]:
                 m = sides.metric(LOW_OWN.format(name), low(ga, low_a), low(gb, low_b), pct(q), q=q)
                 m["speed_normalised"] = True
                 metrics.append(m)
+            if cpu_speeds is not None and all(name in r.step_cpu for r in sides.runs):
+                metrics.extend(_cpu_own(sides, name, cpu_speeds))
         elif all(name in r.region_self for r in sides.runs):
             sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
             sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
@@ -118,6 +140,26 @@ def diff_regions(sides: Sides) -> list[dict]:
     for m in metrics:
         m["per_step"] = per_step  # a total per decode step (or per run): how the views label it
     return metrics
+
+
+def _cpu_own(sides: Sides, name: str, speeds: tuple[list[float], list[float]]) -> list[dict]:
+    """A region's own thread CPU time per step (step log version 3): its mean and its LOW_OWN_Q-th percentile over
+    the steps, resampled over steps, at the before side's machine speed (`speeds`, from the CPU times' p5s)."""
+
+    def cpu(g, speed):
+        return Sample([r.step_cpu[name] / s for r, s in zip(g, speed)])
+
+    (ga, gb), (sa, sb) = (sides.before, sides.after), speeds
+    mean = sides.metric(CPU_OWN.format(name), cpu(ga, sa), cpu(gb, sb), np.mean)
+    low = sides.metric(CPU_OWN_LOW.format(name), cpu(ga, sa), cpu(gb, sb), pct(LOW_OWN_Q), q=LOW_OWN_Q)
+    for m in (mean, low):
+        m["speed_normalised"] = True
+    ones_a, ones_b = [1.0] * len(ga), [1.0] * len(gb)
+    raw = sides.metric(
+        CPU_OWN_LOW_RAW.format(name), cpu(ga, ones_a), cpu(gb, ones_b), pct(LOW_OWN_Q), q=LOW_OWN_Q
+    )
+    raw["speed_normalised"] = False
+    return [mean, low, raw]
 
 
 # What a stored summary.json must hold here (run/checks.py's spec language).

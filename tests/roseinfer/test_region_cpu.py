@@ -1,0 +1,104 @@
+"""Each region's own thread CPU time per decode step, in the step log while regions are on (tracing._StepCpu):
+what `roseprof diff` judges CPU regions by on a busy machine, where wall time carries the waits for a core."""
+
+import json
+import threading
+
+import pytest
+
+from roseinfer import LLM, SamplingParams, steplog, tracing
+
+
+@pytest.fixture
+def logged(monkeypatch, tmp_path):
+    """A step log in tmp_path; regions switched on (record_function with no profiler recording: no spans)
+    or off, as the test asks."""
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("ROSEINFER_STEP_LOG", str(path))
+
+    def run(regions: bool, **env: str) -> list[dict]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        tracing.configure(nvtx=False, record_function=regions)
+        llm = LLM("gpt2-tiny", max_batch_size=4)
+        llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
+        steplog.close()
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        return [r for r in records if r["type"] == "step"], records[0]
+
+    yield run
+    steplog.close()
+    for key in ("ROSEINFER_TEST_BUSY_REGION",):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv("ROSEINFER_STEP_LOG")
+    tracing.configure(nvtx=False, record_function=False)
+
+
+def test_each_step_carries_its_regions_own_cpu_time(logged):
+    steps, meta = logged(regions=True)
+    assert meta["version"] == 3 and len(steps) == 5
+    for step in steps:
+        own = step["cpu_own_ns"]
+        assert step["cpu_ns"] > 0 and all(ns >= 0 for ns in own.values())
+        # Own times exclude the children's, so together they are the step's CPU time, never more.
+        assert sum(own.values()) <= step["cpu_ns"]
+        assert {tracing.DECODE_STEP, tracing.KV_APPEND, tracing.LM_HEAD, tracing.ATTENTION} <= set(own)
+        # A step's accounting opens with its region: the prefill and the scheduler's step around it are outside.
+        assert tracing.PREFILL not in own and tracing.SCHEDULER_STEP not in own
+        # No wait for a core is in it: a step's CPU time is at most its wall time (the clocks' grain aside).
+        assert step["cpu_ns"] <= step["end_ns"] - step["start_ns"] + 1_000_000
+
+
+def test_regions_off_leave_the_step_log_as_before(logged):
+    steps, meta = logged(regions=False)
+    assert meta["version"] == 3 and steps
+    assert not any("cpu_ns" in s or "cpu_own_ns" in s for s in steps)
+    assert tracing.take_step_cpu() is None
+
+
+def test_a_planted_busy_loop_is_cpu_time_of_its_region(logged):
+    """ROSEINFER_TEST_BUSY_REGION (tests only) spends CPU inside the region; the injected sleep spends none."""
+    steps, _ = logged(regions=True, ROSEINFER_TEST_BUSY_REGION=f"{tracing.SAMPLE}:3")
+    for step in steps:
+        assert step["cpu_own_ns"][tracing.SAMPLE] >= 3_000_000
+        # The busy loop sits in `sample` itself: its child (argmax) does not carry it.
+        assert step["cpu_own_ns"][tracing.ARGMAX] < 3_000_000
+
+
+def test_a_region_on_another_thread_leaves_the_step_alone(monkeypatch):
+    monkeypatch.setattr(tracing.STATE, "enabled", True)
+    inside = threading.Event()
+    done = threading.Event()
+
+    def other():
+        inside.wait()
+        with tracing.region(tracing.MLP):  # another thread, while the step is open: not the step's
+            sum(range(10_000))
+        done.set()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    tracing.take_step_cpu()
+    with tracing.region(tracing.DECODE_STEP):
+        with tracing.region(tracing.SAMPLE):
+            inside.set()
+            done.wait()
+    worker.join()
+    spent, own = tracing.take_step_cpu()
+    assert set(own) == {tracing.DECODE_STEP, tracing.SAMPLE}
+    assert sum(own.values()) == spent
+    # After the step closes, a region on this thread is in no step either.
+    with tracing.region(tracing.MLP):
+        pass
+    assert tracing.take_step_cpu() is None
+
+
+def test_a_gpu_engine_leaves_them_out(monkeypatch):
+    """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step opens no CPU accounting."""
+    monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "step_cpu", False)
+    tracing.take_step_cpu()
+    with tracing.region(tracing.DECODE_STEP):
+        with tracing.region(tracing.SAMPLE):
+            pass
+    assert tracing.take_step_cpu() is None
