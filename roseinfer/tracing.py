@@ -171,7 +171,8 @@ class _StepCpu:
     itself, only while regions are on. The step's accounting opens when a `roseinfer.decode_step` region is
     entered and closes when it exits: the prefill and scheduler regions between steps are not in any step, nor is
     a region entered before the step opened. Only the thread that entered the step counts (`thread`): a region on
-    another thread never touches the step's stack."""
+    another thread never touches the step's stack, and another engine's step on another thread, opened while this
+    one is, is not counted (its step log record has no CPU times; `take_step_cpu` gives a thread only its own)."""
 
     __slots__ = ("thread", "children", "own", "last")
 
@@ -179,10 +180,12 @@ class _StepCpu:
         self.thread: int | None = None  # the thread whose decode step is open; None between steps
         self.children: list[int] = []  # per open region (innermost last): CPU ns of its children that ended
         self.own: dict[str, int] = {}  # region -> its own CPU ns in this step (less its children's)
-        self.last: tuple[int, dict[str, int]] | None = None  # the last step's (CPU ns, own CPU ns by region)
+        # the last step's (thread, CPU ns, own CPU ns by region)
+        self.last: tuple[int, int, dict[str, int]] | None = None
 
 
 _CPU = _StepCpu()
+_OPENING = threading.Lock()  # opening a step's accounting (once a step; the regions inside take no lock)
 _thread_time_ns = time.thread_time_ns
 _thread_id = threading.get_ident
 
@@ -208,8 +211,16 @@ class _Region:
         if self.name == STATE.sleep_region and _sleeps_on_this_rank():
             time.sleep(STATE.sleep_s)
         cpu = _CPU
+        # A step opens where none is open, or anew on the thread that left one open (interrupted in __enter__):
+        # another engine's step on another thread at the same time would otherwise take the accounting over, and
+        # the first thread's regions pop the second's stack.
         if self.name == DECODE_STEP and STATE.step_cpu:
-            cpu.thread, cpu.children, cpu.own = _thread_id(), [], {}
+            me = _thread_id()
+            if cpu.thread in (None, me):
+                with _OPENING:  # checked again under the lock: two threads may both have seen no step open
+                    if cpu.thread in (None, me):
+                        cpu.children, cpu.own = [], {}
+                        cpu.thread = me
         if cpu.thread is not None and cpu.thread == _thread_id():
             cpu.children.append(0)
             self._cpu0 = _thread_time_ns()  # read last: the profiler's own work above is not this region's
@@ -225,7 +236,7 @@ class _Region:
             if cpu.children:
                 cpu.children[-1] += spent
             if self.name == DECODE_STEP:
-                cpu.last, cpu.thread = (spent, cpu.own), None
+                cpu.last, cpu.thread = (cpu.thread, spent, cpu.own), None
         if self._rf is not None:
             self._rf.__exit__(None, None, None)
             self._rf = None
@@ -235,9 +246,12 @@ class _Region:
 
 def take_step_cpu() -> tuple[int, dict[str, int]] | None:
     """The last decode step's thread CPU time and each region's own CPU time in it (ns), once; None when regions
-    are off (or the step's region was not entered)."""
-    last, _CPU.last = _CPU.last, None
-    return last
+    are off (or the step's region was not entered, or was another thread's)."""
+    last = _CPU.last
+    if last is None or last[0] != _thread_id():  # none, or another thread's step: never this thread's figures
+        return None
+    _CPU.last = None
+    return last[1], last[2]
 
 
 def _burn(ns: int) -> None:

@@ -93,6 +93,50 @@ def test_a_region_on_another_thread_leaves_the_step_alone(monkeypatch):
     assert tracing.take_step_cpu() is None
 
 
+def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(monkeypatch):
+    """Two engines stepping at once on two threads, regions on: thread B's step opening while thread A's is open
+    must not take over A's accounting (A's regions then popped B's stack: IndexError in both engines), and a step's
+    CPU times go only to the thread that ran it."""
+    monkeypatch.setattr(tracing.STATE, "enabled", True)
+    a_in, b_in, a_done = threading.Event(), threading.Event(), threading.Event()
+    taken, errors = {}, []
+
+    def engine_a():
+        try:
+            with tracing.region(tracing.DECODE_STEP):
+                with tracing.region(tracing.SAMPLE):
+                    a_in.set()
+                    b_in.wait(10)
+            taken["a"] = tracing.take_step_cpu()
+        except Exception as e:  # noqa: BLE001 - the failure this test is about, reported below
+            errors.append(repr(e))
+        finally:
+            a_done.set()
+
+    def engine_b():
+        try:
+            a_in.wait(10)
+            with tracing.region(tracing.DECODE_STEP):
+                with tracing.region(tracing.MLP):
+                    b_in.set()
+                    a_done.wait(10)
+            taken["b"] = tracing.take_step_cpu()
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    tracing.take_step_cpu()
+    threads = [threading.Thread(target=engine_a), threading.Thread(target=engine_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    spent, own = taken["a"]
+    assert set(own) == {tracing.DECODE_STEP, tracing.SAMPLE} and sum(own.values()) == spent
+    # B's step overlapped A's: it gets no CPU times (never A's, nor a mix of both threads' regions).
+    assert taken["b"] is None or set(taken["b"][1]) == {tracing.DECODE_STEP, tracing.MLP}
+
+
 def test_a_gpu_engine_leaves_them_out(monkeypatch):
     """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step opens no CPU accounting."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
