@@ -222,12 +222,15 @@ def destroy() -> None:
     global _GROUP
     releases = [m for m in (ref() for ref in _BEFORE_DESTROY) if m is not None]
     _BEFORE_DESTROY.clear()
-    for release in releases:
-        release()
-    if _GROUP is not None and dist.is_initialized():
-        if _GROUP.backend == "nccl":
+    try:
+        for release in releases:
+            release()
+        if _GROUP is not None and _GROUP.backend == "nccl" and dist.is_initialized():
             gc.collect()  # graphs only a reference cycle still holds go now, not after the group
             torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a failed run's sticky CUDA error: the group must still go, and the run's
+        pass  # own one-line error (launch, Workers) stays the one the user sees
+    if _GROUP is not None and dist.is_initialized():
         dist.destroy_process_group()
     _GROUP = None
 

@@ -43,8 +43,11 @@ class Engine:
             # (starting to collect, starting to record, writing the trace) from the ITL figures.
             meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
         self.steplog = steplog.step_log(meta, rank=self.rank)
-        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu.
-        tracing.STATE.step_cpu = torch.device(self.device).type == "cpu"
+        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu. It is
+        # the stepping thread's CPU time, so only with one intra-op thread (the default for the built-in small
+        # models, cpu_threads.py): with more, torch's other threads do part of every BLAS call, which it would miss,
+        # and a diff would judge half a region; without CPU times it judges the wall time's p5 instead.
+        tracing.STATE.step_cpu = torch.device(self.device).type == "cpu" and torch.get_num_threads() == 1
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
         # Counters over the engine's life (tests and benchmarks read them).

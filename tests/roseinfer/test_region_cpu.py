@@ -16,11 +16,12 @@ def logged(monkeypatch, tmp_path):
     path = tmp_path / "steps.jsonl"
     monkeypatch.setenv("ROSEINFER_STEP_LOG", str(path))
 
-    def run(regions: bool, **env: str) -> list[dict]:
+    def run(regions: bool, options: dict | None = None, **env: str) -> list[dict]:
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         tracing.configure(nvtx=False, record_function=regions)
-        llm = LLM("gpt2-tiny", max_batch_size=4)
+        path.unlink(missing_ok=True)  # each call's engine writes a log of its own
+        llm = LLM("gpt2-tiny", max_batch_size=4, **(options or {}))
         llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
         steplog.close()
         records = [json.loads(line) for line in path.read_text().splitlines()]
@@ -135,6 +136,21 @@ def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(mo
     assert set(own) == {tracing.DECODE_STEP, tracing.SAMPLE} and sum(own.values()) == spent
     # B's step overlapped A's: it gets no CPU times (never A's, nor a mix of both threads' regions).
     assert taken["b"] is None or set(taken["b"][1]) == {tracing.DECODE_STEP, tracing.MLP}
+
+
+def test_an_engine_on_several_threads_leaves_them_out(logged):
+    """The stepping thread's CPU time misses the BLAS work torch's other intra-op threads do: an engine on two
+    threads writes no CPU times (its diffs judge the wall time's p5), one on one thread does."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        steps, _ = logged(regions=True, options={"cpu_threads": 2})
+        assert steps and not any("cpu_ns" in s or "cpu_own_ns" in s for s in steps)
+        steps, _ = logged(regions=True, options={"cpu_threads": 1})
+        assert steps and all("cpu_own_ns" in s for s in steps)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_a_gpu_engine_leaves_them_out(monkeypatch):

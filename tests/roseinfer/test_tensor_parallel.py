@@ -64,6 +64,16 @@ def test_what_holds_the_group_is_released_before_the_group_goes(monkeypatch):
     distributed.destroy()  # nothing registered, no group: nothing called
     assert order == ["release", "destroy"]
 
+    class Failing:  # a failed GPU run: releasing raises (a sticky CUDA error), the group must still go
+        def release(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    failing = Failing()
+    distributed.before_destroy(failing.release)
+    monkeypatch.setattr(distributed, "_GROUP", group)
+    distributed.destroy()
+    assert order == ["release", "destroy", "destroy"] and distributed.current() is None
+
 
 @pytest.mark.parametrize("heads,width,ranks", SHAPES, ids=[f"{h}heads-tp{n}" for h, _, n in SHAPES])
 def test_greedy_output_equals_one_device_and_hugging_face(tmp_path, heads, width, ranks):
