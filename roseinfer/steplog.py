@@ -35,7 +35,7 @@ class StepLogWriter:
        indices on every rank, since every rank runs the same schedule)
       {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
        "launched": false for a drain of the overlapped decode, "bucket": the CUDA-graph batch bucket or null,
-       while regions are on (a profiler) in a CPU engine: "cpu_ns": the step region's thread CPU time, "cpu_own_ns": {region:
+       while regions are on (a profiler) in a CPU engine on one intra-op thread: "cpu_ns": the step region's thread CPU time, "cpu_own_ns": {region:
        its own thread CPU time in the step, less its children's} (they sum to cpu_ns; no wait for a core in them)}
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
        "readmitted": [ids of requests recomputed after a preemption]}

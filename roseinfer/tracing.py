@@ -196,9 +196,8 @@ class _Region:
     def __init__(self, name: str) -> None:
         self.name = name
         self._rf = None
-        self._cpu0 = (
-            -1
-        )  # the thread's CPU ns when this region was entered inside a decode step; -1: not counted
+        # the thread's CPU ns when this region was entered inside a decode step; -1: not counted
+        self._cpu0 = -1
 
     def __enter__(self) -> None:
         if STATE.nvtx:

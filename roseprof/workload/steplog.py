@@ -122,7 +122,7 @@ def _counts(rec: dict, *keys: str) -> dict:
 
 # Every record is rebuilt from its checked fields (plus whatever else it holds, untouched), so an analysis
 # indexing a field the reader knows never meets a missing key or a value of the wrong type.
-def _step(rec: dict) -> dict:
+def _step(rec: dict, problems: Counter) -> dict:
     launched = rec.get("launched", True)
     bucket = rec.get("bucket")
     if not isinstance(launched, bool):
@@ -133,10 +133,10 @@ def _step(rec: dict) -> dict:
     step = {**rec, **checked, "requests": _ints(rec, "requests", []), "launched": launched, "bucket": bucket}
     if "cpu_ns" in rec or "cpu_own_ns" in rec:
         cpu = _cpu_times(rec)
-        if cpu is None:  # the step itself is sound: only its CPU times are dropped (counted by the caller)
+        if cpu is None:  # the step itself is sound: only its CPU times are dropped
             step.pop("cpu_ns", None)
             step.pop("cpu_own_ns", None)
-            step["cpu_dropped"] = True
+            problems["repaired: damaged CPU times dropped from a step"] += 1
         else:
             step["cpu_ns"], step["cpu_own_ns"] = cpu
     return step
@@ -227,9 +227,7 @@ def read_steplog(path: str) -> StepLogRecords | None:
                     raise _Skip("skipped: not a JSON object")
                 kind = rec.get("type")
                 if kind == "step":
-                    log.steps.append(_step(rec))
-                    if log.steps[-1].pop("cpu_dropped", False):
-                        log.problems["repaired: damaged CPU times dropped from a step"] += 1
+                    log.steps.append(_step(rec, log.problems))
                 elif kind == "request":
                     log.requests.append(_request(rec, log.problems))
                 elif kind == "prefill":
