@@ -96,18 +96,28 @@ class GraphKernels:
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
+    # At one row, with the split attention and the GEMV's prologue: c_attn and the attention in one launch, the
+    # attention's programs loading their past while the GEMV runs (`roseinfer.kernels.qkv_attention`). False:
+    # `--no-qkv-attn`.
+    qkv_attention: bool = True
 
     @classmethod
     def for_engine(
-        cls, gemv: bool, pdl: bool, split_attention: bool = True, norm_gemv: bool = True
+        cls,
+        gemv: bool,
+        pdl: bool,
+        split_attention: bool = True,
+        norm_gemv: bool = True,
+        qkv_attention: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` turn off."""
+        `--no-norm-gemv` / `--no-qkv-attn` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
             split_attention=split_attention,
             norm_gemv=norm_gemv,
+            qkv_attention=qkv_attention,
         )
 
 
@@ -155,6 +165,7 @@ class DecodeGraphs:
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
+            qkv_attention=k.qkv_attention,
         )  # fmt: skip
         pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
         with (

@@ -17,11 +17,13 @@ Variants, each adding one change to the one before:
   9. 7 + the split-context attention kernel at small batches (issue 27, second step);
  10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
  11. 10 + PDL for the (split) attention kernel too;
- 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine now
+ 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine of session 7
      (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit from batch 4, PDL in buckets of at most 8 rows);
  13. 12 without the split attention: the engine's `--no-split-attn`;
  14. 12 with every past of more than one block split (round 1's rule);
- 15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at.
+ 15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at;
+ 16. 12 + c_attn's GEMV and the split attention in one launch at batch 1 (`roseinfer.kernels.qkv_attention`):
+     the engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -36,7 +38,7 @@ from roseinfer import LLM, tracing
 from roseinfer.cuda_graphs import GraphKernels
 
 # The second step's kernels off: what variants 1 to 8 measured before they existed.
-_FIRST = dict(split_attention=False, norm_gemv=False, pdl_attention_release=False)
+_FIRST = dict(split_attention=False, norm_gemv=False, pdl_attention_release=False, qkv_attention=False)
 # Variant -> the captured step's kernel choices (each variant adds one change to the one before).
 VARIANTS = {
     1: GraphKernels(
@@ -58,13 +60,16 @@ VARIANTS = {
     8: GraphKernels(pdl_attention=True),
 }
 VARIANTS = {v: dataclasses.replace(k, **_FIRST) for v, k in VARIANTS.items()}
-VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False)
-VARIANTS[10] = GraphKernels(pdl_attention_release=False)
-VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False)
-VARIANTS[12] = GraphKernels()
+# The third step's kernel off: what variants 9 to 15 measured before it existed.
+_SECOND = dict(qkv_attention=False)
+VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False, **_SECOND)
+VARIANTS[10] = GraphKernels(pdl_attention_release=False, **_SECOND)
+VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False, **_SECOND)
+VARIANTS[12] = GraphKernels(**_SECOND)
 VARIANTS[13] = GraphKernels(split_attention=False)
-VARIANTS[14] = GraphKernels(split_serial_blocks=0)
-VARIANTS[15] = GraphKernels(split_serial_blocks=3)
+VARIANTS[14] = GraphKernels(split_serial_blocks=0, **_SECOND)
+VARIANTS[15] = GraphKernels(split_serial_blocks=3, **_SECOND)
+VARIANTS[16] = GraphKernels()  # + c_attn and the attention in one launch at batch 1 (engine now)
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -102,7 +107,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12,13")
+    p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12,13,16")
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -118,10 +123,11 @@ def main() -> None:
         9: "7 + split-context attention",
         10: "+ add + LayerNorm in the GEMV prologue",
         11: "10 + PDL on the attention kernel",
-        12: "10 + the split attention (launched plainly) releasing attn_proj early (engine now)",
+        12: "10 + the split attention (launched plainly) releasing attn_proj early (session 7)",
         13: "12 without the split attention (--no-split-attn)",
         14: "12, every past of more than one block split (round 1)",
         15: "12, pasts of at most 3 blocks unsplit",
+        16: "12 + c_attn and the attention in one launch at batch 1 (engine now)",
     }
     print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

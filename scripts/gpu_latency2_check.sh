@@ -3,9 +3,10 @@
 # (`--no-gemv --no-pdl --no-split-attn --no-norm-gemv`), interleaved rounds in one process
 # (scripts/bench_engine_pairs.py: decode tok/s, step p50 and the share of the HBM floor per configuration), then
 # Hugging Face static cache + torch.compile (scripts/bench_hf_compiled.py) at the same batch and length.
-#   tests  the split attention kernel against its reference, the CUDA-graph decode (HF greedy)
-#   pairs  batch 512 x 128 (GPT-2 small), gpt2-medium 64 x 256, workload (a) 64 x 512 (ROUNDS rounds each;
-#          the configurations of each in CONFIGS_<n>, n its index from 0, else PAIR_CONFIGS)
+#   tests  the split attention kernel against its reference, the CUDA-graph decode (HF greedy) (or TESTS)
+#   pairs  batch 512 x 128 (GPT-2 small), gpt2-medium 64 x 256, workload (a) 64 x 512 (or WORKLOADS: "model batch
+#          tokens;..."; ROUNDS rounds each; the configurations of each in CONFIGS_<n>, n its index from 0, else
+#          PAIR_CONFIGS)
 #   hf     the three workloads under Hugging Face compiled (HF_LIMIT seconds each)
 #   step   scripts/bench_graph_step.py at STEP_RUNS ("batch:variants:pasts" ...)
 # Run from the repo root (or a copy of it) with .whl carried: STAGES=pairs,hf bash scripts/gpu_latency2_check.sh
@@ -16,7 +17,7 @@ want() { [[ ",$STAGES," == *",$1,"* ]]; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 # model, requests (= the batch), new tokens
-WORKLOADS=("gpt2 512 128" "gpt2-medium 64 256" "gpt2 64 512")
+IFS=';' read -ra WORKLOADS <<< "${WORKLOADS:-gpt2 512 128;gpt2-medium 64 256;gpt2 64 512}"
 main() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -25,7 +26,7 @@ SECONDS=0
 if want tests; then
   echo "== tests [${SECONDS}s]"
   timeout ${TEST_LIMIT:-200} python3 -m pytest -p no:cacheprovider -o addopts='' -q -m gpu \
-    tests/roseinfer/test_split_attention_kernel.py tests/roseinfer/test_cuda_graphs.py 2>&1 | tail -8
+    ${TESTS:-tests/roseinfer/test_split_attention_kernel.py tests/roseinfer/test_cuda_graphs.py} 2>&1 | tail -12
 fi
 if want pairs; then
   for i in "${!WORKLOADS[@]}"; do

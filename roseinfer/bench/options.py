@@ -99,6 +99,12 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "the GEMV's prologue",
     )
     p.add_argument(
+        "--no-qkv-attn",
+        action="store_true",
+        help="earlier design: with --cuda-graph --paged-attn at batch 1, the c_attn GEMV and the attention as two "
+        "kernels, not one launch",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -179,6 +185,7 @@ def engine_config(args) -> EngineConfig:
         pdl=not args.no_pdl,
         split_attention=not args.no_split_attn,
         norm_gemv=not args.no_norm_gemv,
+        qkv_attention=not args.no_qkv_attn,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,
