@@ -72,9 +72,10 @@ class EngineConfig:
     # CUDA graphs, batch 1, half precision: the residual add + LayerNorm in front of c_attn and c_fc done in the
     # GEMV's prologue (`roseinfer.kernels.gemv.norm_gemv_triton`). False: its own kernel, as before.
     norm_gemv: bool = True
-    # CUDA graphs, batch 1, half precision, with the above: c_attn's GEMV and the split attention as one launch
-    # (`roseinfer.kernels.qkv_attention`). False: two kernels, as before.
-    qkv_attention: bool = True
+    # CUDA graphs on Hopper or later, with PDL and the split attention: where each slice of the past is one block
+    # (small batches), the attention kernel launched as a dependent that loads its block before it waits
+    # (`roseinfer.kernels.split_attention`). False: launched plainly, as before.
+    attention_prefetch: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

@@ -87,6 +87,11 @@ class GraphKernels:
     # With PDL, the split attention kernel launched plainly but releasing attn_proj early, whose weight loads then
     # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 a step 10 us faster
     pdl_attention_release: bool = True
+    # With PDL, the split attention kernel where each slice is one past block (batches 1 to 3 for GPT-2 small)
+    # launched as a dependent, each slice loading its block before it waits, i.e. while c_attn's GEMV runs
+    # (`pdl_attention_prefetch`): on the H100 a batch-1 step 11% faster (docs/BENCHMARKS.md, issue 27 round 3).
+    # False: launched plainly, as `--no-attn-prefetch`.
+    pdl_attention_prefetch: bool = True
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
     split_attention: bool = True
@@ -96,10 +101,6 @@ class GraphKernels:
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
-    # At one row, with the split attention and the GEMV's prologue: c_attn and the attention in one launch, the
-    # attention's programs loading their past while the GEMV runs (`roseinfer.kernels.qkv_attention`). False:
-    # `--no-qkv-attn`.
-    qkv_attention: bool = True
 
     @classmethod
     def for_engine(
@@ -108,16 +109,16 @@ class GraphKernels:
         pdl: bool,
         split_attention: bool = True,
         norm_gemv: bool = True,
-        qkv_attention: bool = True,
+        attention_prefetch: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` / `--no-qkv-attn` turn off."""
+        `--no-norm-gemv` / `--no-attn-prefetch` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
             split_attention=split_attention,
             norm_gemv=norm_gemv,
-            qkv_attention=qkv_attention,
+            pdl_attention_prefetch=attention_prefetch,
         )
 
 
@@ -165,12 +166,11 @@ class DecodeGraphs:
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
-            qkv_attention=k.qkv_attention,
         )  # fmt: skip
         pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
         with (
             small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
-            pdl_scope(pdl, k.pdl_attention, k.pdl_attention_release),
+            pdl_scope(pdl, k.pdl_attention, k.pdl_attention_release, k.pdl_attention_prefetch),
         ):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):

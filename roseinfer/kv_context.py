@@ -26,33 +26,6 @@ class _DecodeAttention:
     append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
     split_attention = False  # small batches: the past split over several programs (`kernels.split_attention`)
     split_serial_blocks: int | None = None  # pasts this short unsplit (None: `pick_serial_blocks`)
-    qkv_attention = False  # batch 1: c_attn and the attention in one launch (`kernels.qkv_attention`)
-
-    def norm_qkv_attend(self, layer: int, x: torch.Tensor, delta: torch.Tensor, ln, lin):
-        """(x + delta, attention output [1, H * D]) from c_attn's GEMV and the split attention in one launch, which
-        also writes the new K/V; None where that kernel does not apply (then the model runs the GEMV and
-        `attend`). The caller has checked `roseinfer.linears.norm_gemv_applies` (one row, the GEMV's prologue)."""
-        if not (self.qkv_attention and self.paged_attn and self.split_attention and self.append_in_attention):
-            return None
-        from roseinfer.kernels.qkv_attention import fits, norm_qkv_attention_triton
-
-        kc, vc, table = self.cache.k_caches[layer], self.cache.v_caches[layer], self.block_tables[layer]
-        if not fits(x, lin.weight, kc, table):
-            return None
-        return norm_qkv_attention_triton(
-            x,
-            delta,
-            ln.weight,
-            ln.bias,
-            ln.eps,
-            lin.weight,
-            lin.bias,
-            kc,
-            vc,
-            table,
-            self.past_lens,
-            self.scale,
-        )
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
@@ -147,7 +120,6 @@ class StaticDecodeKV(_DecodeAttention):
         append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
         split_attention: bool = False,  # small batches: the split-context attention kernel
         split_serial_blocks: int | None = None,  # its rule for short pasts (None: `pick_serial_blocks`)
-        qkv_attention: bool = False,  # batch 1: c_attn and the split attention in one launch
     ) -> None:
         self.cache = cache
         self.block_tables = block_tables
@@ -163,7 +135,6 @@ class StaticDecodeKV(_DecodeAttention):
         self.append_in_attention = self.triton and paged_attn and append_in_attention
         self.split_attention = split_attention
         self.split_serial_blocks = split_serial_blocks
-        self.qkv_attention = qkv_attention
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 
@@ -237,9 +208,6 @@ class PrefillKV:
                     <= start + torch.arange(n, device=device)[:, None]
                 )
             self.groups.append((start, len(members), n, rows, tables, mask))
-
-    def norm_qkv_attend(self, layer: int, x: torch.Tensor, delta: torch.Tensor, ln, lin) -> None:
-        return None  # decode only (`_DecodeAttention.norm_qkv_attend`)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, H, D] packed

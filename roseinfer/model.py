@@ -30,10 +30,6 @@ class KVContext(Protocol):
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
 
-    def norm_qkv_attend(
-        self, layer: int, x: torch.Tensor, delta: torch.Tensor, ln: nn.LayerNorm, lin: nn.Linear
-    ) -> tuple[torch.Tensor, torch.Tensor] | None: ...
-
 
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
@@ -72,20 +68,15 @@ class Block(nn.Module):
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, delta, self.ln_1, fused)
         with region(ATTENTION):
-            # at one row the c_attn GEMV and the attention may be one launch (`kv.norm_qkv_attend`)
-            fused_attn = kv.norm_qkv_attend(layer, x, delta, self.ln_1, self.c_attn) if in_gemv else None
-            if fused_attn is not None:
-                x, o = fused_attn  # [T, C], [T, H * D]; the new K/V written
+            if in_gemv:
+                x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn)  # [T, C], [T, 3C]
             else:
-                if in_gemv:
-                    x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn)  # [T, C], [T, 3C]
-                else:
-                    qkv = linear(h, self.c_attn)  # [T, 3C]
-                qkv = qkv.view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
-                q, k, v = qkv.unbind(1)  # each [T, H, D]
-                with region(KV_APPEND):
-                    kv.append(layer, k, v)
-                o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
+                qkv = linear(h, self.c_attn)  # [T, 3C]
+            qkv = qkv.view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
+            q, k, v = qkv.unbind(1)  # each [T, H, D]
+            with region(KV_APPEND):
+                kv.append(layer, k, v)
+            o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
             a = (
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]

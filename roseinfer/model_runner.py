@@ -148,7 +148,8 @@ class ModelRunner:
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
             kernels=kernels or GraphKernels.for_engine(
-                self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv, self.cfg.qkv_attention
+                self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
+                self.cfg.attention_prefetch,
             ),
         )  # fmt: skip
 

@@ -39,8 +39,9 @@ CONFIGS = {
     "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
     "--no-pdl": {"pdl": False},
-    "--no-qkv-attn": {"qkv_attention": False},
-    # issue 27's kernels all off: the fast path as it was before that issue
+    "--no-attn-prefetch": {"attention_prefetch": False},
+    # issue 27's kernels all off: the fast path as it was before that issue (--no-pdl and --no-split-attn turn the
+    # attention's prefetch off too)
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {
         "gemv": False,
         "pdl": False,

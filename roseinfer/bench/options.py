@@ -99,10 +99,10 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "the GEMV's prologue",
     )
     p.add_argument(
-        "--no-qkv-attn",
+        "--no-attn-prefetch",
         action="store_true",
-        help="earlier design: with --cuda-graph --paged-attn at batch 1, the c_attn GEMV and the attention as two "
-        "kernels, not one launch",
+        help="earlier design: with --cuda-graph --paged-attn at small batches, the split attention launched "
+        "plainly, not as a dependent launch that loads its past block before it waits",
     )
     p.add_argument(
         "--cpu-threads",
@@ -185,7 +185,7 @@ def engine_config(args) -> EngineConfig:
         pdl=not args.no_pdl,
         split_attention=not args.no_split_attn,
         norm_gemv=not args.no_norm_gemv,
-        qkv_attention=not args.no_qkv_attn,
+        attention_prefetch=not args.no_attn_prefetch,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

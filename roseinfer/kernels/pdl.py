@@ -29,6 +29,7 @@ _PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "roseinfer_pdl_attention", default=False
 )
 _PDL_RELEASE: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_release", default=False)
+_PDL_PREFETCH: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_prefetch", default=False)
 _SUPPORTED: bool | None = None
 
 
@@ -58,17 +59,33 @@ def pdl_attention_release() -> bool:
     return _PDL_RELEASE.get()
 
 
+def pdl_attention_prefetch() -> bool:
+    """Whether the split attention kernel, where each slice is one block, is launched as a dependent and loads its
+    block before it waits (`roseinfer.kernels.split_attention`)."""
+    return _PDL_PREFETCH.get()
+
+
 @contextlib.contextmanager
-def pdl_scope(enabled: bool, attention: bool = False, attention_release: bool = False):
-    """Kernels launched inside use PDL when `enabled` and the device supports it; the paged-attention kernel only
-    with `attention` too. At batch 1 on the H100 PDL on the attention kernel made a step faster at 128 past
-    tokens and slower at 512 (docs/BENCHMARKS.md, issue 27): its 12 long programs, launched while the GEMV before
-    still holds every SM, run slower. attention_release: see `pdl_attention_release`."""
+def pdl_scope(
+    enabled: bool, attention: bool = False, attention_release: bool = False, attention_prefetch: bool = False
+):
+    """Kernels launched inside use PDL when `enabled` and the device supports it; the attention kernels only
+    with `attention` too. At batch 1 on the H100 PDL on the one-pass attention kernel made a step faster at 128
+    past tokens and slower at 512, and on the split kernel slower at every past (docs/BENCHMARKS.md, issue 27): a
+    dependent that only waits gains nothing, and its programs, launched while the GEMV before still holds every
+    SM, run slower. attention_release: see `pdl_attention_release`; attention_prefetch: see
+    `pdl_attention_prefetch` (a dependent that loads its past while it waits: faster)."""
     on = bool(enabled) and pdl_supported()
-    tokens = (_PDL.set(on), _PDL_ATTENTION.set(on and attention), _PDL_RELEASE.set(on and attention_release))
+    tokens = (
+        _PDL.set(on),
+        _PDL_ATTENTION.set(on and attention),
+        _PDL_RELEASE.set(on and attention_release),
+        _PDL_PREFETCH.set(on and attention_prefetch),
+    )
     try:
         yield
     finally:
+        _PDL_PREFETCH.reset(tokens[3])
         _PDL_RELEASE.reset(tokens[2])
         _PDL_ATTENTION.reset(tokens[1])
         _PDL.reset(tokens[0])

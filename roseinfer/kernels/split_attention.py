@@ -16,6 +16,13 @@ cut into SPLITS slices of whole blocks, one program per (sequence, head, slice):
 So the reduce needs no second kernel, and the grid is fixed by the table's width, as a captured graph needs.
 `append=True` writes the new token's K/V into its slot (slice 0 does it; no slice reads that slot).
 
+Launched as a programmatic dependent launch (`roseinfer.kernels.pdl`) that waits first, the kernel gains nothing
+and slows the step (its programs sit on SMs the GEMV before is using). Where each slice is exactly one block and
+the batch is small (`pick_prefetch`), it instead loads its slice's block (table entry, K and V tiles) before it
+waits: the past was written by earlier steps and the lengths and tables before the graph's first kernel, so the
+DRAM round trip that started every slice now overlaps c_attn's GEMV (`prefetch`; on the H100 a batch-1 step
+263 -> 234 us, docs/BENCHMARKS.md, issue 27 round 3).
+
 The counters live in one zeroed int32 buffer per device, grown when a call needs more (`_counters`); the CUDA
 graph's warm-up runs make it before capture. The torch reference is `roseinfer.attention.paged_decode_attention`.
 """
@@ -41,6 +48,11 @@ ONE_PASS_FROM = 64
 # The past is read at run time, so one captured graph holds both.
 SERIAL_FROM = 48
 SERIAL_BLOCKS = 2
+# Up to this many (sequence, head) pairs the engine's split attention, where each slice is one block, is launched
+# as a dependent whose slices load their block before they wait (`pdl_attention_prefetch`). On the H100
+# (docs/BENCHMARKS.md, issue 27 round 3), GPT-2 small: batch 1 (12 pairs) 30 us a step faster, batch 2 (24) 30 to
+# 32 us faster, batch 3 (36) 3 to 12 us slower (576 early programs holding their blocks beside c_attn's GEMV).
+PREFETCH_MAX_PAIRS = 32
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
 MAX_PROGRAMS = 4096
 
@@ -60,6 +72,12 @@ def pick_splits(batch: int, heads: int, max_blocks: int) -> int:
 def pick_serial_blocks(batch: int, heads: int) -> int:
     """Pasts of at most this many blocks run unsplit in the split kernel (slice 0 walks them; 0: none)."""
     return SERIAL_BLOCKS if batch * heads >= SERIAL_FROM else 0
+
+
+def pick_prefetch(batch: int, heads: int, splits: int, width: int, serial_blocks: int) -> bool:
+    """Whether slices load their block before the wait (`pdl_attention_prefetch`): one block a slice, every past
+    split (no serial walk), and few enough pairs (PREFETCH_MAX_PAIRS)."""
+    return splits == width and serial_blocks == 0 and batch * heads <= PREFETCH_MAX_PAIRS
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -86,18 +104,25 @@ def _get_kernel():
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
         H, scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
         PER_SPLIT: tl.constexpr, SERIAL: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-        PDL: tl.constexpr,
+        PDL: tl.constexpr, PREFETCH: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         h = tl.program_id(1)
         sp = tl.program_id(2)
         d = tl.arange(0, BLOCK_D)
         dmask = d < D
+        offs = tl.arange(0, BLOCK)
+        past = tl.load(lens_ptr + b)  # the step's inputs, staged before the graph's first kernel
+        n_blocks = tl.cdiv(past, BLOCK)
+        if PREFETCH:  # one block a slice: its past block (written by earlier steps) loaded before the wait
+            pre_blk = tl.load(table_ptr + b * stride_tb + sp, mask=sp < n_blocks, other=0).to(tl.int64)
+            pre_mask = ((sp * BLOCK + offs) < past)[:, None] & dmask[None, :]  # [BLOCK, BLOCK_D]
+            pre_base = pre_blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
+            pre_k = tl.load(kc_ptr + pre_base, mask=pre_mask, other=0.0)
+            pre_v = tl.load(vc_ptr + pre_base, mask=pre_mask, other=0.0)
         if PDL:  # roseinfer.kernels.pdl: q, k, v are the previous kernel's output
             gdc_wait()
             gdc_launch_dependents()
-        past = tl.load(lens_ptr + b)
-        n_blocks = tl.cdiv(past, BLOCK)
         # slices with work; at least slice 0, which walks a past of at most SERIAL blocks alone
         active = tl.where(n_blocks <= SERIAL, 1, tl.maximum(1, tl.cdiv(n_blocks, PER_SPLIT)))
         if sp < active:
@@ -118,9 +143,21 @@ def _get_kernel():
             m = tl.where(own, tl.sum(q * kn_raw.to(tl.float32), 0) * scale, float("-inf"))
             l = tl.where(own, 1.0, 0.0)  # noqa: E741
             acc = tl.where(own, vn_raw.to(tl.float32), 0.0)  # [BLOCK_D]
-            offs = tl.arange(0, BLOCK)
             first = sp * PER_SPLIT
             last = tl.where(active == 1, n_blocks, tl.minimum(first + PER_SPLIT, n_blocks))
+            if PREFETCH:  # the one block, already loaded (masked off entirely for slice 0 of an empty past)
+                s = tl.where(
+                    (sp * BLOCK + offs) < past,
+                    tl.sum(pre_k.to(tl.float32) * q[None, :], 1) * scale,
+                    float("-inf"),
+                )  # [BLOCK]
+                m_new = tl.maximum(m, tl.max(s, 0))
+                alpha = tl.exp(m - m_new)
+                p = tl.exp(s - m_new)
+                acc = acc * alpha + tl.sum(p[:, None] * pre_v.to(tl.float32), 0)
+                l = l * alpha + tl.sum(p, 0)  # noqa: E741
+                m = m_new
+                last = first  # no loop
             for i in tl.range(first, last, num_stages=STAGES):
                 blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
                 pmask = (i * BLOCK + offs) < past
@@ -189,13 +226,17 @@ def split_decode_attention_triton(
     num_stages: int = 2,
     append: bool = False,
     serial_blocks: int = 0,
+    prefetch: bool | None = None,
 ):
     """Same contract as `roseinfer.kernels.paged_attention.paged_decode_attention_triton`, the past cut into
     `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses); a sequence whose
-    past spans at most `serial_blocks` blocks is walked by its slice 0 alone (`pick_serial_blocks` chooses)."""
+    past spans at most `serial_blocks` blocks is walked by its slice 0 alone (`pick_serial_blocks` chooses).
+    prefetch: load each slice's block before waiting for the kernel before (one block a slice only; None: as the
+    current scope says, `roseinfer.kernels.pdl.pdl_attention_prefetch`); within a PDL scope it is then launched as
+    a dependent."""
     import triton
 
-    from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
+    from roseinfer.kernels.pdl import pdl_attention_prefetch, pdl_attention_release, pdl_enabled
 
     b, h, d = q.shape
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
@@ -209,7 +250,12 @@ def split_decode_attention_triton(
     part = torch.empty(b * h, splits, block_d, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, BLOCK_D]
     stat = torch.empty(b * h, splits, 2, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, (m, l)]
     count = _counters(q.device, b * h)
-    pdl = pdl_enabled(attention=True)  # launched as a dependent of the kernel before
+    if prefetch is None:  # `pdl_scope(attention_prefetch=True)`, where `pick_prefetch` says
+        prefetch = pdl_attention_prefetch() and pick_prefetch(b, h, splits, width, serial_blocks)
+    assert not prefetch or (per_split == 1 and serial_blocks == 0)  # every active slice is exactly one block
+    # launched as a dependent of the kernel before (`pdl_scope(attention=True)`), and always when prefetching:
+    # loading the block before the wait gains only while the kernel before still runs
+    pdl = pdl_enabled(attention=True) or (prefetch and pdl_enabled())
     release = pdl or pdl_attention_release()  # calls gdc_wait / gdc_launch_dependents
     _get_kernel()[(b, h, splits)](
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out, part, stat, count,
@@ -218,6 +264,6 @@ def split_decode_attention_triton(
         h, scale, d, BLOCK=k_cache.shape[2], BLOCK_D=block_d, SPLITS=splits,
         SPLITS_P2=triton.next_power_of_2(splits), PER_SPLIT=per_split, SERIAL=serial_blocks, STAGES=num_stages,
         APPEND=append,
-        PDL=release, num_warps=num_warps, launch_pdl=pdl,
+        PDL=release, PREFETCH=prefetch, num_warps=num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out

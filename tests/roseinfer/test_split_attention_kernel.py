@@ -8,8 +8,10 @@ import torch
 from roseinfer.kernels.split_attention import (
     MAX_PROGRAMS,
     ONE_PASS_FROM,
+    PREFETCH_MAX_PAIRS,
     SERIAL_BLOCKS,
     SERIAL_FROM,
+    pick_prefetch,
     pick_serial_blocks,
     pick_splits,
 )
@@ -30,6 +32,14 @@ def test_pick_serial_blocks_short_pasts_unsplit_from_batch_4_only():
     assert pick_serial_blocks(1, 12) == 0 and pick_serial_blocks(2, 12) == 0  # split faster at every past
     assert pick_serial_blocks(4, 12) == SERIAL_BLOCKS > 0  # the merge cost more than it saved at 128 tokens
     assert pick_serial_blocks(SERIAL_FROM, 1) == SERIAL_BLOCKS and pick_serial_blocks(SERIAL_FROM - 1, 1) == 0
+
+
+def test_pick_prefetch_one_block_a_slice_and_few_pairs_only():
+    assert pick_prefetch(1, 12, 16, 16, 0) and pick_prefetch(2, 12, 16, 16, 0)  # faster on the H100
+    assert not pick_prefetch(3, 12, 16, 16, 0)  # 36 pairs: slower
+    assert pick_prefetch(1, 25, 16, 16, 0) and PREFETCH_MAX_PAIRS >= 25  # gpt2-xl at batch 1
+    assert not pick_prefetch(1, 12, 8, 16, 0)  # two blocks a slice: nothing to load before the wait but one
+    assert not pick_prefetch(2, 12, 16, 16, 2)  # short pasts walked by slice 0 alone
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
@@ -105,6 +115,45 @@ def test_kernel_short_pasts_walked_by_one_slice_match_reference(serial, append):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("batch,heads,head_dim", [(1, 12, 64), (3, 5, 80)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("append", [False, True])
+def test_kernel_prefetching_its_block_matches_reference(batch, heads, head_dim, dtype, append):
+    # One block a slice with each slice's block loaded before the wait (what a dependent launch does at batch 1):
+    # every past class, including an empty past (slice 0's block masked off) and the table's last token.
+    from roseinfer.kernels.kv_append import kv_append_reference
+    from roseinfer.kernels.split_attention import _COUNTERS, split_decode_attention_triton
+
+    g = torch.Generator(device="cuda").manual_seed(batch + head_dim)
+    max_blocks = 7
+    q, k_new, v_new, kc, vc, table = _case(g, batch, heads, head_dim, max_blocks, dtype)
+    rows = torch.arange(batch, device="cuda")
+    tol = 2e-3 if dtype == torch.float16 else 1e-5
+    for lengths in ([0, 1, 64], [63, 65, 129], [max_blocks * BLOCK - 1, 200, 0]):
+        past = torch.tensor(lengths[:batch], device="cuda")
+        kc_ref, vc_ref = kc.clone(), vc.clone()
+        if append:
+            kv_append_reference(kc_ref, vc_ref, k_new, v_new, table[rows, past // BLOCK], past % BLOCK)
+        ref = _reference(q, k_new, v_new, kc, vc, table, past, head_dim**-0.5)
+        out = split_decode_attention_triton(
+            q,
+            k_new,
+            v_new,
+            kc,
+            vc,
+            table,
+            past,
+            head_dim**-0.5,
+            splits=max_blocks,
+            append=append,
+            prefetch=True,
+        )
+        torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol, msg=f"past {lengths}")
+        assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+    assert int(_COUNTERS[q.device].abs().sum()) == 0
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 5])
 def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch):
     from roseinfer.kernels.kv_append import kv_append_reference
@@ -126,11 +175,12 @@ def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pdl", [False, "launch", "release"])
+@pytest.mark.parametrize("pdl", [False, "launch", "release", "prefetch"])
 def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
     # The grid is fixed at capture; the active slices follow each replay's lengths, and the counters must be
     # back at zero after every replay for the next one to merge at the right ticket. "launch": a dependent
-    # launch itself; "release": launched plainly, releasing a following PDL kernel early (the engine's choice).
+    # launch itself; "release": launched plainly, releasing a following PDL kernel early; "prefetch": a dependent
+    # launch whose slices (one block each) load their block before the wait (the engine's choice).
     from roseinfer.kernels.gemv import gemv_reference, gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
     from roseinfer.kernels.split_attention import split_decode_attention_triton
@@ -145,7 +195,12 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
     w = (torch.randn(96, heads * head_dim, generator=g, device="cuda") * 0.03).half()  # attn_proj's stand-in
 
     def step():
-        with pdl_scope(bool(pdl), attention=pdl == "launch", attention_release=pdl == "release"):
+        with pdl_scope(
+            bool(pdl),
+            attention=pdl == "launch",
+            attention_release=pdl == "release",
+            attention_prefetch=pdl == "prefetch",
+        ):
             out = split_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, splits=16)
             return out, gemv_triton(
                 out.view(batch, -1), w, None, pdl=bool(pdl)
@@ -172,8 +227,9 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
 
 @pytest.mark.gpu
 def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
-    # fp32, CUDA graphs, paged attention: the engine with the split kernel (default) equals the one-pass kernel
-    # (--no-split-attn) and Hugging Face greedy, token for token.
+    # fp32, CUDA graphs, paged attention: the engine with the split kernel (default: launched as a prefetching
+    # dependent where a slice is one block, on Hopper) equals it launched plainly (--no-attn-prefetch), the
+    # one-pass kernel (--no-split-attn) and Hugging Face greedy, token for token.
     from roseinfer import LLM, SamplingParams
     from tests.roseinfer.test_engine_cuda import hf_outputs
     from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
@@ -181,9 +237,12 @@ def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
     torch.backends.cuda.matmul.allow_tf32 = False
     ref = hf_outputs(tiny_checkpoint, torch.float32)
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    for split in (True, False):
+    for split, prefetch in ((True, True), (True, False), (False, False)):
         llm = LLM(
             tiny_checkpoint, device="cuda", max_batch_size=8, paged_attn=True, cuda_graph=True,
-            split_attention=split,
+            split_attention=split, attention_prefetch=prefetch,
         )  # fmt: skip
-        assert [o.token_ids for o in llm.generate(make_prompts(), params)] == ref, f"split_attention={split}"
+        got = [o.token_ids for o in llm.generate(make_prompts(), params)]
+        # and one at a time: batch 1, one block a slice, where the prefetch runs
+        got_one = [llm.generate([p], params)[0].token_ids for p in make_prompts()[:4]]
+        assert got == ref and got_one == ref[:4], f"split_attention={split} attention_prefetch={prefetch}"

@@ -1,13 +1,16 @@
-"""c_attn's GEMV and the attention: two kernels against one launch, in the chain a captured batch-1 step runs.
+"""How the split attention is launched, in the chain of a captured batch-1 step's attention half.
 
-    python scripts/bench_qkv_attention.py --past 128,512 [--warps 2,4]
+    python scripts/bench_attention_chain.py --past 0,128,512
 
 One CUDA graph of 12 "layers" (GPT-2 small's shapes, fp16, distinct weights per layer so that they do not stay in
 L2), each: add + LayerNorm + c_attn, the attention over `past` tokens with the KV append, then attn_proj, whose
-output is the next layer's residual delta. As the engine launches them (`roseinfer.cuda_graphs`, PDL on):
-- "two kernels": `norm_gemv_triton` (PDL), the split attention launched plainly releasing attn_proj early;
-- "one launch, W warps": `norm_qkv_attention_triton` (PDL) with W warps a program.
-attn_proj is a PDL GEMV in both. Prints the median GPU time of one replay over --reps, per layer.
+output is the next layer's residual delta. c_attn and attn_proj are PDL GEMVs, as in the engine
+(`roseinfer.cuda_graphs`); the split attention (one block a slice) is launched:
+- "plain": plainly, releasing attn_proj early (session 7's engine);
+- "dependent": as a dependent launch that waits first;
+- "dependent, prefetch": as a dependent launch whose slices load their past block before the wait (the engine now).
+Prints the median GPU time of one replay over --reps, per layer, for --rounds rounds. (Issue 27's round 3 also
+timed c_attn's GEMV and the attention as one launch here, commit 74670ea: no faster; reverted.)
 """
 
 import argparse
@@ -17,10 +20,10 @@ import torch
 
 from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
 from roseinfer.kernels.pdl import pdl_scope
-from roseinfer.kernels.qkv_attention import norm_qkv_attention_triton
 from roseinfer.kernels.split_attention import split_decode_attention_triton
 
 LAYERS, C, HEADS, D, BLOCK, WIDTH = 12, 768, 12, 64, 64, 16
+VARIANTS = ("plain", "dependent", "dependent, prefetch")
 
 
 def build(g):
@@ -37,7 +40,7 @@ def build(g):
             pb=rnd(C),
             kc=rnd(WIDTH + 1, HEADS, BLOCK, D, std=1.0),
             vc=rnd(WIDTH + 1, HEADS, BLOCK, D, std=1.0),
-        )  # fmt: skip
+        )
         for _ in range(LAYERS)
     ]
     table = torch.arange(WIDTH, device="cuda", dtype=torch.int32).view(1, WIDTH)
@@ -47,19 +50,14 @@ def build(g):
 def step(layers, table, lens, x0, delta0, variant: str):
     x, delta = x0, delta0
     scale = D**-0.5
-    with pdl_scope(True, attention=False, attention_release=True):
+    with pdl_scope(True, attention=variant == "dependent", attention_release=True):
         for p in layers:
-            if variant == "two":
-                x, qkv = norm_gemv_triton(x, delta, p["ln_w"], p["ln_b"], 1e-5, p["w"], p["b"])
-                q, k, v = qkv.view(1, 3, HEADS, D).unbind(1)
-                o = split_decode_attention_triton(
-                    q, k, v, p["kc"], p["vc"], table, lens, scale, splits=WIDTH, append=True
-                ).reshape(1, -1)
-            else:
-                x, o = norm_qkv_attention_triton(
-                    x, delta, p["ln_w"], p["ln_b"], 1e-5, p["w"], p["b"], p["kc"], p["vc"], table, lens, scale,
-                    num_warps=int(variant),
-                )  # fmt: skip
+            x, qkv = norm_gemv_triton(x, delta, p["ln_w"], p["ln_b"], 1e-5, p["w"], p["b"])
+            q, k, v = qkv.view(1, 3, HEADS, D).unbind(1)  # each [1, H, D]
+            o = split_decode_attention_triton(
+                q, k, v, p["kc"], p["vc"], table, lens, scale, splits=WIDTH, append=True,
+                prefetch=variant == "dependent, prefetch",
+            ).reshape(1, -1)  # fmt: skip
             delta = gemv_triton(o, p["pw"], p["pb"])
     return x, delta
 
@@ -94,28 +92,19 @@ def time_us(variant: str, past: int, reps: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--past", default="128,512")
-    p.add_argument("--warps", default="2,4")
+    p.add_argument("--past", default="0,128,512")
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
     pasts = [int(x) for x in a.past.split(",")]
-    variants = ["two"] + a.warps.split(",")
-    names = {"two": "two kernels (norm GEMV, split attention)"} | {
-        w: f"one launch, {w} warps" for w in variants[1:]
-    }
     print(
         f"GPT-2 small shapes, fp16, batch 1, {LAYERS} layers a graph: GPU us per layer (median of {a.reps})"
     )
-    print("| variant | round | " + " | ".join(f"past {x}" for x in pasts) + " |")
+    print("| split attention launched | round | " + " | ".join(f"past {x}" for x in pasts) + " |")
     print("|---|---|" + "---|" * len(pasts))
     for r in range(a.rounds):
-        for v in variants:
-            print(
-                f"| {names[v]} | {r + 1} | "
-                + " | ".join(f"{time_us(v, x, a.reps):.2f}" for x in pasts)
-                + " |"
-            )
+        for v in VARIANTS:
+            print(f"| {v} | {r + 1} | " + " | ".join(f"{time_us(v, x, a.reps):.2f}" for x in pasts) + " |")
 
 
 if __name__ == "__main__":
