@@ -2,7 +2,7 @@
 
     python scripts/bench_graph_step.py --batch 64 --past 128,256,512
 
-Builds GPT-2 small (fp16, --paged-attn) with every row of the batch at the same past length and times a replay
+Builds GPT-2 small (or --model; fp16, --paged-attn) with every row of the batch at the same past length and times a replay
 of the batch's CUDA graph with events (median of --reps replays; the inputs are not advanced between replays).
 Variants, each adding one change to the one before:
   1. as at the end of session 2: torch KV append below 128 rows, torch residual add + LayerNorm, GEMM then a
@@ -97,8 +97,8 @@ def replay_us(engine, batch: int, past: int, reps: int) -> float:
     return statistics.median(times)
 
 
-def build(batch: int, variant: int):
-    llm = LLM("gpt2", device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
+def build(model: str, batch: int, variant: int):
+    llm = LLM(model, device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
     engine = llm.engine
     engine.use_static_decode(capture=True, kernels=VARIANTS[variant])
     return engine
@@ -106,6 +106,7 @@ def build(batch: int, variant: int):
 
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--model", default="gpt2")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
@@ -131,11 +132,11 @@ def main() -> None:
         15: "12, pasts of at most 3 blocks unsplit",
         16: "12 + the attention a dependent launch loading its block before the wait (engine now)",
     }
-    print(f"GPT-2 small fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
+    print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")
     print("|---|" + "---|" * len(pasts))
     for variant in (int(v) for v in a.variants.split(",")):
-        engine = build(a.batch, variant)
+        engine = build(a.model, a.batch, variant)
         row = [replay_us(engine, a.batch, past, a.reps) for past in pasts]
         print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
         del engine

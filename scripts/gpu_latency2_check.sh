@@ -8,7 +8,7 @@
 #          tokens;..."; ROUNDS rounds each; the configurations of each in CONFIGS_<n>, n its index from 0, else
 #          PAIR_CONFIGS)
 #   hf     the three workloads under Hugging Face compiled (HF_LIMIT seconds each)
-#   step   scripts/bench_graph_step.py at STEP_RUNS ("batch:variants:pasts" ...)
+#   step   scripts/bench_graph_step.py at STEP_RUNS ("batch:variants:pasts[:model]" ...)
 # Run from the repo root (or a copy of it) with .whl carried: STAGES=pairs,hf bash scripts/gpu_latency2_check.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -49,9 +49,9 @@ if want hf; then
 fi
 if want step; then
   for r in ${STEP_RUNS:-1:12,13:128,256,512}; do
-    IFS=: read -r b variants pasts <<< "$r"
-    echo "== graph replay GPU time, batch $b [${SECONDS}s]"
-    timeout ${STEP_LIMIT:-100} python3 scripts/bench_graph_step.py --batch "$b" --past "$pasts" --reps 100 \
+    IFS=: read -r b variants pasts model <<< "$r"
+    echo "== graph replay GPU time, ${model:-gpt2}, batch $b [${SECONDS}s]"
+    timeout ${STEP_LIMIT:-100} python3 scripts/bench_graph_step.py --model "${model:-gpt2}" --batch "$b" --past "$pasts" --reps 100 \
       --variants "$variants" 2>&1 | tail -6
   done
 fi

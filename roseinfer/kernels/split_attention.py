@@ -48,11 +48,15 @@ ONE_PASS_FROM = 64
 # The past is read at run time, so one captured graph holds both.
 SERIAL_FROM = 48
 SERIAL_BLOCKS = 2
-# Up to this many (sequence, head) pairs the engine's split attention, where each slice is one block, is launched
-# as a dependent whose slices load their block before they wait (`pdl_attention_prefetch`). On the H100
-# (docs/BENCHMARKS.md, issue 27 round 3), GPT-2 small: batch 1 (12 pairs) 30 us a step faster, batch 2 (24) 30 to
-# 32 us faster, batch 3 (36) 3 to 12 us slower (576 early programs holding their blocks beside c_attn's GEMV).
+# Up to this many (sequence, head) pairs, and for models up to this width (heads x head_dim), the engine's split
+# attention, where each slice is one block, is launched as a dependent whose slices load their block before they
+# wait (`pdl_attention_prefetch`). On the H100 (docs/BENCHMARKS.md, issue 27 round 3) a step was faster at GPT-2
+# small batch 1 and 2 (12, 24 pairs: -30 us) and gpt2-medium batch 1 and 2 (16, 32 pairs: -38 to -58 us), and
+# slower for gpt2-xl at batch 1 (width 1600: +67 us at 128 past tokens, +215 at 512). Likely why (not verified):
+# there c_attn's one-shot GEMV is 2,400 programs of 4 warps, more than the SMs hold at once, and the attention's
+# early programs take the slots its second wave needs; at widths up to 1,024 it is one wave of 2-warp programs.
 PREFETCH_MAX_PAIRS = 32
+PREFETCH_MAX_WIDTH = 1024
 # At most this many programs in a launch (slices beyond a sequence's length exit at once, but not for free).
 MAX_PROGRAMS = 4096
 
@@ -74,10 +78,18 @@ def pick_serial_blocks(batch: int, heads: int) -> int:
     return SERIAL_BLOCKS if batch * heads >= SERIAL_FROM else 0
 
 
-def pick_prefetch(batch: int, heads: int, splits: int, width: int, serial_blocks: int) -> bool:
-    """Whether slices load their block before the wait (`pdl_attention_prefetch`): one block a slice, every past
-    split (no serial walk), and few enough pairs (PREFETCH_MAX_PAIRS)."""
-    return splits == width and serial_blocks == 0 and batch * heads <= PREFETCH_MAX_PAIRS
+def pick_prefetch(
+    batch: int, heads: int, head_dim: int, splits: int, blocks: int, serial_blocks: int
+) -> bool:
+    """Whether slices load their block before the wait (`pdl_attention_prefetch`): one block a slice (`splits`
+    equal to the table's `blocks`), every past split (no serial walk), few enough pairs and a narrow enough model
+    (PREFETCH_MAX_PAIRS, PREFETCH_MAX_WIDTH)."""
+    return (
+        splits == blocks
+        and serial_blocks == 0
+        and batch * heads <= PREFETCH_MAX_PAIRS
+        and heads * head_dim <= PREFETCH_MAX_WIDTH
+    )
 
 
 def _counters(device: torch.device, n: int) -> torch.Tensor:
@@ -251,7 +263,7 @@ def split_decode_attention_triton(
     stat = torch.empty(b * h, splits, 2, dtype=torch.float32, device=q.device)  # [B*H, SPLITS, (m, l)]
     count = _counters(q.device, b * h)
     if prefetch is None:  # `pdl_scope(attention_prefetch=True)`, where `pick_prefetch` says
-        prefetch = pdl_attention_prefetch() and pick_prefetch(b, h, splits, width, serial_blocks)
+        prefetch = pdl_attention_prefetch() and pick_prefetch(b, h, d, splits, width, serial_blocks)
     assert not prefetch or (per_split == 1 and serial_blocks == 0)  # every active slice is exactly one block
     # launched as a dependent of the kernel before (`pdl_scope(attention=True)`), and always when prefetching:
     # loading the block before the wait gains only while the kernel before still runs

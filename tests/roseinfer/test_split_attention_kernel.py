@@ -9,6 +9,7 @@ from roseinfer.kernels.split_attention import (
     MAX_PROGRAMS,
     ONE_PASS_FROM,
     PREFETCH_MAX_PAIRS,
+    PREFETCH_MAX_WIDTH,
     SERIAL_BLOCKS,
     SERIAL_FROM,
     pick_prefetch,
@@ -34,12 +35,14 @@ def test_pick_serial_blocks_short_pasts_unsplit_from_batch_4_only():
     assert pick_serial_blocks(SERIAL_FROM, 1) == SERIAL_BLOCKS and pick_serial_blocks(SERIAL_FROM - 1, 1) == 0
 
 
-def test_pick_prefetch_one_block_a_slice_and_few_pairs_only():
-    assert pick_prefetch(1, 12, 16, 16, 0) and pick_prefetch(2, 12, 16, 16, 0)  # faster on the H100
-    assert not pick_prefetch(3, 12, 16, 16, 0)  # 36 pairs: slower
-    assert pick_prefetch(1, 25, 16, 16, 0) and PREFETCH_MAX_PAIRS >= 25  # gpt2-xl at batch 1
-    assert not pick_prefetch(1, 12, 8, 16, 0)  # two blocks a slice: nothing to load before the wait but one
-    assert not pick_prefetch(2, 12, 16, 16, 2)  # short pasts walked by slice 0 alone
+def test_pick_prefetch_one_block_a_slice_few_pairs_and_narrow_models_only():
+    assert pick_prefetch(1, 12, 64, 16, 16, 0) and pick_prefetch(2, 12, 64, 16, 16, 0)  # GPT-2 small: faster
+    assert pick_prefetch(2, 16, 64, 16, 16, 0)  # gpt2-medium at batch 2 (32 pairs): faster
+    assert not pick_prefetch(3, 12, 64, 16, 16, 0)  # 36 pairs: past what was measured faster
+    assert not pick_prefetch(1, 25, 64, 16, 16, 0)  # gpt2-xl (width 1600): slower
+    assert PREFETCH_MAX_PAIRS == 32 and PREFETCH_MAX_WIDTH == 1024
+    assert not pick_prefetch(1, 12, 64, 8, 16, 0)  # two blocks a slice
+    assert not pick_prefetch(2, 12, 64, 16, 16, 2)  # short pasts walked by slice 0 alone
 
 
 def _case(g, batch, heads, head_dim, max_blocks, dtype):
