@@ -8,7 +8,8 @@ as many copies of the weights as exceed the L2 cache twice (as in a decode step,
 do not stay in L2), median of 20 replays. "with PDL": the same graph with programmatic dependent launches (each
 call's weight loads issued while the call before still runs; roseinfer/kernels/pdl.py). cuBLAS is torch's F.linear (and `_addmm_activation` for c_fc: the
 engine's GELU epilogue). GB/s counts the weight bytes (x and the output are KBs); % is against the measured
-device-to-device copy bandwidth. --sweep also times every tile in the grid below and prints the best.
+device-to-device copy bandwidth. --sweep also times every tile in the grid below and prints the best;
+--sweep-pdl the one-shot tiles (output columns per program, warps) at one row under PDL, the engine's batch-1 path.
 """
 
 import argparse
@@ -98,6 +99,21 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
                     print(f"  skip {c}: {type(e).__name__}")
             results.sort(key=lambda r: r[0])
             best.append((name, m, t_gemv, results[:3]))
+        if (
+            a.sweep_pdl and m == 1 and pdl_supported()
+        ):  # the one-shot tiles the engine takes at one row under PDL
+            block_k = triton_next_pow2(k)
+            results = []
+            for bn, warps in itertools.product((1, 2, 4), (1, 2, 4, 8)):
+                if bn * block_k < 32 * warps * 8:  # fewer than one 16-byte load per thread
+                    continue
+                c = GemvConfig(bn, block_k, warps, 1, one_shot=True)
+                try:
+                    results.append((graph_time_us(ours(c, pdl=True), copies), c))
+                except Exception as e:  # a tile Triton cannot build (registers): skip it
+                    print(f"  skip {c}: {type(e).__name__}")
+            results.sort(key=lambda r: r[0])
+            best.append((f"{name} (one-shot, PDL)", m, t_pdl, results[:3]))
     return best
 
 
@@ -107,6 +123,9 @@ def main() -> None:
     p.add_argument("--rows", default="1,2,4,8,16")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--sweep-rows", default="1,8")
+    p.add_argument(
+        "--sweep-pdl", action="store_true", help="also sweep the one-shot tiles at one row under PDL"
+    )
     a = p.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth(torch.device("cuda"))

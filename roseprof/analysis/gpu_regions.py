@@ -44,10 +44,12 @@ def gpu_ns_by_key(
     range_key: np.ndarray,
     op_group: np.ndarray | None = None,
     n_groups: int = 1,
+    op_ns: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(keys, [n_groups, len(keys)] kernel ns): per group of the op (e.g. the step that launched it; -1: none)
     and key of the region (`range_key` maps each range to one, e.g. its name), for the keys that have any. A
-    kernel counts once per key even when both of its chains hold that region."""
+    kernel counts once per key even when both of its chains hold that region. op_ns: what each op counts
+    (default its duration; the per-step views pass `stream_time.own_stream_ns`)."""
     ops = trace.ops
     kernels = np.flatnonzero(ops.kind == KERNEL)
     group = np.zeros(len(ops), dtype=np.int64) if op_group is None else op_group
@@ -60,5 +62,6 @@ def gpu_ns_by_key(
     pair = np.unique(op_idx.astype(np.int64) * len(keys) + key.ravel())
     op_idx, key = pair // len(keys), pair % len(keys)
     out = np.zeros((n_groups, len(keys)), dtype=np.int64)
-    np.add.at(out, (group[op_idx], key), (ops.end - ops.start)[op_idx])
+    weight = (ops.end - ops.start) if op_ns is None else op_ns
+    np.add.at(out, (group[op_idx], key), weight[op_idx])
     return keys, out

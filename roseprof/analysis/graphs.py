@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace
 
 MAX_CLONE_DEPTH = 16  # graphs cloned from clones: more than a few levels never happens; bounds a cycle
@@ -154,8 +155,11 @@ def graph_warning(trace: Trace, capture: np.ndarray) -> str | None:
 
 
 def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray) -> list[str]:
-    """Add `graph:<region>` columns to the per-step rows: kernel time of graph replays launched in each step,
-    by the innermost capture-time region. Returns the region names, largest total first."""
+    """Add `graph:<region>` columns to the per-step rows: GPU time of graph replays launched in each step, by
+    the innermost capture-time region. Each kernel counts its own time on its stream (`stream_time`: its
+    duration less what an earlier kernel of the stream still covers), so that under programmatic dependent
+    launches a kernel is not charged for waiting on the one before and a step's regions add up to its stream's
+    busy time; without overlap that is the kernel time. Returns the region names, largest total first."""
     ops = trace.ops
     sel = np.flatnonzero((ops.kind == KERNEL) & (capture >= 0) & (ops.api_start >= 0))
     if not len(sel) or not rows or not rows.get("start_ns"):
@@ -171,7 +175,7 @@ def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray) -> list[st
     region = trace.ranges.name[capture[sel]]
     ids, inverse = np.unique(region, return_inverse=True)
     matrix = np.zeros((len(starts), len(ids)), dtype=np.int64)
-    np.add.at(matrix, (step, inverse), (ops.end - ops.start)[sel])
+    np.add.at(matrix, (step, inverse), own_stream_ns(ops)[sel])
     order = np.argsort(-matrix.sum(axis=0), kind="stable")
     names = []
     for j in order:

@@ -11,8 +11,10 @@ steps; a program's `ProfilerStep#N` or the NVTX range named with --step-range) a
     prefill   steps with a prefill inside them (the engine's prefill ranges elsewhere are counted apart)
 
 Each of these gets its own line (steps, host time). For the steps left, per region: the mean and median of the
-host time inside each step (the durations of that region's ranges in it) and of the GPU kernel time of the
-kernels the step launched, graph replays counted in the region where their node was captured (gpu_regions.py).
+host time inside each step (the durations of that region's ranges in it) and of the GPU time of the kernels the
+step launched, graph replays counted in the region where their node was captured (gpu_regions.py), each kernel
+its own time on its stream (stream_time.py: under programmatic dependent launches a kernel starts while the one
+before still runs, and its recorded duration includes that wait).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.steps import CPU_PREFIX
+from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import PREFILL
 from roseprof.workload.steplog import StepLogRecords
@@ -112,14 +115,17 @@ def steady_state(
 
     # Host time per step and region: the step rows' region columns (ranges inside each step).
     host = {name: np.asarray(rows[f"region:{name}"], dtype=np.int64) for name in region_cols}
-    # GPU time per step and region, graph replays where captured.
+    # GPU time per step and region, graph replays where captured; each kernel its own time on its stream, so
+    # that under programmatic dependent launches a step's GPU time is its busy time, not overlapping durations.
     gpu = {}
     step_gpu = None
     if has_gpu:
-        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n)
+        own = own_stream_ns(ops)
+        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own)
         gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
         sel = kernel & (op_step >= 0)
-        step_gpu = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
+        step_gpu = np.bincount(op_step[sel], weights=own[sel], minlength=n)
+        step_durations = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
     graph_names = set()
     if (capture >= 0).any():
         cur = capture[kernel & (capture >= 0) & (op_step >= 0)]
@@ -207,6 +213,8 @@ def steady_state(
             "host_p50_ns": hp,
             "gpu_mean_ns": gm,
             "gpu_p50_ns": gp,
+            # the same kernels' durations summed: above gpu_mean_ns where kernels of a stream overlap (PDL)
+            "gpu_durations_mean_ns": float(step_durations[steady].mean()) if has_gpu else None,
             # the step's thread CPU time (the step region's own and its children's): mean and p5
             **dict(zip(("cpu_mean_ns", "cpu_p5_ns"), cpu_stats("cpu_ns"))),
         },

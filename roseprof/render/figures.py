@@ -156,7 +156,8 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
 
 
 def graph_breakdown(steps: dict | None) -> go.Figure | None:
-    """GPU kernel time of each step's graph replay, split by the region open when each kernel was captured."""
+    """GPU time of each step's graph replay (each kernel's own time on its stream), split by the region open when
+    each kernel was captured."""
     rows = (steps or {}).get("rows") or {}
     cols = [k for k in rows if k.startswith("graph:")]
     if not cols:
@@ -177,9 +178,10 @@ def graph_breakdown(steps: dict | None) -> go.Figure | None:
         marker={"symbol": "triangle-down", "color": ROLLOVER, "size": 8},
     )
     fig.update_layout(barmode="stack", bargap=0, xaxis_title="decode step", yaxis_title="GPU µs")
-    note = "kernels replayed by CUDA graphs, by the region open when each was captured" + (
-        "" if n <= MAX_STEP_BARS else f"; binned to {len(x)} bars (mean per bin)"
-    )
+    note = (
+        "kernels replayed by CUDA graphs, by the region open when each was captured; each kernel's own time on its "
+        "stream (a kernel started early by PDL is not charged for waiting on the one before)"
+    ) + ("" if n <= MAX_STEP_BARS else f"; binned to {len(x)} bars (mean per bin)")
     return layout(fig, "GPU time per step by region (CUDA graph replays)", note, height=420)
 
 

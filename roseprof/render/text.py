@@ -277,6 +277,20 @@ def left_out_sentence(steady: dict) -> str | None:
 GRAPH_NOTE = "GPU: CUDA-graph replays counted in the region each kernel was captured in"
 
 
+def overlap_note(steady: dict) -> str | None:
+    """Said when a step's kernels overlap on their streams (programmatic dependent launch): its GPU figures count
+    each kernel's own time, and their summed durations would be larger."""
+    step = steady.get("step") or {}
+    own, durations = step.get("gpu_mean_ns"), step.get("gpu_durations_mean_ns")
+    if not own or not durations or durations <= own * 1.01:
+        return None
+    return (
+        f"GPU: each kernel's own time on its stream; their durations add up to {duration(durations)} a "
+        f"{steady.get('unit', 'step')}, {100 * (durations / own - 1):.0f}% more: kernels started while the one "
+        "before ran (programmatic dependent launch) and waited for it"
+    )
+
+
 def steps_line(steps: dict) -> str:
     """The step counts and times; rollovers only for the engine's decode steps."""
     d = duration

@@ -1,0 +1,153 @@
+"""A kernel's own time on its stream (`roseprof.analysis.stream_time`): properties on random streams, and a real
+capture of the engine's batch-1 step with programmatic dependent launches (nsys 2025.3 on an H100,
+scripts/gpu_pdl_fixture.sh), where kernels start while the one before still runs: the per-step breakdown by
+capture-time region must add up to each step's busy GPU time, not to the overlapping durations."""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from roseprof.analysis.stream_time import own_stream_ns
+from roseprof.analysis.summary import analyse
+from roseprof.drivers.nsys.reader import read_nsys_sqlite
+from roseprof.model import KERNEL, MEMCPY
+from roseprof.workload.steplog import read_steplog
+from tests.helpers import roseprof
+from tests.roseprof.test_views_width import assert_fits
+
+DATA = Path(__file__).parent.parent / "data" / "nsys"
+BASE = "h100-nsys2025.3-roseinfer-pdl"
+SQLITE, STEPLOG = DATA / f"{BASE}.sqlite", DATA / f"{BASE}.steplog.jsonl"
+
+
+class Ops:
+    def __init__(self, rows):  # rows: (kind, device, stream, start, end)
+        cols = list(zip(*rows)) if rows else [[]] * 5
+        self.kind, self.device, self.stream, self.start, self.end = (
+            np.asarray(c, dtype=np.int64) for c in cols
+        )
+
+
+def union_ns(start, end) -> int:
+    """Length of the union of intervals, by sorting and merging (independent of the implementation)."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(zip(start.tolist(), end.tolist())):
+        if cur_e is None or s > cur_e:
+            total += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (0 if cur_e is None else cur_e - cur_s)
+
+
+interval = st.tuples(
+    st.sampled_from([KERNEL, KERNEL, KERNEL, MEMCPY]),
+    st.integers(0, 1),  # device
+    st.integers(0, 2),  # stream
+    st.integers(0, 10_000),  # start
+    st.integers(0, 3_000),  # duration
+).map(lambda t: (t[0], t[1], t[2], t[3], t[3] + t[4]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(interval, max_size=40))
+def test_own_time_is_the_stream_union_and_at_most_the_duration(rows):
+    ops = Ops(rows)
+    own = own_stream_ns(ops)
+    dur = ops.end - ops.start
+    kernel = ops.kind == KERNEL
+    assert (own[~kernel] == 0).all()
+    assert ((own >= 0) & (own <= dur)).all()
+    for dev, stream in {(r[1], r[2]) for r in rows if r[0] == KERNEL}:
+        on = kernel & (ops.device == dev) & (ops.stream == stream)
+        assert own[on].sum() == union_ns(ops.start[on], ops.end[on])
+
+
+def test_own_time_is_the_duration_where_nothing_overlaps():
+    ops = Ops([(KERNEL, 0, 7, 0, 10), (KERNEL, 0, 7, 10, 25), (KERNEL, 0, 9, 5, 30), (KERNEL, 1, 7, 3, 9)])
+    assert own_stream_ns(ops).tolist() == [10, 15, 25, 6]
+
+
+def test_a_kernel_started_early_is_charged_from_where_the_one_before_ends():
+    # PDL: kernel 2 starts at 8, while kernel 1 runs until 10; kernel 3 lies entirely under kernel 2.
+    ops = Ops([(KERNEL, 0, 7, 0, 10), (KERNEL, 0, 7, 8, 20), (KERNEL, 0, 7, 12, 18), (KERNEL, 0, 7, 15, 26)])
+    assert own_stream_ns(ops).tolist() == [10, 10, 0, 6]
+
+
+def test_real_pdl_capture_overlaps_and_its_busy_time_is_the_union():
+    trace = read_nsys_sqlite(str(SQLITE))
+    ops = trace.ops
+    kernel = ops.kind == KERNEL
+    own = own_stream_ns(ops)
+    dur = (ops.end - ops.start)[kernel]
+    # PDL: most kernels of the replayed steps start before the previous one ends
+    assert own[kernel].sum() < 0.8 * dur.sum()
+    for dev, stream in set(zip(ops.device[kernel].tolist(), ops.stream[kernel].tolist())):
+        on = kernel & (ops.device == dev) & (ops.stream == stream)
+        assert own[on].sum() == union_ns(ops.start[on], ops.end[on])
+
+
+def test_real_pdl_capture_step_regions_add_up_to_busy_time_not_durations():
+    trace = read_nsys_sqlite(str(SQLITE))
+    summary, tables = analyse(trace, read_steplog(str(STEPLOG)))
+    steps = tables["steps"]
+    cols = [c for c in steps if c.startswith("graph:")]
+    assert {"graph:roseinfer.layer.attention", "graph:roseinfer.layer.mlp", "graph:roseinfer.lm_head"} <= set(
+        cols
+    )
+    by_part = np.sum([np.asarray(steps[c], dtype=np.int64) for c in cols], axis=0)  # [S]
+    # each step's kernels, independently: launched inside the step, their union on the stream
+    ops = trace.ops
+    start = np.asarray(steps["start_ns"], dtype=np.int64)
+    end = start + np.asarray(steps["dur_ns"], dtype=np.int64)
+    k = np.flatnonzero((ops.kind == KERNEL) & (ops.api_start >= 0) & (ops.graph_node >= 0))
+    step = np.searchsorted(start, ops.api_start[k], side="right") - 1
+    inside = (step >= 0) & (ops.api_start[k] <= end[np.maximum(step, 0)])
+    launched = np.flatnonzero(by_part > 0)
+    assert len(launched) > 40
+    durations = 0
+    for s in launched:
+        mine = k[inside & (step == s)]
+        assert by_part[s] == union_ns(ops.start[mine], ops.end[mine]), s
+        durations += int((ops.end[mine] - ops.start[mine]).sum())
+    assert by_part[launched].sum() < 0.8 * durations  # the durations would have counted the waits
+    # the kernel table still reports durations, as nsys does (its stats_cuda_gpu_kern_sum oracle)
+    with open(DATA / f"{BASE}.stats_cuda_gpu_kern_sum.csv", newline="") as fh:
+        total = sum(int(row["Total Time (ns)"]) for row in csv.DictReader(fh))
+    assert abs(sum(x["total_ns"] for x in summary["kernels"]) - total) <= 1e-3 * total
+
+
+def test_real_pdl_capture_shown_as_a_user_would(tmp_path):
+    store = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dashboards"]
+    proc = roseprof("import", SQLITE, "--name", "pdl", "--steplog", STEPLOG, *store)
+    assert proc.returncode == 0, proc.stderr
+    shown = roseprof("show", "pdl", "--json", *store)
+    assert shown.returncode == 0, shown.stderr
+    summary = json.loads(shown.stdout)
+    regions = summary["steps"]["normal"]["graph_regions"]
+    # a step's GPU time by part, each kernel its own time: attention and MLP, then the lm_head (77 MB, ~30 us)
+    assert regions["roseinfer.layer.attention"] > regions["roseinfer.lm_head"] > 20_000
+    assert 150_000 < sum(regions.values()) < 300_000  # the step's busy time, not its 350 us of durations
+    # the steady-state view counts the same way and says how much the durations overlap
+    step = summary["steady"]["step"]
+    assert step["gpu_mean_ns"] < 0.8 * step["gpu_durations_mean_ns"]
+    text = roseprof("show", "pdl", *store, env={"COLUMNS": "80"})
+    assert text.returncode == 0, text.stderr
+    flat = " ".join(text.stdout.split())
+    assert "each kernel's own time on its stream" in flat and "programmatic dependent launch" in flat
+    assert_fits(text.stdout, 80)
+
+
+def test_graph_fixture_without_pdl_has_no_overlap_note(tmp_path):
+    # the session-4 capture (plain launches): own time is the duration, nothing to say
+    store = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dashboards"]
+    base = DATA / "h100-nsys2025.3-roseinfer-graphs"
+    proc = roseprof("import", f"{base}.sqlite", "--name", "g", "--steplog", f"{base}.steplog.jsonl", *store)
+    assert proc.returncode == 0, proc.stderr
+    step = json.loads(roseprof("show", "g", "--json", *store).stdout)["steady"]["step"]
+    assert step["gpu_mean_ns"] == step["gpu_durations_mean_ns"]
+    assert "own time on its stream" not in roseprof("show", "g", *store, env={"COLUMNS": "80"}).stdout
