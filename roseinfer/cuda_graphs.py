@@ -87,7 +87,7 @@ class GraphKernels:
     # With PDL, the split attention kernel launched plainly but releasing attn_proj early, whose weight loads then
     # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 a step 10 us faster
     pdl_attention_release: bool = True
-    # With PDL, the split attention kernel where each slice is one past block (batches 1 to 3 for GPT-2 small)
+    # With PDL, the split attention kernel where each slice is one past block (batches 1 and 2 for GPT-2 small)
     # launched as a dependent, each slice loading its block before it waits, i.e. while c_attn's GEMV runs
     # (`pdl_attention_prefetch`): on the H100 a batch-1 step 11% faster (docs/BENCHMARKS.md, issue 27 round 3).
     # False: launched plainly, as `--no-attn-prefetch`.

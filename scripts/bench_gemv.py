@@ -99,9 +99,8 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
                     print(f"  skip {c}: {type(e).__name__}")
             results.sort(key=lambda r: r[0])
             best.append((name, m, t_gemv, results[:3]))
-        if (
-            a.sweep_pdl and m == 1 and pdl_supported()
-        ):  # the one-shot tiles the engine takes at one row under PDL
+        # the one-shot tiles the engine takes at one row under PDL
+        if a.sweep_pdl and m == 1 and pdl_supported():
             block_k = triton_next_pow2(k)
             results = []
             for bn, warps in itertools.product((1, 2, 4), (1, 2, 4, 8)):

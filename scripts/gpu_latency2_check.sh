@@ -48,7 +48,7 @@ if want hf; then
   done
 fi
 if want step; then
-  for r in ${STEP_RUNS:-1:12,13:128,256,512}; do
+  for r in ${STEP_RUNS:-1:12,16:128,256,512}; do
     IFS=: read -r b variants pasts model <<< "$r"
     echo "== graph replay GPU time, ${model:-gpt2}, batch $b [${SECONDS}s]"
     timeout ${STEP_LIMIT:-100} python3 scripts/bench_graph_step.py --model "${model:-gpt2}" --batch "$b" --past "$pasts" --reps 100 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real nsys 2025.3 capture of the engine's batch-1 fast path with programmatic dependent launches (PDL), as a
-# test fixture for stream-own kernel time (tests/roseprof/test_stream_time_real.py): under PDL a kernel starts
+# test fixture for stream-own kernel time (tests/roseprof/test_stream_time.py): under PDL a kernel starts
 # while the one before still runs, so nsys's kernel durations overlap on the stream. Writes under $OUT the
 # sqlite, the step log and `nsys stats` oracles, then prints the per-region graph time of the run.
 # Run from the repo root with .gpu and .whl carried:  bash scripts/gpu_pdl_fixture.sh

@@ -17,5 +17,5 @@ for flag in "${configs[@]}"; do
   timeout 120 python3 -m roseprof nsys --traces-dir /tmp/rg/tr --dashboards-dir /tmp/rg/dash --name "b1-v$i" \
     --trace cuda,nvtx -- python3 -m roseinfer.benchmark_streaming $B1 $flag > "/tmp/rg$i.log" 2>&1
   echo "== v$i: ${flag:-default} rc=$?"
-  python3 scripts/graph_step_table.py /tmp/rg/tr/*b1-v$i*
+  python3 scripts/graph_step_table.py "$(ls -d /tmp/rg/tr/*b1-v$i-* | tail -1)"  # this run: the newest of the name
 done

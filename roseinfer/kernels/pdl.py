@@ -15,6 +15,15 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
 A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
 once it completes.
 
+What a kernel may read before its wait: what no kernel of the step writes before it (weights, LayerNorm
+parameters), and what the step's kernels at least two launches back finished writing (the kernel before waited
+for its own predecessor before it released this one). The split attention's prefetch (`pdl_attention_prefetch`)
+relies on three facts of the captured step (`roseinfer.cuda_graphs`): its past lengths and block tables are
+staged before the graph runs, and the graph writes the lengths only in its last kernel (`past.add_`, for the
+next replay); the past K/V (positions below each sequence's length) was written by earlier replays; and within a
+step a layer's cache is written only at the new token's slot (position `past`), which no slice reads. An
+in-graph write to any of these before the attention would need the prefetch moved after the wait.
+
 `pdl_scope(enabled)` turns it on for the kernels launched inside it (the captured decode step opens it;
 `roseinfer.cuda_graphs`); `pdl_enabled()` is what each launcher asks.
 """

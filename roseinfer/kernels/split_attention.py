@@ -21,7 +21,7 @@ and slows the step (its programs sit on SMs the GEMV before is using). Where eac
 the batch is small (`pick_prefetch`), it instead loads its slice's block (table entry, K and V tiles) before it
 waits: the past was written by earlier steps and the lengths and tables before the graph's first kernel, so the
 DRAM round trip that started every slice now overlaps c_attn's GEMV (`prefetch`; on the H100 a batch-1 step
-263 -> 234 us, docs/BENCHMARKS.md, issue 27 round 3).
+264 -> 232 us a graph replay, docs/BENCHMARKS.md, issue 27 round 3).
 
 The counters live in one zeroed int32 buffer per device, grown when a call needs more (`_counters`); the CUDA
 graph's warm-up runs make it before capture. The torch reference is `roseinfer.attention.paged_decode_attention`.
@@ -51,7 +51,7 @@ SERIAL_BLOCKS = 2
 # Up to this many (sequence, head) pairs, and for models up to this width (heads x head_dim), the engine's split
 # attention, where each slice is one block, is launched as a dependent whose slices load their block before they
 # wait (`pdl_attention_prefetch`). On the H100 (docs/BENCHMARKS.md, issue 27 round 3) a step was faster at GPT-2
-# small batch 1 and 2 (12, 24 pairs: -30 us) and gpt2-medium batch 1 and 2 (16, 32 pairs: -38 to -58 us), and
+# small batch 1 and 2 (12, 24 pairs: -24 to -32 us) and gpt2-medium batch 1 and 2 (16, 32 pairs: -38 to -58 us), and
 # slower for gpt2-xl at batch 1 (width 1600: +67 us at 128 past tokens, +215 at 512). Likely why (not verified):
 # there c_attn's one-shot GEMV is 2,400 programs of 4 warps, more than the SMs hold at once, and the attention's
 # early programs take the slots its second wave needs; at widths up to 1,024 it is one wave of 2-warp programs.
@@ -243,9 +243,9 @@ def split_decode_attention_triton(
     """Same contract as `roseinfer.kernels.paged_attention.paged_decode_attention_triton`, the past cut into
     `splits` slices of whole blocks (the table's width M divided evenly; `pick_splits` chooses); a sequence whose
     past spans at most `serial_blocks` blocks is walked by its slice 0 alone (`pick_serial_blocks` chooses).
-    prefetch: load each slice's block before waiting for the kernel before (one block a slice only; None: as the
-    current scope says, `roseinfer.kernels.pdl.pdl_attention_prefetch`); within a PDL scope it is then launched as
-    a dependent."""
+    prefetch: load each slice's block before waiting for the kernel before (one block a slice only; None: where
+    the current scope asks for it, `roseinfer.kernels.pdl.pdl_attention_prefetch`, and `pick_prefetch` says so);
+    within a PDL scope it is then launched as a dependent."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_attention_prefetch, pdl_attention_release, pdl_enabled

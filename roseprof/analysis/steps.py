@@ -212,7 +212,8 @@ def _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
 
 def steps_summary(rows: dict, region_cols: list[str], graph_cols: list[str] = ()) -> dict:
     """Step times overall and for rollover vs normal steps, with the mean (and median) ns per region inside
-    the step; with graph replays attributed (graph_cols), also the mean GPU kernel ns per capture-time region."""
+    the step; with graph replays attributed (graph_cols), also the mean GPU ns per capture-time region (each
+    kernel's own time on its stream, `graphs.step_graph_columns`)."""
     dur = np.asarray(rows["dur_ns"], dtype=np.float64)
     is_roll = np.asarray(rows["rollovers"]) > 0
     out = ns_stats(dur)

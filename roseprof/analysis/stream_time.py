@@ -11,6 +11,9 @@ own = end - max(start, the latest end among the stream's earlier kernels), at le
 not overlap it is each kernel's duration; summed over a stream it is the stream's busy time (the union of its
 kernels' intervals); and each kernel is charged for the time by which it extends the stream, its share of that
 stream's critical path. Kernels of different streams may still overlap: that is concurrency, counted in each.
+A stream is (device, stream id): the model keeps no process per GPU op, so two processes sharing a GPU whose
+streams have the same id would be taken for one stream (no fixture has that; each rank of a multi-GPU run has
+its own device).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ def own_stream_ns(ops) -> np.ndarray:
     k = np.flatnonzero(ops.kind == KERNEL)
     if not len(k):
         return out
-    # by stream, then start (end breaks ties, so a zero-length kernel at a start is not covered by its twin)
+    # by stream, then start; of two kernels with the same start the shorter comes first and is charged first
     k = k[np.lexsort((ops.end[k], ops.start[k], ops.stream[k], ops.device[k]))]
     start, end = ops.start[k].astype(np.int64), ops.end[k].astype(np.int64)
     key = np.stack([ops.device[k], ops.stream[k]])

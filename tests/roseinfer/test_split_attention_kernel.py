@@ -229,6 +229,63 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
 
 
 @pytest.mark.gpu
+def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph():
+    # The engine's chain at batch 1: a PDL GEMV writes q, k and v; the attention, a dependent launch, loads its
+    # past block before its wait and reads q, k, v after it; a PDL GEMV reads the attention's output. Replayed
+    # on new inputs and lengths, each output must match the reference on that replay's own q, k, v (a read of
+    # q, k or v moved above the wait would see the previous replay's), and the counters must end at zero.
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
+    from roseinfer.kernels.split_attention import _COUNTERS, split_decode_attention_triton
+
+    if not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
+    g = torch.Generator(device="cuda").manual_seed(21)
+    heads, head_dim, width, c = 12, 64, 16, 768
+    _, _, _, kc, vc, table = _case(g, 1, heads, head_dim, width, torch.float16)
+    h_in = torch.randn(1, c, generator=g, device="cuda").half()
+    w_qkv = (
+        torch.randn(3 * heads * head_dim, c, generator=g, device="cuda") * 0.03
+    ).half()  # c_attn's stand-in
+    w_out = (torch.randn(96, heads * head_dim, generator=g, device="cuda") * 0.03).half()  # attn_proj's
+    past = torch.zeros(1, dtype=torch.int64, device="cuda")
+    scale = head_dim**-0.5
+
+    def step():
+        with pdl_scope(True, attention_prefetch=True):
+            qkv = gemv_triton(h_in, w_qkv, None)  # [1, 3 * H * D]
+            q, k, v = qkv.view(1, 3, heads, head_dim).unbind(1)  # each [1, H, D]
+            out = split_decode_attention_triton(
+                q, k, v, kc, vc, table, past, scale, splits=width, append=True
+            )
+            return qkv, out, gemv_triton(out.view(1, -1), w_out, None)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        qkv, out, proj = step()
+    for length in (0, 1, 700, width * BLOCK - 1, 65, 5):
+        past.fill_(length)
+        h_in.copy_(torch.randn(1, c, generator=g, device="cuda").half())
+        kc_before, vc_before = kc.clone(), vc.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        q, k, v = qkv.view(1, 3, heads, head_dim).unbind(1)
+        ref = _reference(q, k, v, kc_before, vc_before, table, past, scale)
+        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3, msg=f"past {length}")
+        torch.testing.assert_close(
+            proj.float(), gemv_reference(out.view(1, -1), w_out).float(), atol=1e-2, rtol=1e-2
+        )
+        slot = (int(table[0, length // BLOCK]), slice(None), length % BLOCK)
+        assert torch.equal(kc[slot], k[0]) and torch.equal(vc[slot], v[0]), length
+        assert int(_COUNTERS[q.device].abs().sum()) == 0
+
+
+@pytest.mark.gpu
 def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
     # fp32, CUDA graphs, paged attention: the engine with the split kernel (default: launched as a prefetching
     # dependent where a slice is one block, on Hopper) equals it launched plainly (--no-attn-prefetch), the
