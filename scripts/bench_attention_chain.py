@@ -14,10 +14,10 @@ timed c_attn's GEMV and the attention as one launch here, commit 74670ea: no fas
 """
 
 import argparse
-import statistics
 
 import torch
 
+from roseinfer.bench.timing import time_us
 from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kernels.split_attention import split_decode_attention_triton
@@ -62,7 +62,7 @@ def step(layers, table, lens, x0, delta0, variant: str):
     return x, delta
 
 
-def time_us(variant: str, past: int, reps: int) -> float:
+def layer_us(variant: str, past: int, reps: int) -> float:
     g = torch.Generator(device="cuda").manual_seed(0)
     layers, table = build(g)
     lens = torch.tensor([past], device="cuda", dtype=torch.int32)
@@ -77,17 +77,7 @@ def time_us(variant: str, past: int, reps: int) -> float:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step(layers, table, lens, x0, delta0, variant)
-    for _ in range(10):
-        graph.replay()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / LAYERS)
-    return statistics.median(times)
+    return time_us(graph.replay, reps) / LAYERS  # median replay (after 10 warm-up replays), per layer
 
 
 def main() -> None:
@@ -104,7 +94,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(pasts))
     for r in range(a.rounds):
         for v in VARIANTS:
-            print(f"| {v} | {r + 1} | " + " | ".join(f"{time_us(v, x, a.reps):.2f}" for x in pasts) + " |")
+            print(f"| {v} | {r + 1} | " + " | ".join(f"{layer_us(v, x, a.reps):.2f}" for x in pasts) + " |")
 
 
 if __name__ == "__main__":
