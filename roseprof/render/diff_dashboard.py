@@ -152,7 +152,7 @@ def _verdict_panel(result: dict) -> str:
     for key in ("regions", "kernels"):
         if v[key]:
             per = "per decode step" if v[key][0].get("per_step") else "per run"
-            what = verdict_text.what_moved(v[key][0])
+            what = verdict_text.what_moved_in(v[key])
             parts.append(f"<h2>Where the time moved: {key} ({what} {per}, beyond the noise floor)</h2>")
             parts.append(_change_table(v[key], key[:-1]))
     for label, names in (("New kernels", v["new_kernels"]), ("Vanished kernels", v["vanished_kernels"])):

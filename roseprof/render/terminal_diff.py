@@ -7,7 +7,13 @@ from rich.console import Console
 
 from roseprof.render import text
 from roseprof.render.terminal import fit_table
-from roseprof.render.verdict_text import headline_sentence, one_run_note, samples_note, side_line, what_moved
+from roseprof.render.verdict_text import (
+    headline_sentence,
+    one_run_note,
+    samples_note,
+    side_line,
+    what_moved_in,
+)
 from roseprof.render.view import DiffView
 
 STYLE = {"faster": "green", "slower": "red", "mixed": "yellow"}
@@ -53,7 +59,7 @@ def print_verdict(console: Console, v: dict) -> None:
         if not changes:
             continue
         per = "per decode step" if changes[0].get("per_step") else "per run"
-        what = what_moved(changes[0])
+        what = what_moved_in(changes)
         shrink = {0: text.shorten_middle if key == "regions" else text.kernel_name}
         rows = _change_rows(changes)
         if key == "kernels":  # one base name, several kernels: each keeps its tag

@@ -17,6 +17,12 @@ def what_moved(row: dict) -> str:
     return "p5 own time" if stat.startswith("p5") else "own time"
 
 
+def what_moved_in(rows: list[dict]) -> str:
+    """What a table of "where the time moved" rows measures: one statistic, or each that its rows use in order (a
+    region judged by its wall p5 because one run lacks its CPU times sits beside regions judged by CPU time)."""
+    return " / ".join(dict.fromkeys(what_moved(r) for r in rows))
+
+
 def headline_sentence(v: dict) -> str:
     """One line: what changed, in the runs' own words, and where the time moved most (shared with the diff
     dashboard)."""

@@ -139,3 +139,15 @@ def test_the_next_step_compares_the_new_run_as_after():
     print_next(console, "new-run", "old-run")
     out = console.export_text()
     assert "roseprof diff <earlier run> new-run" in out and "roseprof diff old-run new-run" in out
+
+
+def test_a_table_title_names_every_statistic_its_rows_use():
+    # A region judged by its wall p5 (one run lacks its CPU times) beside one judged by CPU time: the table says
+    # both, not only the first row's.
+    from roseprof.render import verdict_text
+
+    cpu = {"own_time": True, "own_stat": "CPU time, p5 of the steps"}
+    wall = {"own_time": True, "own_stat": "p5 of the steps"}
+    assert verdict_text.what_moved_in([cpu, cpu]) == "p5 own CPU time"
+    assert verdict_text.what_moved_in([cpu, wall, cpu]) == "p5 own CPU time / p5 own time"
+    assert verdict_text.what_moved_in([{"own_time": False}]) == "time"
