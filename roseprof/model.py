@@ -312,10 +312,15 @@ class Trace:
         return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
+def spelled_region(name: str, domain: str | None) -> str:
+    """A region as every table spells it: `domain:name` outside the default NVTX domain (NCCL's own `ncclAllReduce`
+    range is `NCCL:ncclAllReduce`, as `nsys stats` 2025 writes it), its name alone in the default domain."""
+    return f"{domain}:{name}" if domain else name
+
+
 def spelled_range_names(trace: Trace) -> np.ndarray | None:
-    """[R] each range's name as every table spells a region: `domain:name` for a range outside the default NVTX
-    domain (NCCL's own `ncclAllReduce` range is `NCCL:ncclAllReduce`, as `nsys stats` 2025 writes it), its name
-    alone in the default domain; None where every range is of the default domain (`ranges.name` is the spelling).
+    """[R] each range's name as every table spells a region (`spelled_region`); None where every range is of the
+    default domain (`ranges.name` is the spelling).
 
     The spelled names are interned into the trace's one Names table (new strings at its end: every index in use
     keeps its string), so tables that name a region by index resolve against the trace as stored."""
@@ -326,7 +331,7 @@ def spelled_range_names(trace: Trace) -> np.ndarray | None:
     pairs, inverse = np.unique(
         np.stack([r.domain[other], r.name[other]], axis=1), axis=0, return_inverse=True
     )
-    ids = [trace.names.intern(f"{trace.domains[d]}:{trace.names[n]}") for d, n in pairs.tolist()]
+    ids = [trace.names.intern(spelled_region(trace.names[n], trace.domains[d])) for d, n in pairs.tolist()]
     out = r.name.copy()
     out[other] = np.asarray(ids, dtype=np.int64)[inverse.ravel()]
     return out

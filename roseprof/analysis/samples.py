@@ -10,7 +10,7 @@ import numpy as np
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.stats import groups
 from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
-from roseprof.model import KERNEL, Trace, spelled_range_names
+from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 
 
 @dataclass
@@ -110,8 +110,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                 ).astype(np.float64)
                 kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
     region_self = {
-        f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]: float(r["self_ns"])
-        for r in summary.get("regions") or []
+        spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
     }
     step_self = _step_self(trace, range_name, steps, step_dur, set(step_regions))
     # Imported here: the sections' diff hooks import this module (RunData).

@@ -1,5 +1,7 @@
 """Formatting nanosecond figures for people (terminal tables and dashboards alike)."""
 
+from roseprof.model import spelled_region
+
 
 def ms(ns) -> str:
     return "-" if ns is None else f"{ns / 1e6:,.3f}"
@@ -10,9 +12,8 @@ def us(ns) -> str:
 
 
 def region_name(r: dict) -> str:
-    """A summary region (name and domain apart) as every table spells a region: `domain:name` outside the default
-    domain (model.spelled_range_names)."""
-    return f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
+    """A summary region (name and domain apart) as every table spells a region (model.spelled_region)."""
+    return spelled_region(r["name"], r.get("domain"))
 
 
 def region_cells(r: dict) -> list[str]:

@@ -20,7 +20,7 @@ from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.collectives import rank_participants
 from roseprof.analysis.stats import ns_stats
 from roseprof.analysis.steps import clock_offset, step_table
-from roseprof.model import KERNEL
+from roseprof.model import KERNEL, spelled_region
 from roseprof.run.checks import NUM, OPT_NUM
 from roseprof.workload.steplog import log_rank
 
@@ -214,7 +214,8 @@ def panels(summary: dict) -> list[dict]:
     rows = []
     for e in entries:
         st = e.get("steps") or {}
-        top = _spelled(max(e["regions"], key=lambda r: r["self_ns"])) if e["regions"] else "-"
+        busiest = max(e["regions"], key=lambda r: r["self_ns"]) if e["regions"] else None
+        top = spelled_region(busiest["name"], busiest.get("domain")) if busiest else "-"
         rows.append(
             ["?" if e["rank"] is None else str(e["rank"]), str(e["pid"]), str(st.get("count", "-")),
              ms(st.get("p50_ns")), ms(st.get("p99_ns")), str(e["kernel_count"]),
@@ -242,11 +243,6 @@ def panels(summary: dict) -> list[dict]:
 # How the clock check paired the ranks' collectives (`matched_by`; a run stored before it was said: by order).
 MATCHED_BY = {"step": "by decode step and place in the step", "order": "by order"}
 TOP_NAME_CHARS = 22  # the busiest region's name in the panel: with the other columns, 80 terminal columns
-
-
-def _spelled(region: dict) -> str:
-    """A per-rank region (name and domain apart) as every table spells it (model.spelled_range_names)."""
-    return f"{region['domain']}:{region['name']}" if region.get("domain") else region["name"]
 
 
 def _middle(name: str, width: int) -> str:
