@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree, innermost_range
-from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace
 
 MAX_CLONE_DEPTH = 16  # graphs cloned from clones: more than a few levels never happens; bounds a cycle
@@ -154,9 +153,10 @@ def graph_warning(trace: Trace, capture: np.ndarray) -> str | None:
     )
 
 
-def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray) -> list[str]:
+def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray, own_ns: np.ndarray) -> list[str]:
     """Add `graph:<region>` columns to the per-step rows: GPU time of graph replays launched in each step, by
-    the innermost capture-time region. Each kernel counts its own time on its stream (`stream_time`: its
+    the innermost capture-time region. Each kernel counts its own time on its stream (`own_ns`, [G] from
+    `stream_time.own_stream_ns`: its
     duration less what an earlier kernel of the stream still covers), so that under programmatic dependent
     launches a kernel is not charged for waiting on the one before and a step's regions add up to its stream's
     busy time; without overlap that is the kernel time. Returns the region names, largest total first."""
@@ -175,7 +175,7 @@ def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray) -> list[st
     region = trace.ranges.name[capture[sel]]
     ids, inverse = np.unique(region, return_inverse=True)
     matrix = np.zeros((len(starts), len(ids)), dtype=np.int64)
-    np.add.at(matrix, (step, inverse), own_stream_ns(ops)[sel])
+    np.add.at(matrix, (step, inverse), own_ns[sel])
     order = np.argsort(-matrix.sum(axis=0), kind="stable")
     names = []
     for j in order:

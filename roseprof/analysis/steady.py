@@ -25,7 +25,6 @@ from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.steps import CPU_PREFIX
-from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import PREFILL
 from roseprof.workload.steplog import StepLogRecords
@@ -67,6 +66,7 @@ def steady_state(
     tree: RangeTree,
     launch_range: np.ndarray,
     capture: np.ndarray,
+    own_ns: np.ndarray,  # [G] each kernel's own time on its stream (stream_time.own_stream_ns)
     rows: dict | None,
     region_cols: list[str],
     log: StepLogRecords | None,
@@ -120,11 +120,10 @@ def steady_state(
     gpu = {}
     step_gpu = None
     if has_gpu:
-        own = own_stream_ns(ops)
-        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own)
+        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns)
         gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
         sel = kernel & (op_step >= 0)
-        step_gpu = np.bincount(op_step[sel], weights=own[sel], minlength=n)
+        step_gpu = np.bincount(op_step[sel], weights=own_ns[sel], minlength=n)
         step_durations = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
     graph_names = set()
     if (capture >= 0).any():

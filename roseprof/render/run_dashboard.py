@@ -122,8 +122,9 @@ def _steady_panel(summary: dict) -> str:
     rows = [[html.escape(c) for c in row] for row in rows]
     rows[0][0] = f"<b>{rows[0][0]}</b>"
     notes = [text.GRAPH_NOTE] if steady.get("graph_replays") else []
-    if text.overlap_note(steady):
-        notes.append(text.overlap_note(steady))
+    overlap = text.overlap_note(steady)
+    if overlap:
+        notes.append(overlap)
     if "own CPU p5" in headers:
         notes.append(
             "own CPU (µs): each region's thread CPU time per step less its children's, which no wait for a core is in "

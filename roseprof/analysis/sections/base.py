@@ -12,6 +12,7 @@ import numpy as np
 from roseprof.analysis.diff_metric import Sides, figure
 from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
 
@@ -71,6 +72,11 @@ class Context:
     def capture(self) -> np.ndarray:
         """[G] the capture-time range of each graph-replayed op, -1 otherwise."""
         return capture_ranges(self.trace, self.tree)
+
+    @cached_property
+    def own_ns(self) -> np.ndarray:
+        """[G] each kernel's own time on its stream (stream_time.py): what the per-step GPU views count."""
+        return own_stream_ns(self.trace.ops)
 
     @cached_property
     def graph_ns(self) -> np.ndarray:

@@ -14,8 +14,9 @@ def compute(ctx: Context) -> SectionResult:
     rows = ctx.table("steps")
     region_cols = ctx.table("step_regions")
     steady = steady_state(
-        ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, rows, region_cols, ctx.log, unit, step_name
-    )
+        ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, ctx.own_ns, rows, region_cols, ctx.log, unit,
+        step_name,
+    )  # fmt: skip
     return SectionResult({"steady": steady})
 
 

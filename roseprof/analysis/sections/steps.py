@@ -44,7 +44,7 @@ def compute(ctx: Context) -> SectionResult:
         ctx.step_range,
         step_ranges,  # several ranks: rank 0's steps, the indices every rank shares
     )
-    graph_cols = step_graph_columns(rows, trace, ctx.capture) if rows else []
+    graph_cols = step_graph_columns(rows, trace, ctx.capture, ctx.own_ns) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None
     if steps is not None:
         # Only the engine's decode steps have rollovers; a program's steps are named by what marks them.
