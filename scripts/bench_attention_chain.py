@@ -17,7 +17,7 @@ import argparse
 
 import torch
 
-from roseinfer.bench.timing import time_us
+from roseinfer.bench.timing import captured, time_us
 from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kernels.split_attention import split_decode_attention_triton
@@ -68,15 +68,7 @@ def layer_us(variant: str, past: int, reps: int) -> float:
     lens = torch.tensor([past], device="cuda", dtype=torch.int32)
     x0 = torch.randn(1, C, generator=g, device="cuda").half()
     delta0 = torch.randn(1, C, generator=g, device="cuda").half()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step(layers, table, lens, x0, delta0, variant)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step(layers, table, lens, x0, delta0, variant)
+    graph, _ = captured(lambda: step(layers, table, lens, x0, delta0, variant), warmups=2)
     return time_us(graph.replay, reps) / LAYERS  # median replay (after 10 warm-up replays), per layer
 
 

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from roseinfer.bench.roofline import copy_bandwidth
+from roseinfer.bench.timing import captured
 from roseinfer.config import BUILTIN_MODELS
 from roseinfer.kernels.gemv import GemvConfig, gemv_triton, pick_config, triton_next_pow2
 from roseinfer.kernels.pdl import pdl_supported
@@ -35,16 +36,7 @@ def shapes(model: str) -> list[tuple[str, int, int, bool]]:
 
 def graph_time_us(fn, copies: int, reps: int = 20) -> float:
     """Median time of one call, from a graph of `copies` back-to-back calls (fn(i) uses weight copy i)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(copies):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(copies):
-            fn(i)
+    g, _ = captured(lambda: [fn(i) for i in range(copies)])
     g.replay()
     times = []
     for _ in range(reps):

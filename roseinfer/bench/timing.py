@@ -22,6 +22,24 @@ def time_us(fn, reps: int) -> float:
     return statistics.median(times)
 
 
+def captured(step, warmups: int = 1):
+    """(graph, outputs): `step` run `warmups` times on a side stream (Triton compiles, cuBLAS picks its kernels, as
+    before the engine captures its decode step), then captured in a CUDA graph; `outputs` is what the captured run
+    returned, tensors that every replay rewrites."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs
+
+
 def graph_us(fn, reps: int, calls: int = 20) -> float:
     """µs of GPU time per call: `calls` calls captured in a CUDA graph, the replay timed, divided by `calls`.
     What a kernel costs inside a captured decode step; timing single eager calls of a Triton kernel measures its

@@ -4,6 +4,7 @@ data over batch sizes and odd shapes, and its dispatch (`roseinfer.linears`)."""
 import pytest
 import torch
 
+from roseinfer.bench.timing import captured
 from roseinfer.kernels.gemv import GemvConfig, gemv_reference, pick_config
 from roseinfer.linears import linear, small_batch_gemv, uses_gemv
 
@@ -138,14 +139,7 @@ def test_gemv_chain_with_pdl_in_a_graph_matches_reference(rows):
             outs.append(h)
         return outs
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        chain()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = chain()
+    graph, outs = captured(chain)
     for _ in range(3):
         x.copy_(_rand(g, rows, dims[0], dtype=torch.float16, device="cuda"))
         graph.replay()
@@ -231,14 +225,7 @@ def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference():
         lambda *a: norm_gemv_triton(*a, pdl=True),
         lambda h, wt, b: gemv_triton(h, wt, b, pdl=True),
     )
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        layer(x, delta, ours)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outs = layer(x, delta, ours)
+    graph, outs = captured(lambda: layer(x, delta, ours))
     for _ in range(3):
         x.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))
         delta.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))

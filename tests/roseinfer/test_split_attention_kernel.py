@@ -5,6 +5,7 @@ left at zero for the next launch, inside a CUDA graph replayed on new lengths, a
 import pytest
 import torch
 
+from roseinfer.bench.timing import captured
 from roseinfer.kernels.split_attention import (
     MAX_PROGRAMS,
     ONE_PASS_FROM,
@@ -54,20 +55,6 @@ def _case(g, batch, heads, head_dim, max_blocks, dtype):
     )
     table = torch.randperm(n_blocks, generator=g, device="cuda")[: batch * max_blocks].view(batch, max_blocks)
     return q, k_new, v_new, kc, vc, table
-
-
-def _captured(step):
-    """(graph, outputs): `step` run once on a side stream (Triton compiles, as the engine's warm-up), then
-    captured; the outputs are the captured run's tensors, which every replay rewrites."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        outputs = step()
-    return graph, outputs
 
 
 def _reference(q, k_new, v_new, kc, vc, table, past, scale):
@@ -223,7 +210,7 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
                 out.view(batch, -1), w, None, pdl=bool(pdl)
             )  # reads the attention's output
 
-    graph, (out, proj) = _captured(step)
+    graph, (out, proj) = captured(step)
     for lengths in ([0, 1], [64, 700], [1023, 65], [5, 5]):
         past.copy_(torch.tensor(lengths, device="cuda"))
         q.copy_(torch.randn(batch, heads, head_dim, generator=g, device="cuda").half())
@@ -267,7 +254,7 @@ def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph():
             )
             return qkv, out, gemv_triton(out.view(1, -1), w_out, None)
 
-    graph, (qkv, out, proj) = _captured(step)
+    graph, (qkv, out, proj) = captured(step)
     for length in (0, 1, 700, width * BLOCK - 1, 65, 5):
         past.fill_(length)
         h_in.copy_(torch.randn(1, c, generator=g, device="cuda").half())
