@@ -111,6 +111,16 @@ def _get_kernel():
     gdc_wait, gdc_launch_dependents = gdc_functions()
 
     @triton.jit
+    def softmax_block(q, k, v, rows, m, l, acc, scale):  # noqa: E741
+        """One past block into a slice's online softmax: q [BLOCK_D], k and v [BLOCK, BLOCK_D] in fp32, rows
+        [BLOCK] the positions holding a past token. Returns the new (max m, normaliser l, weighted sum acc)."""
+        s = tl.where(rows, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [BLOCK]
+        m_new = tl.maximum(m, tl.max(s, 0))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new)
+        return m_new, l * alpha + tl.sum(p, 0), acc * alpha + tl.sum(p[:, None] * v, 0)
+
+    @triton.jit
     def split_decode_kernel(
         q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr, part_ptr, stat_ptr, count_ptr,
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
@@ -128,7 +138,8 @@ def _get_kernel():
         n_blocks = tl.cdiv(past, BLOCK)
         if PREFETCH:  # one block a slice: its past block (written by earlier steps) loaded before the wait
             pre_blk = tl.load(table_ptr + b * stride_tb + sp, mask=sp < n_blocks, other=0).to(tl.int64)
-            pre_mask = ((sp * BLOCK + offs) < past)[:, None] & dmask[None, :]  # [BLOCK, BLOCK_D]
+            pre_rows = (sp * BLOCK + offs) < past  # [BLOCK]; none for slice 0 of an empty past
+            pre_mask = pre_rows[:, None] & dmask[None, :]  # [BLOCK, BLOCK_D]
             pre_base = pre_blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
             pre_k = tl.load(kc_ptr + pre_base, mask=pre_mask, other=0.0)
             pre_v = tl.load(vc_ptr + pre_base, mask=pre_mask, other=0.0)
@@ -157,18 +168,9 @@ def _get_kernel():
             acc = tl.where(own, vn_raw.to(tl.float32), 0.0)  # [BLOCK_D]
             first = sp * PER_SPLIT
             last = tl.where(active == 1, n_blocks, tl.minimum(first + PER_SPLIT, n_blocks))
-            if PREFETCH:  # the one block, already loaded (masked off entirely for slice 0 of an empty past)
-                s = tl.where(
-                    (sp * BLOCK + offs) < past,
-                    tl.sum(pre_k.to(tl.float32) * q[None, :], 1) * scale,
-                    float("-inf"),
-                )  # [BLOCK]
-                m_new = tl.maximum(m, tl.max(s, 0))
-                alpha = tl.exp(m - m_new)
-                p = tl.exp(s - m_new)
-                acc = acc * alpha + tl.sum(p[:, None] * pre_v.to(tl.float32), 0)
-                l = l * alpha + tl.sum(p, 0)  # noqa: E741
-                m = m_new
+            if PREFETCH:  # the one block, already loaded
+                k, v = pre_k.to(tl.float32), pre_v.to(tl.float32)  # [BLOCK, BLOCK_D] each
+                m, l, acc = softmax_block(q, k, v, pre_rows, m, l, acc, scale)  # noqa: E741
                 last = first  # no loop
             for i in tl.range(first, last, num_stages=STAGES):
                 blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
@@ -176,14 +178,8 @@ def _get_kernel():
                 base = blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
                 tile_mask = pmask[:, None] & dmask[None, :]
                 k = tl.load(kc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
-                s = tl.where(pmask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [BLOCK]
-                m_new = tl.maximum(m, tl.max(s, 0))
-                alpha = tl.exp(m - m_new)
-                p = tl.exp(s - m_new)
                 v = tl.load(vc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)
-                acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-                l = l * alpha + tl.sum(p, 0)  # noqa: E741
-                m = m_new
+                m, l, acc = softmax_block(q, k, v, pmask, m, l, acc, scale)  # noqa: E741
             o_ptrs = out_ptr + b * stride_ob + h * stride_oh + d
             if active == 1:  # one slice (past <= PER_SPLIT or SERIAL blocks): the one-pass kernel's result
                 tl.store(o_ptrs, (acc / l).to(out_ptr.dtype.element_ty), mask=dmask)
