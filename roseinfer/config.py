@@ -76,6 +76,9 @@ class EngineConfig:
     # (small batches), the attention kernel launched as a dependent that loads its block before it waits
     # (`roseinfer.kernels.split_attention`). False: launched plainly, as before.
     attention_prefetch: bool = True
+    # CUDA graphs on Hopper or later, one device: a side stream of the captured step streams the next layer's
+    # weights into L2 while this layer runs (`roseinfer.kernels.l2_prefetch`). False: no prefetch, as before.
+    l2_prefetch: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

@@ -23,7 +23,9 @@ Variants, each adding one change to the one before:
  14. 12 with every past of more than one block split (round 1's rule);
  15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at;
  16. 12 + where each slice is one past block, the split attention launched as a dependent that loads its block
-     before it waits (issue 27, round 3): the engine now.
+     before it waits (issue 27, round 3);
+ 17. 16 + a side stream of the graph streaming the next layer's weights into L2 (issue 27, round 4): the engine
+     now; 18 and 19: 17 + the lm_head's first 16 / 32 MB during the last layer.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -71,7 +73,17 @@ VARIANTS[12] = GraphKernels(**_SECOND)
 VARIANTS[13] = GraphKernels(split_attention=False)
 VARIANTS[14] = GraphKernels(split_serial_blocks=0, **_SECOND)
 VARIANTS[15] = GraphKernels(split_serial_blocks=3, **_SECOND)
-VARIANTS[16] = GraphKernels()  # 12 + the split attention a prefetching dependent launch (engine now)
+# The fourth step's change off: what variants 1 to 16 measured before it existed.
+VARIANTS = {v: dataclasses.replace(k, l2_prefetch=False) for v, k in VARIANTS.items()}
+VARIANTS[16] = GraphKernels(l2_prefetch=False)  # 12 + the split attention a prefetching dependent launch
+VARIANTS[17] = (
+    GraphKernels()
+)  # 16 + the next layer's weights streamed into L2 from a side stream (engine now)
+VARIANTS[18] = GraphKernels(l2_prefetch_lm_head_mb=16)  # 17 + the lm_head's first 16 MB during the last layer
+VARIANTS[19] = GraphKernels(l2_prefetch_lm_head_mb=32)  # 17 + its first 32 MB
+VARIANTS[20] = GraphKernels(
+    l2_prefetch=False, pdl_early_release=True
+)  # 16 + GEMVs release the next kernel early
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -130,7 +142,11 @@ def main() -> None:
         13: "12 without the split attention (--no-split-attn)",
         14: "12, every past of more than one block split (round 1)",
         15: "12, pasts of at most 3 blocks unsplit",
-        16: "12 + the attention a dependent launch loading its block before the wait (engine now)",
+        16: "12 + the attention a dependent launch loading its block before the wait (round 3)",
+        17: "16 + the next layer's weights into L2 from a side stream (engine now)",
+        18: "17 + the lm_head's first 16 MB into L2 during the last layer",
+        19: "17 + the lm_head's first 32 MB",
+        20: "16 + one-row GEMVs release the next kernel as they start",
     }
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

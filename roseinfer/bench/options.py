@@ -105,6 +105,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "plainly, not as a dependent launch that loads its past block before it waits",
     )
     p.add_argument(
+        "--no-l2-prefetch",
+        action="store_true",
+        help="earlier design: with --cuda-graph, no side stream streaming the next layer's weights into L2",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -186,6 +191,7 @@ def engine_config(args) -> EngineConfig:
         split_attention=not args.no_split_attn,
         norm_gemv=not args.no_norm_gemv,
         attention_prefetch=not args.no_attn_prefetch,
+        l2_prefetch=not args.no_l2_prefetch,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

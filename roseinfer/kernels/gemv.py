@@ -98,7 +98,7 @@ def _get_kernel():
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
-        NORM: tl.constexpr,
+        NORM: tl.constexpr, EARLY: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         rm = tl.arange(0, BLOCK_M)  # [BM]
@@ -109,6 +109,8 @@ def _get_kernel():
         w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_wn  # [BN, 1]
         x_rows = x_ptr + rm[:, None] * stride_xm  # [BM, 1]
         if ONE_SHOT:  # one row, BLOCK_K >= K: all of this program's weights loaded at once, before the wait
+            if PDL and EARLY:  # the next kernel may start now: it too reads only weights before its wait
+                gdc_launch_dependents()
             kk = rk
             kmask = kk < K
             w = tl.load(w_rows + kk[None, :], mask=nmask[:, None] & kmask[None, :], other=0.0)  # [BN, BK]
@@ -117,7 +119,8 @@ def _get_kernel():
                 lnb = tl.load(lnb_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
             if PDL:  # the weights are in flight; x is the previous kernel's output
                 gdc_wait()
-                gdc_launch_dependents()
+                if not EARLY:
+                    gdc_launch_dependents()
             if NORM:  # prologue: s = x + delta (the residual stream; program 0 stores it), x1 = LayerNorm(s)
                 xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
                 dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
@@ -174,7 +177,7 @@ def gemv_triton(
 ):
     """Same contract as `gemv_reference`. x rows may be strided (last dimension contiguous); weight contiguous.
     pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says)."""
-    from roseinfer.kernels.pdl import pdl_enabled, pdl_supported
+    from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     m, k = x.shape
     n = weight.shape[0]
@@ -191,7 +194,7 @@ def gemv_triton(
         x, x, x, x, 0.0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        num_warps=cfg.num_warps, launch_pdl=pdl,
+        EARLY=pdl and pdl_early_release(), num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
@@ -215,7 +218,7 @@ def norm_gemv_triton(
     """Same contract as `norm_gemv_reference`, one kernel: every program recomputes the row's LayerNorm (the row
     is K <= 4,096 wide and in L2) before its GEMV, and program 0 writes s. Replaces the add + LayerNorm kernel
     in front of c_attn and c_fc at batch 1 (`roseinfer.linears.norm_linear`)."""
-    from roseinfer.kernels.pdl import pdl_enabled, pdl_supported
+    from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     m, k = x.shape
     n = weight.shape[0]
@@ -231,6 +234,7 @@ def norm_gemv_triton(
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         delta, ln_weight, ln_bias, s, eps,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, num_warps=cfg.num_warps, launch_pdl=pdl,
+        STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
+        num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return s, out

@@ -39,6 +39,7 @@ _PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 _PDL_RELEASE: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_release", default=False)
 _PDL_PREFETCH: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_prefetch", default=False)
+_PDL_EARLY: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_early", default=False)
 _SUPPORTED: bool | None = None
 
 
@@ -74,9 +75,19 @@ def pdl_attention_prefetch() -> bool:
     return _PDL_PREFETCH.get()
 
 
+def pdl_early_release() -> bool:
+    """Whether a one-row GEMV releases the kernel after it as it starts, before its own weight loads and wait (so
+    the next kernel's weights load while this one still waits), rather than right after its wait."""
+    return _PDL_EARLY.get()
+
+
 @contextlib.contextmanager
 def pdl_scope(
-    enabled: bool, attention: bool = False, attention_release: bool = False, attention_prefetch: bool = False
+    enabled: bool,
+    attention: bool = False,
+    attention_release: bool = False,
+    attention_prefetch: bool = False,
+    early_release: bool = False,
 ):
     """Kernels launched inside use PDL when `enabled` and the device supports it; the attention kernels only
     with `attention` too. At batch 1 on the H100 PDL on the one-pass attention kernel made a step faster at 128
@@ -90,10 +101,12 @@ def pdl_scope(
         _PDL_ATTENTION.set(on and attention),
         _PDL_RELEASE.set(on and attention_release),
         _PDL_PREFETCH.set(on and attention_prefetch),
+        _PDL_EARLY.set(on and early_release),
     )
     try:
         yield
     finally:
+        _PDL_EARLY.reset(tokens[4])
         _PDL_PREFETCH.reset(tokens[3])
         _PDL_RELEASE.reset(tokens[2])
         _PDL_ATTENTION.reset(tokens[1])
