@@ -76,9 +76,10 @@ class EngineConfig:
     # (small batches), the attention kernel launched as a dependent that loads its block before it waits
     # (`roseinfer.kernels.split_attention`). False: launched plainly, as before.
     attention_prefetch: bool = True
-    # CUDA graphs on Hopper or later, one device: a side stream of the captured step streams the next layer's
-    # weights into L2 while this layer runs (`roseinfer.kernels.l2_prefetch`). False: no prefetch, as before.
-    l2_prefetch: bool = True
+    # CUDA graphs on Hopper or later, with PDL, batch 1: each GEMV releases the kernel after it as it starts, so
+    # several kernels load their weights ahead (`roseinfer.kernels.pdl.pdl_early_release`). False: each releases
+    # the next after its own wait, as before.
+    early_release: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

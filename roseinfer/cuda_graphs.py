@@ -45,7 +45,6 @@ import torch
 from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
-from roseinfer.kernels.l2_prefetch import WeightPrefetch, l2_prefetch_supported, prefetch_scope
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
@@ -94,8 +93,12 @@ class GraphKernels:
     # False: launched plainly, as `--no-attn-prefetch`.
     pdl_attention_prefetch: bool = True
     # With PDL, a one-row GEMV releases the kernel after it as it starts rather than after its wait
-    # (`pdl_early_release`), so more than two kernels are in flight and each loads its weights further ahead
-    pdl_early_release: bool = False
+    # (`pdl_early_release`): more kernels in flight, each loading its weights while the ones before it run. On the
+    # H100 a batch-1 step of gpt2-medium 7% faster (docs/BENCHMARKS.md, issue 27 round 4). False:
+    # `--no-early-release`.
+    pdl_early_release: bool = True
+    # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
+    argmax_advances: bool = True
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
     split_attention: bool = True
@@ -105,13 +108,6 @@ class GraphKernels:
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
-    # On Hopper and later: at each layer's start a kernel on a second stream of the graph streams the next
-    # layer's weights into L2 while this layer's chain of dependent kernels runs (`roseinfer.kernels.l2_prefetch`),
-    # in buckets of at most `l2_prefetch_max_batch` rows (None: every bucket). False: `--no-l2-prefetch`.
-    l2_prefetch: bool = True
-    l2_prefetch_max_batch: int | None = None
-    # During the last layer, also the lm_head's first this many MB (0: none)
-    l2_prefetch_lm_head_mb: int = 0
 
     @classmethod
     def for_engine(
@@ -121,17 +117,17 @@ class GraphKernels:
         split_attention: bool = True,
         norm_gemv: bool = True,
         attention_prefetch: bool = True,
-        l2_prefetch: bool = True,
+        early_release: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-l2-prefetch` turn off."""
+        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
             split_attention=split_attention,
             norm_gemv=norm_gemv,
             pdl_attention_prefetch=attention_prefetch,
-            l2_prefetch=l2_prefetch,
+            pdl_early_release=early_release,
         )
 
 
@@ -160,13 +156,6 @@ class DecodeGraphs:
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
         self.fused = kernels.fused_add_layernorm and cache.is_cuda and triton_available()
-        # The weights' L2 prefetch runs on a side stream forked inside the captured step: only where the step is
-        # captured, on one device (not measured with tensor parallelism's collectives beside it)
-        self.prefetch = (
-            WeightPrefetch(model, kernels.l2_prefetch_lm_head_mb << 20)
-            if kernels.l2_prefetch and capture and model.h[0].tp is None and l2_prefetch_supported()
-            else None
-        )
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -188,19 +177,23 @@ class DecodeGraphs:
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
         )  # fmt: skip
         pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
-        l2 = k.l2_prefetch_max_batch is None or bucket <= k.l2_prefetch_max_batch
         with (
             small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
             pdl_scope(
-                pdl, k.pdl_attention, k.pdl_attention_release, k.pdl_attention_prefetch, k.pdl_early_release
+                pdl,
+                k.pdl_attention,
+                k.pdl_attention_release,
+                k.pdl_attention_prefetch,
+                k.pdl_early_release,
             ),
-            prefetch_scope(self.prefetch if l2 else None),
         ):
             logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
         with region(ARGMAX):
             if self.fused:
                 from roseinfer.kernels.argmax import argmax_triton
 
+                if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
+                    return logits, argmax_triton(logits, advance=(ids, past, live))  # [bucket]
                 greedy = argmax_triton(logits)  # [bucket]
             else:
                 greedy = torch.argmax(logits, dim=-1)  # [bucket]

@@ -21,7 +21,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.kernels.l2_prefetch import prefetch_weights
 from roseinfer.linears import linear, norm_gemv_applies, norm_linear
 from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
@@ -171,16 +170,10 @@ class GPT2(nn.Module):
         at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies`.
         gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
-        prefetch_weights(
-            0
-        )  # inside a captured step, layer 0's weights into L2 beside the embedding (kernels/)
         with region(EMBEDDING):
             tok, pos = self.wte(ids), self.wpe(positions)  # [T, C] each
         x, delta = tok, pos  # [T, C] each: the first block adds them and applies its ln_1
         for layer, block in enumerate(blocks):
-            prefetch_weights(
-                layer + 1
-            )  # the next layer's (after the last: the lm_head's first) while this runs
             x, delta = block(x, delta, layer, kv, fused, gelu_epilogue)
         if last is not None:
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample

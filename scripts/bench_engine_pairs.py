@@ -40,7 +40,7 @@ CONFIGS = {
     "tracing on (NVTX + record_function)": {"_tracing": True},
     "--no-pdl": {"pdl": False},
     "--no-attn-prefetch": {"attention_prefetch": False},
-    "--no-l2-prefetch": {"l2_prefetch": False},
+    "--no-early-release": {"early_release": False},
     # issue 27's kernels all off: the fast path as it was before that issue (--no-pdl and --no-split-attn turn the
     # attention's prefetch off too)
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {

@@ -24,8 +24,9 @@ Variants, each adding one change to the one before:
  15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at;
  16. 12 + where each slice is one past block, the split attention launched as a dependent that loads its block
      before it waits (issue 27, round 3);
- 17. 16 + a side stream of the graph streaming the next layer's weights into L2 (issue 27, round 4): the engine
-     now; 18 and 19: 17 + the lm_head's first 16 / 32 MB during the last layer.
+ 17. 16 + one-row GEMVs release the kernel after them as they start, not after their wait (issue 27, round 4);
+ 18. 17 + the argmax's second kernel writes the next step's token ids and past lengths (no copy, no add): the
+     engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -73,17 +74,12 @@ VARIANTS[12] = GraphKernels(**_SECOND)
 VARIANTS[13] = GraphKernels(split_attention=False)
 VARIANTS[14] = GraphKernels(split_serial_blocks=0, **_SECOND)
 VARIANTS[15] = GraphKernels(split_serial_blocks=3, **_SECOND)
-# The fourth step's change off: what variants 1 to 16 measured before it existed.
-VARIANTS = {v: dataclasses.replace(k, l2_prefetch=False) for v, k in VARIANTS.items()}
-VARIANTS[16] = GraphKernels(l2_prefetch=False)  # 12 + the split attention a prefetching dependent launch
-VARIANTS[17] = (
-    GraphKernels()
-)  # 16 + the next layer's weights streamed into L2 from a side stream (engine now)
-VARIANTS[18] = GraphKernels(l2_prefetch_lm_head_mb=16)  # 17 + the lm_head's first 16 MB during the last layer
-VARIANTS[19] = GraphKernels(l2_prefetch_lm_head_mb=32)  # 17 + its first 32 MB
-VARIANTS[20] = GraphKernels(
-    l2_prefetch=False, pdl_early_release=True
-)  # 16 + GEMVs release the next kernel early
+VARIANTS[16] = GraphKernels()  # 12 + the split attention a prefetching dependent launch
+# The fourth step's changes off: what variants 1 to 16 measured before they existed.
+_FOURTH = dict(pdl_early_release=False, argmax_advances=False)
+VARIANTS = {v: dataclasses.replace(k, **_FOURTH) for v, k in VARIANTS.items()}
+VARIANTS[17] = GraphKernels(argmax_advances=False)
+VARIANTS[18] = GraphKernels()  # the engine now
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -143,10 +139,8 @@ def main() -> None:
         14: "12, every past of more than one block split (round 1)",
         15: "12, pasts of at most 3 blocks unsplit",
         16: "12 + the attention a dependent launch loading its block before the wait (round 3)",
-        17: "16 + the next layer's weights into L2 from a side stream (engine now)",
-        18: "17 + the lm_head's first 16 MB into L2 during the last layer",
-        19: "17 + the lm_head's first 32 MB",
-        20: "16 + one-row GEMVs release the next kernel as they start",
+        17: "16 + one-row GEMVs release the next kernel as they start",
+        18: "17 + the argmax kernel writes the next step's inputs (engine now)",
     }
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

@@ -105,9 +105,10 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "plainly, not as a dependent launch that loads its past block before it waits",
     )
     p.add_argument(
-        "--no-l2-prefetch",
+        "--no-early-release",
         action="store_true",
-        help="earlier design: with --cuda-graph, no side stream streaming the next layer's weights into L2",
+        help="earlier design: with --cuda-graph at batch 1, each GEMV lets the next kernel start after its own wait, "
+        "not as it starts",
     )
     p.add_argument(
         "--cpu-threads",
@@ -191,7 +192,7 @@ def engine_config(args) -> EngineConfig:
         split_attention=not args.no_split_attn,
         norm_gemv=not args.no_norm_gemv,
         attention_prefetch=not args.no_attn_prefetch,
-        l2_prefetch=not args.no_l2_prefetch,
+        early_release=not args.no_early_release,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

@@ -4,7 +4,9 @@ torch.argmax gives each row to one block of threads: at batch 64 and GPT-2's 50,
 132 SMs reading 6.4 MB, 13 us of a captured decode step on the H100 (docs/BENCHMARKS.md). Here each row is cut
 into chunks: one program per (row, chunk) finds the chunk's max and its first index, a second launch picks
 each row's winner. Ties go to the lowest index, as torch.argmax's do; the rows may be strided (the logits are a
-slice of the padded lm_head's output).
+slice of the padded lm_head's output). In a captured decode step the second launch also leaves the next step's
+inputs (`advance`: the token ids, and the past lengths plus the live flags), which took a copy and an add of
+their own (3 us of a batch-1 step on the H100).
 """
 
 from __future__ import annotations
@@ -32,21 +34,40 @@ def _get_kernels():
         tl.store(idx_ptr + row * CHUNKS + chunk, first)
 
     @triton.jit
-    def argmax_rows_kernel(val_ptr, idx_ptr, out_ptr, CHUNKS, BLOCK: tl.constexpr):
+    def argmax_rows_kernel(
+        val_ptr,
+        idx_ptr,
+        out_ptr,
+        ids_ptr,
+        past_ptr,
+        live_ptr,
+        CHUNKS,
+        BLOCK: tl.constexpr,
+        ADVANCE: tl.constexpr,
+    ):
         row = tl.program_id(0).to(tl.int64)
         c = tl.arange(0, BLOCK)
         mask = c < CHUNKS
         vals = tl.load(val_ptr + row * CHUNKS + c, mask=mask, other=float("-inf"))
         idx = tl.load(idx_ptr + row * CHUNKS + c, mask=mask, other=2147483647)
         best = tl.max(vals, 0)
-        tl.store(out_ptr + row, tl.min(tl.where(vals == best, idx, 2147483647), 0).to(tl.int64))
+        token = tl.min(tl.where(vals == best, idx, 2147483647), 0).to(tl.int64)
+        tl.store(out_ptr + row, token)
+        if ADVANCE:  # the next step's inputs: its token ids, and the past lengths grown by the live flags
+            tl.store(ids_ptr + row, token.to(ids_ptr.dtype.element_ty))
+            tl.store(past_ptr + row, tl.load(past_ptr + row) + tl.load(live_ptr + row))
 
     return (argmax_chunks_kernel, argmax_rows_kernel)
 
 
-def argmax_triton(logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+def argmax_triton(
+    logits: torch.Tensor,
+    chunk: int = 4096,
+    advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
-    values."""
+    values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
+    `ids.copy_(tokens); past.add_(live)` would."""
     import triton
 
     b, v = logits.shape
@@ -59,5 +80,10 @@ def argmax_triton(logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
         return out
     chunks_kernel, rows_kernel = _get_kernels()
     chunks_kernel[(b, chunks)](logits, logits.stride(0), v, vals, idx, chunks, CHUNK=chunk, num_warps=8)
-    rows_kernel[(b,)](vals, idx, out, chunks, BLOCK=triton.next_power_of_2(chunks), num_warps=1)
+    ids, past, live = advance if advance is not None else (out, out, out)
+    assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
+    rows_kernel[(b,)](
+        vals, idx, out, ids, past, live, chunks, BLOCK=triton.next_power_of_2(chunks), ADVANCE=advance is not None,
+        num_warps=1,
+    )  # fmt: skip
     return out

@@ -8,21 +8,27 @@ Its programs then do what does not depend on that kernel (the GEMV issues all of
 in `gdc_wait` until the kernel before has finished and its writes are visible.
 
 The protocol every PDL kernel here follows, so that the chain stays correct:
-- it calls `gdc_wait` before its first read of anything an earlier kernel of the step wrote (the wait is for the
-  whole previous grid, which itself waited for the one before it: completion is transitive);
+- it calls `gdc_wait` before its first read of anything an earlier kernel of the step wrote, and before its
+  first write (the wait is for the whole previous grid, which itself waited for the one before it: completion is
+  transitive, so after the wait every earlier kernel of the step has finished);
 - it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
-  and the next, which prefetches its weights and waits.
+  and the next, which prefetches its weights and waits. With `pdl_early_release` a one-row GEMV calls it as it
+  starts instead: the next kernel then loads its weights while this one still loads its own, and if that one is a
+  GEMV too, the one after it, so several kernels are in flight (at most what fits on the SMs beside the running
+  one: a grid is released only once every one of its programs has started, so the running kernel never waits
+  for room).
 A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
 once it completes.
 
-What a kernel may read before its wait: what no kernel of the step writes before it (weights, LayerNorm
-parameters), and what the step's kernels at least two launches back finished writing (the kernel before waited
-for its own predecessor before it released this one). The split attention's prefetch (`pdl_attention_prefetch`)
-relies on three facts of the captured step (`roseinfer.cuda_graphs`): its past lengths and block tables are
-staged before the graph runs, and the graph writes the lengths only in its last kernel (`past.add_`, for the
-next replay); the past K/V (positions below each sequence's length) was written by earlier replays; and within a
-step a layer's cache is written only at the new token's slot (position `past`), which no slice reads. An
-in-graph write to any of these before the attention would need the prefetch moved after the wait.
+What a kernel may read before its wait: what no kernel of the step writes (weights, LayerNorm parameters, and
+what the step's inputs held before its first kernel). With early release the kernels before it may all still
+be running, so nothing written inside the step is safe before the wait. The split attention's prefetch
+(`pdl_attention_prefetch`) relies on three facts of the captured step (`roseinfer.cuda_graphs`): its past
+lengths and block tables are staged before the graph runs, and the graph writes the lengths only in its last
+kernel (the argmax's, for the next replay); the past K/V (positions below each sequence's length) was written
+by earlier replays; and within a step a layer's cache is written only at the new token's slot (position
+`past`), which no slice reads. An in-graph write to any of these before the attention would need the prefetch
+moved after the wait.
 
 `pdl_scope(enabled)` turns it on for the kernels launched inside it (the captured decode step opens it;
 `roseinfer.cuda_graphs`); `pdl_enabled()` is what each launcher asks.

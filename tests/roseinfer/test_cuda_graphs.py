@@ -120,3 +120,34 @@ def test_graph_decode_same_tokens_with_blocks_reserved_ahead_or_not(tiny_checkpo
         assert llm.engine.mgr.num_free() == llm.engine.mgr.num_blocks
     assert outs[True] == outs[False]
     assert stats[True] == stats[False] and stats[True]["rollovers"] > 0
+
+
+@pytest.mark.gpu
+def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_next(tiny_checkpoint):
+    # fp16, batches 1 to 8: one-row GEMVs that release the next kernel as they start (the default) or after their
+    # wait, and the argmax writing the next step's inputs itself or a copy and an add after it, compute the same
+    # numbers: identical tokens, in a batch and one request at a time, and identical logits of a replay.
+    from roseinfer.cuda_graphs import GraphKernels
+
+    earlier = GraphKernels(pdl_early_release=False, argmax_advances=False)
+    outs, logits = [], []
+    for kernels in (None, earlier):
+        llm = LLM(
+            tiny_checkpoint,
+            device="cuda",
+            dtype="float16",
+            max_batch_size=8,
+            cuda_graph=True,
+            paged_attn=True,
+        )
+        if kernels is not None:
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
+        outs.append((_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]]))
+        logits.append(llm.engine.graphs.outputs[1][0].clone())  # the last batch-1 replay's logits
+    assert outs[0] == outs[1]
+    assert torch.equal(logits[0], logits[1])
+
+
+def _generate_one(llm, prompt):
+    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    return llm.generate([prompt], params)[0].token_ids

@@ -74,3 +74,24 @@ def test_argmax_matches_torch_ties_included(rows, vocab, dtype):
         logits[r, vocab - 1] = top
         logits[r, vocab // 3] = top
     torch.testing.assert_close(argmax_triton(logits), torch.argmax(logits, dim=-1), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 6, 64])
+def test_argmax_advance_leaves_the_next_steps_inputs(rows):
+    # In a captured step the argmax's second kernel also writes the next step's token ids and past lengths
+    # (past += live: 0 for a bucket's padding rows), as `ids.copy_(tokens); past.add_(live)` did.
+    from roseinfer.kernels.argmax import argmax_triton
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    logits = torch.randn(rows, 50304, generator=g, device="cuda").half()[:, :50257]
+    inputs = torch.zeros(3, rows + 5, dtype=torch.int64, device="cuda")  # [3, B_MAX] as the runner's
+    inputs[0, :rows] = 7
+    inputs[1, :rows] = torch.arange(rows, device="cuda") * 100
+    inputs[2, : rows - rows // 3] = 1  # the last third padding
+    before = inputs.clone()
+    ids, past, live = inputs[0, :rows], inputs[1, :rows], inputs[2, :rows]
+    tokens = argmax_triton(logits, advance=(ids, past, live))
+    expected = torch.argmax(logits, dim=-1)
+    assert torch.equal(tokens, expected) and torch.equal(ids, expected)
+    assert torch.equal(past, before[1, :rows] + before[2, :rows]) and torch.equal(live, before[2, :rows])
+    assert torch.equal(inputs[:, rows:], before[:, rows:])  # the rows beyond the bucket untouched

@@ -118,11 +118,12 @@ def test_linear_dispatches_by_rows_and_dtype():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 2, 8])
-def test_gemv_chain_with_pdl_in_a_graph_matches_reference(rows):
+@pytest.mark.parametrize("early", [False, True])  # each releases the next after its wait, or as it starts
+def test_gemv_chain_with_pdl_in_a_graph_matches_reference(rows, early):
     # Programmatic dependent launches inside a captured graph: each GEMV reads the one before's output, so a
     # missing wait would read stale or half-written data. Replayed on fresh inputs, compared at every link.
     from roseinfer.kernels.gemv import gemv_triton
-    from roseinfer.kernels.pdl import pdl_supported
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if not pdl_supported():
         pytest.skip("PDL needs Hopper or later")
@@ -139,7 +140,8 @@ def test_gemv_chain_with_pdl_in_a_graph_matches_reference(rows):
             outs.append(h)
         return outs
 
-    graph, outs = captured(chain)
+    with pdl_scope(True, early_release=early):
+        graph, outs = captured(chain)
     for _ in range(3):
         x.copy_(_rand(g, rows, dims[0], dtype=torch.float16, device="cuda"))
         graph.replay()
@@ -191,12 +193,13 @@ def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
 
 
 @pytest.mark.gpu
-def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference():
+@pytest.mark.parametrize("early", [False, True])
+def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference(early):
     # A GPT-2 layer's shape at batch 1 as the engine runs it: [add + LN + c_attn], attn_proj, [add + LN + c_fc
     # + GELU], mlp_proj, each a PDL launch reading the kernel before's output (and the residual program 0 wrote),
     # replayed on fresh inputs and checked link by link against the reference.
     from roseinfer.kernels.gemv import gemv_triton, norm_gemv_reference, norm_gemv_triton
-    from roseinfer.kernels.pdl import pdl_supported
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if not pdl_supported():
         pytest.skip("PDL needs Hopper or later")
@@ -225,7 +228,8 @@ def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference():
         lambda *a: norm_gemv_triton(*a, pdl=True),
         lambda h, wt, b: gemv_triton(h, wt, b, pdl=True),
     )
-    graph, outs = captured(lambda: layer(x, delta, ours))
+    with pdl_scope(True, early_release=early):
+        graph, outs = captured(lambda: layer(x, delta, ours))
     for _ in range(3):
         x.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))
         delta.copy_(_rand(g, 1, c, dtype=torch.float16, device="cuda"))

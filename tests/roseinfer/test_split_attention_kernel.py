@@ -223,7 +223,10 @@ def test_kernel_in_a_graph_replayed_on_new_lengths(pdl):
 
 
 @pytest.mark.gpu
-def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph():
+@pytest.mark.parametrize(
+    "early", [False, True]
+)  # each kernel releases the next after its wait, or as it starts
+def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early):
     # The engine's chain at batch 1: a PDL GEMV writes q, k and v; the attention, a dependent launch, loads its
     # past block before its wait and reads q, k, v after it; a PDL GEMV reads the attention's output. Replayed
     # on new inputs and lengths, each output must match the reference on that replay's own q, k, v (a read of
@@ -246,7 +249,7 @@ def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph():
     scale = head_dim**-0.5
 
     def step():
-        with pdl_scope(True, attention_prefetch=True):
+        with pdl_scope(True, attention_prefetch=True, early_release=early):
             qkv = gemv_triton(h_in, w_qkv, None)  # [1, 3 * H * D]
             q, k, v = qkv.view(1, 3, heads, head_dim).unbind(1)  # each [1, H, D]
             out = split_decode_attention_triton(
