@@ -10,6 +10,7 @@ import numpy as np
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.stats import groups
 from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
+from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 
 
@@ -24,7 +25,8 @@ class RunData:
     itl_roll: np.ndarray | None  # [T] bool
     itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
     step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
-    kernel_steps: dict[str, tuple[np.ndarray, float]]  # kernel -> ([S] ns launched in each step, ns outside)
+    # kernel -> ([S] its own stream ns launched in each step, own ns outside)
+    kernel_steps: dict[str, tuple[np.ndarray, float]]
     region_durations: dict[str, np.ndarray]  # name -> instance durations
     region_self: dict[str, float]
     kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
@@ -98,6 +100,10 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         for idx, chunk in zip(*groups(name[order], dur[order])):
             kernel_durations[names[idx]] = chunk
         if step_dur is not None and len(dur):
+            # A kernel's time in a step is its own time on its stream (`stream_time`): under programmatic dependent
+            # launch a kernel's duration includes its wait for the one before, so summed durations would call a
+            # kernel slower when it merely starts earlier. Without overlap it is the duration.
+            own = own_stream_ns(o)[kernel]
             # The step each kernel was launched in, by its API call's time within the step windows.
             starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
             ends = starts + step_dur.astype(np.int64)
@@ -106,9 +112,9 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
             for idx in np.unique(name):
                 sel = name == idx
                 per_step = np.bincount(
-                    owner[sel & inside], weights=dur[sel & inside], minlength=len(starts)
+                    owner[sel & inside], weights=own[sel & inside], minlength=len(starts)
                 ).astype(np.float64)
-                kernel_steps[names[idx]] = (per_step, float(dur[sel & ~inside].sum()))
+                kernel_steps[names[idx]] = (per_step, float(own[sel & ~inside].sum()))
     region_self = {
         spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
     }

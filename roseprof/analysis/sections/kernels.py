@@ -83,7 +83,8 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
 
 
 def diff_kernels(sides: Sides) -> list[dict]:
-    """Per kernel: its total time per decode step (launched in each step, resampled over steps), or per run where
+    """Per kernel: its total time per decode step (launched in each step, each launch its own time on its stream
+    so that a PDL kernel is not charged for its wait; resampled over steps), or its summed durations per run where
     a run has no steps."""
     ga, gb, norm, per_step = sides.before, sides.after, sides.norm, sides.per_step
     metrics = []
