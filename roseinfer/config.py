@@ -80,10 +80,6 @@ class EngineConfig:
     # several kernels load their weights ahead (`roseinfer.kernels.pdl.pdl_early_release`). False: each releases
     # the next after its own wait, as before.
     early_release: bool = True
-    # CUDA graphs, batch 1, half precision, one device: the MLP branch (add + ln_2, c_fc + GELU, mlp_proj) as one
-    # kernel whose programs exchange the hidden row through a grid barrier (`roseinfer.kernels.fused_mlp`). False:
-    # two GEMV kernels, as before.
-    fused_mlp: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

@@ -108,10 +108,6 @@ class GraphKernels:
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
-    # At one row, with norm_gemv, the MLP branch (add + ln_2, c_fc + GELU, mlp_proj) as one kernel with a grid
-    # barrier between its two GEMVs (`roseinfer.kernels.fused_mlp`): one dependent kernel fewer a layer. False:
-    # `--no-fused-mlp`.
-    fused_mlp: bool = True
 
     @classmethod
     def for_engine(
@@ -122,10 +118,9 @@ class GraphKernels:
         norm_gemv: bool = True,
         attention_prefetch: bool = True,
         early_release: bool = True,
-        fused_mlp: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-fused-mlp` turn off."""
+        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
@@ -133,7 +128,6 @@ class GraphKernels:
             norm_gemv=norm_gemv,
             pdl_attention_prefetch=attention_prefetch,
             pdl_early_release=early_release,
-            fused_mlp=fused_mlp,
         )
 
 
@@ -184,7 +178,7 @@ class DecodeGraphs:
         )  # fmt: skip
         pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
         with (
-            small_batch_gemv(k.gemv_max_batch, k.norm_gemv, k.fused_mlp),
+            small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
             pdl_scope(
                 pdl,
                 k.pdl_attention,

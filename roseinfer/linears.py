@@ -13,8 +13,7 @@ Which kernel runs:
 
 `norm_linear(x, delta, ln, lin)` is the same GEMV with the residual add and LayerNorm in its prologue, for one
 row inside `small_batch_gemv(.., norm_prologue=True)` (`norm_gemv_applies` says where; the model falls back to
-the add + LayerNorm kernel and `linear` elsewhere). `norm_mlp(x, delta, ln, c_fc, mlp_proj, scratch)` is the whole
-MLP branch at one row as one kernel, inside `small_batch_gemv(.., fused_mlp=True)` (`fused_mlp_applies`).
+the add + LayerNorm kernel and `linear` elsewhere).
 
 fp32 stays on cuBLAS: the fp32 tests compare greedy tokens with Hugging Face exactly, and the GEMV's other
 summation order could flip a near-tie.
@@ -34,24 +33,16 @@ _GEMV_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_
 _NORM_PROLOGUE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "roseinfer_norm_prologue", default=False
 )
-# Whether `norm_mlp` may run the one-row MLP branch as one kernel (with the norm prologue only).
-_FUSED_MLP: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_fused_mlp", default=False)
 
 
 @contextlib.contextmanager
-def small_batch_gemv(max_rows: int, norm_prologue: bool = False, fused_mlp: bool = False):
+def small_batch_gemv(max_rows: int, norm_prologue: bool = False):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
-    norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; fused_mlp (with
-    norm_prologue): one-row `norm_mlp` calls run as one kernel."""
-    tokens = (
-        _GEMV_MAX_ROWS.set(max_rows),
-        _NORM_PROLOGUE.set(norm_prologue),
-        _FUSED_MLP.set(norm_prologue and fused_mlp),
-    )
+    norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too."""
+    tokens = (_GEMV_MAX_ROWS.set(max_rows), _NORM_PROLOGUE.set(norm_prologue))
     try:
         yield
     finally:
-        _FUSED_MLP.reset(tokens[2])
         _NORM_PROLOGUE.reset(tokens[1])
         _GEMV_MAX_ROWS.reset(tokens[0])
 
@@ -104,27 +95,3 @@ def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = Fals
     from roseinfer.kernels.gemv import norm_gemv_triton
 
     return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu)
-
-
-def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
-    """Whether `norm_mlp` runs here: inside `small_batch_gemv(.., fused_mlp=True)`, where the c_fc GEMV would take
-    the norm prologue, both linears with a bias (one device: a row-parallel shard has none and is summed by an
-    all-reduce after it), and shapes the kernel takes (`roseinfer.kernels.fused_mlp.fused_mlp_fits`)."""
-    if not (_FUSED_MLP.get() and norm_gemv_applies(x, delta, c_fc)):
-        return False
-    if c_fc.bias is None or mlp_proj.bias is None or not gemv_wins(1, *mlp_proj.weight.shape):
-        return False
-    from roseinfer.kernels.fused_mlp import fused_mlp_fits
-
-    return fused_mlp_fits(x, c_fc.weight, mlp_proj.weight)
-
-
-def norm_mlp(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj, scratch):
-    """(s, mlp_proj(gelu(c_fc(LayerNorm(s))))) with s = x + delta (x, delta [1, C]), as one kernel whose programs
-    exchange the hidden row through `scratch` (the block's `MlpScratch`); callers check `fused_mlp_applies`.
-    Replaces `norm_linear(.., c_fc, gelu=True)` and `linear(.., mlp_proj)`: one dependent kernel fewer a layer."""
-    from roseinfer.kernels.fused_mlp import fused_mlp_triton
-
-    return fused_mlp_triton(
-        x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, mlp_proj.weight, mlp_proj.bias, scratch
-    )

@@ -21,8 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.kernels.fused_mlp import MlpScratch
-from roseinfer.linears import fused_mlp_applies, linear, norm_gemv_applies, norm_linear, norm_mlp
+from roseinfer.linears import linear, norm_gemv_applies, norm_linear
 from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
 
@@ -47,9 +46,6 @@ class Block(nn.Module):
         # Tensor parallelism (`roseinfer.sharding`): this rank's heads and MLP columns only, and the group whose
         # all-reduce sums the row-parallel projections. None on one device: no collective, nothing else changes.
         self.tp = None
-        # The one-row fused MLP kernel's hidden row and barrier counter (`roseinfer.linears.norm_mlp`), made on
-        # first use
-        self.mlp_scratch = MlpScratch()
 
     def forward(
         self,
@@ -63,8 +59,7 @@ class Block(nn.Module):
         """x: residual stream [T, C] before the previous branch's output delta [T, C] is added (T = tokens in
         the batch: one per sequence in decode, all new prompt tokens in prefill; for the first block the token
         and position embeddings). The block adds them and applies ln_1 (`residual_layer_norm`, or at one row the
-        c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP (at one row, where
-        `fused_mlp_applies`, the whole MLP branch is one kernel: `norm_mlp`). Returns the residual
+        c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added. With tensor parallelism H is this
         rank's heads and each projection's output is summed over the ranks."""
         t = x.shape[0]
@@ -85,9 +80,6 @@ class Block(nn.Module):
             a = (
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]
-        if fused and self.tp is None and fused_mlp_applies(x, a, self.c_fc, self.mlp_proj):
-            with region(MLP):
-                return norm_mlp(x, a, self.ln_2, self.c_fc, self.mlp_proj, self.mlp_scratch)  # [T, C] each
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
         if not in_gemv:
             with region(LAYERNORM):

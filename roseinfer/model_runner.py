@@ -149,7 +149,7 @@ class ModelRunner:
             self.cfg.max_batch_size, capture=capture,
             kernels=kernels or GraphKernels.for_engine(
                 self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
-                self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.fused_mlp,
+                self.cfg.attention_prefetch, self.cfg.early_release,
             ),
         )  # fmt: skip
 

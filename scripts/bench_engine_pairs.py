@@ -41,7 +41,6 @@ CONFIGS = {
     "--no-pdl": {"pdl": False},
     "--no-attn-prefetch": {"attention_prefetch": False},
     "--no-early-release": {"early_release": False},
-    "--no-fused-mlp": {"fused_mlp": False},
     # issue 27's kernels all off: the fast path as it was before that issue (--no-pdl and --no-split-attn turn the
     # attention's prefetch off too)
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {

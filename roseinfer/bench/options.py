@@ -111,12 +111,6 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "not as it starts",
     )
     p.add_argument(
-        "--no-fused-mlp",
-        action="store_true",
-        help="earlier design: with --cuda-graph at batch 1, the MLP as two GEMV kernels (c_fc with the add + "
-        "LayerNorm, then mlp_proj), not one",
-    )
-    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -199,7 +193,6 @@ def engine_config(args) -> EngineConfig:
         norm_gemv=not args.no_norm_gemv,
         attention_prefetch=not args.no_attn_prefetch,
         early_release=not args.no_early_release,
-        fused_mlp=not args.no_fused_mlp,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,
