@@ -80,6 +80,13 @@ class EngineConfig:
     # several kernels load their weights ahead (`roseinfer.kernels.pdl.pdl_early_release`). False: each releases
     # the next after its own wait, as before.
     early_release: bool = True
+    # CUDA graphs, batch 1, half precision: the first block's c_attn GEMV gathers the token and position embedding
+    # rows in its prologue (`roseinfer.kernels.gemv.norm_gemv_triton(index=)`). False: two embedding kernels.
+    embedding_gather: bool = True
+    # CUDA graphs, batch 1, half precision: the lm_head as the GEMV kernel with ln_f in its prologue, and the
+    # argmax's kernels as dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and
+    # cuBLAS.
+    lm_head_gemv: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

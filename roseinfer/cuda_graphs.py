@@ -108,6 +108,14 @@ class GraphKernels:
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
+    # At one row, with norm_gemv, the first block's c_attn GEMV gathers its input rows from the embedding tables in
+    # its prologue (the token id and position are the step's inputs, read before its wait): the two embedding
+    # kernels go (`roseinfer.linears.embedding_gather_applies`). False: `--no-embedding-gather`.
+    embedding_gather: bool = True
+    # At one row, with norm_gemv, the lm_head as the GEMV with ln_f in its prologue (no LayerNorm kernel; on the
+    # H100 the GEMV moves GPT-2's 77 MB lm_head 13% faster than cuBLAS) and, with PDL, the argmax's two kernels as
+    # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: `--no-lm-head-gemv`.
+    lm_head_gemv: bool = True
 
     @classmethod
     def for_engine(
@@ -118,9 +126,12 @@ class GraphKernels:
         norm_gemv: bool = True,
         attention_prefetch: bool = True,
         early_release: bool = True,
+        embedding_gather: bool = True,
+        lm_head_gemv: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` turn off."""
+        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-embedding-gather` /
+        `--no-lm-head-gemv` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
@@ -128,6 +139,8 @@ class GraphKernels:
             norm_gemv=norm_gemv,
             pdl_attention_prefetch=attention_prefetch,
             pdl_early_release=early_release,
+            embedding_gather=embedding_gather,
+            lm_head_gemv=lm_head_gemv,
         )
 
 
@@ -178,7 +191,7 @@ class DecodeGraphs:
         )  # fmt: skip
         pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
         with (
-            small_batch_gemv(k.gemv_max_batch, k.norm_gemv),
+            small_batch_gemv(k.gemv_max_batch, k.norm_gemv, k.embedding_gather, k.lm_head_gemv),
             pdl_scope(
                 pdl,
                 k.pdl_attention,
@@ -192,9 +205,13 @@ class DecodeGraphs:
             if self.fused:
                 from roseinfer.kernels.argmax import argmax_triton
 
+                # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
+                after_gemv = pdl and k.lm_head_gemv and bucket == 1
                 if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
-                    return logits, argmax_triton(logits, advance=(ids, past, live))  # [bucket]
-                greedy = argmax_triton(logits)  # [bucket]
+                    return logits, argmax_triton(
+                        logits, advance=(ids, past, live), pdl=after_gemv
+                    )  # [bucket]
+                greedy = argmax_triton(logits, pdl=after_gemv)  # [bucket]
             else:
                 greedy = torch.argmax(logits, dim=-1)  # [bucket]
             ids.copy_(greedy)

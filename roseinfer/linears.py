@@ -13,7 +13,10 @@ Which kernel runs:
 
 `norm_linear(x, delta, ln, lin)` is the same GEMV with the residual add and LayerNorm in its prologue, for one
 row inside `small_batch_gemv(.., norm_prologue=True)` (`norm_gemv_applies` says where; the model falls back to
-the add + LayerNorm kernel and `linear` elsewhere).
+the add + LayerNorm kernel and `linear` elsewhere). In front of the first block it can also gather its two rows
+from the embedding tables, inside `small_batch_gemv(.., embedding_gather=True)` (`embedding_gather_applies`), and
+the tied lm_head at one row is the same kernel with ln_f in its prologue, inside `small_batch_gemv(..,
+lm_head=True)` (`lm_head_gemv_applies`, `norm_lm_head`).
 
 fp32 stays on cuBLAS: the fp32 tests compare greedy tokens with Hugging Face exactly, and the GEMV's other
 summation order could flip a near-tie.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,16 +37,33 @@ _GEMV_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_
 _NORM_PROLOGUE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "roseinfer_norm_prologue", default=False
 )
+# Whether that prologue may also gather the first block's input rows from the embedding tables.
+_EMBEDDING_GATHER: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "roseinfer_embedding_gather", default=False
+)
+# Whether the one-row lm_head may run as that GEMV with ln_f in its prologue (instead of ln_f's kernel and cuBLAS).
+_LM_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_lm_head_gemv", default=False)
 
 
 @contextlib.contextmanager
-def small_batch_gemv(max_rows: int, norm_prologue: bool = False):
+def small_batch_gemv(
+    max_rows: int, norm_prologue: bool = False, embedding_gather: bool = False, lm_head: bool = False
+):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
-    norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too."""
-    tokens = (_GEMV_MAX_ROWS.set(max_rows), _NORM_PROLOGUE.set(norm_prologue))
+    norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
+    (each with norm_prologue): the first block's call gathers its rows from the embedding tables as well, and the
+    one-row lm_head runs as `norm_lm_head`."""
+    tokens = (
+        _GEMV_MAX_ROWS.set(max_rows),
+        _NORM_PROLOGUE.set(norm_prologue),
+        _EMBEDDING_GATHER.set(norm_prologue and embedding_gather),
+        _LM_HEAD.set(norm_prologue and lm_head),
+    )
     try:
         yield
     finally:
+        _LM_HEAD.reset(tokens[3])
+        _EMBEDDING_GATHER.reset(tokens[2])
         _NORM_PROLOGUE.reset(tokens[1])
         _GEMV_MAX_ROWS.reset(tokens[0])
 
@@ -87,11 +108,47 @@ def norm_gemv_applies(x: torch.Tensor, delta: torch.Tensor, lin) -> bool:
     return norm_gemv_fits(x, lin.weight) and gemv_wins(1, *lin.weight.shape)
 
 
-def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = False):
+def embedding_gather_applies(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, lin) -> bool:
+    """Whether the first block's `norm_linear` may gather its input rows itself (`index=`): inside
+    `small_batch_gemv(.., embedding_gather=True)`, one token, and where its norm GEMV would run on one row of the
+    tables."""
+    if not (_EMBEDDING_GATHER.get() and ids.numel() == 1 and wte.is_contiguous() and wpe.is_contiguous()):
+        return False
+    return norm_gemv_applies(wte[:1], wpe[:1], lin)
+
+
+def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = False, index=None):
     """(s, act(LayerNorm(s) @ lin.weight^T + lin.bias)) with s = x + delta, as one GEMV kernel whose prologue adds
     and normalises (x, delta [1, K]; callers check `norm_gemv_applies` first). Replaces the add + LayerNorm
     kernel in front of c_attn and c_fc at batch 1: in a captured step at batch 1 each kernel costs ~1.5 to 2 us
-    however little it does (docs/BENCHMARKS.md, issue 27)."""
+    however little it does (docs/BENCHMARKS.md, issue 27). index: (token ids, positions), [1] each, with x and
+    delta the embedding tables (callers check `embedding_gather_applies`): the rows are gathered in the prologue,
+    which replaces the two embedding kernels too."""
     from roseinfer.kernels.gemv import norm_gemv_triton
 
-    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu)
+    return norm_gemv_triton(
+        x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu, index=index
+    )
+
+
+class Weight(NamedTuple):
+    """A linear that is a weight alone ([N, K], no bias): the tied lm_head, for `norm_gemv_applies`."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+
+
+def lm_head_gemv_applies(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `norm_lm_head` runs here: inside `small_batch_gemv(.., lm_head=True)`, where the norm GEMV runs
+    (one row)."""
+    return _LM_HEAD.get() and norm_gemv_applies(x, delta, Weight(weight))
+
+
+def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor) -> torch.Tensor:
+    """LayerNorm(x + delta) @ weight^T (x, delta [1, C], weight [V_PAD, C]) -> logits [1, V_PAD] as one kernel:
+    ln_f's add + LayerNorm in the prologue of the GEMV (callers check `lm_head_gemv_applies`). On the H100 the
+    GEMV moved the 77 MB of GPT-2's lm_head at 90% of the copy bandwidth where cuBLAS took 13% longer
+    (docs/BENCHMARKS.md, issue 27 round 5), and the LayerNorm's own kernel goes."""
+    from roseinfer.kernels.gemv import norm_gemv_triton
+
+    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight)[1]

@@ -21,7 +21,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.linears import linear, norm_gemv_applies, norm_linear
+from roseinfer.linears import (
+    embedding_gather_applies,
+    linear,
+    lm_head_gemv_applies,
+    norm_gemv_applies,
+    norm_linear,
+    norm_lm_head,
+)
 from roseinfer.tracing import ATTENTION, EMBEDDING, KV_APPEND, LAYERNORM, LM_HEAD, MLP, region
 
 
@@ -55,21 +62,24 @@ class Block(nn.Module):
         kv: KVContext,
         fused: bool,
         gelu_epilogue: bool = True,
+        index: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x: residual stream [T, C] before the previous branch's output delta [T, C] is added (T = tokens in
         the batch: one per sequence in decode, all new prompt tokens in prefill; for the first block the token
         and position embeddings). The block adds them and applies ln_1 (`residual_layer_norm`, or at one row the
         c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added. With tensor parallelism H is this
-        rank's heads and each projection's output is summed over the ranks."""
-        t = x.shape[0]
-        in_gemv = fused and norm_gemv_applies(x, delta, self.c_attn)
+        rank's heads and each projection's output is summed over the ranks. index: (token ids, positions) [1]
+        each, for the first block at one token where `embedding_gather_applies`: x and delta are then the
+        embedding tables, and the c_attn GEMV's prologue gathers the rows."""
+        t = x.shape[0] if index is None else 1
+        in_gemv = index is not None or (fused and norm_gemv_applies(x, delta, self.c_attn))
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, delta, self.ln_1, fused)
         with region(ATTENTION):
             if in_gemv:
-                x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn)  # [T, C], [T, 3C]
+                x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn, index=index)  # [T, C], [T, 3C]
             else:
                 qkv = linear(h, self.c_attn)  # [T, 3C]
             qkv = qkv.view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
@@ -167,19 +177,28 @@ class GPT2(nn.Module):
     ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
         fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs), or
-        at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies`.
+        at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies` (and the embedding lookups inside the
+        first block's where `embedding_gather_applies`, ln_f inside the lm_head's where `lm_head_gemv_applies`).
         gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
         blocks = self.h
-        with region(EMBEDDING):
-            tok, pos = self.wte(ids), self.wpe(positions)  # [T, C] each
-        x, delta = tok, pos  # [T, C] each: the first block adds them and applies its ln_1
+        index = None
+        if fused and embedding_gather_applies(ids, self.wte.weight, self.wpe.weight, blocks[0].c_attn):
+            # one token: the first block's c_attn kernel gathers its two rows from the tables (no embedding kernels)
+            x, delta, index = self.wte.weight, self.wpe.weight, (ids, positions)
+        else:
+            with region(EMBEDDING):
+                x, delta = self.wte(ids), self.wpe(positions)  # [T, C] each: the first block adds them
         for layer, block in enumerate(blocks):
-            x, delta = block(x, delta, layer, kv, fused, gelu_epilogue)
+            x, delta = block(x, delta, layer, kv, fused, gelu_epilogue, index if layer == 0 else None)
         if last is not None:
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
+        head = (
+            self.wte.weight if self.lm_head_weight is None else self.lm_head_weight
+        )  # tied: [V or V_PAD, C]
+        if fused and lm_head_gemv_applies(x, delta, head):  # one row: ln_f in the lm_head GEMV's prologue
+            with region(LM_HEAD):
+                return norm_lm_head(x, delta, self.ln_f, head)[:, : self.cfg.vocab_size]  # [1, V]
         with region(LAYERNORM):
             _, h = residual_layer_norm(x, delta, self.ln_f, fused)
         with region(LM_HEAD):
-            if self.lm_head_weight is None:
-                return F.linear(h, self.wte.weight)  # tied lm_head: [*, V]
-            return F.linear(h, self.lm_head_weight)[:, : self.cfg.vocab_size]  # [*, V] of [*, V_PAD]
+            return F.linear(h, head)[:, : self.cfg.vocab_size]  # [*, V] (of [*, V_PAD])

@@ -149,7 +149,8 @@ class ModelRunner:
             self.cfg.max_batch_size, capture=capture,
             kernels=kernels or GraphKernels.for_engine(
                 self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
-                self.cfg.attention_prefetch, self.cfg.early_release,
+                self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.embedding_gather,
+                self.cfg.lm_head_gemv,
             ),
         )  # fmt: skip
 

@@ -1,6 +1,6 @@
 """The small-batch GEMV kernel against cuBLAS on the decode linears' shapes, and a sweep of its tile choices.
 
-    python scripts/bench_gemv.py --model gpt2 --rows 1,2,4,8,16 [--sweep]
+    python scripts/bench_gemv.py --model gpt2 --rows 1,2,4,8,16 [--sweep] [--linears c_attn,...,lm_head]
 
 For each linear of a GPT-2 block (c_attn, attn_proj, c_fc with GELU, mlp_proj) and each row count: the time of
 one call inside a CUDA graph of back-to-back calls (what a captured decode step pays, launch gaps included), on
@@ -29,9 +29,11 @@ L2_BYTES = 50 * 2**20
 
 
 def shapes(model: str) -> list[tuple[str, int, int, bool]]:
-    c = BUILTIN_MODELS[model].n_embd
+    """The block's four linears, and the lm_head (the vocabulary padded to 64 rows, as `GPT2.pad_lm_head`)."""
+    cfg = BUILTIN_MODELS[model]
+    c = cfg.n_embd
     return [("c_attn", 3 * c, c, False), ("attn_proj", c, c, False), ("c_fc+gelu", 4 * c, c, True),
-            ("mlp_proj", c, 4 * c, False)]  # fmt: skip
+            ("mlp_proj", c, 4 * c, False), ("lm_head", -(-cfg.vocab_size // 64) * 64, c, False)]  # fmt: skip
 
 
 def graph_time_us(fn, copies: int, reps: int = 20) -> float:
@@ -95,8 +97,9 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
         if a.sweep_pdl and m == 1 and pdl_supported():
             block_k = triton_next_pow2(k)
             results = []
-            for bn, warps in itertools.product((1, 2, 4), (1, 2, 4, 8)):
-                if bn * block_k < 32 * warps * 8:  # fewer than one 16-byte load per thread
+            for bn, warps in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)):
+                # fewer than one 16-byte load a thread, or more than 256 weights a thread
+                if bn * block_k < 32 * warps * 8 or bn * block_k > 32 * warps * 256:
                     continue
                 c = GemvConfig(bn, block_k, warps, 1, one_shot=True)
                 try:
@@ -105,7 +108,43 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
                     print(f"  skip {c}: {type(e).__name__}")
             results.sort(key=lambda r: r[0])
             best.append((f"{name} (one-shot, PDL)", m, t_pdl, results[:3]))
+        if a.sweep_pdl and m == 1 and pdl_supported() and name == "lm_head":
+            best.append(sweep_norm_lm_head(n, k, ws, copies))
     return best
+
+
+def sweep_norm_lm_head(n, k, ws, copies):
+    """At one row under PDL, the lm_head with ln_f in the GEMV's prologue (`norm_gemv_triton`, as the engine runs
+    it) over its one-shot tiles, against ln_f's add + LayerNorm kernel then cuBLAS (the path it replaces)."""
+    from roseinfer.kernels.add_layernorm import add_layer_norm_triton
+    from roseinfer.kernels.gemv import norm_gemv_triton, pick_norm_config
+    from roseinfer.kernels.pdl import pdl_scope
+
+    dev, dt = torch.device("cuda"), torch.float16
+    x, d = torch.randn(1, k, device=dev, dtype=dt), torch.randn(1, k, device=dev, dtype=dt)
+    ln_w, ln_b = torch.ones(k, device=dev, dtype=dt), torch.zeros(k, device=dev, dtype=dt)
+    block_k = triton_next_pow2(k)
+    with pdl_scope(True, early_release=True):
+        t_before = graph_time_us(
+            lambda i: F.linear(add_layer_norm_triton(x, d, ln_w, ln_b, 1e-5)[1], ws[i]), copies
+        )
+        picked = pick_norm_config(n, k)
+        t_picked = graph_time_us(
+            lambda i: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=picked), copies
+        )
+        results = []
+        for bn, warps in itertools.product((2, 4, 8, 16, 32), (2, 4, 8)):
+            if bn * block_k < 32 * warps * 8 or bn * block_k > 32 * warps * 256:
+                continue
+            c = GemvConfig(bn, block_k, warps, 1, one_shot=True)
+            t = graph_time_us(
+                lambda i, c=c: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=c), copies
+            )
+            results.append((t, c))
+    results.sort(key=lambda r: r[0])
+    print(f"lm_head with ln_f, one row, PDL: add + LayerNorm kernel then cuBLAS {t_before:.2f} us; norm GEMV "
+          f"picked {picked.block_n}/{picked.block_k}/{picked.num_warps}w {t_picked:.2f} us")  # fmt: skip
+    return ("lm_head with ln_f (norm GEMV, PDL)", 1, t_picked, results[:3])
 
 
 def main() -> None:
@@ -114,6 +153,8 @@ def main() -> None:
     p.add_argument("--rows", default="1,2,4,8,16")
     p.add_argument("--sweep", action="store_true")
     p.add_argument("--sweep-rows", default="1,8")
+    p.add_argument("--linears", default="c_attn,attn_proj,c_fc+gelu,mlp_proj", help="which of " + "c_attn, "
+                   "attn_proj, c_fc+gelu, mlp_proj, lm_head to time")  # fmt: skip
     p.add_argument(
         "--sweep-pdl", action="store_true", help="also sweep the one-shot tiles at one row under PDL"
     )
@@ -127,7 +168,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     best_rows = []
-    for name, n, k, gelu in shapes(a.model):
+    for name, n, k, gelu in (s for s in shapes(a.model) if s[0] in a.linears.split(",")):
         best_rows += bench_shape(name, n, k, gelu, [int(r) for r in a.rows.split(",")], bw, a)
         torch.cuda.empty_cache()
     if best_rows:

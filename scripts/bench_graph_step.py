@@ -25,8 +25,12 @@ Variants, each adding one change to the one before:
  16. 12 + where each slice is one past block, the split attention launched as a dependent that loads its block
      before it waits (issue 27, round 3);
  17. 16 + one-row GEMVs release the kernel after them as they start, not after their wait (issue 27, round 4);
- 18. 17 + the argmax's second kernel writes the next step's token ids and past lengths (no copy, no add): the
-     engine now.
+ 18. 17 + the argmax's second kernel writes the next step's token ids and past lengths (no copy, no add);
+ 19. 18 + at one row the first block's c_attn GEMV gathers the token and position embeddings (issue 27, round
+     5);
+ 20. 18 + at one row the lm_head as the GEMV with ln_f in its prologue, the argmax's kernels dependent launches
+     after it (round 5);
+ 21. 18 + both: the engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -79,7 +83,14 @@ VARIANTS[16] = GraphKernels()  # 12 + the split attention a prefetching dependen
 _FOURTH = dict(pdl_early_release=False, argmax_advances=False)
 VARIANTS = {v: dataclasses.replace(k, **_FOURTH) for v, k in VARIANTS.items()}
 VARIANTS[17] = GraphKernels(argmax_advances=False)
-VARIANTS[18] = GraphKernels()  # the engine now
+VARIANTS[18] = GraphKernels()  # the engine of round 4
+# The fifth step's changes off: what variants 1 to 18 measured before they existed.
+VARIANTS = {
+    v: dataclasses.replace(k, embedding_gather=False, lm_head_gemv=False) for v, k in VARIANTS.items()
+}
+VARIANTS[19] = GraphKernels(lm_head_gemv=False)
+VARIANTS[20] = GraphKernels(embedding_gather=False)
+VARIANTS[21] = GraphKernels()  # the engine now
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -140,7 +151,10 @@ def main() -> None:
         15: "12, pasts of at most 3 blocks unsplit",
         16: "12 + the attention a dependent launch loading its block before the wait (round 3)",
         17: "16 + one-row GEMVs release the next kernel as they start",
-        18: "17 + the argmax kernel writes the next step's inputs (engine now)",
+        18: "17 + the argmax kernel writes the next step's inputs (round 4)",
+        19: "18 + the first c_attn GEMV gathers the embeddings",
+        20: "18 + the lm_head GEMV with ln_f in its prologue",
+        21: "18 + both (engine now)",
     }
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

@@ -111,6 +111,18 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "not as it starts",
     )
     p.add_argument(
+        "--no-embedding-gather",
+        action="store_true",
+        help="earlier design: with --cuda-graph at batch 1, the token and position embeddings looked up by their "
+        "own kernels, not gathered by the first block's c_attn GEMV",
+    )
+    p.add_argument(
+        "--no-lm-head-gemv",
+        action="store_true",
+        help="earlier design: with --cuda-graph at batch 1, ln_f as its own kernel and the lm_head on cuBLAS, not "
+        "one GEMV kernel with the LayerNorm in its prologue",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -193,6 +205,8 @@ def engine_config(args) -> EngineConfig:
         norm_gemv=not args.no_norm_gemv,
         attention_prefetch=not args.no_attn_prefetch,
         early_release=not args.no_early_release,
+        embedding_gather=not args.no_embedding_gather,
+        lm_head_gemv=not args.no_lm_head_gemv,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

@@ -6,7 +6,9 @@ into chunks: one program per (row, chunk) finds the chunk's max and its first in
 each row's winner. Ties go to the lowest index, as torch.argmax's do; the rows may be strided (the logits are a
 slice of the padded lm_head's output). In a captured decode step the second launch also leaves the next step's
 inputs (`advance`: the token ids, and the past lengths plus the live flags), which took a copy and an add of
-their own (3 us of a batch-1 step on the H100).
+their own (3 us of a batch-1 step on the H100). After the one-row lm_head GEMV (a programmatic dependent launch,
+`roseinfer.kernels.pdl`) both launch as dependents too (`pdl=True`): each waits before it reads, so their launches
+overlap the kernel before.
 """
 
 from __future__ import annotations
@@ -22,11 +24,20 @@ def _get_kernels():
     import triton
     import triton.language as tl
 
+    from roseinfer.kernels.pdl import gdc_functions
+
+    gdc_wait, gdc_launch_dependents = gdc_functions()
+
     @triton.jit
-    def argmax_chunks_kernel(x_ptr, stride_x, V, val_ptr, idx_ptr, CHUNKS, CHUNK: tl.constexpr):
+    def argmax_chunks_kernel(
+        x_ptr, stride_x, V, val_ptr, idx_ptr, CHUNKS, CHUNK: tl.constexpr, PDL: tl.constexpr
+    ):
         row = tl.program_id(0).to(tl.int64)
         chunk = tl.program_id(1)
         offs = chunk * CHUNK + tl.arange(0, CHUNK)
+        if PDL:  # the logits are the previous kernel's output
+            gdc_wait()
+            gdc_launch_dependents()
         x = tl.load(x_ptr + row * stride_x + offs, mask=offs < V, other=float("-inf")).to(tl.float32)
         best = tl.max(x, 0)
         first = tl.min(tl.where(x == best, offs, 2147483647), 0)
@@ -44,8 +55,11 @@ def _get_kernels():
         CHUNKS,
         BLOCK: tl.constexpr,
         ADVANCE: tl.constexpr,
+        PDL: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)
+        if PDL:  # the chunks' maxima are the previous kernel's output
+            gdc_wait()
         c = tl.arange(0, BLOCK)
         mask = c < CHUNKS
         vals = tl.load(val_ptr + row * CHUNKS + c, mask=mask, other=float("-inf"))
@@ -64,11 +78,15 @@ def argmax_triton(
     logits: torch.Tensor,
     chunk: int = 4096,
     advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    pdl: bool = False,
 ) -> torch.Tensor:
     """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
     values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
-    `ids.copy_(tokens); past.add_(live)` would."""
+    `ids.copy_(tokens); past.add_(live)` would. pdl: both kernels as programmatic dependent launches (where
+    supported; `roseinfer.kernels.pdl`)."""
     import triton
+
+    from roseinfer.kernels.pdl import pdl_supported
 
     b, v = logits.shape
     assert logits.stride(1) == 1 and v < 2**31
@@ -79,11 +97,14 @@ def argmax_triton(
     if b == 0:
         return out
     chunks_kernel, rows_kernel = _get_kernels()
-    chunks_kernel[(b, chunks)](logits, logits.stride(0), v, vals, idx, chunks, CHUNK=chunk, num_warps=8)
+    pdl = pdl and pdl_supported()
+    chunks_kernel[(b, chunks)](
+        logits, logits.stride(0), v, vals, idx, chunks, CHUNK=chunk, PDL=pdl, num_warps=8, launch_pdl=pdl
+    )
     ids, past, live = advance if advance is not None else (out, out, out)
     assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
     rows_kernel[(b,)](
         vals, idx, out, ids, past, live, chunks, BLOCK=triton.next_power_of_2(chunks), ADVANCE=advance is not None,
-        num_warps=1,
+        PDL=pdl, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
     return out

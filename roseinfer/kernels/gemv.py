@@ -15,7 +15,8 @@ and too few bytes are in flight. This kernel is shaped for the weight stream ins
   (one cross-lane reduction per program, not one per slice);
 - the epilogue adds the bias and, for c_fc, applies GPT-2's tanh GELU, so the linear is one kernel;
 - at one row an optional prologue adds the residual and applies the LayerNorm in front of c_attn / c_fc
-  (`norm_gemv_triton`), so the add + LayerNorm kernel before them goes too;
+  (`norm_gemv_triton`), so the add + LayerNorm kernel before them goes too; in front of the first block's c_attn
+  it can also gather its two rows from the embedding tables (`index=`), so the two embedding kernels go as well;
 - launched with PDL (`roseinfer.kernels.pdl`), a one-row call takes a one-shot tile: every program loads all of its
   weights before it waits for x, i.e. while the kernel before it still runs (on the H100, c_attn at one row: 2.7 us
   in a chain of PDL launches against 3.7 us plain and 5.1 us for cuBLAS; scripts/bench_gemv.py).
@@ -95,10 +96,10 @@ def _get_kernel():
     @triton.jit
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-        d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps,
+        d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
-        NORM: tl.constexpr, EARLY: tl.constexpr,
+        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         rm = tl.arange(0, BLOCK_M)  # [BM]
@@ -117,13 +118,18 @@ def _get_kernel():
             if NORM:  # LayerNorm's parameters: not written by the step, loaded before the wait too
                 lnw = tl.load(lnw_ptr + kk, mask=kmask, other=0.0).to(tl.float32)  # [BK]
                 lnb = tl.load(lnb_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
+            if GATHER:  # x and delta are rows of the embedding tables (weights) at the step's token id and
+                # position (its inputs, staged before its first kernel): all read before the wait
+                xr = tl.load(x_ptr + tl.load(xi_ptr).to(tl.int64) * stride_xm + kk, mask=kmask, other=0.0)
+                dr = tl.load(d_ptr + tl.load(di_ptr).to(tl.int64) * stride_dm + kk, mask=kmask, other=0.0)
             if PDL:  # the weights are in flight; x is the previous kernel's output
                 gdc_wait()
                 if not EARLY:
                     gdc_launch_dependents()
             if NORM:  # prologue: s = x + delta (the residual stream; program 0 stores it), x1 = LayerNorm(s)
-                xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
-                dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
+                if not GATHER:
+                    xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
+                    dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
                 # rounded to the activation dtype like torch's add
                 sr = (xr.to(tl.float32) + dr.to(tl.float32)).to(s_ptr.dtype.element_ty)
                 tl.store(s_ptr + kk, sr, mask=kmask & (pid == 0))
@@ -191,10 +197,10 @@ def gemv_triton(
     assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
-        x, x, x, x, 0.0,
+        x, x, x, x, 0.0, x, x, 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        EARLY=pdl and pdl_early_release(), num_warps=cfg.num_warps, launch_pdl=pdl,
+        EARLY=pdl and pdl_early_release(), GATHER=False, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
@@ -204,37 +210,68 @@ def norm_gemv_fits(x, weight) -> bool:
     return x.shape[0] == 1 and x.shape[1] <= 4096 and weight.shape[1] == x.shape[1]
 
 
-def norm_gemv_reference(x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False):
+def norm_gemv_reference(
+    x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, index=None
+):
     """(s, out): s = x + delta, out = act(LayerNorm(s) @ weight^T + bias), LayerNorm's output rounded to x's
-    dtype as the unfused add + LayerNorm kernel writes it. x, delta [1, K] -> s [1, K], out [1, N]."""
+    dtype as the unfused add + LayerNorm kernel writes it. x, delta [1, K] -> s [1, K], out [1, N]. index: (xi,
+    di), each [1] integer: x and delta are tables [*, K] and the rows are x[xi] and delta[di]."""
+    if index is not None:
+        x, delta = x[index[0]], delta[index[1]]  # [1, K] each
     s = x + delta
     h = F.layer_norm(s.float(), (s.shape[-1],), ln_weight.float(), ln_bias.float(), eps).to(x.dtype)
     return s, gemv_reference(h, weight, bias, gelu)
 
 
+# From this many output columns (the lm_head's vocabulary) the one-row norm GEMV takes wider programs: each
+# program normalises the whole row before its columns, and at 2 columns a program the lm_head's 25,152 programs
+# read 77 MB of x and delta from L2, as many bytes as its weights
+NORM_WIDE_FROM = 16384
+
+
+def pick_norm_config(n: int, k: int) -> GemvConfig:
+    """The one-shot tile of `norm_gemv_triton`: 2 output columns a program (the sweep's best for a block's
+    linears at one row, `pick_config`), 8 from NORM_WIDE_FROM columns (scripts/bench_gemv.py --linears lm_head
+    --sweep-pdl)."""
+    block_k = triton_next_pow2(k)
+    if n >= NORM_WIDE_FROM:
+        return GemvConfig(8, block_k, num_warps=4 if block_k <= 1024 else 8, num_stages=1, one_shot=True)
+    return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
+
+
 def norm_gemv_triton(
-    x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, pdl=None
-):
+    x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, pdl=None, index=None,
+    config: GemvConfig | None = None,
+):  # fmt: skip
     """Same contract as `norm_gemv_reference`, one kernel: every program recomputes the row's LayerNorm (the row
     is K <= 4,096 wide and in L2) before its GEMV, and program 0 writes s. Replaces the add + LayerNorm kernel
-    in front of c_attn and c_fc at batch 1 (`roseinfer.linears.norm_linear`)."""
+    in front of c_attn and c_fc at batch 1 (`roseinfer.linears.norm_linear`), and ln_f's in front of the lm_head;
+    with `index` (the step's token id and position, [1] each, read before the wait like the tables' rows) also
+    the two embedding lookups in front of the first block's c_attn. config: the tile (`pick_norm_config`)."""
     from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
+    gather = index is not None
+    if gather:
+        xi, di = index
+        assert xi.numel() == 1 and di.numel() == 1 and delta.shape[1] == x.shape[1]
+        d_stride = delta.stride(0)  # the position table's rows (x's is x.stride(0), passed as for one row)
+        x, delta = x[:1], delta[:1]  # the shapes of one row; the kernel reads the indexed rows
     m, k = x.shape
     n = weight.shape[0]
     assert norm_gemv_fits(x, weight) and delta.shape == x.shape and x.stride(1) == 1 and delta.stride(1) == 1
     assert weight.is_contiguous() and ln_weight.is_contiguous() and ln_bias.is_contiguous()
     assert bias is None or (bias.shape == (n,) and bias.is_contiguous())
-    s = torch.empty_like(x)  # [1, K]
+    s = torch.empty(1, k, dtype=x.dtype, device=x.device)  # [1, K]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [1, N]
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
-    block_k = triton_next_pow2(k)
-    cfg = GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
+    cfg = config or pick_norm_config(n, k)
+    assert cfg.one_shot and cfg.block_k >= k
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
-        delta, ln_weight, ln_bias, s, eps,
+        delta, ln_weight, ln_bias, s, eps, xi if gather else x, di if gather else x,
+        d_stride if gather else 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
-        num_warps=cfg.num_warps, launch_pdl=pdl,
+        GATHER=gather, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return s, out

@@ -125,11 +125,12 @@ def test_graph_decode_same_tokens_with_blocks_reserved_ahead_or_not(tiny_checkpo
 @pytest.mark.gpu
 def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_next(tiny_checkpoint):
     # fp16, batches 1 to 8: one-row GEMVs that release the next kernel as they start (the default) or after their
-    # wait, and the argmax writing the next step's inputs itself or a copy and an add after it, compute the same
-    # numbers: identical tokens, in a batch and one request at a time, and identical logits of a replay.
+    # wait, the argmax writing the next step's inputs itself or a copy and an add after it, and the first c_attn
+    # GEMV gathering the embeddings itself or two embedding kernels before it, compute the same numbers: identical
+    # tokens, in a batch and one request at a time, and identical logits of a replay.
     from roseinfer.cuda_graphs import GraphKernels
 
-    earlier = GraphKernels(pdl_early_release=False, argmax_advances=False)
+    earlier = GraphKernels(pdl_early_release=False, argmax_advances=False, embedding_gather=False)
     outs, logits = [], []
     for kernels in (None, earlier):
         llm = LLM(
@@ -151,3 +152,28 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
 def _generate_one(llm, prompt):
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
     return llm.generate([prompt], params)[0].token_ids
+
+
+@pytest.mark.gpu
+def test_graph_decode_lm_head_gemv_agrees_with_cublas(tiny_checkpoint):
+    # fp16, batches 1 to 8: at one row ln_f + lm_head as one GEMV (the default) or ln_f's kernel and cuBLAS compute
+    # the same logits up to the order of each fp32 sum: the same tokens, the last batch-1 replay's logits within
+    # fp16 rounding.
+    from roseinfer.cuda_graphs import GraphKernels
+
+    outs, logits = [], []
+    for kernels in (None, GraphKernels(lm_head_gemv=False)):
+        llm = LLM(
+            tiny_checkpoint,
+            device="cuda",
+            dtype="float16",
+            max_batch_size=8,
+            cuda_graph=True,
+            paged_attn=True,
+        )
+        if kernels is not None:
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
+        outs.append((_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]]))
+        logits.append(llm.engine.graphs.outputs[1][0].clone())  # the last batch-1 replay's logits
+    assert outs[0] == outs[1]
+    torch.testing.assert_close(logits[0].float(), logits[1].float(), atol=2e-2, rtol=2e-2)

@@ -95,3 +95,43 @@ def test_argmax_advance_leaves_the_next_steps_inputs(rows):
     assert torch.equal(tokens, expected) and torch.equal(ids, expected)
     assert torch.equal(past, before[1, :rows] + before[2, :rows]) and torch.equal(live, before[2, :rows])
     assert torch.equal(inputs[:, rows:], before[:, rows:])  # the rows beyond the bucket untouched
+
+
+@pytest.mark.parametrize("early", [False, True])
+def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early):
+    # The batch-1 step's tail: ln_f + lm_head as one PDL GEMV (the 50,304 padded rows, sliced to 50,257), then
+    # the argmax's two kernels as dependent launches that advance the inputs. Replayed on fresh inputs: a wait
+    # missing anywhere would read the previous replay's logits or maxima.
+    from roseinfer.bench.timing import captured
+    from roseinfer.kernels.argmax import argmax_triton
+    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
+
+    if not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
+    g = torch.Generator(device="cuda").manual_seed(11)
+    c, v = 768, 50257
+    head = (torch.randn(50304, c, generator=g, device="cuda") * c**-0.5).half()
+    ln_w = (torch.rand(c, generator=g, device="cuda") + 0.5).half()
+    ln_b = (torch.randn(c, generator=g, device="cuda") * 0.1).half()
+    x, delta = (torch.randn(1, c, generator=g, device="cuda").half() for _ in range(2))
+    inputs = torch.zeros(3, 1, dtype=torch.int64, device="cuda")
+    inputs[2] = 1
+
+    def tail():
+        logits = norm_gemv_triton(x, delta, ln_w, ln_b, 1e-5, head, pdl=True)[1][:, :v]  # [1, V]
+        return logits, argmax_triton(logits, advance=(inputs[0], inputs[1], inputs[2]), pdl=True)
+
+    with pdl_scope(True, early_release=early):
+        graph, (logits, tokens) = captured(tail)
+    for step in range(4):
+        x.copy_(torch.randn(1, c, generator=g, device="cuda"))
+        delta.copy_(torch.randn(1, c, generator=g, device="cuda"))
+        inputs[1] = 10 * step
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = norm_gemv_reference(x, delta, ln_w, ln_b, 1e-5, head)[1][:, :v]
+        torch.testing.assert_close(logits.float(), ref.float(), atol=1e-2, rtol=1e-2)
+        expected = torch.argmax(logits, dim=-1)  # of the logits the kernel wrote: exact
+        assert torch.equal(tokens, expected) and torch.equal(inputs[0], expected)
+        assert inputs[1].item() == 10 * step + 1

@@ -171,7 +171,11 @@ def test_norm_reference_is_add_then_layernorm_then_linear():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n,k", [(2304, 768), (3072, 768), (37, 129), (4800, 1600), (7, 4096), (1, 1000)])
+# the block's linears, odd shapes, and the lm_head's (the wide tile from NORM_WIDE_FROM columns)
+@pytest.mark.parametrize(
+    "n,k",
+    [(2304, 768), (3072, 768), (37, 129), (4800, 1600), (7, 4096), (1, 1000), (50304, 768), (20001, 1600)],
+)
 @pytest.mark.parametrize("bias,gelu", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
@@ -271,3 +275,83 @@ def test_norm_linear_never_applies_off_cuda():
     x = torch.randn(1, 16)
     with small_batch_gemv(8, norm_prologue=True):
         assert not norm_gemv_applies(x, x, lin)
+
+
+def test_norm_reference_gathers_rows_by_index():
+    from roseinfer.kernels.gemv import norm_gemv_reference
+
+    g = torch.Generator().manual_seed(2)
+    wte, wpe = (
+        _rand(g, 50, 40, dtype=torch.float32, device="cpu"),
+        _rand(g, 30, 40, dtype=torch.float32, device="cpu"),
+    )
+    ln_w, ln_b = torch.ones(40), torch.zeros(40)
+    w = _rand(g, 24, 40, dtype=torch.float32, device="cpu")
+    ids, pos = torch.tensor([17]), torch.tensor([29])
+    s, out = norm_gemv_reference(wte, wpe, ln_w, ln_b, 1e-5, w, index=(ids, pos))
+    s_ref, out_ref = norm_gemv_reference(wte[17:18], wpe[29:30], ln_w, ln_b, 1e-5, w)
+    assert torch.equal(s, s_ref) and torch.equal(out, out_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("v,p,k,n", [(50304, 1024, 768, 2304), (1000, 37, 129, 37), (300, 9, 1600, 4800)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_norm_gemv_gathering_embedding_rows_matches_reference(v, p, k, n, dtype):
+    # The first block's c_attn at one token: x and delta rows gathered from the tables at the token id and position
+    # (int64, as the engine stages them; first, last and middle rows), s exactly the embeddings' sum.
+    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+
+    g = torch.Generator(device="cuda").manual_seed(v + k)
+    wte, wpe = (
+        _rand(g, v, k, dtype=dtype, device="cuda"),
+        _rand(g, p, k, dtype=dtype, device="cuda", scale=0.1),
+    )
+    ln_w = (torch.rand(k, generator=g, device="cuda") + 0.5).to(dtype)
+    ln_b = _rand(g, k, dtype=dtype, device="cuda", scale=0.1)
+    w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
+    b = _rand(g, n, dtype=dtype, device="cuda")
+    for token, pos in ((0, 0), (v - 1, p - 1), (v // 3, p // 2)):
+        index = (torch.tensor([token], device="cuda"), torch.tensor([pos], device="cuda"))
+        s_ref, ref = norm_gemv_reference(wte[token : token + 1], wpe[pos : pos + 1], ln_w, ln_b, 1e-5, w, b)
+        for pdl in (False, True):
+            s, out = norm_gemv_triton(wte, wpe, ln_w, ln_b, 1e-5, w, b, pdl=pdl, index=index)
+            assert torch.equal(s, s_ref)
+            tol = 2e-2 if dtype == torch.bfloat16 else 1e-2
+            torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.gpu
+def test_embedding_gather_dispatch_for_one_token_inside_the_scope_only():
+    from roseinfer.linears import embedding_gather_applies
+
+    lin = torch.nn.Linear(768, 2304, device="cuda", dtype=torch.float16)
+    wte = torch.randn(50304, 768, device="cuda").half()
+    wpe = torch.randn(1024, 768, device="cuda").half()
+    one, two = (
+        torch.zeros(1, dtype=torch.int64, device="cuda"),
+        torch.zeros(2, dtype=torch.int64, device="cuda"),
+    )
+    with small_batch_gemv(8, norm_prologue=True, embedding_gather=True):
+        assert embedding_gather_applies(one, wte, wpe, lin) and not embedding_gather_applies(
+            two, wte, wpe, lin
+        )
+        assert not embedding_gather_applies(one, wte.float(), wpe.float(), lin)
+    with small_batch_gemv(8, norm_prologue=True):
+        assert not embedding_gather_applies(one, wte, wpe, lin)
+    with small_batch_gemv(8, embedding_gather=True):  # the gather is part of the norm prologue
+        assert not embedding_gather_applies(one, wte, wpe, lin)
+
+
+@pytest.mark.gpu
+def test_lm_head_gemv_dispatch_at_one_row_inside_the_scope_only():
+    from roseinfer.linears import lm_head_gemv_applies
+
+    head = torch.randn(50304, 768, device="cuda").half()
+    one, two = torch.randn(1, 768, device="cuda").half(), torch.randn(2, 768, device="cuda").half()
+    with small_batch_gemv(8, norm_prologue=True, lm_head=True):
+        assert lm_head_gemv_applies(one, one, head) and not lm_head_gemv_applies(two, two, head)
+        assert not lm_head_gemv_applies(one.float(), one.float(), head.float())
+    with small_batch_gemv(8, norm_prologue=True):
+        assert not lm_head_gemv_applies(one, one, head)
+    with small_batch_gemv(8, lm_head=True):  # ln_f in the prologue: part of the norm prologue
+        assert not lm_head_gemv_applies(one, one, head)
