@@ -33,6 +33,9 @@ class RunData:
     ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
     # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
     step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
+    # kernel -> [S] its launches in each step: a kernel whose time per step moved because it runs more or fewer
+    # times a step (the same kernel given other work) is not faster or slower
+    kernel_launches: dict[str, np.ndarray] = field(default_factory=dict)
     # region inside the decode step -> [S] its own thread CPU ns in each step (the step log's, version 3: no wait for
     # a core in it); empty for runs captured without them
     step_cpu: dict[str, np.ndarray] = field(default_factory=dict)
@@ -92,6 +95,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         for idx, chunk in zip(*groups(name[order], dur[order])):
             region_durations[names[idx]] = chunk
     kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
+    kernel_launches: dict[str, np.ndarray] = {}
     o = trace.ops
     if len(o):
         kernel = o.kind == KERNEL
@@ -115,6 +119,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                     owner[sel & inside], weights=own[sel & inside], minlength=len(starts)
                 ).astype(np.float64)
                 kernel_steps[names[idx]] = (per_step, float(own[sel & ~inside].sum()))
+                kernel_launches[names[idx]] = np.bincount(owner[sel & inside], minlength=len(starts))
     region_self = {
         spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
     }
@@ -139,6 +144,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         step_self,
         sections=own,
         step_cpu=step_cpu,
+        kernel_launches=kernel_launches,
     )
 
 

@@ -11,6 +11,8 @@ change and its interval, how many samples back it and one word:
 
 then where the time moved: the region and kernel changes that clear the floor, ranked by how much time per
 decode step moved (a region's own time, so that a slower child does not list every enclosing region above it).
+A kernel launched more or fewer times a step is worded so (`more launches` / `fewer launches`, with the counts),
+not faster or slower.
 With one run a side the verdict says that its intervals see only the noise inside each run.
 """
 
@@ -29,6 +31,10 @@ HEADLINE = (
     ("requests.throughput_tok_s", "throughput", None, "tok/s"),
 )
 TOP_CHANGES = 5
+# A kernel whose launches per decode step moved by at least this many (the sides' means) took more or fewer
+# launches, not a faster or slower kernel: the engine gave the same kernel other work (25 add + LayerNorm kernels a
+# step folded into GEMV prologues leave one, 97.7% less time a step; the lm_head moved onto the GEMV kernel)
+LAUNCHES_MOVED = 0.5
 # (judged by CPU time, by a p5 over the steps) -> which statistic of a region's own time a row was judged by
 OWN_STAT = {
     (True, True): "CPU time, p5 of the steps",
@@ -126,6 +132,11 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
             row["self_before"], row["self_after"] = own["a"], own["b"]
             moved = own["b"] - own["a"]
         row["moved_ns"] = moved
+        launches = m.get("launches_a"), m.get("launches_b")
+        if None not in launches and abs(launches[1] - launches[0]) >= LAUNCHES_MOVED:
+            row["word"] = "more launches" if launches[1] > launches[0] else "fewer launches"
+            row["why"] = f"{launches[0]:.2g} → {launches[1]:.2g} a step"
+            row["launches_before"], row["launches_after"] = launches
         rows.append(row)
     rows.sort(key=lambda r: -abs(r["moved_ns"]))
     if rows:

@@ -26,7 +26,10 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
             text.value(r["unit"], r["before"]),
             text.value(r["unit"], r["after"]),
             text.change(r["delta_pct"], r["ci_low_pct"], r["ci_high_pct"]),
-            r["word"],
+            # a kernel run more or fewer times a step: how many, which is the point
+            f"{r['word']} ({r['launches_before']:.2g}→{r['launches_after']:.2g})"
+            if "launches_before" in r
+            else r["word"],
         ]
         for r in rows
     ]

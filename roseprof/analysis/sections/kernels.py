@@ -84,8 +84,8 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
 
 def diff_kernels(sides: Sides) -> list[dict]:
     """Per kernel: its total time per decode step (launched in each step, each launch its own time on its stream
-    so that a PDL kernel is not charged for its wait; resampled over steps), or its summed durations per run where
-    a run has no steps."""
+    so that a PDL kernel is not charged for its wait; resampled over steps) with its launches per step on each
+    side, or its summed durations per run where a run has no steps."""
     ga, gb, norm, per_step = sides.before, sides.after, sides.norm, sides.per_step
     metrics = []
     for name in common([r.kernel_durations for r in sides.runs]):
@@ -102,6 +102,11 @@ def diff_kernels(sides: Sides) -> list[dict]:
 
         m = sides.metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum)
         m["per_step"] = per_step  # how the views label it
+        if per_step and all(name in r.kernel_launches for r in sides.runs):
+            # launches a decode step, each side's steps together: the verdict words a kernel whose count moved
+            m["launches_a"], m["launches_b"] = (
+                float(np.mean(np.concatenate([r.kernel_launches[name] for r in g]))) for g in (ga, gb)
+            )
         metrics.append(m)
     return metrics
 
