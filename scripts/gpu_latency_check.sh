@@ -72,7 +72,9 @@ if want nsys; then
       echo "b1-$design ($flag) run $r rc=$? [${SECONDS}s]"
     done
   done
-  timeout 60 python3 -m roseprof diff b1-before b1-after $STORE 2>&1 | tail -45
+  # the verdict and where the time moved first, all of it in diff.txt beside the traces
+  timeout 60 python3 -m roseprof diff b1-before b1-after $STORE > "$W/diff.txt" 2>&1
+  head -45 "$W/diff.txt"; cp "$W/diff.txt" "$OUT/diff-b1.txt"
   for design in before after; do
     run=$(ls -d "$W"/tr/*b1-$design* | tail -1)
     echo "-- per-region GPU time of a graph replay, b1 $design ($run)"
