@@ -149,8 +149,9 @@ def kernel_changes(a: RunData | list[RunData], b: RunData | list[RunData]) -> di
     nb = sum(r.steps for r in gb) if per_step else len(gb)
     in_a = set().union(*(r.kernel_durations for r in ga))
     in_b = set().union(*(r.kernel_durations for r in gb))
-    new = {k: sum(float(r.kernel_durations.get(k, np.zeros(0)).sum()) for r in gb) / nb for k in in_b - in_a}
-    gone = {k: sum(float(r.kernel_durations.get(k, np.zeros(0)).sum()) for r in ga) / na for k in in_a - in_b}
+    # each launch's own time on its stream, as the kernels both sides have are compared (samples.RunData)
+    new = {k: sum(float(r.kernel_own.get(k, np.zeros(0)).sum()) for r in gb) / nb for k in in_b - in_a}
+    gone = {k: sum(float(r.kernel_own.get(k, np.zeros(0)).sum()) for r in ga) / na for k in in_a - in_b}
     return {
         "new": sorted(new.items(), key=lambda kv: -kv[1]),
         "vanished": sorted(gone.items(), key=lambda kv: -kv[1]),

@@ -36,6 +36,9 @@ class RunData:
     # kernel -> [S] its launches in each step: a kernel whose time per step moved because it runs more or fewer
     # times a step (the same kernel given other work) is not faster or slower
     kernel_launches: dict[str, np.ndarray] = field(default_factory=dict)
+    # kernel name -> each launch's own time on its stream (its duration where nothing overlaps it): what a run's
+    # kernel totals add, so that under programmatic dependent launch no kernel is charged for its wait
+    kernel_own: dict[str, np.ndarray] = field(default_factory=dict)
     # region inside the decode step -> [S] its own thread CPU ns in each step (the step log's, version 3: no wait for
     # a core in it); empty for runs captured without them
     step_cpu: dict[str, np.ndarray] = field(default_factory=dict)
@@ -84,6 +87,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     names = trace.names
     region_durations: dict[str, np.ndarray] = {}
     kernel_durations: dict[str, np.ndarray] = {}
+    kernel_own: dict[str, np.ndarray] = {}
     r = trace.ranges
     # A region is named as every table spells it (`NCCL:ncclAllReduce` outside the default domain), as the step
     # rows' region columns and summary.json's region rows (name and domain) say it.
@@ -100,14 +104,16 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     if len(o):
         kernel = o.kind == KERNEL
         dur, name, api = (o.end - o.start)[kernel], o.name[kernel], o.api_start[kernel]
+        # A kernel's time is its own time on its stream (`stream_time`): under programmatic dependent launch a
+        # kernel's duration includes its wait for the one before, so summed durations would call a kernel slower
+        # when it merely starts earlier. Without overlap it is the duration.
+        own = own_stream_ns(o)[kernel]
         order = np.argsort(name, kind="stable")
         for idx, chunk in zip(*groups(name[order], dur[order])):
             kernel_durations[names[idx]] = chunk
+        for idx, chunk in zip(*groups(name[order], own[order].astype(np.float64))):
+            kernel_own[names[idx]] = chunk
         if step_dur is not None and len(dur):
-            # A kernel's time in a step is its own time on its stream (`stream_time`): under programmatic dependent
-            # launch a kernel's duration includes its wait for the one before, so summed durations would call a
-            # kernel slower when it merely starts earlier. Without overlap it is the duration.
-            own = own_stream_ns(o)[kernel]
             # The step each kernel was launched in, by its API call's time within the step windows.
             starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
             ends = starts + step_dur.astype(np.int64)
@@ -145,6 +151,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         sections=own,
         step_cpu=step_cpu,
         kernel_launches=kernel_launches,
+        kernel_own=kernel_own,
     )
 
 

@@ -96,6 +96,10 @@ def test_kernel_changes_name_new_and_vanished():
     a, b = run_data([1e6] * 5), run_data([1e6] * 5)
     a.kernel_durations = {"gemm": np.array([10.0]), "old": np.array([5.0, 5.0])}
     b.kernel_durations = {"gemm": np.array([10.0]), "new": np.array([20.0])}
+    a.kernel_own, b.kernel_own = (
+        a.kernel_durations,
+        b.kernel_durations,
+    )  # nothing overlaps: own time = duration
     changes = kernel_changes(a, b)
     assert changes["new"] == [("new", 4.0)] and changes["vanished"] == [("old", 2.0)]
 

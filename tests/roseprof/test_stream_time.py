@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,3 +173,24 @@ def test_graph_fixture_without_pdl_has_no_overlap_note(tmp_path):
     step = json.loads(roseprof("show", "g", "--json", *store).stdout)["steady"]["step"]
     assert step["gpu_mean_ns"] == step["gpu_durations_mean_ns"]
     assert "own time on its stream" not in roseprof("show", "g", *store, env={"COLUMNS": "80"}).stdout
+
+
+def test_real_pdl_capture_compared_without_steps_sums_each_kernels_own_time():
+    # A run without decode steps (any PDL program without roseinfer's step log) is compared by its kernels' totals
+    # per run, and by the kernels only one side has: those too add each launch's own time on its stream, not
+    # durations that hold the wait for the kernel before.
+    from roseprof.analysis.diff import compare, kernel_changes
+    from roseprof.analysis.samples import prepare
+
+    trace = read_nsys_sqlite(str(SQLITE))
+    summary, _ = analyse(trace, None)
+    run = prepare(summary, None, None, trace)
+    metric = next(m for m in compare(run, run) if m["name"] == "kernels.gemv_kernel.total_ns")
+    assert not metric["per_step"]
+    gemv = (trace.ops.kind == KERNEL) & (trace.ops.name == trace.names.find("gemv_kernel"))
+    own = own_stream_ns(trace.ops)[gemv].sum()
+    assert metric["a"] == metric["b"] == pytest.approx(own, rel=1e-9)
+    assert own < 0.8 * (trace.ops.end - trace.ops.start)[gemv].sum()
+    empty = prepare(summary, None, None, trace)
+    empty.kernel_durations, empty.kernel_own = {}, {}
+    assert dict(kernel_changes(empty, run)["new"])["gemv_kernel"] == pytest.approx(own, rel=1e-9)

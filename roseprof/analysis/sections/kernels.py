@@ -85,7 +85,7 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
 def diff_kernels(sides: Sides) -> list[dict]:
     """Per kernel: its total time per decode step (launched in each step, each launch its own time on its stream
     so that a PDL kernel is not charged for its wait; resampled over steps) with its launches per step on each
-    side, or its summed durations per run where a run has no steps."""
+    side, or its summed own time per run where a run has no steps."""
     ga, gb, norm, per_step = sides.before, sides.after, sides.norm, sides.per_step
     metrics = []
     for name in common([r.kernel_durations for r in sides.runs]):
@@ -98,7 +98,7 @@ def diff_kernels(sides: Sides) -> list[dict]:
         else:
 
             def side(g, name=name):
-                return Sample([r.kernel_durations[name] for r in g], None, None, norm(g))
+                return Sample([r.kernel_own[name] for r in g], None, None, norm(g))
 
         m = sides.metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum)
         m["per_step"] = per_step  # how the views label it
