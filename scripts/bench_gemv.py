@@ -59,6 +59,15 @@ def sweep_grid(m: int):
             yield GemvConfig(bn, bk, warps, stages)
 
 
+def one_shot_tiles(k: int, block_ns, warps):
+    """The one-shot tiles (one row, BLOCK_K covering K) of these widths and warps that give each thread at least one
+    16-byte load of weights and at most 256 weights."""
+    block_k = triton_next_pow2(k)
+    for bn, w in itertools.product(block_ns, warps):
+        if 32 * w * 8 <= bn * block_k <= 32 * w * 256:
+            yield GemvConfig(bn, block_k, w, 1, one_shot=True)
+
+
 def bench_shape(name, n, k, gelu, rows, bw, a):
     dev, dt = torch.device("cuda"), torch.float16
     nbytes = n * k * 2
@@ -95,13 +104,8 @@ def bench_shape(name, n, k, gelu, rows, bw, a):
             best.append((name, m, t_gemv, results[:3]))
         # the one-shot tiles the engine takes at one row under PDL
         if a.sweep_pdl and m == 1 and pdl_supported():
-            block_k = triton_next_pow2(k)
             results = []
-            for bn, warps in itertools.product((1, 2, 4, 8, 16), (1, 2, 4, 8)):
-                # fewer than one 16-byte load a thread, or more than 256 weights a thread
-                if bn * block_k < 32 * warps * 8 or bn * block_k > 32 * warps * 256:
-                    continue
-                c = GemvConfig(bn, block_k, warps, 1, one_shot=True)
+            for c in one_shot_tiles(k, (1, 2, 4, 8, 16), (1, 2, 4, 8)):
                 try:
                     results.append((graph_time_us(ours(c, pdl=True), copies), c))
                 except Exception as e:  # a tile Triton cannot build (registers): skip it
@@ -123,7 +127,6 @@ def sweep_norm_lm_head(n, k, ws, copies):
     dev, dt = torch.device("cuda"), torch.float16
     x, d = torch.randn(1, k, device=dev, dtype=dt), torch.randn(1, k, device=dev, dtype=dt)
     ln_w, ln_b = torch.ones(k, device=dev, dtype=dt), torch.zeros(k, device=dev, dtype=dt)
-    block_k = triton_next_pow2(k)
     with pdl_scope(True, early_release=True):
         t_before = graph_time_us(
             lambda i: F.linear(add_layer_norm_triton(x, d, ln_w, ln_b, 1e-5)[1], ws[i]), copies
@@ -133,10 +136,7 @@ def sweep_norm_lm_head(n, k, ws, copies):
             lambda i: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=picked), copies
         )
         results = []
-        for bn, warps in itertools.product((2, 4, 8, 16, 32), (2, 4, 8)):
-            if bn * block_k < 32 * warps * 8 or bn * block_k > 32 * warps * 256:
-                continue
-            c = GemvConfig(bn, block_k, warps, 1, one_shot=True)
+        for c in one_shot_tiles(k, (2, 4, 8, 16, 32), (2, 4, 8)):
             t = graph_time_us(
                 lambda i, c=c: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=c), copies
             )

@@ -230,13 +230,13 @@ NORM_WIDE_FROM = 16384
 
 
 def pick_norm_config(n: int, k: int) -> GemvConfig:
-    """The one-shot tile of `norm_gemv_triton`: 2 output columns a program (the sweep's best for a block's
-    linears at one row, `pick_config`), 8 from NORM_WIDE_FROM columns (scripts/bench_gemv.py --linears lm_head
-    --sweep-pdl)."""
-    block_k = triton_next_pow2(k)
+    """The one-shot tile of `norm_gemv_triton` (K up to 4,096, `norm_gemv_fits`): `pick_config`'s one-row tile under
+    PDL (2 output columns a program, the sweep's best for a block's linears), 8 columns from NORM_WIDE_FROM
+    (scripts/bench_gemv.py --linears lm_head --sweep-pdl)."""
     if n >= NORM_WIDE_FROM:
+        block_k = triton_next_pow2(k)
         return GemvConfig(8, block_k, num_warps=4 if block_k <= 1024 else 8, num_stages=1, one_shot=True)
-    return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
+    return pick_config(1, n, k, pdl=True)
 
 
 def norm_gemv_triton(

@@ -111,7 +111,7 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
         order = np.argsort(name, kind="stable")
         for idx, chunk in zip(*groups(name[order], dur[order])):
             kernel_durations[names[idx]] = chunk
-        for idx, chunk in zip(*groups(name[order], own[order].astype(np.float64))):
+        for idx, chunk in zip(*groups(name[order], own[order])):
             kernel_own[names[idx]] = chunk
         if step_dur is not None and len(dur):
             # The step each kernel was launched in, by its API call's time within the step windows.
@@ -121,11 +121,10 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
             inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
             for idx in np.unique(name):
                 sel = name == idx
-                per_step = np.bincount(
-                    owner[sel & inside], weights=own[sel & inside], minlength=len(starts)
-                ).astype(np.float64)
-                kernel_steps[names[idx]] = (per_step, float(own[sel & ~inside].sum()))
-                kernel_launches[names[idx]] = np.bincount(owner[sel & inside], minlength=len(starts))
+                in_steps = sel & inside
+                per_step = np.bincount(owner[in_steps], weights=own[in_steps], minlength=len(starts))
+                kernel_steps[names[idx]] = (per_step.astype(np.float64), float(own[sel & ~inside].sum()))
+                kernel_launches[names[idx]] = np.bincount(owner[in_steps], minlength=len(starts))
     region_self = {
         spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
     }

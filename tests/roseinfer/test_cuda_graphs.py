@@ -131,22 +131,21 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
     from roseinfer.cuda_graphs import GraphKernels
 
     earlier = GraphKernels(pdl_early_release=False, argmax_advances=False, embedding_gather=False)
-    outs, logits = [], []
-    for kernels in (None, earlier):
-        llm = LLM(
-            tiny_checkpoint,
-            device="cuda",
-            dtype="float16",
-            max_batch_size=8,
-            cuda_graph=True,
-            paged_attn=True,
-        )
-        if kernels is not None:
-            llm.engine.use_static_decode(capture=True, kernels=kernels)
-        outs.append((_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]]))
-        logits.append(llm.engine.graphs.outputs[1][0].clone())  # the last batch-1 replay's logits
-    assert outs[0] == outs[1]
-    assert torch.equal(logits[0], logits[1])
+    (outs, logits), (outs_earlier, logits_earlier) = (
+        _fp16_graph_run(tiny_checkpoint, k) for k in (None, earlier)
+    )
+    assert outs == outs_earlier
+    assert torch.equal(logits, logits_earlier)
+
+
+def _fp16_graph_run(checkpoint, kernels):
+    """An fp16 engine with CUDA graphs (the captured step's kernel choices `kernels`, None: the engine's): the tokens
+    of a batch and of three requests one at a time, and the last batch-1 replay's logits."""
+    llm = LLM(checkpoint, device="cuda", dtype="float16", max_batch_size=8, cuda_graph=True, paged_attn=True)
+    if kernels is not None:
+        llm.engine.use_static_decode(capture=True, kernels=kernels)
+    outs = (_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]])
+    return outs, llm.engine.graphs.outputs[1][0].clone()
 
 
 def _generate_one(llm, prompt):
@@ -161,19 +160,9 @@ def test_graph_decode_lm_head_gemv_agrees_with_cublas(tiny_checkpoint):
     # fp16 rounding.
     from roseinfer.cuda_graphs import GraphKernels
 
-    outs, logits = [], []
-    for kernels in (None, GraphKernels(lm_head_gemv=False)):
-        llm = LLM(
-            tiny_checkpoint,
-            device="cuda",
-            dtype="float16",
-            max_batch_size=8,
-            cuda_graph=True,
-            paged_attn=True,
-        )
-        if kernels is not None:
-            llm.engine.use_static_decode(capture=True, kernels=kernels)
-        outs.append((_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]]))
-        logits.append(llm.engine.graphs.outputs[1][0].clone())  # the last batch-1 replay's logits
-    assert outs[0] == outs[1]
-    torch.testing.assert_close(logits[0].float(), logits[1].float(), atol=2e-2, rtol=2e-2)
+    cublas = GraphKernels(lm_head_gemv=False)
+    (outs, logits), (outs_cublas, logits_cublas) = (
+        _fp16_graph_run(tiny_checkpoint, k) for k in (None, cublas)
+    )
+    assert outs == outs_cublas
+    torch.testing.assert_close(logits.float(), logits_cublas.float(), atol=2e-2, rtol=2e-2)
