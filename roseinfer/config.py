@@ -87,6 +87,10 @@ class EngineConfig:
     # argmax's kernels as dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and
     # cuBLAS.
     lm_head_gemv: bool = True
+    # CUDA graphs, half precision: the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores,
+    # split-K reduced in the same kernel, a programmatic dependent launch that loads its weights before it waits
+    # (`roseinfer.kernels.skinny_gemm`). False: cuBLAS there.
+    skinny_gemm: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

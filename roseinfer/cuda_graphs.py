@@ -17,7 +17,8 @@ following step with the same batch and greedy sampling then needs nothing from t
 engine launch it before reading this step's tokens (`EngineConfig.overlap_decode`). Otherwise the host stages
 all three rows again.
 
-Inside the graph, the linears of small buckets run as the small-batch GEMV kernel (`roseinfer.linears`),
+Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
+skinny GEMM (`roseinfer.linears`),
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
@@ -46,6 +47,7 @@ from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
 from roseinfer.kernels import triton_available
 from roseinfer.kernels.pdl import pdl_scope
+from roseinfer.kernels.skinny_gemm import SkinnyScratch
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.linears import small_batch_gemv
@@ -84,8 +86,8 @@ class GraphKernels:
     pdl_max_batch: int | None = 8
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
-    # With PDL, the split attention kernel launched plainly but releasing attn_proj early, whose weight loads then
-    # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 a step 10 us faster
+    # With PDL, the attention kernel launched plainly but releasing attn_proj early, whose weight loads then
+    # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 (split kernel) a step 10 us faster
     pdl_attention_release: bool = True
     # With PDL, the split attention kernel where each slice is one past block (batches 1 and 2 for GPT-2 small)
     # launched as a dependent, each slice loading its block before it waits, i.e. while c_attn's GEMV runs
@@ -116,6 +118,14 @@ class GraphKernels:
     # H100 the GEMV moves GPT-2's 77 MB lm_head 13% faster than cuBLAS) and, with PDL, the argmax's two kernels as
     # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: `--no-lm-head-gemv`.
     lm_head_gemv: bool = True
+    # Buckets of at most this many rows run the linears the GEMV does not take as the skinny GEMM (tensor cores,
+    # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on cuBLAS; 0: never (`--no-skinny-gemm`).
+    # At 64 rows on the H100 it beat cuBLAS by less than 1.5 us a linear and c_fc not at all, and the step with it
+    # and PDL was slower (docs/BENCHMARKS.md, issue 27 round 6).
+    skinny_gemm_max_batch: int = 32
+    # With PDL, the skinny GEMM's buckets launch the step's Triton kernels as dependents too (beyond
+    # pdl_max_batch): each skinny GEMM then loads its weights while the kernel before it runs.
+    skinny_gemm_pdl: bool = True
 
     @classmethod
     def for_engine(
@@ -128,10 +138,11 @@ class GraphKernels:
         early_release: bool = True,
         embedding_gather: bool = True,
         lm_head_gemv: bool = True,
+        skinny_gemm: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
         `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-embedding-gather` /
-        `--no-lm-head-gemv` turn off."""
+        `--no-lm-head-gemv` / `--no-skinny-gemm` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
@@ -141,6 +152,7 @@ class GraphKernels:
             pdl_early_release=early_release,
             embedding_gather=embedding_gather,
             lm_head_gemv=lm_head_gemv,
+            skinny_gemm_max_batch=cls.skinny_gemm_max_batch if skinny_gemm else 0,
         )
 
 
@@ -169,6 +181,8 @@ class DecodeGraphs:
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
         self.fused = kernels.fused_add_layernorm and cache.is_cuda and triton_available()
+        # The skinny GEMM's split-K buffers, this step's own: another engine's step may run on another stream
+        self.skinny_scratch = SkinnyScratch()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -189,9 +203,20 @@ class DecodeGraphs:
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
         )  # fmt: skip
-        pdl = k.pdl and (k.pdl_max_batch is None or bucket <= k.pdl_max_batch)
+        pdl = k.pdl and (
+            k.pdl_max_batch is None
+            or bucket <= k.pdl_max_batch
+            or (k.skinny_gemm_pdl and bucket <= k.skinny_gemm_max_batch)
+        )
         with (
-            small_batch_gemv(k.gemv_max_batch, k.norm_gemv, k.embedding_gather, k.lm_head_gemv),
+            small_batch_gemv(
+                k.gemv_max_batch,
+                k.norm_gemv,
+                k.embedding_gather,
+                k.lm_head_gemv,
+                k.skinny_gemm_max_batch,
+                self.skinny_scratch,
+            ),
             pdl_scope(
                 pdl,
                 k.pdl_attention,

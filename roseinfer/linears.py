@@ -1,4 +1,4 @@
-"""The one place the model's linear layers are dispatched: cuBLAS (torch) or the small-batch GEMV kernel.
+"""The one place the model's linear layers are dispatched: cuBLAS (torch), the small-batch GEMV or the skinny GEMM.
 
 Every linear of a block goes through `linear(x, lin)`: c_attn, attn_proj, c_fc (with GELU) and mlp_proj. `lin` is
 anything with `.weight` [N, K] and `.bias` [N] or None (an nn.Linear, or a tensor-parallel shard of one: sharded
@@ -8,6 +8,9 @@ Which kernel runs:
 - inside `small_batch_gemv(max_rows)` (the captured decode step opens it; `roseinfer.cuda_graphs`), on CUDA in
   half precision, for inputs of at most `max_rows` rows where it was measured faster (`gemv_wins`):
   `roseinfer.kernels.gemv` (bias and GELU in its epilogue, no split-K reduce);
+- inside `small_batch_gemv(.., skinny_max_rows=R)`, the same inputs of at most R rows where the GEMV does not run
+  and it was measured faster (`skinny_wins`): `roseinfer.kernels.skinny_gemm` (tensor cores, split-K reduced in the
+  same kernel, bias and GELU in its epilogue);
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
@@ -43,25 +46,39 @@ _EMBEDDING_GATHER: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 # Whether the one-row lm_head may run as that GEMV with ln_f in its prologue (instead of ln_f's kernel and cuBLAS).
 _LM_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_lm_head_gemv", default=False)
+# Rows up to which the skinny GEMM runs where the GEMV does not (0: never), and the split-K scratch it uses there.
+_SKINNY_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_skinny_max_rows", default=0)
+_SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skinny_scratch", default=None)
 
 
 @contextlib.contextmanager
 def small_batch_gemv(
-    max_rows: int, norm_prologue: bool = False, embedding_gather: bool = False, lm_head: bool = False
+    max_rows: int,
+    norm_prologue: bool = False,
+    embedding_gather: bool = False,
+    lm_head: bool = False,
+    skinny_max_rows: int = 0,
+    scratch=None,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
     (each with norm_prologue): the first block's call gathers its rows from the embedding tables as well, and the
-    one-row lm_head runs as `norm_lm_head`."""
+    one-row lm_head runs as `norm_lm_head`. skinny_max_rows: linears of at most this many rows that the GEMV does
+    not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
+    process's)."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
         _EMBEDDING_GATHER.set(norm_prologue and embedding_gather),
         _LM_HEAD.set(norm_prologue and lm_head),
+        _SKINNY_MAX_ROWS.set(skinny_max_rows),
+        _SKINNY_SCRATCH.set(scratch),
     )
     try:
         yield
     finally:
+        _SKINNY_SCRATCH.reset(tokens[5])
+        _SKINNY_MAX_ROWS.reset(tokens[4])
         _LM_HEAD.reset(tokens[3])
         _EMBEDDING_GATHER.reset(tokens[2])
         _NORM_PROLOGUE.reset(tokens[1])
@@ -69,12 +86,15 @@ def small_batch_gemv(
 
 
 def uses_gemv(x: torch.Tensor) -> bool:
-    return (
-        0 < x.shape[0] <= _GEMV_MAX_ROWS.get()
-        and x.is_cuda
-        and x.dtype in (torch.float16, torch.bfloat16)
-        and x.stride(-1) == 1
-    )
+    return 0 < x.shape[0] <= _GEMV_MAX_ROWS.get() and _triton_input(x)
+
+
+def uses_skinny_gemm(x: torch.Tensor) -> bool:
+    return 0 < x.shape[0] <= _SKINNY_MAX_ROWS.get() and _triton_input(x)
+
+
+def _triton_input(x: torch.Tensor) -> bool:
+    return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.stride(-1) == 1
 
 
 def gemv_wins(rows: int, n: int, k: int) -> bool:
@@ -84,6 +104,15 @@ def gemv_wins(rows: int, n: int, k: int) -> bool:
     return rows <= 2 or n <= k
 
 
+def skinny_wins(rows: int, n: int, k: int) -> bool:
+    """Where the skinny GEMM under PDL made the captured step faster on the H100 (scripts/bench_graph_step.py,
+    scripts/bench_gemv.py --skinny; docs/BENCHMARKS.md, issue 27 round 6): from 9 to 32 rows every linear; up to 64
+    only the ones with N <= K (attn_proj, mlp_proj: cuBLAS splits K there and adds a reduce kernel). Not at 8 rows
+    and below: c_attn and c_fc alone were faster in a chain of their own, but the batch-8 step beside the GEMV
+    was 35 us slower."""
+    return 8 < rows and (rows <= 32 or n <= k)
+
+
 def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True) -> torch.Tensor:
     """act(x @ lin.weight^T + lin.bias): x [T, K] -> [T, N]; act is GPT-2's tanh GELU when `gelu`, else none."""
     weight, bias = lin.weight, lin.bias
@@ -91,6 +120,11 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
         from roseinfer.kernels.gemv import gemv_triton
 
         return gemv_triton(x, weight, bias, gelu=gelu)
+    if uses_skinny_gemm(x) and weight.is_contiguous() and skinny_wins(x.shape[0], *weight.shape):
+        from roseinfer.kernels.skinny_gemm import skinny_gemm_fits, skinny_gemm_triton
+
+        if skinny_gemm_fits(x, weight):
+            return skinny_gemm_triton(x, weight, bias, gelu=gelu, scratch=_SKINNY_SCRATCH.get())
     if not gelu:
         return F.linear(x, weight, bias)
     if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):

@@ -30,7 +30,10 @@ Variants, each adding one change to the one before:
      5);
  20. 18 + at one row the lm_head as the GEMV with ln_f in its prologue, the argmax's kernels dependent launches
      after it (round 5);
- 21. 18 + both: the engine now.
+ 21. 18 + both: the engine of round 5;
+ 22. 21 + the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores (issue 27, round 6),
+     launched plainly there as before;
+ 23. 22 with PDL in the skinny GEMM's buckets too: the engine now.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -90,7 +93,11 @@ VARIANTS = {
 }
 VARIANTS[19] = GraphKernels(lm_head_gemv=False)
 VARIANTS[20] = GraphKernels(embedding_gather=False)
-VARIANTS[21] = GraphKernels()  # the engine now
+VARIANTS[21] = GraphKernels()  # the engine of round 5
+# The sixth step's change off: what variants 1 to 21 measured before it existed.
+VARIANTS = {v: dataclasses.replace(k, skinny_gemm_max_batch=0) for v, k in VARIANTS.items()}
+VARIANTS[22] = GraphKernels(skinny_gemm_pdl=False)
+VARIANTS[23] = GraphKernels()  # the engine now
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -154,7 +161,9 @@ def main() -> None:
         18: "17 + the argmax kernel writes the next step's inputs (round 4)",
         19: "18 + the first c_attn GEMV gathers the embeddings",
         20: "18 + the lm_head GEMV with ln_f in its prologue",
-        21: "18 + both (engine now)",
+        21: "18 + both (round 5)",
+        22: "21 + the skinny GEMM for 9 to 32 rows, plain launches there",
+        23: "21 + the skinny GEMM, PDL in its buckets (engine now)",
     }
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")

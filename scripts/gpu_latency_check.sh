@@ -8,10 +8,11 @@
 #   b1      batch 1, 256 new tokens, --paged-attn --cuda-graph, each of B1_FLAGS (';'-separated, 'default': no flag; by default session
 #           3's engine, session 6's first step, each new kernel off, the default); HBM floor
 #   hf      scripts/bench_hf_compiled.py: Hugging Face static cache + torch.compile at batch 1, 256 tokens
-#   nsys    the b1 command under `roseprof nsys`, RUNS (default 3) captures a side interleaved (NSYS_BEFORE against
+#   nsys    the b1 command (at BATCH requests and max batch, default 1) under `roseprof nsys`, RUNS (default 3)
+#           captures a side interleaved (NSYS_BEFORE against
 #           NSYS_AFTER; default both --no-pdl, whose kernel durations are the kernels' own), `roseprof diff` of the
 #           two groups, the per-region graph time and the kernels per step of one of each
-#   ncu     `roseprof ncu` speed of light of NCU_KERNEL's (default split_decode) first launches at batch 1
+#   ncu     `roseprof ncu` speed of light of NCU_KERNEL's (default split_decode) first launches at batch BATCH
 #   a       workload (a) (64 x 512, batch 64), each of A_FLAGS (';'-separated)
 # Run from the repo root (or a copy of it) with .gpu and .whl carried:
 #   STAGES=tests,step,b1,hf,a bash scripts/gpu_latency_check.sh
@@ -26,8 +27,11 @@ main() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 SECONDS=0
+NB=${BATCH:-1}  # the nsys and ncu stages' batch (the b1 stage's is 1)
 B1="--device cuda --hf-model-id gpt2 --paged-attn --cuda-graph --no-stop-on-eos --num-requests 1 --max-batch-size 1 \
 --prefill-max-batch-size 1 --max-new-tokens 256 --warmup-runs 1"
+BN="--device cuda --hf-model-id gpt2 --paged-attn --cuda-graph --no-stop-on-eos --num-requests $NB \
+--max-batch-size $NB --prefill-max-batch-size $NB --max-new-tokens 256 --warmup-runs 1"
 if want tests; then
   echo "== tests [${SECONDS}s]"
   timeout ${TEST_LIMIT:-240} python3 -m pytest -p no:cacheprovider -o addopts='' -q ${TEST_K:+-k "$TEST_K"} \
@@ -61,23 +65,23 @@ if want hf; then
   timeout 240 python3 scripts/bench_hf_compiled.py --batch 1 --new-tokens 256 --repeat 3 2>&1 | tail -4
 fi
 if want nsys; then
-  echo "== b1 under roseprof nsys, ${RUNS:-3} a side [${SECONDS}s]"
+  echo "== b$NB under roseprof nsys, ${RUNS:-3} a side [${SECONDS}s]"
   source ../.gpu/nsys-on-gpu.sh 2>/dev/null || source .gpu/nsys-on-gpu.sh
   STORE="--traces-dir $W/tr --dashboards-dir $W/dash"
   for r in $(seq "${RUNS:-3}"); do
     for design in before after; do
       flag=${NSYS_BEFORE---no-pdl --no-split-attn --no-norm-gemv}; [ "$design" = after ] && flag=${NSYS_AFTER---no-pdl}
-      timeout 100 python3 -m roseprof nsys $STORE --name "b1-$design" --trace cuda,nvtx -- \
-        python3 -m roseinfer.benchmark_streaming $B1 --repeat-runs 1 $flag > "$W/nsys-$design-$r.log" 2>&1
-      echo "b1-$design ($flag) run $r rc=$? [${SECONDS}s]"
+      timeout 100 python3 -m roseprof nsys $STORE --name "b$NB-$design" --trace cuda,nvtx -- \
+        python3 -m roseinfer.benchmark_streaming $BN --repeat-runs 1 $flag > "$W/nsys-$design-$r.log" 2>&1
+      echo "b$NB-$design ($flag) run $r rc=$? [${SECONDS}s]"
     done
   done
   # the verdict and where the time moved first, all of it in diff.txt beside the traces
-  timeout 60 python3 -m roseprof diff b1-before b1-after $STORE > "$W/diff.txt" 2>&1
-  head -45 "$W/diff.txt"; cp "$W/diff.txt" "$OUT/diff-b1.txt"
+  timeout 60 python3 -m roseprof diff b$NB-before b$NB-after $STORE > "$W/diff.txt" 2>&1
+  head -45 "$W/diff.txt"; cp "$W/diff.txt" "$OUT/diff-b$NB.txt"
   for design in before after; do
-    run=$(ls -d "$W"/tr/*b1-$design* | tail -1)
-    echo "-- per-region GPU time of a graph replay, b1 $design ($run)"
+    run=$(ls -d "$W"/tr/*b$NB-$design* | tail -1)
+    echo "-- per-region GPU time of a graph replay, b$NB $design ($run)"
     python3 scripts/graph_step_table.py "$run"
     python3 - "$run" <<'EOF'
 import sys
@@ -96,13 +100,13 @@ counts = np.bincount(step[inside], minlength=len(start))
 print(f"kernels per launched step: p50 {np.median(counts[counts > 0]):.0f} (steps {int((counts > 0).sum())})")
 EOF
   done
-  tar czf "$OUT/nsys-b1.tgz" -C "$W" --exclude=raw --exclude='*.npz' tr 2>/dev/null
+  tar czf "$OUT/nsys-b$NB.tgz" -C "$W" --exclude=raw --exclude='*.npz' tr 2>/dev/null
 fi
 if want ncu; then
-  echo "== ncu speed of light of ${NCU_KERNEL:-split_decode} at batch 1 [${SECONDS}s]"
-  timeout 150 python3 -m roseprof ncu --traces-dir $W/tr --dashboards-dir $W/dash --name ncu-b1 \
+  echo "== ncu speed of light of ${NCU_KERNEL:-split_decode} at batch $NB [${SECONDS}s]"
+  timeout 150 python3 -m roseprof ncu --traces-dir $W/tr --dashboards-dir $W/dash --name ncu-b$NB \
     --kernel "${NCU_KERNEL:-split_decode}" --launch-count "${NCU_COUNT:-4}" -- python3 -m roseinfer.benchmark_streaming \
-    $B1 --max-new-tokens 8 --repeat-runs 1 --warmup-runs 0 2>&1 | tail -30
+    $BN --max-new-tokens 8 --repeat-runs 1 --warmup-runs 0 2>&1 | tail -30
 fi
 if want a; then
   echo "== workload (a) [${SECONDS}s]"

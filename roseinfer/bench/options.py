@@ -123,6 +123,12 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "one GEMV kernel with the LayerNorm in its prologue",
     )
     p.add_argument(
+        "--no-skinny-gemm",
+        action="store_true",
+        help="earlier design: with --cuda-graph, the linears of batches 9 to 32 on cuBLAS, not the skinny GEMM "
+        "kernel (tensor cores, split-K in one kernel, PDL)",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -207,6 +213,7 @@ def engine_config(args) -> EngineConfig:
         early_release=not args.no_early_release,
         embedding_gather=not args.no_embedding_gather,
         lm_head_gemv=not args.no_lm_head_gemv,
+        skinny_gemm=not args.no_skinny_gemm,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

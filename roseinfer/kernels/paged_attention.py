@@ -30,7 +30,8 @@ def _get_kernel():
         h = tl.program_id(1)
         d = tl.arange(0, BLOCK_D)
         dmask = d < D
-        if PDL:  # roseinfer.kernels.pdl: q, k, v are the previous kernel's output
+        if PDL:  # roseinfer.kernels.pdl: q, k, v are the previous kernel's output (launched plainly, with
+            # `pdl_attention_release`: the wait returns at once, and the release lets attn_proj load its weights)
             gdc_wait()
             gdc_launch_dependents()
         q = tl.load(q_ptr + b * stride_qb + h * stride_qh + d, mask=dmask, other=0.0).to(tl.float32)
@@ -97,7 +98,7 @@ def paged_decode_attention_triton(
     import torch
     import triton
 
-    from roseinfer.kernels.pdl import pdl_enabled
+    from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
 
     b, h, d = q.shape
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
@@ -107,6 +108,7 @@ def paged_decode_attention_triton(
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
         scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), STAGES=num_stages, APPEND=append,
-        PDL=pdl_enabled(attention=True), num_warps=num_warps, launch_pdl=pdl_enabled(attention=True),
+        PDL=pdl_enabled(attention=True) or pdl_attention_release(), num_warps=num_warps,
+        launch_pdl=pdl_enabled(attention=True),
     )  # fmt: skip
     return out

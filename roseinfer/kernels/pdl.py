@@ -69,9 +69,9 @@ def pdl_enabled(attention: bool = False) -> bool:
 
 
 def pdl_attention_release() -> bool:
-    """Whether the split attention kernel, launched plainly, still releases the kernel after it early (calls
-    `gdc_launch_dependents`, so attn_proj's weight loads overlap the attention; its `gdc_wait` returns at once in a
-    kernel that was not launched as a dependent)."""
+    """Whether the attention kernel (split or one-pass), launched plainly, still releases the kernel after it early
+    (calls `gdc_launch_dependents`, so attn_proj's weight loads overlap the attention; its `gdc_wait` returns at
+    once in a kernel that was not launched as a dependent)."""
     return _PDL_RELEASE.get()
 
 

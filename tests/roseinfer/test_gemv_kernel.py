@@ -59,20 +59,28 @@ def test_dispatch_stays_on_torch_off_cuda_and_outside_the_scope():
 def test_gemv_matches_reference(m, n, k, dtype):
     from roseinfer.kernels.gemv import gemv_triton
 
-    g = torch.Generator(device="cuda").manual_seed(m * 100003 + n * 31 + k)
-    x = _rand(g, m, 2 * k, dtype=dtype, device="cuda")[:, :k]  # strided rows, as a slice of a wider tensor
-    w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
-    b = _rand(g, n, dtype=dtype, device="cuda")
-    tol = 1e-2 if dtype == torch.float16 else 3e-2
+    x, w, b = linear_operands(m, n, k, dtype)
     for bias, gelu, pdl in ((b, False, False), (b, True, False), (None, False, False), (b, True, True)):
-        ref = gemv_reference(x, w, bias, gelu)
-        out = gemv_triton(
-            x, w, bias, gelu, pdl=pdl
-        )  # pdl: the one-shot tile at one row (a plain launch here)
-        assert out.shape == (m, n) and out.dtype == dtype
-        torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
-        rel = (out.float() - ref.float()).norm() / ref.float().norm()
-        assert rel < (2e-3 if dtype == torch.float16 else 1e-2), rel
+        # pdl: the one-shot tile at one row (a plain launch here)
+        assert_matches_reference(gemv_triton(x, w, bias, gelu, pdl=pdl), x, w, bias, gelu)
+
+
+def linear_operands(m: int, n: int, k: int, dtype):
+    """x [m, k] (strided rows, as a slice of a wider tensor), w [n, k], b [n]: random, never zero, on CUDA."""
+    g = torch.Generator(device="cuda").manual_seed(m * 100003 + n * 31 + k)
+    x = _rand(g, m, 2 * k, dtype=dtype, device="cuda")[:, :k]
+    w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
+    return x, w, _rand(g, n, dtype=dtype, device="cuda")
+
+
+def assert_matches_reference(out, x, w, bias, gelu):
+    """out is `gemv_reference(x, w, bias, gelu)` within fp16 / bf16 rounding, elementwise and as a whole."""
+    ref = gemv_reference(x, w, bias, gelu)
+    tol = 1e-2 if x.dtype == torch.float16 else 3e-2
+    assert out.shape == ref.shape and out.dtype == x.dtype
+    torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
+    rel = (out.float() - ref.float()).norm() / ref.float().norm()
+    assert rel < (2e-3 if x.dtype == torch.float16 else 1e-2), rel
 
 
 @pytest.mark.gpu
