@@ -149,9 +149,16 @@ def kernel_changes(a: RunData | list[RunData], b: RunData | list[RunData]) -> di
     nb = sum(r.steps for r in gb) if per_step else len(gb)
     in_a = set().union(*(r.kernel_durations for r in ga))
     in_b = set().union(*(r.kernel_durations for r in gb))
-    # each launch's own time on its stream, as the kernels both sides have are compared (samples.RunData)
-    new = {k: sum(float(r.kernel_own.get(k, np.zeros(0)).sum()) for r in gb) / nb for k in in_b - in_a}
-    gone = {k: sum(float(r.kernel_own.get(k, np.zeros(0)).sum()) for r in ga) / na for k in in_a - in_b}
+
+    def time(r: RunData, k: str) -> float:
+        # each launch's own time on its stream, in the steps where the runs have steps: as the kernels both sides
+        # have are compared (samples.RunData, sections/kernels.py)
+        if per_step and k in r.kernel_steps:
+            return float(r.kernel_steps[k][0].sum())
+        return float(r.kernel_own.get(k, np.zeros(0)).sum())
+
+    new = {k: sum(time(r, k) for r in gb) / nb for k in in_b - in_a}
+    gone = {k: sum(time(r, k) for r in ga) / na for k in in_a - in_b}
     return {
         "new": sorted(new.items(), key=lambda kv: -kv[1]),
         "vanished": sorted(gone.items(), key=lambda kv: -kv[1]),

@@ -29,6 +29,12 @@ from roseprof.analysis.stats import (
 LOW_OWN_Q = 5
 LOW_OWN = "regions.{}.self_p5_ns"
 
+# A region's time outside the decode steps, per run (warm-up, graph capture): once a run, so never spread over the
+# steps. cuBLAS's one-time initialisation moved from the first c_attn into the lm_head's warm-up when the first
+# linears left cuBLAS, and spread over the steps it read as "+236 µs per step" in a region whose steps had not
+# changed (docs/BENCHMARKS.md, session 12).
+OUTSIDE = "regions.{}.outside_ns"
+
 
 # A region's own thread CPU time per step (the step log's, version 3), which no wait for a core is in: what "where
 # the time moved" judges a CPU region by when every run has it (verdict._changes). Its p5 over the steps at the

@@ -35,6 +35,8 @@ LOW_MIN_SHARE = 0.0005
 
 
 def own_per_step(run: RunData, name: str) -> float:
+    """A region's whole-run own time over the steps (what it spent outside them too): a speed estimate only, never
+    shown as time per step (sections/regions.py counts the steps alone); MIN_SHARE was set on this figure."""
     per_step, outside = run.step_self[name]
     return (float(per_step.sum()) + outside) / max(len(per_step), 1)
 

@@ -100,9 +100,15 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
     Where every run has its regions' CPU times (step log version 3), the p5 of its own CPU time instead
     (diff_metric.CPU_OWN_LOW): no wait is in it at all; and it is a change only where the same at the runs' own
     speed (CPU_OWN_LOW_RAW) is one too, the same way: the machine's speed does not slow every region alike."""
+    totals = {
+        name: m for name, m in metrics.items() if name.startswith(prefix) and name.endswith(".total_ns")
+    }
+    # Where the runs have decode steps, the time per step: a region or kernel that runs only outside the steps
+    # (warm-up, graph capture) is compared per run in the metrics, not ranked beside time per step.
+    per_step = any(m.get("per_step") for m in totals.values())
     rows = []
-    for name, m in metrics.items():
-        if not (name.startswith(prefix) and name.endswith(".total_ns")):
+    for name, m in totals.items():
+        if per_step and not m.get("per_step"):
             continue
         short = name[len(prefix) : -len(".total_ns")]
         own = metrics.get(f"{prefix}{short}.self_ns") if own_time else None

@@ -22,6 +22,8 @@ def _region_bars(result: dict) -> go.Figure | None:
     rows = [
         m for m in result["metrics"] if m["name"].startswith("regions.") and m["name"].endswith(".total_ns")
     ]
+    if any(m.get("per_step") for m in rows):  # time per decode step; regions outside the steps are per run
+        rows = [m for m in rows if m.get("per_step")]
     if not rows:
         return None
     rows = sorted(rows, key=lambda m: max(m["a"], m["b"]), reverse=True)[:20][::-1]
@@ -57,7 +59,13 @@ def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
 
 
 def _kernel_deltas(result: dict) -> go.Figure | None:
-    rows = [m for m in result["metrics"] if m["name"].startswith("kernels.") and m["delta_pct"] is not None]
+    rows = [
+        m
+        for m in result["metrics"]
+        if m["name"].startswith("kernels.") and m["name"].endswith(".total_ns") and m["delta_pct"] is not None
+    ]
+    if any(m.get("per_step") for m in rows):  # time per decode step; kernels outside the steps are per run
+        rows = [m for m in rows if m.get("per_step")]
     if not rows:
         return None
     rows = sorted(rows, key=lambda m: abs(m["b"] - m["a"]), reverse=True)[:15][::-1]

@@ -167,6 +167,7 @@ def metric_label(name: str, per_step: bool = False) -> str:
             what["cpu_own_ns"] = f"CPU self/{per}"
             what["cpu_own_p5_ns"] = f"CPU self/{per} p5"
             what["cpu_own_p5_raw_ns"] = f"CPU self/{per} p5 raw"
+            what["outside_ns"] = "outside/run"  # outside the decode steps, a run's total
             return f"{kind}{body} · {what.get(stat, stat)}"
     if name.startswith("steps."):
         rest = name[len("steps.") :]

@@ -57,6 +57,7 @@ def _busy_runs(cpu: bool, seed: int = 7):
         for run, own, wall in ((before, work[0], work[0]), (after, grown, grown + waits)):
             run.step_self[name] = (wall, 0.0)
             run.region_durations[name] = wall  # one instance a step
+            run.step_regions[name] = wall
             if cpu:
                 run.step_cpu[name] = own
     return before, after
@@ -114,6 +115,7 @@ def test_a_move_that_only_the_speed_normalisation_makes_is_not_named():
         for run, own in ((before, work[0]), (after, work[1] * slower)):
             run.step_self[name] = (own, 0.0)
             run.region_durations[name] = own
+            run.step_regions[name] = own
             run.step_cpu[name] = own
     by = {m["name"]: m for m in compare(before, after, floor=NoiseFloor("cpu"))}
     assert by["regions.roseinfer.lm_head.cpu_own_p5_ns"]["significant"]  # the normalisation's artefact

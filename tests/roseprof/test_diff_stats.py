@@ -7,6 +7,7 @@ from roseprof.analysis import stats
 from roseprof.analysis.diff import compare, gate, kernel_changes, rank
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import prepare
+from roseprof.analysis.verdict import verdict
 from roseprof.model import Names, Tool, Trace
 
 
@@ -181,17 +182,48 @@ def test_a_real_change_is_still_significant_with_three_runs_a_side():
     assert "steps.p50_ns" in [r["name"] for r in gate(metrics, 10.0, None)]
 
 
-def test_group_totals_are_per_step_over_all_runs():
-    # Region time per step: (sum of per-step time + time outside the steps) / steps, pooled over the runs.
-    runs = [
-        run_data([1e6] * 10, regions={"r": [100.0] * 10}),
-        run_data([1e6] * 30, regions={"r": [300.0] * 30}),
-    ]
-    for r in runs:
-        r.region_durations = {"r": np.concatenate([r.step_regions["r"], [1000.0]])}
-    m = by_name(compare(runs, runs))["regions.r.total_ns"]
-    assert m["a"] == pytest.approx((10 * 100 + 30 * 300 + 2000) / 40)
+def test_group_totals_are_per_step_over_all_runs_and_time_outside_the_steps_per_run():
+    # Region time per step: the time inside the steps over the steps, pooled over the runs. What a region spent
+    # outside the steps (warm-up, graph capture) is once a run: a figure per run of its own, not spread over them.
+    def runs(outside):
+        out = [
+            run_data([1e6] * 10, regions={"r": [100.0] * 10}),
+            run_data([1e6] * 30, regions={"r": [300.0] * 30}),
+        ]
+        for r in out:
+            r.region_durations = {"r": np.concatenate([r.step_regions["r"], [outside]])}
+        return out
+
+    by = by_name(compare(runs(1000.0), runs(5e6)))
+    m = by["regions.r.total_ns"]
+    assert m["a"] == m["b"] == pytest.approx((10 * 100 + 30 * 300) / 40) and m["per_step"]
     assert m["delta_pct"] == 0 and not m["significant"]
+    out = by["regions.r.outside_ns"]
+    assert (out["a"], out["b"]) == (1000.0, 5e6) and not out["per_step"] and not out["significant"]
+
+
+def test_a_start_up_cost_that_moved_is_not_where_the_step_time_moved():
+    # The per-step time of every region is the same on both sides; one region's start-up (outside the steps) grew
+    # 100x, as cuBLAS's initialisation moved into the lm_head's warm-up (docs/BENCHMARKS.md, session 12).
+    rng = np.random.default_rng(0)
+
+    def side(startup):
+        out = []
+        for _ in range(3):
+            per_step = {
+                n: rng.normal(us, us * 0.02, 200) * 1e3 for n, us in (("a", 50), ("b", 30), ("c", 20))
+            }
+            r = run_data([1e6] * 200, regions=per_step)
+            r.region_durations = {
+                n: np.concatenate([v, [startup if n == "c" else 1e6]]) for n, v in per_step.items()
+            }
+            out.append(r)
+        return out
+
+    metrics = compare(side(1e6), side(1e8))
+    v = verdict(metrics, {"id": "a", "runs": ["1", "2", "3"]}, {"id": "b", "runs": ["4", "5", "6"]})
+    assert v["moved_most"] is None and not v["regions"]
+    assert by_name(metrics)["regions.c.outside_ns"]["delta_pct"] == pytest.approx(9900.0)
 
 
 def test_hierarchical_resampling_draws_runs_then_clusters():
@@ -252,3 +284,31 @@ def test_a_large_run_draws_fewer_resamples_and_still_compares():
     )
     group = Sample([rng.normal(100, 5, n) for _ in range(3)], clusters=[np.arange(n) // 64] * 3)
     assert len(group.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
+
+
+def test_a_kernels_launches_outside_the_steps_are_a_figure_per_run():
+    # The same in-step time on both sides; the kernel's warm-up launches (outside the steps) took 100x longer.
+    rng = np.random.default_rng(1)
+
+    def side(warm_up):
+        out = []
+        for _ in range(3):
+            r = run_data([1e6] * 200)
+            per_step = rng.normal(40e3, 800, 200)  # [S] ns
+            r.kernel_durations = r.kernel_own = {"gemm": np.concatenate([per_step, [warm_up]])}
+            r.kernel_steps = {"gemm": (per_step, warm_up)}
+            r.kernel_launches = {"gemm": np.ones(200)}
+            out.append(r)
+        return out
+
+    metrics = compare(side(1e5), side(1e7))
+    v = verdict(metrics, {"id": "a", "runs": ["1", "2", "3"]}, {"id": "b", "runs": ["4", "5", "6"]})
+    assert not v["kernels"]
+    by = by_name(metrics)
+    assert by["kernels.gemm.total_ns"]["per_step"] and abs(by["kernels.gemm.total_ns"]["delta_pct"]) < 2
+    assert by["kernels.gemm.outside_ns"]["a"] == 1e5 and by["kernels.gemm.outside_ns"]["b"] == 1e7
+    # a kernel only one side has is ranked by its time in the steps
+    b = side(1e7)[0]
+    b.kernel_steps["warm_only"] = (np.zeros(200), 5e8)
+    b.kernel_durations["warm_only"] = b.kernel_own["warm_only"] = np.array([5e8])
+    assert kernel_changes(side(1e5)[0], b)["new"] == [("warm_only", 0.0)]

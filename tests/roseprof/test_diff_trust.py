@@ -144,6 +144,7 @@ def test_waits_for_a_core_do_not_hide_the_region_that_grew(decode):
         for run, own in ((before, base[0]), (after, base[1] * (1.5 if name == KV else 1.0) + waits)):
             run.step_self[name] = (own, 0.0)
             run.region_durations[name] = own  # one instance a step
+            run.step_regions[name] = own
     metrics = compare(before, after, floor=NoiseFloor("cpu"))
     by = by_name(metrics)
     # The mean would have named regions that only waited.

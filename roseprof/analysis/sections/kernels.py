@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.diff_metric import Sample, Sides, common
+from roseprof.analysis.diff_metric import Sample, Sides, common, figure
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
 from roseprof.model import KERNEL, Trace
@@ -85,29 +85,34 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
 def diff_kernels(sides: Sides) -> list[dict]:
     """Per kernel: its total time per decode step (launched in each step, each launch its own time on its stream
     so that a PDL kernel is not charged for its wait; resampled over steps) with its launches per step on each
-    side, or its summed own time per run where a run has no steps."""
+    side, and its own time launched outside the steps as a figure per run (`outside_ns`: warm-up, graph capture);
+    or its summed own time per run where a run has no steps."""
     ga, gb, norm, per_step = sides.before, sides.after, sides.norm, sides.per_step
     metrics = []
     for name in common([r.kernel_durations for r in sides.runs]):
-        if per_step and all(name in r.kernel_steps for r in sides.runs):
+        in_steps = per_step and all(name in r.kernel_steps for r in sides.runs)
+        if in_steps:
 
             def side(g, name=name):
-                return Sample(
-                    [r.kernel_steps[name][0] for r in g], None, [r.kernel_steps[name][1] for r in g], norm(g)
-                )
+                return Sample([r.kernel_steps[name][0] for r in g], None, None, norm(g))
         else:
 
             def side(g, name=name):
-                return Sample([r.kernel_own[name] for r in g], None, None, norm(g))
+                return Sample([r.kernel_own[name] for r in g], None, None, [1.0] * len(g))
 
         m = sides.metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum)
-        m["per_step"] = per_step  # how the views label it
-        if per_step and all(name in r.kernel_launches for r in sides.runs):
+        m["per_step"] = in_steps  # how the views label it
+        if in_steps and all(name in r.kernel_launches for r in sides.runs):
             # launches a decode step, each side's steps together: the verdict words a kernel whose count moved
             m["launches_a"], m["launches_b"] = (
                 float(np.mean(np.concatenate([r.kernel_launches[name] for r in g]))) for g in (ga, gb)
             )
         metrics.append(m)
+        if in_steps:
+            out_a, out_b = (sum(r.kernel_steps[name][1] for r in g) / len(g) for g in (ga, gb))
+            m = figure(f"kernels.{name}.outside_ns", out_a, out_b)
+            m["per_step"] = False
+            metrics.append(m)
     return metrics
 
 

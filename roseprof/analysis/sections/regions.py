@@ -11,6 +11,7 @@ from roseprof.analysis.diff_metric import (
     CPU_OWN_LOW_RAW,
     LOW_OWN,
     LOW_OWN_Q,
+    OUTSIDE,
     Sample,
     Sides,
     common,
@@ -69,10 +70,12 @@ def compute(ctx: Context) -> SectionResult:
 
 
 def diff_regions(sides: Sides) -> list[dict]:
-    """Per region: its total time and count (per decode step, or per run where a run has no steps) and its own
-    time (less its children), per step at the before side's machine speed where the region runs inside the steps
-    (machine_speed.py: where the time moved)."""
-    ga, gb, norm = sides.before, sides.after, sides.norm
+    """Per region: its total time and count and its own time (less its children), per decode step where the runs
+    have steps, else per run. A region that runs inside the steps counts its time in them only, its own time at the
+    before side's machine speed (machine_speed.py: where the time moved); what it spent outside the steps (warm-up,
+    graph capture: once a run) is a figure per run of its own (`outside_ns`), so that a start-up cost that moved
+    is not read as time per step. A region that never runs inside a step is compared per run."""
+    ga, gb = sides.before, sides.after
     per_step, speeds = sides.per_step, sides.speeds
     speed_a, speed_b = speeds or ([1.0] * len(ga), [1.0] * len(gb))
     # The waits that LOW_OWN leaves out are a shared CPU's. On a GPU the host's regions are microseconds of launch
@@ -95,31 +98,27 @@ def diff_regions(sides: Sides) -> list[dict]:
     )
     metrics = []
     for name in common([r.region_durations for r in sides.runs]):
-        if per_step and all(name in r.step_regions for r in sides.runs):
-            # Inside the decode step: the per-step time is the sample, resampled over steps.
-            def side(g, name=name):
-                outside = [float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in g]
-                return Sample([r.step_regions[name] for r in g], None, outside, norm(g))
-        else:
+        in_steps = per_step and all(name in r.step_regions for r in sides.runs)
+        # per decode step (the time inside the steps, resampled over steps), else per run (its instances)
+        norm = sides.norm if in_steps else _per_run
 
-            def side(g, name=name):
-                return Sample([r.region_durations[name] for r in g], None, None, norm(g))
+        def side(g, name=name, in_steps=in_steps, norm=norm):
+            values = [r.step_regions[name] if in_steps else r.region_durations[name] for r in g]
+            return Sample(values, None, None, norm(g))
 
-        metrics.append(sides.metric(f"regions.{name}.total_ns", side(ga), side(gb), np.sum))
+        rows = [sides.metric(f"regions.{name}.total_ns", side(ga), side(gb), np.sum)]
         ca = sum(len(r.region_durations[name]) for r in ga) / sum(norm(ga))
         cb = sum(len(r.region_durations[name]) for r in gb) / sum(norm(gb))
-        metrics.append(figure(f"regions.{name}.count", ca, cb))
-        if per_step and all(name in r.step_self for r in sides.runs):
+        rows.append(figure(f"regions.{name}.count", ca, cb))
+        if in_steps and all(name in r.step_self for r in sides.runs):
 
             def own(g, speed, name=name):
-                scales = [s * n for s, n in zip(speed, norm(g))]
-                return Sample(
-                    [r.step_self[name][0] for r in g], None, [r.step_self[name][1] for r in g], scales
-                )
+                scales = [s * n for s, n in zip(speed, sides.norm(g))]
+                return Sample([r.step_self[name][0] for r in g], None, None, scales)
 
             m = sides.metric(f"regions.{name}.self_ns", own(ga, speed_a), own(gb, speed_b), np.sum)
             m["speed_normalised"] = speeds is not None
-            metrics.append(m)
+            rows.append(m)
 
             # The same in the steps no wait landed in (LOW_OWN_Q-th percentile over the steps): what "where the
             # time moved" judges a region by on a CPU (verdict._changes, docs/BENCHMARKS.md, session 7).
@@ -130,16 +129,30 @@ def diff_regions(sides: Sides) -> list[dict]:
                 q = LOW_OWN_Q
                 m = sides.metric(LOW_OWN.format(name), low(ga, low_a), low(gb, low_b), pct(q), q=q)
                 m["speed_normalised"] = True
-                metrics.append(m)
+                rows.append(m)
             if cpu_speeds is not None and all(name in r.step_cpu for r in sides.runs):
-                metrics.extend(_cpu_own(sides, name, cpu_speeds))
-        elif all(name in r.region_self for r in sides.runs):
+                rows.extend(_cpu_own(sides, name, cpu_speeds))
+        elif not in_steps and all(name in r.region_self for r in sides.runs):
             sa = sum(r.region_self[name] for r in ga) / sum(norm(ga))
             sb = sum(r.region_self[name] for r in gb) / sum(norm(gb))
-            metrics.append(figure(f"regions.{name}.self_ns", sa, sb))
-    for m in metrics:
-        m["per_step"] = per_step  # a total per decode step (or per run): how the views label it
+            rows.append(figure(f"regions.{name}.self_ns", sa, sb))
+        for m in rows:
+            m["per_step"] = in_steps  # a figure per decode step (or per run): how the views label it
+        metrics.extend(rows)
+        if in_steps:
+            m = figure(OUTSIDE.format(name), _outside(ga, name), _outside(gb, name))
+            m["per_step"] = False
+            metrics.append(m)
     return metrics
+
+
+def _per_run(runs: list) -> list[float]:
+    return [1.0] * len(runs)
+
+
+def _outside(runs: list, name: str) -> float:
+    """A region's time outside the decode steps, a run's mean over `runs` (ns)."""
+    return sum(float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in runs) / len(runs)
 
 
 def _cpu_own(sides: Sides, name: str, speeds: tuple[list[float], list[float]]) -> list[dict]:
