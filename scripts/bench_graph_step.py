@@ -33,14 +33,24 @@ Variants, each adding one change to the one before:
  21. 18 + both: the engine of round 5;
  22. 21 + the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores (issue 27, round 6),
      launched plainly there as before;
- 23. 22 with PDL in the skinny GEMM's buckets too: the engine now.
+ 23. 22 with PDL in the skinny GEMM's buckets too: the engine now;
+ 24. 23 with the skinny GEMM (and so PDL) in buckets up to 64 rows, where `linears.skinny_wins` says so;
+ 25. 23 with PDL in buckets up to 64 rows, the linears there on cuBLAS as in the engine;
+ 26. 24 with the skinny GEMM launched plainly at 64 rows, PDL off there as in the engine;
+ 27. 23 with PDL in every bucket.
+Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the first): a kernel's own GPU time per replay (its duration less
+what the kernel before it on the stream still covered, so a PDL launch is not charged for its wait) and launches
+per replay, from torch.profiler over --profile-reps replays.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
 
 import argparse
 import dataclasses
+import json
 import statistics
+import subprocess
+import sys
 
 import torch
 
@@ -98,6 +108,16 @@ VARIANTS[21] = GraphKernels()  # the engine of round 5
 VARIANTS = {v: dataclasses.replace(k, skinny_gemm_max_batch=0) for v, k in VARIANTS.items()}
 VARIANTS[22] = GraphKernels(skinny_gemm_pdl=False)
 VARIANTS[23] = GraphKernels()  # the engine now
+# Measurement hooks for bucket 64 (not engine options): where the step's time goes with each change there.
+VARIANTS[24] = GraphKernels(skinny_gemm_max_batch=64)
+VARIANTS[25] = GraphKernels(pdl_max_batch=64)
+VARIANTS[26] = GraphKernels(skinny_gemm_max_batch=64, skinny_gemm_pdl=False)
+VARIANTS[27] = GraphKernels(pdl_max_batch=None)
+
+
+# GPU clock cycles the stream spins before each timed replay (~200 us on an H100 at 1.98 GHz): longer than the
+# CPU's launch of the graph.
+LEAD_CYCLES = 400_000
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
@@ -115,12 +135,46 @@ def replay_us(engine, batch: int, past: int, reps: int) -> float:
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # The GPU busy for a while first, so that the replay is queued when the start event fires: the time the
+        # CPU takes to launch the graph (7 to 20 us on the H100's host; 60 to 100 once a profiler ran) is not
+        # the step's GPU time.
+        torch.cuda._sleep(LEAD_CYCLES)
         start.record()
         graphs.replay(bucket)
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
+
+
+def kernel_table(engine, batch: int, reps: int) -> list[tuple[str, float, float, float]]:
+    """(kernel, launches, own us, duration us) per replay, the most own time first: the inputs as `replay_us` left
+    them. A kernel's own time is its duration less what the kernels before it on its stream still covered."""
+    from torch.profiler import ProfilerActivity, profile
+
+    bucket = engine.graphs.bucket_for(batch)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            engine.graphs.replay(bucket)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.name]
+    by_stream: dict = {}
+    for e in kernels:
+        by_stream.setdefault(getattr(e, "device_resource_id", 0), []).append(e)
+    rows: dict[str, list[float]] = {}
+    for events in by_stream.values():
+        events.sort(key=lambda e: e.time_range.start)
+        covered = float("-inf")  # us: the latest end of the stream's kernels so far
+        for e in events:
+            start, end = e.time_range.start, e.time_range.end
+            row = rows.setdefault(e.name, [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += max(0.0, end - max(start, covered))
+            row[2] += end - start
+            covered = max(covered, end)
+    out = [(name, n / reps, own / reps, dur / reps) for name, (n, own, dur) in rows.items()]
+    return sorted(out, key=lambda r: -r[2])
 
 
 def build(model: str, batch: int, variant: int):
@@ -137,6 +191,9 @@ def main() -> None:
     p.add_argument("--past", default="128,256,512")
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12,13,16")
+    p.add_argument("--kernels", action="store_true", help="each variant's kernels at the first past")
+    p.add_argument("--profile-reps", type=int, default=20)
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one variant, in this process
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
@@ -164,16 +221,46 @@ def main() -> None:
         21: "18 + both (round 5)",
         22: "21 + the skinny GEMM for 9 to 32 rows, plain launches there",
         23: "21 + the skinny GEMM, PDL in its buckets (engine now)",
+        24: "23 + the skinny GEMM and PDL up to 64 rows",
+        25: "23 + PDL up to 64 rows (cuBLAS there)",
+        26: "23 + the skinny GEMM up to 64 rows, plain launches there",
+        27: "23 + PDL in every bucket",
     }
+    tables = {}
+    if a.one is not None:  # a child of the loop below: one build, its figures as JSON
+        engine = build(a.model, a.batch, a.one)
+        # the first past last, so that --kernels profiles the inputs it left
+        row = [replay_us(engine, a.batch, past, a.reps) for past in reversed(pasts)][::-1]
+        table = kernel_table(engine, a.batch, a.profile_reps) if a.kernels else []
+        print(json.dumps({"row": row, "table": table}))
+        return
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")
     print("|---|" + "---|" * len(pasts))
     for variant in (int(v) for v in a.variants.split(",")):
-        engine = build(a.model, a.batch, variant)
-        row = [replay_us(engine, a.batch, past, a.reps) for past in pasts]
-        print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |")
-        del engine
-        torch.cuda.empty_cache()
+        # Each build in a process of its own: in one process a later build's replays ran up to 40 us slower at
+        # batches 32 and 64 on the H100, with the same kernel time (idle between kernels; docs/BENCHMARKS.md,
+        # session 13).
+        child = [sys.executable, __file__, *sys.argv[1:], "--one", str(variant)]
+        out = json.loads(
+            subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()[-1]
+        )
+        row = out["row"]
+        print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
+        if a.kernels:
+            tables[len(tables)] = variant, row[0], out["table"]
+    for variant, replay, table in tables.values():
+        print(
+            f"\nvariant {variant} ({replay:.1f} us a replay), past {pasts[0]}: kernels per replay (own us: its"
+        )
+        print("duration less what the kernel before it covered)")
+        print("| kernel | launches | own us | duration us |\n|---|---|---|---|")
+        for name, n, own, dur in table:
+            print(f"| {name[:90]} | {n:.0f} | {own:.1f} | {dur:.1f} |")
+        print(
+            f"| **all** | {sum(r[1] for r in table):.0f} | {sum(r[2] for r in table):.1f} | "
+            f"{sum(r[3] for r in table):.1f} |"
+        )
 
 
 if __name__ == "__main__":
