@@ -8,7 +8,8 @@ import pytest
 
 from roseprof.drivers import pick_reader
 from roseprof.errors import NothingRecorded, RoseprofError
-from roseprof.model import KERNEL, check
+from roseprof.model import KERNEL
+from roseprof.model_check import check
 
 DATA = Path(__file__).parent.parent / "data"
 # Oracles, programs, origin notes and tool logs beside the traces are not traces; ncu's CSV exports are (its trace format).

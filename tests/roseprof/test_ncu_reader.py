@@ -13,7 +13,7 @@ import pytest
 from roseprof.drivers import pick_reader
 from roseprof.drivers.ncu.reader import MAP
 from roseprof.drivers.ncu.units import convert
-from roseprof.model import check
+from roseprof.model_check import check
 from roseprof.run import tables
 from tests.helpers import assert_one_line_error, roseprof
 

@@ -17,7 +17,7 @@ from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.drivers.torch.capture import merge
 from roseprof.drivers.torch.reader import read_kineto
 from roseprof.errors import RoseprofError
-from roseprof.model import check
+from roseprof.model_check import check
 from roseprof.run import tables
 from roseprof.run.store import RunStore
 from tests.helpers import DATA

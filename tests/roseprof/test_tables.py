@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
-from roseprof.model import GpuOps, check
+from roseprof.model import GpuOps
+from roseprof.model_check import check
 from roseprof.run import tables
 
 DATA = Path(__file__).parent.parent / "data" / "nsys"

@@ -58,8 +58,8 @@ from roseprof.model import (
     Ranges,
     Tool,
     Trace,
-    check,
 )
+from roseprof.model_check import check
 
 DISTRIBUTED_INFO = "kineto distributedInfo"  # Process.rank_from where the file's distributedInfo says
 PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
