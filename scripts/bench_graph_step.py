@@ -38,9 +38,10 @@ Variants, each adding one change to the one before:
  25. 23 with PDL in buckets up to 64 rows, the linears there on cuBLAS as in the engine;
  26. 24 with the skinny GEMM launched plainly at 64 rows, PDL off there as in the engine;
  27. 23 with PDL in every bucket.
-Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the first): a kernel's own GPU time per replay (its duration less
-what the kernel before it on the stream still covered, so a PDL launch is not charged for its wait) and launches
-per replay, from torch.profiler over --profile-reps replays.
+Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
+first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
+covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
+--profile-reps replays.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -149,7 +150,8 @@ def replay_us(engine, batch: int, past: int, reps: int) -> float:
 
 def kernel_table(engine, batch: int, reps: int) -> list[tuple[str, float, float, float]]:
     """(kernel, launches, own us, duration us) per replay, the most own time first: the inputs as `replay_us` left
-    them. A kernel's own time is its duration less what the kernels before it on its stream still covered."""
+    them. A kernel's own time is roseprof's (`stream_time.own_stream_ns`): its duration less what the kernels
+    before it on its stream still covered."""
     from torch.profiler import ProfilerActivity, profile
 
     bucket = engine.graphs.bucket_for(batch)
@@ -159,21 +161,35 @@ def kernel_table(engine, batch: int, reps: int) -> list[tuple[str, float, float,
             engine.graphs.replay(bucket)
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and e.name]
-    by_stream: dict = {}
-    for e in kernels:
-        by_stream.setdefault(getattr(e, "device_resource_id", 0), []).append(e)
+    return kernel_rows(kernels, reps)
+
+
+def kernel_rows(kernels, reps: int) -> list[tuple[str, float, float, float]]:
+    """`kernel_table`'s rows from the profiler's kernel events (`time_range` in us)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from roseprof.analysis.stream_time import own_stream_ns
+    from roseprof.model import KERNEL
+
+    start = np.array([round(e.time_range.start * 1e3) for e in kernels], dtype=np.int64)  # [K] ns
+    end = np.array([round(e.time_range.end * 1e3) for e in kernels], dtype=np.int64)  # [K] ns
+    ops = SimpleNamespace(
+        start=start,
+        end=end,
+        kind=np.full(len(kernels), KERNEL),
+        stream=np.array([getattr(e, "device_resource_id", 0) for e in kernels]),
+        device=np.array([e.device_index for e in kernels]),
+    )
+    own = own_stream_ns(ops)  # [K] ns
     rows: dict[str, list[float]] = {}
-    for events in by_stream.values():
-        events.sort(key=lambda e: e.time_range.start)
-        covered = float("-inf")  # us: the latest end of the stream's kernels so far
-        for e in events:
-            start, end = e.time_range.start, e.time_range.end
-            row = rows.setdefault(e.name, [0, 0.0, 0.0])
-            row[0] += 1
-            row[1] += max(0.0, end - max(start, covered))
-            row[2] += end - start
-            covered = max(covered, end)
-    out = [(name, n / reps, own / reps, dur / reps) for name, (n, own, dur) in rows.items()]
+    for e, own_ns, dur_ns in zip(kernels, own.tolist(), (end - start).tolist()):
+        row = rows.setdefault(e.name, [0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += own_ns / 1e3
+        row[2] += dur_ns / 1e3
+    out = [(name, n / reps, own_us / reps, dur / reps) for name, (n, own_us, dur) in rows.items()]
     return sorted(out, key=lambda r: -r[2])
 
 
@@ -226,7 +242,7 @@ def main() -> None:
         26: "23 + the skinny GEMM up to 64 rows, plain launches there",
         27: "23 + PDL in every bucket",
     }
-    tables = {}
+    tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
         engine = build(a.model, a.batch, a.one)
         # the first past last, so that --kernels profiles the inputs it left
@@ -248,8 +264,8 @@ def main() -> None:
         row = out["row"]
         print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
         if a.kernels:
-            tables[len(tables)] = variant, row[0], out["table"]
-    for variant, replay, table in tables.values():
+            tables.append((variant, row[0], out["table"]))
+    for variant, replay, table in tables:
         print(
             f"\nvariant {variant} ({replay:.1f} us a replay), past {pasts[0]}: kernels per replay (own us: its"
         )

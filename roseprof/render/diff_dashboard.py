@@ -18,12 +18,17 @@ COLORS = {"before": "#636efa", "after": "#ef553b"}
 WORD_COLOR = {"faster": "#2ca02c", "slower": "#d62728", "mixed": "#b8860b"}
 
 
+def _per_step_only(rows: list[dict]) -> list[dict]:
+    """The rows per decode step where there are any (a region or kernel outside the steps is compared per run:
+    not a bar on the same axis)."""
+    return [m for m in rows if m.get("per_step")] if any(m.get("per_step") for m in rows) else rows
+
+
 def _region_bars(result: dict) -> go.Figure | None:
     rows = [
         m for m in result["metrics"] if m["name"].startswith("regions.") and m["name"].endswith(".total_ns")
     ]
-    if any(m.get("per_step") for m in rows):  # time per decode step; regions outside the steps are per run
-        rows = [m for m in rows if m.get("per_step")]
+    rows = _per_step_only(rows)
     if not rows:
         return None
     rows = sorted(rows, key=lambda m: max(m["a"], m["b"]), reverse=True)[:20][::-1]
@@ -64,8 +69,7 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
         for m in result["metrics"]
         if m["name"].startswith("kernels.") and m["name"].endswith(".total_ns") and m["delta_pct"] is not None
     ]
-    if any(m.get("per_step") for m in rows):  # time per decode step; kernels outside the steps are per run
-        rows = [m for m in rows if m.get("per_step")]
+    rows = _per_step_only(rows)
     if not rows:
         return None
     rows = sorted(rows, key=lambda m: abs(m["b"] - m["a"]), reverse=True)[:15][::-1]
