@@ -107,6 +107,12 @@ class GraphKernels:
     # The split kernel's short-past rule: pasts of at most this many blocks unsplit (None: `pick_serial_blocks`;
     # a measurement hook for scripts/bench_graph_step.py)
     split_serial_blocks: int | None = None
+    # Under --paged-attn, where the one-pass kernel's (sequence, head) programs are many (from 768), each takes 16
+    # past tokens an iteration on one warp rather than a whole block on four, so short and partly filled blocks
+    # cost what their live tokens do; below 256, whole blocks with a third pipeline stage
+    # (`roseinfer.kernels.paged_attention.pick_attention_tile`; batch 512 on the H100: a past of 65 tokens 70.6 ->
+    # 42.3 us a layer). False: `--no-attn-chunks` (whole blocks, two stages, everywhere).
+    attention_chunks: bool = True
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
     # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
     norm_gemv: bool = True
@@ -139,10 +145,11 @@ class GraphKernels:
         embedding_gather: bool = True,
         lm_head_gemv: bool = True,
         skinny_gemm: bool = True,
+        attention_chunks: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
         `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-embedding-gather` /
-        `--no-lm-head-gemv` / `--no-skinny-gemm` turn off."""
+        `--no-lm-head-gemv` / `--no-skinny-gemm` / `--no-attn-chunks` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
@@ -153,6 +160,7 @@ class GraphKernels:
             embedding_gather=embedding_gather,
             lm_head_gemv=lm_head_gemv,
             skinny_gemm_max_batch=cls.skinny_gemm_max_batch if skinny_gemm else 0,
+            attention_chunks=attention_chunks,
         )
 
 
@@ -202,6 +210,7 @@ class DecodeGraphs:
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
+            attention_chunks=k.attention_chunks,
         )  # fmt: skip
         pdl = k.pdl and (
             k.pdl_max_batch is None

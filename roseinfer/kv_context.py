@@ -26,10 +26,12 @@ class _DecodeAttention:
     append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
     split_attention = False  # small batches: the past split over several programs (`kernels.split_attention`)
     split_serial_blocks: int | None = None  # pasts this short unsplit (None: `pick_serial_blocks`)
+    # one-pass kernel: from a few hundred programs, 16 past tokens an iteration on one warp (`pick_attention_tile`)
+    attention_chunks = True
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
-            from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+            from roseinfer.kernels.paged_attention import paged_decode_attention_triton, pick_attention_tile
             from roseinfer.kernels.split_attention import (
                 pick_serial_blocks,
                 pick_splits,
@@ -46,9 +48,11 @@ class _DecodeAttention:
                     q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], table, self.past_lens,
                     self.scale, splits, append=self.append_in_attention, serial_blocks=serial,
                 )  # fmt: skip
+            k_cache = self.cache.k_caches[layer]  # [N, H, BLOCK, D]
+            tile = pick_attention_tile(q.shape[0] * q.shape[1], k_cache.shape[2], self.attention_chunks)
             return paged_decode_attention_triton(
-                q, k, v, self.cache.k_caches[layer], self.cache.v_caches[layer], self.block_tables[layer],
-                self.past_lens, self.scale, append=self.append_in_attention,
+                q, k, v, k_cache, self.cache.v_caches[layer], table, self.past_lens, self.scale,
+                append=self.append_in_attention, tile=tile,
             )  # fmt: skip
         if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
             k0 = self.cache.k_caches[0]
@@ -80,6 +84,7 @@ class DecodeKV(_DecodeAttention):
         scale: float,
         batched_append: bool,
         paged_attn: bool = False,
+        attention_chunks: bool = True,  # the one-pass kernel's tile rule (`pick_attention_tile`)
     ) -> None:
         self.mgr = mgr
         self.cache = cache
@@ -89,6 +94,7 @@ class DecodeKV(_DecodeAttention):
         self.scale = scale
         self.batched_append = batched_append
         self.paged_attn = paged_attn
+        self.attention_chunks = attention_chunks
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
@@ -120,6 +126,7 @@ class StaticDecodeKV(_DecodeAttention):
         append_in_attention: bool = True,  # let the attention kernel write the new K/V where it can
         split_attention: bool = False,  # small batches: the split-context attention kernel
         split_serial_blocks: int | None = None,  # its rule for short pasts (None: `pick_serial_blocks`)
+        attention_chunks: bool = True,  # the one-pass kernel's tile rule (`pick_attention_tile`)
     ) -> None:
         self.cache = cache
         self.block_tables = block_tables
@@ -135,6 +142,7 @@ class StaticDecodeKV(_DecodeAttention):
         self.append_in_attention = self.triton and paged_attn and append_in_attention
         self.split_attention = split_attention
         self.split_serial_blocks = split_serial_blocks
+        self.attention_chunks = attention_chunks
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 

@@ -150,7 +150,7 @@ class ModelRunner:
             kernels=kernels or GraphKernels.for_engine(
                 self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
                 self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.embedding_gather,
-                self.cfg.lm_head_gemv, self.cfg.skinny_gemm,
+                self.cfg.lm_head_gemv, self.cfg.skinny_gemm, self.cfg.attention_chunks,
             ),
         )  # fmt: skip
 
@@ -236,7 +236,7 @@ class ModelRunner:
             ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
             kv = DecodeKV(
                 self.mgr, self.kv_cache, seqs, tables, past, self.scale, self.cfg.batched_kv_append,
-                self.cfg.paged_attn,
+                self.cfg.paged_attn, self.cfg.attention_chunks,
             )  # fmt: skip
             logits = self.model(ids, past, kv)  # [B, V]
         rollovers, cow = self.mgr.last_append_counts()

@@ -33,11 +33,13 @@ Variants, each adding one change to the one before:
  21. 18 + both: the engine of round 5;
  22. 21 + the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores (issue 27, round 6),
      launched plainly there as before;
- 23. 22 with PDL in the skinny GEMM's buckets too: the engine now;
+ 23. 22 with PDL in the skinny GEMM's buckets too: the engine of round 6;
  24. 23 with the skinny GEMM (and so PDL) in buckets up to 64 rows, where `linears.skinny_wins` says so;
  25. 23 with PDL in buckets up to 64 rows, the linears there on cuBLAS as in the engine;
  26. 24 with the skinny GEMM launched plainly at 64 rows, PDL off there as in the engine;
- 27. 23 with PDL in every bucket.
+ 27. 23 with PDL in every bucket;
+ 28. 23 + from 768 (sequence, head) pairs the one-pass attention takes 16 past tokens an iteration on one warp,
+     below 256 whole blocks with a third pipeline stage (issue 27, round 7): the engine now.
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
@@ -108,12 +110,15 @@ VARIANTS[21] = GraphKernels()  # the engine of round 5
 # The sixth step's change off: what variants 1 to 21 measured before it existed.
 VARIANTS = {v: dataclasses.replace(k, skinny_gemm_max_batch=0) for v, k in VARIANTS.items()}
 VARIANTS[22] = GraphKernels(skinny_gemm_pdl=False)
-VARIANTS[23] = GraphKernels()  # the engine now
+VARIANTS[23] = GraphKernels()  # the engine of round 6
 # Measurement hooks for bucket 64 (not engine options): where the step's time goes with each change there.
 VARIANTS[24] = GraphKernels(skinny_gemm_max_batch=64)
 VARIANTS[25] = GraphKernels(pdl_max_batch=64)
 VARIANTS[26] = GraphKernels(skinny_gemm_max_batch=64, skinny_gemm_pdl=False)
 VARIANTS[27] = GraphKernels(pdl_max_batch=None)
+# The seventh step's change off: what variants 1 to 27 measured before it existed.
+VARIANTS = {v: dataclasses.replace(k, attention_chunks=False) for v, k in VARIANTS.items()}
+VARIANTS[28] = GraphKernels()  # 23 + the attention's tile by the programs' count: the engine now
 
 
 # GPU clock cycles the stream spins before each timed replay (~200 us on an H100 at 1.98 GHz): longer than the
@@ -236,11 +241,12 @@ def main() -> None:
         20: "18 + the lm_head GEMV with ln_f in its prologue",
         21: "18 + both (round 5)",
         22: "21 + the skinny GEMM for 9 to 32 rows, plain launches there",
-        23: "21 + the skinny GEMM, PDL in its buckets (engine now)",
+        23: "21 + the skinny GEMM, PDL in its buckets (round 6)",
         24: "23 + the skinny GEMM and PDL up to 64 rows",
         25: "23 + PDL up to 64 rows (cuBLAS there)",
         26: "23 + the skinny GEMM up to 64 rows, plain launches there",
         27: "23 + PDL in every bucket",
+        28: "23 + the attention's tile by its programs' count (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -1,12 +1,15 @@
-"""The Triton paged-attention decode kernel against the HBM: achieved bandwidth at workload (a)'s shapes.
+"""The Triton paged-attention decode kernel against the HBM, tile by tile (`AttentionTile`: past tokens an
+iteration, warps, pipeline stages).
 
-    python scripts/bench_paged_attention.py --batch 64 --past 128,256,512
+    python scripts/bench_paged_attention.py --batch 512,64,8 --past 1,64,65,128,256,512,1000
 
-Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks are handed out in shuffled order, block
-size 64; 20 calls are captured in a CUDA graph and the replays timed with CUDA events (median of 20), for
-several num_warps and loop pipelining depths (`num_stages`) (`roseinfer.bench.timing.graph_us`). Bandwidth counts the
-K and V bytes each call must read (the past tokens of every sequence), so it is comparable with the measured
-copy bandwidth of `roseinfer.bench.roofline`.
+Random fp16 K/V (GPT-2 small: 12 heads of 64) in a pool whose blocks (64 tokens) are handed out in shuffled
+order, every sequence at the same past length, the new token appended as in the engine. 20 or more calls are
+captured in a CUDA graph and the replay timed with CUDA events (median of 10; `roseinfer.bench.timing.graph_us`);
+the calls rotate over copies of the cache that add up to at least 256 MB, so every call reads its K/V from DRAM
+as a decode step does (a layer's past is read once a step), not from the 50 MB L2. Bandwidth counts the K and V
+bytes each call must read, comparable with the copy bandwidth measured in the same process
+(`roseinfer.bench.roofline`). The column the engine picks (`pick_attention_tile`) is marked with a star.
 """
 
 import argparse
@@ -16,45 +19,78 @@ import torch
 
 from roseinfer.bench.roofline import copy_bandwidth
 from roseinfer.bench.timing import graph_us
-from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+from roseinfer.kernels.paged_attention import (
+    AttentionTile,
+    paged_decode_attention_triton,
+    pick_attention_tile,
+)
+
+ROTATE_BYTES = 256 << 20
+
+
+def parse_tile(text: str) -> AttentionTile:
+    """'16x1x2': 16 tokens an iteration, 1 warp, 2 stages."""
+    chunk, warps, stages = (int(x) for x in text.split("x"))
+    return AttentionTile(chunk, warps, stages)
+
+
+def make_inputs(batch: int, past: int, heads: int, head_dim: int, block: int, seed: int):
+    """(q, k_new, v_new, k_cache, v_cache, table, past_lens) of one call; the table leaves room for the new token."""
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(seed)
+    per_seq = -(-(past + 1) // block)
+    n = batch * per_seq + 1
+    shape = (n, heads, block, head_dim)
+    kc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
+    vc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
+    table = torch.randperm(n - 1, generator=g, device=dev)[: batch * per_seq].view(batch, per_seq).int()
+    lens = torch.full((batch,), past, device=dev, dtype=torch.int32)
+    q, k, v = (
+        torch.randn(batch, heads, head_dim, generator=g, device=dev, dtype=torch.float16) for _ in range(3)
+    )
+    return q, k, v, kc, vc, table, lens
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--past", default="128,256,512")
+    p.add_argument("--batch", default="512,64,8")
+    p.add_argument("--past", default="1,64,65,128,256,512,1000")
+    p.add_argument(
+        "--tiles", default="64x4x2,64x4x3,16x1x2,16x1x3,32x1x2", help="CHUNKxWARPSxSTAGES, comma list"
+    )
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64)
     a = p.parse_args()
-    dev = torch.device("cuda")
-    g = torch.Generator(device=dev).manual_seed(0)
-    bw = copy_bandwidth(dev)
-    print(f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, batch {a.batch}, fp16")
-    print("| past tokens | num_warps | num_stages | us per call | GB/s | share of copy bandwidth |")
-    print("|---|---|---|---|---|---|")
-    for past in [int(x) for x in a.past.split(",")]:
-        per_seq = -(-past // a.block)
-        n = a.batch * per_seq + 1
-        shape = (n, a.heads, a.block, a.head_dim)
-        kc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
-        vc = torch.randn(shape, generator=g, device=dev, dtype=torch.float16)
-        table = torch.randperm(n - 1, generator=g, device=dev)[: a.batch * per_seq].view(a.batch, per_seq)
-        lens = torch.full((a.batch,), past, device=dev)
-        q, k, v = (
-            torch.randn(a.batch, a.heads, a.head_dim, generator=g, device=dev, dtype=torch.float16)
-            for _ in range(3)
-        )
-        nbytes = 2 * a.batch * past * a.heads * a.head_dim * 2
-        for warps, stages in ((1, 1), (2, 1), (4, 1), (8, 1), (4, 2), (4, 3), (4, 4), (2, 3), (8, 3)):
-            call = functools.partial(
-                paged_decode_attention_triton, q, k, v, kc, vc, table, lens, 0.125, num_warps=warps,
-                num_stages=stages,
-            )  # fmt: skip
-            t = graph_us(call, reps=20) / 1e6
-            print(
-                f"| {past} | {warps} | {stages} | {t * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {nbytes / t / bw:.0%} |"
-            )
+    bw = copy_bandwidth(torch.device("cuda"))
+    tiles = [parse_tile(t) for t in a.tiles.split(",")]
+    print(
+        f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, fp16, {a.heads} heads of {a.head_dim}"
+    )
+    for batch in (int(x) for x in a.batch.split(",")):
+        picked = pick_attention_tile(batch * a.heads, a.block)
+        print(f"\nbatch {batch}: us per call (share of copy bandwidth); tile = tokens x warps x stages")
+        head = [f"{t.chunk}x{t.num_warps}x{t.num_stages}{' *' if t == picked else ''}" for t in tiles]
+        print("| past | " + " | ".join(head) + " |\n|---|" + "---|" * len(tiles))
+        for past in (int(x) for x in a.past.split(",")):
+            sets = [make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)]
+            size = 2 * sets[0][3].numel() * 2
+            sets += [
+                make_inputs(batch, past, a.heads, a.head_dim, a.block, i)
+                for i in range(1, -(-ROTATE_BYTES // size))
+            ]
+            nbytes = 2 * batch * past * a.heads * a.head_dim * 2
+            row = []
+            for tile in tiles:
+                fns = [
+                    functools.partial(paged_decode_attention_triton, *s, 0.125, append=True, tile=tile)
+                    for s in sets
+                ]
+                calls = [fns[i % len(fns)] for i in range(max(20, len(fns)))]
+                t = graph_us(lambda: [f() for f in calls], reps=10, calls=1) / len(calls)  # noqa: B023
+                row.append(f"{t:.1f} ({nbytes / (t / 1e6) / bw:.0%})")
+            print(f"| {past} | " + " | ".join(row) + " |", flush=True)
+            del sets
 
 
 if __name__ == "__main__":

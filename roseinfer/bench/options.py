@@ -129,6 +129,12 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "kernel (tensor cores, split-K in one kernel, PDL)",
     )
     p.add_argument(
+        "--no-attn-chunks",
+        action="store_true",
+        help="earlier design: with --paged-attn at large batches, each attention program walks whole KV blocks on "
+        "four warps, not 16 tokens at a time on one",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -214,6 +220,7 @@ def engine_config(args) -> EngineConfig:
         embedding_gather=not args.no_embedding_gather,
         lm_head_gemv=not args.no_lm_head_gemv,
         skinny_gemm=not args.no_skinny_gemm,
+        attention_chunks=not args.no_attn_chunks,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

@@ -1,12 +1,52 @@
 """Paged-attention decode on CUDA: one Triton program per (sequence, head) reads the past K/V through the block
-table, block by block, with an online softmax, and folds in the new token (optionally writing it to its slot:
-the step's KV append). Same contract and result as `roseinfer.attention.paged_decode_attention` (the torch
-reference it is tested against).
+table, a chunk of tokens at a time, with an online softmax, and folds in the new token (optionally writing it to
+its slot: the step's KV append). Same contract and result as `roseinfer.attention.paged_decode_attention` (the
+torch reference it is tested against).
+
+How much a program takes per loop iteration (`AttentionTile`) follows how many programs there are
+(`pick_attention_tile`). Up to a few hundred (sequence, head) pairs a program is a chain of DRAM round trips, and
+whole blocks (64 tokens) on 4 warps with the loop pipelined are the shortest chain. With many more
+pairs than the SMs hold, a program of 4 warps and 64-token stages holds so many registers and so much shared
+memory that 7 fit on an SM (6.7 waves at batch 512): every program then costs a whole block's round trips however
+few of its tokens are live, so a past of 65 tokens took as long as one of 128. One warp and 16 tokens an
+iteration fit 24 programs on an SM, and the cost follows the live tokens (H100, docs/BENCHMARKS.md, issue 27
+round 7).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+
+# (sequence, head) pairs from which a program takes 16 tokens an iteration on one warp. In a decode step on the
+# H100: GPT-2 small at 768 pairs (batch 64) 44 us faster at a past of 65 and within 3 us at 256 and 512;
+# gpt2-medium at 512 (batch 32) 23 us faster at 65 but 64 slower at 256 and 116 at 1,000, where each program's
+# chain is long; GPT-2 small at 384 (batch 32) likewise.
+CHUNKED_FROM = 768
+# pairs from which two pipeline stages are enough (more programs in flight than three stages' shared memory
+# allows): at 1,024 pairs and more (GPT-2 small batch 128 and 512) two were 1 to 2% faster than three, at 768
+# (batch 64) three up to 10% faster
+TWO_STAGES_FROM = 1024
+# Below this many pairs whole blocks take a third stage: at 96 and 192 pairs (GPT-2 small batch 8 and 16) decode
+# ran 2% and 7% faster over 256 new tokens, 13% over 1,000; at 384 (batch 32) 1.4% slower over 256.
+THREE_STAGES_BELOW = 256
+
+
+@dataclass(frozen=True)
+class AttentionTile:
+    chunk: int  # past tokens an iteration (a power of two; at most the block size, which it divides)
+    num_warps: int
+    num_stages: int  # the loop's pipeline depth: the next chunks' K/V loads in flight during this one's math
+
+
+def pick_attention_tile(pairs: int, block: int, chunks: bool = True) -> AttentionTile:
+    """The tile for `pairs` (sequence, head) programs over blocks of `block` tokens (H100 sweep, issue 27 round 7,
+    docs/BENCHMARKS.md). Below THREE_STAGES_BELOW pairs whole blocks take three stages (alone, at 12 to 192 pairs
+    the kernel read 1,000 past tokens 19 to 26% faster than with two, 64 within 0.1 us). chunks=False: whole
+    blocks on 4 warps, 2 stages, at every size (the design before)."""
+    if chunks and pairs >= CHUNKED_FROM:
+        return AttentionTile(min(16, block), 1, 2 if pairs >= TWO_STAGES_FROM else 3)
+    return AttentionTile(block, 4, 3 if chunks and pairs < THREE_STAGES_BELOW else 2)
 
 
 @functools.cache
@@ -23,8 +63,8 @@ def _get_kernel():
     def paged_decode_kernel(
         q_ptr, kn_ptr, vn_ptr, kc_ptr, vc_ptr, table_ptr, lens_ptr, out_ptr,
         stride_qb, stride_qh, stride_nb, stride_nh, stride_cn, stride_ch, stride_cp, stride_tb, stride_ob, stride_oh,
-        scale, D, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-        PDL: tl.constexpr,
+        scale, D, BLOCK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, STAGES: tl.constexpr,
+        APPEND: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -49,16 +89,17 @@ def _get_kernel():
         m = tl.sum(q * kn, 0) * scale
         l = m * 0.0 + 1.0  # noqa: E741
         acc = vn
-        offs = tl.arange(0, BLOCK)
+        offs = tl.arange(0, CHUNK)
         for i in tl.range(
-            0, tl.cdiv(past, BLOCK), num_stages=STAGES
-        ):  # STAGES > 1: next blocks' loads in flight
-            blk = tl.load(table_ptr + b * stride_tb + i).to(tl.int64)
-            pmask = (i * BLOCK + offs) < past
-            base = blk * stride_cn + h * stride_ch + offs[:, None] * stride_cp + d[None, :]
+            0, tl.cdiv(past, CHUNK), num_stages=STAGES
+        ):  # STAGES > 1: next chunks' loads in flight
+            tok = i * CHUNK + offs  # [CHUNK] past positions; CHUNK divides BLOCK: one block holds them all
+            blk = tl.load(table_ptr + b * stride_tb + (i * CHUNK) // BLOCK).to(tl.int64)
+            pmask = tok < past
+            base = blk * stride_cn + h * stride_ch + (tok % BLOCK)[:, None] * stride_cp + d[None, :]
             tile_mask = pmask[:, None] & dmask[None, :]
-            k = tl.load(kc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)  # [BLOCK, D]
-            s = tl.where(pmask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [BLOCK]
+            k = tl.load(kc_ptr + base, mask=tile_mask, other=0.0).to(tl.float32)  # [CHUNK, D]
+            s = tl.where(pmask, tl.sum(k * q[None, :], 1) * scale, float("-inf"))  # [CHUNK]
             m_new = tl.maximum(m, tl.max(s, 0))
             alpha = tl.exp(m - m_new)
             p = tl.exp(s - m_new)
@@ -81,9 +122,8 @@ def paged_decode_attention_triton(
     block_table,
     past_lens,
     scale: float,
-    num_warps: int = 4,
-    num_stages: int = 2,
     append: bool = False,
+    tile: AttentionTile | None = None,
 ):
     """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B].
 
@@ -91,9 +131,9 @@ def paged_decode_attention_triton(
     table must already cover): the KV append of a decode step done by the program that reads them anyway, one
     launch per layer fewer (in a CUDA graph every kernel costs its run time plus a gap).
 
-    num_stages=2 pipelines the block loop (the next block's K/V loads are issued before this block's math): on
-    the H100 at batch 64 it took 256 past tokens from 27.1 to 22.4 us (63% -> 76% of copy bandwidth) and 512 from
-    49.3 to 39.5 us (69% -> 86%); deeper pipelines were slower (scripts/bench_paged_attention.py).
+    tile: tokens an iteration, warps and pipeline depth (None: `pick_attention_tile` for B x H programs). The
+    loop's pipeline issues the next chunks' K/V loads before this chunk's math: at batch 64 on the H100 two stages
+    of whole blocks took 256 past tokens from 27.1 to 22.4 us against one (scripts/bench_paged_attention.py).
     """
     import torch
     import triton
@@ -101,14 +141,17 @@ def paged_decode_attention_triton(
     from roseinfer.kernels.pdl import pdl_attention_release, pdl_enabled
 
     b, h, d = q.shape
+    block = k_cache.shape[2]
+    tile = tile or pick_attention_tile(b * h, block)
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
+    assert block % tile.chunk == 0 and tile.chunk & (tile.chunk - 1) == 0
     out = torch.empty_like(q)
     _get_kernel()[(b, h)](
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_table.stride(0), out.stride(0), out.stride(1),
-        scale, d, BLOCK=k_cache.shape[2], BLOCK_D=triton.next_power_of_2(d), STAGES=num_stages, APPEND=append,
-        PDL=pdl_enabled(attention=True) or pdl_attention_release(), num_warps=num_warps,
+        scale, d, BLOCK=block, CHUNK=tile.chunk, BLOCK_D=triton.next_power_of_2(d), STAGES=tile.num_stages,
+        APPEND=append, PDL=pdl_enabled(attention=True) or pdl_attention_release(), num_warps=tile.num_warps,
         launch_pdl=pdl_enabled(attention=True),
     )  # fmt: skip
     return out

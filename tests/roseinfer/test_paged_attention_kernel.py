@@ -3,10 +3,27 @@
 import pytest
 import torch
 
-pytestmark = pytest.mark.gpu
+from roseinfer.kernels.paged_attention import AttentionTile, pick_attention_tile
+
 BLOCK = 64
 
 
+def test_tile_follows_the_programs_count():
+    # few programs: whole blocks on four warps, three stages below 256 pairs and two from there; from 768 pairs
+    # one warp and 16 tokens, two stages from 1,024; the switch off: the earlier tile everywhere; small blocks
+    # bound the chunk
+    assert pick_attention_tile(12, 64) == AttentionTile(64, 4, 3)
+    assert pick_attention_tile(255, 64) == AttentionTile(64, 4, 3)
+    assert pick_attention_tile(256, 64) == AttentionTile(64, 4, 2)
+    assert pick_attention_tile(767, 64) == AttentionTile(64, 4, 2)
+    assert pick_attention_tile(768, 64) == AttentionTile(16, 1, 3)
+    assert pick_attention_tile(1024, 64) == AttentionTile(16, 1, 2)
+    assert pick_attention_tile(6144, 8) == AttentionTile(8, 1, 2)
+    for pairs in (12, 96, 768, 6144):
+        assert pick_attention_tile(pairs, 64, chunks=False) == AttentionTile(64, 4, 2)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 7, 64, 256])
 @pytest.mark.parametrize("head_dim", [64, 80])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -35,6 +52,45 @@ def test_kernel_matches_reference(batch, head_dim, dtype):
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile", [(64, 4, 2), (64, 4, 3), (32, 2, 2), (16, 1, 2), (16, 1, 3), (16, 4, 1)])
+@pytest.mark.parametrize("block", [16, 64])
+def test_every_tile_matches_reference_at_block_edges(tile, block):
+    # Each tile the rule can pick and a few it does not, over pasts at and around block and chunk edges (the
+    # chunk bounded by the block, as the rule bounds it), head_dim 80 (padded to 128 lanes), with the append.
+    from roseinfer.attention import paged_decode_attention
+    from roseinfer.kernels.kv_append import kv_append_reference
+    from roseinfer.kernels.paged_attention import paged_decode_attention_triton
+
+    tile = AttentionTile(min(tile[0], block), tile[1], tile[2])
+    g = torch.Generator(device="cuda").manual_seed(block + tile.chunk)
+    heads, head_dim, max_blocks = 3, 80, -(-321 // block)
+    pasts = [0, 1, 15, 16, 17, 31, 33, block - 1, block, block + 1, 2 * block + 15, 320]
+    batch = len(pasts)
+    n_blocks = batch * max_blocks + 2
+    kc, vc = (
+        torch.rand(n_blocks, heads, block, head_dim, generator=g, device="cuda").half() + 0.1
+        for _ in range(2)
+    )
+    q, k_new, v_new = (
+        torch.randn(batch, heads, head_dim, generator=g, device="cuda").half() for _ in range(3)
+    )
+    past = torch.tensor(pasts, device="cuda")
+    table = torch.randperm(n_blocks, generator=g, device="cuda")[: batch * max_blocks].view(batch, max_blocks)
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    rows = torch.arange(batch, device="cuda")
+    kv_append_reference(kc_ref, vc_ref, k_new, v_new, table[rows, past // block], past % block)
+    ref = paged_decode_attention(
+        q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table, past, head_dim**-0.5
+    )
+    out = paged_decode_attention_triton(
+        q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, append=True, tile=tile
+    )
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 7, 64, 256])
 @pytest.mark.parametrize("head_dim", [64, 80])
 def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch, head_dim):
@@ -66,6 +122,7 @@ def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch, head_dim
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
 
 
+@pytest.mark.gpu
 def test_engine_with_paged_attn_matches_hf(tiny_checkpoint):
     from roseinfer import LLM, SamplingParams
     from tests.roseinfer.test_engine_cuda import hf_outputs
