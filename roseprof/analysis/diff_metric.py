@@ -21,6 +21,7 @@ from roseprof.analysis.stats import (
     min_samples,
     resampled,
 )
+from roseprof.analysis.stats import compress as stats_compress
 
 # A region's own time per step, judged where the machine did not interrupt it. On a shared CPU the process waits
 # for a core at random moments and whichever region runs then absorbs the wait: the mean own time per step carries
@@ -72,16 +73,27 @@ class Sample:
     clusters: list[np.ndarray] | None = None  # per run: [N_r]
     offsets: list[float] | None = None
     scales: list[float] | None = None
+    # per run [N_r]: how many samples each value stands for (`stats.compress`: a step's tokens, one latency)
+    counts: list[np.ndarray] | None = None
 
     def value(self, stat) -> float:
         off = sum(self.offsets) if self.offsets else 0.0
         scale = sum(self.scales) if self.scales else 1.0
-        return (float(stat(np.concatenate(self.values))) + off) / scale
+        pooled = np.concatenate(self.values)
+        if self.counts is not None:
+            pooled = np.repeat(pooled, np.concatenate(self.counts))
+        return (float(stat(pooled)) + off) / scale
+
+    def size(self) -> int:
+        """Samples on this side (tokens, steps, instances)."""
+        if self.counts is not None:
+            return int(sum(c.sum() for c in self.counts))
+        return sum(len(v) for v in self.values)
 
     def units(self) -> int:
         if self.clusters is not None:
             return sum(len(np.unique(c)) for c in self.clusters)
-        return sum(len(v) for v in self.values)
+        return self.size()
 
     def resampled(self, stat, rng) -> np.ndarray:
         """The metric over RESAMPLES bootstrap resamples: the within-run bootstrap for one run, the hierarchical
@@ -90,9 +102,12 @@ class Sample:
             v, off = self.values[0], self.offsets[0] if self.offsets else 0.0
             scale = self.scales[0] if self.scales else 1.0
             if self.clusters is not None:
-                return (clustered(v, self.clusters[0], stat, rng) + off) / scale
+                counts = None if self.counts is None else self.counts[0]
+                return (clustered(v, self.clusters[0], stat, rng, counts) + off) / scale
             return (resampled(v, stat, rng) + off) / scale
-        return hierarchical(self.values, stat, rng, self.clusters, self.offsets, self.scales)
+        return hierarchical(
+            self.values, stat, rng, self.clusters, self.offsets, self.scales, counts=self.counts
+        )
 
     def spread(self, stat, rng) -> tuple:
         """(estimate, resamples, within-run resamples, runs): what stats.group_interval needs of a side."""
@@ -100,17 +115,29 @@ class Sample:
         if len(self.values) == 1:
             return self.value(stat), full, full, 1
         within = hierarchical(
-            self.values, stat, rng, self.clusters, self.offsets, self.scales, runs_fixed=True
+            self.values,
+            stat,
+            rng,
+            self.clusters,
+            self.offsets,
+            self.scales,
+            runs_fixed=True,
+            counts=self.counts,
         )
         return self.value(stat), full, within, len(self.values)
 
 
-def sample(values, clusters=None, offsets=None, scales=None) -> Sample:
-    """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them."""
+def sample(values, clusters=None, offsets=None, scales=None, compress=False) -> Sample:
+    """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them. compress (with
+    clusters, for a percentile): each run's equal values of a cluster kept once with their count
+    (`stats.compress`), which gives the same figures and intervals for the cost of the clusters."""
     if offsets is None and scales is None:
         keep = [i for i, v in enumerate(values) if len(v)]
         values = [values[i] for i in keep]
         clusters = None if clusters is None else [clusters[i] for i in keep]
+    if compress and clusters is not None:
+        packed = [stats_compress(v, c) for v, c in zip(values, clusters)]
+        return Sample([p[0] for p in packed], [p[1] for p in packed], offsets, scales, [p[2] for p in packed])
     return Sample(list(values), clusters, offsets, scales)
 
 
@@ -128,8 +155,8 @@ def metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True
         "ci_high_pct": None,
         "significant": False,
         "lower_is_better": lower_is_better,
-        "n_a": sum(len(v) for v in a.values),
-        "n_b": sum(len(v) for v in b.values),
+        "n_a": a.size(),
+        "n_b": b.size(),
         "min_samples": min_samples(q),
     }
     if a.clusters is not None and b.clusters is not None:

@@ -32,9 +32,56 @@ def min_samples(q: float | None = None) -> int:
     return max(MIN_SAMPLES, math.ceil(TAIL_SAMPLES * 100 / tail - 1e-9))
 
 
-def pct(q):
-    """The q-th percentile as a statistic that also works along an axis (for resampled matrices)."""
-    return lambda x, axis=None: np.percentile(x, q, axis=axis)
+class Percentile:
+    """The q-th percentile as a statistic: of values, along an axis (resampled matrices), or of values that each
+    stand for several equal samples (`weighted`)."""
+
+    def __init__(self, q: float) -> None:
+        self.q = q
+
+    def __call__(self, x, axis=None):
+        return np.percentile(x, self.q, axis=axis)
+
+    def weighted(self, values: np.ndarray, counts: np.ndarray) -> float:
+        """np.percentile(np.repeat(values, counts), q) without the repeat, to the bit: numpy's linear method
+        (index (n - 1) q / 100 into the sorted sample, its fraction interpolated the way numpy's _lerp does)."""
+        order = np.argsort(values, kind="stable")
+        v = values[order]  # [U] ascending
+        ends = np.cumsum(counts[order])  # [U]: how many samples are <= each value
+        n = int(ends[-1])
+        h = (n - 1) * float(np.true_divide(self.q, 100))
+        if h >= n - 1:
+            return float(v[-1])
+        lo = math.floor(h)
+        t = h - lo
+        a, b = v[np.searchsorted(ends, [lo, lo + 1], side="right")]  # the samples of rank lo and lo + 1
+        d = b - a
+        return float(b - d * (1 - t)) if t >= 0.5 else float(a + d * t)
+
+
+def pct(q) -> Percentile:
+    """The q-th percentile as a statistic (`Percentile`)."""
+    return Percentile(q)
+
+
+def compress(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values, clusters, counts) [U] each: every distinct (cluster, value) pair once, with how often it occurs.
+    The tokens of a decode step share the step's latency, so a step of a 512-sequence batch becomes one or two
+    entries, and a bootstrap over steps (`clustered`, `hierarchical` with counts) draws the same clusters as over
+    the tokens, with the same result, at the cost of the steps."""
+    order = np.lexsort((values, clusters))
+    v, c = values[order], clusters[order]
+    starts = (
+        np.flatnonzero(np.concatenate([[True], (v[1:] != v[:-1]) | (c[1:] != c[:-1])])) if len(v) else order
+    )
+    return v[starts], c[starts], np.diff(np.append(starts, len(v)))
+
+
+def _stat_of(stat, values: list[np.ndarray], counts: list[np.ndarray] | None) -> float:
+    """The statistic of pooled values (each value `counts` samples, where given: `Percentile.weighted`)."""
+    if counts is None:
+        return float(stat(np.concatenate(values)))
+    return stat.weighted(np.concatenate(values), np.concatenate(counts))
 
 
 def ns_stats(values) -> dict:
@@ -104,17 +151,23 @@ def resampled(values: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def clustered(values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Generator) -> np.ndarray:
-    """Bootstrap over clusters (e.g. the tokens of one decode step move together): resample clusters."""
+def clustered(
+    values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Generator, counts: np.ndarray | None = None
+) -> np.ndarray:
+    """Bootstrap over clusters (e.g. the tokens of one decode step move together): resample clusters. counts:
+    how many samples each value stands for (`compress`; the statistic a `Percentile`)."""
     order = np.argsort(clusters, kind="stable")
     v, c = values[order], clusters[order]
     bounds = np.flatnonzero(np.diff(c)) + 1
     parts = np.split(v, bounds)
+    weights = None if counts is None else np.split(counts[order], bounds)
     n = len(parts)
-    out = np.empty(resamples_for(len(values)))
+    out = np.empty(resamples_for(len(values) if counts is None else int(counts.sum())))
     for i in range(len(out)):
         pick = rng.integers(0, n, size=n)
-        out[i] = stat(np.concatenate([parts[j] for j in pick]))
+        out[i] = _stat_of(
+            stat, [parts[j] for j in pick], None if weights is None else [weights[j] for j in pick]
+        )
     return out
 
 
@@ -141,10 +194,12 @@ def hierarchical(
     offsets: np.ndarray | None = None,
     scales: np.ndarray | None = None,
     runs_fixed: bool = False,
+    counts: list[np.ndarray] | None = None,
 ) -> np.ndarray:
     """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
     units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
-    together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales.
+    together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales. counts (with
+    clusters): how many samples each value stands for (`compress`; the statistic a `Percentile`).
 
     The outer level puts the drift between runs (a shared machine's load, clocks, cache state) into the interval,
     which resampling the steps of one run cannot see. With one run it is the within-run bootstrap. runs_fixed:
@@ -156,23 +211,25 @@ def hierarchical(
     lengths = {len(v) for v in runs}
     if clusters is None and len(lengths) == 1 and 0 not in lengths:
         return _hierarchical_equal(runs, stat, rng, offsets, scales, runs_fixed)
-    parts = []  # per run: (values sorted by cluster, cluster starts, cluster lengths) or (values, None, None)
+    # per run: (values sorted by cluster, their counts or None, cluster starts, cluster lengths), or (values, None,
+    # None, None) without clusters
+    parts = []
     for r, values in enumerate(runs):
         if clusters is None:
-            parts.append((values, None, None))
+            parts.append((values, None, None, None))
             continue
         order = np.argsort(clusters[r], kind="stable")
         c = clusters[r][order]
         starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]])) if len(c) else np.zeros(0, int)
         lengths = np.diff(np.append(starts, len(c)))
-        parts.append((values[order], starts, lengths))
+        parts.append((values[order], None if counts is None else counts[r][order], starts, lengths))
     out = np.empty(RESAMPLES)
     for i in range(RESAMPLES):
         # [R] runs, with replacement (or each once)
         pick = np.arange(n_runs) if runs_fixed else rng.integers(0, n_runs, size=n_runs)
-        pooled = []
+        pooled, pooled_counts = [], None if counts is None else []
         for r in pick:
-            values, starts, lengths = parts[r]
+            values, weights, starts, lengths = parts[r]
             if starts is None:
                 pooled.append(values[rng.integers(0, len(values), size=len(values))])
             else:
@@ -181,8 +238,10 @@ def hierarchical(
                 # Indices of every value of the chosen clusters, in one gather.
                 idx = np.repeat(starts[chosen] - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())
                 pooled.append(values[idx])
+                if weights is not None:
+                    pooled_counts.append(weights[idx])
         scale = 1.0 if scales is None else scales[pick].sum()
-        out[i] = (float(stat(np.concatenate(pooled))) + offsets[pick].sum()) / scale
+        out[i] = (_stat_of(stat, pooled, pooled_counts) + offsets[pick].sum()) / scale
     return out
 
 

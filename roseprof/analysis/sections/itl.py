@@ -43,7 +43,7 @@ def diff_itl(sides: Sides) -> list[dict]:
             ms = [np.ones(len(r.itl), bool) if sel is None else r.itl_roll == sel for r in g]
             # Tokens of one decode step share that step's latency: resample steps, not tokens.
             cl = [r.itl_step[m] for r, m in zip(g, ms)] if clustered_itl else None
-            return sample([r.itl[m] for r, m in zip(g, ms)], cl)
+            return sample([r.itl[m] for r, m in zip(g, ms)], cl, compress=True)
 
         sa, sb = itl_sample(sides.before), itl_sample(sides.after)
         if sa.values and sb.values:
