@@ -10,6 +10,10 @@ the calls rotate over copies of the cache that add up to at least 256 MB, so eve
 as a decode step does (a layer's past is read once a step), not from the 50 MB L2. Bandwidth counts the K and V
 bytes each call must read, comparable with the copy bandwidth measured in the same process
 (`roseinfer.bench.roofline`). The column the engine picks (`pick_attention_tile`) is marked with a star.
+
+--calls-only calls each tile twice on one copy and times nothing: the launches for Nsight Compute, e.g.
+    python -m roseprof ncu --kernel paged_decode --launch-count 2 -- \
+        python scripts/bench_paged_attention.py --batch 512 --past 65 --tiles 16x1x2 --calls-only
 """
 
 import argparse
@@ -61,7 +65,17 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64)
+    p.add_argument("--calls-only", action="store_true", help="two calls of each tile, no timing (for ncu)")
     a = p.parse_args()
+    if a.calls_only:
+        for batch in (int(x) for x in a.batch.split(",")):
+            for past in (int(x) for x in a.past.split(",")):
+                inputs = make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)
+                for tile in (parse_tile(t) for t in a.tiles.split(",")):
+                    for _ in range(2):
+                        paged_decode_attention_triton(*inputs, 0.125, append=True, tile=tile)
+        torch.cuda.synchronize()
+        return
     bw = copy_bandwidth(torch.device("cuda"))
     tiles = [parse_tile(t) for t in a.tiles.split(",")]
     print(
