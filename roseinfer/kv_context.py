@@ -26,7 +26,8 @@ class _DecodeAttention:
     append_in_attention = False  # the attention kernel writes the new K/V (then `append` wrote nothing)
     split_attention = False  # small batches: the past split over several programs (`kernels.split_attention`)
     split_serial_blocks: int | None = None  # pasts this short unsplit (None: `pick_serial_blocks`)
-    # one-pass kernel: from a few hundred programs, 16 past tokens an iteration on one warp (`pick_attention_tile`)
+    # one-pass kernel: its tile by the programs' count, e.g. 16 past tokens an iteration on one warp from 768
+    # (`pick_attention_tile`); False: whole blocks, four warps, two stages
     attention_chunks = True
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

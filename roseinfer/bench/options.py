@@ -131,8 +131,9 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument(
         "--no-attn-chunks",
         action="store_true",
-        help="earlier design: with --paged-attn at large batches, each attention program walks whole KV blocks on "
-        "four warps, not 16 tokens at a time on one",
+        help="earlier design: with --paged-attn, each attention program walks whole KV blocks on four warps with two "
+        "pipeline stages at every batch, not 16 tokens at a time on one warp from 768 sequence x head pairs nor "
+        "with a third stage below 256",
     )
     p.add_argument(
         "--cpu-threads",

@@ -9,8 +9,8 @@ whole blocks (64 tokens) on 4 warps with the loop pipelined are the shortest cha
 pairs than the SMs hold, a program of 4 warps and 64-token stages holds so many registers and so much shared
 memory that 7 fit on an SM (6.7 waves at batch 512): every program then costs a whole block's round trips however
 few of its tokens are live, so a past of 65 tokens took as long as one of 128. One warp and 16 tokens an
-iteration fit 24 programs on an SM, and the cost follows the live tokens (H100, docs/BENCHMARKS.md, issue 27
-round 7).
+iteration fit 24 (three stages) to 32 (two) programs on an SM, and the cost follows the live tokens (H100,
+docs/BENCHMARKS.md, issue 27 round 7).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 # gpt2-medium at 512 (batch 32) 23 us faster at 65 but 64 slower at 256 and 116 at 1,000, where each program's
 # chain is long; GPT-2 small at 384 (batch 32) likewise.
 CHUNKED_FROM = 768
-# pairs from which two pipeline stages are enough (more programs in flight than three stages' shared memory
-# allows): at 1,024 pairs and more (GPT-2 small batch 128 and 512) two were 1 to 2% faster than three, at 768
-# (batch 64) three up to 10% faster
+# pairs from which 16-token tiles take two pipeline stages rather than three (more programs an SM): at 1,536 and
+# 6,144 pairs (GPT-2 small batch 128 and 512) two were 1 to 2% faster from a past of 64 (20% at a past of 1), at
+# 768 (batch 64) three up to 10% faster; 1,024 (gpt2-medium batch 64) was not compared
 TWO_STAGES_FROM = 1024
 # Below this many pairs whole blocks take a third stage: at 96 and 192 pairs (GPT-2 small batch 8 and 16) decode
 # ran 2% and 7% faster over 256 new tokens, 13% over 1,000; at 384 (batch 32) 1.4% slower over 256.
@@ -132,8 +132,8 @@ def paged_decode_attention_triton(
     launch per layer fewer (in a CUDA graph every kernel costs its run time plus a gap).
 
     tile: tokens an iteration, warps and pipeline depth (None: `pick_attention_tile` for B x H programs). The
-    loop's pipeline issues the next chunks' K/V loads before this chunk's math: at batch 64 on the H100 two stages
-    of whole blocks took 256 past tokens from 27.1 to 22.4 us against one (scripts/bench_paged_attention.py).
+    loop's pipeline issues the next chunks' K/V loads before this chunk's math (scripts/bench_paged_attention.py
+    times each tile).
     """
     import torch
     import triton

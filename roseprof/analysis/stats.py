@@ -205,6 +205,7 @@ def hierarchical(
     which resampling the steps of one run cannot see. With one run it is the within-run bootstrap. runs_fixed:
     every run once, only the units inside them resampled (the within-run part of the spread, `group_interval`)."""
     n_runs = len(runs)
+    assert counts is None or clusters is not None, "counts stand for a cluster's equal values (compress)"
     # Without scales the statistic is the metric (a percentile, a mean); with them, a total per scale unit.
     offsets = np.zeros(n_runs) if offsets is None else np.asarray(offsets, dtype=np.float64)  # [R]
     scales = None if scales is None else np.asarray(scales, dtype=np.float64)  # [R]

@@ -22,6 +22,7 @@ OPT_NUM = (NUM, None)
 # No number roseprof writes comes near this (2^62 ns is 146 years; FLOP rates are ~1e16): a p50 of 1e308 is a
 # hand edit or damage, and would turn every delta computed from it into inf or NaN.
 NUM_LIMIT = float(1 << 62)
+INT_LIMIT = 1 << 62
 
 
 class MapOf:
@@ -75,14 +76,24 @@ def check(value, spec, where: str = "") -> None:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not ok or (isinstance(value, float) and not math.isfinite(value)):
             raise Damaged(f"{where} is not a number")
-        if abs(value) > NUM_LIMIT:
-            shown = f"{float(value):g}" if abs(value) < 1e308 else "an integer of more than 308 digits"
-            raise Damaged(f"{where} is {shown}, beyond any time, count or rate roseprof writes")
+        _within_limit(value, where)
         return
-    if spec is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise Damaged(f"{where} is not an integer")
+    if spec is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Damaged(f"{where} is not an integer")
+        _within_limit(value, where)  # an index beyond int64 would crash the readers' arrays
+        return
     if not isinstance(value, spec):
         raise Damaged(f"{where} is not {'text' if spec is str else spec.__name__}")
+
+
+def _within_limit(value: int | float, where: str) -> None:
+    if abs(value) > NUM_LIMIT:
+        try:
+            shown = f"{float(value):g}"
+        except OverflowError:
+            shown = "an integer beyond any float"
+        raise Damaged(f"{where} is {shown}, beyond any time, count or rate roseprof writes")
 
 
 # Item specs whose lists `_scalars_ok` checks at once: the types an item may have (exactly: bool is not a number).
@@ -97,12 +108,15 @@ def _scalars_ok(values: list, item_spec) -> bool:
     allowed = _SCALAR_TYPES.get(key) if isinstance(key, str) and item_spec in (NUM, int, bool, str) else None
     if allowed is None or not set(map(type, values)) <= allowed:
         return False
-    if item_spec == NUM and values:
+    if item_spec in (NUM, int) and values:
         try:
-            a = np.asarray(values, dtype=np.float64)
-        except OverflowError:  # an integer beyond any float: the item-by-item check names it
+            a = np.asarray(values, dtype=np.float64 if item_spec == NUM else np.int64)
+        except OverflowError:  # an integer beyond any float (or int64): the item-by-item check names it
             return False
-        return bool(np.isfinite(a).all() and np.abs(a).max() <= NUM_LIMIT)
+        if item_spec is int:  # exact integer bounds
+            return bool(a.min() >= -INT_LIMIT and a.max() <= INT_LIMIT)
+        # strictly below: an integer just above the limit rounds to it as a float, and the exact check decides
+        return bool(np.isfinite(a).all() and np.abs(a).max() < NUM_LIMIT)
     return True
 
 

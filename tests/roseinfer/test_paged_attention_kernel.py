@@ -133,3 +133,60 @@ def test_engine_with_paged_attn_matches_hf(tiny_checkpoint):
     llm = LLM(tiny_checkpoint, device="cuda", prefill_max_batch_size=1, max_batch_size=8, paged_attn=True)
     outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
     assert [o.token_ids for o in outs] == ref
+
+
+def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
+    # --no-attn-chunks -> EngineConfig -> GraphKernels (captured step) and DecodeKV (eager step) -> the tile the
+    # attention kernel is launched with (the launcher recorded in place of the Triton one: CPU tensors here).
+    import roseinfer.kernels.paged_attention as pa
+    from roseinfer.bench.options import build_parser, engine_config, parse
+    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.kv_context import DecodeKV, StaticDecodeKV
+
+    def config(*flags):
+        parser = build_parser("benchmark_scheduler", "", default_mode="offline")
+        return engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
+
+    launched = []
+    monkeypatch.setattr(
+        pa, "paged_decode_attention_triton", lambda *a, tile, **k: launched.append(tile) or a[0]
+    )
+    cache = type("Cache", (), {})()  # what the attention reads of a KVCache
+    cache.k_caches = cache.v_caches = [torch.zeros(4, 12, BLOCK, 8)]  # [N, H, BLOCK, D]
+    cache.triton_min_batch = cache.triton_min_batch_graph = 1
+    cache.use_triton = False
+    batch = 64  # 768 pairs: a 16-token tile when on
+    q = torch.zeros(batch, 12, 8)
+    tables, past = torch.zeros(1, batch, 2, dtype=torch.int32), torch.zeros(batch, dtype=torch.int32)
+    for flags, chunks in (((), True), (("--no-attn-chunks",), False)):
+        cfg = config(*flags)
+        assert cfg.attention_chunks is chunks
+        kernels = GraphKernels.for_engine(cfg.gemv, cfg.pdl, attention_chunks=cfg.attention_chunks)
+        static = StaticDecodeKV(
+            cache, tables, past, 1.0, paged_attn=True, attention_chunks=kernels.attention_chunks
+        )
+        eager = DecodeKV(None, cache, [], tables, past, 1.0, False, True, cfg.attention_chunks)
+        for kv in (static, eager):
+            kv.attend(0, q, q, q)
+        want = AttentionTile(16, 1, 3) if chunks else AttentionTile(BLOCK, 4, 2)
+        assert launched[-2:] == [want, want]
+
+
+@pytest.mark.gpu
+def test_engine_at_a_batch_whose_attention_takes_chunks_matches_hf(tiny_checkpoint):
+    # Enough copies of the prompts that the decode batch's (sequence, head) pairs take 16-token tiles: the
+    # chunked kernel end to end, in captured steps, against Hugging Face's greedy tokens (fp32).
+    from roseinfer import LLM, SamplingParams
+    from tests.roseinfer.test_engine_cuda import hf_outputs
+    from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ref = hf_outputs(tiny_checkpoint, torch.float32)
+    prompts = make_prompts()
+    heads = 4  # tiny_checkpoint's
+    copies = -(-768 // (heads * len(prompts)))
+    batch = copies * len(prompts)
+    llm = LLM(tiny_checkpoint, device="cuda", max_batch_size=batch, paged_attn=True, cuda_graph=True)
+    assert pick_attention_tile(llm.engine.graphs.bucket_for(batch) * heads, BLOCK).chunk == 16
+    outs = llm.generate(prompts * copies, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    assert [o.token_ids for o in outs] == ref * copies

@@ -73,6 +73,7 @@ def test_a_compressed_itl_metric_is_the_token_metric(n_runs):
 
 SCALARS = st.one_of(
     st.integers(-(2**70), 2**70),
+    st.integers(2**62 - 600, 2**62 + 600),  # either side of the limit, where a float rounds
     st.floats(allow_nan=True, allow_infinity=True),
     st.booleans(),
     st.text(max_size=3),
@@ -99,6 +100,10 @@ def test_a_list_is_damaged_where_and_only_where_an_item_is(items, spec):
         assert str(e.value) == first_bad
 
 
-def test_a_number_too_long_for_a_float_is_damage_not_a_crash():
-    with pytest.raises(Damaged, match="more than 308 digits"):
+def test_numbers_beyond_the_limit_are_damage_not_a_crash():
+    with pytest.raises(Damaged, match="an integer beyond any float"):
         check([1.5, 10**400], [NUM], "itl_ms")
+    with pytest.raises(Damaged, match="step\\[1\\] is 9.22337e\\+18, beyond"):  # a step index beyond int64
+        check([1, 2**63 + 5], [int], "step")
+    with pytest.raises(Damaged, match="is 1.5e\\+308"):
+        check(1.5e308, NUM, "x")
