@@ -126,7 +126,7 @@ def _metrics_table(result: dict) -> str:
                 verdict,
             ]
         )
-    return f'<div class="panel"><h2>All metrics (largest significant changes first)</h2>{table(head, rows)}</div>'
+    return f'<div class="panel"><h2>All metrics (by evidence, then size: changes; intervals clear of 0; other intervals; figures with none)</h2>{table(head, rows)}</div>'
 
 
 def _change_table(rows: list[dict], first: str) -> str:

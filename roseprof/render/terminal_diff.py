@@ -114,13 +114,18 @@ def print_diff(console: Console, result: dict, top: int) -> None:
                 flag,
             ]
         )
-    title = f"all metrics, changes beyond the noise floor first ({min(top, len(metrics))} of {len(metrics)})"
+    title = f"all metrics, by evidence then size ({min(top, len(metrics))} of {len(metrics)})"
     if prefix:
         title += f"; regions without {prefix}"
     headers = ["metric", "before", "after", "change [95% CI]", ""]
     console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
     if any(r[4] == "*" for r in rows):
         console.print("* a change: the 95% interval clears its noise floor", markup=False, style="dim")
+    console.print(
+        "order: changes (*), intervals clear of 0, other intervals, figures with none",
+        markup=False,
+        style="dim",
+    )
     if len(metrics) > top:
         console.print(f"... {len(metrics) - top} more metrics (--top N, or --json for all)", markup=False)
     console.print(f"method: {result['method']}", markup=False, style="dim")

@@ -93,6 +93,36 @@ def test_per_step_region_metric_and_ranking():
     assert all(not m["significant"] for m in metrics if m["name"].startswith("steps.p"))
 
 
+def test_metrics_are_ranked_by_evidence_then_size():
+    # A change first; then a move whose interval excludes 0 inside the floor, however small; then intervals
+    # that hold 0 (even -93%); figures with no interval last.
+    def m(name, delta, lo=None, hi=None, significant=False):
+        return {
+            "name": name,
+            "delta_pct": delta,
+            "ci_low_pct": lo,
+            "ci_high_pct": hi,
+            "significant": significant,
+        }
+
+    metrics = [
+        m("per-run total", -95.0),
+        m("wide", -93.2, -99.8, 157.0),
+        m("itl", -5.2, -8.5, -1.7),
+        m("step", 30.0, 20.0, 40.0, significant=True),
+        m("small wide", 2.0, -5.0, 9.0),
+        m("kernel", -11.6, -14.0, -9.2),
+    ]
+    assert [x["name"] for x in rank(metrics)] == [
+        "step",
+        "kernel",
+        "itl",
+        "wide",
+        "small wide",
+        "per-run total",
+    ]
+
+
 def test_kernel_changes_name_new_and_vanished():
     a, b = run_data([1e6] * 5), run_data([1e6] * 5)
     a.kernel_durations = {"gemm": np.array([10.0]), "old": np.array([5.0, 5.0])}
