@@ -33,6 +33,7 @@ class _DecodeAttention:
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
             from roseinfer.kernels.paged_attention import paged_decode_attention_triton, pick_attention_tile
+            from roseinfer.kernels.pdl import pdl_attention_release
             from roseinfer.kernels.split_attention import (
                 pick_serial_blocks,
                 pick_splits,
@@ -50,7 +51,9 @@ class _DecodeAttention:
                     self.scale, splits, append=self.append_in_attention, serial_blocks=serial,
                 )  # fmt: skip
             k_cache = self.cache.k_caches[layer]  # [N, H, BLOCK, D]
-            tile = pick_attention_tile(q.shape[0] * q.shape[1], k_cache.shape[2], self.attention_chunks)
+            tile = pick_attention_tile(
+                q.shape[0] * q.shape[1], k_cache.shape[2], self.attention_chunks, pdl_attention_release()
+            )
             return paged_decode_attention_triton(
                 q, k, v, k_cache, self.cache.v_caches[layer], table, self.past_lens, self.scale,
                 append=self.append_in_attention, tile=tile,

@@ -38,8 +38,11 @@ Variants, each adding one change to the one before:
  25. 23 with PDL in buckets up to 64 rows, the linears there on cuBLAS as in the engine;
  26. 24 with the skinny GEMM launched plainly at 64 rows, PDL off there as in the engine;
  27. 23 with PDL in every bucket;
- 28. 23 + from 768 (sequence, head) pairs the one-pass attention takes 16 past tokens an iteration on one warp,
-     below 256 whole blocks with a third pipeline stage (issue 27, round 7): the engine now.
+ 28. 23 + from 768 (sequence, head) pairs the one-pass attention takes 16 past tokens an iteration on one warp
+     (where it does not release attn_proj early), below 256 whole blocks with a third pipeline stage (issue 27,
+     round 7): the engine now;
+ 29. 28 with the attention not releasing attn_proj early in the PDL buckets (a measurement hook);
+ 30. 23 likewise.
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
@@ -119,6 +122,9 @@ VARIANTS[27] = GraphKernels(pdl_max_batch=None)
 # The seventh step's change off: what variants 1 to 27 measured before it existed.
 VARIANTS = {v: dataclasses.replace(k, attention_chunks=False) for v, k in VARIANTS.items()}
 VARIANTS[28] = GraphKernels()  # 23 + the attention's tile by the programs' count: the engine now
+# Measurement hooks: the attention not releasing attn_proj early (PDL buckets), with and without the tile rule.
+VARIANTS[29] = GraphKernels(pdl_attention_release=False)
+VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
 
 
 # GPU clock cycles the stream spins before each timed replay (~200 us on an H100 at 1.98 GHz): longer than the
@@ -247,6 +253,8 @@ def main() -> None:
         26: "23 + the skinny GEMM up to 64 rows, plain launches there",
         27: "23 + PDL in every bucket",
         28: "23 + the attention's tile by its programs' count (engine now)",
+        29: "28, the attention not releasing attn_proj early",
+        30: "23, the attention not releasing attn_proj early",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

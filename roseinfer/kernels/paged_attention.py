@@ -39,12 +39,19 @@ class AttentionTile:
     num_stages: int  # the loop's pipeline depth: the next chunks' K/V loads in flight during this one's math
 
 
-def pick_attention_tile(pairs: int, block: int, chunks: bool = True) -> AttentionTile:
+def pick_attention_tile(
+    pairs: int, block: int, chunks: bool = True, shares_sms: bool = False
+) -> AttentionTile:
     """The tile for `pairs` (sequence, head) programs over blocks of `block` tokens (H100 sweep, issue 27 round 7,
     docs/BENCHMARKS.md). Below THREE_STAGES_BELOW pairs whole blocks take three stages (alone, at 12 to 192 pairs
     the kernel read 1,000 past tokens 19 to 26% faster than with two, 64 within 0.1 us). chunks=False: whole
-    blocks on 4 warps, 2 stages, at every size (the design before)."""
-    if chunks and pairs >= CHUNKED_FROM:
+    blocks on 4 warps, 2 stages, at every size (the design before).
+
+    shares_sms: the kernel after it is released early and loads its weights beside it (`pdl_attention_release`,
+    the PDL buckets). 16-token tiles then stay off: their many one-warp programs need the SMs to themselves. gpt2-xl
+    at batch 32 (800 pairs) replayed 5.9% slower with them beside an early attn_proj, and 0.6% faster than before
+    without the early release (docs/BENCHMARKS.md, session 14)."""
+    if chunks and pairs >= CHUNKED_FROM and not shares_sms:
         return AttentionTile(min(16, block), 1, 2 if pairs >= TWO_STAGES_FROM else 3)
     return AttentionTile(block, 4, 3 if chunks and pairs < THREE_STAGES_BELOW else 2)
 
@@ -142,7 +149,7 @@ def paged_decode_attention_triton(
 
     b, h, d = q.shape
     block = k_cache.shape[2]
-    tile = tile or pick_attention_tile(b * h, block)
+    tile = tile or pick_attention_tile(b * h, block, shares_sms=pdl_attention_release())
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
     assert block % tile.chunk == 0 and tile.chunk & (tile.chunk - 1) == 0
     out = torch.empty_like(q)

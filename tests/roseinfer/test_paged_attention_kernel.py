@@ -21,6 +21,9 @@ def test_tile_follows_the_programs_count():
     assert pick_attention_tile(6144, 8) == AttentionTile(8, 1, 2)
     for pairs in (12, 96, 768, 6144):
         assert pick_attention_tile(pairs, 64, chunks=False) == AttentionTile(64, 4, 2)
+    # beside an early-released attn_proj (PDL buckets): no 16-token tiles, the stages as without
+    assert pick_attention_tile(800, 64, shares_sms=True) == AttentionTile(64, 4, 2)
+    assert pick_attention_tile(192, 64, shares_sms=True) == AttentionTile(64, 4, 3)
 
 
 @pytest.mark.gpu
@@ -170,6 +173,13 @@ def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
             kv.attend(0, q, q, q)
         want = AttentionTile(16, 1, 3) if chunks else AttentionTile(BLOCK, 4, 2)
         assert launched[-2:] == [want, want]
+    # In a PDL bucket whose attention releases attn_proj early, no 16-token tiles (`pick_attention_tile`).
+    import roseinfer.kernels.pdl as pdl
+
+    monkeypatch.setattr(pdl, "pdl_attention_release", lambda: True)
+    static.attention_chunks = True
+    static.attend(0, q, q, q)
+    assert launched[-1] == AttentionTile(BLOCK, 4, 2)
 
 
 @pytest.mark.gpu
