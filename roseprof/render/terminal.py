@@ -68,10 +68,11 @@ def fit_table(
     ]  # names from traces: no control characters reach the terminal
     cols = [i for i in range(len(headers)) if i in keep or not _empty(r[i] for r in rows)]
 
-    def build(cols: list[int], widths: dict[int, int]) -> Table:
+    def build(cols: list[int], widths: dict[int, int], edge: bool = True) -> Table:
         t = Table(
-            title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True
-        )
+            title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+            show_edge=edge,
+        )  # fmt: skip
         for i in cols:
             left = i in shrink or i == 0
             width = max([len(headers[i])] + [len(r[i]) for r in rows]) if i in whole else None
@@ -100,7 +101,9 @@ def fit_table(
                 cut = min(left, max(0, room[i] - floor))
                 widths[i] = room[i] - cut
                 left -= cut
-            return build(cols, widths)
+            # Still too wide with every name at its floor (whole figures that fill 80 columns): the table's blank
+            # edges go (a column each side) before rich would cut the last column's words.
+            return build(cols, widths, edge=left <= 0)
         cols.remove(dropping[0])
 
 
