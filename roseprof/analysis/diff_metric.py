@@ -20,6 +20,7 @@ from roseprof.analysis.stats import (
     interval,
     min_samples,
     resampled,
+    stat_of,
 )
 from roseprof.analysis.stats import compress as stats_compress
 
@@ -29,12 +30,6 @@ from roseprof.analysis.stats import compress as stats_compress
 # do not. The 5th percentile: 16 of the demo's 319 steps a run, still 40 a side's needs (stats.min_samples).
 LOW_OWN_Q = 5
 LOW_OWN = "regions.{}.self_p5_ns"
-
-# A region's time outside the decode steps, per run (warm-up, graph capture): once a run, so never spread over the
-# steps. cuBLAS's one-time initialisation moved from the first c_attn into the lm_head's warm-up when the first
-# linears left cuBLAS, and spread over the steps it read as "+236 µs per step" in a region whose steps had not
-# changed (docs/BENCHMARKS.md, session 12).
-OUTSIDE = "regions.{}.outside_ns"
 
 
 # A region's own thread CPU time per step (the step log's, version 3), which no wait for a core is in: what "where
@@ -79,10 +74,7 @@ class Sample:
     def value(self, stat) -> float:
         off = sum(self.offsets) if self.offsets else 0.0
         scale = sum(self.scales) if self.scales else 1.0
-        pooled = np.concatenate(self.values)
-        if self.counts is not None:
-            pooled = np.repeat(pooled, np.concatenate(self.counts))
-        return (float(stat(pooled)) + off) / scale
+        return (stat_of(stat, self.values, self.counts) + off) / scale
 
     def size(self) -> int:
         """Samples on this side (tokens, steps, instances)."""
@@ -189,6 +181,21 @@ def plain_delta(a: float, b: float) -> dict:
 def figure(name: str, a: float, b: float, lower_is_better: bool = True) -> dict:
     """A metric of one summary figure per side (no sample behind it): a plain change, never significant alone."""
     return {"name": name, "a": a, "b": b, **plain_delta(a, b), "lower_is_better": lower_is_better}
+
+
+def per_run(runs: list) -> list[float]:
+    """The divisor of a total compared per run (`Sides.norm` gives the steps where totals are per step)."""
+    return [1.0] * len(runs)
+
+
+def outside_figure(name: str, a: list[float], b: list[float]) -> dict:
+    """A region's or kernel's time outside the decode steps (warm-up, graph capture), the mean over each side's
+    runs: once a run, so never spread over the steps. cuBLAS's one-time initialisation moved from the first c_attn
+    into the lm_head's warm-up when the first linears left cuBLAS, and spread over the steps it read as "+236 µs
+    per step" in a region whose steps had not changed (docs/BENCHMARKS.md, session 12)."""
+    m = figure(name, sum(a) / len(a), sum(b) / len(b))
+    m["per_step"] = False
+    return m
 
 
 def common(dicts: list[dict]) -> list[str]:

@@ -77,7 +77,7 @@ def compress(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray, np.n
     return v[starts], c[starts], np.diff(np.append(starts, len(v)))
 
 
-def _stat_of(stat, values: list[np.ndarray], counts: list[np.ndarray] | None) -> float:
+def stat_of(stat, values: list[np.ndarray], counts: list[np.ndarray] | None = None) -> float:
     """The statistic of pooled values (each value `counts` samples, where given: `Percentile.weighted`)."""
     if counts is None:
         return float(stat(np.concatenate(values)))
@@ -165,7 +165,7 @@ def clustered(
     out = np.empty(resamples_for(len(values) if counts is None else int(counts.sum())))
     for i in range(len(out)):
         pick = rng.integers(0, n, size=n)
-        out[i] = _stat_of(
+        out[i] = stat_of(
             stat, [parts[j] for j in pick], None if weights is None else [weights[j] for j in pick]
         )
     return out
@@ -242,7 +242,7 @@ def hierarchical(
                 if weights is not None:
                     pooled_counts.append(weights[idx])
         scale = 1.0 if scales is None else scales[pick].sum()
-        out[i] = (_stat_of(stat, pooled, pooled_counts) + offsets[pick].sum()) / scale
+        out[i] = (stat_of(stat, pooled, pooled_counts) + offsets[pick].sum()) / scale
     return out
 
 

@@ -21,8 +21,8 @@ NUM = "number"
 OPT_NUM = (NUM, None)
 # No number roseprof writes comes near this (2^62 ns is 146 years; FLOP rates are ~1e16): a p50 of 1e308 is a
 # hand edit or damage, and would turn every delta computed from it into inf or NaN.
-NUM_LIMIT = float(1 << 62)
 INT_LIMIT = 1 << 62
+NUM_LIMIT = float(INT_LIMIT)
 
 
 class MapOf:
@@ -97,15 +97,16 @@ def _within_limit(value: int | float, where: str) -> None:
 
 
 # Item specs whose lists `_scalars_ok` checks at once: the types an item may have (exactly: bool is not a number).
-_SCALAR_TYPES = {NUM: {int, float}, "int": {int}, "bool": {bool}, "str": {str}}
+_SCALAR_TYPES = {NUM: {int, float}, int: {int}, bool: {bool}, str: {str}}
 
 
 def _scalars_ok(values: list, item_spec) -> bool:
     """Whether every item of a list of plain scalars passes its spec, in one pass over the list: a long run's token
     series hold millions of numbers, which `check` item by item took 20 s to read back (batch 512). False when
     the spec is not a scalar one or any item fails (then the caller finds which)."""
-    key = item_spec if item_spec == NUM else getattr(item_spec, "__name__", None)
-    allowed = _SCALAR_TYPES.get(key) if isinstance(key, str) and item_spec in (NUM, int, bool, str) else None
+    allowed = (
+        _SCALAR_TYPES.get(item_spec) if isinstance(item_spec, (str, type)) else None
+    )  # dicts: unhashable
     if allowed is None or not set(map(type, values)) <= allowed:
         return False
     if item_spec in (NUM, int) and values:

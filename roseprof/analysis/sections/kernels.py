@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.diff_metric import Sample, Sides, common, figure
+from roseprof.analysis.diff_metric import Sample, Sides, common, outside_figure, per_run
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
 from roseprof.model import KERNEL, Trace
@@ -98,7 +98,7 @@ def diff_kernels(sides: Sides) -> list[dict]:
         else:
 
             def side(g, name=name):
-                return Sample([r.kernel_own[name] for r in g], None, None, [1.0] * len(g))
+                return Sample([r.kernel_own[name] for r in g], None, None, per_run(g))
 
         m = sides.metric(f"kernels.{name}.total_ns", side(ga), side(gb), np.sum)
         m["per_step"] = in_steps  # how the views label it
@@ -109,10 +109,8 @@ def diff_kernels(sides: Sides) -> list[dict]:
             )
         metrics.append(m)
         if in_steps:
-            out_a, out_b = (sum(r.kernel_steps[name][1] for r in g) / len(g) for g in (ga, gb))
-            m = figure(f"kernels.{name}.outside_ns", out_a, out_b)
-            m["per_step"] = False
-            metrics.append(m)
+            out_a, out_b = ([r.kernel_steps[name][1] for r in g] for g in (ga, gb))
+            metrics.append(outside_figure(f"kernels.{name}.outside_ns", out_a, out_b))
     return metrics
 
 

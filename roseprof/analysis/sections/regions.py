@@ -11,13 +11,14 @@ from roseprof.analysis.diff_metric import (
     CPU_OWN_LOW_RAW,
     LOW_OWN,
     LOW_OWN_Q,
-    OUTSIDE,
     Sample,
     Sides,
     common,
     figure,
     low_cpu,
     low_own,
+    outside_figure,
+    per_run,
 )
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.sections.base import Context, Section, SectionResult
@@ -100,7 +101,7 @@ def diff_regions(sides: Sides) -> list[dict]:
     for name in common([r.region_durations for r in sides.runs]):
         in_steps = per_step and all(name in r.step_regions for r in sides.runs)
         # per decode step (the time inside the steps, resampled over steps), else per run (its instances)
-        norm = sides.norm if in_steps else _per_run
+        norm = sides.norm if in_steps else per_run
 
         def side(g, name=name, in_steps=in_steps, norm=norm):
             values = [r.step_regions[name] if in_steps else r.region_durations[name] for r in g]
@@ -140,19 +141,15 @@ def diff_regions(sides: Sides) -> list[dict]:
             m["per_step"] = in_steps  # a figure per decode step (or per run): how the views label it
         metrics.extend(rows)
         if in_steps:
-            m = figure(OUTSIDE.format(name), _outside(ga, name), _outside(gb, name))
-            m["per_step"] = False
-            metrics.append(m)
+            metrics.append(
+                outside_figure(f"regions.{name}.outside_ns", _outside(ga, name), _outside(gb, name))
+            )
     return metrics
 
 
-def _per_run(runs: list) -> list[float]:
-    return [1.0] * len(runs)
-
-
-def _outside(runs: list, name: str) -> float:
-    """A region's time outside the decode steps, a run's mean over `runs` (ns)."""
-    return sum(float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in runs) / len(runs)
+def _outside(runs: list, name: str) -> list[float]:
+    """A region's time outside the decode steps, per run (ns)."""
+    return [float(r.region_durations[name].sum() - r.step_regions[name].sum()) for r in runs]
 
 
 def _cpu_own(sides: Sides, name: str, speeds: tuple[list[float], list[float]]) -> list[dict]:
