@@ -1,0 +1,109 @@
+"""Would a decode step run faster as two half batches on two streams (two-batch overlap)?
+
+    python scripts/bench_two_halves.py --model gpt2 --batch 64 --past 65,128,512
+
+Builds two engines of `--batch` rows (fp16, --paged-attn, CUDA graphs) that share one copy of the weights, every
+row at the same past, and times with events (median of --reps replays, in two rounds):
+- big: one engine's graph of the whole batch;
+- half A, half B: each engine's graph of half the batch;
+- serial: both halves one after the other on one stream;
+- overlap: both halves at once, each on a stream of its own (what a step split in two would at best cost).
+At batch 64 and below every kernel of a step is a latency chain with the SMs half idle (docs/BENCHMARKS.md,
+issue 27), so two independent chains might fill them. `--kernels` picks the graphs' kernel choices: `default`
+(the engine's) or `plain` (no dependent launches in the halves' bucket, no early release by the attention).
+"""
+
+import argparse
+import json
+import statistics
+
+import torch
+
+from roseinfer import LLM, tracing
+from roseinfer.cuda_graphs import GraphKernels
+
+# GPU cycles the stream spins before each timed replay (as scripts/bench_graph_step.py: ~200 us on an H100)
+LEAD_CYCLES = 400_000
+KERNELS = {
+    "default": GraphKernels(),
+    "plain": GraphKernels(skinny_gemm_pdl=False, pdl_attention_release=False),
+}
+
+
+def freeze(engine, rows: int, past: int) -> None:
+    """Every row at `past` with distinct blocks; replays repeat the step (live flags 0)."""
+    runner = engine.runner
+    m, layers = runner.max_blocks_per_seq, engine.model_cfg.n_layer
+    tables = torch.arange(rows * m).view(rows, 1, m).expand(rows, layers, m)  # [rows, L, M]
+    runner.freeze_static_inputs(rows, past=past, tables=tables)
+
+
+def median_us(fn, reps: int) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(LEAD_CYCLES)  # the replays queued before the start event fires
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="gpt2")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--past", default="65,128,512")
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--kernels", choices=sorted(KERNELS), default="default")
+    a = p.parse_args()
+    tracing.configure(nvtx=False, record_function=False)
+    half = a.batch // 2
+    engines = [
+        LLM(a.model, device="cuda", dtype="float16", max_batch_size=a.batch, paged_attn=True).engine
+        for _ in range(2)
+    ]
+    for mine, shared in zip(engines[1].runner.model.parameters(), engines[0].runner.model.parameters()):
+        mine.data = shared.data  # one copy of the weights, as one engine running two halves would read
+    for engine in engines:
+        engine.use_static_decode(capture=True, kernels=KERNELS[a.kernels])
+    first, second = (e.graphs for e in engines)
+    streams = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def overlap() -> None:
+        here = torch.cuda.current_stream()
+        for stream, graphs in zip(streams, (first, second)):
+            stream.wait_stream(here)
+            with torch.cuda.stream(stream):
+                graphs.replay(half)
+        for stream in streams:
+            here.wait_stream(stream)
+
+    def serial() -> None:
+        first.replay(half)
+        second.replay(half)
+
+    print(
+        f"{a.model} fp16 --paged-attn, batch {a.batch} against two halves of {half}, kernels {a.kernels}: µs"
+    )
+    for past in (int(x) for x in a.past.split(",")):
+        for engine in engines:
+            freeze(engine, a.batch, past)
+        for _ in range(2):
+            row = {
+                "big": median_us(lambda: first.replay(a.batch), a.reps),
+                "half A": median_us(lambda: first.replay(half), a.reps),
+                "half B": median_us(lambda: second.replay(half), a.reps),
+                "serial": median_us(serial, a.reps),
+                "overlap": median_us(overlap, a.reps),
+            }
+            print(f"past {past}: " + json.dumps({k: round(v, 1) for k, v in row.items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
