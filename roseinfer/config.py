@@ -115,6 +115,11 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.paged_attn and self.block_size & (self.block_size - 1):
+            # the Triton attention kernels take a block's tokens in power-of-two tiles (tl.arange)
+            raise ValueError(
+                f"paged_attn (--paged-attn) needs a power-of-two block_size (--block-size), got {self.block_size}"
+            )
         if self.cpu_threads is not None and (not isinstance(self.cpu_threads, int) or self.cpu_threads < 1):
             raise ValueError(f"cpu_threads must be an integer >= 1, got {self.cpu_threads!r}")
         if self.tp_allreduce not in ("nccl", "symm_mem"):

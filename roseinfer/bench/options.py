@@ -50,7 +50,9 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         default=1,
         help="threads tokenizing prompts (without --pretok); 0 or 1: in the calling thread, no pool",
     )
-    p.add_argument("--block-size", type=int, default=64)
+    p.add_argument(
+        "--block-size", type=int, default=64, help="tokens per KV block (a power of two with --paged-attn)"
+    )
     p.add_argument("--num-blocks", type=int, default=None)
     p.add_argument("--paged-attn", action="store_true")
     p.add_argument("--cuda-graph", action="store_true")

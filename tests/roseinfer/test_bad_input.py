@@ -36,6 +36,12 @@ def test_batch_sizes_below_one(option):
         LLM("gpt2-tiny", **{option: 0})
 
 
+def test_paged_attention_needs_a_power_of_two_block_size():
+    with pytest.raises(ValueError, match="power-of-two block_size .*got 96"):
+        LLM("gpt2-tiny", paged_attn=True, block_size=96)
+    LLM("gpt2-tiny", block_size=96)  # the torch attention takes any block size
+
+
 def test_unknown_model():
     with pytest.raises(ValueError, match="unknown model 'gpt3'"):
         LLM("gpt3")
@@ -65,6 +71,7 @@ def test_checkpoint_that_is_not_gpt2(tmp_path):
         (["--prompt-repeats", "1,x"], "--prompt-repeats must be"),
         (["--max-new-tokens", "2000"], "exceeds the model's 1024 positions"),
         (["--prompt", ""], "prompt is empty"),
+        (["--paged-attn", "--block-size", "48"], "needs a power-of-two block_size (--block-size), got 48"),
     ],
 )
 def test_benchmark_cli_bad_input(args, message):
