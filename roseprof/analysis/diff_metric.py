@@ -121,8 +121,9 @@ class Sample:
 
 def sample(values, clusters=None, offsets=None, scales=None, compress=False) -> Sample:
     """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them. compress (with
-    clusters, for a percentile): each run's equal values of a cluster kept once with their count
-    (`stats.compress`), which gives the same figures and intervals for the cost of the clusters."""
+    clusters): each run's equal values of a cluster kept once with their count (`stats.compress`), which gives
+    the same figures and intervals for the cost of the clusters (to the bit for a percentile, whose weighted form
+    needs no repeat; `stats.stat_of`)."""
     if offsets is None and scales is None:
         keep = [i for i, v in enumerate(values) if len(v)]
         values = [values[i] for i in keep]

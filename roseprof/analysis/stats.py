@@ -78,9 +78,12 @@ def compress(values: np.ndarray, clusters: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def stat_of(stat, values: list[np.ndarray], counts: list[np.ndarray] | None = None) -> float:
-    """The statistic of pooled values (each value `counts` samples, where given: `Percentile.weighted`)."""
+    """The statistic of pooled values, each value `counts` samples where given: `Percentile.weighted`, or for a
+    statistic with no weighted form (a mean) the samples the counts stand for."""
     if counts is None:
         return float(stat(np.concatenate(values)))
+    if not hasattr(stat, "weighted"):
+        return float(stat(np.repeat(np.concatenate(values), np.concatenate(counts))))
     return stat.weighted(np.concatenate(values), np.concatenate(counts))
 
 
@@ -155,7 +158,7 @@ def clustered(
     values: np.ndarray, clusters: np.ndarray, stat, rng: np.random.Generator, counts: np.ndarray | None = None
 ) -> np.ndarray:
     """Bootstrap over clusters (e.g. the tokens of one decode step move together): resample clusters. counts:
-    how many samples each value stands for (`compress`; the statistic a `Percentile`)."""
+    how many samples each value stands for (`compress`; `stat_of`)."""
     order = np.argsort(clusters, kind="stable")
     v, c = values[order], clusters[order]
     bounds = np.flatnonzero(np.diff(c)) + 1
@@ -199,7 +202,7 @@ def hierarchical(
     """A two-level bootstrap over a group of runs: RESAMPLES times, resample the runs with replacement, then the
     units inside each chosen run (its values, or its clusters when given: the tokens of one decode step move
     together), and take (stat(pooled resample) + the chosen runs' offsets) / the chosen runs' scales. counts (with
-    clusters): how many samples each value stands for (`compress`; the statistic a `Percentile`).
+    clusters): how many samples each value stands for (`compress`; `stat_of`).
 
     The outer level puts the drift between runs (a shared machine's load, clocks, cache state) into the interval,
     which resampling the steps of one run cannot see. With one run it is the within-run bootstrap. runs_fixed:

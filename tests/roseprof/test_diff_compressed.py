@@ -71,6 +71,23 @@ def test_a_compressed_itl_metric_is_the_token_metric(n_runs):
     assert packed == plain and packed["n_a"] == sum(len(v) for v in a) and packed["significant"]
 
 
+def test_a_compressed_sample_takes_a_statistic_with_no_weighted_form():
+    # A mean of compressed values is the mean of the tokens they stand for (to rounding: the sum's order differs).
+    a, ca = lock_step_runs(seed=3)
+    b, cb = lock_step_runs(seed=4)
+    plain = metric("itl.mean_ms", sample(a, ca), sample(b, cb), np.mean, np.random.default_rng(0))
+    packed = metric(
+        "itl.mean_ms",
+        sample(a, ca, compress=True),
+        sample(b, cb, compress=True),
+        np.mean,
+        np.random.default_rng(0),
+    )
+    for key in ("a", "b", "delta_pct", "ci_low_pct", "ci_high_pct"):
+        assert packed[key] == pytest.approx(plain[key], rel=1e-9)
+    assert packed["n_a"] == plain["n_a"] == sum(len(v) for v in a)
+
+
 SCALARS = st.one_of(
     st.integers(-(2**70), 2**70),
     st.integers(2**62 - 600, 2**62 + 600),  # either side of the limit, where a float rounds
