@@ -61,6 +61,7 @@ import sys
 import torch
 
 from roseinfer import LLM, tracing
+from roseinfer.bench.timing import LEAD_CYCLES
 from roseinfer.cuda_graphs import GraphKernels
 
 # The second step's kernels off: what variants 1 to 8 measured before they existed.
@@ -125,11 +126,6 @@ VARIANTS[28] = GraphKernels()  # 23 + the attention's tile by the programs' coun
 # Measurement hooks: the attention not releasing attn_proj early (PDL buckets), with and without the tile rule.
 VARIANTS[29] = GraphKernels(pdl_attention_release=False)
 VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
-
-
-# GPU clock cycles the stream spins before each timed replay (~200 us on an H100 at 1.98 GHz): longer than the
-# CPU's launch of the graph.
-LEAD_CYCLES = 400_000
 
 
 def replay_us(engine, batch: int, past: int, reps: int) -> float:

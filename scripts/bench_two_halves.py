@@ -15,15 +15,13 @@ issue 27), so two independent chains might fill them. `--kernels` picks the grap
 
 import argparse
 import json
-import statistics
 
 import torch
 
 from roseinfer import LLM, tracing
+from roseinfer.bench.timing import LEAD_CYCLES, time_us
 from roseinfer.cuda_graphs import GraphKernels
 
-# GPU cycles the stream spins before each timed replay (as scripts/bench_graph_step.py: ~200 us on an H100)
-LEAD_CYCLES = 400_000
 KERNELS = {
     "default": GraphKernels(),
     "plain": GraphKernels(skinny_gemm_pdl=False, pdl_attention_release=False),
@@ -36,22 +34,6 @@ def freeze(engine, rows: int, past: int) -> None:
     m, layers = runner.max_blocks_per_seq, engine.model_cfg.n_layer
     tables = torch.arange(rows * m).view(rows, 1, m).expand(rows, layers, m)  # [rows, L, M]
     runner.freeze_static_inputs(rows, past=past, tables=tables)
-
-
-def median_us(fn, reps: int) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(LEAD_CYCLES)  # the replays queued before the start event fires
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -96,11 +78,11 @@ def main() -> None:
             freeze(engine, a.batch, past)
         for _ in range(2):
             row = {
-                "big": median_us(lambda: first.replay(a.batch), a.reps),
-                "half A": median_us(lambda: first.replay(half), a.reps),
-                "half B": median_us(lambda: second.replay(half), a.reps),
-                "serial": median_us(serial, a.reps),
-                "overlap": median_us(overlap, a.reps),
+                "big": time_us(lambda: first.replay(a.batch), a.reps, LEAD_CYCLES),
+                "half A": time_us(lambda: first.replay(half), a.reps, LEAD_CYCLES),
+                "half B": time_us(lambda: second.replay(half), a.reps, LEAD_CYCLES),
+                "serial": time_us(serial, a.reps, LEAD_CYCLES),
+                "overlap": time_us(overlap, a.reps, LEAD_CYCLES),
             }
             print(f"past {past}: " + json.dumps({k: round(v, 1) for k, v in row.items()}), flush=True)
 

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import statistics
 
+# GPU clock cycles a stream spins before a timed span (~200 us on an H100 at 1.98 GHz): longer than the CPU takes
+# to launch a graph (7 to 20 us on the H100's host; 60 to 100 once a profiler ran), so the span times the GPU only.
+LEAD_CYCLES = 400_000
 
-def time_us(fn, reps: int) -> float:
-    """Median µs of one call between two CUDA events (an eager call: Python launch overhead included)."""
+
+def time_us(fn, reps: int, lead_cycles: int = 0) -> float:
+    """Median µs of one call between two CUDA events (an eager call: Python launch overhead included, unless
+    `lead_cycles` of spinning before the start event let the CPU queue the call first)."""
     import torch
 
     for _ in range(10):
@@ -14,6 +19,8 @@ def time_us(fn, reps: int) -> float:
     times = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if lead_cycles:
+            torch.cuda._sleep(lead_cycles)
         start.record()
         fn()
         end.record()
