@@ -128,15 +128,20 @@ VARIANTS[29] = GraphKernels(pdl_attention_release=False)
 VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
 
 
+def freeze(engine, rows: int, past: int) -> None:
+    """The first `rows` rows of the static inputs at `past`, each with blocks of its own, and live flags 0: the
+    replays do not advance the past lengths (also scripts/bench_two_halves.py)."""
+    runner = engine.runner
+    m, n_layer = runner.max_blocks_per_seq, engine.model_cfg.n_layer
+    # Row b, layer l: blocks b*M .. b*M + M-1 (distinct, inside the pool).
+    tables = torch.arange(rows * m).view(rows, 1, m).expand(rows, n_layer, m)  # [rows, L, M]
+    runner.freeze_static_inputs(rows, past=past, tables=tables)
+
+
 def replay_us(engine, batch: int, past: int, reps: int) -> float:
     graphs, runner = engine.graphs, engine.runner
     bucket = graphs.bucket_for(batch)
-    m = runner.max_blocks_per_seq
-    n_layer = engine.model_cfg.n_layer
-    # Row b, layer l: blocks b*M .. b*M + M-1 (distinct, inside the pool).
-    ids = torch.arange(bucket * m).view(bucket, 1, m).expand(bucket, n_layer, m)
-    # Live flags 0: the replays do not advance the past lengths.
-    runner.freeze_static_inputs(bucket, past=past, tables=ids)
+    freeze(engine, bucket, past)
     for _ in range(10):
         graphs.replay(bucket)
     runner.reset_token_ids(bucket)  # the replays wrote their greedy tokens there

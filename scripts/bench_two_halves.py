@@ -17,6 +17,7 @@ import argparse
 import json
 
 import torch
+from bench_graph_step import freeze  # scripts/ is on the path of a script run from it
 
 from roseinfer import LLM, tracing
 from roseinfer.bench.timing import LEAD_CYCLES, time_us
@@ -26,14 +27,6 @@ KERNELS = {
     "default": GraphKernels(),
     "plain": GraphKernels(skinny_gemm_pdl=False, pdl_attention_release=False),
 }
-
-
-def freeze(engine, rows: int, past: int) -> None:
-    """Every row at `past` with distinct blocks; replays repeat the step (live flags 0)."""
-    runner = engine.runner
-    m, layers = runner.max_blocks_per_seq, engine.model_cfg.n_layer
-    tables = torch.arange(rows * m).view(rows, 1, m).expand(rows, layers, m)  # [rows, L, M]
-    runner.freeze_static_inputs(rows, past=past, tables=tables)
 
 
 def main() -> None:
