@@ -96,6 +96,10 @@ class EngineConfig:
     # whole blocks with a third pipeline stage (`roseinfer.kernels.paged_attention.pick_attention_tile`). False:
     # whole blocks on four warps, two stages, as before.
     attention_chunks: bool = True
+    # CUDA graphs on Hopper or later, with PDL, models up to GPT-2 small's width: buckets of 33 to 64 rows take PDL
+    # too, the add + LayerNorm and argmax kernels between cuBLAS's GEMMs launched as dependents
+    # (`roseinfer.cuda_graphs.GraphKernels.pdl_narrow_max_batch`). False: plain launches there, as before.
+    pdl_64: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

@@ -59,6 +59,10 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch})
 
 
+# Models at most this wide (GPT-2 small) take PDL in buckets up to `GraphKernels.pdl_narrow_max_batch` rows.
+PDL_NARROW_WIDTH = 768
+
+
 @dataclass(frozen=True)
 class GraphKernels:
     """The fast path's kernel choices inside a captured step. The engine uses them all; scripts/bench_graph_step.py
@@ -84,10 +88,16 @@ class GraphKernels:
     # H100 gpt2-medium ran 2.2% slower with PDL than without and GPT-2 small at 512 rows 0.4% (docs/BENCHMARKS.md,
     # issue 27 round 2): there the add + LayerNorm kernels launched early most likely take SMs from cuBLAS's GEMMs.
     pdl_max_batch: int | None = 8
+    # ... and in buckets of up to this many rows for models at most PDL_NARROW_WIDTH wide (0: no further), where
+    # the add + LayerNorm and argmax kernels between cuBLAS's GEMMs become dependent launches. On the H100 GPT-2
+    # small's steps at 48 and 64 rows replayed 2% faster (8 to 11 us at pasts of 65 to 512 tokens), gpt2-medium's
+    # at 64 rows 1.5 to 2% slower (docs/BENCHMARKS.md, session 16). 0: `--no-pdl-64`.
+    pdl_narrow_max_batch: int = 64
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
     # With PDL, the attention kernel launched plainly but releasing attn_proj early, whose weight loads then
-    # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 (split kernel) a step 10 us faster
+    # overlap the attention (`pdl_attention_release`): at batch 1 on the H100 (split kernel) a step 10 us faster.
+    # Only in the buckets whose attn_proj is a Triton kernel (`attention_release_in`).
     pdl_attention_release: bool = True
     # With PDL, the split attention kernel where each slice is one past block (batches 1 and 2 for GPT-2 small)
     # launched as a dependent, each slice loading its block before it waits, i.e. while c_attn's GEMV runs
@@ -147,10 +157,11 @@ class GraphKernels:
         lm_head_gemv: bool = True,
         skinny_gemm: bool = True,
         attention_chunks: bool = True,
+        pdl_64: bool = True,
     ) -> GraphKernels:
         """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
         `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-embedding-gather` /
-        `--no-lm-head-gemv` / `--no-skinny-gemm` / `--no-attn-chunks` turn off."""
+        `--no-lm-head-gemv` / `--no-skinny-gemm` / `--no-attn-chunks` / `--no-pdl-64` turn off."""
         return cls(
             gemv_max_batch=cls.gemv_max_batch if gemv else 0,
             pdl=pdl,
@@ -162,7 +173,25 @@ class GraphKernels:
             lm_head_gemv=lm_head_gemv,
             skinny_gemm_max_batch=cls.skinny_gemm_max_batch if skinny_gemm else 0,
             attention_chunks=attention_chunks,
+            pdl_narrow_max_batch=cls.pdl_narrow_max_batch if pdl_64 else 0,
         )
+
+    def pdl_in(self, bucket: int, width: int) -> bool:
+        """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
+        programmatic dependent launches."""
+        return self.pdl and (
+            self.pdl_max_batch is None
+            or bucket <= self.pdl_max_batch
+            or (width <= PDL_NARROW_WIDTH and bucket <= self.pdl_narrow_max_batch)
+            or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
+        )
+
+    def attention_release_in(self, bucket: int) -> bool:
+        """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only where
+        that is attn_proj's Triton kernel (GEMV or skinny GEMM), a dependent launch that loads its weights before
+        it waits. cuBLAS's GEMM is launched plainly, so there the release gains nothing and would only keep the
+        attention's 16-token tiles off (`pick_attention_tile(shares_sms=)`)."""
+        return self.pdl_attention_release and bucket <= max(self.gemv_max_batch, self.skinny_gemm_max_batch)
 
 
 class DecodeGraphs:
@@ -213,11 +242,7 @@ class DecodeGraphs:
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
             attention_chunks=k.attention_chunks,
         )  # fmt: skip
-        pdl = k.pdl and (
-            k.pdl_max_batch is None
-            or bucket <= k.pdl_max_batch
-            or (k.skinny_gemm_pdl and bucket <= k.skinny_gemm_max_batch)
-        )
+        pdl = k.pdl_in(bucket, self.model.cfg.n_embd)
         with (
             small_batch_gemv(
                 k.gemv_max_batch,
@@ -230,7 +255,7 @@ class DecodeGraphs:
             pdl_scope(
                 pdl,
                 k.pdl_attention,
-                k.pdl_attention_release,
+                k.attention_release_in(bucket),
                 k.pdl_attention_prefetch,
                 k.pdl_early_release,
             ),

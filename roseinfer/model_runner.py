@@ -150,7 +150,7 @@ class ModelRunner:
             kernels=kernels or GraphKernels.for_engine(
                 self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
                 self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.embedding_gather,
-                self.cfg.lm_head_gemv, self.cfg.skinny_gemm, self.cfg.attention_chunks,
+                self.cfg.lm_head_gemv, self.cfg.skinny_gemm, self.cfg.attention_chunks, self.cfg.pdl_64,
             ),
         )  # fmt: skip
 

@@ -46,6 +46,7 @@ CONFIGS = {
     "--no-embedding-gather --no-lm-head-gemv": {"embedding_gather": False, "lm_head_gemv": False},
     "--no-skinny-gemm": {"skinny_gemm": False},
     "--no-attn-chunks": {"attention_chunks": False},
+    "--no-pdl-64": {"pdl_64": False},
     # issue 27's kernels all off: the fast path as it was before that issue (--no-pdl and --no-split-attn turn the
     # attention's prefetch off too)
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {

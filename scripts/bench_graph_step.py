@@ -40,9 +40,12 @@ Variants, each adding one change to the one before:
  27. 23 with PDL in every bucket;
  28. 23 + from 768 (sequence, head) pairs the one-pass attention takes 16 past tokens an iteration on one warp
      (where it does not release attn_proj early), below 256 whole blocks with a third pipeline stage (issue 27,
-     round 7): the engine now;
+     round 7): the engine of session 14;
  29. 28 with the attention not releasing attn_proj early in the PDL buckets (a measurement hook);
- 30. 23 likewise.
+ 30. 23 likewise;
+ 31. 28 + PDL in buckets up to 64 rows for models up to 768 wide (the add + LayerNorm and argmax kernels between
+     cuBLAS's GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj
+     early there): the engine now (session 16).
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
@@ -126,6 +129,9 @@ VARIANTS[28] = GraphKernels()  # 23 + the attention's tile by the programs' coun
 # Measurement hooks: the attention not releasing attn_proj early (PDL buckets), with and without the tile rule.
 VARIANTS[29] = GraphKernels(pdl_attention_release=False)
 VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
+# The eighth step's change off: what variants 1 to 30 measured before it existed.
+VARIANTS = {v: dataclasses.replace(k, pdl_narrow_max_batch=0) for v, k in VARIANTS.items()}
+VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up to 768 wide: the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -253,9 +259,10 @@ def main() -> None:
         25: "23 + PDL up to 64 rows (cuBLAS there)",
         26: "23 + the skinny GEMM up to 64 rows, plain launches there",
         27: "23 + PDL in every bucket",
-        28: "23 + the attention's tile by its programs' count (engine now)",
+        28: "23 + the attention's tile by its programs' count (round 7)",
         29: "28, the attention not releasing attn_proj early",
         30: "23, the attention not releasing attn_proj early",
+        31: "28 + PDL up to 64 rows up to 768 wide (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

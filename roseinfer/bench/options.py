@@ -138,6 +138,12 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "(outside the PDL buckets) nor with a third stage below 256",
     )
     p.add_argument(
+        "--no-pdl-64",
+        action="store_true",
+        help="earlier design: with --cuda-graph, plain kernel launches in the buckets of 33 to 64 rows for models "
+        "up to GPT-2 small's width, not programmatic dependent launches",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -224,6 +230,7 @@ def engine_config(args) -> EngineConfig:
         lm_head_gemv=not args.no_lm_head_gemv,
         skinny_gemm=not args.no_skinny_gemm,
         attention_chunks=not args.no_attn_chunks,
+        pdl_64=not args.no_pdl_64,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

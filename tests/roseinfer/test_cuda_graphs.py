@@ -18,6 +18,39 @@ def test_batch_buckets_cover_every_batch_size():
         assert buckets == sorted(set(buckets)) and buckets[-1] == max_batch
 
 
+def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
+    # --no-pdl-64 -> EngineConfig -> GraphKernels: which buckets' steps launch their Triton kernels as dependents.
+    from roseinfer.bench.options import build_parser, engine_config, parse
+    from roseinfer.cuda_graphs import PDL_NARROW_WIDTH, GraphKernels
+
+    def kernels(*flags):
+        parser = build_parser("benchmark_scheduler", "", default_mode="offline")
+        cfg = engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
+        return GraphKernels.for_engine(cfg.gemv, cfg.pdl, pdl_64=cfg.pdl_64)
+
+    buckets = batch_buckets(128)  # 1, 2, 4, 8, 16, ..., 112, 128
+    gpt2, medium = PDL_NARROW_WIDTH, 1024
+    on = kernels()
+    assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, 48, 64]
+    # wider: the GEMV's and the skinny GEMM's buckets only
+    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
+    assert [b for b in buckets if kernels("--no-pdl-64").pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32]
+    assert not any(kernels("--no-pdl").pdl_in(b, gpt2) for b in buckets)
+    assert all(GraphKernels(pdl_max_batch=None).pdl_in(b, medium) for b in buckets)
+
+
+def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
+    # Buckets 48 and 64 run attn_proj on cuBLAS, launched plainly: no early release there, so the attention keeps
+    # its 16-token tiles (`pick_attention_tile(shares_sms=)`).
+    from roseinfer.cuda_graphs import GraphKernels
+
+    buckets = batch_buckets(128)
+    assert [b for b in buckets if GraphKernels().attention_release_in(b)] == [1, 2, 4, 8, 16, 32]
+    no_skinny = GraphKernels(skinny_gemm_max_batch=0)  # --no-skinny-gemm: the GEMV's buckets only
+    assert [b for b in buckets if no_skinny.attention_release_in(b)] == [1, 2, 4, 8]
+    assert not any(GraphKernels(pdl_attention_release=False).attention_release_in(b) for b in buckets)
+
+
 def _generate(llm, **kw):
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, **kw)
     return [o.token_ids for o in llm.generate(make_prompts(), params)]
@@ -136,6 +169,27 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
     )
     assert outs == outs_earlier
     assert torch.equal(logits, logits_earlier)
+
+
+@pytest.mark.gpu
+def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launches(tiny_checkpoint):
+    # fp16, a batch of 60 (bucket 64, cuBLAS's linears): the add + LayerNorm and argmax kernels launched as
+    # dependents (the default for a model this narrow) or plainly (--no-pdl-64) compute the same numbers.
+    from roseinfer.cuda_graphs import GraphKernels
+
+    prompts = [p for p in make_prompts() for _ in range(10)][:60]
+    runs = []
+    for kernels in (None, GraphKernels(pdl_narrow_max_batch=0)):
+        opts = dict(device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True)
+        llm = LLM(tiny_checkpoint, **opts)
+        if kernels is not None:
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
+        outs = llm.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+        runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[64][0].clone()))
+    (outs, logits), (outs_plain, logits_plain) = runs
+    assert [len(t) for t in outs] == [NEW_TOKENS] * 60
+    assert outs == outs_plain
+    assert torch.equal(logits, logits_plain)
 
 
 def _fp16_graph_run(checkpoint, kernels):
