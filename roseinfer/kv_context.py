@@ -55,8 +55,8 @@ class _DecodeAttention:
                 q.shape[0] * q.shape[1], k_cache.shape[2], self.attention_chunks, pdl_attention_release()
             )
             return paged_decode_attention_triton(
-                q, k, v, k_cache, self.cache.v_caches[layer], table, self.past_lens, self.scale,
-                append=self.append_in_attention, tile=tile,
+                q, k, v, k_cache, self.cache.v_caches[layer], table, self.past_lens, self.scale, tile,
+                append=self.append_in_attention,
             )  # fmt: skip
         if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
             k0 = self.cache.k_caches[0]

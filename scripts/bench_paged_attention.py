@@ -73,7 +73,7 @@ def main() -> None:
                 inputs = make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)
                 for tile in (parse_tile(t) for t in a.tiles.split(",")):
                     for _ in range(2):
-                        paged_decode_attention_triton(*inputs, 0.125, append=True, tile=tile)
+                        paged_decode_attention_triton(*inputs, 0.125, tile, append=True)
         torch.cuda.synchronize()
         return
     bw = copy_bandwidth(torch.device("cuda"))

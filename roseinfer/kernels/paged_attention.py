@@ -129,8 +129,8 @@ def paged_decode_attention_triton(
     block_table,
     past_lens,
     scale: float,
+    tile: AttentionTile,
     append: bool = False,
-    tile: AttentionTile | None = None,
 ):
     """q, k_new, v_new [B, H, D]; caches [N, H, BLOCK, D]; block_table [B, M] (any row stride); past_lens [B].
 
@@ -138,9 +138,9 @@ def paged_decode_attention_triton(
     table must already cover): the KV append of a decode step done by the program that reads them anyway, one
     launch per layer fewer (in a CUDA graph every kernel costs its run time plus a gap).
 
-    tile: tokens an iteration, warps and pipeline depth (None: `pick_attention_tile` for B x H programs). The
-    loop's pipeline issues the next chunks' K/V loads before this chunk's math (scripts/bench_paged_attention.py
-    times each tile).
+    tile: tokens an iteration, warps and pipeline depth; the engine's choice is `pick_attention_tile`'s, made in
+    one place (`roseinfer.kv_context`, which knows the switch and the step's PDL scope). The loop's pipeline issues
+    the next chunks' K/V loads before this chunk's math (scripts/bench_paged_attention.py times each tile).
     """
     import torch
     import triton
@@ -149,7 +149,6 @@ def paged_decode_attention_triton(
 
     b, h, d = q.shape
     block = k_cache.shape[2]
-    tile = tile or pick_attention_tile(b * h, block, shares_sms=pdl_attention_release())
     assert k_cache.is_contiguous() and v_cache.is_contiguous() and block_table.stride(1) == 1
     assert block % tile.chunk == 0 and tile.chunk & (tile.chunk - 1) == 0
     out = torch.empty_like(q)

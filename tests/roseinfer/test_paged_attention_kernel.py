@@ -50,7 +50,8 @@ def test_kernel_matches_reference(batch, head_dim, dtype):
     ref = paged_decode_attention(
         q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table, past, scale
     )
-    out = paged_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale)
+    tile = pick_attention_tile(batch * heads, BLOCK)
+    out = paged_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, scale, tile)
     tol = 2e-3 if dtype == torch.float16 else 1e-5
     torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
 
@@ -87,7 +88,7 @@ def test_every_tile_matches_reference_at_block_edges(tile, block):
         q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table, past, head_dim**-0.5
     )
     out = paged_decode_attention_triton(
-        q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, append=True, tile=tile
+        q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, tile, append=True
     )
     torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
@@ -120,7 +121,10 @@ def test_kernel_with_append_writes_the_slot_and_attends_the_same(batch, head_dim
     ref = paged_decode_attention(
         q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table, past, head_dim**-0.5
     )
-    out = paged_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, append=True)
+    tile = pick_attention_tile(batch * heads, BLOCK)
+    out = paged_decode_attention_triton(
+        q, k_new, v_new, kc, vc, table, past, head_dim**-0.5, tile, append=True
+    )
     torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
     assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
 
@@ -151,9 +155,7 @@ def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
         return engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
 
     launched = []
-    monkeypatch.setattr(
-        pa, "paged_decode_attention_triton", lambda *a, tile, **k: launched.append(tile) or a[0]
-    )
+    monkeypatch.setattr(pa, "paged_decode_attention_triton", lambda *a, **k: launched.append(a[8]) or a[0])
     cache = type("Cache", (), {})()  # what the attention reads of a KVCache
     cache.k_caches = cache.v_caches = [torch.zeros(4, 12, BLOCK, 8)]  # [N, H, BLOCK, D]
     cache.triton_min_batch = cache.triton_min_batch_graph = 1
