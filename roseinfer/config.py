@@ -91,10 +91,10 @@ class EngineConfig:
     # split-K reduced in the same kernel, a programmatic dependent launch that loads its weights before it waits
     # (`roseinfer.kernels.skinny_gemm`). False: cuBLAS there.
     skinny_gemm: bool = True
-    # --paged-attn, from 768 (sequence, head) pairs outside the PDL buckets: the attention kernel takes 16 past
-    # tokens an iteration on one warp, so a short or partly filled block costs what its live tokens do; below 256,
-    # whole blocks with a third pipeline stage (`roseinfer.kernels.paged_attention.pick_attention_tile`). False:
-    # whole blocks on four warps, two stages, as before.
+    # --paged-attn, from 768 (sequence, head) pairs where it releases no Triton attn_proj early: the attention kernel
+    # takes 16 past tokens an iteration on one warp, so a short or partly filled block costs what its live tokens
+    # do; below 256, whole blocks with a third pipeline stage (`roseinfer.kernels.paged_attention.
+    # pick_attention_tile`). False: whole blocks on four warps, two stages, as before.
     attention_chunks: bool = True
     # CUDA graphs on Hopper or later, with PDL, models up to GPT-2 small's width: buckets of 33 to 64 rows take PDL
     # too, the add + LayerNorm and argmax kernels between cuBLAS's GEMMs launched as dependents

@@ -118,8 +118,8 @@ class GraphKernels:
     # a measurement hook for scripts/bench_graph_step.py)
     split_serial_blocks: int | None = None
     # Under --paged-attn, where the one-pass kernel's (sequence, head) programs are many (from 768) and it does not
-    # release attn_proj early (no PDL in the bucket), each takes 16 past tokens an iteration on one warp rather than
-    # a whole block on four, so short and partly filled blocks cost what their live tokens do; below 256, whole
+    # release attn_proj early (`attention_release_in`), each takes 16 past tokens an iteration on one warp rather
+    # than a whole block on four, so short and partly filled blocks cost what their live tokens do; below 256, whole
     # blocks with a third pipeline stage
     # (`roseinfer.kernels.paged_attention.pick_attention_tile`; batch 512 on the H100: a past of 65 tokens 70.6 ->
     # 42.3 us a layer). False: `--no-attn-chunks` (whole blocks, two stages, everywhere).

@@ -135,7 +135,7 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         action="store_true",
         help="earlier design: with --paged-attn, each attention program walks whole KV blocks on four warps with two "
         "pipeline stages at every batch, not 16 tokens at a time on one warp from 768 sequence x head pairs "
-        "(outside the PDL buckets) nor with a third stage below 256",
+        "(where the attention releases no Triton attn_proj early) nor with a third stage below 256",
     )
     p.add_argument(
         "--no-pdl-64",

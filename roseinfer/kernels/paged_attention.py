@@ -48,9 +48,9 @@ def pick_attention_tile(
     blocks on 4 warps, 2 stages, at every size (the design before).
 
     shares_sms: the kernel after it is released early and loads its weights beside it (`pdl_attention_release`,
-    the PDL buckets). 16-token tiles then stay off: their many one-warp programs need the SMs to themselves. gpt2-xl
-    at batch 32 (800 pairs) replayed 5.9% slower with them beside an early attn_proj, and 0.6% faster than before
-    without the early release (docs/BENCHMARKS.md, session 14)."""
+    in the GEMV's and skinny GEMM's PDL buckets). 16-token tiles then stay off: their many one-warp programs need
+    the SMs to themselves. gpt2-xl at batch 32 (800 pairs) replayed 5.9% slower with them beside an early
+    attn_proj, and 0.6% faster than before without the early release (docs/BENCHMARKS.md, session 14)."""
     if chunks and pairs >= CHUNKED_FROM and not shares_sms:
         return AttentionTile(min(16, block), 1, 2 if pairs >= TWO_STAGES_FROM else 3)
     return AttentionTile(block, 4, 3 if chunks and pairs < THREE_STAGES_BELOW else 2)
