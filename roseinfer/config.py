@@ -97,7 +97,7 @@ class EngineConfig:
     # pick_attention_tile`). False: whole blocks on four warps, two stages, as before.
     attention_chunks: bool = True
     # CUDA graphs on Hopper or later, with PDL, models up to GPT-2 small's width: buckets of 33 to 64 rows take PDL
-    # too, the add + LayerNorm and argmax kernels between cuBLAS's GEMMs launched as dependents
+    # too, the add + LayerNorm kernels between cuBLAS's GEMMs launched as dependents
     # (`roseinfer.cuda_graphs.GraphKernels.pdl_narrow_max_batch`). False: plain launches there, as before.
     pdl_64: bool = True
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS

@@ -59,8 +59,11 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sorted({b for b in (1, 2, 4, 8) if b < max_batch} | set(range(16, max_batch, 16)) | {max_batch})
 
 
-# Models at most this wide (GPT-2 small) take PDL in buckets up to `GraphKernels.pdl_narrow_max_batch` rows.
+# Models at most this wide (GPT-2 small) take PDL in the buckets above PDL_NARROW_ABOVE rows up to
+# `GraphKernels.pdl_narrow_max_batch` (measured at 48 and 64). Up to 32 rows the GEMV's and the skinny GEMM's rules
+# decide, as before: with `--no-skinny-gemm` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
+PDL_NARROW_ABOVE = 32
 
 
 @dataclass(frozen=True)
@@ -88,10 +91,10 @@ class GraphKernels:
     # H100 gpt2-medium ran 2.2% slower with PDL than without and GPT-2 small at 512 rows 0.4% (docs/BENCHMARKS.md,
     # issue 27 round 2): there the add + LayerNorm kernels launched early most likely take SMs from cuBLAS's GEMMs.
     pdl_max_batch: int | None = 8
-    # ... and in buckets of up to this many rows for models at most PDL_NARROW_WIDTH wide (0: no further), where
-    # the add + LayerNorm and argmax kernels between cuBLAS's GEMMs become dependent launches. On the H100 GPT-2
-    # small's steps at 48 and 64 rows replayed 2% faster (8 to 11 us at pasts of 65 to 512 tokens), gpt2-medium's
-    # at 64 rows 1.5 to 2% slower (docs/BENCHMARKS.md, session 16). 0: `--no-pdl-64`.
+    # ... and in the buckets above PDL_NARROW_ABOVE rows up to this many for models at most PDL_NARROW_WIDTH wide
+    # (0: none), where the add + LayerNorm kernels between cuBLAS's GEMMs become dependent launches. On the H100
+    # GPT-2 small's steps at 48 and 64 rows replayed 1 to 2% faster (8 to 11 us at pasts of 65 to 512 tokens),
+    # gpt2-medium's at 64 rows 1 to 2.4% slower (docs/BENCHMARKS.md, session 16). 0: `--no-pdl-64`.
     pdl_narrow_max_batch: int = 64
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
@@ -182,15 +185,17 @@ class GraphKernels:
         return self.pdl and (
             self.pdl_max_batch is None
             or bucket <= self.pdl_max_batch
-            or (width <= PDL_NARROW_WIDTH and bucket <= self.pdl_narrow_max_batch)
+            or (width <= PDL_NARROW_WIDTH and PDL_NARROW_ABOVE < bucket <= self.pdl_narrow_max_batch)
             or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
         )
 
     def attention_release_in(self, bucket: int) -> bool:
-        """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only where
-        that is attn_proj's Triton kernel (GEMV or skinny GEMM), a dependent launch that loads its weights before
-        it waits. cuBLAS's GEMM is launched plainly, so there the release gains nothing and would only keep the
-        attention's 16-token tiles off (`pick_attention_tile(shares_sms=)`)."""
+        """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the
+        GEMV's and the skinny GEMM's buckets, where attn_proj runs as a Triton kernel, a dependent launch that loads
+        its weights before it waits (where `roseinfer.linears` picks it: e.g. not with `--no-gemv` at up to 8 rows,
+        nor for a tensor-parallel attn_proj's narrow input). cuBLAS's GEMM is launched plainly, so in its buckets
+        the release gains nothing and would only keep the attention's 16-token tiles off
+        (`pick_attention_tile(shares_sms=)`)."""
         return self.pdl_attention_release and bucket <= max(self.gemv_max_batch, self.skinny_gemm_max_batch)
 
 

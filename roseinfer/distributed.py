@@ -252,17 +252,19 @@ def _rank_main(target, args: tuple, rank: int, world_size: int, port: int) -> No
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
     )
-    from roseinfer import steplog
+    from roseinfer import steplog, tracing
 
     code = 1
     try:
         code = target(*args)
     finally:
-        steplog.close()  # a spawned process exits without atexit hooks
+        steplog.close()
+        tracing.close_profiler()  # its trace, while the process group (which names the file) lives
         destroy()
-    # All the rank owns is closed: leave without the interpreter's teardown. Its C++ destructors aborted a rank
-    # that had finished its work once in some 60 runs on a 2-core CPU machine ("terminate called without an active
-    # exception", exit code -6: a library thread still joinable), and `launch` then failed the whole command.
+    # All the rank owns is closed: leave without the interpreter's teardown (nor its atexit hooks: the two above
+    # ran). Its C++ destructors aborted a rank that had finished its work once in some 60 runs on a 2-core CPU
+    # machine ("terminate called without an active exception", exit code -6: a library thread still joinable),
+    # and `launch` then failed the whole command.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code if isinstance(code, int) else int(bool(code)))

@@ -43,9 +43,12 @@ Variants, each adding one change to the one before:
      round 7): the engine of session 14;
  29. 28 with the attention not releasing attn_proj early in the PDL buckets (a measurement hook);
  30. 23 likewise;
- 31. 28 + PDL in buckets up to 64 rows for models up to 768 wide (the add + LayerNorm and argmax kernels between
-     cuBLAS's GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj
-     early there): the engine now (session 16).
+ 31. 28 + PDL in buckets of 33 to 64 rows for models up to 768 wide (the add + LayerNorm kernels between cuBLAS's
+     GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj early
+     there): the engine now (session 16).
+Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
+variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
+GEMMs are plain launches) and changed no tile.
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over

@@ -36,7 +36,22 @@ def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
     assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
     assert [b for b in buckets if kernels("--no-pdl-64").pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32]
     assert not any(kernels("--no-pdl").pdl_in(b, gpt2) for b in buckets)
+    # --no-skinny-gemm: buckets 16 and 32 run cuBLAS with plain launches, as before this rule
+    no_skinny = GraphKernels(skinny_gemm_max_batch=0)
+    assert [b for b in buckets if no_skinny.pdl_in(b, gpt2)] == [1, 2, 4, 8, 48, 64]
     assert all(GraphKernels(pdl_max_batch=None).pdl_in(b, medium) for b in buckets)
+
+
+def test_the_engine_captures_its_steps_with_the_switch(tiny_checkpoint):
+    # EngineConfig -> the runner's GraphKernels, positionally through GraphKernels.for_engine (eager on CPU).
+    for pdl_64, narrow in ((True, 64), (False, 0)):
+        llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4, pdl_64=pdl_64)
+        llm.engine.runner.use_static_decode(capture=False)
+        kernels = llm.engine.runner.graphs.kernels
+        assert kernels.pdl_narrow_max_batch == narrow
+        assert (
+            kernels.attention_chunks and kernels.skinny_gemm_max_batch == 32
+        )  # the neighbours kept their place
 
 
 def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
@@ -173,9 +188,13 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
 
 @pytest.mark.gpu
 def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launches(tiny_checkpoint):
-    # fp16, a batch of 60 (bucket 64, cuBLAS's linears): the add + LayerNorm and argmax kernels launched as
-    # dependents (the default for a model this narrow) or plainly (--no-pdl-64) compute the same numbers.
+    # fp16, a batch of 60 (bucket 64, cuBLAS's linears): the add + LayerNorm kernels launched as dependents (the
+    # default for a model this narrow) or plainly (--no-pdl-64) compute the same numbers.
     from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.kernels.pdl import pdl_supported
+
+    if not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
 
     prompts = [p for p in make_prompts() for _ in range(10)][:60]
     runs = []
@@ -184,6 +203,7 @@ def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launche
         llm = LLM(tiny_checkpoint, **opts)
         if kernels is not None:
             llm.engine.use_static_decode(capture=True, kernels=kernels)
+        assert llm.engine.graphs.kernels.pdl_in(64, 64) is (kernels is None)
         outs = llm.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
         runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[64][0].clone()))
     (outs, logits), (outs_plain, logits_plain) = runs
