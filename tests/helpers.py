@@ -34,6 +34,15 @@ def save_checkpoint(path, n_head: int, n_embd: int) -> str:
     return str(path)
 
 
+def benchmark_config(*flags: str):
+    """The EngineConfig an engine benchmark's command line gives (a CPU run of the tiny model, plus `flags`),
+    parsed by the benchmarks' own options, as a user's flags reach the engine."""
+    from roseinfer.bench.options import build_parser, engine_config, parse
+
+    parser = build_parser("benchmark_scheduler", "", default_mode="offline")
+    return engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
+
+
 def engine_command(
     module: str = "roseinfer.benchmark_streaming", requests: int = 4, *extra: str
 ) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from roseinfer import LLM, SamplingParams
-from roseinfer.bench.common import build_parser, engine_config, parse
+from tests.helpers import benchmark_config
 from tests.roseinfer.test_engine_matches_hf import make_prompts
 
 BLOCK = 16
@@ -99,9 +99,5 @@ def test_the_switch_is_honoured():
 
 
 def test_the_benchmark_flag_selects_the_earlier_design():
-    def config(*flags):
-        parser = build_parser("benchmark_scheduler", "", default_mode="offline")
-        return engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
-
-    assert config().blocks_ahead is True
-    assert config("--no-blocks-ahead").blocks_ahead is False
+    assert benchmark_config().blocks_ahead is True
+    assert benchmark_config("--no-blocks-ahead").blocks_ahead is False

@@ -20,12 +20,11 @@ def test_batch_buckets_cover_every_batch_size():
 
 def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
     # --no-pdl-64 -> EngineConfig -> GraphKernels: which buckets' steps launch their Triton kernels as dependents.
-    from roseinfer.bench.options import build_parser, engine_config, parse
     from roseinfer.cuda_graphs import PDL_NARROW_WIDTH, GraphKernels
+    from tests.helpers import benchmark_config
 
     def kernels(*flags):
-        parser = build_parser("benchmark_scheduler", "", default_mode="offline")
-        cfg = engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
+        cfg = benchmark_config(*flags)
         return GraphKernels.for_engine(cfg.gemv, cfg.pdl, pdl_64=cfg.pdl_64)
 
     buckets = batch_buckets(128)  # 1, 2, 4, 8, 16, ..., 112, 128

@@ -146,13 +146,9 @@ def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
     # --no-attn-chunks -> EngineConfig -> GraphKernels (captured step) and DecodeKV (eager step) -> the tile the
     # attention kernel is launched with (the launcher recorded in place of the Triton one: CPU tensors here).
     import roseinfer.kernels.paged_attention as pa
-    from roseinfer.bench.options import build_parser, engine_config, parse
     from roseinfer.cuda_graphs import GraphKernels
     from roseinfer.kv_context import DecodeKV, StaticDecodeKV
-
-    def config(*flags):
-        parser = build_parser("benchmark_scheduler", "", default_mode="offline")
-        return engine_config(parse(parser, ["--device", "cpu", "--hf-model-id", "gpt2-tiny", *flags]))
+    from tests.helpers import benchmark_config
 
     launched = []
     monkeypatch.setattr(pa, "paged_decode_attention_triton", lambda *a, **k: launched.append(a[8]) or a[0])
@@ -164,7 +160,7 @@ def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
     q = torch.zeros(batch, 12, 8)
     tables, past = torch.zeros(1, batch, 2, dtype=torch.int32), torch.zeros(batch, dtype=torch.int32)
     for flags, chunks in (((), True), (("--no-attn-chunks",), False)):
-        cfg = config(*flags)
+        cfg = benchmark_config(*flags)
         assert cfg.attention_chunks is chunks
         kernels = GraphKernels.for_engine(cfg.gemv, cfg.pdl, attention_chunks=cfg.attention_chunks)
         static = StaticDecodeKV(
