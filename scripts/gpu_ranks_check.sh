@@ -3,9 +3,11 @@
 # Stages (STAGES=a,b picks; each stage's timeout is cut to what is left of BUDGET seconds):
 #   tests     the GPU test that fails on a rank that loses its kernels (tests/roseprof/test_ranks_gpu.py) and the
 #             NCCL TP tests
-#   fixtures  three small TP=4 captures of GPT-2 small kept under tests/data (fixtures.tar.xz):
-#             nsys-graphs  roseprof nsys, --paged-attn --cuda-graph, 2 requests x 24 tokens
-#             nsys-slow    roseprof nsys, eager, 4 requests x 24 tokens, rank 2 made late in roseinfer.layer.mlp
+#   fixtures  three small TP=4 captures kept under tests/data (fixtures.tar.xz); nsys records CUDA and NVTX only
+#             (`--trace cuda,nvtx`: the OS-runtime table of NCCL's polling threads is 90% of a default capture):
+#             nsys-graphs  roseprof nsys, GPT-2 small, --paged-attn --cuda-graph, 2 requests x 24 tokens
+#             nsys-slow    roseprof nsys, gpt2-tiny, eager, 4 requests x 24 tokens, rank 2 made late: it sleeps
+#                          1 ms on every entry into roseinfer.layer.mlp
 #             torch        roseprof torch of the nsys-graphs command: one Kineto file per rank
 #   scale     gpt2-xl (bfloat16, --paged-attn --cuda-graph) at TP=1, 2 and 4: B=1 x 256 TPOT and 64 x 512 decode
 #             tok/s (benchmark_scheduler --json), then one roseprof nsys capture of B=1 x 64 tokens at each TP,
@@ -23,7 +25,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 
 # keep RUN_NAME: the SQLite export and step logs of a stored run into DEST/RUN_NAME.*
 keep() {
-  local run; run=$(ls -d "$W"/tr/*-"$1" 2>/dev/null | head -1)
+  local run; run=$(ls -d "$W"/tr/*-"$1"-* 2>/dev/null | head -1)
   [ -n "$run" ] || { echo "no run $1"; return; }
   mkdir -p "$2"
   [ -f "$run/raw/trace.sqlite" ] && cp "$run/raw/trace.sqlite" "$2/$1.sqlite"
@@ -50,23 +52,27 @@ if want tests; then
     tests/roseprof/test_ranks_gpu.py tests/roseinfer/test_tensor_parallel_cuda.py 2>&1 | tail -15
   echo "tests rc=$? [${SECONDS}s]"
 fi
-SMALL="python3 -m roseinfer.benchmark_streaming --device cuda --dtype bfloat16 --hf-model-id gpt2 --no-stop-on-eos
---prompt x --max-new-tokens 24 --warmup-runs 0 --repeat-runs 1 --tensor-parallel-size 4"
+SMALL="python3 -m roseinfer.benchmark_streaming --device cuda --dtype bfloat16 --no-stop-on-eos --prompt x
+--max-new-tokens 24 --warmup-runs 0 --repeat-runs 1 --tensor-parallel-size 4"
 if want fixtures; then
   echo "== fixtures: nsys TP=4 graphs [${SECONDS}s]"
-  timeout "$(cap 150)" python3 -m roseprof nsys $STORE --name nsys-graphs -- $SMALL --num-requests 2 \
+  timeout "$(cap 150)" python3 -m roseprof nsys $STORE --trace cuda,nvtx --name nsys-graphs -- $SMALL --hf-model-id gpt2 --num-requests 2 \
     --max-batch-size 2 --prefill-max-batch-size 2 --paged-attn --cuda-graph > "$W/a.log" 2>&1
   echo "rc=$? [${SECONDS}s]"; tail -5 "$W/a.log"; keep nsys-graphs "$W/fix"
   echo "== fixtures: nsys TP=4 eager, rank 2 late in roseinfer.layer.mlp [${SECONDS}s]"
   ROSEINFER_TEST_SLEEP_REGION=roseinfer.layer.mlp:1 ROSEINFER_TEST_SLEEP_RANK=2 \
-    timeout "$(cap 150)" python3 -m roseprof nsys $STORE --name nsys-slow -- $SMALL --num-requests 4 \
+    timeout "$(cap 150)" python3 -m roseprof nsys $STORE --trace cuda,nvtx --name nsys-slow -- $SMALL --hf-model-id gpt2-tiny --num-requests 4 \
     --max-batch-size 4 --prefill-max-batch-size 4 > "$W/b.log" 2>&1
   echo "rc=$? [${SECONDS}s]"; tail -5 "$W/b.log"; keep nsys-slow "$W/fix"
   echo "== fixtures: torch TP=4 graphs [${SECONDS}s]"
-  timeout "$(cap 150)" python3 -m roseprof torch $STORE --name torch-graphs --active 16 -- $SMALL --num-requests 2 \
+  timeout "$(cap 150)" python3 -m roseprof torch $STORE --name torch-graphs --active 16 -- $SMALL --hf-model-id gpt2 --num-requests 2 \
     --max-batch-size 2 --prefill-max-batch-size 2 --paged-attn --cuda-graph > "$W/c.log" 2>&1
   echo "rc=$? [${SECONDS}s]"; tail -5 "$W/c.log"; keep torch-graphs "$W/fix"
   ls -la "$W/fix"; tar cf - -C "$W/fix" . | xz -T0 -6 > "$OUT/fixtures.tar.xz"; ls -la "$OUT"
+fi
+if want keep; then  # the fixtures stage's runs, kept again (a stage run earlier on this machine)
+  for r in nsys-graphs nsys-slow torch-graphs; do keep $r "$W/fix" > /dev/null; done
+  ls -la "$W/fix"; tar cf - -C "$W/fix" . | xz -T0 -6 > "$OUT/fixtures.tar.xz"
 fi
 XL="python3 -m roseinfer.benchmark_scheduler --device cuda --dtype bfloat16 --hf-model-id gpt2-xl --paged-attn
 --cuda-graph --no-stop-on-eos --prompt x"
