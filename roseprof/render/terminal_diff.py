@@ -105,6 +105,10 @@ def print_gpu_time(console: Console, metrics: list[dict]) -> None:
         rank, _, figure = m["name"].partition(".")
         if rank.startswith("rank ") and figure in dict(GPU_FIGURES):
             by_rank.setdefault(rank, {})[figure] = m
+    # Rank 0 first (the diff's metrics come ordered by evidence, not by rank).
+    by_rank = dict(
+        sorted(by_rank.items(), key=lambda kv: int(kv[0].split()[1]) if kv[0].split()[1].isdigit() else 0)
+    )
     rows = [
         [rank] + [f"{f[key]['a']:.3f}→{f[key]['b']:.3f}" if key in f else "-" for key, _ in GPU_FIGURES]
         for rank, f in by_rank.items()
