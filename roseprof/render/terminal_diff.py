@@ -118,7 +118,7 @@ def print_gpu_time(console: Console, metrics: list[dict]) -> None:
     console.print(
         fit_table(
             console,
-            "GPU time per decode step (ms, p50, before→after)",
+            "GPU time per step (ms, p50, before→after)",
             ["", *dict(GPU_FIGURES).values()],
             rows,
         )

@@ -5,8 +5,6 @@ compute, exposed communication and idle time, which `show` and `diff` print."""
 
 from __future__ import annotations
 
-import lzma
-import shutil
 import sqlite3
 
 import numpy as np
@@ -17,7 +15,7 @@ from hypothesis import strategies as st
 from roseprof import api
 from roseprof.analysis.gpu_time import union_by_group
 from roseprof.run.store import RunStore
-from tests.helpers import DATA, roseprof
+from tests.helpers import DATA, roseprof, unpacked
 from tests.roseprof.test_collectives_nccl import _kineto_kernels
 
 NSYS = DATA / "nsys" / "h200x4-nsys2025.3-roseinfer-tp4"
@@ -27,21 +25,10 @@ TP2 = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2"
 RANKS = [0, 1, 2, 3]
 
 
-def unpacked(base, folder) -> str:
-    """The capture's SQLite export (kept xz-compressed in tests/data) and its step logs, side by side in `folder`:
-    the path of the .sqlite."""
-    out = folder / (base.name + ".sqlite")
-    with lzma.open(f"{base}.sqlite.xz") as src, open(out, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    for log in base.parent.glob(base.name + ".steplog*.jsonl"):
-        shutil.copy(log, folder / log.name)
-    return str(out)
-
-
 @pytest.fixture(scope="module")
 def tp4(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tp4")
-    db = unpacked(NSYS, folder)
+    db = unpacked(f"{NSYS}.sqlite.xz", folder)
     run = api.import_path(RunStore(folder / "traces"), db, None, db.replace(".sqlite", ".steplog.jsonl"))
     return db, run
 
@@ -49,7 +36,7 @@ def tp4(tmp_path_factory):
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
     folder = tmp_path_factory.mktemp("slow")
-    db = unpacked(SLOW, folder)
+    db = unpacked(f"{SLOW}.sqlite.xz", folder)
     run = api.import_path(RunStore(folder / "traces"), db, None, db.replace(".sqlite", ".steplog.jsonl"))
     return db, run
 
@@ -154,9 +141,9 @@ def test_show_and_diff_say_where_each_ranks_step_went(tp4, tmp_path):
     assert "communication with no" in show.stdout
     diff = roseprof("diff", "tp2", "tp4", *opts, env={"COLUMNS": "80"})
     assert diff.returncode == 0, diff.stderr
-    assert "GPU time per decode step (ms, p50, before→after)" in diff.stdout
+    assert "GPU time per step (ms, p50, before→after)" in diff.stdout
     assert "rank 0's GPU step" in diff.stdout and "exposed comm" in diff.stdout
-    block = diff.stdout.split("GPU time per decode step")[1].split("all metrics")[0]
+    block = diff.stdout.split("GPU time per step")[1].split("all metrics")[0]
     assert max(len(line) for line in block.splitlines()) <= 80
     assert block.index("rank 0") < block.index("rank 1")
 

@@ -1,4 +1,4 @@
-"""GPU time per rank and decode step: compute, exposed communication and idle time (analysis/gpu_time.py), the
+"""GPU time per rank and step (decode step, or a program's own steps): compute, exposed communication and idle time (analysis/gpu_time.py), the
 figures that say why a tensor-parallel step got faster or did not. One entry per rank (or the run's one process);
 null for runs with no kernels in their decode steps."""
 
@@ -9,6 +9,7 @@ import numpy as np
 from roseprof.analysis.gpu_time import step_time
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.collectives import run_participants
+from roseprof.analysis.sections.steps import step_names
 from roseprof.run.checks import NUM
 
 FIGURES = ("period", "compute", "exposed", "idle")  # the diff compares these per rank
@@ -35,7 +36,9 @@ def compute(ctx: Context) -> SectionResult:
             ranks.append({"rank": parts.rank[p], "pid": parts.pid[p], **figures})
     if not ranks:
         return SectionResult({"gpu_time": None})
-    return SectionResult({"gpu_time": {"rank_known": parts.rank_known, "ranks": ranks}})
+    _, kind = step_names(ctx)
+    unit = {"decode": "decode step", "profiler": "ProfilerStep"}.get(kind, "step")
+    return SectionResult({"gpu_time": {"unit": unit, "rank_known": parts.rank_known, "ranks": ranks}})
 
 
 def diff_metrics(before, after) -> list[dict]:
@@ -84,7 +87,7 @@ def panels(summary: dict) -> list[dict]:
     )
     return [
         {
-            "title": "GPU time per decode step, per rank (ms, p50)",
+            "title": f"GPU time per {g.get('unit', 'step')}, per rank (ms, p50)",
             "columns": [
                 "rank" if g["rank_known"] else "proc",
                 "step",
@@ -109,7 +112,7 @@ ENTRY = {
     "exposed_p50_ns": NUM,
     "idle_p50_ns": NUM,
 }
-CHECKS = {"gpu_time": ({"rank_known": bool, "ranks": [ENTRY]}, None)}
+CHECKS = {"gpu_time": ({"unit": str, "rank_known": bool, "ranks": [ENTRY]}, None)}
 
 SECTION = Section(
     "gpu_time",
