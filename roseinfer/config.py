@@ -52,9 +52,6 @@ class EngineConfig:
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
-    # With CUDA graphs: prepare and launch the next decode step while the GPU still runs this one (its greedy
-    # tokens stay on the device). False: the earlier design, where the host waits for every step's tokens first.
-    overlap_decode: bool = True
     # Static decode (CUDA graphs): reserve a sequence's next KV block during the steps before its last block fills,
     # a few sequences per step, so a step in which the whole batch starts a block allocates nothing
     # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)

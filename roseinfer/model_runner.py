@@ -5,7 +5,7 @@ Three decode paths behind `decode(seqs)`:
 - eager: the block tables are built for the batch and the KV append allocates rollover blocks inside the step;
 - static (`use_static_decode`; captured in CUDA graphs with `--cuda-graph`): every new token's slot is reserved
   on the host before the step, the inputs sit in static buffers and the step is a bucket's graph replay;
-- overlapped (static, all greedy, `overlap_decode`): the step is launched before the previous step's greedy
+- overlapped (static, all greedy): the step is launched before the previous step's greedy
   tokens are read, so the GPU runs step k while the host emits step k-1's tokens and prepares step k+1. Each
   call then returns the tokens of the step launched in the call before it, and `drain()` reads the last one.
 
@@ -198,7 +198,7 @@ class ModelRunner:
         """One decode step of `seqs` (with the overlapped decode: launch it, return the previous step's tokens)."""
         if self.graphs is None:
             out = self._decode_eager(seqs)
-        elif self.cfg.overlap_decode and all(s.params.temperature == 0 for s in seqs):
+        elif all(s.params.temperature == 0 for s in seqs):
             out = self._decode_overlapped(seqs)
         else:
             rollovers, cow, logits, greedy, kv_tokens = self._launch_static(seqs, restage=True)

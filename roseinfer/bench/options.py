@@ -68,11 +68,6 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
     )
     p.add_argument(
-        "--no-overlap-decode",
-        action="store_true",
-        help="earlier design: with --cuda-graph, wait for each step's tokens before preparing the next",
-    )
-    p.add_argument(
         "--no-blocks-ahead",
         action="store_true",
         help="earlier design: with --cuda-graph, allocate each KV block in the step that starts it (all of a "
@@ -218,7 +213,6 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
-        overlap_decode=not args.no_overlap_decode,
         blocks_ahead=not args.no_blocks_ahead,
         gemv=not args.no_gemv,
         pdl=not args.no_pdl,

@@ -75,8 +75,7 @@ def _generate(llm, **kw):
 @pytest.mark.parametrize(
     "min_batch", ["", "128"]
 )  # Triton KV append inside the graph (default), the torch one
-@pytest.mark.parametrize("overlap", [True, False])  # next step launched before the tokens are read, or not
-def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, min_batch, overlap):
+def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, min_batch):
     from tests.roseinfer.test_engine_cuda import hf_outputs
 
     monkeypatch.setenv("ROSELLM_TRITON_KV_APPEND_MIN_BATCH", min_batch)
@@ -89,7 +88,6 @@ def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, 
         max_batch_size=6,
         cuda_graph=True,
         paged_attn=paged_attn,
-        overlap_decode=overlap,
     )
     assert llm.engine.kv_cache.triton_min_batch_graph == (128 if min_batch else 1)
     graphs = llm.engine.graphs
@@ -104,24 +102,20 @@ def test_graph_decode_fp32_matches_hf(monkeypatch, tiny_checkpoint, paged_attn, 
 @pytest.mark.gpu
 def test_graph_decode_stops_at_eos_with_a_step_in_flight(tiny_checkpoint):
     # Greedy fp16 graphs, overlapped: a sequence that meets EOS finishes there although the next step (already
-    # launched) computed one more token for it; the same run without overlap gives the same tokens.
+    # launched) computed one more token for it; its tokens are the free run's cut at that EOS.
     import dataclasses
 
-    outs = {}
-    for overlap in (True, False):
-        llm = LLM(
-            tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=8, cuda_graph=True, paged_attn=True,
-            overlap_decode=overlap,
-        )  # fmt: skip
-        if overlap:
-            free_run = _generate(llm)
-            eos = next(t for t in free_run[0][5:] if 2 <= sum(t in o[1:] for o in free_run) < len(free_run))
-        llm.engine.model_cfg = dataclasses.replace(llm.engine.model_cfg, eos_token_id=eos)
-        params = SamplingParams(max_new_tokens=NEW_TOKENS)
-        outs[overlap] = [o.token_ids for o in llm.generate(make_prompts(), params)]
-        assert llm.engine.mgr.num_free() == llm.engine.mgr.num_blocks
+    llm = LLM(
+        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=8, cuda_graph=True, paged_attn=True
+    )
+    free_run = _generate(llm)
+    eos = next(t for t in free_run[0][5:] if 2 <= sum(t in o[1:] for o in free_run) < len(free_run))
+    llm.engine.model_cfg = dataclasses.replace(llm.engine.model_cfg, eos_token_id=eos)
+    outs = [o.token_ids for o in llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS))]
+    assert llm.engine.mgr.num_free() == llm.engine.mgr.num_blocks
     expected = [o[: o.index(eos) + 1] if eos in o else o for o in free_run]
-    assert outs[True] == outs[False] == expected
+    assert any(len(e) < NEW_TOKENS for e in expected)
+    assert outs == expected
 
 
 @pytest.mark.gpu
