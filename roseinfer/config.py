@@ -52,11 +52,6 @@ class EngineConfig:
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
-    # Static decode (CUDA graphs): reserve a sequence's next KV block during the steps before its last block fills,
-    # a few sequences per step, so a step in which the whole batch starts a block allocates nothing
-    # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
-    # in the step that starts it.
-    blocks_ahead: bool = True
     # CUDA graphs, half precision: the linears of batch buckets up to 8 rows run as the small-batch GEMV kernel
     # (`roseinfer.kernels.gemv`: bias and GELU in its epilogue, no split-K reduce). False: cuBLAS at every batch.
     gemv: bool = True

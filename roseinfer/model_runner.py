@@ -126,7 +126,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.graphs: DecodeGraphs | None = None
         # Static path: each new token's KV slot reserved on the host before the step.
-        self.slots = DecodeSlots(self.mgr, self.tables, cfg.blocks_ahead, self._host_buffers_free)
+        self.slots = DecodeSlots(self.mgr, self.tables, self._host_buffers_free)
         if cfg.cuda_graph:
             self.use_static_decode(capture=True)
 

@@ -2,11 +2,11 @@
 
     python scripts/bench_engine_pairs.py --model gpt2-tiny --num-requests 16 --max-new-tokens 256 --rounds 3
 
-On the GPU, the fast path with equal one-token prompts (every sequence starts a block in the same step), the two
-rollover designs only:
+On the GPU, the fast path with equal one-token prompts (every sequence starts a block in the same step), with and
+without the block-table row cache:
 
     python scripts/bench_engine_pairs.py --model gpt2 --device cuda --paged-attn --cuda-graph --num-requests 64 \
-        --max-new-tokens 512 --prompt-len 1 --same-prompts --rounds 10 --configs default,--no-blocks-ahead --no-hf
+        --max-new-tokens 512 --prompt-len 1 --same-prompts --rounds 10 --configs default,--no-block-table-cache --no-hf
 
 Each round runs every configuration once (order rotated per round); the table gives medians over rounds of
 decode throughput, ITL p50/p99, ITL p99 of the tokens produced by rollover steps vs the rest, and the median host
@@ -36,7 +36,6 @@ CONFIGS = {
     "--no-batched-kv-append": {"batched_kv_append": False},
     "--no-batched-rollover": {"batched_rollover": False},
     "--no-block-table-cache": {"block_table_cache": False},
-    "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
     "--no-pdl": {"pdl": False},
     "--no-attn-prefetch": {"attention_prefetch": False},

@@ -68,12 +68,6 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
     )
     p.add_argument(
-        "--no-blocks-ahead",
-        action="store_true",
-        help="earlier design: with --cuda-graph, allocate each KV block in the step that starts it (all of a "
-        "lock-step batch at once)",
-    )
-    p.add_argument(
         "--no-gemv",
         action="store_true",
         help="earlier design: with --cuda-graph, the small batches' linears on cuBLAS, not the GEMV kernel",
@@ -213,7 +207,6 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
-        blocks_ahead=not args.no_blocks_ahead,
         gemv=not args.no_gemv,
         pdl=not args.no_pdl,
         split_attention=not args.no_split_attn,
