@@ -45,53 +45,17 @@ class EngineConfig:
     prefill_max_batch_size: int = 16  # sequences prefilled together
     prefill_admission_policy: str = "fifo"  # fifo | shortest-first
     prefix_cache: bool = True  # share full prompt blocks between requests
-    # Switches that bring back earlier designs (for before/after captures):
+    # Switches that bring back earlier designs (the regressions users plant to see roseprof find them):
     batched_kv_append: bool = True  # False: one append call per request per layer
     batched_rollover: bool = True  # False: a full last block sends that request down the slow path
     block_table_cache: bool = True  # False: block-table rows rebuilt from the lists every step
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
-    # CUDA graphs, half precision: the linears of batch buckets up to 8 rows run as the small-batch GEMV kernel
-    # (`roseinfer.kernels.gemv`: bias and GELU in its epilogue, no split-K reduce). False: cuBLAS at every batch.
-    gemv: bool = True
-    # CUDA graphs on Hopper or later: the step's Triton kernels as programmatic dependent launches, each started
-    # while the one before it finishes (`roseinfer.kernels.pdl`). False: plain launches.
-    pdl: bool = True
-    # CUDA graphs, small batches: paged attention with each sequence's past split over several programs, merged by
-    # the last of them in the same launch (`roseinfer.kernels.split_attention`). False: one program per head.
-    split_attention: bool = True
-    # CUDA graphs, batch 1, half precision: the residual add + LayerNorm in front of c_attn and c_fc done in the
-    # GEMV's prologue (`roseinfer.kernels.gemv.norm_gemv_triton`). False: its own kernel, as before.
-    norm_gemv: bool = True
-    # CUDA graphs on Hopper or later, with PDL and the split attention: where each slice of the past is one block
-    # (small batches), the attention kernel launched as a dependent that loads its block before it waits
-    # (`roseinfer.kernels.split_attention`). False: launched plainly, as before.
-    attention_prefetch: bool = True
-    # CUDA graphs on Hopper or later, with PDL, batch 1: each GEMV releases the kernel after it as it starts, so
-    # several kernels load their weights ahead (`roseinfer.kernels.pdl.pdl_early_release`). False: each releases
-    # the next after its own wait, as before.
-    early_release: bool = True
-    # CUDA graphs, batch 1, half precision: the first block's c_attn GEMV gathers the token and position embedding
-    # rows in its prologue (`roseinfer.kernels.gemv.norm_gemv_triton(index=)`). False: two embedding kernels.
-    embedding_gather: bool = True
-    # CUDA graphs, batch 1, half precision: the lm_head as the GEMV kernel with ln_f in its prologue, and the
-    # argmax's kernels as dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and
-    # cuBLAS.
-    lm_head_gemv: bool = True
-    # CUDA graphs, half precision: the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores,
-    # split-K reduced in the same kernel, a programmatic dependent launch that loads its weights before it waits
-    # (`roseinfer.kernels.skinny_gemm`). False: cuBLAS there.
-    skinny_gemm: bool = True
-    # --paged-attn, from 768 (sequence, head) pairs where it releases no Triton attn_proj early: the attention kernel
-    # takes 16 past tokens an iteration on one warp, so a short or partly filled block costs what its live tokens
-    # do; below 256, whole blocks with a third pipeline stage (`roseinfer.kernels.paged_attention.
-    # pick_attention_tile`). False: whole blocks on four warps, two stages, as before.
-    attention_chunks: bool = True
-    # CUDA graphs on Hopper or later, with PDL, models up to GPT-2 small's width: buckets of 33 to 64 rows take PDL
-    # too, the add + LayerNorm kernels between cuBLAS's GEMMs launched as dependents
-    # (`roseinfer.cuda_graphs.GraphKernels.pdl_narrow_max_batch`). False: plain launches there, as before.
-    pdl_64: bool = True
+    # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
+    # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
+    # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier
+    # designs through it.
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

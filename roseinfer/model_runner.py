@@ -143,15 +143,12 @@ class ModelRunner:
     def use_static_decode(self, capture: bool, kernels: GraphKernels | None = None) -> None:
         """Decode through static buffers, captured in CUDA graphs per batch bucket (`--cuda-graph`); with
         capture=False the same path runs eagerly, which is how it is checked where graphs cannot run (CPU).
-        kernels: the captured step's kernel choices (all on by default)."""
+        kernels: the captured step's kernel choices (default: the engine's, every one on; a measurement hook for
+        scripts/bench_*.py and the tests that compare a kernel with the design before it)."""
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels.for_engine(
-                self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
-                self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.embedding_gather,
-                self.cfg.lm_head_gemv, self.cfg.skinny_gemm, self.cfg.attention_chunks, self.cfg.pdl_64,
-            ),
+            kernels=kernels or GraphKernels(),
         )  # fmt: skip
 
     @property
@@ -236,7 +233,7 @@ class ModelRunner:
             ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
             kv = DecodeKV(
                 self.mgr, self.kv_cache, seqs, tables, past, self.scale, self.cfg.batched_kv_append,
-                self.cfg.paged_attn, self.cfg.attention_chunks,
+                self.cfg.paged_attn,
             )  # fmt: skip
             logits = self.model(ids, past, kv)  # [B, V]
         rollovers, cow = self.mgr.last_append_counts()

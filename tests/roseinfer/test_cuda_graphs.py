@@ -19,38 +19,33 @@ def test_batch_buckets_cover_every_batch_size():
 
 
 def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
-    # --no-pdl-64 -> EngineConfig -> GraphKernels: which buckets' steps launch their Triton kernels as dependents.
+    # GraphKernels: which buckets' steps launch their Triton kernels as dependents (the engine's defaults, and the
+    # designs before them as bench_graph_step.py rebuilds them).
     from roseinfer.cuda_graphs import PDL_NARROW_WIDTH, GraphKernels
-    from tests.helpers import benchmark_config
-
-    def kernels(*flags):
-        cfg = benchmark_config(*flags)
-        return GraphKernels.for_engine(cfg.gemv, cfg.pdl, pdl_64=cfg.pdl_64)
 
     buckets = batch_buckets(128)  # 1, 2, 4, 8, 16, ..., 112, 128
     gpt2, medium = PDL_NARROW_WIDTH, 1024
-    on = kernels()
+    on = GraphKernels()
     assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, 48, 64]
     # wider: the GEMV's and the skinny GEMM's buckets only
     assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
-    assert [b for b in buckets if kernels("--no-pdl-64").pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32]
-    assert not any(kernels("--no-pdl").pdl_in(b, gpt2) for b in buckets)
-    # --no-skinny-gemm: buckets 16 and 32 run cuBLAS with plain launches, as before this rule
+    no_64 = GraphKernels(pdl_narrow_max_batch=0)  # before session 16
+    assert [b for b in buckets if no_64.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32]
+    assert not any(GraphKernels(pdl=False).pdl_in(b, gpt2) for b in buckets)
+    # without the skinny GEMM buckets 16 and 32 run cuBLAS with plain launches, as before it
     no_skinny = GraphKernels(skinny_gemm_max_batch=0)
     assert [b for b in buckets if no_skinny.pdl_in(b, gpt2)] == [1, 2, 4, 8, 48, 64]
     assert all(GraphKernels(pdl_max_batch=None).pdl_in(b, medium) for b in buckets)
 
 
-def test_the_engine_captures_its_steps_with_the_switch(tiny_checkpoint):
-    # EngineConfig -> the runner's GraphKernels, positionally through GraphKernels.for_engine (eager on CPU).
-    for pdl_64, narrow in ((True, 64), (False, 0)):
-        llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4, pdl_64=pdl_64)
-        llm.engine.runner.use_static_decode(capture=False)
-        kernels = llm.engine.runner.graphs.kernels
-        assert kernels.pdl_narrow_max_batch == narrow
-        assert (
-            kernels.attention_chunks and kernels.skinny_gemm_max_batch == 32
-        )  # the neighbours kept their place
+def test_the_engine_captures_its_steps_with_every_kernel_on(tiny_checkpoint):
+    # EngineConfig has no kernel switches: the runner's static step takes GraphKernels' defaults (eager on CPU).
+    from roseinfer.cuda_graphs import GraphKernels
+
+    llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4)
+    llm.engine.runner.use_static_decode(capture=False)
+    assert llm.engine.runner.graphs.kernels == GraphKernels()
+    assert GraphKernels().pdl_narrow_max_batch == 64 and GraphKernels().skinny_gemm_max_batch == 32
 
 
 def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
@@ -60,7 +55,7 @@ def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
 
     buckets = batch_buckets(128)
     assert [b for b in buckets if GraphKernels().attention_release_in(b)] == [1, 2, 4, 8, 16, 32]
-    no_skinny = GraphKernels(skinny_gemm_max_batch=0)  # --no-skinny-gemm: the GEMV's buckets only
+    no_skinny = GraphKernels(skinny_gemm_max_batch=0)  # without the skinny GEMM: the GEMV's buckets only
     assert [b for b in buckets if no_skinny.attention_release_in(b)] == [1, 2, 4, 8]
     assert not any(GraphKernels(pdl_attention_release=False).attention_release_in(b) for b in buckets)
 
@@ -185,7 +180,7 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
 @pytest.mark.gpu
 def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launches(tiny_checkpoint):
     # fp16, a batch of 60 (bucket 64, cuBLAS's linears): the add + LayerNorm kernels launched as dependents (the
-    # default for a model this narrow) or plainly (--no-pdl-64) compute the same numbers.
+    # default for a model this narrow) or plainly (as before session 16) compute the same numbers.
     from roseinfer.cuda_graphs import GraphKernels
     from roseinfer.kernels.pdl import pdl_supported
 
