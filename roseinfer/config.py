@@ -1,7 +1,10 @@
-"""The model shapes the engine knows and the one frozen engine configuration, validated once."""
+"""The model shapes the engine knows (a built-in name or a checkpoint folder resolved to its shape) and the one
+frozen engine configuration, validated once."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, fields
 
 
@@ -30,6 +33,47 @@ BUILTIN_MODELS: dict[str, ModelConfig] = {
     "gpt2-xl": ModelConfig(n_embd=1600, n_layer=48, n_head=25),
     "gpt2-tiny": ModelConfig(n_embd=128, n_layer=4, n_head=4),
 }
+
+
+def resolve_model_config(model: str) -> ModelConfig:
+    """The shape of a built-in model or of a Hugging Face GPT-2 checkpoint folder (its config.json); what both the
+    weight loader (`roseinfer.weights`) and the tensor-parallel checks (`roseinfer.sharding`) read."""
+    if model in BUILTIN_MODELS:
+        return BUILTIN_MODELS[model]
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{model}: not a Hugging Face checkpoint folder (no config.json)")
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        if raw.get("model_type") != "gpt2":
+            raise ValueError(
+                f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported"
+            )
+        return ModelConfig(
+            vocab_size=raw["vocab_size"],
+            n_positions=raw["n_positions"],
+            n_embd=raw["n_embd"],
+            n_layer=raw["n_layer"],
+            n_head=raw["n_head"],
+            layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
+            eos_token_id=raw.get("eos_token_id") if raw.get("eos_token_id") is not None else 50256,
+        )
+    if _looks_like_path(model):
+        if os.path.exists(model):
+            raise ValueError(f"{model}: not a folder (give a Hugging Face checkpoint folder)")
+        hint = ""
+        if model.startswith("~") and os.path.isdir(os.path.expanduser(model)):
+            hint = " (~ is not expanded here: give the full path)"
+        raise ValueError(f"no such folder: {model}{hint}")
+    names = ", ".join(BUILTIN_MODELS)
+    raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
+
+
+def _looks_like_path(model: str) -> bool:
+    """A model argument meant as a folder: it has a path separator or starts with . or ~ (a bare word is a name)."""
+    seps = [os.sep] + ([os.altsep] if os.altsep else []) + ["/"]
+    return any(sep in model for sep in seps) or model.startswith((".", "~"))
 
 
 @dataclass(frozen=True)

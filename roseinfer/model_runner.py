@@ -23,7 +23,7 @@ import torch
 from roseinfer import cpu_threads, distributed, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
-from roseinfer.config import EngineConfig
+from roseinfer.config import EngineConfig, resolve_model_config
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
@@ -32,7 +32,7 @@ from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.sampler import sample
 from roseinfer.sequence import Sequence, Status
 from roseinfer.tracing import region
-from roseinfer.weights import build_model, resolve_model_config
+from roseinfer.weights import build_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
