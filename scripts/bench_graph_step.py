@@ -139,7 +139,7 @@ VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up
 
 def freeze(engine, rows: int, past: int) -> None:
     """The first `rows` rows of the static inputs at `past`, each with blocks of its own, and live flags 0: the
-    replays do not advance the past lengths (also scripts/bench_two_halves.py)."""
+    replays do not advance the past lengths."""
     runner = engine.runner
     m, n_layer = runner.max_blocks_per_seq, engine.model_cfg.n_layer
     # Row b, layer l: blocks b*M .. b*M + M-1 (distinct, inside the pool).
