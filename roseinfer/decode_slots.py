@@ -44,11 +44,11 @@ class DecodeSlots:
         self.block_size = mgr.block_size
         # Reserve a sequence's next block once at most `horizon` free slots are left in its blocks.
         self.horizon = max(1, self.block_size // 2)
-        # The batch the host tables hold now, its bucket rows, each sequence's slot block per layer [L, B] and
-        # how many blocks each holds [B]: only this class adds blocks to a sequence of that batch.
+        # The batch the host tables hold now, its bucket rows, each sequence's slot block [B] and how many blocks
+        # each holds [B]: only this class adds blocks to a sequence of that batch.
         self.batch: list[Sequence] = []
         self.rows = 0
-        self.slots = np.zeros((mgr.num_layers, 0), dtype=np.int64)
+        self.slots = np.zeros(0, dtype=np.int64)
         self.held = np.zeros(0, dtype=np.int64)
         self.past = np.zeros(0, dtype=np.int64)  # [B] past lengths the last `reserve` read
         # Blocks reserved ahead after the last launch, not yet in the host tables: rows [K] of the batch, each
@@ -73,7 +73,7 @@ class DecodeSlots:
         if same:
             held = self.held
         else:
-            held = np.fromiter((len(s.block_ids[0]) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+            held = np.fromiter((len(s.block_ids) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
         # Sequences whose token needs a block not reserved in time (just admitted, or a tight pool).
         starting = np.flatnonzero(held * self.block_size == past)
         if len(starting) or not same:
@@ -112,7 +112,7 @@ class DecodeSlots:
             ahead = self._due(seqs, held, room, int(np.count_nonzero(room == 0)))
             if not len(ahead):
                 return
-            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
+            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [K]
         self.pending = (ahead, held[ahead].copy(), blocks)
         held[ahead] += 1
 
@@ -153,5 +153,6 @@ class DecodeSlots:
         return len(copied)
 
     def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
-        """[L, B] block that receives each sequence's new token, read from the host tables."""
-        return self.tables.host_np[np.arange(len(seqs)), :, past // self.block_size].T
+        """[B] block that receives each sequence's new token, read from the host tables (layer 0's line: they are
+        alike)."""
+        return self.tables.host_np[np.arange(len(seqs)), 0, past // self.block_size]

@@ -41,7 +41,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 class PrefillOutput:
     token_ids: list[int]  # the first new token of each sequence
     tokens: int  # prompt tokens computed (prefix-cache hits but the last token left out)
-    cow: int  # copy-on-writes (per layer)
+    cow: int  # copy-on-writes (blocks copied, in every layer)
     prefix_hit_blocks: int
 
 
@@ -188,7 +188,7 @@ class ModelRunner:
             mgr.register_prompt(seq, keys)
         with region(tracing.SAMPLE):
             token_ids = self._sample(logits, seqs)
-        return PrefillOutput(token_ids, len(ids), kv.cow // max(mgr.num_layers, 1), hits)
+        return PrefillOutput(token_ids, len(ids), kv.cow, hits)
 
     # -- decode --------------------------------------------------------------------------------------------------
     def decode(self, seqs: list[Sequence]) -> DecodeOutput:

@@ -24,8 +24,8 @@ def kv_of(engine, seq, tokens: int) -> list[torch.Tensor]:
     [2, T, H, D]."""
     cache, pos = engine.kv_cache, np.arange(tokens)
     out = []
-    for layer, ids in enumerate(seq.block_ids):
-        blocks = torch.as_tensor(np.asarray(ids)[pos // BLOCK])
+    for layer in range(cache.num_layers):
+        blocks = torch.as_tensor(np.asarray(seq.block_ids)[pos // BLOCK])
         slots = torch.as_tensor(pos % BLOCK)
         out.append(
             torch.stack([cache.k_caches[layer][blocks, :, slots], cache.v_caches[layer][blocks, :, slots]])
@@ -59,7 +59,7 @@ def test_blocks_ahead_give_the_eager_paths_tokens_and_kv_every_step():
                     torch.testing.assert_close(ka, kb, atol=1e-5, rtol=1e-5)
             if a.block_ids:
                 # Blocks held beyond what the cached tokens (and the token being written) need: one at most.
-                spare = len(a.block_ids[0]) - math.ceil((a.num_cached + 1) / BLOCK)
+                spare = len(a.block_ids) - math.ceil((a.num_cached + 1) / BLOCK)
                 assert spare <= 1
                 held_ahead += spare == 1
     assert [a.output_ids for a in seqs[0]] == [b.output_ids for b in seqs[1]]
@@ -72,18 +72,17 @@ def test_blocks_ahead_give_the_eager_paths_tokens_and_kv_every_step():
 
 
 def blocks_allocated_per_step(llm: LLM, batch: int, new_tokens: int) -> tuple[dict[int, int], set[int]]:
-    """Blocks of layer 0 allocated in each decode step of a lock-step batch (equal one-token prompts), and the
+    """Blocks allocated for decoding in each decode step of a lock-step batch (equal one-token prompts), and the
     steps that started blocks."""
     engine, mgr = llm.engine, llm.engine.mgr
     per_step: dict[int, int] = {}
-    take = mgr._take  # every allocation of several blocks goes through it
+    append_blocks = mgr.append_blocks  # every block the static path adds to a sequence goes through it
 
-    def counting(layer, n):
-        if layer == 0:
-            per_step[engine.decode_steps] = per_step.get(engine.decode_steps, 0) + n
-        return take(layer, n)
+    def counting(seqs):
+        per_step[engine.decode_steps] = per_step.get(engine.decode_steps, 0) + len(seqs)
+        return append_blocks(seqs)
 
-    mgr._take = counting
+    mgr.append_blocks = counting
     llm.generate([[5]] * batch, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
     return per_step, engine.rollover_steps
 

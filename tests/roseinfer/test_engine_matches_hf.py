@@ -74,9 +74,8 @@ def test_greedy_matches_hf_for_every_switch(tiny_checkpoint, hf_reference, value
     else:
         assert stats["prefix_hit_blocks"] == 0
     mgr = llm.engine.mgr
-    for layer in range(mgr.num_layers):
-        assert mgr.num_free(layer) == mgr.num_blocks
-        assert int(mgr.refcount[layer].sum()) == 0
+    assert mgr.num_free() == mgr.num_blocks
+    assert int(mgr.refcount.sum()) == 0
 
 
 def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_reference):
