@@ -15,3 +15,9 @@ stage_tp_fixtures() {
   NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 OUT=$S STAGES=${TP_PARTS:-suite,nsys,torch,tpbench} \
     bash scripts/gpu_tp_fixtures.sh
 }
+
+stage ranks "every rank's GPU work on 4 GPUs (scripts/gpu_ranks_check.sh, issue 41): the rank-kernel GPU test, the \
+TP=4 fixtures, the gpt2-xl TP=1/2/4 scale table and captures (RANKS_PARTS: tests,fixtures,scale)"
+stage_ranks() {
+  OUT=$S STAGES=${RANKS_PARTS:-tests,fixtures,scale} bash scripts/gpu_ranks_check.sh
+}
