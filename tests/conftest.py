@@ -1,6 +1,5 @@
 import os
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,33 +9,33 @@ from tests.helpers import save_checkpoint
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-REPO = Path(__file__).resolve().parent.parent
-# roseprof's default output folders: a test that forgets --traces-dir or --dashboards-dir writes here.
-DEFAULT_OUTPUTS = ("traces", "dashboards")
-
-
-def _entries(roots) -> set[Path]:
-    return {
-        p
-        for root in roots
-        for name in DEFAULT_OUTPUTS
-        if (root / name).is_dir()
-        for p in (root / name).iterdir()
-    }
+# roseprof's default output folders, which a test that forgets --traces-dir or --dashboards-dir would write into.
+DEFAULT_DIRS = {"ROSEPROF_TRACES_DIR": "default-traces", "ROSEPROF_DASHBOARDS_DIR": "default-dashboards"}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def tests_write_only_in_their_temp_folders():
-    """Fail the session if ./traces or ./dashboards (of the checkout, or of the folder pytest runs in) gained
-    entries: every test passes --traces-dir and --dashboards-dir under its tmp_path. (A `make demo` run in the
-    same checkout while the tests run would trip this too.)"""
-    roots = {REPO, Path.cwd().resolve()}
-    before = _entries(roots)
+def tests_write_only_in_their_temp_folders(tmp_path_factory):
+    """Fail the session if a test wrote into roseprof's default folders: every test passes --traces-dir and
+    --dashboards-dir under its tmp_path. The defaults point (through roseprof's environment variables, which
+    subprocesses inherit) into this session's own temporary folder, so a test that forgets is caught there, and a
+    user's `make demo` into the checkout's traces/ and dashboards/ while the suite runs is neither blamed nor
+    touched."""
+    root = tmp_path_factory.mktemp("roseprof-defaults")
+    saved = {key: os.environ.get(key) for key in DEFAULT_DIRS}
+    for key, name in DEFAULT_DIRS.items():
+        os.environ[key] = str(root / name)
     yield
-    new = sorted(str(p) for p in _entries(roots) - before)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    new = sorted(
+        str(p) for name in DEFAULT_DIRS.values() if (root / name).is_dir() for p in (root / name).iterdir()
+    )
     if new:
         pytest.fail(
-            f"tests wrote outside their temporary folders: {', '.join(new[:5])}"
+            f"tests wrote into roseprof's default folders: {', '.join(new[:5])}"
             + (f" and {len(new) - 5} more" if len(new) > 5 else "")
             + " (pass --traces-dir and --dashboards-dir under tmp_path)",
             pytrace=False,

@@ -1,6 +1,7 @@
 """`roseprof import / ls / show` over the run store, as a user runs them."""
 
 import json
+import os
 import shutil
 import sqlite3
 import threading
@@ -157,3 +158,16 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
 def test_usage_errors_exit_2(args):
     proc = roseprof(*args)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_the_suites_default_folders_are_its_own(tmp_path_factory):
+    """A test that forgets --traces-dir lands in the session's own folder, where the session's guard looks; a user's
+    `make demo` into the checkout's traces/ and dashboards/ while the suite runs is not the suite's business (the
+    guard once failed the whole suite for dashboards a user wrote from the same checkout)."""
+    from pathlib import Path
+
+    base = Path(tmp_path_factory.getbasetemp()).resolve()
+    for key in ("ROSEPROF_TRACES_DIR", "ROSEPROF_DASHBOARDS_DIR"):
+        assert base in Path(os.environ[key]).resolve().parents
+    listed = roseprof("ls", "--json")  # no --traces-dir: the default, from the environment
+    assert listed.returncode == 0, listed.stderr

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
-from tests.helpers import assert_one_line_error, engine_command, roseprof
+from tests.helpers import assert_one_line_error, engine_command, roseprof, stderr_lines
 
 pytestmark = pytest.mark.nsys
 
@@ -127,7 +127,7 @@ def test_program_without_nvtx_is_one_line_and_stores_nothing(tmp_path):
     assert proc.stdout.splitlines() == [
         "hello"
     ]  # the program's output passes through, nsys' own lines do not
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    lines = stderr_lines(proc)
     assert lines[0] == "to stderr" and len(lines) == 2, proc.stderr
     assert lines[1].startswith("roseprof: error: ") and "recorded no range, mark or GPU op" in lines[1]
     assert not (tmp_path / "t").exists() or list((tmp_path / "t").iterdir()) == []
