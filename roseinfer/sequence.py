@@ -48,6 +48,9 @@ class Sequence:
     token_ns: list[int] = field(default_factory=list)
     token_step: list[int] = field(default_factory=list)
     preemptions: int = 0
+    # The caller's id for this request (the server's response id), carried into the step log's request record so
+    # a client's tokens join the server's steps; None where the caller has none (LLM.generate, the benchmarks).
+    request_id: str | None = None
 
     def forget_table_row(self) -> None:
         """The block lists changed other than by appending: the cached block-table row is rebuilt next step."""
