@@ -105,16 +105,17 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
-    def abort(self, seq: Sequence) -> None:
-        """Drop a request between steps (its client went away): it leaves the queue or the batch and its blocks
-        are freed. A step in flight that computed its token is read and the token discarded, as for an EOS."""
+    def abort(self, seq: Sequence, reason: str = "abort") -> None:
+        """Drop a request between steps (its client went away, or a stop string ended it: `reason`): it leaves the
+        queue or the batch and its blocks are freed. A step in flight that computed its token is read and the token
+        discarded, as for an EOS."""
         if seq.status is Status.FINISHED:
             return
         if seq.status is Status.WAITING:
             self.scheduler.waiting.remove(seq)
-            seq.status, seq.finish_reason = Status.FINISHED, "abort"
+            seq.status, seq.finish_reason = Status.FINISHED, reason
         else:
-            self.scheduler.finish(seq, "abort")
+            self.scheduler.finish(seq, reason)
         self._log_request(seq)
 
     # -- steps ---------------------------------------------------------------------------------------------------
