@@ -157,6 +157,8 @@ class EngineBridge:
                 if self._stop and not engine.has_unfinished():
                     break
                 if not engine.has_unfinished():
+                    if engine.steplog is not None:
+                        engine.steplog.flush()  # idle: readers of the step log see every finished request
                     self._wake.wait()
                     self._wake.clear()
                     continue
@@ -167,6 +169,8 @@ class EngineBridge:
             message = f"engine failed: {type(e).__name__}: {e}".splitlines()[0]
             self.loop.call_soon_threadsafe(self._fail, message)
         finally:
+            if self.engine is not None and self.engine.steplog is not None:
+                self.engine.steplog.flush()
             self.loop.call_soon_threadsafe(self._thread_ended)
 
     def _on_token(self, seq: Sequence, tok: int) -> None:

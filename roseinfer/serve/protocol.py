@@ -81,7 +81,7 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: StrictStr | TokenIds | list[StrictStr] | list[TokenIds] = Field(
+    prompt: StrictStr | TokenIds | list[StrictStr | TokenIds] = Field(
         description="a string, a list of token ids, or a list of either (one choice each)"
     )
     echo: StrictBool = False
