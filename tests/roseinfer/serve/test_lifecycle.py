@@ -1,0 +1,166 @@
+"""The server's life: bad command lines, the API key, a full queue, SIGTERM's drain, an engine failure."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import socket
+import subprocess
+import sys
+
+from tests.roseinfer.serve.conftest import REPO, ServerProcess, free_port
+
+# Every decode step sleeps this long (ms): requests stay in flight long enough to act on them mid-way.
+SLOW = {"ROSEINFER_TEST_SLEEP_REGION": "roseinfer.decode_step:20"}
+
+
+def _serve_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "roseinfer.serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_bad_model_and_port_in_use_are_one_line_exit_2():
+    out = _serve_cli("no-such-model", "--port", str(free_port()))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no-such-model" in out.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        out = _serve_cli("gpt2-tiny", "--port", str(taken.getsockname()[1]))
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "cannot listen" in out.stderr
+
+
+def test_python_m_roseinfer_serve_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "roseinfer", "serve", "--help"], capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0
+    for flag in ("--paged-attn", "--cuda-graph", "--max-batch-size", "--api-key", "--max-waiting"):
+        assert flag in out.stdout  # the engine flags come from the benchmarks' parser
+    assert "--num-requests" not in out.stdout
+
+
+def _open_stream(
+    server: ServerProcess, max_tokens: int
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A streaming request whose first event has arrived (so it is in the engine)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    body = {"prompt": "x", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.readline().startswith(b"data: ")
+    return conn, resp
+
+
+def _rest_of_stream(resp: http.client.HTTPResponse) -> list:
+    events = []
+    for line in resp:
+        if line.startswith(b"data: "):
+            payload = line[6:].strip()
+            events.append(payload.decode() if payload == b"[DONE]" else json.loads(payload))
+    return events
+
+
+def test_api_key_guards_every_route_but_health():
+    s = ServerProcess("--api-key", "sesame").wait_ready()
+    try:
+        assert s.get("/health")[0] == 200
+        for path in ("/v1/models", "/metrics", "/version"):
+            status, _, body = s.get(path)
+            assert status == 401 and body["error"]["type"] == "authentication_error"
+            assert s.get(path, headers={"Authorization": "Bearer wrong"})[0] == 401
+            assert s.get(path, headers={"Authorization": "Bearer sesame"})[0] == 200
+        assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 401
+        ok = s.post(
+            "/v1/completions", {"prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer sesame"}
+        )
+        assert ok[0] == 200
+    finally:
+        s.stop()
+
+
+def test_full_queue_is_a_503_with_retry_after():
+    s = ServerProcess("--max-batch-size", "1", "--max-waiting", "1", env=SLOW).wait_ready()
+    try:
+        running = _open_stream(s, 300)  # in the batch (its first token is out)
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        conn.request(
+            "POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 2, "stream": True}),
+            {"Content-Type": "application/json"},
+        )  # fmt: skip
+        assert conn.getresponse().status == 200  # admitted to the queue (its headers leave once it is)
+        # The batch holds one sequence, so that one waits; one more is past --max-waiting 1.
+        status, headers, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert status == 503
+        assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1"
+        assert body["error"]["code"] == "queue_full"
+        running[0].close()
+        conn.close()
+    finally:
+        s.stop()
+
+
+def test_sigterm_drains_in_flight_requests_then_exits_0():
+    s = ServerProcess(env=SLOW).wait_ready()
+    try:
+        conn, resp = _open_stream(s, 40)
+        s.signal(signal.SIGTERM)
+        # Draining: new requests get 503 and /health says so, while the stream in flight runs to its end.
+        status, _, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert status == 503 and "shutting down" in body["error"]["message"]
+        assert s.get("/health")[0] == 503
+        events = _rest_of_stream(resp)
+        assert events[-1] == "[DONE]"
+        assert events[-2]["choices"][0]["finish_reason"] == "length"
+        conn.close()
+        assert s.wait(60) == 0
+    finally:
+        s.stop()
+
+
+def test_drain_timeout_ends_what_is_left_and_exits_0():
+    s = ServerProcess("--drain-timeout", "0.5", env=SLOW).wait_ready()
+    try:
+        conn, resp = _open_stream(s, 900)  # ~18 s of steps: far past the drain timeout
+        s.signal(signal.SIGINT)
+        _rest_of_stream(resp)  # the stream ends (cut) rather than running for its 900 tokens
+        conn.close()
+        assert s.wait(60) == 0
+    finally:
+        s.stop()
+
+
+def test_engine_failure_fails_requests_and_exits_nonzero():
+    s = ServerProcess(env={**SLOW, "ROSEINFER_TEST_FAIL_STEP": "5"}).wait_ready()
+    try:
+        conn, resp = _open_stream(s, 50)
+        events = _rest_of_stream(resp)
+        assert "error" in events[-1] and "injected engine failure" in events[-1]["error"]["message"]
+        assert "[DONE]" not in events
+        conn.close()
+        assert s.wait(60) == 1
+        assert "injected engine failure" in "".join(s.stderr)
+    finally:
+        s.stop()
+
+
+def test_engine_failure_answers_a_waiting_request_500():
+    s = ServerProcess(env={**SLOW, "ROSEINFER_TEST_FAIL_STEP": "5"}).wait_ready()
+    try:
+        status, _, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 50, "ignore_eos": True})
+        assert status == 500
+        assert body["error"]["code"] == "engine_failed"
+        assert "\n" not in body["error"]["message"]
+        assert s.wait(60) == 1
+    finally:
+        s.stop()
