@@ -68,17 +68,27 @@ class Limits:
         length = next((v for k, v in headers if k == b"content-length"), None)
         if length is not None and (not length.isdigit() or int(length) > s.max_body_bytes):
             return await _send_error(send, 413, f"request body over {s.max_body_bytes} bytes")
+        # Read the body here, up to the limit, so an oversized one is refused with 413 before any parsing (a
+        # chunked body has no Content-Length to judge by), then hand it on.
+        body, more = [], True
         received = 0
-
-        async def limited_receive():
-            nonlocal received
+        while more and scope["method"] in ("POST", "PUT", "PATCH"):
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return
             received += len(message.get("body", b""))
             if received > s.max_body_bytes:
-                raise APIError(413, f"request body over {s.max_body_bytes} bytes")
-            return message
+                return await _send_error(send, 413, f"request body over {s.max_body_bytes} bytes")
+            body.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        if not body:
+            return await self.app(scope, receive, send)
+        pending = [{"type": "http.request", "body": b"".join(body), "more_body": False}]
 
-        return await self.app(scope, limited_receive, send)
+        async def replay():
+            return pending.pop() if pending else await receive()
+
+        return await self.app(scope, replay, send)
 
 
 async def _send_error(send, status: int, message: str) -> None:
