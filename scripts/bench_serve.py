@@ -118,6 +118,7 @@ class Server:
         cmd = [sys.executable, "-m", "roseinfer.serve", args.model, "--port", str(port), *engine_flags(args)]
         if not metrics:
             cmd.append("--no-metrics")
+        cmd += args.server_flag
         env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.port = port
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -211,6 +212,12 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="measured runs per case")
     p.add_argument(
         "--engine-flag", action="append", default=[], help="extra engine flag for both sides (repeat)"
+    )
+    p.add_argument(
+        "--server-flag",
+        action="append",
+        default=[],
+        help="extra flag for the server only, e.g. --switch-interval=0.005",
     )
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args()

@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-metrics", action="store_true", help="no /metrics and no metric bookkeeping in the engine loop"
     )
     p.add_argument("--log-requests", action="store_true", help="log one line per request")
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0002,
+        metavar="S",
+        help="Python's GIL switch interval while serving (default 0.0002 s; Python's is 0.005): how long the "
+        "engine thread may wait for the GIL while the HTTP side runs Python code",
+    )
     engine = p.add_argument_group("engine options (as the benchmarks take them)")
     for action in bench_options.build_parser("", "", "offline")._actions:
         if action.dest not in BENCH_ONLY:
@@ -72,7 +80,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("port", "max_waiting", "max_body_bytes", "max_headers"):
         if getattr(args, name) < (0 if name == "port" else 1):
             p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
-    for name in ("request_timeout", "drain_timeout"):
+    for name in ("request_timeout", "drain_timeout", "switch_interval"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     args.device = args.device or bench_options.default_device()
@@ -118,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         return _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     _raise_open_files_limit()
+    # The engine thread and the event loop share the GIL: with Python's default 5 ms interval a step that wants
+    # it back while the loop writes SSE chunks could wait 5 ms, several decode steps on a GPU.
+    sys.setswitchinterval(args.switch_interval)
     from roseinfer.serve.server import serve
 
     return asyncio.run(serve(args, cfg, model_cfg, sock, chat_template))
