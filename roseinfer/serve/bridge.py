@@ -55,7 +55,7 @@ class Job:
 class EngineBridge:
     def __init__(
         self,
-        build_engine: Callable[[], object],
+        build_engine: Callable[[], tuple[object, object, Callable[[], None]]],
         metrics: ServerMetrics | None,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
@@ -63,6 +63,8 @@ class EngineBridge:
         self.metrics = metrics
         self.loop = loop
         self.engine = None
+        self.workers = None  # tensor parallelism: ranks 1..N-1 (roseinfer.workers.Workers), told every step
+        self._ops: list[tuple] = []  # with workers: the adds and aborts applied since the last step, in order
         self.state = STARTING
         self.failure: str | None = None
         self.ready = asyncio.Event()  # set (on the loop) when the engine is built, or failed to be
@@ -76,6 +78,7 @@ class EngineBridge:
         self._owner: dict[int, tuple[Job, Choice]] = {}  # engine sequence id -> its job and choice
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
         self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
+        self._close: Callable[[], None] = lambda: None  # stops the ranks the engine's builder started
         self._thread = threading.Thread(target=self._run, name="roseinfer-engine", daemon=True)
 
     # -- event loop side -----------------------------------------------------------------------------------------
@@ -148,7 +151,8 @@ class EngineBridge:
     # -- engine thread -------------------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
-            self.engine = engine = self._build_engine()
+            engine, self.workers, self._close = self._build_engine()
+            self.engine = engine
             engine.on_token = self._on_token
             self.state = READY
             self.loop.call_soon_threadsafe(self._set_ready)
@@ -162,6 +166,9 @@ class EngineBridge:
                     self._wake.wait()
                     self._wake.clear()
                     continue
+                if self.workers is not None:
+                    self.workers.send_step(self._ops)
+                    self._ops = []
                 start_ns = tracing.now_ns()
                 finished = engine.step()
                 self._publish(start_ns, finished)
@@ -171,6 +178,10 @@ class EngineBridge:
         finally:
             if self.engine is not None and self.engine.steplog is not None:
                 self.engine.steplog.flush()
+            try:
+                self._close()  # no rank process left behind, however the loop ended
+            except Exception:  # noqa: BLE001 - already failing or stopping; the ranks are killed if stuck
+                pass
             self.loop.call_soon_threadsafe(self._thread_ended)
 
     def _on_token(self, seq: Sequence, tok: int) -> None:
@@ -184,6 +195,8 @@ class EngineBridge:
                 for choice in job.choices:
                     seq = engine.add_request(choice.prompt_ids, job.params, job.arrival_ns, request_id=job.id)
                     job.seqs.append(seq)
+                    if self.workers is not None:
+                        self._ops.append(("add", choice.prompt_ids, job.params, job.id))
                     self._owner[seq.id] = (job, choice)
             else:
                 index, reason = abort_args
@@ -191,6 +204,8 @@ class EngineBridge:
                 for seq in job.seqs if index is None else job.seqs[index : index + 1]:
                     if seq.id in self._owner:
                         engine.abort(seq, reason)
+                        if self.workers is not None:
+                            self._ops.append(("abort", seq.id, reason))
                         finishes.append(self._forget(seq))
                 if finishes:
                     self.loop.call_soon_threadsafe(self._deliver, [], finishes)

@@ -107,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, KeyError) as e:
         return _fail(str(e))
     if args.tensor_parallel_size > 1:
-        return _fail(
-            "--tensor-parallel-size > 1 is not supported by the server yet (the workers run whole batches)"
-        )
+        from roseinfer.sharding import check_ranks
+
+        try:
+            check_ranks(args.model, args.tensor_parallel_size, args.device)
+        except ValueError as e:
+            return _fail(str(e))
     try:
         cfg = bench_options.engine_config(args)
     except (ValueError, TypeError) as e:

@@ -4,6 +4,7 @@ and SIGINT (drain, then exit 0), an engine failure (exit 1)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -38,6 +39,20 @@ class Server(uvicorn.Server):
         self.on_signal()
 
 
+def build_engine(model: str, cfg: EngineConfig):
+    """(rank 0's engine, the other ranks' Workers or None, a function that stops them). With tensor parallelism
+    `LLM` starts the ranks as it does for `generate`; the bridge then tells them each step's adds and aborts."""
+    if cfg.tensor_parallel_size == 1:
+        from roseinfer.engine import Engine
+
+        return Engine(model, cfg), None, lambda: None
+    from roseinfer.llm import LLM
+
+    options = dataclasses.asdict(cfg)
+    llm = LLM(model, device=options.pop("device"), **options)
+    return llm.engine, llm.workers, llm.close
+
+
 def _model_name(args) -> str:
     if args.served_model_name:
         return args.served_model_name
@@ -47,13 +62,12 @@ def _model_name(args) -> str:
 async def serve(
     args, cfg: EngineConfig, model_cfg: ModelConfig, sock: socket.socket, chat_template: str | None
 ) -> int:
-    from roseinfer.engine import Engine
     from roseinfer.tokenizer import load_tokenizer
 
     loop = asyncio.get_running_loop()
     name = _model_name(args)
     metrics = None if args.no_metrics else ServerMetrics(name)
-    bridge = EngineBridge(lambda: Engine(args.model, cfg), metrics, loop)
+    bridge = EngineBridge(lambda: build_engine(args.model, cfg), metrics, loop)
     settings = ServeSettings(
         model_name=name,
         vocab_size=model_cfg.vocab_size,
