@@ -223,7 +223,11 @@ class Completer:
                 "context_length_exceeded",
             )
         return SamplingParams(
-            max_new_tokens=max_tokens, temperature=float(body.temperature), ignore_eos=body.ignore_eos
+            max_new_tokens=max_tokens,
+            temperature=float(body.temperature),
+            ignore_eos=body.ignore_eos,
+            top_p=float(body.top_p),
+            seed=body.seed,
         )
 
     def _admit(self, prompts: list[list[int]], params: SamplingParams) -> Job:

@@ -59,14 +59,6 @@ class _Sampling(BaseModel):
             raise APIError(400, f"temperature must be between 0 and 2, got {self.temperature}", "temperature")
         if not 0 < self.top_p <= 1:
             raise APIError(400, f"top_p must be in (0, 1], got {self.top_p}", "top_p")
-        if self.top_p != 1 and self.temperature != 0:
-            raise APIError(
-                400, "top_p < 1 is not implemented: the engine samples from the full distribution", "top_p"
-            )
-        if self.seed is not None and self.temperature != 0:
-            raise APIError(
-                400, "seed is not implemented: sampling uses the engine's one seeded generator", "seed"
-            )
         if self.stream_options is not None and not self.stream:
             raise APIError(400, "stream_options needs stream: true", "stream_options")
 

@@ -202,3 +202,17 @@ def test_malformed_json_is_a_400(server):
         status, _, out = server.post("/v1/completions", raw)
         assert status == 400, (raw, out)
         assert set(out["error"]) == {"message", "type", "param", "code"}
+
+
+def test_seed_repeats_a_sampled_answer_and_a_tiny_top_p_is_greedy(server):
+    def tokens(**sampling) -> list[int]:
+        body = {"prompt": "sample", "max_tokens": 12, "ignore_eos": True, **sampling}
+        status, _, out = server.post("/v1/completions", body)
+        assert status == 200, out
+        return out["choices"][0]["token_ids"]
+
+    seeded = tokens(temperature=1.0, seed=7)
+    assert tokens(temperature=1.0, seed=7) == seeded
+    assert tokens(temperature=1.0, seed=8) != seeded
+    # The nucleus of 1e-6 holds only the most likely token: sampling it is greedy decoding.
+    assert tokens(temperature=1.0, top_p=1e-6, seed=3) == tokens(temperature=0)
