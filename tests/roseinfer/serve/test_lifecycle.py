@@ -50,12 +50,14 @@ def test_python_m_roseinfer_serve_help():
 
 
 def _open_stream(
-    server: ServerProcess, max_tokens: int
+    server: ServerProcess, max_tokens: int, headers: dict | None = None
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """A streaming request whose first event has arrived (so it is in the engine)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     body = {"prompt": "x", "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
-    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json", **(headers or {})}
+    )
     resp = conn.getresponse()
     assert resp.status == 200
     assert resp.readline().startswith(b"data: ")
@@ -71,41 +73,35 @@ def _rest_of_stream(resp: http.client.HTTPResponse) -> list:
     return events
 
 
-def test_api_key_guards_every_route_but_health():
-    s = ServerProcess("--api-key", "sesame").wait_ready()
+def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503():
+    key = {"Authorization": "Bearer sesame"}
+    s = ServerProcess(
+        "--api-key", "sesame", "--max-batch-size", "1", "--max-waiting", "1", env=SLOW
+    ).wait_ready()
     try:
         assert s.get("/health")[0] == 200
         for path in ("/v1/models", "/metrics", "/version"):
             status, _, body = s.get(path)
             assert status == 401 and body["error"]["type"] == "authentication_error"
             assert s.get(path, headers={"Authorization": "Bearer wrong"})[0] == 401
-            assert s.get(path, headers={"Authorization": "Bearer sesame"})[0] == 200
+            assert s.get(path, headers=key)[0] == 200
         assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 401
-        ok = s.post(
-            "/v1/completions", {"prompt": "x", "max_tokens": 2}, headers={"Authorization": "Bearer sesame"}
-        )
-        assert ok[0] == 200
-    finally:
-        s.stop()
+        assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, headers=key)[0] == 200
 
-
-def test_full_queue_is_a_503_with_retry_after():
-    s = ServerProcess("--max-batch-size", "1", "--max-waiting", "1", env=SLOW).wait_ready()
-    try:
-        running = _open_stream(s, 300)  # in the batch (its first token is out)
-        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
-        conn.request(
-            "POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 2, "stream": True}),
-            {"Content-Type": "application/json"},
-        )  # fmt: skip
-        assert conn.getresponse().status == 200  # admitted to the queue (its headers leave once it is)
-        # The batch holds one sequence, so that one waits; one more is past --max-waiting 1.
-        status, headers, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})
+        running = _open_stream(s, 300, key)  # in the batch of one (its first token is out)
+        waiting = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+        body = json.dumps({"prompt": "x", "max_tokens": 2, "stream": True})
+        waiting.request("POST", "/v1/completions", body, {"Content-Type": "application/json", **key})
+        assert (
+            waiting.getresponse().status == 200
+        )  # queued (its headers leave once it is admitted to the queue)
+        # One more is past --max-waiting 1.
+        status, headers, out = s.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, headers=key)
         assert status == 503
         assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1"
-        assert body["error"]["code"] == "queue_full"
+        assert out["error"]["code"] == "queue_full"
         running[0].close()
-        conn.close()
+        waiting.close()
     finally:
         s.stop()
 

@@ -115,14 +115,14 @@ def test_prometheus_scrapes_a_ttft_median_that_brackets_the_clients(tmp_path):
     prom, base = _prometheus(tmp_path, s.port)
     try:
         # Load: background streams decoding while the measured requests arrive one at a time.
-        background = [threading.Thread(target=_client_ttft, args=(s.port, 400)) for _ in range(3)]
+        background = [threading.Thread(target=_client_ttft, args=(s.port, 150)) for _ in range(3)]
         for t in background:
             t.start()
-        measured = [_client_ttft(s.port, 4) for _ in range(9)]
+        measured = [_client_ttft(s.port, 4) for _ in range(7)]
         for t in background:
             t.join(120)
         client_median = statistics.median(measured)
-        # Wait until Prometheus has scraped the final counts (12 requests' TTFTs).
+        # Wait until Prometheus has scraped the final counts (10 requests' TTFTs).
         count_query = "sum(roseinfer:time_to_first_token_seconds_count)"
         deadline = time.monotonic() + 60
         result = []
@@ -131,10 +131,10 @@ def test_prometheus_scrapes_a_ttft_median_that_brackets_the_clients(tmp_path):
                 result = _query(base, count_query)
             except OSError:
                 result = []
-            if result and float(result[0]["value"][1]) >= 12:
+            if result and float(result[0]["value"][1]) > 9:
                 break
             time.sleep(0.5)
-        assert result and float(result[0]["value"][1]) >= 12, "Prometheus did not scrape the server"
+        assert result and float(result[0]["value"][1]) > 9, "Prometheus did not scrape the server"
         median = _query(
             base, "histogram_quantile(0.5, sum by (le) (roseinfer:time_to_first_token_seconds_bucket))"
         )
