@@ -125,9 +125,21 @@ def steplog_path(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("serve") / "steps.jsonl"
 
 
+CHAT_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+
+
 @pytest.fixture(scope="package")
 def server(steplog_path):
-    """One gpt2-tiny server the read-mostly tests share (with a step log, for the request-id join)."""
-    s = ServerProcess("--max-batch-size", "8", env={"ROSEINFER_STEP_LOG": str(steplog_path)}).wait_ready()
+    """One gpt2-tiny server the read-mostly tests share (with a step log, for the request-id join, and a chat
+    template)."""
+    template = steplog_path.parent / "chat.jinja"
+    template.write_text(CHAT_TEMPLATE)
+    s = ServerProcess(
+        "--max-batch-size",
+        "8",
+        "--chat-template",
+        str(template),
+        env={"ROSEINFER_STEP_LOG": str(steplog_path)},
+    ).wait_ready()
     yield s
     s.stop()

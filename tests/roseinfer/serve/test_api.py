@@ -146,10 +146,29 @@ def test_models_health_version(server, client):
     assert status == 200 and body["version"]
 
 
-def test_chat_without_template_is_a_400_saying_so(client):
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="gpt2-tiny", messages=[{"role": "user", "content": "hi"}])
-    assert "chat template" in e.value.body["message"]
+def test_chat_completions_render_the_template(client, server):
+    messages = [{"role": "user", "content": "hi"}]
+    with LLM("gpt2-tiny", max_batch_size=8) as llm:
+        expected = llm.generate("user: hi\nassistant:", SamplingParams(max_new_tokens=6, ignore_eos=True))[0]
+    r = client.chat.completions.create(
+        model="gpt2-tiny", messages=messages, max_tokens=6, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert r.object == "chat.completion" and r.choices[0].message.role == "assistant"
+    assert r.choices[0].model_extra["token_ids"] == expected.token_ids
+    assert r.usage.prompt_tokens == len(expected.prompt_token_ids)
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt2-tiny",
+            messages=messages,
+            max_tokens=6,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [t for c in chunks for t in c.choices[0].model_extra["token_ids"]] == expected.token_ids
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == r.choices[0].message.content
 
 
 def _error(server, body, status: int, param=None) -> dict:

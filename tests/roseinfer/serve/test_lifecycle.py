@@ -87,6 +87,11 @@ def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503():
             assert s.get(path, headers=key)[0] == 200
         assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 401
         assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2}, headers=key)[0] == 200
+        # Without --chat-template: GPT-2 ships none, and the answer says so.
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        status, _, out = s.post("/v1/chat/completions", chat, headers=key)
+        assert status == 400 and out["error"]["code"] == "no_chat_template"
+        assert "--chat-template" in out["error"]["message"]
 
         running = _open_stream(s, 300, key)  # in the batch of one (its first token is out)
         waiting = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
