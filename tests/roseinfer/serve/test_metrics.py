@@ -91,9 +91,10 @@ def _query(base: str, promql: str) -> list:
     return body["data"]["result"]
 
 
-def _client_ttft(port: int, max_tokens: int) -> float:
-    """Seconds from sending a streamed request to its first token, as the client sees it."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def _stream(port: int, max_tokens: int, first_token: threading.Event | None = None, stop=None) -> float:
+    """A streamed request; returns the seconds from sending it to its first token, as the client sees them. With
+    `stop`, it hangs up once that is set (a background load that lasts as long as the test needs it)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     body = json.dumps({"prompt": "ttft", "max_tokens": max_tokens, "stream": True, "ignore_eos": True})
     start = time.monotonic()
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -102,6 +103,10 @@ def _client_ttft(port: int, max_tokens: int) -> float:
     for line in resp:
         if first is None and line.startswith(b"data: {") and b'"token_ids":[' in line:
             first = time.monotonic() - start
+            if first_token is not None:
+                first_token.set()
+        if stop is not None and stop.is_set():
+            break
     conn.close()
     return first
 
@@ -110,19 +115,26 @@ def _client_ttft(port: int, max_tokens: int) -> float:
     shutil.which("prometheus") is None, reason="prometheus missing (scripts/install-prometheus.sh)"
 )
 def test_prometheus_scrapes_a_ttft_median_that_brackets_the_clients(tmp_path):
-    # Every prefill sleeps 150 ms, so TTFT sits well inside the (0.1, 0.25] bucket whatever the box's speed.
-    s = ServerProcess(env={"ROSEINFER_TEST_SLEEP_REGION": "roseinfer.prefill:150"}).wait_ready()
+    # Every prefill sleeps 1.3 s, so TTFT sits inside the wide (1.0, 2.5] bucket whatever the box's speed and
+    # whatever the client's own overhead (up to a second here) adds.
+    s = ServerProcess(env={"ROSEINFER_TEST_SLEEP_REGION": "roseinfer.prefill:1300"}).wait_ready()
     prom, base = _prometheus(tmp_path, s.port)
     try:
-        # Load: background streams decoding while the measured requests arrive one at a time.
-        background = [threading.Thread(target=_client_ttft, args=(s.port, 150)) for _ in range(3)]
+        # Load: background streams decoding (started first, so no measured request queues behind their prefill)
+        # while the measured requests arrive one at a time.
+        stop = threading.Event()
+        started = [threading.Event() for _ in range(3)]
+        background = [threading.Thread(target=_stream, args=(s.port, 1000, e, stop)) for e in started]
         for t in background:
             t.start()
-        measured = [_client_ttft(s.port, 4) for _ in range(7)]
+        for e in started:
+            assert e.wait(120), "a background stream did not start"
+        measured = [_stream(s.port, 4) for _ in range(7)]
+        stop.set()
         for t in background:
             t.join(120)
         client_median = statistics.median(measured)
-        # Wait until Prometheus has scraped the final counts (10 requests' TTFTs).
+        # Wait until Prometheus has scraped the final counts (10 requests' TTFTs: 7 measured, 3 background).
         count_query = "sum(roseinfer:time_to_first_token_seconds_count)"
         deadline = time.monotonic() + 60
         result = []
