@@ -44,6 +44,7 @@ class ServeSettings:
     max_headers: int = 100
     chat_template: str | None = None  # Jinja source
     log_requests: bool = False
+    stall_s: float = 60.0  # /health fails while one engine step has run longer than this
 
 
 class Limits:
@@ -140,8 +141,11 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
 
     @app.get("/health")
     async def health():
-        if bridge.state == READY:
+        stalled = bridge.stalled_s()
+        if bridge.state == READY and stalled <= settings.stall_s:
             return {"status": "ok"}
+        if bridge.state == READY:
+            return JSONResponse(error_body(503, f"engine stalled: one step has run for {stalled:.0f} s"), 503)
         message = f"engine {bridge.state}" + (f": {bridge.failure}" if bridge.failure else "")
         return JSONResponse(error_body(503, message), status_code=503)
 

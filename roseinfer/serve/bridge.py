@@ -78,6 +78,9 @@ class EngineBridge:
         self._owner: dict[int, tuple[Job, Choice]] = {}  # engine sequence id -> its job and choice
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
         self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
+        # The step running: its start (0 when none). /health reports a step that has run for too long (a hung
+        # collective or device) as a stalled engine.
+        self.step_started_ns = 0
         self._close: Callable[[], None] = lambda: None  # stops the ranks the engine's builder started
         self._thread = threading.Thread(target=self._run, name="roseinfer-engine", daemon=True)
 
@@ -109,6 +112,11 @@ class EngineBridge:
     def num_waiting(self) -> int:
         engine = self.engine
         return (len(engine.scheduler.waiting) if engine is not None else 0) + self.num_submitted_not_added()
+
+    def stalled_s(self) -> float:
+        """Seconds the step now running has taken (0 when none runs)."""
+        started = self.step_started_ns
+        return (tracing.now_ns() - started) / 1e9 if started else 0.0
 
     def drain(self) -> None:
         if self.state == READY:
@@ -169,8 +177,9 @@ class EngineBridge:
                 if self.workers is not None:
                     self.workers.send_step(self._ops)
                     self._ops = []
-                start_ns = tracing.now_ns()
+                start_ns = self.step_started_ns = tracing.now_ns()
                 finished = engine.step()
+                self.step_started_ns = 0
                 self._publish(start_ns, finished)
         except BaseException as e:  # noqa: BLE001 - every open request is told, in one line
             message = f"engine failed: {type(e).__name__}: {e}".splitlines()[0]

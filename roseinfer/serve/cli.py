@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests in flight"
     )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        help="seconds one engine step may run before /health fails",
+    )
     p.add_argument("--max-body-bytes", type=int, default=1 << 20)
     p.add_argument("--max-headers", type=int, default=100)
     p.add_argument(
@@ -80,7 +86,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("port", "max_waiting", "max_body_bytes", "max_headers"):
         if getattr(args, name) < (0 if name == "port" else 1):
             p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
-    for name in ("request_timeout", "drain_timeout", "switch_interval"):
+    for name in ("request_timeout", "drain_timeout", "switch_interval", "stall_timeout"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     args.device = args.device or bench_options.default_device()

@@ -79,6 +79,7 @@ async def serve(
         max_headers=args.max_headers,
         chat_template=chat_template,
         log_requests=args.log_requests,
+        stall_s=args.stall_timeout,
     )
     registry = registry_for(metrics, bridge) if metrics is not None else None
     app = create_app(bridge, load_tokenizer(args.model), settings, registry)

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 from tests.roseinfer.serve.conftest import REPO, ServerProcess, free_port
 
@@ -163,5 +164,27 @@ def test_engine_failure_answers_a_waiting_request_500():
         assert body["error"]["code"] == "engine_failed"
         assert "\n" not in body["error"]["message"]
         assert s.wait(60) == 1
+    finally:
+        s.stop()
+
+
+def test_health_fails_while_a_step_runs_past_the_stall_timeout():
+    # Every decode step sleeps 1.5 s, past --stall-timeout 0.5: /health says so during a step.
+    s = ServerProcess(
+        "--stall-timeout", "0.5", env={"ROSEINFER_TEST_SLEEP_REGION": "roseinfer.decode_step:1500"}
+    )
+    s.wait_ready()
+    try:
+        conn, resp = _open_stream(s, 3)
+        seen = None
+        deadline = time.monotonic() + 60
+        while seen is None and time.monotonic() < deadline:
+            status, _, body = s.get("/health")
+            if status == 503:
+                seen = body["error"]["message"]
+            time.sleep(0.2)
+        assert seen is not None and "stalled" in seen
+        assert _rest_of_stream(resp)[-1] == "[DONE]"  # the slow steps still finish
+        conn.close()
     finally:
         s.stop()
