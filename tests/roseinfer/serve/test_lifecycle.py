@@ -112,9 +112,16 @@ def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503():
         s.stop()
 
 
-def test_sigterm_drains_in_flight_requests_then_exits_0():
-    s = ServerProcess(env=SLOW).wait_ready()
+def test_request_timeout_then_sigterm_drains_in_flight_requests_and_exits_0():
+    s = ServerProcess("--request-timeout", "3", env=SLOW).wait_ready()
     try:
+        # 500 steps of 20 ms: past --request-timeout 3, answered 408 and taken out of the engine.
+        status, _, body = s.post("/v1/completions", {"prompt": "x", "max_tokens": 500, "ignore_eos": True})
+        assert status == 408 and "timed out" in body["error"]["message"]
+        deadline = time.monotonic() + 30
+        while s.metric("roseinfer:num_requests_running") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.metric("roseinfer:num_requests_running") == 0
         conn, resp = _open_stream(s, 40)
         s.signal(signal.SIGTERM)
         # Draining: new requests get 503 and /health says so, while the stream in flight runs to its end.
