@@ -37,10 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
     )
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="Bearer key for every route but /health")
     p.add_argument(
-        "--api-key",
-        default=os.environ.get("ROSEINFER_API_KEY"),
-        help="Bearer key for every route but /health",
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read the key from FILE (not seen in `ps`, unlike --api-key)",
     )
     p.add_argument(
         "--max-waiting", type=int, default=1024, help="requests queued beyond the batch; more get 503"
@@ -123,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         cfg = bench_options.engine_config(args)
     except (ValueError, TypeError) as e:
         return _fail(str(e))
+    if args.api_key_file is not None:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as fh:
+                args.api_key = fh.read().strip()
+        except OSError as e:
+            return _fail(f"--api-key-file: {e.strerror}: {args.api_key_file}")
+        if not args.api_key:
+            return _fail(f"--api-key-file: {args.api_key_file} is empty")
     chat_template = None
     if args.chat_template is not None:
         try:

@@ -74,10 +74,11 @@ def _rest_of_stream(resp: http.client.HTTPResponse) -> list:
     return events
 
 
-def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503():
+def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503(tmp_path):
     key = {"Authorization": "Bearer sesame"}
+    (tmp_path / "key").write_text("sesame\n")
     s = ServerProcess(
-        "--api-key", "sesame", "--max-batch-size", "1", "--max-waiting", "1", env=SLOW
+        "--api-key-file", str(tmp_path / "key"), "--max-batch-size", "1", "--max-waiting", "1", env=SLOW
     ).wait_ready()
     try:
         assert s.get("/health")[0] == 200
