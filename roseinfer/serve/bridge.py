@@ -182,7 +182,8 @@ class EngineBridge:
                 self.step_started_ns = 0
                 self._publish(start_ns, finished)
         except BaseException as e:  # noqa: BLE001 - every open request is told, in one line
-            message = f"engine failed: {type(e).__name__}: {e}".splitlines()[0]
+            what = "engine failed" if self.engine is not None else "cannot build the engine"
+            message = f"{what}: {type(e).__name__}: {e}".splitlines()[0]
             self.loop.call_soon_threadsafe(self._fail, message)
         finally:
             if self.engine is not None and self.engine.steplog is not None:

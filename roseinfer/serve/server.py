@@ -135,5 +135,6 @@ async def serve(
         bridge.stop()
         await asyncio.wait([watcher], timeout=5)
     if bridge.state == FAILED:
-        exit_code = 1
+        # 2: the engine could not be built from these options (as for any bad command line); 1: it failed serving.
+        exit_code = 1 if bridge.engine is not None else 2
     return exit_code

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import torch
+
 from tests.roseinfer.serve.conftest import REPO, ServerProcess, free_port
 
 # Every decode step sleeps this long (ms): requests stay in flight long enough to act on them mid-way.
@@ -37,6 +39,12 @@ def test_bad_model_and_port_in_use_are_one_line_exit_2():
         out = _serve_cli("gpt2-tiny", "--port", str(taken.getsockname()[1]))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "cannot listen" in out.stderr
+    if (
+        not torch.cuda.is_available()
+    ):  # an engine that cannot be built from the options: the same, after the build
+        out = _serve_cli("gpt2-tiny", "--port", str(free_port()), "--device", "cuda")
+        assert out.returncode == 2
+        assert out.stderr.strip().count("\n") == 0 and "cannot build the engine" in out.stderr
 
 
 def test_python_m_roseinfer_serve_help():
