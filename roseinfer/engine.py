@@ -74,7 +74,11 @@ class Engine:
 
     # -- requests ------------------------------------------------------------------------------------------------
     def add_request(
-        self, prompt_ids: list[int], params: SamplingParams, arrival_ns: int | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        arrival_ns: int | None = None,
+        request_id: str | None = None,
     ) -> Sequence:
         mc = self.model_cfg
         if len(prompt_ids) == 0:
@@ -92,6 +96,7 @@ class Engine:
             prompt_ids=[int(t) for t in prompt_ids],
             params=params,
             arrival_ns=tracing.now_ns() if arrival_ns is None else arrival_ns,
+            request_id=request_id,
         )
         self._next_id += 1
         self.scheduler.add(seq)
@@ -100,11 +105,28 @@ class Engine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def abort(self, seq: Sequence, reason: str = "abort") -> None:
+        """Drop a request between steps (its client went away, or a stop string ended it: `reason`): it leaves the
+        queue or the batch and its blocks are freed. A step in flight that computed its token is read and the token
+        discarded, as for an EOS."""
+        if seq.status is Status.FINISHED:
+            return
+        if seq.status is Status.WAITING:
+            self.scheduler.waiting.remove(seq)
+            seq.status, seq.finish_reason = Status.FINISHED, reason
+        else:
+            self.scheduler.finish(seq, reason)
+        self._log_request(seq)
+
     # -- steps ---------------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[Sequence]:
         """One scheduler step: admit and prefill what fits, then decode every running sequence once. With a step
         in flight (overlapped decode) that the next cannot follow on the device, read its tokens instead."""
+        if env.ENV.test_fail_step is not None and self.decode_steps >= env.ENV.test_fail_step:
+            raise RuntimeError(
+                f"injected engine failure at decode step {self.decode_steps} (ROSEINFER_TEST_FAIL_STEP)"
+            )
         finished: list[Sequence] = []
         start_ns, prefill_ns = tracing.now_ns(), self.stats["prefill_ns"]
         with region(tracing.SCHEDULER_STEP):
@@ -234,6 +256,8 @@ class Engine:
                 "token_ns": seq.token_ns,
                 "token_step": seq.token_step,
                 "preemptions": seq.preemptions,
+                "request_id": seq.request_id,
+                "finish_reason": seq.finish_reason,
             }
         )
 

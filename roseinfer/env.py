@@ -17,6 +17,7 @@ from roseinfer.names import (
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
     ROSEINFER_TEST_BUSY_REGION,
+    ROSEINFER_TEST_FAIL_STEP,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TORCH_PROFILE,
@@ -71,6 +72,9 @@ class Env:
     # Tests only: `region:ms` makes every entry into that region spend ms milliseconds of CPU time in a busy loop
     # (the sleep above costs no CPU, which a diff judging regions by their CPU time cannot see).
     test_busy_region: tuple[str, float] | None
+    # Tests only: from this decode step index on, every engine step raises (a failed device or rank, as the
+    # server sees it: it must fail its requests, turn unhealthy and exit non-zero, never hang).
+    test_fail_step: int | None
     # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
     # or at exit; record_function spans are then on. The profiler advances once per decode step.
     torch_profile: str | None
@@ -122,6 +126,9 @@ def read() -> Env:
         test_busy_region=_sleep_region(ROSEINFER_TEST_BUSY_REGION),
         test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1)
         if os.environ.get(ROSEINFER_TEST_SLEEP_RANK)
+        else None,
+        test_fail_step=_int(ROSEINFER_TEST_FAIL_STEP, -1)
+        if os.environ.get(ROSEINFER_TEST_FAIL_STEP)
         else None,
         torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
         torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),

@@ -328,7 +328,14 @@ class ModelRunner:
     def _sample(
         self, logits: torch.Tensor, seqs: list[Sequence], greedy: torch.Tensor | None = None
     ) -> list[int]:
-        return sample(logits, [s.params.temperature for s in seqs], self.generator, greedy)
+        temperatures = [s.params.temperature for s in seqs]
+        if all(s.params.top_p == 1 and s.params.seed is None for s in seqs):
+            return sample(logits, temperatures, self.generator, greedy)
+        for s in seqs:
+            if s.params.seed is not None and s.generator is None:
+                s.generator = torch.Generator(device=logits.device).manual_seed(s.params.seed)
+        top_ps, generators = [s.params.top_p for s in seqs], [s.generator for s in seqs]
+        return sample(logits, temperatures, self.generator, greedy, top_ps, generators)
 
     # -- measurement hooks (scripts/bench_*.py) ------------------------------------------------------------------
     def time_parts(self, into: dict[str, list[int]]) -> None:

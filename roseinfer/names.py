@@ -74,6 +74,9 @@ ROSEINFER_TEST_BUSY_REGION = "ROSEINFER_TEST_BUSY_REGION"  # tests only: an inje
 ROSEINFER_TEST_SLEEP_RANK = (
     "ROSEINFER_TEST_SLEEP_RANK"  # tests only: the one rank that sleeps (all when unset)
 )
+ROSEINFER_TEST_FAIL_STEP = (
+    "ROSEINFER_TEST_FAIL_STEP"  # tests only: the engine's step raises from this decode step
+)
 ROSEINFER_TORCH_PROFILE = (
     "ROSEINFER_TORCH_PROFILE"  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
 )
@@ -93,6 +96,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
+    ROSEINFER_TEST_FAIL_STEP,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 

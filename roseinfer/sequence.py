@@ -14,12 +14,16 @@ class SamplingParams:
     max_new_tokens: int = 16
     temperature: float = 0.0  # 0 means greedy
     ignore_eos: bool = False  # keep generating after the end-of-sequence token
+    top_p: float = 1.0  # sample from the smallest set of tokens whose probability reaches top_p (1: all)
+    seed: int | None = None  # a generator of the request's own (None: the engine's seeded one)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
 
 
 class Status(enum.Enum):
@@ -48,6 +52,10 @@ class Sequence:
     token_ns: list[int] = field(default_factory=list)
     token_step: list[int] = field(default_factory=list)
     preemptions: int = 0
+    # The caller's id for this request (the server's response id), carried into the step log's request record so
+    # a client's tokens join the server's steps; None where the caller has none (LLM.generate, the benchmarks).
+    request_id: str | None = None
+    generator: torch.Generator | None = None  # with params.seed: the request's own, made at its first sample
 
     def forget_table_row(self) -> None:
         """The block lists changed other than by appending: the cached block-table row is rebuilt next step."""

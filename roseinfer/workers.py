@@ -39,6 +39,22 @@ def run_requests(engine: Engine, prompts: list[list[int]], params: SamplingParam
     return seqs
 
 
+def serve_step(engine: Engine, ops: list[tuple], served: dict[int, Sequence]) -> None:
+    """A worker's share of one `roseinfer serve` step: apply rank 0's adds and aborts in its order (so every
+    rank numbers and schedules the sequences alike), then step if anything is unfinished, as rank 0 does."""
+    for op in ops:
+        if op[0] == "add":
+            seq = engine.add_request(op[1], op[2], request_id=op[3])
+            served[seq.id] = seq
+        else:
+            seq = served.pop(op[1], None)
+            if seq is not None:
+                engine.abort(seq, op[2])
+    if engine.has_unfinished():
+        for seq in engine.step():
+            served.pop(seq.id, None)
+
+
 def _worker_main(model: str, options: dict, rank: int, world_size: int, port: int, conn: Connection) -> None:
     conn.send(("started", None))  # imported and running: rank 0 may now wait in the rendezvous
     os.environ["LOCAL_RANK"] = str(rank)
@@ -53,6 +69,7 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
         )
         engine = Engine(model, cfg)
         conn.send(("ready", None))
+        served: dict[int, Sequence] = {}  # roseinfer serve's requests on this rank, by sequence id
         while True:
             if not conn.poll(POLL_S):
                 if mp.parent_process() is not None and not mp.parent_process().is_alive():
@@ -61,6 +78,9 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
             command, payload = conn.recv()
             if command == "stop":
                 return
+            if command == "step":
+                serve_step(engine, payload, served)
+                continue
             run_requests(engine, *payload)
             if engine.steplog is not None:
                 engine.steplog.flush()  # the rank's log is complete when generate returns
@@ -129,6 +149,12 @@ class Workers:
         self.check_alive()
         for conn in self.conns:
             conn.send(("generate", (prompts, params)))
+
+    def send_step(self, ops: list[tuple]) -> None:
+        """`roseinfer serve`: the adds and aborts rank 0 applied before this step (see `serve_step`); no answer is
+        awaited, the step's collectives keep the ranks together."""
+        for conn in self.conns:
+            conn.send(("step", ops))
 
     def wait_done(self, timeout_s: float) -> None:
         for rank, conn in enumerate(self.conns, start=1):

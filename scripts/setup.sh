@@ -3,7 +3,8 @@
 #   a virtual environment in .venv with roseinfer/roseprof installed (editable) and the dev tools,
 #   Nsight Systems for CPU captures (scripts/install-nsys.sh),
 #   Nsight Compute's ncu for importing .ncu-rep reports (scripts/install-ncu.sh),
-#   and Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh).
+#   Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh),
+#   and Debian's Prometheus (prometheus, promtool) for the server's metrics tests (scripts/install-prometheus.sh).
 # Usage: scripts/setup.sh [--no-nsys] [--no-ncu] [--no-browser]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,4 +42,5 @@ fi
 if [ "$want_browser" = 1 ]; then
   bash scripts/install-chromium.sh
 fi
+bash scripts/install-prometheus.sh
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -1,0 +1,172 @@
+"""`roseinfer serve MODEL [engine options] [--host 127.0.0.1] [--port 8000] ...`, also `python -m roseinfer.serve`.
+
+The engine flags are the benchmarks' (roseinfer/bench/options.py defines them once): this parser takes every
+option of that parser but the ones that only shape a benchmark run. Bad input (an unknown model, a port in use)
+gets one line and exit code 2; an engine failure while serving exits 1; a SIGTERM or SIGINT drains (new requests
+get 503, those in flight finish within --drain-timeout) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import socket
+import sys
+
+from roseinfer.bench import options as bench_options
+
+PROG = "roseinfer serve"
+# The benchmark parser's options that describe a benchmark run, not the engine.
+BENCH_ONLY = {
+    "help", "hf_model_id", "prompt", "prompt_repeats", "num_requests", "max_new_tokens", "submit_interval_ms",
+    "mode", "pretok", "tokenize_workers", "warmup_runs", "repeat_runs", "compare_hf", "json", "no_stop_on_eos",
+}  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Serve a model over an OpenAI-compatible HTTP API.")
+    p.add_argument(
+        "model", metavar="MODEL", help="a checkpoint folder or a built-in name (gpt2, gpt2-tiny, ...)"
+    )
+    p.add_argument(
+        "--served-model-name", default=None, help="the model's name in the API (default: MODEL's name)"
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="Bearer key for every route but /health")
+    p.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="read the key from FILE (not seen in `ps`, unlike --api-key)",
+    )
+    p.add_argument(
+        "--max-waiting", type=int, default=1024, help="requests queued beyond the batch; more get 503"
+    )
+    p.add_argument("--request-timeout", type=float, default=600.0, help="seconds a request may take in all")
+    p.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for requests in flight"
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=60.0,
+        help="seconds one engine step may run before /health fails",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    p.add_argument("--max-headers", type=int, default=100)
+    p.add_argument(
+        "--chat-template", default=None, metavar="FILE", help="Jinja chat template for /v1/chat/completions"
+    )
+    p.add_argument(
+        "--no-metrics", action="store_true", help="no /metrics and no metric bookkeeping in the engine loop"
+    )
+    p.add_argument("--log-requests", action="store_true", help="log one line per request")
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0002,
+        metavar="S",
+        help="Python's GIL switch interval while serving (default 0.0002 s; Python's is 0.005): how long the "
+        "engine thread may wait for the GIL while the HTTP side runs Python code",
+    )
+    engine = p.add_argument_group("engine options (as the benchmarks take them)")
+    for action in bench_options.build_parser("", "", "offline")._actions:
+        if action.dest not in BENCH_ONLY:
+            engine._group_actions.append(action)
+            p._add_action(action)
+    return p
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
+    args = p.parse_args(argv)
+    for name in ("port", "max_waiting", "max_body_bytes", "max_headers"):
+        if getattr(args, name) < (0 if name == "port" else 1):
+            p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
+    for name in ("request_timeout", "drain_timeout", "switch_interval", "stall_timeout"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name.replace('_', '-')} must be > 0")
+    args.device = args.device or bench_options.default_device()
+    args.dtype = args.dtype or ("float16" if args.device.startswith("cuda") else "float32")
+    return args
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from roseinfer.config import BUILTIN_MODELS
+    from roseinfer.weights import resolve_model_config
+
+    if args.model not in BUILTIN_MODELS and not os.path.isdir(args.model):
+        return _fail(
+            f"MODEL {args.model!r} is neither a checkpoint folder nor a built-in name ({', '.join(BUILTIN_MODELS)})"
+        )
+    try:
+        model_cfg = resolve_model_config(args.model)
+    except (ValueError, OSError, KeyError) as e:
+        return _fail(str(e))
+    if args.tensor_parallel_size > 1:
+        from roseinfer.sharding import check_ranks
+
+        try:
+            check_ranks(args.model, args.tensor_parallel_size, args.device)
+        except ValueError as e:
+            return _fail(str(e))
+    try:
+        cfg = bench_options.engine_config(args)
+    except (ValueError, TypeError) as e:
+        return _fail(str(e))
+    if args.api_key_file is not None:
+        try:
+            with open(args.api_key_file, encoding="utf-8") as fh:
+                args.api_key = fh.read().strip()
+        except OSError as e:
+            return _fail(f"--api-key-file: {e.strerror}: {args.api_key_file}")
+        if not args.api_key:
+            return _fail(f"--api-key-file: {args.api_key_file} is empty")
+    chat_template = None
+    if args.chat_template is not None:
+        try:
+            with open(args.chat_template, encoding="utf-8") as fh:
+                chat_template = fh.read()
+        except OSError as e:
+            return _fail(f"--chat-template: {e.strerror}: {args.chat_template}")
+    try:
+        sock = socket.create_server((args.host, args.port), reuse_port=False)
+    except OSError as e:
+        return _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
+    _raise_open_files_limit()
+    # The engine thread and the event loop share the GIL: with Python's default 5 ms interval a step that wants
+    # it back while the loop writes SSE chunks could wait 5 ms, several decode steps on a GPU.
+    sys.setswitchinterval(args.switch_interval)
+    from roseinfer.serve.server import serve
+
+    return asyncio.run(serve(args, cfg, model_cfg, sock, chat_template))
+
+
+def _raise_open_files_limit() -> None:
+    """Each connection is a file descriptor: a thousand idle clients must not exhaust the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def roseinfer_main(argv: list[str] | None = None) -> int:
+    """The `roseinfer` command: `roseinfer serve ...` (the one subcommand so far)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: roseinfer serve MODEL [options]   (roseinfer serve --help for the options)")
+        return 0 if argv else 2
+    if argv[0] != "serve":
+        print(f"roseinfer: error: unknown command {argv[0]!r} (the commands: serve)", file=sys.stderr)
+        return 2
+    return main(argv[1:])

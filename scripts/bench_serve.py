@@ -1,0 +1,348 @@
+"""`roseinfer serve` against the offline engine, on the same machine in the same call (issue 47's speed goals).
+
+    python scripts/bench_serve.py --json /tmp/serve.json                      # GPU: gpt2, fp16, paged attn, graphs
+    python scripts/bench_serve.py --device cpu --model gpt2-tiny --quick      # CPU: tiny sizes, proves it runs
+
+Cases (prompt "x", ignore_eos, greedy; the server and `python -m roseinfer.benchmark_scheduler` get the same
+engine flags, batch and lengths):
+  - B=1 x 256 tokens streamed: TPOT as the client sees it (first to last token) vs the offline engine's TPOT
+    (goal: <= 1.15x).
+  - 64 and 256 concurrent streams x 512 tokens: generated tokens/s as the client sees it (first request sent to
+    last token read) vs the offline engine's completion tokens/s over its total time (goals: >= 0.9x, >= 0.8x).
+  - Metrics on/off: two servers (one with --no-metrics) loaded in turn with 64 streams, interleaved pairs; tok/s
+    and the client's p99 inter-token gap (goal: <= 1% throughput, p99 ITL within the on/on noise).
+The server's own engine step time (/metrics decode_step_seconds) is printed beside the offline decode step time:
+if the server's steps are slower than offline ones, the HTTP side is costing the engine thread (the GIL), which is
+the measurement for moving the engine loop into its own process.
+
+The client is a minimal asyncio HTTP/1.1 + SSE reader of its own (no httpx or aiohttp needed): only the server's
+own dependencies (fastapi, uvicorn, prometheus-client) must be installed where this runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- the client ----------------------------------------------------------------------------------------------------
+async def stream_one(port: int, body: dict) -> dict:
+    """One streamed completion; returns the arrival time of each event and its token count."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    payload = json.dumps(body).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(payload), payload)
+    )
+    await writer.drain()
+    sent = time.perf_counter()
+    status = await reader.readline()
+    if b" 200 " not in status:
+        rest = await reader.read()
+        raise RuntimeError(f"server answered {status.decode().strip()}: {rest[-300:]!r}")
+    chunked = False
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
+            chunked = True
+    times, counts, buffer = [], [], b""
+    while True:
+        if chunked:
+            size = int((await reader.readline()).strip() or b"0", 16)
+            if size == 0:
+                break
+            data = await reader.readexactly(size + 2)
+            buffer += data[:-2]
+        else:
+            data = await reader.read(65536)
+            if not data:
+                break
+            buffer += data
+        now = time.perf_counter()
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            if not event.startswith(b"data: {"):
+                continue
+            chunk = json.loads(event[6:])
+            n = sum(len(c["token_ids"]) for c in chunk.get("choices", []))
+            if n:
+                times.append(now)
+                counts.append(n)
+    writer.close()
+    return {"sent": sent, "times": times, "counts": counts}
+
+
+async def load(port: int, streams: int, tokens: int) -> dict:
+    body = {"prompt": "x", "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+    start = time.perf_counter()
+    results = await asyncio.gather(*(stream_one(port, body) for _ in range(streams)))
+    wall = time.perf_counter() - start
+    generated = sum(sum(r["counts"]) for r in results)
+    # Inter-token gaps as the client sees them: a chunk of k tokens is one gap then k-1 zero gaps.
+    gaps = []
+    for r in results:
+        for prev, cur, n in zip(r["times"], r["times"][1:], r["counts"][1:]):
+            gaps += [cur - prev] + [0.0] * (n - 1)
+    tpots = [
+        (r["times"][-1] - r["times"][0]) / (sum(r["counts"]) - r["counts"][0])
+        for r in results
+        if len(r["times"]) > 1
+    ]
+    return {
+        "wall_s": wall,
+        "generated": generated,
+        "tok_s": generated / wall,
+        "tpot_ms": 1e3 * statistics.median(tpots) if tpots else float("nan"),
+        "itl_p99_ms": 1e3 * percentile(gaps, 99) if gaps else float("nan"),
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+
+
+# -- the server and the offline engine ------------------------------------------------------------------------------
+class Server:
+    def __init__(self, args, port: int, metrics: bool) -> None:
+        cmd = [sys.executable, "-m", "roseinfer.serve", args.model, "--port", str(port), *engine_flags(args)]
+        if not metrics:
+            cmd.append("--no-metrics")
+        cmd += args.server_flag
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.port = port
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.ready = threading.Event()
+        self.err: list[str] = []
+        threading.Thread(target=self._watch, daemon=True).start()
+        threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
+
+    def _watch(self) -> None:
+        for line in self.proc.stdout:
+            if "ready at" in line:
+                self.ready.set()
+
+    def wait_ready(self, timeout_s: float = 600) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready.wait(0.5):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"bench_serve: the server did not start: {''.join(self.err)[-2000:]}")
+
+    def step_seconds(self) -> tuple[float, float] | None:
+        """(sum, count) of the engine's step times so far, from the server's own /metrics (None without)."""
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return None
+        values = {}
+        for line in text.splitlines():
+            for key in ("decode_step_seconds_sum", "decode_step_seconds_count"):
+                if line.startswith(f"roseinfer:{key}"):
+                    values[key] = float(line.rsplit(" ", 1)[1])
+        if "decode_step_seconds_count" not in values:
+            return None
+        return values["decode_step_seconds_sum"], values["decode_step_seconds_count"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def engine_flags(args) -> list[str]:
+    flags = ["--device", args.device, "--dtype", args.dtype, "--max-batch-size", str(args.max_batch_size)]
+    if args.device.startswith("cuda"):
+        flags += ["--paged-attn", "--cuda-graph"]
+    return flags + args.engine_flag
+
+
+def offline(args, streams: int, tokens: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "offline.json"
+        cmd = [
+            sys.executable, "-m", "roseinfer.benchmark_scheduler", "--hf-model-id", args.model, *engine_flags(args),
+            "--prompt", "x", "--no-stop-on-eos", "--num-requests", str(streams), "--max-new-tokens", str(tokens),
+            "--warmup-runs", "1", "--repeat-runs", str(args.repeats), "--json", str(out),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_serve: offline benchmark failed: {proc.stderr[-2000:]}")
+        runs = json.loads(out.read_text())["runs"]
+    med = lambda key: statistics.median(r[key] for r in runs)  # noqa: E731
+    return {
+        "tok_s": med("total_tok_s"),
+        "tpot_ms": statistics.median(r["tpot_ms"]["50"] for r in runs),
+        "decode_step_ms": statistics.median(1e3 * r["decode_s"] / max(r["decode_steps"], 1) for r in runs),
+    }
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--model", default=None, help="default: gpt2 on cuda, gpt2-tiny on cpu")
+    p.add_argument(
+        "--dtype", default=None, help="default: float16 on cuda (the benchmarks' default), float32 on cpu"
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes (a CPU smoke run)")
+    p.add_argument("--pairs", type=int, default=5, help="metrics on/off pairs")
+    p.add_argument("--repeats", type=int, default=3, help="measured runs per case")
+    p.add_argument(
+        "--engine-flag", action="append", default=[], help="extra engine flag for both sides (repeat)"
+    )
+    p.add_argument(
+        "--server-flag",
+        action="append",
+        default=[],
+        help="extra flag for the server only, e.g. --switch-interval=0.005",
+    )
+    p.add_argument("--json", default=None, metavar="PATH")
+    args = p.parse_args()
+    cuda = args.device.startswith("cuda")
+    args.model = args.model or ("gpt2" if cuda else "gpt2-tiny")
+    args.dtype = args.dtype or ("float16" if cuda else "float32")
+    if args.quick:
+        cases = [
+            ("B=1 TPOT", 1, 32, 1.15),
+            ("8 streams tok/s", 8, 64, 0.9),
+            ("16 streams tok/s", 16, 64, 0.8),
+        ]
+        pair_load = (8, 64)
+    else:
+        cases = [
+            ("B=1 TPOT", 1, 256, 1.15),
+            ("64 streams tok/s", 64, 512, 0.9),
+            ("256 streams tok/s", 256, 512, 0.8),
+        ]
+        pair_load = (64, 512)
+    args.max_batch_size = max(c[1] for c in cases)
+
+    on, off = Server(args, free_port(), metrics=True), Server(args, free_port(), metrics=False)
+    rows, result = [], {"args": vars(args), "cases": [], "pairs": []}
+    try:
+        on.wait_ready()
+        off.wait_ready()
+        for label, streams, tokens, goal in cases:
+            asyncio.run(load(on.port, streams, tokens))  # warm-up
+            step_before = on.step_seconds()
+            served = [asyncio.run(load(on.port, streams, tokens)) for _ in range(args.repeats)]
+            step_after = on.step_seconds()
+            step_mean = None
+            if step_before is not None and step_after is not None and step_after[1] > step_before[1]:
+                step_mean = (step_after[0] - step_before[0]) / (step_after[1] - step_before[1])
+            ref = offline(args, streams, tokens)
+            if streams == 1:
+                server_v = statistics.median(r["tpot_ms"] for r in served)
+                ratio, ok = server_v / ref["tpot_ms"], server_v / ref["tpot_ms"] <= goal
+                rows.append(
+                    (
+                        label,
+                        f"{server_v:.3f} ms",
+                        f"{ref['tpot_ms']:.3f} ms",
+                        f"{ratio:.3f}x",
+                        f"<= {goal}x",
+                        ok,
+                    )
+                )
+            else:
+                server_v = statistics.median(r["tok_s"] for r in served)
+                ratio, ok = server_v / ref["tok_s"], server_v / ref["tok_s"] >= goal
+                rows.append(
+                    (
+                        label,
+                        f"{server_v:.0f} tok/s",
+                        f"{ref['tok_s']:.0f} tok/s",
+                        f"{ratio:.3f}x",
+                        f">= {goal}x",
+                        ok,
+                    )
+                )
+            result["cases"].append(
+                {"case": label, "streams": streams, "tokens": tokens, "server": served, "offline": ref,
+                 "ratio": ratio, "goal": goal, "met": ok, "server_step_mean_s": step_mean}
+            )  # fmt: skip
+        # Metrics on/off, interleaved (on, off, on, off, ...), each after one warm-up load.
+        for server in (on, off):
+            asyncio.run(load(server.port, *pair_load))
+        for _ in range(args.pairs):
+            pair = {}
+            for name, server in (("on", on), ("off", off)):
+                pair[name] = asyncio.run(load(server.port, *pair_load))
+            result["pairs"].append(pair)
+    finally:
+        on.stop()
+        off.stop()
+    on_tok = statistics.median(p["on"]["tok_s"] for p in result["pairs"])
+    off_tok = statistics.median(p["off"]["tok_s"] for p in result["pairs"])
+    on_p99 = statistics.median(p["on"]["itl_p99_ms"] for p in result["pairs"])
+    off_p99 = statistics.median(p["off"]["itl_p99_ms"] for p in result["pairs"])
+    rows.append(
+        (
+            "metrics on/off tok/s",
+            f"{on_tok:.0f}",
+            f"{off_tok:.0f}",
+            f"{on_tok / off_tok:.3f}x",
+            ">= 0.99x",
+            on_tok / off_tok >= 0.99,
+        )
+    )
+    rows.append(
+        (
+            "metrics on/off ITL p99",
+            f"{on_p99:.3f} ms",
+            f"{off_p99:.3f} ms",
+            f"{on_p99 / off_p99:.3f}x",
+            "within noise",
+            None,
+        )
+    )
+    result["metrics_overhead"] = {
+        "on_tok_s": on_tok,
+        "off_tok_s": off_tok,
+        "on_itl_p99_ms": on_p99,
+        "off_itl_p99_ms": off_p99,
+    }
+
+    print(
+        f"bench_serve: model={args.model} device={args.device} dtype={args.dtype} flags={' '.join(engine_flags(args))}"
+    )
+    print(f"{'case':26s} {'server':>14s} {'offline/off':>14s} {'ratio':>9s} {'goal':>13s}  met")
+    for label, a, b, r, g, ok in rows:
+        print(
+            f"{label:26s} {a:>14s} {b:>14s} {r:>9s} {g:>13s}  {'-' if ok is None else ('yes' if ok else 'NO')}"
+        )
+    for case in result["cases"]:
+        step = case["server_step_mean_s"]
+        if step is not None:
+            print(f"  {case['case']}: server engine step mean {1e3 * step:.3f} ms (measured runs); offline decode step "
+                  f"{case['offline']['decode_step_ms']:.3f} ms")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
