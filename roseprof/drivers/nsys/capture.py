@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from roseprof.drivers import Launch, find_tool
+from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from roseprof.drivers import Launch
+from roseprof.drivers.base import Launch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
