@@ -3,15 +3,12 @@ drivers, the capture pipeline, the analysis step and the store together; present
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 
 from roseprof.api.sections import analyse_trace
 from roseprof.capture import environment, pipeline
-from roseprof.errors import RoseprofError
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import default_command, ncu_default_command
 
 
 def capture(
@@ -29,15 +26,14 @@ def capture(
     from roseprof.drivers import capturer
 
     gpus = environment.gpus()
-    tool = options.tool
-    run_name = name or default_name(tool, cmd)  # the command the user gave, not one taken from --from's run
+    # The command the user gave names the run, not one taken from --from's run.
+    run_name = name or default_name(options.tool, cmd)
     manifest = _step_manifest(step_range)
-    default = default_command
-    if tool == "ncu":
-        options, cmd = _ncu_from(store, options, cmd)
-        default, manifest = ncu_default_command, {}
+    # The options as they run: what they take from an earlier run (ncu --from: its top kernels and command), the
+    # tool's defaults.
+    options, cmd = options.resolve(cmd, functools.partial(_source, store))
     capture_one = capturer(options, has_gpu=bool(gpus))
-    command = list(cmd) if cmd else default()
+    command = list(cmd) if cmd else options.default_command()
     analyser = _analyser(step_range)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
@@ -67,41 +63,13 @@ def previous_run(store: RunStore, run: Run) -> Run | None:
     return earlier[-1] if earlier else None
 
 
-def _ncu_from(store: RunStore, options, cmd: list[str] | None) -> tuple[object, list[str] | None]:
-    """ncu's options with --from resolved (the `top` kernels by GPU time of that nsys or torch run,
-    FROM_LAUNCHES_PER_KERNEL launches each at most, and its command when none is given) and defaults filled."""
-    from roseprof.analysis.ncu import kernel_regex, top_kernels
-    from roseprof.drivers.ncu.options import FROM_LAUNCHES_PER_KERNEL
+def _source(store: RunStore, ref: str):
+    """An earlier run that a capture's options take what to profile from (ncu --from): its id, its manifest, and
+    its `top` kernels by GPU time, read only when asked for."""
+    from roseprof.analysis.ncu import top_kernels
 
-    if options.from_run is not None:
-        if options.kernel:
-            raise RoseprofError("--from picks the kernels itself: give --from or --kernel, not both")
-        source = store.resolve(options.from_run)
-        if (source.manifest.get("tool") or {}).get("name") == "ncu":
-            raise RoseprofError(f"run {source.id} is an ncu run: --from takes an nsys or torch run")
-        chosen = top_kernels(source.summary(), options.top)
-        if not chosen:
-            raise RoseprofError(
-                f"run {source.id} has no kernels to profile (--from needs a run with GPU kernels)"
-            )
-        launches = options.launch_count
-        if launches is None:
-            launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
-        # The exact demangled names nsys and torch record, matched whole.
-        options = dataclasses.replace(
-            options,
-            kernel=kernel_regex([n for n, _ in chosen]),
-            kernel_name_base="demangled",
-            launch_count=launches,
-            from_run=source.id,
-        )
-        if not cmd:
-            cmd = source.manifest.get("command")
-            if not cmd:
-                raise RoseprofError(
-                    f"run {source.id} has no command (it was imported): give the command after --"
-                )
-    return options.with_defaults(), cmd
+    run = store.resolve(ref)
+    return run.id, run.manifest, lambda top: top_kernels(run.summary(), top)
 
 
 def _analyser(step_range: str | None, **kw):
