@@ -1,11 +1,11 @@
 """Per-step block tables for decode: [L, B, M] block ids, built on the host and copied to the device once.
 
-The buffers are batch-major, [B_MAX, L, M]: row b holds all L layers' block lists of the b-th sequence of the
-step, so a step stacks one cached [L, M] tensor per sequence (not one per layer). Kernels read layer l's table
-as the strided view [B, M] (row stride L*M). With the cache on, each sequence keeps its [L, M] row and rewrites
-a layer's line only when that layer's block list changed; a step then is one `torch.stack(out=...)` into a
-preallocated (pinned, on CUDA) buffer and one non-blocking host-to-device copy. With the cache off (the earlier
-design) every row is rebuilt from the Python lists every step.
+The buffers are batch-major, [B_MAX, L, M]: row b holds the b-th sequence's block list once per layer (one block
+pool serves every layer, so the L lines are alike; the kernels take a layer's table each), and a step stacks one
+cached [L, M] tensor per sequence. Kernels read layer l's table as the strided view [B, M] (row stride L*M). With
+the cache on, each sequence keeps its [L, M] row and writes only the columns of blocks added since; a step then is
+one `torch.stack(out=...)` into a preallocated (pinned, on CUDA) buffer and one non-blocking host-to-device copy.
+With the cache off (the earlier design) every row is rebuilt from the Python list every step, a line per layer.
 
 Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every layer at the pad block.
 """
@@ -42,11 +42,11 @@ class BlockTables:
         self._views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def _row(self, seq: Sequence) -> torch.Tensor:
-        n = len(seq.block_ids[0])  # every layer holds the same tokens, so the same number of blocks
+        ids = seq.block_ids
+        n = len(ids)
         if not self.cache:
-            return torch.tensor(
-                [ids + [0] * (self.max_blocks - n) for ids in seq.block_ids], dtype=torch.int64
-            )
+            line = ids + [0] * (self.max_blocks - n)
+            return torch.tensor([line] * self.num_layers, dtype=torch.int64)
         if seq.table_row is None or seq.table_row_blocks < 0:
             seq.table_row = torch.zeros(self.num_layers, self.max_blocks, dtype=torch.int64)
             seq.table_row_np = seq.table_row.numpy()  # the same memory
@@ -54,13 +54,13 @@ class BlockTables:
         old = seq.table_row_blocks
         if old != n:
             # Blocks are only ever appended (or the last one swapped by copy-on-write, which the engine signals
-            # by resetting the count to -1), so only the new tail of each layer's line is written, through the
-            # numpy view: when 64 sequences roll over in one step, one column each costs 89 us on the CPU machine,
-            # against 388 us for slices of every line and more for a new tensor.
+            # by resetting the count to -1), so only the new tail is written, in every layer's line at once,
+            # through the numpy view: when 64 sequences roll over in one step, one column each costs 89 us on the
+            # CPU machine, against 388 us for slices of every line and more for a new tensor.
             if n == old + 1:
-                seq.table_row_np[:, old] = [ids[old] for ids in seq.block_ids]
+                seq.table_row_np[:, old] = ids[old]
             else:
-                seq.table_row_np[:, old:n] = [ids[old:n] for ids in seq.block_ids]
+                seq.table_row_np[:, old:n] = ids[old:n]
             seq.table_row_blocks = n
         return seq.table_row
 
@@ -70,14 +70,14 @@ class BlockTables:
         if pad_to is not None:
             rows += [self.pad_row] * (pad_to - len(seqs))
         torch.stack(rows, out=self.host[: len(rows)])
-        return max(len(seq.block_ids[0]) for seq in seqs)
+        return max(len(seq.block_ids) for seq in seqs)
 
     def put_blocks(self, rows: np.ndarray, cols: np.ndarray, blocks: np.ndarray) -> None:
         """One new block per listed row, in every layer, written straight into the host buffer: rows [K] of the
-        batch the buffer holds, cols [K] each block's index in its sequence's lists, blocks [L, K]. One numpy
-        write instead of K cached rows written and the batch restacked; each sequence's cached row catches up
-        (`_row` writes the columns it lacks) when the buffer is next stacked."""
-        self.host_np[rows, :, cols] = blocks.T  # [K, L]
+        batch the buffer holds, cols [K] each block's index in its sequence's list, blocks [K]. One numpy write
+        instead of K cached rows written and the batch restacked; each sequence's cached row catches up (`_row`
+        writes the columns it lacks) when the buffer is next stacked."""
+        self.host_np[rows, :, cols] = blocks[:, None]  # [K, L]
 
     def to_device(self, batch: int) -> None:
         """Copy the first `batch` rows over (one non-blocking copy on CUDA; nothing to do on CPU)."""

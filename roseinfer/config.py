@@ -1,7 +1,10 @@
-"""The model shapes the engine knows and the one frozen engine configuration, validated once."""
+"""The model shapes the engine knows (a built-in name or a checkpoint folder resolved to its shape) and the one
+frozen engine configuration, validated once."""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, fields
 
 
@@ -32,6 +35,47 @@ BUILTIN_MODELS: dict[str, ModelConfig] = {
 }
 
 
+def resolve_model_config(model: str) -> ModelConfig:
+    """The shape of a built-in model or of a Hugging Face GPT-2 checkpoint folder (its config.json); what both the
+    weight loader (`roseinfer.weights`) and the tensor-parallel checks (`roseinfer.sharding`) read."""
+    if model in BUILTIN_MODELS:
+        return BUILTIN_MODELS[model]
+    if os.path.isdir(model):
+        path = os.path.join(model, "config.json")
+        if not os.path.isfile(path):
+            raise ValueError(f"{model}: not a Hugging Face checkpoint folder (no config.json)")
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+        if raw.get("model_type") != "gpt2":
+            raise ValueError(
+                f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported"
+            )
+        return ModelConfig(
+            vocab_size=raw["vocab_size"],
+            n_positions=raw["n_positions"],
+            n_embd=raw["n_embd"],
+            n_layer=raw["n_layer"],
+            n_head=raw["n_head"],
+            layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
+            eos_token_id=raw.get("eos_token_id") if raw.get("eos_token_id") is not None else 50256,
+        )
+    if _looks_like_path(model):
+        if os.path.exists(model):
+            raise ValueError(f"{model}: not a folder (give a Hugging Face checkpoint folder)")
+        hint = ""
+        if model.startswith("~") and os.path.isdir(os.path.expanduser(model)):
+            hint = " (~ is not expanded here: give the full path)"
+        raise ValueError(f"no such folder: {model}{hint}")
+    names = ", ".join(BUILTIN_MODELS)
+    raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
+
+
+def _looks_like_path(model: str) -> bool:
+    """A model argument meant as a folder: it has a path separator or starts with . or ~ (a bare word is a name)."""
+    seps = [os.sep] + ([os.altsep] if os.altsep else []) + ["/"]
+    return any(sep in model for sep in seps) or model.startswith((".", "~"))
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Everything that shapes an engine; the `LLM(...)` keyword options and the benchmark flags map here."""
@@ -45,61 +89,17 @@ class EngineConfig:
     prefill_max_batch_size: int = 16  # sequences prefilled together
     prefill_admission_policy: str = "fifo"  # fifo | shortest-first
     prefix_cache: bool = True  # share full prompt blocks between requests
-    # Switches that bring back earlier designs (for before/after captures):
+    # Switches that bring back earlier designs (the regressions users plant to see roseprof find them):
     batched_kv_append: bool = True  # False: one append call per request per layer
     batched_rollover: bool = True  # False: a full last block sends that request down the slow path
     block_table_cache: bool = True  # False: block-table rows rebuilt from the lists every step
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets
-    # With CUDA graphs: prepare and launch the next decode step while the GPU still runs this one (its greedy
-    # tokens stay on the device). False: the earlier design, where the host waits for every step's tokens first.
-    overlap_decode: bool = True
-    # Static decode (CUDA graphs): reserve a sequence's next KV block during the steps before its last block fills,
-    # a few sequences per step, so a step in which the whole batch starts a block allocates nothing
-    # (`roseinfer.decode_slots`). False: the earlier design, every block allocated (and the block tables rebuilt)
-    # in the step that starts it.
-    blocks_ahead: bool = True
-    # CUDA graphs, half precision: the linears of batch buckets up to 8 rows run as the small-batch GEMV kernel
-    # (`roseinfer.kernels.gemv`: bias and GELU in its epilogue, no split-K reduce). False: cuBLAS at every batch.
-    gemv: bool = True
-    # CUDA graphs on Hopper or later: the step's Triton kernels as programmatic dependent launches, each started
-    # while the one before it finishes (`roseinfer.kernels.pdl`). False: plain launches.
-    pdl: bool = True
-    # CUDA graphs, small batches: paged attention with each sequence's past split over several programs, merged by
-    # the last of them in the same launch (`roseinfer.kernels.split_attention`). False: one program per head.
-    split_attention: bool = True
-    # CUDA graphs, batch 1, half precision: the residual add + LayerNorm in front of c_attn and c_fc done in the
-    # GEMV's prologue (`roseinfer.kernels.gemv.norm_gemv_triton`). False: its own kernel, as before.
-    norm_gemv: bool = True
-    # CUDA graphs on Hopper or later, with PDL and the split attention: where each slice of the past is one block
-    # (small batches), the attention kernel launched as a dependent that loads its block before it waits
-    # (`roseinfer.kernels.split_attention`). False: launched plainly, as before.
-    attention_prefetch: bool = True
-    # CUDA graphs on Hopper or later, with PDL, batch 1: each GEMV releases the kernel after it as it starts, so
-    # several kernels load their weights ahead (`roseinfer.kernels.pdl.pdl_early_release`). False: each releases
-    # the next after its own wait, as before.
-    early_release: bool = True
-    # CUDA graphs, batch 1, half precision: the first block's c_attn GEMV gathers the token and position embedding
-    # rows in its prologue (`roseinfer.kernels.gemv.norm_gemv_triton(index=)`). False: two embedding kernels.
-    embedding_gather: bool = True
-    # CUDA graphs, batch 1, half precision: the lm_head as the GEMV kernel with ln_f in its prologue, and the
-    # argmax's kernels as dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and
-    # cuBLAS.
-    lm_head_gemv: bool = True
-    # CUDA graphs, half precision: the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores,
-    # split-K reduced in the same kernel, a programmatic dependent launch that loads its weights before it waits
-    # (`roseinfer.kernels.skinny_gemm`). False: cuBLAS there.
-    skinny_gemm: bool = True
-    # --paged-attn, from 768 (sequence, head) pairs where it releases no Triton attn_proj early: the attention kernel
-    # takes 16 past tokens an iteration on one warp, so a short or partly filled block costs what its live tokens
-    # do; below 256, whole blocks with a third pipeline stage (`roseinfer.kernels.paged_attention.
-    # pick_attention_tile`). False: whole blocks on four warps, two stages, as before.
-    attention_chunks: bool = True
-    # CUDA graphs on Hopper or later, with PDL, models up to GPT-2 small's width: buckets of 33 to 64 rows take PDL
-    # too, the add + LayerNorm kernels between cuBLAS's GEMMs launched as dependents
-    # (`roseinfer.cuda_graphs.GraphKernels.pdl_narrow_max_batch`). False: plain launches there, as before.
-    pdl_64: bool = True
+    # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
+    # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
+    # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier
+    # designs through it.
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default
     # (one thread per core) collapses when other processes compete for the cores.

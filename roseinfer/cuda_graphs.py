@@ -14,7 +14,7 @@ The logits of a bucket are one static [bucket, V] tensor that the next replay ov
 tokens [bucket]. A step ends by leaving the next step's inputs on the device: its greedy tokens as the next
 token ids and every live row's past length plus one (`inputs[2]` is 1 for the batch's rows, 0 for padding). A
 following step with the same batch and greedy sampling then needs nothing from the host, which is what lets the
-engine launch it before reading this step's tokens (`EngineConfig.overlap_decode`). Otherwise the host stages
+engine launch it before reading this step's tokens (the overlapped decode, `roseinfer.model_runner`). Otherwise the host stages
 all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
@@ -61,15 +61,17 @@ def batch_buckets(max_batch: int) -> list[int]:
 
 # Models at most this wide (GPT-2 small) take PDL in the buckets above PDL_NARROW_ABOVE rows up to
 # `GraphKernels.pdl_narrow_max_batch` (measured at 48 and 64). Up to 32 rows the GEMV's and the skinny GEMM's rules
-# decide, as before: with `--no-skinny-gemm` buckets 16 and 32 run cuBLAS and plain launches.
+# decide, as before: with `skinny_gemm_max_batch=0` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
 
 
 @dataclass(frozen=True)
 class GraphKernels:
-    """The fast path's kernel choices inside a captured step. The engine uses them all; scripts/bench_graph_step.py
-    turns them off one at a time to measure what each brings."""
+    """The fast path's kernel choices inside a captured step. The engine uses the defaults, every one measured
+    faster than the design before it (docs/BENCHMARKS.md, issue 27); the earlier designs are no engine options.
+    These fields are the measurement hook that scripts/bench_graph_step.py (its numbered variants) and the GPU tests
+    that compare a kernel with the one before it pass to `ModelRunner.use_static_decode(kernels=)`."""
 
     append_min_batch: int | None = (
         None  # Triton KV append from this batch size (None: the block manager's rule)
@@ -80,11 +82,11 @@ class GraphKernels:
     gelu_epilogue: bool = True  # the GELU in the c_fc GEMM's epilogue (CUDA, half precision)
     append_in_attention: bool = True  # the paged-attention kernel writes the new K/V (no append kernel)
     # Buckets of at most this many rows run their linears as the small-batch GEMV kernel (bias and GELU in its
-    # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (`--no-gemv`).
+    # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (the design before).
     gemv_max_batch: int = 8
     # The step's Triton kernels (GEMV, add + LayerNorm, paged attention) as programmatic dependent launches: each
     # starts while the one before finishes, the GEMV's weight loads in flight before it waits
-    # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (`--no-pdl`).
+    # (`roseinfer.kernels.pdl`; Hopper and later). False: plain launches (before Hopper they are plain anyway).
     pdl: bool = True
     # PDL in buckets of at most this many rows only (None: every bucket). Its gain is the fixed cost per kernel
     # it hides, which counts where the GEMV's few-microsecond kernels run (buckets up to 8); at bucket 64 on the
@@ -94,7 +96,7 @@ class GraphKernels:
     # ... and in the buckets above PDL_NARROW_ABOVE rows up to this many for models at most PDL_NARROW_WIDTH wide
     # (0: none), where the add + LayerNorm kernels between cuBLAS's GEMMs become dependent launches. On the H100
     # GPT-2 small's steps at 48 and 64 rows replayed 1 to 2% faster (8 to 11 us at pasts of 65 to 512 tokens),
-    # gpt2-medium's at 64 rows 1 to 2.4% slower (docs/BENCHMARKS.md, session 16). 0: `--no-pdl-64`.
+    # gpt2-medium's at 64 rows 1 to 2.4% slower (docs/BENCHMARKS.md, session 16). 0: plain launches there, as before.
     pdl_narrow_max_batch: int = 64
     # PDL for the paged-attention kernel too (off: at batch 1 it made long contexts slower; `pdl_scope`)
     pdl_attention: bool = False
@@ -105,17 +107,17 @@ class GraphKernels:
     # With PDL, the split attention kernel where each slice is one past block (batches 1 and 2 for GPT-2 small)
     # launched as a dependent, each slice loading its block before it waits, i.e. while c_attn's GEMV runs
     # (`pdl_attention_prefetch`): on the H100 a batch-1 step 11% faster (docs/BENCHMARKS.md, issue 27 round 3).
-    # False: launched plainly, as `--no-attn-prefetch`.
+    # False: launched plainly, as before.
     pdl_attention_prefetch: bool = True
     # With PDL, a one-row GEMV releases the kernel after it as it starts rather than after its wait
     # (`pdl_early_release`): more kernels in flight, each loading its weights while the ones before it run. On the
     # H100 a batch-1 step of gpt2-medium 7% faster (docs/BENCHMARKS.md, issue 27 round 4). False:
-    # `--no-early-release`.
+    # each releases the next after its own wait, as before.
     pdl_early_release: bool = True
     # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
     argmax_advances: bool = True
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
-    # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: `--no-split-attn`.
+    # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: one program per head, as before.
     split_attention: bool = True
     # The split kernel's short-past rule: pasts of at most this many blocks unsplit (None: `pick_serial_blocks`;
     # a measurement hook for scripts/bench_graph_step.py)
@@ -125,59 +127,27 @@ class GraphKernels:
     # than a whole block on four, so short and partly filled blocks cost what their live tokens do; below 256, whole
     # blocks with a third pipeline stage
     # (`roseinfer.kernels.paged_attention.pick_attention_tile`; batch 512 on the H100: a past of 65 tokens 70.6 ->
-    # 42.3 us a layer). False: `--no-attn-chunks` (whole blocks, two stages, everywhere).
+    # 42.3 us a layer). False: whole blocks, two stages, everywhere, as before.
     attention_chunks: bool = True
     # At one row, the residual add + LayerNorm in front of c_attn and c_fc in the GEMV's prologue, one kernel
-    # fewer each (`roseinfer.linears.norm_linear`). False: `--no-norm-gemv`.
+    # fewer each (`roseinfer.linears.norm_linear`). False: its own kernel, as before.
     norm_gemv: bool = True
     # At one row, with norm_gemv, the first block's c_attn GEMV gathers its input rows from the embedding tables in
     # its prologue (the token id and position are the step's inputs, read before its wait): the two embedding
-    # kernels go (`roseinfer.linears.embedding_gather_applies`). False: `--no-embedding-gather`.
+    # kernels go (`roseinfer.linears.embedding_gather_applies`). False: two embedding kernels, as before.
     embedding_gather: bool = True
     # At one row, with norm_gemv, the lm_head as the GEMV with ln_f in its prologue (no LayerNorm kernel; on the
     # H100 the GEMV moves GPT-2's 77 MB lm_head 13% faster than cuBLAS) and, with PDL, the argmax's two kernels as
-    # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: `--no-lm-head-gemv`.
+    # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and cuBLAS, as before.
     lm_head_gemv: bool = True
     # Buckets of at most this many rows run the linears the GEMV does not take as the skinny GEMM (tensor cores,
-    # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on cuBLAS; 0: never (`--no-skinny-gemm`).
+    # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on cuBLAS; 0: never, as before.
     # At 64 rows on the H100 it beat cuBLAS by less than 1.5 us a linear and c_fc not at all, and the step with it
     # and PDL was slower (docs/BENCHMARKS.md, issue 27 round 6).
     skinny_gemm_max_batch: int = 32
     # With PDL, the skinny GEMM's buckets launch the step's Triton kernels as dependents too (beyond
     # pdl_max_batch): each skinny GEMM then loads its weights while the kernel before it runs.
     skinny_gemm_pdl: bool = True
-
-    @classmethod
-    def for_engine(
-        cls,
-        gemv: bool,
-        pdl: bool,
-        split_attention: bool = True,
-        norm_gemv: bool = True,
-        attention_prefetch: bool = True,
-        early_release: bool = True,
-        embedding_gather: bool = True,
-        lm_head_gemv: bool = True,
-        skinny_gemm: bool = True,
-        attention_chunks: bool = True,
-        pdl_64: bool = True,
-    ) -> GraphKernels:
-        """The engine's choices: everything on but what `--no-gemv` / `--no-pdl` / `--no-split-attn` /
-        `--no-norm-gemv` / `--no-attn-prefetch` / `--no-early-release` / `--no-embedding-gather` /
-        `--no-lm-head-gemv` / `--no-skinny-gemm` / `--no-attn-chunks` / `--no-pdl-64` turn off."""
-        return cls(
-            gemv_max_batch=cls.gemv_max_batch if gemv else 0,
-            pdl=pdl,
-            split_attention=split_attention,
-            norm_gemv=norm_gemv,
-            pdl_attention_prefetch=attention_prefetch,
-            pdl_early_release=early_release,
-            embedding_gather=embedding_gather,
-            lm_head_gemv=lm_head_gemv,
-            skinny_gemm_max_batch=cls.skinny_gemm_max_batch if skinny_gemm else 0,
-            attention_chunks=attention_chunks,
-            pdl_narrow_max_batch=cls.pdl_narrow_max_batch if pdl_64 else 0,
-        )
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -192,7 +162,7 @@ class GraphKernels:
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the
         GEMV's and the skinny GEMM's buckets, where attn_proj runs as a Triton kernel, a dependent launch that loads
-        its weights before it waits (where `roseinfer.linears` picks it: e.g. not with `--no-gemv` at up to 8 rows,
+        its weights before it waits (where `roseinfer.linears` picks it: e.g. not with `gemv_max_batch=0` at up to 8 rows,
         nor for a tensor-parallel attn_proj's narrow input). cuBLAS's GEMM is launched plainly, so in its buckets
         the release gains nothing and would only keep the attention's 16-token tiles off
         (`pick_attention_tile(shares_sms=)`)."""

@@ -6,20 +6,16 @@ to the graph's bucket) in line with the block lists, and counts the token as wri
 counts. In most steps nothing but the fill counts moves: the same sequences in the same rows, none starting a
 block; the tables on the device are still right and the slots are read from them there.
 
-Rollovers, two designs (`EngineConfig.blocks_ahead`):
-- at the boundary (the earlier design, `blocks_ahead=False`): a sequence's next block is allocated in the step
-  whose token starts it, and the tables are rebuilt. When the whole batch started a block in the same step (equal
-  prompts decode in lock-step) that step did all of it at once: 64 sequences x 12 layers of allocation (~300 us
-  on the CPU machine), 64 table rows written and restacked (~150 us) and a copy-on-write scan, ~0.5 ms in all
-  there and ~1 ms under nsys on the H100's host, longer than the GPU's step, which then waited
-  (docs/BENCHMARKS.md, scripts/bench_rollover_host.py);
-- ahead (the default): a sequence's next block is reserved during the half block of steps before its last block
-  fills, a few sequences per step (the batch over a quarter block's steps); the step that starts the block then
-  only moves the slots. The blocks are allocated right after a step is launched (`reserve_ahead`), while the GPU
-  still has that step and the one before it to run, and written into the host tables' rows (one numpy write, no
-  restack) before the next launch: the allocation (~40 us for four sequences on the CPU machine) is off the path
-  from one step's tokens to the next step's launch, which is what keeps the GPU fed. The tables go to the device
-  only in a step that starts a block (one copy per rollover, as at the boundary, not one per reserving step).
+Rollovers: a sequence's next block is reserved during the half block of steps before its last block fills, a few
+sequences per step (the batch over a quarter block's steps); the step that starts the block then only moves the
+slots. The blocks are allocated right after a step is launched (`reserve_ahead`), while the GPU still has that
+step and the one before it to run, and written into the host tables' rows (one numpy write, no restack) before
+the next launch: the allocation (~40 us for four sequences on the CPU machine) is off the path from one step's
+tokens to the next step's launch, which is what keeps the GPU fed. The tables go to the device only in a step that
+starts a block (one copy per rollover, not one per reserving step). The earlier design allocated every block in
+the step whose token starts it; when a whole lock-step batch started a block together that step took ~0.5 ms of
+host time on the CPU machine, ~1 ms under nsys on the H100's host, and the GPU waited (docs/BENCHMARKS.md,
+issue 15: ITL p99 1.576 -> 0.846 ms on workload (a)); it was retired with its switch (`--no-blocks-ahead`).
 """
 
 from __future__ import annotations
@@ -40,21 +36,19 @@ class DecodeSlots:
         self,
         mgr: BlockManager,
         tables: BlockTables,
-        blocks_ahead: bool,
         host_buffers_free: Callable[[], None],  # waits until the last host-to-device copy read the tables
     ) -> None:
         self.mgr = mgr
         self.tables = tables
-        self.blocks_ahead = blocks_ahead
         self.host_buffers_free = host_buffers_free
         self.block_size = mgr.block_size
         # Reserve a sequence's next block once at most `horizon` free slots are left in its blocks.
         self.horizon = max(1, self.block_size // 2)
-        # The batch the host tables hold now, its bucket rows, each sequence's slot block per layer [L, B] and
-        # (blocks ahead) how many blocks each holds [B]: only this class adds blocks to a sequence of that batch.
+        # The batch the host tables hold now, its bucket rows, each sequence's slot block [B] and how many blocks
+        # each holds [B]: only this class adds blocks to a sequence of that batch.
         self.batch: list[Sequence] = []
         self.rows = 0
-        self.slots = np.zeros((mgr.num_layers, 0), dtype=np.int64)
+        self.slots = np.zeros(0, dtype=np.int64)
         self.held = np.zeros(0, dtype=np.int64)
         self.past = np.zeros(0, dtype=np.int64)  # [B] past lengths the last `reserve` read
         # Blocks reserved ahead after the last launch, not yet in the host tables: rows [K] of the batch, each
@@ -68,18 +62,9 @@ class DecodeSlots:
         past = np.fromiter((s.num_cached for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
         self.past = past
         rollovers = int(np.count_nonzero(past % self.block_size == 0))
-        if self.blocks_ahead:
-            cow, changed = self._reserve_ahead(seqs, rows, past, rollovers)
-        else:
-            cow, changed = self._reserve_at_boundary(seqs, rows, past)
+        cow, changed = self._reserve_ahead(seqs, rows, past, rollovers)
         self.mgr.fill_slots(self.slots, past)
         return rollovers, cow, changed
-
-    def _reserve_at_boundary(self, seqs: list[Sequence], rows: int, past: np.ndarray) -> tuple[int, bool]:
-        starting = self.mgr.starting_a_block(seqs)
-        if not starting and rows == self.rows and seqs == self.batch:
-            return 0, False
-        return self._rebuild(seqs, rows, past, starting), True
 
     def _reserve_ahead(
         self, seqs: list[Sequence], rows: int, past: np.ndarray, rollovers: int
@@ -88,7 +73,7 @@ class DecodeSlots:
         if same:
             held = self.held
         else:
-            held = np.fromiter((len(s.block_ids[0]) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
+            held = np.fromiter((len(s.block_ids) for s in seqs), dtype=np.int64, count=len(seqs))  # [B]
         # Sequences whose token needs a block not reserved in time (just admitted, or a tight pool).
         starting = np.flatnonzero(held * self.block_size == past)
         if len(starting) or not same:
@@ -113,7 +98,7 @@ class DecodeSlots:
     def reserve_ahead(self, seqs: list[Sequence]) -> None:
         """After a step of `seqs` is launched (their `num_cached` counts its token): reserve the next block of the
         sequences that will need one soon; the next `reserve` writes them into the host tables."""
-        if not self.blocks_ahead or seqs != self.batch:
+        if seqs != self.batch:
             return
         # [B] the next step's past lengths: `reserve` read them before this step, which adds one token.
         past = self.past + 1
@@ -127,7 +112,7 @@ class DecodeSlots:
             ahead = self._due(seqs, held, room, int(np.count_nonzero(room == 0)))
             if not len(ahead):
                 return
-            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [L, K]
+            blocks = self.mgr.append_blocks([seqs[i] for i in ahead])  # [K]
         self.pending = (ahead, held[ahead].copy(), blocks)
         held[ahead] += 1
 
@@ -168,5 +153,6 @@ class DecodeSlots:
         return len(copied)
 
     def _slot_blocks(self, seqs: list[Sequence], past: np.ndarray) -> np.ndarray:
-        """[L, B] block that receives each sequence's new token, read from the host tables."""
-        return self.tables.host_np[np.arange(len(seqs)), :, past // self.block_size].T
+        """[B] block that receives each sequence's new token, read from the host tables (layer 0's line: they are
+        alike)."""
+        return self.tables.host_np[np.arange(len(seqs)), 0, past // self.block_size]

@@ -244,7 +244,7 @@ def rank_device(device: str, tp: TPGroup | None) -> torch.device:
 
 
 # -- a command started as N ranks (the benchmarks' --tensor-parallel-size without torchrun) ------------------------
-def _rank_main(target, args: tuple, rank: int, world_size: int, port: int) -> None:
+def _rank_main(target, args: tuple, rank: int, world_size: int, port: int, finished) -> None:
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
@@ -261,13 +261,24 @@ def _rank_main(target, args: tuple, rank: int, world_size: int, port: int) -> No
         steplog.close()
         tracing.close_profiler()  # its trace, while the process group (which names the file) lives
         destroy()
-    # All the rank owns is closed: leave without the interpreter's teardown (nor its atexit hooks: the two above
-    # ran). Its C++ destructors aborted a rank that had finished its work once in some 60 runs on a 2-core CPU
-    # machine ("terminate called without an active exception", exit code -6: a library thread still joinable),
-    # and `launch` then failed the whole command.
+    code = code if isinstance(code, int) else int(bool(code))
+    # The rank's work is done and said so before the interpreter's teardown: the teardown must run (Nsight Systems
+    # and CUPTI flush a process' activity buffers in its exit hooks; a rank that left through os._exit lost every
+    # kernel it ran), but its C++ destructors aborted a finished rank once in some 60 CPU runs ("terminate called
+    # without an active exception", exit -6: a library thread still joinable). `launch` takes a rank that finished
+    # with 0 and then died of a signal in its teardown as finished.
+    finished.value = code
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code if isinstance(code, int) else int(bool(code)))
+    sys.exit(code)
+
+
+def _rank_failure(rank: int, exitcode: int | None, finished: int) -> str | None:
+    """Why spawned rank `rank` failed, or None: it finished with 0 (`finished`, said before its teardown), and a
+    signal in the teardown that followed (exit code < 0) does not undo that."""
+    if exitcode == 0 or (finished == 0 and exitcode is not None and exitcode < 0):
+        return None
+    return f"rank {rank} exit code {exitcode}"
 
 
 def launch(target, args: tuple, world_size: int, timeout_s: float) -> int:
@@ -277,8 +288,12 @@ def launch(target, args: tuple, world_size: int, timeout_s: float) -> int:
 
     port = free_port()
     ctx = mp.get_context("spawn")
+    # Each spawned rank's exit code as it said it before its teardown (-1: not yet).
+    finished = [ctx.Value("i", -1, lock=False) for _ in range(1, world_size)]
     procs = [
-        ctx.Process(target=_rank_main, args=(target, args, rank, world_size, port), daemon=True)
+        ctx.Process(
+            target=_rank_main, args=(target, args, rank, world_size, port, finished[rank - 1]), daemon=True
+        )
         for rank in range(1, world_size)
     ]
     for p in procs:
@@ -307,8 +322,9 @@ def launch(target, args: tuple, world_size: int, timeout_s: float) -> int:
         if p.is_alive():
             p.kill()  # a rank we started that did not finish in time
             p.join(5)
-        if p.exitcode != 0:
-            failed.append(f"rank {rank} exit code {p.exitcode}")
+        failure = _rank_failure(rank, p.exitcode, finished[rank - 1].value)
+        if failure:
+            failed.append(failure)
     if failed or rank0_error:
         said = ", ".join(failed + ([f"rank 0: {rank0_error}"] if rank0_error else []))
         print(f"tensor parallelism failed: {said}", file=sys.stderr)

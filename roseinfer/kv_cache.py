@@ -11,6 +11,8 @@ Writes on CUDA go through the Triton KV-append kernels where the switches allow 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -53,10 +55,12 @@ class KVCache:
     def is_cuda(self) -> bool:
         return self.k_caches[0].is_cuda
 
-    def copy_block(self, layer: int, src: int, dst: int) -> None:
-        """A copy-on-write's data: block `src`'s keys and values into block `dst` (the block manager decides)."""
-        self.k_caches[layer][dst].copy_(self.k_caches[layer][src])
-        self.v_caches[layer][dst].copy_(self.v_caches[layer][src])
+    def copy_block(self, src: int, dst: int) -> None:
+        """A copy-on-write's data: block `src`'s keys and values into block `dst` in every layer (the block manager
+        decides)."""
+        for k, v in zip(self.k_caches, self.v_caches):
+            k[dst].copy_(k[src])
+            v[dst].copy_(v[src])
 
     def write_token(self, layer: int, block: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """One sequence's new token (k, v: [H, D]) into slot `pos` of `block`."""
@@ -116,26 +120,35 @@ class KVCache:
         )  # fmt: skip
 
 
-def append_token(
-    mgr: BlockManager, cache: KVCache, layer: int, block_ids: list[int], k: torch.Tensor, v: torch.Tensor
-) -> None:
-    """One sequence's new token (k, v: [H, D]): its slot from the accounting, then the write."""
-    block, pos = mgr.token_slot(layer, block_ids)
-    cache.write_token(layer, block, pos, k, v)
+@dataclass
+class TokenSlots:
+    """Where an eager decode step writes each sequence's new token: decided once for the step (one block pool), the
+    same slots in every layer."""
+
+    blocks: np.ndarray  # [F] block of each row of the batched write
+    pos: np.ndarray  # [F] its slot
+    fast: np.ndarray | None  # [F] the batch rows those are (None: all B, in order)
+    slow: list[tuple[int, int, int]]  # (row, block, slot) of the rows written one request at a time
 
 
-def append_token_batch(
-    mgr: BlockManager,
-    cache: KVCache,
-    layer: int,
-    block_ids_list: list[list[int]],
-    k: torch.Tensor,  # [B, H, D]
-    v: torch.Tensor,
-) -> None:
-    """One new token for each sequence of the batch in one write; rollovers inside the batch, only copy-on-writes
-    (and, with batched_rollover off, rollovers) row by row (`BlockManager.batch_slots`)."""
-    blocks, pos, slow, fast = mgr.batch_slots(layer, block_ids_list)
-    for i in slow.tolist():
-        append_token(mgr, cache, layer, block_ids_list[i], k[i], v[i])
-    if len(blocks):
-        cache.write_batch(layer, blocks, pos, k, v, fast)
+def token_slots(mgr: BlockManager, block_ids_list: list[list[int]], batched: bool) -> TokenSlots:
+    """Every sequence's slot for its new token. batched: the batch's slots at once, rollovers inside it, only
+    copy-on-writes (and, with batched_rollover off, rollovers) row by row (`BlockManager.batch_slots`); else the
+    earlier design, one request at a time (`token_slot`)."""
+    if not batched:
+        mgr.reset_append_counts()
+        none = np.zeros(0, dtype=np.int64)
+        return TokenSlots(
+            none, none, None, [(i, *mgr.token_slot(ids)) for i, ids in enumerate(block_ids_list)]
+        )
+    blocks, pos, slow, fast = mgr.batch_slots(block_ids_list)
+    return TokenSlots(blocks, pos, fast, [(i, *mgr.token_slot(block_ids_list[i])) for i in slow.tolist()])
+
+
+def write_slots(cache: KVCache, layer: int, slots: TokenSlots, k: torch.Tensor, v: torch.Tensor) -> None:
+    """One layer's new tokens (k, v: [B, H, D]) into their slots: the slow rows one request at a time, the rest in
+    one write."""
+    for i, block, pos in slots.slow:
+        cache.write_token(layer, block, pos, k[i], v[i])
+    if len(slots.blocks):
+        cache.write_batch(layer, slots.blocks, slots.pos, k, v, slots.fast)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from roseinfer.attention import decode_bias, gather_kv, paged_decode_attention
 from roseinfer.block_manager import BlockManager
-from roseinfer.kv_cache import KVCache, append_token, append_token_batch
+from roseinfer.kv_cache import KVCache, TokenSlots, token_slots, write_slots
 from roseinfer.sequence import Sequence
 
 
@@ -99,15 +99,15 @@ class DecodeKV(_DecodeAttention):
         self.batched_append = batched_append
         self.paged_attn = paged_attn
         self.attention_chunks = attention_chunks
+        self.slots: TokenSlots | None = None
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [B, H, D]
-        if self.batched_append:
-            append_token_batch(self.mgr, self.cache, layer, [s.block_ids[layer] for s in self.seqs], k, v)
-        else:
-            self.mgr.reset_append_counts(layer)
-            for i, seq in enumerate(self.seqs):
-                append_token(self.mgr, self.cache, layer, seq.block_ids[layer], k[i], v[i])
+        if (
+            self.slots is None
+        ):  # the first layer's call decides every slot (one pool); the others write there too
+            self.slots = token_slots(self.mgr, [s.block_ids for s in self.seqs], self.batched_append)
+        write_slots(self.cache, layer, self.slots, k, v)
 
 
 class StaticDecodeKV(_DecodeAttention):
@@ -197,12 +197,12 @@ class PrefillKV:
             slots.append(s)
             self.cow += cow
         device = cache.k_caches[0].device
-        self.blocks = torch.from_numpy(np.concatenate(blocks, axis=1)).to(device)  # [L, T]
+        self.blocks = torch.from_numpy(np.concatenate(blocks)).to(device)  # [T], the same in every layer
         self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
         by_shape: dict[tuple[int, int], list[int]] = {}
         for i, (start, (a, b)) in enumerate(zip(starts, spans)):
             by_shape.setdefault((start, b - a), []).append(i)
-        # (start, sequences G, new tokens n, packed rows [G*n], prefix tables [L, G, NB] and mask [n, start+n]
+        # (start, sequences G, new tokens n, packed rows [G*n], prefix tables [G, NB] and mask [n, start+n]
         # when start > 0: the cached prefix is read back from its blocks)
         self.groups: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
         for (start, n), members in by_shape.items():
@@ -210,9 +210,7 @@ class PrefillKV:
             tables = mask = None
             if start > 0:
                 nb = -(-start // mgr.block_size)
-                tables = np.array(
-                    [[seqs[i].block_ids[layer][:nb] for i in members] for layer in range(mgr.num_layers)]
-                )
+                tables = np.array([seqs[i].block_ids[:nb] for i in members], dtype=np.int64)
                 tables = torch.from_numpy(tables).to(device)
                 # new token j (position start + j) sees positions 0..start + j
                 mask = (
@@ -223,8 +221,8 @@ class PrefillKV:
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, H, D] packed
-        self.cache.k_caches[layer][self.blocks[layer], :, self.slots] = k
-        self.cache.v_caches[layer][self.blocks[layer], :, self.slots] = v
+        self.cache.k_caches[layer][self.blocks, :, self.slots] = k
+        self.cache.v_caches[layer][self.blocks, :, self.slots] = v
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(q)  # [T, H, D]
@@ -235,10 +233,8 @@ class PrefillKV:
             if tables is None:
                 og = F.scaled_dot_product_attention(qg, kg, vg, is_causal=True, scale=self.scale)
             else:
-                past_k = gather_kv(self.cache.k_caches[layer], tables[layer])[
-                    :, :, :start
-                ]  # [G, H, start, D]
-                past_v = gather_kv(self.cache.v_caches[layer], tables[layer])[:, :, :start]
+                past_k = gather_kv(self.cache.k_caches[layer], tables)[:, :, :start]  # [G, H, start, D]
+                past_v = gather_kv(self.cache.v_caches[layer], tables)[:, :, :start]
                 keys, values = torch.cat([past_k, kg], dim=2), torch.cat([past_v, vg], dim=2)
                 og = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
             out.index_copy_(0, rows, og.transpose(1, 2).reshape(g * n, h, d))

@@ -5,7 +5,7 @@ Three decode paths behind `decode(seqs)`:
 - eager: the block tables are built for the batch and the KV append allocates rollover blocks inside the step;
 - static (`use_static_decode`; captured in CUDA graphs with `--cuda-graph`): every new token's slot is reserved
   on the host before the step, the inputs sit in static buffers and the step is a bucket's graph replay;
-- overlapped (static, all greedy, `overlap_decode`): the step is launched before the previous step's greedy
+- overlapped (static, all greedy): the step is launched before the previous step's greedy
   tokens are read, so the GPU runs step k while the host emits step k-1's tokens and prepares step k+1. Each
   call then returns the tokens of the step launched in the call before it, and `drain()` reads the last one.
 
@@ -23,7 +23,7 @@ import torch
 from roseinfer import cpu_threads, distributed, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
-from roseinfer.config import EngineConfig
+from roseinfer.config import EngineConfig, resolve_model_config
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
@@ -32,7 +32,7 @@ from roseinfer.kv_context import DecodeKV, PrefillKV
 from roseinfer.sampler import sample
 from roseinfer.sequence import Sequence, Status
 from roseinfer.tracing import region
-from roseinfer.weights import build_model, resolve_model_config
+from roseinfer.weights import build_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -41,7 +41,7 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 class PrefillOutput:
     token_ids: list[int]  # the first new token of each sequence
     tokens: int  # prompt tokens computed (prefix-cache hits but the last token left out)
-    cow: int  # copy-on-writes (per layer)
+    cow: int  # copy-on-writes (blocks copied, in every layer)
     prefix_hit_blocks: int
 
 
@@ -126,7 +126,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.graphs: DecodeGraphs | None = None
         # Static path: each new token's KV slot reserved on the host before the step.
-        self.slots = DecodeSlots(self.mgr, self.tables, cfg.blocks_ahead, self._host_buffers_free)
+        self.slots = DecodeSlots(self.mgr, self.tables, self._host_buffers_free)
         if cfg.cuda_graph:
             self.use_static_decode(capture=True)
 
@@ -143,15 +143,12 @@ class ModelRunner:
     def use_static_decode(self, capture: bool, kernels: GraphKernels | None = None) -> None:
         """Decode through static buffers, captured in CUDA graphs per batch bucket (`--cuda-graph`); with
         capture=False the same path runs eagerly, which is how it is checked where graphs cannot run (CPU).
-        kernels: the captured step's kernel choices (all on by default)."""
+        kernels: the captured step's kernel choices (default: the engine's, every one on; a measurement hook for
+        scripts/bench_*.py and the tests that compare a kernel with the design before it)."""
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels.for_engine(
-                self.cfg.gemv, self.cfg.pdl, self.cfg.split_attention, self.cfg.norm_gemv,
-                self.cfg.attention_prefetch, self.cfg.early_release, self.cfg.embedding_gather,
-                self.cfg.lm_head_gemv, self.cfg.skinny_gemm, self.cfg.attention_chunks, self.cfg.pdl_64,
-            ),
+            kernels=kernels or GraphKernels(),
         )  # fmt: skip
 
     @property
@@ -191,14 +188,14 @@ class ModelRunner:
             mgr.register_prompt(seq, keys)
         with region(tracing.SAMPLE):
             token_ids = self._sample(logits, seqs)
-        return PrefillOutput(token_ids, len(ids), kv.cow // max(mgr.num_layers, 1), hits)
+        return PrefillOutput(token_ids, len(ids), kv.cow, hits)
 
     # -- decode --------------------------------------------------------------------------------------------------
     def decode(self, seqs: list[Sequence]) -> DecodeOutput:
         """One decode step of `seqs` (with the overlapped decode: launch it, return the previous step's tokens)."""
         if self.graphs is None:
             out = self._decode_eager(seqs)
-        elif self.cfg.overlap_decode and all(s.params.temperature == 0 for s in seqs):
+        elif all(s.params.temperature == 0 for s in seqs):
             out = self._decode_overlapped(seqs)
         else:
             rollovers, cow, logits, greedy, kv_tokens = self._launch_static(seqs, restage=True)
@@ -236,7 +233,7 @@ class ModelRunner:
             ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
             kv = DecodeKV(
                 self.mgr, self.kv_cache, seqs, tables, past, self.scale, self.cfg.batched_kv_append,
-                self.cfg.paged_attn, self.cfg.attention_chunks,
+                self.cfg.paged_attn,
             )  # fmt: skip
             logits = self.model(ids, past, kv)  # [B, V]
         rollovers, cow = self.mgr.last_append_counts()

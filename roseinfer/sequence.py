@@ -1,4 +1,4 @@
-"""A request as the engine sees it: its tokens, its KV blocks per layer, its timings."""
+"""A request as the engine sees it: its tokens, its KV blocks, its timings."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
     finish_reason: str | None = None
-    # KV state: block ids per layer and how many tokens are in the cache.
-    block_ids: list[list[int]] = field(default_factory=list)
+    # KV state: its block ids (one pool for every layer) and how many tokens are in the cache.
+    block_ids: list[int] = field(default_factory=list)
     num_cached: int = 0
-    # Cached block-table row [L, M] (one line per layer) and the block count it was built from (-1: rebuild).
+    # Cached block-table row [L, M] (one line per layer, all alike) and the block count it was built from (-1: rebuild).
     table_row: torch.Tensor | None = None
     table_row_np: np.ndarray | None = None  # numpy view of table_row
     table_row_blocks: int = -1

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from roseinfer import distributed
+from roseinfer.config import resolve_model_config
 from roseinfer.distributed import TPGroup, shard_range
 from roseinfer.model import GPT2
 
@@ -28,8 +29,6 @@ from roseinfer.model import GPT2
 def check_ranks(model: str, world_size: int, device: str) -> None:
     """What fails alike on every rank, said once before any rank starts: too many ranks for the heads, too few
     GPUs, no NCCL (or gloo)."""
-    from roseinfer.weights import resolve_model_config
-
     check_shardable(resolve_model_config(model).n_head, world_size, model)
     distributed.check_devices(world_size, distributed.torch_device_type(device))
 

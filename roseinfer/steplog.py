@@ -174,8 +174,8 @@ def step_log(meta: dict[str, Any] | None = None, rank: int | None = None) -> Ste
 
 
 def close() -> None:
-    """Write out and close the process's step log. Processes that multiprocessing starts (tensor-parallel ranks)
-    leave through os._exit, which runs no atexit hook: they call this first."""
+    """Write out and close the process's step log. A tensor-parallel rank that multiprocessing started calls this
+    before it says it finished (`distributed._rank_main`): a teardown that aborts after that loses nothing."""
     global _STEP_LOG
     if _STEP_LOG is not None:
         _STEP_LOG.close()

@@ -378,7 +378,7 @@ _PROFILER: TorchProfile | None = None
 
 def close_profiler() -> None:
     """Stop torch.profiler and write what its window recorded. A tensor-parallel rank that multiprocessing started
-    exits through os._exit, which runs no atexit hook: it calls this first, or its trace is never written."""
+    calls this before its process group goes (the group names the trace file) and before it says it finished."""
     if _PROFILER is not None:
         _PROFILER.close()
 

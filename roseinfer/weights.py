@@ -2,56 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
 from typing import TYPE_CHECKING
 
 import torch
 
-from roseinfer.config import BUILTIN_MODELS, ModelConfig
+from roseinfer.config import BUILTIN_MODELS, ModelConfig, resolve_model_config
 from roseinfer.model import GPT2
 
 if TYPE_CHECKING:
     from roseinfer.distributed import TPGroup
-
-
-def resolve_model_config(model: str) -> ModelConfig:
-    if model in BUILTIN_MODELS:
-        return BUILTIN_MODELS[model]
-    if os.path.isdir(model):
-        path = os.path.join(model, "config.json")
-        if not os.path.isfile(path):
-            raise ValueError(f"{model}: not a Hugging Face checkpoint folder (no config.json)")
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-        if raw.get("model_type") != "gpt2":
-            raise ValueError(
-                f"{model}: model_type is {raw.get('model_type')!r}, only GPT-2 checkpoints are supported"
-            )
-        return ModelConfig(
-            vocab_size=raw["vocab_size"],
-            n_positions=raw["n_positions"],
-            n_embd=raw["n_embd"],
-            n_layer=raw["n_layer"],
-            n_head=raw["n_head"],
-            layer_norm_epsilon=raw.get("layer_norm_epsilon", 1e-5),
-            eos_token_id=raw.get("eos_token_id") if raw.get("eos_token_id") is not None else 50256,
-        )
-    if _looks_like_path(model):
-        if os.path.exists(model):
-            raise ValueError(f"{model}: not a folder (give a Hugging Face checkpoint folder)")
-        hint = ""
-        if model.startswith("~") and os.path.isdir(os.path.expanduser(model)):
-            hint = " (~ is not expanded here: give the full path)"
-        raise ValueError(f"no such folder: {model}{hint}")
-    names = ", ".join(BUILTIN_MODELS)
-    raise ValueError(f"unknown model {model!r}: give a GPT-2 checkpoint folder or one of {names}")
-
-
-def _looks_like_path(model: str) -> bool:
-    """A model argument meant as a folder: it has a path separator or starts with . or ~ (a bare word is a name)."""
-    seps = [os.sep] + ([os.altsep] if os.altsep else []) + ["/"]
-    return any(sep in model for sep in seps) or model.startswith((".", "~"))
 
 
 def hf_key_map(n_layer: int) -> list[tuple[str, str, bool]]:

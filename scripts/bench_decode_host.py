@@ -8,8 +8,7 @@ host waits for the GPU.
 With CUDA graphs the GPU idles while the host prepares the next step (nsys showed ~0.56 ms idle per 1.5 ms step
 on workload (a)); this says which part of that is which. The slot reservation (`runner.reserve_decode_slots`,
 where rollover blocks are allocated) is also given apart for the steps in which the batch starts blocks, the steps
-whose host tables changed otherwise (blocks reserved ahead) and the rest; `--no-blocks-ahead` measures the
-earlier design. On CPU the static path runs without capture (equal one-token prompts: the batch in lock-step).
+whose host tables changed otherwise (blocks reserved ahead) and the rest. On CPU the static path runs without capture (equal one-token prompts: the batch in lock-step).
 """
 
 import argparse
@@ -27,7 +26,6 @@ def main() -> None:
     p.add_argument("--model", default="gpt2-tiny")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=256)
-    p.add_argument("--no-blocks-ahead", action="store_true", help="the earlier rollover design")
     a = p.parse_args()
     cuda = a.device == "cuda"
     tracing.configure(nvtx=False, record_function=False)
@@ -39,7 +37,6 @@ def main() -> None:
         prefill_max_batch_size=a.batch,
         paged_attn=cuda,
         cuda_graph=cuda,
-        blocks_ahead=not a.no_blocks_ahead,
     )
     engine = llm.engine
     if engine.graphs is None:
@@ -67,8 +64,7 @@ def main() -> None:
     for name, values in times.items():
         if len(values) >= steps:
             print(f"| {name} | {np.median(values[-steps:]) / 1e3:.1f} |")
-    design = "at the boundary (--no-blocks-ahead)" if a.no_blocks_ahead else "ahead"
-    print(f"\nreserve_decode_slots by step, rollover blocks allocated {design}:")
+    print("\nreserve_decode_slots by step, rollover blocks allocated ahead:")
     print("| steps | count | host us p50 | p99 | max |")
     print("|---|---|---|---|---|")
     for kind, values in reserve_by_kind.items():

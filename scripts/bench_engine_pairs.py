@@ -2,11 +2,11 @@
 
     python scripts/bench_engine_pairs.py --model gpt2-tiny --num-requests 16 --max-new-tokens 256 --rounds 3
 
-On the GPU, the fast path with equal one-token prompts (every sequence starts a block in the same step), the two
-rollover designs only:
+On the GPU, the fast path with equal one-token prompts (every sequence starts a block in the same step), with and
+without the block-table row cache:
 
     python scripts/bench_engine_pairs.py --model gpt2 --device cuda --paged-attn --cuda-graph --num-requests 64 \
-        --max-new-tokens 512 --prompt-len 1 --same-prompts --rounds 10 --configs default,--no-blocks-ahead --no-hf
+        --max-new-tokens 512 --prompt-len 1 --same-prompts --rounds 10 --configs default,--no-block-table-cache --no-hf
 
 Each round runs every configuration once (order rotated per round); the table gives medians over rounds of
 decode throughput, ITL p50/p99, ITL p99 of the tokens produced by rollover steps vs the rest, and the median host
@@ -28,32 +28,34 @@ from roseinfer import tracing
 from roseinfer.bench import roofline
 from roseinfer.bench.hf_reference import hf_generate, to_hf
 from roseinfer.config import EngineConfig
+from roseinfer.cuda_graphs import GraphKernels
 from roseinfer.engine import Engine
 from roseinfer.sequence import SamplingParams
 
+# Engine options (EngineConfig fields) per configuration; `_kernels`: the captured step's kernels of an earlier
+# design (`GraphKernels` fields; with --cuda-graph). The kernel designs issue 27 retired are no engine options any
+# more: their names stay here so that the pair commands docs/BENCHMARKS.md records still run.
 CONFIGS = {
     "default": {},
     "--no-batched-kv-append": {"batched_kv_append": False},
     "--no-batched-rollover": {"batched_rollover": False},
     "--no-block-table-cache": {"block_table_cache": False},
-    "--no-blocks-ahead": {"blocks_ahead": False},
     "tracing on (NVTX + record_function)": {"_tracing": True},
-    "--no-pdl": {"pdl": False},
-    "--no-attn-prefetch": {"attention_prefetch": False},
-    "--no-early-release": {"early_release": False},
-    "--no-embedding-gather": {"embedding_gather": False},
-    "--no-lm-head-gemv": {"lm_head_gemv": False},
-    "--no-embedding-gather --no-lm-head-gemv": {"embedding_gather": False, "lm_head_gemv": False},
-    "--no-skinny-gemm": {"skinny_gemm": False},
-    "--no-attn-chunks": {"attention_chunks": False},
-    "--no-pdl-64": {"pdl_64": False},
-    # issue 27's kernels all off: the fast path as it was before that issue (--no-pdl and --no-split-attn turn the
+    "--no-pdl": {"_kernels": {"pdl": False}},
+    "--no-attn-prefetch": {"_kernels": {"pdl_attention_prefetch": False}},
+    "--no-early-release": {"_kernels": {"pdl_early_release": False}},
+    "--no-embedding-gather": {"_kernels": {"embedding_gather": False}},
+    "--no-lm-head-gemv": {"_kernels": {"lm_head_gemv": False}},
+    "--no-embedding-gather --no-lm-head-gemv": {
+        "_kernels": {"embedding_gather": False, "lm_head_gemv": False}
+    },
+    "--no-skinny-gemm": {"_kernels": {"skinny_gemm_max_batch": 0}},
+    "--no-attn-chunks": {"_kernels": {"attention_chunks": False}},
+    "--no-pdl-64": {"_kernels": {"pdl_narrow_max_batch": 0}},
+    # issue 27's kernels all off: the fast path as it was before that issue (no PDL and no split attention turn the
     # attention's prefetch off too)
     "--no-gemv --no-pdl --no-split-attn --no-norm-gemv": {
-        "gemv": False,
-        "pdl": False,
-        "split_attention": False,
-        "norm_gemv": False,
+        "_kernels": {"gemv_max_batch": 0, "pdl": False, "split_attention": False, "norm_gemv": False}
     },
 }
 
@@ -131,6 +133,9 @@ def main() -> None:
                 paged_attn=args.paged_attn, cuda_graph=args.cuda_graph, **opts,
             ),
         )  # fmt: skip
+        kernels = CONFIGS[name].get("_kernels")
+        if kernels is not None and args.cuda_graph:
+            engines[name].use_static_decode(capture=True, kernels=GraphKernels(**kernels))
         run(engines[name], prompts[:2], 8)  # warm up
     first = next(iter(engines.values()))
     bandwidth = roofline.copy_bandwidth(first.device) if first.device.type == "cuda" else None

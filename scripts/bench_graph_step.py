@@ -19,7 +19,7 @@ Variants, each adding one change to the one before:
  11. 10 + PDL for the (split) attention kernel too;
  12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine of session 7
      (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit from batch 4, PDL in buckets of at most 8 rows);
- 13. 12 without the split attention: the engine's `--no-split-attn`;
+ 13. 12 without the split attention (the engine's `--no-split-attn` until issue 42);
  14. 12 with every past of more than one block split (round 1's rule);
  15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at;
  16. 12 + where each slice is one past block, the split attention launched as a dependent that loads its block
@@ -139,7 +139,7 @@ VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up
 
 def freeze(engine, rows: int, past: int) -> None:
     """The first `rows` rows of the static inputs at `past`, each with blocks of its own, and live flags 0: the
-    replays do not advance the past lengths (also scripts/bench_two_halves.py)."""
+    replays do not advance the past lengths."""
     runner = engine.runner
     m, n_layer = runner.max_blocks_per_seq, engine.model_cfg.n_layer
     # Row b, layer l: blocks b*M .. b*M + M-1 (distinct, inside the pool).
@@ -247,7 +247,7 @@ def main() -> None:
         10: "+ add + LayerNorm in the GEMV prologue",
         11: "10 + PDL on the attention kernel",
         12: "10 + the split attention (launched plainly) releasing attn_proj early (session 7)",
-        13: "12 without the split attention (--no-split-attn)",
+        13: "12 without the split attention",
         14: "12, every past of more than one block split (round 1)",
         15: "12, pasts of at most 3 blocks unsplit",
         16: "12 + the attention a dependent launch loading its block before the wait (round 3)",

@@ -110,3 +110,20 @@ def one_line_error(code, out, err, expected_code=2, naming=None):
     if naming is not None:
         assert str(naming) in lines[0], lines[0]
     return lines[0]
+
+
+def unpacked(xz_path, folder) -> str:
+    """A fixture kept xz-compressed in tests/data (`X.sqlite.xz`) unpacked into `folder` as `X.sqlite`, with its
+    step logs (`X.steplog*.jsonl`) beside it: the path of the unpacked file."""
+    import lzma
+    import shutil
+    from pathlib import Path
+
+    xz_path, folder = Path(xz_path), Path(folder)
+    out = folder / xz_path.name.removesuffix(".xz")
+    with lzma.open(xz_path) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    base = out.name.removesuffix(".sqlite")
+    for log in xz_path.parent.glob(base + ".steplog*.jsonl"):
+        shutil.copy(log, folder / log.name)
+    return str(out)

@@ -68,82 +68,6 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
     )
     p.add_argument(
-        "--no-overlap-decode",
-        action="store_true",
-        help="earlier design: with --cuda-graph, wait for each step's tokens before preparing the next",
-    )
-    p.add_argument(
-        "--no-blocks-ahead",
-        action="store_true",
-        help="earlier design: with --cuda-graph, allocate each KV block in the step that starts it (all of a "
-        "lock-step batch at once)",
-    )
-    p.add_argument(
-        "--no-gemv",
-        action="store_true",
-        help="earlier design: with --cuda-graph, the small batches' linears on cuBLAS, not the GEMV kernel",
-    )
-    p.add_argument(
-        "--no-pdl",
-        action="store_true",
-        help="earlier design: with --cuda-graph, plain kernel launches, not programmatic dependent launches",
-    )
-    p.add_argument(
-        "--no-split-attn",
-        action="store_true",
-        help="earlier design: with --cuda-graph --paged-attn, one attention program per head, not the past split "
-        "over several",
-    )
-    p.add_argument(
-        "--no-norm-gemv",
-        action="store_true",
-        help="earlier design: with --cuda-graph at batch 1, the residual add + LayerNorm as its own kernel, not in "
-        "the GEMV's prologue",
-    )
-    p.add_argument(
-        "--no-attn-prefetch",
-        action="store_true",
-        help="earlier design: with --cuda-graph --paged-attn at small batches, the split attention launched "
-        "plainly, not as a dependent launch that loads its past block before it waits",
-    )
-    p.add_argument(
-        "--no-early-release",
-        action="store_true",
-        help="earlier design: with --cuda-graph at batch 1, each GEMV lets the next kernel start after its own wait, "
-        "not as it starts",
-    )
-    p.add_argument(
-        "--no-embedding-gather",
-        action="store_true",
-        help="earlier design: with --cuda-graph at batch 1, the token and position embeddings looked up by their "
-        "own kernels, not gathered by the first block's c_attn GEMV",
-    )
-    p.add_argument(
-        "--no-lm-head-gemv",
-        action="store_true",
-        help="earlier design: with --cuda-graph at batch 1, ln_f as its own kernel and the lm_head on cuBLAS, not "
-        "one GEMV kernel with the LayerNorm in its prologue",
-    )
-    p.add_argument(
-        "--no-skinny-gemm",
-        action="store_true",
-        help="earlier design: with --cuda-graph, the linears of batches 9 to 32 on cuBLAS, not the skinny GEMM "
-        "kernel (tensor cores, split-K in one kernel, PDL)",
-    )
-    p.add_argument(
-        "--no-attn-chunks",
-        action="store_true",
-        help="earlier design: with --paged-attn, each attention program walks whole KV blocks on four warps with two "
-        "pipeline stages at every batch, not 16 tokens at a time on one warp from 768 sequence x head pairs "
-        "(where the attention releases no Triton attn_proj early) nor with a third stage below 256",
-    )
-    p.add_argument(
-        "--no-pdl-64",
-        action="store_true",
-        help="earlier design: with --cuda-graph, plain kernel launches in the buckets of 33 to 64 rows for models "
-        "up to GPT-2 small's width, not programmatic dependent launches",
-    )
-    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -218,19 +142,6 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
-        overlap_decode=not args.no_overlap_decode,
-        blocks_ahead=not args.no_blocks_ahead,
-        gemv=not args.no_gemv,
-        pdl=not args.no_pdl,
-        split_attention=not args.no_split_attn,
-        norm_gemv=not args.no_norm_gemv,
-        attention_prefetch=not args.no_attn_prefetch,
-        early_release=not args.no_early_release,
-        embedding_gather=not args.no_embedding_gather,
-        lm_head_gemv=not args.no_lm_head_gemv,
-        skinny_gemm=not args.no_skinny_gemm,
-        attention_chunks=not args.no_attn_chunks,
-        pdl_64=not args.no_pdl_64,
         cpu_threads=args.cpu_threads,
         tensor_parallel_size=args.tensor_parallel_size,
         tp_allreduce=args.tp_allreduce,

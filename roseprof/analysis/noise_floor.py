@@ -66,7 +66,7 @@ CPU_FLOORS = {
     "ncu kernel metrics": 5.0,
     OTHER: 10.0,
 }
-# GPU: the CPU values, checked on the H100 (scripts/gpu_gate_check.sh, 2026-11-24: the fast-path demo, two
+# GPU: the CPU values, checked on the H100 (`bash scripts/gpu_check.sh gate`, 2026-11-24: the fast-path demo, two
 # same-code groups of 3 runs: no family moved beyond 0 at all, so no GPU floor needs to be higher; one pair of
 # groups is too few to lower them, so they stay: a GPU diff may call fewer changes than it could, never more).
 GPU_FLOORS = dict(CPU_FLOORS)

@@ -6,10 +6,14 @@ over the matched collectives (collectives.py); it is named with how often it was
 lateness when it was.
 
 Where the extra time went: for each collective the straggler was last at, each rank's window runs from the end
-of its previous collective (in the step or before it) to its arrival at this one. On the thread that
-issued the collective, the window's time is split by the innermost region open at each instant (own time,
-children apart; "(outside any region)" for time no region covers). The region whose own time on the straggler
-exceeds the mean of the other ranks' the most, summed over those collectives, is where the straggler spent it.
+of its previous collective (in the step or before it) to its arrival at this one. On the CPU (gloo), the window's
+time on the thread that issued the collective is split by the innermost region open at each instant (own time,
+children apart; "(outside any region)" for time no region covers). On a GPU the window is the GPU's: its kernel
+time is split by the region each kernel ran for ("GPU work"), and the time the GPU idled in it (no kernel running:
+it waited for the host to launch the next one) by the host region open then on the thread that issued the
+collective ("GPU idle": a late host, e.g. a rank whose host sleeps in roseinfer.layer.mlp while its GPU has nothing
+queued). The (region, kind) whose time on the straggler exceeds the mean of the other ranks' the most, summed over
+those collectives, is where the straggler spent it.
 
 ITL spikes caused by one rank: a decode step that holds a spike token (itl.py's spikes), where the step's last
 rank arrived late by at least half the spike's excess over the median ITL, summed over the step's collectives.
@@ -55,6 +59,60 @@ class Segments:
         """[K] the latest end among the pieces up to each one: those before the first piece reaching past t all
         end by t (pieces may overlap: kernels of several streams)."""
         return np.maximum.accumulate(self.end) if len(self.end) else self.end
+
+
+@dataclass
+class Busy:
+    """A GPU's busy time as disjoint intervals [U] sorted by start, each with the busy ns before it."""
+
+    start: np.ndarray
+    end: np.ndarray
+    before: np.ndarray  # [U] busy ns of the intervals before each
+
+    def until(self, t: np.ndarray) -> np.ndarray:
+        """[N] busy ns up to each time in `t` [N]."""
+        k = np.searchsorted(self.start, t, side="right") - 1  # the last interval starting by t
+        kk = np.maximum(k, 0)
+        inside = np.clip(t - self.start[kk], 0, self.end[kk] - self.start[kk]) if len(self.start) else 0
+        return (
+            np.where(k >= 0, self.before[kk] + inside, 0) if len(self.start) else np.zeros(len(t), np.int64)
+        )
+
+    def idle(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """[N] ns of [lo, hi) in which nothing ran."""
+        return (hi - lo) - (self.until(hi) - self.until(lo))
+
+
+def busy_union(seg: Segments) -> Busy:
+    """The union of a device's kernels (which may overlap across streams) as disjoint intervals."""
+    if not len(seg.start):
+        z = np.zeros(0, np.int64)
+        return Busy(z, z, z)
+    # A new interval starts where a kernel starts after every earlier one has ended.
+    new = np.ones(len(seg.start), dtype=bool)
+    new[1:] = seg.start[1:] > seg.reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(seg.start)) - 1
+    start, end = seg.start[first], seg.reach[last]
+    before = np.concatenate([[0], np.cumsum(end - start)[:-1]]).astype(np.int64)
+    return Busy(start, end, before)
+
+
+def idle_by_host_region(busy: Busy, host: Segments, lo: int, hi: int) -> dict[int, int]:
+    """{names index: ns of [lo, hi) in which the GPU idled while that region was the host thread's innermost};
+    -1 for idle time no host region covers."""
+    a = np.searchsorted(host.reach, lo, side="right")
+    b = np.searchsorted(host.start, hi, side="left")
+    s = np.maximum(host.start[a:b], lo)
+    e = np.maximum(np.minimum(host.end[a:b], hi), s)
+    idle = busy.idle(s, e)
+    out: dict[int, int] = {}
+    for n, ns in zip(host.name[a:b].tolist(), idle.tolist()):
+        if ns > 0:
+            out[n] = out.get(n, 0) + int(ns)
+    whole = int(busy.idle(np.array([lo]), np.array([hi]))[0])
+    out[-1] = max(whole - sum(v for k, v in out.items() if k >= 0), 0)
+    return out
 
 
 def own_segments(trace: Trace, tree, tid: int) -> Segments:
@@ -156,43 +214,79 @@ def straggler(
         "most_late_at": int(np.argmax(orders)) if len(orders) else None,
         "most_late_site": trace.names[site] if site >= 0 else None,
         "region": regions[0]["region"] if regions else None,
+        "region_kind": regions[0]["kind"] if regions else None,  # GPU work | GPU idle (a late host) | host
+        "where": where_words(regions[0]) if regions else None,
         "windows": int(len(windows)),  # the late collectives whose windows `regions` sums over
         "regions": regions[:5],
     }
 
 
+# How a (region, kind) key's time is said: on a GPU, kernel time (GPU work) or the GPU idle while the host was in
+# the region; on the CPU, the host thread's own time.
+GPU_WORK, GPU_IDLE, HOST = "GPU work", "GPU idle", "host"
+
+
+def where_words(row: dict) -> str:
+    """A (region, kind) row in words, as the views say it."""
+    if row["kind"] == GPU_IDLE:
+        return f"the GPU idled while the host was in {row['region']}"
+    if row["kind"] == GPU_WORK:
+        return f"GPU work in {row['region']}"
+    return f"host time in {row['region']}"
+
+
 def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray, owner) -> list[dict]:
-    """[{region, extra_ns, extra_p50_ns}] largest first: own time on the straggler `s` over the others' mean in
-    the windows before the collectives it was last at: on the CPU, own time of the host regions on the thread that
-    issued the collective; on a GPU, kernel time per region on the rank's GPU."""
+    """[{region, kind, extra_ns, extra_p50_ns}] largest first: time on the straggler `s` over the others' mean in
+    the windows before the collectives it was last at, per (region, kind): on the CPU, own time of the host regions
+    on the thread that issued the collective; on a GPU, kernel time per region on the rank's GPU and the GPU's idle
+    time per host region open then on the issuing thread."""
     if not len(late_at):
         return []
     P = len(parts.pid)
     lo = window_starts(inst, m)
-    segs = {}
-    extra: dict[int, list[float]] = {}
+    segs: dict[tuple, Segments] = {}
+    busy: dict[int, Busy] = {}
+
+    def host(tid: int) -> Segments:
+        if ("cpu", tid) not in segs:
+            segs[("cpu", tid)] = own_segments(trace, tree, tid)
+        return segs[("cpu", tid)]
+
+    def gpu(device: int) -> Segments:
+        if ("gpu", device) not in segs:
+            segs[("gpu", device)] = gpu_segments(trace, device, owner, inst.source)
+            busy[device] = busy_union(segs[("gpu", device)])
+        return segs[("gpu", device)]
+
+    extra: dict[tuple[int, str], list[float]] = {}
     for j in late_at.tolist():
-        own = []
+        own: list[dict[tuple[int, str], int]] = []
         for p in range(P):
             row = m.row[j, p]
-            key = ("gpu", parts.device[p]) if inst.kind == "gpu" else ("cpu", int(inst.tid[row]))
-            if key not in segs:
-                segs[key] = (
-                    gpu_segments(trace, key[1], owner, inst.source)
-                    if inst.kind == "gpu"
-                    else own_segments(trace, tree, key[1])
+            w0, w1 = int(lo[j, p]), int(inst.arrival[row])
+            if inst.kind == "gpu":
+                work = own_time(gpu(parts.device[p]), w0, w1)
+                work.pop(-1)  # the rest of the window: the GPU's idle time, split by host region below
+                idle = idle_by_host_region(busy[parts.device[p]], host(int(inst.tid[row])), w0, w1)
+                own.append(
+                    {
+                        **{(n, GPU_WORK): v for n, v in work.items()},
+                        **{(n, GPU_IDLE): v for n, v in idle.items()},
+                    }
                 )
-            own.append(own_time(segs[key], int(lo[j, p]), int(inst.arrival[row])))
-        for n in set().union(*own):
-            others = [own[p].get(n, 0) for p in range(P) if p != s]
-            extra.setdefault(n, []).append(own[s].get(n, 0) - float(np.mean(others)))
+            else:
+                own.append({(n, HOST): v for n, v in own_time(host(int(inst.tid[row])), w0, w1).items()})
+        for key in set().union(*own):
+            others = [own[p].get(key, 0) for p in range(P) if p != s]
+            extra.setdefault(key, []).append(own[s].get(key, 0) - float(np.mean(others)))
     rows = [
         {
             "region": trace.names[n] if n >= 0 else OUTSIDE,
+            "kind": kind,
             "extra_ns": float(np.sum(v)),
             "extra_p50_ns": float(np.percentile(v, 50)),
         }
-        for n, v in extra.items()
+        for (n, kind), v in extra.items()
     ]
     rows.sort(key=lambda x: -x["extra_ns"])
     return [x for x in rows if x["extra_ns"] > 0]

@@ -45,7 +45,11 @@ def arrival_heatmap(summary: dict) -> go.Figure | None:
     s = c.get("straggler")
     if s and s.get("clear", True):
         note += f"; straggler: rank {s['rank']}" + (
-            f", extra time in {s['region']}" if s.get("region") else ""
+            f", {s['where']}"
+            if s.get("where")
+            else f", extra time in {s['region']}"
+            if s.get("region")
+            else ""
         )
     elif s:
         note += "; no clear straggler (the ranks take turns arriving last)"

@@ -93,8 +93,50 @@ class TerminalDiff:
         print_diff(self.console, view.result, self.top)
 
 
+GPU_FIGURES = (("gpu_step_ms", "step"), ("gpu_compute_ms", "compute"), ("gpu_exposed_ms", "exposed comm"),
+               ("gpu_idle_ms", "idle"))  # fmt: skip
+
+
+def print_gpu_time(console: Console, metrics: list[dict]) -> None:
+    """Each rank's GPU step time split into compute, exposed communication and idle time, before -> after (the
+    gpu_time section's figures): why a tensor-parallel step got faster, or did not."""
+    by_rank: dict[str, dict[str, dict]] = {}
+    for m in metrics:
+        rank, _, figure = m["name"].partition(".")
+        if rank.startswith("rank ") and figure in dict(GPU_FIGURES):
+            by_rank.setdefault(rank, {})[figure] = m
+    # Rank 0 first (the diff's metrics come ordered by evidence, not by rank).
+    by_rank = dict(
+        sorted(by_rank.items(), key=lambda kv: int(kv[0].split()[1]) if kv[0].split()[1].isdigit() else 0)
+    )
+    rows = [
+        [rank] + [f"{f[key]['a']:.3f}→{f[key]['b']:.3f}" if key in f else "-" for key, _ in GPU_FIGURES]
+        for rank, f in by_rank.items()
+    ]
+    if not rows:
+        return
+    console.print(
+        fit_table(
+            console,
+            "GPU time per step (ms, p50, before→after)",
+            ["", *dict(GPU_FIGURES).values()],
+            rows,
+        )
+    )
+    first, f = next(iter(by_rank.items()))
+    if len(f) == len(GPU_FIGURES):
+        said = ", ".join(
+            f"{label} {f[key]['b'] - f[key]['a']:+.3f} ms" for key, label in GPU_FIGURES[1:]
+        )  # fmt: skip
+        console.print(
+            f"{first}'s GPU step {f['gpu_step_ms']['a']:.3f} → {f['gpu_step_ms']['b']:.3f} ms: {said}",
+            markup=False,
+        )
+
+
 def print_diff(console: Console, result: dict, top: int) -> None:
     print_verdict(console, result["verdict"])
+    print_gpu_time(console, result["metrics"])
     metrics = result["metrics"]
     labels = [text.metric_label(m["name"], m.get("per_step", False)) for m in metrics[:top]]
     # Region labels share their program's prefix (`roseinfer.`): left out (and said) so names fit 80 columns.

@@ -74,9 +74,8 @@ def test_greedy_matches_hf_for_every_switch(tiny_checkpoint, hf_reference, value
     else:
         assert stats["prefix_hit_blocks"] == 0
     mgr = llm.engine.mgr
-    for layer in range(mgr.num_layers):
-        assert mgr.num_free(layer) == mgr.num_blocks
-        assert int(mgr.refcount[layer].sum()) == 0
+    assert mgr.num_free() == mgr.num_blocks
+    assert int(mgr.refcount.sum()) == 0
 
 
 def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_reference):
@@ -91,44 +90,55 @@ def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_referenc
 @pytest.mark.parametrize("max_batch", [8, 6])
 def test_static_decode_path_matches_hf(tiny_checkpoint, hf_reference, max_batch):
     # The path CUDA graphs replay (slots allocated before the step, inputs in static buffers, batches padded to
-    # a bucket whose extra rows write the pad block), run eagerly so it is checked on CPU too. Here the host
-    # reads every step's tokens before the next step (the overlapped decode has its own test below).
-    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch, overlap_decode=False)
+    # a bucket whose extra rows write the pad block), run eagerly so it is checked on CPU too. All greedy, so each
+    # step is launched before the previous step's tokens are read (the overlapped decode), its token ids and past
+    # lengths left on the device by the previous step. Requests arrive one per step (prefill batch 1), so the
+    # pipeline drains and restarts around every admission.
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
     eager = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
     llm.engine.use_static_decode(capture=False)
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
     outs = llm.generate(make_prompts(), params)
     assert [o.token_ids for o in outs] == hf_reference
     eager.generate(make_prompts(), params)
-    # Same rollovers and copy-on-writes as the eager append counts, in the same steps.
-    for key in ("rollovers", "cow", "prefix_hit_blocks"):
-        assert llm.engine.stats[key] == eager.engine.stats[key], key
-    assert llm.engine.rollover_steps == eager.engine.rollover_steps
-    mgr = llm.engine.mgr
-    assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
-
-
-@pytest.mark.parametrize("max_batch", [8, 6])
-def test_overlapped_decode_matches_hf(tiny_checkpoint, hf_reference, max_batch):
-    # The static path as --cuda-graph runs it by default: each step is launched before the previous step's
-    # tokens are read, its token ids and past lengths left on the device by the previous step. Requests arrive
-    # one per step (prefill batch 1), so the pipeline drains and restarts around every admission.
-    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch)
-    sync = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=max_batch, overlap_decode=False)
-    for x in (llm, sync):
-        x.engine.use_static_decode(capture=False)
-    params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    outs = llm.generate(make_prompts(), params)
-    assert [o.token_ids for o in outs] == hf_reference
-    sync.generate(make_prompts(), params)
-    # The same forward passes, slots and copies; only how the host waits for them differs.
+    # The same forward passes, rollovers and copy-on-writes as the eager append counts.
     for key in ("rollovers", "cow", "prefix_hit_blocks", "decode_steps", "decode_kv_tokens"):
-        assert llm.engine.stats[key] == sync.engine.stats[key], key
+        assert llm.engine.stats[key] == eager.engine.stats[key], key
     # Ranges that only launch (after a prefill) or only read (a drain) come on top of the forward passes.
     assert llm.engine.decode_steps > llm.engine.stats["decode_steps"]
     assert llm.engine.runner.in_flight is None
     mgr = llm.engine.mgr
     assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
+
+
+def test_static_decode_path_reads_each_step_when_a_request_samples(tiny_checkpoint, hf_reference):
+    # A request sampled at a temperature needs its step's logits on the host: while it runs, each step's tokens
+    # are read before the next step is launched (no step in flight), and the greedy requests beside it still give
+    # Hugging Face's tokens.
+    llm = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=8)
+    llm.engine.use_static_decode(capture=False)
+    runner = llm.engine.runner
+    overlapped, plain = [], []
+    launch = runner._launch_static
+
+    def counting(seqs, restage):
+        (plain if any(s.params.temperature for s in seqs) else overlapped).append(len(seqs))
+        return launch(seqs, restage)
+
+    runner._launch_static = counting
+    engine = llm.engine
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    sampled = engine.add_request(
+        [5, 6, 7], SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, temperature=0.8)
+    )
+    seqs = [engine.add_request(p, greedy) for p in make_prompts()]
+    while engine.has_unfinished():
+        engine.step()
+    assert [s.output_ids for s in seqs] == hf_reference
+    assert len(sampled.output_ids) == NEW_TOKENS
+    assert plain and overlapped
+    assert runner.in_flight is None
+    assert engine.mgr.num_free() == engine.mgr.num_blocks and int(engine.mgr.refcount.sum()) == 0
 
 
 def test_every_decode_path_stops_at_eos(tiny_checkpoint, hf_reference):
@@ -139,13 +149,13 @@ def test_every_decode_path_stops_at_eos(tiny_checkpoint, hf_reference):
     )
     expected = [out[: out.index(eos) + 1] if eos in out else out for out in hf_reference]
     assert any(len(e) < NEW_TOKENS for e in expected) and any(len(e) == NEW_TOKENS for e in expected)
-    for static, overlap in ((False, False), (True, False), (True, True)):
-        llm = LLM(tiny_checkpoint, max_batch_size=8, overlap_decode=overlap)
+    for static in (False, True):  # static: overlapped, every request greedy
+        llm = LLM(tiny_checkpoint, max_batch_size=8)
         if static:
             llm.engine.use_static_decode(capture=False)
         llm.engine.model_cfg = dataclasses.replace(llm.engine.model_cfg, eos_token_id=eos)
         outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS))
-        assert [o.token_ids for o in outs] == expected, (static, overlap)
+        assert [o.token_ids for o in outs] == expected, static
         mgr = llm.engine.mgr
         assert mgr.num_free() == mgr.num_blocks and int(mgr.refcount.sum()) == 0
 

@@ -142,13 +142,13 @@ def test_engine_with_paged_attn_matches_hf(tiny_checkpoint):
     assert [o.token_ids for o in outs] == ref
 
 
-def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
-    # --no-attn-chunks -> EngineConfig -> GraphKernels (captured step) and DecodeKV (eager step) -> the tile the
-    # attention kernel is launched with (the launcher recorded in place of the Triton one: CPU tensors here).
+def test_the_tile_rule_reaches_the_kernel_in_both_decode_paths(monkeypatch):
+    # GraphKernels.attention_chunks (captured step; the engine's default on, off a measurement hook) and DecodeKV
+    # (eager step) -> the tile the attention kernel is launched with (the launcher recorded in place of the Triton
+    # one: CPU tensors here).
     import roseinfer.kernels.paged_attention as pa
     from roseinfer.cuda_graphs import GraphKernels
     from roseinfer.kv_context import DecodeKV, StaticDecodeKV
-    from tests.helpers import benchmark_config
 
     launched = []
     monkeypatch.setattr(pa, "paged_decode_attention_triton", lambda *a, **k: launched.append(a[8]) or a[0])
@@ -159,14 +159,13 @@ def test_the_switch_reaches_the_kernel_in_both_decode_paths(monkeypatch):
     batch = 64  # 768 pairs: a 16-token tile when on
     q = torch.zeros(batch, 12, 8)
     tables, past = torch.zeros(1, batch, 2, dtype=torch.int32), torch.zeros(batch, dtype=torch.int32)
-    for flags, chunks in (((), True), (("--no-attn-chunks",), False)):
-        cfg = benchmark_config(*flags)
-        assert cfg.attention_chunks is chunks
-        kernels = GraphKernels.for_engine(cfg.gemv, cfg.pdl, attention_chunks=cfg.attention_chunks)
+    assert GraphKernels().attention_chunks
+    for chunks in (True, False):
+        kernels = GraphKernels(attention_chunks=chunks)
         static = StaticDecodeKV(
             cache, tables, past, 1.0, paged_attn=True, attention_chunks=kernels.attention_chunks
         )
-        eager = DecodeKV(None, cache, [], tables, past, 1.0, False, True, cfg.attention_chunks)
+        eager = DecodeKV(None, cache, [], tables, past, 1.0, False, True, attention_chunks=chunks)
         for kv in (static, eager):
             kv.attend(0, q, q, q)
         want = AttentionTile(16, 1, 3) if chunks else AttentionTile(BLOCK, 4, 2)

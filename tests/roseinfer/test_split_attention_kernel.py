@@ -278,9 +278,10 @@ def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early)
 @pytest.mark.gpu
 def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
     # fp32, CUDA graphs, paged attention: the engine with the split kernel (default: launched as a prefetching
-    # dependent where a slice is one block, on Hopper) equals it launched plainly (--no-attn-prefetch), the
-    # one-pass kernel (--no-split-attn) and Hugging Face greedy, token for token.
+    # dependent where a slice is one block, on Hopper) equals it launched plainly, the one-pass kernel (the designs
+    # before it, captured through `GraphKernels`) and Hugging Face greedy, token for token.
     from roseinfer import LLM, SamplingParams
+    from roseinfer.cuda_graphs import GraphKernels
     from tests.roseinfer.test_engine_cuda import hf_outputs
     from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
 
@@ -288,10 +289,10 @@ def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
     ref = hf_outputs(tiny_checkpoint, torch.float32)
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True)
     for split, prefetch in ((True, True), (True, False), (False, False)):
-        llm = LLM(
-            tiny_checkpoint, device="cuda", max_batch_size=8, paged_attn=True, cuda_graph=True,
-            split_attention=split, attention_prefetch=prefetch,
-        )  # fmt: skip
+        llm = LLM(tiny_checkpoint, device="cuda", max_batch_size=8, paged_attn=True, cuda_graph=True)
+        if not (split and prefetch):
+            kernels = GraphKernels(split_attention=split, pdl_attention_prefetch=prefetch)
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
         got = [o.token_ids for o in llm.generate(make_prompts(), params)]
         # and one at a time: batch 1, one block a slice, where the prefetch runs
         got_one = [llm.generate([p], params)[0].token_ids for p in make_prompts()[:4]]

@@ -19,7 +19,6 @@ PATHS = {
     "eager": {},
     "paged": {"paged_attn": True},
     "graph": {"paged_attn": True, "cuda_graph": True},  # overlapped decode (the default)
-    "graph-no-overlap": {"paged_attn": True, "cuda_graph": True, "overlap_decode": False},
     # torch's symmetric-memory all-reduce in the captured decode step (prefill's larger messages: NCCL)
     "graph-symm-mem": {"paged_attn": True, "cuda_graph": True, "tp_allreduce": "symm_mem"},
 }

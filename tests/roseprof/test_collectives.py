@@ -9,7 +9,7 @@ import pytest
 from roseprof.analysis.collectives import find_instances, is_collective_kernel, match
 from roseprof.analysis.ranks import assign_ranks
 from roseprof.analysis.sections import SECTIONS, Context
-from roseprof.analysis.sections.collectives import _participants
+from roseprof.analysis.sections.collectives import run_participants
 from roseprof.analysis.summary import analyse
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.model import KERNEL
@@ -39,7 +39,7 @@ def instances(trace, log0=None, log1=None, is_collective=is_collective_kernel):
     for section in SECTIONS[: [s.name for s in SECTIONS].index("collectives")]:
         if section.applies(trace):
             ctx.results[section.name] = section.compute(ctx)
-    parts, op_group, range_group = _participants(ctx)
+    parts, op_group, range_group = run_participants(ctx)
     inst = find_instances(
         trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts, is_collective
     )

@@ -41,7 +41,7 @@ def test_dashboard_draws_the_arrival_heatmap(store):
     root, opts = store
     page = next((root / "dash").glob("*-slow-*.html")).read_text(encoding="utf-8")
     assert "Arrival spread per rank and decode step" in page
-    assert "straggler: rank 1, extra time in roseinfer.layer.mlp" in page
+    assert "straggler: rank 1, host time in roseinfer.layer.mlp" in page
 
 
 def test_dashboard_has_rank_lanes_and_a_rank_selector(store):

@@ -1,5 +1,5 @@
 """CUDA-graph attribution on a real capture: the engine's fast path (`--paged-attn --cuda-graph`) under nsys
-2025.3 with `--cuda-graph-trace=node` on an H100 (scripts/gpu_graphs_check.sh writes the fixture: 8 requests,
+2025.3 with `--cuda-graph-trace=node` on an H100 (`bash scripts/gpu_check.sh fixture-graphs` writes the fixture: 8 requests,
 batch 8, 72 new tokens; see tests/data/README.md).
 
 Every kernel launched in a decode step is a graph replay's, and each must land in the model part whose region
@@ -34,7 +34,7 @@ MISSING = [p for p in NEEDED if not p.exists()]
 pytestmark = pytest.mark.skipif(
     bool(MISSING),
     reason=f"real CUDA-graph fixture missing: {', '.join(str(p.relative_to(DATA.parent.parent.parent)) for p in MISSING)}"
-    " (written by scripts/gpu_graphs_check.sh on a GPU machine)",
+    " (written by `bash scripts/gpu_check.sh fixture-graphs` on a GPU machine)",
 )
 # The model's parts: the innermost region open when each node of the decode graph was made.
 PARTS = {ri.EMBEDDING, ri.ATTENTION, ri.KV_APPEND, ri.LAYERNORM, ri.MLP, ri.LM_HEAD, ri.ARGMAX}

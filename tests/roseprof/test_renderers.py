@@ -14,7 +14,7 @@ from roseprof.render.run_dashboard import RunDashboard
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.render.terminal_diff import TerminalDiff
 from roseprof.run.store import RunStore
-from tests.helpers import DATA
+from tests.helpers import DATA, unpacked
 
 SKIP_SUFFIXES = (".txt", ".py", ".jsonl", ".md", ".log")
 # Not a run: a report newer than the installed nsys reads, and a trace with nothing in it (test_drivers.py has both).
@@ -40,7 +40,12 @@ def _steplog(path):
 @pytest.fixture(params=FIXTURES, ids=lambda p: str(p.relative_to(DATA)))
 def imported(request, tmp_path):
     store = RunStore(tmp_path / "traces")
-    a = api.import_path(store, str(request.param), "a", _steplog(request.param))
+    path = request.param
+    if path.name.endswith(".xz"):  # kept compressed: unpacked with its step logs (tests/data/README.md)
+        db = unpacked(path, tmp_path)
+        a = api.import_path(store, db, "a", db.replace(".sqlite", ".steplog.jsonl"))
+    else:
+        a = api.import_path(store, str(path), "a", _steplog(path))
     return store, a
 
 

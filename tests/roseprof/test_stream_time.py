@@ -1,6 +1,6 @@
 """A kernel's own time on its stream (`roseprof.analysis.stream_time`): properties on random streams, and a real
 capture of the engine's batch-1 step with programmatic dependent launches (nsys 2025.3 on an H100,
-scripts/gpu_pdl_fixture.sh), where kernels start while the one before still runs: the per-step breakdown by
+`bash scripts/gpu_check.sh fixture-pdl`), where kernels start while the one before still runs: the per-step breakdown by
 capture-time region must add up to each step's busy GPU time, not to the overlapping durations."""
 
 import csv

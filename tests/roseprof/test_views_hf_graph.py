@@ -1,5 +1,5 @@
 """A CUDA-graph program that is not the engine, captured on an H100 (scripts/hf_graph_program.py through
-scripts/gpu_views_check.sh): Hugging Face GPT-2 with NVTX ranges from forward hooks, 3 eager forwards, one
+`bash scripts/gpu_check.sh fixture-views`): Hugging Face GPT-2 with NVTX ranges from forward hooks, 3 eager forwards, one
 capture, 60 replays. Its replayed kernels must land in their capture-time regions in `show`, the dashboard and
 the steady state, and a replay's region time must match what an eager forward ran inside it."""
 

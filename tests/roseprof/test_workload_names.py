@@ -43,5 +43,5 @@ def test_default_gpu_command_is_the_fast_path_and_parses():
     assert cmd[1:3] == ["-m", "roseinfer.benchmark_streaming"]
     assert "--paged-attn" in cmd and "--cuda-graph" in cmd
     cfg = engine_config(parse(build_parser("benchmark_streaming", "", "online"), cmd[3:]))
-    assert cfg.device == "cuda" and cfg.paged_attn and cfg.cuda_graph and cfg.overlap_decode
+    assert cfg.device == "cuda" and cfg.paged_attn and cfg.cuda_graph
     assert "--cuda-graph" not in workload.default_command("cpu")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from roseprof.analysis.sections import (
     collectives,
     gpu_ops,
+    gpu_time,
     itl,
     kernels,
     marks,
@@ -30,6 +31,7 @@ SECTIONS: list[Section] = [
     itl.SECTION,
     marks.SECTION,
     collectives.SECTION,
+    gpu_time.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.

@@ -30,7 +30,7 @@ def compute(ctx: Context) -> SectionResult:
     if shared is not None:
         parts, inst, m = shared
     else:
-        parts, op_group, range_group = _participants(ctx)
+        parts, op_group, range_group = run_participants(ctx)
         inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
         m = match(inst, len(parts.label)) if inst is not None else None
     if inst is None:
@@ -65,7 +65,7 @@ def compute(ctx: Context) -> SectionResult:
     return SectionResult({"collectives": summary})
 
 
-def _participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
+def run_participants(ctx: Context) -> tuple[Participants, np.ndarray, np.ndarray]:
     """(the participants, [G] each GPU op's, [R] each range's): the `ranks` section's groups with each rank's
     steps joined to its own step log; a run of one process is one participant with the steps table's steps."""
     trace = ctx.trace
@@ -200,10 +200,14 @@ def panels(summary: dict) -> list[dict]:
                     if s["clear"]
                     else f"no clear straggler; the latest rank: {s['rank']} (pid {s['pid']}), where its extra time went"
                 ),
-                "columns": ["region", "extra ms", "p50 ms/coll"],
-                "rows": [[r["region"], _ms(r["extra_ns"]), _ms(r["extra_p50_ns"])] for r in s["regions"]],
+                "columns": ["region", "time", "extra ms", "p50 ms/coll"],
+                "rows": [
+                    [r["region"], r.get("kind", "host"), _ms(r["extra_ns"]), _ms(r["extra_p50_ns"])]
+                    for r in s["regions"]
+                ],
                 "note": (
-                    f"last at {s['last_count']} of {c['matched']} collectives ({s['last_pct']:.0f}%), late p50 "
+                    (f"most of it: {s['where']}; " if s.get("where") else "")
+                    + f"last at {s['last_count']} of {c['matched']} collectives ({s['last_pct']:.0f}%), late p50 "
                     f"{_ms(s['late_p50_ns'])} ms, p99 {_ms(s['late_p99_ns'])} ms; {s['late_share_pct']:.0f}% of all "
                     f"lateness; most often late at collective {s['most_late_at']} of the step"
                     + (f" (issued in {s['most_late_site']})" if s.get("most_late_site") else "")
@@ -285,7 +289,17 @@ CHECKS = {
             "unmatched_steps": int,
             "spread": ({"p50_ns": NUM, "p99_ns": NUM, "max_ns": NUM}, None),
             "ranks": [RANK_ENTRY],
-            "straggler": ({"rank": int, "last_count": int, "clear": bool, "region": (str, None)}, None),
+            "straggler": (
+                {
+                    "rank": int,
+                    "last_count": int,
+                    "clear": bool,
+                    "region": (str, None),
+                    "region_kind": (str, None),
+                    "where": (str, None),
+                },
+                None,
+            ),
             "by_region": [
                 {"name": str, "region": (str, None), "count": int, "total_ns": NUM, "exposed_ns": NUM}
             ],

@@ -1,0 +1,88 @@
+"""What each rank's GPU did in a decode step: computed, communicated with no compute beside it (exposed), or idled.
+
+This is the scale story of tensor parallelism. Going from TP=1 to 2 to 4 halves each rank's weights, so compute per
+step shrinks; each layer's all-reduces stay, so exposed communication per step holds or grows; and whatever the
+host cannot launch in time shows as idle GPU time. A step that got no faster from TP=2 to TP=4 says which of the
+three took the saving.
+
+Per rank and decode step (the rank's own step ranges, joined to its step log), over the kernels the step launched
+(a kernel belongs to the step whose range holds its launching call; a graph replay's kernels to the step that
+replayed it):
+    period   from the step's first kernel's start to the next step's first kernel's start: the GPU's step time
+    busy     the union of the step's kernels (kernels of several streams, or under PDL, overlap)
+    compute  the union of its kernels other than collectives
+    exposed  busy less compute: communication with no compute kernel running beside it
+    idle     period less busy: no kernel running, the GPU waited for the host (or for another rank's launch)
+Each is reported as its p50 over the rank's steps that have a next step (the medians need not add up exactly).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.model import KERNEL, Trace
+
+
+def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
+    """[n_groups] ns covered by the union of the intervals [start, end) of each group (group ids 0..n_groups-1)."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    if not len(group):
+        return out
+    order = np.lexsort((start, group))
+    g, s, e = group[order], start[order], end[order]
+    base = int(s.min())
+    span = int(max(int(e.max()), int(s.max())) - base) + 1
+    # Each group's times moved past the last one's, so one running maximum serves every group.
+    s2 = (s - base) + g * span
+    e2 = np.maximum(e - base, s - base) + g * span
+    reach = np.maximum.accumulate(e2)
+    new = np.ones(len(s2), dtype=bool)
+    new[1:] = s2[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], len(s2)) - 1
+    np.add.at(out, g[first], reach[last] - s2[first])
+    return out
+
+
+def step_time(
+    trace: Trace,
+    mine: np.ndarray,  # [G] the rank's GPU ops
+    collective: np.ndarray,  # [G] ops that are collectives
+    step_start: np.ndarray,  # [S] the rank's decode steps, trace clock
+    step_end: np.ndarray,
+) -> dict | None:
+    """{steps, period_p50_ns, busy_p50_ns, compute_p50_ns, exposed_p50_ns, idle_p50_ns}, or None where the rank's
+    steps launched no kernel (a CPU run, or steps with no GPU work)."""
+    o = trace.ops
+    k = np.flatnonzero((o.kind == KERNEL) & mine & (o.api_start >= 0))
+    S = len(step_start)
+    if not len(k) or S < 2:
+        return None
+    at = np.searchsorted(step_start, o.api_start[k], side="right") - 1
+    inside = (at >= 0) & (o.api_start[k] <= step_end[np.maximum(at, 0)])
+    k, at = k[inside], at[inside]
+    if not len(k):
+        return None
+    busy = union_by_group(at, o.start[k], o.end[k], S)
+    compute_rows = ~collective[k]
+    compute = union_by_group(at[compute_rows], o.start[k][compute_rows], o.end[k][compute_rows], S)
+    first = np.full(S, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, at, o.start[k])
+    has = first < np.iinfo(np.int64).max
+    counted = np.flatnonzero(has[:-1] & has[1:])  # steps with kernels whose next step has kernels too
+    if not len(counted):
+        return None
+    period = first[counted + 1] - first[counted]
+    b = busy[counted]
+
+    def p50(v) -> float:
+        return float(np.median(v))
+
+    return {
+        "steps": int(len(counted)),
+        "period_p50_ns": p50(period),
+        "busy_p50_ns": p50(b),
+        "compute_p50_ns": p50(compute[counted]),
+        "exposed_p50_ns": p50(b - compute[counted]),
+        "idle_p50_ns": p50(np.maximum(period - b, 0)),
+    }
