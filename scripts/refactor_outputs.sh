@@ -45,9 +45,15 @@ imp nvtx-cpu "$D/nsys/cpu-nsys2022.4-nvtx.sqlite"
 imp nvtx-cpu2 "$D/nsys/cpu-nsys2022.4-nvtx.sqlite"
 imp matmul "$D/nsys/h100-nsys2025.3-matmul-nvtx.sqlite" --step-range roseinfer.model.forward
 imp matmul-rep "$D/nsys/h100-nsys2025.3-matmul-nvtx.nsys-rep"
-for base in h100-nsys2025.3-roseinfer-decode h100-nsys2025.3-roseinfer-graphs h100-nsys2025.3-roseinfer-pdl \
-    cpu-nsys2022.4-roseinfer-tp2 cpu-nsys2022.4-roseinfer-tp2-slowrank1 h200x2-nsys2025.3-roseinfer-tp2; do
-    imp "$base" "$D/nsys/$base.sqlite" --steplog "$D/nsys/$base.steplog.jsonl"
+# Fixtures kept xz-compressed (tests.helpers.unpacked) are unpacked beside their step logs first.
+for f in "$D"/nsys/*.sqlite.xz; do
+    [ -e "$f" ] && xz -d "$f"
+done
+# Every engine capture: the .sqlite beside its rank 0 step log (the other ranks' logs are found beside it).
+for log in "$D"/nsys/*.steplog.jsonl; do
+    base=$(basename "$log" .steplog.jsonl)
+    case $base in *.steplog.rank*) continue ;; esac
+    [ -e "$D/nsys/$base.sqlite" ] && imp "$base" "$D/nsys/$base.sqlite" --steplog "$log"
 done
 imp hf-graph "$D/nsys/h100-nsys2025.3-hf-graph.sqlite" --step-range hf.step
 for f in "$D"/nsys/public/*.sqlite "$D"/nsys/public/*.qdrep; do
@@ -60,7 +66,8 @@ imp torch-hf-graph "$D/torch/h100-torch2.11-hf-graph.json.gz"
 imp torch-tracelens "$D/torch/AMD-AGI__TraceLens__Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
 imp torch-hta "$D/torch/facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
 imp torch-kineto "$D/torch/pytorch__kineto__worker0.1623143089861.pt.trace.json.gz"
-for tp in cpu-torch2.13-roseinfer-tp2 h200x2-torch2.11-roseinfer-tp2; do
+for tp in "$D"/torch/*-tp[0-9]*/; do
+    tp=$(basename "$tp")
     imp "$tp" "$D/torch/$tp" --steplog "$D/torch/$tp/steplog.jsonl"
 done
 for f in "$D"/ncu/*.csv; do
@@ -108,5 +115,8 @@ dif tp2-slow cpu-nsys2022.4-roseinfer-tp2 cpu-nsys2022.4-roseinfer-tp2-slowrank1
 dif torch-tp2 cpu-torch2.13-roseinfer-tp2 h200x2-torch2.11-roseinfer-tp2 --pool-mixed
 dif ncu ncu-tn-raw ncu-h100-ncu2025.3-roseinfer
 dif matmul matmul matmul-rep
+if [ -e "$D/nsys/h200x4-nsys2025.3-roseinfer-tp4.sqlite" ]; then
+    dif tp4-slow h200x4-nsys2025.3-roseinfer-tp4 h200x4-nsys2025.3-roseinfer-tp4-slowrank2
+fi
 ls "$WORK/d" | mask >"$OUT/dashboards-left.txt"
 echo "outputs in $OUT ($(find "$OUT" -type f | wc -l) files)"
