@@ -16,6 +16,7 @@ from pathlib import Path
 
 from roseprof.analysis.diff import compare, gate
 from roseprof.analysis.samples import prepare
+from roseprof.analysis.sections import SECTIONS
 from roseprof.analysis.summary import analyse
 from roseprof.model import Names, Tool, Trace
 from roseprof.workload.steplog import read_steplog
@@ -30,7 +31,7 @@ BENCH = [
 def run_data(path: Path):
     trace = Trace(Tool("steplog", "0"), names=Names())
     summary, tables = analyse(trace, read_steplog(str(path)))
-    return prepare(summary, {"regions": [], "rows": tables["steps"]}, tables["itl_series"], trace)
+    return prepare(summary, {"regions": [], "rows": tables["steps"]}, tables["itl_series"], trace, SECTIONS)
 
 
 def _named(m: dict) -> str:

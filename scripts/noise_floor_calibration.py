@@ -25,8 +25,7 @@ from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, floor_for, gate
 from roseprof.analysis.noise_floor import NoiseFloor, family
 from roseprof.analysis.verdict import verdict
-from roseprof.api import load_run, resolve_side
-from roseprof.run.store import RunStore
+from roseprof.api import load_run, open_store, resolve_side
 
 
 def clearance(m: dict) -> float:
@@ -54,7 +53,7 @@ def main() -> int:
     p.add_argument("--gate", type=float, default=10.0)
     p.add_argument("--json", dest="json_out")
     args = p.parse_args()
-    store = RunStore(args.traces)
+    store = open_store(args.traces)
     groups = {n: resolve_side(store, [n], latest=False) for n in args.names}
     data = {r.id: load_run(r) for runs in groups.values() for r in runs}
     some = list(data.values())

@@ -20,7 +20,7 @@ from roseprof.analysis import noise_floor
 from roseprof.analysis.diff_metric import Sample, Sides  # noqa: F401  (Sample: the scripts and tests know it here)
 from roseprof.analysis.diff_metric import metric as _metric  # noqa: F401  (the tests know it by this name)
 from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.analysis.samples import RunData
+from roseprof.analysis.run_data import RunData
 from roseprof.analysis.sections import DIFF_ORDER, SECTIONS
 from roseprof.analysis.stats import (
     CONFIDENCE,
@@ -111,6 +111,24 @@ def compare(
         # Totals per decode step (regions, kernels) say so; every other metric is a figure per run.
         m["per_step"] = bool(m.pop("per_step", False))
     return noise_floor.apply(metrics, floor or floor_for(ga, gb))
+
+
+def compare_own(
+    a: RunData | list[RunData],
+    b: RunData | list[RunData],
+    metrics: list[dict],
+    method_text: str,
+    floor: NoiseFloor,
+) -> tuple[list[dict], str, bool]:
+    """(metrics, method, taken): where a section compares such runs in a way of its own (`Section.diff_compare`:
+    ncu's launch by launch), its metrics and method, and taken True; else those given, and False."""
+    ga, gb = _group(a), _group(b)
+    for section in SECTIONS:
+        if section.diff_compare is not None:
+            own = section.diff_compare(ga, gb, metrics, floor)
+            if own is not None:
+                return own[0], own[1], True
+    return metrics, method_text, False
 
 
 def families() -> list[tuple]:

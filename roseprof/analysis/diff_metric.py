@@ -12,7 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from roseprof.analysis import machine_speed
-from roseprof.analysis.samples import RunData
+from roseprof.analysis.run_data import RunData
 from roseprof.analysis.stats import (
     clustered,
     group_interval,

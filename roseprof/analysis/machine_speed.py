@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.samples import RunData
+from roseprof.analysis.run_data import RunData
 
 # Regions under this share of the before side's step time are left out of the median: a 2 µs region's ratio is
 # its timer's noise, not the machine's speed.

@@ -9,7 +9,6 @@ None in JSON (NaN in the tables), never 0.
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
@@ -183,12 +182,6 @@ def section(trace: Trace) -> dict:
         "launches": launches,
         "rules": _rules(km, kernel_names(trace)),
     }
-
-
-def kernel_regex(names: list[str]) -> str:
-    """An ncu `--kernel-name regex:` matching exactly these names (with --kernel-name-base demangled). Only
-    the characters regular expressions treat specially are escaped, so ncu's engine reads it as written."""
-    return "^(" + "|".join(re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", n) for n in names) + ")$"
 
 
 def top_kernels(summary: dict, top: int) -> list[tuple[str, int]]:

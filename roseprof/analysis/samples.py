@@ -1,70 +1,62 @@
-"""One stored run as the samples a comparison needs: step times, ITL (with the step behind each token), TTFT,
-per-step region and kernel time, instance durations. Built from the run's tables and trace; no I/O here."""
+"""One stored run as the samples a comparison needs: `prepare` asks each section given for its samples
+(`Section.diff_prepare`), and the built-in sections' builders are here: step times (steps), ITL with the step behind
+each token and TTFT (itl), instance durations and per-step own time (regions), per-step kernel time and launches
+(kernels). Built from the run's tables and trace; no I/O here, and no section is known by name."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from roseprof.analysis.ranges import build_tree
+from roseprof.analysis.run_data import SHARED_FIELDS, RunData, Shared
 from roseprof.analysis.stats import groups
 from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
 from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 
 
-@dataclass
-class RunData:
-    """One run's samples, as the comparison needs them."""
-
-    summary: dict
-    step_dur: np.ndarray | None  # [S]
-    step_roll: np.ndarray | None  # [S] bool
-    itl: np.ndarray | None  # [T] ms
-    itl_roll: np.ndarray | None  # [T] bool
-    itl_step: np.ndarray | None  # [T] decode step of each token: tokens of one step move together
-    step_regions: dict[str, np.ndarray]  # region inside the decode step -> [S] ns per step
-    # kernel -> ([S] its own stream ns launched in each step, own ns outside)
-    kernel_steps: dict[str, tuple[np.ndarray, float]]
-    region_durations: dict[str, np.ndarray]  # name -> instance durations
-    region_self: dict[str, float]
-    kernel_durations: dict[str, np.ndarray]  # kernel name -> instance durations
-    ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
-    # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
-    step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
-    # kernel -> [S] its launches in each step: a kernel whose time per step moved because it runs more or fewer
-    # times a step (the same kernel given other work) is not faster or slower
-    kernel_launches: dict[str, np.ndarray] = field(default_factory=dict)
-    # kernel name -> each launch's own time on its stream (its duration where nothing overlaps it): what a run's
-    # kernel totals add, so that under programmatic dependent launch no kernel is charged for its wait
-    kernel_own: dict[str, np.ndarray] = field(default_factory=dict)
-    # region inside the decode step -> [S] its own thread CPU ns in each step (the step log's, version 3: no wait for
-    # a core in it); empty for runs captured without them
-    step_cpu: dict[str, np.ndarray] = field(default_factory=dict)
-    # section name -> what that section's diff_prepare made of the stored run: samples of its own (a per-step
-    # column from the trace and the step windows, say) that its diff_samples families read back
-    sections: dict[str, object] = field(default_factory=dict)
-
-    @property
-    def steps(self) -> int | None:
-        return None if self.step_dur is None else len(self.step_dur)
+def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace, sections) -> RunData:
+    """A stored run's summary, step and ITL tables and trace, as the samples `sections` (analysis/sections/
+    SECTIONS, or any list of sections) make of them: each section's `diff_prepare`, in the order given."""
+    shared: dict = {}
+    own: dict = {}
+    for section in sections:
+        if section.diff_prepare is None:
+            continue
+        made = section.diff_prepare(summary, steps, itl_rows, trace)
+        if isinstance(made, Shared):
+            unknown = set(made) - SHARED_FIELDS
+            if unknown:
+                raise ValueError(f"section {section.name}: {sorted(unknown)} are no RunData fields")
+            shared.update(made)
+        elif made is not None:  # None: no samples of this section's in this run
+            own[section.name] = made
+    return RunData(summary, **shared, sections=own)
 
 
-def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> RunData:
-    """A stored run's summary, step and ITL tables and trace, as samples to compare."""
-    step_dur = step_roll = None
-    step_regions = {}
-    step_cpu: dict[str, np.ndarray] = {}
-    if steps and steps.get("rows"):
-        step_dur = np.asarray(steps["rows"]["dur_ns"], dtype=np.float64)
-        step_roll = np.asarray(steps["rows"]["rollovers"]) > 0
-        for name in steps.get("regions", []):
-            step_regions[name] = np.asarray(steps["rows"][f"region:{name}"], dtype=np.float64)
-        step_cpu = {
-            name: np.asarray(steps["rows"][CPU_PREFIX + name], dtype=np.float64)
-            for name in cpu_regions(steps["rows"])
-        }
+def _step_rows(steps: dict | None) -> dict | None:
+    return steps["rows"] if steps and steps.get("rows") else None
+
+
+def step_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
+    """The steps section's: each decode step's time and whether it rolled over, its time per region inside the
+    step and its regions' own thread CPU time (the step log's, version 3)."""
+    rows = _step_rows(steps)
+    if rows is None:
+        return Shared(step_dur=None, step_roll=None, step_regions={}, step_cpu={})
+    return Shared(
+        step_dur=np.asarray(rows["dur_ns"], dtype=np.float64),
+        step_roll=np.asarray(rows["rollovers"]) > 0,
+        step_regions={
+            name: np.asarray(rows[f"region:{name}"], dtype=np.float64) for name in steps.get("regions", [])
+        },
+        step_cpu={name: np.asarray(rows[CPU_PREFIX + name], dtype=np.float64) for name in cpu_regions(rows)},
+    )
+
+
+def itl_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
+    """The itl section's: every token's ITL (with whether its step rolled over and which step it was), and each
+    request's TTFT."""
     itl_rows = itl_rows or []
     itl = itl_roll = itl_step = None
     if itl_rows:
@@ -84,22 +76,50 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
     ttft = None
     if itl_rows and all("ttft_ms" in r for r in itl_rows):
         ttft = np.asarray([r["ttft_ms"] for r in itl_rows if r["ttft_ms"] is not None], dtype=np.float64)
+    return Shared(itl=itl, itl_roll=itl_roll, itl_step=itl_step, ttft=ttft)
+
+
+def _range_names(trace: Trace) -> np.ndarray:
+    """[R] each range's name as every table spells it (`NCCL:ncclAllReduce` outside the default domain), as the
+    step rows' region columns and summary.json's region rows (name and domain) say it."""
+    spelled = spelled_range_names(trace)
+    return trace.ranges.name if spelled is None else spelled
+
+
+def region_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
+    """The regions section's: every region's instance durations and own time, and the own time per decode step of
+    the regions inside the steps."""
     names = trace.names
     region_durations: dict[str, np.ndarray] = {}
-    kernel_durations: dict[str, np.ndarray] = {}
-    kernel_own: dict[str, np.ndarray] = {}
     r = trace.ranges
-    # A region is named as every table spells it (`NCCL:ncclAllReduce` outside the default domain), as the step
-    # rows' region columns and summary.json's region rows (name and domain) say it.
-    spelled = spelled_range_names(trace)
-    range_name = r.name if spelled is None else spelled
+    range_name = _range_names(trace)
     if len(r):
         dur, name = r.end - r.start, range_name
         order = np.argsort(name, kind="stable")
         for idx, chunk in zip(*groups(name[order], dur[order])):
             region_durations[names[idx]] = chunk
+    region_self = {
+        spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
+    }
+    rows = _step_rows(steps)
+    step_dur = None if rows is None else np.asarray(rows["dur_ns"], dtype=np.float64)
+    inside_step = set(steps.get("regions", [])) if rows is not None else set()
+    return Shared(
+        region_durations=region_durations,
+        region_self=region_self,
+        step_self=_step_self(trace, range_name, steps, step_dur, inside_step),
+    )
+
+
+def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
+    """The kernels section's: every kernel's durations and own time on its stream, and per decode step its own
+    time and launches."""
+    names = trace.names
+    kernel_durations: dict[str, np.ndarray] = {}
+    kernel_own: dict[str, np.ndarray] = {}
     kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
     kernel_launches: dict[str, np.ndarray] = {}
+    rows = _step_rows(steps)
     o = trace.ops
     if len(o):
         kernel = o.kind == KERNEL
@@ -113,10 +133,10 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
             kernel_durations[names[idx]] = chunk
         for idx, chunk in zip(*groups(name[order], own[order])):
             kernel_own[names[idx]] = chunk
-        if step_dur is not None and len(dur):
+        if rows is not None and len(dur):
             # The step each kernel was launched in, by its API call's time within the step windows.
-            starts = np.asarray(steps["rows"]["start_ns"], dtype=np.int64)
-            ends = starts + step_dur.astype(np.int64)
+            starts = np.asarray(rows["start_ns"], dtype=np.int64)
+            ends = starts + np.asarray(rows["dur_ns"], dtype=np.float64).astype(np.int64)
             owner = np.searchsorted(starts, api, side="right") - 1
             inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
             for idx in np.unique(name):
@@ -125,32 +145,11 @@ def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Tra
                 per_step = np.bincount(owner[in_steps], weights=own[in_steps], minlength=len(starts))
                 kernel_steps[names[idx]] = (per_step.astype(np.float64), float(own[sel & ~inside].sum()))
                 kernel_launches[names[idx]] = np.bincount(owner[in_steps], minlength=len(starts))
-    region_self = {
-        spelled_region(r["name"], r.get("domain")): float(r["self_ns"]) for r in summary.get("regions") or []
-    }
-    step_self = _step_self(trace, range_name, steps, step_dur, set(step_regions))
-    # Imported here: the sections' diff hooks import this module (RunData).
-    from roseprof.analysis.sections import SECTIONS
-
-    own = {s.name: s.diff_prepare(summary, steps, itl_rows, trace) for s in SECTIONS if s.diff_prepare}
-    return RunData(
-        summary,
-        step_dur,
-        step_roll,
-        itl,
-        itl_roll,
-        itl_step,
-        step_regions,
-        kernel_steps,
-        region_durations,
-        region_self,
-        kernel_durations,
-        ttft,
-        step_self,
-        sections=own,
-        step_cpu=step_cpu,
-        kernel_launches=kernel_launches,
+    return Shared(
+        kernel_durations=kernel_durations,
         kernel_own=kernel_own,
+        kernel_steps=kernel_steps,
+        kernel_launches=kernel_launches,
     )
 
 

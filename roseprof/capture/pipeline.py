@@ -12,10 +12,10 @@ A full disk while the run is written: the run is kept as `failed` with what the 
 that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
 capture lock, its output): capture/tool.py.
 
-`analyse(trace, steplog_path) -> (summary, tables)` is the analysis step, passed in by the caller so that the
-run store does not depend on the analyses (roseprof.api wires them together); tables are the per-step rows
-("steps", "step_regions"), the per-request ITL series ("itl_series") and where benchmark runs begin
-("run_starts").
+`analyse(trace, steplog_path) -> (summary, parts)` is the analysis step, passed in by the caller so that the
+run store does not depend on the analyses (roseprof.api wires them together); parts are the analysis tables the
+run folder keeps, by the part of the folder each fills (run/tables.py: STORED_PARTS, e.g. the per-step rows, the
+per-request ITL series).
 
 `progress(stage, message)` is told what the capture is doing (stages: capture, export, parse, analyse, store);
 the caller presents it (render/progress.py) or passes None. The pipeline never prints.
@@ -189,7 +189,7 @@ def _ingest(
     """Analyse the trace and write the run's normalised files; returns the summary."""
     progress = progress or _quiet
     progress("analyse", "analysing: regions, kernels, decode steps, ITL")
-    summary, data = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
+    summary, parts = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
     progress("store", "storing the run")
     summary["run_id"] = writer.run_id
     summary["tool"] = {"name": trace.tool.name, "version": trace.tool.version, "schema": trace.tool.format}
@@ -197,7 +197,7 @@ def _ingest(
     if trace.gpus and not writer.manifest.get("gpus"):
         writer.manifest["gpus"] = trace.gpus
     tables.write_trace(writer.path, trace)
-    tables.write_analysis(writer.path, summary, data)  # the tables by name
+    tables.write_analysis(writer.path, summary, parts)
     return summary
 
 

@@ -6,8 +6,15 @@ import sys
 
 import click
 
-from roseprof.cli.common import EXIT_CODES, after_storing, cli, print_run, show_dashboard, store_options
-from roseprof.run.store import RunStore
+from roseprof.cli.common import (
+    EXIT_CODES,
+    after_storing,
+    cli,
+    open_store,
+    print_run,
+    show_dashboard,
+    store_options,
+)
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
@@ -50,7 +57,7 @@ def _capture(options, cmd, name, repeat, step_range, traces_dir, dashboards_dir,
     from roseprof.api import capture
     from roseprof.render.progress import CaptureProgress
 
-    store = RunStore(traces_dir)
+    store = open_store(traces_dir)
     progress = CaptureProgress()
     try:
         outcomes = capture(store, options, list(cmd) or None, name, repeat, progress, step_range)

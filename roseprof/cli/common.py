@@ -37,21 +37,25 @@ def store_options(f):
 @click.version_option(package_name="roseinfer", prog_name="roseprof")
 def cli() -> None:
     """Capture, parse and compare profiles of roseinfer (or any command)."""
-    from roseprof.api import register_sections
 
-    # Before any verb reads a stored run: its summary.json is checked against what each analysis section stores.
-    register_sections()
+
+def open_store(traces_dir):
+    """The traces folder (the library's: its runs are checked against what each analysis section stores)."""
+    from roseprof.api import open_store
+
+    return open_store(traces_dir)
 
 
 def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> None:
     try:
-        from roseprof.render.run_dashboard import ensure_dashboard
+        from roseprof.render import run_dashboard  # noqa: F401  (plotly, which only the dashboards need)
     except ImportError as e:  # the run is stored; only the rendering is missing
         click.echo(
             f"dashboard: not rendered ({e.name} is not installed; `roseprof open {run.id}` renders it later)",
             err=True,
         )
         return
+    from roseprof.api import ensure_dashboard
     from roseprof.render.system_browser import open_in_browser
 
     if progress is not None:
@@ -59,7 +63,7 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
     try:
         with damage_is_one_line(run):
             try:
-                path = ensure_dashboard(run, dashboards_dir, section_panels())
+                path = ensure_dashboard(run, dashboards_dir)
             except OSError as e:
                 raise RoseprofError(f"dashboard not written to {dashboards_dir} ({os_error(e)})") from None
     finally:
@@ -104,18 +108,10 @@ def finite(ctx, param, value):
     return value
 
 
-def section_panels():
-    """summary -> the panels of analysis sections with no built-in view (the library's, imported on use)."""
-    from roseprof.api import section_panels
-
-    return section_panels
-
-
-def print_run(console, run, summary) -> None:
+def print_run(console, run, summary=None) -> None:
     """A stored run in the terminal (`show`, and after a capture or import): the summary's views, then the panels
-    of analysis sections that have no built-in view."""
-    from roseprof.api import section_panels
+    of analysis sections that have no built-in view. `summary`: the run's, where the caller has read it."""
+    from roseprof.api import run_view
     from roseprof.render.terminal import TerminalRenderer
-    from roseprof.render.view import RunView
 
-    TerminalRenderer(console).render(RunView(run, summary, section_panels(summary) if summary else []))
+    TerminalRenderer(console).render(run_view(run) if summary is None else run_view(run, summary))

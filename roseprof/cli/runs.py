@@ -12,6 +12,7 @@ from roseprof.cli.common import (
     after_storing,
     cli,
     finite,
+    open_store,
     os_error,
     print_run,
     show_dashboard,
@@ -20,7 +21,7 @@ from roseprof.cli.common import (
 )
 from roseprof.cli.vs import VsCommand
 from roseprof.errors import RoseprofError
-from roseprof.run.store import RunStore, damage_is_one_line
+from roseprof.run.store import damage_is_one_line
 
 
 @cli.command(epilog=EXIT_CODES)
@@ -34,7 +35,7 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
     from roseprof.api import export_chrome
 
-    click.echo(str(export_chrome(RunStore(traces_dir), run, output)))
+    click.echo(str(export_chrome(open_store(traces_dir), run, output)))
 
 
 @cli.command("import", epilog=EXIT_CODES)
@@ -57,7 +58,7 @@ def import_(paths, name, steplog, step_range, traces_dir, dashboards_dir) -> Non
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console
 
-    run = import_path(RunStore(traces_dir), list(paths), name, steplog, step_range)
+    run = import_path(open_store(traces_dir), list(paths), name, steplog, step_range)
     after_storing(run, lambda: print_run(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 
@@ -69,7 +70,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
     """List the stored runs, oldest first."""
     from roseprof.render.terminal import make_console, print_runs
 
-    runs = RunStore(traces_dir).runs()
+    runs = open_store(traces_dir).runs()
     if as_json:
         click.echo(json.dumps([{"id": r.id, **r.manifest} for r in runs], indent=1))
     else:
@@ -83,19 +84,13 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
 def show(run, as_json, traces_dir, dashboards_dir) -> None:
     """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
     from roseprof.render.terminal import make_console
-    from roseprof.run import tables
 
-    found = RunStore(traces_dir).resolve(run)
+    found = open_store(traces_dir).resolve(run)
     with damage_is_one_line(found):
-        summary = found.summary() if tables.has_summary(found.path) else None
         if as_json:
-            if summary is None:
-                raise RoseprofError(
-                    f"run {found.id} has no {tables.SUMMARY} (status {found.manifest.get('status')})"
-                )
-            click.echo(json.dumps(summary, indent=1))
+            click.echo(json.dumps(found.summary(), indent=1))  # no summary.json: refused in one line
         else:
-            print_run(make_console(), found, summary)
+            print_run(make_console(), found)
 
 
 @cli.command(
@@ -190,7 +185,7 @@ def diff(
         )
     with damage_is_one_line(*refs_a, *refs_b):
         view = diff_runs(
-            RunStore(traces_dir),
+            open_store(traces_dir),
             refs_a,
             refs_b,
             threshold,
@@ -238,7 +233,7 @@ def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
     """Keep RUNS (ids, prefixes or names) under NAME, replacing what NAME meant before."""
     from roseprof.api import set_baseline
 
-    entry, found = set_baseline(RunStore(traces_dir), name, list(runs), latest)
+    entry, found = set_baseline(open_store(traces_dir), name, list(runs), latest)
     click.echo(f"baseline {name}: {len(found)} run(s): {', '.join(entry['runs'])}")
 
 
@@ -249,7 +244,7 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
     """List the baselines: name, when set, and their runs."""
     from roseprof.run.baselines import read_all
 
-    entries = read_all(RunStore(traces_dir))
+    entries = read_all(open_store(traces_dir))
     if as_json:
         click.echo(json.dumps(entries, indent=1))
         return
@@ -264,11 +259,7 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
 @store_options
 def open_(run, traces_dir, dashboards_dir) -> None:
     """Render RUN's dashboard if missing or stale, and open it (or print its path where there is no display)."""
-    from roseprof.run import tables
-
-    found = RunStore(traces_dir).resolve(run)
-    if not tables.has_summary(found.path):
-        raise RoseprofError(
-            f"run {found.id} has no {tables.SUMMARY} (status {found.manifest.get('status')}): nothing to show"
-        )
+    found = open_store(traces_dir).resolve(run)
+    if not found.has_summary():
+        raise RoseprofError(f"{found.no_summary()}: nothing to show")
     show_dashboard(found, dashboards_dir, True)

@@ -2,57 +2,32 @@
 (`roseprof.model.Trace`: a `Reader`) and, where the tool can run a command, saying how (a capture class whose
 `launch` gives a `Launch`; roseprof/capture/process.py runs every tool's launch the same one way).
 
-The registry picks a driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
+What a driver is made of (Reader, Launch, find_tool) is drivers/base.py's; this module is the registry. It picks a
+driver for a file by its suffix, then by sniffing its first bytes (SQLite's magic, a
 "traceEvents" key, ncu's CSV header), so an unknown file gets one clear line instead of a wrong reader.
 """
 
 from __future__ import annotations
 
-import glob
 import importlib
-import os
 import re
-import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from roseprof.drivers.base import SNIFF_BYTES, Launch, Reader, find_tool
 from roseprof.errors import RoseprofError
-from roseprof.model import Trace
 
-SNIFF_BYTES = 4096
-
-
-@dataclass(frozen=True)
-class Reader:
-    """How one tool's file becomes a Trace.
-
-    read(path, raw_dir, label): `path` is the run's own copy of the user's file (in raw_dir, where any
-    conversion, e.g. an nsys export, also writes); `label` is how errors name the file: the user's path.
-    """
-
-    tool: str
-    description: str  # e.g. "nsys .sqlite export"
-    suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
-    sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
-    read: Callable[[Path, Path, str], Trace]
-    # read_many(paths, raw_dir, labels): several files of one run (one per rank) as one Trace; None where the
-    # tool writes one file for every process (nsys) or has no timeline to merge (ncu)
-    read_many: Callable[[list[Path], Path, list[str]], Trace] | None = None
-
-
-@dataclass(frozen=True)
-class Launch:
-    """How a driver's tool runs the user's program: what capture/process.py needs to run it (in its own
-    session, under the tool's lock), the same for every tool."""
-
-    argv: list[str]  # the tool's command line, the user's command included
-    env: dict[str, str]  # the whole environment the tool starts with
-    log: Path  # where the tool's whole output is kept (raw/<tool>.log)
-    # The tool's stdout and stderr as one stream, shown on roseprof's stderr: for a tool that interleaves its
-    # own lines with the program's on one pipe (ncu), so that roseprof's stdout stays its own.
-    one_stream: bool = False
-
+__all__ = [
+    "CAPTURES",
+    "SNIFF_BYTES",
+    "Launch",
+    "Reader",
+    "capturer",
+    "find_tool",
+    "pick_reader",
+    "rank_files",
+    "readers",
+    "split_thread_id",
+]
 
 # Each tool's capture class, by its options' `tool` (imported only when a capture runs).
 CAPTURES = {
@@ -131,19 +106,3 @@ def rank_files(folder: Path, label: str) -> list[Path]:
         return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
 
     return sorted(files, key=order)
-
-
-def find_tool(env_var: str, exe: str, candidates: tuple[str, ...]) -> str | None:
-    """A profiler's executable: the path in `env_var` (only that, when set), else on PATH, else the first
-    executable match of `candidates` (glob patterns of the usual install folders, newest first in each)."""
-    env = os.environ.get(env_var)
-    if env:
-        return env if os.access(env, os.X_OK) else None
-    on_path = shutil.which(exe)
-    if on_path:
-        return on_path
-    for pattern in candidates:
-        for path in sorted(glob.glob(pattern), reverse=True):
-            if os.access(path, os.X_OK):
-                return path
-    return None

@@ -1,7 +1,7 @@
 """A stored run -> Chrome trace-event JSON, the format ui.perfetto.dev and chrome://tracing import.
 
-Written as a stream, a batch of rows at a time, from the run's stored columns (run/tables.py), so a run with a
-million kernels never becomes a million Python dicts. What Perfetto's JSON importer needs, and what we write:
+Written as a stream, a batch of rows at a time, from the columns of the run's trace (its view's tables: this module
+never reads a run folder), so a run with a million kernels never becomes a million Python dicts. What Perfetto's JSON importer needs, and what we write:
 - a top-level object with "traceEvents" (and "displayTimeUnit");
 - timestamps ("ts") and durations ("dur") in microseconds: integer ns printed as `us.nnn`, exact;
 - integer "pid" and "tid"; "M" events (process_name, thread_name) naming the tracks;
@@ -28,8 +28,7 @@ import numpy as np
 
 from roseprof.drivers import split_thread_id
 from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace, spelled_range_names
-from roseprof.run import tables
-from roseprof.workload.steplog import read_steplog
+from roseprof.render.view import RunView
 
 BATCH = 65536
 STYLE_ARGS = ', "args": {"style": "start/end"}'
@@ -62,25 +61,18 @@ class _Writer:
 
 
 class ChromeExport:
-    """A stored run as Chrome trace JSON (Perfetto), from its view: the model's columns are streamed from the run
-    folder (run/tables.py), the steps and telemetry come from the view."""
+    """A run as Chrome trace JSON (Perfetto), from its view alone: the trace, the GPU ops' launching regions, the
+    steps, the telemetry and the step log are the view's tables (roseprof.api.run_view)."""
 
-    def render(self, view, out_path: Path) -> Path:
-        write_chrome(view.run.path, out_path, view.run.manifest, view.steps, view.telemetry)
+    def render(self, view: RunView, out_path: Path) -> Path:
+        write_chrome(view, out_path)
         return out_path
 
 
-def write_chrome(
-    folder: Path,
-    out: Path,
-    manifest: dict | None = None,
-    steps: dict | None = None,
-    telemetry: dict | None = None,
-) -> None:
-    """`steps`, `telemetry`: the view's, where the caller has loaded them (read from the folder otherwise)."""
-    trace = tables.read_trace(folder)
-    steps = steps if steps is not None else tables.read_steps(folder)
-    telemetry = telemetry if telemetry is not None else tables.read_telemetry(folder)
+def write_chrome(view: RunView, out: Path) -> None:
+    steps, telemetry, manifest = view.steps, view.telemetry, view.run.manifest
+    tables = view.tables
+    trace = tables.trace()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open
@@ -98,9 +90,9 @@ def write_chrome(
         _tracks(w, trace)
         _ranges(w, trace, esc, spelled)
         _host(w, trace, esc)
-        _ops(w, trace, esc, tables.read_op_regions(folder, len(trace.ops), len(trace.names)))
+        _ops(w, trace, esc, tables.op_regions(len(trace.ops), len(trace.names)))
         _steps(w, steps)
-        _telemetry(w, telemetry, steps, folder)
+        _telemetry(w, telemetry, steps, tables.step_log)
         fh.write("\n]}\n")
     tmp.replace(out)
 
@@ -295,12 +287,12 @@ def _steps(w: _Writer, steps: dict | None) -> None:
     w.lines(lines)
 
 
-def _telemetry(w: _Writer, telemetry: dict | None, steps: dict | None, folder: Path) -> None:
+def _telemetry(w: _Writer, telemetry: dict | None, steps: dict | None, step_log) -> None:
     """GPU counters. Samples are on the step log's clock (monotonic): placed on the trace's timeline through
     the first step, which both the trace and the step log hold; left out when the run cannot align them."""
     samples = (telemetry or {}).get("samples") or []
     rows = (steps or {}).get("rows") or {}
-    log = read_steplog(str(folder / tables.STEPLOG)) if samples and rows else None
+    log = step_log() if samples and rows else None  # the engine's step log, read only where it is needed
     if not samples or not rows or log is None or not log.steps:
         return
     k = rows.get("log_index", rows["index"])[0]

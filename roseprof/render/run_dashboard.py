@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-import os
 from pathlib import Path
 
+from roseprof.errors import RoseprofError
 from roseprof.render import figures, ncu_views, rank_figures, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
-from roseprof.render.view import RunView
-from roseprof.run.store import Run
+from roseprof.render.view import RunRecord, RunView
 
 
-def _cards(run: Run, summary: dict) -> list[tuple[str, str]]:
+def _cards(run: RunRecord, summary: dict) -> list[tuple[str, str]]:
     m = run.manifest
     tool = m.get("tool", {})
     env = m.get("environment") or {}
@@ -270,12 +269,6 @@ def build_figures(view: RunView) -> list:
     return [f for f in out if f is not None]
 
 
-def render_run(run: Run, out_path: Path, section_panels=None) -> Path:
-    """Write the run's dashboard to out_path (atomically) and return it. `section_panels`: summary -> the plain
-    tables of analysis sections with no view of their own here (api.section_panels)."""
-    return RunDashboard().render(RunView.load(run, section_panels), out_path)
-
-
 class RunDashboard:
     """A run's offline HTML dashboard, from its view alone."""
 
@@ -286,9 +279,9 @@ class RunDashboard:
 
 def _render(view: RunView, out_path: Path) -> Path:
     run = view.run
-    summary = (
-        view.summary if view.summary is not None else run.summary()
-    )  # no summary.json: refused in one line
+    summary = view.summary
+    if summary is None:  # roseprof.api.ensure_dashboard refuses such a run first, in the store's words
+        raise RoseprofError(f"run {run.id} has no summary (status {run.manifest.get('status')})")
     extra = "".join(_section_panel(p) for p in view.panels)
     figs = build_figures(view)
     cards = "".join(
@@ -312,25 +305,13 @@ never in the tables."""
     return write_page(text, out_path)
 
 
-def dashboard_path(run: Run, dashboards_dir: str | os.PathLike) -> Path:
-    return Path(dashboards_dir) / f"{run.id}.html"
-
-
-def is_stale(run: Run, path: Path) -> bool:
-    if not path.is_file():
-        return True
-    newest = max((p.stat().st_mtime for p in run.path.iterdir() if p.suffix == ".json"), default=0)
-    if path.stat().st_mtime < newest:
-        return True
+def is_current(path: Path, since: float) -> bool:
+    """Whether the dashboard at `path` is there, was written after `since` (the run's newest change, as a file
+    time) and by this renderer's version: else it is rendered again."""
+    if not path.is_file() or path.stat().st_mtime < since:
+        return False
     head = path.read_text(encoding="utf-8", errors="replace")[:600]
-    return f'content="{RENDERER_VERSION}"' not in head
-
-
-def ensure_dashboard(run: Run, dashboards_dir, section_panels=None) -> Path:
-    path = dashboard_path(run, dashboards_dir)
-    if is_stale(run, path):
-        render_run(run, path, section_panels)
-    return path
+    return f'content="{RENDERER_VERSION}"' in head
 
 
 def _section_panel(panel: dict) -> str:

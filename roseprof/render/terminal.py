@@ -17,8 +17,7 @@ from rich.text import Text
 
 from roseprof.render import text, units
 from roseprof.render.safe_text import plain
-from roseprof.render.view import RunView
-from roseprof.run.store import Run
+from roseprof.render.view import RunRecord, RunView
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
 MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
@@ -108,7 +107,7 @@ def fit_table(
 
 
 def print_summary(
-    console: Console, run: Run, summary: dict | None, top: int = 12, panels: list[dict] = ()
+    console: Console, run: RunRecord, summary: dict | None, top: int = 12, panels: list[dict] = ()
 ) -> None:
     """The run in the terminal. `panels`: the plain tables of analysis sections that have no view of their own
     here (analysis/sections/, api.section_panels), printed after the built-in views."""
@@ -218,7 +217,7 @@ def print_steady(console: Console, steady: dict, top: int = 12) -> None:
         console.print(plain(f"  {left}"), markup=False, overflow="fold", style="dim")
 
 
-def _print_regions(console: Console, run: Run, summary: dict, top: int) -> None:
+def _print_regions(console: Console, run: RunRecord, summary: dict, top: int) -> None:
     regions = summary.get("regions") or []
     if not regions:
         return
@@ -331,7 +330,7 @@ def print_spikes(console: Console, spikes: dict) -> None:
         console.print(plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"), markup=False)
 
 
-def print_runs(console: Console, runs: list[Run]) -> None:
+def print_runs(console: Console, runs: list[RunRecord]) -> None:
     headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
     rows = [
         [

@@ -1,52 +1,70 @@
-"""What renderers see, loaded once. RunView: a stored run (id, manifest, folder), summary.json, the step and ITL
-tables, telemetry, and the panels of analysis sections that have no built-in view; DiffView: a diff's result, the
-two sides' pooled samples and both sides' runs. Renderers of one shape take them: `TerminalRenderer(console)
-.render(view)`, `RunDashboard().render(view, path)`, `ChromeExport().render(view, path)`, and for a diff
-`TerminalDiff(console, top).render(view)`, `DiffDashboard().render(view, path)`; none of them reads the run folder
-itself.
+"""What renderers and exporters see: views as data, built in one place (roseprof.api: `run_view`, `diff_runs`).
+
+RunView: a run (its id, manifest and where it is kept), its summary, the panels of analysis sections that have no
+built-in view, and its tables (steps, ITL, telemetry, and for the export the trace), read on first use through the
+`RunTables` the view was built with; DiffView: a diff's result, the two sides' pooled samples and both sides' runs.
+Renderers of one shape take them: `TerminalRenderer(console).render(view)`, `RunDashboard().render(view, path)`,
+`ChromeExport().render(view, path)`, and for a diff `TerminalDiff(console, top).render(view)`,
+`DiffDashboard().render(view, path)`. None of them knows where or how a run is stored: this module imports nothing
+of the store, so a run that is not a stored folder (a live one, say) renders through the same views.
 
 A run's tables are read on first use, so a view that is only printed (show) reads summary.json alone, and a damaged
-steps.json is refused by the renderer that needs it, as before."""
+steps.json is refused by the renderer that needs it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Protocol
 
-from roseprof.run import tables
-from roseprof.run.store import Run
+
+class RunRecord(Protocol):
+    """A run as the views name it: its id, its manifest (tool, status, command, ...) and where it is kept."""
+
+    @property
+    def id(self) -> str: ...
+
+    manifest: dict
+    path: Path
+
+
+class RunTables(Protocol):
+    """A run's tables, each read when a renderer first asks (roseprof.api builds one over a stored run)."""
+
+    def steps(self) -> dict | None: ...  # {"regions", "rows", "run_starts"[, "ranks"]}: per decode step
+
+    def itl(self) -> list | None: ...  # per request, token times and ITL
+
+    def telemetry(self) -> dict | None: ...  # GPU samples during a capture
+
+    def trace(self): ...  # the model (roseprof.model.Trace)
+
+    def op_regions(self, n_ops: int, n_names: int) -> dict | None: ...  # per GPU op, its launching region
+
+    def step_log(self): ...  # the engine's step log (workload.steplog.StepLogRecords) or None
 
 
 @dataclass
 class RunView:
-    run: Run
+    run: RunRecord
     summary: dict | None
     panels: list[dict] = field(
         default_factory=list
     )  # {"title", "columns", "rows", "note"}: analysis/sections/
-
-    @classmethod
-    def load(cls, run: Run, section_panels=None) -> RunView:
-        """`section_panels`: summary -> panels (roseprof.api.section_panels; render/ never imports the analyses).
-        A run with no summary.json (failed, or incomplete before analysis) has summary None."""
-        summary = run.summary() if (run.path / "summary.json").is_file() else None
-        panels = list(section_panels(summary)) if section_panels is not None and summary is not None else []
-        return cls(run, summary, panels)
+    tables: RunTables | None = None  # None: a view of the summary alone
 
     @cached_property
     def steps(self) -> dict | None:
-        """steps.json: {"regions", "rows", "run_starts"} (run/tables.py)."""
-        return tables.read_steps(self.run.path)
+        return self.tables.steps() if self.tables is not None else None
 
     @cached_property
     def itl(self) -> list | None:
-        """itl.json: per request, token times and ITL."""
-        return tables.read_itl(self.run.path)
+        return self.tables.itl() if self.tables is not None else None
 
     @cached_property
     def telemetry(self) -> dict | None:
-        return tables.read_telemetry(self.run.path)
+        return self.tables.telemetry() if self.tables is not None else None
 
 
 @dataclass
@@ -60,8 +78,8 @@ class DiffView:
 
     result: dict
     samples: dict
-    before: list[Run]
-    after: list[Run]
+    before: list[RunRecord]
+    after: list[RunRecord]
 
     def default_path(self, dashboards_dir) -> Path:
         """Where the diff's dashboard goes in a dashboards folder: named by each side's latest run (and how many

@@ -12,7 +12,8 @@ import json
 import re
 
 from roseprof.errors import RoseprofError
-from roseprof.run.store import Run, RunStore, read_json, utc_now, write_json
+from roseprof.run.json_files import read_json, write_json
+from roseprof.run.store import Run, RunStore, utc_now
 
 FILE = "baselines.json"
 VERSION = 1

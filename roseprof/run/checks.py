@@ -7,8 +7,9 @@ required unless their spec allows None; extra keys are allowed), MapOf(spec) (an
 matching spec), or a one-element list [item spec]. NUM is a finite number; bools are never numbers here.
 
 What summary.json holds is checked part by part: each analysis section names the checks of its part
-(analysis/sections/, handed over into SECTION_CHECKS); this module keeps the spec language and what is no
-section's (warnings, gpus, the keys every summary has).
+(analysis/sections/), which the reader of a summary is handed (`check_summary(summary, section_checks)`: the
+store gets them from roseprof.api.open_store); this module keeps the spec language and what is no section's
+(warnings, gpus, the keys every summary has).
 """
 
 from __future__ import annotations
@@ -137,16 +138,14 @@ ITL_ROW = {"t_ms": [NUM], "itl_ms": [NUM], "rollover": [bool], "step": ([int], N
 TELEMETRY = {"interval_s": NUM, "samples": [dict]}
 
 
-# {summary key: spec} of the analysis sections (analysis/sections/: each names the checks of what it stores),
-# handed over when the analyses are imported, so that this module never imports them.
-SECTION_CHECKS: dict = {}
-
 # Written into every summary (an empty object is a summary.json cut or replaced, not a run with nothing in it).
 SUMMARY_KEYS = ("regions", "kernels", "warnings")
 
 
-def check_summary(summary) -> None:
-    check(summary, dict(SECTION_CHECKS))
+def check_summary(summary, section_checks: dict) -> None:
+    """`section_checks`: {summary key: spec} of the analysis sections (each names the checks of what it stores),
+    handed in by the reader, so that this module never imports them."""
+    check(summary, section_checks)
     check(summary, SUMMARY)
     for key in SUMMARY_KEYS:
         if key not in summary:

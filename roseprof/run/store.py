@@ -9,17 +9,29 @@ never collide.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import secrets
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from roseprof.errors import RoseprofError, one_line
+from roseprof.run import tables
 from roseprof.run.checks import sound_manifest
+from roseprof.run.json_files import read_json, write_json
+
+__all__ = [
+    "Run",
+    "RunStore",
+    "RunWriter",
+    "damage_is_one_line",
+    "read_json",
+    "safe_name",
+    "utc_now",
+    "write_json",
+]
 
 STATUSES = ("complete", "incomplete", "failed")
 
@@ -33,43 +45,33 @@ def safe_name(name: str) -> str:
     return cleaned or "run"
 
 
-def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=1, allow_nan=False, default=_jsonable)
-    os.replace(tmp, path)
-
-
-def _jsonable(x):
-    import numpy as np
-
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.floating):
-        return float(x)
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
-
-
-def read_json(path: Path):
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
 @dataclass
 class Run:
     path: Path
     manifest: dict
+    # {summary key: spec}: what the analysis sections say their parts of summary.json hold (run/checks.py's spec
+    # language), handed to the store by whoever knows the sections (roseprof.api.open_store)
+    summary_checks: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def id(self) -> str:
         return self.path.name
 
-    def summary(self) -> dict:
-        from roseprof.run.tables import SUMMARY, read_summary  # tables imports this module
+    def has_summary(self) -> bool:
+        return tables.has_summary(self.path)
 
-        summary = read_summary(self.path)  # RoseprofError when damaged
+    def no_summary(self) -> str:
+        """What is said of a run without summary.json (failed, or incomplete before analysis)."""
+        return f"run {self.id} has no {tables.SUMMARY} (status {self.manifest.get('status')})"
+
+    def changed(self) -> float:
+        """When its JSON files last changed (a file time): a view rendered before is out of date."""
+        return max((p.stat().st_mtime for p in self.path.iterdir() if p.suffix == ".json"), default=0)
+
+    def summary(self) -> dict:
+        summary = tables.read_summary(self.path, self.summary_checks)  # RoseprofError when damaged
         if summary is None:
-            raise RoseprofError(f"run {self.id} has no {SUMMARY} (status {self.manifest.get('status')})")
+            raise RoseprofError(self.no_summary())
         return summary
 
 
@@ -122,7 +124,7 @@ class RunWriter:
         write_json(self.path / "manifest.json", self.manifest)
         os.rename(self.path, self.final)
         self._done = True
-        return Run(self.final, self.manifest)
+        return Run(self.final, self.manifest, self.store.summary_checks)
 
     def abort(self) -> None:
         if not self._done:
@@ -131,8 +133,13 @@ class RunWriter:
 
 
 class RunStore:
-    def __init__(self, root: str | os.PathLike) -> None:
+    """The traces folder. `summary_checks`: the analysis sections' checks of their parts of summary.json, which
+    every run read back from here is checked against (roseprof.api.open_store passes them; without them only
+    what is no section's is checked)."""
+
+    def __init__(self, root: str | os.PathLike, summary_checks: dict | None = None) -> None:
         self.root = Path(root)
+        self.summary_checks = dict(summary_checks or {})
 
     def new_run(self, name: str, tool: str) -> RunWriter:
         try:
@@ -163,7 +170,7 @@ class RunStore:
                 manifest = sound_manifest(read_json(child / "manifest.json"))
             except (OSError, ValueError, RecursionError) as e:
                 manifest = {"name": "?", "status": "damaged", "damaged": f"manifest.json: {type(e).__name__}"}
-            out.append(Run(child, manifest))
+            out.append(Run(child, manifest, self.summary_checks))
         out.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
         return out
 

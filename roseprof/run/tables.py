@@ -50,7 +50,7 @@ from roseprof.model import (
     Trace,
 )
 from roseprof.run.checks import Damaged, check, check_itl, check_steps, check_summary, check_telemetry
-from roseprof.run.store import read_json, write_json
+from roseprof.run.json_files import read_json, write_json
 
 # The run folder's file names that other modules need, spelled here only (the rest are this module's own).
 SUMMARY = "summary.json"
@@ -64,6 +64,11 @@ TABLES_VERSION = 3
 KERNEL_METRICS_VERSION = 1
 RANGE_COLUMNS = ("start", "end", "name", "domain", "tid", "style")
 MARK_COLUMNS = ("ts", "name", "tid")
+
+
+def steplog_path(folder: Path) -> Path:
+    """Where a run keeps the engine's step log (a capture asks the engine to write it there; an import copies it)."""
+    return folder / STEPLOG
 
 
 def has_summary(folder: Path) -> bool:
@@ -136,24 +141,38 @@ def read_kernel_metrics(folder: Path) -> KernelMetrics | None:
 
 OP_REGION_COLUMNS = ("region", "capture_region")
 
+# The parts of the run folder an analysis table may fill: an analysis section says which of its tables goes where
+# (`Section.stores`, {table name: part}); this module alone knows the files they are in.
+STEP_ROWS = "steps.rows"  # steps.json `rows`: {column: [S]}
+STEP_REGIONS = (
+    "steps.regions"  # steps.json `regions`: the regions inside the step, one `region:NAME` column each
+)
+RUN_STARTS = "steps.run_starts"  # steps.json `run_starts`
+RANK_STEPS = "steps.ranks"  # steps.json `ranks`: several ranks' own steps, by the rank's label ("rank 1")
+ITL_SERIES = "itl.series"  # itl.json: per request, its token series
+OP_REGIONS = "op_regions"  # op_regions.npz: OP_REGION_COLUMNS
+STORED_PARTS = (STEP_ROWS, STEP_REGIONS, RUN_STARTS, RANK_STEPS, ITL_SERIES, OP_REGIONS)
 
-def write_analysis(folder: Path, summary: dict, named: dict) -> None:
-    """summary.json and the analysis tables the run folder keeps, taken by name from the sections' tables
-    (analysis/sections/): steps, step_regions and run_starts -> steps.json, itl_series -> itl.json, op_regions ->
-    op_regions.npz. A table of another name is the analysis' own and is not stored."""
-    op_regions = named.get("op_regions")
+
+def write_analysis(folder: Path, summary: dict, parts: dict) -> None:
+    """summary.json and the analysis tables the run folder keeps, {part: table} (STORED_PARTS; the analysis
+    sections say which of their tables fill which part)."""
+    unknown = set(parts) - set(STORED_PARTS)
+    if unknown:
+        raise ValueError(f"no part of a run folder is called {', '.join(sorted(unknown))}")
+    op_regions = parts.get(OP_REGIONS)
     if op_regions is not None:
         np.savez(folder / "op_regions.npz", **{c: np.asarray(op_regions[c]) for c in OP_REGION_COLUMNS})
     steps = {
-        "regions": named.get("step_regions") or [],
-        "rows": named.get("steps"),
-        "run_starts": list(named.get("run_starts") or ()),
+        "regions": parts.get(STEP_REGIONS) or [],
+        "rows": parts.get(STEP_ROWS),
+        "run_starts": list(parts.get(RUN_STARTS) or ()),
     }
-    if named.get("rank_steps"):
-        steps["ranks"] = named["rank_steps"]  # several ranks: each rank's own steps, by its label ("rank 1")
+    if parts.get(RANK_STEPS):
+        steps["ranks"] = parts[RANK_STEPS]  # several ranks: each rank's own steps, by its label ("rank 1")
     write_json(folder / "steps.json", steps)
-    write_json(folder / "itl.json", named.get("itl_series") or [])
-    write_json(folder / "summary.json", summary)
+    write_json(folder / "itl.json", parts.get(ITL_SERIES) or [])
+    write_json(folder / SUMMARY, summary)
 
 
 def read_op_regions(folder: Path, n_ops: int, n_names: int) -> dict[str, np.ndarray] | None:
@@ -293,8 +312,10 @@ def _read_checked(path: Path, checker):
     return value
 
 
-def read_summary(folder: Path) -> dict | None:
-    return _read_checked(folder / "summary.json", check_summary)
+def read_summary(folder: Path, section_checks: dict) -> dict | None:
+    """summary.json, checked against what is no section's and `section_checks` (the sections' checks of their parts:
+    the store hands them in)."""
+    return _read_checked(folder / SUMMARY, lambda summary: check_summary(summary, section_checks))
 
 
 def read_steps(folder: Path) -> dict | None:

@@ -10,7 +10,6 @@ import pytest
 from roseprof.analysis import sections
 from roseprof.analysis.diff_metric import Sample, Sides
 from roseprof.analysis.sections import Context, Section, SectionResult
-from roseprof.run import checks
 from tests.helpers import DATA, run_cli
 
 GPU = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
@@ -52,9 +51,8 @@ TOY = Section(
 
 
 @pytest.fixture
-def toy_registered(monkeypatch):
-    """The recipe's registration line (an entry in SECTIONS), undone after with the checks the CLI handed over."""
-    monkeypatch.setattr(checks, "SECTION_CHECKS", dict(checks.SECTION_CHECKS))
+def toy_registered():
+    """The recipe's registration line (an entry in SECTIONS), undone after."""
     sections.SECTIONS.append(TOY)
     yield
     sections.SECTIONS.remove(TOY)
@@ -83,5 +81,5 @@ def test_without_the_toy_runs_carry_no_section_samples(tmp_path):
     store = RunStore(tmp_path / "t")
     run = api.import_path(store, str(GPU), "x", str(GPU_LOG))
     assert TOY not in sections.SECTIONS
-    assert "toy_launches" not in checks.SECTION_CHECKS
+    assert "toy_launches" not in api.summary_checks()
     assert api.load_run(run).sections == {}

@@ -18,7 +18,6 @@ from rich.console import Console
 from roseprof import api
 from roseprof.export.chrome import ChromeExport
 from roseprof.render.terminal import TerminalRenderer
-from roseprof.render.view import RunView
 from roseprof.run import tables
 from roseprof.run.store import RunStore
 from tests.helpers import DATA
@@ -156,14 +155,12 @@ def test_nccls_range_is_spelled_one_way_in_every_table(nsys_run, tmp_path):
     }
     assert ran_for == {spelled}
     out = io.StringIO()
-    TerminalRenderer(Console(file=out, width=200, color_system=None)).render(
-        RunView.load(nsys_run, api.section_panels)
-    )
+    TerminalRenderer(Console(file=out, width=200, color_system=None)).render(api.run_view(nsys_run))
     text = out.getvalue()
     assert text.count(spelled) >= 3  # steady state, whole run, top kernels
     assert not re.search(r"(?<!NCCL:)\bncclAllReduce\b", text)
     # The export's slices too (its kernels' `region` argument was already spelled so).
-    view = RunView.load(nsys_run, api.section_panels)
+    view = api.run_view(nsys_run)
     events = json.loads(ChromeExport().render(view, tmp_path / "run.json").read_text())["traceEvents"]
     slices = Counter(
         e["name"] for e in events if e.get("cat") == "user_annotation" and "ncclAllReduce" in e["name"]
@@ -198,9 +195,7 @@ def test_diff_names_nccls_range_as_the_tables_do(nsys_run, tmp_path):
 def test_show_fits_80_columns_with_every_rank_panel(which, request):
     run = request.getfixturevalue(which)
     out = io.StringIO()
-    TerminalRenderer(Console(file=out, width=80, color_system=None)).render(
-        RunView.load(run, api.section_panels)
-    )
+    TerminalRenderer(Console(file=out, width=80, color_system=None)).render(api.run_view(run))
     lines = out.getvalue().splitlines()
     assert all(len(line) <= 80 for line in lines if not line.startswith(("run folder:", "imported from:")))
     titles = ("ranks:", "collectives per rank", "collectives by the region", "arrival spread by collective")

@@ -146,9 +146,10 @@ def test_telemetry_lane_draws(page, tmp_path):
     """A run with telemetry (as written on a GPU machine) gets the telemetry panel; CPU runs have none."""
     import shutil
 
+    from roseprof.api import open_store, run_view
     from roseprof.render.headless import load_dashboard
-    from roseprof.render.run_dashboard import render_run
-    from roseprof.run.store import RunStore, write_json
+    from roseprof.render.run_dashboard import RunDashboard
+    from roseprof.run.store import write_json
 
     traces = tmp_path / "traces"
     assert (
@@ -164,7 +165,7 @@ def test_telemetry_lane_draws(page, tmp_path):
         ).returncode
         == 0
     )
-    run = RunStore(traces).resolve("gpu")
+    run = open_store(traces).resolve("gpu")
     # Samples in the shape TelemetrySampler writes; the values are made up here, only the drawing is tested.
     samples = [
         {
@@ -180,7 +181,7 @@ def test_telemetry_lane_draws(page, tmp_path):
         for i in range(50)
     ]
     write_json(run.path / "telemetry.json", {"clock": "monotonic_ns", "interval_s": 0.1, "samples": samples})
-    out = render_run(run, tmp_path / "gpu.html")
+    out = RunDashboard().render(run_view(run), tmp_path / "gpu.html")
     result = load_dashboard(page, str(out))
     check_drawn(result, 8)
     assert "GPU telemetry" in page.content()

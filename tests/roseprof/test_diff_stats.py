@@ -7,6 +7,7 @@ from roseprof.analysis import stats
 from roseprof.analysis.diff import compare, gate, kernel_changes, rank
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import prepare
+from roseprof.analysis.sections import SECTIONS
 from roseprof.analysis.verdict import verdict
 from roseprof.model import Names, Tool, Trace
 
@@ -33,7 +34,7 @@ def run_data(step_ns, rollovers=None, itl_ms=None, regions=None):
                 "step": list(range(len(itl_ms))),
             }
         ]
-    return prepare({"regions": []}, steps, itl, Trace(Tool("test", "0"), names=Names()))
+    return prepare({"regions": []}, steps, itl, Trace(Tool("test", "0"), names=Names()), SECTIONS)
 
 
 def by_name(metrics):

@@ -13,7 +13,6 @@ from roseprof.render.diff_dashboard import DiffDashboard
 from roseprof.render.run_dashboard import RunDashboard
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.render.terminal_diff import TerminalDiff
-from roseprof.render.view import RunView
 from roseprof.run.store import RunStore
 from tests.helpers import DATA, unpacked
 
@@ -55,7 +54,7 @@ def test_the_terminal_fits(imported, width):
     _, run = imported
     out = io.StringIO()
     console = Console(file=out, width=width, color_system=None, force_terminal=False)
-    TerminalRenderer(console).render(RunView.load(run, api.section_panels))
+    TerminalRenderer(console).render(api.run_view(run))
     lines = out.getvalue().splitlines()
     assert run.id in lines[0]
     # Paths are printed whole (a terminal wraps them softly), everything else fits.
@@ -64,7 +63,7 @@ def test_the_terminal_fits(imported, width):
 
 def test_the_dashboard_and_the_export(imported, tmp_path):
     _, run = imported
-    view = RunView.load(run, api.section_panels)
+    view = api.run_view(run)
     page = RunDashboard().render(view, tmp_path / "run.html").read_text()
     assert run.id in page
     out = ChromeExport().render(view, tmp_path / "run.json")

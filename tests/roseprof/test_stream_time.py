@@ -127,11 +127,12 @@ def test_real_pdl_capture_diff_samples_count_each_kernels_own_time():
     # step add up to the step's GPU busy time, and a kernel that starts early under PDL is not charged for its
     # wait (summed durations called the GEMV 35% slower in an H100 diff whose steps got faster: issue 27 round 4).
     from roseprof.analysis.samples import prepare
+    from roseprof.analysis.sections import SECTIONS
 
     trace = read_nsys_sqlite(str(SQLITE))
     summary, tables = analyse(trace, read_steplog(str(STEPLOG)))
     steps = tables["steps"]
-    run = prepare(summary, {"rows": steps}, None, trace)
+    run = prepare(summary, {"rows": steps}, None, trace, SECTIONS)
     per_step = np.sum([v[0] for v in run.kernel_steps.values()], axis=0)  # [S]
     by_part = np.sum(
         [np.asarray(steps[c], dtype=np.float64) for c in steps if c.startswith("graph:")], axis=0
@@ -181,16 +182,17 @@ def test_real_pdl_capture_compared_without_steps_sums_each_kernels_own_time():
     # durations that hold the wait for the kernel before.
     from roseprof.analysis.diff import compare, kernel_changes
     from roseprof.analysis.samples import prepare
+    from roseprof.analysis.sections import SECTIONS
 
     trace = read_nsys_sqlite(str(SQLITE))
     summary, _ = analyse(trace, None)
-    run = prepare(summary, None, None, trace)
+    run = prepare(summary, None, None, trace, SECTIONS)
     metric = next(m for m in compare(run, run) if m["name"] == "kernels.gemv_kernel.total_ns")
     assert not metric["per_step"]
     gemv = (trace.ops.kind == KERNEL) & (trace.ops.name == trace.names.find("gemv_kernel"))
     own = own_stream_ns(trace.ops)[gemv].sum()
     assert metric["a"] == metric["b"] == pytest.approx(own, rel=1e-9)
     assert own < 0.8 * (trace.ops.end - trace.ops.start)[gemv].sum()
-    empty = prepare(summary, None, None, trace)
+    empty = prepare(summary, None, None, trace, SECTIONS)
     empty.kernel_durations, empty.kernel_own = {}, {}
     assert dict(kernel_changes(empty, run)["new"])["gemv_kernel"] == pytest.approx(own, rel=1e-9)

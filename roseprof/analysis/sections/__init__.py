@@ -19,7 +19,6 @@ from roseprof.analysis.sections import (
     steps,
 )
 from roseprof.analysis.sections.base import Context, Section, SectionResult
-from roseprof.run import checks
 
 SECTIONS: list[Section] = [
     regions.SECTION,
@@ -63,15 +62,31 @@ SUMMARY_ORDER = (
 # seeded bootstrap draws in that order, so the same runs keep the same intervals. Others follow, in SECTIONS' order.
 DIFF_ORDER = ("steps", "itl", "regions", "kernels", "requests")
 
-__all__ = ["SECTIONS", "SUMMARY_ORDER", "Context", "Section", "SectionResult", "register_checks"]
+__all__ = [
+    "SECTIONS",
+    "SUMMARY_ORDER",
+    "Context",
+    "Section",
+    "SectionResult",
+    "stored_tables",
+    "summary_checks",
+]
 
 
-def register_checks() -> None:
-    """Hand every section's checks to run/checks.py, which checks stored summaries without importing the analyses
-    (run/ never imports analysis/). Done on import: every reader of runs (the CLI, through roseprof.api) imports
-    the analyses first."""
-    for section in SECTIONS:
-        checks.SECTION_CHECKS.update(section.checks)
+def summary_checks(sections: list[Section] | None = None) -> dict:
+    """{summary key: spec}: what each section says a stored summary.json holds in its part (run/checks.py's spec
+    language), for the store that reads runs back (roseprof.api.open_store hands it over: run/ never imports
+    analysis/). `sections`: SECTIONS as they are now, unless given."""
+    chosen = SECTIONS if sections is None else sections
+    return {key: spec for section in chosen for key, spec in section.checks.items()}
 
 
-register_checks()
+def stored_tables(tables: dict, sections: list[Section] | None = None) -> dict:
+    """{part of the run folder: table}: the tables the sections say the run folder keeps (`Section.stores`), from
+    the analysis' tables by name (analysis/summary.analyse). run/tables.py writes each part where it belongs."""
+    return {
+        part: tables[name]
+        for section in (SECTIONS if sections is None else sections)
+        for name, part in section.stores.items()
+        if name in tables
+    }

@@ -104,15 +104,23 @@ class Section:
     applies       Trace -> bool: whether this section runs for a trace (e.g. ncu's kernel views only for ncu runs)
     absent        its summary part where it does not apply (summary.json keeps a key readers expect, as null)
     checks        {summary key: spec} in run/checks.py's spec language: what a stored summary.json must hold there
+                  (handed to the store that reads runs back: roseprof.api.open_store)
+    stores        {table name: part of the run folder}: which of its tables the run folder keeps, and where
+                  (run/tables.py: STORED_PARTS, e.g. "steps.rows", "itl.series"); its other tables are for the
+                  sections after it only
     diff_metrics  (runs_before, runs_after) -> [{"name", "a", "b", "lower_is_better" (default True)}]: a figure
-                  per side from the runs' analysis.samples.RunData (summary included), no sample behind it: a plain
+                  per side from the runs' analysis.run_data.RunData (summary included), no sample behind it: a plain
                   change, never called significant alone
     diff_samples  {family: Sides -> [metric]}: metrics with samples behind them (per-step or per-token values,
                   resampled with the diff's one generator: analysis/diff_metric.py, Sides.metric). Families are
                   asked in sections.DIFF_ORDER (the built-in ones), then in SECTIONS' order
-    diff_prepare  (summary, steps, itl_rows, trace) -> anything: what this section's diff_samples read of one stored
-                  run beyond RunData's own samples (e.g. a per-step column of its own, from the trace and the step
-                  windows); kept in RunData.sections[name]. None where RunData has what the section compares
+    diff_prepare  (summary, steps, itl_rows, trace) -> anything: this section's samples of one stored run (e.g. a
+                  per-step column of its own, from the trace and the step windows), kept in RunData.sections[name];
+                  or a run_data.Shared of RunData's typed fields, which the diff's machinery reads too (the
+                  built-in sections' samples: analysis/samples.py). None where the section compares no samples
+    diff_compare  (runs_before, runs_after, metrics, floor) -> (metrics, method) or None: a comparison of the
+                  section's own that replaces diff's (ncu's launch by launch: sections/ncu_kernels.py), given the
+                  metrics diff.compare made and the noise floor; None where it does not apply to these runs
     panels        summary -> [{"title", "columns", "rows", "note"}]: plain tables that show (terminal) and the run
                   dashboard present the same way; None where the renderers already have the section's own views
     """
@@ -122,9 +130,11 @@ class Section:
     applies: Callable[[Trace], bool] = lambda trace: True
     absent: dict = field(default_factory=dict)
     checks: dict = field(default_factory=dict)
+    stores: dict[str, str] = field(default_factory=dict)
     diff_metrics: Callable | None = None
     diff_samples: dict[str, Callable[[Sides], list[dict]]] = field(default_factory=dict)
     diff_prepare: Callable | None = None
+    diff_compare: Callable | None = None
     panels: Callable[[dict], list[dict]] | None = None
 
     def diff_families(self) -> list[tuple[str, Callable[[Sides], list[dict]]]]:

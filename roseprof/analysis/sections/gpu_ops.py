@@ -41,4 +41,4 @@ def _op_regions(trace, launch_range: np.ndarray, capture: np.ndarray) -> dict:
     return out
 
 
-SECTION = Section("gpu_ops", compute)
+SECTION = Section("gpu_ops", compute, stores={"op_regions": "op_regions"})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.diff_metric import Sides, figure, sample
+from roseprof.analysis.samples import itl_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.spikes import analyse_spikes
 from roseprof.analysis.stats import pct
@@ -94,4 +95,11 @@ CHECKS = {
     ),
 }
 
-SECTION = Section("itl", compute, checks=CHECKS, diff_samples={"itl": diff_itl, "requests": diff_requests})
+SECTION = Section(
+    "itl",
+    compute,
+    checks=CHECKS,
+    stores={"itl_series": "itl.series"},
+    diff_samples={"itl": diff_itl, "requests": diff_requests},
+    diff_prepare=itl_samples,
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.diff_metric import Sample, Sides, common, outside_figure, per_run
+from roseprof.analysis.samples import kernel_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles
 from roseprof.model import KERNEL, Trace
@@ -128,4 +129,5 @@ SECTION = Section(
     applies=lambda trace: trace.kernel_metrics is None,
     checks=CHECKS,
     diff_samples={"kernels": diff_kernels},
+    diff_prepare=kernel_samples,
 )

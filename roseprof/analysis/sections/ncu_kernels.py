@@ -4,9 +4,10 @@ the GPU's peaks). The arithmetic is analysis/ncu.py's; this module is only its p
 
 from __future__ import annotations
 
-from roseprof.analysis import ncu
+from roseprof.analysis import ncu, ncu_diff, noise_floor
 from roseprof.analysis.sections import kernels
 from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.errors import RoseprofError
 
 
 def compute(ctx: Context) -> SectionResult:
@@ -21,6 +22,30 @@ def compute(ctx: Context) -> SectionResult:
     )
 
 
+def diff_prepare(summary, steps, itl_rows, trace):
+    """An ncu run's trace (its launches and their metrics), which its comparison reads launch by launch."""
+    return trace if summary.get("ncu") else None
+
+
+def diff_compare(before, after, metrics: list[dict], floor) -> tuple[list[dict], str] | None:
+    """Two ncu runs: per-launch metrics (analysis/ncu_diff.py) instead of the kernel-time totals, which count the
+    launches the filters chose. Its metrics draw from a generator of their own and carry no `per_step` key, so
+    they are not a diff family. None where the runs are not both ncu runs."""
+    ncu_sides = [all(d.summary.get("ncu") for d in g) for g in (before, after)]
+    if any(ncu_sides) and (len(before) > 1 or len(after) > 1):
+        raise RoseprofError("ncu runs are compared one a side: give one run each (or --latest)")
+    if not all(ncu_sides):
+        return None
+    kept = [m for m in metrics if not m["name"].startswith("kernels.")]
+    launches = ncu_diff.compare(before[0].sections["ncu"], after[0].sections["ncu"])
+    return kept + noise_floor.apply(launches, floor), f"{ncu_diff.METHOD}; noise floor: {floor.describe()}"
+
+
 SECTION = Section(
-    "ncu", compute, applies=lambda trace: trace.kernel_metrics is not None, checks=kernels.CHECKS
+    "ncu",
+    compute,
+    applies=lambda trace: trace.kernel_metrics is not None,
+    checks=kernels.CHECKS,
+    diff_prepare=diff_prepare,
+    diff_compare=diff_compare,
 )

@@ -286,6 +286,7 @@ SECTION = Section(
     compute,
     absent={"ranks": [], "rank_clock": None},
     checks={"ranks": ([ENTRY], None), "rank_clock": (CLOCK, None)},
+    stores={"rank_steps": "steps.ranks"},
     diff_metrics=diff_metrics,
     panels=panels,
 )

@@ -21,6 +21,7 @@ from roseprof.analysis.diff_metric import (
     per_run,
 )
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
+from roseprof.analysis.samples import region_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles, pct
 from roseprof.run.checks import NUM, OPT_NUM
@@ -192,4 +193,6 @@ CHECKS = {
     ),
 }
 
-SECTION = Section("regions", compute, checks=CHECKS, diff_samples={"regions": diff_regions})
+SECTION = Section(
+    "regions", compute, checks=CHECKS, diff_samples={"regions": diff_regions}, diff_prepare=region_samples
+)

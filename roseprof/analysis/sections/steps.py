@@ -9,6 +9,7 @@ import numpy as np
 from roseprof.analysis.diff_metric import Sides, common, sample
 from roseprof.analysis.graphs import graph_warning, step_graph_columns
 from roseprof.analysis.ranks import first_rank_ranges
+from roseprof.analysis.samples import step_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import pct
 from roseprof.analysis.steps import (
@@ -144,4 +145,11 @@ CHECKS = {
     ),
 }
 
-SECTION = Section("steps", compute, checks=CHECKS, diff_samples={"steps": diff_steps})
+SECTION = Section(
+    "steps",
+    compute,
+    checks=CHECKS,
+    stores={"steps": "steps.rows", "step_regions": "steps.regions", "run_starts": "steps.run_starts"},
+    diff_samples={"steps": diff_steps},
+    diff_prepare=step_samples,
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseprof.drivers import Reader
+from roseprof.drivers.base import Reader
 from roseprof.drivers.ncu.pages import sniff as sniff_csv
 from roseprof.drivers.ncu.report_file import MAGIC
 from roseprof.model import Trace

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from roseprof.drivers import Launch, find_tool
+from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.ncu import report_file
 from roseprof.drivers.ncu.options import NcuOptions
 from roseprof.errors import CaptureFailed, RoseprofError

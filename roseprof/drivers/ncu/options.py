@@ -1,11 +1,17 @@
-"""`roseprof ncu`'s options, defined once: the CLI fills them, api.py resolves --from into them, and the driver
-turns them into ncu's command line (`argv`). Frozen, so what was asked is what the manifest records."""
+"""`roseprof ncu`'s options, defined once: the CLI fills them, `resolve` takes --from's kernels and command from
+the earlier run the library hands it, and the driver turns them into ncu's command line (`argv`). Frozen, so what
+was asked is what the manifest records."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
+
+from roseprof.errors import RoseprofError
+from roseprof.workload.roseinfer import ncu_default_command
 
 DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times
 FROM_LAUNCHES_PER_KERNEL = 5  # with --from: launches profiled per chosen kernel (at most)
@@ -26,6 +32,46 @@ class NcuOptions:
     kernel_name_base: str | None = None  # "demangled" when the names are nsys' or torch's (--from)
     from_run: str | None = None  # the nsys or torch run whose top kernels to profile
     top: int = 5  # with from_run: how many kernels
+
+    def default_command(self) -> list[str]:
+        """What runs when no command is given: the engine's benchmark sized for one profiled decode step."""
+        return ncu_default_command()
+
+    def resolve(self, cmd: list[str] | None, source: Callable) -> tuple[NcuOptions, list[str] | None]:
+        """These options and the command as they run: with --from, the `top` kernels by GPU time of that nsys or
+        torch run (FROM_LAUNCHES_PER_KERNEL launches each at most) and its command when none is given; the defaults
+        filled. `source(ref)`: (run id, manifest, top(n) -> [(kernel, launches)] by GPU time) of the run `ref`
+        names (roseprof.api reads it from the store)."""
+        options = self
+        if self.from_run is not None:
+            if self.kernel:
+                raise RoseprofError("--from picks the kernels itself: give --from or --kernel, not both")
+            run_id, manifest, top_kernels = source(self.from_run)
+            if (manifest.get("tool") or {}).get("name") == "ncu":
+                raise RoseprofError(f"run {run_id} is an ncu run: --from takes an nsys or torch run")
+            chosen = top_kernels(self.top)
+            if not chosen:
+                raise RoseprofError(
+                    f"run {run_id} has no kernels to profile (--from needs a run with GPU kernels)"
+                )
+            launches = self.launch_count
+            if launches is None:
+                launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
+            # The exact demangled names nsys and torch record, matched whole.
+            options = dataclasses.replace(
+                self,
+                kernel=kernel_regex([n for n, _ in chosen]),
+                kernel_name_base="demangled",
+                launch_count=launches,
+                from_run=run_id,
+            )
+            if not cmd:
+                cmd = manifest.get("command")
+                if not cmd:
+                    raise RoseprofError(
+                        f"run {run_id} has no command (it was imported): give the command after --"
+                    )
+        return options.with_defaults(), cmd
 
     def with_defaults(self) -> NcuOptions:
         """The launch cap and the full section set where the user chose neither."""
@@ -62,3 +108,9 @@ class NcuOptions:
         if self.launch_skip:
             parts.append(f"--launch-skip {self.launch_skip}")
         return ", ".join(parts) or "no filter"
+
+
+def kernel_regex(names: list[str]) -> str:
+    """An ncu `--kernel-name regex:` matching exactly these names (with --kernel-name-base demangled). Only
+    the characters regular expressions treat specially are escaped, so ncu's engine reads it as written."""
+    return "^(" + "|".join(re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", n) for n in names) + ")$"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseprof.drivers import Reader
+from roseprof.drivers.base import Reader
 from roseprof.drivers.nsys.report import REPORT_MAGIC
 from roseprof.drivers.nsys.sqlite import SQLITE_MAGIC
 from roseprof.errors import RoseprofError

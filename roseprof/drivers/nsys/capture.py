@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from roseprof.drivers import Launch, find_tool
+from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV
+from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV, default_command
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
 # Nsight Compute (see shared/gpu/README.md): it works once its importer folder and libdw are in place.
@@ -236,6 +236,14 @@ class NsysOptions:
     # nsys --capture-range: which part of the program nsys records (not the CUDA-graph capture ranges)
     capture_range: str = "none"
     nvtx_capture: str | None = None  # with capture_range "nvtx": the range that starts recording
+
+    def default_command(self) -> list[str]:
+        """What runs when no command is given: the engine's benchmark sized for the machine."""
+        return default_command()
+
+    def resolve(self, cmd: list[str] | None, source) -> tuple[NsysOptions, list[str] | None]:
+        """These options and the command as they run (nothing here is taken from another run)."""
+        return self, cmd
 
 
 class NsysCapture:

@@ -7,7 +7,7 @@ import re
 import zlib
 from pathlib import Path
 
-from roseprof.drivers import Reader
+from roseprof.drivers.base import Reader
 from roseprof.model import Trace
 
 GZIP_MAGIC = b"\x1f\x8b"

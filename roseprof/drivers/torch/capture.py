@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from roseprof.drivers import Launch
+from roseprof.drivers.base import Launch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
@@ -29,6 +29,7 @@ from roseprof.workload.roseinfer import (
     TORCH_PROFILE_SCHEDULE,
     TORCH_PROFILE_SCHEDULE_ENV,
     TORCH_PROFILE_WITH_STACK_ENV,
+    default_command,
 )
 
 TRACE_DIR_ENV = "ROSEPROF_TORCH_TRACE_DIR"  # where a program that is not the engine writes its trace
@@ -46,6 +47,14 @@ class TorchOptions:
     active: int = TORCH_PROFILE_SCHEDULE[2]  # decode steps recorded
     with_stack: bool = False
     cpu_only: bool = False
+
+    def default_command(self) -> list[str]:
+        """What runs when no command is given: the engine's benchmark sized for the machine."""
+        return default_command()
+
+    def resolve(self, cmd: list[str] | None, source) -> tuple[TorchOptions, list[str] | None]:
+        """These options and the command as they run (nothing here is taken from another run)."""
+        return self, cmd
 
 
 class TorchCapture:

@@ -1,0 +1,131 @@
+"""The verb that compares runs: `roseprof diff` (one run or a group a side, or a named baseline), as the
+`DiffView` every diff renderer takes, and the baselines CI diffs against."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis import noise_floor
+from roseprof.analysis.diff import compare, compare_own, floor_for, gate, kernel_changes, method, rank
+from roseprof.analysis.run_data import RunData
+from roseprof.analysis.samples import prepare
+from roseprof.analysis.sections import SECTIONS
+from roseprof.analysis.verdict import verdict
+from roseprof.errors import RoseprofError
+from roseprof.render.view import DiffView
+from roseprof.run import alike, baselines, tables
+from roseprof.run.store import Run, RunStore
+
+
+def load_run(run: Run) -> RunData:
+    """A stored run as the samples every analysis section makes of it (its `diff_prepare`)."""
+    return prepare(
+        run.summary(),
+        tables.read_steps(run.path),
+        tables.read_itl(run.path),
+        tables.read_trace(run.path),
+        SECTIONS,
+    )
+
+
+def _check(run: Run, allow_incomplete: bool) -> None:
+    status = run.manifest.get("status")
+    if status == "damaged":
+        raise RoseprofError(f"run {run.id} is damaged ({run.manifest.get('damaged')}): nothing to compare")
+    if status != "complete" and not allow_incomplete:
+        raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
+    if not run.has_summary():
+        raise RoseprofError(f"run {run.id} is {status} and has no {tables.SUMMARY}: nothing to compare")
+    tables.check_stored_run(run.path, run.manifest)
+
+
+def _describe(runs: list[Run], mixed: str | None = None) -> dict:
+    """One side of a diff: its latest run's name, tool and command, every run's id, and what a side pooled with
+    --pool-mixed mixes."""
+    m = runs[-1].manifest
+    out = {
+        "id": runs[-1].id,
+        "name": m.get("name"),
+        "tool": m.get("tool"),
+        "status": m.get("status"),
+        "command": m.get("command"),
+        "runs": [r.id for r in runs],
+    }
+    if mixed:
+        out["mixed"] = mixed
+    return out
+
+
+def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
+    """Run references -> runs, oldest first, each once: a name stands for all its complete runs unless latest."""
+    found: dict[str, Run] = {}
+    for ref in refs:
+        for run in store.resolve_group(ref, latest):
+            found.setdefault(run.id, run)
+    return sorted(found.values(), key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+
+
+def set_baseline(store: RunStore, name: str, refs: list[str], latest: bool) -> tuple[dict, list[Run]]:
+    """`roseprof baseline set`: the runs the references stand for, kept under a name."""
+    runs = resolve_side(store, refs, latest)
+    return baselines.set_baseline(store, name, runs), runs
+
+
+def diff_runs(
+    store: RunStore,
+    refs_a: list[str],
+    refs_b: list[str],
+    threshold,
+    patterns,
+    allow_incomplete: bool,
+    latest: bool = False,
+    baseline: str | None = None,
+    min_effect: float | None = None,
+    pool_mixed: bool = False,
+) -> DiffView:
+    """`roseprof diff`: group A (the refs, or a named baseline) against group B, as the view every diff renderer
+    takes: the result (what --json prints), the sides' pooled samples (the diff dashboard's distributions) and
+    both sides' runs. A side pools only alike runs (run/alike.py) unless pool_mixed; min_effect replaces the
+    calibrated noise floors."""
+    runs_a = baselines.baseline_runs(store, baseline) if baseline else resolve_side(store, refs_a, latest)
+    runs_b = resolve_side(store, refs_b, latest)
+    alike.check_not_self(runs_a, runs_b)
+    mixed_a = alike.check_side("before", refs_a, runs_a, pool_mixed)
+    mixed_b = alike.check_side("after", refs_b, runs_b, pool_mixed)
+    for run in runs_a + runs_b:
+        _check(run, allow_incomplete)
+    a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
+    floor = floor_for(a, b, min_effect)
+    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor)
+    # A section may compare such runs in a way of its own (ncu: launch by launch); then a kernel new or gone is
+    # something to say even where no metric is shared.
+    metrics, method_text, own = compare_own(a, b, metrics, method_text, floor)
+    changes = kernel_changes(a, b)
+    if not metrics and not (own and (changes["new"] or changes["vanished"])):
+        raise RoseprofError(
+            f"runs {runs_a[-1].id} and {runs_b[-1].id} have nothing in common to compare "
+            "(no shared regions, kernels or steps)"
+        )
+    regressions = gate(metrics, threshold, patterns)
+    side_a, side_b = _describe(runs_a, mixed_a), _describe(runs_b, mixed_b)
+    result = {
+        "a": side_a,
+        "b": side_b,
+        "verdict": verdict(
+            metrics, side_a, side_b, changes, floor.describe(), noise_floor.ONE_RUN_FALSE_ALARMS[floor.device]
+        ),
+        "method": method_text,
+        "metrics": rank(metrics),
+        "kernels": changes,
+        "regressions": [m["name"] for m in regressions],
+        "threshold_pct": threshold,
+    }
+    samples = {
+        k: {"step_ns": _pooled([d.step_dur for d in g]), "itl_ms": _pooled([d.itl for d in g])}
+        for k, g in (("a", a), ("b", b))
+    }
+    return DiffView(result, samples, runs_a, runs_b)
+
+
+def _pooled(arrays: list) -> np.ndarray | None:
+    return None if any(x is None for x in arrays) else np.concatenate(arrays)

@@ -1,0 +1,66 @@
+"""Where the analysis sections meet the rest: the analysis step of a capture or import (a trace and its step logs
+-> summary.json and the tables the run folder keeps), the sections' checks for the store that reads runs back, and
+their panels for the views. The sections are asked as they are now (analysis/sections/SECTIONS), so a section
+added to that list is in every one of these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from roseprof.analysis import sections
+from roseprof.analysis.summary import analyse
+from roseprof.errors import RoseprofError
+from roseprof.model import Trace
+from roseprof.workload.steplog import rank_log_paths, rank_path, read_steplog
+
+
+def analyse_trace(
+    trace: Trace,
+    steplog: Path | None,
+    label: str = "the step log",
+    strict: bool = False,
+    step_range: str | None = None,
+) -> tuple[dict, dict]:
+    """A trace and, where the engine wrote one, its step log -> (summary, parts): summary.json, and the tables the
+    run folder keeps, by the part each fills (the sections' `stores`; run/tables.py writes them).
+
+    A damaged step log costs only its damaged lines (warnings in the summary); with `strict` (a log the user
+    named) one in which no line is a step-log record is refused in one line naming `label`."""
+    log = read_steplog(str(steplog)) if steplog is not None else None
+    if strict and log is not None and log.records == 0:
+        raise RoseprofError(
+            f"{label}: not a roseinfer step log (none of its {log.lines} line(s) is a record)"
+        )
+    # The other ranks' logs beside rank 0's (steplog.rank<r>.jsonl); a damaged one costs its lines, as rank 0's,
+    # and one with no record at all is refused as rank 0's is (strict), or said (a capture's).
+    rank_logs, unusable = {}, []
+    if steplog is not None:
+        for rank, path in rank_log_paths(str(steplog)).items():
+            other = read_steplog(path) if rank else None
+            # A user's file is named as the user has it (label is their --steplog: rank_path names its ranks').
+            other_label = rank_path(label, rank) if strict else f"{label} (rank {rank})"
+            if other is not None and other.records:
+                rank_logs[rank] = (other, other_label)
+            elif other is not None:
+                words = f"not a roseinfer step log (none of its {other.lines} line(s) is a record)"
+                if strict:
+                    raise RoseprofError(f"{other_label}: {words}")
+                unusable.append(f"{other_label}: {words}: rank {rank}'s steps are not joined to a log")
+    summary, data = analyse(trace, log, step_range, {r: lg for r, (lg, _) in rank_logs.items()})
+    if log is not None:
+        summary["warnings"].extend(log.warnings(label))
+    for other, other_label in rank_logs.values():
+        summary["warnings"].extend(other.warnings(other_label))
+    summary["warnings"].extend(unusable)
+    return summary, sections.stored_tables(data)
+
+
+def summary_checks() -> dict:
+    """{summary key: spec}: every section's checks of its part of summary.json, for the store (run/ never
+    imports analysis/: roseprof.api.open_store hands them over)."""
+    return sections.summary_checks()
+
+
+def section_panels(summary: dict) -> list[dict]:
+    """The panels of the analysis sections that offer them (analysis/sections/), from a run's summary alone."""
+    return [p for s in sections.SECTIONS if s.panels is not None for p in s.panels(summary)]

@@ -1,0 +1,85 @@
+"""Views as data, built here only: a stored run's `RunView` (its summary, its sections' panels, its tables read on
+first use) for the terminal, the run dashboard and the Chrome export; the store that reads runs back with the
+sections' checks. Renderers and exporters take the views and never read a run folder (render/view.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from roseprof.api.sections import section_panels, summary_checks
+from roseprof.errors import RoseprofError
+from roseprof.render.view import RunView
+from roseprof.run import tables
+from roseprof.run.store import Run, RunStore
+from roseprof.workload.steplog import read_steplog
+
+_READ = object()  # run_view's default: the summary is read from the run
+
+
+def open_store(root: str | os.PathLike) -> RunStore:
+    """The traces folder, whose runs are read back checked against every analysis section's checks."""
+    return RunStore(root, summary_checks())
+
+
+class StoredTables:
+    """A stored run's tables (render/view.py: RunTables), each read from its folder when first asked for."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def steps(self) -> dict | None:
+        return tables.read_steps(self.folder)
+
+    def itl(self) -> list | None:
+        return tables.read_itl(self.folder)
+
+    def telemetry(self) -> dict | None:
+        return tables.read_telemetry(self.folder)
+
+    def trace(self):
+        return tables.read_trace(self.folder)
+
+    def op_regions(self, n_ops: int, n_names: int) -> dict | None:
+        return tables.read_op_regions(self.folder, n_ops, n_names)
+
+    def step_log(self):
+        return read_steplog(str(tables.steplog_path(self.folder)))
+
+
+def run_view(run: Run, summary=_READ) -> RunView:
+    """A stored run as every run renderer takes it: its summary (read here unless given; None where the run has
+    none: failed, or incomplete before analysis), the panels of the sections that offer them, its tables."""
+    if summary is _READ:
+        summary = run.summary() if run.has_summary() else None
+    panels = section_panels(summary) if summary is not None else []
+    return RunView(run, summary, panels, StoredTables(run.path))
+
+
+def ensure_dashboard(run: Run, dashboards_dir) -> Path:
+    """The run's dashboard in the dashboards folder, rendered again where it is missing, older than the run or of
+    another renderer's version."""
+    from roseprof.render.run_dashboard import RunDashboard, is_current
+
+    path = Path(dashboards_dir) / f"{run.id}.html"
+    if not is_current(path, run.changed()):
+        view = run_view(run)
+        if view.summary is None:
+            run.summary()  # no summary.json: refused in one line, in the store's words
+        RunDashboard().render(view, path)
+    return path
+
+
+def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
+    """`roseprof export --format chrome`: a stored run as Chrome trace-event JSON (Perfetto opens it)."""
+    from roseprof.export.chrome import ChromeExport
+
+    run = store.resolve(ref)
+    if not tables.has_trace(run.path):
+        raise RoseprofError(
+            f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
+        )
+    path = Path(out) if out else run.path / "trace.chrome.json.gz"
+    # The export reads the stored trace, steps and telemetry, never summary.json: a run whose summary is damaged
+    # still exports.
+    return ChromeExport().render(run_view(run, summary=None), path)
