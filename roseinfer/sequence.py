@@ -24,6 +24,8 @@ class SamplingParams:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**63:  # torch.Generator.manual_seed's range
+            raise ValueError(f"seed must be a 64-bit signed integer, got {self.seed!r}")
 
 
 class Status(enum.Enum):

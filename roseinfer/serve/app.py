@@ -234,7 +234,7 @@ class Completer:
             seed=body.seed,
         )
 
-    def _admit(self, prompts: list[list[int]], params: SamplingParams) -> Job:
+    def _admit(self, prompts: list[list[int]], params: SamplingParams, prefix: str) -> Job:
         bridge = self.bridge
         if bridge.state != READY:
             reason = {DRAINING: "the server is shutting down", FAILED: f"the {bridge.failure}"}.get(
@@ -249,16 +249,15 @@ class Completer:
                 code="queue_full",
                 headers={"Retry-After": "1"},
             )
-        job = Job(f"cmpl-{uuid.uuid4().hex}", prompts, params)
+        # The id is final before the engine thread sees the job: it writes it into the step log.
+        job = Job(f"{prefix}-{uuid.uuid4().hex}", prompts, params)
         bridge.submit(job)
         return job
 
     async def run(self, body, prompts: list[list[int]], request: Request, chat: bool):
         stops = body.stops
         params = self._params(body, prompts)
-        job = self._admit(prompts, params)
-        if chat:
-            job.id = "chat" + job.id.removeprefix("cmpl")
+        job = self._admit(prompts, params, "chatcmpl" if chat else "cmpl")
         started = time.monotonic()
         if body.stream:
             include_usage = body.stream_options is not None and body.stream_options.include_usage
@@ -323,7 +322,8 @@ class Completer:
                 try:
                     await self._wait(job, started)
                 except APIError as e:
-                    job.error = job.error or e.message
+                    # Not job.error (the engine's failure): a timed-out request is still in the engine, and
+                    # _end takes it out.
                     yield f"data: {json.dumps(error_body(e.status, e.message, code=e.code), separators=_COMPACT)}\n\n"
                     return
                 out = []

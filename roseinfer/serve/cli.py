@@ -125,6 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = bench_options.engine_config(args)
     except (ValueError, TypeError) as e:
         return _fail(str(e))
+    if cfg.num_blocks is not None:
+        # One request may hold the model's whole context; a pool that cannot would fail the engine, not the request.
+        from roseinfer.block_manager import blocks_for
+
+        need = blocks_for(model_cfg.n_positions, cfg.block_size) + 1
+        if cfg.num_blocks < need:
+            return _fail(
+                f"--num-blocks {cfg.num_blocks} cannot hold one request of the model's {model_cfg.n_positions}-token "
+                f"context ({need} blocks of {cfg.block_size}): give at least {need}, or leave it out"
+            )
     if args.api_key_file is not None:
         try:
             with open(args.api_key_file, encoding="utf-8") as fh:
@@ -156,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
 def _raise_open_files_limit() -> None:
     """Each connection is a file descriptor: a thousand idle clients must not exhaust the soft limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    target = 65536 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # a limit the system refuses: the soft one stays
+            pass
 
 
 def roseinfer_main(argv: list[str] | None = None) -> int:

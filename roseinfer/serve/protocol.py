@@ -31,7 +31,7 @@ class _Sampling(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, description="tokens to generate (default 16)")
     temperature: Number = 1.0
     top_p: Number = 1.0
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=-(2**63), lt=2**63, description="a 64-bit signed integer")
     stop: StrictStr | list[StrictStr] | None = None
     ignore_eos: StrictBool = False
     stream: StrictBool = False

@@ -77,11 +77,17 @@ def test_batch_of_prompts_gives_one_choice_each(server, reference):
     assert body["usage"]["completion_tokens"] == 48
 
 
-def test_response_id_is_the_request_id_in_the_step_log(server, steplog_path):
-    status, _, body = server.post(
-        "/v1/completions", {"prompt": "join me", "max_tokens": 5, "temperature": 0, "ignore_eos": True}
-    )
+@pytest.mark.parametrize("route", ["/v1/completions", "/v1/chat/completions"])
+def test_response_id_is_the_request_id_in_the_step_log(server, steplog_path, route):
+    ask = {"max_tokens": 5, "temperature": 0, "ignore_eos": True}
+    if route.endswith("chat/completions"):
+        ask["messages"] = [{"role": "user", "content": "join me"}]
+    else:
+        ask["prompt"] = "join me"
+    status, _, body = server.post(route, ask)
     assert status == 200
+    # The id is final before the engine sees the request (a chat id once changed after, racing the step log).
+    assert body["id"].startswith("chatcmpl-" if "chat" in route else "cmpl-")
     mine, records = [], []
     deadline = time.monotonic() + 30
     while not mine and time.monotonic() < deadline:  # the engine flushes its step log when it goes idle
@@ -204,6 +210,9 @@ def _error(server, body, status: int, param=None) -> dict:
         ({"prompt": "x", "suffix": "y"}, "suffix"),
         ({"prompt": "x", "no_such_field": 1}, "no_such_field"),
         ({"max_tokens": 3}, "prompt"),
+        # beyond a 64-bit seed, torch's generator raised on the engine thread and the whole server failed
+        ({"prompt": "x", "seed": 2**64}, "seed"),
+        ({"prompt": "x", "seed": -(2**63) - 1}, "seed"),
     ],
 )
 def test_client_mistakes_are_openai_shaped_400s(server, body, param):

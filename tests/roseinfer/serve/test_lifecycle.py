@@ -47,6 +47,14 @@ def test_bad_model_and_port_in_use_are_one_line_exit_2():
         assert out.stderr.strip().count("\n") == 0 and "cannot build the engine" in out.stderr
 
 
+def test_a_pool_smaller_than_one_context_is_refused_at_start():
+    """--num-blocks that cannot hold one request of the model's whole context would fail the engine (and every
+    request in flight) the first time a long prompt came: refused at start, in one line."""
+    out = _serve_cli("gpt2-tiny", "--port", str(free_port()), "--num-blocks", "4")
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "--num-blocks 4 cannot hold one request" in out.stderr
+
+
 def test_python_m_roseinfer_serve_help():
     out = subprocess.run(
         [sys.executable, "-m", "roseinfer", "serve", "--help"], capture_output=True, text=True, timeout=120, cwd=REPO,
@@ -131,6 +139,17 @@ def test_request_timeout_then_sigterm_drains_in_flight_requests_and_exits_0():
         while s.metric("roseinfer:num_requests_running") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert s.metric("roseinfer:num_requests_running") == 0
+        # Streamed, the same: the timeout ends the stream with an error event and takes the request out of the
+        # engine (it kept its batch slot and KV blocks to the end once, the client long gone).
+        conn, resp = _open_stream(s, 500)
+        events = _rest_of_stream(resp)
+        assert "timed out" in events[-1]["error"]["message"]
+        conn.close()
+        deadline = time.monotonic() + 30
+        while s.metric("roseinfer:num_requests_running") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.metric("roseinfer:num_requests_running") == 0
+        assert s.metric("roseinfer:kv_cache_usage_perc") == 0
         conn, resp = _open_stream(s, 40)
         s.signal(signal.SIGTERM)
         # Draining: new requests get 503 and /health says so, while the stream in flight runs to its end.
