@@ -2,7 +2,7 @@
 .PHONY: demo test lint
 
 demo:
-	bash scripts/setup.sh --no-ncu --no-browser
+	bash scripts/setup.sh --no-ncu --no-browser --no-prometheus
 	.venv/bin/roseprof nsys --name demo
 
 test:

@@ -84,7 +84,9 @@ class EngineConfig:
     dtype: str = "float32"  # float32 | float16 | bfloat16
     seed: int = 0
     block_size: int = 64  # tokens per KV block
-    num_blocks: int | None = None  # per layer; None sizes the pool from max_batch_size and positions
+    num_blocks: int | None = (
+        None  # the pool's blocks (one pool, every layer); None sizes it from max_batch_size and positions
+    )
     max_batch_size: int = 16  # sequences decoded together
     prefill_max_batch_size: int = 16  # sequences prefilled together
     prefill_admission_policy: str = "fifo"  # fifo | shortest-first

@@ -21,6 +21,7 @@ source scripts/gpu/engine.sh
 source scripts/gpu/profiler.sh
 source scripts/gpu/fixtures.sh
 source scripts/gpu/ranks.sh
+source scripts/gpu/serve.sh
 
 list() {
   local name

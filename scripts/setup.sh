@@ -5,18 +5,20 @@
 #   Nsight Compute's ncu for importing .ncu-rep reports (scripts/install-ncu.sh),
 #   Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh),
 #   and Debian's Prometheus (prometheus, promtool) for the server's metrics tests (scripts/install-prometheus.sh).
-# Usage: scripts/setup.sh [--no-nsys] [--no-ncu] [--no-browser]
+# Usage: scripts/setup.sh [--no-nsys] [--no-ncu] [--no-browser] [--no-prometheus]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_nsys=1
 want_ncu=1
 want_browser=1
+want_prometheus=1
 for arg in "$@"; do
   case "$arg" in
     --no-nsys) want_nsys=0 ;;
     --no-ncu) want_ncu=0 ;;
     --no-browser) want_browser=0 ;;
+    --no-prometheus) want_prometheus=0 ;;
     *) echo "setup: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -42,5 +44,7 @@ fi
 if [ "$want_browser" = 1 ]; then
   bash scripts/install-chromium.sh
 fi
-bash scripts/install-prometheus.sh
+if [ "$want_prometheus" = 1 ]; then
+  bash scripts/install-prometheus.sh
+fi
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

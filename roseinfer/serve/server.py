@@ -13,8 +13,9 @@ import sys
 import uvicorn
 
 from roseinfer.config import EngineConfig, ModelConfig
-from roseinfer.serve.app import ServeSettings, create_app
+from roseinfer.serve.app import create_app
 from roseinfer.serve.bridge import FAILED, READY, EngineBridge
+from roseinfer.serve.limits import ServeSettings
 from roseinfer.serve.metrics import ServerMetrics, registry_for
 
 log = logging.getLogger("roseinfer.serve")
