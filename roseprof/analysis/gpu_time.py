@@ -12,7 +12,8 @@ replayed it):
     busy     the union of the step's kernels (kernels of several streams, or under PDL, overlap)
     compute  the union of its kernels other than collectives
     exposed  busy less compute: communication with no compute kernel running beside it
-    idle     period less busy: no kernel running, the GPU waited for the host (or for another rank's launch)
+    outside  kernels launched outside every decode step (a prefill between steps) that ran in the period
+    idle     period less busy and outside: no kernel running, the GPU waited for the host (or another rank)
 Each is reported as its p50 over the rank's steps that have a next step (the medians need not add up exactly).
 """
 
@@ -51,8 +52,8 @@ def step_time(
     step_start: np.ndarray,  # [S] the rank's decode steps, trace clock
     step_end: np.ndarray,
 ) -> dict | None:
-    """{steps, period_p50_ns, busy_p50_ns, compute_p50_ns, exposed_p50_ns, idle_p50_ns}, or None where the rank's
-    steps launched no kernel (a CPU run, or steps with no GPU work)."""
+    """{steps, period_p50_ns, busy_p50_ns, compute_p50_ns, exposed_p50_ns, outside_p50_ns, idle_p50_ns}, or None
+    where the rank's steps launched no kernel (a CPU run, or steps with no GPU work)."""
     o = trace.ops
     k = np.flatnonzero((o.kind == KERNEL) & mine & (o.api_start >= 0))
     S = len(step_start)
@@ -60,6 +61,7 @@ def step_time(
         return None
     at = np.searchsorted(step_start, o.api_start[k], side="right") - 1
     inside = (at >= 0) & (o.api_start[k] <= step_end[np.maximum(at, 0)])
+    out_k = k[~inside]  # launched between steps: a prefill, a capture
     k, at = k[inside], at[inside]
     if not len(k):
         return None
@@ -74,6 +76,15 @@ def step_time(
         return None
     period = first[counted + 1] - first[counted]
     b = busy[counted]
+    # The kernels launched outside the steps, by the period their start falls in (not the GPU waiting).
+    outside = np.zeros(len(counted), dtype=np.int64)
+    if len(out_k):
+        starts = first[counted]
+        p = np.searchsorted(starts, o.start[out_k], side="right") - 1
+        ok = (p >= 0) & (o.start[out_k] < starts[np.maximum(p, 0)] + period[np.maximum(p, 0)])
+        if ok.any():
+            seg_end = np.minimum(o.end[out_k][ok], (starts + period)[p[ok]])
+            outside = union_by_group(p[ok], o.start[out_k][ok], seg_end, len(counted))
 
     def p50(v) -> float:
         return float(np.median(v))
@@ -84,5 +95,6 @@ def step_time(
         "busy_p50_ns": p50(b),
         "compute_p50_ns": p50(compute[counted]),
         "exposed_p50_ns": p50(b - compute[counted]),
-        "idle_p50_ns": p50(np.maximum(period - b, 0)),
+        "outside_p50_ns": p50(outside),
+        "idle_p50_ns": p50(np.maximum(period - b - outside, 0)),
     }

@@ -110,6 +110,7 @@ ENTRY = {
     "busy_p50_ns": NUM,
     "compute_p50_ns": NUM,
     "exposed_p50_ns": NUM,
+    "outside_p50_ns": (NUM, None),  # absent before 2026-11-28's runs
     "idle_p50_ns": NUM,
 }
 CHECKS = {"gpu_time": ({"unit": str, "rank_known": bool, "ranks": [ENTRY]}, None)}
