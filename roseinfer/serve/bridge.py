@@ -241,13 +241,16 @@ class EngineBridge:
         if metrics is not None:
             end_ns = tracing.now_ns()
             metrics.step.observe((end_ns - start_ns) / 1e9)
-            metrics.iteration_tokens.observe(len(emitted))
             metrics.generation_tokens += len(emitted)
             block_size = self.engine.cfg.block_size
+            prefilled = 0
             for seq, _, step in emitted:
                 if step < 0 and len(seq.output_ids) == 1:  # admitted (not a readmission after preemption)
                     metrics.prompt_tokens += len(seq.prompt_ids)
                     metrics.prefix_queries_tokens += len(seq.prompt_ids) // block_size * block_size
+                    prefilled += len(seq.prompt_ids)
+            # As vLLM's: the tokens the iteration computed, its prefills' prompt tokens and its generated ones.
+            metrics.iteration_tokens.observe(len(emitted) + prefilled)
         finishes = [self._forget(seq) for seq in finished]
         if tokens or finishes:
             self.loop.call_soon_threadsafe(self._deliver, tokens, finishes)

@@ -85,7 +85,11 @@ class ServerMetrics:
         self.step = Histogram(
             "decode_step_seconds", "One engine step (admission, prefill, decode, emission).", s
         )
-        self.iteration_tokens = Histogram("iteration_tokens_total", "Tokens emitted by one engine step.", t)
+        self.iteration_tokens = Histogram(
+            "iteration_tokens_total",
+            "Tokens one engine step computed: its prefills' prompt tokens and the tokens it generated.",
+            t,
+        )
         self.histograms = [
             self.ttft, self.itl, self.e2e, self.queue, self.prefill, self.decode, self.step, self.iteration_tokens,
         ]  # fmt: skip
