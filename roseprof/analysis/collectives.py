@@ -181,7 +181,7 @@ def find_instances(
             else np.zeros(mine.sum(), bool)
         )
         step[mine] = np.where(inside, parts.step_index[p][np.maximum(k, 0)] if len(starts) else -1, -1)
-        parts.device.append(int(np.bincount(device[mine] + 1).argmax()) - 1 if mine.any() else -1)
+        parts.device.append(_most_common(device[mine]) if mine.any() else -1)
     by = np.lexsort((arrival, step, who))  # per participant, per step, in arrival order
     inst = Instances(kind, who[by], arrival[by], end[by], exposed[by], step[by], np.zeros(len(by), np.int64),
                      host_tid[by], site[by], names[by], sel[by])  # fmt: skip
@@ -290,3 +290,10 @@ def match(inst: Instances, n_participants: int) -> Matched:
         lateness=lateness,
         unmatched_steps=int((~same & (counts.sum(axis=1) > 0)).sum()),
     )
+
+
+def _most_common(values: np.ndarray) -> int:
+    """The most frequent value (ties: the smallest). Not np.bincount: a device id is a number from a file, and a
+    negative one fails bincount while a huge one (0xdeadbeef) asks it for gigabytes."""
+    vals, counts = np.unique(values, return_counts=True)
+    return int(vals[np.argmax(counts)])
