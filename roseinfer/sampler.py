@@ -44,5 +44,9 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     always stays. multinomial renormalizes."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # [B, V]
     before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of the tokens ranked above each
-    sorted_probs = sorted_probs.masked_fill(before >= top_p[:, None], 0.0)
+    outside = before >= top_p[:, None]
+    # The first stays whatever top_p is: a tiny one (4.9e-217 is 0.0 in float32) masked every token, and
+    # multinomial failed the engine thread on an all-zero row.
+    outside[:, 0] = False
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
