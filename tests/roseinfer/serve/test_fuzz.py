@@ -22,7 +22,15 @@ def test_no_input_makes_a_server_error(server):
     for op in operations:
 
         @given(case=op.as_strategy())
-        @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        # Derandomized, as the project's other fuzz tests: the same cases in every CI run (a random draw once found
+        # a top_p that failed the engine, now a regression test of its own: test_sampler_top_p.py).
+        @settings(
+            max_examples=12,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            derandomize=True,
+        )
         def fuzz(case):
             response = case.call(base_url=server.url, timeout=30)
             assert response.status_code < 500, (case.body, response.text)
