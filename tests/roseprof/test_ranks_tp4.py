@@ -25,20 +25,20 @@ TP2 = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2"
 RANKS = [0, 1, 2, 3]
 
 
+def _imported(base, folder) -> tuple[str, object]:
+    """(the unpacked SQLite export, its run) of a compressed capture with its step logs."""
+    db = unpacked(f"{base}.sqlite.xz", folder)
+    return db, api.import_path(RunStore(folder / "traces"), db, None, db.replace(".sqlite", ".steplog.jsonl"))
+
+
 @pytest.fixture(scope="module")
 def tp4(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tp4")
-    db = unpacked(f"{NSYS}.sqlite.xz", folder)
-    run = api.import_path(RunStore(folder / "traces"), db, None, db.replace(".sqlite", ".steplog.jsonl"))
-    return db, run
+    return _imported(NSYS, tmp_path_factory.mktemp("tp4"))
 
 
 @pytest.fixture(scope="module")
 def slow(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("slow")
-    db = unpacked(f"{SLOW}.sqlite.xz", folder)
-    run = api.import_path(RunStore(folder / "traces"), db, None, db.replace(".sqlite", ".steplog.jsonl"))
-    return db, run
+    return _imported(SLOW, tmp_path_factory.mktemp("slow"))
 
 
 def _sql_per_pid(db: str) -> dict[int, tuple[int, int]]:
