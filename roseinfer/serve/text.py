@@ -7,6 +7,10 @@ is held back too, so a client never sees part of a stop string.
 
 from __future__ import annotations
 
+# A UTF-8 character is at most 4 bytes: a tail still broken after this many tokens past the last text sent is
+# not a character the next token completes (a token that is not text, or invalid bytes), and is sent as it is.
+MAX_HELD_TOKENS = 4
+
 
 class IncrementalText:
     """The text of one choice, decoded a chunk at a time (the same approach as vLLM's detokenizer: decode from a
@@ -25,10 +29,14 @@ class IncrementalText:
         decode = self.tokenizer.decode
         prefix = decode(self.ids[self.prefix_offset : self.read_offset])
         full = decode(self.ids[self.prefix_offset :])
-        if len(full) > len(prefix) and (final or not full.endswith("\ufffd")):
-            self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return full[len(prefix) :]
-        return ""
+        broken = full.endswith("\ufffd") and len(self.ids) - self.read_offset < MAX_HELD_TOKENS
+        if broken and not final:
+            return ""  # the next token may complete the character
+        # Move the window on even when the new tokens gave no text (ids a byte-level tokenizer has no bytes for,
+        # as a random-weight model emits): otherwise it grows by every such token, and every chunk decodes all of
+        # them again (0.4 ms a chunk after a few hundred tokens: the server's HTTP side then could not keep up).
+        self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
+        return full[len(prefix) :] if len(full) > len(prefix) else ""
 
     def push(self, token_ids: list[int], final: bool = False) -> str:
         """Add tokens; returns the text that may be sent now (final: the choice ended, flush everything)."""
