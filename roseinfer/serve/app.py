@@ -7,12 +7,12 @@ OpenAPI schema (/openapi.json) is what the schemathesis test fuzzes. Every error
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -28,10 +28,16 @@ from roseinfer.serve.text import IncrementalText
 log = logging.getLogger("roseinfer.serve")
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
-_COMPACT = (",", ":")  # JSON without spaces: SSE chunks are written once per step per stream
+# SSE events are written once per step per stream: msgspec encodes one in 0.9 us where json.dumps takes 7 us.
+_encode = msgspec.json.Encoder().encode
 
 
-def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics_registry=None) -> FastAPI:
+def _event(payload: dict) -> bytes:
+    return b"data: " + _encode(payload) + b"\n\n"
+
+
+def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics=None) -> FastAPI:
+    """`metrics`: a metrics.Collector (None: no /metrics)."""
     app = FastAPI(title="roseinfer", version=roseinfer_version(), docs_url=None, redoc_url=None)
     errors.install(app)
     app.add_middleware(Limits, settings=settings)
@@ -85,14 +91,20 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
     async def version():
         return {"version": roseinfer_version()}
 
-    if metrics_registry is not None:
+    if metrics is not None:
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        from roseinfer.serve.metrics import render
+        from roseinfer.serve.metrics import registry_for, render
+
+        registry = registry_for(metrics)
 
         @app.get("/metrics")
-        async def metrics():
-            return Response(render(metrics_registry), media_type=CONTENT_TYPE_LATEST)
+        async def prometheus_metrics():
+            snapshot = await bridge.query("metrics")  # the core answers between two steps
+            if snapshot is not None:
+                metrics.snapshot = snapshot  # else (stopped, failed): the last one it gave
+            metrics.not_yet_admitted = bridge.num_submitted_not_added()
+            return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
@@ -181,7 +193,7 @@ class Completer:
                 code="queue_full",
                 headers={"Retry-After": "1"},
             )
-        # The id is final before the engine thread sees the job: it writes it into the step log.
+        # The id is final before the engine core sees the job: it writes it into the step log.
         job = Job(f"{prefix}-{uuid.uuid4().hex}", prompts, params)
         bridge.submit(job)
         return job
@@ -240,7 +252,7 @@ class Completer:
 
     async def _stream(
         self, job: Job, stops: list[str], chat: bool, include_usage: bool, started: float
-    ) -> AsyncIterator[str]:
+    ) -> AsyncIterator[bytes]:
         head = {
             "id": job.id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -256,7 +268,7 @@ class Completer:
                 except APIError as e:
                     # Not job.error (the engine's failure): a timed-out request is still in the engine, and
                     # _end takes it out.
-                    yield f"data: {json.dumps(error_body(e.status, e.message, code=e.code), separators=_COMPACT)}\n\n"
+                    yield _event(error_body(e.status, e.message, code=e.code))
                     return
                 out = []
                 for i, choice in enumerate(job.choices):
@@ -274,10 +286,10 @@ class Completer:
                     ended[i] = reason is not None
                     out.append(self._chunk_choice(chat, i, text, ids, steps, reason, first))
                 if out:
-                    yield f"data: {json.dumps({**head, 'choices': out}, separators=_COMPACT)}\n\n"
+                    yield _event({**head, "choices": out})
             if include_usage:
-                yield f"data: {json.dumps({**head, 'choices': [], 'usage': self._usage(job)}, separators=_COMPACT)}\n\n"
-            yield "data: [DONE]\n\n"
+                yield _event({**head, "choices": [], "usage": self._usage(job)})
+            yield b"data: [DONE]\n\n"
         finally:
             self._end(job, started)
 

@@ -1,25 +1,27 @@
-"""The bridge between the event loop (HTTP) and the engine, whose step loop runs on its own thread.
+"""The bridge between the event loop (HTTP) and the engine core, whose step loop runs in a process of its own
+(engine_core.py says why, and the protocol).
 
-The engine thread never waits on HTTP work: it takes new requests and aborts from a deque between steps, steps,
-and hands each step's tokens to the event loop with one `call_soon_threadsafe`. The event loop side only appends
-to a job's pending tokens and wakes its writer; a slow client therefore gets several tokens in its next chunk
-instead of slowing the engine. Client reads, JSON and SSE writes all happen on the event loop.
+The event loop sends adds and aborts down the pipe; a reader thread waits on the core's events and hands each
+batch to the event loop (one `call_soon_threadsafe`; a blocking read on the loop itself is not safe, an event
+loop may make the pipe non-blocking): a step's tokens are appended to each job's pending tokens and its writer
+woken. A slow client
+therefore gets several tokens in its next chunk instead of slowing the engine, which never waits on the server.
 
 States: starting (building the engine) -> ready -> draining (no new requests) -> stopped; or failed (the engine
-raised: every open request gets the error, and the server exits non-zero).
+raised or its process died: every open request gets the error, and the server exits non-zero).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import itertools
+import multiprocessing
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from roseinfer import tracing
-from roseinfer.sequence import SamplingParams, Sequence
-from roseinfer.serve.metrics import ServerMetrics
+from roseinfer.config import EngineConfig
+from roseinfer.sequence import SamplingParams
 
 STARTING, READY, DRAINING, STOPPED, FAILED = "starting", "ready", "draining", "stopped", "failed"
 
@@ -40,12 +42,12 @@ class Job:
 
     def __init__(self, request_id: str, prompts: list[list[int]], params: SamplingParams) -> None:
         self.id = request_id
+        self.key = 0  # the bridge's number for it on the pipe
         self.params = params
         self.choices = [Choice(ids) for ids in prompts]
         self.arrival_ns = tracing.now_ns()
         self.event = asyncio.Event()  # set when tokens, a finish or an error arrive
         self.error: str | None = None
-        self.seqs: list[Sequence] = []  # set on the engine thread when added
 
     @property
     def done(self) -> bool:
@@ -53,95 +55,182 @@ class Job:
 
 
 class EngineBridge:
-    def __init__(
-        self,
-        build_engine: Callable[[], tuple[object, object, Callable[[], None]]],
-        metrics: ServerMetrics | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self._build_engine = build_engine
-        self.metrics = metrics
+    def __init__(self, model: str, cfg: EngineConfig, metrics: bool, loop: asyncio.AbstractEventLoop) -> None:
+        self.model, self.cfg, self.metrics = model, cfg, metrics
         self.loop = loop
-        self.engine = None
-        self.workers = None  # tensor parallelism: ranks 1..N-1 (roseinfer.workers.Workers), told every step
-        self._ops: list[tuple] = []  # with workers: the adds and aborts applied since the last step, in order
         self.state = STARTING
         self.failure: str | None = None
-        self.ready = asyncio.Event()  # set (on the loop) when the engine is built, or failed to be
-        self.finished = asyncio.Event()  # set when the engine thread has ended
-        self.jobs: set[Job] = set()  # open jobs (event loop side)
-        self._commands: collections.deque = (
-            collections.deque()
-        )  # ("add" | "abort", job), appended by the loop
-        self._wake = threading.Event()
-        self._stop = False
-        self._owner: dict[int, tuple[Job, Choice]] = {}  # engine sequence id -> its job and choice
-        self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
-        self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
-        # The step running: its start (0 when none). /health reports a step that has run for too long (a hung
-        # collective or device) as a stalled engine.
-        self.step_started_ns = 0
-        self._close: Callable[[], None] = lambda: None  # stops the ranks the engine's builder started
-        self._thread = threading.Thread(target=self._run, name="roseinfer-engine", daemon=True)
+        self.built = False  # the core built its engine (a failure after this is a serving failure, exit 1)
+        self.ready = asyncio.Event()  # set when the engine is built, or failed to be
+        self.finished = asyncio.Event()  # set when the core process has ended
+        self.jobs: set[Job] = set()  # open jobs (answers not yet written)
+        self._by_key: dict[int, Job] = {}  # jobs the core holds sequences of
+        self._keys = itertools.count(1)
+        self._queries: dict[int, asyncio.Future] = {}
+        self._qids = itertools.count(1)
+        self._adds_sent = 0
+        self._adds_taken = 0  # by the core, as its last event said
+        self._core_waiting = 0  # requests the core's scheduler holds, as its last event said
+        self._heard_ns = 0  # when the core last said something, or was given work while idle
+        self._stopping = False
+        self.proc = None
+        self._conn = None
 
-    # -- event loop side -----------------------------------------------------------------------------------------
+    # -- lifetime ------------------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread.start()
+        from roseinfer.serve import engine_core
 
-    def submit(self, job: Job) -> None:
-        self.jobs.add(job)
-        self._commands.append(("add", job))  # ("add", job) | ("abort", job, choice index or None, reason)
-        self._wake.set()
-
-    def abort(self, job: Job, index: int | None = None, reason: str = "abort") -> None:
-        """The client went away (or timed out), or a stop string ended choice `index`: its sequences (that one
-        only, with an index) leave the engine at the next step."""
-        if index is None:
-            self.jobs.discard(job)
-        if not job.done:
-            self._commands.append(("abort", job, index, reason))
-            self._wake.set()
-
-    def release(self, job: Job) -> None:
-        """The job's answer is written."""
-        self.jobs.discard(job)
-
-    def num_submitted_not_added(self) -> int:
-        return sum(len(c[1].choices) for c in list(self._commands) if c[0] == "add")
-
-    def num_waiting(self) -> int:
-        engine = self.engine
-        return (len(engine.scheduler.waiting) if engine is not None else 0) + self.num_submitted_not_added()
-
-    def stalled_s(self) -> float:
-        """Seconds the step now running has taken (0 when none runs)."""
-        started = self.step_started_ns
-        return (tracing.now_ns() - started) / 1e9 if started else 0.0
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(
+            target=engine_core.main,
+            args=(child, self.model, self.cfg, self.metrics),
+            name="roseinfer-engine-core",
+        )
+        self.proc.start()
+        child.close()
+        threading.Thread(target=self._read, name="roseinfer-core-reader", daemon=True).start()
 
     def drain(self) -> None:
         if self.state == READY:
             self.state = DRAINING
 
     def stop(self) -> None:
-        """End the engine thread once its open requests are aborted (call after draining)."""
+        """Abort what is open and tell the core to leave (call after draining)."""
+        if self._stopping:
+            return
+        self._stopping = True
         for job in list(self.jobs):
             self.abort(job)
-        self._stop = True
-        self._wake.set()
+        self._send(("stop",))
 
-    def _deliver(
-        self, tokens: list[tuple[Job, Choice, int, int]], finishes: list[tuple[Job, Choice, str]]
-    ) -> None:
-        for job, choice, tok, step in tokens:
-            choice.new_ids.append(tok)
-            choice.new_steps.append(step)
-            job.event.set()
-        for job, choice, reason in finishes:
-            choice.finish_reason = reason
-            job.event.set()
+    async def wait_stopped(self, timeout_s: float) -> None:
+        """Until the core process has exited; kill it past `timeout_s` (it then leaves its ranks to their own
+        watchdogs)."""
+        proc = self.proc
+        if proc is None:
+            return
+        await self.loop.run_in_executor(None, proc.join, timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            await self.loop.run_in_executor(None, proc.join, 10)
 
-    def _set_ready(self) -> None:
+    # -- requests (event loop) -----------------------------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        job.key = next(self._keys)
+        if not self._by_key:
+            self._heard_ns = tracing.now_ns()  # the core was idle: a stall counts from now
+        self.jobs.add(job)
+        self._by_key[job.key] = job
+        self._adds_sent += 1
+        self._send(("add", job.key, job.id, [c.prompt_ids for c in job.choices], job.params, job.arrival_ns))
+
+    def abort(self, job: Job, index: int | None = None, reason: str = "abort") -> None:
+        """The client went away (or timed out), or a stop string ended choice `index`: its sequences (that one
+        only, with an index) leave the engine at the next step."""
+        if index is None:
+            self.jobs.discard(job)
+        if not job.done and job.key in self._by_key:
+            self._send(("abort", job.key, index, reason))
+
+    def release(self, job: Job) -> None:
+        """The job's answer is written."""
+        self.jobs.discard(job)
+
+    def num_waiting(self) -> int:
+        """Requests not yet in the running batch: in the core's queue, or sent and not yet taken in."""
+        return self._core_waiting + self.num_submitted_not_added()
+
+    def num_submitted_not_added(self) -> int:
+        return self._adds_sent - self._adds_taken
+
+    def stalled_s(self) -> float:
+        """Seconds the core has been silent while holding work (0 when it holds none): a step that runs this
+        long is a hung collective or device."""
+        if not self._by_key or self.state != READY:
+            return 0.0
+        return (tracing.now_ns() - self._heard_ns) / 1e9
+
+    async def query(self, what: str, timeout_s: float = 10.0):
+        """Ask the core (answered between two steps); None when it cannot answer."""
+        if self.state not in (READY, DRAINING):
+            return None
+        qid = next(self._qids)
+        future = self.loop.create_future()
+        self._queries[qid] = future
+        self._send(("query", qid, what))
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._queries.pop(qid, None)
+
+    def _send(self, command: tuple) -> None:
+        if self._conn is None or self.state in (FAILED, STOPPED):
+            return
+        try:
+            self._conn.send(command)
+        except (OSError, ValueError):
+            pass  # the core is gone; its EOF ends the bridge
+
+    # -- the core's events ----------------------------------------------------------------------------------------
+    def _read(self) -> None:
+        """The reader thread: each batch of events to the event loop, then the end of the pipe."""
+        call = self.loop.call_soon_threadsafe
+        while True:
+            try:
+                events = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            call(self._on_events, events)
+        self.proc.join(10)  # the pipe closes as the process exits: its exit status follows
+        call(self._core_ended)
+
+    def _on_events(self, events: list[tuple]) -> None:
+        self._heard_ns = tracing.now_ns()
+        by_key = self._by_key
+        for event in events:
+            kind = event[0]
+            if kind == "step":
+                _, tokens, finishes, self._core_waiting, self._adds_taken = event
+                for key, index, tok, step in tokens:
+                    job = by_key.get(key)
+                    if job is not None:
+                        choice = job.choices[index]
+                        choice.new_ids.append(tok)
+                        choice.new_steps.append(step)
+                        job.event.set()
+                for key, index, reason in finishes:
+                    job = by_key.get(key)
+                    if job is not None:
+                        job.choices[index].finish_reason = reason
+                        job.event.set()
+                        if all(c.finish_reason is not None for c in job.choices):
+                            del by_key[key]
+            elif kind == "reply":
+                future = self._queries.get(event[1])
+                if future is not None and not future.done():
+                    future.set_result(event[2])
+            elif kind == "ready":
+                self.built = True
+                self.state = READY
+                self.ready.set()
+            elif kind == "failed":
+                self.built = event[2]
+                self._fail(event[1])
+
+    def _core_ended(self) -> None:
+        self._conn.close()
+        if self.state != FAILED:
+            if self._stopping:
+                self.state = STOPPED
+            else:
+                code = self.proc.exitcode
+                how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+                self._fail(f"engine failed: its process ended unexpectedly ({how})")
         self.ready.set()
+        self.finished.set()
 
     def _fail(self, message: str) -> None:
         self.state = FAILED
@@ -149,108 +238,7 @@ class EngineBridge:
         for job in list(self.jobs):
             job.error = message
             job.event.set()
+        for future in self._queries.values():
+            if not future.done():
+                future.set_result(None)
         self.ready.set()
-
-    def _thread_ended(self) -> None:
-        if self.state != FAILED:
-            self.state = STOPPED
-        self.finished.set()
-
-    # -- engine thread -------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            engine, self.workers, self._close = self._build_engine()
-            self.engine = engine
-            engine.on_token = self._on_token
-            self.state = READY
-            self.loop.call_soon_threadsafe(self._set_ready)
-            while True:
-                self._apply_commands()
-                if self._stop and not engine.has_unfinished():
-                    break
-                if not engine.has_unfinished():
-                    if engine.steplog is not None:
-                        engine.steplog.flush()  # idle: readers of the step log see every finished request
-                    self._wake.wait()
-                    self._wake.clear()
-                    continue
-                if self.workers is not None:
-                    self.workers.send_step(self._ops)
-                    self._ops = []
-                start_ns = self.step_started_ns = tracing.now_ns()
-                finished = engine.step()
-                self.step_started_ns = 0
-                self._publish(start_ns, finished)
-        except BaseException as e:  # noqa: BLE001 - every open request is told, in one line
-            what = "engine failed" if self.engine is not None else "cannot build the engine"
-            message = f"{what}: {type(e).__name__}: {e}".splitlines()[0]
-            self.loop.call_soon_threadsafe(self._fail, message)
-        finally:
-            if self.engine is not None and self.engine.steplog is not None:
-                self.engine.steplog.flush()
-            try:
-                self._close()  # no rank process left behind, however the loop ended
-            except Exception:  # noqa: BLE001 - already failing or stopping; the ranks are killed if stuck
-                pass
-            self.loop.call_soon_threadsafe(self._thread_ended)
-
-    def _on_token(self, seq: Sequence, tok: int) -> None:
-        self._emitted.append((seq, tok, seq.token_step[-1]))
-
-    def _apply_commands(self) -> None:
-        engine = self.engine
-        while self._commands:
-            kind, job, *abort_args = self._commands.popleft()
-            if kind == "add":
-                for choice in job.choices:
-                    seq = engine.add_request(choice.prompt_ids, job.params, job.arrival_ns, request_id=job.id)
-                    job.seqs.append(seq)
-                    if self.workers is not None:
-                        self._ops.append(("add", choice.prompt_ids, job.params, job.id))
-                    self._owner[seq.id] = (job, choice)
-            else:
-                index, reason = abort_args
-                finishes = []
-                for seq in job.seqs if index is None else job.seqs[index : index + 1]:
-                    if seq.id in self._owner:
-                        engine.abort(seq, reason)
-                        if self.workers is not None:
-                            self._ops.append(("abort", seq.id, reason))
-                        finishes.append(self._forget(seq))
-                if finishes:
-                    self.loop.call_soon_threadsafe(self._deliver, [], finishes)
-
-    def _forget(self, seq: Sequence) -> tuple[Job, Choice, str]:
-        job, choice = self._owner.pop(seq.id)
-        prefill_start = self._prefill_start.pop(seq.id, None)
-        if self.metrics is not None:
-            self.metrics.request_finished(seq, prefill_start)
-        return job, choice, seq.finish_reason
-
-    def _publish(self, start_ns: int, finished: list[Sequence]) -> None:
-        """Hand one step's tokens and finishes to the event loop (one call), and count the step."""
-        emitted, self._emitted = self._emitted, []
-        owner = self._owner
-        tokens = []
-        for seq, tok, step in emitted:
-            job, choice = owner[seq.id]
-            tokens.append((job, choice, tok, step))
-            if step < 0:
-                self._prefill_start[seq.id] = start_ns
-        metrics = self.metrics
-        if metrics is not None:
-            end_ns = tracing.now_ns()
-            metrics.step.observe((end_ns - start_ns) / 1e9)
-            metrics.generation_tokens += len(emitted)
-            block_size = self.engine.cfg.block_size
-            prefilled = 0
-            for seq, _, step in emitted:
-                if step < 0 and len(seq.output_ids) == 1:  # admitted (not a readmission after preemption)
-                    metrics.prompt_tokens += len(seq.prompt_ids)
-                    metrics.prefix_queries_tokens += len(seq.prompt_ids) // block_size * block_size
-                    prefilled += len(seq.prompt_ids)
-            # As vLLM's: the tokens the iteration computed, its prefills' prompt tokens and its generated ones.
-            metrics.iteration_tokens.observe(len(emitted) + prefilled)
-        finishes = [self._forget(seq) for seq in finished]
-        if tokens or finishes:
-            self.loop.call_soon_threadsafe(self._deliver, tokens, finishes)

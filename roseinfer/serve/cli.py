@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import resource
 import socket
@@ -67,12 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-requests", action="store_true", help="log one line per request")
     p.add_argument(
-        "--switch-interval",
-        type=float,
-        default=0.0002,
-        metavar="S",
-        help="Python's GIL switch interval while serving (default 0.0002 s; Python's is 0.005): how long the "
-        "engine thread may wait for the GIL while the HTTP side runs Python code",
+        "--loop",
+        choices=("auto", "asyncio", "uvloop"),
+        default="auto",
+        help="the HTTP side's event loop, as uvicorn's option (auto: uvloop when installed)",
+    )
+    p.add_argument(
+        "--http",
+        choices=("auto", "h11", "httptools"),
+        default="auto",
+        help="the HTTP/1.1 parser, as uvicorn's option (auto: httptools when installed)",
     )
     engine = p.add_argument_group("engine options (as the benchmarks take them)")
     for action in bench_options.build_parser("", "", "offline")._actions:
@@ -88,7 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     for name in ("port", "max_waiting", "max_body_bytes", "max_headers"):
         if getattr(args, name) < (0 if name == "port" else 1):
             p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
-    for name in ("request_timeout", "drain_timeout", "switch_interval", "stall_timeout"):
+    for name in ("request_timeout", "drain_timeout", "stall_timeout"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")
     args.device = args.device or bench_options.default_device()
@@ -155,12 +160,46 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         return _fail(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     _raise_open_files_limit()
-    # The engine thread and the event loop share the GIL: with Python's default 5 ms interval a step that wants
-    # it back while the loop writes SSE chunks could wait 5 ms, several decode steps on a GPU.
-    sys.setswitchinterval(args.switch_interval)
     from roseinfer.serve.server import serve
 
-    return asyncio.run(serve(args, cfg, model_cfg, sock, chat_template))
+    loop_factory = _loop_factory(args.loop)
+    if loop_factory is None:
+        return _fail("--loop uvloop: uvloop is not installed")
+    if args.http == "httptools" and importlib.util.find_spec("httptools") is None:
+        return _fail("--http httptools: httptools is not installed")
+    return _run(serve(args, cfg, model_cfg, sock, chat_template), loop_factory)
+
+
+def _run(coro, loop_factory):
+    """asyncio.run on the loop --loop chose (asyncio.run takes no loop factory before Python 3.12)."""
+    loop = loop_factory()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+def _loop_factory(choice: str):
+    """The event loop's constructor for --loop (None: uvloop asked for and missing)."""
+    if choice != "asyncio":
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop
+        except ImportError:
+            if choice == "uvloop":
+                return None
+    return asyncio.new_event_loop
 
 
 def _raise_open_files_limit() -> None:

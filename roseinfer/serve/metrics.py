@@ -1,8 +1,9 @@
 """Prometheus metrics, named as vLLM's are (prefix `roseinfer:`, base units), rendered by prometheus-client.
 
-The engine thread pays almost nothing for them: histograms are plain bucket counts it bumps (per step, and per
-request when it finishes, a request's inter-token gaps counted with one numpy call), counters and gauges are read
-from the engine and the bridge only when /metrics is scraped (`Collector.collect`). No per-request labels.
+Two halves, one per process. The engine core keeps `ServerMetrics`: plain bucket counts it bumps (per step, and per
+request when it finishes, a request's inter-token gaps counted with one numpy call), which costs the step loop
+almost nothing; a scrape asks the core for a `snapshot` (plain numbers, between two steps). The server process
+renders that snapshot (`Collector`, prometheus-client's text format). No per-request labels.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 class Histogram:
-    """Bucket counts and a sum, bumped by one thread (the engine's), read by the scrape."""
+    """Bucket counts and a sum, bumped by the engine core's loop."""
 
     def __init__(self, name: str, doc: str, bounds: Iterable[float]) -> None:
         self.name, self.doc = PREFIX + name, doc
@@ -48,23 +49,26 @@ class Histogram:
             self.counts[i] += int(per_bucket[i])
         self.sum += float(values.sum())
 
-    def family(self, model_name: str) -> HistogramMetricFamily:
-        fam = HistogramMetricFamily(self.name, self.doc, labels=["model_name"])
-        counts = list(self.counts)  # one read, so the buckets and the count agree
-        cumulative, total = [], 0
-        for bound, n in zip(self.bounds, counts):
-            total += n
-            cumulative.append((repr(float(bound)), total))
-        cumulative.append(("+Inf", total + counts[-1]))
-        fam.add_metric([model_name], cumulative, self.sum)
-        return fam
+    def snapshot(self) -> tuple[list[float], list[int], float]:
+        return self.bounds, list(self.counts), self.sum
+
+
+def histogram_family(name: str, doc: str, model_name: str, snap) -> HistogramMetricFamily:
+    bounds, counts, total_sum = snap
+    fam = HistogramMetricFamily(name, doc, labels=["model_name"])
+    cumulative, total = [], 0
+    for bound, n in zip(bounds, counts):
+        total += n
+        cumulative.append((repr(float(bound)), total))
+    cumulative.append(("+Inf", total + counts[-1]))
+    fam.add_metric([model_name], cumulative, total_sum)
+    return fam
 
 
 class ServerMetrics:
-    """What the bridge records; `render` is /metrics."""
+    """What the engine core records (its loop alone touches it); `snapshot` is what a scrape renders."""
 
-    def __init__(self, model_name: str) -> None:
-        self.model_name = model_name
+    def __init__(self) -> None:
         s, t = SECONDS_BUCKETS, TOKENS_BUCKETS
         self.ttft = Histogram(
             "time_to_first_token_seconds", "Time to first token: arrival to first token.", s
@@ -98,8 +102,29 @@ class ServerMetrics:
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.prefix_queries_tokens = 0
 
+    def step_done(
+        self,
+        step_s: float,
+        emitted: int,
+        prefilled: list[tuple[int, int]],
+        block_size: int,
+        prefix_cache: bool,
+    ) -> None:
+        """One engine step: its time, the tokens it emitted, and its prefills ((tokens computed, prompt tokens if
+        admitted, 0 if readmitted after a preemption) each)."""
+        self.step.observe(step_s)
+        self.generation_tokens += emitted
+        computed_total = 0
+        for computed, prompt in prefilled:
+            self.prompt_tokens += prompt
+            if prefix_cache:  # the full blocks looked up, as the hits counter counts them
+                self.prefix_queries_tokens += computed // block_size * block_size
+            computed_total += computed
+        # As vLLM's: the tokens the iteration computed, its prefills' tokens and the tokens it generated.
+        self.iteration_tokens.observe(emitted + computed_total)
+
     def request_finished(self, seq, prefill_start_ns: int | None) -> None:
-        """One request's latencies (engine thread, when it leaves the engine)."""
+        """One request's latencies, when it leaves the engine."""
         self.finished[seq.finish_reason] = self.finished.get(seq.finish_reason, 0) + 1
         token_ns = seq.token_ns
         if not token_ns:
@@ -113,18 +138,38 @@ class ServerMetrics:
         if len(token_ns) > 1:
             self.itl.observe_many(np.diff(np.asarray(token_ns, dtype=np.int64)) / 1e9)
 
+    def snapshot(self, engine) -> dict:
+        """Plain numbers (they cross the pipe): the histograms, the counters, and the engine's gauges now."""
+        mgr, sched = engine.mgr, engine.scheduler
+        return {
+            "histograms": {h.name: (h.doc, h.snapshot()) for h in self.histograms},
+            "running": len(sched.running),
+            "waiting": len(sched.waiting),
+            "kv_usage": 1.0 - mgr.num_free() / mgr.num_blocks,
+            "prompt_tokens": self.prompt_tokens,
+            "generation_tokens": self.generation_tokens,
+            "finished": dict(self.finished),
+            "prefix_queries_tokens": self.prefix_queries_tokens,
+            "prefix_hits_tokens": engine.stats["prefix_hit_blocks"] * engine.cfg.block_size,
+            "preemptions": engine.stats["preemptions"],
+            "rollovers": engine.stats["rollovers"],
+        }
+
 
 class Collector:
-    """Reads the gauges and counters at scrape time (the engine keeps its own counts: `Engine.stats`)."""
+    """Renders the engine core's latest snapshot (the server process sets `snapshot` before each render)."""
 
-    def __init__(self, metrics: ServerMetrics, bridge) -> None:
-        self.metrics = metrics
-        self.bridge = bridge
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.snapshot: dict | None = None
+        self.not_yet_admitted = 0  # requests the server has sent the core and the core has not taken in yet
 
     def collect(self):
-        m, labels = self.metrics, [self.metrics.model_name]
-        for h in m.histograms:
-            yield h.family(m.model_name)
+        snap, model, labels = self.snapshot, self.model_name, [self.model_name]
+        if snap is None:
+            return  # the engine is still being built: nothing measured yet
+        for name, (doc, hist) in snap["histograms"].items():
+            yield histogram_family(name, doc, model, hist)
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             fam = GaugeMetricFamily(PREFIX + name, doc, labels=["model_name"])
@@ -136,51 +181,40 @@ class Collector:
             fam.add_metric(labels, value)
             return fam
 
-        engine = self.bridge.engine
-        running = waiting = 0
-        usage = 0.0
-        stats: dict[str, int] = {}
-        block_size = 0
-        if engine is not None:
-            running, waiting = len(engine.scheduler.running), len(engine.scheduler.waiting)
-            mgr = engine.mgr
-            usage = 1.0 - mgr.num_free() / mgr.num_blocks
-            stats, block_size = engine.stats, engine.cfg.block_size
-        waiting += self.bridge.num_submitted_not_added()
-        yield gauge("num_requests_running", "Requests in the engine's running batch.", running)
-        yield gauge("num_requests_waiting", "Requests waiting to be admitted.", waiting)
-        yield gauge("kv_cache_usage_perc", "Fraction of KV blocks in use (1 = all).", usage)
-        yield counter("prompt_tokens", "Prompt tokens of admitted requests.", m.prompt_tokens)
-        yield counter("generation_tokens", "Tokens generated.", m.generation_tokens)
+        yield gauge("num_requests_running", "Requests in the engine's running batch.", snap["running"])
+        yield gauge(
+            "num_requests_waiting",
+            "Requests waiting to be admitted.",
+            snap["waiting"] + self.not_yet_admitted,
+        )
+        yield gauge("kv_cache_usage_perc", "Fraction of KV blocks in use (1 = all).", snap["kv_usage"])
+        yield counter("prompt_tokens", "Prompt tokens of admitted requests.", snap["prompt_tokens"])
+        yield counter("generation_tokens", "Tokens generated.", snap["generation_tokens"])
         fam = CounterMetricFamily(
             PREFIX + "request_success",
             "Requests finished, by reason.",
             labels=["model_name", "finished_reason"],
         )
-        for reason, n in sorted(m.finished.items()):
-            fam.add_metric([m.model_name, reason], n)
+        for reason, n in sorted(snap["finished"].items()):
+            fam.add_metric([model, reason], n)
         yield fam
         yield counter(
             "prefix_cache_queries",
-            "Prompt tokens looked up in the prefix cache (full blocks).",
-            m.prefix_queries_tokens,
+            "Tokens looked up in the prefix cache (the full blocks of each prefill, readmissions included).",
+            snap["prefix_queries_tokens"],
         )
-        yield counter(
-            "prefix_cache_hits",
-            "Prompt tokens found in the prefix cache.",
-            stats.get("prefix_hit_blocks", 0) * block_size,
-        )
-        yield counter("num_preemptions", "Requests preempted to free KV blocks.", stats.get("preemptions", 0))
+        yield counter("prefix_cache_hits", "Tokens found in the prefix cache.", snap["prefix_hits_tokens"])
+        yield counter("num_preemptions", "Requests preempted to free KV blocks.", snap["preemptions"])
         yield counter(
             "kv_block_rollovers",
             "Decode-time KV block allocations (a sequence filling a block).",
-            stats.get("rollovers", 0),
+            snap["rollovers"],
         )
 
 
-def registry_for(metrics: ServerMetrics, bridge) -> CollectorRegistry:
+def registry_for(collector: Collector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(metrics, bridge))
+    registry.register(collector)
     return registry
 
 

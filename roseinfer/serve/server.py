@@ -1,10 +1,9 @@
-"""Runs the app on uvicorn beside the engine thread, and owns the process's lifetime: the ready line, SIGTERM
+"""Runs the app on uvicorn, the engine core in a process of its own (engine_core.py), and owns the process's lifetime: the ready line, SIGTERM
 and SIGINT (drain, then exit 0), an engine failure (exit 1)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import socket
@@ -16,7 +15,7 @@ from roseinfer.config import EngineConfig, ModelConfig
 from roseinfer.serve.app import create_app
 from roseinfer.serve.bridge import FAILED, READY, EngineBridge
 from roseinfer.serve.limits import ServeSettings
-from roseinfer.serve.metrics import ServerMetrics, registry_for
+from roseinfer.serve.metrics import Collector
 
 log = logging.getLogger("roseinfer.serve")
 PROG = "roseinfer serve"
@@ -40,20 +39,6 @@ class Server(uvicorn.Server):
         self.on_signal()
 
 
-def build_engine(model: str, cfg: EngineConfig):
-    """(rank 0's engine, the other ranks' Workers or None, a function that stops them). With tensor parallelism
-    `LLM` starts the ranks as it does for `generate`; the bridge then tells them each step's adds and aborts."""
-    if cfg.tensor_parallel_size == 1:
-        from roseinfer.engine import Engine
-
-        return Engine(model, cfg), None, lambda: None
-    from roseinfer.llm import LLM
-
-    options = dataclasses.asdict(cfg)
-    llm = LLM(model, device=options.pop("device"), **options)
-    return llm.engine, llm.workers, llm.close
-
-
 def _model_name(args) -> str:
     if args.served_model_name:
         return args.served_model_name
@@ -67,8 +52,7 @@ async def serve(
 
     loop = asyncio.get_running_loop()
     name = _model_name(args)
-    metrics = None if args.no_metrics else ServerMetrics(name)
-    bridge = EngineBridge(lambda: build_engine(args.model, cfg), metrics, loop)
+    bridge = EngineBridge(args.model, cfg, not args.no_metrics, loop)
     settings = ServeSettings(
         model_name=name,
         vocab_size=model_cfg.vocab_size,
@@ -82,12 +66,16 @@ async def serve(
         log_requests=args.log_requests,
         stall_s=args.stall_timeout,
     )
-    registry = registry_for(metrics, bridge) if metrics is not None else None
-    app = create_app(bridge, load_tokenizer(args.model), settings, registry)
+    collector = None if args.no_metrics else Collector(name)
+    app = create_app(bridge, load_tokenizer(args.model), settings, collector)
     config = uvicorn.Config(
         app,
         log_level="warning",
         access_log=False,
+        # No startup or shutdown hooks: with uvicorn's lifespan task on, a SIGTERM printed its cancellation's
+        # traceback on the way out.
+        lifespan="off",
+        http=args.http,
         timeout_keep_alive=5,
         timeout_graceful_shutdown=5,
         h11_max_incomplete_event_size=16 * 1024,  # request line and headers, in bytes
@@ -134,8 +122,10 @@ async def serve(
         await server.serve(sockets=[sock])
     finally:
         bridge.stop()
+        # The core finishes its aborts and stops its ranks (tensor parallelism) before it exits.
+        await bridge.wait_stopped(timeout_s=30)
         await asyncio.wait([watcher], timeout=5)
     if bridge.state == FAILED:
         # 2: the engine could not be built from these options (as for any bad command line); 1: it failed serving.
-        exit_code = 1 if bridge.engine is not None else 2
+        exit_code = 1 if bridge.built else 2
     return exit_code

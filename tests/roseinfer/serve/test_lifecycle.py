@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -161,6 +162,7 @@ def test_request_timeout_then_sigterm_drains_in_flight_requests_and_exits_0():
         assert events[-2]["choices"][0]["finish_reason"] == "length"
         conn.close()
         assert s.wait(60) == 0
+        assert "Traceback" not in "".join(s.stderr)
     finally:
         s.stop()
 
@@ -201,6 +203,42 @@ def test_engine_failure_answers_a_waiting_request_500():
         assert s.wait(60) == 1
     finally:
         s.stop()
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_a_killed_engine_core_fails_requests_and_exits_1():
+    # The engine's loop runs in a process of its own: its death (a kill, an out-of-memory kill) is an engine
+    # failure as a raised error is: the open stream ends with an error event, the server exits 1 in one line.
+    s = ServerProcess(env=SLOW).wait_ready()
+    try:
+        conn, resp = _open_stream(s, 200)
+        cores = [
+            pid
+            for pid in _children(s.proc.pid)
+            if "roseinfer" in _cmdline(pid) or "multiprocessing" in _cmdline(pid)
+        ]
+        assert cores, "the server started no engine core process"
+        for pid in cores:
+            os.kill(pid, signal.SIGKILL)
+        events = _rest_of_stream(resp)
+        assert "error" in events[-1] and "engine failed" in events[-1]["error"]["message"]
+        conn.close()
+        assert s.wait(60) == 1
+        err = "".join(s.stderr)
+        assert "killed by signal 9" in err and "Traceback" not in err
+    finally:
+        s.stop()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def test_health_fails_while_a_step_runs_past_the_stall_timeout():

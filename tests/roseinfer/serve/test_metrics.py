@@ -45,6 +45,21 @@ def test_every_metric_is_exposed_with_its_model_name(server):
     assert 'roseinfer:inter_token_latency_seconds_bucket{le="0.0001",model_name="gpt2-tiny"}' in text
 
 
+def test_token_counters_count_prompts_and_iterations_exactly():
+    # A server of its own: its counters start at 0. Two requests of known lengths, one after the other.
+    s = ServerProcess().wait_ready()
+    try:
+        for prompt in ([1, 2, 3, 4, 5], [7] * 9):
+            status, _, _ = s.post("/v1/completions", {"prompt": prompt, "max_tokens": 4, "ignore_eos": True})
+            assert status == 200
+        assert s.metric("roseinfer:prompt_tokens_total") == 5 + 9
+        assert s.metric("roseinfer:generation_tokens_total") == 8
+        # Every step's computed tokens: the prompts (prefill) and the 8 generated tokens.
+        assert s.metric("roseinfer:iteration_tokens_total_sum") == 5 + 9 + 8
+    finally:
+        s.stop()
+
+
 @pytest.mark.skipif(
     shutil.which("promtool") is None, reason="promtool missing (scripts/install-prometheus.sh)"
 )
