@@ -9,8 +9,11 @@ engine flags, batch and lengths):
     (goal: <= 1.15x).
   - 64 and 256 concurrent streams x 512 tokens: generated tokens/s as the client sees it (first request sent to
     last token read) vs the offline engine's completion tokens/s over its total time (goals: >= 0.9x, >= 0.8x).
-  - Metrics on/off: two servers (one with --no-metrics) loaded in turn with 64 streams, interleaved pairs; tok/s
-    and the client's p99 inter-token gap (goal: <= 1% throughput, p99 ITL within the on/on noise).
+  - Metrics on/off: three servers (one with --no-metrics, two alike with metrics) loaded in turn with 64 streams,
+    interleaved; tok/s and the client's p99 inter-token gap (goal: <= 1% throughput, p99 ITL on/off within the
+    largest on/on difference).
+  - With --baseline-code DIR: another checkout's server measured on the same cases (e.g. the engine loop on a
+    thread of the HTTP process, before it moved to a process of its own).
 The server's own engine step time (/metrics decode_step_seconds) is printed beside the offline decode step time:
 if the server's steps are slower than offline ones, the HTTP side is costing the engine thread (the GIL), which is
 the measurement for moving the engine loop into its own process.
@@ -114,12 +117,14 @@ def percentile(values: list[float], q: float) -> float:
 
 # -- the server and the offline engine ------------------------------------------------------------------------------
 class Server:
-    def __init__(self, args, port: int, metrics: bool) -> None:
+    def __init__(
+        self, args, port: int, metrics: bool, code: Path = REPO, flags: list[str] | None = None
+    ) -> None:
         cmd = [sys.executable, "-m", "roseinfer.serve", args.model, "--port", str(port), *engine_flags(args)]
         if not metrics:
             cmd.append("--no-metrics")
-        cmd += args.server_flag
-        env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        cmd += args.server_flag if flags is None else flags
+        env = {**os.environ, "PYTHONPATH": str(code) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.port = port
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.ready = threading.Event()
@@ -217,7 +222,21 @@ def main() -> int:
         "--server-flag",
         action="append",
         default=[],
-        help="extra flag for the server only, e.g. --switch-interval=0.005",
+        help="extra flag for the server only, e.g. --http=h11",
+    )
+    p.add_argument(
+        "--baseline-code",
+        default=None,
+        metavar="DIR",
+        help="another checkout's roseinfer (e.g. `git archive REV roseinfer`): its server is measured on the "
+        "same cases beside this one's (the engine on a thread vs in its own process)",
+    )
+    p.add_argument(
+        "--baseline-flag",
+        action="append",
+        default=None,
+        help="flags of the baseline server instead of --server-flag's (repeat); without --baseline-code, "
+        "this code's server with these flags is the baseline",
     )
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args()
@@ -241,22 +260,39 @@ def main() -> int:
     args.max_batch_size = max(c[1] for c in cases)
 
     on, off = Server(args, free_port(), metrics=True), Server(args, free_port(), metrics=False)
+    # on/on pairs: the noise the on/off pairs are judged against
+    on2 = Server(args, free_port(), metrics=True)
+    base = None
+    if args.baseline_code or args.baseline_flag:
+        code = Path(args.baseline_code).resolve() if args.baseline_code else REPO
+        base = Server(args, free_port(), True, code, args.baseline_flag)
     rows, result = [], {"args": vars(args), "cases": [], "pairs": []}
+
+    def measured(server: Server, streams: int, tokens: int) -> tuple[list[dict], float | None]:
+        asyncio.run(load(server.port, streams, tokens))  # warm-up
+        step_before = server.step_seconds()
+        runs = [asyncio.run(load(server.port, streams, tokens)) for _ in range(args.repeats)]
+        step_after = server.step_seconds()
+        step_mean = None
+        if step_before is not None and step_after is not None and step_after[1] > step_before[1]:
+            step_mean = (step_after[0] - step_before[0]) / (step_after[1] - step_before[1])
+        return runs, step_mean
+
     try:
-        on.wait_ready()
-        off.wait_ready()
+        for server in (on, off, on2, base):
+            if server is not None:
+                server.wait_ready()
         for label, streams, tokens, goal in cases:
-            asyncio.run(load(on.port, streams, tokens))  # warm-up
-            step_before = on.step_seconds()
-            served = [asyncio.run(load(on.port, streams, tokens)) for _ in range(args.repeats)]
-            step_after = on.step_seconds()
-            step_mean = None
-            if step_before is not None and step_after is not None and step_after[1] > step_before[1]:
-                step_mean = (step_after[0] - step_before[0]) / (step_after[1] - step_before[1])
+            served, step_mean = measured(on, streams, tokens)
+            baseline = measured(base, streams, tokens) if base is not None else None
             ref = offline(args, streams, tokens)
             if streams == 1:
                 server_v = statistics.median(r["tpot_ms"] for r in served)
                 ratio, ok = server_v / ref["tpot_ms"], server_v / ref["tpot_ms"] <= goal
+                if baseline is not None:
+                    base_v = statistics.median(r["tpot_ms"] for r in baseline[0])
+                    rows.append((f"  baseline: {label}", f"{base_v:.3f} ms", f"{ref['tpot_ms']:.3f} ms",
+                                 f"{base_v / ref['tpot_ms']:.3f}x", f"<= {goal}x", base_v / ref["tpot_ms"] <= goal))  # fmt: skip
                 rows.append(
                     (
                         label,
@@ -270,6 +306,10 @@ def main() -> int:
             else:
                 server_v = statistics.median(r["tok_s"] for r in served)
                 ratio, ok = server_v / ref["tok_s"], server_v / ref["tok_s"] >= goal
+                if baseline is not None:
+                    base_v = statistics.median(r["tok_s"] for r in baseline[0])
+                    rows.append((f"  baseline: {label}", f"{base_v:.0f} tok/s", f"{ref['tok_s']:.0f} tok/s",
+                                 f"{base_v / ref['tok_s']:.3f}x", f">= {goal}x", base_v / ref["tok_s"] >= goal))  # fmt: skip
                 rows.append(
                     (
                         label,
@@ -282,22 +322,30 @@ def main() -> int:
                 )
             result["cases"].append(
                 {"case": label, "streams": streams, "tokens": tokens, "server": served, "offline": ref,
-                 "ratio": ratio, "goal": goal, "met": ok, "server_step_mean_s": step_mean}
+                 "ratio": ratio, "goal": goal, "met": ok, "server_step_mean_s": step_mean,
+                 "baseline": baseline[0] if baseline else None,
+                 "baseline_step_mean_s": baseline[1] if baseline else None}
             )  # fmt: skip
-        # Metrics on/off, interleaved (on, off, on, off, ...), each after one warm-up load.
-        for server in (on, off):
+        # Metrics on/off, interleaved (on, off, on2, on, off, on2, ...), each after one warm-up load.
+        for server in (on, off, on2):
             asyncio.run(load(server.port, *pair_load))
         for _ in range(args.pairs):
             pair = {}
-            for name, server in (("on", on), ("off", off)):
+            for name, server in (("on", on), ("off", off), ("on2", on2)):
                 pair[name] = asyncio.run(load(server.port, *pair_load))
             result["pairs"].append(pair)
     finally:
-        on.stop()
-        off.stop()
+        for server in (on, off, on2, base):
+            if server is not None:
+                server.stop()
     on_tok = statistics.median(p["on"]["tok_s"] for p in result["pairs"])
     off_tok = statistics.median(p["off"]["tok_s"] for p in result["pairs"])
     on_p99 = statistics.median(p["on"]["itl_p99_ms"] for p in result["pairs"])
+    on2_tok = statistics.median(p["on2"]["tok_s"] for p in result["pairs"])
+    on2_p99 = statistics.median(p["on2"]["itl_p99_ms"] for p in result["pairs"])
+    # The noise: how far two identical servers' p99 ITL differ, pair by pair.
+    onon = sorted(abs(p["on"]["itl_p99_ms"] / p["on2"]["itl_p99_ms"] - 1) for p in result["pairs"])
+    onoff = statistics.median(p["on"]["itl_p99_ms"] / p["off"]["itl_p99_ms"] for p in result["pairs"])
     off_p99 = statistics.median(p["off"]["itl_p99_ms"] for p in result["pairs"])
     rows.append(
         (
@@ -310,20 +358,28 @@ def main() -> int:
         )
     )
     rows.append(
+        ("metrics on/on tok/s", f"{on_tok:.0f}", f"{on2_tok:.0f}", f"{on_tok / on2_tok:.3f}x", "noise", None)
+    )
+    rows.append(
         (
             "metrics on/off ITL p99",
             f"{on_p99:.3f} ms",
             f"{off_p99:.3f} ms",
-            f"{on_p99 / off_p99:.3f}x",
-            "within noise",
-            None,
+            f"{onoff:.3f}x",
+            f"1±{onon[-1]:.3f}",
+            abs(onoff - 1) <= onon[-1],
         )
     )
+    rows.append(("metrics on/on ITL p99", f"{on_p99:.3f} ms", f"{on2_p99:.3f} ms", f"{on_p99 / on2_p99:.3f}x",
+                 "noise", None))  # fmt: skip
     result["metrics_overhead"] = {
         "on_tok_s": on_tok,
         "off_tok_s": off_tok,
         "on_itl_p99_ms": on_p99,
         "off_itl_p99_ms": off_p99,
+        "on2_tok_s": on2_tok,
+        "on2_itl_p99_ms": on2_p99,
+        "on_on_itl_p99_max_rel_diff": onon[-1],
     }
 
     print(
@@ -337,8 +393,10 @@ def main() -> int:
     for case in result["cases"]:
         step = case["server_step_mean_s"]
         if step is not None:
-            print(f"  {case['case']}: server engine step mean {1e3 * step:.3f} ms (measured runs); offline decode step "
-                  f"{case['offline']['decode_step_ms']:.3f} ms")  # fmt: skip
+            base_step = case["baseline_step_mean_s"]
+            base_text = f"; baseline server {1e3 * base_step:.3f} ms" if base_step is not None else ""
+            print(f"  {case['case']}: server engine step mean {1e3 * step:.3f} ms (measured runs){base_text}; offline "
+                  f"decode step {case['offline']['decode_step_ms']:.3f} ms")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
