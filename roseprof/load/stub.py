@@ -2,7 +2,7 @@
 for two uses: the generator's own ceiling (how many requests and tokens per second the client takes in, with no
 server time in the way), and the faults the tests play (`--fault`).
 
-    python -m roseprof.load.stub --port 8123 [--fault http500|malformed|stall|cut|mid500]
+    python -m roseprof.load.stub --port 8123 [--fault http500|malformed|stall|cut|mid500] [--token-delay-ms D]
 
 Raw asyncio, no framework: the stub must be cheaper than the client it measures."""
 
@@ -17,8 +17,9 @@ FAULTS = ("none", "http500", "malformed", "stall", "cut", "mid500")
 
 
 class Stub:
-    def __init__(self, fault: str = "none") -> None:
+    def __init__(self, fault: str = "none", token_delay_ms: float = 0.0) -> None:
         self.fault = fault
+        self.delay = token_delay_ms / 1e3  # a server slower by this much a token (the diff tests' regression)
         self.served = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -70,6 +71,11 @@ class Stub:
                 writer.write(b"".join(_chunk(e) for e in events))
                 await writer.drain()
                 return  # the connection closes mid-stream
+            if self.delay:
+                writer.write(b"".join(_chunk(e) for e in events))
+                events = []
+                await writer.drain()
+                await asyncio.sleep(self.delay)
             choice = {"index": 0, "text": "x", "finish_reason": "length" if i == n - 1 else None,
                       "token_ids": [1000 + i], "token_steps": [i]}  # fmt: skip
             events.append(b"data: " + json.dumps({"id": rid, "choices": [choice]}).encode() + b"\n\n")
@@ -110,10 +116,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--fault", choices=FAULTS, default="none")
+    p.add_argument("--token-delay-ms", type=float, default=0.0, help="sleep this long before each token")
     args = p.parse_args()
 
     async def serve() -> None:
-        server = await asyncio.start_server(Stub(args.fault).handle, "127.0.0.1", args.port, backlog=4096)
+        server = await asyncio.start_server(Stub(args.fault, args.token_delay_ms).handle, "127.0.0.1", args.port, backlog=4096)
         print(f"stub ready at http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
         async with server:
             await server.serve_forever()
