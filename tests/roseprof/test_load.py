@@ -227,3 +227,29 @@ def test_diff_of_two_loads_of_the_same_server_passes_the_gate(stub, tmp_path):
                     "--dashboards-dir", tmp_path / "d")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert json.loads(proc.stdout)["regressions"] == []
+
+
+def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metrics(tmp_path):
+    from tests.roseinfer.serve.conftest import ServerProcess
+
+    server = ServerProcess("--device", "cpu").wait_ready()
+    try:
+        traces = tmp_path / "t"
+        proc = load(server.url, traces, "--requests", 6, "--concurrency", 3, "--output-len", 8, "--prompt-len", 4)
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        server.stop()
+    (run,) = runs_of(traces)
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["completed"] == 6 and serving["requests"]["output_tokens"] == [8] * 6
+    assert serving["model"] == "gpt2-tiny"
+    tokens = json.loads((run / "load_tokens.json").read_text())
+    for row in tokens:  # the engine's request id and each token's decode step: what issue 49 joins on
+        assert row["request_id"] and len(row["steps"]) == 8 and all(isinstance(s, int) for s in row["steps"])
+        assert row["steps"] == sorted(row["steps"])
+    assert len({row["request_id"] for row in tokens}) == 6
+    metrics = json.loads((run / "load_metrics.json").read_text())
+    assert len(metrics) >= 2  # before and after (and every second between)
+    server_ttft = serving["server"]["ttft"]
+    assert server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
+    assert "server TTFT" in proc.stdout

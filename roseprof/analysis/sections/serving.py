@@ -143,8 +143,7 @@ def panels(summary: dict) -> list[dict]:
         facts.append(["errors", ", ".join(f"{k} {v}" for k, v in sorted(part["errors"].items()))])
     if server:
         facts.append(
-            ["server TTFT", f"mean {server['mean_ms']:.3f} ms vs client {fmt(part['ttft']['mean_ms'])} ms (the gap: "
-             "queueing outside the engine, HTTP, network)"]
+            ["server TTFT", f"mean {fmt(server['mean_ms'])} ms (client {fmt(part['ttft']['mean_ms'])} ms)"]
         )  # fmt: skip
     return [
         {"title": verdict_line(part), "columns": [], "rows": [], "note": None, "headline": True},
