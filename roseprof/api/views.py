@@ -75,6 +75,14 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     from roseprof.export.chrome import ChromeExport
 
     run = store.resolve(ref)
+    if tables.is_load(run.manifest):  # a load: its requests and tokens, one track per request
+        from roseprof.export.load_chrome import write_load_chrome
+
+        rows = tables.read_load_tokens(run.path)
+        if rows is None:
+            raise RoseprofError(f"run {run.id} has no {tables.LOAD_TOKENS}: nothing to export")
+        path = Path(out) if out else run.path / "trace.chrome.json.gz"
+        return write_load_chrome(rows, tables.read_load_metrics(run.path), run.id, path)
     if not tables.has_trace(run.path):
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"

@@ -253,3 +253,17 @@ def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metric
     server_ttft = serving["server"]["ttft"]
     assert server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
     assert "server TTFT" in proc.stdout
+
+
+def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
+    traces = tmp_path / "t"
+    assert load(stub(), traces, "--requests", 5, "--concurrency", 2, "--output-len", 4, "--name", "e").returncode == 0
+    out = tmp_path / "load.json"
+    proc = roseprof("export", "e", "--traces-dir", traces, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    requests = [e for e in events if e["ph"] == "X" and e["name"] == "request"]
+    assert sorted(e["tid"] for e in requests) == [1, 2, 3, 4, 5]
+    for e in requests:
+        tokens = [t for t in events if t["ph"] == "i" and t["tid"] == e["tid"]]
+        assert len(tokens) == 4 and all(e["ts"] <= t["ts"] <= e["ts"] + e["dur"] for t in tokens)
