@@ -46,6 +46,9 @@ class StoredTables:
     def step_log(self):
         return read_steplog(str(tables.steplog_path(self.folder)))
 
+    def load_tokens(self) -> list | None:
+        return tables.read_load_tokens(self.folder)
+
 
 def run_view(run: Run, summary=_READ) -> RunView:
     """A stored run as every run renderer takes it: its summary (read here unless given; None where the run has

@@ -267,3 +267,15 @@ def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
     for e in requests:
         tokens = [t for t in events if t["ph"] == "i" and t["tid"] == e["tid"]]
         assert len(tokens) == 4 and all(e["ts"] <= t["ts"] <= e["ts"] + e["dur"] for t in tokens)
+
+
+def test_open_renders_the_load_dashboard(stub, tmp_path):
+    traces, dash = tmp_path / "t", tmp_path / "d"
+    assert load(stub(), traces, "--requests", 6, "--concurrency", 2, "--output-len", 4, "--name", "o").returncode == 0
+    proc = roseprof("open", "o", "--traces-dir", traces, "--dashboards-dir", dash, env={**ENV80, "DISPLAY": ""})
+    assert proc.returncode == 0, proc.stderr
+    (page,) = dash.glob("*.html")
+    text = page.read_text()
+    for title in ("TTFT and ITL distributions", "Latency over the run", "Concurrency over time", "Request waterfall",
+                  "latency (ms, client clock)"):  # fmt: skip
+        assert title in text, title
