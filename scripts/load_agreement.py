@@ -50,7 +50,9 @@ def one(host: str, port: int, body: bytes) -> tuple[float, list[float]]:
     return sent, times
 
 
-def independent(url: str, model: str | None, concurrency: int, requests: int, prompt: list[int], out_len: int):
+def independent(
+    url: str, model: str | None, concurrency: int, requests: int, prompt: list[int], out_len: int
+):
     parts = urlsplit(url)
     body = {"prompt": prompt, "max_tokens": out_len, "stream": True, "ignore_eos": True, "temperature": 0}
     if model:
@@ -104,7 +106,9 @@ def main() -> None:
 
         prompt = next(Plan(seed=0, requests=1, concurrency=1, prompt_len=Length(args.prompt_len, args.prompt_len),
                            output_len=Length(args.output_len, args.output_len)).schedule()).prompt  # fmt: skip
-    ttft, itl = independent(args.url, serving.get("model"), args.concurrency, args.requests, prompt, args.output_len)
+    ttft, itl = independent(
+        args.url, serving.get("model"), args.concurrency, args.requests, prompt, args.output_len
+    )
     rows, ok = [], True
     for label, ours, theirs in (
         ("TTFT p50", serving["ttft"]["p50_ms"], np.percentile(ttft, 50)),

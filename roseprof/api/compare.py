@@ -22,7 +22,9 @@ def load_run(run: Run) -> RunData:
     has no trace, steps or ITL table: its samples are its requests and tokens (sections/serving.py)."""
     if tables.is_load(run.manifest):
         summary = run.summary()
-        return RunData(summary, sections={"serving": serving.samples(summary, tables.read_load_tokens(run.path))})
+        return RunData(
+            summary, sections={"serving": serving.samples(summary, tables.read_load_tokens(run.path))}
+        )
     return prepare(
         run.summary(),
         tables.read_steps(run.path),

@@ -79,10 +79,14 @@ def load(
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s), environment=environment.describe(), **(manifest or {})
+            command=command_of(url, plan, slo, warmup_s),
+            environment=environment.describe(),
+            **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
-        tables.write_load(writer.path, summary, serving.token_table(state.records, state.start), state.metrics)
+        tables.write_load(
+            writer.path, summary, serving.token_table(state.records, state.start), state.metrics
+        )
         stopped = interrupted or state.stopped
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip
@@ -135,7 +139,9 @@ def read_ceiling(store: RunStore) -> dict | None:
     return found if ok else None
 
 
-def measure_ceiling(store: RunStore, requests: int = 2000, concurrency: int = 64, output_len: int = 64) -> dict:
+def measure_ceiling(
+    store: RunStore, requests: int = 2000, concurrency: int = 64, output_len: int = 64
+) -> dict:
     """The generator's own ceiling: a closed-loop load against the stub (roseprof/load/stub.py, in a process of
     its own so that it takes no time from the client's core) that streams every token at once; the requests/s and
     output tokens/s the client took in, kept in the traces folder, which every later load compares itself with."""
@@ -159,7 +165,9 @@ def measure_ceiling(store: RunStore, requests: int = 2000, concurrency: int = 64
         stub.terminate()
         stub.wait(10)
     if part["completed"] != requests:
-        raise RoseprofError(f"--measure-ceiling: only {part['completed']} of {requests} stub requests completed")
+        raise RoseprofError(
+            f"--measure-ceiling: only {part['completed']} of {requests} stub requests completed"
+        )
     found = {
         "requests_s": part["throughput"]["requests_s"],
         "output_tok_s": part["throughput"]["output_tok_s"],

@@ -40,8 +40,14 @@ def _rate(ctx, param, value):
               help="gamma arrivals' shape (1: Poisson; below 1: burstier)")  # fmt: skip
 @click.option("--prompt-len", default="32", show_default=True, help="prompt tokens: N or LOW-HIGH (uniform)")
 @click.option("--output-len", default="64", show_default=True, help="output tokens: N or LOW-HIGH (uniform)")
-@click.option("--dataset", type=click.Path(dir_okay=False), help="a JSONL file of prompts: {\"prompt\": ..., \"output_len\": N}")
-@click.option("--seed", type=int, default=0, show_default=True, help="the same seed: the same schedule and lengths")
+@click.option(
+    "--dataset",
+    type=click.Path(dir_okay=False),
+    help='a JSONL file of prompts: {"prompt": ..., "output_len": N}',
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="the same seed: the same schedule and lengths"
+)
 @click.option("--warmup", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="seconds at the start whose requests count in no figure")  # fmt: skip
 @click.option("--slo", help="goodput's limits, e.g. ttft=200ms,tpot=5ms,e2e=2s")

@@ -21,7 +21,9 @@ def write_load_chrome(tokens: list, metrics: list | None, run_id: str, out: Path
         tid = int(row["index"]) + 1
         label = f"request {row['index']}" + (f" ({row['request_id']})" if row.get("request_id") else "")
         events.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_name", "args": {"name": label}})
-        events.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
+        events.append(
+            {"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
+        )
         if row.get("sent_ms") is not None and row.get("end_ms") is not None:
             events.append({"ph": "X", "pid": PID, "tid": tid, "name": "request", "ts": us(row["sent_ms"]),
                            "dur": us(max(0.0, row["end_ms"] - row["sent_ms"])),
@@ -33,11 +35,16 @@ def write_load_chrome(tokens: list, metrics: list | None, run_id: str, out: Path
         for series, value in sample["samples"].items():
             name = series.split("{", 1)[0]
             if name.split(":")[-1] in GAUGES:
-                events.append({"ph": "C", "pid": PID, "name": name, "ts": us(sample["t_ms"]), "args": {"value": value}})
+                events.append(
+                    {"ph": "C", "pid": PID, "name": name, "ts": us(sample["t_ms"]), "args": {"value": value}}
+                )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open
     with opener(tmp, "wt", encoding="utf-8") as fh:
-        json.dump({"displayTimeUnit": "ms", "otherData": {"tool": "load", "run_id": run_id}, "traceEvents": events}, fh)
+        json.dump(
+            {"displayTimeUnit": "ms", "otherData": {"tool": "load", "run_id": run_id}, "traceEvents": events},
+            fh,
+        )
     tmp.replace(out)
     return out

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-
-import msgspec
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+
+import msgspec
 
 from roseprof.errors import RoseprofError
 from roseprof.workload.roseinfer import STREAM_TOKEN_IDS, STREAM_TOKEN_STEPS
@@ -85,7 +85,11 @@ def _request_bytes(ep: Endpoint, route: str, body: bytes | None, method: str = "
     if ep.api_key:
         head.append(f"Authorization: Bearer {ep.api_key}")
     if body is not None:
-        head += ["Content-Type: application/json", "Accept: text/event-stream", f"Content-Length: {len(body)}"]
+        head += [
+            "Content-Type: application/json",
+            "Accept: text/event-stream",
+            f"Content-Length: {len(body)}",
+        ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + (body or b"")
 
 
@@ -209,7 +213,9 @@ async def _read_events(reader: asyncio.StreamReader, chunked: bool, rec: Record,
     while True:
         data = b"" if ended else await _read(reader, stall_s)
         if not data:
-            raise StreamError("broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]")
+            raise StreamError(
+                "broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]"
+            )
         now = clock()
         if chunked:
             raw += data

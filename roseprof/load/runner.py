@@ -111,7 +111,10 @@ async def scrape_once(ep: Endpoint, state: LoadState) -> None:
         return
     if status == 200:
         state.metrics.append(
-            {"t_ms": 1e3 * (t - state.start), "samples": metrics_scrape.parse(body.decode("utf-8", "replace"))}
+            {
+                "t_ms": 1e3 * (t - state.start),
+                "samples": metrics_scrape.parse(body.decode("utf-8", "replace")),
+            }
         )
 
 

@@ -146,10 +146,10 @@ def read_dataset(path: str) -> tuple:
         try:
             obj = json.loads(line)
         except ValueError:
-            raise RoseprofError(f"{path}:{n}: not JSON (JSONL: one object a line with a \"prompt\")") from None
+            raise RoseprofError(f'{path}:{n}: not JSON (JSONL: one object a line with a "prompt")') from None
         prompt = obj.get("prompt") if isinstance(obj, dict) else None
         if not isinstance(prompt, str) or not prompt:
-            raise RoseprofError(f"{path}:{n}: no \"prompt\" text")
+            raise RoseprofError(f'{path}:{n}: no "prompt" text')
         wanted = obj.get("output_len", obj.get("max_tokens"))
         if wanted is not None and (not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1):
             raise RoseprofError(f"{path}:{n}: output_len {wanted!r} is no positive integer")

@@ -115,7 +115,11 @@ def summarise(records: list[Record], start: float, plan: dict, slo: dict, warmup
             errors[r.error or r.status] = errors.get(r.error or r.status, 0) + 1
     lags = [1e3 * (r.sent - r.due) for r in counted if r.due is not None]
     sent_times = sorted(r.sent for r in counted)
-    achieved = (len(sent_times) - 1) / (sent_times[-1] - sent_times[0]) if len(sent_times) > 1 and sent_times[-1] > sent_times[0] else None
+    achieved = (
+        (len(sent_times) - 1) / (sent_times[-1] - sent_times[0])
+        if len(sent_times) > 1 and sent_times[-1] > sent_times[0]
+        else None
+    )
     asked = plan.get("rate")
     lag_p99 = float(np.percentile(lags, 99)) if lags else None
     return {
@@ -173,7 +177,11 @@ def verdict_line(serving: dict) -> str:
     rate = serving["plan"].get("rate")
     conc = serving["plan"].get("concurrency")
     at = (
-        f"at {conc} concurrent" if conc else f"at {_num(rate)} req/s" if isinstance(rate, (int, float)) else "at inf req/s"
+        f"at {conc} concurrent"
+        if conc
+        else f"at {_num(rate)} req/s"
+        if isinstance(rate, (int, float))
+        else "at inf req/s"
     )
     p99 = itl.get("p99_ms")
     head = f"p99 ITL {_num(p99)} ms" if p99 is not None else "no ITL (no request streamed two tokens)"

@@ -54,9 +54,13 @@ class Stub:
         self.served += 1
         n = int(body.get("max_tokens") or 16)
         if self.fault == "http500" or (self.fault == "mid500" and self.served > 3):
-            self._json(writer, 500, {"error": {"message": "the stub fails on purpose", "type": "server_error"}})
+            self._json(
+                writer, 500, {"error": {"message": "the stub fails on purpose", "type": "server_error"}}
+            )
             return
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         if self.fault == "stall":
             await writer.drain()
             await asyncio.sleep(3600)
@@ -103,7 +107,9 @@ class StubThread:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(asyncio.start_server(self.stub.handle, "127.0.0.1", 0, backlog=4096))
+        server = self.loop.run_until_complete(
+            asyncio.start_server(self.stub.handle, "127.0.0.1", 0, backlog=4096)
+        )
         self.port = server.sockets[0].getsockname()[1]
         self.ready.set()
         self.loop.run_forever()
@@ -120,7 +126,9 @@ def main() -> None:
     args = p.parse_args()
 
     async def serve() -> None:
-        server = await asyncio.start_server(Stub(args.fault, args.token_delay_ms).handle, "127.0.0.1", args.port, backlog=4096)
+        server = await asyncio.start_server(
+            Stub(args.fault, args.token_delay_ms).handle, "127.0.0.1", args.port, backlog=4096
+        )
         print(f"stub ready at http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
         async with server:
             await server.serve_forever()

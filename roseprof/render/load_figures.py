@@ -23,7 +23,8 @@ def figures(serving: dict, tokens: list | None) -> list:
     out = []
     ttft = np.asarray([rows["ttft_ms"][i] for i in ok if rows["ttft_ms"][i] is not None], dtype=np.float64)
     itl = np.concatenate(
-        [np.diff(np.asarray(r["t_ms"], dtype=np.float64)) for r in tokens or [] if len(r["t_ms"]) > 1] or [np.zeros(0)]
+        [np.diff(np.asarray(r["t_ms"], dtype=np.float64)) for r in tokens or [] if len(r["t_ms"]) > 1]
+        or [np.zeros(0)]
     )
     if ttft.size or itl.size:
         fig = go.Figure()
@@ -45,7 +46,11 @@ def figures(serving: dict, tokens: list | None) -> list:
         fig.update_xaxes(title="seconds since the load started (by send time)")
         fig.update_yaxes(title="ms")
         out.append(layout(fig, "Latency over the run, with arrivals"))
-    spans = [(s, e) for s, e in ((r.get("sent_ms"), r.get("end_ms")) for r in tokens or []) if s is not None and e is not None]
+    spans = [
+        (s, e)
+        for s, e in ((r.get("sent_ms"), r.get("end_ms")) for r in tokens or [])
+        if s is not None and e is not None
+    ]
     if spans:
         edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
         x, y, level = [0.0], [0], 0
@@ -70,6 +75,8 @@ def figures(serving: dict, tokens: list | None) -> list:
         fig.add_trace(go.Scattergl(x=xs, y=ys, mode="markers", marker={"size": 3}, name="tokens"))
         fig.update_xaxes(title="seconds since the load started")
         fig.update_yaxes(title="request", autorange="reversed")
-        note = f"the first {WATERFALL_MAX} of {len(tokens):,} requests" if len(tokens) > WATERFALL_MAX else None
+        note = (
+            f"the first {WATERFALL_MAX} of {len(tokens):,} requests" if len(tokens) > WATERFALL_MAX else None
+        )
         out.append(layout(fig, "Request waterfall (sent to end; a dot per token)", note, height=500))
     return out

@@ -62,7 +62,9 @@ def load(url: str, traces: Path, *args, **kw):
 def test_a_load_is_a_run_that_ls_and_show_present(stub, tmp_path):
     url = stub()
     traces = tmp_path / "traces"
-    proc = load(url, traces, "--requests", 40, "--rate", 200, "--output-len", 16, "--slo", "ttft=10s", "--name", "s")
+    proc = load(
+        url, traces, "--requests", 40, "--rate", 200, "--output-len", 16, "--slo", "ttft=10s", "--name", "s"
+    )
     assert proc.returncode == 0, proc.stderr
     (run,) = runs_of(traces)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -212,7 +214,9 @@ def test_diff_of_loads_gates_a_slower_server(stub, tmp_path):
     assert itl["significant"] and itl["ci_low_pct"] > itl["floor_pct"]
     assert "serving.tpot.p50_ms" in result["regressions"]
     # the terminal diff reads at 80 columns
-    shown = roseprof("diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80)
+    shown = roseprof(
+        "diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80
+    )
     assert shown.returncode == 0 and "serving.itl.p50_ms" in shown.stdout
     assert max(map(len, shown.stdout.splitlines()[:-1])) <= 80
 
@@ -235,7 +239,9 @@ def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metric
     server = ServerProcess("--device", "cpu").wait_ready()
     try:
         traces = tmp_path / "t"
-        proc = load(server.url, traces, "--requests", 6, "--concurrency", 3, "--output-len", 8, "--prompt-len", 4)
+        proc = load(
+            server.url, traces, "--requests", 6, "--concurrency", 3, "--output-len", 8, "--prompt-len", 4
+        )
         assert proc.returncode == 0, proc.stderr
     finally:
         server.stop()
@@ -251,13 +257,18 @@ def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metric
     metrics = json.loads((run / "load_metrics.json").read_text())
     assert len(metrics) >= 2  # before and after (and every second between)
     server_ttft = serving["server"]["ttft"]
-    assert server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
+    assert (
+        server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
+    )
     assert "server TTFT" in proc.stdout
 
 
 def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
     traces = tmp_path / "t"
-    assert load(stub(), traces, "--requests", 5, "--concurrency", 2, "--output-len", 4, "--name", "e").returncode == 0
+    assert (
+        load(stub(), traces, "--requests", 5, "--concurrency", 2, "--output-len", 4, "--name", "e").returncode
+        == 0
+    )
     out = tmp_path / "load.json"
     proc = roseprof("export", "e", "--traces-dir", traces, "-o", out)
     assert proc.returncode == 0, proc.stderr
@@ -271,8 +282,13 @@ def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
 
 def test_open_renders_the_load_dashboard(stub, tmp_path):
     traces, dash = tmp_path / "t", tmp_path / "d"
-    assert load(stub(), traces, "--requests", 6, "--concurrency", 2, "--output-len", 4, "--name", "o").returncode == 0
-    proc = roseprof("open", "o", "--traces-dir", traces, "--dashboards-dir", dash, env={**ENV80, "DISPLAY": ""})
+    assert (
+        load(stub(), traces, "--requests", 6, "--concurrency", 2, "--output-len", 4, "--name", "o").returncode
+        == 0
+    )
+    proc = roseprof(
+        "open", "o", "--traces-dir", traces, "--dashboards-dir", dash, env={**ENV80, "DISPLAY": ""}
+    )
     assert proc.returncode == 0, proc.stderr
     (page,) = dash.glob("*.html")
     text = page.read_text()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.analysis.diff_metric import Sides, figure, sample
+from roseprof.analysis.diff_metric import Sides, sample
 from roseprof.analysis.sections.base import Section, SectionResult
 from roseprof.analysis.stats import pct
 from roseprof.load.serving import PERCENTILES, pct_key, verdict_line
