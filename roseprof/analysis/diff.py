@@ -81,6 +81,11 @@ DEFAULT_GATE = [
     "itl.p50_ms",
     "itl.at_rollover.p50_ms",
     "itl.elsewhere.p50_ms",
+    # a load (roseprof load): the client's latencies, bootstrapped over requests
+    "serving.ttft.p50_ms",
+    "serving.tpot.p50_ms",
+    "serving.itl.p50_ms",
+    "serving.e2e.p50_ms",
 ]
 
 

@@ -30,6 +30,10 @@ FAMILIES = (
     ("steps.*", "step time"),
     ("itl.*", "ITL"),
     ("requests.ttft.*", "TTFT"),
+    ("serving.ttft.*", "serving TTFT"),
+    ("serving.itl.*", "serving ITL"),
+    ("serving.tpot.*", "serving TPOT and E2E"),
+    ("serving.e2e.*", "serving TPOT and E2E"),
     ("requests.*", "request figures"),
     ("regions.*.cpu_own_ns", "region CPU own time per step"),
     ("regions.*.cpu_own_p5_ns", "region CPU own time per step"),
@@ -52,6 +56,14 @@ OTHER = "other"
 # Region CPU own time (step log version 3; docs/BENCHMARKS.md, session 8): five batches of the same script
 # (2026-11-24, 07:11-07:25 UTC, two competing processes, one batch four): the same-code group pairs' largest move
 # beyond zero was 13.7% (lm_head's p5 at the before side's speed, acc5; 0-0.5% in the other four), so 15%.
+# A load's latencies (roseprof load, bootstrapped over requests), calibrated by scripts/load_floor_calibration.sh:
+# five same-code loads of `roseinfer serve gpt2-tiny --device cpu` on the shared 2-core machine (the server and the
+# client on the same two cores, load average 3-4; 2026-11-28), their ten pairs one run a side: the interval reached
+# beyond 0 by at most TTFT 43.5% (p50) / 52.9% (p90), ITL 37.5% / 73.5%, TPOT 36.4% / 47.7%, E2E 38.4% / 47.1%
+# (docs/BENCHMARKS.md), so each floor above its family's largest. Groups of runs are not calibrated apart: they keep
+# these (a group diff may call fewer changes than it could, never more), and so does a GPU diff until
+# scripts/gpu/load.sh's same-code pairs are measured.
+SERVING_FLOORS = {"serving TTFT": 55.0, "serving ITL": 75.0, "serving TPOT and E2E": 50.0}
 CPU_FLOORS = {
     "step time": 10.0,
     "ITL": 10.0,
@@ -64,6 +76,8 @@ CPU_FLOORS = {
     "region time in rollover steps": 30.0,
     "kernel time per step": 15.0,
     "ncu kernel metrics": 5.0,
+    # A load's client-side latencies (roseprof load), bootstrapped over requests: SERVING_FLOORS below.
+    **SERVING_FLOORS,
     OTHER: 10.0,
 }
 # GPU: the CPU values, checked on the H100 (`bash scripts/gpu_check.sh gate`, 2026-11-24: the fast-path demo, two

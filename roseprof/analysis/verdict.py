@@ -29,6 +29,13 @@ HEADLINE = (
     ("itl.p99_ms", "ITL p99", "tokens", "ms"),
     ("requests.ttft.p50_ms", "TTFT p50", "requests", "ms"),
     ("requests.throughput_tok_s", "throughput", None, "tok/s"),
+    # a load (roseprof load: sections/serving.py)
+    ("serving.ttft.p50_ms", "TTFT p50", "requests", "ms"),
+    ("serving.ttft.p99_ms", "TTFT p99", "requests", "ms"),
+    ("serving.tpot.p50_ms", "TPOT p50", "requests", "ms"),
+    ("serving.itl.p99_ms", "ITL p99", "tokens", "ms"),
+    ("serving.e2e.p50_ms", "E2E p50", "requests", "ms"),
+    ("serving.throughput.output_tok_s", "throughput", None, "tok/s"),
 )
 TOP_CHANGES = 5
 # A kernel whose launches per decode step moved by at least this many (the sides' means) took more or fewer

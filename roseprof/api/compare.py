@@ -9,7 +9,7 @@ from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, compare_own, floor_for, gate, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.samples import prepare
-from roseprof.analysis.sections import SECTIONS
+from roseprof.analysis.sections import SECTIONS, serving
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.render.view import DiffView
@@ -18,7 +18,13 @@ from roseprof.run.store import Run, RunStore
 
 
 def load_run(run: Run) -> RunData:
-    """A stored run as the samples every analysis section makes of it (its `diff_prepare`)."""
+    """A stored run as the samples every analysis section makes of it (its `diff_prepare`). A load (roseprof load)
+    has no trace, steps or ITL table: its samples are its requests and tokens (sections/serving.py)."""
+    if tables.is_load(run.manifest):
+        summary = run.summary()
+        return RunData(
+            summary, sections={"serving": serving.samples(summary, tables.read_load_tokens(run.path))}
+        )
     return prepare(
         run.summary(),
         tables.read_steps(run.path),

@@ -46,6 +46,9 @@ class StoredTables:
     def step_log(self):
         return read_steplog(str(tables.steplog_path(self.folder)))
 
+    def load_tokens(self) -> list | None:
+        return tables.read_load_tokens(self.folder)
+
 
 def run_view(run: Run, summary=_READ) -> RunView:
     """A stored run as every run renderer takes it: its summary (read here unless given; None where the run has
@@ -75,6 +78,14 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     from roseprof.export.chrome import ChromeExport
 
     run = store.resolve(ref)
+    if tables.is_load(run.manifest):  # a load: its requests and tokens, one track per request
+        from roseprof.export.load_chrome import write_load_chrome
+
+        rows = tables.read_load_tokens(run.path)
+        if rows is None:
+            raise RoseprofError(f"run {run.id} has no {tables.LOAD_TOKENS}: nothing to export")
+        path = Path(out) if out else run.path / "trace.chrome.json.gz"
+        return write_load_chrome(rows, tables.read_load_metrics(run.path), run.id, path)
     if not tables.has_trace(run.path):
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"

@@ -7,7 +7,7 @@ import html
 from pathlib import Path
 
 from roseprof.errors import RoseprofError
-from roseprof.render import figures, ncu_views, rank_figures, spike_figures, text, units
+from roseprof.render import figures, load_figures, ncu_views, rank_figures, spike_figures, text, units
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.render.view import RunRecord, RunView
 
@@ -249,6 +249,8 @@ def build_figures(view: RunView) -> list:
     summary = view.summary
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
+    if summary.get("serving"):  # a load (roseprof load): its requests, not a trace
+        return load_figures.figures(summary["serving"], view.load_tokens)
     steps, itl = view.steps, view.itl
     out = [
         figures.steady_bars(summary),

@@ -44,6 +44,8 @@ class RunTables(Protocol):
 
     def step_log(self): ...  # the engine's step log (workload.steplog.StepLogRecords) or None
 
+    def load_tokens(self) -> list | None: ...  # a load's per-request tokens (roseprof load) or None
+
 
 @dataclass
 class RunView:
@@ -65,6 +67,10 @@ class RunView:
     @cached_property
     def telemetry(self) -> dict | None:
         return self.tables.telemetry() if self.tables is not None else None
+
+    @cached_property
+    def load_tokens(self) -> list | None:
+        return self.tables.load_tokens() if self.tables is not None else None
 
 
 @dataclass

@@ -16,6 +16,9 @@
     op_regions.npz  per GPU op, its innermost launching region and capture-time region (names index, -1: none)
     host_events.npz the model's HostEvents columns (torch: CPU operators, Python frames, calls that launched
                     nothing); absent when there are none (and in runs stored before 2026-11-24)
+    load_tokens.json   a load (`roseprof load`, tool `load`): per request every token's arrival (ms after the load's
+                    start), id and the server's decode step, with the server's response id
+    load_metrics.json  a load: the server's /metrics scraped before, every second during, and after
     kernel_metrics.npz, kernel_metrics.json
                     per-launch metrics (ncu): numeric columns in the .npz (NaN where the report has no value),
                     enclosing NVTX ranges, rule findings and device facts in the .json with its own version
@@ -49,7 +52,7 @@ from roseprof.model import (
     Tool,
     Trace,
 )
-from roseprof.run.checks import Damaged, check, check_itl, check_steps, check_summary, check_telemetry
+from roseprof.run.checks import NUM, Damaged, check, check_itl, check_steps, check_summary, check_telemetry
 from roseprof.run.json_files import read_json, write_json
 
 # The run folder's file names that other modules need, spelled here only (the rest are this module's own).
@@ -334,12 +337,46 @@ def read_telemetry(folder: Path) -> dict | None:
 # What every complete (or incomplete, analysed) run holds: a diff of a run missing one would compare nothing
 # there in silence.
 RUN_FILES = ("summary.json", "steps.json", "itl.json", "names.json", "ranges.npz", "gpu_ops.npz", "marks.npz")
+# A load stores no trace: its summary.json (the `serving` part holds the per-request table) and its tokens.
+LOAD_TOOL = "load"
+LOAD_TOKENS = "load_tokens.json"
+LOAD_METRICS = "load_metrics.json"
+LOAD_FILES = (SUMMARY, LOAD_TOKENS)
+LOAD_TOKEN_ROW = {"index": int, "t_ms": [NUM], "token_ids": list, "steps": list}
+
+
+def write_load(folder: Path, summary: dict, tokens: list, metrics: list | None) -> None:
+    """A load's files: summary.json, its per-token table and, where the server had /metrics, the scrapes."""
+    write_json(folder / LOAD_TOKENS, tokens)
+    if metrics:
+        write_json(folder / LOAD_METRICS, metrics)
+    write_json(folder / SUMMARY, summary)
+
+
+def _check_load_tokens(rows) -> None:
+    check(rows, [LOAD_TOKEN_ROW])
+    for i, row in enumerate(rows):
+        if not len(row["t_ms"]) == len(row["token_ids"]) == len(row["steps"]):
+            raise Damaged(f"[{i}]: t_ms, token_ids and steps have different lengths")
+
+
+def read_load_tokens(folder: Path) -> list | None:
+    """A load's per-token table (None where the run is no load)."""
+    return _read_checked(folder / LOAD_TOKENS, _check_load_tokens)
+
+
+def read_load_metrics(folder: Path) -> list | None:
+    return _read_checked(folder / LOAD_METRICS, lambda rows: check(rows, [{"t_ms": NUM, "samples": dict}]))
+
+
+def is_load(manifest: dict) -> bool:
+    return (manifest.get("tool") or {}).get("name") == LOAD_TOOL
 
 
 def check_stored_run(folder: Path, manifest: dict) -> None:
     """RoseprofError naming the file when an analysed run lacks one of its files or its manifest names another
     tool than the one whose trace it stores."""
-    for name in RUN_FILES:
+    for name in LOAD_FILES if is_load(manifest) else RUN_FILES:
         if not (folder / name).is_file():
             raise _damaged(folder / name, "missing")
     meta = _read_checked(folder / "names.json", _check_names) or {}

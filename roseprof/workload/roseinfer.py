@@ -109,3 +109,13 @@ def _benchmark(model: str, device: str, requests: int, new_tokens: int, *options
         "online",
         *options,
     ]
+
+
+# -- roseinfer serve, as `roseprof load` sees it ------------------------------------------------------------------
+# Its streamed chunks carry, per choice, the token ids and each token's decode step (extensions to the OpenAI
+# protocol; the response id is the engine's request id): what joins a client token to a server step (issue 49).
+STREAM_TOKEN_IDS = "token_ids"
+STREAM_TOKEN_STEPS = "token_steps"
+# Its /metrics names follow vLLM's with its own prefix; the server-side TTFT histogram, ours and vLLM's, which a
+# load compares with the client's TTFT (the gap: queueing outside the engine, HTTP and network).
+SERVER_TTFT_HISTOGRAMS = ("roseinfer:time_to_first_token_seconds", "vllm:time_to_first_token_seconds")

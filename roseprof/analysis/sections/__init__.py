@@ -15,6 +15,7 @@ from roseprof.analysis.sections import (
     ncu_kernels,
     ranks,
     regions,
+    serving,
     steady,
     steps,
 )
@@ -32,6 +33,7 @@ SECTIONS: list[Section] = [
     marks.SECTION,
     collectives.SECTION,
     gpu_time.SECTION,
+    serving.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.
@@ -56,6 +58,7 @@ SUMMARY_ORDER = (
     "ncu",
     "collectives",  # several ranks (sections/collectives.py)
     "spikes",
+    "serving",  # a load (roseprof load: sections/serving.py)
 )
 
 # The built-in diff metrics' families (a section's diff_samples), in the order diff has always asked for them: its

@@ -1,0 +1,216 @@
+"""The load's driver: one asyncio loop sends the plan's requests (open loop: each at its due time, however many
+are in flight; closed loop: C at a time), scrapes the server's /metrics every second where it has one, and tells
+a progress callback how it goes. Everything lands in a `LoadState` the caller owns, so a load stopped by Ctrl-C
+or a fault still has every request done so far."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roseprof.errors import RoseprofError
+from roseprof.load import metrics_scrape
+from roseprof.load.client import Endpoint, Record, clock, get, stream_completion
+from roseprof.load.schedule import Plan, Planned
+
+
+@dataclass
+class LoadOptions:
+    stall_s: float = 30.0  # no byte for this long: the request failed (timeout)
+    limit_s: float | None = None  # a request's whole time limit (None: none)
+    ignore_eos: bool = True
+    model: str | None = None  # None: the server's first model (/v1/models)
+    scrape: bool = True
+    scrape_interval_s: float = 1.0
+
+
+@dataclass
+class LoadState:
+    """What a load has done so far (the caller's: kept when the load is interrupted)."""
+
+    start: float | None = None
+    records: list[Record] = field(default_factory=list)
+    model: str | None = None
+    metrics: list[dict] = field(default_factory=list)  # [{"t_ms", "samples": {series: value}}]
+    metrics_url: str | None = None
+    stopped: str | None = None  # why the load stopped early
+    refused_in_a_row: int = 0
+
+    def done(self) -> list[Record]:
+        return [r for r in self.records if r.end is not None]
+
+    def live(self) -> dict:
+        """Live figures for the progress bar: sent, done, in flight, rate achieved, TTFT and ITL so far."""
+        now = clock()
+        done = self.done()
+        sent = [r for r in self.records if r.sent is not None]
+        ttft = [1e3 * (r.first - r.sent) for r in done if r.first is not None and r.sent is not None]
+        elapsed = now - self.start if self.start else 0.0
+        return {
+            "elapsed_s": elapsed,
+            "sent": len(sent),
+            "done": len(done),
+            "errors": sum(1 for r in done if r.status == "error"),
+            "in_flight": len(sent) - len([r for r in sent if r.end is not None]),
+            "rate": len(sent) / elapsed if elapsed > 0 else 0.0,
+            "ttft_p50_ms": float(np.percentile(ttft, 50)) if ttft else None,
+            "ttft_p99_ms": float(np.percentile(ttft, 99)) if ttft else None,
+        }
+
+
+def body_of(p: Planned, model: str | None, ignore_eos: bool) -> dict:
+    body = {"prompt": p.prompt, "max_tokens": p.max_tokens, "stream": True, "temperature": 0}
+    if model:
+        body["model"] = model
+    if ignore_eos:
+        body["ignore_eos"] = True  # vLLM and SGLang take it too; output lengths are then what was asked
+    return body
+
+
+async def preflight(ep: Endpoint, state: LoadState, opts: LoadOptions) -> None:
+    """Reach the server once before the clock starts: the model it serves (unless given), whether it has
+    /metrics. An unreachable URL is one line."""
+    try:
+        status, body = await get(ep, ep.path("/v1/models"), min(opts.stall_s, 10.0))
+    except (OSError, asyncio.TimeoutError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        raise RoseprofError(f"cannot reach {ep.url}: {why}") from None
+    state.model = opts.model
+    if state.model is None and status == 200:
+        try:
+            data = json.loads(body)["data"]
+            state.model = str(data[0]["id"]) if data else None
+        except (ValueError, KeyError, TypeError, IndexError):
+            state.model = None
+    if status in (401, 403) and not ep.api_key:
+        raise RoseprofError(f"{ep.url} refuses requests without a key (HTTP {status}): give --api-key")
+    if opts.scrape:
+        try:
+            status, _ = await get(ep, ep.path("/metrics"), 5.0)
+            if status == 200:
+                state.metrics_url = f"{ep.url.rstrip('/')}/metrics"
+        except (OSError, asyncio.TimeoutError):
+            pass
+
+
+async def _scraper(ep: Endpoint, state: LoadState, interval: float) -> None:
+    while True:
+        await scrape_once(ep, state)
+        await asyncio.sleep(interval)
+
+
+async def scrape_once(ep: Endpoint, state: LoadState) -> None:
+    t = clock()
+    try:
+        status, body = await get(ep, ep.path("/metrics"), 5.0)
+    except (OSError, asyncio.TimeoutError):
+        return
+    if status == 200:
+        state.metrics.append(
+            {
+                "t_ms": 1e3 * (t - state.start),
+                "samples": metrics_scrape.parse(body.decode("utf-8", "replace")),
+            }
+        )
+
+
+async def run(
+    ep: Endpoint,
+    plan: Plan,
+    opts: LoadOptions,
+    state: LoadState,
+    progress: Callable[[dict], None] | None = None,
+) -> None:
+    """Run the load into `state`. Returns when every request sent has ended (each ends by its own timeouts)."""
+    await preflight(ep, state, opts)
+    state.start = clock()
+    side: list[asyncio.Task] = []
+    if state.metrics_url:
+        await scrape_once(ep, state)  # before
+        side.append(asyncio.create_task(_scraper(ep, state, opts.scrape_interval_s)))
+    if progress is not None:
+        side.append(asyncio.create_task(_report(state, progress)))
+    deadline = None if plan.duration_s is None else state.start + plan.duration_s
+    try:
+        if plan.rate is not None:
+            await _open_loop(ep, plan, opts, state, deadline)
+        else:
+            await _closed_loop(ep, plan, opts, state, deadline)
+    finally:
+        for task in side:
+            task.cancel()
+        await asyncio.gather(*side, return_exceptions=True)
+    if state.metrics_url:
+        await scrape_once(ep, state)  # after
+    if progress is not None:
+        progress(state.live())
+
+
+async def _report(state: LoadState, progress) -> None:
+    while True:
+        await asyncio.sleep(0.5)
+        progress(state.live())
+
+
+async def _send(ep: Endpoint, p: Planned, opts: LoadOptions, state: LoadState, due: float | None) -> None:
+    rec = Record(p.index, p.prompt_len, p.max_tokens, due=due)
+    state.records.append(rec)
+    await stream_completion(ep, rec, body_of(p, state.model, opts.ignore_eos), opts.stall_s, opts.limit_s)
+    state.refused_in_a_row = state.refused_in_a_row + 1 if rec.error == "connect" else 0
+
+
+async def _open_loop(ep, plan: Plan, opts, state: LoadState, deadline) -> None:
+    tasks: set[asyncio.Task] = set()
+    try:
+        for p in plan.schedule():
+            due = state.start + p.at_s
+            if deadline is not None and due >= deadline:
+                break
+            wait = due - clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            task = asyncio.create_task(_send(ep, p, opts, state, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            if _all_refused(state):
+                break
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _closed_loop(ep, plan: Plan, opts, state: LoadState, deadline) -> None:
+    schedule = plan.schedule()
+
+    async def worker() -> None:
+        for p in schedule:  # one iterator shared by every worker: each request taken once
+            if deadline is not None and clock() >= deadline or _all_refused(state):
+                return
+            await _send(ep, p, opts, state, None)
+
+    workers = [asyncio.create_task(worker()) for _ in range(plan.concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+
+# A server that went away mid-run: after this many requests in a row were refused a connection, stop sending.
+REFUSED_IN_A_ROW = 20
+
+
+def _all_refused(state: LoadState) -> bool:
+    if state.refused_in_a_row >= REFUSED_IN_A_ROW:
+        state.stopped = f"the server stopped answering ({REFUSED_IN_A_ROW} connections in a row refused)"
+        return True
+    return False

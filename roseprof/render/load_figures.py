@@ -1,0 +1,82 @@
+"""A load's dashboard figures (roseprof load): TTFT and ITL distributions (CDF), latency over the run's time with
+the arrivals, requests in flight over time, and the request waterfall. From the `serving` part and the per-token
+table alone; large loads are thinned in the waterfall (the subtitle says so), never in the tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from roseprof.render.figures import layout
+
+WATERFALL_MAX = 400  # requests drawn in the waterfall
+
+
+def _cdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(values)
+    return v, np.arange(1, len(v) + 1) / len(v)
+
+
+def figures(serving: dict, tokens: list | None) -> list:
+    rows = serving["requests"]
+    ok = [i for i, (s, w) in enumerate(zip(rows["status"], rows["warmup"])) if s == "ok" and not w]
+    out = []
+    ttft = np.asarray([rows["ttft_ms"][i] for i in ok if rows["ttft_ms"][i] is not None], dtype=np.float64)
+    itl = np.concatenate(
+        [np.diff(np.asarray(r["t_ms"], dtype=np.float64)) for r in tokens or [] if len(r["t_ms"]) > 1]
+        or [np.zeros(0)]
+    )
+    if ttft.size or itl.size:
+        fig = go.Figure()
+        for label, v in (("TTFT", ttft), ("ITL", itl)):
+            if v.size:
+                x, y = _cdf(v)
+                fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=f"{label} ({v.size:,})"))
+        fig.update_xaxes(title="ms", type="log")
+        fig.update_yaxes(title="fraction at or below")
+        out.append(layout(fig, "TTFT and ITL distributions (CDF, client clock)"))
+    sent = [(rows["sent_ms"][i], rows["ttft_ms"][i], rows["e2e_ms"][i]) for i in ok]
+    if sent:
+        t, ttft_t, e2e_t = (np.asarray(c, dtype=np.float64) for c in zip(*sent))
+        fig = go.Figure()
+        fig.add_trace(go.Scatter(x=t / 1e3, y=ttft_t, mode="markers", name="TTFT", marker={"size": 4}))
+        fig.add_trace(go.Scatter(x=t / 1e3, y=e2e_t, mode="markers", name="E2E", marker={"size": 4}))
+        fig.add_trace(go.Histogram(x=t / 1e3, name="arrivals", yaxis="y2", opacity=0.3, nbinsx=60))
+        fig.update_layout(yaxis2={"overlaying": "y", "side": "right", "title": "arrivals"})
+        fig.update_xaxes(title="seconds since the load started (by send time)")
+        fig.update_yaxes(title="ms")
+        out.append(layout(fig, "Latency over the run, with arrivals"))
+    spans = [
+        (s, e)
+        for s, e in ((r.get("sent_ms"), r.get("end_ms")) for r in tokens or [])
+        if s is not None and e is not None
+    ]
+    if spans:
+        edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+        x, y, level = [0.0], [0], 0
+        for when, step in edges:
+            level += step
+            x.append(when / 1e3)
+            y.append(level)
+        fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv"}, name="in flight"))
+        fig.update_xaxes(title="seconds since the load started")
+        fig.update_yaxes(title="requests in flight")
+        out.append(layout(fig, "Concurrency over time"))
+    if tokens:
+        shown = tokens[:WATERFALL_MAX]
+        fig = go.Figure()
+        for r in shown:
+            if r.get("sent_ms") is None or r.get("end_ms") is None:
+                continue
+            fig.add_trace(go.Scatter(x=[r["sent_ms"] / 1e3, r["end_ms"] / 1e3], y=[r["index"]] * 2, mode="lines",
+                                     line={"color": "#9ab"}, showlegend=False, hoverinfo="skip"))  # fmt: skip
+        xs = [t / 1e3 for r in shown for t in r["t_ms"]]
+        ys = [r["index"] for r in shown for _ in r["t_ms"]]
+        fig.add_trace(go.Scattergl(x=xs, y=ys, mode="markers", marker={"size": 3}, name="tokens"))
+        fig.update_xaxes(title="seconds since the load started")
+        fig.update_yaxes(title="request", autorange="reversed")
+        note = (
+            f"the first {WATERFALL_MAX} of {len(tokens):,} requests" if len(tokens) > WATERFALL_MAX else None
+        )
+        out.append(layout(fig, "Request waterfall (sent to end; a dot per token)", note, height=500))
+    return out

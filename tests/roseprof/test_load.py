@@ -1,0 +1,297 @@
+"""`roseprof load` as a user runs it: a subprocess against a server (the stub that streams instantly, its faults,
+and roseinfer serve), the run it stores, `ls`, `show` at 80 columns, `diff` and its gate."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from roseprof.load.schedule import Length, Plan, parse_length, read_dataset
+from roseprof.load.serving import parse_slo
+from tests.helpers import assert_one_line_error, roseprof
+
+ENV80 = {"COLUMNS": "80"}
+
+
+class Stub:
+    """`python -m roseprof.load.stub` on a free port, torn down after."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof.load.stub", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        assert "ready at" in line, line
+        self.url = line.split("ready at ")[1].strip()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def stub():
+    made = []
+
+    def start(*args: str) -> str:
+        made.append(Stub(*args))
+        return made[-1].url
+
+    yield start
+    for s in made:
+        s.stop()
+
+
+def runs_of(traces: Path) -> list[Path]:
+    return sorted(p for p in traces.iterdir() if not p.name.startswith(".") and p.is_dir())
+
+
+def load(url: str, traces: Path, *args, **kw):
+    return roseprof("load", url, "--traces-dir", traces, *args, env=ENV80, **kw)
+
+
+def test_a_load_is_a_run_that_ls_and_show_present(stub, tmp_path):
+    url = stub()
+    traces = tmp_path / "traces"
+    proc = load(
+        url, traces, "--requests", 40, "--rate", 200, "--output-len", 16, "--slo", "ttft=10s", "--name", "s"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = runs_of(traces)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["tool"]["name"] == "load" and manifest["status"] == "complete"
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["count"] == 40 and serving["completed"] == 40
+    assert serving["requests"]["output_tokens"] == [16] * 40  # ignore_eos: the lengths asked
+    assert serving["goodput"]["requests"] == 40
+    assert set(serving["ttft"]) >= {"p50_ms", "p90_ms", "p95_ms", "p99_ms", "p99_9_ms"}
+    assert serving["itl"]["count"] == 40 * 15  # every gap
+    tokens = json.loads((run / "load_tokens.json").read_text())
+    assert tokens[0]["token_ids"] == list(range(1000, 1016)) and tokens[0]["steps"] == list(range(16))
+    assert all(t["request_id"].startswith("cmpl-stub-") for t in tokens)
+    # show: verdict first, 80 columns
+    shown = roseprof("show", "s", "--traces-dir", traces, env=ENV80)
+    lines = shown.stdout.splitlines()
+    assert lines[1].startswith("p99 ITL ") and "goodput 100.0% at 200 req/s" in lines[1], lines[:3]
+    assert max(map(len, lines[:-1])) <= 80, shown.stdout  # the last line: the run folder's path, never cut
+    assert "TTFT" in shown.stdout and "throughput" in shown.stdout
+    listed = roseprof("ls", "--traces-dir", traces, env=ENV80)
+    assert run.name in listed.stdout and "load" in listed.stdout
+
+
+def test_the_same_seed_gives_the_same_schedule_and_lengths():
+    plan = Plan(seed=7, requests=50, rate=10.0, arrivals="gamma", burstiness=0.5,
+                prompt_len=Length(4, 40), output_len=Length(8, 64))  # fmt: skip
+    a, b = list(plan.schedule()), list(plan.schedule())
+    assert a == b
+    other = list(Plan(seed=8, requests=50, rate=10.0, prompt_len=Length(4, 40)).schedule())
+    assert [p.at_s for p in other] != [p.at_s for p in a]
+    assert {len(p.prompt) for p in a} != {len(a[0].prompt)}  # uniform lengths vary
+    assert all(4 <= len(p.prompt) <= 40 and 8 <= p.max_tokens <= 64 for p in a)
+    # the lengths do not depend on the rate
+    slower = list(Plan(seed=7, requests=50, rate=1.0, arrivals="gamma", burstiness=0.5,
+                       prompt_len=Length(4, 40), output_len=Length(8, 64)).schedule())  # fmt: skip
+    assert [p.max_tokens for p in slower] == [p.max_tokens for p in a]
+    # Poisson at 10 req/s: the mean gap is near 0.1 s over many requests
+    many = [p.at_s for p in Plan(seed=1, requests=4000, rate=10.0).schedule()]
+    assert 0.09 < many[-1] / len(many) < 0.11
+
+
+def test_lengths_slo_and_dataset_parse(tmp_path):
+    assert parse_length("16", "x") == Length(16, 16) and parse_length("8-32", "x") == Length(8, 32)
+    assert parse_slo("ttft=200ms,tpot=5ms,e2e=2s") == {"ttft_ms": 200.0, "tpot_ms": 5.0, "e2e_ms": 2000.0}
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"prompt": "hello", "output_len": 5}\n\n{"prompt": "world"}\n')
+    assert read_dataset(str(data)) == (("hello", 5), ("world", None))
+
+
+@pytest.mark.parametrize(
+    "args, text",
+    [
+        (["--requests", "5", "--rate", "1", "--slo", "ttft=fast"], "--slo 'ttft=fast'"),
+        (["--requests", "5", "--rate", "1", "--prompt-len", "9-3"], "--prompt-len '9-3'"),
+        (["--requests", "5"], "give --rate R or --concurrency C"),
+        (["--rate", "1"], "give --requests N or --duration S"),
+    ],
+)
+def test_bad_options_are_one_line(stub, tmp_path, args, text):
+    proc = load(stub(), tmp_path / "t", *args)
+    assert_one_line_error(proc, 2, text)
+    assert not (tmp_path / "t").exists() or not runs_of(tmp_path / "t")
+
+
+def test_a_bad_dataset_is_one_line_naming_the_file(stub, tmp_path):
+    data = tmp_path / "prompts.jsonl"
+    data.write_text('{"prompt": "ok"}\nnot json\n')
+    proc = load(stub(), tmp_path / "t", "--requests", 2, "--rate", 1, "--dataset", data)
+    assert_one_line_error(proc, 2, f"{data}:2: not JSON")
+
+
+def test_an_unreachable_url_is_one_line_and_stores_nothing(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    proc = load(url, tmp_path / "t", "--requests", 3, "--rate", 10)
+    assert_one_line_error(proc, 2, f"cannot reach {url}")
+    assert not (tmp_path / "t").exists() or not runs_of(tmp_path / "t")
+
+
+@pytest.mark.parametrize(
+    "fault, kind",
+    [("http500", "http_500"), ("malformed", "bad_stream"), ("cut", "broken_stream"), ("stall", "timeout")],
+)
+def test_server_faults_are_counted_by_kind_and_the_run_is_kept(stub, tmp_path, fault, kind):
+    traces = tmp_path / "t"
+    proc = load(stub("--fault", fault), traces, "--requests", 4, "--concurrency", 2, "--timeout", "0.5")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert line.startswith("roseprof: warning: 4 of 4 requests failed")
+    (run,) = runs_of(traces)
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["errors"] == {kind: 4}
+    assert serving["requests"]["error"] == [kind] * 4
+    assert f"{kind} 4" in proc.stdout  # show names the errors
+
+
+def test_errors_mid_run_keep_the_good_requests(stub, tmp_path):
+    traces = tmp_path / "t"
+    proc = load(stub("--fault", "mid500"), traces, "--requests", 8, "--concurrency", 1)
+    assert proc.returncode == 1
+    (run,) = runs_of(traces)
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["completed"] == 3 and serving["errors"] == {"http_500": 5}
+
+
+def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path):
+    traces = tmp_path / "t"
+    url = stub("--token-delay-ms", "5")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "load", url, "--traces-dir", str(traces), "--duration", "120",
+         "--rate", "20", "--output-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+    )  # fmt: skip
+    time.sleep(4)  # some requests done, more in flight and due
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (line,) = [x for x in err.splitlines() if x.strip()]
+    assert "interrupted" in line and "kept as run" in line and "(incomplete)" in line
+    (run,) = runs_of(traces)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "incomplete"
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["completed"] >= 1
+    assert not [p for p in traces.iterdir() if p.name.startswith(".tmp-")]
+    shown = roseprof("show", run.name, "--traces-dir", traces, env=ENV80)
+    assert shown.returncode == 0 and "incomplete" in shown.stdout
+
+
+def test_diff_of_loads_gates_a_slower_server(stub, tmp_path):
+    traces = tmp_path / "t"
+    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "4")
+    common = ("--requests", 30, "--concurrency", 4, "--output-len", 12)
+    for url, name in ((fast, "before"), (fast, "again"), (slow, "after")):
+        assert load(url, traces, *common, "--name", name).returncode == 0
+    # fast vs slow: ITL and TPOT grew far beyond any floor; the gate fires
+    proc = roseprof("diff", "before", "after", "--traces-dir", traces, "--json", "--fail-on-regression", 10,
+                    "--dashboards-dir", tmp_path / "d")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    by_name = {m["name"]: m for m in result["metrics"]}
+    itl = by_name["serving.itl.p50_ms"]
+    assert itl["significant"] and itl["ci_low_pct"] > itl["floor_pct"]
+    assert "serving.tpot.p50_ms" in result["regressions"]
+    # the terminal diff reads at 80 columns
+    shown = roseprof(
+        "diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80
+    )
+    assert shown.returncode == 0 and "serving.itl.p50_ms" in shown.stdout
+    assert max(map(len, shown.stdout.splitlines()[:-1])) <= 80
+
+
+def test_diff_of_two_loads_of_the_same_server_passes_the_gate(stub, tmp_path):
+    traces = tmp_path / "t"
+    url = stub("--token-delay-ms", "2")
+    common = ("--requests", 30, "--concurrency", 4, "--output-len", 12)
+    for name in ("a", "b"):
+        assert load(url, traces, *common, "--name", name).returncode == 0
+    proc = roseprof("diff", "a", "b", "--traces-dir", traces, "--json", "--fail-on-regression", 10,
+                    "--dashboards-dir", tmp_path / "d")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert json.loads(proc.stdout)["regressions"] == []
+
+
+def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metrics(tmp_path):
+    from tests.roseinfer.serve.conftest import ServerProcess
+
+    server = ServerProcess("--device", "cpu").wait_ready()
+    try:
+        traces = tmp_path / "t"
+        proc = load(
+            server.url, traces, "--requests", 6, "--concurrency", 3, "--output-len", 8, "--prompt-len", 4
+        )
+        assert proc.returncode == 0, proc.stderr
+    finally:
+        server.stop()
+    (run,) = runs_of(traces)
+    serving = json.loads((run / "summary.json").read_text())["serving"]
+    assert serving["completed"] == 6 and serving["requests"]["output_tokens"] == [8] * 6
+    assert serving["model"] == "gpt2-tiny"
+    tokens = json.loads((run / "load_tokens.json").read_text())
+    for row in tokens:  # the engine's request id and each token's decode step: what issue 49 joins on
+        assert row["request_id"] and len(row["steps"]) == 8 and all(isinstance(s, int) for s in row["steps"])
+        assert row["steps"] == sorted(row["steps"])
+    assert len({row["request_id"] for row in tokens}) == 6
+    metrics = json.loads((run / "load_metrics.json").read_text())
+    assert len(metrics) >= 2  # before and after (and every second between)
+    server_ttft = serving["server"]["ttft"]
+    assert (
+        server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
+    )
+    assert "server TTFT" in proc.stdout
+
+
+def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
+    traces = tmp_path / "t"
+    assert (
+        load(stub(), traces, "--requests", 5, "--concurrency", 2, "--output-len", 4, "--name", "e").returncode
+        == 0
+    )
+    out = tmp_path / "load.json"
+    proc = roseprof("export", "e", "--traces-dir", traces, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    requests = [e for e in events if e["ph"] == "X" and e["name"] == "request"]
+    assert sorted(e["tid"] for e in requests) == [1, 2, 3, 4, 5]
+    for e in requests:
+        tokens = [t for t in events if t["ph"] == "i" and t["tid"] == e["tid"]]
+        assert len(tokens) == 4 and all(e["ts"] <= t["ts"] <= e["ts"] + e["dur"] for t in tokens)
+
+
+def test_open_renders_the_load_dashboard(stub, tmp_path):
+    traces, dash = tmp_path / "t", tmp_path / "d"
+    assert (
+        load(stub(), traces, "--requests", 6, "--concurrency", 2, "--output-len", 4, "--name", "o").returncode
+        == 0
+    )
+    proc = roseprof(
+        "open", "o", "--traces-dir", traces, "--dashboards-dir", dash, env={**ENV80, "DISPLAY": ""}
+    )
+    assert proc.returncode == 0, proc.stderr
+    (page,) = dash.glob("*.html")
+    text = page.read_text()
+    for title in ("TTFT and ITL distributions", "Latency over the run", "Concurrency over time", "Request waterfall",
+                  "latency (ms, client clock)"):  # fmt: skip
+        assert title in text, title
