@@ -28,6 +28,7 @@ from roseinfer.serve.text import IncrementalText
 log = logging.getLogger("roseinfer.serve")
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+LONG_PROMPT = 4096  # characters or token ids: encoded off the event loop (Completer.encode_async)
 # SSE events are written once per step per stream: msgspec encodes one in 0.9 us where json.dumps takes 7 us.
 _encode = msgspec.json.Encoder().encode
 
@@ -47,7 +48,7 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
     async def completions(body: CompletionRequest, request: Request):
         body.check_unimplemented()
         completer.check_model(body.model)
-        prompts = [completer.encode(p, "prompt") for p in body.prompts()]
+        prompts = [await completer.encode_async(p, "prompt") for p in body.prompts()]
         return await completer.run(body, prompts, request, chat=False)
 
     @app.post("/v1/chat/completions")
@@ -64,7 +65,7 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
             )
         messages = [m.model_dump() for m in body.messages]
         text = completer.template.render(messages=messages, add_generation_prompt=True)
-        return await completer.run(body, [completer.encode(text, "messages")], request, chat=True)
+        return await completer.run(body, [await completer.encode_async(text, "messages")], request, chat=True)
 
     @app.get("/v1/models")
     async def models():
@@ -139,6 +140,13 @@ class Completer:
                 "model_not_found",
             )  # fmt: skip
 
+    async def encode_async(self, prompt: str | list[int], param: str) -> list[int]:
+        """`encode`, on a worker thread for a long prompt: tokenizing and checking a body of up to --max-body-bytes
+        takes tens of milliseconds, which on the event loop would hold back every other stream's chunks."""
+        if len(prompt) < LONG_PROMPT:
+            return self.encode(prompt, param)
+        return await asyncio.to_thread(self.encode, prompt, param)
+
     def encode(self, prompt: str | list[int], param: str) -> list[int]:
         ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
         if not ids:
@@ -185,6 +193,14 @@ class Completer:
                 bridge.state, f"the engine is {bridge.state}"
             )
             raise APIError(503, f"not accepting requests: {reason}", headers={"Retry-After": "1"})
+        if len(prompts) > self.settings.max_waiting:
+            # Never admissible, however long the client retries: the client's mistake, not a busy server.
+            raise APIError(
+                400,
+                f"{len(prompts)} prompts in one request; this server queues at most {self.settings.max_waiting} "
+                "(--max-waiting): send fewer at a time",
+                "prompt",
+            )
         waiting = bridge.num_waiting()
         if waiting + len(prompts) > self.settings.max_waiting:
             raise APIError(

@@ -124,6 +124,9 @@ def test_api_key_guards_every_route_but_health_and_a_full_queue_is_a_503(tmp_pat
         assert status == 503
         assert {k.lower(): v for k, v in headers.items()}.get("retry-after") == "1"
         assert out["error"]["code"] == "queue_full"
+        # A batch of more prompts than the queue can ever hold is the client's mistake (400), not a busy server.
+        status, _, out = s.post("/v1/completions", {"prompt": ["a", "b"], "max_tokens": 2}, headers=key)
+        assert status == 400 and "--max-waiting" in out["error"]["message"]
         running[0].close()
         waiting.close()
     finally:
