@@ -163,7 +163,6 @@ def diff(
     run), all of one tool, command and machine. Several runs a side are compared with a hierarchical bootstrap
     (runs, then steps inside each run); a change is called one when its interval clears the noise floor."""
     from roseprof.api import diff_runs
-    from roseprof.render.diff_dashboard import DiffDashboard
     from roseprof.render.terminal import make_console
     from roseprof.render.terminal_diff import TerminalDiff
 
@@ -198,10 +197,14 @@ def diff(
         )
     result = view.result
     # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.
+    result["dashboard"] = None
     try:
+        from roseprof.render.diff_dashboard import DiffDashboard  # plotly, which only the dashboards need
+
         result["dashboard"] = str(DiffDashboard().render(view, view.default_path(dashboards_dir)))
+    except ImportError as e:
+        warn(f"diff dashboard not written ({e.name} is not installed)")
     except OSError as e:
-        result["dashboard"] = None
         warn(f"diff dashboard not written ({os_error(e)})")
     if as_json:
         click.echo(

@@ -1,11 +1,12 @@
 """`roseprof diff` on the engine's own history: CPU captures of before/after pairs, and a same-code pair."""
 
 import json
+import os
 import sys
 
 import pytest
 
-from tests.helpers import assert_one_line_error, roseprof
+from tests.helpers import assert_one_line_error, roseprof, stderr_lines
 
 pytestmark = pytest.mark.nsys
 
@@ -180,3 +181,19 @@ def test_bad_input(store, tmp_path):
     other = capture(store, "other", sys.executable, "-c", program)
     assert other.returncode == 0, other.stderr
     assert_one_line_error(diff(store, "default", "other"), 2, "nothing in common")
+
+
+def test_without_plotly_the_diff_gives_its_verdict_and_one_warning(store, tmp_path):
+    # The GPU machine has no plotly (it travels as a wheel only when needed): the verdict is the product, the
+    # dashboard a warning. It was a traceback.
+    hidden = tmp_path / "hide" / "plotly"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("plotly hidden by the test", name="plotly")\n')
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])}
+    proc = roseprof(
+        "diff", "default", "slow-append", "--json", "--traces-dir", store / "traces",
+        "--dashboards-dir", tmp_path / "dashboards", env=env,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["verdict"]["overall"]
+    assert stderr_lines(proc) == ["roseprof: warning: diff dashboard not written (plotly is not installed)"]
