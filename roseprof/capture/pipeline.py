@@ -43,6 +43,7 @@ from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
     from roseprof.drivers import Reader
+    from roseprof.drivers.base import Limits
 
 Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
 Progress = Callable[[str, str], None]  # (stage, message)
@@ -209,10 +210,15 @@ def import_file(
     analyse: Analyse,
     pick_reader: PickReader,
     manifest: dict | None = None,
+    limits: Limits | None = None,
+    skipped: list[str] | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
     reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`. Several
     files (one per rank) become one run where their driver reads several as one (`Reader.read_many`: Kineto).
+
+    `limits` (drivers/base.py: Limits) bound what reading the files may inflate; `skipped` says which files
+    given (a folder's) were left out as no trace, first among the run's warnings.
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     paths = [path] if isinstance(path, str) else list(path)
@@ -254,9 +260,10 @@ def import_file(
             _copy(Path(p), copy, p)
             copies.append(copy)
         if len(paths) == 1:
-            trace = reader.read(copies[0], writer.raw, paths[0])
+            trace = reader.read(copies[0], writer.raw, paths[0], limits)
         else:
-            trace = reader.read_many(copies, writer.raw, paths)
+            trace = reader.read_many(copies, writer.raw, paths, limits)
+        trace.warnings[:0] = skipped or []
         log_path = None
         if steplog is not None:
             log_path = writer.path / tables.STEPLOG

@@ -1,11 +1,15 @@
-"""Multi-rank inputs that crashed or exhausted memory (issue 46, items 1 and 2), each derived at test time from the
-real TP=2 Kineto folder (tests/data/README.md): one number from a file must not cost memory in proportion to it, and
-a device id from a file must not crash the collectives analysis."""
+"""Multi-rank inputs that crashed, exhausted memory, were refused though valid, or were stored though unreadable
+(issue 46), each derived at test time from the real TP=2 Kineto folder (tests/data/README.md): one number from a
+file must not cost memory in proportion to it (item 1); a device id from a file must not crash the collectives
+analysis (item 2); a clock base must not crash the merge nor store a run nothing can read (item 3); a gzip file must
+not inflate without bound (item 4); a valid gzip of several members, a folder with a file that is no trace, must be
+read (item 5). A refused import is one line, exit 2, and the store is left as it was."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,44 @@ def _folder(tmp_path, change) -> str:
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
     return str(out)
+
+
+def _cli(tmp_path, *args) -> subprocess.CompletedProcess:
+    """`roseprof ARGS` as a user runs it (80 columns), on the test's own store."""
+    return subprocess.run(
+        [sys.executable, "-m", "roseprof", *map(str, args), "--traces-dir", str(tmp_path / "t"),
+         "--dashboards-dir", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"},
+    )  # fmt: skip
+
+
+def _stored(tmp_path) -> list[str]:
+    """What the store holds, hidden folders (an unfinished run's .tmp-) included."""
+    root = tmp_path / "t"
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def _refused(tmp_path, proc, *words) -> str:
+    """A refusal: exit 2, one line naming `words`, nothing left in the store. Returns the line."""
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    assert lines[0].startswith("roseprof: error: ") and "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    assert [n for n in _stored(tmp_path) if not n.endswith(".json")] == [], _stored(tmp_path)
+    return lines[0]
+
+
+def _said(proc) -> str:
+    """stdout and stderr as one line of words (show wraps its lines at the terminal's width)."""
+    return " ".join((proc.stdout + proc.stderr).split())
+
+
+def _run(tmp_path) -> tuple[dict, dict]:
+    """(manifest, summary) of the store's one run."""
+    (run,) = _stored(tmp_path)
+    folder = tmp_path / "t" / run
+    return json.loads((folder / "manifest.json").read_text()), json.loads((folder / "summary.json").read_text())
 
 
 def _import(tmp_path, folder: str) -> subprocess.CompletedProcess:
@@ -75,3 +117,76 @@ def test_nccl_kernels_on_a_strange_device_do_not_crash_the_collectives(tmp_path,
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:  # refused: one line naming the file
         assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
+
+
+# ---- item 4: decompression bombs ------------------------------------------------------------------------------
+
+
+def test_a_gzip_that_inflates_past_the_ratio_is_refused_in_one_line(tmp_path):
+    """A rank file padded with 48 MiB of blanks inside traceEvents: 50 KB of gzip that inflates 450x. The limit
+    applies past --gzip-ratio-after MiB (1 GiB by default: the test lowers it rather than inflate gigabytes)."""
+
+    def pad(path):
+        data = gzip.decompress(path.read_bytes())
+        at = data.index(b'"traceEvents": [') + len(b'"traceEvents": [')
+        path.write_bytes(gzip.compress(data[:at] + b" " * (48 << 20) + data[at:], 9))
+
+    folder = tmp_path / "tp2"
+    shutil.copytree(TP2, folder)
+    pad(folder / "rank-1.trace.json.gz")
+    proc = _cli(tmp_path, "import", folder, "--gzip-ratio-after", 16)
+    line = _refused(tmp_path, proc, "rank-1.trace.json.gz", "inflates over 100x", "decompression bomb",
+                    "--max-gzip-ratio")  # fmt: skip
+    assert "past the first 16.0 MiB" in line
+    # The option that raises the limit reads it.
+    proc = _cli(tmp_path, "import", folder, "--gzip-ratio-after", 16, "--max-gzip-ratio", 1000)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_ratio_rule():
+    """Past the first `gzip_after_bytes`, at most `gzip_ratio` times the compressed bytes read: the issue's bomb
+    (9.35 MB to 2.5 GiB) is refused by the defaults, a 2.4 GB trace from a 300 MB gzip is not."""
+    from roseprof.drivers.base import Limits
+    from roseprof.errors import RoseprofError
+
+    limits = Limits()
+    limits.check_inflated(2_400_000_000, 300_000_000, "real")  # 8x
+    limits.check_inflated(1 << 30, 1 << 20, "early")  # 1024x, but within the first GiB
+    with pytest.raises(RoseprofError, match=r"bomb: inflates over 100x .*--max-gzip-ratio"):
+        limits.check_inflated(int(2.5 * (1 << 30)), 9_350_000, "bomb")
+    Limits(gzip_ratio=300).check_inflated(int(2.5 * (1 << 30)), 9_350_000, "bomb")
+
+
+# ---- item 5: valid files that were refused ---------------------------------------------------------------------
+
+
+def test_a_gzip_of_three_members_is_read(tmp_path):
+    """`cat a.gz b.gz c.gz` is one gzip file (gzip -t accepts it); the reader took the third member for a cut."""
+    folder = tmp_path / "tp2"
+    shutil.copytree(TP2, folder)
+    path = folder / "rank-1.trace.json.gz"
+    data = gzip.decompress(path.read_bytes())
+    cuts = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
+    path.write_bytes(b"".join(gzip.compress(data[a:b]) for a, b in zip(cuts, cuts[1:])) + b"\0" * 512)
+    proc = _cli(tmp_path, "import", folder, "--steplog", folder / "steplog.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    manifest, summary = _run(tmp_path)
+    assert manifest["status"] == "complete"
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1] and not summary["warnings"][:-1], summary["warnings"]
+
+
+@pytest.mark.parametrize("what", ["config", "empty rank file"])
+def test_a_folder_file_that_is_no_trace_is_skipped_with_a_line(tmp_path, what):
+    folder = tmp_path / "tp2"
+    shutil.copytree(TP2, folder)
+    if what == "config":
+        (folder / "config.json").write_text(json.dumps({"model": "gpt2", "tensor_parallel_size": 2}))
+        skipped = "config.json: is not a trace: skipped"
+    else:
+        (folder / "rank-1.trace.json.gz").write_bytes(b"")
+        skipped = "rank-1.trace.json.gz: is empty (0 bytes): skipped"
+    proc = _cli(tmp_path, "import", folder)
+    assert proc.returncode == 0, proc.stderr
+    manifest, summary = _run(tmp_path)
+    assert manifest["status"] == "complete"
+    assert summary["warnings"][0] == f"{folder / skipped.split(':')[0]}:{skipped.split(':', 1)[1]}, the run is the folder's other files"

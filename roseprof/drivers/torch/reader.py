@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from roseprof.drivers.base import Limits
 from roseprof.drivers.torch.events import (
     API_DRIVER,
     API_KINDS,
@@ -81,9 +82,9 @@ def thread_id(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return ((pid & 0x7FFFFFFF) << 32) | (tid & 0xFFFFFFFF)
 
 
-def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -> Trace:
+def read_kineto(path: Path, raw: Path | None = None, label: str | None = None, limits: Limits | None = None) -> Trace:
     label = label or str(path)
-    stream = EventStream(path, label)
+    stream = EventStream(path, label, limits)
     cols = Columns()
     for segment in stream.segments():
         add_segment(cols, segment, label)
@@ -110,7 +111,7 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
         id (rare: correlation ids are the rule)."""
         flows = Columns()
         flows.want_flows, flows.string_tids = True, cols.string_tids
-        for segment in EventStream(path, label).segments():
+        for segment in EventStream(path, label, limits).segments():
             add_segment(flows, segment, label, rows=False)
         cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
 
