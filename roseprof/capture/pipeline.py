@@ -50,6 +50,10 @@ Progress = Callable[[str, str], None]  # (stage, message)
 PickReader = Callable[[Path, str], "Reader"]  # (file, label) -> its driver's reader, or RoseprofError
 
 
+class Unreadable(RoseprofError):
+    """The analysis gave a summary.json the store would refuse to read back: the run is not stored as complete."""
+
+
 def _quiet(stage: str, message: str) -> None:
     return None
 
@@ -199,6 +203,11 @@ def _ingest(
         writer.manifest["gpus"] = trace.gpus
     tables.write_trace(writer.path, trace)
     tables.write_analysis(writer.path, summary, parts)
+    damage = tables.summary_damage(writer.path, writer.store.summary_checks)
+    if damage is not None:  # a run every command would refuse is not stored as complete
+        raise Unreadable(
+            f"the trace gives a run roseprof cannot read back ({damage}); nothing stored as complete"
+        )
     return summary
 
 
@@ -270,7 +279,10 @@ def import_file(
             # Every rank's log, named in the run folder as the engine names them in a capture.
             for rank, log in rank_log_paths(steplog).items():
                 _copy(Path(log), Path(rank_path(str(log_path), rank)), log)
-        _ingest(writer, trace, log_path, analyse)
+        try:
+            _ingest(writer, trace, log_path, analyse)
+        except Unreadable as e:  # named by the user's file (or their files' folder)
+            raise RoseprofError(f"{paths[0] if len(paths) == 1 else first.parent}: {e}") from None
         return writer.finish("complete", exit_code=0, message=None)
     except OSError as e:
         writer.abort()

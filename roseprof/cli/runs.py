@@ -62,7 +62,9 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     help="MiB a .gz file may inflate to before --max-gzip-ratio applies",
 )  # fmt: skip
 @store_options
-def import_(paths, name, steplog, step_range, max_gzip_ratio, gzip_ratio_after, traces_dir, dashboards_dir) -> None:
+def import_(
+    paths, name, steplog, step_range, max_gzip_ratio, gzip_ratio_after, traces_dir, dashboards_dir
+) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content.
     Several Kineto files, or a folder of them (one per rank: rank-0.*.json.gz, rank-1.*, ...), are one run."""

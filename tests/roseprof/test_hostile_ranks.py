@@ -76,7 +76,9 @@ def _run(tmp_path) -> tuple[dict, dict]:
     """(manifest, summary) of the store's one run."""
     (run,) = _stored(tmp_path)
     folder = tmp_path / "t" / run
-    return json.loads((folder / "manifest.json").read_text()), json.loads((folder / "summary.json").read_text())
+    return json.loads((folder / "manifest.json").read_text()), json.loads(
+        (folder / "summary.json").read_text()
+    )
 
 
 def _import(tmp_path, folder: str) -> subprocess.CompletedProcess:
@@ -117,6 +119,68 @@ def test_nccl_kernels_on_a_strange_device_do_not_crash_the_collectives(tmp_path,
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:  # refused: one line naming the file
         assert len([line for line in proc.stderr.splitlines() if line.strip()]) == 1
+
+
+# ---- item 3: clock bases ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "base, words",
+    [
+        (2**64, "baseTimeNanoseconds, 18446744073709551616, is no Unix time"),  # was: OverflowError in merge
+        (-(2**63), "is no Unix time"),
+        (-5, "is no Unix time"),  # these four were stored complete, and every command refused them
+        (2**63 - 1, "is no Unix time"),
+        (2**63, "is no Unix time"),
+        (0, "days before those of"),
+        (1_790_857_026_000_000_000 + 3600 * 10**9, "60.0 min after those of"),  # rank 0's base + 1 h
+    ],
+)
+def test_a_rank_clock_base_that_is_no_time_is_refused_in_one_line(tmp_path, base, words):
+    def change(doc):
+        doc["baseTimeNanoseconds"] = base
+
+    folder = _folder(tmp_path, change)
+    proc = _cli(tmp_path, "import", folder, "--steplog", f"{folder}/steplog.jsonl")
+    _refused(tmp_path, proc, "rank-1.trace.json.gz", words)
+
+
+def test_an_event_of_31_years_is_left_out_with_a_warning(tmp_path):
+    """An NCCL kernel of 10^15 us: stored complete though show, diff and open refused the run; now left out."""
+
+    def change(doc):
+        nccl = next(e for e in doc["traceEvents"] if e.get("name", "").startswith("ncclDevKernel"))
+        nccl["dur"] = 1e15
+
+    proc = _cli(tmp_path, "import", _folder(tmp_path, change))
+    assert proc.returncode == 0 and "roseprof: warning" not in proc.stderr, proc.stderr
+    manifest, summary = _run(tmp_path)
+    assert manifest["status"] == "complete"
+    assert any("1 event(s) lasting over 13 days (up to 1e+15 us: damage) were left out" in w
+               for w in summary["warnings"])  # fmt: skip
+    show = _cli(tmp_path, "show", manifest["run_id"])
+    assert show.returncode == 0 and not show.stderr, show.stderr
+
+
+def test_a_run_that_cannot_be_read_back_is_not_stored(tmp_path):
+    """Whatever the analysis gives: a summary the store would refuse to read is refused at import, nothing kept
+    (the bases above once gave `collectives.ranks[1].exposed_ns` of 4.7e18, which `show` refused)."""
+    from roseprof.api import analyse_trace, open_store
+    from roseprof.capture.pipeline import import_file
+    from roseprof.drivers import pick_reader
+    from roseprof.errors import RoseprofError
+
+    def damaging(trace, steplog):
+        summary, parts = analyse_trace(trace, steplog)
+        summary["steps"]["p50_ns"] = 4.7e18
+        return summary, parts
+
+    store = open_store(tmp_path / "t")
+    path = str(TP2 / "rank-0.trace.json.gz")
+    with pytest.raises(RoseprofError, match=r"rank-0.trace.json.gz: the trace gives a run roseprof cannot read "
+                                            r"back \(summary.json: steps.p50_ns is 4.7e\+18"):  # fmt: skip
+        import_file(store, path, None, None, damaging, pick_reader)
+    assert _stored(tmp_path) == []
 
 
 # ---- item 4: decompression bombs ------------------------------------------------------------------------------
@@ -172,7 +236,9 @@ def test_a_gzip_of_three_members_is_read(tmp_path):
     assert proc.returncode == 0, proc.stderr
     manifest, summary = _run(tmp_path)
     assert manifest["status"] == "complete"
-    assert [r["rank"] for r in summary["ranks"]] == [0, 1] and not summary["warnings"][:-1], summary["warnings"]
+    assert [r["rank"] for r in summary["ranks"]] == [0, 1] and not summary["warnings"][:-1], summary[
+        "warnings"
+    ]
 
 
 @pytest.mark.parametrize("what", ["config", "empty rank file"])
@@ -189,4 +255,7 @@ def test_a_folder_file_that_is_no_trace_is_skipped_with_a_line(tmp_path, what):
     assert proc.returncode == 0, proc.stderr
     manifest, summary = _run(tmp_path)
     assert manifest["status"] == "complete"
-    assert summary["warnings"][0] == f"{folder / skipped.split(':')[0]}:{skipped.split(':', 1)[1]}, the run is the folder's other files"
+    assert (
+        summary["warnings"][0]
+        == f"{folder / skipped.split(':')[0]}:{skipped.split(':', 1)[1]}, the run is the folder's other files"
+    )

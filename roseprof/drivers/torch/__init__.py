@@ -46,7 +46,7 @@ def read_many(paths: list[Path], raw: Path, labels: list[str], limits: Limits | 
 
     traces = [read_kineto(p, raw, label, limits) for p, label in zip(paths, labels)]
     _one_file_per_rank(traces, labels)
-    return merge(traces)
+    return merge(traces, labels)
 
 
 def _one_file_per_rank(traces: list[Trace], labels: list[str]) -> None:

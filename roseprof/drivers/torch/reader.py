@@ -66,6 +66,10 @@ DISTRIBUTED_INFO = "kineto distributedInfo"  # Process.rank_from where the file'
 PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
 EXACT_US_LIMIT = 2.0**43  # below it a float64 keeps three decimals of microseconds exactly
 TIME_LIMIT_US = 2.0**62 / 1000  # 2^62 ns: beyond it end = start + dur would overflow int64
+# An event longer than this (13 days) is damage, not a profiled span: left out, with a warning (a profiler's trace of
+# that long would be terabytes). Kept, one NCCL kernel of 10^15 us made every collective figure beyond any time.
+MAX_DUR_US = 2.0**50 / 1000
+BASE_LIMIT_NS = 1 << 62  # a baseTimeNanoseconds beyond (year 2116) or below 0 is no Unix time
 OP_KIND = {OP_KERNEL: KERNEL, OP_MEMCPY: MEMCPY, OP_MEMSET: MEMSET}
 
 
@@ -82,7 +86,9 @@ def thread_id(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return ((pid & 0x7FFFFFFF) << 32) | (tid & 0xFFFFFFFF)
 
 
-def read_kineto(path: Path, raw: Path | None = None, label: str | None = None, limits: Limits | None = None) -> Trace:
+def read_kineto(
+    path: Path, raw: Path | None = None, label: str | None = None, limits: Limits | None = None
+) -> Trace:
     label = label or str(path)
     stream = EventStream(path, label, limits)
     cols = Columns()
@@ -139,9 +145,18 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
                 f"{label}: {int(bad.sum())} event(s) have a {what} of {us[bad][0]:g} us, beyond any time a trace "
                 "holds (damage)"
             )
+    warnings = []
+    too_long = dur_us > MAX_DUR_US
+    if too_long.any():
+        longest = float(dur_us[too_long].max())
+        kind = np.where(too_long, np.int8(-1), kind)  # of no kind: neither range, GPU op nor host event
+        dur_us = np.where(too_long, 0.0, dur_us)
+        warnings.append(
+            f"{label}: {int(too_long.sum())} event(s) lasting over {MAX_DUR_US / 86_400e6:.0f} days (up to "
+            f"{longest:g} us: damage) were left out"
+        )
     start = us_to_ns(ts_us)
     dur = us_to_ns(dur_us)
-    warnings = []
     if (dur < 0).any():
         warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")
         dur = np.maximum(dur, 0)
@@ -219,6 +234,11 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         if isinstance(d, dict)
     ]
     base = header.baseTimeNanoseconds
+    if base is not None and not 0 <= base < BASE_LIMIT_NS:
+        raise RoseprofError(
+            f"{label}: its baseTimeNanoseconds, {base}, is no Unix time in nanoseconds (damage): its events' times "
+            "are unknown"
+        )
     epoch_us = len(ts_us) and base is None and np.median(ts_us) > 1e15  # after 2001: Unix-epoch microseconds
     schema = header.schemaVersion
     return Trace(

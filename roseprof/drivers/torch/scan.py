@@ -102,7 +102,9 @@ class EventStream:
             if not member and not pending.startswith(GZIP_MAGIC[: len(pending)]):
                 while pending:  # gzip -d ignores zeros after the last member
                     if pending.strip(b"\0"):
-                        raise RoseprofError(f"{self.label}: holds bytes after its last gzip member that are not gzip")
+                        raise RoseprofError(
+                            f"{self.label}: holds bytes after its last gzip member that are not gzip"
+                        )
                     pending = fh.read(CHUNK)
                 return
             member = True
