@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -259,3 +260,112 @@ def test_a_folder_file_that_is_no_trace_is_skipped_with_a_line(tmp_path, what):
         summary["warnings"][0]
         == f"{folder / skipped.split(':')[0]}:{skipped.split(':', 1)[1]}, the run is the folder's other files"
     )
+
+
+# ---- item 6: a straggler named with confidence where the ranks' timings cannot be compared ---------------------
+
+
+def _logs(folder, change) -> None:
+    """Both step logs of `folder` passed through `change(rank, lines)` -> lines (JSON lines, parsed)."""
+    for rank, name in enumerate(["steplog.jsonl", "steplog.rank1.jsonl"]):
+        path = folder / name
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps(x) + "\n" for x in change(rank, lines)))
+
+
+def _first_lines(proc, n=6) -> str:
+    """The first lines show prints after the run's id and source, as one line of words."""
+    return " ".join(" ".join(proc.stdout.splitlines()[2 : 2 + n]).split())
+
+
+def _shift(doc):
+    doc["baseTimeNanoseconds"] += 5_000_000  # rank 1's clock 5 ms ahead (an hour is refused: item 3)
+
+
+def _repeat_steps(rank, lines):
+    return [y for x in lines for y in ([x, x] if rank == 1 and x["type"] == "step" else [x])]
+
+
+def _swap_pids(rank, lines):
+    lines[0]["pid"] = {0: 2201, 1: 2155}[rank]  # each log's meta names the other rank's process
+    return lines
+
+
+def test_the_unmodified_pair_names_no_straggler_and_has_no_doubt(tmp_path):
+    folder = _folder(tmp_path, lambda doc: None)
+    proc = _cli(tmp_path, "import", folder, "--steplog", f"{folder}/steplog.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    _, summary = _run(tmp_path)
+    assert summary["rank_clock"]["doubts"] == []
+    assert summary["collectives"]["straggler"]["clear"] is False
+    assert "no clear straggler" in _said(proc)
+
+
+@pytest.mark.parametrize(
+    "trace_change, log_change, first",
+    [
+        (_shift, None, "the ranks' clocks disagree, or their step logs pair different steps"),
+        (
+            None,
+            _swap_pids,
+            "the step logs do not match their traces: rank 0's log names pid 2201, which its trace "
+            "says is rank 1",
+        ),  # fmt: skip
+    ],
+    ids=["rank 1's clock 5 ms ahead", "the logs' pids swapped"],
+)
+def test_ranks_whose_timings_disagree_are_said_first_and_name_no_straggler(
+    tmp_path, trace_change, log_change, first
+):
+    """Once: "straggler rank 1, late 3,600,005 ms" for an hour's shift, "straggler rank 0, late 1.04 ms" for the
+    swapped logs. Now the first lines say why the ranks cannot be compared, and no rank is blamed."""
+    folder = Path(_folder(tmp_path, trace_change or (lambda doc: None)))
+    if log_change:
+        _logs(folder, log_change)
+    proc = _cli(tmp_path, "import", folder, "--steplog", folder / "steplog.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert first in _first_lines(proc), proc.stdout[:1500]
+    assert "no straggler is named" in _said(proc)
+    assert "straggler:" not in _said(proc) and "no clear straggler" not in _said(proc)
+    _, summary = _run(tmp_path)
+    assert summary["collectives"]["straggler"] is None and summary["collectives"]["spikes"] is None
+    assert any(first in d for d in summary["rank_clock"]["doubts"])
+
+
+def test_a_step_log_with_every_record_twice_is_read_once_with_a_warning(tmp_path):
+    """Rank 1's log with every step record twice: its steps paired with the wrong ranges, and "straggler rank 0,
+    late 5.91 ms". A repeated record is skipped (a warning counts them) and the run is the sound one."""
+    folder = Path(_folder(tmp_path, lambda doc: None))
+    _logs(folder, _repeat_steps)
+    proc = _cli(tmp_path, "import", folder, "--steplog", folder / "steplog.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    _, summary = _run(tmp_path)
+    assert summary["rank_clock"]["doubts"] == []
+    assert summary["collectives"]["straggler"]["clear"] is False
+    assert any(w.endswith("24 line(s) skipped: a step record repeating an earlier one (same index, start and end)")
+               for w in summary["warnings"])  # fmt: skip
+
+
+def test_collectives_paired_by_order_are_no_clock_measure(tmp_path):
+    """No decode step in either file (the step range renamed, no step log): the collectives are paired by order,
+    which pairs one step's all-reduce with another's; their ends' spread (0.5 ms p50 where the clocks agree to
+    0.4 us) is said to be no clock measure, and raises no doubt."""
+
+    def rename(doc):
+        for e in doc["traceEvents"]:
+            if e.get("name") == "roseinfer.decode_step":
+                e["name"] = "other.step"
+
+    folder = Path(_folder(tmp_path, rename))
+    path = folder / "rank-0.trace.json.gz"
+    with gzip.open(path, "rt") as fh:
+        doc = json.load(fh)
+    rename(doc)
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    proc = _cli(tmp_path, "import", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert "collectives paired by order, which says nothing of how well the clocks agree" in _said(proc)
+    _, summary = _run(tmp_path)
+    assert summary["rank_clock"]["collectives"]["matched_by"] == "order"
+    assert summary["rank_clock"]["doubts"] == []
