@@ -369,3 +369,58 @@ def test_collectives_paired_by_order_are_no_clock_measure(tmp_path):
     _, summary = _run(tmp_path)
     assert summary["rank_clock"]["collectives"]["matched_by"] == "order"
     assert summary["rank_clock"]["doubts"] == []
+
+
+# ---- item 7: ranks that cannot be one run's, accepted in silence ------------------------------------------------
+
+
+def _meta(rank_of_file: int, **values):
+    """A `_logs` change: the meta record of rank `rank_of_file`'s log updated with `values`."""
+
+    def change(rank, lines):
+        if rank == rank_of_file:
+            lines[0].update(values)
+        return lines
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "trace_info, log_change, words",
+    [
+        ({"rank": 7}, None, "rank-1.trace.json.gz: its distributedInfo says rank 7 of a world size of 2: no such rank"),
+        (None, _meta(1, rank=7), "steplog.rank1.jsonl: its meta record says rank 7 of a world size of 2: no such rank"),
+        (None, _meta(1, rank=0), "steplog.rank1.jsonl: its meta record says rank 0, as"),
+    ],
+    ids=["trace: rank 7 of world 2", "step log: rank 7 of world 2", "two step logs claiming rank 0"],
+)  # fmt: skip
+def test_a_rank_that_cannot_be_is_refused_in_one_line(tmp_path, trace_info, log_change, words):
+    """Rank 7 of a world of 2 was read as rank 7 (or overruled by the step log, in silence); two logs that both say
+    rank 0 made one rank of two processes (28 steps, 647 collectives, no rank 1). Refused, nothing stored."""
+    folder = Path(_folder(tmp_path, lambda doc: doc["distributedInfo"].update(trace_info or {})))
+    if log_change:
+        _logs(folder, log_change)
+    proc = _cli(tmp_path, "import", folder, "--steplog", folder / "steplog.jsonl")
+    _refused(tmp_path, proc, words)
+
+
+@pytest.mark.parametrize("where", ["trace", "step log"])
+def test_a_world_size_of_0_is_read_as_unknown_with_a_line(tmp_path, where):
+    folder = Path(
+        _folder(
+            tmp_path, lambda doc: doc["distributedInfo"].update(world_size=0) if where == "trace" else None
+        )
+    )
+    if where == "step log":
+        _logs(folder, _meta(1, world_size=0))
+    proc = _cli(tmp_path, "import", folder, "--steplog", folder / "steplog.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    _, summary = _run(tmp_path)
+    said = (
+        "rank-1.trace.json.gz: its distributedInfo"
+        if where == "trace"
+        else "steplog.rank1.jsonl: its meta record"
+    )
+    assert any(said in w and w.endswith("says world size 0, which is no world: read as unknown")
+               for w in summary["warnings"]), summary["warnings"]  # fmt: skip
+    assert [(e["rank"], e["world_size"]) for e in summary["ranks"]] == [(0, 2), (1, 2)]

@@ -209,7 +209,7 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64)
     )
     used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
-    rank, world_size = _distributed(header.distributedInfo)
+    rank, world_size = _distributed(header.distributedInfo, label, warnings)
     threads = {}
     for t in used.tolist():
         p, th = t >> 32, t & 0xFFFFFFFF
@@ -257,13 +257,24 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
     )
 
 
-def _distributed(info: dict | None) -> tuple[int | None, int | None]:
-    """(rank, world size) from Kineto's distributedInfo, where it holds them as non-negative integers."""
+def _distributed(info: dict | None, label: str, warnings: list[str]) -> tuple[int | None, int | None]:
+    """(rank, world size) from Kineto's distributedInfo, where it holds them as non-negative integers. A world size
+    of 0 is no world (read as unknown, with a warning); a rank outside its world size is refused: which of the two
+    numbers is wrong is unknown, and either makes the run's ranks wrong."""
     out = []
     for key in ("rank", "world_size"):
         v = (info or {}).get(key)
         out.append(v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None)
-    return out[0], out[1]
+    rank, world = out
+    if world == 0:
+        warnings.append(f"{label}: its distributedInfo says world size 0, which is no world: read as unknown")
+        world = None
+    if rank is not None and world is not None and rank >= world:
+        raise RoseprofError(
+            f"{label}: its distributedInfo says rank {rank} of a world size of {world}: no such rank "
+            f"(ranks 0 to {world - 1})"
+        )
+    return rank, world
 
 
 def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names):
