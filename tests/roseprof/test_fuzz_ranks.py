@@ -13,7 +13,6 @@ import gzip
 import json
 import random
 import shutil
-import signal
 from pathlib import Path
 
 from hypothesis import given
@@ -21,11 +20,9 @@ from hypothesis import strategies as st
 
 from tests.helpers import DATA, run_cli
 from tests.roseprof.test_fuzz import (
-    CASE_SECONDS,
     FUZZ,
-    _alarm,
+    check_cli,
     flip_bits,
-    folder_hash,
     store,  # noqa: F401  (the module fixture: the earlier run no case may change)
     truncate,
 )
@@ -171,40 +168,21 @@ MUTATIONS = {
 
 
 def check_ranks(store, folder: Path, with_log: bool) -> int:  # noqa: F811
-    """test_fuzz.check_cli's property for an import of `folder`, and: a run stored is complete and `show` reads it;
-    no straggler is named where the ranks' timings are in doubt."""
-    root, earlier, earlier_hash = store
-    traces = root / "t"
-    before = {p.name for p in traces.iterdir()}
-    args = ["import", folder, *(["--steplog", folder / "steplog.jsonl"] if with_log else [])]
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(CASE_SECONDS)
-    try:
-        code, out, err = run_cli(*args, "--traces-dir", traces, "--dashboards-dir", root / "d")
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    new = {p.name for p in traces.iterdir()} - before
-    assert "internal error" not in err and "Traceback" not in err, err
-    if code == 0:
-        assert len(new) == 1 and not any(n.startswith(".") for n in new), (new, err)
-        assert "damaged" not in err, err  # stored complete, and every command would have refused it
-        run = traces / new.pop()
+    """test_fuzz.check_cli's property for an import of `folder`, and: a run stored is complete and `show` reads it
+    (no run that `ls` lists as complete while every command refuses it); no straggler is named where the ranks'
+    timings are in doubt."""
+    traces, dashboards = store[0] / "t", store[0] / "d"
+
+    def readable(run: Path) -> None:
         assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
-        shown = run_cli("show", run.name, "--traces-dir", traces, "--dashboards-dir", root / "d")
-        assert shown[0] == 0 and not shown[2].strip(), shown[2]
+        code, _, err = run_cli("show", run.name, "--traces-dir", traces, "--dashboards-dir", dashboards)
+        assert code == 0 and not err.strip(), err
         summary = json.loads((run / "summary.json").read_text())
-        if ((summary.get("rank_clock") or {}).get("doubts")) and summary.get("collectives"):
+        if (summary.get("rank_clock") or {}).get("doubts") and summary.get("collectives"):
             assert summary["collectives"]["straggler"] is None
-        shutil.rmtree(run)  # keep the store small between cases
-    else:
-        lines = [line for line in err.splitlines() if line.strip()]
-        assert code == 2 and len(lines) == 1, (code, err)
-        assert lines[0].startswith("roseprof: error: ") and str(folder) in lines[0], lines[0]
-        assert ".tmp-" not in lines[0]
-        assert new == set(), f"a refused import left {new}"
-    assert folder_hash(earlier) == earlier_hash, "an earlier run changed"
-    return code
+
+    args = ["import", folder, *(["--steplog", folder / "steplog.jsonl"] if with_log else [])]
+    return check_cli(store, args, label=folder, on_stored=readable)
 
 
 @FUZZ

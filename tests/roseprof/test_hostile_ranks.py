@@ -29,16 +29,18 @@ main()
 """
 
 
-def _folder(tmp_path, change) -> str:
-    """The TP=2 folder with rank 1's trace passed through `change` (its parsed JSON, changed in place)."""
+def _folder(tmp_path, change, ranks=(1,)) -> str:
+    """The TP=2 folder with the traces of `ranks` (rank 1's) passed through `change` (its parsed JSON, changed in
+    place)."""
     out = tmp_path / "tp2"
     shutil.copytree(TP2, out)
-    path = out / "rank-1.trace.json.gz"
-    with gzip.open(path, "rt") as fh:
-        doc = json.load(fh)
-    change(doc)
-    with gzip.open(path, "wt") as fh:
-        json.dump(doc, fh)
+    for rank in ranks:
+        path = out / f"rank-{rank}.trace.json.gz"
+        with gzip.open(path, "rt") as fh:
+            doc = json.load(fh)
+        change(doc)
+        with gzip.open(path, "wt") as fh:
+            json.dump(doc, fh)
     return str(out)
 
 
@@ -356,14 +358,7 @@ def test_collectives_paired_by_order_are_no_clock_measure(tmp_path):
             if e.get("name") == "roseinfer.decode_step":
                 e["name"] = "other.step"
 
-    folder = Path(_folder(tmp_path, rename))
-    path = folder / "rank-0.trace.json.gz"
-    with gzip.open(path, "rt") as fh:
-        doc = json.load(fh)
-    rename(doc)
-    with gzip.open(path, "wt") as fh:
-        json.dump(doc, fh)
-    proc = _cli(tmp_path, "import", folder)
+    proc = _cli(tmp_path, "import", _folder(tmp_path, rename, ranks=(0, 1)))
     assert proc.returncode == 0, proc.stderr
     assert "collectives paired by order, which says nothing of how well the clocks agree" in _said(proc)
     _, summary = _run(tmp_path)
