@@ -8,6 +8,7 @@ read (item 5). A refused import is one line, exit 2, and the store is left as it
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import os
 import shutil
@@ -329,9 +330,11 @@ def test_ranks_whose_timings_disagree_are_said_first_and_name_no_straggler(
     assert first in _first_lines(proc), proc.stdout[:1500]
     assert "no straggler is named" in _said(proc)
     assert "straggler:" not in _said(proc) and "no clear straggler" not in _said(proc)
-    _, summary = _run(tmp_path)
+    manifest, summary = _run(tmp_path)
     assert summary["collectives"]["straggler"] is None and summary["collectives"]["spikes"] is None
     assert any(first in d for d in summary["rank_clock"]["doubts"])
+    page = (tmp_path / "d" / f"{manifest['run_id']}.html").read_text()  # the dashboard's warnings, first
+    assert html.escape(summary["rank_clock"]["doubts"][0]) in page
 
 
 def test_a_step_log_with_every_record_twice_is_read_once_with_a_warning(tmp_path):
