@@ -91,7 +91,8 @@ _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 def rank_files(folder: Path, label: str) -> tuple[list[Path], list[str]]:
     """The trace files of a folder of per-rank traces (HTA's layout: rank-N.<anything>.json[.gz]), by rank (the
     number after `rank` in the name; names without one after, by name), and a line for each file of a trace's
-    suffix that is no trace (empty, or JSON without traceEvents beside them: a config.json), which is skipped.
+    suffix that is no trace (empty, or a file not named for a rank whose first bytes are no trace's: a
+    config.json), which is skipped.
     One line naming `label` when it has no trace."""
     many = [r for r in readers() if r.read_many is not None]
     suffixes = tuple(s for r in many for s in r.suffixes)
@@ -106,7 +107,9 @@ def rank_files(folder: Path, label: str) -> tuple[list[Path], list[str]]:
                 head = fh.read(SNIFF_BYTES)
         except OSError as e:
             raise RoseprofError(f"{p}: cannot read ({e.strerror})") from None
-        if any(r.sniff(head) for r in many):
+        # A rank's file is read (its damage refused, not passed over), unless it is empty; another file only where
+        # its first bytes are a trace's (a config.json beside the ranks is not).
+        if head and (_RANK_IN_NAME.search(p.name) or any(r.sniff(head) for r in many)):
             traces.append(p)
         else:
             why = "is empty (0 bytes)" if not head else "is not a trace"

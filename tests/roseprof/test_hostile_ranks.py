@@ -265,6 +265,15 @@ def test_a_folder_file_that_is_no_trace_is_skipped_with_a_line(tmp_path, what):
     )
 
 
+def test_a_damaged_rank_file_is_refused_not_skipped(tmp_path):
+    """A file named for a rank is that rank's: damage to it is refused in one line, never passed over as if the
+    rank had not run (only an empty one is skipped)."""
+    folder = tmp_path / "tp2"
+    shutil.copytree(TP2, folder)
+    (folder / "rank-1.trace.json.gz").write_bytes(b"\x00not gzip, not JSON")
+    _refused(tmp_path, _cli(tmp_path, "import", folder), "rank-1.trace.json.gz")
+
+
 # ---- item 6: a straggler named with confidence where the ranks' timings cannot be compared ---------------------
 
 
