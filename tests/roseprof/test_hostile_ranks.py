@@ -431,3 +431,19 @@ def test_a_world_size_of_0_is_read_as_unknown_with_a_line(tmp_path, where):
     assert any(said in w and w.endswith("says world size 0, which is no world: read as unknown")
                for w in summary["warnings"]), summary["warnings"]  # fmt: skip
     assert [(e["rank"], e["world_size"]) for e in summary["ranks"]] == [(0, 2), (1, 2)]
+
+
+def test_two_runs_files_in_one_folder_are_refused(tmp_path):
+    """Rank 0 of the 2-H200 capture beside rank 1 of the CPU TP=2 capture (both of a world of 2, ranks 0 and 1):
+    once merged as one run, every cross-rank figure compared two programs hours apart."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    shutil.copy(TP2 / "rank-0.trace.json.gz", folder)
+    shutil.copy(DATA / "torch" / "cpu-torch2.13-roseinfer-tp2" / "rank-1.trace.json.gz", folder)
+    line = _refused(
+        tmp_path,
+        _cli(tmp_path, "import", folder),
+        "rank-1.trace.json.gz: its events lie",
+        "not one run's files",
+    )
+    assert "2.7 h before those of" in line
