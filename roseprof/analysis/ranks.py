@@ -20,18 +20,29 @@ from roseprof.workload.steplog import StepLogRecords, log_rank
 STEP_LOG = "step log"  # Process.rank_from when a step log's meta record named the process
 
 
-def assign_ranks(trace: Trace, logs: dict[int, StepLogRecords]) -> None:
-    """Gives each process whose pid is a log's meta `pid` that log's rank and world size (in place)."""
+def assign_ranks(trace: Trace, logs: dict[int, StepLogRecords]) -> list[str]:
+    """Gives each process whose pid is a log's meta `pid` that log's rank and world size (in place). Returns a line
+    for each log whose rank contradicts the one the process' own trace file gives (Kineto's distributedInfo): the
+    step logs do not match their traces (logs swapped, or another run's), so no rank's timing can be trusted beside
+    another's."""
+    contradictions = []
     for file_rank, log in logs.items():
         pid = log.meta.get("pid")
         process = trace.processes.get(pid) if isinstance(pid, int) else None
         if process is None:
             continue
         world = log.meta.get("world_size")
-        process.rank = log_rank(log, file_rank)
+        rank = log_rank(log, file_rank)
+        if process.rank is not None and process.rank_from != STEP_LOG and process.rank != rank:
+            contradictions.append(
+                f"the step logs do not match their traces: rank {rank}'s log names pid {pid}, which its trace says "
+                f"is rank {process.rank} ({process.rank_from})"
+            )
+        process.rank = rank
         if isinstance(world, int) and not isinstance(world, bool) and world > 0:
             process.world_size = world
         process.rank_from = STEP_LOG
+    return contradictions
 
 
 def ranked_pids(trace: Trace) -> dict[int, list[int]]:
@@ -166,4 +177,29 @@ def collective_end_spread(inst, matched, n_groups: int) -> dict | None:
         "ranks": int(ends.shape[0]),
         "end_spread_p50_ns": float(np.percentile(spread, 50)),
         "end_spread_max_ns": int(spread.max()),
+        "collective_p50_ns": float(np.percentile(inst.end - inst.arrival, 50)),
     }
+
+
+# The same collective ends on every rank within the link's latency (0.4 us p50 on the 2-H200 capture): matched ends
+# further apart than this, or than EXPLAINED_X times the median collective's duration, are clocks that disagree, or
+# step logs that pair one rank's step with another step of another rank (duplicated records, swapped logs).
+EXPLAINED_NS = 1_000_000
+EXPLAINED_X = 10
+
+
+def clock_doubt(ends: dict | None) -> str | None:
+    """The line that says the ranks' timings cannot be compared, from `collective_end_spread`'s result, or None. Ends
+    paired by order (no decode step matched) say nothing of the clocks: two profiler windows that start a step
+    apart pair one step's collective with another's."""
+    if not ends or ends.get("matched_by") != "step":
+        return None
+    bound = min(EXPLAINED_NS, EXPLAINED_X * ends["collective_p50_ns"])
+    if ends["end_spread_p50_ns"] <= bound:
+        return None
+    return (
+        f"the ranks' clocks disagree, or their step logs pair different steps: the same collectives end "
+        f"{ends['end_spread_p50_ns'] / 1e6:.3f} ms apart (p50 of {ends['matched']}), more than collectives can "
+        f"explain ({bound / 1e6:.3f} ms: 1 ms, or 10x their median {ends['collective_p50_ns'] / 1e3:.1f} µs); "
+        "no straggler is named"
+    )

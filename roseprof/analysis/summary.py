@@ -27,13 +27,15 @@ def analyse(
     model and step log; this function runs them in order and assembles summary.json in its key order."""
     # What the reader had to assume, then what the analyses found, in the order they found it.
     logs = {**({0: log} if log is not None else {}), **(rank_logs or {})}
-    assign_ranks(trace, logs)
+    doubts = assign_ranks(trace, logs)
     # One spelling of a region in every table: the sections see a range outside the default NVTX domain under its
     # `domain:name` (model.spelled_range_names); the tables keyed by (domain, name) take its own name (own_names).
     spelled = spelled_range_names(trace)
     shown = trace if spelled is None else replace(trace, ranges=replace(trace.ranges, name=spelled))
     own_names = None if spelled is None else trace.ranges.name
-    ctx = Context(shown, log, step_range, warnings=list(trace.warnings), logs=logs, own_names=own_names)
+    ctx = Context(
+        shown, log, step_range, warnings=list(trace.warnings), logs=logs, own_names=own_names, doubts=doubts
+    )
     parts: dict = {"schema": SUMMARY_SCHEMA, "gpus": trace.gpus, "warnings": ctx.warnings}
     tables: dict = {}
     for section in SECTIONS:

@@ -3,6 +3,7 @@ drivers, the capture pipeline, the analysis step and the store together; present
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -89,17 +90,33 @@ def import_path(
     name: str | None,
     steplog: str | None,
     step_range: str | None = None,
+    max_gzip_ratio: float | None = None,
+    gzip_ratio_after_mib: int | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run; several files,
-    or a folder of them (HTA's layout, rank-N.*.json[.gz]), as one run of several ranks (Kineto)."""
+    or a folder of them (HTA's layout, rank-N.*.json[.gz]), as one run of several ranks (Kineto). A gzip file
+    may inflate, past its first `gzip_ratio_after_mib` MiB, at most `max_gzip_ratio` times its compressed size
+    (drivers/base.py: Limits; None: the defaults), so a decompression bomb is refused before it fills memory."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
-    from roseprof.drivers import pick_reader, rank_files
+    from roseprof.drivers import Limits, pick_reader, rank_files
+
+    limits = Limits()
+    if max_gzip_ratio is not None:
+        limits = dataclasses.replace(limits, gzip_ratio=max_gzip_ratio)
+    if gzip_ratio_after_mib is not None:
+        limits = dataclasses.replace(limits, gzip_after_bytes=gzip_ratio_after_mib << 20)
 
     paths = [path] if isinstance(path, str) else list(path)
     files: list[str] = []
+    skipped: list[str] = []  # a folder's files that are no trace
     for p in paths:
-        files += [str(f) for f in rank_files(Path(p), p)] if Path(p).is_dir() else [p]
+        if Path(p).is_dir():
+            found, left_out = rank_files(Path(p), p)
+            files += [str(f) for f in found]
+            skipped += left_out
+        else:
+            files.append(p)
     return pipeline.import_file(
         store, files[0] if len(files) == 1 else files, name, steplog, analyse_import, pick_reader,
-        _step_manifest(step_range),
+        _step_manifest(step_range), limits, skipped,
     )  # fmt: skip

@@ -11,7 +11,7 @@ from roseprof.analysis import sections
 from roseprof.analysis.summary import analyse
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
-from roseprof.workload.steplog import rank_log_paths, rank_path, read_steplog
+from roseprof.workload.steplog import log_rank, rank_log_paths, rank_path, read_steplog
 
 
 def analyse_trace(
@@ -46,6 +46,14 @@ def analyse_trace(
                 if strict:
                     raise RoseprofError(f"{other_label}: {words}")
                 unusable.append(f"{other_label}: {words}: rank {rank}'s steps are not joined to a log")
+    problems = _inconsistent_logs({**({0: (log, label)} if log is not None else {}), **rank_logs}, unusable)
+    for file_rank, why in problems.items():
+        if strict:  # the user's files: one line, nothing stored
+            raise RoseprofError(why)
+        unusable.append(f"{why}: left out")  # a capture's own logs: the run is kept without that log
+        rank_logs.pop(file_rank, None)
+        if file_rank == 0:
+            log = None
     summary, data = analyse(trace, log, step_range, {r: lg for r, (lg, _) in rank_logs.items()})
     if log is not None:
         summary["warnings"].extend(log.warnings(label))
@@ -53,6 +61,31 @@ def analyse_trace(
         summary["warnings"].extend(other.warnings(other_label))
     summary["warnings"].extend(unusable)
     return summary, sections.stored_tables(data)
+
+
+def _inconsistent_logs(logs: dict, warnings: list[str]) -> dict[int, str]:
+    """{file rank: why} for each step log ({file rank: (log, label)}) that cannot be one rank of the run: a rank
+    outside its own world size, or a rank an earlier log already claims (two logs merged into one rank: its steps
+    two processes' as one sequence). A world size of 0 is no world: the log's is read as unknown (ranks.py), and
+    `warnings` says so."""
+    out, claimed = {}, {}
+    for file_rank, (log, label) in sorted(logs.items()):
+        rank, world = log_rank(log, file_rank), log.meta.get("world_size")
+        if world == 0 and not isinstance(world, bool):
+            warnings.append(f"{label}: its meta record says world size 0, which is no world: read as unknown")
+        if isinstance(world, int) and not isinstance(world, bool) and world > 0 and rank >= world:
+            out[file_rank] = (
+                f"{label}: its meta record says rank {rank} of a world size of {world}: no such rank "
+                f"(ranks 0 to {world - 1})"
+            )
+        elif rank in claimed:
+            out[file_rank] = (
+                f"{label}: its meta record says rank {rank}, as {claimed[rank]} does: two logs of one rank (another "
+                "run's, or a copy?) would make one rank's steps of two processes"
+            )
+        else:
+            claimed[rank] = label
+    return out
 
 
 def summary_checks() -> dict:

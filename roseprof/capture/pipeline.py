@@ -43,10 +43,15 @@ from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
     from roseprof.drivers import Reader
+    from roseprof.drivers.base import Limits
 
 Analyse = Callable[[Trace, "Path | None"], tuple[dict, dict]]
 Progress = Callable[[str, str], None]  # (stage, message)
 PickReader = Callable[[Path, str], "Reader"]  # (file, label) -> its driver's reader, or RoseprofError
+
+
+class Unreadable(RoseprofError):
+    """The analysis gave a summary.json the store would refuse to read back: the run is not stored as complete."""
 
 
 def _quiet(stage: str, message: str) -> None:
@@ -198,6 +203,11 @@ def _ingest(
         writer.manifest["gpus"] = trace.gpus
     tables.write_trace(writer.path, trace)
     tables.write_analysis(writer.path, summary, parts)
+    damage = tables.summary_damage(writer.path, writer.store.summary_checks)
+    if damage is not None:  # a run every command would refuse is not stored as complete
+        raise Unreadable(
+            f"the trace gives a run roseprof cannot read back ({damage}); nothing stored as complete"
+        )
     return summary
 
 
@@ -209,10 +219,15 @@ def import_file(
     analyse: Analyse,
     pick_reader: PickReader,
     manifest: dict | None = None,
+    limits: Limits | None = None,
+    skipped: list[str] | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
     reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`. Several
     files (one per rank) become one run where their driver reads several as one (`Reader.read_many`: Kineto).
+
+    `limits` (drivers/base.py: Limits) bound what reading the files may inflate; `skipped` says which files
+    given (a folder's) were left out as no trace, first among the run's warnings.
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     paths = [path] if isinstance(path, str) else list(path)
@@ -254,16 +269,20 @@ def import_file(
             _copy(Path(p), copy, p)
             copies.append(copy)
         if len(paths) == 1:
-            trace = reader.read(copies[0], writer.raw, paths[0])
+            trace = reader.read(copies[0], writer.raw, paths[0], limits)
         else:
-            trace = reader.read_many(copies, writer.raw, paths)
+            trace = reader.read_many(copies, writer.raw, paths, limits)
+        trace.warnings[:0] = skipped or []
         log_path = None
         if steplog is not None:
             log_path = writer.path / tables.STEPLOG
             # Every rank's log, named in the run folder as the engine names them in a capture.
             for rank, log in rank_log_paths(steplog).items():
                 _copy(Path(log), Path(rank_path(str(log_path), rank)), log)
-        _ingest(writer, trace, log_path, analyse)
+        try:
+            _ingest(writer, trace, log_path, analyse)
+        except Unreadable as e:  # named by the user's file (or their files' folder)
+            raise RoseprofError(f"{paths[0] if len(paths) == 1 else first.parent}: {e}") from None
         return writer.finish("complete", exit_code=0, message=None)
     except OSError as e:
         writer.abort()

@@ -50,15 +50,30 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     metavar="NAME",
     help="the NVTX or record_function range that is one step of the program (per-step and steady-state views)",
 )
+@click.option(
+    "--max-gzip-ratio",
+    type=click.FloatRange(min=1),
+    default=100,
+    show_default=True,
+    help="a .gz file may inflate at most this many times its size (past --gzip-ratio-after): a decompression bomb is refused",
+)
+@click.option(
+    "--gzip-ratio-after", type=click.IntRange(min=0), default=1024, show_default=True, metavar="MIB",
+    help="MiB a .gz file may inflate to before --max-gzip-ratio applies",
+)  # fmt: skip
 @store_options
-def import_(paths, name, steplog, step_range, traces_dir, dashboards_dir) -> None:
+def import_(
+    paths, name, steplog, step_range, max_gzip_ratio, gzip_ratio_after, traces_dir, dashboards_dir
+) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content.
     Several Kineto files, or a folder of them (one per rank: rank-0.*.json.gz, rank-1.*, ...), are one run."""
     from roseprof.api import import_path
     from roseprof.render.terminal import make_console
 
-    run = import_path(open_store(traces_dir), list(paths), name, steplog, step_range)
+    run = import_path(
+        open_store(traces_dir), list(paths), name, steplog, step_range, max_gzip_ratio, gzip_ratio_after
+    )
     after_storing(run, lambda: print_run(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 

@@ -13,13 +13,14 @@ import importlib
 import re
 from pathlib import Path
 
-from roseprof.drivers.base import SNIFF_BYTES, Launch, Reader, find_tool
+from roseprof.drivers.base import SNIFF_BYTES, Launch, Limits, Reader, find_tool
 from roseprof.errors import RoseprofError
 
 __all__ = [
     "CAPTURES",
     "SNIFF_BYTES",
     "Launch",
+    "Limits",
     "Reader",
     "capturer",
     "find_tool",
@@ -87,15 +88,33 @@ def pick_reader(path: Path, label: str | None = None) -> Reader:
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
-def rank_files(folder: Path, label: str) -> list[Path]:
+def rank_files(folder: Path, label: str) -> tuple[list[Path], list[str]]:
     """The trace files of a folder of per-rank traces (HTA's layout: rank-N.<anything>.json[.gz]), by rank (the
-    number after `rank` in the name; names without one after, by name). One line naming `label` when it has none."""
-    suffixes = tuple(s for r in readers() if r.read_many is not None for s in r.suffixes)
+    number after `rank` in the name; names without one after, by name), and a line for each file of a trace's
+    suffix that is no trace (empty, or a file not named for a rank whose first bytes are no trace's: a
+    config.json), which is skipped.
+    One line naming `label` when it has no trace."""
+    many = [r for r in readers() if r.read_many is not None]
+    suffixes = tuple(s for r in many for s in r.suffixes)
     try:
         files = [p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(suffixes)]
     except OSError as e:
         raise RoseprofError(f"{label}: cannot read the folder ({e.strerror})") from None
-    if not files:
+    traces, skipped = [], []
+    for p in files:
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(SNIFF_BYTES)
+        except OSError as e:
+            raise RoseprofError(f"{p}: cannot read ({e.strerror})") from None
+        # A rank's file is read (its damage refused, not passed over), unless it is empty; another file only where
+        # its first bytes are a trace's (a config.json beside the ranks is not).
+        if head and (_RANK_IN_NAME.search(p.name) or any(r.sniff(head) for r in many)):
+            traces.append(p)
+        else:
+            why = "is empty (0 bytes)" if not head else "is not a trace"
+            skipped.append(f"{p}: {why}: skipped, the run is the folder's other files")
+    if not traces:
         raise RoseprofError(
             f"{label}: is a folder with no trace in it; give a trace file, or a folder of one Kineto file per rank "
             f"(rank-0.*.json.gz, rank-1.*, ...: {', '.join(suffixes)})"
@@ -105,4 +124,4 @@ def rank_files(folder: Path, label: str) -> list[Path]:
         m = _RANK_IN_NAME.search(p.name)
         return (0, int(m.group(1)), p.name) if m else (1, 0, p.name)
 
-    return sorted(files, key=order)
+    return sorted(traces, key=order), sorted(skipped)

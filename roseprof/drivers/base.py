@@ -11,27 +11,52 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from roseprof.errors import RoseprofError
 from roseprof.model import Trace
 
 SNIFF_BYTES = 4096
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one import may cost, whatever its file says: a gzip file inflates, past `gzip_after_bytes` of it, at
+    most `gzip_ratio` times the compressed bytes read so far. Real Kineto traces inflate 13-30x (tests/data; a 2.4 GB
+    trace from a 300 MB gzip: 8x); a decompression bomb far more (9.35 MB to 2.5 GiB: 270x), and it exhausts memory
+    long before its end. `roseprof import --max-gzip-ratio` raises the ratio."""
+
+    gzip_ratio: float = 100.0
+    gzip_after_bytes: int = 1 << 30
+
+    def check_inflated(self, inflated: int, compressed: int, label: str) -> None:
+        if inflated > self.gzip_after_bytes and inflated > self.gzip_ratio * max(compressed, 1):
+            raise RoseprofError(
+                f"{label}: inflates over {self.gzip_ratio:g}x ({_size(inflated)} of JSON from {_size(compressed)} "
+                f"of gzip, past the first {_size(self.gzip_after_bytes)}): a decompression bomb, not a trace; "
+                "refused (--max-gzip-ratio raises the limit)"
+            )
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+@dataclass(frozen=True)
 class Reader:
     """How one tool's file becomes a Trace.
 
-    read(path, raw_dir, label): `path` is the run's own copy of the user's file (in raw_dir, where any
-    conversion, e.g. an nsys export, also writes); `label` is how errors name the file: the user's path.
+    read(path, raw_dir, label, limits): `path` is the run's own copy of the user's file (in raw_dir, where any
+    conversion, e.g. an nsys export, also writes); `label` is how errors name the file: the user's path; `limits`
+    (Limits, or None for the defaults) bound what reading it may inflate.
     """
 
     tool: str
     description: str  # e.g. "nsys .sqlite export"
     suffixes: tuple[str, ...]  # lower-case, with the dot; matched against the end of the name
     sniff: Callable[[bytes], bool]  # True when the file's first SNIFF_BYTES bytes look like this format
-    read: Callable[[Path, Path, str], Trace]
-    # read_many(paths, raw_dir, labels): several files of one run (one per rank) as one Trace; None where the
+    read: Callable[[Path, Path, str, Limits | None], Trace]
+    # read_many(paths, raw_dir, labels, limits): several files of one run (one per rank) as one Trace; None where the
     # tool writes one file for every process (nsys) or has no timeline to merge (ncu)
-    read_many: Callable[[list[Path], Path, list[str]], Trace] | None = None
+    read_many: Callable[[list[Path], Path, list[str], Limits | None], Trace] | None = None
 
 
 @dataclass(frozen=True)

@@ -290,7 +290,9 @@ def _render(view: RunView, out_path: Path) -> Path:
         f'<div class="card"><div class="k">{html.escape(k)}</div><div class="v">{html.escape(str(v))}</div></div>'
         for k, v in _cards(run, summary)
     )
-    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in summary.get("warnings") or [])
+    # Why the ranks' timings cannot be compared first (rank_clock.doubts: no straggler is named), then the rest.
+    doubts = (summary.get("rank_clock") or {}).get("doubts") or []
+    warnings = "".join(f"<li>{html.escape(w)}</li>" for w in [*doubts, *(summary.get("warnings") or [])])
     main = f"""<div class="cards">{cards}</div>
 {f'<div class="panel"><h2>Warnings</h2><ul>{warnings}</ul></div>' if warnings else ""}
 {_steady_panel(summary)}

@@ -138,6 +138,9 @@ def print_summary(
     if summary is None:
         _print_path(console, "run folder", run.path)
         return
+    # Why the ranks' timings cannot be compared: before any figure, since every cross-rank figure below is in doubt.
+    for doubt in (summary.get("rank_clock") or {}).get("doubts") or []:
+        console.print(plain(f"warning: {doubt}"), markup=False, style="yellow")
     if summary.get("steady"):
         print_steady(console, summary["steady"], top)
     _print_regions(console, run, summary, top)

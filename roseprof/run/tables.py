@@ -321,6 +321,18 @@ def read_summary(folder: Path, section_checks: dict) -> dict | None:
     return _read_checked(folder / SUMMARY, lambda summary: check_summary(summary, section_checks))
 
 
+def summary_damage(folder: Path, section_checks: dict) -> str | None:
+    """What keeps a run folder's summary.json from being read back (as `read_summary` would refuse it), or None:
+    checked before a run is stored as complete, so that no complete run is one every command refuses."""
+    try:
+        check_summary(read_json(folder / SUMMARY), section_checks)
+    except Damaged as e:
+        return f"{SUMMARY}: {e}"
+    except (OSError, ValueError, RecursionError) as e:
+        return f"{SUMMARY}: not readable JSON ({type(e).__name__})"
+    return None
+
+
 def read_steps(folder: Path) -> dict | None:
     """{"regions": [...], "rows": {column: [S]}, "run_starts": [...]} or None (run_starts absent before 2026-11)."""
     return _read_checked(folder / "steps.json", check_steps)

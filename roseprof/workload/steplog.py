@@ -23,6 +23,7 @@ every line is checked and a damaged one costs only itself:
     a request whose token_step is shorter or longer than token_ns                -> kept: missing steps are -1
                                                                                     (unknown), extra ones dropped
     records of unknown type                                                      -> ignored (newer engines)
+    a step record repeating an earlier one (its index, start and end)            -> skipped, counted
 
 What was skipped or repaired becomes warnings in the run's summary (`StepLogRecords.warnings`). A file in which
 no line at all is a step-log record (a binary file, another tool's file) is refused in one line by the caller
@@ -248,7 +249,24 @@ def read_steplog(path: str) -> StepLogRecords | None:
                 log.problems["skipped: not JSON"] += 1
     # Several engines in one process share the log; their step records interleave in time order already.
     log.steps.sort(key=lambda r: r["start_ns"])
+    _drop_repeats(log)
     return log
+
+
+def _drop_repeats(log: StepLogRecords) -> None:
+    """A step record that repeats an earlier one (its index, start and end: a log concatenated to itself, a
+    record written twice) is no step of its own: joined to the trace, every step after it would pair with the
+    wrong range (and the ranks' collectives with another step's)."""
+    seen: set[tuple] = set()
+    kept = []
+    for step in log.steps:
+        key = (repr(step.get("index")), step["start_ns"], step["end_ns"])  # an index is as the log wrote it
+        if key in seen:
+            log.problems["skipped: a step record repeating an earlier one (same index, start and end)"] += 1
+            continue
+        seen.add(key)
+        kept.append(step)
+    log.steps = kept
 
 
 def rank_path(path: str, rank: int) -> str:

@@ -112,8 +112,9 @@ def store(tmp_path_factory):
     return root, earlier, folder_hash(earlier)
 
 
-def check_cli(store, args: list, label, env=None) -> int:
-    """Run `roseprof ARGS`; assert the property; returns the exit code."""
+def check_cli(store, args: list, label, env=None, on_stored=None) -> int:
+    """Run `roseprof ARGS`; assert the property; returns the exit code. `on_stored(folder)`: more to assert of the
+    run an import stored, before it is removed."""
     root, earlier, earlier_hash = store
     traces = root / "t"
     before = {p.name for p in traces.iterdir()}
@@ -131,6 +132,8 @@ def check_cli(store, args: list, label, env=None) -> int:
         new = after - before
         if code == 0:
             assert len(new) == 1 and not any(n.startswith(".") for n in new), (new, err)
+            if on_stored is not None:
+                on_stored(traces / next(iter(new)))
             shutil.rmtree(traces / new.pop())  # keep the store small between cases
         else:
             lines = [line for line in err.splitlines() if line.strip()]

@@ -26,11 +26,11 @@ TP2 = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.sqlite"
 TP2_LOG = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.steplog.jsonl"
 TP2_PIDS = {0: 25363, 1: 25373}  # the meta records' pids, rank 0 and rank 1
 HTA = DATA / "torch" / "facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
-KINETO = DATA / "torch" / "pytorch__kineto__worker0.1623143089861.pt.trace.json.gz"
 TP2_KINETO = (
     DATA / "torch" / "cpu-torch2.13-roseinfer-tp2"
 )  # HTA's layout: rank-<r>.trace.json.gz, one per rank
 TP2_KINETO_LOG = TP2_KINETO / "steplog.jsonl"  # and steplog.rank1.jsonl beside it
+GPU_TP2 = DATA / "torch" / "h200x2-torch2.11-roseinfer-tp2"  # the same layout, NCCL on 2 H200s
 
 
 def test_nsys_reader_names_every_threads_process():
@@ -158,13 +158,14 @@ def _kernel_events(path) -> int:
 
 
 def test_kineto_per_rank_kernels_are_each_files_own(tmp_path):
-    """Truth: two real Kineto files (HTA's rank 0 of a DDP job, Kineto's own sample) imported as one run: each
-    process' kernel count and time are its file's."""
-    files = [HTA, KINETO]
+    """Truth: the two real Kineto files of the 2-H200 TP=2 capture imported as one run: each process' kernel count
+    and time are its file's. (Two other runs' files, HTA's and Kineto's samples, are no longer merged: their events
+    lie 1,031 days apart, test_two_runs_files_are_not_merged.)"""
+    files = [GPU_TP2 / "rank-0.trace.json.gz", GPU_TP2 / "rank-1.trace.json.gz"]
     run = api.import_path(RunStore(tmp_path / "traces"), [str(f) for f in files], None, None)
     summary = run.summary()
     entries = summary["ranks"]
-    assert [(e["label"], e["pid"]) for e in entries] == [("rank 0", 1102), ("pid 25738", 25738)]
+    assert [(e["label"], e["pid"]) for e in entries] == [("rank 0", 2155), ("rank 1", 2201)]
     for entry, path in zip(entries, files):
         alone = read_kineto(path)
         kernel = alone.ops.kind == 0
@@ -279,16 +280,30 @@ def test_a_damaged_rank_log_is_named_in_its_warning(tmp_path):
 
 
 def test_two_files_of_one_rank_are_not_merged_into_that_rank(tmp_path):
-    """Our rank 0 beside HTA's rank 0 (another run's): both files say rank 0, and merged as one rank its 128
-    all-reduces were two programs' 192 and its step count one file's. The later file's process is kept apart, of
-    unknown rank, and a warning names both files."""
-    files = [str(TP2_KINETO / "rank-0.trace.json.gz"), str(HTA)]
+    """Our rank 0 beside a copy of itself (copies made for a benchmark): both files say rank 0, and merged as one
+    rank its 128 all-reduces would be two files' 256 and its step count one file's. The later file's process is
+    kept apart, of unknown rank, and a warning names both files."""
+    copy = tmp_path / "copy" / "rank-0.trace.json.gz"
+    copy.parent.mkdir()
+    copy.write_bytes((TP2_KINETO / "rank-0.trace.json.gz").read_bytes())
+    files = [str(TP2_KINETO / "rank-0.trace.json.gz"), str(copy)]
     summary = api.import_path(RunStore(tmp_path / "traces"), files, None, None).summary()
     labels = [e["label"] for e in summary["ranks"]]
-    assert labels == ["rank 0", "pid 1102"]
+    assert labels[0] == "rank 0" and labels[1].startswith("pid ") and len(labels) == 2
     assert all(len(e["pids"]) == 1 for e in summary["ranks"])
     assert [c["count"] for c in summary["collectives"]["ranks"]][:1] == [128]  # rank 0's own all-reduces only
-    assert any(w.startswith(f"{HTA}: says rank 0") and files[0] in w for w in summary["warnings"])
+    assert any(w.startswith(f"{copy}: says rank 0") and files[0] in w for w in summary["warnings"])
+
+
+def test_two_runs_files_are_not_merged(tmp_path):
+    """Our rank 0 beside HTA's rank 0 (a DDP job of 2021): their events lie 964 days apart on the Unix clock, so
+    they are not one run's; merged, every cross-rank figure (collectives, stragglers, clocks) compared two programs.
+    Refused in one line naming the later file, and nothing stored."""
+    files = [str(TP2_KINETO / "rank-0.trace.json.gz"), str(HTA)]
+    with pytest.raises(RoseprofError, match=r"HolisticTraceAnalysis.*: its events lie 964.1 days before those of "
+                                            r".*rank-0.trace.json.gz .*not one run's files"):  # fmt: skip
+        api.import_path(RunStore(tmp_path / "traces"), files, None, None)
+    assert not any((tmp_path / "traces").iterdir())
 
 
 def test_a_rank_missing_from_the_trace_is_said(tmp_path):

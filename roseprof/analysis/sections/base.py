@@ -41,6 +41,9 @@ class Context:
     # [R] each range's own name where `trace.ranges.name` holds the spelled `domain:name` (None: every range is of
     # the default domain; model.spelled_range_names): the tables keyed by (domain, name) name a region by its own.
     own_names: np.ndarray | None = None
+    # Why the ranks' timings cannot be compared (step logs that do not match their traces, clocks that disagree by
+    # more than collectives can explain): said first, in summary.json's rank_clock.doubts, and no straggler is named.
+    doubts: list[str] = field(default_factory=list)
 
     def range_names(self) -> np.ndarray:
         """[R] each range's own name index (with its domain apart: the `regions` and per-rank region tables)."""

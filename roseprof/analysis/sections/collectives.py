@@ -41,9 +41,14 @@ def compute(ctx: Context) -> SectionResult:
             "collectives were left out of the arrival spread"
         )
     itl = ctx.results.get("itl")
-    spikes = spikes_by_rank(
-        ctx.table("itl_series"), itl.summary.get("spikes") if itl is not None else None, parts, m
-    )
+    # Where the ranks' timings cannot be compared (ctx.doubts, said first), no rank is blamed: no straggler, no
+    # spike one rank's lateness explains.
+    spikes = late = None
+    if not ctx.doubts:
+        spikes = spikes_by_rank(
+            ctx.table("itl_series"), itl.summary.get("spikes") if itl is not None else None, parts, m
+        )
+        late = straggler(trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None)
     summary = {
         "kind": inst.kind,
         "source": SOURCE[inst.kind],
@@ -54,9 +59,7 @@ def compute(ctx: Context) -> SectionResult:
         "unmatched_steps": m.unmatched_steps,
         "spread": spread_stats(m) if len(parts.label) > 1 else None,
         "ranks": rank_rows(inst, parts, m),
-        "straggler": straggler(
-            trace, ctx.tree, inst, parts, m, _op_owner(ctx) if inst.kind == "gpu" else None
-        ),
+        "straggler": late,
         "spikes": spikes,
         "by_region": by_region(trace, inst),
         "by_order": by_order(trace, inst, parts, m),

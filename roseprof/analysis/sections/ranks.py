@@ -15,7 +15,7 @@ import numpy as np
 
 from roseprof.analysis.collectives import find_instances, match
 from roseprof.analysis.graphs import placed_kernels
-from roseprof.analysis.ranks import collective_end_spread, op_groups, range_groups, rank_groups
+from roseprof.analysis.ranks import clock_doubt, collective_end_spread, op_groups, range_groups, rank_groups
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.collectives import rank_participants
 from roseprof.analysis.stats import ns_stats
@@ -75,6 +75,10 @@ def compute(ctx: Context) -> SectionResult:
         "collectives": collective_end_spread(*collectives[1:], len(groups)),
         "kernels_of_no_rank": unattributed,
     }
+    doubt = clock_doubt(clock["collectives"])
+    if doubt is not None:
+        ctx.doubts.append(doubt)
+    clock["doubts"] = list(ctx.doubts)
     return SectionResult(
         {"ranks": entries, "rank_clock": clock},
         {"rank_groups": groups, "op_rank": op_group, "range_rank": r_group, "rank_steps": rank_steps,
@@ -232,10 +236,15 @@ def panels(summary: dict) -> list[dict]:
     clock = summary.get("rank_clock") or {}
     spread = clock.get("collectives")
     note = f"clock: {clock.get('how', '?')}"
-    if spread:
+    if spread and spread.get("matched_by", "order") == "order":
+        # Paired by order, the k-th collective of one rank may be another step's on the next: no clock measure.
         note += (
-            f"; {spread['matched']} collectives matched {MATCHED_BY[spread.get('matched_by', 'order')]}: their "
-            "ends differ by "
+            f"; no decode step matched across ranks: {spread['matched']} collectives paired by order, which says "
+            "nothing of how well the clocks agree"
+        )
+    elif spread:
+        note += (
+            f"; {spread['matched']} collectives matched {MATCHED_BY['step']}: their ends differ by "
             f"{spread['end_spread_p50_ns'] / 1e3:.1f} µs p50, {spread['end_spread_max_ns'] / 1e3:.1f} µs at most"
         )
     return [
@@ -284,9 +293,11 @@ CLOCK = {
             "ranks": int,
             "end_spread_p50_ns": NUM,
             "end_spread_max_ns": NUM,
+            "collective_p50_ns": OPT_NUM,
         },
         None,
     ),
+    "doubts": ([str], None),
 }
 
 SECTION = Section(

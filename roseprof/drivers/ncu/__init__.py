@@ -12,7 +12,7 @@ from roseprof.drivers.ncu.report_file import MAGIC
 from roseprof.model import Trace
 
 
-def read_csv(path: Path, raw: Path, label: str) -> Trace:
+def read_csv(path: Path, raw: Path, label: str, limits=None) -> Trace:
     """One CSV export: the raw page (with its units row) or the details page."""
     from roseprof.drivers.ncu.pages import read_page
     from roseprof.drivers.ncu.reader import build_trace, used
@@ -21,7 +21,7 @@ def read_csv(path: Path, raw: Path, label: str) -> Trace:
     return build_trace(page if page.kind == "raw" else None, page if page.kind == "details" else None, label)
 
 
-def read_report(path: Path, raw: Path, label: str) -> Trace:
+def read_report(path: Path, raw: Path, label: str, limits=None) -> Trace:
     from roseprof.drivers.ncu.capture import read_report as read
 
     return read(path, raw, label)

@@ -16,13 +16,13 @@ def split_thread_id(tid):
     return (tid >> 24) & 0xFFFFFF, tid & 0xFFFFFF
 
 
-def read_export(path: Path, raw: Path, label: str) -> Trace:
+def read_export(path: Path, raw: Path, label: str, limits=None) -> Trace:
     from roseprof.drivers.nsys.reader import read_nsys_sqlite
 
     return read_nsys_sqlite(str(path), label=label)
 
 
-def read_report(path: Path, raw: Path, label: str) -> Trace:
+def read_report(path: Path, raw: Path, label: str, limits=None) -> Trace:
     """An .nsys-rep (or 2020-era .qdrep) needs nsys itself to export it to SQLite first."""
     from roseprof.drivers.nsys.capture import export_sqlite, find_nsys
 

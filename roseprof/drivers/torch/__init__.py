@@ -7,7 +7,7 @@ import re
 import zlib
 from pathlib import Path
 
-from roseprof.drivers.base import Reader
+from roseprof.drivers.base import Limits, Reader
 from roseprof.model import Trace
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -32,21 +32,21 @@ def sniff(head: bytes) -> bool:
     return stripped[:1] == b"{" and bool(_TRACE_KEY.match(head) or _KEY_ANYWHERE.search(head))
 
 
-def read(path: Path, raw: Path, label: str) -> Trace:
+def read(path: Path, raw: Path, label: str, limits: Limits | None = None) -> Trace:
     from roseprof.drivers.torch.reader import read_kineto
 
-    return read_kineto(path, raw, label)
+    return read_kineto(path, raw, label, limits)
 
 
-def read_many(paths: list[Path], raw: Path, labels: list[str]) -> Trace:
+def read_many(paths: list[Path], raw: Path, labels: list[str], limits: Limits | None = None) -> Trace:
     """One Kineto file per rank (HTA's layout, or `roseprof torch` of a tensor-parallel engine) as one run: each
     file read on its own (streamed), then merged (capture.merge: Unix-time bases aligned, processes kept apart)."""
     from roseprof.drivers.torch.capture import merge
     from roseprof.drivers.torch.reader import read_kineto
 
-    traces = [read_kineto(p, raw, label) for p, label in zip(paths, labels)]
+    traces = [read_kineto(p, raw, label, limits) for p, label in zip(paths, labels)]
     _one_file_per_rank(traces, labels)
-    return merge(traces)
+    return merge(traces, labels)
 
 
 def _one_file_per_rank(traces: list[Trace], labels: list[str]) -> None:

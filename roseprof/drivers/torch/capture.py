@@ -138,23 +138,31 @@ def read_traces(files: list[Path]) -> Trace:
     from roseprof.drivers.torch.reader import read_kineto
 
     traces = [read_kineto(p, p.parent, str(p)) for p in files]
-    return traces[0] if len(traces) == 1 else merge(traces)
+    return traces[0] if len(traces) == 1 else merge(traces, [str(p) for p in files])
 
 
 # A pid two traces share (two hosts, or two containers, each with its own pid 1234) moves up by this much per
 # trace: Linux pids stay below 2**22, and the model's thread id keeps 31 bits of pid (reader.thread_id).
 PID_STRIDE = 1 << 22
 MAX_PID = (1 << 31) - 1
+# Files whose events lie further apart than this on the Unix clock are not one run's: the ranks of one run are
+# profiled together (one host's clock agrees exactly, NTP keeps hosts within milliseconds), while another run's file
+# was written seconds to days away (a model loads for seconds), as is one whose baseTimeNanoseconds is off.
+APART_NS = 1_000_000_000
 
 
-def merge(traces: list[Trace]) -> Trace:
+def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
     """Several traces of one run (processes, ranks) as one: names re-interned, threads kept apart.
 
-    Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base. Each trace's
-    processes are kept with their ranks; where a pid is already taken by an earlier trace, that trace's threads
-    move to a pid of their own (its name says which pid it had), so two ranks never share a process.
+    Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base, and a file whose
+    events then lie over APART_NS from the first file's is refused, in one line naming it (labels: the files'
+    names). Each trace's processes are kept with their ranks; where a pid is already taken by an earlier trace,
+    that trace's threads move to a pid of their own (its name says which pid it had), so two ranks never share a
+    process.
     """
+    labels = labels or [f"trace {k}" for k in range(len(traces))]
     first = traces[0]
+    spans: list[tuple[int, int] | None] = []
     names = Names()
     parts_r, parts_o, parts_h, threads, gpus, warnings = [], [], [], {}, [], []
     thread_pids: dict[int, int] = {}
@@ -165,6 +173,8 @@ def merge(traces: list[Trace]) -> Trace:
         shift = 0
         if first.session_start_utc_ns is not None and t.session_start_utc_ns is not None:
             shift = t.session_start_utc_ns - first.session_start_utc_ns
+        spans.append(_span(t, shift))
+        _one_run(spans, labels, k)
         r = t.ranges
         parts_r.append(
             Ranges(
@@ -200,6 +210,35 @@ def merge(traces: list[Trace]) -> Trace:
     return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
                  session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
                  host_events=host, thread_pids=thread_pids, processes=processes)  # fmt: skip
+
+
+def _span(trace: Trace, shift: int) -> tuple[int, int] | None:
+    """(first start, last end) of the trace's ranges and GPU ops moved by `shift`, None where it holds neither."""
+    starts = [a.min() for a in (trace.ranges.start, trace.ops.start) if len(a)]
+    ends = [a.max() for a in (trace.ranges.end, trace.ops.end) if len(a)]
+    return (int(min(starts)) + shift, int(max(ends)) + shift) if starts else None
+
+
+def _one_run(spans: list[tuple[int, int] | None], labels: list[str], k: int) -> None:
+    """RoseprofError when the k-th file's events lie over APART_NS from the first file's on the one clock."""
+    if k == 0 or spans[0] is None or spans[k] is None:
+        return
+    (a0, a1), (b0, b1) = spans[0], spans[k]
+    gap = max(b0 - a1, a0 - b1)
+    if gap > APART_NS:
+        when = "after" if b0 > a1 else "before"
+        raise RoseprofError(
+            f"{labels[k]}: its events lie {_long(gap)} {when} those of {labels[0]} (each on its file's "
+            "baseTimeNanoseconds): not one run's files (another run's rank?), or a clock base that is off; not merged"
+        )
+
+
+def _long(ns: int) -> str:
+    s = ns / 1e9
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:,.1f} {unit}"
+    return f"{s:.1f} s"
 
 
 def _own_pids(trace: Trace, k: int, taken: dict[int, Process]) -> Trace:

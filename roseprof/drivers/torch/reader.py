@@ -28,6 +28,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from roseprof.drivers.base import Limits
 from roseprof.drivers.torch.events import (
     API_DRIVER,
     API_KINDS,
@@ -65,6 +66,10 @@ DISTRIBUTED_INFO = "kineto distributedInfo"  # Process.rank_from where the file'
 PROFILER_STEP = "ProfilerStep"  # ProfilerStep#N spans, one region (the step analysis looks for this name)
 EXACT_US_LIMIT = 2.0**43  # below it a float64 keeps three decimals of microseconds exactly
 TIME_LIMIT_US = 2.0**62 / 1000  # 2^62 ns: beyond it end = start + dur would overflow int64
+# An event longer than this (13 days) is damage, not a profiled span: left out, with a warning (a profiler's trace of
+# that long would be terabytes). Kept, one NCCL kernel of 10^15 us made every collective figure beyond any time.
+MAX_DUR_US = 2.0**50 / 1000
+BASE_LIMIT_NS = 1 << 62  # a baseTimeNanoseconds beyond (year 2116) or below 0 is no Unix time
 OP_KIND = {OP_KERNEL: KERNEL, OP_MEMCPY: MEMCPY, OP_MEMSET: MEMSET}
 
 
@@ -81,9 +86,11 @@ def thread_id(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
     return ((pid & 0x7FFFFFFF) << 32) | (tid & 0xFFFFFFFF)
 
 
-def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -> Trace:
+def read_kineto(
+    path: Path, raw: Path | None = None, label: str | None = None, limits: Limits | None = None
+) -> Trace:
     label = label or str(path)
-    stream = EventStream(path, label)
+    stream = EventStream(path, label, limits)
     cols = Columns()
     for segment in stream.segments():
         add_segment(cols, segment, label)
@@ -110,7 +117,7 @@ def read_kineto(path: Path, raw: Path | None = None, label: str | None = None) -
         id (rare: correlation ids are the rule)."""
         flows = Columns()
         flows.want_flows, flows.string_tids = True, cols.string_tids
-        for segment in EventStream(path, label).segments():
+        for segment in EventStream(path, label, limits).segments():
             add_segment(flows, segment, label, rows=False)
         cols.flow_start, cols.flow_end = flows.flow_start, flows.flow_end
 
@@ -138,9 +145,18 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
                 f"{label}: {int(bad.sum())} event(s) have a {what} of {us[bad][0]:g} us, beyond any time a trace "
                 "holds (damage)"
             )
+    warnings = []
+    too_long = dur_us > MAX_DUR_US
+    if too_long.any():
+        longest = float(dur_us[too_long].max())
+        kind = np.where(too_long, np.int8(-1), kind)  # of no kind: neither range, GPU op nor host event
+        dur_us = np.where(too_long, 0.0, dur_us)
+        warnings.append(
+            f"{label}: {int(too_long.sum())} event(s) lasting over {MAX_DUR_US / 86_400e6:.0f} days (up to "
+            f"{longest:g} us: damage) were left out"
+        )
     start = us_to_ns(ts_us)
     dur = us_to_ns(dur_us)
-    warnings = []
     if (dur < 0).any():
         warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")
         dur = np.maximum(dur, 0)
@@ -193,7 +209,7 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64)
     )
     used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
-    rank, world_size = _distributed(header.distributedInfo)
+    rank, world_size = _distributed(header.distributedInfo, label, warnings)
     threads = {}
     for t in used.tolist():
         p, th = t >> 32, t & 0xFFFFFFFF
@@ -218,6 +234,11 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         if isinstance(d, dict)
     ]
     base = header.baseTimeNanoseconds
+    if base is not None and not 0 <= base < BASE_LIMIT_NS:
+        raise RoseprofError(
+            f"{label}: its baseTimeNanoseconds, {base}, is no Unix time in nanoseconds (damage): its events' times "
+            "are unknown"
+        )
     epoch_us = len(ts_us) and base is None and np.median(ts_us) > 1e15  # after 2001: Unix-epoch microseconds
     schema = header.schemaVersion
     return Trace(
@@ -236,13 +257,24 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
     )
 
 
-def _distributed(info: dict | None) -> tuple[int | None, int | None]:
-    """(rank, world size) from Kineto's distributedInfo, where it holds them as non-negative integers."""
+def _distributed(info: dict | None, label: str, warnings: list[str]) -> tuple[int | None, int | None]:
+    """(rank, world size) from Kineto's distributedInfo, where it holds them as non-negative integers. A world size
+    of 0 is no world (read as unknown, with a warning); a rank outside its world size is refused: which of the two
+    numbers is wrong is unknown, and either makes the run's ranks wrong."""
     out = []
     for key in ("rank", "world_size"):
         v = (info or {}).get(key)
         out.append(v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 else None)
-    return out[0], out[1]
+    rank, world = out
+    if world == 0:
+        warnings.append(f"{label}: its distributedInfo says world size 0, which is no world: read as unknown")
+        world = None
+    if rank is not None and world is not None and rank >= world:
+        raise RoseprofError(
+            f"{label}: its distributedInfo says rank {rank} of a world size of {world}: no such rank "
+            f"(ranks 0 to {world - 1})"
+        )
+    return rank, world
 
 
 def _gpu_ops(cols, kind, start, end, name, pid, tid, ts_us, corr, device, stream, thread, names):

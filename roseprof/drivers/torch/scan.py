@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from roseprof.drivers.base import Limits
 from roseprof.errors import RoseprofError
 
 CHUNK = 4 << 20  # bytes of JSON per segment (decompressed): the scan's temporaries are a few times this
@@ -68,8 +69,8 @@ def _structure(buf: bytes) -> tuple[np.ndarray, np.ndarray]:
 class EventStream:
     """Iterate `segments()` for the events; afterwards `header` holds the JSON text around the array."""
 
-    def __init__(self, path: Path, label: str) -> None:
-        self.path, self.label = path, label
+    def __init__(self, path: Path, label: str, limits: Limits | None = None) -> None:
+        self.path, self.label, self.limits = path, label, limits or Limits()
         self.header = b""
         self.bare_array = False
 
@@ -81,22 +82,43 @@ class EventStream:
                 while chunk := fh.read(CHUNK):
                     yield chunk
                 return
-            # zlib directly (not gzip.GzipFile): the same inflate, less Python per chunk.
-            d = zlib.decompressobj(wbits=31)
             try:
-                while raw := fh.read(CHUNK // 4):
-                    out = d.decompress(raw, CHUNK)
-                    yield out
-                    while d.unconsumed_tail:
-                        yield d.decompress(d.unconsumed_tail, CHUNK)
-                    if d.eof and d.unused_data:  # a multi-member gzip file
-                        rest = d.unused_data
-                        d = zlib.decompressobj(wbits=31)
-                        yield d.decompress(rest, CHUNK)
+                yield from self._inflate(fh)
             except (zlib.error, gzip.BadGzipFile) as e:
                 raise RoseprofError(f"{self.label}: is not a readable gzip file ({e})") from None
-            if not d.eof:
-                raise RoseprofError(f"{self.label}: the gzip stream is truncated (the file was cut short)")
+
+    def _inflate(self, fh) -> Iterator[bytes]:
+        """The gzip file's members inflated one after another (`cat a.gz b.gz c.gz` is one gzip file, as `gzip -d`
+        reads it), each piece at most CHUNK bytes (zlib directly, not gzip.GzipFile: the same inflate, less Python
+        per chunk); what the file inflates to is bounded by `self.limits` (a decompression bomb)."""
+        d = zlib.decompressobj(wbits=31)
+        pending, read, inflated, member = b"", 0, 0, False
+        while True:
+            if not pending:
+                pending = fh.read(CHUNK // 4)
+                read += len(pending)
+                if not pending:
+                    break
+            if not member and not pending.startswith(GZIP_MAGIC[: len(pending)]):
+                while pending:  # gzip -d ignores zeros after the last member
+                    if pending.strip(b"\0"):
+                        raise RoseprofError(
+                            f"{self.label}: holds bytes after its last gzip member that are not gzip"
+                        )
+                    pending = fh.read(CHUNK)
+                return
+            member = True
+            out = d.decompress(pending, CHUNK)
+            pending = d.unconsumed_tail
+            if d.eof:  # a member ends: what follows it is the next member's (or padding)
+                pending, member = d.unused_data + pending, False
+                d = zlib.decompressobj(wbits=31)
+            inflated += len(out)
+            self.limits.check_inflated(inflated, read, self.label)
+            if out:
+                yield out
+        if member:
+            raise RoseprofError(f"{self.label}: the gzip stream is truncated (the file was cut short)")
 
     def segments(self) -> Iterator[bytes]:
         """Byte segments, each a comma-separated run of whole events (no brackets)."""
