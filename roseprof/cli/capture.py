@@ -45,7 +45,12 @@ from roseprof.cli.common import (
 def nsys(
     name, trace, capture_range, nvtx_capture, open_, repeat, step_range, traces_dir, dashboards_dir, cmd
 ) -> None:
-    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
+    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --).
+
+    A CMD that starts with `-` extends the built-in command: `roseprof nsys -- --no-batched-kv-append` runs the
+    benchmark with that engine flag (a later flag wins: `-- --max-new-tokens 64`); `roseprof show RUN` prints the
+    whole command. The engine's flags: python -m roseinfer.benchmark_streaming --help, docs/ENGINE.md.
+    """
     from roseprof.drivers.nsys.capture import NsysOptions
 
     options = NsysOptions(trace, capture_range, nvtx_capture)
@@ -159,7 +164,11 @@ def ncu(
     cmd,
 ) -> None:
     """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
-    command, or the engine benchmark sized for ncu."""
+    command, or the engine benchmark sized for ncu.
+
+    A CMD that starts with `-` extends that command: `roseprof ncu -- --no-batched-kv-append` adds the engine
+    flag (a later flag wins).
+    """
     from roseprof.drivers.ncu.options import NcuOptions
 
     options = NcuOptions(
@@ -200,6 +209,9 @@ def torch(
 
     The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
     $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
+
+    A CMD that starts with `-` extends the built-in command: `roseprof torch -- --no-batched-kv-append` runs the
+    benchmark with that engine flag (a later flag wins).
     """
     from roseprof.drivers.torch.capture import TorchOptions
 

@@ -1,0 +1,40 @@
+"""Issue 45, as a new user met it: the built-in demo with one more flag, what a capture prints at its end and on
+failure (a subprocess, piped stderr, 80 columns)."""
+
+import json
+import sys
+
+import pytest
+
+from roseprof.workload.roseinfer import default_command
+from tests.helpers import roseprof, stderr_lines
+
+COLUMNS = {"COLUMNS": "80"}
+# The built-in command's flags made small for a test (a later flag wins in argparse, as it does for the user).
+SMALL = ["--num-requests", "2", "--max-batch-size", "2", "--max-new-tokens", "8"]
+
+
+def only_run(traces):
+    (run,) = [p for p in traces.iterdir() if not p.name.startswith(".")]
+    return run, json.loads((run / "manifest.json").read_text())
+
+
+@pytest.mark.nsys
+def test_a_command_of_flags_extends_the_built_in_demo(tmp_path):
+    traces = tmp_path / "traces"
+    proc = roseprof(
+        "nsys", "--traces-dir", traces, "--dashboards-dir", tmp_path / "dash",
+        "--", "--no-batched-kv-append", *SMALL, env=COLUMNS,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    _, manifest = only_run(traces)
+    assert manifest["command"] == default_command("cpu") + ["--no-batched-kv-append", *SMALL]
+    assert manifest["name"] == "nsys-demo"
+    assert manifest["environment"]  # the engine ran with its switches recorded
+
+
+def test_capture_help_says_flags_extend_the_built_in_command():
+    for verb in ("nsys", "torch", "ncu"):
+        proc = roseprof(verb, "--help", env=COLUMNS)
+        assert proc.returncode == 0
+        assert "starts with `-` extends" in " ".join(proc.stdout.split()), verb
