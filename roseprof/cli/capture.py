@@ -10,6 +10,7 @@ from roseprof.cli.common import (
     EXIT_CODES,
     after_storing,
     cli,
+    invocation,
     open_store,
     print_run,
     show_dashboard,
@@ -98,10 +99,12 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     elif final.exit_code == 0:
         if repeat > 1:
             name = final.run.manifest.get("name")
-            click.echo(f"next: roseprof diff {name} <other name>  (compares the {repeat} runs as a group)")
+            click.echo(
+                f"next: {invocation()} diff {name} <other name>  (compares the {repeat} runs as a group)"
+            )
         else:
             previous = previous_run(store, final.run)
-            print_next(console, final.run.id, previous.id if previous else None)
+            print_next(console, final.run.id, previous.id if previous else None, invocation())
     sys.exit(final.exit_code)
 
 

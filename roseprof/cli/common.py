@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
 
 import click
 
@@ -72,6 +77,24 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
     click.echo(f"dashboard: {path}")
     if open_browser:
         open_in_browser(path)
+
+
+def invocation() -> str:
+    """How the user can type roseprof in the next command we print: `roseprof` where that is on PATH (and is this
+    one), else this installation's script as a path to paste (`.venv/bin/roseprof` from the checkout), else
+    `python -m roseprof` with this interpreter."""
+    here = Path(sys.argv[0]) if Path(sys.argv[0]).name == "roseprof" else Path(sys.executable).parent / "roseprof"
+    on_path = shutil.which("roseprof")
+    if on_path and (not here.is_file() or os.path.samefile(on_path, here)):
+        return "roseprof"
+    if not (here.is_file() and os.access(here, os.X_OK)):
+        return f"{shlex.quote(sys.executable)} -m roseprof"
+    try:
+        shown = str(here.absolute().relative_to(Path.cwd()))
+        shown = shown if os.sep in shown else f".{os.sep}{shown}"
+    except ValueError:
+        shown = str(here.absolute())
+    return shlex.quote(shown)
 
 
 def after_storing(run, present) -> None:

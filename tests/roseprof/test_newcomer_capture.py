@@ -38,3 +38,34 @@ def test_capture_help_says_flags_extend_the_built_in_command():
         proc = roseprof(verb, "--help", env=COLUMNS)
         assert proc.returncode == 0
         assert "starts with `-` extends" in " ".join(proc.stdout.split()), verb
+
+
+def stub_nsys(tmp_path):
+    """Nsight Systems' stand-in (tests/roseprof/stub_tool): it runs the program and reports a real SQLite export."""
+    from pathlib import Path
+
+    stub = tmp_path / "bin" / "nsys"
+    stub.parent.mkdir()
+    tool = Path(__file__).parent / "stub_tool" / "tool.py"
+    stub.write_text(f'#!/bin/sh\nexec {sys.executable} {tool} nsys "$@"\n')
+    stub.chmod(0o755)
+    return {"NSYS": str(stub), "ROSEPROF_NSYS_LOCK": str(tmp_path / "nsys.lock")}
+
+
+def test_next_lines_can_be_pasted_where_roseprof_is_not_on_path(tmp_path):
+    import os
+    import shlex
+    import shutil
+
+    path = "/usr/bin:/bin"
+    assert shutil.which("roseprof", path=path) is None
+    env = {**COLUMNS, **stub_nsys(tmp_path), "PATH": path}
+    proc = roseprof(
+        "nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d",
+        "--", sys.executable, "-c", "pass", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("next: ")]
+    prog, verb, _ = shlex.split(line.removeprefix("next: "))
+    assert verb == "open" and prog != "roseprof"
+    assert os.access(prog, os.X_OK), line
