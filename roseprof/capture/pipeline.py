@@ -6,7 +6,8 @@ analyse, store. The status and exit code rules live here once for every tool:
     failed      (exit 3)   the profiler itself failed and left nothing to read
     (no run)    (exit 2)   the capture's input was wrong (the tool ran but the options matched nothing)
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
-    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
+    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing (a program
+                           that wrote no torch.profiler trace: the driver raises NothingRecorded)
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
 that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
@@ -78,13 +79,16 @@ def capture(
     env = dict(os.environ)
     env.update(capturer.engine_env())
     env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
+    described = capturer.describe()
     writer.manifest.update(
         command=command,
         cwd=os.getcwd(),
         environment=environment.describe(env),
         gpus=gpus,
-        **{capturer.tool: capturer.describe()},
+        **{capturer.tool: described},
     )
+    if described.get("version"):  # the tool ran: its version is known even if it leaves nothing to read
+        writer.manifest["tool"] = {**writer.manifest.get("tool", {}), "version": described["version"]}
     status, exit_code, message, summary = "complete", 0, None, None
     sampler = TelemetrySampler()
     sampling = bool(gpus) and sampler.start()
@@ -95,8 +99,8 @@ def capture(
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
-        _finish_or_explain(writer, "failed", 3, str(e))
-        raise
+        run = _finish_or_explain(writer, "failed", 3, str(e))
+        raise CaptureFailed(f"{e}; its log is kept in {run.path / 'raw'}") from None
     except OSError as e:  # the traces folder's disk filled up under the profiler (its log, its report)
         writer.abort()
         raise RoseprofError(
@@ -123,14 +127,16 @@ def capture(
             kernels = int((trace.ops.kind == KERNEL).sum())
             progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
             if not len(trace.ranges) and not len(trace.ops):
-                raise NothingRecorded("the trace holds no ranges and no GPU activity")
+                raise NothingRecorded(
+                    f"{capturer.tool} recorded no range, mark or GPU op (does the program emit NVTX ranges, "
+                    "or run CUDA kernels with -t cuda?)"
+                )
             summary = _ingest(writer, trace, writer.path / tables.STEPLOG, analyse, progress)
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
                 raise NothingRecorded(
-                    f"{command[0]}: {capturer.tool} recorded no range, mark or GPU op: nothing to analyse, "
-                    "nothing stored (does the program emit NVTX ranges, or run CUDA kernels with -t cuda?)"
+                    f"{command[0]}: {e}: nothing to analyse, nothing stored"
                 ) from None
             if interrupted:
                 status, exit_code, message = _failed(status, exit_code, message, writer, e)

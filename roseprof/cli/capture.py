@@ -7,7 +7,7 @@ import sys
 import click
 
 from roseprof.cli.common import (
-    EXIT_CODES,
+    CAPTURE_EXIT_CODES,
     after_storing,
     cli,
     invocation,
@@ -18,7 +18,7 @@ from roseprof.cli.common import (
 )
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: nsys-demo, or nsys-<the command's name>)")
 @click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
 @click.option(
@@ -84,10 +84,15 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         last = i == len(outcomes) - 1
         if not last:
             click.echo(f"run {i + 1}/{repeat}: {outcome.run.id} {outcome.run.manifest.get('status')}")
+        elif outcome.summary is None:  # nothing was analysed: the error and where the run is, on stderr
+            click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
+            click.echo(f"run folder: {outcome.run.path}", err=True)
         else:
             if repeat > 1:
                 click.echo(f"run {i + 1}/{repeat}:")
             after_storing(outcome.run, lambda o=outcome: print_run(console, o.run, o.summary))
+            if outcome.exit_code != 0:
+                click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
         if outcome.summary is not None:
             after_storing(
                 outcome.run,
@@ -108,7 +113,25 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     sys.exit(final.exit_code)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+def _failure(outcome) -> str:
+    """A capture that did not complete, in one line that says what to do."""
+    from roseprof.render.safe_text import plain
+    from roseprof.errors import one_line
+
+    m, code = outcome.run.manifest, outcome.exit_code
+    said = one_line(m.get("message") or f"the capture ended with exit code {code}")
+    if code == 1 and outcome.summary is None:
+        todo = "the command's own output above says why; fix it and capture again"
+    elif code == 1:
+        todo = f"what it recorded before is stored: {invocation()} show {outcome.run.id}"
+    elif code == 130:
+        todo = f"{invocation()} show {outcome.run.id} shows what was captured"
+    else:
+        todo = f"the profiler's own log is in {outcome.run.path / 'raw'}"
+    return plain(f"{said} ({todo})")
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: ncu-demo, or ncu-<the command's name>)")
 @click.option(
     "--kernel", metavar="REGEX", help="profile kernels whose name matches REGEX (ncu --kernel-name regex:)"
@@ -188,7 +211,7 @@ def ncu(
     _capture(options, cmd, name, 1, None, traces_dir, dashboards_dir, open_)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: torch-demo, or torch-<the command's name>)")
 @click.option("--wait", type=int, default=8, show_default=True, help="decode steps skipped before the window")
 @click.option("--warmup", type=int, default=2, show_default=True, help="decode steps profiled and discarded")

@@ -15,7 +15,12 @@ from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain
 from roseprof.run.store import damage_is_one_line
 
-EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
+EXIT_CODES = "Exit codes: 0 ok; 2 bad input or usage (one line on stderr); 130 interrupted."
+CAPTURE_EXIT_CODES = (
+    "Exit codes: 0 ok; 1 the profiled command failed (the run is kept with what it recorded); 2 bad input or usage, "
+    "or the program recorded nothing to analyse (nothing stored); 3 the profiler failed (the run keeps its log in "
+    "raw/); 130 interrupted (the run keeps what was captured)."
+)
 
 
 def store_options(f):
@@ -38,7 +43,7 @@ def store_options(f):
     return f
 
 
-@click.group(epilog=EXIT_CODES)
+@click.group(epilog=CAPTURE_EXIT_CODES)
 @click.version_option(package_name="roseinfer", prog_name="roseprof")
 def cli() -> None:
     """Capture, parse and compare profiles of roseinfer (or any command)."""

@@ -69,3 +69,35 @@ def test_next_lines_can_be_pasted_where_roseprof_is_not_on_path(tmp_path):
     prog, verb, _ = shlex.split(line.removeprefix("next: "))
     assert verb == "open" and prog != "roseprof"
     assert os.access(prog, os.X_OK), line
+
+
+@pytest.mark.nsys
+def test_a_failed_capture_is_one_line_on_stderr_then_the_run(tmp_path):
+    args = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
+    failing = (sys.executable, "-c", "import sys; sys.exit(3)")
+    proc = roseprof("nsys", *args, "--name", "broken", "--", *failing, env=COLUMNS)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""  # no block on stdout
+    error, where = stderr_lines(proc)
+    assert error.startswith("roseprof: error: the command exited with code 3") and "output above" in error
+    run, manifest = only_run(tmp_path / "t")
+    assert where == f"run folder: {run}"
+    # nsys ran: its version is the run's.
+    show = roseprof("show", *args, run.name, env=COLUMNS)
+    assert "version not recorded" not in show.stdout and manifest["tool"]["version"].startswith("20")
+    # It holds nothing to compare: no --allow-incomplete to suggest.
+    again = roseprof("nsys", *args, "--name", "broken", "--", *failing, env=COLUMNS)
+    assert again.returncode == 1
+    other = stderr_lines(again)[-1].rsplit("/", 1)[-1]
+    for extra in ((), ("--allow-incomplete",)):
+        proc = roseprof("diff", *args, other, run.name, *extra, env=COLUMNS)
+        assert proc.returncode == 2 and "holds nothing to compare" in proc.stderr, proc.stderr
+        assert "--allow-incomplete" not in proc.stderr
+
+
+def test_capture_help_documents_the_exit_codes():
+    for verb in ("nsys", "torch", "ncu"):
+        words = " ".join(roseprof(verb, "--help", env=COLUMNS).stdout.split())
+        for code in ("0 ok", "1 the profiled command failed", "2 bad input", "recorded nothing", "3 the profiler",
+                     "130 interrupted"):  # fmt: skip
+            assert code in words, (verb, code)

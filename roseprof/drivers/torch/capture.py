@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from roseprof.drivers.base import Launch
-from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.errors import NothingRecorded, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
@@ -107,9 +107,13 @@ class TorchCapture:
         files = trace_files(raw / TRACE_FOLDER)
         if not files:
             wait, warmup, _ = self.schedule
-            raise CaptureFailed(
-                f"no torch.profiler trace was written into raw/{TRACE_FOLDER}/ (the engine writes one after "
-                f"{wait}+{warmup} decode steps; another program must write its own into ${TRACE_DIR_ENV})"
+            # The program ran and wrote no trace: nothing to analyse (the pipeline says whose fault), not a
+            # profiler failure.
+            raise NothingRecorded(
+                f"no torch.profiler trace was written (the engine writes one after {wait}+{warmup} decode "
+                f"steps; another program must run torch.profiler and write its trace into ${TRACE_DIR_ENV}, "
+                "e.g. with on_trace_ready=torch.profiler.tensorboard_trace_handler(os.environ["
+                f"'{TRACE_DIR_ENV}']))"
             )
         trace = read_traces(files)
         if trace.tool.version == "?":
