@@ -130,7 +130,7 @@ def print_summary(
         _print_path(console, "imported from", m["source"])
     for key in ("message", "damaged"):
         if m.get(key):
-            console.print(plain(f"  {m[key]}"), markup=False)
+            _say(console, plain(f"  {m[key]}"))
     if summary is None:
         _print_path(console, "run folder", run.path)
         return
@@ -142,10 +142,10 @@ def print_summary(
         _print_ncu(console, summary["ncu"])
     steps = summary.get("steps")
     if steps:
-        console.print(plain(text.steps_line(steps)), markup=False)
+        _say(console, plain(text.steps_line(steps)))
         sentence = text.rollover_sentence(steps) if steps.get("kind", "decode") == "decode" else None
         if sentence:
-            console.print(plain(sentence), markup=False)
+            _say(console, plain(sentence))
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
@@ -153,21 +153,26 @@ def print_summary(
         line = f"ITL ms: p50 {fmt(itl['p50_ms'])}  p95 {fmt(itl['p95_ms'])}  p99 {fmt(itl['p99_ms'])}"
         if at.get("count"):
             line += f"  |  at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}"
-        console.print(line, markup=False)
+        _say(console, line)
     if summary.get("spikes"):
         print_spikes(console, summary["spikes"])
     req = summary.get("requests")
     if req:
-        console.print(
+        _say(
+            console,
             f"requests: {req['count']}  completion tokens {req['completion_tokens']:,}  "
             f"throughput {req['throughput_tok_s']:,.1f} tok/s  TTFT p50 {req['ttft']['p50_ms']:.2f} ms",
-            markup=False,
         )
     for panel in panels:
         print_panel(console, panel)
     for w in summary.get("warnings") or []:
-        console.print(plain(f"warning: {w}"), markup=False, style="yellow")
+        _say(console, plain(f"warning: {w}"), style="yellow")
     _print_path(console, "run folder", run.path)
+
+
+def _say(console: Console, line: str, style: str | None = None) -> None:
+    """A line of figures or words, wrapped to the console between words, never between a number and its unit."""
+    console.print(text.wrap_figures(line, console.width), markup=False, style=style, overflow="fold")
 
 
 class TerminalRenderer:
@@ -309,14 +314,14 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
 
 def print_spikes(console: Console, spikes: dict) -> None:
     """The ITL spikes: one main cause per spike token, with what took the time; the tokens left out."""
-    console.print(
+    _say(
+        console,
         f"ITL spikes: {spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens ({spikes['spike_steps']} steps) "
         f"above {spikes['threshold_ms']:.3f} ms = {spikes['definition'].removeprefix('ITL above ')}",
-        markup=False,
     )
     line = text.left_out_line(spikes.get("left_out"))
     if line:
-        console.print(plain(line), markup=False)
+        _say(console, plain(line))
     if not spikes["causes"]:
         return
     rows = [
@@ -327,7 +332,7 @@ def print_spikes(console: Console, spikes: dict) -> None:
     headers = ["main cause", "tokens", "share %", "added p50 ms", "added total ms"]
     console.print(fit_table(console, "spike causes (one per spike token)", headers, rows))
     for c in spikes["causes"]:  # the evidence: where each cause's time went
-        console.print(plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"), markup=False)
+        _say(console, plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"))
 
 
 def print_runs(console: Console, runs: list[RunRecord]) -> None:

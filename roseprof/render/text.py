@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import textwrap
 
 ELLIPSIS = "…"
 
@@ -353,3 +355,21 @@ def evidence_text(evidence: list[dict] | None) -> str:
         f"{e['where']} +{duration(e['p50_ms'] * 1e6)} p50 ({e['tokens']:,} token{'s' if e['tokens'] != 1 else ''})"
         for e in evidence
     )
+
+
+# A figure and its unit are one word when a line wraps: `41.61 ms` never ends a line at `41.61`.
+_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|tok/s|req/s|tokens|tok|MB|GB|KB|B|%|x)(?:[\s),;:|]|$))")
+_LABEL = re.compile(r"(?<=\bp\d\d) (?=[-\d])")  # `p50 41.61 ms` is one figure too
+_GLUE = "\x00"
+
+
+def wrap_figures(line: str, width: int, indent: str = "  ") -> str:
+    """`line` wrapped at `width` between words, never between a number and its unit; continuation lines indented."""
+    if len(line) <= width:
+        return line
+    glued = _LABEL.sub(_GLUE, _UNIT.sub(_GLUE, line))
+    lead = indent + " " * (len(line) - len(line.lstrip(" ")))
+    lines = textwrap.wrap(
+        glued, width, subsequent_indent=lead, break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(lines).replace(_GLUE, " ")
