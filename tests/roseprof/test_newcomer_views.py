@@ -43,3 +43,18 @@ def test_diff_dashboard_line_fits_80_columns(store):
     assert (root / line.removeprefix("dashboard: ")).is_file()
     assert all(len(x.rstrip()) <= 80 for x in proc.stdout.splitlines()), proc.stdout
 
+
+def test_dashboards_share_one_plotly_js_beside_them(store):
+    root, opts = store
+    proc = roseprof("diff", "before", "after", *opts, cwd=root, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    folder = root / "dashboards"
+    pages = sorted(folder.glob("*.html"))
+    (js,) = folder.glob("plotly-*.min.js")
+    assert len(pages) == 3  # two runs and their diff
+    assert js.stat().st_size > 1_000_000  # the library itself, once, so the pages work offline
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert f'<script src="{js.name}"></script>' in text
+        assert page.stat().st_size < 1_000_000, page  # no copy of plotly.js inside
+    assert not list(folder.glob("*.part"))
