@@ -18,8 +18,10 @@ from rich.text import Text
 from roseprof.render import text, units
 from roseprof.render.safe_text import plain
 from roseprof.render.view import RunRecord, RunView
+from roseprof.workload.roseinfer import CAPTURE_ENV
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
+MIN_RUN_NAME = 10  # `ls` keeps a run's name, shortened in the middle to no fewer characters than this
 MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
 
 
@@ -337,6 +339,11 @@ def print_spikes(console: Console, spikes: dict) -> None:
 
 def print_runs(console: Console, runs: list[RunRecord]) -> None:
     headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
+    # The command column says what tells the runs apart (the flags and switches not every run of the program
+    # has); `show` prints the whole command.
+    apart = text.commands_apart(
+        [(_argv(r.manifest), _switches(r.manifest)) for r in runs]
+    )
     rows = [
         [
             r.id,
@@ -344,19 +351,31 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
             _tool(r.manifest),
             r.manifest.get("status", ""),
             r.manifest.get("created_utc", ""),
-            text.command(r.manifest.get("command"), 10**6)
-            if r.manifest.get("command")
-            else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
+            cmd if cmd is not None else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
         ]
-        for r in runs
+        for r, cmd in zip(runs, apart)
     ]
-    # The run id holds the creation time and the name: those columns go first when room is short, then the
-    # tool, then the command (cut at a word while it keeps MIN_COMMAND characters; `show` prints it whole). The
-    # id and the status are never cut (users copy ids; a cut status reads as another word).
+    # The run id holds the creation time: that column goes first when room is short, then the tool; the name
+    # (shortened in the middle) and the command share what is left (the command cut at a word while it keeps
+    # MIN_COMMAND characters); beside ids too long to leave room for both, the name goes first (a run's id holds
+    # it). The id and the status are never cut (users copy ids; a cut status reads as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {5: text.command}, keep={0, 3}, optional=(4, 1, 2, 5),
-            whole={0, 3}, min_width={5: MIN_COMMAND},
+            console, None, headers, rows, {1: text.shorten_middle, 5: text.command}, keep={0, 1, 3},
+            optional=(4, 2, 1, 5), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
         ),
         crop=False,
     )  # fmt: skip
+
+
+def _argv(m: dict) -> list[str] | None:
+    cmd = m.get("command")
+    if isinstance(cmd, str) and cmd:
+        return [cmd]
+    return [str(w) for w in cmd] if isinstance(cmd, list) and cmd else None
+
+
+def _switches(m: dict) -> dict:
+    """The engine switches a run's program ran with, less those the capture set itself."""
+    env = (m.get("environment") or {}).get("env") if isinstance(m.get("environment"), dict) else None
+    return {k: str(v) for k, v in (env or {}).items() if k not in CAPTURE_ENV} if isinstance(env, dict) else {}

@@ -155,6 +155,56 @@ def command(argv: list[str] | str | None, width: int) -> str:
     return cut.rstrip() + ELLIPSIS
 
 
+def command_items(argv: list[str]) -> tuple[str, list[str]]:
+    """A command as (its program, its items): the program is a script's or module's name (`python -m
+    roseinfer.benchmark_streaming` -> `benchmark_streaming`), an item each option with its value, or a word."""
+    words = [str(w) for w in argv]
+    prog, i = os.path.basename(words[0]) if words else "", 1
+    if prog.startswith("python") and len(words) > 1:
+        if words[1] == "-m" and len(words) > 2:
+            prog, i = words[2].rsplit(".", 1)[-1], 3
+        elif not words[1].startswith("-"):
+            prog, i = os.path.basename(words[1]), 2
+    items = []
+    while i < len(words):
+        if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            items.append(f"{words[i]} {words[i + 1]}")
+            i += 2
+        else:
+            items.append(words[i])
+            i += 1
+    return prog, items
+
+
+def commands_apart(commands: list[tuple[list[str] | None, dict]]) -> list[str | None]:
+    """What tells each run's command apart from the others' (`ls`): per (argv, switches) -- switches being the
+    engine's environment switches the run recorded -- the switches and option items that not every run of the
+    same program has, then the program where several programs are listed; the program alone where nothing
+    differs. None for a run without a command (an import)."""
+    parsed = [
+        (command_items(argv), [f"{k}={v}" for k, v in sorted(env.items())]) if argv else None
+        for argv, env in commands
+    ]
+    by_prog: dict[str, list[set[str]]] = {}
+    for p in parsed:
+        if p is not None:
+            (prog, items), switches = p
+            by_prog.setdefault(prog, []).append(set(items) | set(switches))
+    common = {prog: set.intersection(*sets) if len(sets) > 1 else set() for prog, sets in by_prog.items()}
+    out: list[str | None] = []
+    for p in parsed:
+        if p is None:
+            out.append(None)
+            continue
+        (prog, items), switches = p
+        apart = [x for x in switches + items if x not in common[prog]]
+        if not apart:
+            out.append(prog)
+        else:
+            out.append(" ".join(apart) + (f" ({prog})" if len(by_prog) > 1 else ""))
+    return out
+
+
 METRIC_PARTS = {"rollover.": "rollover ", "normal.": "normal "}
 
 

@@ -101,3 +101,25 @@ def test_capture_help_documents_the_exit_codes():
         for code in ("0 ok", "1 the profiled command failed", "2 bad input", "recorded nothing", "3 the profiler",
                      "130 interrupted"):  # fmt: skip
             assert code in words, (verb, code)
+
+
+def test_ls_at_80_columns_tells_runs_of_one_flag_apart(tmp_path):
+    """Runs of one long command that differ by one flag: `ls` keeps the name and shows the flag."""
+    env = {**COLUMNS, **stub_nsys(tmp_path)}
+    args = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
+    base = [sys.executable, "-c", "pass", *default_command("cpu")[3:]]  # the demo's 15 flags, ignored
+    flags = ([], ["--no-batched-kv-append"], ["--no-batched-rollover"])
+    for extra in flags:
+        proc = roseprof("nsys", *args, "--name", "demo", "--", *base, *extra, env=env)
+        assert proc.returncode == 0, proc.stderr
+    proc = roseprof("ls", *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines), proc.stdout
+    header = next(line for line in lines if line.strip().startswith("run "))
+    assert "name" in header.split() and "command" in header.split()
+    rows = [line for line in lines if "-demo-" in line]
+    assert len(rows) == 3 and all(" demo " in row for row in rows)
+    commands = [row[header.index("command") :].strip() for row in rows]
+    assert len(set(commands)) == 3, commands
+    assert commands[1].startswith("--no-batched-kv") and commands[2].startswith("--no-batched-roll"), commands
