@@ -39,7 +39,7 @@ from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import STEP_LOG_ENV
+from roseprof.workload.roseinfer import DECODE_STEP, STEP_LOG_ENV
 from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
@@ -194,8 +194,11 @@ def _ingest(
 ) -> dict:
     """Analyse the trace and write the run's normalised files; returns the summary."""
     progress = progress or _quiet
-    progress("analyse", "analysing: regions, kernels, decode steps, ITL")
-    summary, parts = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
+    steplog = steplog if steplog is not None and steplog.is_file() else None
+    # The engine's words only for the engine: another program has regions and kernels, not decode steps and ITL.
+    engine = steplog is not None or DECODE_STEP in trace.names.values
+    progress("analyse", "analysing: regions, kernels" + (", decode steps, ITL" if engine else ""))
+    summary, parts = analyse(trace, steplog)
     progress("store", "storing the run")
     summary["run_id"] = writer.run_id
     summary["tool"] = {"name": trace.tool.name, "version": trace.tool.version, "schema": trace.tool.format}

@@ -193,7 +193,9 @@ def print_panel(console: Console, panel: dict) -> None:
     # The title on its own line: as a table title it would wrap to the width of a narrow table.
     console.print(plain(panel["title"]), markup=False, overflow="fold")
     if rows:
-        console.print(fit_table(console, None, list(panel["columns"]), rows))
+        # Names (the first column, and the columns a panel names) give way to fit.
+        shrink = {i: text.shorten_middle for i in panel.get("shrink") or [0]}
+        console.print(fit_table(console, None, list(panel["columns"]), rows, shrink))
     if panel.get("note"):
         console.print(plain(panel["note"]), markup=False)
 

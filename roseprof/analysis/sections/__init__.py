@@ -13,6 +13,7 @@ from roseprof.analysis.sections import (
     kernels,
     marks,
     ncu_kernels,
+    operators,
     ranks,
     regions,
     steady,
@@ -32,6 +33,7 @@ SECTIONS: list[Section] = [
     marks.SECTION,
     collectives.SECTION,
     gpu_time.SECTION,
+    operators.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.

@@ -183,8 +183,10 @@ def merge(traces: list[Trace]) -> Trace:
                    o.graph_node, o.api_start + api_shift, o.api_end + api_shift, o.api_tid, api_name)
         )  # fmt: skip
         h = t.host_events
+        shape = h.shapes()
+        shape = np.where(shape >= 0, remap[np.maximum(shape, 0)] if len(remap) else -1, -1)
         parts_h.append(
-            HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind)
+            HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind, shape)
         )
         threads.update(t.threads)
         thread_pids.update(t.thread_pids)
@@ -200,7 +202,9 @@ def merge(traces: list[Trace]) -> Trace:
     cat = {f: np.concatenate([getattr(p, f) for p in parts_o]) for f in GpuOps.COLUMNS}
     order = np.argsort(cat["start"], kind="stable")
     ops = GpuOps(**{f: v[order] for f, v in cat.items()})
-    host = HostEvents(*(np.concatenate([getattr(p, f) for p in parts_h]) for f in HostEvents.COLUMNS))
+    host = HostEvents(
+        *(np.concatenate([getattr(p, f) for p in parts_h]) for f in (*HostEvents.COLUMNS, "shape"))
+    )
     return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
                  session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
                  host_events=host, thread_pids=thread_pids, processes=processes)  # fmt: skip

@@ -58,6 +58,9 @@ class Args(msgspec.Struct):
     device: int | str | None = None
     stream: int | str | None = None
     name: Any = None  # thread_name / process_name metadata
+    # A CPU op's input shapes, where the profiler ran with record_shapes=True (older Kineto: "Input dims").
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    old_input_dims: Any = msgspec.field(default=None, name="Input dims")
 
 
 class Event(msgspec.Struct):
@@ -89,6 +92,7 @@ class Columns:
         self.corr: list[np.ndarray] = []
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
+        self.shape: list[np.ndarray] = []  # a CPU op's input shapes as one interned string; -1 where not recorded
         self.flow_start: list[np.ndarray] = []  # [F, 4] (id, pid, tid, ts) of `s` flow events
         self.flow_end: list[np.ndarray] = []  # [F, 4] of `f` flow events (bound to the GPU op they end on)
         self.process_names: dict[int, str] = {}
@@ -232,6 +236,14 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
     track = cols.track_id
     cols.device.append(np.fromiter((track(a.device) for a in args), np.int64, n))
     cols.stream.append(np.fromiter((track(a.stream) for a in args), np.int64, n))
+    cols.shape.append(np.fromiter((_shapes(intern, a) for a in args), np.int64, n))
+
+
+def _shapes(intern, a: Args) -> int:
+    """The input shapes key_averages(group_by_input_shape=True) shows (`[[32, 32], [32, 32]]`), interned; -1 where
+    the op recorded none."""
+    dims = a.input_dims if a.input_dims is not None else a.old_input_dims
+    return -1 if dims is None else intern(str(dims) if isinstance(dims, list) else "?")
 
 
 def _scope_name(name: str) -> bool:
