@@ -103,10 +103,10 @@ def _nest(start, end, tid, launch_t, launch_tid, launch_ns):
     return child_ns, self_dev, dev
 
 
-def panels(summary: dict) -> list[dict] | None:
+def panels(summary: dict) -> list[dict]:
     part = summary.get("operators")
     if not part or not part.get("top"):
-        return None
+        return []
     device = part["sorted_by"] == "self_device_ns"
     ms = lambda ns: f"{ns / 1e6:,.3f}"  # noqa: E731
     by = "self device" if device else "self CPU"
