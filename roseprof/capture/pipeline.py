@@ -135,9 +135,7 @@ def capture(
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
-                raise NothingRecorded(
-                    f"{command[0]}: {e}: nothing to analyse, nothing stored"
-                ) from None
+                raise NothingRecorded(f"{command[0]}: {e}: nothing to analyse, nothing stored") from None
             if interrupted:
                 status, exit_code, message = _failed(status, exit_code, message, writer, e)
             else:  # the story is the command's: it failed before recording anything

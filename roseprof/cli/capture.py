@@ -115,8 +115,8 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
 
 def _failure(outcome) -> str:
     """A capture that did not complete, in one line that says what to do."""
-    from roseprof.render.safe_text import plain
     from roseprof.errors import one_line
+    from roseprof.render.safe_text import plain
 
     m, code = outcome.run.manifest, outcome.exit_code
     said = one_line(m.get("message") or f"the capture ended with exit code {code}")

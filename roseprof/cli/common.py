@@ -88,7 +88,11 @@ def invocation() -> str:
     """How the user can type roseprof in the next command we print: `roseprof` where that is on PATH (and is this
     one), else this installation's script as a path to paste (`.venv/bin/roseprof` from the checkout), else
     `python -m roseprof` with this interpreter."""
-    here = Path(sys.argv[0]) if Path(sys.argv[0]).name == "roseprof" else Path(sys.executable).parent / "roseprof"
+    here = (
+        Path(sys.argv[0])
+        if Path(sys.argv[0]).name == "roseprof"
+        else Path(sys.executable).parent / "roseprof"
+    )
     on_path = shutil.which("roseprof")
     if on_path and (not here.is_file() or os.path.samefile(on_path, here)):
         return "roseprof"

@@ -343,9 +343,7 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
     headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
     # The command column says what tells the runs apart (the flags and switches not every run of the program
     # has); `show` prints the whole command.
-    apart = text.commands_apart(
-        [(_argv(r.manifest), _switches(r.manifest)) for r in runs]
-    )
+    apart = text.commands_apart([(_argv(r.manifest), _switches(r.manifest)) for r in runs])
     rows = [
         [
             r.id,
@@ -380,4 +378,6 @@ def _argv(m: dict) -> list[str] | None:
 def _switches(m: dict) -> dict:
     """The engine switches a run's program ran with, less those the capture set itself."""
     env = (m.get("environment") or {}).get("env") if isinstance(m.get("environment"), dict) else None
-    return {k: str(v) for k, v in (env or {}).items() if k not in CAPTURE_ENV} if isinstance(env, dict) else {}
+    return (
+        {k: str(v) for k, v in (env or {}).items() if k not in CAPTURE_ENV} if isinstance(env, dict) else {}
+    )

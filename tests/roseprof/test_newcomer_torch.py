@@ -106,7 +106,9 @@ def test_a_program_that_is_not_the_engine_gets_no_engine_words(tmp_path):
     # show lists the operators, at 80 columns.
     show = roseprof("show", "mm", *args, env={"COLUMNS": "80"})
     assert "operators (torch.profiler)" in show.stdout and "aten::mm" in show.stdout
-    assert all(len(line.rstrip()) <= 80 for line in show.stdout.splitlines() if not line.startswith("run folder"))
+    assert all(
+        len(line.rstrip()) <= 80 for line in show.stdout.splitlines() if not line.startswith("run folder")
+    )
     # diff compares its steps as steps: no rollover or normal rows.
     ids = sorted(p.name for p in (tmp_path / "t").iterdir() if not p.name.startswith("."))
     diff = roseprof("diff", *ids, *args, env={"COLUMNS": "80"})

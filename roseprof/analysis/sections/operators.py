@@ -140,7 +140,9 @@ OP_ROW = {
     "name": str, "shapes": (str, None), "calls": int, "self_cpu_ns": int, "cpu_ns": int,
     "self_device_ns": OPT_NUM, "device_ns": OPT_NUM,
 }  # fmt: skip
-CHECKS = {"operators": ({"groups": int, "sorted_by": str, "top": [OP_ROW], "by_shape": ([OP_ROW], None)}, None)}
+CHECKS = {
+    "operators": ({"groups": int, "sorted_by": str, "top": [OP_ROW], "by_shape": ([OP_ROW], None)}, None)
+}
 
 SECTION = Section(
     "operators", compute, applies=applies, absent={"operators": None}, checks=CHECKS, panels=panels

@@ -186,7 +186,9 @@ def merge(traces: list[Trace]) -> Trace:
         shape = h.shapes()
         shape = np.where(shape >= 0, remap[np.maximum(shape, 0)] if len(remap) else -1, -1)
         parts_h.append(
-            HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind, shape)
+            HostEvents(
+                h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind, shape
+            )
         )
         threads.update(t.threads)
         thread_pids.update(t.thread_pids)

@@ -92,7 +92,9 @@ class Columns:
         self.corr: list[np.ndarray] = []
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
-        self.shape: list[np.ndarray] = []  # a CPU op's input shapes as one interned string; -1 where not recorded
+        self.shape: list[
+            np.ndarray
+        ] = []  # a CPU op's input shapes as one interned string; -1 where not recorded
         self.flow_start: list[np.ndarray] = []  # [F, 4] (id, pid, tid, ts) of `s` flow events
         self.flow_end: list[np.ndarray] = []  # [F, 4] of `f` flow events (bound to the GPU op they end on)
         self.process_names: dict[int, str] = {}
