@@ -123,3 +123,14 @@ def test_ls_at_80_columns_tells_runs_of_one_flag_apart(tmp_path):
     commands = [row[header.index("command") :].strip() for row in rows]
     assert len(set(commands)) == 3, commands
     assert commands[1].startswith("--no-batched-kv") and commands[2].startswith("--no-batched-roll"), commands
+
+
+def test_a_failed_torch_capture_names_its_torch_and_what_to_do(tmp_path):
+    args = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
+    proc = roseprof("torch", *args, "--", sys.executable, "-c", "import sys; sys.exit(3)", env=COLUMNS)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    error, where = stderr_lines(proc)
+    assert "exited with code 3" in error and "capture again" in error and where.startswith("run folder: ")
+    run, manifest = only_run(tmp_path / "t")
+    assert manifest["tool"].get("version")  # the installed torch, not "version not recorded"
+    assert "version not recorded" not in roseprof("show", *args, run.name, env=COLUMNS).stdout

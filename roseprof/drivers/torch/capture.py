@@ -79,6 +79,8 @@ class TorchCapture:
     def describe(self) -> dict:
         wait, warmup, active = self.schedule
         return {
+            # The installed torch (the program's own may differ: its trace's version, where it states one, wins).
+            "version": installed_torch(),
             "schedule": {"wait": wait, "warmup": warmup, "active": active},
             "with_stack": self.with_stack,
             "cpu_only": self.cpu_only,
