@@ -215,7 +215,14 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
     cols.ts.append(np.fromiter((e.ts for _, e in picked), dtype=np.float64, count=n))
     cols.dur.append(np.fromiter((e.dur for _, e in picked), dtype=np.float64, count=n))
     intern = cols.intern
-    cols.name.append(np.fromiter((intern(e.name) for _, e in picked), dtype=np.int64, count=n))
+    none = Args()  # every field None
+    args = [none if e.args is None else e.args for _, e in picked]
+    # Each event's name, then its input shapes, interned in event order: the names table is the same however the
+    # file was cut into segments.
+    pairs = np.fromiter(
+        (x for (_, e), a in zip(picked, args) for x in (intern(e.name), _shapes(intern, a))), np.int64, 2 * n
+    )
+    cols.name.append(pairs[0::2].copy())
     int_id = cols.int_id
     cols.pid.append(
         np.fromiter(
@@ -231,14 +238,11 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
             count=n,
         )
     )
-    args = [e.args for _, e in picked]
-    none = Args()  # every field None
-    args = [none if a is None else a for a in args]
     cols.corr.append(np.fromiter((-1 if a.correlation is None else a.correlation for a in args), np.int64, n))
     track = cols.track_id
     cols.device.append(np.fromiter((track(a.device) for a in args), np.int64, n))
     cols.stream.append(np.fromiter((track(a.stream) for a in args), np.int64, n))
-    cols.shape.append(np.fromiter((_shapes(intern, a) for a in args), np.int64, n))
+    cols.shape.append(pairs[1::2].copy())
 
 
 def _shapes(intern, a: Args) -> int:
