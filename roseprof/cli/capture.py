@@ -126,8 +126,8 @@ def _failure(outcome) -> str:
         todo = f"what it recorded before is stored: {invocation()} show {outcome.run.id}"
     elif code == 130:
         todo = f"{invocation()} show {outcome.run.id} shows what was captured"
-    else:
-        todo = f"the profiler's own log is in {outcome.run.path / 'raw'}"
+    else:  # the profiler failed, or what it wrote could not be read: it is kept, with the tool's own log
+        todo = f"what the profiler wrote, and its own log, are kept in {outcome.run.path / 'raw'}"
     return plain(f"{said} ({todo})")
 
 
