@@ -7,7 +7,7 @@ analyse, store. The status and exit code rules live here once for every tool:
     (no run)    (exit 2)   the capture's input was wrong (the tool ran but the options matched nothing)
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
     (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing (a program
-                           that wrote no torch.profiler trace: the driver raises NothingRecorded)
+                           that wrote no torch.profiler trace: the driver raises NothingWritten)
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
 that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
@@ -35,7 +35,7 @@ from roseprof.capture import environment
 from roseprof.capture.process import check_command
 from roseprof.capture.telemetry import TelemetrySampler
 from roseprof.capture.tool import Capturer, run_capture
-from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
+from roseprof.errors import CaptureFailed, NothingRecorded, NothingWritten, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
@@ -127,15 +127,18 @@ def capture(
             kernels = int((trace.ops.kind == KERNEL).sum())
             progress("parse", f"{len(trace.ranges):,} ranges, {kernels:,} GPU kernels")
             if not len(trace.ranges) and not len(trace.ops):
-                raise NothingRecorded(
-                    f"{capturer.tool} recorded no range, mark or GPU op (does the program emit NVTX ranges, "
-                    "or run CUDA kernels with -t cuda?)"
-                )
+                raise NothingRecorded("the trace holds no ranges and no GPU activity")
             summary = _ingest(writer, trace, writer.path / tables.STEPLOG, analyse, progress)
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
-                raise NothingRecorded(f"{command[0]}: {e}: nothing to analyse, nothing stored") from None
+                said = (
+                    str(e)  # the driver's words: what the program must do
+                    if isinstance(e, NothingWritten)
+                    else f"{capturer.tool} recorded no range, mark or GPU op (does the program emit NVTX ranges, "
+                    "or run CUDA kernels with -t cuda?)"
+                )
+                raise NothingRecorded(f"{command[0]}: {said}: nothing to analyse, nothing stored") from None
             if interrupted:
                 status, exit_code, message = _failed(status, exit_code, message, writer, e)
             else:  # the story is the command's: it failed before recording anything

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from roseprof.drivers.base import Launch
-from roseprof.errors import NothingRecorded, RoseprofError
+from roseprof.errors import NothingWritten, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
@@ -111,7 +111,7 @@ class TorchCapture:
             wait, warmup, _ = self.schedule
             # The program ran and wrote no trace: nothing to analyse (the pipeline says whose fault), not a
             # profiler failure.
-            raise NothingRecorded(
+            raise NothingWritten(
                 f"no torch.profiler trace was written (the engine writes one after {wait}+{warmup} decode "
                 f"steps; another program must run torch.profiler and write its trace into ${TRACE_DIR_ENV}, "
                 "e.g. with on_trace_ready=torch.profiler.tensorboard_trace_handler(os.environ["
