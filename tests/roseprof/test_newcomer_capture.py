@@ -65,10 +65,13 @@ def test_next_lines_can_be_pasted_where_roseprof_is_not_on_path(tmp_path):
         "--", sys.executable, "-c", "pass", env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("next: ")]
-    prog, verb, _ = shlex.split(line.removeprefix("next: "))
+    lines = proc.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if x.startswith("next: "))
+    prog, verb, run = shlex.split(lines[i].removeprefix("next: "))
     assert verb == "open" and prog != "roseprof"
-    assert os.access(prog, os.X_OK), line
+    assert os.access(prog, os.X_OK), lines[i]
+    # The diff line is one command too, however long: never folded at 80 columns.
+    assert lines[i + 1].strip() == f"{prog} diff <earlier run> {run}", lines[i + 1]
 
 
 @pytest.mark.nsys
