@@ -22,6 +22,11 @@ class NothingRecorded(RoseprofError):
     for the user (the command failed, or it is not instrumented); an import names the file."""
 
 
+class NothingWritten(NothingRecorded):
+    """The program ran and the tool wrote no file to read (a program that runs no torch.profiler): its message is
+    the user's (what the program must do), where a reader's NothingRecorded names a file of the run's."""
+
+
 def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """`text` as one bounded line: runs of whitespace (an SQL statement in an SQLite error) become one space."""
     text = re.sub(r"\s+", " ", str(text)).strip()

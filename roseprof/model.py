@@ -236,8 +236,16 @@ class HostEvents:
     name: np.ndarray = field(default_factory=_empty)  # index into Trace.names
     tid: np.ndarray = field(default_factory=_empty)  # the tool's thread id, as Ranges.tid
     kind: np.ndarray = field(default_factory=_empty)  # index into HOST_CATEGORIES
+    # A CPU op's input shapes (index into Trace.names, -1 where not recorded), where the reader has them (torch
+    # with record_shapes): for the analysis at capture or import (the operators section), not kept in the run
+    # folder (the section's summary part is), so empty for a run read back, and it is no part of COLUMNS.
+    shape: np.ndarray = field(default_factory=_empty)
 
     COLUMNS = ("start", "end", "name", "tid", "kind")
+
+    def shapes(self) -> np.ndarray:
+        """[H] each event's input shapes, -1 where not recorded (all, where the reader kept none)."""
+        return self.shape if len(self.shape) == len(self) else np.full(len(self), -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.start)

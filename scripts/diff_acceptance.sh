@@ -9,7 +9,7 @@
 #                                               (unless ONE_RUN=0) every pair of single same-code runs (one run a
 #                                               side), for the gate's false-alarm rate
 #   scripts/diff_acceptance.sh calibrate TRACES the noise-floor calibration (scripts/noise_floor_calibration.py)
-#   scripts/diff_acceptance.sh capture-w TRACES / report-w TRACES: the same for the README's worked example W (64
+#   scripts/diff_acceptance.sh capture-w TRACES / report-w TRACES: the same for docs/ROSEPROF.md's worked example W (64
 #                                               requests, 400 tokens, equal prompts): same-a and kv, RUNS each
 # The load processes are started and stopped by this script (bounded: `timeout`, and killed on exit).
 # PYTHON (default .venv/bin/python) runs roseprof and the benchmark.
@@ -33,7 +33,7 @@ stop_load() { for pid in "${burners[@]}"; do kill "$pid" 2>/dev/null || true; do
 trap stop_load EXIT
 # roseprof's default command on this machine (the CPU demo), as roseprof nsys runs it with no command.
 mapfile -t demo < <($py -c 'from roseprof.workload.roseinfer import default_command; print("\n".join(default_command()))')
-# W: the README's worked example, where the KV append is a larger share of the step.
+# W: docs/ROSEPROF.md's worked example, where the KV append is a larger share of the step.
 w=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 64 --max-batch-size 64
   --prefill-max-batch-size 64 --max-new-tokens 400 --prompt abcdefghijklmnop --no-stop-on-eos
   --warmup-runs 0 --repeat-runs 1)

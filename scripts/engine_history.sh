@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine's own history as before/after captures on CPU, diffed with roseprof (the README's worked example).
+# The engine's own history as before/after captures on CPU, diffed with roseprof (docs/ROSEPROF.md's worked example).
 # Usage: scripts/engine_history.sh [traces-dir] [dashboards-dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."

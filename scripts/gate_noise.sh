@@ -22,7 +22,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # (a) the CPU engine benchmark, ~10-15 s a capture on the 2-core machine
 same=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 16
   --max-batch-size 16 --max-new-tokens 128 --no-stop-on-eos --warmup-runs 0 --repeat-runs 1)
-# (b) the README's worked example: equal prompts, so all 64 requests roll over in the same steps
+# (b) docs/ROSEPROF.md's worked example: equal prompts, so all 64 requests roll over in the same steps
 w=($py -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 64 --max-batch-size 64
   --prefill-max-batch-size 64 --max-new-tokens 400 --prompt abcdefghijklmnop --no-stop-on-eos
   --warmup-runs 0 --repeat-runs 1)

@@ -38,10 +38,15 @@ def _check(run: Run, allow_incomplete: bool) -> None:
     status = run.manifest.get("status")
     if status == "damaged":
         raise RoseprofError(f"run {run.id} is damaged ({run.manifest.get('damaged')}): nothing to compare")
+    if not run.has_summary():  # nothing was analysed: --allow-incomplete would find nothing either
+        why = run.manifest.get("message")
+        raise RoseprofError(
+            f"run {run.id} is {status} and holds nothing to compare (no {tables.SUMMARY}"
+            + (f"; {why}" if why else "")
+            + "): capture it again"
+        )
     if status != "complete" and not allow_incomplete:
         raise RoseprofError(f"run {run.id} is {status}: compare what it has with --allow-incomplete")
-    if not run.has_summary():
-        raise RoseprofError(f"run {run.id} is {status} and has no {tables.SUMMARY}: nothing to compare")
     tables.check_stored_run(run.path, run.manifest)
 
 

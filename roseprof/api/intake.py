@@ -27,6 +27,8 @@ def capture(
     from roseprof.drivers import capturer
 
     gpus = environment.gpus()
+    # A command that starts with an option is flags for the built-in command (or --from's): it extends it.
+    extra, cmd = (list(cmd), None) if extends_default(cmd) else ([], cmd)
     # The command the user gave names the run, not one taken from --from's run.
     run_name = name or default_name(options.tool, cmd)
     manifest = _step_manifest(step_range)
@@ -34,7 +36,7 @@ def capture(
     # tool's defaults.
     options, cmd = options.resolve(cmd, functools.partial(_source, store))
     capture_one = capturer(options, has_gpu=bool(gpus))
-    command = list(cmd) if cmd else options.default_command()
+    command = (list(cmd) if cmd else options.default_command()) + extra
     analyser = _analyser(step_range)
     return pipeline.capture_series(
         lambda extra: pipeline.capture(
@@ -42,6 +44,12 @@ def capture(
         ),
         repeat,
     )
+
+
+def extends_default(cmd: list[str] | None) -> bool:
+    """Whether a capture's CMD is extra flags for the built-in command (`roseprof nsys -- --no-batched-kv-append`)
+    rather than a program: a program's name never starts with `-`."""
+    return bool(cmd) and cmd[0].startswith("-")
 
 
 def default_name(tool: str, cmd: list[str] | None) -> str:

@@ -6,7 +6,8 @@ analyse, store. The status and exit code rules live here once for every tool:
     failed      (exit 3)   the profiler itself failed and left nothing to read
     (no run)    (exit 2)   the capture's input was wrong (the tool ran but the options matched nothing)
     incomplete  (exit 130) interrupted (Ctrl-C); kept what was captured
-    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing
+    (no run)    (exit 2)   the program cannot be started, or it ran and the profiler recorded nothing (a program
+                           that wrote no torch.profiler trace: the driver raises NothingWritten)
 
 A full disk while the run is written: the run is kept as `failed` with what the tool wrote (or, when even
 that cannot be written, its temporary folder is named), in one line, exit 2. How a tool runs (Ctrl-C, the
@@ -34,11 +35,11 @@ from roseprof.capture import environment
 from roseprof.capture.process import check_command
 from roseprof.capture.telemetry import TelemetrySampler
 from roseprof.capture.tool import Capturer, run_capture
-from roseprof.errors import CaptureFailed, NothingRecorded, RoseprofError
+from roseprof.errors import CaptureFailed, NothingRecorded, NothingWritten, RoseprofError
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import STEP_LOG_ENV
+from roseprof.workload.roseinfer import DECODE_STEP, STEP_LOG_ENV
 from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
@@ -83,13 +84,16 @@ def capture(
     env = dict(os.environ)
     env.update(capturer.engine_env())
     env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
+    described = capturer.describe()
     writer.manifest.update(
         command=command,
         cwd=os.getcwd(),
         environment=environment.describe(env),
         gpus=gpus,
-        **{capturer.tool: capturer.describe()},
+        **{capturer.tool: described},
     )
+    if described.get("version"):  # the tool ran: its version is known even if it leaves nothing to read
+        writer.manifest["tool"] = {**writer.manifest.get("tool", {}), "version": described["version"]}
     status, exit_code, message, summary = "complete", 0, None, None
     sampler = TelemetrySampler()
     sampling = bool(gpus) and sampler.start()
@@ -100,8 +104,8 @@ def capture(
     except KeyboardInterrupt:
         rc, interrupted = 130, True
     except CaptureFailed as e:
-        _finish_or_explain(writer, "failed", 3, str(e))
-        raise
+        run = _finish_or_explain(writer, "failed", 3, str(e))
+        raise CaptureFailed(f"{e}; its log is kept in {run.path / 'raw'}") from None
     except OSError as e:  # the traces folder's disk filled up under the profiler (its log, its report)
         writer.abort()
         raise RoseprofError(
@@ -133,10 +137,13 @@ def capture(
         except NothingRecorded as e:
             if status == "complete":  # the program ran and recorded nothing: nothing worth a run folder
                 writer.abort()
-                raise NothingRecorded(
-                    f"{command[0]}: {capturer.tool} recorded no range, mark or GPU op: nothing to analyse, "
-                    "nothing stored (does the program emit NVTX ranges, or run CUDA kernels with -t cuda?)"
-                ) from None
+                said = (
+                    str(e)  # the driver's words: what the program must do
+                    if isinstance(e, NothingWritten)
+                    else f"{capturer.tool} recorded no range, mark or GPU op (does the program emit NVTX ranges, "
+                    "or run CUDA kernels with -t cuda?)"
+                )
+                raise NothingRecorded(f"{command[0]}: {said}: nothing to analyse, nothing stored") from None
             if interrupted:
                 status, exit_code, message = _failed(status, exit_code, message, writer, e)
             else:  # the story is the command's: it failed before recording anything
@@ -193,8 +200,11 @@ def _ingest(
 ) -> dict:
     """Analyse the trace and write the run's normalised files; returns the summary."""
     progress = progress or _quiet
-    progress("analyse", "analysing: regions, kernels, decode steps, ITL")
-    summary, parts = analyse(trace, steplog if steplog is not None and steplog.is_file() else None)
+    steplog = steplog if steplog is not None and steplog.is_file() else None
+    # The engine's words only for the engine: another program has regions and kernels, not decode steps and ITL.
+    engine = steplog is not None or DECODE_STEP in trace.names.values
+    progress("analyse", "analysing: regions, kernels" + (", decode steps, ITL" if engine else ""))
+    summary, parts = analyse(trace, steplog)
     progress("store", "storing the run")
     summary["run_id"] = writer.run_id
     summary["tool"] = {"name": trace.tool.name, "version": trace.tool.version, "schema": trace.tool.format}

@@ -7,9 +7,10 @@ import sys
 import click
 
 from roseprof.cli.common import (
-    EXIT_CODES,
+    CAPTURE_EXIT_CODES,
     after_storing,
     cli,
+    invocation,
     open_store,
     print_run,
     show_dashboard,
@@ -17,7 +18,7 @@ from roseprof.cli.common import (
 )
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: nsys-demo, or nsys-<the command's name>)")
 @click.option("--trace", help="nsys --trace list (default: cuda,nvtx,osrt with a GPU, nvtx,osrt without)")
 @click.option(
@@ -45,7 +46,12 @@ from roseprof.cli.common import (
 def nsys(
     name, trace, capture_range, nvtx_capture, open_, repeat, step_range, traces_dir, dashboards_dir, cmd
 ) -> None:
-    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --)."""
+    """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --).
+
+    A CMD that starts with `-` extends the built-in command: `roseprof nsys -- --no-batched-kv-append` runs the
+    benchmark with that engine flag (a later flag wins: `-- --max-new-tokens 64`); `roseprof show RUN` prints the
+    whole command. The engine's flags: python -m roseinfer.benchmark_streaming --help, docs/ENGINE.md.
+    """
     from roseprof.drivers.nsys.capture import NsysOptions
 
     options = NsysOptions(trace, capture_range, nvtx_capture)
@@ -78,10 +84,15 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         last = i == len(outcomes) - 1
         if not last:
             click.echo(f"run {i + 1}/{repeat}: {outcome.run.id} {outcome.run.manifest.get('status')}")
+        elif outcome.summary is None:  # nothing was analysed: the error and where the run is, on stderr
+            click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
+            click.echo(f"run folder: {outcome.run.path}", err=True)
         else:
             if repeat > 1:
                 click.echo(f"run {i + 1}/{repeat}:")
             after_storing(outcome.run, lambda o=outcome: print_run(console, o.run, o.summary))
+            if outcome.exit_code != 0:
+                click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
         if outcome.summary is not None:
             after_storing(
                 outcome.run,
@@ -93,14 +104,34 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     elif final.exit_code == 0:
         if repeat > 1:
             name = final.run.manifest.get("name")
-            click.echo(f"next: roseprof diff {name} <other name>  (compares the {repeat} runs as a group)")
+            click.echo(
+                f"next: {invocation()} diff {name} <other name>  (compares the {repeat} runs as a group)"
+            )
         else:
             previous = previous_run(store, final.run)
-            print_next(console, final.run.id, previous.id if previous else None)
+            print_next(console, final.run.id, previous.id if previous else None, invocation())
     sys.exit(final.exit_code)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+def _failure(outcome) -> str:
+    """A capture that did not complete, in one line that says what to do."""
+    from roseprof.errors import one_line
+    from roseprof.render.safe_text import plain
+
+    m, code = outcome.run.manifest, outcome.exit_code
+    said = one_line(m.get("message") or f"the capture ended with exit code {code}")
+    if code == 1 and outcome.summary is None:
+        todo = "the command's own output above says why; fix it and capture again"
+    elif code == 1:
+        todo = f"what it recorded before is stored: {invocation()} show {outcome.run.id}"
+    elif code == 130:
+        todo = f"{invocation()} show {outcome.run.id} shows what was captured"
+    else:  # the profiler failed, or what it wrote could not be read: it is kept, with the tool's own log
+        todo = f"what the profiler wrote, and its own log, are kept in {outcome.run.path / 'raw'}"
+    return plain(f"{said} ({todo})")
+
+
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: ncu-demo, or ncu-<the command's name>)")
 @click.option(
     "--kernel", metavar="REGEX", help="profile kernels whose name matches REGEX (ncu --kernel-name regex:)"
@@ -159,7 +190,11 @@ def ncu(
     cmd,
 ) -> None:
     """Profile kernels of CMD with Nsight Compute (clocks left alone, NVTX on). Without CMD: the --from run's
-    command, or the engine benchmark sized for ncu."""
+    command, or the engine benchmark sized for ncu.
+
+    A CMD that starts with `-` extends that command: `roseprof ncu -- --no-batched-kv-append` adds the engine
+    flag (a later flag wins).
+    """
     from roseprof.drivers.ncu.options import NcuOptions
 
     options = NcuOptions(
@@ -176,7 +211,7 @@ def ncu(
     _capture(options, cmd, name, 1, None, traces_dir, dashboards_dir, open_)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False}, epilog=EXIT_CODES)
+@cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
 @click.option("--name", help="a name for the run (default: torch-demo, or torch-<the command's name>)")
 @click.option("--wait", type=int, default=8, show_default=True, help="decode steps skipped before the window")
 @click.option("--warmup", type=int, default=2, show_default=True, help="decode steps profiled and discarded")
@@ -200,6 +235,9 @@ def torch(
 
     The engine profiles a window of decode steps (--wait, --warmup, --active). Another program finds a folder in
     $ROSEPROF_TORCH_TRACE_DIR and writes its own trace there (e.g. torch.profiler.tensorboard_trace_handler).
+
+    A CMD that starts with `-` extends the built-in command: `roseprof torch -- --no-batched-kv-append` runs the
+    benchmark with that engine flag (a later flag wins).
     """
     from roseprof.drivers.torch.capture import TorchOptions
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import shlex
+import shutil
+import sys
+from pathlib import Path
 
 import click
 
@@ -10,7 +15,12 @@ from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain
 from roseprof.run.store import damage_is_one_line
 
-EXIT_CODES = "Exit codes: 0 ok; 1 the profiled command failed; 2 bad input or usage; 3 the profiler failed; 130 interrupted."
+EXIT_CODES = "Exit codes: 0 ok; 2 bad input or usage (one line on stderr); 130 interrupted."
+CAPTURE_EXIT_CODES = (
+    "Exit codes: 0 ok; 1 the profiled command failed (the run is kept with what it recorded); 2 bad input or usage, "
+    "or the program recorded nothing to analyse (nothing stored); 3 the profiler failed (the run keeps its log in "
+    "raw/); 130 interrupted (the run keeps what was captured)."
+)
 
 
 def store_options(f):
@@ -33,7 +43,7 @@ def store_options(f):
     return f
 
 
-@click.group(epilog=EXIT_CODES)
+@click.group(epilog=CAPTURE_EXIT_CODES)
 @click.version_option(package_name="roseinfer", prog_name="roseprof")
 def cli() -> None:
     """Capture, parse and compare profiles of roseinfer (or any command)."""
@@ -72,6 +82,28 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
     click.echo(f"dashboard: {path}")
     if open_browser:
         open_in_browser(path)
+
+
+def invocation() -> str:
+    """How the user can type roseprof in the next command we print: `roseprof` where that is on PATH (and is this
+    one), else this installation's script as a path to paste (`.venv/bin/roseprof` from the checkout), else
+    `python -m roseprof` with this interpreter."""
+    here = (
+        Path(sys.argv[0])
+        if Path(sys.argv[0]).name == "roseprof"
+        else Path(sys.executable).parent / "roseprof"
+    )
+    on_path = shutil.which("roseprof")
+    if on_path and (not here.is_file() or os.path.samefile(on_path, here)):
+        return "roseprof"
+    if not (here.is_file() and os.access(here, os.X_OK)):
+        return f"{shlex.quote(sys.executable)} -m roseprof"
+    try:
+        shown = str(here.absolute().relative_to(Path.cwd()))
+        shown = shown if os.sep in shown else f".{os.sep}{shown}"
+    except ValueError:
+        shown = str(here.absolute())
+    return shlex.quote(shown)
 
 
 def after_storing(run, present) -> None:

@@ -1,4 +1,5 @@
-"""The HTML page shell shared by run and diff dashboards: one self-contained file, plotly.js inline, offline.
+"""The HTML page shell shared by run and diff dashboards: one HTML file each, offline, with plotly.js written once
+beside them (`plotly-<version>.min.js`, 4-5 MB) rather than inside every page (which made each page 5 MB).
 
 Nothing from a trace is ever inserted as markup: callers escape text with html.escape, figure JSON is
 escaped here so that no `</script>` or `<!--` in a name can end the script element, and plotly labels are
@@ -13,9 +14,9 @@ import os
 from pathlib import Path
 
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-RENDERER_VERSION = "3"
+RENDERER_VERSION = "4"  # 4: plotly.js beside the page, not inside it
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -70,7 +71,7 @@ def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str 
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <meta name="roseprof-renderer" content="{RENDERER_VERSION}">
 <style>{STYLE}</style><script>{ERROR_HOOK}</script>
-<script>{get_plotlyjs()}</script></head>
+<script src="{plotly_js_name()}"></script></head>
 <body><header><h1>{html.escape(heading)}</h1><div class="sub">{html.escape(sub)}</div></header>
 <div id="errors"></div>
 <main>{main}</main>
@@ -88,10 +89,22 @@ def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str 
 """
 
 
+def plotly_js_name() -> str:
+    """The file the pages load plotly.js from, beside them; versioned, so pages of an older plotly keep theirs."""
+    return f"plotly-{get_plotlyjs_version()}.min.js"
+
+
 def write_page(text: str, out_path: Path) -> Path:
-    """Write atomically: a reader never sees half a page."""
+    """Write atomically: a reader never sees half a page; plotly.js beside it once (the page loads it offline)."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".part")
+    js = out_path.parent / plotly_js_name()
+    if not js.is_file():
+        _write_atomic(get_plotlyjs(), js)
+    return _write_atomic(text, out_path)
+
+
+def _write_atomic(text: str, out_path: Path) -> Path:
+    tmp = out_path.with_name(out_path.name + f".{os.getpid()}.part")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, out_path)
     return out_path

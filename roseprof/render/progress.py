@@ -75,9 +75,11 @@ class CaptureProgress:
         self.console.print(f"{TAG} done in {total:.1f} s", highlight=False)
 
 
-def print_next(console: Console, run_id: str, previous_id: str | None) -> None:
-    """What to do with a finished run: open it, and compare it with the previous run of the same name."""
+def print_next(console: Console, run_id: str, previous_id: str | None, prog: str = "roseprof") -> None:
+    """What to do with a finished run: open it, and compare it with the previous run of the same name. `prog`: how
+    the user types roseprof (`.venv/bin/roseprof` where it is not on PATH), so each line can be pasted."""
     # The new run is the after side: what it is compared with (the previous run of its name) comes first.
     before, after = previous_id or "<earlier run>", run_id
-    console.print(f"next: roseprof open {run_id}", markup=False, highlight=False, overflow="fold")
-    console.print(f"      roseprof diff {before} {after}", markup=False, highlight=False, overflow="fold")
+    # Each command whole on its line, never folded (a terminal wraps it softly), so that it pastes as it is.
+    console.print(f"next: {prog} open {run_id}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"      {prog} diff {before} {after}", markup=False, highlight=False, soft_wrap=True)

@@ -18,8 +18,10 @@ from rich.text import Text
 from roseprof.render import text, units
 from roseprof.render.safe_text import plain
 from roseprof.render.view import RunRecord, RunView
+from roseprof.workload.roseinfer import CAPTURE_ENV
 
 MIN_NAME = 24  # a shortened name keeps at least this many characters (room for a last component)
+MIN_RUN_NAME = 10  # `ls` keeps a run's name, shortened in the middle to no fewer characters than this
 MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
 
 
@@ -134,7 +136,7 @@ def print_summary(
         _print_path(console, "imported from", m["source"])
     for key in ("message", "damaged"):
         if m.get(key):
-            console.print(plain(f"  {m[key]}"), markup=False)
+            _say(console, plain(f"  {m[key]}"))
     if summary is None:
         _print_path(console, "run folder", run.path)
         return
@@ -149,10 +151,10 @@ def print_summary(
         _print_ncu(console, summary["ncu"])
     steps = summary.get("steps")
     if steps:
-        console.print(plain(text.steps_line(steps)), markup=False)
+        _say(console, plain(text.steps_line(steps)))
         sentence = text.rollover_sentence(steps) if steps.get("kind", "decode") == "decode" else None
         if sentence:
-            console.print(plain(sentence), markup=False)
+            _say(console, plain(sentence))
     itl = summary.get("itl")
     if itl and itl.get("count"):
         at, el = itl["at_rollover"], itl["elsewhere"]
@@ -160,21 +162,26 @@ def print_summary(
         line = f"ITL ms: p50 {fmt(itl['p50_ms'])}  p95 {fmt(itl['p95_ms'])}  p99 {fmt(itl['p99_ms'])}"
         if at.get("count"):
             line += f"  |  at rollover p99 {fmt(at['p99_ms'])}  elsewhere p99 {fmt(el['p99_ms'])}"
-        console.print(line, markup=False)
+        _say(console, line)
     if summary.get("spikes"):
         print_spikes(console, summary["spikes"])
     req = summary.get("requests")
     if req:
-        console.print(
+        _say(
+            console,
             f"requests: {req['count']}  completion tokens {req['completion_tokens']:,}  "
             f"throughput {req['throughput_tok_s']:,.1f} tok/s  TTFT p50 {req['ttft']['p50_ms']:.2f} ms",
-            markup=False,
         )
     for panel in panels:
         print_panel(console, panel)
     for w in summary.get("warnings") or []:
-        console.print(plain(f"warning: {w}"), markup=False, style="yellow")
+        _say(console, plain(f"warning: {w}"), style="yellow")
     _print_path(console, "run folder", run.path)
+
+
+def _say(console: Console, line: str, style: str | None = None) -> None:
+    """A line of figures or words, wrapped to the console between words, never between a number and its unit."""
+    console.print(text.wrap_figures(line, console.width), markup=False, style=style, overflow="fold")
 
 
 class TerminalRenderer:
@@ -193,7 +200,9 @@ def print_panel(console: Console, panel: dict) -> None:
     # The title on its own line: as a table title it would wrap to the width of a narrow table.
     console.print(plain(panel["title"]), markup=False, overflow="fold")
     if rows:
-        console.print(fit_table(console, None, list(panel["columns"]), rows))
+        # Names (the first column, and the columns a panel names) give way to fit.
+        shrink = {i: text.shorten_middle for i in panel.get("shrink") or [0]}
+        console.print(fit_table(console, None, list(panel["columns"]), rows, shrink))
     if panel.get("note"):
         console.print(plain(panel["note"]), markup=False)
 
@@ -316,14 +325,14 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
 
 def print_spikes(console: Console, spikes: dict) -> None:
     """The ITL spikes: one main cause per spike token, with what took the time; the tokens left out."""
-    console.print(
+    _say(
+        console,
         f"ITL spikes: {spikes['spike_tokens']:,} of {spikes['tokens']:,} tokens ({spikes['spike_steps']} steps) "
         f"above {spikes['threshold_ms']:.3f} ms = {spikes['definition'].removeprefix('ITL above ')}",
-        markup=False,
     )
     line = text.left_out_line(spikes.get("left_out"))
     if line:
-        console.print(plain(line), markup=False)
+        _say(console, plain(line))
     if not spikes["causes"]:
         return
     rows = [
@@ -334,11 +343,14 @@ def print_spikes(console: Console, spikes: dict) -> None:
     headers = ["main cause", "tokens", "share %", "added p50 ms", "added total ms"]
     console.print(fit_table(console, "spike causes (one per spike token)", headers, rows))
     for c in spikes["causes"]:  # the evidence: where each cause's time went
-        console.print(plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"), markup=False)
+        _say(console, plain(f"  {c['label']}: {text.evidence_text(c.get('evidence'))}"))
 
 
 def print_runs(console: Console, runs: list[RunRecord]) -> None:
     headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
+    # The command column says what tells the runs apart (the flags and switches not every run of the program
+    # has); `show` prints the whole command.
+    apart = text.commands_apart([(_argv(r.manifest), _switches(r.manifest)) for r in runs])
     rows = [
         [
             r.id,
@@ -346,19 +358,33 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
             _tool(r.manifest),
             r.manifest.get("status", ""),
             r.manifest.get("created_utc", ""),
-            text.command(r.manifest.get("command"), 10**6)
-            if r.manifest.get("command")
-            else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
+            cmd if cmd is not None else f"import {os.path.basename(str(r.manifest.get('source') or ''))}",
         ]
-        for r in runs
+        for r, cmd in zip(runs, apart)
     ]
-    # The run id holds the creation time and the name: those columns go first when room is short, then the
-    # tool, then the command (cut at a word while it keeps MIN_COMMAND characters; `show` prints it whole). The
-    # id and the status are never cut (users copy ids; a cut status reads as another word).
+    # The run id holds the creation time: that column goes first when room is short, then the tool; the name
+    # (shortened in the middle) and the command share what is left (the command cut at a word while it keeps
+    # MIN_COMMAND characters); beside ids too long to leave room for both, the name goes first (a run's id holds
+    # it). The id and the status are never cut (users copy ids; a cut status reads as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {5: text.command}, keep={0, 3}, optional=(4, 1, 2, 5),
-            whole={0, 3}, min_width={5: MIN_COMMAND},
+            console, None, headers, rows, {1: text.shorten_middle, 5: text.command}, keep={0, 1, 3},
+            optional=(4, 2, 1, 5), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
         ),
         crop=False,
     )  # fmt: skip
+
+
+def _argv(m: dict) -> list[str] | None:
+    cmd = m.get("command")
+    if isinstance(cmd, str) and cmd:
+        return [cmd]
+    return [str(w) for w in cmd] if isinstance(cmd, list) and cmd else None
+
+
+def _switches(m: dict) -> dict:
+    """The engine switches a run's program ran with, less those the capture set itself."""
+    env = (m.get("environment") or {}).get("env") if isinstance(m.get("environment"), dict) else None
+    return (
+        {k: str(v) for k, v in (env or {}).items() if k not in CAPTURE_ENV} if isinstance(env, dict) else {}
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import textwrap
 
 ELLIPSIS = "…"
 
@@ -151,6 +153,56 @@ def command(argv: list[str] | str | None, width: int) -> str:
     if space >= width // 2:  # at a word, unless that would throw away most of the room
         cut = cut[:space]
     return cut.rstrip() + ELLIPSIS
+
+
+def command_items(argv: list[str]) -> tuple[str, list[str]]:
+    """A command as (its program, its items): the program is a script's or module's name (`python -m
+    roseinfer.benchmark_streaming` -> `benchmark_streaming`), an item each option with its value, or a word."""
+    words = [str(w) for w in argv]
+    prog, i = os.path.basename(words[0]) if words else "", 1
+    if prog.startswith("python") and len(words) > 1:
+        if words[1] == "-m" and len(words) > 2:
+            prog, i = words[2].rsplit(".", 1)[-1], 3
+        elif not words[1].startswith("-"):
+            prog, i = os.path.basename(words[1]), 2
+    items = []
+    while i < len(words):
+        if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            items.append(f"{words[i]} {words[i + 1]}")
+            i += 2
+        else:
+            items.append(words[i])
+            i += 1
+    return prog, items
+
+
+def commands_apart(commands: list[tuple[list[str] | None, dict]]) -> list[str | None]:
+    """What tells each run's command apart from the others' (`ls`): per (argv, switches) -- switches being the
+    engine's environment switches the run recorded -- the switches and option items that not every run of the
+    same program has, then the program where several programs are listed; the program alone where nothing
+    differs. None for a run without a command (an import)."""
+    parsed = [
+        (command_items(argv), [f"{k}={v}" for k, v in sorted(env.items())]) if argv else None
+        for argv, env in commands
+    ]
+    by_prog: dict[str, list[set[str]]] = {}
+    for p in parsed:
+        if p is not None:
+            (prog, items), switches = p
+            by_prog.setdefault(prog, []).append(set(items) | set(switches))
+    common = {prog: set.intersection(*sets) if len(sets) > 1 else set() for prog, sets in by_prog.items()}
+    out: list[str | None] = []
+    for p in parsed:
+        if p is None:
+            out.append(None)
+            continue
+        (prog, items), switches = p
+        apart = [x for x in switches + items if x not in common[prog]]
+        if not apart:
+            out.append(prog)
+        else:
+            out.append(" ".join(apart) + (f" ({prog})" if len(by_prog) > 1 else ""))
+    return out
 
 
 METRIC_PARTS = {"rollover.": "rollover ", "normal.": "normal "}
@@ -353,3 +405,21 @@ def evidence_text(evidence: list[dict] | None) -> str:
         f"{e['where']} +{duration(e['p50_ms'] * 1e6)} p50 ({e['tokens']:,} token{'s' if e['tokens'] != 1 else ''})"
         for e in evidence
     )
+
+
+# A figure and its unit are one word when a line wraps: `41.61 ms` never ends a line at `41.61`.
+_UNIT = re.compile(r"(?<=\d) (?=(?:ns|µs|us|ms|s|tok/s|req/s|tokens|tok|MB|GB|KB|B|%|x)(?:[\s),;:|]|$))")
+_LABEL = re.compile(r"(?<=\bp\d\d) (?=[-\d])")  # `p50 41.61 ms` is one figure too
+_GLUE = "\x00"
+
+
+def wrap_figures(line: str, width: int, indent: str = "  ") -> str:
+    """`line` wrapped at `width` between words, never between a number and its unit; continuation lines indented."""
+    if len(line) <= width:
+        return line
+    glued = _LABEL.sub(_GLUE, _UNIT.sub(_GLUE, line))
+    lead = indent + " " * (len(line) - len(line.lstrip(" ")))
+    lines = textwrap.wrap(
+        glued, width, subsequent_indent=lead, break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(lines).replace(_GLUE, " ")

@@ -13,6 +13,7 @@ steps.json is refused by the renderer that needs it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -95,5 +96,13 @@ class DiffView:
 
 
 def _file_side(side: dict) -> str:
+    """A side in the diff dashboard's file name: its latest run's id less the capture time (`nsys-demo-8783`; the
+    dashboard says the rest), kept short so that `dashboard: dashboards/diff-A-vs-B.html` fits 80 columns."""
     n = len(side.get("runs") or [])
-    return f"{side['id']}-x{n}" if n > 1 else side["id"]
+    short = re.sub(r"^\d{8}T\d{6}Z-", "", side["id"])
+    if len(short) > SIDE_CHARS:  # a long name: its start and the id's random end, which tells runs apart
+        short = short[: SIDE_CHARS - 6] + "~" + short[-5:]
+    return f"{short}-x{n}" if n > 1 else short
+
+
+SIDE_CHARS = 20

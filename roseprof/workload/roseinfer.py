@@ -57,6 +57,11 @@ TORCH_PROFILE_ENV = (
 TORCH_PROFILE_SCHEDULE_ENV = names.ROSEINFER_TORCH_PROFILE_SCHEDULE  # "wait,warmup,active" in decode steps
 TORCH_PROFILE_WITH_STACK_ENV = names.ROSEINFER_TORCH_PROFILE_WITH_STACK
 TORCH_PROFILE_CPU_ONLY_ENV = names.ROSEINFER_TORCH_PROFILE_CPU_ONLY
+# The switches a capture sets itself (per tool, or a path per run): they never tell two runs' programs apart.
+CAPTURE_ENV = frozenset(
+    {NVTX_ENV, RECORD_FUNCTION_ENV, STEP_LOG_ENV, TORCH_PROFILE_ENV, TORCH_PROFILE_SCHEDULE_ENV,
+     TORCH_PROFILE_WITH_STACK_ENV, TORCH_PROFILE_CPU_ONLY_ENV}
+)  # fmt: skip
 
 
 def default_command(device: str | None = None) -> list[str]:

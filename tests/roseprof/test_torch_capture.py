@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from roseprof.workload import roseinfer as workload
-from tests.helpers import DATA, engine_command, roseprof
+from tests.helpers import DATA, assert_one_line_error, engine_command, roseprof
 
 ENGINE = engine_command(
     "roseinfer.benchmark_streaming",
@@ -101,11 +101,13 @@ def test_a_program_that_is_not_the_engine(tmp_path):
     assert summary["steps"]["count"] == 4  # ProfilerStep#N spans, with no step log
 
 
-def test_no_trace_written_is_a_failed_run(tmp_path):
-    proc = roseprof("torch", *store(tmp_path), "--", sys.executable, "-c", "pass")
-    assert proc.returncode == 3, proc.stdout + proc.stderr
-    manifest = json.loads((only_run(tmp_path / "traces") / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and "no torch.profiler trace" in manifest["message"]
+def test_no_trace_written_is_nothing_to_analyse(tmp_path):
+    """A program that ran fine and wrote no trace: nothing recorded (exit 2, nothing stored), as nsys' "recorded
+    no range", not a profiler failure."""
+    proc = roseprof("torch", *store(tmp_path), "--", sys.executable, "-c", "pass", env={"COLUMNS": "80"})
+    assert_one_line_error(proc, 2, "no torch.profiler trace was written")
+    assert "nothing stored" in proc.stderr and "ROSEPROF_TORCH_TRACE_DIR" in proc.stderr
+    assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").iterdir())
 
 
 def _totals(summary):

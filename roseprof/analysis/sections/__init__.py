@@ -13,6 +13,7 @@ from roseprof.analysis.sections import (
     kernels,
     marks,
     ncu_kernels,
+    operators,
     ranks,
     regions,
     serving,
@@ -34,6 +35,7 @@ SECTIONS: list[Section] = [
     collectives.SECTION,
     gpu_time.SECTION,
     serving.SECTION,
+    operators.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.

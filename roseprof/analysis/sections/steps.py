@@ -112,7 +112,11 @@ def diff_steps(sides: Sides) -> list[dict]:
     ga, gb = sides.before, sides.after
     metrics = []
     stats = {"p50": (pct(50), 50), "p99": (pct(99), 99), "mean": (np.mean, None)}
-    for label, sel in (("", None), ("rollover.", True), ("normal.", False)):
+    # Rollover and normal steps are the engine's words: another program's steps (ProfilerStep, --step-range) are
+    # compared as one kind.
+    engine = all(((r.summary or {}).get("steps") or {}).get("kind", "decode") == "decode" for r in sides.runs)
+    kinds = (("", None), ("rollover.", True), ("normal.", False)) if engine else (("", None),)
+    for label, sel in kinds:
 
         def masks(g, sel=sel):
             return [np.ones(len(r.step_dur), bool) if sel is None else r.step_roll == sel for r in g]

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from roseprof.drivers.base import Launch
-from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.errors import NothingWritten, RoseprofError
 from roseprof.model import GpuOps, HostEvents, Marks, Names, Process, Ranges, Trace
 from roseprof.workload.roseinfer import (
     RECORD_FUNCTION_ENV,
@@ -79,6 +79,8 @@ class TorchCapture:
     def describe(self) -> dict:
         wait, warmup, active = self.schedule
         return {
+            # The installed torch (the program's own may differ: its trace's version, where it states one, wins).
+            "version": installed_torch(),
             "schedule": {"wait": wait, "warmup": warmup, "active": active},
             "with_stack": self.with_stack,
             "cpu_only": self.cpu_only,
@@ -107,9 +109,13 @@ class TorchCapture:
         files = trace_files(raw / TRACE_FOLDER)
         if not files:
             wait, warmup, _ = self.schedule
-            raise CaptureFailed(
-                f"no torch.profiler trace was written into raw/{TRACE_FOLDER}/ (the engine writes one after "
-                f"{wait}+{warmup} decode steps; another program must write its own into ${TRACE_DIR_ENV})"
+            # The program ran and wrote no trace: nothing to analyse (the pipeline says whose fault), not a
+            # profiler failure.
+            raise NothingWritten(
+                f"no torch.profiler trace was written (the engine writes one after {wait}+{warmup} decode "
+                f"steps; another program must run torch.profiler and write its trace into ${TRACE_DIR_ENV}, "
+                "e.g. with on_trace_ready=torch.profiler.tensorboard_trace_handler(os.environ["
+                f"'{TRACE_DIR_ENV}']))"
             )
         trace = read_traces(files)
         if trace.tool.version == "?":
@@ -189,8 +195,12 @@ def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
                    o.graph_node, o.api_start + api_shift, o.api_end + api_shift, o.api_tid, api_name)
         )  # fmt: skip
         h = t.host_events
+        shape = h.shapes()
+        shape = np.where(shape >= 0, remap[np.maximum(shape, 0)] if len(remap) else -1, -1)
         parts_h.append(
-            HostEvents(h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind)
+            HostEvents(
+                h.start + shift, h.end + shift, remap[h.name] if len(h) else h.name, h.tid, h.kind, shape
+            )
         )
         threads.update(t.threads)
         thread_pids.update(t.thread_pids)
@@ -206,7 +216,9 @@ def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
     cat = {f: np.concatenate([getattr(p, f) for p in parts_o]) for f in GpuOps.COLUMNS}
     order = np.argsort(cat["start"], kind="stable")
     ops = GpuOps(**{f: v[order] for f, v in cat.items()})
-    host = HostEvents(*(np.concatenate([getattr(p, f) for p in parts_h]) for f in HostEvents.COLUMNS))
+    host = HostEvents(
+        *(np.concatenate([getattr(p, f) for p in parts_h]) for f in (*HostEvents.COLUMNS, "shape"))
+    )
     return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
                  session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
                  host_events=host, thread_pids=thread_pids, processes=processes)  # fmt: skip

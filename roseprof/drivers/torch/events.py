@@ -58,6 +58,9 @@ class Args(msgspec.Struct):
     device: int | str | None = None
     stream: int | str | None = None
     name: Any = None  # thread_name / process_name metadata
+    # A CPU op's input shapes, where the profiler ran with record_shapes=True (older Kineto: "Input dims").
+    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    old_input_dims: Any = msgspec.field(default=None, name="Input dims")
 
 
 class Event(msgspec.Struct):
@@ -89,6 +92,9 @@ class Columns:
         self.corr: list[np.ndarray] = []
         self.device: list[np.ndarray] = []
         self.stream: list[np.ndarray] = []
+        self.shape: list[
+            np.ndarray
+        ] = []  # a CPU op's input shapes as one interned string; -1 where not recorded
         self.flow_start: list[np.ndarray] = []  # [F, 4] (id, pid, tid, ts) of `s` flow events
         self.flow_end: list[np.ndarray] = []  # [F, 4] of `f` flow events (bound to the GPU op they end on)
         self.process_names: dict[int, str] = {}
@@ -209,7 +215,14 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
     cols.ts.append(np.fromiter((e.ts for _, e in picked), dtype=np.float64, count=n))
     cols.dur.append(np.fromiter((e.dur for _, e in picked), dtype=np.float64, count=n))
     intern = cols.intern
-    cols.name.append(np.fromiter((intern(e.name) for _, e in picked), dtype=np.int64, count=n))
+    none = Args()  # every field None
+    args = [none if e.args is None else e.args for _, e in picked]
+    # Each event's name, then its input shapes, interned in event order: the names table is the same however the
+    # file was cut into segments.
+    pairs = np.fromiter(
+        (x for (_, e), a in zip(picked, args) for x in (intern(e.name), _shapes(intern, a))), np.int64, 2 * n
+    )
+    cols.name.append(pairs[0::2].copy())
     int_id = cols.int_id
     cols.pid.append(
         np.fromiter(
@@ -225,13 +238,18 @@ def add_rows(cols: Columns, picked: list[tuple[int, Event]]) -> None:
             count=n,
         )
     )
-    args = [e.args for _, e in picked]
-    none = Args()  # every field None
-    args = [none if a is None else a for a in args]
     cols.corr.append(np.fromiter((-1 if a.correlation is None else a.correlation for a in args), np.int64, n))
     track = cols.track_id
     cols.device.append(np.fromiter((track(a.device) for a in args), np.int64, n))
     cols.stream.append(np.fromiter((track(a.stream) for a in args), np.int64, n))
+    cols.shape.append(pairs[1::2].copy())
+
+
+def _shapes(intern, a: Args) -> int:
+    """The input shapes key_averages(group_by_input_shape=True) shows (`[[32, 32], [32, 32]]`), interned; -1 where
+    the op recorded none."""
+    dims = a.input_dims if a.input_dims is not None else a.old_input_dims
+    return -1 if dims is None else intern(str(dims) if isinstance(dims, list) else "?")
 
 
 def _scope_name(name: str) -> bool:

@@ -206,8 +206,9 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         HOST_CATEGORIES.index("cuda_runtime"),
     )  # fmt: skip
     host_events = HostEvents(
-        start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64)
-    )
+        start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64),
+        shape=_cat(cols.shape)[host_i],
+    )  # fmt: skip
     used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
     rank, world_size = _distributed(header.distributedInfo, label, warnings)
     threads = {}

@@ -1,0 +1,149 @@
+"""torch.profiler's operator table, as users know it from `prof.key_averages()`: per CPU operator (aten::*; by input
+shapes too where the profiler recorded them, as `key_averages(group_by_input_shape=True)`), its calls, self and
+total CPU time, and self and total device time (the GPU ops launched inside it: by the innermost operator around
+the launching call for self, by every operator around it for total).
+
+Self CPU time is an operator's time less that of the operators nested in it on its thread, as key_averages counts
+it; an operator nested in one of its own name counts in both totals, as there."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.model import HOST_CATEGORIES, Trace
+from roseprof.run.checks import OPT_NUM
+
+CPU_OP = HOST_CATEGORIES.index("cpu_op")
+TOP = 40  # rows kept in summary.json (the operators with the most self time)
+SHOWN = 20  # of those, rows `show` prints (by name; by input shapes: half as many)
+
+
+def applies(trace: Trace) -> bool:
+    return bool((trace.host_events.kind == CPU_OP).any())
+
+
+def compute(ctx: Context) -> SectionResult:
+    trace = ctx.trace
+    h = trace.host_events
+    sel = np.flatnonzero(h.kind == CPU_OP)
+    start, end, tid = h.start[sel], h.end[sel], h.tid[sel]
+    name, shape = h.name[sel], h.shapes()[sel]
+    ops = trace.ops
+    launched = np.flatnonzero(ops.api_tid >= 0)
+    child_ns, self_dev, dev = _nest(start, end, tid, ops.api_start[launched], ops.api_tid[launched],
+                                    (ops.end - ops.start)[launched])  # fmt: skip
+    dur = end - start
+    cols = {"calls": np.ones(len(dur)), "self_cpu_ns": dur - child_ns, "cpu_ns": dur, "self_device_ns": self_dev,
+            "device_ns": dev}  # fmt: skip
+    device = len(launched) > 0
+    by_name, groups = _table(trace, name, np.full(len(name), -1), cols, device)
+    part = {"groups": groups, "sorted_by": "self_device_ns" if device else "self_cpu_ns", "top": by_name}
+    # key_averages(group_by_input_shape=True), where the profiler recorded shapes (record_shapes=True).
+    part["by_shape"] = _table(trace, name, shape, cols, device)[0] if (shape >= 0).any() else None
+    return SectionResult({"operators": part})
+
+
+def _table(trace: Trace, name, shape, cols: dict, device: bool) -> tuple[list[dict], int]:
+    """The TOP rows of one grouping (by name, and input shapes where `shape` >= 0), most self time first; and how
+    many groups there are."""
+    width = len(trace.names.values) + 1
+    keys, group = np.unique(name * width + (shape + 1), return_inverse=True)
+    sums = {c: np.bincount(group, weights=v, minlength=len(keys)).astype(np.int64) for c, v in cols.items()}
+    first = sums["self_device_ns"] if device else sums["self_cpu_ns"]
+    order = np.lexsort((-sums["self_cpu_ns"], -first))
+    rows = []
+    for g in order[:TOP].tolist():
+        n, s = divmod(int(keys[g]), width)
+        row = {"name": trace.names[n], "shapes": trace.names[s - 1] if s > 0 else None}
+        row.update({c: int(v[g]) for c, v in sums.items()})
+        if not device:
+            row["self_device_ns"] = row["device_ns"] = None
+        rows.append(row)
+    return rows, len(keys)
+
+
+def _nest(start, end, tid, launch_t, launch_tid, launch_ns):
+    """Per operator: the CPU time of the operators directly inside it, and the device time of the GPU ops launched
+    directly inside it (self) and anywhere inside it (total), from one sweep per thread."""
+    n = len(start)
+    child_ns = np.zeros(n, dtype=np.int64)
+    self_dev = np.zeros(n, dtype=np.int64)
+    dev = np.zeros(n, dtype=np.int64)
+    launches = {}
+    for t in np.unique(launch_tid).tolist():
+        li = np.flatnonzero(launch_tid == t)
+        li = li[np.argsort(launch_t[li], kind="stable")]
+        launches[t] = li
+    for t in np.unique(tid).tolist():
+        oi = np.flatnonzero(tid == t)
+        oi = oi[np.lexsort((-end[oi], start[oi]))]  # outer before inner at the same start
+        li = launches.get(t, np.empty(0, dtype=np.int64))
+        stack: list[int] = []
+        j = 0
+        for i in oi.tolist() + [None]:
+            at = start[i] if i is not None else None
+            # Launches before this operator starts land in the operators open then.
+            while j < len(li) and (at is None or launch_t[li[j]] < at):
+                lt = launch_t[li[j]]
+                while stack and end[stack[-1]] <= lt:
+                    stack.pop()
+                if stack:
+                    self_dev[stack[-1]] += launch_ns[li[j]]
+                    for s in stack:
+                        dev[s] += launch_ns[li[j]]
+                j += 1
+            if i is None:
+                break
+            while stack and end[stack[-1]] <= at:
+                stack.pop()
+            if stack:
+                child_ns[stack[-1]] += end[i] - start[i]
+            stack.append(i)
+    return child_ns, self_dev, dev
+
+
+def panels(summary: dict) -> list[dict]:
+    part = summary.get("operators")
+    if not part or not part.get("top"):
+        return []
+    device = part["sorted_by"] == "self_device_ns"
+    ms = lambda ns: f"{ns / 1e6:,.3f}"  # noqa: E731
+    by = "self device" if device else "self CPU"
+    columns = ["operator", "calls", "self CPU ms", "CPU ms"] + (["self dev ms", "dev ms"] if device else [])
+    rows = [
+        [r["name"], f"{r['calls']:,}", ms(r["self_cpu_ns"]), ms(r["cpu_ns"])]
+        + ([ms(r["self_device_ns"]), ms(r["device_ns"])] if device else [])
+        for r in part["top"][:SHOWN]
+    ]
+    out = [{
+        "title": "operators (torch.profiler)", "columns": columns, "rows": rows,
+        "note": f"{len(rows)} of {part['groups']:,} operators, by {by} time, as torch.profiler's key_averages(); "
+        "all rows: roseprof show --json",
+    }]  # fmt: skip
+    if part.get("by_shape"):
+        key = "self_device_ns" if device else "self_cpu_ns"
+        out.append({
+            "title": "operators by input shapes (key_averages(group_by_input_shape=True))",
+            "columns": ["operator", "calls", f"{by} ms", "input shapes"],
+            "rows": [
+                [r["name"], f"{r['calls']:,}", ms(r[key]), (r["shapes"] or "").replace(", ", ",")]
+                for r in part["by_shape"][: SHOWN // 2]
+            ],
+            "note": "all rows and times: roseprof show --json",
+            "shrink": [0, 3],
+        })  # fmt: skip
+    return out
+
+
+OP_ROW = {
+    "name": str, "shapes": (str, None), "calls": int, "self_cpu_ns": int, "cpu_ns": int,
+    "self_device_ns": OPT_NUM, "device_ns": OPT_NUM,
+}  # fmt: skip
+CHECKS = {
+    "operators": ({"groups": int, "sorted_by": str, "top": [OP_ROW], "by_shape": ([OP_ROW], None)}, None)
+}
+
+SECTION = Section(
+    "operators", compute, applies=applies, absent={"operators": None}, checks=CHECKS, panels=panels
+)
