@@ -94,14 +94,16 @@ def one_run_note(v: dict) -> str | None:
 
 
 def samples(row: dict) -> str | None:
-    """How many samples back a headline figure: `568 tokens in 71 steps`, `71 steps`, `8 / 9 requests`."""
+    """How many samples back a headline figure: `568 tokens in 71 steps` (a load's: `in 40 requests`), `71
+    steps`, `8 / 9 requests`."""
     if row["samples"] is None or row["n_before"] is None:
         return None
     nb, na = row["n_before"], row["n_after"]
     out = f"{nb:,} {row['samples']}" if nb == na else f"{nb:,} / {na:,} {row['samples']}"
     if "steps_before" in row:
         sb, sa = row["steps_before"], row["steps_after"]
-        out += f" in {sb:,} steps" if sb == sa else f" in {sb:,} / {sa:,} steps"
+        units = row.get("units", "steps")
+        out += f" in {sb:,} {units}" if sb == sa else f" in {sb:,} / {sa:,} {units}"
     return out
 
 
