@@ -9,7 +9,7 @@ from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, compare_own, floor_for, gate, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.samples import prepare
-from roseprof.analysis.sections import SECTIONS, serving
+from roseprof.analysis.sections import SECTIONS, loads, serving
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.render.view import DiffView
@@ -22,9 +22,11 @@ def load_run(run: Run) -> RunData:
     has no trace, steps or ITL table: its samples are its requests and tokens (sections/serving.py)."""
     if tables.is_load(run.manifest):
         summary = run.summary()
-        return RunData(
-            summary, sections={"serving": serving.samples(summary, tables.read_load_tokens(run.path))}
-        )
+        tokens = tables.read_load_tokens(run.path)
+        sweep = loads.sweep_points(summary, tokens)
+        if sweep is not None:
+            return RunData(summary, sections={"sweep": sweep})
+        return RunData(summary, sections={"serving": serving.samples(summary, tokens)})
     return prepare(
         run.summary(),
         tables.read_steps(run.path),
@@ -32,6 +34,19 @@ def load_run(run: Run) -> RunData:
         tables.read_trace(run.path),
         SECTIONS,
     )
+
+
+def load_samples(run: Run) -> list[RunData]:
+    """What a run is to a diff's side: itself, or a repeated load's (`roseprof load --repeat K`) K loads, each as
+    a run of the group, so that the diff's hierarchical bootstrap sees the drift between them (as between runs
+    of `roseprof nsys --repeat`)."""
+    if tables.is_load(run.manifest):
+        summary = run.summary()
+        repeated = summary.get("loads")
+        if repeated and repeated["kind"] == "repeat":
+            tokens = tables.read_load_tokens(run.path)
+            return [loads.part_runs(p, tokens, k) for k, p in enumerate(repeated["parts"])]
+    return [load_run(run)]
 
 
 def _check(run: Run, allow_incomplete: bool) -> None:
@@ -100,9 +115,12 @@ def diff_runs(
     mixed_b = alike.check_side("after", refs_b, runs_b, pool_mixed)
     for run in runs_a + runs_b:
         _check(run, allow_incomplete)
-    a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
+    a = [d for r in runs_a for d in load_samples(r)]
+    b = [d for r in runs_b for d in load_samples(r)]
+    loads.check_comparable(a, b)
     floor = floor_for(a, b, min_effect)
-    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor)
+    all_loads = all(tables.is_load(r.manifest) for r in runs_a + runs_b)
+    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor, all_loads)
     # A section may compare such runs in a way of its own (ncu: launch by launch); then a kernel new or gone is
     # something to say even where no metric is shared.
     metrics, method_text, own = compare_own(a, b, metrics, method_text, floor)

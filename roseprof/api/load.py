@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from roseprof.capture import environment
 from roseprof.errors import RoseprofError
 from roseprof.load import metrics_scrape, runner, serving
+from roseprof.load import sweep as sweep_mod
 from roseprof.load.client import parse_url
 from roseprof.load.schedule import Length, Plan
 from roseprof.run import tables
@@ -26,11 +28,13 @@ class LoadInterrupted(RoseprofError):
     exit_code = 130
 
 
-def command_of(url: str, plan: Plan, slo: str | None, warmup_s: float) -> list[str]:
+def command_of(
+    url: str, plan: Plan, slo: str | None, warmup_s: float, sweep: str | None = None, repeat: int = 1
+) -> list[str]:
     """The load as a command line (what a diff's sides must share to pool: run/alike.py)."""
     cmd = ["roseprof", "load", url]
     for key, value in plan.describe().items():
-        if value is not None and key != "dataset":
+        if value is not None and key != "dataset" and not (sweep and key == "rate"):
             cmd += [f"--{key.replace('_', '-')}", str(value)]
     if plan.dataset_path:
         cmd += ["--dataset", plan.dataset_path]
@@ -38,7 +42,35 @@ def command_of(url: str, plan: Plan, slo: str | None, warmup_s: float) -> list[s
         cmd += ["--slo", slo]
     if warmup_s:
         cmd += ["--warmup", f"{warmup_s:g}"]
+    if sweep:
+        cmd += ["--sweep", sweep]
+    if repeat > 1:
+        cmd += ["--repeat", str(repeat)]
     return cmd
+
+
+def _drive(ep, plan: Plan, opts: runner.LoadOptions, progress) -> tuple[runner.LoadState, str | None]:
+    """One load into a LoadState of its own; (state, why it was interrupted or None). Requests cut by an
+    interrupt are marked cancelled."""
+    state = runner.LoadState()
+    interrupted = None
+    try:
+        asyncio.run(runner.run(ep, plan, opts, state, progress))
+    except KeyboardInterrupt:
+        interrupted = "interrupted (Ctrl-C)"
+    for rec in state.records:  # requests cut by the interrupt
+        if rec.end is None:
+            rec.status, rec.error, rec.end = "cancelled", "cancelled", rec.sent or state.start
+    return state, interrupted
+
+
+def _part(state: runner.LoadState, plan: Plan, limits: dict, warmup_s: float, url: str) -> dict:
+    part = serving.summarise(state.records, state.start, plan.describe(), limits, warmup_s)
+    part["model"] = state.model
+    part["url"] = url
+    server = metrics_scrape.server_ttft(state.metrics)
+    part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
+    return part
 
 
 def load(
@@ -52,49 +84,103 @@ def load(
     api_key: str | None = None,
     progress: Callable[[dict], None] | None = None,
     manifest: dict | None = None,
+    sweep: str | None = None,
+    repeat: int = 1,
+    saturate: int | None = None,
 ) -> Run:
     """Run the load and store it. Bad input (options, the URL) is refused before anything is sent; an
-    unreachable server stores nothing (no request was made)."""
+    unreachable server stores nothing (no request was made).
+
+    `sweep` (`--sweep RATES|auto`: load/sweep.py) runs one open-loop load per rate; `repeat` K runs the plan K
+    times. Either is stored as one run whose summary has `loads` instead of `serving`: {"kind": "sweep" |
+    "repeat", "parts": [each load's serving part], and for a sweep "curve", "knee" and (auto) "probes"}, its
+    tokens table's rows each naming their load ("load": k). A sweep's diff compares rate with rate, a repeat's
+    takes its K loads as K runs of a group (api/compare.load_samples)."""
+    if sweep and repeat > 1:
+        raise RoseprofError("--sweep and --repeat together are not supported yet: give one of them")
+    if repeat < 1:
+        raise RoseprofError(f"--repeat {repeat}: at least 1")
+    rates = sweep_mod.parse_rates(sweep) if sweep else None
+    if sweep and plan.rate is not None:
+        raise RoseprofError("--sweep gives the rates: drop --rate")
+    if sweep and rates is not None and plan.concurrency is not None:
+        raise RoseprofError(
+            "--sweep RATES is open loop: drop --concurrency (with --sweep auto it sets the probe's)"
+        )
+    if sweep:
+        plan = replace(plan, rate=rates[0] if rates else 1.0, concurrency=None)
     plan.check()
     limits = serving.parse_slo(slo)
     ep = parse_url(url, api_key)
-    state = runner.LoadState()
+    states: list[tuple[runner.LoadState, Plan]] = []
+    probes: list[dict] = []
     interrupted = None
-    try:
-        asyncio.run(runner.run(ep, plan, opts, state, progress))
-    except KeyboardInterrupt:
-        interrupted = "interrupted (Ctrl-C)"
-    if state.start is None:  # the preflight failed (raised above) or was interrupted: nothing was sent
-        raise LoadInterrupted("interrupted before the load started: no run stored")
-    for rec in state.records:  # requests cut by the interrupt
-        if rec.end is None:
-            rec.status, rec.error, rec.end = "cancelled", "cancelled", rec.sent or state.start
-    part = serving.summarise(state.records, state.start, plan.describe(), limits, warmup_s)
-    part["model"] = state.model
-    part["url"] = url
-    server = metrics_scrape.server_ttft(state.metrics)
-    part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
-    warnings = _warnings(part, store, state, interrupted)
-    summary = {"regions": [], "kernels": [], "serving": part, "warnings": warnings}
+    if sweep and rates is None:  # auto: the rate of one request at a time, then the saturated one
+        for conc in (1, saturate or sweep_mod.AUTO_SATURATE):
+            probe = replace(plan, rate=None, concurrency=conc)
+            state, interrupted = _drive(ep, probe, opts, progress)
+            if state.start is None or interrupted:
+                raise LoadInterrupted("interrupted while --sweep auto probed the server: no run stored")
+            got = serving.summarise(state.records, state.start, probe.describe(), {})
+            probes.append({"concurrency": conc, "requests_s": got["throughput"]["requests_s"],
+                           "output_tok_s": got["throughput"]["output_tok_s"], "completed": got["completed"]})  # fmt: skip
+        rates = sweep_mod.auto_rates(probes[0]["requests_s"], probes[1]["requests_s"])
+    plans = [replace(plan, rate=r) for r in rates] if sweep else [plan] * repeat
+    for one in plans:
+        state, interrupted = _drive(ep, one, opts, progress)
+        if state.start is None:  # the preflight failed (raised above) or was interrupted: nothing was sent
+            if not states:
+                raise LoadInterrupted("interrupted before the load started: no run stored")
+            break
+        states.append((state, one))
+        if interrupted or state.stopped:
+            break
+    parts = [_part(state, one, limits, warmup_s, url) for state, one in states]
+    stopped = interrupted or next((s.stopped for s, _ in states if s.stopped), None)
+    if len(plans) > 1 and len(states) < len(plans) and not interrupted:
+        stopped = stopped or f"{len(states)} of {len(plans)} loads ran"
+    warnings = []
+    for k, ((state, _), part) in enumerate(zip(states, parts)):
+        label = (
+            ""
+            if len(plans) == 1
+            else (f"at {part['plan']['rate']:g} req/s: " if sweep else f"load {k + 1}: ")
+        )
+        warnings += [
+            label + w for w in _warnings(part, store, state, interrupted if k == len(states) - 1 else None)
+        ]
+    summary = {"regions": [], "kernels": [], "warnings": warnings}
+    tokens, metrics = [], []
+    for k, (state, _) in enumerate(states):
+        rows = serving.token_table(state.records, state.start)
+        for row in rows if len(plans) > 1 else ():
+            row["load"] = k
+        tokens += rows
+        metrics += [{**m, "load": k} for m in state.metrics] if len(plans) > 1 else state.metrics
+    if len(plans) == 1:
+        summary["serving"] = parts[0]
+    else:
+        summary["loads"] = {"kind": "sweep" if sweep else "repeat", "parts": parts}
+        if sweep:
+            curve = [sweep_mod.curve_row(p) for p in parts]
+            summary["loads"].update(curve=curve, knee=sweep_mod.knee(curve), probes=probes)
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s),
+            command=command_of(url, plan, slo, warmup_s, sweep, repeat),
             environment=environment.describe(),
             **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
-        tables.write_load(
-            writer.path, summary, serving.token_table(state.records, state.start), state.metrics
-        )
-        stopped = interrupted or state.stopped
+        tables.write_load(writer.path, summary, tokens, metrics if any(s.metrics for s, _ in states) else [])
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip
     except BaseException:
         writer.abort()
         raise
     if interrupted:
-        raise LoadInterrupted(f"interrupted: {len(state.records)} requests kept as run {run.id} (incomplete)")
+        kept = sum(len(s.records) for s, _ in states)
+        raise LoadInterrupted(f"interrupted: {kept} requests kept as run {run.id} (incomplete)")
     return run
 
 
