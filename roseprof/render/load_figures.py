@@ -80,3 +80,48 @@ def figures(serving: dict, tokens: list | None) -> list:
         )
         out.append(layout(fig, "Request waterfall (sent to end; a dot per token)", note, height=500))
     return out
+
+
+def loads_curve(rows: list[dict], x: list[float], x_title: str, knee_x: float | None = None) -> go.Figure:
+    """Several loads' throughput (bars, left axis) and latency percentiles (lines, right axis) against their rate
+    asked (a sweep: the throughput-latency curve, its knee marked) or their number (a repeat)."""
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=[r["output_tok_s"] for r in rows], name="output tok/s", opacity=0.35))
+    for key, label in (("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("itl_p50_ms", "ITL p50"),
+                       ("itl_p99_ms", "ITL p99")):  # fmt: skip
+        fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="lines+markers", name=label, yaxis="y2"))
+    fig.update_layout(yaxis2={"overlaying": "y", "side": "right", "title": "ms", "type": "log"})
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title="output tokens/s")
+    if knee_x is not None:
+        fig.add_vline(x=knee_x, line_dash="dash", annotation_text="knee")
+    return fig
+
+
+def several(loads: dict, tokens: list | None) -> list:
+    """A run of several loads (roseprof load --sweep / --repeat): the curve, then one load's own figures (a
+    sweep's knee, else its highest rate; a repeat's first load)."""
+    from roseprof.load.sweep import curve_row
+
+    parts = loads["parts"]
+    if loads["kind"] == "sweep":
+        order = sorted(range(len(parts)), key=lambda k: parts[k]["plan"]["rate"])
+        rows = [loads["curve"][k] for k in order]
+        knee = loads["knee"]
+        knee_rate = knee["rate"] if knee.get("saturated") else None
+        fig = loads_curve(rows, [r["asked_rate"] for r in rows], "rate asked (requests/s)", knee_rate)
+        title = "Sweep: throughput and latency by rate" + (
+            f" (knee {knee_rate:g} req/s)" if knee_rate else ""
+        )
+        shown = order[knee["index"]] if knee.get("index") is not None else order[-1]
+        which = f"at {parts[shown]['plan']['rate']:g} req/s"
+    else:
+        rows = [curve_row(p) for p in parts]
+        fig = loads_curve(rows, list(range(1, len(rows) + 1)), "load (same schedule)")
+        title, shown, which = f"{len(rows)} loads of one schedule", 0, "load 1"
+    out = [layout(fig, title)]
+    for f in figures(parts[shown], [r for r in tokens or [] if r.get("load") == shown]):
+        head, br, note = f.layout.title.text.partition("<br>")
+        f.update_layout(title={"text": f"{head} — {which}{br}{note}"})
+        out.append(f)
+    return out
