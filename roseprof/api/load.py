@@ -167,7 +167,8 @@ def load(
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s, sweep, repeat),
+            command=command_of(url, plan, slo, warmup_s, sweep, repeat)
+            + (["--concurrency", str(saturate)] if saturate and probes else []),
             environment=environment.describe(),
             **(manifest or {}),
         )

@@ -5,9 +5,9 @@
 # What it runs:
 #   1. the generator's own ceiling on this machine (roseprof load --measure-ceiling: a stub streaming instantly)
 #   2. B=1 (concurrency 1) and 8, 64, 256 concurrent streams, 256 output tokens each (prompt 32 tokens, ignore_eos)
-#   3. a sweep of open-loop rates (Poisson) with a TTFT/TPOT SLO; the throughput-latency table
+#   3. a sweep of open-loop rates (Poisson) with a TTFT/TPOT SLO, one run (--sweep); its curve and knee (`show`)
 #   4. two same-code loads at 64 streams and their diff (the serving noise floor on a GPU: one pair)
-#   5. scripts/load_agreement.py: roseprof load against an independent stdlib client at 8 streams
+#   5. scripts/load_agreement.py: roseprof load against an independent asyncio client at 8 streams, 3 rounds
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
@@ -34,13 +34,11 @@ for C in 1 8 64 256; do
   N=$((C < 8 ? 16 : C * 4))
   load --concurrency "$C" --requests "$N" --name "conc-$C" >"$OUT/conc-$C.txt"
 done
-for R in 10 20 40 80 160 320; do
-  load --rate "$R" --duration 20 --slo ttft=200ms,tpot=20ms --name "rate-$R" --seed 1 >"$OUT/rate-$R.txt"
-done
+load --sweep 10,20,40,80,160,320 --duration 20 --slo ttft=200ms,tpot=20ms --name sweep --seed 1 >"$OUT/sweep.txt"
 for I in 1 2; do load --concurrency 64 --requests 256 --name "same-$I" >/dev/null; done
 python3 -m roseprof diff same-1 same-2 --traces-dir "$T" --dashboards-dir "$OUT/dash" --json >"$OUT/same-diff.json"
 python3 -m roseprof diff same-1 same-2 --traces-dir "$T" --dashboards-dir "$OUT/dash" >"$OUT/same-diff.txt"
-python3 scripts/load_agreement.py "$URL" --concurrency 8 --requests 64 --output-len 256 \
+python3 scripts/load_agreement.py "$URL" --concurrency 8 --requests 64 --output-len 256 --rounds 3 \
   --json "$OUT/agreement.json" | tee "$OUT/agreement.txt"
 
 python3 - "$T" <<'PYEOF' | tee "$OUT/load.txt"
@@ -49,7 +47,9 @@ from pathlib import Path
 runs = {}
 for d in Path(sys.argv[1]).iterdir():
     if d.is_dir() and (d / "summary.json").is_file():
-        runs[json.loads((d / "manifest.json").read_text())["name"]] = json.loads((d / "summary.json").read_text())["serving"]
+        name, summary = json.loads((d / "manifest.json").read_text())["name"], json.loads((d / "summary.json").read_text())
+        for part in summary["loads"]["parts"] if "loads" in summary else [summary["serving"]]:
+            runs[f"rate-{part['plan']['rate']:g}" if "loads" in summary else name] = part
 print(f"{'load':10} {'req/s':>7} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'ITL p50':>8} "
       f"{'ITL p99':>8} {'E2E p50':>8} {'goodput':>8}  (ms)")
 names = [f"conc-{c}" for c in (1, 8, 64, 256)] + [f"rate-{r}" for r in (10, 20, 40, 80, 160, 320)]
