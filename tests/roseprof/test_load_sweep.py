@@ -4,6 +4,11 @@ tmp folders), and the knee of a throughput-latency curve on synthetic curves."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -192,3 +197,24 @@ def test_a_diff_of_two_loads_counts_its_tokens_in_requests(stub, tmp_path):
     shown = roseprof("diff", "a", "b", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80)
     assert shown.returncode == 0, shown.stderr
     assert "50 tokens in 10 requests" in shown.stdout and "steps" not in shown.stdout.split("method:")[0]
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_rates_done_as_an_incomplete_run(stub, tmp_path):
+    traces = tmp_path / "t"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "load", stub("--token-delay-ms", "5"), "--traces-dir", str(traces),
+         "--duration", "3", "--sweep", "20,40", "--output-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+    )  # fmt: skip
+    time.sleep(4.5)  # the first rate done (or nearly), the second under way
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    (line,) = [x for x in err.splitlines() if x.strip()]
+    assert "interrupted" in line and "(incomplete)" in line
+    (run,) = runs_of(traces)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "incomplete"
+    loads = json.loads((run / "summary.json").read_text())["loads"]
+    assert loads["kind"] == "sweep" and 1 <= len(loads["parts"]) <= 2 and loads["parts"][0]["completed"] >= 1
+    shown = roseprof("show", run.name, "--traces-dir", traces, env=ENV80)
+    assert shown.returncode == 0 and "incomplete" in shown.stdout
