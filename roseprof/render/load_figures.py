@@ -125,3 +125,31 @@ def several(loads: dict, tokens: list | None) -> list:
         f.update_layout(title={"text": f"{head} — {which}{br}{note}"})
         out.append(f)
     return out
+
+
+def sweep_diff(metrics: list[dict]) -> list:
+    """A diff of two sweeps, curve against curve (from the diff's own metrics, sweep.RATE/s.*: the rates both
+    sides measured): TTFT p50 and ITL p50 before and after by rate, and the output throughput."""
+    by_rate: dict[float, dict] = {}
+    for m in metrics:
+        if "rate" in m:
+            by_rate.setdefault(m["rate"], {})[m["name"].split("/s.", 1)[1]] = m
+    if not by_rate:
+        return []
+    rates = sorted(by_rate)
+    fig = go.Figure()
+    for key, label in (("ttft.p50_ms", "TTFT p50"), ("itl.p50_ms", "ITL p50")):
+        for side, dash in (("a", "dash"), ("b", "solid")):
+            ys = [by_rate[r].get(key, {}).get(side) for r in rates]
+            fig.add_trace(go.Scatter(x=rates, y=ys, mode="lines+markers", line={"dash": dash},
+                                     name=f"{label} {'before' if side == 'a' else 'after'}"))  # fmt: skip
+    fig.update_xaxes(title="rate asked (requests/s)")
+    fig.update_yaxes(title="ms", type="log")
+    tput = go.Figure()
+    for side, name in (("a", "before"), ("b", "after")):
+        ys = [by_rate[r].get("throughput.output_tok_s", {}).get(side) for r in rates]
+        tput.add_trace(go.Bar(x=[f"{r:g}" for r in rates], y=ys, name=name))
+    tput.update_xaxes(title="rate asked (requests/s)")
+    tput.update_yaxes(title="output tokens/s")
+    return [layout(fig, "Sweep: latency by rate, before (dashed) and after"),
+            layout(tput, "Sweep: output throughput by rate")]  # fmt: skip

@@ -119,6 +119,8 @@ def test_diff_of_two_sweeps_compares_rate_by_rate_and_gates(stub, tmp_path):
     assert any(line.startswith("after is slower") and "ITL p50 @10/s" in line for line in lines), shown.stdout
     assert "@20/s ITL p50" in shown.stdout and "requests" in shown.stdout
     assert max(map(len, lines[:-1])) <= 80
+    # the diff's dashboard: curve against curve
+    assert any("Sweep: latency by rate" in page.read_text() for page in dash.glob("diff-*.html"))
     # sweeps of no common rate, and a sweep against a single load: one line each
     proc = roseprof("diff", "before", "other", "--traces-dir", traces, "--dashboards-dir", dash)
     assert_one_line_error(proc, 2, "the sweeps share no rate (before 10, 20; after 15, 25 req/s)")
