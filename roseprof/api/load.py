@@ -28,6 +28,9 @@ class LoadInterrupted(RoseprofError):
     exit_code = 130
 
 
+OPTION = {"duration_s": "duration"}  # a plan's key -> its option, where they are spelled apart
+
+
 def command_of(
     url: str, plan: Plan, slo: str | None, warmup_s: float, sweep: str | None = None, repeat: int = 1
 ) -> list[str]:
@@ -35,7 +38,7 @@ def command_of(
     cmd = ["roseprof", "load", url]
     for key, value in plan.describe().items():
         if value is not None and key != "dataset" and not (sweep and key == "rate"):
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
+            cmd += [f"--{OPTION.get(key, key.replace('_', '-'))}", str(value)]
     if plan.dataset_path:
         cmd += ["--dataset", plan.dataset_path]
     if slo:
@@ -100,64 +103,37 @@ def load(
         raise RoseprofError("--sweep and --repeat together are not supported yet: give one of them")
     if repeat < 1:
         raise RoseprofError(f"--repeat {repeat}: at least 1")
-    rates = sweep_mod.parse_rates(sweep) if sweep else None
-    if sweep and plan.rate is not None:
-        raise RoseprofError("--sweep gives the rates: drop --rate")
-    if sweep and rates is not None and plan.concurrency is not None:
-        raise RoseprofError(
-            "--sweep RATES is open loop: drop --concurrency (with --sweep auto it sets the probe's)"
-        )
     if sweep:
-        plan = replace(plan, rate=rates[0] if rates else 1.0, concurrency=None)
+        plan = _sweep_plan(plan, sweep)
     plan.check()
     limits = serving.parse_slo(slo)
     ep = parse_url(url, api_key)
-    states: list[tuple[runner.LoadState, Plan]] = []
     probes: list[dict] = []
-    interrupted = None
-    if sweep and rates is None:  # auto: the rate of one request at a time, then the saturated one
-        for conc in (1, saturate or sweep_mod.AUTO_SATURATE):
-            probe = replace(plan, rate=None, concurrency=conc)
-            state, interrupted = _drive(ep, probe, opts, progress)
-            if state.start is None or interrupted:
-                raise LoadInterrupted("interrupted while --sweep auto probed the server: no run stored")
-            got = serving.summarise(state.records, state.start, probe.describe(), {})
-            probes.append({"concurrency": conc, "requests_s": got["throughput"]["requests_s"],
-                           "output_tok_s": got["throughput"]["output_tok_s"], "completed": got["completed"]})  # fmt: skip
-        rates = sweep_mod.auto_rates(probes[0]["requests_s"], probes[1]["requests_s"])
-    plans = [replace(plan, rate=r) for r in rates] if sweep else [plan] * repeat
-    for one in plans:
-        state, interrupted = _drive(ep, one, opts, progress)
-        if state.start is None:  # the preflight failed (raised above) or was interrupted: nothing was sent
-            if not states:
-                raise LoadInterrupted("interrupted before the load started: no run stored")
-            break
-        states.append((state, one))
-        if interrupted or state.stopped:
-            break
+    if sweep:
+        rates = sweep_mod.parse_rates(sweep)
+        if rates is None:  # auto
+            probes = _probe(ep, plan, opts, progress, saturate or sweep_mod.AUTO_SATURATE)
+            rates = sweep_mod.auto_rates(probes[0]["requests_s"], probes[1]["requests_s"])
+        plans = [replace(plan, rate=r) for r in rates]
+    else:
+        plans = [plan] * repeat
+    states, interrupted, stopped = _drive_all(ep, plans, opts, progress)
     parts = [_part(state, one, limits, warmup_s, url) for state, one in states]
-    stopped = interrupted or next((s.stopped for s, _ in states if s.stopped), None)
-    if len(plans) > 1 and len(states) < len(plans) and not interrupted:
-        stopped = stopped or f"{len(states)} of {len(plans)} loads ran"
+    several = len(plans) > 1
     warnings = []
     for k, ((state, _), part) in enumerate(zip(states, parts)):
-        label = (
-            ""
-            if len(plans) == 1
-            else (f"at {part['plan']['rate']:g} req/s: " if sweep else f"load {k + 1}: ")
-        )
-        warnings += [
-            label + w for w in _warnings(part, store, state, interrupted if k == len(states) - 1 else None)
-        ]
+        label = "" if not several else f"at {part['plan']['rate']:g} req/s: " if sweep else f"load {k + 1}: "
+        last = k == len(states) - 1
+        warnings += [label + w for w in _warnings(part, store, state, interrupted if last else None)]
+    if several and stopped and not interrupted and not any(s.stopped == stopped for s, _ in states):
+        warnings.append(stopped)
     summary = {"regions": [], "kernels": [], "warnings": warnings}
     tokens, metrics = [], []
     for k, (state, _) in enumerate(states):
         rows = serving.token_table(state.records, state.start)
-        for row in rows if len(plans) > 1 else ():
-            row["load"] = k
-        tokens += rows
-        metrics += [{**m, "load": k} for m in state.metrics] if len(plans) > 1 else state.metrics
-    if len(plans) == 1:
+        tokens += [{**row, "load": k} for row in rows] if several else rows
+        metrics += [{**m, "load": k} for m in state.metrics] if several else state.metrics
+    if not several:
         summary["serving"] = parts[0]
     else:
         summary["loads"] = {"kind": "sweep" if sweep else "repeat", "parts": parts}
@@ -173,7 +149,7 @@ def load(
             **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
-        tables.write_load(writer.path, summary, tokens, metrics if any(s.metrics for s, _ in states) else [])
+        tables.write_load(writer.path, summary, tokens, metrics)
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip
     except BaseException:
@@ -183,6 +159,61 @@ def load(
         kept = sum(len(s.records) for s, _ in states)
         raise LoadInterrupted(f"interrupted: {kept} requests kept as run {run.id} (incomplete)")
     return run
+
+
+def _sweep_plan(plan: Plan, sweep: str) -> Plan:
+    """The plan a sweep's loads share (open loop: each takes its rate), the options refused in one line."""
+    rates = sweep_mod.parse_rates(sweep)
+    if plan.rate is not None:
+        raise RoseprofError("--sweep gives the rates: drop --rate")
+    if rates is not None and plan.concurrency is not None:
+        raise RoseprofError(
+            "--sweep RATES is open loop: drop --concurrency (with --sweep auto it sets the probe's)"
+        )
+    return replace(plan, rate=rates[0] if rates else 1.0, concurrency=None)
+
+
+def _probe(ep, plan: Plan, opts, progress, saturate: int) -> list[dict]:
+    """--sweep auto's two closed-loop probes (one request at a time, then `saturate` at a time): what each
+    completed per second. Nothing is stored of them but these figures."""
+    probes = []
+    for conc in (1, saturate):
+        probe = replace(plan, rate=None, concurrency=conc)
+        state, interrupted = _drive(ep, probe, opts, progress)
+        if state.start is None or interrupted:
+            raise LoadInterrupted("interrupted while --sweep auto probed the server: no run stored")
+        got = serving.summarise(state.records, state.start, probe.describe(), {})
+        tp = got["throughput"]
+        probes.append({"concurrency": conc, "requests_s": tp["requests_s"], "output_tok_s": tp["output_tok_s"],
+                       "completed": got["completed"]})  # fmt: skip
+    return probes
+
+
+def _drive_all(ep, plans: list[Plan], opts, progress) -> tuple[list, str | None, str | None]:
+    """The loads one after the other: ([(state, plan)] of those that started, why interrupted, why stopped early).
+    A load that cannot start (the server gone) after others ran stops the series and keeps them; the first one
+    raises (nothing was sent)."""
+    states: list[tuple[runner.LoadState, Plan]] = []
+    interrupted = stopped = None
+    for one in plans:
+        try:
+            state, interrupted = _drive(ep, one, opts, progress)
+        except RoseprofError as e:
+            if not states:
+                raise
+            stopped = f"{e}: {len(states)} of {len(plans)} loads ran"
+            break
+        if state.start is None:  # interrupted in the preflight: nothing of it was sent
+            if not states:
+                raise LoadInterrupted("interrupted before the load started: no run stored")
+            break
+        states.append((state, one))
+        if interrupted or state.stopped:
+            stopped = interrupted or state.stopped
+            break
+    if not stopped and len(states) < len(plans):
+        stopped = interrupted or f"{len(states)} of {len(plans)} loads ran"
+    return states, interrupted, interrupted or stopped
 
 
 def _warnings(part: dict, store: RunStore, state: runner.LoadState, interrupted: str | None) -> list[str]:

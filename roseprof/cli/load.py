@@ -11,7 +11,8 @@ from roseprof.cli.common import after_storing, cli, open_store, print_run, store
 from roseprof.errors import RoseprofError
 
 EXIT = (
-    "Exit codes: 0 every request completed; 1 the run is stored but some requests failed; 2 bad input, or the URL "
+    "Exit codes: 0 every request completed; 1 the run is stored but some requests failed (or a sweep or repeat "
+    "stopped early); 2 bad input, or the URL "
     "cannot be reached (nothing stored); 130 interrupted (the requests done so far are kept as an incomplete run)."
 )
 
@@ -116,4 +117,7 @@ def load(url, name, n_requests, duration, rate, concurrency, arrivals, burstines
     failed = sum(sum(p["errors"].values()) for p in parts)
     if failed:
         warn(f"{failed} of {sum(p['count'] for p in parts)} requests failed; the run {run.id} is stored")
+        sys.exit(1)
+    if run.manifest.get("status") == "incomplete":  # a sweep or repeat cut short by the server
+        warn(f"{run.manifest.get('message') or 'stopped early'}; the run {run.id} is stored (incomplete)")
         sys.exit(1)

@@ -220,3 +220,22 @@ def test_ctrl_c_in_a_sweep_keeps_the_rates_done_as_an_incomplete_run(stub, tmp_p
     assert loads["kind"] == "sweep" and 1 <= len(loads["parts"]) <= 2 and loads["parts"][0]["completed"] >= 1
     shown = roseprof("show", run.name, "--traces-dir", traces, env=ENV80)
     assert shown.returncode == 0 and "incomplete" in shown.stdout
+
+
+def test_a_server_gone_mid_sweep_keeps_the_rates_done(tmp_path):
+    traces = tmp_path / "t"
+    server = test_load.Stub("--token-delay-ms", "1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "load", server.url, "--traces-dir", str(traces), "--duration", "2",
+         "--sweep", "20,40,80", "--output-len", "4"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+    )  # fmt: skip
+    time.sleep(4.5)  # the first rate done, a later one under way or about to start
+    server.stop()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err and "the run" in err and "is stored" in err
+    (run,) = runs_of(traces)
+    assert json.loads((run / "manifest.json").read_text())["status"] == "incomplete"
+    loads = json.loads((run / "summary.json").read_text())["loads"]
+    assert 1 <= len(loads["parts"]) <= 3 and loads["parts"][0]["completed"] >= 1
