@@ -119,7 +119,7 @@ def load(
         plans = [plan] * repeat
     states, interrupted, stopped = _drive_all(ep, plans, opts, progress)
     parts = [_part(state, one, limits, warmup_s, url) for state, one in states]
-    several = len(plans) > 1
+    several = bool(sweep) or len(plans) > 1  # a sweep of one rate is still a sweep (its diff, its curve)
     warnings = []
     for k, ((state, _), part) in enumerate(zip(states, parts)):
         label = "" if not several else f"at {part['plan']['rate']:g} req/s: " if sweep else f"load {k + 1}: "

@@ -139,9 +139,10 @@ def headline(curve: list[dict], found: dict) -> str:
     """`show`'s first line of a sweep."""
     rows = sorted(curve, key=lambda r: r["asked_rate"])
     top = max((r["output_tok_s"] for r in rows), default=0.0)
-    span = (
-        f"{len(rows)} rates {rows[0]['asked_rate']:g}-{rows[-1]['asked_rate']:g} req/s" if rows else "no rate"
-    )
+    if len(rows) > 1:
+        span = f"{len(rows)} rates {rows[0]['asked_rate']:g}-{rows[-1]['asked_rate']:g} req/s"
+    else:
+        span = f"1 rate, {rows[0]['asked_rate']:g} req/s" if rows else "no rate"
     if found["rate"] is None:
         return f"no knee: past it at the lowest rate; {span}"
     at = rows[found["index"]]

@@ -239,3 +239,15 @@ def test_a_server_gone_mid_sweep_keeps_the_rates_done(tmp_path):
     assert json.loads((run / "manifest.json").read_text())["status"] == "incomplete"
     loads = json.loads((run / "summary.json").read_text())["loads"]
     assert 1 <= len(loads["parts"]) <= 3 and loads["parts"][0]["completed"] >= 1
+
+
+def test_a_sweep_of_one_rate_is_still_a_sweep(stub, tmp_path):
+    traces = tmp_path / "t"
+    assert (
+        load(stub(), traces, "--requests", 6, "--output-len", 4, "--sweep", "30", "--name", "one").returncode
+        == 0
+    )
+    (run,) = runs_of(traces)
+    assert json.loads((run / "summary.json").read_text())["loads"]["kind"] == "sweep"
+    shown = roseprof("show", "one", "--traces-dir", traces, env=ENV80)
+    assert "1 rate, 30 req/s" in shown.stdout.splitlines()[1]
