@@ -174,6 +174,12 @@ def _agrees(normalised: dict, raw: dict | None) -> bool:
     return (normalised["delta_pct"] > 0) == (raw["delta_pct"] > 0)
 
 
+def samples_of(side: dict) -> int:
+    """How many runs a side's intervals see the drift between: its runs, or a load's K loads (`roseprof load
+    --repeat K`: one run, K samples to the diff)."""
+    return side.get("loads") or len(side.get("runs") or [1])
+
+
 # A sweep's headline figures at each rate (sections/loads.py names them sweep.RATE/s.*)
 SWEEP_HEADLINE = (("ttft.p50_ms", "TTFT p50", "requests"), ("itl.p50_ms", "ITL p50", "tokens"))
 
@@ -217,7 +223,7 @@ def verdict(
     else:
         overall = "not tested"
     regions = _changes(by_name, "regions.", own_time=True)
-    one_run = len(before.get("runs") or [1]) == 1 and len(after.get("runs") or [1]) == 1
+    one_run = samples_of(before) == 1 and samples_of(after) == 1
     return {
         "before": before,
         "after": after,

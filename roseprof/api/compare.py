@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from roseprof.analysis import noise_floor
@@ -47,6 +49,11 @@ def load_samples(run: Run) -> list[RunData]:
             tokens = tables.read_load_tokens(run.path)
             return [loads.part_runs(p, tokens, k) for k, p in enumerate(repeated["parts"])]
     return [load_run(run)]
+
+
+def _runs(side: list[RunData]) -> int:
+    """How many runs a side's figures rest on: a sweep whose rates were measured K times each (--repeat K) is K."""
+    return sum(max((len(v) for v in d.sections.get("sweep", {}).values()), default=1) for d in side)
 
 
 def _check(run: Run, allow_incomplete: bool) -> None:
@@ -118,9 +125,10 @@ def diff_runs(
     a = [d for r in runs_a for d in load_samples(r)]
     b = [d for r in runs_b for d in load_samples(r)]
     loads.check_comparable(a, b)
-    floor = floor_for(a, b, min_effect)
+    # one run a side, or not, by the samples the intervals see: a repeated load's K loads are K runs
+    floor = replace(floor_for(a, b, min_effect), one_run=_runs(a) == 1 and _runs(b) == 1)
     all_loads = all(tables.is_load(r.manifest) for r in runs_a + runs_b)
-    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor, all_loads)
+    metrics, method_text = compare(a, b, floor=floor), method(_runs(a), _runs(b), floor, all_loads)
     # A section may compare such runs in a way of its own (ncu: launch by launch); then a kernel new or gone is
     # something to say even where no metric is shared.
     metrics, method_text, own = compare_own(a, b, metrics, method_text, floor)
@@ -132,6 +140,9 @@ def diff_runs(
         )
     regressions = gate(metrics, threshold, patterns)
     side_a, side_b = _describe(runs_a, mixed_a), _describe(runs_b, mixed_b)
+    for side, g, runs in ((side_a, a, runs_a), (side_b, b, runs_b)):
+        if _runs(g) != len(runs):  # a repeated load (--repeat K): its K loads are the side's samples
+            side["loads"] = _runs(g)
     result = {
         "a": side_a,
         "b": side_b,

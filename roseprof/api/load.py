@@ -94,13 +94,11 @@ def load(
     """Run the load and store it. Bad input (options, the URL) is refused before anything is sent; an
     unreachable server stores nothing (no request was made).
 
-    `sweep` (`--sweep RATES|auto`: load/sweep.py) runs one open-loop load per rate; `repeat` K runs the plan K
-    times. Either is stored as one run whose summary has `loads` instead of `serving`: {"kind": "sweep" |
+    `sweep` (`--sweep RATES|auto`: load/sweep.py) runs one open-loop load per rate; `repeat` K runs the plan (each
+    rate of a sweep) K times. Either is stored as one run whose summary has `loads` instead of `serving`: {"kind": "sweep" |
     "repeat", "parts": [each load's serving part], and for a sweep "curve", "knee" and (auto) "probes"}, its
     tokens table's rows each naming their load ("load": k). A sweep's diff compares rate with rate, a repeat's
     takes its K loads as K runs of a group (api/compare.load_samples)."""
-    if sweep and repeat > 1:
-        raise RoseprofError("--sweep and --repeat together are not supported yet: give one of them")
     if repeat < 1:
         raise RoseprofError(f"--repeat {repeat}: at least 1")
     if sweep:
@@ -114,7 +112,7 @@ def load(
         if rates is None:  # auto
             probes = _probe(ep, plan, opts, progress, saturate or sweep_mod.AUTO_SATURATE)
             rates = sweep_mod.auto_rates(probes[0]["requests_s"], probes[1]["requests_s"])
-        plans = [replace(plan, rate=r) for r in rates]
+        plans = [replace(plan, rate=r) for r in rates for _ in range(repeat)]
     else:
         plans = [plan] * repeat
     states, interrupted, stopped = _drive_all(ep, plans, opts, progress)
@@ -122,7 +120,7 @@ def load(
     several = bool(sweep) or len(plans) > 1  # a sweep of one rate is still a sweep (its diff, its curve)
     warnings = []
     for k, ((state, _), part) in enumerate(zip(states, parts)):
-        label = "" if not several else f"at {part['plan']['rate']:g} req/s: " if sweep else f"load {k + 1}: "
+        label = f"{load_label(part, k, repeat, bool(sweep))}: " if several else ""
         last = k == len(states) - 1
         warnings += [label + w for w in _warnings(part, store, state, interrupted if last else None)]
     if several and stopped and not interrupted and not any(s.stopped == stopped for s, _ in states):
@@ -136,9 +134,9 @@ def load(
     if not several:
         summary["serving"] = parts[0]
     else:
-        summary["loads"] = {"kind": "sweep" if sweep else "repeat", "parts": parts}
+        summary["loads"] = {"kind": "sweep" if sweep else "repeat", "parts": parts, "repeat": repeat}
         if sweep:
-            curve = [sweep_mod.curve_row(p) for p in parts]
+            curve = sweep_mod.curve(parts)
             summary["loads"].update(curve=curve, knee=sweep_mod.knee(curve), probes=probes)
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
@@ -159,6 +157,14 @@ def load(
         kept = sum(len(s.records) for s, _ in states)
         raise LoadInterrupted(f"interrupted: {kept} requests kept as run {run.id} (incomplete)")
     return run
+
+
+def load_label(part: dict, k: int, repeat: int, sweep: bool) -> str:
+    """A load of several in words: `at 10 req/s`, `load 2`, `at 10 req/s, load 2 of 3`."""
+    if not sweep:
+        return f"load {k + 1}"
+    at = f"at {part['plan']['rate']:g} req/s"
+    return at if repeat == 1 else f"{at}, load {k % repeat + 1} of {repeat}"
 
 
 def _sweep_plan(plan: Plan, sweep: str) -> Plan:

@@ -62,7 +62,7 @@ def _rate(ctx, param, value):
     "--sweep", help="one load per rate: RATE,RATE,... (requests/s) or auto (found up to saturation)"
 )
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
-              help="K loads of the same schedule in one run (a diff takes them as K runs)")  # fmt: skip
+              help="K loads of the same schedule (of each rate, with --sweep) in one run; a diff takes them as K runs")  # fmt: skip
 @click.option("--measure-ceiling", is_flag=True,
               help="measure the generator's own ceiling against a stub that streams instantly, and keep it")  # fmt: skip
 @store_options

@@ -85,6 +85,26 @@ def curve_row(part: dict) -> dict:
     }
 
 
+def curve(parts: list[dict]) -> list[dict]:
+    """The curve of a sweep's loads: a point per rate asked, in rate order; a rate measured K times (--repeat K)
+    has the median of its K loads' figures (so that one load disturbed by the machine does not move the point)."""
+    by_rate: dict[float, list[dict]] = {}
+    for part in parts:
+        by_rate.setdefault(part["plan"]["rate"], []).append(curve_row(part))
+    out = []
+    for rate in sorted(by_rate):
+        rows = by_rate[rate]
+        point = {k: _median([r[k] for r in rows]) for k in rows[0]}
+        point["asked_rate"], point["loads"] = rate, len(rows)
+        out.append(point)
+    return out
+
+
+def _median(values: list) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(np.median(known)) if known else None
+
+
 def knee(curve: list[dict]) -> dict:
     """The knee of a throughput-latency curve (rows as `curve_row` makes them, any order): the highest asked rate
     up to which every point is healthy, where a point is healthy when

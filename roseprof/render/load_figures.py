@@ -105,16 +105,16 @@ def several(loads: dict, tokens: list | None) -> list:
 
     parts = loads["parts"]
     if loads["kind"] == "sweep":
-        order = sorted(range(len(parts)), key=lambda k: parts[k]["plan"]["rate"])
-        rows = [loads["curve"][k] for k in order]
+        rows = sorted(loads["curve"], key=lambda r: r["asked_rate"])
         knee = loads["knee"]
         knee_rate = knee["rate"] if knee.get("saturated") else None
         fig = loads_curve(rows, [r["asked_rate"] for r in rows], "rate asked (requests/s)", knee_rate)
         title = "Sweep: throughput and latency by rate" + (
             f" (knee {knee_rate:g} req/s)" if knee_rate else ""
         )
-        shown = order[knee["index"]] if knee.get("index") is not None else order[-1]
-        which = f"at {parts[shown]['plan']['rate']:g} req/s"
+        rate = knee["rate"] if knee.get("rate") is not None else rows[-1]["asked_rate"]
+        shown = next(k for k, p in enumerate(parts) if p["plan"]["rate"] == rate)  # its first load
+        which = f"at {rate:g} req/s"
     else:
         rows = [curve_row(p) for p in parts]
         fig = loads_curve(rows, list(range(1, len(rows) + 1)), "load (same schedule)")

@@ -168,6 +168,27 @@ def test_repeat_is_one_run_whose_diff_takes_its_loads_as_a_group(stub, tmp_path)
     assert "serving.itl.p50_ms" in result["regressions"]
     itl = next(m for m in result["metrics"] if m["name"] == "serving.itl.p50_ms")
     assert itl["n_a"] == 16 * 3 * 9  # every gap of all three loads
+    assert result["a"]["loads"] == 3 and result["verdict"]["one_run_a_side"] is False
+    shown = roseprof("diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", dash, env=ENV80)
+    assert "(3 loads: --repeat)" in shown.stdout and "one run a side" not in shown.stdout
+
+
+def test_a_sweep_repeated_has_k_loads_a_rate_and_diffs_them_as_groups(stub, tmp_path):
+    traces, dash = tmp_path / "t", tmp_path / "d"
+    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "4")
+    common = ("--requests", 10, "--output-len", 8, "--sweep", "20,40", "--repeat", 2)
+    for url, name in ((fast, "before"), (slow, "after")):
+        assert load(url, traces, *common, "--name", name).returncode == 0
+    loads = json.loads((runs_of(traces)[0] / "summary.json").read_text())["loads"]
+    assert [p["plan"]["rate"] for p in loads["parts"]] == [20, 20, 40, 40] and loads["repeat"] == 2
+    assert [(r["asked_rate"], r["loads"]) for r in loads["curve"]] == [(20, 2), (40, 2)]
+    proc = roseprof("diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", dash, "--json",
+                    "--fail-on-regression", 10)  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert "groups: 2 before, 2 after" in result["method"] and "one run a side" not in result["method"]
+    itl = next(m for m in result["metrics"] if m["name"] == "sweep.20/s.itl.p50_ms")
+    assert itl["n_a"] == 2 * 10 * 7 and "sweep.40/s.itl.p50_ms" in result["regressions"]
 
 
 @pytest.mark.parametrize(
@@ -177,7 +198,6 @@ def test_repeat_is_one_run_whose_diff_takes_its_loads_as_a_group(stub, tmp_path)
         (["--sweep", "0"], "each rate is a finite number of requests/s > 0"),
         (["--sweep", "5", "--rate", "3"], "--sweep gives the rates: drop --rate"),
         (["--sweep", "5", "--concurrency", "3"], "--sweep RATES is open loop"),
-        (["--sweep", "auto", "--repeat", "2"], "--sweep and --repeat together are not supported yet"),
     ],
 )
 def test_bad_sweep_and_repeat_options_are_one_line(stub, tmp_path, args, text):

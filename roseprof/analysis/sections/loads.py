@@ -24,6 +24,7 @@ CURVE_ROW = {
     "itl_p50_ms": OPT_NUM,
     "itl_p99_ms": OPT_NUM,
     "goodput_pct": OPT_NUM,
+    "loads": (int, None),  # the loads a point is the median of (--repeat)
 }
 CHECKS = {
     "loads": (
@@ -49,12 +50,16 @@ def part_runs(part: dict, tokens: list | None, k: int) -> RunData:
     return RunData({"serving": part}, sections={"serving": serving.part_samples(part, rows)})
 
 
-def sweep_points(summary: dict, tokens: list | None) -> dict[str, RunData] | None:
-    """A sweep's points by rate (label -> RunData); None for a run that is no sweep."""
+def sweep_points(summary: dict, tokens: list | None) -> dict[str, list[RunData]] | None:
+    """A sweep's points by rate (label -> its loads, one each or K with --repeat K); None for a run that is no
+    sweep."""
     loads = summary.get("loads")
     if not loads or loads["kind"] != "sweep":
         return None
-    return {label(p["plan"]["rate"]): part_runs(p, tokens, k) for k, p in enumerate(loads["parts"])}
+    out: dict[str, list[RunData]] = {}
+    for k, p in enumerate(loads["parts"]):
+        out.setdefault(label(p["plan"]["rate"]), []).append(part_runs(p, tokens, k))
+    return out
 
 
 def check_comparable(before: list[RunData], after: list[RunData]) -> None:
@@ -75,15 +80,16 @@ def check_comparable(before: list[RunData], after: list[RunData]) -> None:
 
 def diff_sweep(sides: Sides) -> list[dict]:
     """Rate by rate, the rates both sides measured: each rate's latencies (bootstrap over its requests, with the
-    diff's one generator) and its throughput and goodput (one figure a run: never a change alone)."""
+    diff's one generator; a rate measured K times is a group of K loads, as a repeat's) and its throughput and
+    goodput (one figure a run: never a change alone)."""
     points = [r.sections.get("sweep") for r in sides.runs]
     if not points or any(p is None for p in points):
         return []
     shared = sorted(set.intersection(*(set(p) for p in points)), key=lambda s: float(s[:-2]))
     out = []
     for rate in shared:
-        sub = Sides([r.sections["sweep"][rate] for r in sides.before],
-                    [r.sections["sweep"][rate] for r in sides.after], sides.rng)  # fmt: skip
+        sub = Sides([d for r in sides.before for d in r.sections["sweep"][rate]],
+                    [d for r in sides.after for d in r.sections["sweep"][rate]], sides.rng)  # fmt: skip
         named = serving.diff_serving(sub) + [
             figure(m["name"], m["a"], m["b"], m["lower_is_better"])
             for m in serving.diff_figures(sub.before, sub.after)
@@ -124,13 +130,14 @@ def panels(summary: dict) -> list[dict]:
         return []
     parts = loads["parts"]
     if loads["kind"] == "sweep":
-        order = sorted(range(len(parts)), key=lambda k: loads["curve"][k]["asked_rate"])
-        curve = [loads["curve"][k] for k in order]
+        curve = sorted(loads["curve"], key=lambda r: r["asked_rate"])
         knee = loads["knee"]
         marked = knee.get("index") if knee.get("saturated") else None
         table = curve_table(curve, [f"{r['asked_rate']:g}" for r in curve], "rate", marked)
         what = f"* the knee; past it, {knee['why']}" if marked is not None else f"no knee: {knee['why']}"
         table["note"] = f"{what}. done/s: requests completed per second while they completed"
+        if loads.get("repeat", 1) > 1:
+            table["note"] += f"; each rate the median of its {loads['repeat']} loads"
         probes = loads.get("probes") or []
         facts = [["probe", f"{p['concurrency']} at a time: {p['requests_s']:.3g} req/s, {p['output_tok_s']:,.0f} "
                            "tok/s"] for p in probes]  # fmt: skip
