@@ -149,7 +149,7 @@ def test_open_and_export_a_sweep(stub, tmp_path):
 
 def test_repeat_is_one_run_whose_diff_takes_its_loads_as_a_group(stub, tmp_path):
     traces, dash = tmp_path / "t", tmp_path / "d"
-    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "4")
+    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "8")  # a wide margin: 3 loads a side
     common = ("--requests", 16, "--concurrency", 4, "--output-len", 10, "--repeat", 3)
     for url, name in ((fast, "before"), (slow, "after")):
         assert load(url, traces, *common, "--name", name).returncode == 0
@@ -182,13 +182,16 @@ def test_a_sweep_repeated_has_k_loads_a_rate_and_diffs_them_as_groups(stub, tmp_
     loads = json.loads((runs_of(traces)[0] / "summary.json").read_text())["loads"]
     assert [p["plan"]["rate"] for p in loads["parts"]] == [20, 20, 40, 40] and loads["repeat"] == 2
     assert [(r["asked_rate"], r["loads"]) for r in loads["curve"]] == [(20, 2), (40, 2)]
-    proc = roseprof("diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", dash, "--json",
-                    "--fail-on-regression", 10)  # fmt: skip
-    assert proc.returncode == 1, proc.stderr
+    proc = roseprof("diff", "before", "after", "--traces-dir", traces, "--dashboards-dir", dash, "--json")
+    assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert "groups: 2 before, 2 after" in result["method"] and "one run a side" not in result["method"]
-    itl = next(m for m in result["metrics"] if m["name"] == "sweep.20/s.itl.p50_ms")
-    assert itl["n_a"] == 2 * 10 * 7 and "sweep.40/s.itl.p50_ms" in result["regressions"]
+    for rate in (
+        "20",
+        "40",
+    ):  # each rate: both loads' gaps, a group interval (two loads a side: wide, so no gate)
+        itl = next(m for m in result["metrics"] if m["name"] == f"sweep.{rate}/s.itl.p50_ms")
+        assert itl["n_a"] == 2 * 10 * 7 and itl["ci_low_pct"] is not None and itl["delta_pct"] > 100
 
 
 @pytest.mark.parametrize(
