@@ -28,7 +28,8 @@ def load_run(run: Run) -> RunData:
         sweep = loads.sweep_points(summary, tokens)
         if sweep is not None:
             return RunData(summary, sections={"sweep": sweep})
-        return RunData(summary, sections={"serving": serving.samples(summary, tokens)})
+        single = serving.samples(summary, tokens)  # None for a repeat: its loads are load_samples'
+        return RunData(summary, sections={"serving": single} if single is not None else {})
     return prepare(
         run.summary(),
         tables.read_steps(run.path),
