@@ -56,10 +56,28 @@ HIERARCHICAL_METHOD = (
 )
 
 
-def method(n_a: int, n_b: int, floor: NoiseFloor | None = None) -> str:
+# A diff of loads (roseprof load): its samples are requests, not decode steps (sections/serving.py).
+LOAD_METHOD = (
+    f"bootstrap: {RESAMPLES} resamples of each load's requests (TTFT, TPOT, E2E: one value a request; ITL: every "
+    f"gap, resampled by the request it belongs to), {int(CONFIDENCE * 100)}% percentile interval of the relative "
+    f"change; a change when it clears its family's noise floor (never when of zero width); no interval under "
+    f"{MIN_SAMPLES} requests per run, nor for a percentile with fewer than {TAIL_SAMPLES} samples beyond it (p95: "
+    f"{min_samples(95)}, p99: {min_samples(99)}); a sweep compares rate with rate; throughput and goodput are one "
+    "figure a load, with no interval"
+)
+
+
+def method(n_a: int, n_b: int, floor: NoiseFloor | None = None, loads: bool = False) -> str:
     """The method text printed with every diff: the within-run bootstrap for one run a side, else hierarchical;
-    then the noise floor applied."""
+    then the noise floor applied. `loads`: every run is a load (its samples are requests)."""
     floors = f"; noise floor: {floor.describe()}" if floor is not None else ""
+    if loads:
+        groups = (
+            ""
+            if n_a == 1 and n_b == 1
+            else f" (groups: {n_a} before, {n_b} after, hierarchical: loads, then requests)"
+        )
+        return LOAD_METHOD + groups + floors
     if n_a == 1 and n_b == 1:
         return (
             f"{METHOD} (one run a side: the interval sees the noise inside each run, not the drift between "
@@ -86,6 +104,11 @@ DEFAULT_GATE = [
     "serving.tpot.p50_ms",
     "serving.itl.p50_ms",
     "serving.e2e.p50_ms",
+    # a sweep (roseprof load --sweep): the same at every rate both sides measured
+    "sweep.*.ttft.p50_ms",
+    "sweep.*.tpot.p50_ms",
+    "sweep.*.itl.p50_ms",
+    "sweep.*.e2e.p50_ms",
 ]
 
 

@@ -34,6 +34,11 @@ FAMILIES = (
     ("serving.itl.*", "serving ITL"),
     ("serving.tpot.*", "serving TPOT and E2E"),
     ("serving.e2e.*", "serving TPOT and E2E"),
+    # a sweep's rates (sections/loads.py: sweep.RATE/s.ttft.p50_ms): each rate as one load
+    ("sweep.*.ttft.*", "serving TTFT"),
+    ("sweep.*.itl.*", "serving ITL"),
+    ("sweep.*.tpot.*", "serving TPOT and E2E"),
+    ("sweep.*.e2e.*", "serving TPOT and E2E"),
     ("requests.*", "request figures"),
     ("regions.*.cpu_own_ns", "region CPU own time per step"),
     ("regions.*.cpu_own_p5_ns", "region CPU own time per step"),

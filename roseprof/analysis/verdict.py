@@ -37,6 +37,8 @@ HEADLINE = (
     ("serving.e2e.p50_ms", "E2E p50", "requests", "ms"),
     ("serving.throughput.output_tok_s", "throughput", None, "tok/s"),
 )
+# A load's metrics (roseprof load: sections/serving.py, sections/loads.py): ITL is resampled by request, not step.
+SERVING_PREFIXES = ("serving.", "sweep.")
 TOP_CHANGES = 5
 # A kernel whose launches per decode step moved by at least this many (the sides' means) took more or fewer
 # launches, not a faster or slower kernel: the engine gave the same kernel other work (25 add + LayerNorm kernels a
@@ -93,8 +95,11 @@ def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
         "n_after": m.get("n_b"),
         "min_samples": m.get("min_samples"),
     }
-    if "units_a" in m:  # ITL: tokens, resampled by the decode steps that produced them
+    if (
+        "units_a" in m
+    ):  # ITL: tokens, resampled by the decode steps (a load's: the requests) that produced them
         row["steps_before"], row["steps_after"] = m["units_a"], m["units_b"]
+        row["units"] = "requests" if m["name"].startswith(SERVING_PREFIXES) else "steps"
     return row
 
 
@@ -169,6 +174,27 @@ def _agrees(normalised: dict, raw: dict | None) -> bool:
     return (normalised["delta_pct"] > 0) == (raw["delta_pct"] > 0)
 
 
+def samples_of(side: dict) -> int:
+    """How many runs a side's intervals see the drift between: its runs, or a load's K loads (`roseprof load
+    --repeat K`: one run, K samples to the diff)."""
+    return side.get("loads") or len(side.get("runs") or [1])
+
+
+# A sweep's headline figures at each rate (sections/loads.py names them sweep.RATE/s.*)
+SWEEP_HEADLINE = (("ttft.p50_ms", "TTFT p50", "requests"), ("itl.p50_ms", "ITL p50", "tokens"))
+
+
+def _sweep_headline(metrics: list[dict]) -> list[dict]:
+    """A sweep diff's headline: TTFT p50 and ITL p50 (what the gate looks at) at every rate both sides measured,
+    in rate order."""
+    rows = []
+    for m in sorted((m for m in metrics if "rate" in m), key=lambda m: m["rate"]):
+        for suffix, label, sample in SWEEP_HEADLINE:
+            if m["name"].endswith("." + suffix):
+                rows.append(_row(m, f"{label} @{m['rate']:g}/s", sample, "ms"))
+    return rows
+
+
 def verdict(
     metrics: list[dict],
     before: dict,
@@ -184,7 +210,7 @@ def verdict(
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
-    ]
+    ] + _sweep_headline(metrics)
     words = {r["word"] for r in headline}
     if "slower" in words and "faster" in words:
         overall = "mixed"
@@ -197,7 +223,7 @@ def verdict(
     else:
         overall = "not tested"
     regions = _changes(by_name, "regions.", own_time=True)
-    one_run = len(before.get("runs") or [1]) == 1 and len(after.get("runs") or [1]) == 1
+    one_run = samples_of(before) == 1 and samples_of(after) == 1
     return {
         "before": before,
         "after": after,

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, compare_own, floor_for, gate, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.samples import prepare
-from roseprof.analysis.sections import SECTIONS, serving
+from roseprof.analysis.sections import SECTIONS, loads, serving
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.render.view import DiffView
@@ -22,9 +24,12 @@ def load_run(run: Run) -> RunData:
     has no trace, steps or ITL table: its samples are its requests and tokens (sections/serving.py)."""
     if tables.is_load(run.manifest):
         summary = run.summary()
-        return RunData(
-            summary, sections={"serving": serving.samples(summary, tables.read_load_tokens(run.path))}
-        )
+        tokens = tables.read_load_tokens(run.path)
+        sweep = loads.sweep_points(summary, tokens)
+        if sweep is not None:
+            return RunData(summary, sections={"sweep": sweep})
+        single = serving.samples(summary, tokens)  # None for a repeat: its loads are load_samples'
+        return RunData(summary, sections={"serving": single} if single is not None else {})
     return prepare(
         run.summary(),
         tables.read_steps(run.path),
@@ -32,6 +37,24 @@ def load_run(run: Run) -> RunData:
         tables.read_trace(run.path),
         SECTIONS,
     )
+
+
+def load_samples(run: Run) -> list[RunData]:
+    """What a run is to a diff's side: itself, or a repeated load's (`roseprof load --repeat K`) K loads, each as
+    a run of the group, so that the diff's hierarchical bootstrap sees the drift between them (as between runs
+    of `roseprof nsys --repeat`)."""
+    if tables.is_load(run.manifest):
+        summary = run.summary()
+        repeated = summary.get("loads")
+        if repeated and repeated["kind"] == "repeat":
+            tokens = tables.read_load_tokens(run.path)
+            return [loads.part_runs(p, tokens, k) for k, p in enumerate(repeated["parts"])]
+    return [load_run(run)]
+
+
+def _runs(side: list[RunData]) -> int:
+    """How many runs a side's figures rest on: a sweep whose rates were measured K times each (--repeat K) is K."""
+    return sum(max((len(v) for v in d.sections.get("sweep", {}).values()), default=1) for d in side)
 
 
 def _check(run: Run, allow_incomplete: bool) -> None:
@@ -105,9 +128,13 @@ def diff_runs(
     mixed_b = alike.check_side("after", refs_b, runs_b, pool_mixed)
     for run in runs_a + runs_b:
         _check(run, allow_incomplete)
-    a, b = [load_run(r) for r in runs_a], [load_run(r) for r in runs_b]
-    floor = floor_for(a, b, min_effect)
-    metrics, method_text = compare(a, b, floor=floor), method(len(a), len(b), floor)
+    a = [d for r in runs_a for d in load_samples(r)]
+    b = [d for r in runs_b for d in load_samples(r)]
+    loads.check_comparable(a, b)
+    # one run a side, or not, by the samples the intervals see: a repeated load's K loads are K runs
+    floor = replace(floor_for(a, b, min_effect), one_run=_runs(a) == 1 and _runs(b) == 1)
+    all_loads = all(tables.is_load(r.manifest) for r in runs_a + runs_b)
+    metrics, method_text = compare(a, b, floor=floor), method(_runs(a), _runs(b), floor, all_loads)
     # A section may compare such runs in a way of its own (ncu: launch by launch); then a kernel new or gone is
     # something to say even where no metric is shared.
     metrics, method_text, own = compare_own(a, b, metrics, method_text, floor)
@@ -119,6 +146,9 @@ def diff_runs(
         )
     regressions = gate(metrics, threshold, patterns)
     side_a, side_b = _describe(runs_a, mixed_a), _describe(runs_b, mixed_b)
+    for side, g, runs in ((side_a, a, runs_a), (side_b, b, runs_b)):
+        if _runs(g) != len(runs):  # a repeated load (--repeat K): its K loads are the side's samples
+            side["loads"] = _runs(g)
     result = {
         "a": side_a,
         "b": side_b,

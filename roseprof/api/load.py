@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from roseprof.capture import environment
 from roseprof.errors import RoseprofError
 from roseprof.load import metrics_scrape, runner, serving
+from roseprof.load import sweep as sweep_mod
 from roseprof.load.client import parse_url
 from roseprof.load.schedule import Length, Plan
 from roseprof.run import tables
@@ -26,19 +28,52 @@ class LoadInterrupted(RoseprofError):
     exit_code = 130
 
 
-def command_of(url: str, plan: Plan, slo: str | None, warmup_s: float) -> list[str]:
+OPTION = {"duration_s": "duration"}  # a plan's key -> its option, where they are spelled apart
+
+
+def command_of(
+    url: str, plan: Plan, slo: str | None, warmup_s: float, sweep: str | None = None, repeat: int = 1
+) -> list[str]:
     """The load as a command line (what a diff's sides must share to pool: run/alike.py)."""
     cmd = ["roseprof", "load", url]
     for key, value in plan.describe().items():
-        if value is not None and key != "dataset":
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
+        if value is not None and key != "dataset" and not (sweep and key == "rate"):
+            cmd += [f"--{OPTION.get(key, key.replace('_', '-'))}", str(value)]
     if plan.dataset_path:
         cmd += ["--dataset", plan.dataset_path]
     if slo:
         cmd += ["--slo", slo]
     if warmup_s:
         cmd += ["--warmup", f"{warmup_s:g}"]
+    if sweep:
+        cmd += ["--sweep", sweep]
+    if repeat > 1:
+        cmd += ["--repeat", str(repeat)]
     return cmd
+
+
+def _drive(ep, plan: Plan, opts: runner.LoadOptions, progress) -> tuple[runner.LoadState, str | None]:
+    """One load into a LoadState of its own; (state, why it was interrupted or None). Requests cut by an
+    interrupt are marked cancelled."""
+    state = runner.LoadState()
+    interrupted = None
+    try:
+        asyncio.run(runner.run(ep, plan, opts, state, progress))
+    except KeyboardInterrupt:
+        interrupted = "interrupted (Ctrl-C)"
+    for rec in state.records:  # requests cut by the interrupt
+        if rec.end is None:
+            rec.status, rec.error, rec.end = "cancelled", "cancelled", rec.sent or state.start
+    return state, interrupted
+
+
+def _part(state: runner.LoadState, plan: Plan, limits: dict, warmup_s: float, url: str) -> dict:
+    part = serving.summarise(state.records, state.start, plan.describe(), limits, warmup_s)
+    part["model"] = state.model
+    part["url"] = url
+    server = metrics_scrape.server_ttft(state.metrics)
+    part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
+    return part
 
 
 def load(
@@ -52,50 +87,139 @@ def load(
     api_key: str | None = None,
     progress: Callable[[dict], None] | None = None,
     manifest: dict | None = None,
+    sweep: str | None = None,
+    repeat: int = 1,
+    saturate: int | None = None,
 ) -> Run:
     """Run the load and store it. Bad input (options, the URL) is refused before anything is sent; an
-    unreachable server stores nothing (no request was made)."""
+    unreachable server stores nothing (no request was made).
+
+    `sweep` (`--sweep RATES|auto`: load/sweep.py) runs one open-loop load per rate; `repeat` K runs the plan (each
+    rate of a sweep) K times. Either is stored as one run whose summary has `loads` instead of `serving`: {"kind": "sweep" |
+    "repeat", "parts": [each load's serving part], and for a sweep "curve", "knee" and (auto) "probes"}, its
+    tokens table's rows each naming their load ("load": k). A sweep's diff compares rate with rate, a repeat's
+    takes its K loads as K runs of a group (api/compare.load_samples)."""
+    if repeat < 1:
+        raise RoseprofError(f"--repeat {repeat}: at least 1")
+    if sweep:
+        plan = _sweep_plan(plan, sweep)
     plan.check()
     limits = serving.parse_slo(slo)
     ep = parse_url(url, api_key)
-    state = runner.LoadState()
-    interrupted = None
-    try:
-        asyncio.run(runner.run(ep, plan, opts, state, progress))
-    except KeyboardInterrupt:
-        interrupted = "interrupted (Ctrl-C)"
-    if state.start is None:  # the preflight failed (raised above) or was interrupted: nothing was sent
-        raise LoadInterrupted("interrupted before the load started: no run stored")
-    for rec in state.records:  # requests cut by the interrupt
-        if rec.end is None:
-            rec.status, rec.error, rec.end = "cancelled", "cancelled", rec.sent or state.start
-    part = serving.summarise(state.records, state.start, plan.describe(), limits, warmup_s)
-    part["model"] = state.model
-    part["url"] = url
-    server = metrics_scrape.server_ttft(state.metrics)
-    part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
-    warnings = _warnings(part, store, state, interrupted)
-    summary = {"regions": [], "kernels": [], "serving": part, "warnings": warnings}
+    probes: list[dict] = []
+    if sweep:
+        rates = sweep_mod.parse_rates(sweep)
+        if rates is None:  # auto
+            probes = _probe(ep, plan, opts, progress, saturate or sweep_mod.AUTO_SATURATE)
+            rates = sweep_mod.auto_rates(probes[0]["requests_s"], probes[1]["requests_s"])
+        plans = [replace(plan, rate=r) for r in rates for _ in range(repeat)]
+    else:
+        plans = [plan] * repeat
+    states, interrupted, stopped = _drive_all(ep, plans, opts, progress)
+    parts = [_part(state, one, limits, warmup_s, url) for state, one in states]
+    several = bool(sweep) or len(plans) > 1  # a sweep of one rate is still a sweep (its diff, its curve)
+    warnings = []
+    for k, ((state, _), part) in enumerate(zip(states, parts)):
+        label = f"{load_label(part, k, repeat, bool(sweep))}: " if several else ""
+        last = k == len(states) - 1
+        warnings += [label + w for w in _warnings(part, store, state, interrupted if last else None)]
+    if several and stopped and not interrupted and not any(s.stopped == stopped for s, _ in states):
+        warnings.append(stopped)
+    summary = {"regions": [], "kernels": [], "warnings": warnings}
+    tokens, metrics = [], []
+    for k, (state, _) in enumerate(states):
+        rows = serving.token_table(state.records, state.start)
+        tokens += [{**row, "load": k} for row in rows] if several else rows
+        metrics += [{**m, "load": k} for m in state.metrics] if several else state.metrics
+    if not several:
+        summary["serving"] = parts[0]
+    else:
+        summary["loads"] = {"kind": "sweep" if sweep else "repeat", "parts": parts, "repeat": repeat}
+        if sweep:
+            curve = sweep_mod.curve(parts)
+            summary["loads"].update(curve=curve, knee=sweep_mod.knee(curve), probes=probes)
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s),
+            command=command_of(url, plan, slo, warmup_s, sweep, repeat)
+            + (["--concurrency", str(saturate)] if saturate and probes else []),
             environment=environment.describe(),
             **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
-        tables.write_load(
-            writer.path, summary, serving.token_table(state.records, state.start), state.metrics
-        )
-        stopped = interrupted or state.stopped
+        tables.write_load(writer.path, summary, tokens, metrics)
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip
     except BaseException:
         writer.abort()
         raise
     if interrupted:
-        raise LoadInterrupted(f"interrupted: {len(state.records)} requests kept as run {run.id} (incomplete)")
+        kept = sum(len(s.records) for s, _ in states)
+        raise LoadInterrupted(f"interrupted: {kept} requests kept as run {run.id} (incomplete)")
     return run
+
+
+def load_label(part: dict, k: int, repeat: int, sweep: bool) -> str:
+    """A load of several in words: `at 10 req/s`, `load 2`, `at 10 req/s, load 2 of 3`."""
+    if not sweep:
+        return f"load {k + 1}"
+    at = f"at {part['plan']['rate']:g} req/s"
+    return at if repeat == 1 else f"{at}, load {k % repeat + 1} of {repeat}"
+
+
+def _sweep_plan(plan: Plan, sweep: str) -> Plan:
+    """The plan a sweep's loads share (open loop: each takes its rate), the options refused in one line."""
+    rates = sweep_mod.parse_rates(sweep)
+    if plan.rate is not None:
+        raise RoseprofError("--sweep gives the rates: drop --rate")
+    if rates is not None and plan.concurrency is not None:
+        raise RoseprofError(
+            "--sweep RATES is open loop: drop --concurrency (with --sweep auto it sets the probe's)"
+        )
+    return replace(plan, rate=rates[0] if rates else 1.0, concurrency=None)
+
+
+def _probe(ep, plan: Plan, opts, progress, saturate: int) -> list[dict]:
+    """--sweep auto's two closed-loop probes (one request at a time, then `saturate` at a time): what each
+    completed per second. Nothing is stored of them but these figures."""
+    probes = []
+    for conc in (1, saturate):
+        probe = replace(plan, rate=None, concurrency=conc)
+        state, interrupted = _drive(ep, probe, opts, progress)
+        if state.start is None or interrupted:
+            raise LoadInterrupted("interrupted while --sweep auto probed the server: no run stored")
+        got = serving.summarise(state.records, state.start, probe.describe(), {})
+        tp = got["throughput"]
+        probes.append({"concurrency": conc, "requests_s": tp["requests_s"], "output_tok_s": tp["output_tok_s"],
+                       "completed": got["completed"]})  # fmt: skip
+    return probes
+
+
+def _drive_all(ep, plans: list[Plan], opts, progress) -> tuple[list, str | None, str | None]:
+    """The loads one after the other: ([(state, plan)] of those that started, why interrupted, why stopped early).
+    A load that cannot start (the server gone) after others ran stops the series and keeps them; the first one
+    raises (nothing was sent)."""
+    states: list[tuple[runner.LoadState, Plan]] = []
+    interrupted = stopped = None
+    for one in plans:
+        try:
+            state, interrupted = _drive(ep, one, opts, progress)
+        except RoseprofError as e:
+            if not states:
+                raise
+            stopped = f"{e}: {len(states)} of {len(plans)} loads ran"
+            break
+        if state.start is None:  # interrupted in the preflight: nothing of it was sent
+            if not states:
+                raise LoadInterrupted("interrupted before the load started: no run stored")
+            break
+        states.append((state, one))
+        if interrupted or state.stopped:
+            stopped = interrupted or state.stopped
+            break
+    if not stopped and len(states) < len(plans):
+        stopped = interrupted or f"{len(states)} of {len(plans)} loads ran"
+    return states, interrupted, interrupted or stopped
 
 
 def _warnings(part: dict, store: RunStore, state: runner.LoadState, interrupted: str | None) -> list[str]:

@@ -85,7 +85,14 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
         if rows is None:
             raise RoseprofError(f"run {run.id} has no {tables.LOAD_TOKENS}: nothing to export")
         path = Path(out) if out else run.path / "trace.chrome.json.gz"
-        return write_load_chrome(rows, tables.read_load_metrics(run.path), run.id, path)
+        from roseprof.api.load import load_label
+
+        loads = run.summary().get("loads")
+        labels = None
+        if loads:
+            sweep, repeat = loads["kind"] == "sweep", loads.get("repeat", 1)
+            labels = [load_label(p, k, repeat, sweep) for k, p in enumerate(loads["parts"])]
+        return write_load_chrome(rows, tables.read_load_metrics(run.path), run.id, path, labels)
     if not tables.has_trace(run.path):
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"

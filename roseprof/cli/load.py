@@ -11,7 +11,8 @@ from roseprof.cli.common import after_storing, cli, open_store, print_run, store
 from roseprof.errors import RoseprofError
 
 EXIT = (
-    "Exit codes: 0 every request completed; 1 the run is stored but some requests failed; 2 bad input, or the URL "
+    "Exit codes: 0 every request completed; 1 the run is stored but some requests failed (or a sweep or repeat "
+    "stopped early); 2 bad input, or the URL "
     "cannot be reached (nothing stored); 130 interrupted (the requests done so far are kept as an incomplete run)."
 )
 
@@ -57,12 +58,17 @@ def _rate(ctx, param, value):
               help="a request with no byte from the server for this many seconds fails (timeout)")  # fmt: skip
 @click.option("--no-ignore-eos", is_flag=True, help="do not ask the server to ignore EOS")
 @click.option("--no-metrics", is_flag=True, help="do not scrape the server's /metrics")
+@click.option(
+    "--sweep", help="one load per rate: RATE,RATE,... (requests/s) or auto (found up to saturation)"
+)
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="K loads of the same schedule (of each rate, with --sweep) in one run; a diff takes them as K runs")  # fmt: skip
 @click.option("--measure-ceiling", is_flag=True,
               help="measure the generator's own ceiling against a stub that streams instantly, and keep it")  # fmt: skip
 @store_options
 def load(url, name, n_requests, duration, rate, concurrency, arrivals, burstiness, prompt_len, output_len, dataset,
-         seed, warmup, slo, model, api_key, stall_s, no_ignore_eos, no_metrics, measure_ceiling, traces_dir,
-         dashboards_dir) -> None:  # fmt: skip
+         seed, warmup, slo, model, api_key, stall_s, no_ignore_eos, no_metrics, sweep, repeat, measure_ceiling,
+         traces_dir, dashboards_dir) -> None:  # fmt: skip
     """Load an OpenAI-compatible server (URL: http://HOST:PORT) with streamed /v1/completions and store the
     result as a run: per request TTFT, TPOT, ITL and E2E on the client's clock, goodput against --slo, the
     server's /metrics. `roseprof show|diff|open|export` work on it. URL `ceiling` with --measure-ceiling
@@ -101,12 +107,17 @@ def load(url, name, n_requests, duration, rate, concurrency, arrivals, burstines
     opts = LoadOptions(stall_s=stall_s, ignore_eos=not no_ignore_eos, model=model, scrape=not no_metrics)
     progress = LoadProgress(planned=n_requests)
     try:
-        run = run_load(store, url, plan, opts, name, slo, warmup, api_key, progress)
+        run = run_load(store, url, plan, opts, name, slo, warmup, api_key, progress, sweep=sweep, repeat=repeat,
+                       saturate=concurrency)  # fmt: skip
     finally:
         progress.finish()
     after_storing(run, lambda: print_run(make_console(), run))
-    serving = run.summary()["serving"]
-    failed = sum(serving["errors"].values())
+    summary = run.summary()
+    parts = summary["loads"]["parts"] if "loads" in summary else [summary["serving"]]
+    failed = sum(sum(p["errors"].values()) for p in parts)
     if failed:
-        warn(f"{failed} of {serving['count']} requests failed; the run {run.id} is stored")
+        warn(f"{failed} of {sum(p['count'] for p in parts)} requests failed; the run {run.id} is stored")
+        sys.exit(1)
+    if run.manifest.get("status") == "incomplete":  # a sweep or repeat cut short by the server
+        warn(f"{run.manifest.get('message') or 'stopped early'}; the run {run.id} is stored (incomplete)")
         sys.exit(1)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render import text, verdict_text
+from roseprof.render import load_figures, text, verdict_text
 from roseprof.render.figures import esc, layout
 from roseprof.render.page import figure_divs, page, table, write_page
 from roseprof.render.view import DiffView
@@ -197,6 +197,7 @@ def _render(result: dict, samples: dict, out: Path) -> Path:
         _overlaid("Inter-token latency", a["itl_ms"], b["itl_ms"], "ITL (ms)"),
         _kernel_deltas(result),
         _ncu_duration_deltas(result),
+        *load_figures.sweep_diff(result["metrics"]),  # two sweeps: curve against curve
     ]
     figs = [f for f in figs if f is not None]
     main = f"""{_verdict_panel(result)}

@@ -80,3 +80,76 @@ def figures(serving: dict, tokens: list | None) -> list:
         )
         out.append(layout(fig, "Request waterfall (sent to end; a dot per token)", note, height=500))
     return out
+
+
+def loads_curve(rows: list[dict], x: list[float], x_title: str, knee_x: float | None = None) -> go.Figure:
+    """Several loads' throughput (bars, left axis) and latency percentiles (lines, right axis) against their rate
+    asked (a sweep: the throughput-latency curve, its knee marked) or their number (a repeat)."""
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=[r["output_tok_s"] for r in rows], name="output tok/s", opacity=0.35))
+    for key, label in (("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("itl_p50_ms", "ITL p50"),
+                       ("itl_p99_ms", "ITL p99")):  # fmt: skip
+        fig.add_trace(go.Scatter(x=x, y=[r[key] for r in rows], mode="lines+markers", name=label, yaxis="y2"))
+    fig.update_layout(yaxis2={"overlaying": "y", "side": "right", "title": "ms", "type": "log"})
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title="output tokens/s")
+    if knee_x is not None:
+        fig.add_vline(x=knee_x, line_dash="dash", annotation_text="knee")
+    return fig
+
+
+def several(loads: dict, tokens: list | None) -> list:
+    """A run of several loads (roseprof load --sweep / --repeat): the curve, then one load's own figures (a
+    sweep's knee, else its highest rate; a repeat's first load)."""
+    from roseprof.load.sweep import curve_row
+
+    parts = loads["parts"]
+    if loads["kind"] == "sweep":
+        rows = sorted(loads["curve"], key=lambda r: r["asked_rate"])
+        knee = loads["knee"]
+        knee_rate = knee["rate"] if knee.get("saturated") else None
+        fig = loads_curve(rows, [r["asked_rate"] for r in rows], "rate asked (requests/s)", knee_rate)
+        title = "Sweep: throughput and latency by rate" + (
+            f" (knee {knee_rate:g} req/s)" if knee_rate else ""
+        )
+        rate = knee["rate"] if knee.get("rate") is not None else rows[-1]["asked_rate"]
+        shown = next(k for k, p in enumerate(parts) if p["plan"]["rate"] == rate)  # its first load
+        which = f"at {rate:g} req/s"
+    else:
+        rows = [curve_row(p) for p in parts]
+        fig = loads_curve(rows, list(range(1, len(rows) + 1)), "load (same schedule)")
+        title, shown, which = f"{len(rows)} loads of one schedule", 0, "load 1"
+    out = [layout(fig, title)]
+    for f in figures(parts[shown], [r for r in tokens or [] if r.get("load") == shown]):
+        head, br, note = f.layout.title.text.partition("<br>")
+        f.update_layout(title={"text": f"{head} — {which}{br}{note}"})
+        out.append(f)
+    return out
+
+
+def sweep_diff(metrics: list[dict]) -> list:
+    """A diff of two sweeps, curve against curve (from the diff's own metrics, sweep.RATE/s.*: the rates both
+    sides measured): TTFT p50 and ITL p50 before and after by rate, and the output throughput."""
+    by_rate: dict[float, dict] = {}
+    for m in metrics:
+        if "rate" in m:
+            by_rate.setdefault(m["rate"], {})[m["name"].split("/s.", 1)[1]] = m
+    if not by_rate:
+        return []
+    rates = sorted(by_rate)
+    fig = go.Figure()
+    for key, label in (("ttft.p50_ms", "TTFT p50"), ("itl.p50_ms", "ITL p50")):
+        for side, dash in (("a", "dash"), ("b", "solid")):
+            ys = [by_rate[r].get(key, {}).get(side) for r in rates]
+            fig.add_trace(go.Scatter(x=rates, y=ys, mode="lines+markers", line={"dash": dash},
+                                     name=f"{label} {'before' if side == 'a' else 'after'}"))  # fmt: skip
+    fig.update_xaxes(title="rate asked (requests/s)")
+    fig.update_yaxes(title="ms", type="log")
+    tput = go.Figure()
+    for side, name in (("a", "before"), ("b", "after")):
+        ys = [by_rate[r].get("throughput.output_tok_s", {}).get(side) for r in rates]
+        tput.add_trace(go.Bar(x=[f"{r:g}" for r in rates], y=ys, name=name))
+    tput.update_xaxes(title="rate asked (requests/s)")
+    tput.update_yaxes(title="output tokens/s")
+    return [layout(fig, "Sweep: latency by rate, before (dashed) and after"),
+            layout(tput, "Sweep: output throughput by rate")]  # fmt: skip

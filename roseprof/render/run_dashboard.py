@@ -251,6 +251,8 @@ def build_figures(view: RunView) -> list:
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
     if summary.get("serving"):  # a load (roseprof load): its requests, not a trace
         return load_figures.figures(summary["serving"], view.load_tokens)
+    if summary.get("loads"):  # several loads in one run: a sweep's curve, a repeat's loads
+        return load_figures.several(summary["loads"], view.load_tokens)
     steps, itl = view.steps, view.itl
     out = [
         figures.steady_bars(summary),

@@ -246,7 +246,23 @@ def metric_label(name: str, per_step: bool = False) -> str:
             return "throughput"
         key, _, stat = rest.partition(".")
         return f"{key.upper()} {stat.removesuffix('_ms')}"
+    if name.startswith(
+        "sweep."
+    ):  # a sweep's rate (sections/loads.py): sweep.10/s.itl.p50_ms -> @10/s ITL p50
+        rate, _, rest = name[len("sweep.") :].partition("/s.")
+        key, _, stat = rest.partition(".")
+        if stat.endswith("_ms"):
+            return f"@{rate}/s {key.upper()} {stat.removesuffix('_ms')}"
+        return f"@{rate}/s {SWEEP_FIGURES.get(rest, rest)}"
     return name
+
+
+SWEEP_FIGURES = {
+    "throughput.requests_s": "req/s",
+    "throughput.output_tok_s": "tok/s",
+    "goodput_pct": "goodput %",
+    "errors": "errors",
+}
 
 
 def shorten_label(label: str, width: int) -> str:

@@ -3,6 +3,7 @@ what one run a side can see, and what backs the figures."""
 
 from __future__ import annotations
 
+from roseprof.analysis.verdict import samples_of
 from roseprof.render.text import duration
 
 
@@ -63,6 +64,8 @@ def side_line(label: str, side: dict) -> str:
         out = f"{label:<7} {side['id']}  ({side.get('name')})"
     else:
         out = f"{label} is a group of {len(runs)} runs named {side.get('name')}: {', '.join(runs)}"
+    if side.get("loads"):
+        out += f"  ({side['loads']} loads: --repeat)"
     if side.get("mixed"):
         out += f"  [pooled with --pool-mixed: {side['mixed']}]"
     return out
@@ -72,7 +75,7 @@ def one_run_note(v: dict) -> str | None:
     """With one run a side: what its intervals see, what makes a verdict, and how often one run a side calls a
     change between two runs of the same code."""
     if not v.get("one_run_a_side"):
-        single = [side for side in ("before", "after") if len(v[side].get("runs") or [1]) == 1]
+        single = [side for side in ("before", "after") if samples_of(v[side]) == 1]
         if len(single) == 1:  # one side a group, the other one run: its drift between runs is unseen
             return (
                 f"{single[0]} is one run: the interval sees the drift between runs on the other side only; "
@@ -94,14 +97,16 @@ def one_run_note(v: dict) -> str | None:
 
 
 def samples(row: dict) -> str | None:
-    """How many samples back a headline figure: `568 tokens in 71 steps`, `71 steps`, `8 / 9 requests`."""
+    """How many samples back a headline figure: `568 tokens in 71 steps` (a load's: `in 40 requests`), `71
+    steps`, `8 / 9 requests`."""
     if row["samples"] is None or row["n_before"] is None:
         return None
     nb, na = row["n_before"], row["n_after"]
     out = f"{nb:,} {row['samples']}" if nb == na else f"{nb:,} / {na:,} {row['samples']}"
     if "steps_before" in row:
         sb, sa = row["steps_before"], row["steps_after"]
-        out += f" in {sb:,} steps" if sb == sa else f" in {sb:,} / {sa:,} steps"
+        units = row.get("units", "steps")
+        out += f" in {sb:,} {units}" if sb == sa else f" in {sb:,} / {sa:,} {units}"
     return out
 
 
@@ -113,7 +118,7 @@ def samples_note(v: dict) -> str:
         if s and s not in seen:
             seen.append(s)
     need = v["min_samples"]
-    groups = any(len(v[side].get("runs") or [1]) > 1 for side in ("before", "after"))
+    groups = any(samples_of(v[side]) > 1 for side in ("before", "after"))
     # A group's counts are its runs' together: per side, not per run.
     backing = f"Samples per {'side' if groups else 'run'}: {'; '.join(seen)}. " if seen else ""
     return (

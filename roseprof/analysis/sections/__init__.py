@@ -11,6 +11,7 @@ from roseprof.analysis.sections import (
     gpu_time,
     itl,
     kernels,
+    loads,
     marks,
     ncu_kernels,
     operators,
@@ -36,6 +37,7 @@ SECTIONS: list[Section] = [
     gpu_time.SECTION,
     serving.SECTION,
     operators.SECTION,
+    loads.SECTION,
 ]
 
 # summary.json's keys in the order it has always written them; a new section's keys follow, in SECTIONS' order.
@@ -61,6 +63,7 @@ SUMMARY_ORDER = (
     "collectives",  # several ranks (sections/collectives.py)
     "spikes",
     "serving",  # a load (roseprof load: sections/serving.py)
+    "loads",  # several loads in one run: a sweep or a repeat (sections/loads.py)
 )
 
 # The built-in diff metrics' families (a section's diff_samples), in the order diff has always asked for them: its

@@ -50,11 +50,14 @@ DIFF_QUANTILES = (50, 90, 99)
 
 
 def samples(summary: dict, tokens: list | None) -> dict | None:
-    """A stored load's samples: per counted, completed request its TTFT, TPOT and E2E; every ITL gap with the
-    request it belongs to (the resampling unit). None for a run that is no load."""
+    """A stored load's samples (`part_samples` of its `serving` part). None for a run that is no single load."""
     part = summary.get("serving")
-    if not part:
-        return None
+    return part_samples(part, tokens) if part else None
+
+
+def part_samples(part: dict, tokens: list | None) -> dict:
+    """One load's samples: per counted, completed request its TTFT, TPOT and E2E; every ITL gap with the request
+    it belongs to (the resampling unit). `tokens`: that load's rows of the per-token table."""
     rows = part["requests"]
     keep = [i for i, (s, w) in enumerate(zip(rows["status"], rows["warmup"])) if s == "ok" and not w]
     col = lambda k: np.asarray([rows[k][i] for i in keep if rows[k][i] is not None], dtype=np.float64)  # noqa: E731
