@@ -238,6 +238,13 @@ def main() -> int:
         help="flags of the baseline server instead of --server-flag's (repeat); without --baseline-code, "
         "this code's server with these flags is the baseline",
     )
+    p.add_argument(
+        "--off-flag",
+        action="append",
+        default=[],
+        help="more flags of the 'off' server of the on/off pairs, beside --no-metrics (repeat), e.g. "
+        "--off-flag=--flight-recorder-steps=0: the pairs then measure everything the flags turn off together",
+    )
     p.add_argument("--json", default=None, metavar="PATH")
     args = p.parse_args()
     cuda = args.device.startswith("cuda")
@@ -259,7 +266,8 @@ def main() -> int:
         pair_load = (64, 512)
     args.max_batch_size = max(c[1] for c in cases)
 
-    on, off = Server(args, free_port(), metrics=True), Server(args, free_port(), metrics=False)
+    on = Server(args, free_port(), metrics=True)
+    off = Server(args, free_port(), False, flags=args.server_flag + args.off_flag)
     # on/on pairs: the noise the on/off pairs are judged against
     on2 = Server(args, free_port(), metrics=True)
     base = None
