@@ -25,7 +25,89 @@ from roseinfer.tracing import now_ns
 GC_MIN_NS = 100_000
 
 
-class StepLogWriter:
+class StepRecords:
+    """The records an engine writes (the shapes below, in StepLogWriter's docstring), to some sink: the step log's
+    file (StepLogWriter) or the flight recorder's ring (roseinfer/flight_recorder.py). A sink says what `write`
+    does with one record; `step` numbers the decode steps."""
+
+    step_index = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+    def step(
+        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, batch, **extra: Any
+    ) -> None:
+        """A decode step record; `batch`: the step's sequences (their ids are written); `extra` adds fields
+        (launched, bucket)."""
+        self.write(step_record(self.step_index, start_ns, end_ns, batch_size, rollovers, cow, batch, **extra))
+        self.step_index += 1
+
+    def preempt(self, request_id: int) -> None:
+        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
+
+
+def step_record(
+    index: int, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, batch, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "type": "step",
+        "index": index,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "batch_size": batch_size,
+        "rollovers": rollovers,
+        "cow": cow,
+        "requests": [s.id for s in batch],
+        **extra,
+    }
+
+
+def request_record(seq) -> dict[str, Any]:
+    """A sequence's request record (its token lists by reference: the sequence has finished)."""
+    return {
+        "type": "request",
+        "id": seq.id,
+        "arrival_ns": seq.arrival_ns,
+        "prompt_tokens": len(seq.prompt_ids),
+        "output_tokens": len(seq.output_ids),
+        "token_ns": seq.token_ns,
+        "token_step": seq.token_step,
+        "preemptions": seq.preemptions,
+        "request_id": seq.request_id,
+        "finish_reason": seq.finish_reason,
+    }
+
+
+class Tee(StepRecords):
+    """Two sinks fed the same records (the step log and the flight recorder both on)."""
+
+    def __init__(self, *sinks: StepRecords) -> None:
+        self.sinks = sinks
+
+    def write(self, record: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.write(record)
+
+    def step(self, *args: Any, **extra: Any) -> None:
+        for sink in self.sinks:
+            sink.step(*args, **extra)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
+
+
+def tee(*sinks: StepRecords | None) -> StepRecords | None:
+    """The sinks that are on, as one (None: none is)."""
+    on = [s for s in sinks if s is not None]
+    return None if not on else on[0] if len(on) == 1 else Tee(*on)
+
+
+class StepLogWriter(StepRecords):
     """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
     (roseprof reads it).
 
@@ -97,28 +179,6 @@ class StepLogWriter:
             # Flush in chunks: a line per step would cost a syscall per step on the hot path.
             if len(self._lines) >= 256:
                 self._flush_locked()
-
-    def step(
-        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, requests, **extra: Any
-    ) -> None:
-        """A decode step record; `extra` adds fields (launched, bucket)."""
-        self.write(
-            {
-                "type": "step",
-                "index": self.step_index,
-                "start_ns": start_ns,
-                "end_ns": end_ns,
-                "batch_size": batch_size,
-                "rollovers": rollovers,
-                "cow": cow,
-                "requests": list(requests),
-                **extra,
-            }
-        )
-        self.step_index += 1
-
-    def preempt(self, request_id: int) -> None:
-        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
 
     def _flush_locked(self) -> None:
         pending, self._gc_pending = self._gc_pending, []  # a collection during the loop lands in the new list
