@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 from roseprof.capture import environment
 from roseprof.errors import RoseprofError
@@ -52,9 +53,11 @@ def load(
     api_key: str | None = None,
     progress: Callable[[dict], None] | None = None,
     manifest: dict | None = None,
+    extra: Callable[[dict, list, Path], None] | None = None,
 ) -> Run:
     """Run the load and store it. Bad input (options, the URL) is refused before anything is sent; an
-    unreachable server stores nothing (no request was made)."""
+    unreachable server stores nothing (no request was made). `extra(summary, tokens, run folder)`: what a caller
+    adds to the run before it is written (roseprof live: the server's steps)."""
     plan.check()
     limits = serving.parse_slo(slo)
     ep = parse_url(url, api_key)
@@ -84,9 +87,10 @@ def load(
             **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
-        tables.write_load(
-            writer.path, summary, serving.token_table(state.records, state.start), state.metrics
-        )
+        tokens = serving.token_table(state.records, state.start)
+        if extra is not None:
+            extra(summary, tokens, writer.path)
+        tables.write_load(writer.path, summary, tokens, state.metrics)
         stopped = interrupted or state.stopped
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip

@@ -238,7 +238,8 @@ def import_file(
                 "torch.profiler / Kineto traces; an nsys capture holds every process in one file)"
             )
     if reader.tool == "steps" and steplog is None:
-        steplog = paths[0]  # a step log alone (drivers/steps): the file is the run's log as well as its source
+        # a step log alone (drivers/steps): the file is the run's log as well as its source
+        steplog = paths[0]
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
     first = Path(paths[0])

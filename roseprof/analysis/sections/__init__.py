@@ -11,6 +11,7 @@ from roseprof.analysis.sections import (
     gpu_time,
     itl,
     kernels,
+    live,
     marks,
     ncu_kernels,
     ranks,
@@ -33,6 +34,7 @@ SECTIONS: list[Section] = [
     marks.SECTION,
     collectives.SECTION,
     gpu_time.SECTION,
+    live.SECTION,  # before serving: show's first lines are the slowest requests
     serving.SECTION,
 ]
 
@@ -59,6 +61,7 @@ SUMMARY_ORDER = (
     "collectives",  # several ranks (sections/collectives.py)
     "spikes",
     "serving",  # a load (roseprof load: sections/serving.py)
+    "live",  # a load joined to the server's steps (roseprof live: sections/live.py)
 )
 
 # The built-in diff metrics' families (a section's diff_samples), in the order diff has always asked for them: its
