@@ -1,0 +1,93 @@
+"""`roseprof live` against a real `roseinfer serve` (gpt2-tiny on CPU), with a planted cause: a long prompt in
+every few requests. The requests whose tokens waited for its prefill come first, and the prefill is named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_one_line_error, roseprof
+from tests.roseinfer.serve.conftest import ServerProcess
+
+ENV = {"COLUMNS": "80"}
+LONG_TOKENS = 900  # gpt2-tiny's byte tokenizer: one token a byte
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """(server, traces folder, the live run's folder, its show output)."""
+    tmp = tmp_path_factory.mktemp("live")
+    dataset = tmp / "prompts.jsonl"
+    # 1 long prompt in 4, in the seeded order roseprof load draws them
+    lines = [
+        {"prompt": "x" * LONG_TOKENS if i % 4 == 0 else f"short {i}", "output_len": 24} for i in range(12)
+    ]
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    server = ServerProcess("--max-batch-size", "8", "--api-key", "k").wait_ready()
+    try:
+        traces = tmp / "traces"
+        proc = roseprof(
+            "live", server.url, "--steps", "3000", "--requests", "16", "--concurrency", "4",
+            "--dataset", dataset, "--api-key", "k", "--traces-dir", traces, "--name", "planted", env=ENV,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (folder,) = [p for p in traces.iterdir() if "planted" in p.name]
+        yield server, traces, folder, proc.stdout
+    finally:
+        server.stop()
+
+
+def test_live_names_the_requests_hit_by_the_long_prefill_first(live_run):
+    _, _, folder, out = live_run
+    summary = json.loads((folder / "summary.json").read_text())
+    part = summary["live"]
+    assert part["join"]["joined"] > 0 and part["join"]["outside_window"] == 0
+    worst_itl = [e for e in part["slowest"] if e["by"] == "itl"]
+    assert worst_itl[0]["cause"] == "prefill", worst_itl
+    # the step named is one whose gap held a long prompt's prefill
+    assert f"admitted a {LONG_TOKENS}" in worst_itl[0]["line"] or "admitted a 9" in worst_itl[0]["line"]
+    # show starts with the slowest requests: the first line after the run's id, the prefill named among them
+    assert out.splitlines()[1].startswith("req cmpl-"), out[:800]
+    head = " ".join(" ".join(out.splitlines()[1:24]).split())  # the lines as wrapped at 80 columns, joined
+    assert f"{worst_itl[0]['request_id']}: ITL" in head and "admitted a" in head
+    # the server side is in the same run: its steps and spike causes
+    assert summary["steps"]["count"] > 0 and summary["serving"]["completed"] == 16
+
+
+def test_request_timeline(live_run):
+    _, traces, folder, _ = live_run
+    part = json.loads((folder / "summary.json").read_text())["live"]
+    rid = part["slowest"][0]["request_id"]
+    proc = roseprof("request", folder.name, rid, "--traces-dir", traces, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"request {rid}")
+    assert any(line.strip().startswith("queued") for line in lines)
+    assert any(line.strip().startswith("prefill") for line in lines)
+    assert len([line for line in lines if line.strip()[:1].isdigit()]) == 24  # one line a token
+    bad = roseprof("request", folder.name, "cmpl-nope", "--traces-dir", traces, env=ENV)
+    assert_one_line_error(bad, 2, "no request 'cmpl-nope'")
+
+
+def test_import_of_debug_steps_makes_a_run(live_run, tmp_path):
+    server, _, _, _ = live_run
+    status, _, text = server.get("/debug/steps?last=50", headers={"Authorization": "Bearer k"})
+    assert status == 200
+    saved = tmp_path / "steps.jsonl"
+    saved.write_text(text)
+    proc = roseprof(
+        "import", saved, "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "decode steps: 50" in proc.stdout
+    (run,) = list((tmp_path / "traces").iterdir())
+    assert json.loads((run / "manifest.json").read_text())["tool"]["name"] == "steps"
+
+
+def test_live_with_no_server_is_one_line_and_stores_nothing(tmp_path):
+    proc = roseprof("live", "http://127.0.0.1:9", "--steps", "10", "--requests", "1",
+                    "--traces-dir", tmp_path, env=ENV)  # fmt: skip
+    assert_one_line_error(proc, 2, "/debug/steps")
+    assert not Path(tmp_path).exists() or not any(Path(tmp_path).iterdir())
