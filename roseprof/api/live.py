@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from roseprof.api.load import load
@@ -42,17 +41,10 @@ def fetch_steps(url: str, last: int, api_key: str | None, timeout_s: float = 60.
 
 
 def live(
-    store: RunStore,
-    url: str,
-    steps: int,
-    plan: Plan,
-    opts: runner.LoadOptions,
-    name: str | None = None,
-    slo: str | None = None,
-    warmup_s: float = 0.0,
-    api_key: str | None = None,
-    progress: Callable[[dict], None] | None = None,
-) -> Run:
+    store: RunStore, url: str, steps: int, plan: Plan, opts: runner.LoadOptions, name: str | None = None,
+    api_key: str | None = None, **load_options,
+) -> Run:  # fmt: skip
+    """`load_options`: api/load.load's slo, warmup_s, progress."""
     fetch_steps(url, 0, api_key)  # before any load: the recorder is there and the key is right
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
@@ -71,8 +63,8 @@ def live(
 
     ep = parse_url(url, api_key)
     return load(
-        store, url, plan, opts, name or f"live-{ep.host}-{ep.port}", slo, warmup_s, api_key, progress,
-        manifest={"live": {"steps": steps}}, extra=add_server_side,
+        store, url, plan, opts, name or f"live-{ep.host}-{ep.port}", api_key=api_key,
+        manifest={"live": {"steps": steps}}, extra=add_server_side, **load_options,
     )  # fmt: skip
 
 

@@ -32,7 +32,9 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     store = open_store(traces_dir)
     progress = LoadProgress(planned=n_requests)
     try:
-        run = run_live(store, url, steps, plan, opts, name, slo, warmup, api_key, progress)
+        run = run_live(
+            store, url, steps, plan, opts, name, api_key, slo=slo, warmup_s=warmup, progress=progress
+        )
     finally:
         progress.finish()
     show_stored_load(run)

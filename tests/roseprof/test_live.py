@@ -91,3 +91,11 @@ def test_live_with_no_server_is_one_line_and_stores_nothing(tmp_path):
                     "--traces-dir", tmp_path, env=ENV)  # fmt: skip
     assert_one_line_error(proc, 2, "/debug/steps")
     assert not Path(tmp_path).exists() or not any(Path(tmp_path).iterdir())
+
+
+def test_live_run_opens_as_a_dashboard(live_run, tmp_path):
+    _, traces, folder, _ = live_run
+    proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    (page,) = list(tmp_path.glob("*.html"))
+    assert "req cmpl-" in page.read_text()

@@ -11,7 +11,10 @@ def panels(summary: dict) -> list[dict]:
     part = summary.get("live")
     if not part:
         return []
-    out = [{"title": entry["line"], "headline": True} for entry in part["slowest"]]
+    out = [
+        {"title": e["line"], "columns": [], "rows": [], "note": None, "headline": True}
+        for e in part["slowest"]
+    ]
     j, w = part["join"], part["window"]
     note = (
         f"server steps {w['first_step']}..{w['first_step'] + w['steps'] - 1} (step p50 "
