@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.spike_evidence import STEP_EVIDENCE as STEP_CAUSES
 from roseprof.analysis.spikes import CAUSES, token_causes
 from roseprof.workload.steplog import StepLogRecords
 
@@ -115,7 +116,6 @@ class Explainer:
     def words(self, cause: str, t: int, pos: int, added_ms: float) -> str:
         log, tok = self.log, self.tc["tok"]
         k = self.first + pos
-        step = log.steps[pos]
         if cause == "prefill" or cause == "readmission":
             lo, hi = tok["start"][t], tok["end"][t]
             hit = [p for p in log.prefills if p["end_ns"] > lo and p["start_ns"] < hi]
@@ -123,19 +123,50 @@ class Explainer:
             ms = sum(p["end_ns"] - p["start_ns"] for p in hit) / 1e6
             what = "admitted" if cause == "prefill" else "recomputed (preempted requests)"
             return f"step {k} {what} a {n}-token prefill ({ms:.1f} ms)"
-        if cause == "rollover":
-            return f"step {k}: KV block rollover for {step['rollovers']} sequences"
-        if cause == "cow":
-            return f"step {k}: copy-on-write of {step['cow']} KV block(s)"
-        if cause == "batch_change":
-            before = log.steps[pos - 1]["batch_size"] if pos > 0 else "?"
-            return f"step {k}: batch size {before} -> {step['batch_size']}"
-        if cause == "slow_step":
-            took = (step["end_ns"] - step["start_ns"]) / 1e6
-            return f"step {k}: slower decode step ({took:.1f} ms, nothing in the log says why)"
+        if cause in STEP_CAUSES:
+            return self.step_words(cause, pos)
         if cause == "none":
             return f"step {k}: nothing above the run's median gap"
         return f"step {k}: {CAUSES.get(cause, cause)} ({added_ms:.1f} ms)"
+
+    def step_words(self, cause: str, pos: int) -> str:
+        """What the step did (a step cause) and, where the step log has region CPU times, the region that grew."""
+        log, k = self.log, self.first + pos
+        step = log.steps[pos]
+        took = (step["end_ns"] - step["start_ns"]) / 1e6
+        if cause == "rollover":
+            words = f"step {k}: KV block rollover for {step['rollovers']} sequences"
+        elif cause == "cow":
+            words = f"step {k}: copy-on-write of {step['cow']} KV block(s)"
+        elif cause == "batch_change":
+            before = log.steps[pos - 1]["batch_size"] if pos > 0 else "?"
+            words = f"step {k}: batch size {before} -> {step['batch_size']}"
+        elif cause == "preemption":
+            words = f"step {k}: a sequence preempted before it"
+        else:
+            words = f"step {k}: slower decode step ({took:.1f} ms)"
+        grown = self.region_grown(pos)
+        median = float(np.median([s["end_ns"] - s["start_ns"] for s in log.steps])) / 1e6
+        if grown is not None and grown[1] >= 0.5 * (
+            took - median
+        ):  # the region holds most of the step's excess
+            return f"{words}; {grown[0]} +{grown[1]:.1f} ms CPU over its median ({took:.1f} ms step)"
+        return words if cause != "slow_step" else f"{words[:-1]}, nothing in the log says why)"
+
+    def region_grown(self, pos: int) -> tuple[str, float] | None:
+        """(region, ms) whose own CPU time in step `pos` exceeds its median over the window's steps the most: the
+        step log's `cpu_own_ns`, there while the engine's regions were on (a CPU engine on one thread)."""
+        own = self.log.steps[pos].get("cpu_own_ns")
+        if not own:
+            return None
+        if not hasattr(self, "_medians"):
+            names = {r for s in self.log.steps for r in s.get("cpu_own_ns") or {}}
+            self._medians = {
+                r: float(np.median([(s.get("cpu_own_ns") or {}).get(r, 0) for s in self.log.steps]))
+                for r in names
+            }
+        region, ns = max(((r, v - self._medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
+        return (region, ns / 1e6) if ns > 0 else None
 
     def _entry(self, row, by: str, ms: float, token: int, step, cause: str, words: str) -> dict:
         rid = row["request_id"]

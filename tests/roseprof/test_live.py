@@ -99,3 +99,26 @@ def test_live_run_opens_as_a_dashboard(live_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     (page,) = list(tmp_path.glob("*.html"))
     assert "req cmpl-" in page.read_text()
+
+
+def test_live_names_the_step_a_region_slowed_one_in_50(tmp_path):
+    """The engine's decode-step region made slow (CPU time) on one decode step in 50: the requests in those steps
+    come first, blamed on that step and that region."""
+    env = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:150", "ROSEINFER_TEST_SLOW_EVERY": "50"}
+    server = ServerProcess("--max-batch-size", "8", env=env).wait_ready()
+    try:
+        proc = roseprof(
+            "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
+            "--output-len", "24", "--traces-dir", tmp_path, "--name", "region", env=ENV,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list(tmp_path.iterdir())
+    part = json.loads((folder / "summary.json").read_text())["live"]
+    worst = [e for e in part["slowest"] if e["by"] == "itl"][0]
+    assert worst["step"] % 50 == 49, part[
+        "slowest"
+    ]  # the 50th, 100th, ... entry of the region: steps 49, 99, ...
+    # the step's own cause (what else it did, e.g. a batch change), and the region that grew
+    assert "roseinfer.decode_step +" in worst["line"], worst
