@@ -59,7 +59,13 @@ def live(
             )
             return
         summary.update(server_summary(path))
-        summary["live"] = join(log, tokens)
+        summary["live"] = part = join(log, tokens)
+        older = part["join"]["outside_window"]
+        if older:
+            summary["warnings"].append(
+                f"{older} of the load's {part['join']['tokens']} tokens came from steps older than the server's "
+                f"window ({part['window']['steps']} steps): give --steps more, or a shorter load"
+            )
 
     ep = parse_url(url, api_key)
     return load(
