@@ -74,6 +74,20 @@ def live(
     )  # fmt: skip
 
 
+def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:
+    """No load: the server's last N steps alone, imported as a step log (a run of the `steps` tool)."""
+    import tempfile
+
+    from roseprof.api.intake import import_path
+
+    body = fetch_steps(url, steps, api_key)
+    ep = parse_url(url, api_key)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / STEPS_FILE
+        path.write_bytes(body)
+        return import_path(store, str(path), name or f"live-{ep.host}-{ep.port}", None)
+
+
 def server_summary(path: Path) -> dict:
     """The step, ITL and spike figures of the server's steps, as an import of the log alone makes them."""
     from roseprof.api.sections import analyse_trace

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from roseprof.cli.common import cli, open_store, store_options
+from roseprof.cli.common import after_storing, cli, open_store, print_run, store_options
 from roseprof.cli.load import EXIT, load_options, plan_of, show_stored_load
 
 
@@ -23,10 +23,18 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
          dashboards_dir) -> None:  # fmt: skip
     """Load a roseinfer server (URL: http://HOST:PORT) as `roseprof load` does and store, in the same run, its
     last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. `show` starts
-    with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one."""
+    with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one. With neither
+    --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them)."""
     from roseprof.api.live import live as run_live
+    from roseprof.api.live import snapshot
     from roseprof.render.load_progress import LoadProgress
 
+    if n_requests is None and duration is None:  # no load: the server's steps alone
+        from roseprof.render.terminal import make_console
+
+        run = snapshot(open_store(traces_dir), url, steps, name, api_key)
+        after_storing(run, lambda: print_run(make_console(), run))
+        return
     plan, opts = plan_of(n_requests, duration, rate, concurrency, arrivals, burstiness, prompt_len, output_len,
                          dataset, seed, model, stall_s, no_ignore_eos, no_metrics)  # fmt: skip
     store = open_store(traces_dir)

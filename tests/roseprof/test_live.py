@@ -122,3 +122,14 @@ def test_live_names_the_step_a_region_slowed_one_in_50(tmp_path):
     ]  # the 50th, 100th, ... entry of the region: steps 49, 99, ...
     # the step's own cause (what else it did, e.g. a batch change), and the region that grew
     assert "roseinfer.decode_step +" in worst["line"], worst
+
+
+def test_live_with_no_load_stores_the_servers_steps_alone(live_run, tmp_path):
+    server, _, _, _ = live_run
+    proc = roseprof("live", server.url, "--steps", "20", "--api-key", "k", "--traces-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "decode steps: 20" in proc.stdout
+    wrong = roseprof(
+        "live", server.url, "--steps", "20", "--api-key", "no", "--traces-dir", tmp_path, env=ENV
+    )
+    assert_one_line_error(wrong, 2, "API key")
