@@ -5,7 +5,7 @@ the fact without a profiler having been on.
 It is a second sink for the records the engine already writes (steplog.StepRecords): the same dicts, in the
 order written, in one deque; no JSON on the engine loop (a dump serialises). The ring is bounded by steps: when
 a step beyond N arrives, the oldest step goes, with the records written before it (its prefills, preemptions,
-requests finished). The per-step cost is a tuple and a deque append or two: a step's record (its ids) is made only by a dump
+requests finished, Python's collections). The per-step cost is a tuple and a deque append or two: a step's record (its ids) is made only by a dump
 (scripts/bench_flight_recorder.py).
 """
 
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from roseinfer.names import STEPLOG_VERSION
-from roseinfer.steplog import StepRecords, request_record, step_record
+from roseinfer.steplog import GcWatch, StepRecords, request_record, step_record
 
 
 class FlightRecorder(StepRecords):
@@ -27,6 +27,7 @@ class FlightRecorder(StepRecords):
         self.capacity = steps
         self.records: collections.deque[dict[str, Any]] = collections.deque()
         self.steps = 0  # step records in `records`
+        self._gc = GcWatch()  # collections, into the ring at the next step
         self.meta = {
             "type": "meta",
             "version": STEPLOG_VERSION,
@@ -40,6 +41,8 @@ class FlightRecorder(StepRecords):
         self.records.append(record)
 
     def step(self, *args: Any, **extra: Any) -> None:
+        if self._gc.pending:
+            self.records.extend(self._gc.take())
         # A tuple, made a record only by a dump; the batch list is the scheduler's own for this step (never
         # changed after), its ids read then.
         self.records.append((self.step_index, args, extra))
@@ -55,6 +58,7 @@ class FlightRecorder(StepRecords):
         """The meta record, then the records of the last `last` steps (all kept: None) in the order written, then a
         request record for each of `running` (sequences not finished: what they emitted so far, so a reader can
         name every request of the steps). Called between steps (the engine core's queries), never during one."""
+        self.records.extend(self._gc.take())
         records = [r if type(r) is not tuple else step_record(r[0], *r[1], **r[2]) for r in self.records]
         take = self.steps if last is None else max(0, min(last, self.steps))
         start = len(records)
@@ -72,6 +76,9 @@ class FlightRecorder(StepRecords):
         out = [meta] + records[start:]
         out += [running_request(seq) for seq in running]
         return out
+
+    def close(self) -> None:
+        self._gc.close()
 
 
 def running_request(seq) -> dict[str, Any]:

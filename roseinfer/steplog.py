@@ -50,6 +50,35 @@ class StepRecords:
         self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
 
 
+class GcWatch:
+    """Python's collections (gc.callbacks) as gc records, kept until taken: the callback runs inside the collector,
+    where a sink must not take a lock or do I/O (a collection can start inside `write`), so it only appends."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int, int, int]] = []
+        self._start = 0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.monotonic_ns()
+            return
+        end = time.monotonic_ns()
+        if info["generation"] == 2 or end - self._start >= GC_MIN_NS:
+            self.pending.append((self._start, end, info["generation"], info["collected"]))
+
+    def take(self) -> list[dict[str, Any]]:
+        pending, self.pending = self.pending, []  # a collection meanwhile lands in the new list
+        return [
+            {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation, "collected": collected}
+            for start, end, generation, collected in pending
+        ]
+
+    def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+
 def step_record(
     index: int, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, batch, **extra: Any
 ) -> dict[str, Any]:
@@ -145,10 +174,6 @@ class StepLogWriter(StepRecords):
         self._lock = threading.Lock()
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.step_index = 0
-        # Collections seen by the gc callback, written at the next flush: the callback runs inside the collector,
-        # where it must not take the lock or do I/O (a collection can start inside `write`).
-        self._gc_pending: list[tuple[int, int, int, int]] = []
-        self._gc_start = 0
         # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
         real, mono = time.time_ns(), time.monotonic_ns()
         self.write(
@@ -162,16 +187,8 @@ class StepLogWriter(StepRecords):
                 **(meta or {}),
             }
         )
-        gc.callbacks.append(self._on_gc)
+        self._gc = GcWatch()  # collections, written at the next flush
         atexit.register(self.close)
-
-    def _on_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_start = time.monotonic_ns()
-            return
-        end = time.monotonic_ns()
-        if info["generation"] == 2 or end - self._gc_start >= GC_MIN_NS:
-            self._gc_pending.append((self._gc_start, end, info["generation"], info["collected"]))
 
     def write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -181,10 +198,8 @@ class StepLogWriter(StepRecords):
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
-        pending, self._gc_pending = self._gc_pending, []  # a collection during the loop lands in the new list
-        for start, end, generation, collected in pending:
-            record = {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation}
-            self._lines.append(json.dumps({**record, "collected": collected}, separators=(",", ":")))
+        for record in self._gc.take():
+            self._lines.append(json.dumps(record, separators=(",", ":")))
         if self._fh is None or not self._lines:
             return
         self._fh.write("\n".join(self._lines) + "\n")
@@ -196,8 +211,7 @@ class StepLogWriter(StepRecords):
             self._flush_locked()
 
     def close(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
+        self._gc.close()
         with self._lock:
             self._flush_locked()
             if self._fh is not None:
