@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from roseprof.api.load import load
+from roseprof.api.load import command_of, load
 from roseprof.errors import RoseprofError
 from roseprof.load import runner
 from roseprof.load.client import parse_url
@@ -68,9 +68,11 @@ def live(
             )
 
     ep = parse_url(url, api_key)
+    as_load = command_of(url, plan, load_options.get("slo"), load_options.get("warmup_s", 0.0))
+    command = ["roseprof", "live", url, "--steps", str(steps), *as_load[3:]]
     return load(
         store, url, plan, opts, name or f"live-{ep.host}-{ep.port}", api_key=api_key,
-        manifest={"live": {"steps": steps}}, extra=add_server_side, **load_options,
+        manifest={"live": {"steps": steps}, "command": command}, extra=add_server_side, **load_options,
     )  # fmt: skip
 
 

@@ -82,10 +82,12 @@ def load(
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s),
-            environment=environment.describe(),
-            **(manifest or {}),
-        )
+            {
+                "command": command_of(url, plan, slo, warmup_s),
+                "environment": environment.describe(),
+                **(manifest or {}),
+            }
+        )  # the caller's manifest may say another command (roseprof live)
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
         tokens = serving.token_table(state.records, state.start)
         if extra is not None:

@@ -21,6 +21,7 @@ from roseprof.analysis.spikes import CAUSES, token_causes
 from roseprof.workload.steplog import StepLogRecords
 
 SLOWEST = 5  # requests listed by TTFT and by worst ITL
+REGION_MIN_NS = 500_000  # a region's CPU time over its median below this names no region (noise)
 
 
 def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dict:
@@ -116,15 +117,16 @@ class Explainer:
     def words(self, cause: str, t: int, pos: int, added_ms: float) -> str:
         log, tok = self.log, self.tc["tok"]
         k = self.first + pos
+        lo, hi = tok["start"][t], tok["end"][t]
+        hit = [p for p in log.prefills if p["end_ns"] > lo and p["start_ns"] < hi]
+        n = sum(p.get("tokens", 0) for p in hit)
+        ms = sum(p["end_ns"] - p["start_ns"] for p in hit) / 1e6
         if cause == "prefill" or cause == "readmission":
-            lo, hi = tok["start"][t], tok["end"][t]
-            hit = [p for p in log.prefills if p["end_ns"] > lo and p["start_ns"] < hi]
-            n = sum(p.get("tokens", 0) for p in hit)
-            ms = sum(p["end_ns"] - p["start_ns"] for p in hit) / 1e6
             what = "admitted" if cause == "prefill" else "recomputed (preempted requests)"
             return f"step {k} {what} a {n}-token prefill ({ms:.1f} ms)"
         if cause in STEP_CAUSES:
-            return self.step_words(cause, pos)
+            also = f"; the gap also held a {n}-token prefill ({ms:.1f} ms)" if hit else ""
+            return self.step_words(cause, pos) + also
         if cause == "none":
             return f"step {k}: nothing above the run's median gap"
         return f"step {k}: {CAUSES.get(cause, cause)} ({added_ms:.1f} ms)"
@@ -146,17 +148,17 @@ class Explainer:
         else:
             words = f"step {k}: slower decode step ({took:.1f} ms)"
         grown = self.region_grown(pos)
-        median = float(np.median([s["end_ns"] - s["start_ns"] for s in log.steps])) / 1e6
-        if grown is not None and grown[1] >= 0.5 * (
-            took - median
-        ):  # the region holds most of the step's excess
+        if grown is not None:
             return f"{words}; {grown[0]} +{grown[1]:.1f} ms CPU over its median ({took:.1f} ms step)"
         return words if cause != "slow_step" else f"{words[:-1]}, nothing in the log says why)"
 
     def region_grown(self, pos: int) -> tuple[str, float] | None:
-        """(region, ms) whose own CPU time in step `pos` exceeds its median over the window's steps the most: the
-        step log's `cpu_own_ns`, there while the engine's regions were on (a CPU engine on one thread)."""
-        own = self.log.steps[pos].get("cpu_own_ns")
+        """(region, ms) whose own CPU time in step `pos` exceeds its median over the window's steps the most, where
+        that is most of the step's CPU time over the median step's: the step log's `cpu_ns` and `cpu_own_ns`, there
+        while the engine's regions were on (a CPU engine on one thread). CPU, not wall, time: a busy machine's
+        waits for a core are in neither."""
+        step = self.log.steps[pos]
+        own = step.get("cpu_own_ns")
         if not own:
             return None
         if not hasattr(self, "_medians"):
@@ -165,8 +167,10 @@ class Explainer:
                 r: float(np.median([(s.get("cpu_own_ns") or {}).get(r, 0) for s in self.log.steps]))
                 for r in names
             }
+            self._median_cpu = float(np.median([s.get("cpu_ns", 0) for s in self.log.steps]))
         region, ns = max(((r, v - self._medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
-        return (region, ns / 1e6) if ns > 0 else None
+        over = step.get("cpu_ns", 0) - self._median_cpu
+        return (region, ns / 1e6) if ns >= REGION_MIN_NS and ns >= 0.5 * over else None
 
     def _entry(self, row, by: str, ms: float, token: int, step, cause: str, words: str) -> dict:
         rid = row["request_id"]
