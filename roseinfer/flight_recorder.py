@@ -59,21 +59,22 @@ class FlightRecorder(StepRecords):
         request record for each of `running` (sequences not finished: what they emitted so far, so a reader can
         name every request of the steps). Called between steps (the engine core's queries), never during one."""
         self.records.extend(self._gc.take())
-        records = [r if type(r) is not tuple else step_record(r[0], *r[1], **r[2]) for r in self.records]
+        records = list(self.records)  # steps still tuples: only the ones sent become records
         take = self.steps if last is None else max(0, min(last, self.steps))
         start = len(records)
         seen = 0
         while seen < take and start > 0:  # back to the `take`-th step from the end
             start -= 1
-            seen += records[start]["type"] == "step"
+            seen += type(records[start]) is tuple
         if take == 0:
             start = len(records)
         # the records written after the step before the first one taken belong to the first (its prefills)
-        while start > 0 and records[start - 1]["type"] != "step" and take > 0:
+        while start > 0 and type(records[start - 1]) is not tuple and take > 0:
             start -= 1
+        window = [r if type(r) is not tuple else step_record(r[0], *r[1], **r[2]) for r in records[start:]]
         real, mono = time.time_ns(), time.monotonic_ns()
         meta = {**self.meta, "realtime_ns": real, "monotonic_ns": mono, "steps_kept": take}
-        out = [meta] + records[start:]
+        out = [meta] + window
         out += [running_request(seq) for seq in running]
         return out
 
