@@ -115,6 +115,9 @@ class EngineConfig:
     # bfloat16 or float32: torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode
     # batch, the GEMM writing into its buffer; NCCL beyond).
     tp_allreduce: str = "nccl"
+    # The flight recorder (roseinfer/flight_recorder.py): the step log's records of the last N decode steps, kept in
+    # memory for `GET /debug/steps` (roseinfer serve turns it on). 0: off.
+    flight_recorder_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_batch_size", "prefill_max_batch_size", "tensor_parallel_size"):
@@ -128,6 +131,10 @@ class EngineConfig:
             )
         if self.cpu_threads is not None and (not isinstance(self.cpu_threads, int) or self.cpu_threads < 1):
             raise ValueError(f"cpu_threads must be an integer >= 1, got {self.cpu_threads!r}")
+        if not isinstance(self.flight_recorder_steps, int) or self.flight_recorder_steps < 0:
+            raise ValueError(
+                f"flight_recorder_steps must be an integer >= 0, got {self.flight_recorder_steps!r}"
+            )
         if self.tp_allreduce not in ("nccl", "symm_mem"):
             raise ValueError(f"tp_allreduce must be 'nccl' or 'symm_mem', got {self.tp_allreduce!r}")
         if self.tp_allreduce == "symm_mem" and not self.device.startswith("cuda"):

@@ -14,6 +14,7 @@ import torch
 from roseinfer import env, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
+from roseinfer.flight_recorder import FlightRecorder
 from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
 from roseinfer.scheduler import Scheduler
 from roseinfer.sequence import SamplingParams, Sequence, Status
@@ -42,7 +43,12 @@ class Engine:
             # The profiler's schedule (decode steps): roseprof leaves out the tokens whose gap holds its own work
             # (starting to collect, starting to record, writing the trace) from the ITL figures.
             meta["torch_profile_schedule"] = list(env.ENV.torch_profile_schedule)
-        self.steplog = steplog.step_log(meta, rank=self.rank)
+        # The step log's file and, serving, the flight recorder (rank 0's: every rank runs the same steps) take the
+        # same records; `steplog` is both, either or None.
+        self.flight: FlightRecorder | None = None
+        if cfg.flight_recorder_steps and self.rank == 0:
+            self.flight = FlightRecorder(cfg.flight_recorder_steps, meta)
+        self.steplog = steplog.tee(steplog.step_log(meta, rank=self.rank), self.flight)
         # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu. It is
         # the stepping thread's CPU time, so only with one intra-op thread (the default for the built-in small
         # models, cpu_threads.py): with more, torch's other threads do part of every BLAS call, which it would miss,
@@ -235,7 +241,7 @@ class Engine:
                 len(batch),
                 out.rollovers,
                 out.cow,
-                [s.id for s in batch],
+                batch,  # the sinks take the ids (the flight recorder only when asked: a step stays cheap)
                 launched=out.launched,
                 bucket=graphs.bucket_for(len(batch)) if graphs is not None and batch else None,
                 **cpu_fields,
@@ -246,20 +252,7 @@ class Engine:
     def _log_request(self, seq: Sequence) -> None:
         if self.steplog is None:
             return
-        self.steplog.write(
-            {
-                "type": "request",
-                "id": seq.id,
-                "arrival_ns": seq.arrival_ns,
-                "prompt_tokens": len(seq.prompt_ids),
-                "output_tokens": len(seq.output_ids),
-                "token_ns": seq.token_ns,
-                "token_step": seq.token_step,
-                "preemptions": seq.preemptions,
-                "request_id": seq.request_id,
-                "finish_reason": seq.finish_reason,
-            }
-        )
+        self.steplog.write(steplog.request_record(seq))
 
     # -- measurement hook (scripts/bench_decode_host.py) ---------------------------------------------------------
     def time_parts(self, into: dict[str, list[int]]) -> None:

@@ -20,6 +20,7 @@ from roseinfer.names import (
     ROSEINFER_TEST_FAIL_STEP,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_SLEEP_REGION,
+    ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_TORCH_PROFILE,
     ROSEINFER_TORCH_PROFILE_CPU_ONLY,
     ROSEINFER_TORCH_PROFILE_SCHEDULE,
@@ -72,6 +73,9 @@ class Env:
     # Tests only: `region:ms` makes every entry into that region spend ms milliseconds of CPU time in a busy loop
     # (the sleep above costs no CPU, which a diff judging regions by their CPU time cannot see).
     test_busy_region: tuple[str, float] | None
+    # Tests only: N slows only every Nth entry into the sleep or busy region above (its 1st to N-1th run as usual):
+    # a cause planted on one decode step in N, which roseprof live must find among the others (None: every entry).
+    test_slow_every: int | None
     # Tests only: from this decode step index on, every engine step raises (a failed device or rank, as the
     # server sees it: it must fail its requests, turn unhealthy and exit non-zero, never hang).
     test_fail_step: int | None
@@ -100,6 +104,15 @@ def _sleep_region(name: str) -> tuple[str, float] | None:
     return region, seconds
 
 
+def _every(name: str) -> int | None:
+    if not os.environ.get(name):
+        return None
+    every = _int(name, 0)
+    if every < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {os.environ[name]!r}")
+    return every
+
+
 def _schedule(name: str, default: tuple[int, int, int]) -> tuple[int, int, int]:
     raw = os.environ.get(name)
     if raw is None or raw == "":
@@ -124,6 +137,7 @@ def read() -> Env:
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),
         test_sleep_region=_sleep_region(ROSEINFER_TEST_SLEEP_REGION),
         test_busy_region=_sleep_region(ROSEINFER_TEST_BUSY_REGION),
+        test_slow_every=_every(ROSEINFER_TEST_SLOW_EVERY),
         test_sleep_rank=_int(ROSEINFER_TEST_SLEEP_RANK, -1)
         if os.environ.get(ROSEINFER_TEST_SLEEP_RANK)
         else None,

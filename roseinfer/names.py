@@ -77,6 +77,9 @@ ROSEINFER_TEST_SLEEP_RANK = (
 ROSEINFER_TEST_FAIL_STEP = (
     "ROSEINFER_TEST_FAIL_STEP"  # tests only: the engine's step raises from this decode step
 )
+ROSEINFER_TEST_SLOW_EVERY = (
+    "ROSEINFER_TEST_SLOW_EVERY"  # tests only: the sleep or busy region slows only its every Nth entry
+)
 ROSEINFER_TORCH_PROFILE = (
     "ROSEINFER_TORCH_PROFILE"  # DIR: the engine runs torch.profiler, writes DIR/trace.json.gz
 )
@@ -97,6 +100,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_FAIL_STEP,
+    ROSEINFER_TEST_SLOW_EVERY,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 

@@ -25,7 +25,118 @@ from roseinfer.tracing import now_ns
 GC_MIN_NS = 100_000
 
 
-class StepLogWriter:
+class StepRecords:
+    """The records an engine writes (the shapes below, in StepLogWriter's docstring), to some sink: the step log's
+    file (StepLogWriter) or the flight recorder's ring (roseinfer/flight_recorder.py). A sink says what `write`
+    does with one record; `step` numbers the decode steps."""
+
+    step_index = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+    def step(
+        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, batch, **extra: Any
+    ) -> None:
+        """A decode step record; `batch`: the step's sequences (their ids are written); `extra` adds fields
+        (launched, bucket)."""
+        self.write(step_record(self.step_index, start_ns, end_ns, batch_size, rollovers, cow, batch, **extra))
+        self.step_index += 1
+
+    def preempt(self, request_id: int) -> None:
+        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
+
+
+class GcWatch:
+    """Python's collections (gc.callbacks) as gc records, kept until taken: the callback runs inside the collector,
+    where a sink must not take a lock or do I/O (a collection can start inside `write`), so it only appends."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[int, int, int, int]] = []
+        self._start = 0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.monotonic_ns()
+            return
+        end = time.monotonic_ns()
+        if info["generation"] == 2 or end - self._start >= GC_MIN_NS:
+            self.pending.append((self._start, end, info["generation"], info["collected"]))
+
+    def take(self) -> list[dict[str, Any]]:
+        pending, self.pending = self.pending, []  # a collection meanwhile lands in the new list
+        return [
+            {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation, "collected": collected}
+            for start, end, generation, collected in pending
+        ]
+
+    def close(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+
+def step_record(
+    index: int, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, batch, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "type": "step",
+        "index": index,
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "batch_size": batch_size,
+        "rollovers": rollovers,
+        "cow": cow,
+        "requests": [s.id for s in batch],
+        **extra,
+    }
+
+
+def request_record(seq) -> dict[str, Any]:
+    """A sequence's request record (its token lists by reference: the sequence has finished)."""
+    return {
+        "type": "request",
+        "id": seq.id,
+        "arrival_ns": seq.arrival_ns,
+        "prompt_tokens": len(seq.prompt_ids),
+        "output_tokens": len(seq.output_ids),
+        "token_ns": seq.token_ns,
+        "token_step": seq.token_step,
+        "preemptions": seq.preemptions,
+        "request_id": seq.request_id,
+        "finish_reason": seq.finish_reason,
+    }
+
+
+class Tee(StepRecords):
+    """Two sinks fed the same records (the step log and the flight recorder both on)."""
+
+    def __init__(self, *sinks: StepRecords) -> None:
+        self.sinks = sinks
+
+    def write(self, record: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.write(record)
+
+    def step(self, *args: Any, **extra: Any) -> None:
+        for sink in self.sinks:
+            sink.step(*args, **extra)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            sink.flush()
+
+
+def tee(*sinks: StepRecords | None) -> StepRecords | None:
+    """The sinks that are on, as one (None: none is)."""
+    on = [s for s in sinks if s is not None]
+    return None if not on else on[0] if len(on) == 1 else Tee(*on)
+
+
+class StepLogWriter(StepRecords):
     """Writes the step log: per decode step and per token timings, as JSON lines to ROSEINFER_STEP_LOG
     (roseprof reads it).
 
@@ -63,10 +174,6 @@ class StepLogWriter:
         self._lock = threading.Lock()
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.step_index = 0
-        # Collections seen by the gc callback, written at the next flush: the callback runs inside the collector,
-        # where it must not take the lock or do I/O (a collection can start inside `write`).
-        self._gc_pending: list[tuple[int, int, int, int]] = []
-        self._gc_start = 0
         # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
         real, mono = time.time_ns(), time.monotonic_ns()
         self.write(
@@ -80,16 +187,8 @@ class StepLogWriter:
                 **(meta or {}),
             }
         )
-        gc.callbacks.append(self._on_gc)
+        self._gc = GcWatch()  # collections, written at the next flush
         atexit.register(self.close)
-
-    def _on_gc(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._gc_start = time.monotonic_ns()
-            return
-        end = time.monotonic_ns()
-        if info["generation"] == 2 or end - self._gc_start >= GC_MIN_NS:
-            self._gc_pending.append((self._gc_start, end, info["generation"], info["collected"]))
 
     def write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -98,33 +197,9 @@ class StepLogWriter:
             if len(self._lines) >= 256:
                 self._flush_locked()
 
-    def step(
-        self, start_ns: int, end_ns: int, batch_size: int, rollovers: int, cow: int, requests, **extra: Any
-    ) -> None:
-        """A decode step record; `extra` adds fields (launched, bucket)."""
-        self.write(
-            {
-                "type": "step",
-                "index": self.step_index,
-                "start_ns": start_ns,
-                "end_ns": end_ns,
-                "batch_size": batch_size,
-                "rollovers": rollovers,
-                "cow": cow,
-                "requests": list(requests),
-                **extra,
-            }
-        )
-        self.step_index += 1
-
-    def preempt(self, request_id: int) -> None:
-        self.write({"type": "preempt", "t_ns": now_ns(), "request": request_id})
-
     def _flush_locked(self) -> None:
-        pending, self._gc_pending = self._gc_pending, []  # a collection during the loop lands in the new list
-        for start, end, generation, collected in pending:
-            record = {"type": "gc", "start_ns": start, "end_ns": end, "generation": generation}
-            self._lines.append(json.dumps({**record, "collected": collected}, separators=(",", ":")))
+        for record in self._gc.take():
+            self._lines.append(json.dumps(record, separators=(",", ":")))
         if self._fh is None or not self._lines:
             return
         self._fh.write("\n".join(self._lines) + "\n")
@@ -136,8 +211,7 @@ class StepLogWriter:
             self._flush_locked()
 
     def close(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
+        self._gc.close()
         with self._lock:
             self._flush_locked()
             if self._fh is not None:

@@ -54,6 +54,8 @@ class _State:
         "sleep_rank",
         "busy_region",
         "busy_ns",
+        "slow_every",
+        "slow_entries",
         "step_cpu",
     )
 
@@ -69,6 +71,8 @@ class _State:
         self.sleep_rank: int | None = None  # tests only: ROSEINFER_TEST_SLEEP_RANK (None: every rank)
         self.busy_region: str | None = None  # tests only: ROSEINFER_TEST_BUSY_REGION
         self.busy_ns = 0
+        self.slow_every: int | None = None  # tests only: ROSEINFER_TEST_SLOW_EVERY (None: every entry slows)
+        self.slow_entries = 0
         # Regions inside a decode step read the thread's CPU time (_StepCpu). The engine turns it off on a GPU:
         # there the host's regions are microseconds, two clock reads each would be a visible part of a graph step,
         # and GPU diffs judge regions by their wall time (docs/BENCHMARKS.md, session 8).
@@ -146,6 +150,7 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     STATE.sleep_rank = e.test_sleep_rank
     busy, busy_s = e.test_busy_region or (None, 0.0)
     STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
+    STATE.slow_every, STATE.slow_entries = e.test_slow_every, 0
     STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or busy is not None
 
 
@@ -207,7 +212,7 @@ class _Region:
 
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
-        if self.name == STATE.sleep_region and _sleeps_on_this_rank():
+        if self.name == STATE.sleep_region and _sleeps_on_this_rank() and _slowed_entry():
             time.sleep(STATE.sleep_s)
         cpu = _CPU
         # A step opens where none is open, or anew on the thread that left one open (interrupted in __enter__):
@@ -223,7 +228,7 @@ class _Region:
         if cpu.thread is not None and cpu.thread == _thread_id():
             cpu.children.append(0)
             self._cpu0 = _thread_time_ns()  # read last: the profiler's own work above is not this region's
-        if self.name == STATE.busy_region:
+        if self.name == STATE.busy_region and _slowed_entry():
             _burn(STATE.busy_ns)
 
     def __exit__(self, *exc: object) -> None:
@@ -260,6 +265,14 @@ def _burn(ns: int) -> None:
     end = _thread_time_ns() + ns
     while _thread_time_ns() < end:
         pass
+
+
+def _slowed_entry() -> bool:
+    """Tests only: whether this entry into the slowed region is slowed (ROSEINFER_TEST_SLOW_EVERY: its every Nth)."""
+    if STATE.slow_every is None:
+        return True
+    STATE.slow_entries += 1
+    return STATE.slow_entries % STATE.slow_every == 0
 
 
 def _sleeps_on_this_rank() -> bool:

@@ -20,6 +20,7 @@ import roseinfer
 from roseinfer.sequence import SamplingParams
 from roseinfer.serve import errors
 from roseinfer.serve.bridge import DRAINING, FAILED, READY, EngineBridge, Job
+from roseinfer.serve.debug_steps import debug_steps as debug_steps_body
 from roseinfer.serve.errors import APIError, error_body
 from roseinfer.serve.limits import Limits, ServeSettings
 from roseinfer.serve.protocol import ChatRequest, CompletionRequest
@@ -91,6 +92,10 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
     @app.get("/version")
     async def version():
         return {"version": roseinfer_version()}
+
+    @app.get("/debug/steps")
+    async def debug_steps(last: str | None = None):
+        return await debug_steps_body(bridge, last)  # debug_steps.py: the flight recorder's last steps
 
     if metrics is not None:
         from prometheus_client import CONTENT_TYPE_LATEST

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import os
 import resource
@@ -65,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--no-metrics", action="store_true", help="no /metrics and no metric bookkeeping in the engine loop"
+    )
+    p.add_argument(
+        "--flight-recorder-steps",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="keep the last N decode steps' records for GET /debug/steps (0: off)",
     )
     p.add_argument("--log-requests", action="store_true", help="log one line per request")
     p.add_argument(
@@ -127,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             return _fail(str(e))
     try:
-        cfg = bench_options.engine_config(args)
+        cfg = dataclasses.replace(
+            bench_options.engine_config(args), flight_recorder_steps=args.flight_recorder_steps
+        )
     except (ValueError, TypeError) as e:
         return _fail(str(e))
     if cfg.num_blocks is not None:

@@ -8,7 +8,9 @@ Here the loop holds its process' GIL alone, but for the thread that writes its e
 The protocol (pickled tuples over a `multiprocessing` pipe; `key` is the server's integer for one HTTP request):
   server -> core:  ("add", key, request_id, prompts, params, arrival_ns)   one request's prompts (its choices)
                    ("abort", key, index or None, reason)                   one choice, or all of the request's
-                   ("query", qid, what)                                    "metrics": a metrics snapshot
+                   ("query", qid, what)                                    "metrics": a metrics snapshot;
+                                                                           ("steps", last): the flight recorder's
+                                                                           records (None when it is off)
                    ("stop",)                                               leave once nothing is in the engine
   core -> server:  lists of events, one send per batch (the writer thread batches while the pipe is busy):
                    ("ready",)
@@ -206,6 +208,10 @@ class EngineCore:
     def _answer(self, what: str):
         if what == "metrics":
             return self.metrics.snapshot(self.engine) if self.metrics is not None else None
+        if isinstance(what, tuple) and what[0] == "steps":
+            flight = self.engine.flight
+            running = [seq for seqs in self._seqs.values() for seq in seqs if seq.id in self._owner]
+            return flight.dump(what[1], running) if flight is not None else None
         return None
 
     # -- steps ---------------------------------------------------------------------------------------------------

@@ -223,17 +223,14 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
     return tok, costs
 
 
-def analyse_spikes(
-    log: StepLogRecords | None, rows: dict | None, region_cols: list[str], trace: Trace | None
-) -> tuple[dict | None, list[list], list[list]]:
-    """(summary.json's `spikes`; per request of the ITL series, the main cause of each spike token, None
-    elsewhere; per request, why a token is left out of the ITL figures: "profiler", "capture" or None)."""
-    if log is None or not log.requests:
-        return None, [], []
+def token_causes(log: StepLogRecords, rows: dict | None, trace: Trace | None) -> dict | None:
+    """Every token's ITL and what added to it (None: no token after a first): `tok` (attribute's windows), `itl`
+    [T] ms, `why_out`/`took_out`/`kept` (tokens left out of the figures), the run's `median_ms`, `mad_ms`,
+    `threshold_ms`, `spike` [T], `names` (the causes), `added` [T, C] ns each added, `primary` [T] the main one."""
     tok, costs = attribute(log)
     n = len(tok["end"])
     if n == 0:
-        return None, [[] for _ in log.requests], [[] for _ in log.requests]
+        return None
     itl = (tok["end"] - tok["start"]) / 1e6  # [T] ms
     why_out, took_out = left_out_tokens(log, rows, trace, tok["start"], tok["end"])
     kept = why_out == ""
@@ -251,6 +248,26 @@ def analyse_spikes(
     added = np.concatenate([added, unknown[:, None]], axis=1)
     names.append("unknown")
     primary = np.argmax(added, axis=1)  # one main cause per token: the one that added most
+    return {
+        "tok": tok, "itl": itl, "why_out": why_out, "took_out": took_out, "kept": kept, "median_ms": med,
+        "mad_ms": mad, "threshold_ms": limit, "spike": spike, "names": names, "added": added, "primary": primary,
+    }  # fmt: skip
+
+
+def analyse_spikes(
+    log: StepLogRecords | None, rows: dict | None, region_cols: list[str], trace: Trace | None
+) -> tuple[dict | None, list[list], list[list]]:
+    """(summary.json's `spikes`; per request of the ITL series, the main cause of each spike token, None
+    elsewhere; per request, why a token is left out of the ITL figures: "profiler", "capture" or None)."""
+    if log is None or not log.requests:
+        return None, [], []
+    tc = token_causes(log, rows, trace)
+    if tc is None:
+        return None, [[] for _ in log.requests], [[] for _ in log.requests]
+    tok, itl, why_out, took_out, kept = tc["tok"], tc["itl"], tc["why_out"], tc["took_out"], tc["kept"]
+    med, mad, limit, spike = tc["median_ms"], tc["mad_ms"], tc["threshold_ms"], tc["spike"]
+    names, added, primary = tc["names"], tc["added"], tc["primary"]
+    n = len(tok["end"])
     where = step_region_excess(rows, region_cols, len(log.steps))
     starts = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
     evidence = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from roseprof.capture import environment
 from roseprof.errors import RoseprofError
@@ -90,9 +91,12 @@ def load(
     sweep: str | None = None,
     repeat: int = 1,
     saturate: int | None = None,
+    extra: Callable[[dict, list, Path], None] | None = None,
 ) -> Run:
     """Run the load and store it. Bad input (options, the URL) is refused before anything is sent; an
-    unreachable server stores nothing (no request was made).
+    unreachable server stores nothing (no request was made). `extra(summary, tokens, run folder)`: what a caller
+    adds to the run before it is written (roseprof live: the server's steps); the caller's `manifest` may say
+    another command.
 
     `sweep` (`--sweep RATES|auto`: load/sweep.py) runs one open-loop load per rate; `repeat` K runs the plan (each
     rate of a sweep) K times. Either is stored as one run whose summary has `loads` instead of `serving`: {"kind": "sweep" |
@@ -147,6 +151,8 @@ def load(
             **(manifest or {}),
         )
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
+        if extra is not None:
+            extra(summary, tokens, writer.path)
         tables.write_load(writer.path, summary, tokens, metrics)
         run = writer.finish("incomplete" if stopped else "complete", exit_code=130 if interrupted else 0,
                             message=stopped)  # fmt: skip

@@ -262,6 +262,9 @@ def import_file(
                 f"{paths[0]}: several {reader.tool} files are not one run (one file per rank is read for "
                 "torch.profiler / Kineto traces; an nsys capture holds every process in one file)"
             )
+    if reader.tool == "steps" and steplog is None:
+        # a step log alone (drivers/steps): the file is the run's log as well as its source
+        steplog = paths[0]
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
     first = Path(paths[0])

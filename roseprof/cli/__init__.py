@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import click
 
-from roseprof.cli import capture, load, runs  # noqa: F401  (registers the verbs on the group)
+from roseprof.cli import capture, live, load, runs  # noqa: F401  (registers the verbs on the group)
 from roseprof.cli.common import cli, os_error
 from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain

@@ -58,9 +58,10 @@ def split_thread_id(tool: str, tid):
 def readers() -> list[Reader]:
     from roseprof.drivers.ncu import READERS as NCU
     from roseprof.drivers.nsys import READERS as NSYS
+    from roseprof.drivers.steps import READERS as STEPS
     from roseprof.drivers.torch import READERS as TORCH
 
-    return [*NSYS, *NCU, *TORCH]
+    return [*NSYS, *NCU, *TORCH, *STEPS]
 
 
 def pick_reader(path: Path, label: str | None = None) -> Reader:

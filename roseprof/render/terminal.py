@@ -126,7 +126,9 @@ def print_summary(
             (plain(m.get("status")), "bold"),
         )
     console.print(head, overflow="fold")
-    for panel in panels:  # a section's verdict line (a load's "p99 ITL ..., goodput ..."): first, before the rest
+    for (
+        panel
+    ) in panels:  # a section's verdict line (a load's "p99 ITL ..., goodput ..."): first, before the rest
         if panel.get("headline"):
             console.print(plain(panel["title"]), markup=False, overflow="fold", style="bold")
     panels = [p for p in panels if not p.get("headline")]

@@ -8,7 +8,8 @@ batch bucket). A version 1 log still reads; the analyses infer what they can. Wi
 writes its own log (rank 0 the named file, rank r `NAME.rank<r>.EXT`) and its meta record carries `rank` and
 `world_size`; the meta record is kept as written (`StepLogRecords.meta`). Version 3 adds, per step and only
 while the engine's regions were on, `cpu_ns` (the step's thread CPU time) and `cpu_own_ns` ({region: its own
-thread CPU time in the step}); older logs and steps without them simply have none.
+thread CPU time in the step}); older logs and steps without them simply have none. A flight recorder's window
+(its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`).
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
 every line is checked and a damaged one costs only itself:
@@ -250,6 +251,8 @@ def read_steplog(path: str) -> StepLogRecords | None:
     # Several engines in one process share the log; their step records interleave in time order already.
     log.steps.sort(key=lambda r: r["start_ns"])
     _drop_repeats(log)
+    if "flight_recorder_steps" in log.meta and log.steps:
+        _rebase_window(log)
     return log
 
 
@@ -267,6 +270,26 @@ def _drop_repeats(log: StepLogRecords) -> None:
         seen.add(key)
         kept.append(step)
     log.steps = kept
+
+
+def _rebase_window(log: StepLogRecords) -> None:
+    """A flight recorder's window (roseinfer serve's /debug/steps) starts at some step k of a running server: its
+    steps are renumbered from 0, as the analyses index them, and each request keeps the tokens of the window only
+    (a token of a step before it, or a prefill's before its first record, is cut). `meta["first_step"]` keeps k:
+    the server's step of position i is k + i (what a client's `token_steps` say)."""
+    first = log.steps[0]["index"]
+    log.meta["first_step"] = first
+    since = min([log.steps[0]["start_ns"]] + [p["start_ns"] for p in log.prefills])
+    for rec in log.steps:
+        rec["index"] -= first
+    for rec in log.requests:
+        keep = [
+            i
+            for i, (t, k) in enumerate(zip(rec["token_ns"], rec["token_step"]))
+            if k >= first or (k < 0 and t >= since)
+        ]
+        rec["token_ns"] = [rec["token_ns"][i] for i in keep]
+        rec["token_step"] = [k - first if k >= 0 else k for k in (rec["token_step"][i] for i in keep)]
 
 
 def rank_path(path: str, rank: int) -> str:

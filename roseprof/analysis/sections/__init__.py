@@ -11,6 +11,7 @@ from roseprof.analysis.sections import (
     gpu_time,
     itl,
     kernels,
+    live,
     loads,
     marks,
     ncu_kernels,
@@ -35,6 +36,7 @@ SECTIONS: list[Section] = [
     marks.SECTION,
     collectives.SECTION,
     gpu_time.SECTION,
+    live.SECTION,  # before serving: show's first lines are the slowest requests
     serving.SECTION,
     operators.SECTION,
     loads.SECTION,
@@ -64,6 +66,7 @@ SUMMARY_ORDER = (
     "spikes",
     "serving",  # a load (roseprof load: sections/serving.py)
     "loads",  # several loads in one run: a sweep or a repeat (sections/loads.py)
+    "live",  # a load joined to the server's steps (roseprof live: sections/live.py)
 )
 
 # The built-in diff metrics' families (a section's diff_samples), in the order diff has always asked for them: its

@@ -198,7 +198,10 @@ def _error(server, body, status: int, param=None) -> dict:
         ({"prompt": [1, "2"]}, "prompt"),
         ({"prompt": [70000]}, "prompt"),
         ({"prompt": "x" * 1024}, "prompt"),
-        ({"prompt": "x" * 500_000}, "prompt"),  # tokenized off the event loop (long), then refused the same way
+        (
+            {"prompt": "x" * 500_000},
+            "prompt",
+        ),  # tokenized off the event loop (long), then refused the same way
         ({"prompt": [1] * 5000}, "prompt"),
         ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
         ({"prompt": "x", "max_tokens": "5"}, "max_tokens"),

@@ -1,0 +1,64 @@
+"""`roseprof live URL --steps N`: a load and the server's last N decode steps as one run (roseprof/api/live.py);
+`roseprof request RUN ID`: one request's timeline in such a run."""
+
+from __future__ import annotations
+
+import click
+
+from roseprof.cli.common import after_storing, cli, open_store, print_run, store_options
+from roseprof.cli.load import EXIT, load_options, plan_of, show_stored_load
+
+
+@cli.command(epilog=EXIT)
+@click.argument("url")
+@click.option("--steps", type=click.IntRange(min=1), required=True,
+              help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
+@click.option("--tool", type=click.Choice(["steps"]), default="steps", show_default=True,
+              help="what records the server side (steps: the flight recorder; no profiler)")  # fmt: skip
+@click.option("--name", help="a name for the run (default: live-HOST-PORT)")
+@load_options
+@store_options
+def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arrivals, burstiness, prompt_len,
+         output_len, dataset, seed, warmup, slo, model, api_key, stall_s, no_ignore_eos, no_metrics, traces_dir,
+         dashboards_dir) -> None:  # fmt: skip
+    """Load a roseinfer server (URL: http://HOST:PORT) as `roseprof load` does and store, in the same run, its
+    last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. `show` starts
+    with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one. With neither
+    --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them)."""
+    from roseprof.api.live import live as run_live
+    from roseprof.api.live import snapshot
+    from roseprof.render.load_progress import LoadProgress
+
+    if n_requests is None and duration is None:  # no load: the server's steps alone
+        from roseprof.render.terminal import make_console
+
+        run = snapshot(open_store(traces_dir), url, steps, name, api_key)
+        after_storing(run, lambda: print_run(make_console(), run))
+        return
+    plan, opts = plan_of(n_requests, duration, rate, concurrency, arrivals, burstiness, prompt_len, output_len,
+                         dataset, seed, model, stall_s, no_ignore_eos, no_metrics)  # fmt: skip
+    store = open_store(traces_dir)
+    progress = LoadProgress(planned=n_requests)
+    try:
+        run = run_live(
+            store, url, steps, plan, opts, name, api_key, slo=slo, warmup_s=warmup, progress=progress
+        )
+    finally:
+        progress.finish()
+    show_stored_load(run)
+
+
+@cli.command()
+@click.argument("run_ref", metavar="RUN")
+@click.argument("request_id", metavar="ID")
+@store_options
+def request(run_ref, request_id, traces_dir, dashboards_dir) -> None:
+    """One request of a `roseprof live` run: queued, prefill, then each token with its decode step, the step's
+    batch size and wall time. ID: the server's response id (cmpl-...), or the request's index in the load."""
+    from roseprof.api.live import read_live
+    from roseprof.live.join import timeline
+
+    run = open_store(traces_dir).resolve(run_ref)
+    log, tokens = read_live(run)
+    for line in timeline(log, tokens, request_id):
+        click.echo(line)

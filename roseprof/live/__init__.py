@@ -1,0 +1,1 @@
+"""`roseprof live`: a load joined to a live server's decode steps (join.py)."""

@@ -1,0 +1,231 @@
+"""The join of a load's requests (client side: roseprof/load/) to a server's decode steps (its flight recorder's
+step log: roseinfer serve's /debug/steps), and the slowest requests explained in the spike causes' words
+(analysis/spikes.py).
+
+A client token carries the server's response id and the decode step that emitted it (roseinfer's `token_steps`
+stream extension; -1: the prefill); the step log's request records carry the same id beside the engine's sequence
+id, which its step and prefill records list. So every client token is either one step of the window, a prefill's
+token, or outside the window (its step is older than the recorder kept): the join counts each.
+
+For a slow request: its worst ITL token's step (the gap before it on the client ended with that step's token)
+and the cause that added most to the server's gap of the same token (spikes.token_causes); its TTFT split into
+time queued (arrival to the prefill that admitted it) and the prefill.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.analysis.spike_evidence import STEP_EVIDENCE as STEP_CAUSES
+from roseprof.analysis.spikes import CAUSES, token_causes
+from roseprof.workload.steplog import StepLogRecords
+
+SLOWEST = 5  # requests listed by TTFT and by worst ITL
+REGION_MIN_NS = 500_000  # a region's CPU time over its median below this names no region (noise)
+
+
+def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dict:
+    """summary.json's `live` part: the window, how the client's tokens joined, the slowest requests explained."""
+    first = int(log.meta.get("first_step", log.steps[0]["index"] if log.steps else 0))
+    n_steps = len(log.steps)
+    by_id = {r.get("request_id"): r for r in log.requests if r.get("request_id")}
+    counts = {"tokens": 0, "joined": 0, "prefill": 0, "outside_window": 0, "no_step": 0, "no_request": 0}
+    for row in tokens:
+        for step in row["steps"]:
+            counts["tokens"] += 1
+            if row["request_id"] not in by_id:
+                counts["no_request"] += 1
+            elif step is None:
+                counts["no_step"] += 1
+            elif step < 0:
+                counts["prefill"] += 1
+            elif first <= step < first + n_steps:
+                counts["joined"] += 1
+            else:
+                counts["outside_window"] += 1
+    durs = np.array([s["end_ns"] - s["start_ns"] for s in log.steps], dtype=np.float64) / 1e6
+    explain = Explainer(log, first)
+    rows = [r for r in tokens if r["request_id"] in by_id and r["t_ms"] and r["sent_ms"] is not None]
+    by_ttft = sorted(rows, key=lambda r: -(r["t_ms"][0] - r["sent_ms"]))[:slowest]
+    by_itl = sorted((r for r in rows if len(r["t_ms"]) > 1), key=lambda r: -_worst_gap(r)[1])[:slowest]
+    listed = [explain.ttft(r, by_id[r["request_id"]]) for r in by_ttft]
+    listed += [explain.itl(r, by_id[r["request_id"]]) for r in by_itl]
+    return {
+        "window": {
+            "first_step": first,
+            "steps": n_steps,
+            "kept": log.meta.get("flight_recorder_steps"),
+            "step_p50_ms": float(np.median(durs)) if n_steps else None,
+        },
+        "join": counts,
+        "slowest": listed,
+    }
+
+
+def _worst_gap(row: dict) -> tuple[int, float]:
+    """(token index, ms) of the request's longest gap between consecutive tokens on the client."""
+    t = row["t_ms"]
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    i = int(np.argmax(gaps))
+    return i + 1, gaps[i]
+
+
+class Explainer:
+    """The words for one slow request, from the step log (each step and prefill by its position in the window)."""
+
+    def __init__(self, log: StepLogRecords, first: int) -> None:
+        self.log, self.first = log, first
+        self.tc = token_causes(log, None, None) if log.steps else None
+        # the flattened server tokens of token_causes: (sequence id, step position) -> index
+        self.index: dict[tuple[int, int], int] = {}
+        if self.tc is not None:
+            tok = self.tc["tok"]
+            for t, (seq, step) in enumerate(zip(tok["request"].tolist(), tok["step"].tolist())):
+                self.index.setdefault((seq, step), t)
+
+    def ttft(self, row: dict, record: dict) -> dict:
+        ttft = row["t_ms"][0] - row["sent_ms"]
+        prefill = next((p for p in self.log.prefills if record["id"] in p.get("requests", [])), None)
+        if prefill is None:
+            words = "its prefill is older than the window"
+            cause = "unknown"
+        else:
+            queued = (prefill["start_ns"] - record["arrival_ns"]) / 1e6
+            took = (prefill["end_ns"] - prefill["start_ns"]) / 1e6
+            others = len(prefill.get("requests", [])) - 1
+            cause = "queued" if queued > took else "prefill"
+            words = (
+                f"queued {queued:.1f} ms, then a {prefill.get('tokens', 0)}-token prefill"
+                f"{f' with {others} other request(s)' if others else ''} ({took:.1f} ms)"
+            )
+        return self._entry(row, "ttft", ttft, 0, None, cause, words)
+
+    def itl(self, row: dict, record: dict) -> dict:
+        i, gap = _worst_gap(row)
+        step = row["steps"][i]
+        pos = step - self.first if isinstance(step, int) and step >= 0 else None
+        t = self.index.get((record["id"], pos)) if pos is not None else None
+        if t is None:
+            return self._entry(row, "itl", gap, i, step, "unknown", "its step is outside the window")
+        tc = self.tc
+        names, added = tc["names"], tc["added"][t]
+        j = int(tc["primary"][t])
+        cause = names[j] if added[j] > 0 else "none"
+        words = self.words(cause, t, pos, added[j] / 1e6)
+        return self._entry(row, "itl", gap, i, step, cause, words)
+
+    def words(self, cause: str, t: int, pos: int, added_ms: float) -> str:
+        log, tok = self.log, self.tc["tok"]
+        k = self.first + pos
+        lo, hi = tok["start"][t], tok["end"][t]
+        hit = [p for p in log.prefills if p["end_ns"] > lo and p["start_ns"] < hi]
+        n = sum(p.get("tokens", 0) for p in hit)
+        ms = sum(p["end_ns"] - p["start_ns"] for p in hit) / 1e6
+        if cause == "prefill" or cause == "readmission":
+            what = "admitted" if cause == "prefill" else "recomputed (preempted requests)"
+            return f"step {k} {what} a {n}-token prefill ({ms:.1f} ms)"
+        if cause in STEP_CAUSES:
+            also = f"; the gap also held a {n}-token prefill ({ms:.1f} ms)" if hit else ""
+            return self.step_words(cause, pos) + also
+        if cause == "none":
+            return f"step {k}: nothing above the run's median gap"
+        return f"step {k}: {CAUSES.get(cause, cause)} ({added_ms:.1f} ms)"
+
+    def step_words(self, cause: str, pos: int) -> str:
+        """What the step did (a step cause) and, where the step log has region CPU times, the region that grew."""
+        log, k = self.log, self.first + pos
+        step = log.steps[pos]
+        took = (step["end_ns"] - step["start_ns"]) / 1e6
+        if cause == "rollover":
+            words = f"step {k}: KV block rollover for {step['rollovers']} sequences"
+        elif cause == "cow":
+            words = f"step {k}: copy-on-write of {step['cow']} KV block(s)"
+        elif cause == "batch_change":
+            before = log.steps[pos - 1]["batch_size"] if pos > 0 else "?"
+            words = f"step {k}: batch size {before} -> {step['batch_size']}"
+        elif cause == "preemption":
+            words = f"step {k}: a sequence preempted before it"
+        else:
+            words = f"step {k}: slower decode step ({took:.1f} ms)"
+        grown = self.region_grown(pos)
+        if grown is not None:
+            return f"{words}; {grown[0]} +{grown[1]:.1f} ms CPU over its median ({took:.1f} ms step)"
+        return words if cause != "slow_step" else f"{words[:-1]}, nothing in the log says why)"
+
+    def region_grown(self, pos: int) -> tuple[str, float] | None:
+        """(region, ms) whose own CPU time in step `pos` exceeds its median over the window's steps the most, where
+        that is most of the step's CPU time over the median step's: the step log's `cpu_ns` and `cpu_own_ns`, there
+        while the engine's regions were on (a CPU engine on one thread). CPU, not wall, time: a busy machine's
+        waits for a core are in neither."""
+        step = self.log.steps[pos]
+        own = step.get("cpu_own_ns")
+        if not own:
+            return None
+        if not hasattr(self, "_medians"):
+            names = {r for s in self.log.steps for r in s.get("cpu_own_ns") or {}}
+            self._medians = {
+                r: float(np.median([(s.get("cpu_own_ns") or {}).get(r, 0) for s in self.log.steps]))
+                for r in names
+            }
+            self._median_cpu = float(np.median([s.get("cpu_ns", 0) for s in self.log.steps]))
+        region, ns = max(((r, v - self._medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
+        over = step.get("cpu_ns", 0) - self._median_cpu
+        return (region, ns / 1e6) if ns >= REGION_MIN_NS and ns >= 0.5 * over else None
+
+    def _entry(self, row, by: str, ms: float, token: int, step, cause: str, words: str) -> dict:
+        rid = row["request_id"]
+        what = "TTFT" if by == "ttft" else f"ITL {ms:.1f} ms at token {token}"
+        line = f"req {rid}: TTFT {ms:.1f} ms: {words}" if by == "ttft" else f"req {rid}: {what}: {words}"
+        return {
+            "request_id": rid,
+            "by": by,
+            "ms": ms,
+            "token": token,
+            "step": step,
+            "cause": cause,
+            "line": line,
+        }
+
+
+def timeline(log: StepLogRecords, tokens: list[dict], ref: str) -> list[str]:
+    """One request's lines (`roseprof request`): queued, prefill, each token with its step, the step's batch size
+    and wall time. `ref`: the response id, or the request's index in the load."""
+    from roseprof.errors import RoseprofError
+
+    row = next((r for r in tokens if r["request_id"] == ref or str(r["index"]) == ref), None)
+    if row is None:
+        raise RoseprofError(f"no request {ref!r} in this run (give a response id cmpl-... or an index)")
+    record = next((r for r in log.requests if r.get("request_id") == row["request_id"]), None)
+    first = int(log.meta.get("first_step", 0))
+    rid = row["request_id"]
+    lines = [
+        f"request {rid} (index {row['index']}): sent at {row['sent_ms']:.1f} ms, {len(row['t_ms'])} tokens"
+    ]
+    prefill = None
+    if record is not None:
+        prefill = next((p for p in log.prefills if record["id"] in p.get("requests", [])), None)
+    if prefill is not None:
+        queued = (prefill["start_ns"] - record["arrival_ns"]) / 1e6
+        took = (prefill["end_ns"] - prefill["start_ns"]) / 1e6
+        lines.append(f"  queued   {queued:9.2f} ms  (server: arrival to its prefill)")
+        lines.append(
+            f"  prefill  {took:9.2f} ms  {prefill.get('tokens', 0)} tokens, {prefill.get('batch_size', 1)} request(s)"
+        )
+    else:
+        lines.append(
+            "  queued, prefill: before the server's window (its flight recorder no longer holds them)"
+        )
+    lines.append("  token    client ms      gap ms   step   batch   step ms")
+    previous = row["sent_ms"]
+    for i, (t, step) in enumerate(zip(row["t_ms"], row["steps"])):
+        pos = step - first if isinstance(step, int) and step >= 0 else None
+        if step is not None and step < 0:
+            where = "   prefill"
+        elif pos is not None and 0 <= pos < len(log.steps):
+            s = log.steps[pos]
+            where = f"{step:7d} {s['batch_size']:7d} {(s['end_ns'] - s['start_ns']) / 1e6:9.2f}"
+        else:
+            where = f"{'-' if step is None else step:>7} (outside the window)"
+        lines.append(f"  {i:5d} {t:12.2f} {t - previous:11.2f} {where}")
+        previous = t
+    return lines

@@ -1,0 +1,144 @@
+"""`roseprof live` against a real `roseinfer serve` (gpt2-tiny on CPU), with planted causes: a long prompt in every
+few requests, and a region slowed on one decode step in 50. The requests hit come first, with the step and the
+cause. (A busy 2-core box stalls a step now and then by as much as a long prefill: the prefill's requests must
+be one of the first two.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_one_line_error, roseprof
+from tests.roseinfer.serve.conftest import ServerProcess
+
+ENV = {"COLUMNS": "80"}
+LONG_TOKENS = 1000  # gpt2-tiny's byte tokenizer: one token a byte (its context: 1024)
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """(server, traces folder, the live run's folder, its show output)."""
+    tmp = tmp_path_factory.mktemp("live")
+    dataset = tmp / "prompts.jsonl"
+    # 1 long prompt in 4, in the seeded order roseprof load draws them
+    lines = [
+        {"prompt": "x" * LONG_TOKENS if i % 4 == 0 else f"short {i}", "output_len": 16} for i in range(12)
+    ]
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    server = ServerProcess("--max-batch-size", "8", "--api-key", "k").wait_ready()
+    try:
+        traces = tmp / "traces"
+        proc = roseprof(
+            "live", server.url, "--steps", "3000", "--requests", "12", "--concurrency", "4",
+            "--dataset", dataset, "--api-key", "k", "--traces-dir", traces, "--name", "planted", env=ENV,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (folder,) = [p for p in traces.iterdir() if "planted" in p.name]
+        yield server, traces, folder, proc.stdout
+    finally:
+        server.stop()
+
+
+def _prefill_tokens(line: str) -> int:
+    """N of "... step K admitted a N-token prefill (...)"."""
+    return int(line.split("admitted a ")[1].split("-token")[0]) if "admitted a " in line else 0
+
+
+def test_live_names_the_requests_hit_by_the_long_prefill_first(live_run):
+    _, _, folder, out = live_run
+    summary = json.loads((folder / "summary.json").read_text())
+    part = summary["live"]
+    assert part["join"]["joined"] > 0 and part["join"]["outside_window"] == 0
+    worst_itl = [e for e in part["slowest"] if e["by"] == "itl"]
+    # the ones whose step's gap held a long prompt's prefill, named as such
+    by_prefill = [
+        e for e in worst_itl if e["cause"] == "prefill" and _prefill_tokens(e["line"]) >= LONG_TOKENS
+    ]
+    assert by_prefill and by_prefill[0] in worst_itl[:2], [e["line"] for e in worst_itl]
+    # show starts with the slowest requests: the first line after the run's id, the prefill named among them
+    assert out.splitlines()[1].startswith("req cmpl-"), out[:800]
+    head = " ".join(" ".join(out.splitlines()[1:24]).split())  # the lines as wrapped at 80 columns, joined
+    assert f"{by_prefill[0]['request_id']}: ITL" in head and "admitted a" in head
+    # the server side is in the same run: its steps and spike causes
+    assert summary["steps"]["count"] > 0 and summary["serving"]["completed"] == 12
+
+
+def test_request_timeline(live_run):
+    _, traces, folder, _ = live_run
+    part = json.loads((folder / "summary.json").read_text())["live"]
+    rid = part["slowest"][0]["request_id"]
+    proc = roseprof("request", folder.name, rid, "--traces-dir", traces, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"request {rid}")
+    assert any(line.strip().startswith("queued") for line in lines)
+    assert any(line.strip().startswith("prefill") for line in lines)
+    assert len([line for line in lines if line.strip()[:1].isdigit()]) == 16  # one line a token
+    bad = roseprof("request", folder.name, "cmpl-nope", "--traces-dir", traces, env=ENV)
+    assert_one_line_error(bad, 2, "no request 'cmpl-nope'")
+
+
+def test_import_of_debug_steps_makes_a_run(live_run, tmp_path):
+    server, _, _, _ = live_run
+    status, _, text = server.get("/debug/steps?last=20", headers={"Authorization": "Bearer k"})
+    assert status == 200
+    saved = tmp_path / "steps.jsonl"
+    saved.write_text(text)
+    proc = roseprof(
+        "import", saved, "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "decode steps: 20" in proc.stdout
+    (run,) = list((tmp_path / "traces").iterdir())
+    assert json.loads((run / "manifest.json").read_text())["tool"]["name"] == "steps"
+
+
+def test_live_with_no_server_is_one_line_and_stores_nothing(tmp_path):
+    proc = roseprof("live", "http://127.0.0.1:9", "--steps", "10", "--requests", "1",
+                    "--traces-dir", tmp_path, env=ENV)  # fmt: skip
+    assert_one_line_error(proc, 2, "/debug/steps")
+    assert not Path(tmp_path).exists() or not any(Path(tmp_path).iterdir())
+
+
+def test_live_run_opens_as_a_dashboard(live_run, tmp_path):
+    _, traces, folder, _ = live_run
+    proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    (page,) = list(tmp_path.glob("*.html"))
+    assert "req cmpl-" in page.read_text()
+
+
+def test_live_names_the_step_a_region_slowed_one_in_50(tmp_path):
+    """The engine's decode-step region made slow (CPU time) on one decode step in 50: the requests in those steps
+    come first, blamed on that step and that region."""
+    env = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:150", "ROSEINFER_TEST_SLOW_EVERY": "50"}
+    server = ServerProcess("--max-batch-size", "8", env=env).wait_ready()
+    try:
+        proc = roseprof(
+            "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
+            "--output-len", "24", "--traces-dir", tmp_path, "--name", "region", env=ENV,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list(tmp_path.iterdir())
+    part = json.loads((folder / "summary.json").read_text())["live"]
+    worst = [e for e in part["slowest"] if e["by"] == "itl"][0]
+    assert worst["step"] % 50 == 49, part[
+        "slowest"
+    ]  # the 50th, 100th, ... entry of the region: steps 49, 99, ...
+    # the step's own cause (what else it did, e.g. a batch change), and the region that grew
+    assert "roseinfer.decode_step +" in worst["line"], worst
+
+
+def test_live_with_no_load_stores_the_servers_steps_alone(live_run, tmp_path):
+    server, _, _, _ = live_run
+    proc = roseprof("live", server.url, "--steps", "20", "--api-key", "k", "--traces-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "decode steps: 20" in proc.stdout
+    wrong = roseprof(
+        "live", server.url, "--steps", "20", "--api-key", "no", "--traces-dir", tmp_path, env=ENV
+    )
+    assert_one_line_error(wrong, 2, "API key")
