@@ -72,6 +72,7 @@ def steady_state(
     log: StepLogRecords | None,
     unit: str,
     step_name: str | None,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,  # gpu_regions.kernel_range_pairs, shared by the run
 ) -> dict | None:
     if not rows or not rows.get("dur_ns"):
         return None
@@ -120,7 +121,9 @@ def steady_state(
     gpu = {}
     step_gpu = None
     if has_gpu:
-        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns)
+        keys, m = gpu_ns_by_key(
+            trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns, pairs=pairs
+        )
         gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
         sel = kernel & (op_step >= 0)
         step_gpu = np.bincount(op_step[sel], weights=own_ns[sel], minlength=n)

@@ -10,10 +10,11 @@ from functools import cached_property
 import numpy as np
 
 from roseprof.analysis.diff_metric import Sides, figure
+from roseprof.analysis.gpu_regions import kernel_range_pairs
 from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stream_time import own_stream_ns
-from roseprof.model import Trace
+from roseprof.model import KERNEL, Trace
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -72,6 +73,17 @@ class Context:
     def capture(self) -> np.ndarray:
         """[G] the capture-time range of each graph-replayed op, -1 otherwise."""
         return capture_ranges(self.trace, self.tree)
+
+    @cached_property
+    def kernels(self) -> np.ndarray:
+        """[K] the indices of the kernels among the GPU ops."""
+        return np.flatnonzero(self.trace.ops.kind == KERNEL)
+
+    @cached_property
+    def kernel_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(op, range) pairs: every range around each kernel's launch and its graph node's capture
+        (gpu_regions.kernel_range_pairs), made once per run for every view of kernel time per region."""
+        return kernel_range_pairs(self.tree, self.gpu.op_range, self.capture, self.kernels)
 
     @cached_property
     def own_ns(self) -> np.ndarray:

@@ -8,7 +8,7 @@ import numpy as np
 from roseprof.analysis.diff_metric import Sample, Sides, common, outside_figure, per_run
 from roseprof.analysis.samples import kernel_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
-from roseprof.analysis.stats import group_percentiles
+from roseprof.analysis.stats import group_percentiles, unique_rows
 from roseprof.model import KERNEL, Trace
 from roseprof.run.checks import NUM, OPT_NUM
 
@@ -27,10 +27,7 @@ def compute(ctx: Context) -> SectionResult:
         k_capture = np.full(len(k_cap), -1, dtype=np.int64)
         k_capture[k_cap >= 0] = trace.ranges.name[k_cap[k_cap >= 0]]
         k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
-        uniq, inverse = np.unique(
-            np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True
-        )
-        inverse = inverse.ravel()
+        uniq, inverse = unique_rows([k_name, k_region, k_capture], len(trace.names))
         pct = group_percentiles(inverse, k_dur, qs=(50,))
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=k_dur)
@@ -62,8 +59,7 @@ def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int
     """One row per (kernel name, region it belongs to: the innermost capture-time region of a graph-replayed
     kernel, the innermost launching region of the others), largest first."""
     owner = np.where(k_capture >= 0, k_capture, k_region)
-    uniq, inverse = np.unique(np.stack([k_name, owner], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    uniq, inverse = unique_rows([k_name, owner], len(trace.names))
     pct = group_percentiles(inverse, k_dur, qs=(50,))
     count = np.bincount(inverse)
     total = np.bincount(inverse, weights=k_dur)

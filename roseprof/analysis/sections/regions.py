@@ -46,7 +46,9 @@ def compute(ctx: Context) -> SectionResult:
         kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
         graph_total = np.bincount(inverse, weights=ctx.graph_ns)
         # Kernel time with graph replays counted where captured (gpu_regions.py): what the views show.
-        present, by_capture = gpu_ns_by_key(trace, tree, gpu.op_range, ctx.capture, inverse.ravel())
+        present, by_capture = gpu_ns_by_key(
+            trace, tree, gpu.op_range, ctx.capture, inverse.ravel(), pairs=ctx.kernel_pairs
+        )
         gpu_total = np.zeros(len(uniq), dtype=np.int64)
         gpu_total[present] = by_capture[0]
         for j, k in enumerate(uniq):
