@@ -221,17 +221,18 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         optional = [
             c for c in ("correlationId", "globalPid", "deviceId", "streamId", "graphNodeId") if c in cols
         ]
-        db.check_integers(table, ["start", "end"], optional + ([name_col] if name_col else []))
         exprs = [f"coalesce({quote(c)}, -1)" if c in cols else "-1" for c in ("correlationId", "globalPid")]
         exprs += [
             f"coalesce({quote(c)}, -1)" if c in cols else "-1"
             for c in ("deviceId", "streamId", "graphNodeId")
         ]
         name_expr = f"coalesce({quote(name_col)}, -1)" if name_col else "-1"
-        arr = db.ints(
-            f"SELECT start, end, {name_expr}, {exprs[0]}, {exprs[1]}, {kind}, {', '.join(exprs[2:])} FROM {table}",
-            9,
+        # One pass: the values and the check that each is an integer (sqlite.Export.checked_ints).
+        arr = db.checked_ints(
             table,
+            ["start", "end", name_expr, exprs[0], exprs[1], str(kind), *exprs[2:]],
+            ["start", "end"],
+            optional + ([name_col] if name_col else []),
         )
         if len(arr):
             parts.append(arr)
@@ -262,14 +263,15 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
     if len(ops) and corr_sources and {"correlationId", "globalTid", "start", "end"} <= rt_cols:
         has_name = "nameId" in rt_cols
-        db.check_integers(RUNTIME, [], ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name)
-        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped.
-        rt = db.ints(
-            f"SELECT correlationId, globalTid, start, end, {'coalesce(nameId, -1)' if has_name else '-1'} "
-            f"FROM {RUNTIME} WHERE correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
-            5,
+        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped. The
+        # same pass checks every call's integers (sqlite.Export.checked_ints).
+        rt = db.checked_ints(
             RUNTIME,
+            ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if has_name else "-1"],
+            [],
+            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name,
+            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
         )
         if (rt[:, 3] < rt[:, 2]).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
