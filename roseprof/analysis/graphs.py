@@ -92,9 +92,11 @@ def is_graph_launch(trace: Trace) -> np.ndarray:
     out = ops.graph_node >= 0
     named = np.flatnonzero(ops.api_name >= 0)
     if len(named):
-        ids, inverse = np.unique(ops.api_name[named], return_inverse=True)
-        graph = np.array(["GraphLaunch" in trace.names[int(i)] for i in ids])
-        out[named] |= graph[inverse]
+        # A table over the interned names, indexed by the ops' name ids: no factorisation of the ops' column.
+        graph = np.fromiter(
+            ("GraphLaunch" in v for v in trace.names.values), dtype=bool, count=len(trace.names)
+        )
+        out[named] |= graph[ops.api_name[named]]
     return out
 
 

@@ -34,9 +34,8 @@ def compute(ctx: Context) -> SectionResult:
     has_gpu = trace.has_gpu
     regions = []
     if len(start):
-        key = trace.ranges.domain * (len(trace.names) + 1) + ctx.range_names()
-        pct = group_percentiles(key, dur)
-        uniq, inverse = np.unique(key, return_inverse=True)
+        uniq, inverse = ctx.region_keys  # (domain, name) of each range, factorised once per run
+        pct = dict(zip(uniq.tolist(), group_percentiles(inverse, dur).values()))
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=dur)
         self_total = np.bincount(inverse, weights=tree.self_ns)
