@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree
+from roseprof.analysis.stats import dense_ids
 from roseprof.model import KERNEL, Trace
 
 
@@ -65,13 +66,15 @@ def gpu_ns_by_key(
     op_idx, rng = op_idx[live], rng[live]
     if not len(op_idx):
         return np.zeros(0, dtype=np.int64), np.zeros((n_groups, 0), dtype=np.int64)
-    # The keys are factorised over the ranges (a few hundred thousand), not over the (op, range) pairs (millions);
-    # then only the keys some pair has are kept, in sorted order (what np.unique of the pairs' keys gave).
-    all_keys, code = np.unique(range_key, return_inverse=True)
-    code = code.ravel()[rng]
-    present = np.bincount(code, minlength=len(all_keys)) > 0
-    keys = all_keys[present]
-    key = (np.cumsum(present) - 1)[code]
+    # Only the keys some pair has, in ascending order (what np.unique of the pairs' keys gave), found by a count
+    # where the keys are small ids already (name ids, Context.region_keys' codes), else factorised over the ranges
+    # (a few hundred thousand), never over the (op, range) pairs (millions).
+    if len(range_key) and range_key.min() >= 0 and range_key.max() < 4 * len(range_key) + 1024:
+        keys, key = dense_ids(range_key[rng], int(range_key.max()) + 1)
+    else:
+        all_keys, code = np.unique(range_key, return_inverse=True)
+        keys, key = dense_ids(code.ravel()[rng], len(all_keys))
+        keys = all_keys[keys]
     # Each (op, key) once: a kernel counts once per key, however many of its ranges have that key.
     n_keys = len(keys)
     cell = op_idx.astype(np.int64) * n_keys + key

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.analysis.stats import dense_ids
 from roseprof.model import KERNEL, Trace
 
 MAX_CLONE_DEPTH = 16  # graphs cloned from clones: more than a few levels never happens; bounds a cycle
@@ -175,7 +176,7 @@ def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray, own_ns: np
     if not len(sel):
         return []
     region = trace.ranges.name[capture[sel]]
-    ids, inverse = np.unique(region, return_inverse=True)
+    ids, inverse = dense_ids(region, len(trace.names))  # name ids: a count, not a sort of the kernels
     matrix = np.zeros((len(starts), len(ids)), dtype=np.int64)
     np.add.at(matrix, (step, inverse), own_ns[sel])
     order = np.argsort(-matrix.sum(axis=0), kind="stable")

@@ -127,6 +127,13 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     return out
 
 
+def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(ids, return_inverse=True) for ids in [0, n) (interned name ids, range indices): the distinct ids
+    in ascending order and each one's index among them, by a count over the n ids instead of a sort."""
+    present = np.bincount(ids, minlength=n) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
 def unique_rows(columns: list[np.ndarray], n_values: int) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True) for columns of ids in [-1, n_values):
     the rows in the same (lexicographic) order and each row's index among them, by one int64 code a row (its

@@ -24,6 +24,7 @@ import numpy as np
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.analysis.stats import dense_ids
 from roseprof.analysis.steps import CPU_PREFIX
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import PREFILL
@@ -131,7 +132,9 @@ def steady_state(
     graph_names = set()
     if (capture >= 0).any():
         cur = capture[kernel & (capture >= 0) & (op_step >= 0)]
-        cur = np.unique(cur)
+        cur = dense_ids(cur, len(r))[
+            0
+        ]  # the ranges that captured them, by a count (not a sort of the kernels)
         while len(cur):
             graph_names.update(trace.names[int(x)] for x in np.unique(r.name[cur]))
             cur = np.unique(tree.parent[cur][tree.parent[cur] >= 0])
