@@ -210,7 +210,7 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
 
 def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
-    parts, corr_sources = [], []
+    parts, kinds, corr_sources = [], [], []
     for kind, table in enumerate(GPU_OP_TABLES.values()):
         if table not in db.tables:
             continue
@@ -230,18 +230,18 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         # One pass: the values and the check that each is an integer (sqlite.Export.checked_ints).
         arr = db.checked_ints(
             table,
-            ["start", "end", name_expr, exprs[0], exprs[1], str(kind), *exprs[2:]],
+            ["start", "end", name_expr, *exprs],
             ["start", "end"],
             optional + ([name_col] if name_col else []),
         )
         if len(arr):
             parts.append(arr)
+            kinds.append(np.full(len(arr), kind, dtype=np.int64))
             if "correlationId" in cols:
                 corr_sources.append(f"SELECT correlationId FROM {table}")
-    ops = np.concatenate(parts) if parts else np.zeros((0, 9), dtype=np.int64)
-    op_start, op_end, op_name_sid, op_corr, op_pid, op_kind, device, stream, graph_node = (
-        ops[:, i] for i in range(9)
-    )
+    ops = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.int64)
+    op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
+    op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = (ops[:, i] for i in range(8))
     if (op_end < op_start).any():
         raise fail(db.label, "a GPU op ends before it starts: a damaged export")
     # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.

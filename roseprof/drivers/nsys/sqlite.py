@@ -207,18 +207,21 @@ class Export:
         self, table: str, exprs: list[str], required: list[str], nullable: list[str] = (), where: str = ""
     ) -> np.ndarray:
         """[rows, len(exprs)] int64: SELECT exprs FROM table [WHERE where] in one pass that also checks
-        check_integers' rule on every row it reads (a row that breaks the rule is read whatever `where` says);
-        such a row is refused with check_integers' message. The rows stream from the cursor into numpy: no
+        check_integers' rule on every row it reads (a row that breaks the rule is read whatever `where` says, its
+        first value NULL); such a row is refused with check_integers' message. exprs[0] is never NULL in a row
+        that keeps the rule (a required column, or one `where` asks to be set). The rows stream from the cursor into numpy: no
         second scan of the table, no list of tuples."""
         ok = " AND ".join(
             [f"typeof({quote(c)}) = 'integer'" for c in required]
             + [f"typeof({quote(c)}) IN ('integer', 'null')" for c in nullable]
         )
         ok = f"({ok or '1'})"
-        sql = f"SELECT {', '.join(exprs)}, {ok} FROM {quote(table)}"
+        # The check rides on the first value, NULL where the row breaks the rule: no column of its own to fetch.
+        first = f"CASE WHEN {ok} THEN {exprs[0]} END"
+        sql = f"SELECT {', '.join([first, *exprs[1:]])} FROM {quote(table)}"
         if where:
             sql += f" WHERE ({where}) OR NOT {ok}"
-        ncols = len(exprs) + 1
+        ncols = len(exprs)
 
         def read():
             try:
@@ -227,10 +230,10 @@ class Export:
                 return None
 
         flat = self._guarded(read)
-        if flat is None or len(flat) % ncols or not flat[ncols - 1 :: ncols].all():
+        if flat is None or len(flat) % ncols:
             self.check_integers(table, required, nullable)
             raise fail(self.label, f"{table} holds a value that is not an integer: a damaged export")
-        arr = flat.reshape(-1, ncols)[:, :-1]
+        arr = flat.reshape(-1, ncols)
         if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
             raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
         return arr
