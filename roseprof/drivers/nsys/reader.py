@@ -178,12 +178,19 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
         domain_of[(dom_id, bits)] = domains.index(name)
     # Incomplete ranges (no end) run to the last timestamp of the capture, as in `nsys stats`.
     max_ts = db.query("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS")[0][0] or 0
+    # A range named by a registered string comes with its StringIds id (and no text): its name is looked up once
+    # per distinct id, not made and interned once per range. The others (-1) bring their text.
+    if "textId" in cols:
+        sid_expr = "CASE WHEN s.value IS NOT NULL THEN s.id ELSE -1 END"
+        text_expr = f"CASE WHEN s.value IS NULL THEN {text} END"
+    else:
+        sid_expr, text_expr = "-1", text
     rows = db.query(
-        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {name_expr} "
-        f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
+        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {sid_expr}, "
+        f"{text_expr} FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
     )
-    nums = db.to_ints([r[:6] for r in rows], 6, "NVTX_EVENTS")
-    start, end, dom_ids, bits, tids, etype = (nums[:, i] for i in range(6))
+    nums = db.to_ints([r[:7] for r in rows], 7, "NVTX_EVENTS")
+    start, end, dom_ids, bits, tids, etype, sid = (nums[:, i] for i in range(7))
     if (end < start).any():
         raise fail(db.label, "NVTX_EVENTS holds a range that ends before it starts: a damaged export")
     domain = np.array(
@@ -193,7 +200,7 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
     ranges = Ranges(
         start=start,
         end=end,
-        name=names.intern_many([clean_name(r[6]) for r in rows]),
+        name=_range_names(db, names, sid, rows),
         domain=domain,
         tid=tids,
         style=np.where((etype == NVTX_PUSHPOP) | (etype == NVTXT_PUSHPOP), 0, 1).astype(np.int64),
@@ -206,6 +213,22 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
     mark_names = names.intern_many([clean_name(r[2]) for r in mark_rows])
     marks = Marks(ts=mark_nums[order, 0], name=mark_names[order], tid=mark_nums[order, 1])
     return ranges, marks, domains
+
+
+def _range_names(db: Export, names: Names, sid: np.ndarray, rows: list) -> np.ndarray:
+    """[R] each range's interned name, interned in the order the ranges first use them (as one by one would)."""
+    if not len(sid) or (sid < 0).any():
+        strings = dict(db.query("SELECT id, value FROM StringIds")) if (sid >= 0).any() else {}
+        return names.intern_many(
+            [clean_name(strings[i] if i >= 0 else r[7]) for i, r in zip(sid.tolist(), rows)]
+        )
+    ids, first, inverse = np.unique(sid, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    where = f" WHERE id IN ({', '.join(map(str, ids.tolist()))})" if len(ids) <= 10_000 else ""
+    values = dict(db.query(f"SELECT id, value FROM StringIds{where}"))
+    interned = np.empty(len(ids), dtype=np.int64)
+    interned[order] = names.intern_many([clean_name(values[int(i)]) for i in ids[order]])
+    return interned[inverse.ravel()]
 
 
 def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
