@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-PY=${PYTHON:-.venv/bin/python}
+PY=$(realpath -s "${PYTHON:-.venv/bin/python}")
 ROUNDS=${ROUNDS:-2}
 copies=${1:-36}
 threads=${2:-5}
@@ -53,8 +53,9 @@ for round in $(seq "$ROUNDS"); do
         --traces-dir "$work/t" --dashboards-dir "$work/d"
     if [ -n "${BASE:-}" ]; then
         rm -rf "$work/t" "$work/d"
-        timed "roseprof import (BASE)" env PYTHONPATH="$BASE" "$PY" -m roseprof import "$big" \
-            --traces-dir "$work/t" --dashboards-dir "$work/d"
+        # from inside BASE: `python -m` puts the working folder before PYTHONPATH
+        (cd "$BASE" && timed "roseprof import (BASE)" env PYTHONPATH="$BASE" "$PY" -m roseprof import "$big" \
+            --traces-dir "$work/t" --dashboards-dir "$work/d")
     fi
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
