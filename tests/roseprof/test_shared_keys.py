@@ -76,5 +76,6 @@ def test_per_op_keys_are_factorised_only_where_they_are_shared(monkeypatch, base
     stray = [f"{site}: np.unique of {size} values" for site, size in big if site not in PER_OP_ALLOWED]
     assert not stray, (
         "a per-op key factorised outside the Context: take it from Context.kernel_keys / region_keys / "
-        "kernel_pairs (sections/base.py), or factorise interned ids with stats.dense_ids:\n" + "\n".join(stray)
+        "kernel_pairs (sections/base.py), or factorise interned ids with stats.dense_ids:\n"
+        + "\n".join(stray)
     )
