@@ -1,21 +1,75 @@
 #!/usr/bin/env bash
-# `roseprof import` against `nsys stats` (NVTX, kernel and NVTX-kernel summaries) on one large nsys export,
-# side by side; wall time and peak memory of each (GNU time). Usage: scripts/bench_import.sh [copies] [nvtx-threads]
+# `roseprof import` against `nsys stats` (NVTX, kernel and NVTX-kernel summaries) on one large nsys export, side by
+# side, ROUNDS times (alternating, so that a busy machine slows both alike); wall time and peak memory of each (GNU
+# time), then the ratios: nsys stats' wall over roseprof's, per round and of the medians, and the peak RSS of each.
+# The import writes its dashboard too (the default), as a user's does.
+#
+#   scripts/bench_import.sh [copies] [nvtx-threads]      # defaults: 36 5 (1.0M kernels, 194 MB, issue 43)
+#
+# PYTHON: the interpreter (default .venv/bin/python); ROUNDS (default 2); BASE: another checkout whose
+# `roseprof import` runs beside in each round (e.g. a `git archive` of main), its ratio printed too; BIG: an
+# existing export to use instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+REPO=$(pwd)
+PY=$(realpath -s "${PYTHON:-.venv/bin/python}")
+ROUNDS=${ROUNDS:-2}
 copies=${1:-36}
 threads=${2:-5}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-.venv/bin/python scripts/make_big_nsys_sqlite.py tests/data/nsys/h100-nsys2025.3-roseinfer-decode.sqlite "$work/big.sqlite" \
-  --copies "$copies" --nvtx-threads "$threads"
-cp "$work/big.sqlite" "$work/stats.sqlite"
-nsys=$(.venv/bin/python -c "from roseprof.drivers.nsys.capture import find_nsys; print(find_nsys())")
+big=${BIG:-$work/big.sqlite}
+if [ -z "${BIG:-}" ]; then
+    "$PY" scripts/make_big_nsys_sqlite.py tests/data/nsys/h100-nsys2025.3-roseinfer-decode.sqlite "$big" \
+        --copies "$copies" --nvtx-threads "$threads"
+fi
+cp "$big" "$work/stats.sqlite"
+nsys=$(PYTHONPATH=$REPO "$PY" -c "from roseprof.drivers.nsys.capture import find_nsys; print(find_nsys())")
 "$nsys" --version
 # Report names of nsys 2022.4; 2023+ calls them nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum.
 reports=nvtxsum,gpukernsum,nvtxkernsum
 "$nsys" --version | grep -q "2022" || reports=nvtx_sum,cuda_gpu_kern_sum,nvtx_kern_sum
-/usr/bin/time -f "nsys stats: %e s wall, %M KB peak RSS" "$nsys" stats -q -r "$reports" -f csv -o "$work/oracle" \
-  --force-export=false "$work/stats.sqlite" > /dev/null
-/usr/bin/time -f "roseprof import: %e s wall, %M KB peak RSS" .venv/bin/roseprof import "$work/big.sqlite" \
-  --traces-dir "$work/traces" --dashboards-dir "$work/dashboards" > /dev/null
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+
+# timed TAG CMD...: runs CMD under GNU time, appends "TAG wall_s rss_kb" to $work/times
+timed() {
+    local tag=$1
+    shift
+    /usr/bin/time -o "$work/time" -f "%e %M" "$@" >/dev/null 2>"$work/err" || {
+        cat "$work/err" >&2
+        exit 1
+    }
+    read -r wall rss <"$work/time"
+    echo "$tag $wall $rss" >>"$work/times"
+    printf '%-26s %7.2f s wall  %9d KB peak RSS\n' "$tag" "$wall" "$rss"
+}
+
+for round in $(seq "$ROUNDS"); do
+    echo "round $round"
+    timed "nsys stats" "$nsys" stats -q --force-overwrite true -r "$reports" -f csv -o "$work/oracle" \
+        --force-export=false "$work/stats.sqlite"
+    rm -rf "$work/t" "$work/d"
+    timed "roseprof import" env PYTHONPATH="$REPO" "$PY" -m roseprof import "$big" \
+        --traces-dir "$work/t" --dashboards-dir "$work/d"
+    if [ -n "${BASE:-}" ]; then
+        rm -rf "$work/t" "$work/d"
+        # from inside BASE: `python -m` puts the working folder before PYTHONPATH
+        (cd "$BASE" && timed "roseprof import (BASE)" env PYTHONPATH="$BASE" "$PY" -m roseprof import "$big" \
+            --traces-dir "$work/t" --dashboards-dir "$work/d")
+    fi
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$work/times" <<'EOF'
+import statistics, sys
+rows = [line.rsplit(" ", 2) for line in open(sys.argv[1]).read().splitlines()]
+by = {}
+for tag, wall, rss in rows:
+    by.setdefault(tag, []).append((float(wall), int(rss)))
+nsys = by.pop("nsys stats")
+for tag, runs in by.items():
+    per_round = ", ".join(f"{a[0] / b[0]:.1f}x" for a, b in zip(nsys, runs))
+    med = statistics.median(w for w, _ in nsys) / statistics.median(w for w, _ in runs)
+    rss = max(r for _, r in runs) / max(r for _, r in nsys)
+    print(f"{tag}: nsys stats' wall / its wall = {per_round} (medians: {med:.1f}x); "
+          f"its peak RSS / nsys stats' = {rss:.2f}")
+EOF

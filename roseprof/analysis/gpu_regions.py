@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree
+from roseprof.analysis.stats import dense_ids
 from roseprof.model import KERNEL, Trace
 
 
@@ -36,6 +37,10 @@ def kernel_range_pairs(
     return np.concatenate(ops_out), np.concatenate(ranges_out)
 
 
+# Largest (ops x keys) grid deduplicated with a bitmap (one byte a cell); a larger one is sorted (np.unique).
+BITMAP_CELLS = 1 << 26
+
+
 def gpu_ns_by_key(
     trace: Trace,
     tree: RangeTree,
@@ -45,23 +50,44 @@ def gpu_ns_by_key(
     op_group: np.ndarray | None = None,
     n_groups: int = 1,
     op_ns: np.ndarray | None = None,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(keys, [n_groups, len(keys)] kernel ns): per group of the op (e.g. the step that launched it; -1: none)
     and key of the region (`range_key` maps each range to one, e.g. its name), for the keys that have any. A
     kernel counts once per key even when both of its chains hold that region. op_ns: what each op counts
-    (default its duration; the per-step views pass `stream_time.own_stream_ns`)."""
+    (default its duration; the per-step views pass `stream_time.own_stream_ns`). pairs: kernel_range_pairs of
+    these ranges, computed once per run (sections/base.py: Context.kernel_pairs) and shared by every caller."""
     ops = trace.ops
-    kernels = np.flatnonzero(ops.kind == KERNEL)
     group = np.zeros(len(ops), dtype=np.int64) if op_group is None else op_group
-    op_idx, rng = kernel_range_pairs(tree, launch_range, capture, kernels)
+    if pairs is None:
+        pairs = kernel_range_pairs(tree, launch_range, capture, np.flatnonzero(ops.kind == KERNEL))
+    op_idx, rng = pairs
     live = group[op_idx] >= 0
     op_idx, rng = op_idx[live], rng[live]
     if not len(op_idx):
         return np.zeros(0, dtype=np.int64), np.zeros((n_groups, 0), dtype=np.int64)
-    keys, key = np.unique(range_key[rng], return_inverse=True)
-    pair = np.unique(op_idx.astype(np.int64) * len(keys) + key.ravel())
-    op_idx, key = pair // len(keys), pair % len(keys)
-    out = np.zeros((n_groups, len(keys)), dtype=np.int64)
+    # Only the keys some pair has, in ascending order (what np.unique of the pairs' keys gave), found by a count
+    # where the keys are small ids already (name ids, Context.region_keys' codes), else factorised over the ranges
+    # (a few hundred thousand), never over the (op, range) pairs (millions).
+    if len(range_key) and range_key.min() >= 0 and range_key.max() < 4 * len(range_key) + 1024:
+        keys, key = dense_ids(range_key[rng], int(range_key.max()) + 1)
+    else:
+        all_keys, code = np.unique(range_key, return_inverse=True)
+        keys, key = dense_ids(code.ravel()[rng], len(all_keys))
+        keys = all_keys[keys]
+    # Each (op, key) once: a kernel counts once per key, however many of its ranges have that key.
+    n_keys = len(keys)
+    cell = op_idx.astype(np.int64) * n_keys + key
+    if len(ops) * n_keys <= BITMAP_CELLS:
+        seen = np.zeros(len(ops) * n_keys, dtype=bool)
+        seen[cell] = True
+        pair = np.flatnonzero(seen)
+    else:
+        pair = np.unique(cell)
+    op_idx, key = pair // n_keys, pair % n_keys
     weight = (ops.end - ops.start) if op_ns is None else op_ns
-    np.add.at(out, (group[op_idx], key), weight[op_idx])
-    return keys, out
+    # Integer ns summed in float64 are exact below 2^53 ns (104 days) per cell; np.add.at is several times slower.
+    out = np.bincount(
+        group[op_idx] * n_keys + key, weights=weight[op_idx], minlength=n_groups * n_keys
+    ).reshape(n_groups, n_keys)
+    return keys, out.astype(np.int64)

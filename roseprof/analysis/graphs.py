@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.analysis.stats import dense_ids
 from roseprof.model import KERNEL, Trace
 
 MAX_CLONE_DEPTH = 16  # graphs cloned from clones: more than a few levels never happens; bounds a cycle
@@ -92,9 +93,11 @@ def is_graph_launch(trace: Trace) -> np.ndarray:
     out = ops.graph_node >= 0
     named = np.flatnonzero(ops.api_name >= 0)
     if len(named):
-        ids, inverse = np.unique(ops.api_name[named], return_inverse=True)
-        graph = np.array(["GraphLaunch" in trace.names[int(i)] for i in ids])
-        out[named] |= graph[inverse]
+        # A table over the interned names, indexed by the ops' name ids: no factorisation of the ops' column.
+        graph = np.fromiter(
+            ("GraphLaunch" in v for v in trace.names.values), dtype=bool, count=len(trace.names)
+        )
+        out[named] |= graph[ops.api_name[named]]
     return out
 
 
@@ -173,7 +176,7 @@ def step_graph_columns(rows: dict, trace: Trace, capture: np.ndarray, own_ns: np
     if not len(sel):
         return []
     region = trace.ranges.name[capture[sel]]
-    ids, inverse = np.unique(region, return_inverse=True)
+    ids, inverse = dense_ids(region, len(trace.names))  # name ids: a count, not a sort of the kernels
     matrix = np.zeros((len(starts), len(ids)), dtype=np.int64)
     np.add.at(matrix, (step, inverse), own_ns[sel])
     order = np.argsort(-matrix.sum(axis=0), kind="stable")

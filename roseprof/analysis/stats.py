@@ -127,6 +127,32 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     return out
 
 
+def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(ids, return_inverse=True) for ids in [0, n) (interned name ids, range indices): the distinct ids
+    in ascending order and each one's index among them, by a count over the n ids instead of a sort."""
+    present = np.bincount(ids, minlength=n) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[ids]
+
+
+def unique_rows(columns: list[np.ndarray], n_values: int) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True) for columns of ids in [-1, n_values):
+    the rows in the same (lexicographic) order and each row's index among them, by one int64 code a row (its
+    columns as digits of base n_values + 1) instead of numpy's row-wise sort, several times slower."""
+    base = n_values + 1
+    if not len(columns[0]) or base ** len(columns) >= 1 << 62:
+        uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        return uniq, inverse.ravel()
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:
+        code = code * base + (np.asarray(col, dtype=np.int64) + 1)
+    codes, inverse = np.unique(code, return_inverse=True)
+    digits = []
+    for _ in columns:
+        codes, digit = np.divmod(codes, base)
+        digits.append(digit - 1)
+    return np.stack(digits[::-1], axis=1), inverse.ravel()
+
+
 def groups(keys: np.ndarray, values: np.ndarray) -> tuple[list, list[np.ndarray]]:
     """Split values (already sorted by key) into one float array per distinct key: (keys, arrays)."""
     if len(keys) == 0:

@@ -24,6 +24,7 @@ import numpy as np
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
+from roseprof.analysis.stats import dense_ids
 from roseprof.analysis.steps import CPU_PREFIX
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import PREFILL
@@ -72,6 +73,7 @@ def steady_state(
     log: StepLogRecords | None,
     unit: str,
     step_name: str | None,
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,  # gpu_regions.kernel_range_pairs, shared by the run
 ) -> dict | None:
     if not rows or not rows.get("dur_ns"):
         return None
@@ -120,7 +122,9 @@ def steady_state(
     gpu = {}
     step_gpu = None
     if has_gpu:
-        keys, m = gpu_ns_by_key(trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns)
+        keys, m = gpu_ns_by_key(
+            trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns, pairs=pairs
+        )
         gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
         sel = kernel & (op_step >= 0)
         step_gpu = np.bincount(op_step[sel], weights=own_ns[sel], minlength=n)
@@ -128,7 +132,9 @@ def steady_state(
     graph_names = set()
     if (capture >= 0).any():
         cur = capture[kernel & (capture >= 0) & (op_step >= 0)]
-        cur = np.unique(cur)
+        cur = dense_ids(cur, len(r))[
+            0
+        ]  # the ranges that captured them, by a count (not a sort of the kernels)
         while len(cur):
             graph_names.update(trace.names[int(x)] for x in np.unique(r.name[cur]))
             cur = np.unique(tree.parent[cur][tree.parent[cur] >= 0])

@@ -10,10 +10,12 @@ from functools import cached_property
 import numpy as np
 
 from roseprof.analysis.diff_metric import Sides, figure
+from roseprof.analysis.gpu_regions import kernel_range_pairs
 from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
+from roseprof.analysis.stats import unique_rows
 from roseprof.analysis.stream_time import own_stream_ns
-from roseprof.model import Trace
+from roseprof.model import KERNEL, Trace
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -23,6 +25,36 @@ class SectionResult:
 
     summary: dict = field(default_factory=dict)
     tables: dict = field(default_factory=dict)
+
+
+@dataclass
+class KernelKeys:
+    """The kernels' keys, computed once per run (Context.kernel_keys): per kernel (in `kernels` order) its name id,
+    the name id of the innermost range around its launch and of the one around its graph node's capture (-1:
+    none), and the distinct (name, region, capture) rows in sorted order with each kernel's row."""
+
+    kernels: np.ndarray  # [K] indices into the ops
+    name: np.ndarray  # [K]
+    region: np.ndarray  # [K]
+    capture: np.ndarray  # [K]
+    rows: np.ndarray  # [U, 3] (name, region, capture), sorted
+    row: np.ndarray  # [K] index into rows
+
+    @classmethod
+    def of(cls, ctx: Context) -> KernelKeys:
+        trace, k = ctx.trace, ctx.kernels
+        names = trace.ranges.name
+
+        def name_of(rng: np.ndarray) -> np.ndarray:
+            out = np.full(len(rng), -1, dtype=np.int64)
+            out[rng >= 0] = names[rng[rng >= 0]]
+            return out
+
+        name = trace.ops.name[k]
+        # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
+        region, capture = name_of(ctx.gpu.op_range[k]), name_of(ctx.capture[k])
+        rows, row = unique_rows([name, region, capture], len(trace.names))
+        return cls(k, name, region, capture, rows, row)
 
 
 @dataclass
@@ -75,6 +107,32 @@ class Context:
     def capture(self) -> np.ndarray:
         """[G] the capture-time range of each graph-replayed op, -1 otherwise."""
         return capture_ranges(self.trace, self.tree)
+
+    @cached_property
+    def kernels(self) -> np.ndarray:
+        """[K] the indices of the kernels among the GPU ops."""
+        return np.flatnonzero(self.trace.ops.kind == KERNEL)
+
+    @cached_property
+    def kernel_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(op, range) pairs: every range around each kernel's launch and its graph node's capture
+        (gpu_regions.kernel_range_pairs), made once per run for every view of kernel time per region."""
+        return kernel_range_pairs(self.tree, self.gpu.op_range, self.capture, self.kernels)
+
+    @cached_property
+    def region_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, [R] each range's index among them): each range's (domain, own name) as one code, domain *
+        (len(names) + 1) + name, factorised once per run (the `regions` table and whatever groups ranges so)."""
+        r = self.trace.ranges
+        key = r.domain * (len(self.trace.names) + 1) + self.range_names()
+        keys, inverse = np.unique(key, return_inverse=True)
+        return keys, inverse.ravel()
+
+    @cached_property
+    def kernel_keys(self) -> KernelKeys:
+        """Each kernel's name, launching region and capture-time region, and their distinct triples, factorised
+        once per run (KernelKeys) for every table of kernels."""
+        return KernelKeys.of(self)
 
     @cached_property
     def own_ns(self) -> np.ndarray:

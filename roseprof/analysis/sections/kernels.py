@@ -7,8 +7,8 @@ import numpy as np
 
 from roseprof.analysis.diff_metric import Sample, Sides, common, outside_figure, per_run
 from roseprof.analysis.samples import kernel_samples
-from roseprof.analysis.sections.base import Context, Section, SectionResult
-from roseprof.analysis.stats import group_percentiles
+from roseprof.analysis.sections.base import Context, KernelKeys, Section, SectionResult
+from roseprof.analysis.stats import group_percentiles, unique_rows
 from roseprof.model import KERNEL, Trace
 from roseprof.run.checks import NUM, OPT_NUM
 
@@ -18,19 +18,9 @@ def compute(ctx: Context) -> SectionResult:
     kernels, kernel_regions = [], []
     is_kernel = trace.ops.kind == KERNEL
     if is_kernel.any():
-        k_name = trace.ops.name[is_kernel]
-        k_range = gpu.op_range[is_kernel]
-        # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
-        k_region = np.full(len(k_range), -1, dtype=np.int64)
-        k_region[k_range >= 0] = trace.ranges.name[k_range[k_range >= 0]]
-        k_cap = ctx.capture[is_kernel]
-        k_capture = np.full(len(k_cap), -1, dtype=np.int64)
-        k_capture[k_cap >= 0] = trace.ranges.name[k_cap[k_cap >= 0]]
-        k_dur = (trace.ops.end - trace.ops.start)[is_kernel]
-        uniq, inverse = np.unique(
-            np.stack([k_name, k_region, k_capture], axis=1), axis=0, return_inverse=True
-        )
-        inverse = inverse.ravel()
+        keys = ctx.kernel_keys  # factorised once per run (sections/base.py)
+        k_dur = (trace.ops.end - trace.ops.start)[keys.kernels]
+        uniq, inverse = keys.rows, keys.row
         pct = group_percentiles(inverse, k_dur, qs=(50,))
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=k_dur)
@@ -46,7 +36,7 @@ def compute(ctx: Context) -> SectionResult:
                 }
             )
         kernels.sort(key=lambda r: -r["total_ns"])
-        kernel_regions = _kernels_by_owner(trace, k_name, k_region, k_capture, k_dur)
+        kernel_regions = _kernels_by_owner(trace, keys, k_dur)
     unattributed = int((gpu.op_range[is_kernel] < 0).sum()) if is_kernel.any() else 0
     return SectionResult(
         {
@@ -58,12 +48,15 @@ def compute(ctx: Context) -> SectionResult:
     )
 
 
-def _kernels_by_owner(trace: Trace, k_name, k_region, k_capture, k_dur, top: int = 200) -> list[dict]:
+def _kernels_by_owner(trace: Trace, keys: KernelKeys, k_dur: np.ndarray, top: int = 200) -> list[dict]:
     """One row per (kernel name, region it belongs to: the innermost capture-time region of a graph-replayed
     kernel, the innermost launching region of the others), largest first."""
-    owner = np.where(k_capture >= 0, k_capture, k_region)
-    uniq, inverse = np.unique(np.stack([k_name, owner], axis=1), axis=0, return_inverse=True)
-    inverse = inverse.ravel()
+    k_capture = keys.capture
+    # The (name, owner) pairs factorised over the distinct (name, region, capture) rows, not over the kernels.
+    rows = keys.rows
+    owner = np.where(rows[:, 2] >= 0, rows[:, 2], rows[:, 1])
+    uniq, of_row = unique_rows([rows[:, 0], owner], len(trace.names))
+    inverse = of_row[keys.row]
     pct = group_percentiles(inverse, k_dur, qs=(50,))
     count = np.bincount(inverse)
     total = np.bincount(inverse, weights=k_dur)

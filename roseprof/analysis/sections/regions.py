@@ -34,9 +34,8 @@ def compute(ctx: Context) -> SectionResult:
     has_gpu = trace.has_gpu
     regions = []
     if len(start):
-        key = trace.ranges.domain * (len(trace.names) + 1) + ctx.range_names()
-        pct = group_percentiles(key, dur)
-        uniq, inverse = np.unique(key, return_inverse=True)
+        uniq, inverse = ctx.region_keys  # (domain, name) of each range, factorised once per run
+        pct = dict(zip(uniq.tolist(), group_percentiles(inverse, dur).values()))
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=dur)
         self_total = np.bincount(inverse, weights=tree.self_ns)
@@ -46,7 +45,9 @@ def compute(ctx: Context) -> SectionResult:
         kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
         graph_total = np.bincount(inverse, weights=ctx.graph_ns)
         # Kernel time with graph replays counted where captured (gpu_regions.py): what the views show.
-        present, by_capture = gpu_ns_by_key(trace, tree, gpu.op_range, ctx.capture, inverse.ravel())
+        present, by_capture = gpu_ns_by_key(
+            trace, tree, gpu.op_range, ctx.capture, inverse.ravel(), pairs=ctx.kernel_pairs
+        )
         gpu_total = np.zeros(len(uniq), dtype=np.int64)
         gpu_total[present] = by_capture[0]
         for j, k in enumerate(uniq):

@@ -15,7 +15,7 @@ def compute(ctx: Context) -> SectionResult:
     region_cols = ctx.table("step_regions")
     steady = steady_state(
         ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, ctx.own_ns, rows, region_cols, ctx.log, unit,
-        step_name,
+        step_name, pairs=ctx.kernel_pairs if ctx.trace.has_gpu else None,
     )  # fmt: skip
     return SectionResult({"steady": steady})
 

@@ -178,12 +178,19 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
         domain_of[(dom_id, bits)] = domains.index(name)
     # Incomplete ranges (no end) run to the last timestamp of the capture, as in `nsys stats`.
     max_ts = db.query("SELECT max(max(start), max(coalesce(end, start))) FROM NVTX_EVENTS")[0][0] or 0
+    # A range named by a registered string comes with its StringIds id (and no text): its name is looked up once
+    # per distinct id, not made and interned once per range. The others (-1) bring their text.
+    if "textId" in cols:
+        sid_expr = "CASE WHEN s.value IS NOT NULL THEN s.id ELSE -1 END"
+        text_expr = f"CASE WHEN s.value IS NULL THEN {text} END"
+    else:
+        sid_expr, text_expr = "-1", text
     rows = db.query(
-        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {name_expr} "
-        f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
+        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {sid_expr}, "
+        f"{text_expr} FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
     )
-    nums = db.to_ints([r[:6] for r in rows], 6, "NVTX_EVENTS")
-    start, end, dom_ids, bits, tids, etype = (nums[:, i] for i in range(6))
+    nums = db.to_ints([r[:7] for r in rows], 7, "NVTX_EVENTS")
+    start, end, dom_ids, bits, tids, etype, sid = (nums[:, i] for i in range(7))
     if (end < start).any():
         raise fail(db.label, "NVTX_EVENTS holds a range that ends before it starts: a damaged export")
     domain = np.array(
@@ -193,7 +200,7 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
     ranges = Ranges(
         start=start,
         end=end,
-        name=names.intern_many([clean_name(r[6]) for r in rows]),
+        name=_range_names(db, names, sid, rows),
         domain=domain,
         tid=tids,
         style=np.where((etype == NVTX_PUSHPOP) | (etype == NVTXT_PUSHPOP), 0, 1).astype(np.int64),
@@ -208,9 +215,25 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
     return ranges, marks, domains
 
 
+def _range_names(db: Export, names: Names, sid: np.ndarray, rows: list) -> np.ndarray:
+    """[R] each range's interned name, interned in the order the ranges first use them (as one by one would)."""
+    if not len(sid) or (sid < 0).any():
+        strings = dict(db.query("SELECT id, value FROM StringIds")) if (sid >= 0).any() else {}
+        return names.intern_many(
+            [clean_name(strings[i] if i >= 0 else r[7]) for i, r in zip(sid.tolist(), rows)]
+        )
+    ids, first, inverse = np.unique(sid, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    where = f" WHERE id IN ({', '.join(map(str, ids.tolist()))})" if len(ids) <= 10_000 else ""
+    values = dict(db.query(f"SELECT id, value FROM StringIds{where}"))
+    interned = np.empty(len(ids), dtype=np.int64)
+    interned[order] = names.intern_many([clean_name(values[int(i)]) for i in ids[order]])
+    return interned[inverse.ravel()]
+
+
 def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
-    parts, corr_sources = [], []
+    parts, kinds, corr_sources = [], [], []
     for kind, table in enumerate(GPU_OP_TABLES.values()):
         if table not in db.tables:
             continue
@@ -221,26 +244,27 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         optional = [
             c for c in ("correlationId", "globalPid", "deviceId", "streamId", "graphNodeId") if c in cols
         ]
-        db.check_integers(table, ["start", "end"], optional + ([name_col] if name_col else []))
         exprs = [f"coalesce({quote(c)}, -1)" if c in cols else "-1" for c in ("correlationId", "globalPid")]
         exprs += [
             f"coalesce({quote(c)}, -1)" if c in cols else "-1"
             for c in ("deviceId", "streamId", "graphNodeId")
         ]
         name_expr = f"coalesce({quote(name_col)}, -1)" if name_col else "-1"
-        arr = db.ints(
-            f"SELECT start, end, {name_expr}, {exprs[0]}, {exprs[1]}, {kind}, {', '.join(exprs[2:])} FROM {table}",
-            9,
+        # One pass: the values and the check that each is an integer (sqlite.Export.checked_ints).
+        arr = db.checked_ints(
             table,
+            ["start", "end", name_expr, *exprs],
+            ["start", "end"],
+            optional + ([name_col] if name_col else []),
         )
         if len(arr):
             parts.append(arr)
+            kinds.append(np.full(len(arr), kind, dtype=np.int64))
             if "correlationId" in cols:
                 corr_sources.append(f"SELECT correlationId FROM {table}")
-    ops = np.concatenate(parts) if parts else np.zeros((0, 9), dtype=np.int64)
-    op_start, op_end, op_name_sid, op_corr, op_pid, op_kind, device, stream, graph_node = (
-        ops[:, i] for i in range(9)
-    )
+    ops = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.int64)
+    op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
+    op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = (ops[:, i] for i in range(8))
     if (op_end < op_start).any():
         raise fail(db.label, "a GPU op ends before it starts: a damaged export")
     # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.
@@ -262,14 +286,15 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
     if len(ops) and corr_sources and {"correlationId", "globalTid", "start", "end"} <= rt_cols:
         has_name = "nameId" in rt_cols
-        db.check_integers(RUNTIME, [], ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name)
-        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped.
-        rt = db.ints(
-            f"SELECT correlationId, globalTid, start, end, {'coalesce(nameId, -1)' if has_name else '-1'} "
-            f"FROM {RUNTIME} WHERE correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
-            5,
+        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped. The
+        # same pass checks every call's integers (sqlite.Export.checked_ints).
+        rt = db.checked_ints(
             RUNTIME,
+            ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if has_name else "-1"],
+            [],
+            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name,
+            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
         )
         if (rt[:, 3] < rt[:, 2]).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")

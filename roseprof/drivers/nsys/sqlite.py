@@ -7,6 +7,7 @@ that never ends) becomes one RoseprofError line naming `label`, the user's file,
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import time
@@ -163,8 +164,12 @@ class Export:
         return fail(self.label, f"could not be read as an nsys export ({one_line(str(e))})")
 
     def query(self, sql: str) -> list:
+        return self._guarded(lambda: self.conn.execute(sql).fetchall())
+
+    def _guarded(self, read):
+        """read() with every way a query can fail turned into one RoseprofError line (or the user's interrupt)."""
         try:
-            return self.conn.execute(sql).fetchall()
+            return read()
         except sqlite3.Error as e:
             if "interrupted" in str(e) and not self.stopped_for:
                 # A signal (Ctrl-C, SIGTERM) arrived inside the progress handler, which SQLite turned into an
@@ -197,6 +202,41 @@ class Export:
                         self.label,
                         f"{table}.{c} holds a {kind} value where nsys writes an integer: a damaged export",
                     )
+
+    def checked_ints(
+        self, table: str, exprs: list[str], required: list[str], nullable: list[str] = (), where: str = ""
+    ) -> np.ndarray:
+        """[rows, len(exprs)] int64: SELECT exprs FROM table [WHERE where] in one pass that also checks
+        check_integers' rule on every row it reads (a row that breaks the rule is read whatever `where` says, its
+        first value NULL); such a row is refused with check_integers' message. exprs[0] is never NULL in a row
+        that keeps the rule (a required column, or one `where` asks to be set). The rows stream from the cursor into numpy: no
+        second scan of the table, no list of tuples."""
+        ok = " AND ".join(
+            [f"typeof({quote(c)}) = 'integer'" for c in required]
+            + [f"typeof({quote(c)}) IN ('integer', 'null')" for c in nullable]
+        )
+        ok = f"({ok or '1'})"
+        # The check rides on the first value, NULL where the row breaks the rule: no column of its own to fetch.
+        first = f"CASE WHEN {ok} THEN {exprs[0]} END"
+        sql = f"SELECT {', '.join([first, *exprs[1:]])} FROM {quote(table)}"
+        if where:
+            sql += f" WHERE ({where}) OR NOT {ok}"
+        ncols = len(exprs)
+
+        def read():
+            try:
+                return np.fromiter(itertools.chain.from_iterable(self.conn.execute(sql)), dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):  # a text, blob, real or NULL value
+                return None
+
+        flat = self._guarded(read)
+        if flat is None or len(flat) % ncols:
+            self.check_integers(table, required, nullable)
+            raise fail(self.label, f"{table} holds a value that is not an integer: a damaged export")
+        arr = flat.reshape(-1, ncols)
+        if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
+            raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
+        return arr
 
     def ints(self, sql: str, ncols: int, what: str) -> np.ndarray:
         """An integer query result as a [rows, ncols] int64 array (after check_integers on its columns)."""
