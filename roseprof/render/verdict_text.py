@@ -3,7 +3,6 @@ what one run a side can see, and what backs the figures."""
 
 from __future__ import annotations
 
-from roseprof.analysis.verdict import samples_of
 from roseprof.render.text import duration
 
 
@@ -75,7 +74,7 @@ def one_run_note(v: dict) -> str | None:
     """With one run a side: what its intervals see, what makes a verdict, and how often one run a side calls a
     change between two runs of the same code."""
     if not v.get("one_run_a_side"):
-        single = [side for side in ("before", "after") if samples_of(v[side]) == 1]
+        single = [side for side in ("before", "after") if v[side].get("samples", 1) == 1]
         if len(single) == 1:  # one side a group, the other one run: its drift between runs is unseen
             return (
                 f"{single[0]} is one run: the interval sees the drift between runs on the other side only; "
@@ -118,7 +117,7 @@ def samples_note(v: dict) -> str:
         if s and s not in seen:
             seen.append(s)
     need = v["min_samples"]
-    groups = any(samples_of(v[side]) > 1 for side in ("before", "after"))
+    groups = any(v[side].get("samples", 1) > 1 for side in ("before", "after"))
     # A group's counts are its runs' together: per side, not per run.
     backing = f"Samples per {'side' if groups else 'run'}: {'; '.join(seen)}. " if seen else ""
     return (

@@ -1,10 +1,9 @@
 """The run folder's normalised files, written and read in this one module.
 
     summary.json    the contract (DESIGN.md): regions, kernels, steps, itl, requests
-    steps.json      per decode step: times, rollovers, batch size, ns per region inside the step; and
-                    run_starts: where each benchmark run begins (step index, ms since the first arrival); in a
-                    run of several ranks, `ranks`: {label: each rank's own steps (index, start_ns, dur_ns,
-                    rollovers)}
+    steps.json      per decode step: times, rollovers, batch size, ns per region inside the step; run_starts:
+                    where each benchmark run begins (step index, ms since the first arrival); several ranks:
+                    `ranks`: {label: each rank's own steps (index, start_ns, dur_ns, rollovers)}
     itl.json        per request: token times, ITL, the step that produced each token
     telemetry.json  GPU samples during a capture (when there was a GPU)
     names.json      the trace's Names table, domains and thread names, and TABLES_VERSION; since version 3 also
@@ -16,18 +15,16 @@
     op_regions.npz  per GPU op, its innermost launching region and capture-time region (names index, -1: none)
     host_events.npz the model's HostEvents columns (torch: CPU operators, Python frames, calls that launched
                     nothing); absent when there are none (and in runs stored before 2026-11-24)
-    load_tokens.json   a load (`roseprof load`, tool `load`): per request every token's arrival (ms after the load's
-                    start), id and the server's decode step, with the server's response id
+    load_tokens.json   a load (`roseprof load`, tool `load`): per request every token's arrival (ms after the
+                    load's start), id and the server's decode step, with the server's response id
     load_metrics.json  a load: the server's /metrics scraped before, every second during, and after
-    kernel_metrics.npz, kernel_metrics.json
-                    per-launch metrics (ncu): numeric columns in the .npz (NaN where the report has no value),
-                    enclosing NVTX ranges, rule findings and device facts in the .json with its own version
+    kernel_metrics.npz, kernel_metrics.json   per-launch metrics (ncu): numeric columns in the .npz (NaN where
+                    the report has no value), enclosing NVTX ranges, rule findings, device facts in the .json
 
 Version 3 (2026-11-24) adds the processes; a run stored before reads with none (an empty `thread_pids` and
 `processes`, as ncu's traces have), which every analysis takes as one process.
-Version 1 (before the tool-neutral model) had no marks, thread names, style or the ops' device, stream,
-graph node and launching call; reading such a run fills those with -1 and says nothing is lost that the
-analyses need. The .npz files are uncompressed: zlib on 1M-row columns costs seconds.
+Version 1 (before the tool-neutral model) had no marks, thread names, style or the ops' device, stream, graph
+node and launching call; reading such a run fills those with -1 and says nothing is lost that the analyses need. The .npz files are uncompressed: zlib on 1M-row columns costs seconds.
 """
 
 from __future__ import annotations

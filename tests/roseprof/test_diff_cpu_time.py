@@ -29,7 +29,12 @@ def test_the_reader_keeps_cpu_times_and_drops_only_damaged_ones(tmp_path):
         {**step, "cpu_ns": 9, "cpu_own_ns": [4]},
     ]
     path = tmp_path / "steps.jsonl"
-    lines = [{"type": "meta", "version": 3}, good, *damaged, step]
+    # Six steps of their own (a record repeating another's index, start and end is dropped as a copy).
+    steps = [
+        {**r, "index": i, "start_ns": 10 + 20 * i, "end_ns": 20 + 20 * i}
+        for i, r in enumerate([good, *damaged, step])
+    ]
+    lines = [{"type": "meta", "version": 3}, *steps]
     path.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     log = read_steplog(str(path))
     assert len(log.steps) == 6 and log.version == 3  # every step kept: the join with the trace is by order
