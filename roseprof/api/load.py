@@ -145,11 +145,13 @@ def load(
     writer = store.new_run(name or f"load-{ep.host}-{ep.port}", tables.LOAD_TOOL)
     try:
         writer.manifest.update(
-            command=command_of(url, plan, slo, warmup_s, sweep, repeat)
-            + (["--concurrency", str(saturate)] if saturate and probes else []),
-            environment=environment.describe(),
-            **(manifest or {}),
-        )
+            {
+                "command": command_of(url, plan, slo, warmup_s, sweep, repeat)
+                + (["--concurrency", str(saturate)] if saturate and probes else []),
+                "environment": environment.describe(),
+                **(manifest or {}),
+            }
+        )  # the caller's manifest may say another command (roseprof live)
         writer.manifest["tool"] = {"name": tables.LOAD_TOOL, "version": "1", "url": url}
         if extra is not None:
             extra(summary, tokens, writer.path)

@@ -28,7 +28,8 @@ def sniff(head: bytes) -> bool:
     return isinstance(record, dict) and record.get("type") == "meta" and "clock" in record
 
 
-def read(path: Path, raw_dir: Path, label: str) -> Trace:
+def read(path: Path, raw_dir: Path, label: str, limits=None) -> Trace:
+    """`limits` (drivers/base.Limits) bound inflating compressed inputs: a step log is read as it is."""
     log = read_steplog(str(path))
     if log is None or not log.steps:
         raise RoseprofError(f"{label}: a step log with no decode step in it")
