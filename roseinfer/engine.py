@@ -69,6 +69,9 @@ class Engine:
         }
         self._next_id = 0
         self.on_token: Callable[[Sequence, int], None] | None = None
+        # Called after a step's prefill, before its decode: a server sends the prefilled requests' first tokens
+        # then, so that their TTFT does not also hold the running batch's decode step.
+        self.after_prefill: Callable[[], None] | None = None
 
     @property
     def graphs(self) -> DecodeGraphs | None:
@@ -143,6 +146,8 @@ class Engine:
                 prefill = self.scheduler.schedule_prefill()
                 if prefill:
                     finished += self._prefill(prefill)
+                    if self.after_prefill is not None:
+                        self.after_prefill()
                 batch, preempted = self.scheduler.schedule_decode()
                 self.stats["preemptions"] += preempted
                 if preempted and self.steplog is not None:

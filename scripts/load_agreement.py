@@ -10,7 +10,13 @@ roseprof/load/client.py: one connection per request (`Connection: close`, as ros
 Content-Length bodies, each SSE `data:` line stamped with time.perf_counter when the read that completed it
 returned. Both run closed loop at the same concurrency with the same requests (roseprof's seeded prompt ids,
 max_tokens, ignore_eos), one after the other (--rounds R: alternately, R times each, each client's requests
-pooled). Prints a table and exits 1 when a figure disagrees. (httpx and aiohttp are not in the project's
+pooled). Prints a table and exits 1 when a figure disagrees.
+
+`--split` (a `roseinfer serve` on this host, with its flight recorder): roseprof's side runs as `roseprof live`
+and the independent client's requests are matched to the server's step log after each of its rounds, so each
+client's TTFT is split on the one clock into HTTP in (sent -> the server took the request), engine (-> first token
+emitted) and delivery (-> the client read it), and every token's delivery is measured (roseprof/live/path.py: the
+analysis of the server's records is shared, the clients are not). (httpx and aiohttp are not in the project's
 environment; asyncio streams are as plain as either.)"""
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ async def _body_lines(reader: asyncio.StreamReader, headers: dict):
             yield line.rstrip(b"\n"), time.perf_counter()
 
 
-async def one(host: str, port: int, body: bytes) -> tuple[float, list[float]]:
+async def one(host: str, port: int, body: bytes) -> tuple[float, list[float], dict]:
     reader, writer = await asyncio.open_connection(host, port)
     head = (
         f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
@@ -67,6 +73,7 @@ async def one(host: str, port: int, body: bytes) -> tuple[float, list[float]]:
         key, _, value = line.decode("latin-1").partition(":")
         headers[key.strip().lower()] = value.strip()
     times: list[float] = []
+    meta: dict = {"steps": []}  # the response id and each token's decode step (for --split)
     async for line, now in _body_lines(reader, headers):
         line = line.rstrip(b"\r")
         if not line.startswith(b"data: "):
@@ -74,10 +81,13 @@ async def one(host: str, port: int, body: bytes) -> tuple[float, list[float]]:
         if line == b"data: [DONE]":
             break
         chunk = json.loads(line[6:])
+        meta.setdefault("id", chunk.get("id"))
         for c in chunk.get("choices", []):
-            times += [now] * len(c.get("token_ids") or [None])
+            ids = c.get("token_ids") or [None]
+            times += [now] * len(ids)
+            meta["steps"] += (c.get("token_steps") or [None] * len(ids))[: len(ids)]
     writer.close()
-    return sent, times
+    return sent, times, meta
 
 
 async def _closed_loop(host: str, port: int, bodies: list[bytes], concurrency: int) -> list:
@@ -92,7 +102,9 @@ async def _closed_loop(host: str, port: int, bodies: list[bytes], concurrency: i
     return results
 
 
-def independent(url: str, model: str | None, concurrency: int, prompts: list, out_len: int):
+def independent(
+    url: str, model: str | None, concurrency: int, prompts: list, out_len: int, split: list | None
+):
     parts = urlsplit(url)
     bodies = []
     for prompt in prompts:
@@ -100,16 +112,39 @@ def independent(url: str, model: str | None, concurrency: int, prompts: list, ou
         if model:
             body["model"] = model
         bodies.append(json.dumps(body).encode())
+    start, start_ns = time.perf_counter(), time.monotonic_ns()
     results = asyncio.run(_closed_loop(parts.hostname, parts.port, bodies, concurrency))
-    ttft = [1e3 * (ts[0] - s) for s, ts in results if ts]
-    itl = [1e3 * g for _, ts in results for g in np.diff(ts)]
+    ttft = [1e3 * (ts[0] - s) for s, ts, _ in results if ts]
+    itl = [1e3 * g for _, ts, _ in results for g in np.diff(ts)]
+    if split is not None:
+        rows = [{"request_id": m.get("id"), "sent_ms": 1e3 * (s - start), "t_ms": [1e3 * (t - start) for t in ts],
+                 "steps": m["steps"]} for s, ts, m in results if ts]  # fmt: skip
+        split.append(_path_of(url, rows, start_ns, len(results) * (out_len + 2)))
     return np.asarray(ttft), np.asarray(itl)
 
 
-def roseprof_load(args, tmp: str, k: int) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """One `roseprof load` as a user runs it: its TTFT per request and every ITL gap, read from the stored run."""
+def _path_of(url: str, rows: list[dict], start_ns: int, steps: int) -> dict | None:
+    """The HTTP path split of one round of the independent client: its tokens against the server's last steps."""
+    import urllib.request
+
+    from roseprof.live.path import http_path
+    from roseprof.workload.steplog import read_steplog
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "steps.jsonl"
+        with urllib.request.urlopen(f"{url.rstrip('/')}/debug/steps?last={steps}", timeout=60) as resp:
+            path.write_bytes(resp.read())
+        log = read_steplog(str(path))
+    return http_path(log, rows, start_ns, url) if log is not None and log.steps else None
+
+
+def roseprof_load(args, tmp: str, k: int, split: list | None) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """One `roseprof load` (`live` with --split) as a user runs it: its TTFT per request and every ITL gap, read
+    from the stored run."""
+    how = ["live", args.url, "--steps", str(args.requests * (args.output_len + 2))] if split is not None else [
+        "load", args.url]  # fmt: skip
     proc = subprocess.run(
-        [sys.executable, "-m", "roseprof", "load", args.url, "--requests", str(args.requests), "--concurrency",
+        [sys.executable, "-m", "roseprof", *how, "--requests", str(args.requests), "--concurrency",
          str(args.concurrency), "--output-len", str(args.output_len), "--prompt-len", str(args.prompt_len),
          "--traces-dir", tmp, "--no-metrics", "--name", f"agreement-{k}"],
         capture_output=True, text=True, cwd=REPO,
@@ -119,7 +154,10 @@ def roseprof_load(args, tmp: str, k: int) -> tuple[np.ndarray, np.ndarray, str |
     run = max(
         (p for p in Path(tmp).iterdir() if p.is_dir() and f"agreement-{k}-" in p.name), key=lambda p: p.name
     )
-    serving = json.loads((run / "summary.json").read_text())["serving"]
+    summary = json.loads((run / "summary.json").read_text())
+    serving = summary["serving"]
+    if split is not None:
+        split.append(summary.get("live", {}).get("path"))
     ttft = [t for t in serving["requests"]["ttft_ms"] if t is not None]
     tokens = json.loads((run / "load_tokens.json").read_text())
     itl = [g for row in tokens for g in np.diff(row["t_ms"])]
@@ -136,6 +174,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1,
                    help="alternate the two clients this many times and pool each one's requests (spreads the "
                         "machine's drift over both)")  # fmt: skip
+    p.add_argument(
+        "--split",
+        action="store_true",
+        help="split each client's TTFT into HTTP in, engine and delivery (a roseinfer serve on this host)",
+    )
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
@@ -146,12 +189,13 @@ def main() -> None:
                 output_len=Length(args.output_len, args.output_len))  # fmt: skip
     prompts = [p.prompt for p in plan.schedule()]  # the same prompt ids as roseprof's requests
     ours, theirs = {"ttft": [], "itl": []}, {"ttft": [], "itl": []}
+    splits = ([], []) if args.split else (None, None)  # per round: roseprof's, the independent client's
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
-            ttft, itl, model = roseprof_load(args, tmp, k)
+            ttft, itl, model = roseprof_load(args, tmp, k, splits[0])
             ours["ttft"].append(ttft)
             ours["itl"].append(itl)
-            ttft, itl = independent(args.url, model, args.concurrency, prompts, args.output_len)
+            ttft, itl = independent(args.url, model, args.concurrency, prompts, args.output_len, splits[1])
             theirs["ttft"].append(ttft)
             theirs["itl"].append(itl)
     rows, ok = [], True
@@ -170,11 +214,31 @@ def main() -> None:
     for label, a, b, diff, agree, sa, sb in rows:
         extra = f"  {sa:.3f} / {sb:.3f}" if args.rounds > 1 else ""
         print(f"{label:10} {a:12.3f} {b:15.3f} {diff:+9.3f}  {'yes' if agree else 'NO ':<20}{extra}")
+    if args.split:
+        _print_split(splits)
     if args.json:
         keys = ("figure", "roseprof_ms", "independent_ms", "diff_ms", "agree", "roseprof_range_ms",
                 "independent_range_ms")  # fmt: skip
         Path(args.json).write_text(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
     sys.exit(0 if ok else 1)
+
+
+def _print_split(splits: tuple[list, list]) -> None:
+    """Per client, the median over rounds of each part's p50 (and the deliveries' p99), ms."""
+    parts = ("http_in_ms", "engine_ttft_ms", "first_delivery_ms", "delivery_ms", "gap_diff_ms")
+    print("\nTTFT and token path on one clock (median of the rounds' p50; p99 in brackets), ms")
+    print(f"{'client':12}" + "".join(f"{p[:-3]:>20}" for p in parts))
+    for label, rounds in zip(("roseprof", "independent"), splits):
+        got = [r for r in rounds if r]
+        if not got:
+            print(f"{label:12} (no split: no joined request)")
+            continue
+        cells = []
+        for p in parts:
+            p50 = [r[p]["p50"] for r in got if r[p]["p50"] is not None]
+            p99 = [r[p]["p99"] for r in got if r[p]["p99"] is not None]
+            cells.append(f"{np.median(p50):.3f} [{np.median(p99):.3f}]" if p50 else "-")
+        print(f"{label:12}" + "".join(f"{c:>20}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ The protocol (pickled tuples over a `multiprocessing` pipe; `key` is the server'
                    ("stop",)                                               leave once nothing is in the engine
   core -> server:  lists of events, one send per batch (the writer thread batches while the pipe is busy):
                    ("ready",)
-                   ("step", tokens, finishes, waiting, added)   tokens: (key, index, token, decode step or -1);
+                   ("step", tokens, finishes, waiting, added)   one a step, and one before it in a step that
+                                                                prefilled (the prefill's first tokens, no
+                                                                finishes); tokens: (key, index, token, decode step or -1);
                                                                 finishes: (key, index, reason); waiting: requests
                                                                 the scheduler holds; added: adds taken in so far
                    ("reply", qid, value)
@@ -107,6 +109,8 @@ class EngineCore:
         self._owner: dict[int, tuple[int, int]] = {}  # sequence id -> (request key, choice index)
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
         self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
+        self._sent = 0  # how many of them went to the server already (the prefill's, before the decode)
+        self._step_start_ns = 0
         # (tokens computed, prompt tokens if admitted) of the step's prefills
         self._prefilled: list[tuple[int, int]] = []
         self._added = 0  # "add" commands taken in
@@ -122,6 +126,7 @@ class EngineCore:
                 return 1
             self.engine = engine
             engine.on_token = self._on_token
+            engine.after_prefill = self._publish_prefilled
             self.out.put(("ready",))
             try:
                 self._loop()
@@ -153,7 +158,7 @@ class EngineCore:
             if self.workers is not None:
                 self.workers.send_step(self._ops)
                 self._ops = []
-            start_ns = tracing.now_ns()
+            self._step_start_ns = start_ns = tracing.now_ns()
             finished = engine.step()
             self._publish(start_ns, finished)
 
@@ -235,16 +240,28 @@ class EngineCore:
             self.metrics.request_finished(seq, prefill_start)
         return key, index, seq.finish_reason
 
-    def _publish(self, start_ns: int, finished: list[Sequence]) -> None:
-        """One step's tokens and finishes to the server (one event), and the step counted."""
-        emitted, self._emitted = self._emitted, []
-        owner = self._owner
-        tokens = []
-        for seq, tok, step in emitted:
+    def _tokens(self, start_ns: int) -> list[tuple[int, int, int, int]]:
+        """The emitted tokens not sent yet, as the "step" event carries them."""
+        owner, tokens = self._owner, []
+        for seq, tok, step in self._emitted[self._sent :]:
             key, index = owner[seq.id]
             tokens.append((key, index, tok, step))
             if step < 0:
                 self._prefill_start[seq.id] = start_ns
+        self._sent = len(self._emitted)
+        return tokens
+
+    def _publish_prefilled(self) -> None:
+        """The step's prefill is done and its decode not begun: the prefilled requests' first tokens go now (a
+        second "step" event of the same step, without finishes; the step is counted once, in _publish)."""
+        tokens = self._tokens(self._step_start_ns)
+        if tokens:
+            self.out.put(("step", tokens, [], len(self.engine.scheduler.waiting), self._added))
+
+    def _publish(self, start_ns: int, finished: list[Sequence]) -> None:
+        """One step's tokens and finishes to the server (one event), and the step counted."""
+        tokens = self._tokens(start_ns)
+        emitted, self._emitted, self._sent = self._emitted, [], 0
         engine = self.engine
         if self.metrics is not None:
             prefilled, self._prefilled = self._prefilled, []

@@ -49,6 +49,7 @@ def live(
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
         from roseprof.live.join import join
+        from roseprof.live.path import http_path
 
         path = folder / "raw" / STEPS_FILE
         path.write_bytes(fetch_steps(url, steps, api_key))
@@ -60,6 +61,8 @@ def live(
             return
         summary.update(server_summary(path))
         summary["live"] = part = join(log, tokens)
+        start_ns = summary.get("serving", {}).get("clock", {}).get("start_monotonic_ns")
+        part["path"] = http_path(log, tokens, start_ns, url)
         older = part["join"]["outside_window"]
         if older:
             summary["warnings"].append(

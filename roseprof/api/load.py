@@ -74,6 +74,7 @@ def _part(state: runner.LoadState, plan: Plan, limits: dict, warmup_s: float, ur
     part["url"] = url
     server = metrics_scrape.server_ttft(state.metrics)
     part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
+    part["clock"] = {"start_monotonic_ns": state.start_monotonic_ns}  # the load's t0 on the server's clock
     return part
 
 

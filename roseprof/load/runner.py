@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ class LoadState:
     """What a load has done so far (the caller's: kept when the load is interrupted)."""
 
     start: float | None = None
+    start_monotonic_ns: int | None = None  # time.monotonic_ns() at `start`: the server's clock (live/path.py)
     records: list[Record] = field(default_factory=list)
     model: str | None = None
     metrics: list[dict] = field(default_factory=list)  # [{"t_ms", "samples": {series: value}}]
@@ -128,6 +130,7 @@ async def run(
     """Run the load into `state`. Returns when every request sent has ended (each ends by its own timeouts)."""
     await preflight(ep, state, opts)
     state.start = clock()
+    state.start_monotonic_ns = time.monotonic_ns()
     side: list[asyncio.Task] = []
     if state.metrics_url:
         await scrape_once(ep, state)  # before

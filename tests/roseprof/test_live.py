@@ -142,3 +142,30 @@ def test_live_with_no_load_stores_the_servers_steps_alone(live_run, tmp_path):
         "live", server.url, "--steps", "20", "--api-key", "no", "--traces-dir", tmp_path, env=ENV
     )
     assert_one_line_error(wrong, 2, "API key")
+
+
+def test_live_splits_ttft_on_one_clock_for_a_server_on_this_host(live_run):
+    _, _, folder, out = live_run
+    path = json.loads((folder / "summary.json").read_text())["live"]["path"]
+    assert path["clocks_agree"] and path["requests"] == 12
+    assert path["tokens"] == 12 * 16  # every client token found its emission by the server
+    for part in ("http_in_ms", "engine_ttft_ms", "first_delivery_ms", "delivery_ms", "gap_diff_ms"):
+        assert path[part]["p50"] is not None and path[part]["p50"] <= path[part]["p99"], part
+    # on one clock, the server took a request after the client sent it and emitted a token before it was read
+    assert path["http_in_ms"]["p50"] > 0 and path["delivery_ms"]["p50"] > 0
+    assert "HTTP path on one clock (server on this host, 12 requests)" in out
+
+
+def test_the_path_is_split_only_where_the_server_shares_this_hosts_clock():
+    from roseprof.live.path import http_path, on_this_host
+    from roseprof.workload.steplog import StepLogRecords
+
+    assert (
+        on_this_host("http://127.0.0.1:8000")
+        and on_this_host("localhost:9")
+        and on_this_host("http://[::1]:80")
+    )
+    assert not on_this_host("http://10.1.2.3:8000")
+    log = StepLogRecords(meta={"first_step": 0})
+    assert http_path(log, [], 1, "http://10.1.2.3:8000") is None  # another host: another clock
+    assert http_path(log, [], None, "http://127.0.0.1:8000") is None  # a load without its monotonic start

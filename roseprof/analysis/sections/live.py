@@ -34,7 +34,32 @@ def panels(summary: dict) -> list[dict]:
             "note": note,
         }
     )
+    path = part.get("path")
+    if path and path.get("clocks_agree"):
+        out.append(
+            {
+                "title": f"HTTP path on one clock (server on this host, {path['requests']} requests), ms",
+                "columns": ["part", "p50", "p99"],
+                "rows": [[label, _ms(path[key]["p50"]), _ms(path[key]["p99"])] for key, label in PATH_PARTS],
+                "note": "client TTFT = HTTP in + engine + first delivery; a gap's difference: |client gap - "
+                "server gap| of one token",
+            }
+        )
     return out
+
+
+# the path's parts (roseprof/live/path.py), in the order a request meets them
+PATH_PARTS = (
+    ("http_in_ms", "HTTP in (sent -> the server took it)"),
+    ("engine_ttft_ms", "engine (-> first token emitted)"),
+    ("first_delivery_ms", "first delivery (-> the client read it)"),
+    ("delivery_ms", "every token's delivery"),
+    ("gap_diff_ms", "a gap's difference, client vs server"),
+)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 SECTION = Section(

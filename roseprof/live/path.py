@@ -1,0 +1,96 @@
+"""The HTTP path's own cost, from a live run's two sides on one clock: where a client's TTFT and token gaps went
+between the client and the engine.
+
+The server stamps each request's arrival (when its HTTP handler took it) and each token's emission (when the
+engine core produced it) on time.monotonic_ns; the load stamps what it sent and read on the client clock and keeps
+the monotonic reading at its start (serving's `clock`). On one host the two are one clock, so per request:
+
+    client TTFT = HTTP in (sent -> the server's arrival) + engine (arrival -> first token emitted)
+                  + delivery (emitted -> the client read it)
+
+and per token, delivery = the client's arrival of the token - its emission. A token's client gap minus its
+server gap is the change in delivery between two tokens: how far the client's ITL is from the engine's. A server
+on another host has another clock: nothing is split then (the URL must be a loopback address).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from roseprof.workload.steplog import StepLogRecords
+
+QUANTILES = (50, 99)
+
+
+def on_this_host(url: str) -> bool:
+    """Whether the URL names this machine (a loopback address, or a name that resolves only to loopback)."""
+    host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def http_path(
+    log: StepLogRecords, tokens: list[dict], start_monotonic_ns: int | None, url: str
+) -> dict | None:
+    """The `path` part of a live run: quantiles (ms) of HTTP in, engine TTFT, first-token delivery, every
+    token's delivery and |client gap - server gap|, over the requests both sides hold. None where the two clocks
+    are not one (another host, no monotonic start) or no request joins."""
+    if start_monotonic_ns is None or not on_this_host(url):
+        return None
+    first = int(log.meta.get("first_step", 0))
+    by_id = {r.get("request_id"): r for r in log.requests if r.get("request_id")}
+    http_in, engine, first_delivery, delivery, gap_diff = [], [], [], [], []
+    for row in tokens:
+        rec = by_id.get(row["request_id"])
+        if rec is None or row["sent_ms"] is None or not row["t_ms"]:
+            continue
+        sent_ns = start_monotonic_ns + row["sent_ms"] * 1e6
+        # the server's emission of each token, by its step (the window renumbers steps from `first`; -1: prefill)
+        emitted = dict(zip(rec["token_step"], rec["token_ns"]))
+        pairs = []  # (client ns, server ns) of the tokens both sides have
+        for t_ms, step in zip(row["t_ms"], row["steps"]):
+            if step is None:
+                continue
+            at = emitted.get(step - first if step >= 0 else step)
+            if at is not None:
+                pairs.append((start_monotonic_ns + t_ms * 1e6, at))
+        http_in.append(rec["arrival_ns"] - sent_ns)
+        if (
+            row["steps"][0] is not None and row["steps"][0] < 0 and pairs
+        ):  # the prefill's token is in the window
+            engine.append(pairs[0][1] - rec["arrival_ns"])
+            first_delivery.append(pairs[0][0] - pairs[0][1])
+        delivery += [c - s for c, s in pairs]
+        gap_diff += [abs((c1 - c0) - (s1 - s0)) for (c0, s0), (c1, s1) in zip(pairs, pairs[1:])]
+    if not http_in:
+        return None
+    out = {
+        "requests": len(http_in),
+        "tokens": len(delivery),
+        "http_in_ms": _quantiles(http_in),
+        "engine_ttft_ms": _quantiles(engine),
+        "first_delivery_ms": _quantiles(first_delivery),
+        "delivery_ms": _quantiles(delivery),
+        "gap_diff_ms": _quantiles(gap_diff),
+    }
+    # Two clocks that are not one (a container with its own time namespace) give deliveries far below zero.
+    out["clocks_agree"] = not delivery or float(np.percentile(delivery, 1)) > -1e6
+    return out
+
+
+def _quantiles(values_ns: list[float]) -> dict:
+    if not values_ns:
+        return {f"p{q}": None for q in QUANTILES}
+    a = np.asarray(values_ns, dtype=np.float64) / 1e6
+    return {f"p{q}": float(np.percentile(a, q)) for q in QUANTILES}
