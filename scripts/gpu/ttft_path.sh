@@ -8,28 +8,32 @@ set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 COLUMNS=80
-[ -f scripts/gpu_wheels.sh ] && source scripts/gpu_wheels.sh
+source scripts/gpu_wheels.sh  # PYTHONPATH: the wheels and this repo
 PORT=${PORT:-8765}
 URL=http://127.0.0.1:$PORT
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; git log --oneline -1; date -u; } \
   | tee "$OUT/machine.txt"
 
-measure() {  # $1: label, $2: the PYTHONPATH of the server's roseinfer
+measure() {  # $1: label, $2: the folder of the server's roseinfer (first on PYTHONPATH, before the wheels)
   local label=$1
-  PYTHONPATH=$2 python3 -m roseinfer.serve gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph \
+  PYTHONPATH=$2:$PYTHONPATH python3 -m roseinfer.serve gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph \
     --max-batch-size 64 --port "$PORT" >"$OUT/serve-$label.log" 2>&1 &
   local server=$!
-  for _ in $(seq 300); do grep -q "ready at" "$OUT/serve-$label.log" && break; sleep 1; done
+  for _ in $(seq 180); do
+    grep -q "ready at" "$OUT/serve-$label.log" && break
+    kill -0 $server 2>/dev/null || break  # it died: no use waiting
+    sleep 1
+  done
   if ! grep -q "ready at" "$OUT/serve-$label.log"; then
     echo "ttft_path.sh: the $label server did not start"; tail -20 "$OUT/serve-$label.log"; kill $server; return
   fi
-  PYTHONPATH=$PWD python3 -m roseprof load "$URL" --concurrency 8 --requests 32 --output-len 32 \
+  python3 -m roseprof load "$URL" --concurrency 8 --requests 32 --output-len 32 \
     --traces-dir "$OUT/warm" >/dev/null  # CUDA graphs and allocator warm
   for C in 1 8; do
     N=$((C == 1 ? 16 : 64))
     echo "== $label server, $C streams x $N requests x 256 tokens" | tee -a "$OUT/ttft_path.txt"
-    PYTHONPATH=$PWD timeout 240 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" \
-      --output-len 256 --rounds 3 --split --json "$OUT/agreement-$label-$C.json" 2>&1 | tee -a "$OUT/ttft_path.txt"
+    timeout 120 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" \
+      --output-len 256 --rounds "${ROUNDS:-3}" --split --json "$OUT/agreement-$label-$C.json" 2>&1 | tee -a "$OUT/ttft_path.txt"
   done
   kill $server; wait $server 2>/dev/null
 }
