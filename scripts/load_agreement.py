@@ -179,6 +179,12 @@ def main() -> None:
         action="store_true",
         help="split each client's TTFT into HTTP in, engine and delivery (a roseinfer serve on this host)",
     )
+    p.add_argument(
+        "--independent-first",
+        action="store_true",
+        help="in each round the independent client goes first (a figure that follows the order, not the client, "
+        "is the server's)",
+    )
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
@@ -191,13 +197,26 @@ def main() -> None:
     ours, theirs = {"ttft": [], "itl": []}, {"ttft": [], "itl": []}
     splits = ([], []) if args.split else (None, None)  # per round: roseprof's, the independent client's
     with tempfile.TemporaryDirectory() as tmp:
+        model = _model(args.url)
         for k in range(args.rounds):
-            ttft, itl, model = roseprof_load(args, tmp, k, splits[0])
-            ours["ttft"].append(ttft)
-            ours["itl"].append(itl)
-            ttft, itl = independent(args.url, model, args.concurrency, prompts, args.output_len, splits[1])
-            theirs["ttft"].append(ttft)
-            theirs["itl"].append(itl)
+            for side in (
+                ("independent", "roseprof") if args.independent_first else ("roseprof", "independent")
+            ):
+                if side == "roseprof":
+                    ttft, itl, _ = roseprof_load(args, tmp, k, splits[0])
+                    ours["ttft"].append(ttft)
+                    ours["itl"].append(itl)
+                else:
+                    ttft, itl = independent(
+                        args.url, model, args.concurrency, prompts, args.output_len, splits[1]
+                    )
+                    theirs["ttft"].append(ttft)
+                    theirs["itl"].append(itl)
+                if args.split:
+                    got = splits[side == "independent"][-1] or {}
+                    print(f"round {k} {side:11}: TTFT p50 {np.percentile(ttft, 50):8.3f} p99 "
+                          f"{np.percentile(ttft, 99):8.3f}; p99 of HTTP in {_p99(got, 'http_in_ms')}, engine "
+                          f"{_p99(got, 'engine_ttft_ms')}, delivery {_p99(got, 'delivery_ms')} ms")  # fmt: skip
     rows, ok = [], True
     for label, key, q in (("TTFT p50", "ttft", 50), ("TTFT p99", "ttft", 99), ("ITL p50", "itl", 50),
                           ("ITL p99", "itl", 99)):  # fmt: skip
@@ -221,6 +240,20 @@ def main() -> None:
                 "independent_range_ms")  # fmt: skip
         Path(args.json).write_text(json.dumps([dict(zip(keys, r)) for r in rows], indent=1))
     sys.exit(0 if ok else 1)
+
+
+def _model(url: str) -> str | None:
+    """The server's first model (/v1/models), as roseprof load takes it."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url.rstrip('/')}/v1/models", timeout=30) as resp:
+        data = json.loads(resp.read())["data"]
+    return str(data[0]["id"]) if data else None
+
+
+def _p99(path: dict, part: str) -> str:
+    v = (path.get(part) or {}).get("p99")
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _print_split(splits: tuple[list, list]) -> None:
