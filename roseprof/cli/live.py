@@ -41,7 +41,7 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     progress = LoadProgress(planned=n_requests)
     try:
         run = run_live(
-            store, url, steps, plan, opts, name, api_key, slo=slo, warmup_s=warmup, progress=progress
+            store, url, steps, plan, opts, name, api_key, slo=slo, warmup_s=warmup, progress=progress.callback()
         )
     finally:
         progress.finish()

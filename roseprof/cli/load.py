@@ -126,7 +126,7 @@ def load(url, name, n_requests, duration, rate, concurrency, arrivals, burstines
                          dataset, seed, model, stall_s, no_ignore_eos, no_metrics)  # fmt: skip
     progress = LoadProgress(planned=n_requests)
     try:
-        run = run_load(store, url, plan, opts, name, slo, warmup, api_key, progress, sweep=sweep, repeat=repeat,
+        run = run_load(store, url, plan, opts, name, slo, warmup, api_key, progress.callback(), sweep=sweep, repeat=repeat,
                        saturate=concurrency)  # fmt: skip
     finally:
         progress.finish()

@@ -129,6 +129,9 @@ async def run(
 ) -> None:
     """Run the load into `state`. Returns when every request sent has ended (each ends by its own timeouts)."""
     await preflight(ep, state, opts)
+    # numpy imports its quantile code at the first call (40-50 ms): never inside the load, where it stalled the
+    # client's event loop and delayed every token in flight (docs/BENCHMARKS.md, session 19)
+    np.percentile(np.zeros(1), [50, 99])
     state.start = clock()
     state.start_monotonic_ns = time.monotonic_ns()
     side: list[asyncio.Task] = []

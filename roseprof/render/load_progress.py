@@ -12,6 +12,11 @@ class LoadProgress:
         self.on = bool(getattr(self.stream, "isatty", lambda: False)())
         self.width = 0
 
+    def callback(self):
+        """What the load calls with its live figures: this display on a terminal, None when piped (the load then
+        computes no live figures at all: nothing it does not need runs on its event loop while it measures)."""
+        return self if self.on else None
+
     def __call__(self, live: dict) -> None:
         if not self.on:
             return

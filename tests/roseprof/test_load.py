@@ -295,3 +295,25 @@ def test_open_renders_the_load_dashboard(stub, tmp_path):
     for title in ("TTFT and ITL distributions", "Latency over the run", "Concurrency over time", "Request waterfall",
                   "latency (ms, client clock)"):  # fmt: skip
         assert title in text, title
+
+
+def test_a_piped_load_computes_no_live_figures_while_it_measures(stub, monkeypatch):
+    """Off a terminal the progress display is off, and the load's event loop runs nothing it does not need: the
+    live figures (numpy percentiles, whose first call imports for tens of ms) stalled every stream in flight."""
+    import asyncio
+    import io
+
+    from roseprof.load import runner
+    from roseprof.load.client import parse_url
+    from roseprof.render.load_progress import LoadProgress
+
+    assert LoadProgress(stream=io.StringIO()).callback() is None  # piped: no display, no callback
+
+    def no_live(self):
+        raise AssertionError("live figures computed during a load nobody watches")
+
+    monkeypatch.setattr(runner.LoadState, "live", no_live)
+    state = runner.LoadState()
+    plan = Plan(seed=0, requests=4, concurrency=2, prompt_len=Length(4, 4), output_len=Length(8, 8))
+    asyncio.run(runner.run(parse_url(stub("--token-delay-ms", "200")), plan, runner.LoadOptions(), state, None))
+    assert [r.status for r in state.done()] == ["ok"] * 4
