@@ -75,6 +75,8 @@ def _part(state: runner.LoadState, plan: Plan, limits: dict, warmup_s: float, ur
     server = metrics_scrape.server_ttft(state.metrics)
     part["server"] = {"metrics_url": state.metrics_url, "scrapes": len(state.metrics), "ttft": server}
     part["clock"] = {"start_monotonic_ns": state.start_monotonic_ns}  # the load's t0 on the server's clock
+    lags = state.loop_lags_ms
+    part["client_loop"] = {"stalls": len(lags), "max_stall_ms": max(lags) if lags else 0.0}
     return part
 
 
@@ -231,6 +233,9 @@ def _drive_all(ep, plans: list[Plan], opts, progress) -> tuple[list, str | None,
     return states, interrupted, interrupted or stopped
 
 
+CLIENT_STALL_WARN_MS = 20.0  # a client loop stall this long is said in the run (runner._watch_loop)
+
+
 def _warnings(part: dict, store: RunStore, state: runner.LoadState, interrupted: str | None) -> list[str]:
     out = []
     if interrupted:
@@ -246,6 +251,12 @@ def _warnings(part: dict, store: RunStore, state: runner.LoadState, interrupted:
         out.append(
             f"the generator fell behind its schedule (p99 lag {sched['lag_p99_ms']:.1f} ms): the arrivals asked "
             "were not the arrivals sent"
+        )
+    loop = part["client_loop"]
+    if loop["max_stall_ms"] >= CLIENT_STALL_WARN_MS:
+        out.append(
+            f"the client's own event loop stalled {loop['stalls']} time(s), up to {loop['max_stall_ms']:.0f} ms "
+            "(a busy machine, or the generator's own work): tokens read then are stamped late by up to that"
         )
     ceiling = read_ceiling(store)
     part["generator_ceiling"] = ceiling

@@ -38,6 +38,7 @@ class LoadState:
     records: list[Record] = field(default_factory=list)
     model: str | None = None
     metrics: list[dict] = field(default_factory=list)  # [{"t_ms", "samples": {series: value}}]
+    loop_lags_ms: list[float] = field(default_factory=list)  # the client loop's late wake-ups over LAG_NOTED_MS
     metrics_url: str | None = None
     stopped: str | None = None  # why the load stopped early
     refused_in_a_row: int = 0
@@ -140,6 +141,7 @@ async def run(
         side.append(asyncio.create_task(_scraper(ep, state, opts.scrape_interval_s)))
     if progress is not None:
         side.append(asyncio.create_task(_report(state, progress)))
+    side.append(asyncio.create_task(_watch_loop(state)))
     deadline = None if plan.duration_s is None else state.start + plan.duration_s
     try:
         if plan.rate is not None:
@@ -154,6 +156,22 @@ async def run(
         await scrape_once(ep, state)  # after
     if progress is not None:
         progress(state.live())
+
+
+# The client's own event loop: a wake-up this late (ms) is noted. Every token read while the loop was stalled is
+# stamped late by up to the stall, so a load says how long its own loop stalled (the generator is not the server).
+LAG_NOTED_MS = 5.0
+LAG_TICK_S = 0.005
+
+
+async def _watch_loop(state: LoadState) -> None:
+    """Sleeps LAG_TICK_S again and again; a wake-up later than LAG_NOTED_MS past due is the loop's stall."""
+    while True:
+        due = clock() + LAG_TICK_S
+        await asyncio.sleep(LAG_TICK_S)
+        late_ms = 1e3 * (clock() - due)
+        if late_ms > LAG_NOTED_MS:
+            state.loop_lags_ms.append(late_ms)
 
 
 async def _report(state: LoadState, progress) -> None:

@@ -200,7 +200,8 @@ def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path):
 
 def test_diff_of_loads_gates_a_slower_server(stub, tmp_path):
     traces = tmp_path / "t"
-    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "4")
+    # 1 ms against 12 ms a token: a change no busy machine's jitter can hide or fake
+    fast, slow = stub("--token-delay-ms", "1"), stub("--token-delay-ms", "12")
     common = ("--requests", 30, "--concurrency", 4, "--output-len", 12)
     for url, name in ((fast, "before"), (fast, "again"), (slow, "after")):
         assert load(url, traces, *common, "--name", name).returncode == 0
@@ -223,8 +224,9 @@ def test_diff_of_loads_gates_a_slower_server(stub, tmp_path):
 
 def test_diff_of_two_loads_of_the_same_server_passes_the_gate(stub, tmp_path):
     traces = tmp_path / "t"
-    url = stub("--token-delay-ms", "2")
-    common = ("--requests", 30, "--concurrency", 4, "--output-len", 12)
+    # 20 ms a token: a busy machine's few ms of jitter is small beside it (at 2 ms it moved TTFT p50 past the floor)
+    url = stub("--token-delay-ms", "20")
+    common = ("--requests", 30, "--concurrency", 4, "--output-len", 6)
     for name in ("a", "b"):
         assert load(url, traces, *common, "--name", name).returncode == 0
     proc = roseprof("diff", "a", "b", "--traces-dir", traces, "--json", "--fail-on-regression", 10,
