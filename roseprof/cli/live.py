@@ -41,7 +41,16 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     progress = LoadProgress(planned=n_requests)
     try:
         run = run_live(
-            store, url, steps, plan, opts, name, api_key, slo=slo, warmup_s=warmup, progress=progress.callback()
+            store,
+            url,
+            steps,
+            plan,
+            opts,
+            name,
+            api_key,
+            slo=slo,
+            warmup_s=warmup,
+            progress=progress.callback(),
         )
     finally:
         progress.finish()

@@ -38,7 +38,9 @@ class LoadState:
     records: list[Record] = field(default_factory=list)
     model: str | None = None
     metrics: list[dict] = field(default_factory=list)  # [{"t_ms", "samples": {series: value}}]
-    loop_lags_ms: list[float] = field(default_factory=list)  # the client loop's late wake-ups over LAG_NOTED_MS
+    loop_lags_ms: list[float] = field(
+        default_factory=list
+    )  # the client loop's late wake-ups over LAG_NOTED_MS
     metrics_url: str | None = None
     stopped: str | None = None  # why the load stopped early
     refused_in_a_row: int = 0

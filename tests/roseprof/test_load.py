@@ -317,5 +317,7 @@ def test_a_piped_load_computes_no_live_figures_while_it_measures(stub, monkeypat
     monkeypatch.setattr(runner.LoadState, "live", no_live)
     state = runner.LoadState()
     plan = Plan(seed=0, requests=4, concurrency=2, prompt_len=Length(4, 4), output_len=Length(8, 8))
-    asyncio.run(runner.run(parse_url(stub("--token-delay-ms", "200")), plan, runner.LoadOptions(), state, None))
+    asyncio.run(
+        runner.run(parse_url(stub("--token-delay-ms", "200")), plan, runner.LoadOptions(), state, None)
+    )
     assert [r.status for r in state.done()] == ["ok"] * 4
