@@ -95,8 +95,6 @@ class EngineConfig:
     batched_kv_append: bool = True  # False: one append call per request per layer
     batched_rollover: bool = True  # False: a full last block sends that request down the slow path
     block_table_cache: bool = True  # False: block-table rows rebuilt from the lists every step
-    # CUDA C++ kernels where they were measured faster (issue 50): False (`--no-cuda-mlp`) keeps the Triton path
-    cuda_mlp: bool = True  # a one-row 768-wide MLP as one CUDA kernel (`GraphKernels.cuda_mlp`)
     # GPU fast path (CUDA only):
     paged_attn: bool = False  # Triton paged-attention decode kernel
     cuda_graph: bool = False  # capture the decode step in CUDA graphs for batch buckets

@@ -148,10 +148,6 @@ class GraphKernels:
     # With PDL, the skinny GEMM's buckets launch the step's Triton kernels as dependents too (beyond
     # pdl_max_batch): each skinny GEMM then loads its weights while the kernel before it runs.
     skinny_gemm_pdl: bool = True
-    # At one row, with norm_gemv, a 768-wide block's MLP (ln_2, c_fc, GELU, mlp_proj) as one CUDA kernel
-    # (`roseinfer.cuda_ext.fused_mlp`, built at first use) where it is built; False (`--no-cuda-mlp`): the norm
-    # GEMV and the GEMV, two Triton kernels, as before.
-    cuda_mlp: bool = True
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -230,7 +226,6 @@ class DecodeGraphs:
                 k.lm_head_gemv,
                 k.skinny_gemm_max_batch,
                 self.skinny_scratch,
-                k.cuda_mlp,
             ),
             pdl_scope(
                 pdl,

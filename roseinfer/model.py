@@ -22,8 +22,6 @@ import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
 from roseinfer.linears import (
-    cuda_mlp,
-    cuda_mlp_applies,
     embedding_gather_applies,
     linear,
     lm_head_gemv_applies,
@@ -55,7 +53,6 @@ class Block(nn.Module):
         # Tensor parallelism (`roseinfer.sharding`): this rank's heads and MLP columns only, and the group whose
         # all-reduce sums the row-parallel projections. None on one device: no collective, nothing else changes.
         self.tp = None
-        self.cuda_mlp_state = None  # `roseinfer.linears.cuda_mlp`'s kernel state, made at its first call
 
     def forward(
         self,
@@ -94,9 +91,6 @@ class Block(nn.Module):
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
-        if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.c_fc, self.mlp_proj):
-            with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel (regions inside it: stamps)
-                return cuda_mlp(x, a, self)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, a, self.ln_2, fused)

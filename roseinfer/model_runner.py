@@ -148,7 +148,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels(cuda_mlp=self.cfg.cuda_mlp),
+            kernels=kernels or GraphKernels(),
         )  # fmt: skip
 
     @property

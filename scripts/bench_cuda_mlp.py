@@ -7,7 +7,7 @@ process, on one GPU (issue 50):
 - %globaltimer's tick as seen in the stamps, and each phase's median time from the stamps;
 - --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp_stamps.json comes from here).
 
-python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH]
+python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from roseinfer.config import ModelConfig
 from roseinfer.cuda_ext import fused_mlp as fm
 from roseinfer.kernels.pdl import pdl_scope
-from roseinfer.linears import cuda_mlp, linear, norm_linear, small_batch_gemv
+from roseinfer.linears import linear, norm_linear, small_batch_gemv
 from roseinfer.model import Block
 
 LAYERS = 12
@@ -44,24 +44,25 @@ def blocks(dtype):
     return out
 
 
-def chain(bs, x, a, fused: bool):
-    """The MLPs of 12 layers back to back (each one's output the next one's delta), as the step runs them."""
+def chain(bs, x, a, fused: bool, module=None):
+    """The MLPs of 12 layers back to back (each one's output the next one's delta), as the step would run them:
+    the Triton path (norm GEMV, GEMV) or the CUDA kernel (`module`: a build of it; None: the default build)."""
     for b in bs:
         if fused:
-            x, a = cuda_mlp(x, a, b)
+            x, a = fm.fused_mlp(x, a, b.ln_2, b.c_fc, b.mlp_proj, b.mlp_state, pdl=True, module=module)
         else:
             x, g = norm_linear(x, a, b.ln_2, b.c_fc, gelu=True)
             a = linear(g, b.mlp_proj)
     return x, a
 
 
-def capture(bs, x, a, fused: bool):
-    with small_batch_gemv(1, norm_prologue=True, cuda_mlp=fused), pdl_scope(True, early_release=True):
-        chain(bs, x, a, fused)  # warm-up: Triton compiles, the kernel states are made
+def capture(bs, x, a, fused: bool, module=None):
+    with small_batch_gemv(1, norm_prologue=True), pdl_scope(True, early_release=True):
+        chain(bs, x, a, fused, module)  # warm-up: Triton compiles
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = chain(bs, x, a, fused)
+            out = chain(bs, x, a, fused, module)
     return graph, out
 
 
@@ -82,10 +83,11 @@ def main(argv=None) -> int:
     p.add_argument("--replays", type=int, default=200)
     p.add_argument("--json", default=None)
     p.add_argument("--fixture", default=None)
+    p.add_argument("--bare", action="store_true", help="also time a build without the stamp code")
     args = p.parse_args(argv)
     dtype = torch.float16
     t0 = time.perf_counter()
-    module = fm.load()
+    module = fm.load()  # the default build: its time on stderr
     if module is None:
         from roseinfer import cuda_ext
 
@@ -95,19 +97,27 @@ def main(argv=None) -> int:
     bs = blocks(dtype)
     x = torch.randn(1, 768, device="cuda", dtype=dtype)
     a = torch.randn(1, 768, device="cuda", dtype=dtype) * 0.5
+    for b in bs:
+        b.mlp_state = fm.MlpState(x.device)
     ref = chain(bs, x, a, False)
     got = chain(bs, x, a, True)
     err = (got[1].float() - ref[1].float()).abs().max().item()
     print(f"12-layer chain, CUDA against Triton: max |diff| of the last MLP output {err:.2e}")
 
+    # "cuda, no stamp code": a build whose stamp() compiles to nothing, to price the branch of stamps off
+    bare = fm.load(defines=(fm.NO_STAMPS_DEFINE,)) if args.bare else None
+    plan = [("triton", False, False, None), ("cuda", True, False, None), ("cuda+stamps", True, True, None)]
+    if bare is not None:
+        plan.append(("cuda, no stamp code", True, False, bare))
     variants = {}
-    for name, fused, stamps in (("triton", False, False), ("cuda", True, False), ("cuda+stamps", True, True)):
+    for name, fused, stamps, module in plan:
         for b in bs:
-            b.cuda_mlp_state = fm.MlpState(x.device, stamps=stamps) if fused else None
-        variants[name] = capture(bs, x, a, fused)
+            b.mlp_state = fm.MlpState(x.device, stamps=stamps)
+        variants[name] = capture(bs, x, a, fused, module)
+        variants[name] = (*variants[name], [b.mlp_state for b in bs])
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name, (graph, _) in variants.items():
+        for name, (graph, _, _) in variants.items():
             times[name].append(time_graph(graph, args.replays) / LAYERS)
     weight_bytes = 2 * 768 * 3072 * 2 + (3072 + 768) * 2
     result = {
@@ -118,7 +128,7 @@ def main(argv=None) -> int:
     for name, ts in times.items():
         med = statistics.median(ts)
         result["per_mlp_us"][name] = med
-        print(f"{name:12s} {med:6.2f} us per MLP (rounds {min(ts):.2f}..{max(ts):.2f}), "
+        print(f"{name:20s} {med:6.2f} us per MLP (rounds {min(ts):.2f}..{max(ts):.2f}), "
               f"{weight_bytes / med / 1e6:,.0f} GB/s of weights")  # fmt: skip
     result["cuda_over_triton"] = result["per_mlp_us"]["cuda"] / result["per_mlp_us"]["triton"]
     result["stamps_on_over_off"] = result["per_mlp_us"]["cuda+stamps"] / result["per_mlp_us"]["cuda"]
@@ -127,14 +137,14 @@ def main(argv=None) -> int:
     )
 
     # the stamps of the last replay's 12 launches (graph replayed last above: cuda+stamps)
-    graph, _ = variants["cuda+stamps"]
+    graph, _, states = variants["cuda+stamps"]
     per_phase = {k: [] for k, _ in fm.PHASES}
     ticks = set()
     for _ in range(20):
         graph.replay()
         torch.cuda.synchronize()
-        for b in bs:
-            st = b.cuda_mlp_state.stamps.cpu()
+        for state in states:
+            st = state.stamps.cpu()
             for phase, _region, s, e in fm.phase_ranges(st):
                 per_phase[phase].append(e - s)
             vals = sorted(set(st.flatten().tolist()))
@@ -144,8 +154,26 @@ def main(argv=None) -> int:
     result["phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase.items()}
     for k, v in result["phase_median_ns"].items():
         print(f"  phase {k:18s} {v / 1e3:6.2f} us")
+    # one plain launch under torch.profiler: CUPTI's duration of the kernel against its stamps' span
+    from torch.profiler import ProfilerActivity, profile
+
+    state = fm.MlpState(x.device, stamps=True)
+    gaps = []
+    for _ in range(10):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fm.fused_mlp(x, a, bs[0].ln_2, bs[0].c_fc, bs[0].mlp_proj, state)
+            torch.cuda.synchronize()
+        k = [e for e in prof.events() if "fused_mlp_kernel" in e.name][0]
+        kernel_ns = (k.time_range.end - k.time_range.start) * 1000
+        ranges = fm.phase_ranges(state.stamps.cpu())
+        gaps.append((kernel_ns, ranges[-1][3] - ranges[0][2]))
+    gaps.sort()
+    kernel_ns, span_ns = gaps[len(gaps) // 2]
+    result["plain_launch"] = {"kernel_ns": kernel_ns, "stamps_span_ns": span_ns}
+    print(f"a plain launch: CUPTI {kernel_ns:.0f} ns, stamps' span {span_ns} ns ({span_ns / kernel_ns:.3f})")
     if args.fixture:
-        st = bs[5].cuda_mlp_state.stamps.cpu().tolist()
+        st = states[5].stamps.cpu().tolist()
         ranges = fm.phase_ranges(st)
         doc = {
             "what": "one fused_mlp launch's %globaltimer stamps [blocks, 6], layer 5 of a 12-layer captured chain",

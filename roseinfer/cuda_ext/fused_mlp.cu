@@ -1,7 +1,8 @@
 // The MLP of one GPT-2 block at one row (decode batch 1) as one persistent kernel:
 //   s = x + delta;  h = LayerNorm(s);  g = gelu_tanh(h @ W_fc^T + b_fc);  out = g @ W_proj^T + b_proj
 // (roseinfer/cuda_ext/fused_mlp.py launches it; the Triton path is two kernels: the norm GEMV for c_fc and the
-// GEMV for mlp_proj).
+// GEMV for mlp_proj). Measured slower than that path on an H200 (docs/BENCHMARKS.md, issue 50), so the engine does
+// not run it: it stays as the toolchain's first kernel and the one that carries region stamps.
 //
 // One block per SM, 8 warps each, every warp owning whole weight rows: up to MAX_FC rows of W_fc [4C, C] and one
 // row of W_proj [C, 4C]. Before it waits for the kernel in front (a programmatic dependent launch), every warp
@@ -9,9 +10,9 @@
 // second GEMV does not wait for a launch; a grid-wide barrier (a counter and a generation word, which the last
 // block to arrive resets) stands between c_fc's output g and mlp_proj, which reads all of it.
 //
-// Regions: with `stamps` non-null, thread 0 of every block writes %globaltimer at the phase boundaries
-// (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc, after the barrier, end); null costs
-// one uniform branch per boundary. A test build (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one
+// Regions: in the STAMPS instantiation (launched where `stamps` is non-empty) thread 0 of every block writes
+// %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
+// after the barrier, end); the other instantiation has no stamp code. A test build (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one
 // phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,8 +34,15 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   return t;
 }
 
+// STAMPS is a template parameter, not a null check at run time: with the code present but off, the kernel ran
+// 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the other kernel.
+template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
-  if (stamps != nullptr && threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
+#ifndef ROSEINFER_NO_STAMPS  // a build without the stamp code at all, to check that off costs nothing
+  if constexpr (STAMPS) {
+    if (threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
+  }
+#endif
 }
 
 __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
@@ -89,7 +97,7 @@ __device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once
 
 // C: the model's width (a multiple of 256); MAX_FC: c_fc rows per warp (the host checks gridDim * WARPS covers
 // 4C in MAX_FC rows each and C in one)
-template <typename T, int C, int MAX_FC>
+template <typename T, int C, int MAX_FC, bool STAMPS>
 __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     const T* __restrict__ x, const T* __restrict__ delta, const T* __restrict__ ln_w, const T* __restrict__ ln_b,
     float eps, const T* __restrict__ w_fc, const T* __restrict__ b_fc, const T* __restrict__ w_proj,
@@ -101,7 +109,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   __shared__ __align__(16) float hs[C];      // LayerNorm(s)
   __shared__ __align__(16) float gs[N_FC];   // g, for mlp_proj
   __shared__ float red[WARPS];
-  stamp(stamps, 0);
+  stamp<STAMPS>(stamps, 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gw = blockIdx.x * WARPS + warp, nw = gridDim.x * WARPS;
 
@@ -128,7 +136,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   // release the next kernel (it too loads only weights before its wait), then wait for the one before
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  stamp(stamps, 1);
+  stamp<STAMPS>(stamps, 1);
 
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
   constexpr int PER_THREAD = C / THREADS;
@@ -154,7 +162,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   }
   plant_delay(1, delay_phase, delay_ns);
   __syncthreads();
-  stamp(stamps, 2);
+  stamp<STAMPS>(stamps, 2);
 
   // Phase 2: c_fc rows with the bias and GPT-2's tanh GELU; g to global memory for every block.
 #pragma unroll
@@ -171,7 +179,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   }
   plant_delay(2, delay_phase, delay_ns);
   __syncthreads();
-  stamp(stamps, 3);
+  stamp<STAMPS>(stamps, 3);
 
   // Phase 3: grid barrier (every block is resident: one per SM), then g into shared memory.
   if (threadIdx.x == 0) {
@@ -196,7 +204,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     for (int e = 0; e < 8; ++e) gs[k + e] = to_f<T>(tv[e]);
   }
   __syncthreads();
-  stamp(stamps, 4);
+  stamp<STAMPS>(stamps, 4);
 
   // Phase 4: mlp_proj's row of this warp, with the bias.
   if (gw < C) {
@@ -208,14 +216,17 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   }
   plant_delay(4, delay_phase, delay_ns);
   __syncthreads();
-  stamp(stamps, 5);
+  stamp<STAMPS>(stamps, 5);
 }
 
 #ifdef ROSEINFER_KERNEL_ONLY
-template __global__ void fused_mlp_kernel<__half, 768, 3>(const __half*, const __half*, const __half*, const __half*,
+template __global__ void fused_mlp_kernel<__half, 768, 3, true>(const __half*, const __half*, const __half*, const __half*,
     float, const __half*, const __half*, const __half*, const __half*, __half*, __half*, __half*, unsigned*,
     unsigned long long*, int, long long);
-template __global__ void fused_mlp_kernel<__nv_bfloat16, 768, 3>(const __nv_bfloat16*, const __nv_bfloat16*,
+template __global__ void fused_mlp_kernel<__half, 768, 3, false>(const __half*, const __half*, const __half*, const __half*,
+    float, const __half*, const __half*, const __half*, const __half*, __half*, __half*, __half*, unsigned*,
+    unsigned long long*, int, long long);
+template __global__ void fused_mlp_kernel<__nv_bfloat16, 768, 3, false>(const __nv_bfloat16*, const __nv_bfloat16*,
     const __nv_bfloat16*, const __nv_bfloat16*, float, const __nv_bfloat16*, const __nv_bfloat16*,
     const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, unsigned*,
     unsigned long long*, int, long long);
@@ -239,8 +250,9 @@ void launch(int blocks, bool pdl, const torch::Tensor& x, const torch::Tensor& d
   cfg.numAttrs = 1;
   auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
   auto q = [](torch::Tensor& t) { return reinterpret_cast<T*>(t.data_ptr()); };
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fused_mlp_kernel<T, C, MAX_FC>, p(x), p(delta), p(ln_w), p(ln_b),
-                                    (float)eps, p(w_fc), p(b_fc), p(w_proj), p(b_proj), q(s), q(g), q(out),
+  auto kernel = stamps != nullptr ? fused_mlp_kernel<T, C, MAX_FC, true> : fused_mlp_kernel<T, C, MAX_FC, false>;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), p(delta), p(ln_w), p(ln_b), (float)eps, p(w_fc), p(b_fc),
+                                    p(w_proj), p(b_proj), q(s), q(g), q(out),
                                     reinterpret_cast<unsigned*>(barrier.data_ptr()), stamps, delay_phase,
                                     delay_ns));
 }

@@ -4,8 +4,14 @@ At decode batch 1 the Triton path runs a block's MLP as two dependent kernels (t
 GELU, then the GEMV for mlp_proj; `roseinfer.kernels.gemv`). This kernel does the same in one launch: every
 block of a one-block-per-SM grid loads its rows of both weights before it waits for the kernel in front (PDL),
 normalises the row, computes its c_fc rows, meets the others at a grid barrier and computes its mlp_proj row.
-`fused_mlp_applies` says where it runs (CUDA, float16/bfloat16, one row, 768 wide, the extension built, at
-least 128 SMs); elsewhere the model keeps the Triton path.
+`fused_mlp_applies` says where it can run (CUDA, float16/bfloat16, one row, 768 wide, the extension built, at
+least 128 SMs).
+
+The engine does not run it: on an H200 it made the batch-1 step slower (TPOT 0.225 against 0.200 ms, 7.8 against
+6.1 us per MLP in a captured chain; docs/BENCHMARKS.md, issue 50). Its grid barrier costs what the kernel boundary
+it removes costs under PDL (~2 us), and one 256-thread, 133-register block per SM leaves the next kernels less
+room to load their weights early. It stays as the toolchain's first kernel, measured by
+scripts/bench_cuda_mlp.py, and as the kernel that carries region stamps.
 
 Regions inside the kernel: with `MlpState(stamps=True)` thread 0 of every block writes %globaltimer at the
 kernel's phase boundaries into `state.stamps` [blocks, NSTAMP] (int64 ns). `phase_ranges` turns one launch's
@@ -34,12 +40,16 @@ PHASES = (
 )
 # Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc) or 4 (mlp_proj)
 DELAY_DEFINE = "ROSEINFER_STAMP_DELAY"
+# A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
+NO_STAMPS_DEFINE = "ROSEINFER_NO_STAMPS"
 
 
-def load(test_build: bool = False):
+def load(test_build: bool = False, defines: tuple[str, ...] = ()):
+    """The built extension (None where it is not built: `roseinfer.cuda_ext.why_not_built`); test_build: the
+    build that can plant delays."""
     from roseinfer import cuda_ext
 
-    return cuda_ext.load(NAME, (DELAY_DEFINE,) if test_build else ())
+    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines))
 
 
 class MlpState:

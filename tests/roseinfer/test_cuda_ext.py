@@ -42,15 +42,12 @@ def _pythonpath():
     return {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).parents[2]))}
 
 
-def test_the_model_falls_back_to_the_same_forward_on_cpu():
+def test_the_kernel_does_not_apply_on_cpu():
     from roseinfer.config import ModelConfig
-    from roseinfer.linears import cuda_mlp_applies, small_batch_gemv
     from roseinfer.model import Block
 
     block = Block(ModelConfig(n_layer=1, n_head=12, n_embd=768, vocab_size=100, n_positions=16))
     x, a = torch.randn(1, 768), torch.randn(1, 768)
-    with small_batch_gemv(1, norm_prologue=True, cuda_mlp=True):
-        assert not cuda_mlp_applies(x, a, block.c_fc, block.mlp_proj)
     assert not fm.fused_mlp_applies(x, a, block.c_fc, block.mlp_proj)
 
 
@@ -135,19 +132,19 @@ def test_fused_mlp_matches_the_reference_and_the_triton_path(dtype, pdl):
 
 
 @pytest.mark.gpu
-def test_the_block_runs_it_in_a_captured_pdl_chain_and_matches_the_triton_block():
+def test_it_runs_in_a_captured_pdl_chain_and_matches_the_triton_block():
     from roseinfer.kernels.pdl import pdl_scope
-    from roseinfer.linears import cuda_mlp, cuda_mlp_applies, linear, norm_linear, small_batch_gemv
+    from roseinfer.linears import linear, norm_linear, small_batch_gemv
 
     block, x, a = _mlp(torch.float16, seed=1)
+    state = fm.MlpState(x.device)
     outs = {}
     for on in (False, True):
-        with small_batch_gemv(1, norm_prologue=True, cuda_mlp=on), pdl_scope(True, early_release=True):
-            assert cuda_mlp_applies(x, a, block.c_fc, block.mlp_proj) == on
+        with small_batch_gemv(1, norm_prologue=True), pdl_scope(True, early_release=True):
 
-            def mlp(on=on):  # the block's MLP half, as Block.forward runs it
+            def mlp(on=on):  # the block's MLP half: the CUDA kernel, or the Triton path Block.forward runs
                 if on:
-                    return cuda_mlp(x, a, block)
+                    return fm.fused_mlp(x, a, block.ln_2, block.c_fc, block.mlp_proj, state, pdl=True)
                 s, g = norm_linear(x, a, block.ln_2, block.c_fc, gelu=True)
                 return s, linear(g, block.mlp_proj)
 
@@ -177,10 +174,12 @@ def _profiled_launch(fn):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("delay_us", [20, 100])
+@pytest.mark.parametrize("delay_us", [50, 100])
 def test_stamps_add_up_to_the_kernels_duration(delay_us):
     """The ranges cover the kernel: their sum (first start to last end) against CUPTI's duration of the same
-    launch. A planted delay lengthens the kernel so that %globaltimer's tick is small beside 2% of it."""
+    launch, within 2%. What no stamp can see (the blocks' dispatch before their first instruction, the grid's
+    retirement after the last) was ~0.75 us on an H200 (docs/BENCHMARKS.md, issue 50): 3% of a 25 us kernel, so a
+    planted delay lengthens the kernel to 50 us and more (the production kernel, ~8 us, is not within 2%)."""
     module = fm.load(test_build=True)
     assert module is not None, cuda_ext.why_not_built(fm.NAME)
     block, x, a = _mlp(torch.float16)
@@ -195,6 +194,7 @@ def test_stamps_add_up_to_the_kernels_duration(delay_us):
         ranges = fm.phase_ranges(state.stamps.cpu())
         ratios.append((ranges[-1][3] - ranges[0][2]) / kernel_ns)
     ratios.sort()
+    print(f"stamps span / kernel duration: {ratios}")
     assert abs(ratios[2] - 1) <= 0.02, ratios
 
 
