@@ -116,3 +116,9 @@ stage_nvtx() {
   done
   timeout 200 python3 scripts/bench_tracing_overhead.py 2>&1 | tail -8
 }
+
+stage cuda-mlp "the one-row fused MLP CUDA kernel (roseinfer/cuda_ext) against the Triton path in a captured \
+12-layer chain: its build time, µs per MLP with stamps off, on, and without the stamp code, the stamps' phases"
+stage_cuda_mlp() {
+  timeout 400 python3 scripts/bench_cuda_mlp.py --bare --json "$S/cuda-mlp.json"
+}
