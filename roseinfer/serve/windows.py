@@ -8,10 +8,12 @@ A window covers exactly N decode steps: it opens between two steps and closes af
   record_function spans for them only (tracing.set_record_function).
 
 The files are written OFF the engine loop: SGLang users saw a trace export freeze a server for 25 s. On the loop
-stay only what must be on the thread that profiled (torch.profiler's stop: its callbacks are the thread's own) and
-the flight recorder's dump (the records are the engine's, read between steps); a thread of its own writes
-steps.jsonl and trace.json.gz. Kineto's save holds the GIL while it writes, so the loop still waits for part of
-the export: the window says how long (its `pause`), from the loop's own step times while the export runs.
+stay only what must be on the thread that profiled (torch.profiler's start and stop: its callbacks are the
+thread's own, and Kineto finalises the recorded events inside the stop, the largest cost measured: ~0.3 s for 20
+steps of gpt2-tiny on a busy CPU, docs/BENCHMARKS.md) and the flight recorder's dump (the records are the
+engine's, read between steps); a thread of its own writes steps.jsonl and trace.json.gz. Kineto's save holds the
+GIL while it writes, so the loop still waits for part of the export. The window says what each part cost (its
+`pause`: start_ms, stop_ms, dump_ms on the loop; export_ms off it; the loop's steps during the export).
 
 Only the last window's folder is kept (window-<id>/ under the server's profile folder): a new window deletes the
 one before, so a long-running server's disk does not fill.
@@ -46,7 +48,7 @@ class Window:
         self.files: list[str] = []
         self.step_ns: list[int] = []  # the loop's steps while recording (wall ns each)
         self.export_step_ns: list[int] = []  # the loop's steps while the export runs
-        self.loop_ms: dict[str, float] = {}  # what closing cost the loop itself: stop_ms, dump_ms
+        self.loop_ms: dict[str, float] = {}  # what opening and closing cost the loop itself: start_ms, stop_ms, dump_ms
         self.export_ms: float | None = None
 
     def describe(self) -> dict:
@@ -114,10 +116,12 @@ class Windows:
         wid = next(self._ids)
         folder = self.folder / f"window-{wid}"
         folder.mkdir(parents=True, exist_ok=True)
+        t0 = tracing.now_ns()
         if tool == "torch":
             self._prof = _start_torch_profiler()
             self._record_function_before = tracing.set_record_function(True)
         self.current = Window(wid, tool, steps, folder, core.engine.decode_steps)
+        self.current.loop_ms["start_ms"] = (tracing.now_ns() - t0) / 1e6
         return {"code": 200, "window": self.current.describe()}
 
     def stop(self, core) -> dict:
@@ -152,7 +156,7 @@ class Windows:
         t1 = tracing.now_ns()
         records = core.engine.flight.dump(w.steps_done, core.running()) if core.engine.flight else []
         t2 = tracing.now_ns()
-        w.loop_ms = {"stop_ms": (t1 - t0) / 1e6, "dump_ms": (t2 - t1) / 1e6}
+        w.loop_ms.update(stop_ms=(t1 - t0) / 1e6, dump_ms=(t2 - t1) / 1e6)
         threading.Thread(target=_export, args=(w, prof, records), name="roseinfer-window-export", daemon=True).start()
 
 
