@@ -95,3 +95,32 @@ def test_torch_window_without_enable_profiling_is_one_line(tmp_path):
         server.stop()
     assert_one_line_error(proc, 2, "--enable-profiling")
     assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").iterdir())
+
+
+def test_a_window_with_no_load_imports_its_trace_and_steps(window_run, tmp_path):
+    """No --requests/--duration: the window opens at once on the server's own traffic (here a thread's requests)
+    and its trace is imported with the window's steps, a run of the torch tool."""
+    import threading
+
+    server = window_run[0]
+    done = threading.Event()
+
+    def traffic() -> None:
+        while not done.is_set():
+            server.post("/v1/completions", {"prompt": "x", "max_tokens": 8, "ignore_eos": True},
+                        headers={"Authorization": "Bearer k"})  # fmt: skip
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        proc = roseprof("live", server.url, "--steps", "6", "--tool", "torch", "--api-key", "k",
+                        "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path, env=ENV)  # fmt: skip
+    finally:
+        done.set()
+        thread.join()
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list((tmp_path / "traces").iterdir())
+    run = open_store(tmp_path / "traces").resolve(folder.name)
+    assert run.manifest["tool"]["name"] == "torch"
+    assert run.summary()["steps"]["count"] == 6
+    tables.check_stored_run(run.path, run.manifest)
