@@ -33,7 +33,9 @@ def run_window(url: str, steps: int, args) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"bench_profile_window: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-    runs = sorted(p for p in Path(args.traces_dir).iterdir() if p.name.endswith(name) or f"-{name}-" in p.name)
+    runs = sorted(
+        p for p in Path(args.traces_dir).iterdir() if p.name.endswith(name) or f"-{name}-" in p.name
+    )
     return runs[-1]
 
 
@@ -53,7 +55,9 @@ def figures(folder: Path) -> dict:
             if i and step in (last, last + 1):
                 gaps_at_close.append(t - row["t_ms"][i - 1])
     opened, closed = at.get(first), at.get(last + 1)
-    ttft = [(r["sent_ms"], r["t_ms"][0] - r["sent_ms"]) for r in tokens if r["t_ms"] and r["sent_ms"] is not None]
+    ttft = [
+        (r["sent_ms"], r["t_ms"][0] - r["sent_ms"]) for r in tokens if r["t_ms"] and r["sent_ms"] is not None
+    ]
     before = [v for s, v in ttft if opened is not None and s < opened]
     after = [v for s, v in ttft if closed is not None and closed <= s < closed + AFTER_S * 1e3]
     itl = np.concatenate([np.diff(r["t_ms"]) for r in tokens if len(r["t_ms"]) > 1])
@@ -89,15 +93,19 @@ def main() -> None:
     def ms(v) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    print(f"{'steps':>5} {'start':>6} {'stop':>7} {'dump':>5} {'export':>7} {'step p50':>8} {'longest':>8} "
-          f"{'gap@close':>9} {'ITL p50':>7} {'TTFT p50 before/after':>22} {'TTFT p99 before/after':>22}  (ms)")
+    print(
+        f"{'steps':>5} {'start':>6} {'stop':>7} {'dump':>5} {'export':>7} {'step p50':>8} {'longest':>8} "
+        f"{'gap@close':>9} {'ITL p50':>7} {'TTFT p50 before/after':>22} {'TTFT p99 before/after':>22}  (ms)"
+    )
     for r in rows:
         pz, b, a = r["pause"], r["ttft_before"], r["ttft_after"]
-        print(f"{r['steps']:>5} {ms(pz.get('start_ms')):>6} {ms(pz.get('stop_ms')):>7} {ms(pz.get('dump_ms')):>5} "
-              f"{ms(pz.get('export_ms')):>7} {ms(pz.get('median_step_ms')):>8} "
-              f"{ms(pz.get('longest_step_during_export_ms')):>8} {ms(r['worst_gap_at_close_ms']):>9} "
-              f"{ms(r['itl_p50_ms']):>7} {ms(b['p50_ms']) + ' / ' + ms(a['p50_ms']):>22} "
-              f"{ms(b['p99_ms']) + ' / ' + ms(a['p99_ms']):>22}  n={b['n']}/{a['n']}")
+        print(
+            f"{r['steps']:>5} {ms(pz.get('start_ms')):>6} {ms(pz.get('stop_ms')):>7} {ms(pz.get('dump_ms')):>5} "
+            f"{ms(pz.get('export_ms')):>7} {ms(pz.get('median_step_ms')):>8} "
+            f"{ms(pz.get('longest_step_during_export_ms')):>8} {ms(r['worst_gap_at_close_ms']):>9} "
+            f"{ms(r['itl_p50_ms']):>7} {ms(b['p50_ms']) + ' / ' + ms(a['p50_ms']):>22} "
+            f"{ms(b['p99_ms']) + ' / ' + ms(a['p99_ms']):>22}  n={b['n']}/{a['n']}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse
 
+from roseinfer.names import WINDOW_TOOLS as TOOLS
 from roseinfer.serve.bridge import EngineBridge
 from roseinfer.serve.errors import APIError
-from roseinfer.serve.windows import TOOLS
 
 OFF = "profiling is off: start the server with --enable-profiling"
 USAGE = '{"tool": "steps" | "torch", "steps": N}'

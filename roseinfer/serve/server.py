@@ -13,10 +13,10 @@ import uvicorn
 
 from roseinfer.config import EngineConfig, ModelConfig
 from roseinfer.serve.app import create_app
-from roseinfer.serve.profiling import profile_folder
 from roseinfer.serve.bridge import FAILED, READY, EngineBridge
 from roseinfer.serve.limits import ServeSettings
 from roseinfer.serve.metrics import Collector
+from roseinfer.serve.profiling import profile_folder
 
 log = logging.getLogger("roseinfer.serve")
 PROG = "roseinfer serve"

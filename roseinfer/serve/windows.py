@@ -29,10 +29,9 @@ from pathlib import Path
 import msgspec
 
 from roseinfer import tracing
+from roseinfer.names import WINDOW_STEPS_FILE as STEPS_FILE
+from roseinfer.names import WINDOW_TRACE_FILE as TRACE_FILE
 
-TOOLS = ("steps", "torch")
-STEPS_FILE = "steps.jsonl"  # the window's step log: the flight recorder's records of its steps, meta first
-TRACE_FILE = "trace.json.gz"  # torch: the Kineto trace of the window
 RECORDING, EXPORTING, DONE, FAILED = "recording", "exporting", "done", "failed"
 
 _encode = msgspec.json.Encoder().encode
@@ -48,7 +47,7 @@ class Window:
         self.files: list[str] = []
         self.step_ns: list[int] = []  # the loop's steps while recording (wall ns each)
         self.export_step_ns: list[int] = []  # the loop's steps while the export runs
-        self.loop_ms: dict[str, float] = {}  # what opening and closing cost the loop itself: start_ms, stop_ms, dump_ms
+        self.loop_ms: dict[str, float] = {}  # on the loop itself: start_ms, stop_ms, dump_ms
         self.export_ms: float | None = None
 
     def describe(self) -> dict:
@@ -110,7 +109,10 @@ class Windows:
             return {"code": 400, "message": f"steps {steps} is more than the flight recorder keeps "
                     f"(--flight-recorder-steps {flight.capacity})"}  # fmt: skip
         if tool == "torch" and tracing._PROFILER is not None:
-            return {"code": 409, "message": "a torch profiler is already on in this server (ROSEINFER_TORCH_PROFILE)"}
+            return {
+                "code": 409,
+                "message": "a torch profiler is already on in this server (ROSEINFER_TORCH_PROFILE)",
+            }
         if w is not None:
             shutil.rmtree(w.folder, ignore_errors=True)  # only the last window's files are kept
         wid = next(self._ids)
@@ -157,7 +159,9 @@ class Windows:
         records = core.engine.flight.dump(w.steps_done, core.running()) if core.engine.flight else []
         t2 = tracing.now_ns()
         w.loop_ms.update(stop_ms=(t1 - t0) / 1e6, dump_ms=(t2 - t1) / 1e6)
-        threading.Thread(target=_export, args=(w, prof, records), name="roseinfer-window-export", daemon=True).start()
+        threading.Thread(
+            target=_export, args=(w, prof, records), name="roseinfer-window-export", daemon=True
+        ).start()
 
 
 def _start_torch_profiler():

@@ -27,6 +27,7 @@ from roseprof.model import Tool, Trace
 from roseprof.run import tables
 from roseprof.run.json_files import read_json
 from roseprof.run.store import Run, RunStore
+from roseprof.workload.roseinfer import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
 from roseprof.workload.steplog import StepLogRecords, read_steplog
 
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
@@ -34,7 +35,6 @@ SERVER_PARTS = ("steps", "itl", "spikes")  # what the steps' analysis adds to th
 WINDOW_DIR = "window"  # in the run's raw/: a capture window's files as the server sent them
 WINDOW_PARTS = ("regions", "kernels", "operators")  # what a torch window's analysis adds to the run's summary
 RECORDER_ALL = 1 << 30  # /debug/steps?last=: all the recorder keeps (the server gives at most that)
-TOOLS = ("steps", "torch")
 
 
 def fetch_steps(url: str, last: int, api_key: str | None, timeout_s: float = 60.0) -> bytes:
@@ -95,7 +95,15 @@ def live(
 
     ep = parse_url(url, api_key)
     as_load = command_of(url, plan, load_options.get("slo"), load_options.get("warmup_s", 0.0))
-    command = ["roseprof", "live", url, "--steps", str(steps), *(["--tool", tool] if opener else []), *as_load[3:]]
+    command = [
+        "roseprof",
+        "live",
+        url,
+        "--steps",
+        str(steps),
+        *(["--tool", tool] if opener else []),
+        *as_load[3:],
+    ]
     return load(
         store, url, plan, opts, name or f"live-{ep.host}-{ep.port}", api_key=api_key,
         manifest={"live": {"steps": steps, "tool": tool}, "command": command}, extra=add_server_side,
@@ -155,13 +163,15 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
             f"{window['steps']} steps"
         )
-    trace_path, steps_path = files.get("trace.json.gz"), files.get(STEPS_FILE)
+    trace_path, steps_path = files.get(WINDOW_TRACE_FILE), files.get(WINDOW_STEPS_FILE)
     if trace_path is None or steps_path is None or not window["steps_done"]:
         return
     from roseprof.api.sections import analyse_trace
     from roseprof.drivers.torch.reader import read_kineto
 
-    trace = read_kineto(trace_path, folder / "raw", f"{opener.client.address('/profile/files/trace.json.gz')}")
+    trace = read_kineto(
+        trace_path, folder / "raw", opener.client.address(f"/profile/files/{WINDOW_TRACE_FILE}")
+    )
     analysed, tables_of = analyse_trace(trace, steps_path)
     summary.update({k: analysed[k] for k in WINDOW_PARTS if analysed.get(k) is not None})
     log = read_steplog(str(steps_path))
@@ -178,7 +188,9 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
         # The close runs after the last step, holding the GIL: that step's tokens (not yet sent by the core's
         # outbox thread) or the next step's wait for it.
         if entry["by"] == "itl" and entry["step"] in (last, last + 1):
-            entry["line"] += f" (the {window['tool']} window closed after step {last}: {stop_ms:.0f} ms on the loop)"
+            entry["line"] += (
+                f" (the {window['tool']} window closed after step {last}: {stop_ms:.0f} ms on the loop)"
+            )
 
 
 def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:
@@ -195,7 +207,9 @@ def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: s
         return import_path(store, str(path), name or f"live-{ep.host}-{ep.port}", None)
 
 
-def window_snapshot(store: RunStore, url: str, steps: int, tool: str, name: str | None, api_key: str | None) -> Run:
+def window_snapshot(
+    store: RunStore, url: str, steps: int, tool: str, name: str | None, api_key: str | None
+) -> Run:
     """No load: a window of N steps opened at once on what the server is serving, waited for (Ctrl-C ends it
     early), its files imported as a run: the trace with the window's step log (torch), or the step log alone."""
     import tempfile
@@ -214,8 +228,8 @@ def window_snapshot(store: RunStore, url: str, steps: int, tool: str, name: str 
         files = client.fetch(window, Path(tmp))
         if not window["steps_done"]:
             raise RoseprofError(f"{client.address('/profile/status')}: the window closed with no decode step")
-        steps_path = str(files[STEPS_FILE])
-        trace = files.get("trace.json.gz")
+        steps_path = str(files[WINDOW_STEPS_FILE])
+        trace = files.get(WINDOW_TRACE_FILE)
         if trace is None:
             return import_path(store, steps_path, name or f"live-{ep.host}-{ep.port}", None)
         return import_path(store, str(trace), name or f"live-{ep.host}-{ep.port}", steps_path)

@@ -7,13 +7,14 @@ import click
 
 from roseprof.cli.common import after_storing, cli, open_store, print_run, store_options
 from roseprof.cli.load import EXIT, load_options, plan_of, show_stored_load
+from roseprof.workload.roseinfer import WINDOW_TOOLS
 
 
 @cli.command(epilog=EXIT)
 @click.argument("url")
 @click.option("--steps", type=click.IntRange(min=1), required=True,
               help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
-@click.option("--tool", type=click.Choice(["steps", "torch"]), default="steps", show_default=True,
+@click.option("--tool", type=click.Choice(list(WINDOW_TOOLS)), default="steps", show_default=True,
               help="what records the server side (steps: the flight recorder, no profiler; torch: a torch.profiler "
                    "window of N steps, on a server started with --enable-profiling)")  # fmt: skip
 @click.option("--name", help="a name for the run (default: live-HOST-PORT)")

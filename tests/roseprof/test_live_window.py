@@ -75,7 +75,8 @@ def test_request_lists_the_operators_of_each_window_step(window_run):
     lines = proc.stdout.splitlines()
     shown = [line for line in lines if line.strip().startswith("CPU ops aten::")]
     assert len(shown) == len(in_window & {str(s) for s in row["steps"]})
-    assert len([line for line in lines if line.strip()[:1].isdigit()]) == len(row["steps"])  # one line a token
+    per_token = [line for line in lines if line.strip()[:1].isdigit()]  # one line a token
+    assert len(per_token) == len(row["steps"])
 
 
 def test_window_run_opens_as_a_dashboard(window_run, tmp_path):
