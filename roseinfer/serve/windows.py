@@ -87,7 +87,15 @@ class Windows:
         self._record_function_before = False
 
     def answer(self, core, what: tuple) -> dict:
-        """{"code": HTTP status, "window": the window's state} or {"code", "message"}."""
+        """{"code": HTTP status, "window": the window's state} or {"code", "message"}. A profiler that fails is
+        the window's failure, never the engine's: the server serves on."""
+        try:
+            return self._answer(core, what)
+        except Exception as e:  # noqa: BLE001 - said in one line (500)
+            self._fail(e)
+            return {"code": 500, "message": _one_line(e)}
+
+    def _answer(self, core, what: tuple) -> dict:
         op = what[1]
         if op == "start":
             return self.start(core, what[2], what[3])
@@ -142,9 +150,25 @@ class Windows:
             w.step_ns.append(took)
             w.steps_done = core.engine.decode_steps - w.first_step
             if w.steps_done >= w.steps:
-                self._close(core, early=False)
+                try:
+                    self._close(core, early=False)
+                except Exception as e:  # noqa: BLE001 - the window's failure, not the engine's
+                    self._fail(e)
         elif w.state == EXPORTING:
             w.export_step_ns.append(took)
+
+    def _fail(self, e: Exception) -> None:
+        """The window (if one records) failed: the profiler off, regions as they were."""
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            tracing.set_record_function(self._record_function_before)
+            try:
+                prof.stop()
+            except Exception:  # noqa: BLE001 - already failing; the profiler is dropped
+                pass
+        w = self.current
+        if w is not None and w.state in (RECORDING, EXPORTING):
+            w.error, w.state = _one_line(e), FAILED
 
     def _close(self, core, early: bool) -> None:
         """On the loop: the profiler stopped (its thread) and the window's records taken; the rest off it."""
@@ -162,6 +186,10 @@ class Windows:
         threading.Thread(
             target=_export, args=(w, prof, records), name="roseinfer-window-export", daemon=True
         ).start()
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
 def _start_torch_profiler():
@@ -189,12 +217,12 @@ def _export(w: Window, prof, records: list[dict]) -> None:
             _write_trace(prof, w.folder)
             files.append(TRACE_FILE)
         w.files = files
-        w.state = DONE
+        state = DONE
     except Exception as e:  # noqa: BLE001 - the status says it in one line; the server serves on
-        w.error = f"the window's export failed: {type(e).__name__}: {e}".splitlines()[0]
-        w.state = FAILED
-    finally:
-        w.export_ms = (tracing.now_ns() - t0) / 1e6
+        w.error = "the window's export failed: " + _one_line(e)
+        state = FAILED
+    w.export_ms = (tracing.now_ns() - t0) / 1e6
+    w.state = state  # last: a reader that sees the window closed sees all of it
 
 
 def _write_trace(prof, folder: Path) -> None:
