@@ -109,6 +109,9 @@ class Windows:
         if w is not None and w.state in (RECORDING, EXPORTING):
             return {"code": 409, "message": f"window {w.id} ({w.tool}, {w.steps_done} of {w.steps} steps) is "
                     f"{w.state}: one window at a time (POST /profile/stop ends it)"}  # fmt: skip
+        # Under tensor parallelism rank 0's profiler alone would be half a window: refused, not misleading.
+        if core.workers is not None:
+            return {"code": 400, "message": "capture windows under tensor parallelism are not supported yet"}
         flight = core.engine.flight
         if flight is None:
             return {"code": 400, "message": "capture windows need the flight recorder: start the server "
