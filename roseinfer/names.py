@@ -105,3 +105,9 @@ ENV_KEYS = (
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
 STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)
+
+# Capture windows (roseinfer serve --enable-profiling; roseinfer/serve/windows.py): the tools a window takes and the
+# files a closed window serves (GET /profile/files/NAME); roseprof live reads them by these names.
+WINDOW_TOOLS = ("steps", "torch")
+WINDOW_STEPS_FILE = "steps.jsonl"  # the flight recorder's records of the window's steps, meta first
+WINDOW_TRACE_FILE = "trace.json.gz"  # torch: the window's Kineto trace

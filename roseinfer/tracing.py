@@ -151,7 +151,24 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     busy, busy_s = e.test_busy_region or (None, 0.0)
     STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
     STATE.slow_every, STATE.slow_entries = e.test_slow_every, 0
-    STATE.enabled = STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or busy is not None
+    _refresh_enabled()
+
+
+def _refresh_enabled() -> None:
+    STATE.enabled = (
+        STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or STATE.busy_region is not None
+    )
+
+
+def set_record_function(on: bool) -> bool:
+    """Regions as record_function spans on or off (a serving engine's torch window, roseinfer/serve/profiling.py,
+    turns them on for its steps only); returns the value before, to restore. Call between steps."""
+    before = STATE.record_function
+    STATE.record_function = on
+    if on and STATE._profiling is None:
+        STATE._profiling = _torch_profiling_check()
+    _refresh_enabled()
+    return before
 
 
 class _NullRegion:

@@ -22,6 +22,7 @@ source scripts/gpu/profiler.sh
 source scripts/gpu/fixtures.sh
 source scripts/gpu/ranks.sh
 source scripts/gpu/serve.sh
+source scripts/gpu/windows.sh
 
 list() {
   local name

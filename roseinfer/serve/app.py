@@ -1,4 +1,5 @@
-"""The HTTP app: OpenAI's completions and chat completions, /v1/models, /health, /version, /metrics.
+"""The HTTP app: OpenAI's completions and chat completions, /v1/models, /health, /version, /metrics, /debug/steps,
+/profile/* (profiling.py).
 
 FastAPI on uvicorn (docs/BENCHMARKS.md has the per-request overhead measured against bare Starlette); its
 OpenAPI schema (/openapi.json) is what the schemathesis test fuzzes. Every error is OpenAI-shaped (errors.py).
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 import roseinfer
 from roseinfer.sequence import SamplingParams
-from roseinfer.serve import errors
+from roseinfer.serve import errors, profiling
 from roseinfer.serve.bridge import DRAINING, FAILED, READY, EngineBridge, Job
 from roseinfer.serve.debug_steps import debug_steps as debug_steps_body
 from roseinfer.serve.errors import APIError, error_body
@@ -96,6 +97,8 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
     @app.get("/debug/steps")
     async def debug_steps(last: str | None = None):
         return await debug_steps_body(bridge, last)  # debug_steps.py: the flight recorder's last steps
+
+    profiling.install(app, bridge, settings.profile_dir)  # /profile/*: capture windows (--enable-profiling)
 
     if metrics is not None:
         from prometheus_client import CONTENT_TYPE_LATEST

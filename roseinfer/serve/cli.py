@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="keep the last N decode steps' records for GET /debug/steps (0: off)",
     )
+    add_profiling_options(p)
     p.add_argument("--log-requests", action="store_true", help="log one line per request")
     p.add_argument(
         "--loop",
@@ -93,6 +94,21 @@ def build_parser() -> argparse.ArgumentParser:
             engine._group_actions.append(action)
             p._add_action(action)
     return p
+
+
+def add_profiling_options(p: argparse.ArgumentParser) -> None:
+    """Capture windows (roseinfer/serve/profiling.py): off unless asked, a window slows the server and writes."""
+    p.add_argument(
+        "--enable-profiling",
+        action="store_true",
+        help="serve POST /profile/start|stop and GET /profile/status: capture windows (steps, torch)",
+    )
+    p.add_argument(
+        "--profile-dir",
+        default=None,
+        metavar="DIR",
+        help="where windows write their files (the last window's kept; default: a temporary folder)",
+    )
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -10,7 +10,9 @@ The protocol (pickled tuples over a `multiprocessing` pipe; `key` is the server'
                    ("abort", key, index or None, reason)                   one choice, or all of the request's
                    ("query", qid, what)                                    "metrics": a metrics snapshot;
                                                                            ("steps", last): the flight recorder's
-                                                                           records (None when it is off)
+                                                                           records (None when it is off);
+                                                                           ("profile", op, ..., folder): a capture
+                                                                           window (windows.py)
                    ("stop",)                                               leave once nothing is in the engine
   core -> server:  lists of events, one send per batch (the writer thread batches while the pipe is busy):
                    ("ready",)
@@ -115,6 +117,7 @@ class EngineCore:
         self._prefilled: list[tuple[int, int]] = []
         self._added = 0  # "add" commands taken in
         self._stopping = False
+        self.windows = None  # capture windows (windows.py), made by the first ("profile", ...) query
 
     def run(self) -> int:
         close = lambda: None  # noqa: E731
@@ -161,6 +164,8 @@ class EngineCore:
             self._step_start_ns = start_ns = tracing.now_ns()
             finished = engine.step()
             self._publish(start_ns, finished)
+            if self.windows is not None:
+                self.windows.after_step(self, start_ns)
 
     # -- commands ------------------------------------------------------------------------------------------------
     def _receive(self) -> None:
@@ -215,9 +220,18 @@ class EngineCore:
             return self.metrics.snapshot(self.engine) if self.metrics is not None else None
         if isinstance(what, tuple) and what[0] == "steps":
             flight = self.engine.flight
-            running = [seq for seqs in self._seqs.values() for seq in seqs if seq.id in self._owner]
-            return flight.dump(what[1], running) if flight is not None else None
+            return flight.dump(what[1], self.running()) if flight is not None else None
+        if isinstance(what, tuple) and what[0] == "profile":
+            if self.windows is None:
+                from roseinfer.serve.windows import Windows
+
+                self.windows = Windows(what[-1])  # the server's profile folder, sent with every query
+            return self.windows.answer(self, what)
         return None
+
+    def running(self) -> list[Sequence]:
+        """The sequences still in the engine (their request records close a dump of the flight recorder)."""
+        return [seq for seqs in self._seqs.values() for seq in seqs if seq.id in self._owner]
 
     # -- steps ---------------------------------------------------------------------------------------------------
     def _on_token(self, seq: Sequence, tok: int) -> None:

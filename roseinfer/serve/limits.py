@@ -23,6 +23,7 @@ class ServeSettings:
     chat_template: str | None = None  # Jinja source
     log_requests: bool = False
     stall_s: float = 60.0  # /health fails while one engine step has run longer than this
+    profile_dir: str | None = None  # capture windows' folder (--enable-profiling); None: /profile answers 404
 
 
 class Limits:

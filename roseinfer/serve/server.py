@@ -16,6 +16,7 @@ from roseinfer.serve.app import create_app
 from roseinfer.serve.bridge import FAILED, READY, EngineBridge
 from roseinfer.serve.limits import ServeSettings
 from roseinfer.serve.metrics import Collector
+from roseinfer.serve.profiling import profile_folder
 
 log = logging.getLogger("roseinfer.serve")
 PROG = "roseinfer serve"
@@ -65,6 +66,7 @@ async def serve(
         chat_template=chat_template,
         log_requests=args.log_requests,
         stall_s=args.stall_timeout,
+        profile_dir=profile_folder(args.profile_dir) if args.enable_profiling else None,
     )
     collector = None if args.no_metrics else Collector(name)
     app = create_app(bridge, load_tokenizer(args.model), settings, collector)

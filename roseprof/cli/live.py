@@ -7,14 +7,16 @@ import click
 
 from roseprof.cli.common import after_storing, cli, open_store, print_run, store_options
 from roseprof.cli.load import EXIT, load_options, plan_of, show_stored_load
+from roseprof.workload.roseinfer import WINDOW_TOOLS
 
 
 @cli.command(epilog=EXIT)
 @click.argument("url")
 @click.option("--steps", type=click.IntRange(min=1), required=True,
               help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
-@click.option("--tool", type=click.Choice(["steps"]), default="steps", show_default=True,
-              help="what records the server side (steps: the flight recorder; no profiler)")  # fmt: skip
+@click.option("--tool", type=click.Choice(list(WINDOW_TOOLS)), default="steps", show_default=True,
+              help="what records the server side (steps: the flight recorder, no profiler; torch: a torch.profiler "
+                   "window of N steps, on a server started with --enable-profiling)")  # fmt: skip
 @click.option("--name", help="a name for the run (default: live-HOST-PORT)")
 @load_options
 @store_options
@@ -24,15 +26,25 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     """Load a roseinfer server (URL: http://HOST:PORT) as `roseprof load` does and store, in the same run, its
     last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. `show` starts
     with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one. With neither
-    --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them)."""
+    --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them).
+
+    --tool torch: a torch.profiler window of N decode steps on the server (roseinfer serve --enable-profiling),
+    opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
+    window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
+    window's export cost the engine loop. With no load, the window opens at once on what the server serves
+    (Ctrl-C ends it early) and its trace is imported with the window's steps."""
     from roseprof.api.live import live as run_live
-    from roseprof.api.live import snapshot
+    from roseprof.api.live import snapshot, window_snapshot
     from roseprof.render.load_progress import LoadProgress
 
     if n_requests is None and duration is None:  # no load: the server's steps alone
         from roseprof.render.terminal import make_console
 
-        run = snapshot(open_store(traces_dir), url, steps, name, api_key)
+        store = open_store(traces_dir)
+        if tool == "steps":
+            run = snapshot(store, url, steps, name, api_key)
+        else:
+            run = window_snapshot(store, url, steps, tool, name, api_key)
         after_storing(run, lambda: print_run(make_console(), run))
         return
     plan, opts = plan_of(n_requests, duration, rate, concurrency, arrivals, burstiness, prompt_len, output_len,
@@ -48,6 +60,7 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
             opts,
             name,
             api_key,
+            tool,
             slo=slo,
             warmup_s=warmup,
             progress=progress.callback(),
@@ -63,11 +76,12 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
 @store_options
 def request(run_ref, request_id, traces_dir, dashboards_dir) -> None:
     """One request of a `roseprof live` run: queued, prefill, then each token with its decode step, the step's
-    batch size and wall time. ID: the server's response id (cmpl-...), or the request's index in the load."""
+    batch size and wall time, and where a torch window recorded the step, its top kernels and regions. ID: the
+    server's response id (cmpl-...), or the request's index in the load."""
     from roseprof.api.live import read_live
     from roseprof.live.join import timeline
 
     run = open_store(traces_dir).resolve(run_ref)
-    log, tokens = read_live(run)
-    for line in timeline(log, tokens, request_id):
+    log, tokens, detail = read_live(run)
+    for line in timeline(log, tokens, request_id, detail):
         click.echo(line)

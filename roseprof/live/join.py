@@ -187,10 +187,12 @@ class Explainer:
         }
 
 
-def timeline(log: StepLogRecords, tokens: list[dict], ref: str) -> list[str]:
+def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | None = None) -> list[str]:
     """One request's lines (`roseprof request`): queued, prefill, each token with its step, the step's batch size
-    and wall time. `ref`: the response id, or the request's index in the load."""
+    and wall time, and under it the step's top kernels and regions where `detail` (a torch window's, by step:
+    live/step_detail.py) has the step. `ref`: the response id, or the request's index in the load."""
     from roseprof.errors import RoseprofError
+    from roseprof.live.step_detail import words
 
     row = next((r for r in tokens if r["request_id"] == ref or str(r["index"]) == ref), None)
     if row is None:
@@ -227,5 +229,8 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str) -> list[str]:
         else:
             where = f"{'-' if step is None else step:>7} (outside the window)"
         lines.append(f"  {i:5d} {t:12.2f} {t - previous:11.2f} {where}")
+        said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
+        if said:
+            lines.append(f"        {said}")
         previous = t
     return lines

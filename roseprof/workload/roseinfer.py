@@ -124,3 +124,7 @@ STREAM_TOKEN_STEPS = "token_steps"
 # Its /metrics names follow vLLM's with its own prefix; the server-side TTFT histogram, ours and vLLM's, which a
 # load compares with the client's TTFT (the gap: queueing outside the engine, HTTP and network).
 SERVER_TTFT_HISTOGRAMS = ("roseinfer:time_to_first_token_seconds", "vllm:time_to_first_token_seconds")
+# Its capture windows (--enable-profiling): the tools, and the files a closed window serves (roseprof/live/window.py).
+WINDOW_TOOLS = names.WINDOW_TOOLS
+WINDOW_STEPS_FILE = names.WINDOW_STEPS_FILE
+WINDOW_TRACE_FILE = names.WINDOW_TRACE_FILE

@@ -45,6 +45,8 @@ def panels(summary: dict) -> list[dict]:
                 "server gap| of one token",
             }
         )
+    if part.get("capture"):
+        out.append(capture_panel(part["capture"]))
     return out
 
 
@@ -60,6 +62,32 @@ PATH_PARTS = (
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
+
+
+def capture_panel(c: dict) -> dict:
+    """A capture window (roseprof live --tool torch): its steps and what its export cost the engine loop."""
+    p = c["pause"]
+
+    def ms(v) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    first = c["first_step"]
+    early = ", stopped early (the load ended)" if c["stopped_early"] else ""
+    rows = [
+        ["on the loop: profiler start", ms(p.get("start_ms"))],
+        ["on the loop: profiler stop", ms(p.get("stop_ms"))],
+        ["on the loop: flight recorder dump", ms(p.get("dump_ms"))],
+        ["export (off the loop)", ms(p.get("export_ms"))],
+        ["median step in the window", ms(p.get("median_step_ms"))],
+        [f"longest step during the export ({p.get('steps_during_export', 0)} steps)",
+         ms(p.get("longest_step_during_export_ms"))],
+    ]  # fmt: skip
+    return {
+        "title": f"{c['tool']} window: steps {first}..{first + c['steps'] - 1} ({c['steps']} of {c['asked']}{early})",
+        "columns": ["what the window cost the engine loop", "ms"],
+        "rows": rows,
+        "note": "the export runs on a thread of the engine's process; the steps it overlapped say what it cost",
+    }
 
 
 SECTION = Section(

@@ -1,0 +1,127 @@
+"""`roseprof live --tool torch` against a real `roseinfer serve --enable-profiling` (gpt2-tiny on CPU, where
+torch.profiler's CPU operators are the kernels): one run holding the load, the server's steps and the torch
+window's regions and per-step operators, which `show`, `request` and `open` read and the store's checks pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from roseprof.api import open_store
+from roseprof.run import tables
+from tests.helpers import assert_one_line_error, roseprof
+from tests.roseinfer.serve.conftest import ServerProcess
+
+ENV = {"COLUMNS": "80"}
+WINDOW = 15  # decode steps
+
+
+@pytest.fixture(scope="module")
+def window_run(tmp_path_factory):
+    """(server, traces folder, the run's folder, its show output)."""
+    tmp = tmp_path_factory.mktemp("live-window")
+    server = ServerProcess("--enable-profiling", "--max-batch-size", "8", "--api-key", "k").wait_ready()
+    try:
+        traces = tmp / "traces"
+        proc = roseprof(
+            "live", server.url, "--steps", str(WINDOW), "--tool", "torch", "--requests", "12", "--concurrency", "4",
+            "--output-len", "32", "--api-key", "k", "--traces-dir", traces, "--name", "window", env=ENV,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (folder,) = [p for p in traces.iterdir() if "window" in p.name]
+        yield server, traces, folder, proc.stdout
+    finally:
+        server.stop()
+
+
+def test_one_run_holds_the_load_the_steps_and_the_window(window_run):
+    _, traces, folder, out = window_run
+    run = open_store(traces).resolve(folder.name)
+    summary = run.summary()  # the sections' checks
+    tables.check_stored_run(run.path, run.manifest)  # the store's files
+    assert run.manifest["tool"]["name"] == tables.LOAD_TOOL and run.manifest["live"]["tool"] == "torch"
+    assert "--tool" in run.manifest["command"] and "torch" in run.manifest["command"]
+    part = summary["live"]
+    capture = part["capture"]
+    assert capture["tool"] == "torch" and capture["asked"] == WINDOW
+    # exactly the window's steps (or fewer, said, when the load ended first), each with its operators and regions
+    assert 0 < capture["steps"] <= WINDOW and capture["stopped_early"] == (capture["steps"] < WINDOW)
+    first = capture["first_step"]
+    assert sorted(map(int, part["step_detail"])) == list(range(first, first + capture["steps"]))
+    detail = part["step_detail"][str(first)]
+    assert detail["kernel_kind"] == "cpu_op" and detail["kernels"][0][0].startswith("aten::")
+    assert all(name.startswith("roseinfer.") for name, _ in detail["regions"])
+    # the window's regions and operators (torch driver) beside the client's serving figures
+    assert any(r["name"] == "roseinfer.lm_head" for r in summary["regions"])
+    assert summary["operators"]["top"] and summary["serving"]["completed"] == 12
+    assert {"stop_ms", "export_ms"} <= set(capture["pause"])
+    assert (folder / "raw" / "window" / "trace.json.gz").is_file()
+    # every client token still joins to a step (the flight recorder's, the whole load)
+    assert part["join"]["outside_window"] == 0 and part["join"]["joined"] > 0
+    # show: the slowest requests first, then (further down) the window and what it cost the loop
+    assert out.splitlines()[1].startswith("req cmpl-"), out[:800]
+    assert "torch window: steps" in out and "profiler stop" in out
+
+
+def test_request_lists_the_operators_of_each_window_step(window_run):
+    _, traces, folder, _ = window_run
+    summary = json.loads((folder / "summary.json").read_text())
+    in_window = set(summary["live"]["step_detail"])
+    tokens = json.loads((folder / tables.LOAD_TOKENS).read_text())
+    row = next(r for r in tokens if in_window & {str(s) for s in r["steps"]})
+    proc = roseprof("request", folder.name, row["request_id"], "--traces-dir", traces, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    shown = [line for line in lines if line.strip().startswith("CPU ops aten::")]
+    assert len(shown) == len(in_window & {str(s) for s in row["steps"]})
+    per_token = [line for line in lines if line.strip()[:1].isdigit()]  # one line a token
+    assert len(per_token) == len(row["steps"])
+
+
+def test_window_run_opens_as_a_dashboard(window_run, tmp_path):
+    _, traces, folder, _ = window_run
+    proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    (page,) = list(tmp_path.glob("*.html"))
+    assert "torch window: steps" in page.read_text()
+
+
+def test_torch_window_without_enable_profiling_is_one_line(tmp_path):
+    server = ServerProcess("--max-batch-size", "4").wait_ready()
+    try:
+        proc = roseprof("live", server.url, "--steps", "5", "--tool", "torch", "--requests", "2",
+                        "--traces-dir", tmp_path / "traces", env=ENV)  # fmt: skip
+    finally:
+        server.stop()
+    assert_one_line_error(proc, 2, "--enable-profiling")
+    assert not (tmp_path / "traces").exists() or not any((tmp_path / "traces").iterdir())
+
+
+def test_a_window_with_no_load_imports_its_trace_and_steps(window_run, tmp_path):
+    """No --requests/--duration: the window opens at once on the server's own traffic (here a thread's requests)
+    and its trace is imported with the window's steps, a run of the torch tool."""
+    import threading
+
+    server = window_run[0]
+    done = threading.Event()
+
+    def traffic() -> None:
+        while not done.is_set():
+            server.post("/v1/completions", {"prompt": "x", "max_tokens": 8, "ignore_eos": True},
+                        headers={"Authorization": "Bearer k"})  # fmt: skip
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        proc = roseprof("live", server.url, "--steps", "6", "--tool", "torch", "--api-key", "k",
+                        "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path, env=ENV)  # fmt: skip
+    finally:
+        done.set()
+        thread.join()
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list((tmp_path / "traces").iterdir())
+    run = open_store(tmp_path / "traces").resolve(folder.name)
+    assert run.manifest["tool"]["name"] == "torch"
+    assert run.summary()["steps"]["count"] == 6
+    tables.check_stored_run(run.path, run.manifest)
