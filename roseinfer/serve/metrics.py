@@ -256,5 +256,7 @@ def render_for(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, 
     escaping is needed and "allow-utf-8" writes them unchanged, as any escaping a scraper may ask for would."""
     encode, content_type = choose_encoder(accept or "")
     if content_type.startswith("application/openmetrics-text"):
-        return openmetrics.generate_latest(registry, escaping=openmetrics.ALLOWUTF8), openmetrics.CONTENT_TYPE_LATEST
+        return openmetrics.generate_latest(
+            registry, escaping=openmetrics.ALLOWUTF8
+        ), openmetrics.CONTENT_TYPE_LATEST
     return encode(registry), content_type

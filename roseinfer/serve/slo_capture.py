@@ -120,7 +120,9 @@ class SloCapture:
                 "request_id": seq.request_id,
                 "request": seq.id,  # the engine's sequence id, as step and prefill records list it
                 "token": len(seq.token_ns) - 1,  # the token's index in the request's whole output
-                "step": seq.token_step[-1] if seq.token_step else -1,  # its decode step (-1: a prefill's token)
+                "step": seq.token_step[-1]
+                if seq.token_step
+                else -1,  # its decode step (-1: a prefill's token)
                 "t_ns": seq.token_ns[-1] if seq.token_ns else 0,
             }
         )
@@ -223,8 +225,12 @@ def add_arguments(p) -> None:
         help="write the flight recorder's steps around any request past a limit: itl=2ms,ttft=500ms,e2e=5s",
     )
     g.add_argument("--capture-dir", default=None, metavar="DIR", help="where --capture-on writes its files")
-    g.add_argument("--capture-steps-before", type=int, default=64, metavar="N", help="steps kept before a breach")
-    g.add_argument("--capture-steps-after", type=int, default=16, metavar="N", help="steps kept after a breach")
+    g.add_argument(
+        "--capture-steps-before", type=int, default=64, metavar="N", help="steps kept before a breach"
+    )
+    g.add_argument(
+        "--capture-steps-after", type=int, default=16, metavar="N", help="steps kept after a breach"
+    )
     g.add_argument(
         "--capture-interval", type=float, default=10.0, metavar="S", help="at most one capture per S seconds"
     )

@@ -55,7 +55,9 @@ def _well_formed(b) -> bool:
     )
 
 
-def explain_one(explain: Explainer | None, log: StepLogRecords, first: int, b: dict, record) -> tuple[str, str]:
+def explain_one(
+    explain: Explainer | None, log: StepLogRecords, first: int, b: dict, record
+) -> tuple[str, str]:
     """(cause, words) of one breach."""
     if b["metric"] == "ttft" or (b["metric"] == "itl" and b["step"] < 0):
         return _prefill_words(log, record, b["metric"] == "itl")

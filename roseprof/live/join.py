@@ -80,7 +80,11 @@ def agreement(log: StepLogRecords, tokens: list[dict], first: int) -> dict | Non
     for row in tokens:
         prev = None  # (client ms, server ms) of the previous token, when it joined
         for t, step in zip(row["t_ms"], row["steps"]):
-            server = emitted.get((row["request_id"], step - first)) if isinstance(step, int) and step >= 0 else None
+            server = (
+                emitted.get((row["request_id"], step - first))
+                if isinstance(step, int) and step >= 0
+                else None
+            )
             if server is None:
                 prev = None
                 continue
@@ -96,8 +100,16 @@ def agreement(log: StepLogRecords, tokens: list[dict], first: int) -> dict | Non
     return {
         "tokens": len(delivery),
         "gaps": len(diffs),
-        "delivery_ms": {"p50": float(np.median(d)), "p99": float(np.percentile(d, 99)), "max": float(d.max())},
-        "itl_diff_ms": {"p50": float(np.median(a)), "p99": float(np.percentile(a, 99)), "max": float(a.max())},
+        "delivery_ms": {
+            "p50": float(np.median(d)),
+            "p99": float(np.percentile(d, 99)),
+            "max": float(d.max()),
+        },
+        "itl_diff_ms": {
+            "p50": float(np.median(a)),
+            "p99": float(np.percentile(a, 99)),
+            "max": float(a.max()),
+        },
     }
 
 

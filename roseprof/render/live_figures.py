@@ -93,12 +93,16 @@ def waterfall(log, tokens: list[dict] | None, live: dict) -> go.Figure | None:
     fig.update_yaxes(title="step ms", row=2, col=1)
     fig.update_xaxes(title="ms (server clock, from the window's first step or prefill)", row=2, col=1)
     fig.update_layout(barmode="overlay", meta={"link": "request-steps"}, bargap=0.15)
-    thinned = f"the first {WATERFALL_MAX} of {len(tokens):,} requests; " if len(tokens) > WATERFALL_MAX else ""
+    thinned = (
+        f"the first {WATERFALL_MAX} of {len(tokens):,} requests; " if len(tokens) > WATERFALL_MAX else ""
+    )
     note = (
         f"{thinned}client times shifted by {shift:.2f} ms (the fastest token drawn at its step's end; the others "
         f"arrive a median {float(np.median(extra)):.2f} ms after that); click a request to mark its steps"
     )
-    return layout(fig, "Requests (client) above the server's decode steps, on one time axis", note, height=760)
+    return layout(
+        fig, "Requests (client) above the server's decode steps, on one time axis", note, height=760
+    )
 
 
 def _step_timeline(fig: go.Figure, log, first: int, ms) -> None:
@@ -121,7 +125,9 @@ def _step_timeline(fig: go.Figure, log, first: int, ms) -> None:
         px.append((a + b) / 2)
         pw.append(max(b - a, 1e-3))
         ph.append(b - a)
-        pt.append(f"prefill: {p.get('tokens', 0)} tokens, {p.get('batch_size', 1)} request(s), {b - a:.2f} ms")
+        pt.append(
+            f"prefill: {p.get('tokens', 0)} tokens, {p.get('batch_size', 1)} request(s), {b - a:.2f} ms"
+        )
     if px:
         fig.add_trace(go.Bar(x=px, width=pw, y=ph, name="prefill", marker_color=PREFILL_STEP, hovertext=pt,
                              hoverinfo="text"), row=2, col=1)  # fmt: skip
@@ -129,7 +135,7 @@ def _step_timeline(fig: go.Figure, log, first: int, ms) -> None:
 
 # The page's script for figures whose layout.meta.link is "request-steps": a click on a request's bar marks the
 # decode steps its tokens came from (their customdata positions) in the step timeline, and a click elsewhere clears.
-LINK_JS = """
+_LINK_JS = """
 (function () {
   document.querySelectorAll('.fig').forEach(function (gd) {
     if (!gd.layout || !gd.layout.meta || gd.layout.meta.link !== 'request-steps' || !gd.on) return;
@@ -146,4 +152,5 @@ LINK_JS = """
     });
   });
 })();
-""" % PICKED
+"""
+LINK_JS = _LINK_JS % PICKED

@@ -63,7 +63,9 @@ def figure_divs(count: int) -> str:
     return "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(count))
 
 
-def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str = "", script: str = "") -> str:
+def page(
+    title: str, heading: str, sub: str, main: str, figs: list, footer: str = "", script: str = ""
+) -> str:
     """A whole page: `heading`/`sub`/`title` are plain text (escaped here); `main` and `footer` are markup the
     caller built (with its own text escaped); `figs` are plotly figures drawn into figure_divs(len(figs));
     `script`: the renderer's own JavaScript (no trace text in it), run once the figures are drawn."""

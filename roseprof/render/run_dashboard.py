@@ -8,8 +8,15 @@ from pathlib import Path
 
 from roseprof.errors import RoseprofError
 from roseprof.render import (
-    figures, live_figures, load_figures, ncu_views, rank_figures, spike_figures, text, units,
-)  # fmt: skip
+    figures,
+    live_figures,
+    load_figures,
+    ncu_views,
+    rank_figures,
+    spike_figures,
+    text,
+    units,
+)
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.render.view import RunRecord, RunView
 
@@ -252,7 +259,9 @@ def build_figures(view: RunView) -> list:
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
     if summary.get("serving"):  # a load (roseprof load): its requests, not a trace
-        live = summary.get("live") and live_figures.waterfall(view.step_log, view.load_tokens, summary["live"])
+        live = summary.get("live") and live_figures.waterfall(
+            view.step_log, view.load_tokens, summary["live"]
+        )
         return ([live] if live else []) + load_figures.figures(summary["serving"], view.load_tokens)
     if summary.get("loads"):  # several loads in one run: a sweep's curve, a repeat's loads
         return load_figures.several(summary["loads"], view.load_tokens)

@@ -34,7 +34,13 @@ def test_a_planted_slow_step_is_captured_and_imported_as_runs_that_name_it(tmp_p
     assert files, list(captures.iterdir())
     assert not list(captures.glob(".*")), "a half-written capture was left"
     proc = roseprof(
-        "import", captures, "--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash", env=ENV
+        "import",
+        captures,
+        "--traces-dir",
+        tmp_path / "traces",
+        "--dashboards-dir",
+        tmp_path / "dash",
+        env=ENV,
     )
     assert proc.returncode == 0, proc.stderr
     runs = sorted((tmp_path / "traces").iterdir())
@@ -48,7 +54,8 @@ def test_a_planted_slow_step_is_captured_and_imported_as_runs_that_name_it(tmp_p
         planted += [(run, b) for b in part["breaches"] if b["step"] % 50 == 49]
     assert planted, "no capture names a planted step (49, 99, ...)"
     run, breach = planted[0]
-    assert "roseinfer.decode_step +" in breach["line"], breach  # the region that grew, in the spike causes' words
+    # the region that grew, in the spike causes' words
+    assert "roseinfer.decode_step +" in breach["line"], breach
     shown = roseprof("show", run.name, "--traces-dir", tmp_path / "traces", env=ENV)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()

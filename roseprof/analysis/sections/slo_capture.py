@@ -15,7 +15,9 @@ def compute(ctx: Context) -> SectionResult:
 
     part = breaches(ctx.log)
     if part["malformed"]:
-        ctx.warnings.append(f"the SLO capture's meta record lists {part['malformed']} malformed breach(es): left out")
+        ctx.warnings.append(
+            f"the SLO capture's meta record lists {part['malformed']} malformed breach(es): left out"
+        )
     return SectionResult(summary={"slo_capture": part})
 
 

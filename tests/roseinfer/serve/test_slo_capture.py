@@ -135,5 +135,7 @@ def test_ttft_and_e2e_breaches(tmp_path):
     capture.on_finish(engine.seqs[1])  # 16 ms: none
     capture.idle(engine.flight, lambda: engine.seqs)  # the server went idle: the open capture is written
     capture.close()
-    metrics = [(b["metric"], b["request_id"]) for c in _captures(tmp_path) for b in c[0]["slo_capture"]["breaches"]]
+    metrics = [
+        (b["metric"], b["request_id"]) for c in _captures(tmp_path) for b in c[0]["slo_capture"]["breaches"]
+    ]
     assert sorted(metrics) == [("e2e", "cmpl-0"), ("ttft", "cmpl-0"), ("ttft", "cmpl-1")]
