@@ -240,8 +240,8 @@ class EngineCore:
     def _on_token(self, seq: Sequence, tok: int) -> None:
         step = seq.token_step[-1]
         self._emitted.append((seq, tok, step))
-        if self.slo is not None:
-            self.slo.on_token(seq)
+        if step < 0 and self.slo is not None:
+            self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
         if step < 0 and self.metrics is not None:
             # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
             # the prefill computed (and looked up in the prefix cache) plus this token.
@@ -293,7 +293,7 @@ class EngineCore:
         if self.slo is not None:
             for seq in finished:
                 self.slo.on_finish(seq)
-            self.slo.after_step(engine.flight, self._running)
+            self.slo.after_step(engine.flight, self._running, emitted)
 
 
 def _one_line(what: str, e: BaseException) -> str:

@@ -7,7 +7,12 @@ What is checked, on the engine core's loop (only when --capture-on is given; off
   itl   each token's gap to the request's previous token (a prefill's token after a preemption included)
   ttft  a request's first token, from its arrival
   e2e   a request's last token, from its arrival (when it finishes)
-A check is a subtraction and a comparison per token.
+The ITL check is per step, not per token: a step's decode tokens are all emitted at one time, and every running
+request's previous token came with the previous step's decode tokens or, later, from a prefill. So a decode token
+can only breach when the gap between two steps' decode emissions does (then each token of the step is checked), or
+when its previous token was a prefill's (those requests are checked one by one at their next decode token). The
+loop pays one comparison a step and a few for each prefill (scripts/bench_slo_capture.py: the per-token check
+cost ~0.5 us a token on a busy 2-core box, 35 us a step at batch 64).
 
 Rate limit: at most one capture per `--capture-interval` seconds (default 10). Breaches while a capture is open
 (waiting for its steps after) join it, as its meta record's `breaches` (the first MAX_LISTED; `breach_count` counts
@@ -79,8 +84,8 @@ class _Open:
 
 
 class SloCapture:
-    """The engine core's side: `on_token` per token emitted, `on_finish` per request finished, `after_step` after
-    each engine step, `idle` when the engine has nothing left to run (a capture open then is written with the
+    """The engine core's side: `on_prefill_token` per token a prefill emitted, `on_finish` per request finished,
+    `after_step` after each engine step (with its tokens), `idle` when the engine has nothing left to run (a capture open then is written with the
     steps there are), `close` when the core stops."""
 
     def __init__(self, spec: CaptureSpec) -> None:
@@ -89,6 +94,10 @@ class SloCapture:
         self.ttft = spec.limits_ns.get("ttft")
         self.e2e = spec.limits_ns.get("e2e")
         self._pending: list[dict] = []  # breaches since the last after_step
+        self._last_decode_ns = 0  # when the last step's decode tokens were emitted (0: none yet)
+        self._after_prefill: dict[
+            int, object
+        ] = {}  # sequence id -> sequence whose last token was a prefill's
         self._open: _Open | None = None
         self._next_allowed_ns = 0
         self._skipped = 0  # breaches in the interval since the last capture
@@ -98,14 +107,42 @@ class SloCapture:
         self._writer.start()
 
     # -- checks (the loop) ---------------------------------------------------------------------------------------
-    def on_token(self, seq) -> None:
+    def on_prefill_token(self, seq) -> None:
+        """A token a prefill emitted (the request's first, or its first after a preemption)."""
         token_ns = seq.token_ns
-        n = len(token_ns)
-        if n == 1:
+        if len(token_ns) == 1:
             if self.ttft is not None and token_ns[0] - seq.arrival_ns > self.ttft:
                 self._breach("ttft", seq, token_ns[0] - seq.arrival_ns, self.ttft)
         elif self.itl is not None and token_ns[-1] - token_ns[-2] > self.itl:
             self._breach("itl", seq, token_ns[-1] - token_ns[-2], self.itl)
+        if self.itl is not None:
+            self._after_prefill[seq.id] = seq
+
+    def _check_itl(self, emitted: list) -> None:
+        """The step's tokens: (sequence, token, step) as the core collected them, its prefills' first and its decode
+        tokens last (Engine.step: prefill, then decode), all of these emitted at one time."""
+        if not emitted or emitted[-1][2] < 0:
+            return  # no decode token in this step
+        decode_ns = emitted[-1][0].token_ns[-1]
+        limit = self.itl
+        if self._last_decode_ns and decode_ns - self._last_decode_ns > limit:
+            for seq, _, step in emitted:  # the step gap breached: which of its tokens did
+                t = seq.token_ns
+                if step >= 0 and len(t) > 1 and t[-1] - t[-2] > limit:
+                    self._breach("itl", seq, t[-1] - t[-2], limit)
+            self._after_prefill = {
+                k: s for k, s in self._after_prefill.items() if s.token_ns[-1] != decode_ns
+            }
+        elif self._after_prefill:
+            for key, seq in list(self._after_prefill.items()):
+                t = seq.token_ns
+                if t[-1] == decode_ns:  # its first decode token since the prefill: checked once
+                    if t[-1] - t[-2] > limit:
+                        self._breach("itl", seq, t[-1] - t[-2], limit)
+                    del self._after_prefill[key]
+                elif seq.finish_reason is not None:
+                    del self._after_prefill[key]  # finished or aborted before a decode token
+        self._last_decode_ns = decode_ns
 
     def on_finish(self, seq) -> None:
         if self.e2e is not None and seq.token_ns and seq.token_ns[-1] - seq.arrival_ns > self.e2e:
@@ -127,9 +164,12 @@ class SloCapture:
             }
         )
 
-    def after_step(self, flight, running) -> None:
-        """Open a capture for new breaches (rate limit permitting), write one whose steps after have run.
-        `running`: a function giving the sequences still in the engine (their request records go in the file)."""
+    def after_step(self, flight, running, emitted: list) -> None:
+        """The step's ITL check (`emitted`: its tokens, (sequence, token, step)); open a capture for new breaches
+        (rate limit permitting), write one whose steps after have run. `running`: a function giving the sequences
+        still in the engine (their request records go in the file)."""
+        if self.itl is not None:
+            self._check_itl(emitted)
         if self._pending:
             pending, self._pending = self._pending, []
             self._take(pending, flight)

@@ -75,7 +75,20 @@ class FakeEngine:
         ]  # fmt: skip
         self.t_ns = 1_000_000
 
+    def prefill(self, took_ns: int = 1_000_000) -> None:
+        """Every sequence's first token, from one prefill (the core checks its tokens one by one)."""
+        self.t_ns += took_ns
+        emitted = []
+        for seq in self.seqs:
+            seq.output_ids.append(0)
+            seq.token_ns.append(self.t_ns)
+            seq.token_step.append(-1)
+            self.capture.on_prefill_token(seq)
+            emitted.append((seq, 0, -1))
+        self.capture.after_step(self.flight, lambda: self.seqs, emitted)
+
     def step(self, gap_ns: int = 1_000_000) -> None:
+        """A decode step that took `gap_ns`: its tokens all emitted at its end (the core checks them per step)."""
         index = self.flight.step_index
         start, self.t_ns = self.t_ns, self.t_ns + gap_ns
         self.flight.step(start, self.t_ns, len(self.seqs), 0, 0, self.seqs)
@@ -83,8 +96,7 @@ class FakeEngine:
             seq.output_ids.append(0)
             seq.token_ns.append(self.t_ns)
             seq.token_step.append(index)
-            self.capture.on_token(seq)
-        self.capture.after_step(self.flight, lambda: self.seqs)
+        self.capture.after_step(self.flight, lambda: self.seqs, [(seq, 0, index) for seq in self.seqs])
 
 
 def _captures(folder) -> list[list[dict]]:
@@ -96,6 +108,7 @@ def _captures(folder) -> list[list[dict]]:
 def test_a_breach_writes_the_steps_around_it_and_the_interval_limits_captures(tmp_path):
     capture = SloCapture(CaptureSpec({"itl": 5_000_000}, str(tmp_path), before=4, after=3, interval_s=3600))
     engine = FakeEngine(capture)
+    engine.prefill()
     for k in range(30):
         engine.step(20_000_000 if k in (10, 20, 21) else 1_000_000)  # steps 10, 20 and 21 breach
     capture.close()
@@ -114,6 +127,7 @@ def test_a_breach_writes_the_steps_around_it_and_the_interval_limits_captures(tm
 def test_with_no_interval_each_breach_after_a_capture_opens_another(tmp_path):
     capture = SloCapture(CaptureSpec({"itl": 5_000_000}, str(tmp_path), before=2, after=2, interval_s=0))
     engine = FakeEngine(capture)
+    engine.prefill()
     for k in range(30):
         engine.step(20_000_000 if k in (10, 11, 20) else 1_000_000)
     capture.close()
@@ -124,10 +138,30 @@ def test_with_no_interval_each_breach_after_a_capture_opens_another(tmp_path):
     assert [r["index"] for r in second if r["type"] == "step"] == [18, 19, 20, 21, 22]
 
 
+def test_the_first_decode_token_after_a_prefill_is_checked_on_its_own(tmp_path):
+    """A request whose previous token was a prefill's is checked alone, even when the step gap does not breach: a
+    prefill of 20 ms between two quick decode steps (the overlapped decode emits the new request's first decode
+    token one step later, after the previous step's tokens)."""
+    capture = SloCapture(CaptureSpec({"itl": 5_000_000}, str(tmp_path), before=2, after=1, interval_s=0))
+    engine = FakeEngine(capture)
+    engine.prefill()
+    engine.step()
+    late = SimpleNamespace(id=7, request_id="cmpl-late", arrival_ns=0, token_ns=[engine.t_ns - 30_000_000],
+                           token_step=[-1], prompt_ids=[1], output_ids=[0], preemptions=0, finish_reason=None)  # fmt: skip
+    capture.on_prefill_token(late)  # its first token, 30 ms before the step below ends
+    engine.seqs.append(late)
+    for _ in range(3):
+        engine.step()
+    capture.close()
+    (records,) = _captures(tmp_path)
+    (breach,) = records[0]["slo_capture"]["breaches"]
+    assert breach["request_id"] == "cmpl-late" and breach["step"] == 1 and breach["value_ns"] == 31_000_000
+
+
 def test_ttft_and_e2e_breaches(tmp_path):
     capture = SloCapture(CaptureSpec({"ttft": 5_000_000, "e2e": 50_000_000}, str(tmp_path), 2, 1, 0))
     engine = FakeEngine(capture)
-    engine.step(10_000_000)  # the first tokens come at 11 ms: a TTFT breach each
+    engine.prefill(10_000_000)  # the first tokens come at 11 ms: a TTFT breach each
     for _ in range(5):
         engine.step()
     engine.seqs[0].token_ns[-1] = 60_000_000  # made to finish past the e2e limit
