@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseprof.drivers import SNIFF_BYTES
-from roseprof.drivers.steps import sniff
+from roseprof.drivers import SNIFF_BYTES, readers
+from roseprof.drivers.steps import TOOL, sniff
 from roseprof.errors import RoseprofError
 from roseprof.run.store import Run, RunStore
 
@@ -16,8 +16,9 @@ SUFFIXES = (".jsonl", ".ndjson")
 
 
 def step_log_files(paths: list[str]) -> list[Path] | None:
-    """The step logs of `paths` when it is one folder holding step logs and no other trace (None otherwise: an
-    import as before), by name (a capture's name begins with its Unix time, so by time)."""
+    """The step logs of `paths` when it is one folder holding step logs and no file of another trace's suffix (None
+    otherwise: an import as before, e.g. a folder of rank files with the engine's step log beside them), by name (a
+    capture's name begins with its Unix time, so by time)."""
     if len(paths) != 1 or not Path(paths[0]).is_dir():
         return None
     folder = Path(paths[0])
@@ -25,6 +26,9 @@ def step_log_files(paths: list[str]) -> list[Path] | None:
         files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     except OSError as e:
         raise RoseprofError(f"{folder}: cannot read the folder ({e.strerror})") from None
+    others = tuple(s for r in readers() if r.tool != TOOL for s in r.suffixes)
+    if any(p.name.lower().endswith(others) for p in files):
+        return None
     logs = []
     for p in files:
         if not p.name.lower().endswith(SUFFIXES):

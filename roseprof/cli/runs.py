@@ -73,7 +73,7 @@ def import_(
     from roseprof.api.captures import import_each, step_log_files
     from roseprof.render.terminal import make_console
 
-    captures = step_log_files(list(paths))
+    captures = step_log_files(list(paths)) if steplog is None else None
     if captures is not None:  # a folder of step logs (SLO captures): each file a run of its own
         for run in import_each(open_store(traces_dir), captures, name):
             after_storing(run, lambda run=run: print_run(make_console(), run, run.summary()))

@@ -63,3 +63,17 @@ def test_a_planted_slow_step_is_captured_and_imported_as_runs_that_name_it(tmp_p
     assert lines[1].startswith("req cmpl-") and "> 100 ms" in lines[1], shown.stdout[:800]
     head = " ".join(" ".join(lines[1:12]).split())  # the lines as wrapped at 80 columns, joined
     assert f"req {breach['request_id']}: ITL" in head and f"step {breach['step']}:" in head, head
+
+
+def test_only_a_folder_of_step_logs_alone_is_one_run_per_file(tmp_path):
+    """A folder of rank traces with the engine's step log beside it stays one run of several ranks."""
+    from roseprof.api.captures import step_log_files
+
+    log = '{"type":"meta","version":3,"clock":"monotonic_ns"}\n'
+    (tmp_path / "slo-1-1.jsonl").write_text(log)
+    (tmp_path / ".slo-2-2.tmp").write_text(log[:10])  # a capture being written: never read
+    (tmp_path / "notes.txt").write_text("x")
+    assert step_log_files([str(tmp_path)]) == [tmp_path / "slo-1-1.jsonl"]
+    assert step_log_files([str(tmp_path / "slo-1-1.jsonl")]) is None  # a file: imported as before
+    (tmp_path / "rank-0.pt.trace.json.gz").write_bytes(b"")
+    assert step_log_files([str(tmp_path)]) is None
