@@ -58,58 +58,7 @@ def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dic
             "step_p50_ms": float(np.median(durs)) if n_steps else None,
         },
         "join": counts,
-        "agreement": agreement(log, tokens, first),
         "slowest": listed,
-    }
-
-
-def agreement(log: StepLogRecords, tokens: list[dict], first: int) -> dict | None:
-    """How well the client's clock and the server's agree, token by token (None: no two consecutive tokens of a
-    request joined). For each token joined to a step, its delivery: the client's arrival less the server's emission
-    (the request record's token time); the clocks' offset is unknown, so deliveries are given beyond the fastest
-    one (the HTTP path's own cost: SSE, the socket, the client's parse). Per gap between two joined tokens of a
-    request, the client's ITL less the server's (the offset cancels): how far a client ITL may be from the server's
-    step times."""
-    emitted: dict[tuple[str, int], int] = {}
-    for r in log.requests:
-        rid = r.get("request_id")
-        for t, pos in zip(r["token_ns"], r["token_step"]):
-            if pos >= 0:
-                emitted[(rid, pos)] = t
-    delivery, diffs = [], []
-    for row in tokens:
-        prev = None  # (client ms, server ms) of the previous token, when it joined
-        for t, step in zip(row["t_ms"], row["steps"]):
-            server = (
-                emitted.get((row["request_id"], step - first))
-                if isinstance(step, int) and step >= 0
-                else None
-            )
-            if server is None:
-                prev = None
-                continue
-            here = (t, server / 1e6)
-            delivery.append(here[0] - here[1])
-            if prev is not None:
-                diffs.append((here[0] - prev[0]) - (here[1] - prev[1]))
-            prev = here
-    if not diffs:
-        return None
-    d = np.asarray(delivery) - min(delivery)
-    a = np.abs(np.asarray(diffs))
-    return {
-        "tokens": len(delivery),
-        "gaps": len(diffs),
-        "delivery_ms": {
-            "p50": float(np.median(d)),
-            "p99": float(np.percentile(d, 99)),
-            "max": float(d.max()),
-        },
-        "itl_diff_ms": {
-            "p50": float(np.median(a)),
-            "p99": float(np.percentile(a, 99)),
-            "max": float(a.max()),
-        },
     }
 
 

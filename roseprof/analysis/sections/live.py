@@ -22,14 +22,6 @@ def panels(summary: dict) -> list[dict]:
         f"{j['prefill']} from a prefill, {j['outside_window']} outside the window, {j['no_request']} of requests "
         "the server's window does not name"
     )
-    agree = part.get("agreement")
-    if agree:
-        note += (
-            f". Client vs server, per token: delivery beyond the fastest token p50 {agree['delivery_ms']['p50']:.2f} "
-            f"ms, p99 {agree['delivery_ms']['p99']:.2f} ms (the HTTP path's own cost); |client ITL - server ITL| "
-            f"p50 {agree['itl_diff_ms']['p50']:.2f} ms, p99 {agree['itl_diff_ms']['p99']:.2f} ms over "
-            f"{agree['gaps']:,} gaps"
-        )
     rows = [
         [e["by"], e["request_id"], f"{e['ms']:.2f}", e["token"], e["step"], e["cause"]]
         for e in part["slowest"]
