@@ -4,10 +4,11 @@ where it ran, its batch size, prefills and rollovers in its hover), on one time 
 its steps in the timeline (LINK_JS, added to the page; the figure says so in its `meta`).
 
 One time axis from two clocks: the client stamps tokens on its own clock (ms since the load began), the server its
-steps on its monotonic clock. Every joined token arrives after the step that emitted it ended, so the client clock
-is shifted by the smallest (token arrival - its step's end) over the joined tokens: the fastest token is drawn
-as arriving the moment its step ended, and every other one at most its own HTTP path's extra cost later (the
-figure's note gives the shift and the median of that extra cost).
+steps on its monotonic clock. For a server on this host they are one clock (live/path.py says so: the `path` part,
+and the load's monotonic start), and the client's times are placed exactly. Otherwise every joined token arrives
+after the step that emitted it ended, so the client clock is shifted by the smallest (token arrival - its step's
+end) over the joined tokens: the fastest token is drawn as arriving the moment its step ended, every other one at
+most its own HTTP path's extra cost later (the figure's note says which).
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ def _clock_shift(log, tokens: list[dict], first: int, t0: int) -> tuple[float, l
     return shift, [g - shift for g in gaps]
 
 
-def waterfall(log, tokens: list[dict] | None, live: dict) -> go.Figure | None:
+def waterfall(
+    log, tokens: list[dict] | None, live: dict, start_monotonic_ns: int | None = None
+) -> go.Figure | None:
+    """`start_monotonic_ns`: the load's start on the monotonic clock (serving's `clock`), used where the live run
+    found the server on this host's clock."""
     if log is None or not log.steps or not tokens:
         return None
     first = int(live["window"]["first_step"])
@@ -47,6 +52,9 @@ def waterfall(log, tokens: list[dict] | None, live: dict) -> go.Figure | None:
     if clock is None:
         return None
     shift, extra = clock
+    one_clock = bool((live.get("path") or {}).get("clocks_agree")) and start_monotonic_ns is not None
+    if one_clock:
+        shift = (t0 - start_monotonic_ns) / 1e6
     ms = lambda ns: (ns - t0) / 1e6  # noqa: E731 - server ns -> the axis' ms
     by_id = {r.get("request_id"): r for r in log.requests}
     prefill_of = {}
@@ -96,10 +104,14 @@ def waterfall(log, tokens: list[dict] | None, live: dict) -> go.Figure | None:
     thinned = (
         f"the first {WATERFALL_MAX} of {len(tokens):,} requests; " if len(tokens) > WATERFALL_MAX else ""
     )
-    note = (
-        f"{thinned}client times shifted by {shift:.2f} ms (the fastest token drawn at its step's end; the others "
-        f"arrive a median {float(np.median(extra)):.2f} ms after that); click a request to mark its steps"
-    )
+    if one_clock:
+        how = "client and server on one clock (a server on this host)"
+    else:
+        how = (
+            f"client times shifted by {shift:.2f} ms (the fastest token drawn at its step's end; the others arrive "
+            f"a median {float(np.median(extra)):.2f} ms after that)"
+        )
+    note = f"{thinned}{how}; click a request to mark its steps"
     return layout(
         fig, "Requests (client) above the server's decode steps, on one time axis", note, height=760
     )

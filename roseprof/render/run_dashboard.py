@@ -259,8 +259,9 @@ def build_figures(view: RunView) -> list:
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
     if summary.get("serving"):  # a load (roseprof load): its requests, not a trace
+        start_ns = (summary["serving"].get("clock") or {}).get("start_monotonic_ns")
         live = summary.get("live") and live_figures.waterfall(
-            view.step_log, view.load_tokens, summary["live"]
+            view.step_log, view.load_tokens, summary["live"], start_ns
         )
         return ([live] if live else []) + load_figures.figures(summary["serving"], view.load_tokens)
     if summary.get("loads"):  # several loads in one run: a sweep's curve, a repeat's loads
