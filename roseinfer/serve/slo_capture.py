@@ -203,6 +203,8 @@ class SloCapture:
         self._skipped = 0
 
     def _write(self, flight, running) -> None:
+        if flight.steps == 0:
+            return  # no decode step yet (a first request's slow prefill): kept open until there is one
         capture, self._open = self._open, None
         self._next_allowed_ns = time.monotonic_ns() + int(self.spec.interval_s * 1e9)
         records = flight.dump(max(1, flight.step_index - capture.first_step), running())

@@ -158,6 +158,21 @@ def test_the_first_decode_token_after_a_prefill_is_checked_on_its_own(tmp_path):
     assert breach["request_id"] == "cmpl-late" and breach["step"] == 1 and breach["value_ns"] == 31_000_000
 
 
+def test_a_breach_before_any_decode_step_waits_for_one(tmp_path):
+    """A step log with no decode step is no run (roseprof refuses it): the capture waits for the steps after."""
+    capture = SloCapture(CaptureSpec({"ttft": 5_000_000}, str(tmp_path), before=2, after=1, interval_s=0))
+    engine = FakeEngine(capture)
+    engine.prefill(10_000_000)
+    capture.idle(engine.flight, lambda: engine.seqs)  # idle with no step: nothing written yet
+    assert not list(tmp_path.iterdir())
+    for _ in range(3):
+        engine.step()
+    capture.close()
+    (records,) = _captures(tmp_path)
+    assert [r["index"] for r in records if r["type"] == "step"] == [0, 1]
+    assert {b["metric"] for b in records[0]["slo_capture"]["breaches"]} == {"ttft"}
+
+
 def test_ttft_and_e2e_breaches(tmp_path):
     capture = SloCapture(CaptureSpec({"ttft": 5_000_000, "e2e": 50_000_000}, str(tmp_path), 2, 1, 0))
     engine = FakeEngine(capture)
