@@ -101,19 +101,18 @@ def create_app(bridge: EngineBridge, tokenizer, settings: ServeSettings, metrics
     profiling.install(app, bridge, settings.profile_dir)  # /profile/*: capture windows (--enable-profiling)
 
     if metrics is not None:
-        from prometheus_client import CONTENT_TYPE_LATEST
-
-        from roseinfer.serve.metrics import registry_for, render
+        from roseinfer.serve.metrics import registry_for, render_for
 
         registry = registry_for(metrics)
 
         @app.get("/metrics")
-        async def prometheus_metrics():
+        async def prometheus_metrics(request: Request):
             snapshot = await bridge.query("metrics")  # the core answers between two steps
             if snapshot is not None:
                 metrics.snapshot = snapshot  # else (stopped, failed): the last one it gave
             metrics.not_yet_admitted = bridge.num_submitted_not_added()
-            return Response(render(registry), media_type=CONTENT_TYPE_LATEST)
+            body, content_type = render_for(registry, request.headers.get("accept"))  # OpenMetrics: exemplars
+            return Response(body, media_type=content_type)
 
     return app
 

@@ -55,8 +55,11 @@ class Job:
 
 
 class EngineBridge:
-    def __init__(self, model: str, cfg: EngineConfig, metrics: bool, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, model: str, cfg: EngineConfig, metrics: bool, loop: asyncio.AbstractEventLoop, slo=None
+    ) -> None:
         self.model, self.cfg, self.metrics = model, cfg, metrics
+        self.slo = slo  # slo_capture.CaptureSpec (--capture-on), for the core; None: off
         self.loop = loop
         self.state = STARTING
         self.failure: str | None = None
@@ -84,7 +87,7 @@ class EngineBridge:
         self._conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(
             target=engine_core.main,
-            args=(child, self.model, self.cfg, self.metrics),
+            args=(child, self.model, self.cfg, self.metrics, self.slo),
             name="roseinfer-engine-core",
         )
         self.proc.start()

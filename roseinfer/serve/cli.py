@@ -18,6 +18,7 @@ import socket
 import sys
 
 from roseinfer.bench import options as bench_options
+from roseinfer.serve import slo_capture
 
 PROG = "roseinfer serve"
 # The benchmark parser's options that describe a benchmark run, not the engine.
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="the HTTP/1.1 parser, as uvicorn's option (auto: httptools when installed)",
     )
+    slo_capture.add_arguments(p)
     engine = p.add_argument_group("engine options (as the benchmarks take them)")
     for action in bench_options.build_parser("", "", "offline")._actions:
         if action.dest not in BENCH_ONLY:
@@ -166,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"--num-blocks {cfg.num_blocks} cannot hold one request of the model's {model_cfg.n_positions}-token "
                 f"context ({need} blocks of {cfg.block_size}): give at least {need}, or leave it out"
             )
+    try:
+        args.slo_capture = slo_capture.spec_of(args)
+    except ValueError as e:
+        return _fail(str(e))
     if args.api_key_file is not None:
         try:
             with open(args.api_key_file, encoding="utf-8") as fh:

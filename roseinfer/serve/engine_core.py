@@ -95,7 +95,7 @@ class Outbox:
 
 
 class EngineCore:
-    def __init__(self, conn: Connection, model: str, cfg: EngineConfig, metrics: bool) -> None:
+    def __init__(self, conn: Connection, model: str, cfg: EngineConfig, metrics: bool, slo=None) -> None:
         self.conn = conn
         self.model, self.cfg = model, cfg
         self.out = Outbox(conn)
@@ -104,6 +104,11 @@ class EngineCore:
             from roseinfer.serve.metrics import ServerMetrics
 
             self.metrics = ServerMetrics()
+        self.slo = None  # --capture-on: slo_capture.SloCapture (its checks run only when it is on)
+        if slo is not None:
+            from roseinfer.serve.slo_capture import SloCapture
+
+            self.slo = SloCapture(slo)
         self.engine = None
         self.workers = None
         self._ops: list[tuple] = []  # with workers: the adds and aborts applied since the last step, in order
@@ -140,6 +145,9 @@ class EngineCore:
         finally:
             if self.engine is not None and self.engine.steplog is not None:
                 self.engine.steplog.flush()
+            if self.slo is not None:
+                self._slo_idle()  # a capture still open is written with the steps there are
+                self.slo.close()
             try:
                 close()  # no rank process left behind, however the loop ended
             except Exception:  # noqa: BLE001 - already failing or stopping; the ranks are killed if stuck
@@ -154,6 +162,8 @@ class EngineCore:
                     return
                 if engine.steplog is not None:
                     engine.steplog.flush()  # idle: readers of the step log see every finished request
+                if self.slo is not None:
+                    self._slo_idle()
                 self.conn.poll(None)  # idle until the server says something (or goes away: EOF)
             self._receive()
             if not engine.has_unfinished():
@@ -233,10 +243,16 @@ class EngineCore:
         """The sequences still in the engine (their request records close a dump of the flight recorder)."""
         return [seq for seqs in self._seqs.values() for seq in seqs if seq.id in self._owner]
 
+    def _slo_idle(self) -> None:
+        if self.engine is not None and self.engine.flight is not None:
+            self.slo.idle(self.engine.flight, self.running)
+
     # -- steps ---------------------------------------------------------------------------------------------------
     def _on_token(self, seq: Sequence, tok: int) -> None:
         step = seq.token_step[-1]
         self._emitted.append((seq, tok, step))
+        if step < 0 and self.slo is not None:
+            self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
         if step < 0 and self.metrics is not None:
             # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
             # the prefill computed (and looked up in the prefix cache) plus this token.
@@ -285,17 +301,21 @@ class EngineCore:
             )  # fmt: skip
         finishes = [self._forget(seq) for seq in finished]
         self.out.put(("step", tokens, finishes, len(engine.scheduler.waiting), self._added))
+        if self.slo is not None:
+            for seq in finished:
+                self.slo.on_finish(seq)
+            self.slo.after_step(engine.flight, self.running, emitted)
 
 
 def _one_line(what: str, e: BaseException) -> str:
     return f"{what}: {type(e).__name__}: {e}".splitlines()[0]
 
 
-def main(conn: Connection, model: str, cfg: EngineConfig, metrics: bool) -> None:
+def main(conn: Connection, model: str, cfg: EngineConfig, metrics: bool, slo=None) -> None:
     """The core process' entry (multiprocessing, spawned)."""
     # Ctrl-C reaches every process of the terminal's group: the server decides how to stop (drain first), then
     # tells the core. A SIGTERM sent to the core alone still ends it (the server sees an engine failure).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = EngineCore(conn, model, cfg, metrics).run()
+    code = EngineCore(conn, model, cfg, metrics, slo).run()
     conn.close()
     sys.exit(code)

@@ -4,16 +4,25 @@ Two halves, one per process. The engine core keeps `ServerMetrics`: plain bucket
 request when it finishes, a request's inter-token gaps counted with one numpy call), which costs the step loop
 almost nothing; a scrape asks the core for a `snapshot` (plain numbers, between two steps). The server process
 renders that snapshot (`Collector`, prometheus-client's text format). No per-request labels.
+
+Exemplars: the request-level histograms (TTFT, ITL, E2E, queue, prefill, decode) keep, per bucket, the latest
+request that fell in it (its id, the value, when), set when a request finishes (ITL: the request's largest gap in
+each bucket its gaps fell in). A scraper that asks for OpenMetrics (`Accept: application/openmetrics-text`, as
+Prometheus does with exemplar storage on) gets them on the buckets, so a slow bucket in Grafana leads to a request
+id that `roseprof request` can open in a `roseprof live` run; the classic text format (the default) has none.
 """
 
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Iterable
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, Exemplar, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics import exposition as openmetrics
 
 PREFIX = "roseinfer:"
 
@@ -34,35 +43,49 @@ class Histogram:
         self._bounds_np = np.asarray(self.bounds)
         self.counts = [0] * (len(self.bounds) + 1)  # the last one: above every bound (+Inf)
         self.sum = 0.0
+        # per bucket, the latest request in it: (request id, value, Unix time) or None
+        self.exemplars: list[tuple[str, float, float] | None] = [None] * len(self.counts)
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # `le`: value <= bound
+    def observe(self, value: float, request_id: str | None = None) -> None:
+        i = bisect.bisect_left(self.bounds, value)  # `le`: value <= bound
+        self.counts[i] += 1
         self.sum += value
+        if request_id is not None:
+            self.exemplars[i] = (request_id, value, time.time())
 
-    def observe_many(self, values: np.ndarray) -> None:
+    def observe_many(self, values: np.ndarray, request_id: str | None = None) -> None:
         if values.size == 0:
             return
-        per_bucket = np.bincount(
-            np.searchsorted(self._bounds_np, values, side="left"), minlength=len(self.counts)
-        )
+        bucket = np.searchsorted(self._bounds_np, values, side="left")
+        per_bucket = np.bincount(bucket, minlength=len(self.counts))
+        now = time.time() if request_id is not None else 0.0
         for i in np.flatnonzero(per_bucket):
             self.counts[i] += int(per_bucket[i])
+            if request_id is not None:  # the request's largest value in this bucket
+                self.exemplars[i] = (request_id, float(values[bucket == i].max()), now)
         self.sum += float(values.sum())
 
-    def snapshot(self) -> tuple[list[float], list[int], float]:
-        return self.bounds, list(self.counts), self.sum
+    def snapshot(self) -> tuple[list[float], list[int], float, list]:
+        return self.bounds, list(self.counts), self.sum, list(self.exemplars)
 
 
 def histogram_family(name: str, doc: str, model_name: str, snap) -> HistogramMetricFamily:
-    bounds, counts, total_sum = snap
+    bounds, counts, total_sum, exemplars = snap
     fam = HistogramMetricFamily(name, doc, labels=["model_name"])
     cumulative, total = [], 0
-    for bound, n in zip(bounds, counts):
+    for i, (bound, n) in enumerate(zip(bounds, counts)):
         total += n
-        cumulative.append((repr(float(bound)), total))
-    cumulative.append(("+Inf", total + counts[-1]))
+        cumulative.append(_bucket(repr(float(bound)), total, exemplars[i]))
+    cumulative.append(_bucket("+Inf", total + counts[-1], exemplars[-1]))
     fam.add_metric([model_name], cumulative, total_sum)
     return fam
+
+
+def _bucket(bound: str, count: int, exemplar: tuple[str, float, float] | None) -> tuple:
+    if exemplar is None:
+        return (bound, count)
+    request_id, value, at = exemplar
+    return (bound, count, Exemplar({"request_id": request_id}, value, at))
 
 
 class ServerMetrics:
@@ -129,14 +152,15 @@ class ServerMetrics:
         token_ns = seq.token_ns
         if not token_ns:
             return
-        self.ttft.observe((token_ns[0] - seq.arrival_ns) / 1e9)
-        self.e2e.observe((token_ns[-1] - seq.arrival_ns) / 1e9)
-        self.decode.observe((token_ns[-1] - token_ns[0]) / 1e9)
+        rid = seq.request_id  # the exemplars' request id (the response id a client sees)
+        self.ttft.observe((token_ns[0] - seq.arrival_ns) / 1e9, rid)
+        self.e2e.observe((token_ns[-1] - seq.arrival_ns) / 1e9, rid)
+        self.decode.observe((token_ns[-1] - token_ns[0]) / 1e9, rid)
         if prefill_start_ns is not None:
-            self.queue.observe(max(0, prefill_start_ns - seq.arrival_ns) / 1e9)
-            self.prefill.observe(max(0, token_ns[0] - prefill_start_ns) / 1e9)
+            self.queue.observe(max(0, prefill_start_ns - seq.arrival_ns) / 1e9, rid)
+            self.prefill.observe(max(0, token_ns[0] - prefill_start_ns) / 1e9, rid)
         if len(token_ns) > 1:
-            self.itl.observe_many(np.diff(np.asarray(token_ns, dtype=np.int64)) / 1e9)
+            self.itl.observe_many(np.diff(np.asarray(token_ns, dtype=np.int64)) / 1e9, rid)
 
     def snapshot(self, engine) -> dict:
         """Plain numbers (they cross the pipe): the histograms, the counters, and the engine's gauges now."""
@@ -220,3 +244,19 @@ def registry_for(collector: Collector) -> CollectorRegistry:
 
 def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
+
+
+def render_for(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """(body, content type): OpenMetrics, with the exemplars, where the scraper's Accept header asks for it; the
+    classic text format otherwise (prometheus-client's choice, as its own HTTP handler makes it).
+
+    OpenMetrics is written with the names as they are: prometheus-client 0.26's default escaping ("underscores")
+    keeps the `:` of `roseinfer:` in # HELP and # TYPE but turns it into `_` in the samples, which then belong to
+    no family (its own parser refuses them). Every name here is a valid classic name (`:` is allowed), so no
+    escaping is needed and "allow-utf-8" writes them unchanged, as any escaping a scraper may ask for would."""
+    encode, content_type = choose_encoder(accept or "")
+    if content_type.startswith("application/openmetrics-text"):
+        return openmetrics.generate_latest(
+            registry, escaping=openmetrics.ALLOWUTF8
+        ), openmetrics.CONTENT_TYPE_LATEST
+    return encode(registry), content_type

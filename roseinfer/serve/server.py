@@ -53,7 +53,7 @@ async def serve(
 
     loop = asyncio.get_running_loop()
     name = _model_name(args)
-    bridge = EngineBridge(args.model, cfg, not args.no_metrics, loop)
+    bridge = EngineBridge(args.model, cfg, not args.no_metrics, loop, slo=getattr(args, "slo_capture", None))
     settings = ServeSettings(
         model_name=name,
         vocab_size=model_cfg.vocab_size,

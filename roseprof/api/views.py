@@ -44,7 +44,12 @@ class StoredTables:
         return tables.read_op_regions(self.folder, n_ops, n_names)
 
     def step_log(self):
-        return read_steplog(str(tables.steplog_path(self.folder)))
+        path = tables.steplog_path(self.folder)
+        if not path.is_file():  # a live run keeps the server's steps as it sent them (api/live.py)
+            from roseprof.api.live import STEPS_FILE
+
+            path = self.folder / "raw" / STEPS_FILE
+        return read_steplog(str(path)) if path.is_file() else None
 
     def load_tokens(self) -> list | None:
         return tables.read_load_tokens(self.folder)

@@ -67,10 +67,18 @@ def import_(
 ) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content.
-    Several Kineto files, or a folder of them (one per rank: rank-0.*.json.gz, rank-1.*, ...), are one run."""
+    Several Kineto files, or a folder of them (one per rank: rank-0.*.json.gz, rank-1.*, ...), are one run; a
+    folder of step logs (roseinfer serve --capture-dir: its SLO captures) is one run per file."""
     from roseprof.api import import_path
+    from roseprof.api.captures import import_each, step_log_files
     from roseprof.render.terminal import make_console
 
+    captures = step_log_files(list(paths)) if steplog is None else None
+    if captures is not None:  # a folder of step logs (SLO captures): each file a run of its own
+        for run in import_each(open_store(traces_dir), captures, name):
+            after_storing(run, lambda run=run: print_run(make_console(), run, run.summary()))
+            after_storing(run, lambda run=run: show_dashboard(run, dashboards_dir, False))
+        return
     run = import_path(
         open_store(traces_dir), list(paths), name, steplog, step_range, max_gzip_ratio, gzip_ratio_after
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import plotly.io as pio
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
-RENDERER_VERSION = "4"  # 4: plotly.js beside the page, not inside it
+RENDERER_VERSION = "5"  # 4: plotly.js beside the page, not inside it; 5: a live run's request waterfall
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -63,9 +63,12 @@ def figure_divs(count: int) -> str:
     return "".join(f'<div class="panel"><div id="fig{i}" class="fig"></div></div>' for i in range(count))
 
 
-def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str = "") -> str:
+def page(
+    title: str, heading: str, sub: str, main: str, figs: list, footer: str = "", script: str = ""
+) -> str:
     """A whole page: `heading`/`sub`/`title` are plain text (escaped here); `main` and `footer` are markup the
-    caller built (with its own text escaped); `figs` are plotly figures drawn into figure_divs(len(figs))."""
+    caller built (with its own text escaped); `figs` are plotly figures drawn into figure_divs(len(figs));
+    `script`: the renderer's own JavaScript (no trace text in it), run once the figures are drawn."""
     specs = "[" + ",".join(pio.to_json(f, validate=False) for f in figs) + "]"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -85,7 +88,7 @@ def page(title: str, heading: str, sub: str, main: str, figs: list, footer: str 
   }});
   document.body.setAttribute('data-figures', String(specs.length));
 }})();
-</script></body></html>
+</script>{f"<script>{script}</script>" if script else ""}</body></html>
 """
 
 

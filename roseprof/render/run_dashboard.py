@@ -7,7 +7,16 @@ import html
 from pathlib import Path
 
 from roseprof.errors import RoseprofError
-from roseprof.render import figures, load_figures, ncu_views, rank_figures, spike_figures, text, units
+from roseprof.render import (
+    figures,
+    live_figures,
+    load_figures,
+    ncu_views,
+    rank_figures,
+    spike_figures,
+    text,
+    units,
+)
 from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
 from roseprof.render.view import RunRecord, RunView
 
@@ -250,7 +259,11 @@ def build_figures(view: RunView) -> list:
     if summary.get("ncu"):
         return ncu_views.figures(summary)  # timeline figures of an ncu run would show the profiler's replays
     if summary.get("serving"):  # a load (roseprof load): its requests, not a trace
-        return load_figures.figures(summary["serving"], view.load_tokens)
+        start_ns = (summary["serving"].get("clock") or {}).get("start_monotonic_ns")
+        live = summary.get("live") and live_figures.waterfall(
+            view.step_log, view.load_tokens, summary["live"], start_ns
+        )
+        return ([live] if live else []) + load_figures.figures(summary["serving"], view.load_tokens)
     if summary.get("loads"):  # several loads in one run: a sweep's curve, a repeat's loads
         return load_figures.several(summary["loads"], view.load_tokens)
     steps, itl = view.steps, view.itl
@@ -307,7 +320,8 @@ def _render(view: RunView, out_path: Path) -> Path:
     footer = f"""Rendered {dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")} by roseprof from the stored run alone.
 Percentiles are over all instances; large runs are binned or thinned in the figures as each figure's subtitle says,
 never in the tables."""
-    text = page(f"roseprof · {run.id}", run.manifest.get("name", run.id), run.id, main, figs, footer)
+    script = live_figures.LINK_JS if summary.get("live") else ""  # a click on a request marks its steps
+    text = page(f"roseprof · {run.id}", run.manifest.get("name", run.id), run.id, main, figs, footer, script)
     return write_page(text, out_path)
 
 

@@ -73,6 +73,11 @@ class RunView:
     def load_tokens(self) -> list | None:
         return self.tables.load_tokens() if self.tables is not None else None
 
+    @cached_property
+    def step_log(self):
+        """The engine's step log (a live run's: the server's steps), or None."""
+        return self.tables.step_log() if self.tables is not None else None
+
 
 @dataclass
 class DiffView:

@@ -169,3 +169,50 @@ def test_the_path_is_split_only_where_the_server_shares_this_hosts_clock():
     log = StepLogRecords(meta={"first_step": 0})
     assert http_path(log, [], 1, "http://10.1.2.3:8000") is None  # another host: another clock
     assert http_path(log, [], None, "http://127.0.0.1:8000") is None  # a load without its monotonic start
+
+
+@pytest.mark.browser
+def test_live_dashboard_draws_and_a_click_on_a_request_marks_its_steps(live_run, tmp_path):
+    """The request waterfall above the step timeline, in headless Chromium: every figure drawn, no JavaScript error;
+    a click on a request's bar marks the decode steps its tokens came from."""
+    from roseprof.render.headless import chromium_page, find_chromium, load_dashboard
+    from roseprof.render.live_figures import PICKED
+
+    if find_chromium() is None:
+        pytest.skip("needs Chromium (scripts/install-chromium.sh)")
+    _, traces, folder, _ = live_run
+    proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    (page_path,) = list(tmp_path.glob("*.html"))
+    with chromium_page() as page:
+        result = load_dashboard(page, str(page_path))
+        assert result["errors"] == [] and result["declared"] >= 2
+        assert all(f["drawn"] and f["traces"] > 0 and f["points"] > 0 for f in result["figures"]), result
+        assert "Requests (client) above the server" in result["text"]
+        assert "client and server on one clock" in result["text"]  # a server on this host: no shift guessed
+        # the first figure is the waterfall: click the decode bar of a request and read the steps' colours back
+        fig = page.query_selector("#fig0")
+        fig.scroll_into_view_if_needed()
+        page.eval_on_selector(
+            "#fig0",
+            """gd => { const i = gd.data.findIndex(t => t.name === 'decode');
+                       gd.emit('plotly_click', {points: [{customdata: gd.data[i].customdata[0]}]}); }""",
+        )
+        picked = page.eval_on_selector("#fig0", "gd => gd.getAttribute('data-picked')")
+        marked = page.eval_on_selector(
+            "#fig0",
+            f"""gd => {{ const t = gd.data.find(t => t.meta && t.meta.role === 'steps');
+                        return t.marker.color.filter(c => c === '{PICKED}').length; }}""",
+        )
+        assert page.evaluate("() => window.__dashboardErrors || []") == []
+    part = json.loads((folder / "summary.json").read_text())["live"]
+    rows = {r["request_id"]: r for r in _tokens(folder)}
+    assert picked in rows
+    first = part["window"]["first_step"]
+    assert marked == len({s for s in rows[picked]["steps"] if s is not None and s >= first})
+
+
+def _tokens(folder: Path) -> list[dict]:
+    from roseprof.run.tables import read_load_tokens
+
+    return read_load_tokens(folder)

@@ -19,6 +19,7 @@ from roseprof.analysis.sections import (
     ranks,
     regions,
     serving,
+    slo_capture,
     steady,
     steps,
 )
@@ -36,6 +37,7 @@ SECTIONS: list[Section] = [
     marks.SECTION,
     collectives.SECTION,
     gpu_time.SECTION,
+    slo_capture.SECTION,  # its breaches are show's first lines
     live.SECTION,  # before serving: show's first lines are the slowest requests
     serving.SECTION,
     operators.SECTION,
