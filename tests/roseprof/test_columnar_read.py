@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import roseprof.drivers.nsys.sqlite as nsys_sqlite
-from roseprof.drivers.nsys.columnar import int_columns
+from roseprof.drivers.nsys.columnar import BATCH_ROWS, int_columns
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.errors import RoseprofError
 from tests.helpers import DATA
@@ -62,9 +62,9 @@ def test_int_columns_reads_integers(tmp_path):
 
 @pytest.mark.parametrize("late", ["text", 1.5, None, b"\x00\x01"], ids=["text", "real", "null", "blob"])
 def test_int_columns_refuses_what_is_not_an_integer_even_after_many_rows(tmp_path, late):
-    # The driver infers a column's type from its first rows: a value of another type thousands of rows later must
-    # still come back as None (the caller's row-wise reader then names it), never as a wrong number.
-    uri = table_of(tmp_path, [(i, i) for i in range(5000)] + [(1, late)])
+    # The driver infers a column's type from its first batch of rows: a value of another type in a later batch
+    # must still come back as None (the caller's row-wise reader then names it), never as a wrong number.
+    uri = table_of(tmp_path, [(i, i) for i in range(BATCH_ROWS + 10)] + [(1, late)])
     assert int_columns(uri, "SELECT a, b FROM t", 2) is None
 
 

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# Rows per Arrow batch: the driver's default (1,024) makes 8 KB buffers that stay on the C heap once freed (about
+# 50 MB more peak RSS on the 1M-kernel export than batches of this many rows, whose buffers are returned).
+BATCH_ROWS = 65_536
+
 
 def int_columns(uri: str, sql: str, ncols: int) -> np.ndarray | None:
     """[rows, ncols] int64: the result of `sql` on the read-only SQLite `uri`, or None where any value is not a
@@ -24,6 +28,7 @@ def int_columns(uri: str, sql: str, ncols: int) -> np.ndarray | None:
         return None
     try:
         with adbc.connect(uri) as conn, conn.cursor() as cur:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
             cur.execute(sql)
             table = cur.fetch_arrow_table()
     except Exception:  # noqa: BLE001 - any failure: the row-wise reader reads it again and names what is wrong
