@@ -118,14 +118,16 @@ def find_instances(
     op_group: np.ndarray,
     range_group: np.ndarray,
     parts: Participants,
+    kernel_names: np.ndarray,
     is_collective=is_collective_kernel,
 ) -> Instances | None:
     """Every collective of the run, or None where it holds none. `tree`, `op_range`, `capture`: the range tree,
     each GPU op's launching range and capture-time range (sections' Context); `op_group` [G], `range_group` [R]:
     the participant of each GPU op and range (-1: none known; such collectives are left out); `parts`: the
-    participants with their steps (sets their `device`); `is_collective`: kernel name -> whether it is one."""
+    participants with their steps (sets their `device`); `kernel_names`: the distinct name ids of the kernels
+    (Context.kernel_keys.names, factorised once per run); `is_collective`: kernel name -> whether it is one."""
     o, r = trace.ops, trace.ranges
-    kernel_names = {i for i in np.unique(o.name[o.kind == KERNEL]).tolist() if is_collective(trace.names[i])}
+    kernel_names = {i for i in kernel_names.tolist() if is_collective(trace.names[i])}
     owner_all = np.where(capture >= 0, capture, op_range)  # [G] the range each op ran for, -1 none
     allreduce = trace.names.find(ALLREDUCE)
     # Kernels that ran for the all-reduce region are the collective too where they are not NCCL's (torch's

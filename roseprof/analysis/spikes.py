@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.spike_evidence import LEFT_OUT, evidence_of, left_out_tokens, step_region_excess
-from roseprof.model import KERNEL, Trace
+from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
 
 K_MAD = 5.0
@@ -255,10 +255,15 @@ def token_causes(log: StepLogRecords, rows: dict | None, trace: Trace | None) ->
 
 
 def analyse_spikes(
-    log: StepLogRecords | None, rows: dict | None, region_cols: list[str], trace: Trace | None
+    log: StepLogRecords | None,
+    rows: dict | None,
+    region_cols: list[str],
+    trace: Trace | None,
+    kernel_keys=None,
 ) -> tuple[dict | None, list[list], list[list]]:
     """(summary.json's `spikes`; per request of the ITL series, the main cause of each spike token, None
-    elsewhere; per request, why a token is left out of the ITL figures: "profiler", "capture" or None)."""
+    elsewhere; per request, why a token is left out of the ITL figures: "profiler", "capture" or None).
+    `kernel_keys`: the trace's KernelKeys (sections/base.py), for the kernels of each listed spike's step."""
     if log is None or not log.requests:
         return None, [], []
     tc = token_causes(log, rows, trace)
@@ -323,7 +328,9 @@ def analyse_spikes(
         "step_log_version": int(log.meta.get("version", 1)),
         "causes": table,
         "left_out": left_out,
-        "listed": _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, evidence),
+        "listed": _listed(
+            log, tok, itl, spike, added, names, rows, region_cols, trace, kernel_keys, evidence
+        ),
     }
     per_request, out_per_request, i = [], [], 0
     for r in log.requests:
@@ -334,7 +341,9 @@ def analyse_spikes(
     return summary, per_request, out_per_request
 
 
-def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, evidence) -> list[dict]:
+def _listed(
+    log, tok, itl, spike, added, names, rows, region_cols, trace, kernel_keys, evidence
+) -> list[dict]:
     """The largest spikes, one per decode step (tokens of one step share it), with what the step did."""
     t0 = min(r["arrival_ns"] for r in log.requests)
     best: dict = {}
@@ -344,7 +353,7 @@ def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, eviden
             best[key] = t
     chosen = sorted(best.values(), key=lambda t: -itl[t])[:LISTED]
     joined = rows is not None and len(rows.get("dur_ns", [])) == len(log.steps)
-    kernel_ns = _kernels_per_step(rows, trace) if joined and trace is not None else {}
+    kernel_ns = _kernels_per_step(rows, trace, kernel_keys) if joined and kernel_keys is not None else {}
     out = []
     for t in chosen:
         k = int(tok["step"][t])
@@ -377,19 +386,24 @@ def _listed(log, tok, itl, spike, added, names, rows, region_cols, trace, eviden
     return out
 
 
-def _kernels_per_step(rows: dict, trace: Trace) -> dict[str, np.ndarray]:
-    """Kernel name -> [S] ns of that kernel launched inside each decode step (by its launching call's time)."""
+def _kernels_per_step(rows: dict, trace: Trace, keys) -> dict[str, np.ndarray]:
+    """Kernel name -> [S] ns of that kernel launched inside each decode step (by its launching call's time).
+    `keys`: the run's KernelKeys (sections/base.py), whose distinct names are factorised once per run."""
     o = trace.ops
-    kernel = o.kind == KERNEL
-    if not kernel.any():
+    if not len(keys.kernels):
         return {}
     starts = np.asarray(rows["start_ns"], dtype=np.int64)
     ends = starts + np.asarray(rows["dur_ns"], dtype=np.int64)
-    api, dur, name = o.api_start[kernel], (o.end - o.start)[kernel], o.name[kernel]
+    api, dur = o.api_start[keys.kernels], (o.end - o.start)[keys.kernels]
     owner = np.searchsorted(starts, api, side="right") - 1
-    inside = (owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)])
+    inside = np.flatnonzero((owner >= 0) & (api >= 0) & (api <= ends[np.maximum(owner, 0)]))
+    # The kernels inside a step grouped by name (a stable sort keeps each name's kernels in launch order, so the
+    # sums are the same floats as one mask a name), names in ascending id order.
+    by_name = inside[np.argsort(keys.name_index[inside], kind="stable")]
+    group = keys.name_index[by_name]
+    bounds = np.flatnonzero(np.diff(group)) + 1
     out = {}
-    for idx in np.unique(name[inside]):
-        sel = inside & (name == idx)
-        out[trace.names[int(idx)]] = np.bincount(owner[sel], weights=dur[sel], minlength=len(starts))
+    for sel in np.split(by_name, bounds) if len(by_name) else []:
+        idx = int(keys.names[keys.name_index[sel[0]]])
+        out[trace.names[idx]] = np.bincount(owner[sel], weights=dur[sel], minlength=len(starts))
     return out

@@ -41,7 +41,15 @@ def instances(trace, log0=None, log1=None, is_collective=is_collective_kernel):
             ctx.results[section.name] = section.compute(ctx)
     parts, op_group, range_group = run_participants(ctx)
     inst = find_instances(
-        trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts, is_collective
+        trace,
+        ctx.tree,
+        ctx.gpu.op_range,
+        ctx.capture,
+        op_group,
+        range_group,
+        parts,
+        ctx.kernel_keys.names,
+        is_collective,
     )
     return inst, parts, match(inst, len(parts.label))
 

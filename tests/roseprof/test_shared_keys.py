@@ -19,13 +19,10 @@ CAPTURES = ["h100-nsys2025.3-roseinfer-graphs", "h100-nsys2025.3-roseinfer-decod
 # Below this many values a factorisation costs microseconds: not counted.
 SMALL = 256
 # The functions allowed to factorise an array as long as half the kernels: the keys shared on the Context
-# (sections/base.py), the per-thread split of the GPU ops' attribution (done once, cached on the Context), and
-# what is still left of issue 43 (each a set of kernel names, in files other work owns now).
+# (sections/base.py) and the per-thread split of the GPU ops' attribution (done once, cached on the Context).
 PER_OP_ALLOWED = {
     "base.py:of",  # KernelKeys.of: the kernels' (name, region, capture) rows, once per run
     "ranges.py:innermost_range",  # the ops by launching thread, once per run (Context.gpu)
-    "collectives.py:find_instances",  # left of issue 43: the collective kernels' names
-    "spikes.py:_kernels_per_step",  # left of issue 43: the kernels' names per step
 }
 
 

@@ -13,7 +13,7 @@ from roseprof.analysis.diff_metric import Sides, figure
 from roseprof.analysis.gpu_regions import kernel_range_pairs
 from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
-from roseprof.analysis.stats import unique_rows
+from roseprof.analysis.stats import dense_ids, unique_rows
 from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.steplog import StepLogRecords
@@ -31,7 +31,8 @@ class SectionResult:
 class KernelKeys:
     """The kernels' keys, computed once per run (Context.kernel_keys): per kernel (in `kernels` order) its name id,
     the name id of the innermost range around its launch and of the one around its graph node's capture (-1:
-    none), and the distinct (name, region, capture) rows in sorted order with each kernel's row."""
+    none), the distinct (name, region, capture) rows in sorted order with each kernel's row, and the distinct
+    kernel names in ascending id order with each kernel's index among them."""
 
     kernels: np.ndarray  # [K] indices into the ops
     name: np.ndarray  # [K]
@@ -39,6 +40,8 @@ class KernelKeys:
     capture: np.ndarray  # [K]
     rows: np.ndarray  # [U, 3] (name, region, capture), sorted
     row: np.ndarray  # [K] index into rows
+    names: np.ndarray  # [N] the distinct kernel name ids, ascending
+    name_index: np.ndarray  # [K] index into names
 
     @classmethod
     def of(cls, ctx: Context) -> KernelKeys:
@@ -54,7 +57,8 @@ class KernelKeys:
         # A kernel outside every range (or a trace with no range at all: `nsys profile -t cuda`) has no region.
         region, capture = name_of(ctx.gpu.op_range[k]), name_of(ctx.capture[k])
         rows, row = unique_rows([name, region, capture], len(trace.names))
-        return cls(k, name, region, capture, rows, row)
+        names, name_index = dense_ids(name, len(trace.names))
+        return cls(k, name, region, capture, rows, row, names, name_index)
 
 
 @dataclass

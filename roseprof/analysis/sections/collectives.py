@@ -31,7 +31,16 @@ def compute(ctx: Context) -> SectionResult:
         parts, inst, m = shared
     else:
         parts, op_group, range_group = run_participants(ctx)
-        inst = find_instances(trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, range_group, parts)
+        inst = find_instances(
+            trace,
+            ctx.tree,
+            ctx.gpu.op_range,
+            ctx.capture,
+            op_group,
+            range_group,
+            parts,
+            ctx.kernel_keys.names,
+        )
         m = match(inst, len(parts.label)) if inst is not None else None
     if inst is None:
         return SectionResult({"collectives": None})

@@ -22,7 +22,9 @@ def compute(ctx: Context) -> SectionResult:
     rolls = rows["rollovers"] if rows else None
     if rows and "log_index" in rows:
         rolls = [int(s.get("rollovers", 0)) for s in log.steps]
-    spikes, spike_causes, left_out = analyse_spikes(log, rows, region_cols, trace)
+    # The kernels' keys only where the spikes list kernels per step: a trace and its steps joined by time.
+    keys = ctx.kernel_keys if trace is not None and rows else None
+    spikes, spike_causes, left_out = analyse_spikes(log, rows, region_cols, trace, keys)
     itl, requests = request_metrics(log, rolls, left_out)
     if itl is not None and spikes and spikes.get("left_out"):
         itl["left_out"] = spikes["left_out"]  # the tokens these figures leave out, and why

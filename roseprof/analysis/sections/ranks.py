@@ -91,7 +91,9 @@ def _collectives(ctx: Context, groups, op_group, r_group, rank_steps: dict) -> t
     and place in the step) once, for the clock check here (analysis/ranks.collective_end_spread) and for the
     collectives section (the `rank_collectives` table), so both pair the same collectives."""
     parts = rank_participants(ctx, groups, rank_steps, r_group)
-    inst = find_instances(ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, r_group, parts)
+    inst = find_instances(
+        ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, op_group, r_group, parts, ctx.kernel_keys.names
+    )
     return parts, inst, match(inst, len(groups)) if inst is not None else None
 
 

@@ -15,6 +15,7 @@ import urllib.parse
 
 import numpy as np
 
+from roseprof.drivers.nsys.columnar import int_columns
 from roseprof.errors import RoseprofError, one_line
 from roseprof.model import cut_name
 
@@ -102,7 +103,7 @@ class Export:
         self.step_limit = step_limit(size)
         self.steps = 0
         self.stopped_for = ""
-        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+        self.uri = uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
         try:
             self.conn = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as e:
@@ -123,11 +124,11 @@ class Export:
                 label,
                 f"is truncated: the database header says {page_size * page_count} bytes, the file has {size}",
             )
-        self.tables = {
-            r[0]
-            for r in self.query("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-            if isinstance(r[0], str)
-        }
+        kinds = self.query("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')")
+        self.tables = {name for name, _ in kinds if isinstance(name, str)}
+        # The columnar reader only where every table is a real one (nsys writes no view): a table ends, a view
+        # may not, and only the row-wise reader bounds its work (columnar.py).
+        self.columnar = all(kind == "table" for _, kind in kinds)
 
     def _over_budget(self) -> bool:
         """SQLite's progress handler: True interrupts the running statement."""
@@ -222,6 +223,12 @@ class Export:
         if where:
             sql += f" WHERE ({where}) OR NOT {ok}"
         ncols = len(exprs)
+        if self.columnar:
+            # A row that breaks the rule has a NULL first value, which the columnar reader refuses: such a file is
+            # read again row-wise below, which names what is wrong.
+            arr = int_columns(self.uri, sql, ncols)
+            if arr is not None:
+                return self._in_range(table, arr)
 
         def read():
             try:
@@ -233,7 +240,9 @@ class Export:
         if flat is None or len(flat) % ncols:
             self.check_integers(table, required, nullable)
             raise fail(self.label, f"{table} holds a value that is not an integer: a damaged export")
-        arr = flat.reshape(-1, ncols)
+        return self._in_range(table, flat.reshape(-1, ncols))
+
+    def _in_range(self, table: str, arr: np.ndarray) -> np.ndarray:
         if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
             raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
         return arr
