@@ -9,7 +9,9 @@ from roseprof.render import text
 from roseprof.render.terminal import fit_table
 from roseprof.render.verdict_text import (
     headline_sentence,
+    machine_line,
     one_run_note,
+    options_line,
     samples_note,
     side_line,
     what_moved_in,
@@ -29,14 +31,19 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
             # a kernel run more or fewer times a step: how many, which is the point
             f"{r['word']} ({r['launches_before']:.2g}→{r['launches_after']:.2g})"
             if "launches_before" in r
-            else r["word"],
+            # a wall-clock figure that a slower machine explains (decision.py): the machine's, not the code's
+            else (f"{r['word']} (machine)" if r.get("machine") else r["word"]),
         ]
         for r in rows
     ]
 
 
 def print_verdict(console: Console, v: dict) -> None:
-    # The first lines say what is compared: each side's run(s), and with one run a side what that cannot see.
+    # The first lines say what is compared: the options apart, each side's run(s), and with one run a side what
+    # that cannot see.
+    options = options_line(v)
+    if options:
+        console.print(options, markup=False, overflow="fold")
     console.print(side_line("before", v["before"]), markup=False, overflow="fold")
     console.print(side_line("after", v["after"]), markup=False, overflow="fold")
     note = one_run_note(v)
@@ -48,6 +55,9 @@ def print_verdict(console: Console, v: dict) -> None:
         style=f"bold {STYLE.get(v['overall'], '')}".strip(),
         overflow="fold",
     )
+    machine = machine_line(v)
+    if machine:
+        console.print(machine, markup=False, style="yellow", overflow="fold")
     headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
     # The figures and the verdict stay whole (they are the answer); a figure's name gives way first.
     console.print(
@@ -162,7 +172,12 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     headers = ["metric", "before", "after", "change [95% CI]", ""]
     console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
     if any(r[4] == "*" for r in rows):
-        console.print("* a change: the 95% interval clears its noise floor", markup=False, style="dim")
+        console.print(
+            "* a change the verdict names: the 95% interval clears its noise floor (a region's or kernel's by the "
+            "statistic where the time moved judges it)",
+            markup=False,
+            style="dim",
+        )
     console.print(
         "order: changes (*), intervals clear of 0, other intervals, figures with none",
         markup=False,
