@@ -121,7 +121,8 @@ def options_line(v: dict) -> str | None:
     a, b = v["before"].get("options") or [], v["after"].get("options") or []
     if not a and not b:
         return None
-    return f"comparing one program, options apart: before {' '.join(a) or '(none)'}; after {' '.join(b) or '(none)'}"
+    sides = [f"{label} {' '.join(items)}" for label, items in (("before", a), ("after", b)) if items]
+    return f"options apart: {'; '.join(sides)} (one program)"
 
 
 def one_run_note(v: dict) -> str | None:
