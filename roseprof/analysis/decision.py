@@ -123,7 +123,7 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     wall, speed, cpu = slowdown.get("wall_pct"), slowdown.get("speed_pct"), slowdown.get("cpu_pct")
     if wall is None or wall <= 0 or speed is None or speed < ALIKE * wall:
         return False
-    return cpu is None or cpu < CPU_SHARE * wall
+    return bool(cpu is None or cpu < CPU_SHARE * wall)
 
 
 def decide(

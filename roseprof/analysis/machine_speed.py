@@ -75,7 +75,7 @@ def _growth_pct(values: list[float], n_before: int) -> float | None:
     v = np.asarray(values, dtype=np.float64)
     if not np.all(v > 0):
         return None
-    return 100.0 * (np.exp(np.log(v[n_before:]).mean() - np.log(v[:n_before]).mean()) - 1.0)
+    return float(100.0 * (np.exp(np.log(v[n_before:]).mean() - np.log(v[:n_before]).mean()) - 1.0))
 
 
 def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
