@@ -64,12 +64,15 @@ def first_lines(path):
     """The diff's answer: its first lines from the answer sentence (after the sides and the one-run note, whose
     own text says "a faster/slower word") to the first table."""
     lines = path.read_text().splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith(("after is", "no clear change"))), 0)
-    end = next((i for i, line in enumerate(lines) if i > start and not line.strip()), len(lines))
+    start = next((i for i, line in enumerate(lines) if line.startswith(("after is slower", "after is faster", "no clear change"))), 0)
+    end = next(
+        (i for i, line in enumerate(lines) if i > start and (not line.strip() or line.split()[0] == "figure")),
+        len(lines),
+    )
     return " ".join(lines[start:end])
 
 
-named = quiet = gated = named_one = less = 0
+named = quiet = gated = named_one = less = machines = 0
 for i in range(1, n + 1):
     ab, same = first_lines(out / f"diffs/ab{i}-flag.txt"), first_lines(out / f"diffs/ab{i}-same.txt")
     one = first_lines(out / f"diffs/ab{i}-flag.latest.txt")
@@ -77,13 +80,17 @@ for i in range(1, n + 1):
     hit_one = "slower" in one and region in one
     named_one += hit_one
     less += hit_one and not hit
-    calm = not re.search(r"\b(faster|slower)\b", same.replace("slower (machine)", ""))
+    # wall-clock figures a slower machine explains are worded so, not as the code's (issue 44): counted apart
+    machine = "the machine was slower" in same
+    calm = not re.search(r"\b(faster|slower)\b", re.sub(r"slower \(the machine, not the code\)|the machine was slower", "", same))
+    machines += machine
     rc = (out / f"diffs/ab{i}-same.rc").read_text().strip()
     named += hit
     quiet += calm
     gated += rc == "0"
-    print(f"pair {i}: A/B {'named' if hit else 'NOT named'}; same code {'quiet' if calm else 'WORDED'}, gate rc {rc}")
+    said = " (the machine was slower, said)" if machine else ""
+    print(f"pair {i}: A/B {'named' if hit else 'NOT named'}; same code {'quiet' if calm else 'WORDED'}{said}, gate rc {rc}")
 print(f"A/B: 'slower' and {region} in the first lines in {named} of {n}")
 print(f"A/B, one run a side (--latest, the same captures): named in {named_one} of {n}; the group less decisive in {less}")
-print(f"same code: no faster/slower word in {quiet} of {n}; gate at 10% passed in {gated} of {n}")
+print(f"same code: no faster/slower word in {quiet} of {n} (a slower machine said in {machines}); gate at 10% passed in {gated} of {n}")
 EOF
