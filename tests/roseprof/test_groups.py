@@ -128,4 +128,7 @@ def test_a_name_mixing_commands_is_refused_naming_the_arguments(tmp_path):
     assert pooled.returncode == 0, pooled.stderr
     # the first line names the options apart (issue 44), the next the side pooled with --pool-mixed
     first, second = pooled.stdout.splitlines()[:2]
-    assert first == "options apart: before --fast (one program)" and "pooled with --pool-mixed: commands" in second
+    assert (
+        first == "options apart: before --fast (one program)"
+        and "pooled with --pool-mixed: commands" in second
+    )
