@@ -87,7 +87,7 @@ def method(n_a: int, n_b: int, floor: NoiseFloor | None = None, loads: bool = Fa
     return text + floors
 
 
-# What the gate looks at unless --metric says otherwise: the user-facing step and ITL medians and means. Region and
+# What gate() below looks at unless patterns say otherwise (`roseprof diff` gates its decision: decision.gate): the user-facing step and ITL medians and means. Region and
 # kernel metrics are many (one per range and kernel) and some move by tens of percent between two captures of the
 # same code on a shared machine (seen: roseinfer.sample +57%), which a within-run interval cannot know; gate on
 # them by name with --metric, on groups of runs (3 a side: the hierarchical interval has the drift in it).
@@ -171,8 +171,10 @@ def families() -> list[tuple]:
 
 
 def gate(metrics: list[dict], threshold_pct: float | None, patterns: list[str] | None) -> list[dict]:
-    """Mark and return the regressions: a gated metric that grew (or, higher-is-better, fell) by more than
-    threshold_pct and beyond its noise floor (`significant`: the interval clears the floor)."""
+    """Mark and return the regressions among bare metrics (the calibration scripts' gate, on compare()'s output): a
+    gated metric that grew (or, higher-is-better, fell) by more than threshold_pct and beyond its noise floor
+    (`significant`: the interval clears the floor). `roseprof diff` gates its one decision instead
+    (decision.gate: the rows its answer names), so that the gate and the answer agree."""
     patterns = patterns or DEFAULT_GATE
     out = []
     for m in metrics:

@@ -68,3 +68,38 @@ def speed_factors(
     ratios = np.array([own[n] / ref[n] for n in ref])  # [N regions, R runs]
     factors = np.median(ratios, axis=0).tolist()
     return factors[: len(before)], factors[len(before) :]
+
+
+def _growth_pct(values: list[float], n_before: int) -> float | None:
+    """The after side's geometric mean over the before side's, as a percent change (None where a value is 0)."""
+    v = np.asarray(values, dtype=np.float64)
+    if not np.all(v > 0):
+        return None
+    return float(100.0 * (np.exp(np.log(v[n_before:]).mean() - np.log(v[:n_before]).mean()) - 1.0))
+
+
+def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
+    """How much slower the after side ran, by three measures (percent; None where the runs cannot tell), for the
+    decision to tell a busier machine from slower code (decision.machine_slower):
+
+        wall_pct   the step's wall time (each run's median step)
+        cpu_pct    the regions' own thread CPU time per step, summed (each run's median step; CPU runs with the
+                   step log's CPU times only: a wait for a core is in the wall time, not in this, while heavier
+                   code is in both; on a GPU the host's CPU time does not see the kernels, so never there)
+        speed_pct  the machine speed factor above (every region's time grown alike)
+
+    None where a run has no decode steps."""
+    runs = before + after
+    if not runs or not all(r.step_dur is not None and len(r.step_dur) for r in runs):
+        return None
+    n = len(before)
+    cpu = None
+    names = set.intersection(*(set(r.step_cpu) for r in runs))
+    if names and not any(r.kernel_durations for r in runs):
+        cpu = _growth_pct([float(np.median(sum(r.step_cpu[k] for k in names))) for r in runs], n)
+    factors = speed_factors(before, after)
+    return {
+        "wall_pct": _growth_pct([float(np.median(r.step_dur)) for r in runs], n),
+        "cpu_pct": cpu,
+        "speed_pct": None if factors is None else _growth_pct(factors[0] + factors[1], n),
+    }

@@ -191,6 +191,8 @@ def apply(metrics: list[dict], floor: NoiseFloor) -> list[dict]:
         m["excludes_zero"] = bool(lo is not None and hi is not None and (lo > 0 or hi < 0))
         m["zero_width"] = bool(lo is not None and hi is not None and hi - lo <= ZERO_WIDTH)
         m["significant"] = clears(lo, hi, m["floor_pct"])
+        # what the interval alone says: `significant` becomes the diff's decision (decision.mark)
+        m["clears_floor"] = m["significant"]
     return metrics
 
 

@@ -18,6 +18,7 @@ With one run a side the verdict says that its intervals see only the noise insid
 
 from __future__ import annotations
 
+from roseprof.analysis.decision import clears, decide, word
 from roseprof.analysis.diff_metric import CPU_OWN_LOW, CPU_OWN_LOW_RAW, LOW_OWN
 from roseprof.analysis.stats import min_samples
 
@@ -52,31 +53,6 @@ OWN_STAT = {
 }
 
 
-def word(m: dict) -> tuple[str, str | None]:
-    """(word, why) for one metric row of the diff."""
-    d = m.get("delta_pct")
-    if d is None:
-        return "not tested", "before is zero"
-    if m.get("ci_low_pct") is None:
-        need = m.get("min_samples")
-        if need is None and m["name"].startswith("requests.ttft."):
-            return "not tested", "a run stored without per-request TTFT (import it again)"
-        if need is None:
-            return "not tested", "one figure per run: nothing to resample"
-        have = min(m.get("units_a", m.get("n_a", 0)), m.get("units_b", m.get("n_b", 0)))
-        if have < need:
-            return "too few samples", f"needs {need} per run"
-        return "not tested", "no interval"
-    if not m.get("significant"):
-        if m.get("zero_width"):
-            return "no clear change", "the resampling saw no variation (an interval of zero width)"
-        if m.get("excludes_zero"):
-            return "no clear change", f"inside the ±{m['floor_pct']:g}% noise floor"
-        return "no clear change", None
-    better = (d < 0) == m.get("lower_is_better", True)
-    return ("faster" if better else "slower"), None
-
-
 def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
     w, why = word(m)
     row = {
@@ -103,7 +79,9 @@ def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
     return row
 
 
-def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> list[dict]:
+def _changes(
+    metrics: dict[str, dict], prefix: str, own_time: bool = False, judged: dict | None = None
+) -> list[dict]:
     """The per-step time changes under `prefix` that clear the noise floor, the most time moved first. A region
     is judged and ranked on its own (self) time where that has an interval, else on its total, ranked by the move
     of its own time: a slower child makes every enclosing region's total slower, not their own time. Its own time
@@ -111,7 +89,8 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
     that has an interval: the mean carries the waits, which move more between runs than the planted change does.
     Where every run has its regions' CPU times (step log version 3), the p5 of its own CPU time instead
     (diff_metric.CPU_OWN_LOW): no wait is in it at all; and it is a change only where the same at the runs' own
-    speed (CPU_OWN_LOW_RAW) is one too, the same way: the machine's speed does not slow every region alike."""
+    speed (CPU_OWN_LOW_RAW) is one too, the same way: the machine's speed does not slow every region alike.
+    `judged` (where given) gets each name's statistic it was judged by (the diff dashboard's region chart)."""
     totals = {
         name: m for name, m in metrics.items() if name.startswith(prefix) and name.endswith(".total_ns")
     }
@@ -129,16 +108,18 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         if cpu is not None and cpu.get("ci_low_pct") is not None:
             # Its CPU time, where no wait for a core is: the wall time's p5 only avoids most of them.
             low = cpu
-            if cpu["significant"] and not _agrees(cpu, metrics.get(CPU_OWN_LOW_RAW.format(short))):
-                continue  # at the before side's machine speed and at the runs' own: a change only where both moved the same way
         if low is not None and low.get("ci_low_pct") is not None:
             own = low
         tested = own if own is not None and own.get("ci_low_pct") is not None else m
+        if judged is not None:
+            judged[short] = tested["name"]
+        if tested is cpu and clears(cpu) and not _agrees(cpu, metrics.get(CPU_OWN_LOW_RAW.format(short))):
+            continue  # at the before side's machine speed and at the runs' own: a change only where both moved the same way
         if tested is m and own is not None and abs(own["b"] - own["a"]) < 0.5 * abs(m["b"] - m["a"]):
             # Judged on its total (its own time has no interval: e.g. the step itself, the scheduler's step
             # around it), but most of that move is its children's: they are listed, not it.
             continue
-        if not tested["significant"]:
+        if not clears(tested):
             continue
         row = _row(tested, short, None, "ns")
         row["per_step"] = bool(m.get("per_step"))
@@ -161,7 +142,7 @@ def _changes(metrics: dict[str, dict], prefix: str, own_time: bool = False) -> l
         # Drop regions whose own time barely moved (they only enclose the one that did).
         largest = abs(rows[0]["moved_ns"])
         rows = [r for r in rows if abs(r["moved_ns"]) >= 0.05 * largest]
-    return rows[:TOP_CHANGES]
+    return rows
 
 
 def _agrees(normalised: dict, raw: dict | None) -> bool:
@@ -202,27 +183,25 @@ def verdict(
     kernels: dict | None = None,
     floor: str | None = None,
     false_alarms: dict | None = None,
+    slowdown: dict | None = None,
 ) -> dict:
     """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names
     (and `runs`, every run id of a side), `kernels` the kernels only one run has (kernel_changes), `floor` the
     noise floor applied, in words, and `false_alarms` what one run a side called between runs of the same code
-    on this device (noise_floor.ONE_RUN_FALSE_ALARMS)."""
+    on this device (noise_floor.ONE_RUN_FALSE_ALARMS), `slowdown` how much slower the after side's machine ran
+    (machine_speed.slowdown)."""
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
     ] + _sweep_headline(metrics)
-    words = {r["word"] for r in headline}
-    if "slower" in words and "faster" in words:
-        overall = "mixed"
-    elif "slower" in words:
-        overall = "slower"
-    elif "faster" in words:
-        overall = "faster"
-    elif "no clear change" in words:
-        overall = "no clear change"
-    else:
-        overall = "not tested"
-    regions = _changes(by_name, "regions.", own_time=True)
+    judged: dict[str, str] = {}
+    regions = _changes(by_name, "regions.", own_time=True, judged=judged)
+    kernel_rows = _changes(by_name, "kernels.")
+    # The one decision every view reads (decision.py): what changed, its overall word, and the machine's part.
+    decided = decide(metrics, headline, regions, kernel_rows, slowdown)
+    by_machine = {r["metric"] for r in decided["rows"] if r["machine"]}
+    for r in headline:
+        r["machine"] = r["metric"] in by_machine
     # Each side says how many samples its intervals see (renderers read it, they do not compute it).
     before, after = {**before, "samples": samples_of(before)}, {**after, "samples": samples_of(after)}
     one_run = before["samples"] == 1 and after["samples"] == 1
@@ -234,11 +213,15 @@ def verdict(
         "one_run_a_side": one_run,
         "one_run_false_alarms": false_alarms if one_run else None,
         "noise_floor": floor,
-        "overall": overall,
+        "overall": decided["overall"],
+        "decision": decided,
         "headline": headline,
         "moved_most": regions[0] if regions else None,
-        "regions": regions,
-        "kernels": _changes(by_name, "kernels."),
+        # where the time moved shows the first TOP_CHANGES (the decision has them all)
+        "regions": regions[:TOP_CHANGES],
+        # each region per step -> the metric it is judged by (the dashboard's chart shows that statistic)
+        "judged_regions": judged,
+        "kernels": kernel_rows[:TOP_CHANGES],
         "new_kernels": [name for name, _ in (kernels or {}).get("new", [])[:TOP_CHANGES]],
         "vanished_kernels": [name for name, _ in (kernels or {}).get("vanished", [])[:TOP_CHANGES]],
         "min_samples": {"p50": min_samples(50), "p95": min_samples(95), "p99": min_samples(99)},

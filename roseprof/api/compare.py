@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from roseprof.analysis import noise_floor
-from roseprof.analysis.diff import compare, compare_own, floor_for, gate, kernel_changes, method, rank
+from roseprof.analysis import decision, machine_speed, noise_floor
+from roseprof.analysis.diff import compare, compare_own, floor_for, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.samples import prepare
 from roseprof.analysis.sections import SECTIONS, loads, serving
@@ -116,11 +116,12 @@ def diff_runs(
     baseline: str | None = None,
     min_effect: float | None = None,
     pool_mixed: bool = False,
+    force: bool = False,
 ) -> DiffView:
     """`roseprof diff`: group A (the refs, or a named baseline) against group B, as the view every diff renderer
     takes: the result (what --json prints), the sides' pooled samples (the diff dashboard's distributions) and
     both sides' runs. A side pools only alike runs (run/alike.py) unless pool_mixed; min_effect replaces the
-    calibrated noise floors."""
+    calibrated noise floors. Different programs are refused unless force (run/alike.check_same_program)."""
     runs_a = baselines.baseline_runs(store, baseline) if baseline else resolve_side(store, refs_a, latest)
     runs_b = resolve_side(store, refs_b, latest)
     alike.check_not_self(runs_a, runs_b)
@@ -131,6 +132,9 @@ def diff_runs(
     a = [d for r in runs_a for d in load_samples(r)]
     b = [d for r in runs_b for d in load_samples(r)]
     loads.check_comparable(a, b)
+    if not force:
+        engine_a, engine_b = (all(d.step_dur is not None for d in g) for g in (a, b))
+        alike.check_same_program(runs_a, runs_b, engine_a, engine_b)
     # one run a side, or not, by the samples the intervals see: a repeated load's K loads are K runs
     floor = replace(floor_for(a, b, min_effect), one_run=_runs(a) == 1 and _runs(b) == 1)
     all_loads = all(tables.is_load(r.manifest) for r in runs_a + runs_b)
@@ -144,17 +148,28 @@ def diff_runs(
             f"runs {runs_a[-1].id} and {runs_b[-1].id} have nothing in common to compare "
             "(no shared regions, kernels or steps)"
         )
-    regressions = gate(metrics, threshold, patterns)
     side_a, side_b = _describe(runs_a, mixed_a), _describe(runs_b, mixed_b)
+    # the options only one side's command has: the A/B the diff is about, named in its first line
+    side_a["options"], side_b["options"] = alike.options_apart(runs_a, runs_b)
     for side, g, runs in ((side_a, a, runs_a), (side_b, b, runs_b)):
         if _runs(g) != len(runs):  # a repeated load (--repeat K): its K loads are the side's samples
             side["loads"] = _runs(g)
+    v = verdict(
+        metrics,
+        side_a,
+        side_b,
+        changes,
+        floor.describe(),
+        noise_floor.ONE_RUN_FALSE_ALARMS[floor.device],
+        machine_speed.slowdown(a, b),
+    )
+    # One decision (analysis/decision.py): the stars and the gate read the verdict's, as the headline does.
+    decision.mark(metrics, v["decision"])
+    regressions = decision.gate(metrics, v["decision"], threshold, patterns)
     result = {
         "a": side_a,
         "b": side_b,
-        "verdict": verdict(
-            metrics, side_a, side_b, changes, floor.describe(), noise_floor.ONE_RUN_FALSE_ALARMS[floor.device]
-        ),
+        "verdict": v,
         "method": method_text,
         "metrics": rank(metrics),
         "kernels": changes,

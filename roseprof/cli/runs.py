@@ -119,7 +119,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 @cli.command(
     cls=VsCommand,
     epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage (a run against itself, "
-    "a side mixing tools, commands or machines).",
+    "a side mixing tools, commands or machines, different programs without --force).",
 )
 @click.argument("runs", nargs=-1)
 @click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
@@ -139,14 +139,16 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     callback=finite,
     default=None,
     metavar="PCT",
-    help="exit 1 when a gated metric grew by more than PCT% and significantly",
+    help="exit 1 when a change the verdict names (slower, beyond its noise floor) grew by more than PCT%; "
+    "never on wall-clock figures a slower machine explains",
 )
 @click.option(
     "--metric",
     "metrics",
     multiple=True,
     metavar="GLOB",
-    help="metrics the gate looks at (repeatable glob; default: step-time and ITL medians and means)",
+    help="metrics the gate looks at (repeatable glob over metric names; a region's or kernel's row is gated "
+    "when any of its statistics matches; default: every change the verdict names)",
 )
 @click.option(
     "--min-effect",
@@ -163,6 +165,11 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     help="pool runs of different tools, commands or machines into one side (refused by default)",
 )
 @click.option("--allow-incomplete", is_flag=True, help="compare what exists of incomplete or failed runs")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="compare different programs (an engine run against a non-engine run, two scripts; refused by default)",
+)
 @click.option("--top", type=int, default=25, show_default=True, help="rows in the terminal table")
 @store_options
 def diff(
@@ -176,6 +183,7 @@ def diff(
     min_effect,
     pool_mixed,
     allow_incomplete,
+    force,
     top,
     traces_dir,
     dashboards_dir,
@@ -217,6 +225,7 @@ def diff(
             baseline=baseline,
             min_effect=min_effect,
             pool_mixed=pool_mixed,
+            force=force,
         )
     result = view.result
     # The verdict is the product; a dashboard that cannot be written is a warning, not a different exit code.

@@ -25,22 +25,49 @@ def _per_step_only(rows: list[dict]) -> list[dict]:
 
 
 def _region_bars(result: dict) -> go.Figure | None:
-    rows = [
-        m for m in result["metrics"] if m["name"].startswith("regions.") and m["name"].endswith(".total_ns")
-    ]
-    rows = _per_step_only(rows)
+    """Each region's time per step by the statistic the verdict judged it by (verdict.judged_regions: its own CPU
+    time's p5, its own time's p5, or its total), so that the chart says what the verdict says; a region the
+    verdict names carries its word."""
+    v = result["verdict"]
+    by_name = {m["name"]: m for m in result["metrics"]}
+    judged = v.get("judged_regions") or {}
+    if judged:
+        rows = [(short, by_name[name]) for short, name in judged.items() if name in by_name]
+        stats = dict.fromkeys(text.metric_label(m["name"], True).rpartition(" · ")[2] for _, m in rows)
+        what = " / ".join(stats)
+    else:  # no region per step: their totals per run
+        rows = [
+            (m["name"][len("regions.") : -len(".total_ns")], m)
+            for m in _per_step_only(
+                [
+                    m
+                    for m in result["metrics"]
+                    if m["name"].startswith("regions.") and m["name"].endswith(".total_ns")
+                ]
+            )
+        ]
+        what = "time/run"
     if not rows:
         return None
-    rows = sorted(rows, key=lambda m: max(m["a"], m["b"]), reverse=True)[:20][::-1]
-    names = [esc(m["name"][len("regions.") : -len(".total_ns")]) for m in rows]
-    unit = "µs per decode step" if rows[0].get("per_step") else "µs per run"
+    words = {r["label"]: r["word"] for r in v["decision"]["rows"] if r["kind"] == "region"}
+    rows = sorted(rows, key=lambda sm: (sm[0] in words, max(sm[1]["a"], sm[1]["b"])), reverse=True)[:20][::-1]
+    names = [esc(short + (f" ({words[short]})" if short in words else "")) for short, _ in rows]
     fig = go.Figure()
     for key, label in (("a", "before"), ("b", "after")):
         fig.add_bar(
-            y=names, x=[m[key] / 1e3 for m in rows], orientation="h", name=label, marker_color=COLORS[label]
+            y=names,
+            x=[m[key] / 1e3 for _, m in rows],
+            orientation="h",
+            name=label,
+            marker_color=COLORS[label],
         )
-    fig.update_layout(barmode="group", xaxis_title=unit)
-    return layout(fig, "Time per region, before vs after", None, height=max(320, 60 + 40 * len(rows)))
+    fig.update_layout(barmode="group", xaxis_title=f"µs ({esc(what)})")
+    return layout(
+        fig,
+        "Time per region, before vs after (as the verdict judges it)",
+        None,
+        height=max(320, 60 + 40 * len(rows)),
+    )
 
 
 def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
@@ -133,7 +160,9 @@ def _change_table(rows: list[dict], first: str) -> str:
     body = []
     for r in rows:
         color = WORD_COLOR.get(r["word"])
-        word = html.escape(r["word"]) + (f" <small>({html.escape(r['why'])})</small>" if r.get("why") else "")
+        word = html.escape(r["word"] + (" (machine)" if r.get("machine") else "")) + (
+            f" <small>({html.escape(r['why'])})</small>" if r.get("why") else ""
+        )
         body.append(
             [
                 html.escape(r["label"]),
@@ -151,9 +180,11 @@ def _verdict_panel(result: dict) -> str:
     v = result["verdict"]
     color = WORD_COLOR.get(v["overall"], "#1d2330")
     lines = [
+        verdict_text.options_line(v),
         verdict_text.side_line("before", v["before"]),
         verdict_text.side_line("after", v["after"]),
         verdict_text.one_run_note(v),
+        verdict_text.machine_line(v),
     ]
     parts = [
         "".join(f"<p>{html.escape(line)}</p>" for line in lines if line),

@@ -3,13 +3,18 @@ time moved, then every metric (--top of them), the method and the gate."""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 
 from roseprof.render import text
 from roseprof.render.terminal import fit_table
 from roseprof.render.verdict_text import (
     headline_sentence,
+    machine_line,
     one_run_note,
+    options_line,
     samples_note,
     side_line,
     what_moved_in,
@@ -29,14 +34,21 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
             # a kernel run more or fewer times a step: how many, which is the point
             f"{r['word']} ({r['launches_before']:.2g}→{r['launches_after']:.2g})"
             if "launches_before" in r
-            else r["word"],
+            # a wall-clock figure that a slower machine explains (decision.py): the machine's, not the code's
+            else (f"{r['word']} (machine)" if r.get("machine") else r["word"]),
         ]
         for r in rows
     ]
 
 
-def print_verdict(console: Console, v: dict) -> None:
-    # The first lines say what is compared: each side's run(s), and with one run a side what that cannot see.
+def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "") -> None:
+    """The verdict block; `name` gives each region's one short form in this output (print_diff), `prefix` the
+    program prefix its tables leave out."""
+    # The first lines say what is compared: the options apart, each side's run(s), and with one run a side what
+    # that cannot see.
+    options = options_line(v)
+    if options:
+        console.print(options, markup=False, overflow="fold")
     console.print(side_line("before", v["before"]), markup=False, overflow="fold")
     console.print(side_line("after", v["after"]), markup=False, overflow="fold")
     note = one_run_note(v)
@@ -48,6 +60,9 @@ def print_verdict(console: Console, v: dict) -> None:
         style=f"bold {STYLE.get(v['overall'], '')}".strip(),
         overflow="fold",
     )
+    machine = machine_line(v)
+    if machine:
+        console.print(machine, markup=False, style="yellow", overflow="fold")
     headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
     # The figures and the verdict stay whole (they are the answer); a figure's name gives way first.
     console.print(
@@ -63,18 +78,24 @@ def print_verdict(console: Console, v: dict) -> None:
             continue
         per = "per decode step" if changes[0].get("per_step") else "per run"
         what = what_moved_in(changes)
-        shrink = {0: text.shorten_middle if key == "regions" else text.kernel_name}
+        shrink = {0: _cut_statistic if key == "regions" else text.kernel_name}  # regions: short_names already
         rows = _change_rows(changes)
+        if key == "regions":
+            for row, r in zip(rows, changes):
+                row[0] = name(r["label"])
         if key == "kernels":  # one base name, several kernels: each keeps its tag
             for row, label in zip(rows, text.kernel_labels([r["label"] for r in changes])):
                 row[0] = label
         console.print(
             fit_table(
                 console,
-                f"where the time moved: {title} ({what} {per}, beyond the noise floor, most moved first)",
+                f"where the time moved: {title} ({what} {per}, beyond the noise floor, most moved first)"
+                + (f"; without {prefix}" if prefix and key == "regions" else ""),
                 [key[:-1], "before", "after", "change [95% CI]", "verdict"],
                 rows,
                 shrink,
+                keep={0, 4},
+                whole={1, 2, 3, 4},  # the figures and the verdict stay whole: the name gives way
             )
         )
     for label, names in (("new kernels", v["new_kernels"]), ("vanished kernels", v["vanished_kernels"])):
@@ -134,35 +155,112 @@ def print_gpu_time(console: Console, metrics: list[dict]) -> None:
         )
 
 
+# A region statistic in the terminal's table, in few characters (the dashboard keeps metric_label's words), so
+# that at 80 columns a region's name keeps its distinguishing end.
+COMPACT = {
+    "time/step": "time", "self/step": "self", "self/step p5": "self p5", "CPU self/step": "cpu",
+    "CPU self/step p5": "cpu p5", "CPU self/step p5 raw": "cpu p5 raw", "calls/step": "calls",
+    "time/run": "time/run", "self/run": "self/run",
+}  # fmt: skip
+MIN_SHORT = 10  # a name this short is never shortened
+ELLIPSIS = text.ELLIPSIS
+
+
+def _natural(console: Console, headers: list[str], rows: list[list[str]]) -> int:
+    """The width a table of these cells takes whole (fit_table's layout)."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for h in headers:
+        t.add_column(h, no_wrap=True)
+    for r in rows:
+        t.add_row(*r)
+    return Measurement.get(console, console.options.update(width=10**5), t).maximum
+
+
+def _room(console: Console, headers: list[str], rows: list[list[str]]) -> int:
+    """How many characters the first column has at the console's width, the others whole."""
+    return console.width - _natural(console, headers, [["", *r[1:]] for r in rows]) + len(headers[0])
+
+
+def short_names(names: list[str], width: int) -> dict[str, str]:
+    """One short form per name for a whole diff output (issue 44: one region read `k…append_token`, `kv.a…ken`,
+    `kv.a…token` and `…append_token` in one diff): a name that does not fit `width` keeps its longest run of
+    whole trailing components that does (`…append_token`), at least its last one: its distinguishing end."""
+    out = {}
+    for n in names:
+        parts = n.split(".")
+        out[n] = n
+        if len(n) > max(width, MIN_SHORT):
+            tails = [".".join(parts[i:]) for i in range(1, len(parts))]
+            out[n] = ELLIPSIS + next((t for t in tails if len(t) + 1 <= width), parts[-1])
+    return out
+
+
+def _cut_statistic(label: str, width: int) -> str:
+    """A metric label cut to `width` from its statistic's end, its (already short) name whole."""
+    if len(label) <= width:
+        return label
+    return label[: max(width - 1, 1)] + ELLIPSIS
+
+
+def _split(label: str) -> tuple[str, str]:
+    """(region or kernel name, its statistic in COMPACT words) of a metric label, or (label, "") for a figure."""
+    name, sep, what = label.rpartition(" · ")
+    return (name, COMPACT.get(what, what)) if sep else (label, "")
+
+
 def print_diff(console: Console, result: dict, top: int) -> None:
-    print_verdict(console, result["verdict"])
-    print_gpu_time(console, result["metrics"])
+    v = result["verdict"]
     metrics = result["metrics"]
-    labels = [text.metric_label(m["name"], m.get("per_step", False)) for m in metrics[:top]]
+    split = [_split(text.metric_label(m["name"], m.get("per_step", False))) for m in metrics[:top]]
+    moved = [r["label"] for key in ("regions", "kernels") for r in v[key]]
     # Region labels share their program's prefix (`roseinfer.`): left out (and said) so names fit 80 columns.
-    prefix = text.common_prefix([label.rpartition(" · ")[0] for label in labels if " · " in label])
+    prefix = text.common_prefix([name for name, what in split if what] + moved)
     rows = []
-    for m, label in zip(metrics[:top], labels):
+    for m, (name, what) in zip(metrics[:top], split):
         unit = text.metric_unit(m["name"])
-        # One character for a change beyond the noise floor, so that 80 columns keep the figures whole; a
-        # regression stays loud.
-        flag = "REGRESSION" if m.get("regression") else ("*" if m["significant"] else "")
+        # One character for a change the verdict names, one for a regression, so that 80 columns keep the figures
+        # whole and the marker column.
+        flag = "!" if m.get("regression") else ("*" if m["significant"] else "")
         rows.append(
             [
-                text.without_prefix(label, prefix),
+                text.without_prefix(name, prefix) if what else name,
                 text.value(unit, m["a"]),
                 text.value(unit, m["b"]),
                 text.change(m["delta_pct"], m["ci_low_pct"], m["ci_high_pct"]),
-                flag,
+                flag or " ",
             ]
         )
+    headers = ["metric", "before", "after", "change [95% CI]", ""]
+    # One width for every region name in this output: the narrowest room its tables leave.
+    widest_what = max((len(what) + 3 for _, what in split if what), default=0)
+    rooms = [_room(console, headers, rows) - widest_what] if rows else []
+    for key in ("regions", "kernels"):
+        if v[key]:
+            moved_rows = [[r["label"], *c[1:]] for r, c in zip(v[key], _change_rows(v[key]))]
+            rooms.append(
+                _room(console, ["region", "before", "after", "change [95% CI]", "verdict"], moved_rows)
+            )
+    names = {n for n, what in split if what} | set(moved)
+    short = short_names(sorted(text.without_prefix(n, prefix) for n in names), min(rooms, default=80))
+    print_verdict(console, v, lambda n: short.get(text.without_prefix(n, prefix), n), prefix)
+    print_gpu_time(console, metrics)
+    for row, (_, what) in zip(rows, split):
+        if what:
+            row[0] = f"{short.get(row[0], row[0])} · {what}"
     title = f"all metrics, by evidence then size ({min(top, len(metrics))} of {len(metrics)})"
     if prefix:
         title += f"; regions without {prefix}"
-    headers = ["metric", "before", "after", "change [95% CI]", ""]
-    console.print(fit_table(console, title, headers, rows, {0: text.shorten_label}, whole={1, 2, 3}))
-    if any(r[4] == "*" for r in rows):
-        console.print("* a change: the 95% interval clears its noise floor", markup=False, style="dim")
+    console.print(
+        fit_table(console, title, headers, rows, {0: _cut_statistic}, keep={0, 4}, whole={1, 2, 3, 4})
+    )
+    marks = {r[4] for r in rows}
+    if "*" in marks or "!" in marks:
+        console.print(
+            "* a change the verdict names (its interval clears its noise floor; a region's or kernel's by the "
+            "statistic where the time moved judges it); ! a REGRESSION the gate fails on",
+            markup=False,
+            style="dim",
+        )
     console.print(
         "order: changes (*), intervals clear of 0, other intervals, figures with none",
         markup=False,

@@ -8,6 +8,8 @@ import os
 import re
 import textwrap
 
+from roseprof import command_line
+
 ELLIPSIS = "…"
 
 
@@ -155,25 +157,7 @@ def command(argv: list[str] | str | None, width: int) -> str:
     return cut.rstrip() + ELLIPSIS
 
 
-def command_items(argv: list[str]) -> tuple[str, list[str]]:
-    """A command as (its program, its items): the program is a script's or module's name (`python -m
-    roseinfer.benchmark_streaming` -> `benchmark_streaming`), an item each option with its value, or a word."""
-    words = [str(w) for w in argv]
-    prog, i = os.path.basename(words[0]) if words else "", 1
-    if prog.startswith("python") and len(words) > 1:
-        if words[1] == "-m" and len(words) > 2:
-            prog, i = words[2].rsplit(".", 1)[-1], 3
-        elif not words[1].startswith("-"):
-            prog, i = os.path.basename(words[1]), 2
-    items = []
-    while i < len(words):
-        if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
-            items.append(f"{words[i]} {words[i + 1]}")
-            i += 2
-        else:
-            items.append(words[i])
-            i += 1
-    return prog, items
+command_items = command_line.command_items  # (the store's refusals word commands the same way)
 
 
 def commands_apart(commands: list[tuple[list[str] | None, dict]]) -> list[str | None]:

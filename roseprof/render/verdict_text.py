@@ -3,6 +3,7 @@ what one run a side can see, and what backs the figures."""
 
 from __future__ import annotations
 
+from roseprof.render import text
 from roseprof.render.text import duration
 
 
@@ -23,36 +24,81 @@ def what_moved_in(rows: list[dict]) -> str:
     return " / ".join(dict.fromkeys(what_moved(r) for r in rows))
 
 
+# How many regions and kernels the headline sentence names (where the time moved lists them all).
+NAMED = 3
+DIRECTIONS = ("faster", "slower")
+
+
+def row_label(row: dict) -> str:
+    """A decision row's name in words: the headline's label, a region's or kernel's name, or the metric's words."""
+    return row.get("label") or text.metric_label(row["metric"])
+
+
+def _said(row: dict) -> str:
+    """`roseinfer.kv.append_token +15.3% slower`: a decision row as the headline names it."""
+    delta = "" if row["delta_pct"] is None else f" {row['delta_pct']:+.1f}%"
+    return f"{row_label(row)}{delta} {row['word']}"
+
+
 def headline_sentence(v: dict) -> str:
-    """One line: what changed, in the runs' own words, and where the time moved most (shared with the diff
-    dashboard)."""
+    """One line, from the diff's one decision (analysis/decision.py): the overall word, then every figure that
+    changed (or that the steps did not), then the regions and kernels that did, as the stars and the gate see
+    them (shared with the diff dashboard)."""
+    d = v["decision"]
     overall = v["overall"]
-
-    def listed(word: str) -> str:
-        return ", ".join(f"{r['label']} {r['delta_pct']:+.1f}%" for r in v["headline"] if r["word"] == word)
-
-    if overall in ("faster", "slower"):
-        out = f"after is {overall} than before: {listed(overall)}"
-    elif overall == "mixed":
-        out = f"after is slower in {listed('slower')}; faster in {listed('faster')}"
-    elif overall == "no clear change":
+    lead = {
+        "faster": "after is faster",
+        "slower": "after is slower",
+        "mixed": "after is slower in some figures, faster in others",
+        "no clear change": "no clear change",
+    }.get(overall, "no headline figure could be tested (see the samples column)")
+    if d.get("machine_slower") and overall == "no clear change":
+        lead = "no clear change in the code"
+    figures = [r for r in d["rows"] if r["kind"] == "figure"]
+    named = [r for r in d["rows"] if r["kind"] != "figure"]
+    parts = []
+    for w in dict.fromkeys(r["word"] for r in figures):  # the figures by word, the headline's first
+        same = [r for r in figures if r["word"] == w]
+        listed = ", ".join(_said(r).removesuffix(f" {w}") for r in same[:NAMED])
+        more = f" (+{len(same) - NAMED} more figures)" if len(same) > NAMED else ""
+        machine = " (the machine, not the code)" if same[0]["machine"] else ""
+        parts.append(f"{listed}{more} {w}{machine}")
+    if not figures and v["headline"]:
+        tested = any(r["word"] == "no clear change" for r in v["headline"])
+        parts.append("steps: no clear change" if tested else "steps: not tested")
+    for i, r in enumerate(named[:NAMED]):
+        said = _said(r)
+        if i == 0 and r.get("moved_ns") is not None:  # how much time a step that is, by what it was judged on
+            moved = r["moved_ns"]
+            said += f" ({'+' if moved > 0 else '-'}{duration(abs(moved))} {what_moved(r)} per step)"
+        parts.append(said)
+    if len(named) > NAMED:
+        parts.append(f"{len(named) - NAMED} more in where the time moved")
+    if not d["rows"] and overall == "no clear change":
         inside = any(r.get("why") and "noise floor" in r["why"] for r in v["headline"])
         why = "no interval clears its noise floor" if inside else "every interval includes 0"
-        # With a region below that did move, say that this is about the headline figures only.
-        where = "in the step, ITL and TTFT figures" if v.get("moved_most") else "between before and after"
-        out = f"no clear change {where} ({why})"
-    else:
-        out = "no headline figure could be tested (see the samples column)"
-    most = v.get("moved_most")
-    if most:
-        what = what_moved(most)
-        per = " per step" if most.get("per_step") else ""
-        moved = most["moved_ns"]
-        out += (
-            f"; {what} {'grew' if moved > 0 else 'fell'} most in {most['label']}: "
-            f"{'+' if moved > 0 else '-'}{duration(abs(moved))}{per} ({most['delta_pct']:+.1f}%)"
+        return f"no clear change between before and after ({why})"
+    return f"{lead} — {'; '.join(parts)}" if parts else lead
+
+
+def machine_line(v: dict) -> str | None:
+    """Where the wall-clock figures grew with the code unchanged: the machine was slower, said in the first lines
+    (the figures stay in the table; the gate does not fail on them alone)."""
+    d = v.get("decision") or {}
+    if not d.get("machine_slower"):
+        return None
+    s = d["slowdown"]
+    if s.get("cpu_pct") is not None:
+        how = (
+            f"the step's wall time {s['wall_pct']:+.1f}% while the regions' CPU time per step moved "
+            f"{s['cpu_pct']:+.1f}% (waits for a core, not more work)"
         )
-    return out
+    else:
+        how = f"the step's wall time {s['wall_pct']:+.1f}%, every region's time alike {s['speed_pct']:+.1f}%"
+    return (
+        f"the machine was slower in after: {how}; no region of the code changed beyond its floor, so the "
+        "gate does not fail on the wall-clock figures alone"
+    )
 
 
 def side_line(label: str, side: dict) -> str:
@@ -68,6 +114,15 @@ def side_line(label: str, side: dict) -> str:
     if side.get("mixed"):
         out += f"  [pooled with --pool-mixed: {side['mixed']}]"
     return out
+
+
+def options_line(v: dict) -> str | None:
+    """The diff's first line where the two commands differ only in options: which (the A/B it is about)."""
+    a, b = v["before"].get("options") or [], v["after"].get("options") or []
+    if not a and not b:
+        return None
+    sides = [f"{label} {' '.join(items)}" for label, items in (("before", a), ("after", b)) if items]
+    return f"options apart: {'; '.join(sides)} (one program)"
 
 
 def one_run_note(v: dict) -> str | None:

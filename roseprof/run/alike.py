@@ -4,6 +4,7 @@ the same program, or two commands, are not, and pooling them makes an interval o
 
 from __future__ import annotations
 
+from roseprof import command_line
 from roseprof.errors import RoseprofError, one_line
 from roseprof.run.store import Run
 
@@ -77,3 +78,41 @@ def check_not_self(runs_a: list[Run], runs_b: list[Run]) -> None:
     raise RoseprofError(
         f"run{'s' if len(both) > 1 else ''} {', '.join(both)} on both sides: each run belongs to before or after"
     )
+
+
+def program(run: Run) -> str | None:
+    """The program a run ran (`benchmark_streaming`, `matmul.py`), or None for an import (no command)."""
+    argv = run.manifest.get("command")
+    return command_line.command_items([str(a) for a in argv])[0] if argv else None
+
+
+def options_apart(runs_a: list[Run], runs_b: list[Run]) -> tuple[list[str], list[str]]:
+    """The option items (`--no-batched-kv-append`, `--tp 2`) only one side's latest command has: (before's,
+    after's); empty where a side has no command."""
+    items = []
+    for runs in (runs_a, runs_b):
+        argv = runs[-1].manifest.get("command")
+        items.append(command_line.command_items([str(a) for a in argv])[1] if argv else [])
+    a, b = items
+    if not a or not b:
+        return [], []
+    return [x for x in a if x not in b], [x for x in b if x not in a]
+
+
+def check_same_program(runs_a: list[Run], runs_b: list[Run], engine_a: bool, engine_b: bool) -> None:
+    """Refuse, in one line, a diff of different programs (an engine run against a run with no decode steps, or
+    two scripts): its figures mean different things (seen: an engine run against a torch program accepted, three
+    starred `step mean +155%` rows). `--force` compares them anyway."""
+    a, b = runs_a[-1], runs_b[-1]
+    if engine_a != engine_b:
+        engine, other = (a, b) if engine_a else (b, a)
+        raise RoseprofError(
+            f"different programs: {engine.id} is an engine run (decode steps) and {other.id} is not "
+            f"({program(other) or 'an import'}): compare runs of one program, or pass --force"
+        )
+    pa, pb = program(a), program(b)
+    if pa is not None and pb is not None and pa != pb:
+        raise RoseprofError(
+            f"different programs: before ran {pa} ({a.id}) and after ran {pb} ({b.id}): compare runs of one "
+            "program, or pass --force"
+        )

@@ -113,7 +113,8 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
     assert terminal[2].startswith("one run a side:")
     answer = next(line for line in terminal if line.startswith("after is "))
     assert answer.startswith("after is slower ") and "step p50 +" in answer
-    assert "grew most in roseinfer.kv.append_token" in answer
+    # the region the decision names, with its word (issue 44: one decision)
+    assert "roseinfer.kv.append_token +" in " ".join(terminal) and "slower (+" in " ".join(terminal)
     # --min-effect replaces the calibrated floors: at 100,000% (1000x) nothing here is a change, nothing is gated.
     high = diff(
         store, "default", "slow-append", "--min-effect", "100000", "--json", "--fail-on-regression", "20"
@@ -184,7 +185,9 @@ def test_bad_input(store, tmp_path):
     program = "import nvtx, time\nfor _ in range(10):\n    with nvtx.annotate('unrelated.work'):\n        time.sleep(0.001)\n"
     other = capture(store, "other", sys.executable, "-c", program)
     assert other.returncode == 0, other.stderr
-    assert_one_line_error(diff(store, "default", "other"), 2, "nothing in common")
+    # An engine run against another program is refused as such (issue 44); forced, nothing is in common.
+    assert_one_line_error(diff(store, "default", "other"), 2, "different programs")
+    assert_one_line_error(diff(store, "default", "other", "--force"), 2, "nothing in common")
 
 
 def test_without_plotly_the_diff_gives_its_verdict_and_one_warning(store, tmp_path):

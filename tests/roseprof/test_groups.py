@@ -126,4 +126,9 @@ def test_a_name_mixing_commands_is_refused_naming_the_arguments(tmp_path):
     assert "--fast" in refused.stderr and "(none)" in refused.stderr
     pooled = roseprof("diff", "mix", "other", "--pool-mixed", *dirs(tmp_path))
     assert pooled.returncode == 0, pooled.stderr
-    assert "pooled with --pool-mixed: commands" in pooled.stdout.splitlines()[0]
+    # the first line names the options apart (issue 44), the next the side pooled with --pool-mixed
+    first, second = pooled.stdout.splitlines()[:2]
+    assert (
+        first == "options apart: before --fast (one program)"
+        and "pooled with --pool-mixed: commands" in second
+    )

@@ -1,0 +1,192 @@
+"""The one decision a diff makes, which every view of it reads: the headline sentence, the stars of the metrics
+table, "where the time moved", the gate (`--fail-on-regression`) and the diff dashboard (issue 44: they used to
+decide apart and disagreed: "no clear change" above a starred region row, a gate that fired on a figure the
+headline did not name).
+
+A decision row is one thing that changed, with its word (faster / slower / more launches / fewer launches), the
+metric it was judged by and that metric's noise floor:
+
+    figure   a figure of the whole run (step time, ITL, TTFT, a load's latencies, ncu's) whose interval clears its
+             floor (noise_floor.py)
+    region   a region judged by the one statistic verdict._changes picks for it (its own CPU time's p5, else its
+             own time's p5, else its total); its other statistics are evidence, shown but never a change alone
+    kernel   the same for a kernel
+
+A metric is starred (`significant` in --json) exactly when it is a decision row's metric; `clears_floor` keeps
+what its interval alone says. The gate fails on the decision's slower rows over the threshold (those --metric
+picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+# Metrics that belong to a region or kernel: a region row stands for them all (the statistic it was judged by is
+# the row's metric; the others are evidence).
+EVIDENCE = ("regions.", "kernels.", "steps.rollover.regions", "steps.normal.regions")
+DIRECTIONS = ("faster", "slower")
+# Wall-clock figures a machine that was slower moves with the code unchanged (the step, the tokens, the requests).
+WALL_FIGURES = ("steps.", "itl.", "requests.")
+# A slower machine: the step's wall time grew, and the regions' CPU time per step grew by less than this share of
+# that growth (waits for a core are in the wall time, not in the CPU time; a heavier code path is in both).
+CPU_SHARE = 0.5
+# ... and every region's time grew alike: the machine speed factor (machine_speed.py) moved by at least this share
+# of the step's wall time (same-code pairs on the shared 2-core box: +82% of +103%; a 15 ms sleep planted in
+# kv.append_token: +36% of +214%)
+ALIKE = 0.5
+
+
+def word(m: dict) -> tuple[str, str | None]:
+    """(word, why) for one metric row of the diff, from its interval against its floor."""
+    d = m.get("delta_pct")
+    if d is None:
+        return "not tested", "before is zero"
+    if m.get("ci_low_pct") is None:
+        need = m.get("min_samples")
+        if need is None and m["name"].startswith("requests.ttft."):
+            return "not tested", "a run stored without per-request TTFT (import it again)"
+        if need is None:
+            return "not tested", "one figure per run: nothing to resample"
+        have = min(m.get("units_a", m.get("n_a", 0)), m.get("units_b", m.get("n_b", 0)))
+        if have < need:
+            return "too few samples", f"needs {need} per run"
+        return "not tested", "no interval"
+    if not clears(m):
+        if m.get("zero_width"):
+            return "no clear change", "the resampling saw no variation (an interval of zero width)"
+        if m.get("excludes_zero"):
+            return "no clear change", f"inside the ±{m['floor_pct']:g}% noise floor"
+        return "no clear change", None
+    better = (d < 0) == m.get("lower_is_better", True)
+    return ("faster" if better else "slower"), None
+
+
+def clears(m: dict) -> bool:
+    """Whether a metric's interval clears its noise floor (noise_floor.apply), whatever the decision made of it."""
+    return bool(m.get("clears_floor", m.get("significant")))
+
+
+def is_evidence(name: str) -> bool:
+    return name.startswith(EVIDENCE)
+
+
+def _figure_rows(metrics: list[dict], headline: list[dict]) -> list[dict]:
+    """Every figure (not a region's or kernel's statistic) whose interval clears its floor, the headline's first in
+    its order."""
+    labels = {r["metric"]: r["label"] for r in headline}
+    order = {name: i for i, name in enumerate(labels)}
+    rows = []
+    for m in metrics:
+        if is_evidence(m["name"]) or not clears(m):
+            continue
+        w, _ = word(m)
+        rows.append(
+            {
+                "kind": "figure",
+                "metric": m["name"],
+                "label": labels.get(m["name"]),  # None: the renderer words the metric's name
+                "word": w,
+                "delta_pct": m["delta_pct"],
+                "floor_pct": m.get("floor_pct"),
+            }
+        )
+    return sorted(rows, key=lambda r: order.get(r["metric"], len(order)))
+
+
+def _named_rows(rows: list[dict], kind: str) -> list[dict]:
+    return [
+        {
+            "kind": kind,
+            "metric": r["metric"],
+            "label": r["label"],
+            "word": r["word"],
+            "delta_pct": r["delta_pct"],
+            "floor_pct": r.get("floor_pct"),
+            "moved_ns": r.get("moved_ns"),
+            # what it was judged on (render/verdict_text.what_moved words it)
+            "own_time": r.get("own_time", False),
+            "own_stat": r.get("own_stat"),
+            "per_step": r.get("per_step", False),
+        }
+        for r in rows
+    ]
+
+
+def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
+    """Whether the wall-clock figures that grew are the machine's: no region or kernel of the code grew beyond its
+    floor, the step's wall time grew, every region's time grew alike (the machine speed factor moved by at least
+    ALIKE of the wall time's move: a wait planted in one region, a sleep or a lock, moves that region alone), and
+    where the runs have CPU times, the regions' CPU time per step grew by less than CPU_SHARE of the wall time's
+    move (a wait for a core is in the wall time only; heavier code is in both)."""
+    if not slowdown or any(r["kind"] != "figure" and r["word"] == "slower" for r in rows):
+        return False
+    wall, speed, cpu = slowdown.get("wall_pct"), slowdown.get("speed_pct"), slowdown.get("cpu_pct")
+    if wall is None or wall <= 0 or speed is None or speed < ALIKE * wall:
+        return False
+    return bool(cpu is None or cpu < CPU_SHARE * wall)
+
+
+def decide(
+    metrics: list[dict], headline: list[dict], regions: list[dict], kernels: list[dict], slowdown: dict | None
+) -> dict:
+    """The decision of a diff: its rows (the figures that clear their floors, then verdict's `regions` and
+    `kernels` rows, all of them), its overall word, and whether a slower machine explains the wall-clock figures
+    (`slowdown`: machine_speed.slowdown's, or None)."""
+    rows = _figure_rows(metrics, headline)
+    rows += _named_rows(regions, "region") + _named_rows(kernels, "kernel")
+    machine = machine_slower(rows, slowdown)
+    for r in rows:
+        r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
+    words = {r["word"] for r in rows if r["word"] in DIRECTIONS and not r["machine"]}
+    if words == set(DIRECTIONS):
+        overall = "mixed"
+    elif words:
+        (overall,) = words
+    elif any(r["word"] == "no clear change" for r in headline) or rows:
+        overall = "no clear change"
+    else:
+        overall = "not tested"
+    return {"rows": rows, "overall": overall, "machine_slower": machine, "slowdown": slowdown}
+
+
+def mark(metrics: list[dict], decision: dict) -> None:
+    """Star exactly the decision's metrics (`significant`); `clears_floor` keeps what the interval alone said."""
+    decided = {r["metric"] for r in decision["rows"]}
+    for m in metrics:
+        m.setdefault("clears_floor", m.get("significant", False))
+        m["significant"] = m["name"] in decided
+
+
+def _names_of(row: dict, names: list[str]) -> list[str]:
+    """The metric names a decision row answers for: its own, and for a region or kernel every statistic of it."""
+    if row["kind"] == "figure":
+        return [row["metric"]]
+    prefix = "regions." if row["kind"] == "region" else "kernels."
+    return [n for n in names if n.startswith(f"{prefix}{row['label']}.")] or [row["metric"]]
+
+
+def gate(
+    metrics: list[dict], decision: dict, threshold_pct: float | None, patterns: list[str] | None
+) -> list[dict]:
+    """Mark (`regression`) and return the metrics the gate fails on: the decision's slower rows beyond
+    threshold_pct, those whose metric (a region's or kernel's: any of its statistics) --metric `patterns` picks,
+    where given; never a wall-clock figure a slower machine explains."""
+    names = [m["name"] for m in metrics]
+    by_name = {m["name"]: m for m in metrics}
+    for m in metrics:
+        m["regression"] = False
+    out = []
+    if threshold_pct is None:
+        return out
+    for r in decision["rows"]:
+        if r["word"] != "slower" or r["machine"] or r["delta_pct"] is None:
+            continue
+        if abs(r["delta_pct"]) <= threshold_pct:
+            continue
+        if patterns and not any(fnmatch.fnmatchcase(n, p) for n in _names_of(r, names) for p in patterns):
+            continue
+        r["regression"] = True
+        m = by_name[r["metric"]]
+        m["regression"] = True
+        out.append(m)
+    return out
