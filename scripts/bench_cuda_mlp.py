@@ -5,7 +5,7 @@ process, on one GPU (issue 50):
   release, as the engine's step runs them: Triton (norm GEMV + GEMV), the CUDA kernel with stamps off, with
   stamps on; replayed in interleaved rounds, median µs per MLP and the weights' bytes over it;
 - %globaltimer's tick as seen in the stamps, and each phase's median time from the stamps;
-- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp_stamps.json comes from here).
+- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here).
 
 python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare]
 """
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
         ranges = fm.phase_ranges(st)
         doc = {
             "what": "one fused_mlp launch's %globaltimer stamps [blocks, 6], layer 5 of a 12-layer captured chain",
-            "command": "python scripts/bench_cuda_mlp.py --fixture tests/data/fused_mlp_stamps.json",
+            "command": "python scripts/bench_cuda_mlp.py --fixture tests/data/fused_mlp.stamps.json",
             "device": result["device"], "date": result["date"], "blocks": len(st),
             "span_ns": ranges[-1][3] - ranges[0][2], "stamps": st,
         }  # fmt: skip

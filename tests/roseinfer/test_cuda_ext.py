@@ -81,8 +81,8 @@ def test_phase_ranges_are_contiguous_from_first_start_to_last_end():
 
 
 def test_a_real_devices_stamps_read_into_regions():
-    """tests/data/fused_mlp_stamps.json: one launch's stamps written by scripts/bench_cuda_mlp.py on an H200."""
-    doc = json.loads((DATA / "fused_mlp_stamps.json").read_text())
+    """tests/data/fused_mlp.stamps.json: one launch's stamps written by scripts/bench_cuda_mlp.py on an H200."""
+    doc = json.loads((DATA / "fused_mlp.stamps.json").read_text())
     ranges = fm.phase_ranges(doc["stamps"])
     assert len(doc["stamps"]) == doc["blocks"] and all(len(r) == fm.NSTAMP for r in doc["stamps"])
     assert all(end >= start for _, _, start, end in ranges)

@@ -16,7 +16,7 @@ from roseprof.render.terminal_diff import TerminalDiff
 from roseprof.run.store import RunStore
 from tests.helpers import DATA, unpacked
 
-SKIP_SUFFIXES = (".txt", ".py", ".jsonl", ".md", ".log")
+SKIP_SUFFIXES = (".txt", ".py", ".jsonl", ".md", ".log", ".stamps.json")
 # Not a run: a report newer than the installed nsys reads, and a trace with nothing in it (test_drivers.py has both).
 NOT_RUNS = ("h100-nsys2025.3-matmul-nvtx.nsys-rep", "D-W-Chiang__JACC.jl__cg_trace.sqlite")
 FIXTURES = sorted(
