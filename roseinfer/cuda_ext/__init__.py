@@ -19,8 +19,10 @@ import sys
 import time
 from pathlib import Path
 
+from roseinfer import names
+
 SOURCES = Path(__file__).parent
-CACHE_ENV = "ROSEINFER_CUDA_EXT_CACHE"
+CACHE_ENV = names.ROSEINFER_CUDA_EXT_CACHE
 _WHY_NOT: dict[str, str] = {}
 
 

@@ -12,7 +12,7 @@
 //
 // Regions: in the STAMPS instantiation (launched where `stamps` is non-empty) thread 0 of every block writes
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
-// after the barrier, end); the other instantiation has no stamp code. A test build (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one
+// after the barrier, end); the other instantiation has no stamp code. A test build (-DFUSED_MLP_STAMP_DELAY) can plant a spin of delay_ns in one
 // phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,7 +38,7 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 // 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the other kernel.
 template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
-#ifndef ROSEINFER_NO_STAMPS  // a build without the stamp code at all, to check that off costs nothing
+#ifndef FUSED_MLP_NO_STAMPS  // a build without the stamp code at all, to check that off costs nothing
   if constexpr (STAMPS) {
     if (threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
   }
@@ -46,7 +46,7 @@ __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
 }
 
 __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
-#ifdef ROSEINFER_STAMP_DELAY
+#ifdef FUSED_MLP_STAMP_DELAY
   if (phase == delay_phase && threadIdx.x == 0) {
     unsigned long long t0 = globaltimer();
     while (globaltimer() - t0 < (unsigned long long)delay_ns) {

@@ -39,9 +39,9 @@ PHASES = (
     ("mlp_proj", MLP),
 )
 # Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc) or 4 (mlp_proj)
-DELAY_DEFINE = "ROSEINFER_STAMP_DELAY"
+DELAY_DEFINE = "FUSED_MLP_STAMP_DELAY"
 # A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
-NO_STAMPS_DEFINE = "ROSEINFER_NO_STAMPS"
+NO_STAMPS_DEFINE = "FUSED_MLP_NO_STAMPS"
 
 
 def load(test_build: bool = False, defines: tuple[str, ...] = ()):
