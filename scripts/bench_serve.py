@@ -96,6 +96,50 @@ async def load(port: int, streams: int, tokens: int, waves: int = 1) -> dict:
     start = time.perf_counter()
     results = [r for rs in await asyncio.gather(*(one_stream() for _ in range(streams))) for r in rs]
     wall = time.perf_counter() - start
+    return summarised(results, wall)
+
+
+def _load_part(
+    port: int, streams: int, tokens: int, waves: int, at: float
+) -> tuple[list[dict], float, float]:
+    """One client process's share of a load, started at the wall-clock time `at` (all parts together)."""
+    time.sleep(max(0.0, at - time.time()))
+    start = time.perf_counter()
+    results = asyncio.run(_streams(port, streams, tokens, waves))
+    return results, start, time.perf_counter()
+
+
+async def _streams(port: int, streams: int, tokens: int, waves: int) -> list[dict]:
+    body = {"prompt": "x", "max_tokens": tokens, "temperature": 0, "ignore_eos": True, "stream": True}
+
+    async def one_stream() -> list[dict]:
+        return [await stream_one(port, body) for _ in range(waves)]
+
+    _last_results.append(
+        [r for rs in await asyncio.gather(*(one_stream() for _ in range(streams))) for r in rs]
+    )
+
+
+def load_in_processes(port: int, streams: int, tokens: int, waves: int, procs: int) -> dict:
+    """The load split over `procs` client processes (one Python event loop reads ~90k SSE events/s at most: at 64
+    streams on an H200 one client process is the bottleneck, and its jitter is the measurement's noise)."""
+    if procs <= 1:
+        return asyncio.run(load(port, streams, tokens, waves))
+    import concurrent.futures
+    import multiprocessing
+
+    shares = [streams // procs + (i < streams % procs) for i in range(procs)]
+    at = time.time() + 0.5  # perf_counter is one clock for every process on Linux (CLOCK_MONOTONIC)
+    ctx = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(procs, mp_context=ctx) as pool:
+        parts = list(
+            pool.map(_load_part, [port] * procs, shares, [tokens] * procs, [waves] * procs, [at] * procs)
+        )
+    results = [r for rs, _, _ in parts for r in rs]
+    return summarised(results, max(end for _, _, end in parts) - min(start for _, start, _ in parts))
+
+
+def summarised(results: list[dict], wall: float) -> dict:
     generated = sum(sum(r["counts"]) for r in results)
     # Inter-token gaps as the client sees them: a chunk of k tokens is one gap then k-1 zero gaps.
     gaps = []
@@ -229,6 +273,9 @@ def main() -> int:
         "too short to resolve 1%%; 10: ~3.5 s a load)",
     )
     p.add_argument(
+        "--client-procs", type=int, default=1, help="client processes sharing the pairs' streams (default 1)"
+    )
+    p.add_argument(
         "--pairs-only", action="store_true", help="only the on/off pairs, not the server/offline cases"
     )
     p.add_argument(
@@ -358,7 +405,7 @@ def main() -> int:
             # The order turns each round (on, off, on2; off, on2, on; ...): no server is always first or last.
             order = [("on", on), ("off", off), ("on2", on2)]
             for name, server in order[i % 3 :] + order[: i % 3]:
-                pair[name] = asyncio.run(load(server.port, *pair_load, args.pair_waves))
+                pair[name] = load_in_processes(server.port, *pair_load, args.pair_waves, args.client_procs)
             result["pairs"].append(pair)
     finally:
         for server in (on, off, on2, base):

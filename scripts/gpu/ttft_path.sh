@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where a client's TTFT goes, on the GPU machine in one call: scripts/load_agreement.py --split (roseprof live and
 # the independent asyncio client against one `roseinfer serve gpt2`, each client's TTFT split on the one clock into
-# HTTP in, engine and first delivery) at 1 and 8 streams, each client first in turn (FIRST); with .base/roseinfer
-# carried (`mkdir .base && git archive REV roseinfer | tar -x -C .base`), REV's server measured the same way after
-# this one's. Results under $OUT.
+# HTTP in, engine and first delivery) at SIZES (streams:requests:tokens, default 1:16:256 8:64:256), each client
+# first in turn (FIRST, default 'roseprof independent'); with .base/roseinfer carried (`mkdir .base && git archive
+# REV roseinfer | tar -x -C .base`), REV's server measured the same way after this one's. Results under $OUT.
 #   bash scripts/gpu/ttft_path.sh      # from the repo root, .whl carried (the server's wheels)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -33,11 +33,11 @@ measure() {  # $1: label, $2: the folder of the server's roseinfer (first on PYT
   local first flag
   for first in ${FIRST:-roseprof independent}; do  # which client loads first in each round: both orders
     flag=; [ "$first" = independent ] && flag=--independent-first
-    for C in 1 8; do
-      N=$((C == 1 ? 16 : 64))
-      echo "== $label server, $C streams x $N requests x 256 tokens, $first first" | tee -a "$OUT/ttft_path.txt"
-      timeout 120 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" $flag \
-        --output-len 256 --rounds "${ROUNDS:-3}" --split --json "$OUT/agreement-$label-$C-$first.json" 2>&1 \
+    for size in ${SIZES:-1:16:256 8:64:256}; do  # streams:requests:tokens
+      IFS=: read -r C N L <<< "$size"
+      echo "== $label server, $C streams x $N requests x $L tokens, $first first" | tee -a "$OUT/ttft_path.txt"
+      timeout 150 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" $flag \
+        --output-len "$L" --rounds "${ROUNDS:-3}" --split --json "$OUT/agreement-$label-$C-$N-$L-$first.json" 2>&1 \
         | tee -a "$OUT/ttft_path.txt"
     done
   done
