@@ -115,9 +115,7 @@ async def _streams(port: int, streams: int, tokens: int, waves: int) -> list[dic
     async def one_stream() -> list[dict]:
         return [await stream_one(port, body) for _ in range(waves)]
 
-    _last_results.append(
-        [r for rs in await asyncio.gather(*(one_stream() for _ in range(streams))) for r in rs]
-    )
+    return [r for rs in await asyncio.gather(*(one_stream() for _ in range(streams))) for r in rs]
 
 
 def load_in_processes(port: int, streams: int, tokens: int, waves: int, procs: int) -> dict:
