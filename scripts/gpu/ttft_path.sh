@@ -18,7 +18,7 @@ URL=http://127.0.0.1:$PORT
 measure() {  # $1: label, $2: the folder of the server's roseinfer (first on PYTHONPATH, before the wheels)
   local label=$1
   PYTHONPATH=$2:$PYTHONPATH python3 -m roseinfer.serve gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph \
-    --max-batch-size 64 --port "$PORT" >"$OUT/serve-$label.log" 2>&1 &
+    --max-batch-size 64 --flight-recorder-steps 32768 --port "$PORT" >"$OUT/serve-$label.log" 2>&1 &
   local server=$!
   for _ in $(seq 180); do
     grep -q "ready at" "$OUT/serve-$label.log" && break
