@@ -34,7 +34,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=5, help="launches before the profiler starts (not stamped)")
     p.add_argument("--delay-phase", type=int, default=0, choices=(0, 1, 2, 4))
     p.add_argument("--delay-us", type=float, default=0.0)
-    p.add_argument("--trace", help="the Kineto trace to write (default: $ROSEPROF_TORCH_TRACE_DIR/trace.json)")
+    p.add_argument(
+        "--trace", help="the Kineto trace to write (default: $ROSEPROF_TORCH_TRACE_DIR/trace.json)"
+    )
     p.add_argument("--stamps", help="the stamps file (default: $ROSEINFER_KERNEL_STAMPS)")
     args = p.parse_args()
     trace = args.trace or (
@@ -44,7 +46,9 @@ def main() -> int:
     )
     stamps = Path(args.stamps) if args.stamps else stamps_path()
     if trace is None or stamps is None:
-        print("stamped_mlp_program: give --trace and --stamps, or run it under roseprof torch", file=sys.stderr)
+        print(
+            "stamped_mlp_program: give --trace and --stamps, or run it under roseprof torch", file=sys.stderr
+        )
         return 2
     module = fm.load(test_build=True)
     if module is None:

@@ -58,7 +58,7 @@ def test_each_launch_gets_its_phases_named_placed_from_its_start_and_adding_up(t
     on_gpu = np.flatnonzero(is_gpu_track(r.tid))
     assert len(r) - ranges_before == len(on_gpu) == 5 * len(fm.PHASES)
     ks = np.flatnonzero(o.kind == KERNEL)
-    for k, op in enumerate(ks.tolist()):
+    for op in ks.tolist():
         mine = on_gpu[(r.start[on_gpu] >= o.start[op]) & (r.end[on_gpu] <= o.end[op])]
         assert [trace.names[i] for i in r.name[mine]] == list(KERNEL_REGION_NAMES)
         assert r.start[mine[0]] == o.start[op]  # placed from the launch's start, not on the GPU's clock
@@ -75,7 +75,9 @@ def test_counts_that_disagree_attach_nothing_and_say_why(tmp_path):
     kernel = gemm_name(trace)
     for launches, name in ((4, kernel), (5, "xmma")):  # one launch missing; a part of a word names no kernel
         trace = matmul_trace(tmp_path)
-        stamped, _ = kernel_stamps.read_stamps(write_stamps(tmp_path / f"{name}{launches}", name, launches), "f")
+        stamped, _ = kernel_stamps.read_stamps(
+            write_stamps(tmp_path / f"{name}{launches}", name, launches), "f"
+        )
         kernel_stamps.attach(trace, stamped, "f")
         assert not is_gpu_track(trace.ranges.tid).any()
         found = 5 if name == kernel else 0
@@ -167,7 +169,9 @@ def test_show_gives_time_per_region_inside_the_kernel(stamped):
         assert r["gpu_ns"] == r["gpu_kernel_ns"] == r["gpu_proj_ns"] == r["self_ns"] == r["total_ns"]
     assert sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES) == 5 * STAMPS["span_ns"]
     # the kernel and its launching region are as they were
-    assert regions["roseinfer.model.forward"]["gpu_kernel_ns"] == summary(tmp, "mlp")["kernels"][0]["total_ns"]
+    assert (
+        regions["roseinfer.model.forward"]["gpu_kernel_ns"] == summary(tmp, "mlp")["kernels"][0]["total_ns"]
+    )
 
 
 def test_the_dashboard_and_diff_have_the_regions(stamped):
@@ -287,7 +291,9 @@ def test_gpu_a_planted_delay_moves_its_region_only(tmp_path, phase, region):
     delay_ns = 20_000
     base = gpu_capture(tmp_path, "base")
     slow = gpu_capture(tmp_path, "slow", "--delay-phase", str(phase), "--delay-us", str(delay_ns / 1000))
-    p50 = {name: {r["name"]: r["p50_ns"] for r in s["regions"]} for name, s in (("base", base), ("slow", slow))}
+    p50 = {
+        name: {r["name"]: r["p50_ns"] for r in s["regions"]} for name, s in (("base", base), ("slow", slow))
+    }
     moved = {n: p50["slow"][n] - p50["base"][n] for n in KERNEL_REGION_NAMES}
     print(f"moved by (ns): {moved}")
     assert abs(moved[region] - delay_ns) <= 0.1 * delay_ns, moved
