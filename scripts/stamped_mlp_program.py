@@ -4,7 +4,8 @@
 It writes its Kineto trace into $ROSEPROF_TORCH_TRACE_DIR (roseprof torch sets it; --trace FILE otherwise) and
 each launch's stamps into $ROSEINFER_KERNEL_STAMPS (roseprof sets it to the run folder's kernel_stamps.jsonl;
 --stamps FILE otherwise): one synchronised launch at a time, so each launch's stamps are read before the next
-overwrites them. --delay-phase/--delay-us plant a spin in one phase (the test build, -DFUSED_MLP_STAMP_DELAY):
+overwrites them. With no trace to write (under `roseprof nsys`, which records every launch) it runs no
+torch.profiler and stamps its warm-up launches too, so every launch in the trace has its line. --delay-phase/--delay-us plant a spin in one phase (the test build, -DFUSED_MLP_STAMP_DELAY):
 1 ln_2 (roseinfer.layer.mlp.norm), 2 c_fc (.up), 4 mlp_proj (.down).
 
     roseprof torch --name mlp -- python scripts/stamped_mlp_program.py --launches 40
@@ -45,10 +46,8 @@ def main() -> int:
         else None
     )
     stamps = Path(args.stamps) if args.stamps else stamps_path()
-    if trace is None or stamps is None:
-        print(
-            "stamped_mlp_program: give --trace and --stamps, or run it under roseprof torch", file=sys.stderr
-        )
+    if stamps is None:
+        print("stamped_mlp_program: give --stamps, or run it under roseprof", file=sys.stderr)
         return 2
     module = fm.load(test_build=True)
     if module is None:
@@ -69,14 +68,22 @@ def main() -> int:
         fm.fused_mlp(x, a, block.ln_2, block.c_fc, block.mlp_proj, state, module=module, delay=delay)
         torch.cuda.synchronize()
 
-    for _ in range(args.warmup):
-        launch()
-    from torch.profiler import ProfilerActivity, profile
-
-    with StampLog(stamps) as log, profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.launches):
+    with StampLog(stamps) as log:
+        for _ in range(args.warmup):
             launch()
-            fm.record_stamps(log, state)
+            if trace is None:  # every launch is in an nsys trace: each needs its line
+                fm.record_stamps(log, state)
+        if trace is None:
+            for _ in range(args.launches):
+                launch()
+                fm.record_stamps(log, state)
+            return 0
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.launches):
+                launch()
+                fm.record_stamps(log, state)
     prof.export_chrome_trace(trace)
     return 0
 

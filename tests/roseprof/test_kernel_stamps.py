@@ -252,10 +252,10 @@ def test_a_capture_asks_the_program_for_its_stamps_and_reads_them(tmp_path):
 # -- on a GPU: the truth tests ------------------------------------------------------------------------------------
 
 
-def gpu_capture(tmp_path, name, *flags):
-    """`roseprof torch` of the stamped kernel (test build), 40 launches; its summary."""
+def gpu_capture(tmp_path, name, *flags, tool=("torch",)):
+    """`roseprof torch` (or `tool`) of the stamped kernel (test build), 40 launches; its summary."""
     proc = roseprof(
-        "torch", "--name", name, *store(tmp_path), "--", sys.executable,
+        *tool, "--name", name, *store(tmp_path), "--", sys.executable,
         ROOT / "scripts" / "stamped_mlp_program.py", "--launches", "40", *flags,
         env={"PYTHONPATH": str(ROOT)}, timeout=900,
     )  # fmt: skip
@@ -284,21 +284,46 @@ def test_gpu_the_regions_add_up_to_the_kernels_duration(tmp_path, delay_us):
 
 
 @pytest.mark.gpu
+@pytest.mark.nsys
+def test_gpu_nsys_reads_the_same_stamps_into_the_same_regions(tmp_path):
+    """Under `roseprof nsys` (every launch recorded: the warm-up's 5 are stamped too) the regions add up to the
+    kernel's duration as nsys measured it, within 2% (a 50 us spin in c_fc, as above)."""
+    s = gpu_capture(
+        tmp_path, "mlp-nsys", "--delay-phase", "2", "--delay-us", "50", tool=("nsys", "--trace", "cuda")
+    )
+    regions = {r["name"]: r for r in s["regions"]}
+    kernel = kernel_of(s)
+    assert kernel["count"] == 45 and all(regions[n]["count"] == 45 for n in KERNEL_REGION_NAMES)
+    covered = sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES)
+    print(
+        f"nsys: regions {covered} ns of the kernel's {kernel['total_ns']} ns: {covered / kernel['total_ns']:.4f}"
+    )
+    assert abs(covered / kernel["total_ns"] - 1) <= 0.02
+
+
+@pytest.fixture(scope="module")
+def gpu_base(tmp_path_factory):
+    """One capture without a delay, which each planted delay is compared with (in the same store)."""
+    tmp = tmp_path_factory.mktemp("gpu")
+    return tmp, gpu_capture(tmp, "base")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("phase,region", [(1, MLP_NORM), (2, MLP_UP), (4, MLP_DOWN)])
-def test_gpu_a_planted_delay_moves_its_region_only(tmp_path, phase, region):
+def test_gpu_a_planted_delay_moves_its_region_only(gpu_base, phase, region):
     """A 20 us spin in one phase (test build): that region's median per launch moves by 20 us within 10%, every
     other region's by less than 10% of it; roseprof diff sees the region's total grow by the delay a launch."""
     delay_ns = 20_000
-    base = gpu_capture(tmp_path, "base")
-    slow = gpu_capture(tmp_path, "slow", "--delay-phase", str(phase), "--delay-us", str(delay_ns / 1000))
+    tmp, base = gpu_base
+    slow = gpu_capture(tmp, f"slow-{phase}", "--delay-phase", str(phase), "--delay-us", str(delay_ns / 1000))
     p50 = {
         name: {r["name"]: r["p50_ns"] for r in s["regions"]} for name, s in (("base", base), ("slow", slow))
     }
     moved = {n: p50["slow"][n] - p50["base"][n] for n in KERNEL_REGION_NAMES}
-    print(f"moved by (ns): {moved}")
+    print(f"delay in phase {phase}: regions moved by (ns) {moved}")
     assert abs(moved[region] - delay_ns) <= 0.1 * delay_ns, moved
     assert all(abs(m) <= 0.1 * delay_ns for n, m in moved.items() if n != region), moved
-    proc = roseprof("diff", "base", "slow", "--json", *store(tmp_path))
+    proc = roseprof("diff", "base", f"slow-{phase}", "--json", *store(tmp))
     assert proc.returncode == 0, proc.stderr
     m = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}[f"regions.{region}.total_ns"]
     assert abs((m["b"] - m["a"]) - 40 * delay_ns) <= 0.1 * 40 * delay_ns, m
