@@ -33,6 +33,14 @@ ARGMAX = "roseinfer.argmax"
 # attention (after its output projection) and one inside the MLP of every layer. Open while a decode step is
 # captured, so a graph replay's NCCL kernels are attributed to it (roseinfer/distributed.py).
 ALLREDUCE = "roseinfer.layer.allreduce"
+# Regions inside a fused kernel (issue 50): GPU sub-ranges of one kernel launch, read from the %globaltimer stamps
+# its blocks write (roseinfer/cuda_ext), named under the region the kernel replaces. The one-row fused MLP's phases:
+MLP_WAIT = "roseinfer.layer.mlp.wait"  # its weights loaded, waiting for the kernel in front (PDL)
+MLP_NORM = "roseinfer.layer.mlp.norm"  # ln_2: the residual add and LayerNorm
+MLP_UP = "roseinfer.layer.mlp.up"  # c_fc with GPT-2's GELU (one pass: the GELU is the GEMV's epilogue)
+MLP_BARRIER = "roseinfer.layer.mlp.barrier"  # the grid barrier, then c_fc's output into shared memory
+MLP_DOWN = "roseinfer.layer.mlp.down"  # mlp_proj
+KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_BARRIER, MLP_DOWN)
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,
@@ -88,6 +96,9 @@ ROSEINFER_TORCH_PROFILE_WITH_STACK = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
 ROSEINFER_TORCH_PROFILE_CPU_ONLY = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
 # where roseinfer/cuda_ext builds its CUDA C++ (default ~/.cache/roseinfer/cuda_ext)
 ROSEINFER_CUDA_EXT_CACHE = "ROSEINFER_CUDA_EXT_CACHE"
+# FILE: where a CUDA kernel's host code appends each launch's stamps (roseinfer/cuda_ext/stamps.py), one JSON line a
+# launch; a roseprof capture sets it to the run folder's file, as it does the step log
+ROSEINFER_KERNEL_STAMPS = "ROSEINFER_KERNEL_STAMPS"
 ENV_KEYS = (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
@@ -104,9 +115,11 @@ ENV_KEYS = (
     ROSEINFER_TEST_FAIL_STEP,
     ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_CUDA_EXT_CACHE,
+    ROSEINFER_KERNEL_STAMPS,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
+KERNEL_STAMPS_VERSION = 1  # the stamps file's format (roseinfer/cuda_ext/stamps.py writes it)
 STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)
 
 # Capture windows (roseinfer serve --enable-profiling; roseinfer/serve/windows.py): the tools a window takes and the

@@ -320,6 +320,32 @@ class Trace:
         return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
 
 
+# GPU ranges: a range whose thread id is a GPU track lies on the GPU's timeline, not a CPU thread's (issue 50: the
+# sub-ranges of one kernel launch, read from the stamps its blocks wrote: workload/kernel_stamps.py). The id packs the
+# device, the stream and a lane (overlapping launches of one stream, programmatic dependent launches, go on separate
+# lanes so a track's ranges never overlap) above every id a tool packs (torch: pid << 32 | tid; nsys: globalTid).
+# Everything else about them is a range's: a name, a domain, a process (`thread_pids`: the launching process), a
+# thread name (`threads`), so every table, diff and view sees them as regions; their time is GPU time.
+GPU_TRACK = 1 << 62
+
+
+def gpu_track(device: int, stream: int, lane: int = 0) -> int:
+    """The thread id of GPU ranges on (device, stream), lane `lane` (each below 2^16, 2^30 and 2^14)."""
+    return GPU_TRACK | (device & 0xFFFF) << 44 | (stream & 0x3FFFFFFF) << 14 | (lane & 0x3FFF)
+
+
+def is_gpu_track(tid: np.ndarray) -> np.ndarray:
+    """[N] whether each thread id is a GPU track."""
+    tid = np.asarray(tid, dtype=np.int64)
+    return (tid & GPU_TRACK) != 0
+
+
+def gpu_track_parts(tid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([N] device, [N] stream, [N] lane) of GPU track ids."""
+    tid = np.asarray(tid, dtype=np.int64)
+    return (tid >> 44) & 0xFFFF, (tid >> 14) & 0x3FFFFFFF, tid & 0x3FFF
+
+
 def spelled_region(name: str, domain: str | None) -> str:
     """A region as every table spells it: `domain:name` outside the default NVTX domain (NCCL's own `ncclAllReduce`
     range is `NCCL:ncclAllReduce`, as `nsys stats` 2025 writes it), its name alone in the default domain."""

@@ -15,8 +15,10 @@ scripts/bench_cuda_mlp.py, and as the kernel that carries region stamps.
 
 Regions inside the kernel: with `MlpState(stamps=True)` thread 0 of every block writes %globaltimer at the
 kernel's phase boundaries into `state.stamps` [blocks, NSTAMP] (int64 ns). `phase_ranges` turns one launch's
-stamps into contiguous sub-ranges named with the engine's region names (`PHASES`): phase k ends when the last
-block has passed stamp k+1, so the ranges cover the kernel from its first block's start to its last block's end.
+stamps into contiguous sub-ranges named with the engine's region names (`PHASES`: `roseinfer.layer.mlp.wait`, `.norm`,
+`.up`, `.barrier`, `.down`): phase k ends when the last block has passed stamp k+1, so the ranges cover the kernel
+from its first block's start to its last block's end. `record_stamps` appends a launch's boundaries to the stamps
+file (`stamps.py`), from which roseprof makes GPU sub-ranges of that launch in a profile.
 """
 
 from __future__ import annotations
@@ -24,19 +26,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from roseinfer.names import LAYERNORM, MLP
+from roseinfer.names import MLP_BARRIER, MLP_DOWN, MLP_NORM, MLP_UP, MLP_WAIT
 
 NAME = "fused_mlp"
+KERNEL = "fused_mlp_kernel"  # the CUDA function's name: the profilers' kernel names contain it
 WIDTH = 768  # the one width built (at 1,024 its registers spill)
 NSTAMP = 6  # stamps per block: start, after the wait, after ln_2, after c_fc, after the barrier, end
 MIN_SMS = 128  # one block per SM, 8 warps a block: 3 c_fc rows and 1 mlp_proj row per warp need >= 128 blocks
 # (phase, region) between stamps k and k+1
 PHASES = (
-    ("weights and wait", MLP),  # both linears' weights loaded, waiting for the kernel in front
-    ("ln_2", LAYERNORM),  # the residual add and LayerNorm
-    ("c_fc + gelu", MLP),
-    ("grid barrier", MLP),  # every block's c_fc rows written; g read into shared memory
-    ("mlp_proj", MLP),
+    ("weights and wait", MLP_WAIT),  # both linears' weights loaded, waiting for the kernel in front
+    ("ln_2", MLP_NORM),  # the residual add and LayerNorm
+    ("c_fc + gelu", MLP_UP),
+    ("grid barrier", MLP_BARRIER),  # every block's c_fc rows written; g read into shared memory
+    ("mlp_proj", MLP_DOWN),
 )
 # Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc) or 4 (mlp_proj)
 DELAY_DEFINE = "FUSED_MLP_STAMP_DELAY"
@@ -106,8 +109,20 @@ def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
     """One launch's stamps [blocks, NSTAMP] (a tensor or nested lists of ns) -> [(phase, region, start_ns,
     end_ns)] in order: the first from the earliest block's start, each boundary where the last block passed it,
     so the ranges are contiguous and cover first start to last end."""
+    bounds = phase_bounds(stamps)
+    return [(phase, region, bounds[k], bounds[k + 1]) for k, (phase, region) in enumerate(PHASES)]
+
+
+def phase_bounds(stamps) -> list[int]:
+    """One launch's stamps [blocks, NSTAMP] -> the NSTAMP phase boundaries (ns, the GPU's clock): the earliest
+    block's start, then each boundary where the last block passed it."""
     rows = stamps.tolist() if hasattr(stamps, "tolist") else stamps
     if not rows or any(len(r) != NSTAMP for r in rows):
         raise ValueError(f"stamps must be [blocks, {NSTAMP}]")
-    bounds = [min(r[0] for r in rows)] + [max(r[k] for r in rows) for k in range(1, NSTAMP)]
-    return [(phase, region, bounds[k], bounds[k + 1]) for k, (phase, region) in enumerate(PHASES)]
+    return [min(r[0] for r in rows)] + [max(r[k] for r in rows) for k in range(1, NSTAMP)]
+
+
+def record_stamps(log, state: MlpState) -> None:
+    """Append the last launch of `state` to a stamps file (`roseinfer.cuda_ext.stamps.StampLog`): after the
+    launch has run (this reads the device buffer, so it waits for it), once per launch, in launch order."""
+    log.record(KERNEL, [region for _, region in PHASES], phase_bounds(state.stamps.cpu()))

@@ -3,7 +3,8 @@
 A GPU op belongs to a range when its launching CUDA API call lies inside the range on the same thread,
 as in `nsys stats` (nvtx_gpu_proj / nvtx_kern_sum): the innermost such range and every range enclosing it.
 A range's projection spans from its first op's start to its last op's end; its kernel time is the sum of
-its kernels' durations.
+its kernels' durations. A GPU range (one on a GPU track, model.gpu_track: a phase of a kernel launch, read from
+the kernel's own stamps) is GPU time itself: its projection is its own span, and so is its kernel time.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ class GpuAttribution:
 
 
 def attribute_gpu_ops(
-    start, end, tid, tree: RangeTree, op_kind, op_start, op_end, api_start, api_end, api_tid
+    start, end, tid, tree: RangeTree, op_kind, op_start, op_end, api_start, api_end, api_tid, on_gpu=None
 ) -> GpuAttribution:
+    """on_gpu: [R] which ranges are GPU ranges (None: none)."""
     n = len(start)
     has_api = api_tid >= 0
     op_range = np.full(len(op_start), -1, dtype=np.int64)
@@ -123,4 +125,7 @@ def attribute_gpu_ops(
         np.maximum.at(proj_end, p, proj_end[idx])
         np.add.at(op_count, p, op_count[idx])
         np.add.at(kernel_ns, p, kernel_ns[idx])
+    if on_gpu is not None and on_gpu.any():  # no op is launched from a GPU track: these held none until now
+        proj_start[on_gpu], proj_end[on_gpu] = start[on_gpu], end[on_gpu]
+        kernel_ns[on_gpu] = (end - start)[on_gpu]
     return GpuAttribution(op_range, proj_start, proj_end, op_count, kernel_ns)

@@ -100,11 +100,13 @@ def import_path(
     step_range: str | None = None,
     max_gzip_ratio: float | None = None,
     gzip_ratio_after_mib: int | None = None,
+    stamps: str | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads (picked by suffix, then content), into a new run; several files,
     or a folder of them (HTA's layout, rank-N.*.json[.gz]), as one run of several ranks (Kineto). A gzip file
     may inflate, past its first `gzip_ratio_after_mib` MiB, at most `max_gzip_ratio` times its compressed size
-    (drivers/base.py: Limits; None: the defaults), so a decompression bomb is refused before it fills memory."""
+    (drivers/base.py: Limits; None: the defaults), so a decompression bomb is refused before it fills memory.
+    `stamps`: a fused kernel's stamps file, read into GPU ranges of its launches (workload/kernel_stamps.py)."""
     analyse_import = _analyser(step_range, label=steplog or "the step log", strict=True)
     from roseprof.drivers import Limits, pick_reader, rank_files
 
@@ -126,5 +128,5 @@ def import_path(
             files.append(p)
     return pipeline.import_file(
         store, files[0] if len(files) == 1 else files, name, steplog, analyse_import, pick_reader,
-        _step_manifest(step_range), limits, skipped,
+        _step_manifest(step_range), limits, skipped, stamps,
     )  # fmt: skip

@@ -39,7 +39,8 @@ from roseprof.errors import CaptureFailed, NothingRecorded, NothingWritten, Rose
 from roseprof.model import KERNEL, Trace
 from roseprof.run import tables
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import DECODE_STEP, STEP_LOG_ENV
+from roseprof.workload import kernel_stamps
+from roseprof.workload.roseinfer import DECODE_STEP, KERNEL_STAMPS_ENV, STEP_LOG_ENV
 from roseprof.workload.steplog import rank_log_paths, rank_path
 
 if TYPE_CHECKING:
@@ -84,6 +85,9 @@ def capture(
     env = dict(os.environ)
     env.update(capturer.engine_env())
     env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
+    env[KERNEL_STAMPS_ENV] = str(
+        writer.path / tables.KERNEL_STAMPS
+    )  # a fused kernel's stamps, where it has any
     described = capturer.describe()
     writer.manifest.update(
         command=command,
@@ -196,10 +200,18 @@ def _os_error(e: OSError) -> str:
 
 
 def _ingest(
-    writer, trace: Trace, steplog: Path | None, analyse: Analyse, progress: Progress | None = None
+    writer,
+    trace: Trace,
+    steplog: Path | None,
+    analyse: Analyse,
+    progress: Progress | None = None,
+    stamps_label: str | None = None,
 ) -> dict:
-    """Analyse the trace and write the run's normalised files; returns the summary."""
+    """Analyse the trace (with its kernels' stamps, where the run folder has them) and write the run's normalised
+    files; returns the summary. stamps_label: the user's stamps file (an import's --stamps), refused in one line if
+    it holds no launch; None: a capture's own, whose damage is a warning."""
     progress = progress or _quiet
+    _attach_stamps(writer, trace, stamps_label)
     steplog = steplog if steplog is not None and steplog.is_file() else None
     # The engine's words only for the engine: another program has regions and kernels, not decode steps and ITL.
     engine = steplog is not None or DECODE_STEP in trace.names.values
@@ -221,6 +233,22 @@ def _ingest(
     return summary
 
 
+def _attach_stamps(writer, trace: Trace, label: str | None) -> None:
+    """A fused kernel's stamps (the run folder's kernel_stamps.jsonl) as GPU ranges of its launches in `trace`."""
+    path = writer.path / tables.KERNEL_STAMPS
+    if not path.is_file():
+        return
+    try:
+        launches, warnings = kernel_stamps.read_stamps(path, label or f"the run's {tables.KERNEL_STAMPS}")
+    except RoseprofError as e:
+        if label is not None:
+            raise
+        trace.warnings.append(f"{e}: no regions inside kernels")
+        return
+    trace.warnings.extend(warnings)
+    kernel_stamps.attach(trace, launches, label or tables.KERNEL_STAMPS)
+
+
 def import_file(
     store: RunStore,
     path: str | list[str],
@@ -231,13 +259,16 @@ def import_file(
     manifest: dict | None = None,
     limits: Limits | None = None,
     skipped: list[str] | None = None,
+    stamps: str | None = None,
 ) -> Run:
     """`roseprof import`: any file a driver reads, into a new run (a copy of it in raw/, never a link). The
     reader is chosen by `pick_reader(path, label)` (drivers/__init__.py), passed in like `analyse`. Several
     files (one per rank) become one run where their driver reads several as one (`Reader.read_many`: Kineto).
 
     `limits` (drivers/base.py: Limits) bound what reading the files may inflate; `skipped` says which files
-    given (a folder's) were left out as no trace, first among the run's warnings.
+    given (a folder's) were left out as no trace, first among the run's warnings. `stamps`: a fused kernel's
+    stamps file (roseinfer/cuda_ext/stamps.py), copied into the run and read into GPU ranges; without it, the
+    step log's folder's kernel_stamps.jsonl where there is one (a capture's run folder).
 
     Every error names the user's file (`path`), never the run's copy of it, and leaves no run folder behind."""
     paths = [path] if isinstance(path, str) else list(path)
@@ -267,6 +298,10 @@ def import_file(
         steplog = paths[0]
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
+    if stamps is not None and not Path(stamps).is_file():
+        raise RoseprofError(f"{stamps}: no such stamps file")
+    if stamps is None and steplog is not None and (Path(steplog).parent / tables.KERNEL_STAMPS).is_file():
+        stamps = str(Path(steplog).parent / tables.KERNEL_STAMPS)
     first = Path(paths[0])
     writer = store.new_run(name or _stem(first.name, reader.suffixes), reader.tool)
     try:
@@ -292,8 +327,10 @@ def import_file(
             # Every rank's log, named in the run folder as the engine names them in a capture.
             for rank, log in rank_log_paths(steplog).items():
                 _copy(Path(log), Path(rank_path(str(log_path), rank)), log)
+        if stamps is not None:
+            _copy(Path(stamps), writer.path / tables.KERNEL_STAMPS, stamps)
         try:
-            _ingest(writer, trace, log_path, analyse)
+            _ingest(writer, trace, log_path, analyse, stamps_label=stamps)
         except Unreadable as e:  # named by the user's file (or their files' folder)
             raise RoseprofError(f"{paths[0] if len(paths) == 1 else first.parent}: {e}") from None
         return writer.finish("complete", exit_code=0, message=None)

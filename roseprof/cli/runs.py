@@ -46,6 +46,12 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     help="the engine's step log of the same run (ROSEINFER_STEP_LOG); rank 0's, where the other ranks' NAME.rank<r>.EXT lie beside it",
 )
 @click.option(
+    "--stamps",
+    metavar="FILE",
+    help="a fused kernel's stamps (ROSEINFER_KERNEL_STAMPS): its launches' phases become regions inside the kernel "
+    "(default: kernel_stamps.jsonl beside --steplog, where there is one)",
+)
+@click.option(
     "--step-range",
     metavar="NAME",
     help="the NVTX or record_function range that is one step of the program (per-step and steady-state views)",
@@ -63,7 +69,7 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
 )  # fmt: skip
 @store_options
 def import_(
-    paths, name, steplog, step_range, max_gzip_ratio, gzip_ratio_after, traces_dir, dashboards_dir
+    paths, name, steplog, stamps, step_range, max_gzip_ratio, gzip_ratio_after, traces_dir, dashboards_dir
 ) -> None:
     """Import a trace file as a run: nsys .nsys-rep/.qdrep/.sqlite, torch.profiler / Kineto / Chrome-trace
     .json[.gz] (.pt.trace.json), ncu .ncu-rep or CSV export; the driver is picked by suffix, then content.
@@ -80,8 +86,9 @@ def import_(
             after_storing(run, lambda run=run: show_dashboard(run, dashboards_dir, False))
         return
     run = import_path(
-        open_store(traces_dir), list(paths), name, steplog, step_range, max_gzip_ratio, gzip_ratio_after
-    )
+        open_store(traces_dir), list(paths), name, steplog, step_range, max_gzip_ratio, gzip_ratio_after,
+        stamps=stamps,
+    )  # fmt: skip
     after_storing(run, lambda: print_run(make_console(), run, run.summary()))
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 

@@ -27,13 +27,23 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.drivers import split_thread_id
-from roseprof.model import HOST_CATEGORIES, KERNEL, MEMCPY, START_END, Trace, spelled_range_names
+from roseprof.model import (
+    HOST_CATEGORIES,
+    KERNEL,
+    MEMCPY,
+    START_END,
+    Trace,
+    gpu_track_parts,
+    is_gpu_track,
+    spelled_range_names,
+)
 from roseprof.render.view import RunView
 
 BATCH = 65536
 STYLE_ARGS = ', "args": {"style": "start/end"}'
 STEPS_PID = 2**31 - 2  # the "roseprof" process holding the step tracks
 OP_CATEGORY = {KERNEL: "kernel", MEMCPY: "gpu_memcpy"}  # anything else: gpu_memset
+GPU_TRACK_TID = 1 << 30  # a GPU track's tid in its device's process: above every stream's
 
 
 def _us(ns: int) -> str:
@@ -44,8 +54,16 @@ def _us(ns: int) -> str:
 
 
 def cpu_pid_tid(tool: str, tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (pid, tid) a thread id of the model stands for: how the tool packs them is its driver's to say."""
-    return split_thread_id(tool, tid)
+    """The (pid, tid) a thread id of the model stands for: how the tool packs them is its driver's to say; a GPU
+    track's (a kernel's regions: model.gpu_track) is its device's process, a track beside its stream's."""
+    tid = np.asarray(tid, dtype=np.int64)
+    pid, out = split_thread_id(tool, tid)
+    on_gpu = is_gpu_track(tid)
+    if on_gpu.any():
+        pid, out = np.array(pid, dtype=np.int64), np.array(out, dtype=np.int64)
+        device, stream, lane = gpu_track_parts(tid[on_gpu])
+        pid[on_gpu], out[on_gpu] = device, GPU_TRACK_TID + stream * 256 + np.minimum(lane, 255)
+    return pid, out
 
 
 class _Writer:
@@ -103,7 +121,7 @@ def _tracks(w: _Writer, trace: Trace) -> None:
     )
     pid, tid = cpu_pid_tid(trace.tool.name, tids)
     lines = []
-    for p in np.unique(pid).tolist():
+    for p in np.unique(pid[~is_gpu_track(tids)]).tolist():  # a GPU track's process is its device's, below
         name = json.dumps(process_label(trace, p))
         lines.append(
             f'{{"ph": "M", "name": "process_name", "pid": {p}, "tid": 0, "args": {{"name": {name}}}}}'
@@ -116,7 +134,7 @@ def _tracks(w: _Writer, trace: Trace) -> None:
     o = trace.ops
     if len(o):
         ranks = gpu_ranks(trace)
-        for d in np.unique(o.device).tolist():
+        for d in np.unique(o.device).tolist():  # every GPU track's device has ops: they are its launches
             name = f"GPU {d}" + (f" (rank {ranks[d]})" if d in ranks else "")
             lines.append(
                 f'{{"ph": "M", "name": "process_name", "pid": {d}, "tid": 0, "args": {{"name": "{name}"}}}}'

@@ -59,7 +59,7 @@ GPU_OPS = "gpu_ops.npz"
 STEPLOG = (
     "steplog.jsonl"  # where a capture asks the engine to write its step log (an import copies one there)
 )
-
+KERNEL_STAMPS = "kernel_stamps.jsonl"  # a fused kernel's stamps (a capture's or --stamps): capture/pipeline
 TABLES_VERSION = 3
 KERNEL_METRICS_VERSION = 1
 RANGE_COLUMNS = ("start", "end", "name", "domain", "tid", "style")

@@ -19,10 +19,16 @@ from roseinfer.names import (  # noqa: F401 - re-exported: roseprof names them a
     EMBEDDING,
     ENV_KEYS,
     H2D_BLOCK_TABLES,
+    KERNEL_REGION_NAMES,
     KV_APPEND,
     LAYERNORM,
     LM_HEAD,
     MLP,
+    MLP_BARRIER,
+    MLP_DOWN,
+    MLP_NORM,
+    MLP_UP,
+    MLP_WAIT,
     MODEL_FORWARD,
     PREFILL,
     REGION_NAMES,
@@ -57,10 +63,13 @@ TORCH_PROFILE_ENV = (
 TORCH_PROFILE_SCHEDULE_ENV = names.ROSEINFER_TORCH_PROFILE_SCHEDULE  # "wait,warmup,active" in decode steps
 TORCH_PROFILE_WITH_STACK_ENV = names.ROSEINFER_TORCH_PROFILE_WITH_STACK
 TORCH_PROFILE_CPU_ONLY_ENV = names.ROSEINFER_TORCH_PROFILE_CPU_ONLY
+# FILE: where a fused kernel's host code appends its launches' stamps (roseinfer/cuda_ext/stamps.py); read by
+# workload/kernel_stamps.py into GPU ranges named KERNEL_REGION_NAMES (roseinfer.layer.mlp.wait, .norm, .up, ...)
+KERNEL_STAMPS_ENV = names.ROSEINFER_KERNEL_STAMPS
 # The switches a capture sets itself (per tool, or a path per run): they never tell two runs' programs apart.
 CAPTURE_ENV = frozenset(
     {NVTX_ENV, RECORD_FUNCTION_ENV, STEP_LOG_ENV, TORCH_PROFILE_ENV, TORCH_PROFILE_SCHEDULE_ENV,
-     TORCH_PROFILE_WITH_STACK_ENV, TORCH_PROFILE_CPU_ONLY_ENV}
+     TORCH_PROFILE_WITH_STACK_ENV, TORCH_PROFILE_CPU_ONLY_ENV, KERNEL_STAMPS_ENV}
 )  # fmt: skip
 
 

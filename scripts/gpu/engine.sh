@@ -122,3 +122,11 @@ stage cuda-mlp "the one-row fused MLP CUDA kernel (roseinfer/cuda_ext) against t
 stage_cuda_mlp() {
   timeout 400 python3 scripts/bench_cuda_mlp.py --bare --json "$S/cuda-mlp.json"
 }
+
+stage kernel-regions "regions inside a fused kernel (issue 50): roseprof torch and nsys captures of the stamped fused \
+MLP (scripts/stamped_mlp_program.py, test build), their regions against the kernel's duration and a planted delay \
+(the GPU tests of tests/roseprof/test_kernel_stamps.py, printing their figures)"
+stage_kernel_regions() {
+  timeout 580 python3 -m pytest -p no:cacheprovider -o addopts='' -q -rs -s -m gpu \
+    tests/roseprof/test_kernel_stamps.py 2>&1 | tail -40
+}

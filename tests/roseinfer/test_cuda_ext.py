@@ -13,7 +13,8 @@ import torch
 
 from roseinfer import cuda_ext
 from roseinfer.cuda_ext import fused_mlp as fm
-from roseinfer.names import LAYERNORM, MLP
+from roseinfer.cuda_ext.stamps import StampLog
+from roseinfer.names import KERNEL_REGION_NAMES, MLP, MLP_NORM
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -72,7 +73,8 @@ def test_unknown_source_is_an_error():
 def test_phase_ranges_are_contiguous_from_first_start_to_last_end():
     stamps = [[100, 150, 160, 190, 200, 230], [90, 152, 158, 195, 201, 240]]
     ranges = fm.phase_ranges(stamps)
-    assert [r[1] for r in ranges] == [MLP, LAYERNORM, MLP, MLP, MLP]
+    assert [r[1] for r in ranges] == list(KERNEL_REGION_NAMES)
+    assert ranges[1][1] == MLP_NORM and all(r[1].startswith(MLP + ".") for r in ranges)
     assert ranges[0][2] == 90 and ranges[-1][3] == 240
     assert all(a[3] == b[2] for a, b in zip(ranges, ranges[1:]))
     assert [r[3] - r[2] for r in ranges] == [62, 8, 35, 6, 39]
@@ -87,6 +89,22 @@ def test_a_real_devices_stamps_read_into_regions():
     assert len(doc["stamps"]) == doc["blocks"] and all(len(r) == fm.NSTAMP for r in doc["stamps"])
     assert all(end >= start for _, _, start, end in ranges)
     assert ranges[-1][3] - ranges[0][2] == doc["span_ns"]
+
+
+def test_a_launchs_bounds_go_to_the_stamps_file_one_line_each(tmp_path):
+    """The real fixture's stamps, reduced to their boundaries and appended as the kernel's host code does."""
+    doc = json.loads((DATA / "fused_mlp.stamps.json").read_text())
+    path = tmp_path / "sub" / "kernel_stamps.jsonl"
+    with StampLog(path) as log:
+        for _ in range(2):
+            log.record(fm.KERNEL, [r for _, r in fm.PHASES], fm.phase_bounds(doc["stamps"]))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 2 and lines[0] == lines[1]
+    assert lines[0]["kernel"] == "fused_mlp_kernel" and lines[0]["regions"] == list(KERNEL_REGION_NAMES)
+    bounds = lines[0]["bounds_ns"]
+    assert bounds[-1] - bounds[0] == doc["span_ns"] and bounds == sorted(bounds)
+    with pytest.raises(ValueError, match="5 regions need 6 bounds"), StampLog(path) as log:
+        log.record(fm.KERNEL, [r for _, r in fm.PHASES], bounds[:-1])
 
 
 # -- on a GPU ----------------------------------------------------------------------------------------------------

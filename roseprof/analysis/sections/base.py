@@ -15,7 +15,7 @@ from roseprof.analysis.graphs import capture_ranges, graph_kernel_ns
 from roseprof.analysis.ranges import attribute_gpu_ops, build_tree
 from roseprof.analysis.stats import dense_ids, unique_rows
 from roseprof.analysis.stream_time import own_stream_ns
-from roseprof.model import KERNEL, Trace
+from roseprof.model import KERNEL, Trace, is_gpu_track
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -105,6 +105,7 @@ class Context:
             ops.api_start,
             ops.api_end,
             ops.api_tid,
+            is_gpu_track(r.tid),
         )
 
     @cached_property

@@ -24,6 +24,7 @@ from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.samples import region_samples
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import group_percentiles, pct
+from roseprof.model import is_gpu_track
 from roseprof.run.checks import NUM, OPT_NUM
 
 
@@ -39,7 +40,8 @@ def compute(ctx: Context) -> SectionResult:
         count = np.bincount(inverse)
         total = np.bincount(inverse, weights=dur)
         self_total = np.bincount(inverse, weights=tree.self_ns)
-        has_ops = gpu.op_count > 0
+        on_gpu = is_gpu_track(trace.ranges.tid)  # GPU ranges: GPU time themselves (analysis/ranges.py)
+        has_ops = (gpu.op_count > 0) | on_gpu
         proj = np.where(has_ops, gpu.proj_end - gpu.proj_start, 0)
         proj_total = np.bincount(inverse, weights=proj)
         kern_total = np.bincount(inverse, weights=gpu.kernel_ns)
@@ -50,6 +52,7 @@ def compute(ctx: Context) -> SectionResult:
         )
         gpu_total = np.zeros(len(uniq), dtype=np.int64)
         gpu_total[present] = by_capture[0]
+        gpu_total += np.bincount(inverse[on_gpu], weights=dur[on_gpu], minlength=len(uniq)).astype(np.int64)
         for j, k in enumerate(uniq):
             name_id, dom_id = int(k % (len(trace.names) + 1)), int(k // (len(trace.names) + 1))
             p50, p99 = pct[int(k)]

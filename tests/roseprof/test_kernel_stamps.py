@@ -1,0 +1,329 @@
+"""Regions inside a fused kernel (issue 50): a stamps file read into GPU ranges of the kernel's launches, and those
+ranges in show, the dashboard, diff and the Perfetto export.
+
+On CPU, from real files only: the kernel's own stamps of one launch on an H200 (tests/data/fused_mlp.stamps.json,
+reduced to its phase bounds by the kernel's host code, `fused_mlp.record_stamps`' path) attached to the launches
+of a real Kineto trace from an H100 (tests/data/torch/h100-torch2.11-matmul-trace.json: 5 GEMM launches of
+~56 us, so the 8.64 us of stamps fit inside each). On a GPU (marked `gpu`; one call runs them all:
+`PYTHONPATH=. python -m pytest tests/roseprof/test_kernel_stamps.py -m gpu`): the truth tests, on captures of
+the kernel itself (`roseprof torch -- python scripts/stamped_mlp_program.py`)."""
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from roseinfer.cuda_ext import fused_mlp as fm
+from roseinfer.cuda_ext.stamps import StampLog
+from roseinfer.names import KERNEL_REGION_NAMES, MLP_DOWN, MLP_NORM, MLP_UP
+from roseprof.drivers.torch import read
+from roseprof.model import KERNEL, gpu_track_parts, is_gpu_track
+from roseprof.model_check import check
+from roseprof.workload import kernel_stamps
+from tests.helpers import DATA, assert_one_line_error, roseprof
+
+TRACE = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
+STAMPS = json.loads((DATA / "fused_mlp.stamps.json").read_text())
+ROOT = Path(__file__).parents[2]
+
+
+def gemm_name(trace) -> str:
+    (name,) = {trace.names[i] for i in trace.ops.name[trace.ops.kind == KERNEL]}
+    return name
+
+
+def write_stamps(path: Path, kernel: str, launches: int) -> Path:
+    """The fixture's one launch, as its host code writes it, once per launch of `kernel`."""
+    with StampLog(path) as log:
+        for _ in range(launches):
+            log.record(kernel, [region for _, region in fm.PHASES], fm.phase_bounds(STAMPS["stamps"]))
+    return path
+
+
+def matmul_trace(tmp_path):
+    return read(TRACE, tmp_path, str(TRACE))
+
+
+def test_each_launch_gets_its_phases_named_placed_from_its_start_and_adding_up(tmp_path):
+    trace = matmul_trace(tmp_path)
+    kernel = gemm_name(trace)
+    launches, warnings = kernel_stamps.read_stamps(write_stamps(tmp_path / "s.jsonl", kernel, 5), "s.jsonl")
+    ranges_before = len(trace.ranges)
+    kernel_stamps.attach(trace, launches, "s.jsonl")
+    assert warnings == [] and trace.warnings == [] and check(trace) == []
+    r, o = trace.ranges, trace.ops
+    on_gpu = np.flatnonzero(is_gpu_track(r.tid))
+    assert len(r) - ranges_before == len(on_gpu) == 5 * len(fm.PHASES)
+    ks = np.flatnonzero(o.kind == KERNEL)
+    for op in ks.tolist():
+        mine = on_gpu[(r.start[on_gpu] >= o.start[op]) & (r.end[on_gpu] <= o.end[op])]
+        assert [trace.names[i] for i in r.name[mine]] == list(KERNEL_REGION_NAMES)
+        assert r.start[mine[0]] == o.start[op]  # placed from the launch's start, not on the GPU's clock
+        assert (r.start[mine[1:]] == r.end[mine[:-1]]).all()  # contiguous phases
+        assert int((r.end[mine] - r.start[mine]).sum()) == STAMPS["span_ns"]  # the fixture's own span
+        device, stream, _ = gpu_track_parts(r.tid[mine])
+        assert set(device.tolist()) == {int(o.device[op])} and set(stream.tolist()) == {int(o.stream[op])}
+        # the track's process is the one that launched the kernel
+        assert trace.thread_pids[int(r.tid[mine[0]])] == trace.thread_pids[int(o.api_tid[op])]
+
+
+def test_counts_that_disagree_attach_nothing_and_say_why(tmp_path):
+    trace = matmul_trace(tmp_path)
+    kernel = gemm_name(trace)
+    for launches, name in ((4, kernel), (5, "xmma")):  # one launch missing; a part of a word names no kernel
+        trace = matmul_trace(tmp_path)
+        stamped, _ = kernel_stamps.read_stamps(
+            write_stamps(tmp_path / f"{name}{launches}", name, launches), "f"
+        )
+        kernel_stamps.attach(trace, stamped, "f")
+        assert not is_gpu_track(trace.ranges.tid).any()
+        found = 5 if name == kernel else 0
+        assert trace.warnings == [
+            f"f: {launches} launch(es) of {name} stamped, the trace has {found}: their regions are left out "
+            "(launches are matched in order, so the counts must agree)"
+        ]
+
+
+def test_a_span_longer_than_the_launch_is_cut_at_its_end(tmp_path):
+    """The H100 fixture's Triton kernels are shorter than the H200 launch's 8.64 us of stamps."""
+    trace = read(DATA / "torch" / "h100-torch2.11-roseinfer-graphs.json.gz", tmp_path, "t")
+    o = trace.ops
+    dur = o.end - o.start
+    kernels = np.flatnonzero((o.kind == KERNEL) & (dur < STAMPS["span_ns"]))
+    name = trace.names[int(o.name[kernels[0]])]
+    same = np.flatnonzero((o.kind == KERNEL) & (o.name == o.name[kernels[0]]))
+    stamped, _ = kernel_stamps.read_stamps(write_stamps(tmp_path / "s", name, len(same)), "s")
+    kernel_stamps.attach(trace, stamped, "s")
+    assert check(trace) == []
+    r = trace.ranges
+    on_gpu = is_gpu_track(r.tid)
+    assert on_gpu.sum() == len(same) * len(fm.PHASES)
+    short = int((dur[same] < STAMPS["span_ns"]).sum())
+    assert trace.warnings[-1].startswith(f"s: {short:,} of {len(same):,} stamped launch(es) span longer")
+    # every range inside the launch it belongs to: none past the last launch's end
+    assert r.end[on_gpu].max() <= o.end[same].max() and r.start[on_gpu].min() >= o.start[same].min()
+
+
+def test_overlapping_launches_go_on_lanes_of_their_own():
+    start, end = np.array([0, 5, 12, 14]), np.array([10, 13, 20, 30])
+    lanes = kernel_stamps._lanes(np.zeros(4, int), np.full(4, 7), start, end)
+    assert lanes.tolist() == [0, 1, 0, 1]
+
+
+def test_damaged_lines_cost_themselves_and_a_file_of_none_is_refused(tmp_path):
+    path = write_stamps(tmp_path / "s.jsonl", "fused_mlp_kernel", 2)
+    good = path.read_text().splitlines()
+    bounds = json.loads(good[0])["bounds_ns"]
+    backwards = json.dumps({**json.loads(good[0]), "bounds_ns": bounds[::-1]})
+    path.write_text("\n".join([good[0], "{not json", backwards, good[1][:40], good[1]]) + "\n")
+    launches, warnings = kernel_stamps.read_stamps(path, "s.jsonl")
+    assert len(launches) == 2 and warnings == ["s.jsonl: 3 damaged line(s) left out"]
+    (tmp_path / "none.jsonl").write_text("{}\nhello\n")
+    with pytest.raises(Exception, match=r"none.jsonl: not a kernel stamps file \(none of its 2 line\(s\)"):
+        kernel_stamps.read_stamps(tmp_path / "none.jsonl", "none.jsonl")
+
+
+# -- the CLI, as a user runs it -----------------------------------------------------------------------------------
+
+
+def store(tmp_path):
+    return ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+
+
+def imported(tmp_path, name, stamps=None):
+    args = ["import", TRACE, "--name", name, *store(tmp_path)] + (["--stamps", stamps] if stamps else [])
+    proc = roseprof(*args, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def summary(tmp_path, name):
+    proc = roseprof("show", name, "--json", *store(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def stamped(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stamped")
+    kernel = gemm_name(matmul_trace(tmp))
+    stamps = write_stamps(tmp / "kernel_stamps.jsonl", kernel, 5)
+    shown = imported(tmp, "mlp", stamps)
+    imported(tmp, "mlp-again", stamps)
+    return tmp, shown
+
+
+def test_show_gives_time_per_region_inside_the_kernel(stamped):
+    tmp, shown = stamped
+    for region in (MLP_NORM, MLP_UP, MLP_DOWN):
+        assert region in shown.stdout
+    regions = {r["name"]: r for r in summary(tmp, "mlp")["regions"]}
+    bounds = fm.phase_bounds(STAMPS["stamps"])
+    for k, region in enumerate(KERNEL_REGION_NAMES):
+        r = regions[region]
+        assert r["count"] == 5 and r["total_ns"] == 5 * (bounds[k + 1] - bounds[k])
+        # GPU ranges: their time is GPU time, and nothing of it is another region's
+        assert r["gpu_ns"] == r["gpu_kernel_ns"] == r["gpu_proj_ns"] == r["self_ns"] == r["total_ns"]
+    assert sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES) == 5 * STAMPS["span_ns"]
+    # the kernel and its launching region are as they were
+    assert (
+        regions["roseinfer.model.forward"]["gpu_kernel_ns"] == summary(tmp, "mlp")["kernels"][0]["total_ns"]
+    )
+
+
+def test_the_dashboard_and_diff_have_the_regions(stamped):
+    tmp, _ = stamped
+    pages = [p.read_text() for p in (tmp / "dash").glob("*.html")]  # the import's dashboards, one a run
+    assert len(pages) == 2 and all(region in html for html in pages for region in KERNEL_REGION_NAMES)
+    proc = roseprof("diff", "mlp", "mlp-again", "--json", *store(tmp))
+    assert proc.returncode == 0, proc.stderr
+    metrics = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}
+    for region in KERNEL_REGION_NAMES:
+        m = metrics[f"regions.{region}.total_ns"]
+        assert m["a"] == m["b"] > 0 and not m["significant"]
+
+
+def test_the_perfetto_export_draws_them_inside_their_launches(stamped, tmp_path):
+    tmp, _ = stamped
+    out = tmp_path / "mlp.json.gz"
+    proc = roseprof("export", "mlp", "-o", out, *store(tmp))
+    assert proc.returncode == 0, proc.stderr
+    events = json.loads(gzip.open(out).read())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    phases = [e for e in events if e.get("ph") == "X" and e["name"] in KERNEL_REGION_NAMES]
+    assert len(phases) == 5 * len(KERNEL_REGION_NAMES)
+    tracks = {(e["pid"], e["tid"]) for e in phases}
+    (track,) = tracks
+    assert track[0] == kernels[0]["pid"]  # the GPU's process, beside the kernel's stream
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert names[track] == f"GPU {kernels[0]['pid']} stream {kernels[0]['tid']} regions"
+    for k in kernels:
+        t0, t1 = float(k["ts"]), float(k["ts"]) + float(k["dur"])
+        inside = [e for e in phases if t0 <= float(e["ts"]) < t1]
+        assert [e["name"] for e in inside] == list(KERNEL_REGION_NAMES)
+        assert float(inside[-1]["ts"]) + float(inside[-1]["dur"]) <= t1 + 1e-3
+
+
+def test_a_stamps_file_that_is_none_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "stamps.jsonl"
+    bad.write_text("hello\n")
+    proc = roseprof("import", TRACE, "--stamps", bad, *store(tmp_path))
+    assert_one_line_error(proc, 2, f"{bad}: not a kernel stamps file")
+    assert not (tmp_path / "traces").exists() or not [
+        p for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")
+    ]
+    proc = roseprof("import", TRACE, "--stamps", tmp_path / "missing.jsonl", *store(tmp_path))
+    assert_one_line_error(proc, 2, "missing.jsonl: no such stamps file")
+
+
+CAPTURED = """
+import os, shutil, sys
+from roseinfer.cuda_ext import fused_mlp as fm
+from roseinfer.cuda_ext.stamps import StampLog, stamps_path
+# what a program that runs a stamped kernel leaves: its Kineto trace (here a real one, copied) and its launches' stamps
+shutil.copy(sys.argv[1], os.path.join(os.environ["ROSEPROF_TORCH_TRACE_DIR"], "trace.json"))
+stamps = fm.phase_bounds(__import__("json").load(open(sys.argv[2]))["stamps"])
+with StampLog(stamps_path()) as log:
+    for _ in range(5):
+        log.record(sys.argv[3], [r for _, r in fm.PHASES], stamps)
+"""
+
+
+def test_a_capture_asks_the_program_for_its_stamps_and_reads_them(tmp_path):
+    """`roseprof torch -- PROGRAM`: the program finds where to write its stamps in $ROSEINFER_KERNEL_STAMPS."""
+    program = tmp_path / "program.py"
+    program.write_text(CAPTURED)
+    kernel = gemm_name(matmul_trace(tmp_path))
+    proc = roseprof(
+        "torch", "--name", "cap", *store(tmp_path), "--", sys.executable, program, TRACE,
+        DATA / "fused_mlp.stamps.json", kernel, env={"COLUMNS": "80", "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [p for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")]
+    assert (run / "kernel_stamps.jsonl").is_file()
+    regions = {r["name"]: r for r in summary(tmp_path, "cap")["regions"]}
+    assert sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES) == 5 * STAMPS["span_ns"]
+    assert MLP_UP in proc.stdout
+
+
+# -- on a GPU: the truth tests ------------------------------------------------------------------------------------
+
+
+def gpu_capture(tmp_path, name, *flags, tool=("torch",)):
+    """`roseprof torch` (or `tool`) of the stamped kernel (test build), 40 launches; its summary."""
+    proc = roseprof(
+        *tool, "--name", name, *store(tmp_path), "--", sys.executable,
+        ROOT / "scripts" / "stamped_mlp_program.py", "--launches", "40", *flags,
+        env={"PYTHONPATH": str(ROOT)}, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return summary(tmp_path, name)
+
+
+def kernel_of(s):
+    (k,) = [k for k in s["kernels"] if fm.KERNEL in k["name"]]
+    return k
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("delay_us", [50, 100])
+def test_gpu_the_regions_add_up_to_the_kernels_duration(tmp_path, delay_us):
+    """Every launch's regions against the kernel's own duration (CUPTI, through torch.profiler) in the run:
+    within 2%. What no stamp sees (the blocks' dispatch, the grid's retirement: ~0.8 us a launch on an H200,
+    docs/BENCHMARKS.md) is 11% of the plain ~7 us kernel, so a planted spin in c_fc lengthens it past 50 us."""
+    s = gpu_capture(tmp_path, f"mlp-{delay_us}", "--delay-phase", "2", "--delay-us", str(delay_us))
+    regions = {r["name"]: r for r in s["regions"]}
+    kernel = kernel_of(s)
+    assert kernel["count"] == 40 and all(regions[n]["count"] == 40 for n in KERNEL_REGION_NAMES)
+    covered = sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES)
+    print(f"regions {covered} ns of the kernel's {kernel['total_ns']} ns: {covered / kernel['total_ns']:.4f}")
+    assert abs(covered / kernel["total_ns"] - 1) <= 0.02
+
+
+@pytest.mark.gpu
+@pytest.mark.nsys
+def test_gpu_nsys_reads_the_same_stamps_into_the_same_regions(tmp_path):
+    """Under `roseprof nsys` (every launch recorded: the warm-up's 5 are stamped too) the regions add up to the
+    kernel's duration as nsys measured it, within 2% (a 50 us spin in c_fc, as above)."""
+    s = gpu_capture(
+        tmp_path, "mlp-nsys", "--delay-phase", "2", "--delay-us", "50", tool=("nsys", "--trace", "cuda")
+    )
+    regions = {r["name"]: r for r in s["regions"]}
+    kernel = kernel_of(s)
+    assert kernel["count"] == 45 and all(regions[n]["count"] == 45 for n in KERNEL_REGION_NAMES)
+    covered = sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES)
+    print(
+        f"nsys: regions {covered} ns of the kernel's {kernel['total_ns']} ns: {covered / kernel['total_ns']:.4f}"
+    )
+    assert abs(covered / kernel["total_ns"] - 1) <= 0.02
+
+
+@pytest.fixture(scope="module")
+def gpu_base(tmp_path_factory):
+    """One capture without a delay, which each planted delay is compared with (in the same store)."""
+    tmp = tmp_path_factory.mktemp("gpu")
+    return tmp, gpu_capture(tmp, "base")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("phase,region", [(1, MLP_NORM), (2, MLP_UP), (4, MLP_DOWN)])
+def test_gpu_a_planted_delay_moves_its_region_only(gpu_base, phase, region):
+    """A 20 us spin in one phase (test build): that region's median per launch moves by 20 us within 10%, every
+    other region's by less than 10% of it; roseprof diff sees the region's total grow by the delay a launch."""
+    delay_ns = 20_000
+    tmp, base = gpu_base
+    slow = gpu_capture(tmp, f"slow-{phase}", "--delay-phase", str(phase), "--delay-us", str(delay_ns / 1000))
+    p50 = {
+        name: {r["name"]: r["p50_ns"] for r in s["regions"]} for name, s in (("base", base), ("slow", slow))
+    }
+    moved = {n: p50["slow"][n] - p50["base"][n] for n in KERNEL_REGION_NAMES}
+    print(f"delay in phase {phase}: regions moved by (ns) {moved}")
+    assert abs(moved[region] - delay_ns) <= 0.1 * delay_ns, moved
+    assert all(abs(m) <= 0.1 * delay_ns for n, m in moved.items() if n != region), moved
+    proc = roseprof("diff", "base", f"slow-{phase}", "--json", *store(tmp))
+    assert proc.returncode == 0, proc.stderr
+    m = {m["name"]: m for m in json.loads(proc.stdout)["metrics"]}[f"regions.{region}.total_ns"]
+    assert abs((m["b"] - m["a"]) - 40 * delay_ns) <= 0.1 * 40 * delay_ns, m
