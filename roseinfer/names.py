@@ -77,6 +77,9 @@ ROSEINFER_TEST_SLEEP_RANK = (
 ROSEINFER_TEST_FAIL_STEP = (
     "ROSEINFER_TEST_FAIL_STEP"  # tests only: the engine's step raises from this decode step
 )
+ROSEINFER_TEST_FAIL_WINDOW_RANK = (
+    "ROSEINFER_TEST_FAIL_WINDOW_RANK"  # tests only: this rank's capture windows fail (their export raises)
+)
 ROSEINFER_TEST_SLOW_EVERY = (
     "ROSEINFER_TEST_SLOW_EVERY"  # tests only: the sleep or busy region slows only its every Nth entry
 )
@@ -102,6 +105,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_FAIL_STEP,
+    ROSEINFER_TEST_FAIL_WINDOW_RANK,
     ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_CUDA_EXT_CACHE,
 )
