@@ -34,18 +34,11 @@ from pathlib import Path
 from roseinfer import env, steplog, tracing
 from roseinfer.flight_recorder import FlightRecorder, running_request
 from roseinfer.names import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
+from roseinfer.names import window_rank_file as rank_file
 from roseinfer.serve.windows import DONE, EXPORTING, FAILED, RECORDING, Windows, _one_line, _start_torch_profiler
 from roseinfer.serve.windows import _write_trace
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def rank_file(name: str, rank: int) -> str:
-    """Rank r's name of a window file: `steps.jsonl` -> `steps.rank1.jsonl` (rank 0 keeps the name)."""
-    if rank == 0:
-        return name
-    stem, dot, rest = name.partition(".")
-    return f"{stem}.rank{rank}{dot}{rest}"
 
 
 def status_file(rank: int) -> str:
