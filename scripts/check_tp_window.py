@@ -18,7 +18,10 @@ def checks(summary: dict, ranks: int, gpu: bool) -> list[tuple[str, bool]]:
     capture = summary["live"]["capture"]
     window = [r["steps"] for r in capture.get("ranks") or []]
     out = [
-        (f"the window on {ranks} ranks, each {capture['steps']} steps: {window}", window == [capture["steps"]] * ranks),
+        (
+            f"the window on {ranks} ranks, each {capture['steps']} steps: {window}",
+            window == [capture["steps"]] * ranks,
+        ),
         ("the window was not stopped early", not capture["stopped_early"]),
         ("no warning that the ranks disagree", not any("ranks recorded" in w for w in summary["warnings"])),
     ]
@@ -46,7 +49,9 @@ def main() -> int:
     ap.add_argument("traces_dir")
     ap.add_argument("run")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--gpu", action="store_true", help="a GPU server: every rank must have kernels of its own")
+    ap.add_argument(
+        "--gpu", action="store_true", help="a GPU server: every rank must have kernels of its own"
+    )
     args = ap.parse_args()
     run = open_store(args.traces_dir).resolve(args.run)
     tables.check_stored_run(run.path, run.manifest)

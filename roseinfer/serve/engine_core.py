@@ -232,8 +232,8 @@ class EngineCore:
             flight = self.engine.flight
             return flight.dump(what[1], self.running()) if flight is not None else None
         if isinstance(what, tuple) and what[0] == "profile":
-            if self.windows is None:
-                self.windows = self._make_windows(what[-1])  # the server's profile folder, sent with every query
+            if self.windows is None:  # what[-1]: the server's profile folder, sent with every query
+                self.windows = self._make_windows(what[-1])
             return self.windows.answer(self, what)
         return None
 

@@ -35,8 +35,16 @@ from roseinfer import env, steplog, tracing
 from roseinfer.flight_recorder import FlightRecorder, running_request
 from roseinfer.names import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
 from roseinfer.names import window_rank_file as rank_file
-from roseinfer.serve.windows import DONE, EXPORTING, FAILED, RECORDING, Windows, _one_line, _start_torch_profiler
-from roseinfer.serve.windows import _write_trace
+from roseinfer.serve.windows import (
+    DONE,
+    EXPORTING,
+    FAILED,
+    RECORDING,
+    Windows,
+    _one_line,
+    _start_torch_profiler,
+    _write_trace,
+)
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
 
@@ -116,9 +124,12 @@ class EveryRankWindows(Windows):
         odd = next((r for r in ranks[1:] if (r["first_step"], r["steps_done"]) != (mine["first_step"],
                     mine["steps_done"])), None)  # fmt: skip
         if odd is not None:
-            out["state"], out["error"] = FAILED, (
-                f"rank {odd['rank']} recorded decode steps {odd['first_step']}.. ({odd['steps_done']}), rank 0 "
-                f"{mine['first_step']}.. ({mine['steps_done']}): the ranks left lockstep"
+            out["state"], out["error"] = (
+                FAILED,
+                (
+                    f"rank {odd['rank']} recorded decode steps {odd['first_step']}.. ({odd['steps_done']}), rank 0 "
+                    f"{mine['first_step']}.. ({mine['steps_done']}): the ranks left lockstep"
+                ),
             )
             return out
         out["files"] = [*window["files"], *(f for r in ranks[1:] for f in r["files"])]
@@ -183,7 +194,9 @@ class WorkerWindows:
         w.recorder = FlightRecorder(
             w.steps, {**meta, "rank": engine.rank, "world_size": engine.world_size, "window_recorder": True}
         )
-        w.recorder.step_index = engine.decode_steps  # the engine's step numbers, as rank 0's recorder has them
+        w.recorder.step_index = (
+            engine.decode_steps
+        )  # the engine's step numbers, as rank 0's recorder has them
         w.sinks_before = engine.steplog
         engine.steplog = steplog.tee(engine.steplog, w.recorder)
         if w.tool == "torch":
@@ -254,7 +267,9 @@ def _export(w: WorkerWindow, rank: int, prof, records: list[dict], steps_done: i
     _write_status(w, rank, DONE, None, files, steps_done)
 
 
-def _write_status(w: WorkerWindow, rank: int, state: str, error: str | None, files: list, steps_done: int) -> None:
+def _write_status(
+    w: WorkerWindow, rank: int, state: str, error: str | None, files: list, steps_done: int
+) -> None:
     status = {
         "state": state, "error": error, "files": files, "steps_done": steps_done, "first_step": w.first_step,
         "pause": dict(w.loop_ms),

@@ -245,6 +245,10 @@ def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str
     size = world_size(window)
     if size > 1:
         capture["ranks"] = ranks = rank_steps(files, size)
+        said_by = {r.get("rank"): r for r in window.get("ranks") or [] if isinstance(r, dict)}
+        for entry in ranks:  # what each rank's window cost its own loop (the server's word)
+            pause = said_by.get(entry["rank"], {}).get("pause") or {}
+            entry["stop_ms"] = pause.get("stop_ms")
         said = disagreement(ranks)
         if said:
             summary["warnings"].append(said)

@@ -15,7 +15,12 @@ from roseprof.model import Trace
 from roseprof.workload.roseinfer import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE, window_rank_file
 from roseprof.workload.steplog import read_steplog
 
-RANK_PARTS = ("ranks", "rank_clock", "collectives", "gpu_time")  # what a window of several ranks adds to a live run's summary
+RANK_PARTS = (
+    "ranks",
+    "rank_clock",
+    "collectives",
+    "gpu_time",
+)  # what a window of several ranks adds to a live run's summary
 
 
 def world_size(window: dict) -> int:

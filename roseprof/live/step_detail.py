@@ -21,7 +21,9 @@ from roseprof.workload.roseinfer import DECODE_STEP
 TOP = 3  # kernels and regions named per step
 
 
-def step_detail(trace: Trace, rows: dict | None, first_step: int, pids: list[int] | None = None) -> dict[str, dict]:
+def step_detail(
+    trace: Trace, rows: dict | None, first_step: int, pids: list[int] | None = None
+) -> dict[str, dict]:
     """{engine step (str, a JSON key): {"kernels": [[name, ns], ...], "kernel_kind": "gpu"|"cpu_op",
     "regions": [[name, ns], ...]}} for each step row; empty without rows. `pids`: only these processes' events
     (a window of several ranks: the rows are rank 0's steps, and every rank runs each step alike)."""

@@ -94,7 +94,8 @@ def test_torch_window_on_two_ranks_is_one_run_of_two_ranks(server, tmp_path):
     assert capture["tool"] == "torch" and capture["steps"] == WINDOW and not capture["stopped_early"]
     first = capture["first_step"]
     span = {"steps": WINDOW, "first_step": first, "last_step": first + WINDOW - 1}
-    assert capture["ranks"] == [{"rank": 0, **span}, {"rank": 1, **span}]
+    assert [{k: r[k] for k in span} for r in capture["ranks"]] == [span, span]
+    assert [r["rank"] for r in capture["ranks"]] == [0, 1] and all(r["stop_ms"] > 0 for r in capture["ranks"])
     window = run.path / "raw" / "window"
     assert sorted(p.name for p in window.iterdir()) == [
         "steps.jsonl", "steps.rank1.jsonl", "trace.json.gz", "trace.rank1.json.gz",
@@ -103,7 +104,9 @@ def test_torch_window_on_two_ranks_is_one_run_of_two_ranks(server, tmp_path):
         info = json.loads(gzip.decompress((window / name).read_bytes()))["distributedInfo"]
         assert info["rank"] == (0 if name == "trace.json.gz" else 1) and info["world_size"] == 2
     logs = _step_logs(window)
-    assert [s["index"] for s in logs[0]] == [s["index"] for s in logs[1]] == list(range(first, first + WINDOW))
+    assert (
+        [s["index"] for s in logs[0]] == [s["index"] for s in logs[1]] == list(range(first, first + WINDOW))
+    )
     assert [s["requests"] for s in logs[0]] == [s["requests"] for s in logs[1]]  # the same batches
     _assert_two_ranks_of_window_steps(summary)
     # the per-step detail is rank 0's (its steps), not both ranks' summed

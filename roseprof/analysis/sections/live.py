@@ -61,7 +61,7 @@ def ranks_panel(window_ranks: list[dict], ranks: list[dict]) -> dict:
         return "-" if not e["steps"] else f"{e['first_step']}..{e['last_step']}"
 
     rows = [
-        [str(e["rank"]), str(e["steps"]), span(e),
+        [str(e["rank"]), str(e["steps"]), span(e), _ms(e.get("stop_ms")),
          str(traced[e["rank"]]["range_count"]) if e["rank"] in traced else "-",
          str(traced[e["rank"]]["kernel_count"]) if e["rank"] in traced else "-"]
         for e in window_ranks
@@ -70,9 +70,10 @@ def ranks_panel(window_ranks: list[dict], ranks: list[dict]) -> dict:
     return {
         "title": f"the window on {len(window_ranks)} ranks: "
         + (f"{counts.pop()} decode steps each" if len(counts) == 1 else "the ranks' step counts DISAGREE"),
-        "columns": ["rank", "steps", "engine steps", "ranges", "GPU kernels"],
+        "columns": ["rank", "steps", "engine steps", "stop ms", "ranges", "GPU kernels"],
         "rows": rows,
-        "note": "each rank's steps from its own window log; ranges and kernels: the rank's own in the window's trace",
+        "note": "each rank's steps from its own window log; stop: the profiler's stop on that rank's loop (the "
+        "ranks step together, so the slowest holds them all); ranges and kernels: the rank's own in the trace",
     }
 
 
