@@ -208,3 +208,21 @@ def test_a_failing_rank_fails_the_window_in_one_line_and_the_server_serves_on(tm
     finally:
         s.stop()
     assert s.proc.returncode == 0  # drained and stopped as usual
+
+
+def test_steps_on_a_server_without_profiling_say_they_are_rank_0s(tmp_path):
+    """Without --enable-profiling there is no window: `--tool steps` reads the flight recorder, rank 0's alone,
+    and the run says so."""
+    s = ServerProcess(*(a for a in TP2 if a != "--enable-profiling")).wait_ready()
+    try:
+        traces = tmp_path / "traces"
+        proc = roseprof("live", s.url, "--steps", "50", "--requests", "4", "--concurrency", "2", "--output-len", "8",
+                        "--traces-dir", traces, env=ENV)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (folder,) = list(traces.iterdir())
+        summary = open_store(traces).resolve(folder.name).summary()
+        assert any("rank 0's steps only" in w and "--enable-profiling" in w for w in summary["warnings"])
+        assert "capture" not in summary["live"] and summary["live"]["join"]["joined"] > 0
+        assert not (folder / "raw" / "window").exists()
+    finally:
+        s.stop()
