@@ -50,6 +50,7 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def status_file(rank: int) -> str:
+    """Where rank r (>= 1) says its window is done or failed, written last (roseinfer serve reads it, no client)."""
     return f"status.rank{rank}.json"
 
 
@@ -83,8 +84,11 @@ class EveryRankWindows(Windows):
         answer = super().start(core, tool, steps)
         if answer["code"] == 200:
             w, meta = self.current, core.engine.flight.meta
-            w.rank_meta = {"model": meta.get("model"), "block_size": meta.get("block_size")}
-            self.workers.send_window(("start", w.id, tool, steps, str(w.folder), w.first_step, w.rank_meta))
+            said = {
+                "model": meta.get("model"),
+                "block_size": meta.get("block_size"),
+            }  # the ranks' logs say it too
+            self.workers.send_window(("start", w.id, tool, steps, str(w.folder), w.first_step, said))
             answer["window"] = self.merged(w.describe())
         return answer
 
@@ -121,19 +125,21 @@ class EveryRankWindows(Windows):
         if any(r["state"] != DONE for r in ranks[1:]):
             out["state"] = EXPORTING
             return out
-        odd = next((r for r in ranks[1:] if (r["first_step"], r["steps_done"]) != (mine["first_step"],
-                    mine["steps_done"])), None)  # fmt: skip
+        odd = next((r for r in ranks[1:] if _span(r) != _span(mine)), None)
         if odd is not None:
-            out["state"], out["error"] = (
-                FAILED,
-                (
-                    f"rank {odd['rank']} recorded decode steps {odd['first_step']}.. ({odd['steps_done']}), rank 0 "
-                    f"{mine['first_step']}.. ({mine['steps_done']}): the ranks left lockstep"
-                ),
+            out["state"] = FAILED
+            out["error"] = (
+                f"rank {odd['rank']} recorded decode steps {odd['first_step']}.. ({odd['steps_done']}), rank 0 "
+                f"{mine['first_step']}.. ({mine['steps_done']}): the ranks left lockstep"
             )
             return out
         out["files"] = [*window["files"], *(f for r in ranks[1:] for f in r["files"])]
         return out
+
+
+def _span(rank: dict) -> tuple:
+    """The decode steps a rank's window covered: (first step, how many)."""
+    return rank["first_step"], rank["steps_done"]
 
 
 def _waiting(rank0_state: str) -> str:
