@@ -18,6 +18,7 @@ from roseinfer.names import (
     ROSEINFER_STEP_LOG,
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_FAIL_STEP,
+    ROSEINFER_TEST_FAIL_WINDOW_RANK,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_SLEEP_REGION,
     ROSEINFER_TEST_SLOW_EVERY,
@@ -79,6 +80,9 @@ class Env:
     # Tests only: from this decode step index on, every engine step raises (a failed device or rank, as the
     # server sees it: it must fail its requests, turn unhealthy and exit non-zero, never hang).
     test_fail_step: int | None
+    # Tests only: this tensor-parallel rank's capture windows fail (roseinfer serve --enable-profiling; their
+    # export raises): a window must then fail on every rank in one line while the server serves on.
+    test_fail_window_rank: int | None
     # When set, torch.profiler runs inside the engine and writes DIR/trace.json.gz (Kineto) when its window ends
     # or at exit; record_function spans are then on. The profiler advances once per decode step.
     torch_profile: str | None
@@ -143,6 +147,9 @@ def read() -> Env:
         else None,
         test_fail_step=_int(ROSEINFER_TEST_FAIL_STEP, -1)
         if os.environ.get(ROSEINFER_TEST_FAIL_STEP)
+        else None,
+        test_fail_window_rank=_int(ROSEINFER_TEST_FAIL_WINDOW_RANK, -1)
+        if os.environ.get(ROSEINFER_TEST_FAIL_WINDOW_RANK)
         else None,
         torch_profile=os.environ.get(ROSEINFER_TORCH_PROFILE) or None,
         torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),

@@ -85,6 +85,9 @@ ROSEINFER_TEST_SLEEP_RANK = (
 ROSEINFER_TEST_FAIL_STEP = (
     "ROSEINFER_TEST_FAIL_STEP"  # tests only: the engine's step raises from this decode step
 )
+ROSEINFER_TEST_FAIL_WINDOW_RANK = (
+    "ROSEINFER_TEST_FAIL_WINDOW_RANK"  # tests only: this rank's capture windows fail (their export raises)
+)
 ROSEINFER_TEST_SLOW_EVERY = (
     "ROSEINFER_TEST_SLOW_EVERY"  # tests only: the sleep or busy region slows only its every Nth entry
 )
@@ -113,6 +116,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_SLEEP_RANK,
     ROSEINFER_TEST_FAIL_STEP,
+    ROSEINFER_TEST_FAIL_WINDOW_RANK,
     ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_CUDA_EXT_CACHE,
     ROSEINFER_KERNEL_STAMPS,
@@ -127,3 +131,13 @@ STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; ro
 WINDOW_TOOLS = ("steps", "torch")
 WINDOW_STEPS_FILE = "steps.jsonl"  # the flight recorder's records of the window's steps, meta first
 WINDOW_TRACE_FILE = "trace.json.gz"  # torch: the window's Kineto trace
+
+
+def window_rank_file(name: str, rank: int) -> str:
+    """Tensor-parallel rank r's copy of a window file (roseinfer/serve/rank_windows.py): `steps.jsonl` ->
+    `steps.rank1.jsonl`, `trace.json.gz` -> `trace.rank1.json.gz` (rank 0 keeps the name; roseprof finds a rank's
+    step log beside rank 0's by that name)."""
+    if rank == 0:
+        return name
+    stem, dot, rest = name.partition(".")
+    return f"{stem}.rank{rank}{dot}{rest}"

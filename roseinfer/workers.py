@@ -70,6 +70,7 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
         engine = Engine(model, cfg)
         conn.send(("ready", None))
         served: dict[int, Sequence] = {}  # roseinfer serve's requests on this rank, by sequence id
+        windows = None  # roseinfer serve's capture windows on this rank (serve/rank_windows.py), once asked
         while True:
             if not conn.poll(POLL_S):
                 if mp.parent_process() is not None and not mp.parent_process().is_alive():
@@ -80,6 +81,13 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
                 return
             if command == "step":
                 serve_step(engine, payload, served)
+                continue
+            if command == "window":
+                if windows is None:
+                    from roseinfer.serve.rank_windows import WorkerWindows
+
+                    windows = WorkerWindows(engine)
+                windows.apply(payload, served)
                 continue
             run_requests(engine, *payload)
             if engine.steplog is not None:
@@ -155,6 +163,12 @@ class Workers:
         awaited, the step's collectives keep the ranks together."""
         for conn in self.conns:
             conn.send(("step", ops))
+
+    def send_window(self, op: tuple) -> None:
+        """`roseinfer serve --enable-profiling`: a capture window's start or close (serve/rank_windows.py), applied
+        by each worker between the same two steps as rank 0, since a pipe is read in order."""
+        for conn in self.conns:
+            conn.send(("window", op))
 
     def wait_done(self, timeout_s: float) -> None:
         for rank, conn in enumerate(self.conns, start=1):

@@ -232,12 +232,20 @@ class EngineCore:
             flight = self.engine.flight
             return flight.dump(what[1], self.running()) if flight is not None else None
         if isinstance(what, tuple) and what[0] == "profile":
-            if self.windows is None:
-                from roseinfer.serve.windows import Windows
-
-                self.windows = Windows(what[-1])  # the server's profile folder, sent with every query
+            if self.windows is None:  # what[-1]: the server's profile folder, sent with every query
+                self.windows = self._make_windows(what[-1])
             return self.windows.answer(self, what)
         return None
+
+    def _make_windows(self, folder: str):
+        """The capture windows: rank 0's alone, or with tensor parallelism every rank's together."""
+        if self.workers is None:
+            from roseinfer.serve.windows import Windows
+
+            return Windows(folder)
+        from roseinfer.serve.rank_windows import EveryRankWindows
+
+        return EveryRankWindows(folder, self.workers, self.engine.world_size)
 
     def running(self) -> list[Sequence]:
         """The sequences still in the engine (their request records close a dump of the flight recorder)."""

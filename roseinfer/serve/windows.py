@@ -79,6 +79,8 @@ class Windows:
     """The core's capture windows. `answer` takes the HTTP side's queries (between two steps); `after_step` is
     called by the core's loop after each engine step (an attribute check while no window is open)."""
 
+    every_rank = False  # a window on every tensor-parallel rank (rank_windows.EveryRankWindows)
+
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
         self.current: Window | None = None
@@ -109,8 +111,9 @@ class Windows:
         if w is not None and w.state in (RECORDING, EXPORTING):
             return {"code": 409, "message": f"window {w.id} ({w.tool}, {w.steps_done} of {w.steps} steps) is "
                     f"{w.state}: one window at a time (POST /profile/stop ends it)"}  # fmt: skip
-        # Under tensor parallelism rank 0's profiler alone would be half a window: refused, not misleading.
-        if core.workers is not None:
+        # Under tensor parallelism rank 0's profiler alone would be half a window: refused, not misleading, unless
+        # these are every rank's windows (rank_windows.EveryRankWindows).
+        if core.workers is not None and not self.every_rank:
             return {"code": 400, "message": "capture windows under tensor parallelism are not supported yet"}
         flight = core.engine.flight
         if flight is None:

@@ -59,14 +59,19 @@ def live(
     api_key: str | None = None, tool: str = "steps", **load_options,
 ) -> Run:  # fmt: skip
     """`load_options`: api/load.load's slo, warmup_s, progress."""
-    fetch_steps(url, 0, api_key)  # before any load: the recorder is there and the key is right
+    preflight = fetch_steps(url, 0, api_key)  # before any load: the recorder is there and the key is right
     opener = None
+    ranks_said = None  # a tensor-parallel server whose other ranks' steps the run lacks: why
+    if tool == "steps" and server_world_size(preflight) > 1:
+        # The flight recorder (GET /debug/steps) is rank 0's alone; every rank's steps need a window of each.
+        tool, ranks_said = steps_window_or_why(url, api_key, server_world_size(preflight))
     if tool != "steps":
         from roseprof.live.window import WindowClient
 
         client = WindowClient(url, api_key)
         client.status()  # before any load: profiling is on (else the server's one line: --enable-profiling)
-        opener = SteadyOpener(client, tool, steps, load_options.get("warmup_s", 0.0))
+        window_tool = "steps" if tool == STEPS_WINDOW else tool
+        opener = SteadyOpener(client, window_tool, steps, load_options.get("warmup_s", 0.0))
         load_options["progress"] = opener.wrap(load_options.get("progress"))
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
@@ -82,6 +87,8 @@ def live(
             )
             return
         summary.update(server_summary(path))
+        if ranks_said:
+            summary["warnings"].append(ranks_said)
         summary["live"] = part = join(log, tokens)
         start_ns = summary.get("serving", {}).get("clock", {}).get("start_monotonic_ns")
         part["path"] = http_path(log, tokens, start_ns, url)
@@ -104,14 +111,45 @@ def live(
         url,
         "--steps",
         str(steps),
-        *(["--tool", tool] if opener else []),
+        *(["--tool", tool] if opener and tool != STEPS_WINDOW else []),
         *as_load[3:],
     ]
     return load(
         store, url, plan, opts, name or f"live-{ep.host}-{ep.port}", api_key=api_key,
-        manifest={"live": {"steps": steps, "tool": tool}, "command": command}, extra=add_server_side,
+        manifest={"live": {"steps": steps, "tool": "steps" if tool == STEPS_WINDOW else tool},
+                  "command": command}, extra=add_server_side,
         **load_options,
     )  # fmt: skip
+
+
+STEPS_WINDOW = "steps-window"  # `--tool steps` on a tensor-parallel server: a steps window on every rank
+
+
+def server_world_size(body: bytes) -> int:
+    """The tensor-parallel world size a /debug/steps body's meta record says (1 where it says none)."""
+    import json
+
+    try:
+        meta = json.loads(body.split(b"\n", 1)[0])
+    except ValueError:
+        return 1
+    size = meta.get("world_size") if isinstance(meta, dict) else None
+    return size if isinstance(size, int) and size > 1 else 1
+
+
+def steps_window_or_why(url: str, api_key: str | None, size: int) -> tuple[str, str | None]:
+    """`--tool steps` on a server of `size` ranks: a steps window on every rank where the server allows windows
+    (--enable-profiling), else rank 0's flight recorder alone and a line saying so."""
+    from roseprof.live.window import WindowClient
+
+    try:
+        WindowClient(url, api_key).status()
+    except RoseprofError:
+        return "steps", (
+            f"the server runs {size} tensor-parallel ranks and its flight recorder is rank 0's: this run holds "
+            "rank 0's steps only (a server started with --enable-profiling gives every rank's, in a steps window)"
+        )
+    return STEPS_WINDOW, None
 
 
 class SteadyOpener:
@@ -161,6 +199,7 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
         "tool": window["tool"], "asked": window["steps"], "steps": window["steps_done"],
         "first_step": window["first_step"], "stopped_early": window["stopped_early"], "pause": window["pause"],
     }  # fmt: skip
+    size = add_window_ranks(summary, part["capture"], window, files)
     if window["stopped_early"]:
         summary["warnings"].append(
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
@@ -170,16 +209,18 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
     if trace_path is None or steps_path is None or not window["steps_done"]:
         return
     from roseprof.api.sections import analyse_trace
-    from roseprof.drivers.torch.reader import read_kineto
+    from roseprof.live.rank_window import RANK_PARTS, read_traces
 
-    trace = read_kineto(
-        trace_path, folder / "raw", opener.client.address(f"/profile/files/{WINDOW_TRACE_FILE}")
-    )
+    trace = read_traces(
+        files, size, folder / "raw", lambda name: opener.client.address(f"/profile/files/{name}")
+    )  # every rank's, one process each; each rank's steps joined to its log beside rank 0's (raw/window/)
     analysed, tables_of = analyse_trace(trace, steps_path)
-    summary.update({k: analysed[k] for k in WINDOW_PARTS if analysed.get(k) is not None})
+    parts = WINDOW_PARTS + (RANK_PARTS if size > 1 else ())
+    summary.update({k: analysed[k] for k in parts if analysed.get(k) is not None})
     log = read_steplog(str(steps_path))
     first = int(log.meta.get("first_step", window["first_step"])) if log is not None else window["first_step"]
-    detail = step_detail(trace, tables_of.get("steps.rows"), first)
+    rank0 = next((r["pids"] for r in analysed.get("ranks") or [] if r["rank"] == 0), None)
+    detail = step_detail(trace, tables_of.get("steps.rows"), first, rank0)  # rank 0's, as the steps are
     part["step_detail"] = detail
     last = window["first_step"] + window["steps_done"] - 1
     stop_ms = window["pause"].get("stop_ms") or 0.0
@@ -196,13 +237,36 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             )
 
 
+def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str, Path]) -> int:
+    """A window of several ranks (a tensor-parallel server): each rank's steps, from its own window log, into the
+    capture part (`ranks`), a warning where they disagree; returns the world size (1: one rank)."""
+    from roseprof.live.rank_window import disagreement, rank_steps, world_size
+
+    size = world_size(window)
+    if size > 1:
+        capture["ranks"] = ranks = rank_steps(files, size)
+        said_by = {r.get("rank"): r for r in window.get("ranks") or [] if isinstance(r, dict)}
+        for entry in ranks:  # what each rank's window cost its own loop (the server's word)
+            pause = said_by.get(entry["rank"], {}).get("pause") or {}
+            entry["stop_ms"] = pause.get("stop_ms")
+        said = disagreement(ranks)
+        if said:
+            summary["warnings"].append(said)
+    return size
+
+
 def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:
-    """No load: the server's last N steps alone, imported as a step log (a run of the `steps` tool)."""
+    """No load: the server's last N steps alone, imported as a step log (a run of the `steps` tool). A
+    tensor-parallel server started with --enable-profiling: a steps window of N steps on every rank instead (its
+    flight recorder is rank 0's)."""
     import tempfile
 
     from roseprof.api.intake import import_path
 
     body = fetch_steps(url, steps, api_key)
+    size = server_world_size(body)
+    if size > 1 and steps_window_or_why(url, api_key, size)[0] == STEPS_WINDOW:
+        return window_snapshot(store, url, steps, "steps", name, api_key)  # every rank's steps, not rank 0's
     ep = parse_url(url, api_key)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / STEPS_FILE
@@ -218,6 +282,7 @@ def window_snapshot(
     import tempfile
 
     from roseprof.api.intake import import_path
+    from roseprof.live.rank_window import rank_files, world_size
     from roseprof.live.window import WindowClient
 
     client = WindowClient(url, api_key)
@@ -232,10 +297,14 @@ def window_snapshot(
         if not window["steps_done"]:
             raise RoseprofError(f"{client.address('/profile/status')}: the window closed with no decode step")
         steps_path = str(files[WINDOW_STEPS_FILE])
-        trace = files.get(WINDOW_TRACE_FILE)
-        if trace is None:
+        # every rank's trace (a tensor-parallel server's window: one file a rank, one run of several ranks); the
+        # ranks' step logs lie beside rank 0's, where the import looks for them
+        traces = [str(p) for p in rank_files(files, WINDOW_TRACE_FILE, world_size(window))]
+        if not traces:
             return import_path(store, steps_path, name or f"live-{ep.host}-{ep.port}", None)
-        return import_path(store, str(trace), name or f"live-{ep.host}-{ep.port}", steps_path)
+        return import_path(
+            store, traces[0] if len(traces) == 1 else traces, name or f"live-{ep.host}-{ep.port}", steps_path
+        )
 
 
 def server_summary(path: Path) -> dict:

@@ -32,7 +32,11 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
     window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
     window's export cost the engine loop. With no load, the window opens at once on what the server serves
-    (Ctrl-C ends it early) and its trace is imported with the window's steps."""
+    (Ctrl-C ends it early) and its trace is imported with the window's steps.
+
+    A tensor-parallel server (--tensor-parallel-size): the window is on every rank over the same steps, and the run
+    holds every rank (each rank's trace and step log). Its flight recorder is rank 0's, so --tool steps takes a
+    steps window on every rank where the server has --enable-profiling (else rank 0's steps, with a warning)."""
     from roseprof.api.live import live as run_live
     from roseprof.api.live import snapshot, window_snapshot
     from roseprof.render.load_progress import LoadProgress

@@ -21,16 +21,19 @@ from roseprof.workload.roseinfer import DECODE_STEP
 TOP = 3  # kernels and regions named per step
 
 
-def step_detail(trace: Trace, rows: dict | None, first_step: int) -> dict[str, dict]:
+def step_detail(
+    trace: Trace, rows: dict | None, first_step: int, pids: list[int] | None = None
+) -> dict[str, dict]:
     """{engine step (str, a JSON key): {"kernels": [[name, ns], ...], "kernel_kind": "gpu"|"cpu_op",
-    "regions": [[name, ns], ...]}} for each step row; empty without rows."""
+    "regions": [[name, ns], ...]}} for each step row; empty without rows. `pids`: only these processes' events
+    (a window of several ranks: the rows are rank 0's steps, and every rank runs each step alike)."""
     if not rows or not rows.get("start_ns"):
         return {}
     start = np.asarray(rows["start_ns"], dtype=np.int64)
     end = start + np.asarray(rows["dur_ns"], dtype=np.int64)
     index = rows.get("log_index") or rows["index"]
-    kernels, kind = _kernels(trace, start, end)
-    regions = _regions(trace, start, end)
+    kernels, kind = _kernels(trace, start, end, pids)
+    regions = _regions(trace, start, end, pids)
     out = {}
     for i, k in enumerate(index):
         if k is None or k < 0:
@@ -60,26 +63,33 @@ def _owner(t, start, end) -> np.ndarray:
     return np.where(ok, k, -1)
 
 
-def _kernels(trace: Trace, start, end) -> tuple[list[list], str]:
+def _mine(trace: Trace, tids: np.ndarray, pids: list[int] | None) -> np.ndarray:
+    """[E] whether each event's thread belongs to one of `pids` (all true without `pids`)."""
+    if pids is None:
+        return np.ones(len(tids), dtype=bool)
+    return np.isin(trace.pids(tids), np.asarray(pids, dtype=np.int64))
+
+
+def _kernels(trace: Trace, start, end, pids: list[int] | None = None) -> tuple[list[list], str]:
     ops = trace.ops
-    launched = ops.api_tid >= 0
+    launched = (ops.api_tid >= 0) & _mine(trace, ops.api_tid, pids)
     if launched.any():
         t = ops.api_start[launched]
         return _top(_owner(t, start, end), ops.name[launched], (ops.end - ops.start)[launched], len(start),
                     trace), "gpu"  # fmt: skip
     h = trace.host_events
-    sel = np.flatnonzero(h.kind == CPU_OP)
+    sel = np.flatnonzero((h.kind == CPU_OP) & _mine(trace, h.tid, pids))
     empty = np.empty(0, dtype=np.int64)
     child, _, _ = nest(h.start[sel], h.end[sel], h.tid[sel], empty, empty, empty)
     own = (h.end[sel] - h.start[sel]) - child
     return _top(_owner(h.start[sel], start, end), h.name[sel], own, len(start), trace), "cpu_op"
 
 
-def _regions(trace: Trace, start, end) -> list[list]:
+def _regions(trace: Trace, start, end, pids: list[int] | None = None) -> list[list]:
     r = trace.ranges
     names = trace.names.values
     step_id = names.index(DECODE_STEP) if DECODE_STEP in names else -1
-    sel = np.flatnonzero(r.name != step_id)
+    sel = np.flatnonzero((r.name != step_id) & _mine(trace, r.tid, pids))
     empty = np.empty(0, dtype=np.int64)
     child, _, _ = nest(r.start[sel], r.end[sel], r.tid[sel], empty, empty, empty)
     own = (r.end[sel] - r.start[sel]) - child

@@ -137,3 +137,4 @@ SERVER_TTFT_HISTOGRAMS = ("roseinfer:time_to_first_token_seconds", "vllm:time_to
 WINDOW_TOOLS = names.WINDOW_TOOLS
 WINDOW_STEPS_FILE = names.WINDOW_STEPS_FILE
 WINDOW_TRACE_FILE = names.WINDOW_TRACE_FILE
+window_rank_file = names.window_rank_file  # a tensor-parallel rank's window file (trace.rank1.json.gz)

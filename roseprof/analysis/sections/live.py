@@ -47,7 +47,34 @@ def panels(summary: dict) -> list[dict]:
         )
     if part.get("capture"):
         out.append(capture_panel(part["capture"]))
+        if part["capture"].get("ranks"):
+            out.append(ranks_panel(part["capture"]["ranks"], summary.get("ranks") or []))
     return out
+
+
+def ranks_panel(window_ranks: list[dict], ranks: list[dict]) -> dict:
+    """A window on every tensor-parallel rank: each rank's decode steps (from its own window log) and, where the
+    window had a profiler, what its trace holds of that rank (the ranks section's entry)."""
+    traced = {r["rank"]: r for r in ranks if r.get("rank") is not None}
+
+    def span(e: dict) -> str:
+        return "-" if not e["steps"] else f"{e['first_step']}..{e['last_step']}"
+
+    rows = [
+        [str(e["rank"]), str(e["steps"]), span(e), _ms(e.get("stop_ms")),
+         str(traced[e["rank"]]["range_count"]) if e["rank"] in traced else "-",
+         str(traced[e["rank"]]["kernel_count"]) if e["rank"] in traced else "-"]
+        for e in window_ranks
+    ]  # fmt: skip
+    counts = {e["steps"] for e in window_ranks}
+    return {
+        "title": f"the window on {len(window_ranks)} ranks: "
+        + (f"{counts.pop()} decode steps each" if len(counts) == 1 else "the ranks' step counts DISAGREE"),
+        "columns": ["rank", "steps", "engine steps", "stop ms", "ranges", "GPU kernels"],
+        "rows": rows,
+        "note": "each rank's steps from its own window log; stop: the profiler's stop on that rank's loop (the "
+        "ranks step together, so the slowest holds them all); ranges and kernels: the rank's own in the trace",
+    }
 
 
 # the path's parts (roseprof/live/path.py), in the order a request meets them
