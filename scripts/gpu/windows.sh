@@ -9,7 +9,7 @@ stage_windows() {
   python3 -m roseinfer.serve gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph --max-batch-size 256 \
     --flight-recorder-steps 16384 --enable-profiling --profile-dir "$S/profile" --port "$port" >"$log" 2>&1 &
   local server=$!
-  for _ in $(seq 300); do grep -q "ready at" "$log" && break; sleep 1; done
+  for _ in $(seq 300); do grep -q "ready at" "$log" && break; kill -0 $server 2>/dev/null || break; sleep 1; done
   grep -q "ready at" "$log" || { echo "windows: the server did not start"; tail -20 "$log"; kill $server; return 1; }
   local rc=0
   # a short load first: CUDA graphs and the allocator warm, and a first (discarded) torch window: Kineto's own setup

@@ -18,7 +18,7 @@ stage_windows_tp() {
     --tensor-parallel-size 2 --max-batch-size 256 --enable-profiling --profile-dir "$S/profile" --port "$port" \
     >"$log" 2>&1 &
   local server=$!
-  for _ in $(seq 300); do grep -q "ready at" "$log" && break; sleep 1; done
+  for _ in $(seq 300); do grep -q "ready at" "$log" && break; kill -0 $server 2>/dev/null || break; sleep 1; done
   grep -q "ready at" "$log" || { echo "windows-tp: the server did not start"; tail -20 "$log"; kill $server; return 1; }
   # a first (discarded) torch window: CUDA graphs, the allocator and Kineto's own setup warm
   python3 -m roseprof live "$url" --steps 16 --tool torch --concurrency 64 --requests 128 --output-len 64 \
