@@ -10,6 +10,7 @@ the kernel itself (`roseprof torch -- python scripts/stamped_mlp_program.py`).""
 
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -239,7 +240,7 @@ def test_a_capture_asks_the_program_for_its_stamps_and_reads_them(tmp_path):
     kernel = gemm_name(matmul_trace(tmp_path))
     proc = roseprof(
         "torch", "--name", "cap", *store(tmp_path), "--", sys.executable, program, TRACE,
-        DATA / "fused_mlp.stamps.json", kernel, env={"COLUMNS": "80", "PYTHONPATH": str(ROOT)},
+        DATA / "fused_mlp.stamps.json", kernel, env={"COLUMNS": "80", "PYTHONPATH": python_path()},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (run,) = [p for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")]
@@ -247,6 +248,11 @@ def test_a_capture_asks_the_program_for_its_stamps_and_reads_them(tmp_path):
     regions = {r["name"]: r for r in summary(tmp_path, "cap")["regions"]}
     assert sum(regions[n]["total_ns"] for n in KERNEL_REGION_NAMES) == 5 * STAMPS["span_ns"]
     assert MLP_UP in proc.stdout
+
+
+def python_path() -> str:
+    """This repo first, then what the caller had (the GPU machine's wheels travel on PYTHONPATH)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 # -- on a GPU: the truth tests ------------------------------------------------------------------------------------
@@ -257,7 +263,7 @@ def gpu_capture(tmp_path, name, *flags, tool=("torch",)):
     proc = roseprof(
         *tool, "--name", name, *store(tmp_path), "--", sys.executable,
         ROOT / "scripts" / "stamped_mlp_program.py", "--launches", "40", *flags,
-        env={"PYTHONPATH": str(ROOT)}, timeout=900,
+        env={"PYTHONPATH": python_path()}, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return summary(tmp_path, name)
