@@ -2,7 +2,7 @@
 percentiles agree (within 5% or 0.1 ms)?
 
     python scripts/load_agreement.py URL [--concurrency 8] [--requests 64] [--output-len 64] [--prompt-len 32]
-                                         [--rounds R] [--json FILE]
+                                         [--rounds R] [--split | --together] [--json FILE]
 
 The independent client shares no code with roseprof's: plain asyncio streams on one event loop (as roseprof's
 client, so that neither pays a thread switch or the GIL per token that the other does not), written apart from
@@ -11,6 +11,11 @@ Content-Length bodies, each SSE `data:` line stamped with time.perf_counter when
 returned. Both run closed loop at the same concurrency with the same requests (roseprof's seeded prompt ids,
 max_tokens, ignore_eos), one after the other (--rounds R: alternately, R times each, each client's requests
 pooled). Prints a table and exits 1 when a figure disagrees.
+`--together`: both clients at once in each round, each at the full concurrency (the server sees twice the streams):
+one after the other, each client meets a different moment of the server (closed-loop TTFT depends on where arrivals
+fall against the running steps, which moves load to load more than 5%); at once, both meet the same batches and
+steps, and a difference left is a client's. The independent client counts the requests it sent within roseprof's
+span of sends.
 
 `--split` (a `roseinfer serve` on this host, with its flight recorder): roseprof's side runs as `roseprof live`
 and the independent client's requests are matched to the server's step log after each of its rounds, so each
@@ -106,12 +111,7 @@ def independent(
     url: str, model: str | None, concurrency: int, prompts: list, out_len: int, split: list | None
 ):
     parts = urlsplit(url)
-    bodies = []
-    for prompt in prompts:
-        body = {"prompt": prompt, "max_tokens": out_len, "stream": True, "ignore_eos": True, "temperature": 0}
-        if model:
-            body["model"] = model
-        bodies.append(json.dumps(body).encode())
+    bodies = _bodies(model, prompts, out_len)
     start, start_ns = time.perf_counter(), time.monotonic_ns()
     results = asyncio.run(_closed_loop(parts.hostname, parts.port, bodies, concurrency))
     ttft = [1e3 * (ts[0] - s) for s, ts, _ in results if ts]
@@ -138,30 +138,85 @@ def _path_of(url: str, rows: list[dict], start_ns: int, steps: int) -> dict | No
     return http_path(log, rows, start_ns, url) if log is not None and log.steps else None
 
 
+def together(args, tmp: str, k: int, model: str | None, prompts: list) -> tuple[tuple, tuple]:
+    """Both clients at once, each at the full concurrency with the same requests: one `roseprof load` (a
+    subprocess, as a user runs it) while the independent client loops on this process's event loop. They see the
+    same server: the same batches, the same steps. The independent client counts only the requests it sent while
+    roseprof was sending (both clocks are CLOCK_MONOTONIC), so neither's figures include a server the other did not
+    load. Returns (roseprof's TTFT, ITL), (the independent client's TTFT, ITL)."""
+    bodies = _bodies(model, prompts, args.output_len)
+    proc = subprocess.Popen(_roseprof_cmd(args, tmp, k, ["load", args.url]), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
+    parts = urlsplit(args.url)
+
+    async def loop() -> list:
+        results, i = [], 0
+
+        async def worker() -> None:
+            nonlocal i
+            while proc.poll() is None:
+                body, i = bodies[i % len(bodies)], i + 1
+                results.append(await one(parts.hostname, parts.port, body))
+
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+        return results
+
+    results = asyncio.run(loop())
+    if proc.wait() != 0:
+        sys.exit(f"roseprof load failed: {proc.stderr.read().strip()[-500:]}")
+    ttft, itl, summary = _read_run(tmp, k)
+    serving = summary["serving"]
+    t0 = serving["clock"]["start_monotonic_ns"] / 1e9
+    sent = [t for t in serving["requests"]["sent_ms"] if t is not None]
+    lo, hi = t0 + min(sent) / 1e3, t0 + max(sent) / 1e3
+    mine = [(s, ts) for s, ts, _ in results if ts and lo <= s <= hi]
+    theirs = (np.asarray([1e3 * (ts[0] - s) for s, ts in mine]),
+              np.asarray([1e3 * g for _, ts in mine for g in np.diff(ts)]))  # fmt: skip
+    print(f"round {k} together: roseprof {len(ttft)} requests, independent {len(mine)} sent in its span "
+          f"({len(results) - len(mine)} outside it)")  # fmt: skip
+    return (ttft, itl), theirs
+
+
+def _bodies(model: str | None, prompts: list, out_len: int) -> list[bytes]:
+    bodies = []
+    for prompt in prompts:
+        body = {"prompt": prompt, "max_tokens": out_len, "stream": True, "ignore_eos": True, "temperature": 0}
+        if model:
+            body["model"] = model
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
+def _roseprof_cmd(args, tmp: str, k: int, how: list[str]) -> list[str]:
+    return [sys.executable, "-m", "roseprof", *how, "--requests", str(args.requests), "--concurrency",
+            str(args.concurrency), "--output-len", str(args.output_len), "--prompt-len", str(args.prompt_len),
+            "--traces-dir", tmp, "--no-metrics", "--name", f"agreement-{k}"]  # fmt: skip
+
+
+def _read_run(tmp: str, k: int) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Round k's stored run: its TTFT per request, every ITL gap, and its summary."""
+    run = max(
+        (p for p in Path(tmp).iterdir() if p.is_dir() and f"agreement-{k}-" in p.name), key=lambda p: p.name
+    )
+    summary = json.loads((run / "summary.json").read_text())
+    ttft = [t for t in summary["serving"]["requests"]["ttft_ms"] if t is not None]
+    tokens = json.loads((run / "load_tokens.json").read_text())
+    itl = [g for row in tokens for g in np.diff(row["t_ms"])]
+    return np.asarray(ttft), np.asarray(itl), summary
+
+
 def roseprof_load(args, tmp: str, k: int, split: list | None) -> tuple[np.ndarray, np.ndarray, str | None]:
     """One `roseprof load` (`live` with --split) as a user runs it: its TTFT per request and every ITL gap, read
     from the stored run."""
     how = ["live", args.url, "--steps", str(args.requests * (args.output_len + 2))] if split is not None else [
         "load", args.url]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-m", "roseprof", *how, "--requests", str(args.requests), "--concurrency",
-         str(args.concurrency), "--output-len", str(args.output_len), "--prompt-len", str(args.prompt_len),
-         "--traces-dir", tmp, "--no-metrics", "--name", f"agreement-{k}"],
-        capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+    proc = subprocess.run(_roseprof_cmd(args, tmp, k, how), capture_output=True, text=True, cwd=REPO)
     if proc.returncode != 0:
         sys.exit(f"roseprof load failed: {proc.stderr.strip()[-500:]}")
-    run = max(
-        (p for p in Path(tmp).iterdir() if p.is_dir() and f"agreement-{k}-" in p.name), key=lambda p: p.name
-    )
-    summary = json.loads((run / "summary.json").read_text())
-    serving = summary["serving"]
+    ttft, itl, summary = _read_run(tmp, k)
     if split is not None:
         split.append(summary.get("live", {}).get("path"))
-    ttft = [t for t in serving["requests"]["ttft_ms"] if t is not None]
-    tokens = json.loads((run / "load_tokens.json").read_text())
-    itl = [g for row in tokens for g in np.diff(row["t_ms"])]
-    return np.asarray(ttft), np.asarray(itl), serving.get("model")
+    return ttft, itl, summary["serving"].get("model")
 
 
 def main() -> None:
@@ -185,8 +240,15 @@ def main() -> None:
         help="in each round the independent client goes first (a figure that follows the order, not the client, "
         "is the server's)",
     )
+    p.add_argument(
+        "--together",
+        action="store_true",
+        help="run both clients at once in each round (the same server state for both; not with --split)",
+    )
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
+    if args.together and args.split:
+        p.error("--together and --split are two different measurements: one at a time")
     sys.path.insert(0, str(REPO))
     from roseprof.load.schedule import Length, Plan
 
@@ -199,6 +261,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = _model(args.url)
         for k in range(args.rounds):
+            if args.together:
+                (a, b), (c, d) = together(args, tmp, k, model, prompts)
+                (
+                    ours["ttft"].append(a),
+                    ours["itl"].append(b),
+                    theirs["ttft"].append(c),
+                    theirs["itl"].append(d),
+                )
+                continue
             for side in (
                 ("independent", "roseprof") if args.independent_first else ("roseprof", "independent")
             ):

@@ -3,7 +3,8 @@
 # the independent asyncio client against one `roseinfer serve gpt2`, each client's TTFT split on the one clock into
 # HTTP in, engine and first delivery) at SIZES (streams:requests:tokens, default 1:16:256 8:64:256), each client
 # first in turn (FIRST, default 'roseprof independent'); with .base/roseinfer carried (`mkdir .base && git archive
-# REV roseinfer | tar -x -C .base`), REV's server measured the same way after this one's. Results under $OUT.
+# REV roseinfer | tar -x -C .base`), REV's server measured the same way after this one's. TOGETHER (sizes as
+# SIZES): both clients at once as well (load_agreement.py --together). Results under $OUT.
 #   bash scripts/gpu/ttft_path.sh      # from the repo root, .whl carried (the server's wheels)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -40,6 +41,12 @@ measure() {  # $1: label, $2: the folder of the server's roseinfer (first on PYT
         --output-len "$L" --rounds "${ROUNDS:-3}" --split --json "$OUT/agreement-$label-$C-$N-$L-$first.json" 2>&1 \
         | tee -a "$OUT/ttft_path.txt"
     done
+  done
+  for size in ${TOGETHER:-}; do  # streams:requests:tokens, both clients at once (load_agreement.py --together)
+    IFS=: read -r C N L <<< "$size"
+    echo "== $label server, both clients at once, $C streams each x $N requests x $L tokens" | tee -a "$OUT/ttft_path.txt"
+    timeout 150 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" --together \
+      --output-len "$L" --rounds "${ROUNDS:-3}" --json "$OUT/together-$label-$C-$N-$L.json" 2>&1 | tee -a "$OUT/ttft_path.txt"
   done
   kill $server; wait $server 2>/dev/null
 }
