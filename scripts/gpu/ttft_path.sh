@@ -34,7 +34,7 @@ measure() {  # $1: label, $2: the folder of the server's roseinfer (first on PYT
   local first flag
   for first in ${FIRST:-roseprof independent}; do  # which client loads first in each round: both orders
     flag=; [ "$first" = independent ] && flag=--independent-first
-    for size in ${SIZES:-1:16:256 8:64:256}; do  # streams:requests:tokens
+    for size in ${SIZES-1:16:256 8:64:256}; do  # streams:requests:tokens
       IFS=: read -r C N L <<< "$size"
       echo "== $label server, $C streams x $N requests x $L tokens, $first first" | tee -a "$OUT/ttft_path.txt"
       timeout 150 python3 scripts/load_agreement.py "$URL" --concurrency "$C" --requests "$N" $flag \
