@@ -1,14 +1,12 @@
 """The diff's within-run bootstrap drawn once a side (analysis/shared_draws.py): each metric's resamples are a
 bootstrap of its own values (sums and means off the counts, percentiles through ranks, to the bit against numpy on
-the same draws), its interval agrees with the one-metric-at-a-time bootstrap, and a diff's metrics all get theirs.
-The range tree found by pointer jumping is the stack's (analysis/ranges.build_tree)."""
+the same draws), its interval agrees with the one-metric-at-a-time bootstrap, and a diff's metrics all get theirs."""
 
 import numpy as np
 import pytest
 
 from roseprof.analysis import shared_draws
 from roseprof.analysis.diff_metric import Sample, Sides, metric
-from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.stats import pct
 
@@ -97,37 +95,3 @@ def test_below_the_shared_draws_a_metric_draws_its_own_as_before():
     asked = [sides.metric(f"m{i}", Sample([a]), Sample([b]), s) for i, s in enumerate((np.mean, pct(50)))]
     assert not sides.pending
     assert asked == alone
-
-
-def _stack_tree(start, end, tid):
-    """The range tree as a stack of open ranges finds it (build_tree before it jumped pointers): the oracle."""
-    parent = np.full(len(start), -1, dtype=np.int64)
-    depth = np.zeros(len(start), dtype=np.int64)
-    stack, cur = [], None
-    for i in range(len(start)):
-        if tid[i] != cur:
-            stack, cur = [], tid[i]
-        while stack and end[stack[-1]] < end[i]:
-            stack.pop()
-        if stack:
-            parent[i], depth[i] = stack[-1], len(stack)
-        stack.append(i)
-    return parent, depth
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_the_range_tree_is_the_stacks(seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(0, 80))
-    tid = rng.integers(0, 3, n)
-    start = rng.integers(0, 60, n)
-    end = start + rng.integers(0, 40, n)  # nested, overlapping, equal and empty ranges alike
-    order = np.lexsort((-end, start, tid))  # NsysTrace's order: (tid, start, end descending)
-    tid, start, end = tid[order], start[order], end[order]
-    tree = build_tree(start, end, tid)
-    parent, depth = _stack_tree(start, end, tid)
-    assert np.array_equal(tree.parent, parent)
-    assert np.array_equal(tree.depth, depth)
-    children = np.zeros(n, dtype=np.int64)
-    np.add.at(children, parent[parent >= 0], (end - start)[parent >= 0])
-    assert np.array_equal(tree.self_ns, end - start - children)
