@@ -135,6 +135,7 @@ def compare(
     ga, gb = _group(a), _group(b)
     sides = Sides(ga, gb, np.random.default_rng(seed))
     metrics = [m for _, offer in families() for m in offer(sides)]
+    sides.intervals()
     for m in metrics:
         # Totals per decode step (regions, kernels) say so; every other metric is a figure per run.
         m["per_step"] = bool(m.pop("per_step", False))

@@ -6,12 +6,12 @@ metrics (diff.compare) and marks each against the noise floor."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from roseprof.analysis import machine_speed
+from roseprof.analysis import machine_speed, shared_draws
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.stats import (
     clustered,
@@ -137,7 +137,20 @@ def sample(values, clusters=None, offsets=None, scales=None, compress=False) -> 
 def metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True, q: float | None = None):
     """A statistic of samples a and b (Samples, or one run's values as arrays), with its bootstrap interval; `q`
     is the percentile the statistic is (None: a mean, median or sum), which sets how many samples it needs."""
-    a, b = (x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)]) for x in (a, b))
+    a, b = as_sample(a), as_sample(b)
+    entry = _entry(name, a, b, stat, lower_is_better, q)
+    if rng is not None and has_interval(entry, a, b):
+        set_interval(entry, a, b, stat, rng)
+    return entry
+
+
+def as_sample(x) -> Sample:
+    """A Sample, or one run's values as one."""
+    return x if isinstance(x, Sample) else Sample([np.asarray(x, dtype=np.float64)])
+
+
+def _entry(name: str, a: Sample, b: Sample, stat, lower_is_better: bool, q: float | None) -> dict:
+    """A metric's entry with its figures and change, and no interval yet."""
     va, vb = a.value(stat), b.value(stat)
     entry = {
         "name": name,
@@ -154,18 +167,26 @@ def metric(name: str, a: Sample, b: Sample, stat, rng=None, lower_is_better=True
     }
     if a.clusters is not None and b.clusters is not None:
         entry["units_a"], entry["units_b"] = a.units(), b.units()  # what was resampled (decode steps)
-    if va == 0:
-        return entry
-    entry["delta_pct"] = 100.0 * (vb - va) / va
-    if rng is not None and min(a.units(), b.units()) >= entry["min_samples"]:
-        if len(a.values) == 1 and len(b.values) == 1:
-            ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
-        else:
-            ci = group_interval(a.spread(stat, rng), b.spread(stat, rng))
-        if ci is not None:
-            entry["ci_low_pct"], entry["ci_high_pct"] = ci
-            entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
+    if va != 0:
+        entry["delta_pct"] = 100.0 * (vb - va) / va
     return entry
+
+
+def has_interval(entry: dict, a: Sample, b: Sample) -> bool:
+    """Whether a metric gets an interval: a change to measure, and enough units a run on both sides."""
+    return entry["a"] != 0 and min(a.units(), b.units()) >= entry["min_samples"]
+
+
+def set_interval(entry: dict, a: Sample, b: Sample, stat, rng) -> None:
+    """The metric's interval into its entry: the within-run bootstrap of each side for one run a side, else
+    group_interval's."""
+    if len(a.values) == 1 and len(b.values) == 1:
+        ci = interval(a.resampled(stat, rng), b.resampled(stat, rng))
+    else:
+        ci = group_interval(a.spread(stat, rng), b.spread(stat, rng))
+    if ci is not None:
+        entry["ci_low_pct"], entry["ci_high_pct"] = ci
+        entry["significant"] = bool(ci[0] > 0 or ci[1] < 0)
 
 
 def plain_delta(a: float, b: float) -> dict:
@@ -213,6 +234,9 @@ class Sides:
     before: list[RunData]
     after: list[RunData]
     rng: np.random.Generator
+    # The metrics whose intervals are drawn together once every family has asked (`intervals`: shared_draws.py).
+    # A family that makes Sides of its own (a sweep's rates) hands them this list.
+    pending: list[shared_draws.Job] = field(default_factory=list)
 
     @property
     def runs(self) -> list[RunData]:
@@ -233,5 +257,25 @@ class Sides:
         return machine_speed.speed_factors(self.before, self.after) if self.per_step else None
 
     def metric(self, name: str, a: Sample, b: Sample, stat, lower_is_better=True, q: float | None = None):
-        """`metric` with the diff's generator: a statistic of the two sides' samples, with its interval."""
-        return metric(name, a, b, stat, self.rng, lower_is_better, q)
+        """`metric` with the diff's generator: a statistic of the two sides' samples, with its interval. One run
+        a side of shared_draws.FROM_UNITS values or more, plain values and a sum, mean or percentile: the interval
+        is drawn with the side's other such metrics by `intervals` (shared_draws.py), which the diff calls once
+        every family has asked."""
+        a, b = as_sample(a), as_sample(b)
+        entry = _entry(name, a, b, stat, lower_is_better, q)
+        if not has_interval(entry, a, b):
+            return entry
+        kind = shared_draws.kind_of(stat)
+        one_run = len(a.values) == 1 and len(b.values) == 1 and a.clusters is None and b.clusters is None
+        if kind is None or not one_run or max(len(a.values[0]), len(b.values[0])) < shared_draws.FROM_UNITS:
+            set_interval(entry, a, b, stat, self.rng)
+            return entry
+        offsets = tuple(s.offsets[0] if s.offsets else 0.0 for s in (a, b))
+        scales = tuple(s.scales[0] if s.scales else 1.0 for s in (a, b))
+        self.pending.append(shared_draws.Job(entry, (a.values[0], b.values[0]), offsets, scales, kind))
+        return entry
+
+    def intervals(self) -> None:
+        """The pending metrics' intervals, into their entries (shared_draws.fill)."""
+        jobs, self.pending[:] = list(self.pending), []
+        shared_draws.fill(jobs, self.rng)

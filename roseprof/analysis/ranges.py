@@ -22,31 +22,48 @@ class RangeTree:
 
 
 def build_tree(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> RangeTree:
-    """Ranges must be sorted by (tid, start, end descending), as NsysTrace keeps them."""
+    """Ranges must be sorted by (tid, start, end descending), as NsysTrace keeps them.
+
+    A range's parent is the nearest earlier range of its thread that ends at or after it does (what a stack of
+    open ranges holds on top once those ending before it are popped: finished siblings, or start/end ranges that
+    overlap without enclosing). Found for all ranges at once by pointer jumping: each range's candidate starts at
+    the range before it and, while the candidate ends before the range, moves to the candidate's own candidate;
+    every range skipped so ends before the range, so the first candidate that does not is the parent. The jumps
+    double, so a thread of R ranges takes about log2(R) passes (a Python loop over 232k ranges took 0.5 s)."""
     n = len(start)
-    parent = np.full(n, -1, dtype=np.int64)
-    depth = np.zeros(n, dtype=np.int64)
-    stack: list[int] = []
-    cur_tid = None
-    e_list, t_list = end.tolist(), tid.tolist()
-    for i in range(n):
-        if t_list[i] != cur_tid:
-            stack.clear()
-            cur_tid = t_list[i]
-        e = e_list[i]
-        # Every range on the stack starts at or before this one; pop those that end before it does (finished
-        # siblings, or start/end ranges that overlap without enclosing). The top then encloses it tightly.
-        while stack and e_list[stack[-1]] < e:
-            stack.pop()
-        if stack:
-            parent[i] = stack[-1]
-            depth[i] = len(stack)
-        stack.append(i)
+    end = np.asarray(end)
+    first = np.ones(n, dtype=bool)  # [R] the first range of its thread
+    first[1:] = tid[1:] != tid[:-1]
+    # [R] each range's candidate: the range before it, -1 for a thread's first
+    parent = np.arange(-1, n - 1, dtype=np.int64)
+    parent[first] = -1
+    todo = np.flatnonzero(parent >= 0)
+    while len(todo):
+        cand = parent[todo]
+        short = end[cand] < end[todo]  # the candidate ends before the range: not its parent
+        todo = todo[short]
+        parent[todo] = parent[cand[short]]
+        todo = todo[parent[todo] >= 0]
+    depth = _depth(parent)
     dur = end - start
     child_sum = np.zeros(n, dtype=np.int64)
     has_parent = parent >= 0
     np.add.at(child_sum, parent[has_parent], dur[has_parent])
     return RangeTree(parent=parent, depth=depth, self_ns=dur - child_sum)
+
+
+def _depth(parent: np.ndarray) -> np.ndarray:
+    """[R] each range's number of ancestors: list ranking by pointer jumping (log2 of the depth in passes). Each
+    range holds a count and a link up, its depth being the count plus the depth where the link points; a pass
+    adds the linked range's count and takes over its link, until every link is past the root."""
+    count = (parent >= 0).astype(np.int64)
+    up = parent.copy()
+    todo = np.flatnonzero(up >= 0)
+    while len(todo):
+        above = up[todo]
+        count[todo], up[todo] = count[todo] + count[above], up[above]  # both read before either is written
+        todo = todo[up[todo] >= 0]
+    return count
 
 
 def innermost_range(

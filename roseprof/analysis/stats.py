@@ -120,10 +120,23 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     if len(keys) == 0:
         return out
     order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
-    bounds = np.flatnonzero(np.diff(k)) + 1
-    for chunk_k, chunk_v in zip(np.split(k, bounds), np.split(v, bounds)):
-        out[int(chunk_k[0])] = [float(np.percentile(chunk_v, q)) for q in qs]
+    k, v = keys[order], np.asarray(values, dtype=np.float64)[order]
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))  # [G] each key's first sorted value
+    sizes = np.diff(np.append(starts, len(k)))  # [G]
+    # Every group's percentile at once, by numpy's linear method on its sorted values (index (n - 1) q / 100, the
+    # two values around it interpolated as numpy's _lerp does: the same floats as np.percentile of each group). A
+    # call per group was 3 s of the 1M-kernel import (its kernels' thousands of (name, region) rows).
+    columns = []
+    for q in qs:
+        h = (sizes - 1) * float(np.true_divide(q, 100))  # [G]
+        lo = np.floor(h).astype(np.int64)
+        t = h - lo
+        a = v[starts + lo]
+        b = v[starts + np.minimum(lo + 1, sizes - 1)]
+        d = b - a
+        columns.append(np.where(t >= 0.5, b - d * (1 - t), a + d * t).tolist())
+    for j, key in enumerate(k[starts].tolist()):
+        out[int(key)] = [col[j] for col in columns]
     return out
 
 

@@ -179,7 +179,9 @@ class Section:
                   change, never called significant alone
     diff_samples  {family: Sides -> [metric]}: metrics with samples behind them (per-step or per-token values,
                   resampled with the diff's one generator: analysis/diff_metric.py, Sides.metric). Families are
-                  asked in sections.DIFF_ORDER (the built-in ones), then in SECTIONS' order
+                  asked in sections.DIFF_ORDER (the built-in ones), then in SECTIONS' order. A long run's interval
+                  is filled in after every family has asked (Sides.intervals: analysis/shared_draws.py), so a
+                  family reads no interval of the metrics it makes
     diff_prepare  (summary, steps, itl_rows, trace) -> anything: this section's samples of one stored run (e.g. a
                   per-step column of its own, from the trace and the step windows), kept in RunData.sections[name];
                   or a run_data.Shared of RunData's typed fields, which the diff's machinery reads too (the

@@ -89,7 +89,8 @@ def diff_sweep(sides: Sides) -> list[dict]:
     out = []
     for rate in shared:
         sub = Sides([d for r in sides.before for d in r.sections["sweep"][rate]],
-                    [d for r in sides.after for d in r.sections["sweep"][rate]], sides.rng)  # fmt: skip
+                    [d for r in sides.after for d in r.sections["sweep"][rate]], sides.rng,
+                    sides.pending)  # fmt: skip
         named = serving.diff_serving(sub) + [
             figure(m["name"], m["a"], m["b"], m["lower_is_better"])
             for m in serving.diff_figures(sub.before, sub.after)

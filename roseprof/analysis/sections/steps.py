@@ -94,14 +94,18 @@ def gpu_idle_per_step(rows: dict, trace) -> list[int]:
     bs = s[new]
     be = np.zeros(new.sum(), dtype=np.int64)
     np.maximum.at(be, grp, e)
-    idle = []
-    for i in range(len(starts)):
-        lo, hi = bounds[i], bounds[i + 1]
-        a = np.searchsorted(be, lo, side="right")
-        b = np.searchsorted(bs, hi, side="left")
-        busy = np.clip(np.minimum(be[a:b], hi) - np.maximum(bs[a:b], lo), 0, None).sum()
-        idle.append(int(hi - lo - busy))
-    return idle
+    # Busy time before each window bound, from the disjoint, sorted busy intervals: the whole intervals that start
+    # before it and the part of the last one that does; a window's busy time is the difference at its two bounds
+    # (integers: exactly the clipped sum over the intervals in the window). A loop over the windows was 1.5 s of
+    # the 1M-kernel import's 12,780 steps.
+    if not len(bs):
+        return [int(x) for x in np.diff(bounds).tolist()]
+    whole = np.concatenate([[0], np.cumsum(be - bs)])  # [B + 1] busy time of the first j intervals
+    j = np.searchsorted(bs, bounds, side="left")  # [S + 1] intervals that start before each bound
+    last = np.maximum(j - 1, 0)
+    busy_before = whole[last] + np.where(j > 0, np.minimum(be[last], bounds) - bs[last], 0)  # [S + 1]
+    idle = np.diff(bounds) - np.diff(busy_before)  # [S]
+    return [int(x) for x in idle.tolist()]
 
 
 def diff_steps(sides: Sides) -> list[dict]:

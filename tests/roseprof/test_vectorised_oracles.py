@@ -1,0 +1,89 @@
+"""Loops made array operations for the 1M-kernel run (issue 43), each against the loop it replaced as the oracle:
+the range tree (pointer jumping, analysis/ranges.build_tree), the GPU's idle time per step (busy time before each
+window bound, sections/steps.gpu_idle_per_step) and per-key percentiles (stats.group_percentiles), to the bit."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from roseprof.analysis.ranges import build_tree
+from roseprof.analysis.sections.steps import gpu_idle_per_step
+from roseprof.analysis.stats import group_percentiles
+
+
+def _stack_tree(start, end, tid):
+    """The range tree as a stack of open ranges finds it (build_tree before it jumped pointers): the oracle."""
+    parent = np.full(len(start), -1, dtype=np.int64)
+    depth = np.zeros(len(start), dtype=np.int64)
+    stack, cur = [], None
+    for i in range(len(start)):
+        if tid[i] != cur:
+            stack, cur = [], tid[i]
+        while stack and end[stack[-1]] < end[i]:
+            stack.pop()
+        if stack:
+            parent[i], depth[i] = stack[-1], len(stack)
+        stack.append(i)
+    return parent, depth
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_range_tree_is_the_stacks(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 80))
+    tid = rng.integers(0, 3, n)
+    start = rng.integers(0, 60, n)
+    end = start + rng.integers(0, 40, n)  # nested, overlapping, equal and empty ranges alike
+    order = np.lexsort((-end, start, tid))  # NsysTrace's order: (tid, start, end descending)
+    tid, start, end = tid[order], start[order], end[order]
+    tree = build_tree(start, end, tid)
+    parent, depth = _stack_tree(start, end, tid)
+    assert np.array_equal(tree.parent, parent)
+    assert np.array_equal(tree.depth, depth)
+    children = np.zeros(n, dtype=np.int64)
+    np.add.at(children, parent[parent >= 0], (end - start)[parent >= 0])
+    assert np.array_equal(tree.self_ns, end - start - children)
+
+
+def _idle_loop(rows, start, end):
+    """GPU idle time per step window as the loop over windows found it: the oracle."""
+    starts = np.asarray(rows["start_ns"], dtype=np.int64)
+    bounds = np.append(starts, starts[-1] + np.asarray(rows["dur_ns"])[-1])
+    order = np.argsort(start)
+    s, e = start[order], np.maximum.accumulate(end[order])
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    grp = np.cumsum(new) - 1
+    bs, be = s[new], np.zeros(new.sum(), dtype=np.int64)
+    np.maximum.at(be, grp, e)
+    idle = []
+    for i in range(len(starts)):
+        lo, hi = bounds[i], bounds[i + 1]
+        a, b = np.searchsorted(be, lo, side="right"), np.searchsorted(bs, hi, side="left")
+        idle.append(int(hi - lo - np.clip(np.minimum(be[a:b], hi) - np.maximum(bs[a:b], lo), 0, None).sum()))
+    return idle
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_gpu_idle_per_step_is_the_loops(seed):
+    rng = np.random.default_rng(seed)
+    n_steps, n_ops = int(rng.integers(2, 30)), int(rng.integers(1, 200))
+    starts = np.cumsum(rng.integers(0, 100, n_steps))  # steps that touch, gaps and empty ones alike
+    rows = {"start_ns": starts.tolist(), "dur_ns": rng.integers(0, 100, n_steps).tolist()}
+    start = rng.integers(-50, int(starts[-1]) + 150, n_ops)  # ops before, across and after the windows
+    end = start + rng.integers(0, 60, n_ops)
+    trace = SimpleNamespace(ops=SimpleNamespace(start=start, end=end))
+    assert gpu_idle_per_step(rows, trace) == _idle_loop(rows, start, end)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_group_percentiles_are_numpys_per_group(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    keys = rng.integers(-1, int(rng.integers(1, 25)), n)
+    values = rng.integers(0, 1000, n) if seed % 2 else rng.lognormal(5.0, 2.0, n)
+    qs = (5, 50, 95, 99, 0, 100)
+    got = group_percentiles(keys, values, qs)
+    expected = {int(k): [float(np.percentile(values[keys == k], q)) for q in qs] for k in np.unique(keys)}
+    assert got == expected and list(got) == list(expected)
