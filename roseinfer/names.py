@@ -88,6 +88,9 @@ ROSEINFER_TORCH_PROFILE_WITH_STACK = "ROSEINFER_TORCH_PROFILE_WITH_STACK"
 ROSEINFER_TORCH_PROFILE_CPU_ONLY = "ROSEINFER_TORCH_PROFILE_CPU_ONLY"
 # where roseinfer/cuda_ext builds its CUDA C++ (default ~/.cache/roseinfer/cuda_ext)
 ROSEINFER_CUDA_EXT_CACHE = "ROSEINFER_CUDA_EXT_CACHE"
+# DIR: the server runs under `roseprof nsys --capture-range nvtx --capture-range-end repeat`, which makes DIR nsys'
+# temporary folder, where nsys writes each recording range's stream (roseinfer/serve/nsys_window.py)
+ROSEINFER_NSYS_WINDOWS = "ROSEINFER_NSYS_WINDOWS"
 ENV_KEYS = (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
@@ -104,6 +107,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_FAIL_STEP,
     ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_CUDA_EXT_CACHE,
+    ROSEINFER_NSYS_WINDOWS,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
@@ -111,6 +115,12 @@ STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; ro
 
 # Capture windows (roseinfer serve --enable-profiling; roseinfer/serve/windows.py): the tools a window takes and the
 # files a closed window serves (GET /profile/files/NAME); roseprof live reads them by these names.
-WINDOW_TOOLS = ("steps", "torch")
+WINDOW_TOOLS = ("steps", "torch", "nsys")
 WINDOW_STEPS_FILE = "steps.jsonl"  # the flight recorder's records of the window's steps, meta first
 WINDOW_TRACE_FILE = "trace.json.gz"  # torch: the window's Kineto trace
+WINDOW_NSYS_FILE = (
+    "trace.qdstrm"  # nsys: the window's recording range as nsys wrote it (its importer reads it)
+)
+# nsys: the NVTX range a window opens on the engine's loop thread; `roseprof nsys --capture-range-end repeat` makes it
+# nsys' --nvtx-capture, so nsys records from its push to its pop, once per window
+WINDOW_RANGE = "roseinfer.capture_window"

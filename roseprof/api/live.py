@@ -9,7 +9,11 @@ when it has its N steps or the load ends; its files (raw/window/: the window's s
 by the torch driver and analysed with the window's steps, so the run also holds the window's regions, kernels and
 operators, each window step's top kernels and regions (live/step_detail.py, by the engine's step number), and the
 pause the export cost the engine loop. The join itself stays the flight recorder's: every token of the load has
-its step, the window's steps have more."""
+its step, the window's steps have more.
+
+`--tool nsys`: the same on a server run under `roseprof nsys --capture-range nvtx --capture-range-end repeat`; the
+window's file is nsys' stream of its recording range (trace.qdstrm), which roseprof imports and exports to SQLite
+here (drivers/nsys/windows.py) and the nsys driver reads: regions, and on a GPU kernels."""
 
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from roseprof.model import Tool, Trace
 from roseprof.run import tables
 from roseprof.run.json_files import read_json
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
+from roseprof.workload.roseinfer import WINDOW_NSYS_FILE, WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
 from roseprof.workload.steplog import StepLogRecords, read_steplog
 
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
@@ -166,15 +170,15 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
             f"{window['steps']} steps"
         )
-    trace_path, steps_path = files.get(WINDOW_TRACE_FILE), files.get(WINDOW_STEPS_FILE)
-    if trace_path is None or steps_path is None or not window["steps_done"]:
+    steps_path = files.get(WINDOW_STEPS_FILE)
+    if steps_path is None or not window["steps_done"]:
         return
     from roseprof.api.sections import analyse_trace
-    from roseprof.drivers.torch.reader import read_kineto
 
-    trace = read_kineto(
-        trace_path, folder / "raw", opener.client.address(f"/profile/files/{WINDOW_TRACE_FILE}")
-    )
+    read = window_trace(files, folder / "raw", opener.client)
+    if read is None:
+        return
+    trace, _ = read
     analysed, tables_of = analyse_trace(trace, steps_path)
     summary.update({k: analysed[k] for k in WINDOW_PARTS if analysed.get(k) is not None})
     log = read_steplog(str(steps_path))
@@ -194,6 +198,21 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             entry["line"] += (
                 f" (the {window['tool']} window closed after step {last}: {stop_ms:.0f} ms on the loop)"
             )
+
+
+def window_trace(files: dict[str, Path], raw: Path, client) -> tuple[Trace, Path] | None:
+    """A closed window's trace read into the model, and the file an import of it takes (torch: the Kineto trace;
+    nsys: the report made from the range's stream); None for a window of steps alone."""
+    if WINDOW_TRACE_FILE in files:
+        from roseprof.drivers.torch.reader import read_kineto
+
+        path = files[WINDOW_TRACE_FILE]
+        return read_kineto(path, raw, client.address(f"/profile/files/{WINDOW_TRACE_FILE}")), path
+    if WINDOW_NSYS_FILE in files:
+        from roseprof.drivers.nsys.windows import read_stream
+
+        return read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
+    return None
 
 
 def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:
@@ -233,9 +252,23 @@ def window_snapshot(
             raise RoseprofError(f"{client.address('/profile/status')}: the window closed with no decode step")
         steps_path = str(files[WINDOW_STEPS_FILE])
         trace = files.get(WINDOW_TRACE_FILE)
+        if WINDOW_NSYS_FILE in files:  # the report made from nsys' stream, which an import exports again
+            from roseprof.drivers.nsys.windows import report_of_stream
+
+            label = client.address(f"/profile/files/{WINDOW_NSYS_FILE}")
+            trace = report_of_stream(find_nsys_or_say(label), files[WINDOW_NSYS_FILE], label)
         if trace is None:
             return import_path(store, steps_path, name or f"live-{ep.host}-{ep.port}", None)
         return import_path(store, str(trace), name or f"live-{ep.host}-{ep.port}", steps_path)
+
+
+def find_nsys_or_say(label: str) -> str:
+    from roseprof.drivers.nsys.capture import find_nsys
+
+    nsys = find_nsys()
+    if nsys is None:
+        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
+    return nsys
 
 
 def server_summary(path: Path) -> dict:

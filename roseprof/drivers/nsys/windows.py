@@ -1,0 +1,103 @@
+"""nsys recording ranges that repeat (`roseprof nsys --capture-range nvtx --capture-range-end repeat`), and the
+capture windows of a server run under it (roseinfer serve --enable-profiling, POST /profile/start {"tool": "nsys"}).
+
+nsys 2022.4 writes each range's stream into its TMPDIR when the range ends (nsys-report-XXXX.qdstrm) and makes
+<output>.<k>.nsys-rep of them, k = 1, 2, ..., only when the program exits. A server cannot wait for its exit, so
+roseprof gives nsys a TMPDIR of its own and names it to the program (ROSEINFER_NSYS_WINDOWS): the server copies each
+window's stream from there and serves it (roseinfer/serve/nsys_window.py); `roseprof live` imports the stream here
+(QdstrmImporter, the step nsys itself runs at exit) and exports the report to SQLite. When the program exits, the
+capture's own run is its last range's report; every range's report stays in the run's raw/.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from roseprof.errors import CaptureFailed, RoseprofError, one_line
+from roseprof.model import Trace
+from roseprof.workload.roseinfer import NSYS_WINDOWS_ENV, WINDOW_RANGE
+
+REPEAT = re.compile(r"repeat(?::[1-9]\d*)?")  # --capture-range-end's values that record range after range
+
+
+def repeats(capture_range_end: str | None) -> bool:
+    return bool(capture_range_end) and bool(REPEAT.fullmatch(capture_range_end))
+
+
+def serves_windows(capture_range: str, capture_range_end: str | None, nvtx_capture: str | None) -> bool:
+    """Does this capture record a roseinfer server's windows: NVTX ranges, repeating, on the windows' range?"""
+    return capture_range == "nvtx" and repeats(capture_range_end) and nvtx_capture in (None, WINDOW_RANGE)
+
+
+@contextmanager
+def streams_folder(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`env` with nsys' TMPDIR a folder of its own (a plain path: nsys mangles quotes and spaces), named to the
+    program too; the folder is removed afterwards (nsys has turned the streams into reports by then)."""
+    folder = tempfile.mkdtemp(prefix="roseprof-nsys-windows-")
+    try:
+        yield {**env, "TMPDIR": folder, NSYS_WINDOWS_ENV: folder}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def range_reports(out_base: Path) -> list[Path]:
+    """<out_base>.<k>.nsys-rep, in k's order."""
+    found = []
+    for p in out_base.parent.glob(out_base.name + ".*.nsys-rep"):
+        k = p.name[len(out_base.name) + 1 : -len(".nsys-rep")]
+        if k.isdigit():
+            found.append((int(k), p))
+    return [p for _, p in sorted(found)]
+
+
+def last_report(out_base: Path) -> Path:
+    reports = range_reports(out_base)
+    if not reports:
+        raise CaptureFailed(
+            'nsys recorded no range: no capture window was opened (POST /profile/start {"tool": "nsys", '
+            '"steps": N}, or roseprof live --tool nsys), or the program never opened its --nvtx-capture range'
+        )
+    return reports[-1]
+
+
+def report_of_stream(nsys: str, stream: Path, label: str) -> Path:
+    """The .nsys-rep beside a window's stream (.qdstrm), made by the importer of `nsys`; one line naming `label`
+    (where the stream came from) when it cannot."""
+    from roseprof.drivers.nsys.capture import find_importer, importer_problem
+
+    importer = find_importer(nsys)
+    if importer is None:
+        raise RoseprofError(f"{label}: cannot import the window's nsys stream: {importer_problem(nsys)}")
+    rep = stream.with_suffix(".nsys-rep")
+    try:
+        proc = subprocess.run([str(importer), "-i", str(stream)], capture_output=True, text=True,
+                              errors="replace", timeout=3600)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RoseprofError(f"{label}: the nsys importer failed ({one_line(str(e), 160)})") from None
+    if proc.returncode != 0 or not rep.is_file():
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        said = one_line(lines[-1] if lines else f"exit code {proc.returncode}", 200)
+        raise RoseprofError(
+            f"{label}: the importer of nsys {nsys} cannot read the window's stream ({said}); it must be the nsys "
+            "the server runs under"
+        )
+    return rep
+
+
+def read_stream(stream: Path, label: str) -> tuple[Trace, Path]:
+    """A window's stream read into the model: imported, exported to SQLite beside it, read; and its report."""
+    from roseprof.drivers.nsys.capture import export_sqlite, find_nsys
+    from roseprof.drivers.nsys.reader import read_nsys_sqlite
+
+    nsys = find_nsys()
+    if nsys is None:
+        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
+    rep = report_of_stream(nsys, stream, label)
+    sqlite_path = export_sqlite(nsys, rep, stream.with_suffix(".sqlite"), label)
+    return read_nsys_sqlite(str(sqlite_path), label), rep
