@@ -18,7 +18,7 @@ from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.drivers.nsys.windows import last_report, repeats, serves_windows, streams_folder
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV, WINDOW_RANGE, default_command
+from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV, STEP_LOG_ENV, WINDOW_RANGE, default_command
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
 # Nsight Compute (see shared/gpu/README.md): it works once its importer folder and libdw are in place.
@@ -303,6 +303,9 @@ class NsysCapture:
                                 self.capture_range_end)  # fmt: skip
             if self.windows:  # nsys' streams where the server finds each window's (drivers/nsys/windows.py)
                 env = stack.enter_context(streams_folder(env))
+                # and no step log for the server's whole life (a file that grows with every step, a cost outside
+                # the windows): each window's steps come from its flight recorder
+                env.pop(STEP_LOG_ENV, None)
             yield Launch(argv, env, raw / "nsys.log")
 
     def own_line(self, line: bytes) -> bool:
