@@ -23,6 +23,7 @@ source scripts/gpu/fixtures.sh
 source scripts/gpu/ranks.sh
 source scripts/gpu/serve.sh
 source scripts/gpu/windows.sh
+source scripts/gpu/nsys_windows.sh
 
 list() {
   local name

@@ -46,7 +46,9 @@ def problem() -> str | None:
 
 
 def _streams(folder: Path) -> set[Path]:
-    return set(folder.glob(STREAMS))
+    return set(
+        folder.rglob(STREAMS)
+    )  # in any subfolder too: where a later nsys may put them (2022.4: the top)
 
 
 class NsysRange:

@@ -72,6 +72,9 @@ def nsys_server(tmp_path_factory):
         for i, steps in enumerate(WINDOWS):
             got["windows"].append((_window(server, steps, tmp / f"window-{i}"), tmp / f"window-{i}"))
             time.sleep(0.5)  # and steps between windows
+        # no load of its own: the window opens at once on the traffic and its report is imported (an nsys run)
+        got["snapshot"] = roseprof("live", server.url, "--steps", "5", "--tool", "nsys", "--traces-dir", traces,
+                                   "--name", "nsys-snapshot", env=ENV)  # fmt: skip
         done.set()
         thread.join()
         got["live"] = roseprof(
@@ -164,9 +167,9 @@ def test_live_tool_nsys_makes_one_run_that_show_and_request_read(nsys_server):
 def test_roseprof_nsys_keeps_every_windows_report(nsys_server):
     """The server stopped: roseprof nsys stored its run (the last window's report) and every window's report."""
     traces = nsys_server["traces"]
-    (folder,) = [p for p in traces.iterdir() if "nsys-window" not in p.name and p.is_dir()]
+    (folder,) = [p for p in traces.iterdir() if "-nsys-python-" in p.name]  # roseprof nsys' own run
     reports = sorted(p.name for p in (folder / "raw").glob("trace.*.nsys-rep"))
-    assert reports == [f"trace.{k}.nsys-rep" for k in (1, 2, 3)], reports
+    assert reports == [f"trace.{k}.nsys-rep" for k in (1, 2, 3, 4)], reports  # two by hand, snapshot, live
     run = open_store(traces).resolve(folder.name)
     assert run.manifest["tool"]["name"] == "nsys"
     counts = {r["name"]: r["count"] for r in run.summary()["regions"]}
@@ -174,6 +177,18 @@ def test_roseprof_nsys_keeps_every_windows_report(nsys_server):
     assert run.manifest["nsys"]["capture_range_end"] == "repeat"
     # the server wrote no step log for its whole life (a cost outside the windows): the windows' steps are theirs
     assert not (folder / tables.STEPLOG).exists()
+
+
+def test_a_window_with_no_load_imports_its_report_and_steps(nsys_server):
+    proc, traces = nsys_server["snapshot"], nsys_server["traces"]
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = [p for p in traces.iterdir() if "nsys-snapshot" in p.name]
+    run = open_store(traces).resolve(folder.name)
+    assert run.manifest["tool"]["name"] == "nsys"
+    summary = run.summary()
+    assert summary["steps"]["count"] == 5
+    assert {r["name"]: r["count"] for r in summary["regions"]}[DECODE_STEP] == 5
+    tables.check_stored_run(run.path, run.manifest)
 
 
 def test_nsys_window_on_a_server_not_under_nsys_is_one_line(tmp_path):
