@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# What a server under `roseprof nsys --capture-range nvtx --capture-range-end repeat` pays outside capture windows:
+# two servers of one configuration side by side, a plain one and one under nsys (no window ever opened), and the
+# same closed-loop load on each in turn, PAIRS times (interleaved, so the machine's drift falls on both); then
+# `roseprof diff` of the two groups (a hierarchical interval over the loads). Results under $OUT (default
+# /tmp/bench-nsys-idle): the runs in $OUT/traces, the diff in $OUT/diff.txt.
+#   bash scripts/bench_nsys_idle.sh                  # CPU, gpt2-tiny (docs/BENCHMARKS.md)
+#   SERVE="gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph" LOAD="--concurrency 64 --requests 512" \
+#     bash scripts/bench_nsys_idle.sh                # on the GPU machine (nsys on PATH)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/bench-nsys-idle}
+PY=${PYTHON:-python3}
+read -ra SERVE <<< "${SERVE:-gpt2-tiny --max-batch-size 8}"
+read -ra LOAD <<< "${LOAD:---concurrency 8 --requests 48 --output-len 64 --prompt-len 32}"
+PAIRS=${PAIRS:-4}
+mkdir -p "$OUT"
+export COLUMNS=80 PYTHONUNBUFFERED=1
+
+$PY -m roseinfer.serve "${SERVE[@]}" --port 18301 --enable-profiling >"$OUT/plain.log" 2>&1 &
+PLAIN=$!
+$PY -m roseprof nsys --capture-range nvtx --capture-range-end repeat --traces-dir "$OUT/nsys" \
+  --dashboards-dir "$OUT/dashboards" -- $PY -m roseinfer.serve "${SERVE[@]}" --port 18302 --enable-profiling \
+  >"$OUT/nsys.log" 2>&1 &
+NSYS=$!
+trap 'kill -INT $NSYS $PLAIN 2>/dev/null; wait $NSYS $PLAIN 2>/dev/null' EXIT
+for _ in $(seq 300); do grep -q "ready at" "$OUT/plain.log" && grep -q "ready at" "$OUT/nsys.log" && break; sleep 1; done
+load() { $PY -m roseprof load "http://127.0.0.1:$1" "${LOAD[@]}" --traces-dir "$OUT/traces" --name "$2" >/dev/null; }
+load 18301 warm && load 18302 warm  # first requests: allocator, caches
+for i in $(seq "$PAIRS"); do
+  if ((i % 2)); then load 18301 plain && load 18302 under-nsys; else load 18302 under-nsys && load 18301 plain; fi
+done
+uptime | tee "$OUT/uptime.txt"
+$PY -m roseprof diff plain under-nsys --traces-dir "$OUT/traces" --pool-mixed | tee "$OUT/diff.txt"
