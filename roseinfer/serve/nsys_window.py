@@ -81,7 +81,8 @@ class NsysRange:
                 raise RuntimeError(f"nsys wrote {len(new)} streams in {self.folder} during one window")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nsys wrote no stream for the window in {self.folder} within {wait_s:.0f} s "
-                                   f"(is --nvtx-capture {WINDOW_RANGE}?)")  # fmt: skip
+                                   f"(nsys' --nvtx-capture must be {WINDOW_RANGE}, and a --capture-range-end "
+                                   "repeat:N records N windows only)")  # fmt: skip
             seen = sizes
             time.sleep(SETTLE_S)
         tmp = into / (WINDOW_NSYS_FILE + ".tmp")

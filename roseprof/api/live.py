@@ -209,7 +209,7 @@ def window_trace(files: dict[str, Path], raw: Path, client) -> tuple[Trace, Path
         path = files[WINDOW_TRACE_FILE]
         return read_kineto(path, raw, client.address(f"/profile/files/{WINDOW_TRACE_FILE}")), path
     if WINDOW_NSYS_FILE in files:
-        from roseprof.drivers.nsys.windows import read_stream
+        from roseprof.drivers.nsys.window_stream import read_stream
 
         return read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
     return None
@@ -253,7 +253,7 @@ def window_snapshot(
         steps_path = str(files[WINDOW_STEPS_FILE])
         trace = files.get(WINDOW_TRACE_FILE)
         if WINDOW_NSYS_FILE in files:  # the report made from nsys' stream, which an import exports again
-            from roseprof.drivers.nsys.windows import report_of_stream
+            from roseprof.drivers.nsys.window_stream import report_of_stream
 
             label = client.address(f"/profile/files/{WINDOW_NSYS_FILE}")
             trace = report_of_stream(find_nsys_or_say(label), files[WINDOW_NSYS_FILE], label)

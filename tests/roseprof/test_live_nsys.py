@@ -96,7 +96,7 @@ def nsys_server(tmp_path_factory):
 
 
 def _read(folder):
-    from roseprof.drivers.nsys.windows import read_stream
+    from roseprof.drivers.nsys.window_stream import read_stream
 
     trace, _ = read_stream(folder / WINDOW_NSYS_FILE, str(folder / WINDOW_NSYS_FILE))
     return trace

@@ -5,7 +5,7 @@ nsys 2022.4 writes each range's stream into its TMPDIR when the range ends (nsys
 <output>.<k>.nsys-rep of them, k = 1, 2, ..., only when the program exits. A server cannot wait for its exit, so
 roseprof gives nsys a TMPDIR of its own and names it to the program (ROSEINFER_NSYS_WINDOWS): the server copies each
 window's stream from there and serves it (roseinfer/serve/nsys_window.py); `roseprof live` imports the stream here
-(QdstrmImporter, the step nsys itself runs at exit) and exports the report to SQLite. When the program exits, the
+(window_stream.py: QdstrmImporter, the step nsys itself runs at exit) and exports the report to SQLite. When the program exits, the
 capture's own run is its last range's report; every range's report stays in the run's raw/.
 """
 
@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from roseprof.errors import CaptureFailed, RoseprofError, one_line
-from roseprof.model import Trace
+from roseprof.errors import CaptureFailed
 from roseprof.workload.roseinfer import NSYS_WINDOWS_ENV, WINDOW_RANGE
 
 REPEAT = re.compile(r"repeat(?::[1-9]\d*)?")  # --capture-range-end's values that record range after range
@@ -64,40 +62,3 @@ def last_report(out_base: Path) -> Path:
             '"steps": N}, or roseprof live --tool nsys), or the program never opened its --nvtx-capture range'
         )
     return reports[-1]
-
-
-def report_of_stream(nsys: str, stream: Path, label: str) -> Path:
-    """The .nsys-rep beside a window's stream (.qdstrm), made by the importer of `nsys`; one line naming `label`
-    (where the stream came from) when it cannot."""
-    from roseprof.drivers.nsys.capture import find_importer, importer_problem
-
-    importer = find_importer(nsys)
-    if importer is None:
-        raise RoseprofError(f"{label}: cannot import the window's nsys stream: {importer_problem(nsys)}")
-    rep = stream.with_suffix(".nsys-rep")
-    try:
-        proc = subprocess.run([str(importer), "-i", str(stream)], capture_output=True, text=True,
-                              errors="replace", timeout=3600)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise RoseprofError(f"{label}: the nsys importer failed ({one_line(str(e), 160)})") from None
-    if proc.returncode != 0 or not rep.is_file():
-        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-        said = one_line(lines[-1] if lines else f"exit code {proc.returncode}", 200)
-        raise RoseprofError(
-            f"{label}: the importer of nsys {nsys} cannot read the window's stream ({said}); it must be the nsys "
-            "the server runs under"
-        )
-    return rep
-
-
-def read_stream(stream: Path, label: str) -> tuple[Trace, Path]:
-    """A window's stream read into the model: imported, exported to SQLite beside it, read; and its report."""
-    from roseprof.drivers.nsys.capture import export_sqlite, find_nsys
-    from roseprof.drivers.nsys.reader import read_nsys_sqlite
-
-    nsys = find_nsys()
-    if nsys is None:
-        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
-    rep = report_of_stream(nsys, stream, label)
-    sqlite_path = export_sqlite(nsys, rep, stream.with_suffix(".sqlite"), label)
-    return read_nsys_sqlite(str(sqlite_path), label), rep
