@@ -2,8 +2,10 @@
 # What a server under `roseprof nsys --capture-range nvtx --capture-range-end repeat` pays outside capture windows:
 # two servers of one configuration side by side, a plain one and one under nsys (no window ever opened), and the
 # same closed-loop load on each in turn, PAIRS times (interleaved, so the machine's drift falls on both); then
-# `roseprof diff` of the two groups (a hierarchical interval over the loads). Results under $OUT (default
-# /tmp/bench-nsys-idle): the runs in $OUT/traces, the diff in $OUT/diff.txt.
+# `roseprof diff` of the two groups (a hierarchical interval over the loads) and each server's decode step time by
+# batch size from its flight recorder (steps.txt: the engine's own cost, without the client's). NSYS_TRACE: nsys'
+# --trace (default roseprof's). Results under $OUT (default /tmp/bench-nsys-idle): the runs in $OUT/traces, the
+# diff in $OUT/diff.txt.
 #   bash scripts/bench_nsys_idle.sh                  # CPU, gpt2-tiny (docs/BENCHMARKS.md)
 #   SERVE="gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph" LOAD="--concurrency 64 --requests 512" \
 #     bash scripts/bench_nsys_idle.sh                # on the GPU machine (nsys on PATH)
@@ -19,7 +21,8 @@ export COLUMNS=80 PYTHONUNBUFFERED=1
 
 $PY -m roseinfer.serve "${SERVE[@]}" --port 18301 --enable-profiling >"$OUT/plain.log" 2>&1 &
 PLAIN=$!
-$PY -m roseprof nsys --capture-range nvtx --capture-range-end repeat --traces-dir "$OUT/nsys" \
+$PY -m roseprof nsys --capture-range nvtx --capture-range-end repeat ${NSYS_TRACE:+--trace "$NSYS_TRACE"} \
+  --traces-dir "$OUT/nsys" \
   --dashboards-dir "$OUT/dashboards" -- $PY -m roseinfer.serve "${SERVE[@]}" --port 18302 --enable-profiling \
   >"$OUT/nsys.log" 2>&1 &
 NSYS=$!
@@ -31,4 +34,17 @@ for i in $(seq "$PAIRS"); do
   if ((i % 2)); then load 18301 plain && load 18302 under-nsys; else load 18302 under-nsys && load 18301 plain; fi
 done
 uptime | tee "$OUT/uptime.txt"
-$PY -m roseprof diff plain under-nsys --traces-dir "$OUT/traces" --pool-mixed | tee "$OUT/diff.txt"
+$PY -m roseprof diff plain under-nsys --traces-dir "$OUT/traces" --dashboards-dir "$OUT/dashboards" --pool-mixed \
+  | tee "$OUT/diff.txt"
+$PY - <<'EOF' | tee "$OUT/steps.txt"
+import json, statistics, urllib.request
+for name, port in (("plain", 18301), ("under nsys", 18302)):
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/steps?last=100000", timeout=60).read()
+    by_batch = {}
+    for line in body.splitlines():
+        r = json.loads(line)
+        if r.get("type") == "step":
+            by_batch.setdefault(r["batch_size"], []).append((r["end_ns"] - r["start_ns"]) / 1e6)
+    print(name + ": decode step ms, median by batch size: " + ", ".join(
+        f"{b}: {statistics.median(v):.2f} (n={len(v)})" for b, v in sorted(by_batch.items()) if len(v) >= 20))
+EOF

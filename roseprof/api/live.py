@@ -13,7 +13,7 @@ its step, the window's steps have more.
 
 `--tool nsys`: the same on a server run under `roseprof nsys --capture-range nvtx --capture-range-end repeat`; the
 window's file is nsys' stream of its recording range (trace.qdstrm), which roseprof imports and exports to SQLite
-here (drivers/nsys/windows.py) and the nsys driver reads: regions, and on a GPU kernels."""
+here (drivers/nsys/window_stream.py) and the nsys driver reads: regions, and on a GPU kernels."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from roseprof.workload.steplog import StepLogRecords, read_steplog
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
 SERVER_PARTS = ("steps", "itl", "spikes")  # what the steps' analysis adds to the run's summary
 WINDOW_DIR = "window"  # in the run's raw/: a capture window's files as the server sent them
-WINDOW_PARTS = ("regions", "kernels", "operators")  # what a torch window's analysis adds to the run's summary
+WINDOW_PARTS = ("regions", "kernels", "operators")  # what a window's trace adds to the run's summary (operators: torch)
 RECORDER_ALL = 1 << 30  # /debug/steps?last=: all the recorder keeps (the server gives at most that)
 
 
@@ -175,10 +175,9 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
         return
     from roseprof.api.sections import analyse_trace
 
-    read = window_trace(files, folder / "raw", opener.client)
-    if read is None:
+    trace = window_trace(files, folder / "raw", opener.client)
+    if trace is None:
         return
-    trace, _ = read
     analysed, tables_of = analyse_trace(trace, steps_path)
     summary.update({k: analysed[k] for k in WINDOW_PARTS if analysed.get(k) is not None})
     log = read_steplog(str(steps_path))
@@ -200,18 +199,20 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             )
 
 
-def window_trace(files: dict[str, Path], raw: Path, client) -> tuple[Trace, Path] | None:
-    """A closed window's trace read into the model, and the file an import of it takes (torch: the Kineto trace;
-    nsys: the report made from the range's stream); None for a window of steps alone."""
+def window_trace(files: dict[str, Path], raw: Path, client) -> Trace | None:
+    """A closed window's trace read into the model (torch: its Kineto trace; nsys: the report made from its
+    recording range's stream); None for a window of steps alone."""
     if WINDOW_TRACE_FILE in files:
         from roseprof.drivers.torch.reader import read_kineto
 
-        path = files[WINDOW_TRACE_FILE]
-        return read_kineto(path, raw, client.address(f"/profile/files/{WINDOW_TRACE_FILE}")), path
+        return read_kineto(
+            files[WINDOW_TRACE_FILE], raw, client.address(f"/profile/files/{WINDOW_TRACE_FILE}")
+        )
     if WINDOW_NSYS_FILE in files:
         from roseprof.drivers.nsys.window_stream import read_stream
 
-        return read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
+        trace, _ = read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
+        return trace
     return None
 
 
@@ -253,22 +254,13 @@ def window_snapshot(
         steps_path = str(files[WINDOW_STEPS_FILE])
         trace = files.get(WINDOW_TRACE_FILE)
         if WINDOW_NSYS_FILE in files:  # the report made from nsys' stream, which an import exports again
-            from roseprof.drivers.nsys.window_stream import report_of_stream
+            from roseprof.drivers.nsys.window_stream import nsys_here, report_of_stream
 
             label = client.address(f"/profile/files/{WINDOW_NSYS_FILE}")
-            trace = report_of_stream(find_nsys_or_say(label), files[WINDOW_NSYS_FILE], label)
+            trace = report_of_stream(nsys_here(label), files[WINDOW_NSYS_FILE], label)
         if trace is None:
             return import_path(store, steps_path, name or f"live-{ep.host}-{ep.port}", None)
         return import_path(store, str(trace), name or f"live-{ep.host}-{ep.port}", steps_path)
-
-
-def find_nsys_or_say(label: str) -> str:
-    from roseprof.drivers.nsys.capture import find_nsys
-
-    nsys = find_nsys()
-    if nsys is None:
-        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
-    return nsys
 
 
 def server_summary(path: Path) -> dict:

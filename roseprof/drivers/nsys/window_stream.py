@@ -12,6 +12,14 @@ from roseprof.errors import RoseprofError, one_line
 from roseprof.model import Trace
 
 
+def nsys_here(label: str) -> str:
+    """The nsys that reads a window's stream here; one line naming `label` where there is none."""
+    nsys = find_nsys()
+    if nsys is None:
+        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
+    return nsys
+
+
 def report_of_stream(nsys: str, stream: Path, label: str) -> Path:
     """The .nsys-rep beside a window's stream (.qdstrm), made by the importer of `nsys`; one line naming `label`
     (where the stream came from) when it cannot."""
@@ -38,9 +46,7 @@ def read_stream(stream: Path, label: str) -> tuple[Trace, Path]:
     """A window's stream read into the model: imported, exported to SQLite beside it, read; and its report."""
     from roseprof.drivers.nsys.reader import read_nsys_sqlite
 
-    nsys = find_nsys()
-    if nsys is None:
-        raise RoseprofError(f"{label}: an nsys window needs nsys here to read it: set NSYS or put it on PATH")
+    nsys = nsys_here(label)
     rep = report_of_stream(nsys, stream, label)
     sqlite_path = export_sqlite(nsys, rep, stream.with_suffix(".sqlite"), label)
     return read_nsys_sqlite(str(sqlite_path), label), rep
