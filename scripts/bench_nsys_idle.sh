@@ -5,7 +5,7 @@
 # `roseprof diff` of the two groups (a hierarchical interval over the loads) and each server's decode step time by
 # batch size from its flight recorder (steps.txt: the engine's own cost, without the client's). NSYS_TRACE: nsys'
 # --trace (default roseprof's). Results under $OUT (default /tmp/bench-nsys-idle): the runs in $OUT/traces, the
-# diff in $OUT/diff.txt.
+# diff in $OUT/diff.txt. SECOND=plain: both servers plain (the A/A pair that says what a difference here is worth).
 #   bash scripts/bench_nsys_idle.sh                  # CPU, gpt2-tiny (docs/BENCHMARKS.md)
 #   SERVE="gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph" LOAD="--concurrency 64 --requests 512" \
 #     bash scripts/bench_nsys_idle.sh                # on the GPU machine (nsys on PATH)
@@ -17,14 +17,14 @@ read -ra SERVE <<< "${SERVE:-gpt2-tiny --max-batch-size 8}"
 read -ra LOAD <<< "${LOAD:---concurrency 8 --requests 48 --output-len 64 --prompt-len 32}"
 PAIRS=${PAIRS:-4}
 mkdir -p "$OUT"
-export COLUMNS=80 PYTHONUNBUFFERED=1
+export COLUMNS=80 PYTHONUNBUFFERED=1 SECOND=${SECOND:-}
 
 $PY -m roseinfer.serve "${SERVE[@]}" --port 18301 --enable-profiling >"$OUT/plain.log" 2>&1 &
 PLAIN=$!
-$PY -m roseprof nsys --capture-range nvtx --capture-range-end repeat ${NSYS_TRACE:+--trace "$NSYS_TRACE"} \
-  --traces-dir "$OUT/nsys" \
-  --dashboards-dir "$OUT/dashboards" -- $PY -m roseinfer.serve "${SERVE[@]}" --port 18302 --enable-profiling \
-  >"$OUT/nsys.log" 2>&1 &
+UNDER=($PY -m roseprof nsys --capture-range nvtx --capture-range-end repeat ${NSYS_TRACE:+--trace "$NSYS_TRACE"}
+  --traces-dir "$OUT/nsys" --dashboards-dir "$OUT/dashboards" --)
+[ "${SECOND:-}" = plain ] && UNDER=()  # A/A: the second server plain too, how far two like servers differ here
+"${UNDER[@]}" $PY -m roseinfer.serve "${SERVE[@]}" --port 18302 --enable-profiling >"$OUT/nsys.log" 2>&1 &
 NSYS=$!
 trap 'kill -INT $NSYS $PLAIN 2>/dev/null; wait $NSYS $PLAIN 2>/dev/null' EXIT
 for _ in $(seq 300); do grep -q "ready at" "$OUT/plain.log" && grep -q "ready at" "$OUT/nsys.log" && break; sleep 1; done
@@ -37,8 +37,9 @@ uptime | tee "$OUT/uptime.txt"
 $PY -m roseprof diff plain under-nsys --traces-dir "$OUT/traces" --dashboards-dir "$OUT/dashboards" --pool-mixed \
   | tee "$OUT/diff.txt"
 $PY - <<'EOF' | tee "$OUT/steps.txt"
-import json, statistics, urllib.request
-for name, port in (("plain", 18301), ("under nsys", 18302)):
+import json, os, statistics, urllib.request
+second = "second plain (A/A)" if os.environ.get("SECOND") == "plain" else "under nsys"
+for name, port in (("plain", 18301), (second, 18302)):
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/debug/steps?last=100000", timeout=60).read()
     by_batch = {}
     for line in body.splitlines():

@@ -37,7 +37,11 @@ from roseprof.workload.steplog import StepLogRecords, read_steplog
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
 SERVER_PARTS = ("steps", "itl", "spikes")  # what the steps' analysis adds to the run's summary
 WINDOW_DIR = "window"  # in the run's raw/: a capture window's files as the server sent them
-WINDOW_PARTS = ("regions", "kernels", "operators")  # what a window's trace adds to the run's summary (operators: torch)
+WINDOW_PARTS = (
+    "regions",
+    "kernels",
+    "operators",
+)  # what a window's trace adds to the run's summary (operators: torch)
 RECORDER_ALL = 1 << 30  # /debug/steps?last=: all the recorder keeps (the server gives at most that)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from roseprof.drivers.nsys.capture import profile_argv
-from roseprof.drivers.nsys.windows import range_reports, serves_windows
+from roseprof.drivers.nsys.windows import last_report, range_reports, serves_windows
+from roseprof.errors import CaptureFailed
 from roseprof.workload.roseinfer import DECODE_STEP, WINDOW_RANGE
 from tests.helpers import run_cli
 
@@ -48,6 +49,16 @@ def test_range_reports_in_order(tmp_path):
     (tmp_path / "trace.nsys-rep").write_bytes(b"")
     (tmp_path / "trace.x.nsys-rep").write_bytes(b"")
     assert [p.name for p in range_reports(tmp_path / "trace")] == [f"trace.{k}.nsys-rep" for k in (1, 2, 10)]
+    assert last_report(tmp_path / "trace").name == "trace.10.nsys-rep"
+
+
+def test_one_range_is_an_unnumbered_report_and_none_is_one_line(tmp_path):
+    """nsys 2022.4 numbers the reports of a repeating range only when it recorded several (seen: a program stopped
+    after one window left trace.nsys-rep)."""
+    with pytest.raises(CaptureFailed, match="no capture window was opened"):
+        last_report(tmp_path / "trace")
+    (tmp_path / "trace.nsys-rep").write_bytes(b"")
+    assert last_report(tmp_path / "trace").name == "trace.nsys-rep"
 
 
 @pytest.mark.parametrize(

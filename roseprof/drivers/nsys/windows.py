@@ -55,7 +55,12 @@ def range_reports(out_base: Path) -> list[Path]:
 
 
 def last_report(out_base: Path) -> Path:
+    """The last range's report: <out_base>.<k>.nsys-rep, or <out_base>.nsys-rep where nsys recorded one range only
+    (nsys 2022.4 numbers the reports only when there are several)."""
     reports = range_reports(out_base)
+    single = out_base.with_suffix(".nsys-rep")
+    if not reports and single.is_file():
+        return single
     if not reports:
         raise CaptureFailed(
             'nsys recorded no range: no capture window was opened (POST /profile/start {"tool": "nsys", '
