@@ -13,6 +13,7 @@ from roseinfer.names import (  # noqa: F401
     ENV_KEYS as KEYS,
 )
 from roseinfer.names import (
+    ROSEINFER_NSYS_WINDOWS,
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
     ROSEINFER_STEP_LOG,
@@ -92,6 +93,10 @@ class Env:
     torch_profile_with_stack: bool
     # CPU activity only, even where CUDA exists (no kernels; the profiler's cost on the GPU side is gone).
     torch_profile_cpu_only: bool
+    # Set by `roseprof nsys --capture-range nvtx --capture-range-end repeat` for a server it starts: the folder
+    # nsys writes each recording range's stream into (its TMPDIR), where an nsys capture window finds its own
+    # (roseinfer/serve/nsys_window.py). Unset: the server is not under such an nsys, and tool "nsys" is refused.
+    nsys_windows: str | None
 
 
 def _sleep_region(name: str) -> tuple[str, float] | None:
@@ -155,6 +160,7 @@ def read() -> Env:
         torch_profile_schedule=_schedule(ROSEINFER_TORCH_PROFILE_SCHEDULE, TORCH_PROFILE_SCHEDULE),
         torch_profile_with_stack=_flag(ROSEINFER_TORCH_PROFILE_WITH_STACK, False),
         torch_profile_cpu_only=_flag(ROSEINFER_TORCH_PROFILE_CPU_ONLY, False),
+        nsys_windows=os.environ.get(ROSEINFER_NSYS_WINDOWS) or None,
     )
 
 

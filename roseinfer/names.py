@@ -102,6 +102,9 @@ ROSEINFER_CUDA_EXT_CACHE = "ROSEINFER_CUDA_EXT_CACHE"
 # FILE: where a CUDA kernel's host code appends each launch's stamps (roseinfer/cuda_ext/stamps.py), one JSON line a
 # launch; a roseprof capture sets it to the run folder's file, as it does the step log
 ROSEINFER_KERNEL_STAMPS = "ROSEINFER_KERNEL_STAMPS"
+# DIR: the server runs under `roseprof nsys --capture-range nvtx --capture-range-end repeat`, which makes DIR nsys'
+# temporary folder, where nsys writes each recording range's stream (roseinfer/serve/nsys_window.py)
+ROSEINFER_NSYS_WINDOWS = "ROSEINFER_NSYS_WINDOWS"
 ENV_KEYS = (
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
@@ -120,6 +123,7 @@ ENV_KEYS = (
     ROSEINFER_TEST_SLOW_EVERY,
     ROSEINFER_CUDA_EXT_CACHE,
     ROSEINFER_KERNEL_STAMPS,
+    ROSEINFER_NSYS_WINDOWS,
 )
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
@@ -128,9 +132,16 @@ STEPLOG_VERSION = 3  # the step log's format (roseinfer/steplog.py writes it; ro
 
 # Capture windows (roseinfer serve --enable-profiling; roseinfer/serve/windows.py): the tools a window takes and the
 # files a closed window serves (GET /profile/files/NAME); roseprof live reads them by these names.
-WINDOW_TOOLS = ("steps", "torch")
+WINDOW_TOOLS = ("steps", "torch", "nsys")
 WINDOW_STEPS_FILE = "steps.jsonl"  # the flight recorder's records of the window's steps, meta first
 WINDOW_TRACE_FILE = "trace.json.gz"  # torch: the window's Kineto trace
+
+WINDOW_NSYS_FILE = (
+    "trace.qdstrm"  # nsys: the window's recording range as nsys wrote it (its importer reads it)
+)
+# nsys: the NVTX range a window opens on the engine's loop thread; `roseprof nsys --capture-range-end repeat` makes it
+# nsys' --nvtx-capture, so nsys records from its push to its pop, once per window
+WINDOW_RANGE = "roseinfer.capture_window"
 
 
 def window_rank_file(name: str, rank: int) -> str:

@@ -171,6 +171,32 @@ def set_record_function(on: bool) -> bool:
     return before
 
 
+def set_nvtx(on: bool) -> bool:
+    """Regions as NVTX ranges on or off (a serving engine's nsys window, roseinfer/serve/nsys_window.py, turns them
+    on for its steps only, so the server emits no NVTX between windows); on only where a tool is attached. Returns
+    the value before, to restore. Call between steps."""
+    before = STATE.nvtx
+    STATE.nvtx = on and _nvtx_tool_attached()
+    if STATE.nvtx and STATE._push is None:
+        STATE._push, STATE._pop = _nvtx_functions()
+    _refresh_enabled()
+    return before
+
+
+def nvtx_tool_attached() -> bool:
+    """Does a tool (Nsight Systems, Nsight Compute) receive this process' NVTX ranges?"""
+    return _nvtx_tool_attached()
+
+
+def push_nvtx(name: str) -> None:
+    """One NVTX range opened on this thread, outside any region (after set_nvtx(True))."""
+    STATE._push(name)
+
+
+def pop_nvtx() -> None:
+    STATE._pop()
+
+
 class _NullRegion:
     __slots__ = ()
 

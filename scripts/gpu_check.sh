@@ -24,6 +24,7 @@ source scripts/gpu/ranks.sh
 source scripts/gpu/serve.sh
 source scripts/gpu/windows.sh
 source scripts/gpu/windows_tp.sh
+source scripts/gpu/nsys_windows.sh
 
 list() {
   local name

@@ -1,10 +1,11 @@
 """Capture windows on demand, the HTTP side (the engine core's side is windows.py), off unless the server was
 started with --enable-profiling (a window slows the server and writes files):
 
-  POST /profile/start   {"tool": "steps" | "torch", "steps": N}   opens a window of exactly N decode steps
+  POST /profile/start   {"tool": "steps" | "torch" | "nsys", "steps": N}   opens a window of exactly N decode steps
   POST /profile/stop                                              ends the open window early
   GET  /profile/status                                            the last window: state, steps done, files, pause
-  GET  /profile/files/NAME                                        a closed window's file (steps.jsonl, trace.json.gz)
+  GET  /profile/files/NAME                                        a closed window's file (steps.jsonl, trace.json.gz,
+                                                                  trace.qdstrm)
 
 The files travel over HTTP rather than through a folder the client reads: `roseprof live` is given a URL, and the
 server may be another machine, a container or a pod whose disk the client never sees; the same route, the same
@@ -29,7 +30,7 @@ from roseinfer.serve.bridge import EngineBridge
 from roseinfer.serve.errors import APIError
 
 OFF = "profiling is off: start the server with --enable-profiling"
-USAGE = '{"tool": "steps" | "torch", "steps": N}'
+USAGE = '{"tool": ' + " | ".join(f'"{t}"' for t in TOOLS) + ', "steps": N}'
 
 
 def profile_folder(chosen: str | None) -> str:

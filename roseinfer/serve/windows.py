@@ -6,6 +6,9 @@ A window covers exactly N decode steps: it opens between two steps and closes af
 - steps: the flight recorder's records of the window's steps (no profiler; the recorder is always on).
 - torch: the same, and a torch.profiler (Kineto) recording of those steps, the engine's regions on as
   record_function spans for them only (tracing.set_record_function).
+- nsys: the same, and an Nsight Systems recording range around those steps, on a server started under
+  `roseprof nsys --capture-range nvtx --capture-range-end repeat` (nsys_window.py), the regions on as NVTX ranges
+  for them only.
 
 The files are written OFF the engine loop: SGLang users saw a trace export freeze a server for 25 s. On the loop
 stay only what must be on the thread that profiled (torch.profiler's start and stop: its callbacks are the
@@ -87,6 +90,7 @@ class Windows:
         self._ids = itertools.count(1)
         self._prof = None
         self._record_function_before = False
+        self._nsys = None  # nsys_window.NsysRange while an nsys window records
 
     def answer(self, core, what: tuple) -> dict:
         """{"code": HTTP status, "window": the window's state} or {"code", "message"}. A profiler that fails is
@@ -127,6 +131,15 @@ class Windows:
                 "code": 409,
                 "message": "a torch profiler is already on in this server (ROSEINFER_TORCH_PROFILE)",
             }
+        if tool == "nsys" and core.workers is not None:  # the range is opened on rank 0's loop alone
+            return {"code": 400, "message": "nsys windows under tensor parallelism are not supported yet "
+                    "(tool torch or steps takes every rank)"}  # fmt: skip
+        if tool == "nsys":
+            from roseinfer.serve import nsys_window
+
+            problem = nsys_window.problem()
+            if problem:
+                return {"code": 400, "message": problem}
         if w is not None:
             shutil.rmtree(w.folder, ignore_errors=True)  # only the last window's files are kept
         wid = next(self._ids)
@@ -136,6 +149,8 @@ class Windows:
         if tool == "torch":
             self._prof = _start_torch_profiler()
             self._record_function_before = tracing.set_record_function(True)
+        if tool == "nsys":
+            self._nsys = _open_nsys_range()
         self.current = Window(wid, tool, steps, folder, core.engine.decode_steps)
         self.current.loop_ms["start_ms"] = (tracing.now_ns() - t0) / 1e6
         return {"code": 200, "window": self.current.describe()}
@@ -172,6 +187,9 @@ class Windows:
                 prof.stop()
             except Exception:  # noqa: BLE001 - already failing; the profiler is dropped
                 pass
+        nsys, self._nsys = self._nsys, None
+        if nsys is not None:
+            nsys.end()
         w = self.current
         if w is not None and w.state in (RECORDING, EXPORTING):
             w.error, w.state = _one_line(e), FAILED
@@ -185,12 +203,15 @@ class Windows:
         if prof is not None:
             prof.stop()
             tracing.set_record_function(self._record_function_before)
+        nsys, self._nsys = self._nsys, None
+        if nsys is not None:
+            nsys.end()  # nsys writes the range's stream inside: part of stop_ms
         t1 = tracing.now_ns()
         records = core.engine.flight.dump(w.steps_done, core.running()) if core.engine.flight else []
         t2 = tracing.now_ns()
         w.loop_ms.update(stop_ms=(t1 - t0) / 1e6, dump_ms=(t2 - t1) / 1e6)
         threading.Thread(
-            target=_export, args=(w, prof, records), name="roseinfer-window-export", daemon=True
+            target=_export, args=(w, prof, records, nsys), name="roseinfer-window-export", daemon=True
         ).start()
 
 
@@ -211,7 +232,13 @@ def _start_torch_profiler():
     return prof
 
 
-def _export(w: Window, prof, records: list[dict]) -> None:
+def _open_nsys_range():
+    from roseinfer.serve.nsys_window import NsysRange
+
+    return NsysRange()
+
+
+def _export(w: Window, prof, records: list[dict], nsys=None) -> None:
     """The export thread: the window's files, each written under a temporary name and renamed whole."""
     t0 = tracing.now_ns()
     try:
@@ -222,6 +249,8 @@ def _export(w: Window, prof, records: list[dict]) -> None:
         if prof is not None:
             _write_trace(prof, w.folder)
             files.append(TRACE_FILE)
+        if nsys is not None:
+            files.append(nsys.collect(w.folder))
         w.files = files
         state = DONE
     except Exception as e:  # noqa: BLE001 - the status says it in one line; the server serves on

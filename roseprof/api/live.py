@@ -9,7 +9,11 @@ when it has its N steps or the load ends; its files (raw/window/: the window's s
 by the torch driver and analysed with the window's steps, so the run also holds the window's regions, kernels and
 operators, each window step's top kernels and regions (live/step_detail.py, by the engine's step number), and the
 pause the export cost the engine loop. The join itself stays the flight recorder's: every token of the load has
-its step, the window's steps have more."""
+its step, the window's steps have more.
+
+`--tool nsys`: the same on a server run under `roseprof nsys --capture-range nvtx --capture-range-end repeat`; the
+window's file is nsys' stream of its recording range (trace.qdstrm), which roseprof imports and exports to SQLite
+here (drivers/nsys/window_stream.py) and the nsys driver reads: regions, and on a GPU kernels."""
 
 from __future__ import annotations
 
@@ -27,13 +31,17 @@ from roseprof.model import Tool, Trace
 from roseprof.run import tables
 from roseprof.run.json_files import read_json
 from roseprof.run.store import Run, RunStore
-from roseprof.workload.roseinfer import WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
+from roseprof.workload.roseinfer import WINDOW_NSYS_FILE, WINDOW_STEPS_FILE, WINDOW_TRACE_FILE
 from roseprof.workload.steplog import StepLogRecords, read_steplog
 
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
 SERVER_PARTS = ("steps", "itl", "spikes")  # what the steps' analysis adds to the run's summary
 WINDOW_DIR = "window"  # in the run's raw/: a capture window's files as the server sent them
-WINDOW_PARTS = ("regions", "kernels", "operators")  # what a torch window's analysis adds to the run's summary
+WINDOW_PARTS = (
+    "regions",
+    "kernels",
+    "operators",
+)  # what a window's trace adds to the run's summary (operators: torch)
 RECORDER_ALL = 1 << 30  # /debug/steps?last=: all the recorder keeps (the server gives at most that)
 
 
@@ -205,15 +213,22 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
             f"{window['steps']} steps"
         )
-    trace_path, steps_path = files.get(WINDOW_TRACE_FILE), files.get(WINDOW_STEPS_FILE)
-    if trace_path is None or steps_path is None or not window["steps_done"]:
+    steps_path = files.get(WINDOW_STEPS_FILE)
+    if steps_path is None or not window["steps_done"]:
         return
     from roseprof.api.sections import analyse_trace
-    from roseprof.live.rank_window import RANK_PARTS, read_traces
+    from roseprof.live.rank_window import RANK_PARTS
 
-    trace = read_traces(
-        files, size, folder / "raw", lambda name: opener.client.address(f"/profile/files/{name}")
-    )  # every rank's, one process each; each rank's steps joined to its log beside rank 0's (raw/window/)
+    if WINDOW_NSYS_FILE in files:  # nsys: the report made from the window's recording range (rank 0's)
+        trace = nsys_window_trace(files, opener.client)
+    else:  # torch: every rank's, one process each; each rank's steps joined to its log beside rank 0's (raw/window/)
+        from roseprof.live.rank_window import read_traces
+
+        trace = read_traces(
+            files, size, folder / "raw", lambda name: opener.client.address(f"/profile/files/{name}")
+        )
+    if trace is None:
+        return
     analysed, tables_of = analyse_trace(trace, steps_path)
     parts = WINDOW_PARTS + (RANK_PARTS if size > 1 else ())
     summary.update({k: analysed[k] for k in parts if analysed.get(k) is not None})
@@ -253,6 +268,14 @@ def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str
         if said:
             summary["warnings"].append(said)
     return size
+
+
+def nsys_window_trace(files: dict[str, Path], client) -> Trace:
+    """An nsys window's trace: the report made from its recording range's stream, read into the model."""
+    from roseprof.drivers.nsys.window_stream import read_stream
+
+    trace, _ = read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
+    return trace
 
 
 def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:
@@ -300,6 +323,11 @@ def window_snapshot(
         # every rank's trace (a tensor-parallel server's window: one file a rank, one run of several ranks); the
         # ranks' step logs lie beside rank 0's, where the import looks for them
         traces = [str(p) for p in rank_files(files, WINDOW_TRACE_FILE, world_size(window))]
+        if WINDOW_NSYS_FILE in files:  # the report made from nsys' stream, which an import exports again
+            from roseprof.drivers.nsys.window_stream import nsys_here, report_of_stream
+
+            label = client.address(f"/profile/files/{WINDOW_NSYS_FILE}")
+            traces = [str(report_of_stream(nsys_here(label), files[WINDOW_NSYS_FILE], label))]
         if not traces:
             return import_path(store, steps_path, name or f"live-{ep.host}-{ep.port}", None)
         return import_path(

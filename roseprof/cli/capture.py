@@ -27,7 +27,19 @@ from roseprof.cli.common import (
     default="none",
     show_default=True,
 )
-@click.option("--nvtx-capture", help="with --capture-range nvtx: the range that starts the capture")
+@click.option(
+    "--nvtx-capture",
+    help="with --capture-range nvtx: the range that starts the capture (default roseinfer.decode_step; with "
+    "--capture-range-end repeat roseinfer.capture_window, a server's capture window)",
+)
+@click.option(
+    "--capture-range-end",
+    metavar="none|stop|repeat[:N]",
+    callback=lambda ctx, param, value: _range_end(value),
+    help="what nsys does when the range ends (default: none with an NVTX range); repeat: record every range again, "
+    "a report each: `-- roseinfer serve MODEL --enable-profiling` records only its capture windows "
+    '(POST /profile/start {"tool": "nsys"}, roseprof live --tool nsys)',
+)
 @click.option("--open", "open_", is_flag=True, help="open the dashboard when done")
 @click.option(
     "--repeat",
@@ -44,8 +56,9 @@ from roseprof.cli.common import (
 @store_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def nsys(
-    name, trace, capture_range, nvtx_capture, open_, repeat, step_range, traces_dir, dashboards_dir, cmd
-) -> None:
+    name, trace, capture_range, nvtx_capture, capture_range_end, open_, repeat, step_range, traces_dir,
+    dashboards_dir, cmd,
+) -> None:  # fmt: skip
     """Run CMD under Nsight Systems (the built-in engine benchmark when no CMD is given after --).
 
     A CMD that starts with `-` extends the built-in command: `roseprof nsys -- --no-batched-kv-append` runs the
@@ -54,8 +67,19 @@ def nsys(
     """
     from roseprof.drivers.nsys.capture import NsysOptions
 
-    options = NsysOptions(trace, capture_range, nvtx_capture)
+    if capture_range_end is not None and capture_range == "none":
+        raise click.UsageError("--capture-range-end needs --capture-range nvtx or cudaProfilerApi")
+    options = NsysOptions(trace, capture_range, nvtx_capture, capture_range_end)
     _capture(options, cmd, name, repeat, step_range, traces_dir, dashboards_dir, open_)
+
+
+def _range_end(value: str | None) -> str | None:
+    """--capture-range-end as nsys 2022.4 takes it (none, stop, repeat, repeat:N); a usage error otherwise."""
+    import re
+
+    if value is None or re.fullmatch(r"none|stop|repeat(?::[1-9]\d*)?", value):
+        return value
+    raise click.BadParameter(f"{value!r} is none of none, stop, repeat, repeat:N (N >= 1)")
 
 
 def _capture(options, cmd, name, repeat, step_range, traces_dir, dashboards_dir, open_) -> None:

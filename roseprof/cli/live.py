@@ -16,7 +16,8 @@ from roseprof.workload.roseinfer import WINDOW_TOOLS
               help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
 @click.option("--tool", type=click.Choice(list(WINDOW_TOOLS)), default="steps", show_default=True,
               help="what records the server side (steps: the flight recorder, no profiler; torch: a torch.profiler "
-                   "window of N steps, on a server started with --enable-profiling)")  # fmt: skip
+                   "window of N steps, on a server started with --enable-profiling; nsys: an Nsight Systems window, "
+                   "on such a server started under roseprof nsys --capture-range nvtx --capture-range-end repeat)")  # fmt: skip
 @click.option("--name", help="a name for the run (default: live-HOST-PORT)")
 @load_options
 @store_options
@@ -31,8 +32,10 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     --tool torch: a torch.profiler window of N decode steps on the server (roseinfer serve --enable-profiling),
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
     window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
-    window's export cost the engine loop. With no load, the window opens at once on what the server serves
-    (Ctrl-C ends it early) and its trace is imported with the window's steps.
+    window's export cost the engine loop. --tool nsys: the same with Nsight Systems, on a server started under
+    `roseprof nsys --capture-range nvtx --capture-range-end repeat -- roseinfer serve MODEL --enable-profiling`
+    (it records only inside windows); each window is one nsys report. With no load, the window opens at once on
+    what the server serves (Ctrl-C ends it early) and its trace is imported with the window's steps.
 
     A tensor-parallel server (--tensor-parallel-size): the window is on every rank over the same steps, and the run
     holds every rank (each rank's trace and step log). Its flight recorder is rank 0's, so --tool steps takes a

@@ -138,3 +138,8 @@ WINDOW_TOOLS = names.WINDOW_TOOLS
 WINDOW_STEPS_FILE = names.WINDOW_STEPS_FILE
 WINDOW_TRACE_FILE = names.WINDOW_TRACE_FILE
 window_rank_file = names.window_rank_file  # a tensor-parallel rank's window file (trace.rank1.json.gz)
+WINDOW_NSYS_FILE = names.WINDOW_NSYS_FILE
+# An nsys window: the NVTX range the server opens for it (nsys' --nvtx-capture), and the switch through which
+# `roseprof nsys --capture-range-end repeat` tells the server where nsys writes each range (drivers/nsys/windows.py).
+WINDOW_RANGE = names.WINDOW_RANGE
+NSYS_WINDOWS_ENV = names.ROSEINFER_NSYS_WINDOWS

@@ -8,16 +8,17 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.nsys.report import read_header, version_key
+from roseprof.drivers.nsys.windows import last_report, repeats, serves_windows, streams_folder
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
 from roseprof.model import Trace
-from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV, default_command
+from roseprof.workload.roseinfer import DECODE_STEP, NVTX_ENV, STEP_LOG_ENV, WINDOW_RANGE, default_command
 
 # Where nsys usually lives, newest first within each pattern. The last ones are the copy that ships inside
 # Nsight Compute (see shared/gpu/README.md): it works once its importer folder and libdw are in place.
@@ -98,9 +99,16 @@ def plain_output_path(out_base: Path):
 
 
 def profile_argv(
-    nsys: str, cmd: list[str], out_base: Path, trace: str, capture_range: str, nvtx_capture: str | None
+    nsys: str,
+    cmd: list[str],
+    out_base: Path,
+    trace: str,
+    capture_range: str,
+    nvtx_capture: str | None,
+    capture_range_end: str | None = None,
 ) -> list[str]:
-    """`nsys profile`'s command line around `cmd`, writing `out_base`.nsys-rep."""
+    """`nsys profile`'s command line around `cmd`, writing `out_base`.nsys-rep (a range that repeats:
+    `out_base`.<k>.nsys-rep, one per range)."""  # fmt: skip
     argv = [
         nsys,
         "profile",
@@ -117,9 +125,17 @@ def profile_argv(
     if capture_range != "none":
         argv.append(f"--capture-range={capture_range}")
         if capture_range == "nvtx":
-            argv.append(f"--nvtx-capture={nvtx_capture or DECODE_STEP}")
+            argv.append(f"--nvtx-capture={nvtx_capture or default_nvtx_capture(capture_range_end)}")
+        if capture_range_end is not None:
+            argv.append(f"--capture-range-end={capture_range_end}")
+        elif capture_range == "nvtx":
             argv.append("--capture-range-end=none")
     return argv + cmd  # nsys 2022.4 takes no "--": the application starts at the first non-option
+
+
+def default_nvtx_capture(capture_range_end: str | None) -> str:
+    """The range that starts recording: a server's capture window where ranges repeat, else the first decode step."""
+    return WINDOW_RANGE if repeats(capture_range_end) else DECODE_STEP
 
 
 # nsys 2022.4 throws this while it sets up, before the program starts, when another nsys process on the machine
@@ -236,6 +252,9 @@ class NsysOptions:
     # nsys --capture-range: which part of the program nsys records (not the CUDA-graph capture ranges)
     capture_range: str = "none"
     nvtx_capture: str | None = None  # with capture_range "nvtx": the range that starts recording
+    # nsys --capture-range-end (None: nsys' default, `none` with an NVTX range); repeat[:N]: every range recorded
+    # as a report of its own (a server's capture windows: drivers/nsys/windows.py)
+    capture_range_end: str | None = None
 
     def default_command(self) -> list[str]:
         """What runs when no command is given: the engine's benchmark sized for the machine."""
@@ -259,9 +278,12 @@ class NsysCapture:
         self.trace = options.trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
         self.capture_range = options.capture_range
         self.nvtx_capture = options.nvtx_capture
+        self.capture_range_end = options.capture_range_end
+        self.windows = serves_windows(self.capture_range, self.capture_range_end, self.nvtx_capture)
 
     def engine_env(self) -> dict[str, str]:
-        return {NVTX_ENV: "1"}
+        # A server's windows turn its regions' NVTX on for their steps only (nothing emitted between windows).
+        return {} if self.windows else {NVTX_ENV: "1"}
 
     def describe(self) -> dict:
         return {
@@ -269,14 +291,21 @@ class NsysCapture:
             "version": nsys_version(self.nsys),
             "trace": self.trace,
             "capture_range": self.capture_range,
+            **({"capture_range_end": self.capture_range_end} if self.capture_range_end else {}),
         }
 
     @contextmanager
     def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
         """`nsys profile` writing raw/trace.nsys-rep (staged under a plain path where the traces folder's is not);
         the program's output goes to the terminal, nsys' own lines only to raw/nsys.log."""
-        with plain_output_path(raw / "trace") as out_base:
-            argv = profile_argv(self.nsys, cmd, out_base, self.trace, self.capture_range, self.nvtx_capture)
+        with plain_output_path(raw / "trace") as out_base, ExitStack() as stack:
+            argv = profile_argv(self.nsys, cmd, out_base, self.trace, self.capture_range, self.nvtx_capture,
+                                self.capture_range_end)  # fmt: skip
+            if self.windows:  # nsys' streams where the server finds each window's (drivers/nsys/windows.py)
+                env = stack.enter_context(streams_folder(env))
+                # and no step log for the server's whole life (a file that grows with every step, a cost outside
+                # the windows): each window's steps come from its flight recorder
+                env.pop(STEP_LOG_ENV, None)
             yield Launch(argv, env, raw / "nsys.log")
 
     def own_line(self, line: bytes) -> bool:
@@ -298,7 +327,10 @@ class NsysCapture:
         from roseprof.drivers.nsys.reader import read_nsys_sqlite
 
         try:
-            rep = finish_report(self.nsys, raw / "trace")
+            if repeats(self.capture_range_end):  # a report per range: the run is the last one's
+                rep = last_report(raw / "trace")
+            else:
+                rep = finish_report(self.nsys, raw / "trace")
             sqlite_path = export_sqlite(self.nsys, rep, raw / "trace.sqlite")
             return read_nsys_sqlite(str(sqlite_path))
         except RoseprofError as e:

@@ -27,12 +27,19 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, model: str = "gpt2-tiny") -> None:
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        model: str = "gpt2-tiny",
+        prefix: tuple[str, ...] = (),
+    ) -> None:
+        """`prefix`: what the server runs under (e.g. `roseprof nsys ... --`), its argv before the server's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         child_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "roseinfer.serve", model, "--port", str(self.port), *args],
+            [*prefix, sys.executable, "-m", "roseinfer.serve", model, "--port", str(self.port), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -64,7 +64,7 @@ def test_profile_routes_are_404_without_enable_profiling(server):
 @pytest.mark.parametrize(
     "body, words",
     [
-        ({"tool": "nsight", "steps": 3}, "tool must be one of steps, torch"),
+        ({"tool": "nsight", "steps": 3}, "tool must be one of steps, torch, nsys"),
         ({"tool": "steps", "steps": 0}, "steps must be an integer > 0"),
         ({"tool": "steps", "steps": -2}, "steps must be an integer > 0"),
         ({"tool": "torch", "steps": "5"}, "steps must be an integer > 0"),
