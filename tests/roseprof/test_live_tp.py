@@ -226,3 +226,13 @@ def test_steps_on_a_server_without_profiling_say_they_are_rank_0s(tmp_path):
         assert not (folder / "raw" / "window").exists()
     finally:
         s.stop()
+
+
+def test_an_nsys_window_on_a_tensor_parallel_server_is_refused_in_one_line(server):
+    """An nsys window's range is opened on rank 0's loop alone: half a window, so refused, never misleading."""
+    status, _, body = server.post("/profile/start", {"tool": "nsys", "steps": 4})
+    assert status == 400, body
+    message = body["error"]["message"]
+    assert "tensor parallelism" in message and "\n" not in message
+    window = server.get("/profile/status")[2]["window"]
+    assert window is None or window["tool"] != "nsys"
