@@ -9,7 +9,9 @@ metric it was judged by and that metric's noise floor:
     figure   a figure of the whole run (step time, ITL, TTFT, a load's latencies, ncu's) whose interval clears its
              floor (noise_floor.py)
     region   a region judged by the one statistic verdict._changes picks for it (its own CPU time's p5, else its
-             own time's p5, else its total); its other statistics are evidence, shown but never a change alone
+             own time's p5, else its total); its other statistics are evidence, shown but never a change alone;
+             or, where that did not change, by its median time in the rollover steps (verdict._rollover_changes:
+             `at_rollover`), when that changed and its time in the other steps did not
     kernel   the same for a kernel
 
 A metric is starred (`significant` in --json) exactly when it is a decision row's metric; `clears_floor` keeps
@@ -107,6 +109,7 @@ def _named_rows(rows: list[dict], kind: str) -> list[dict]:
             "own_time": r.get("own_time", False),
             "own_stat": r.get("own_stat"),
             "per_step": r.get("per_step", False),
+            "at_rollover": r.get("at_rollover", False),  # judged by its time in the rollover steps alone
         }
         for r in rows
     ]
@@ -162,7 +165,7 @@ def _names_of(row: dict, names: list[str]) -> list[str]:
     if row["kind"] == "figure":
         return [row["metric"]]
     prefix = "regions." if row["kind"] == "region" else "kernels."
-    return [n for n in names if n.startswith(f"{prefix}{row['label']}.")] or [row["metric"]]
+    return [n for n in names if n.startswith(f"{prefix}{row['label']}.")] + [row["metric"]]
 
 
 def gate(

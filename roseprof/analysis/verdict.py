@@ -51,6 +51,9 @@ OWN_STAT = {
     (False, True): "p5 of the steps",
     (False, False): "mean",
 }
+# A region's time in the rollover steps (its median there) and in the other steps (sections/steps.py's metrics).
+AT_ROLLOVER = "steps.rollover.regions_p50."
+AT_NORMAL = "steps.normal.regions_p50."
 
 
 def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
@@ -145,6 +148,30 @@ def _changes(
     return rows
 
 
+def _rollover_changes(metrics: dict[str, dict], named: set[str]) -> list[dict]:
+    """Regions whose time in the rollover steps (its median there) changed beyond the floor while their time in the
+    other steps did not: a change of the rollover path alone (`--no-batched-rollover`: every rolling-over row takes
+    the per-request path, a few steps a run), which the region's figure over all the steps averages away. A region
+    already named over all the steps is not named again; the most time moved first."""
+    rows = []
+    for name, m in metrics.items():
+        region = name[len(AT_ROLLOVER) :]
+        if not name.startswith(AT_ROLLOVER) or region in named or not clears(m):
+            continue
+        normal = metrics.get(AT_NORMAL + region)
+        if normal is not None and clears(normal):
+            continue  # it moved in every step, not at the rollovers
+        row = _row(m, region, None, "ns")
+        row.update(per_step=True, own_time=False, own_stat="median of the rollover steps", at_rollover=True)
+        row["moved_ns"] = m["b"] - m["a"]
+        rows.append(row)
+    rows.sort(key=lambda r: -abs(r["moved_ns"]))
+    if rows:  # as _changes: the regions that only enclose the one that moved
+        largest = abs(rows[0]["moved_ns"])
+        rows = [r for r in rows if abs(r["moved_ns"]) >= 0.05 * largest]
+    return rows
+
+
 def _agrees(normalised: dict, raw: dict | None) -> bool:
     """Whether a region's own CPU time that changed beyond the floor at the before side's machine speed moved the
     same way at the runs' own speed, its interval excluding 0 (diff_metric.CPU_OWN_LOW_RAW says why). Only the
@@ -196,9 +223,10 @@ def verdict(
     ] + _sweep_headline(metrics)
     judged: dict[str, str] = {}
     regions = _changes(by_name, "regions.", own_time=True, judged=judged)
+    at_rollover = _rollover_changes(by_name, {r["label"] for r in regions})
     kernel_rows = _changes(by_name, "kernels.")
     # The one decision every view reads (decision.py): what changed, its overall word, and the machine's part.
-    decided = decide(metrics, headline, regions, kernel_rows, slowdown)
+    decided = decide(metrics, headline, regions + at_rollover, kernel_rows, slowdown)
     by_machine = {r["metric"] for r in decided["rows"] if r["machine"]}
     for r in headline:
         r["machine"] = r["metric"] in by_machine
@@ -219,6 +247,8 @@ def verdict(
         "moved_most": regions[0] if regions else None,
         # where the time moved shows the first TOP_CHANGES (the decision has them all)
         "regions": regions[:TOP_CHANGES],
+        # regions that changed in the rollover steps alone (their median there)
+        "rollover_regions": at_rollover[:TOP_CHANGES],
         # each region per step -> the metric it is judged by (the dashboard's chart shows that statistic)
         "judged_regions": judged,
         "kernels": kernel_rows[:TOP_CHANGES],
