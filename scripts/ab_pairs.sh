@@ -11,7 +11,7 @@
 #
 # Every capture goes to OUT/traces (run names ab<i>-base, ab<i>-flag, ab<i>-same), every diff's terminal text (80
 # columns) and --json to OUT/diffs, the counts to OUT/summary.txt. BURNERS CPU-bound processes run beside the
-# captures (started and stopped here).
+# captures (started and stopped here). REDIFF=1: no capture, the stored pairs of OUT diffed again with this code.
 set -euo pipefail
 OUT=${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}
 N=${2:?how many pairs}
@@ -29,12 +29,14 @@ DIRS=(--traces-dir "$OUT/traces" --dashboards-dir "$OUT/dashboards")
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+[ -n "${REDIFF:-}" ] && BURNERS=0
 for _ in $(seq 1 "$BURNERS"); do
   "$PY" -c "while True: pass" &
   pids+=($!)
 done
 
 capture() {  # name [flag]
+  [ -n "${REDIFF:-}" ] && return 0
   "$PY" -m roseprof nsys --repeat "$R" --name "$1" "${DIRS[@]}" ${2:+-- "$2"} >/dev/null 2>&1
 }
 
