@@ -6,7 +6,7 @@
 #
 #   bash scripts/ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]
 #   bash scripts/ab_pairs.sh /tmp/ab 10                                   # --no-batched-kv-append, 3 runs a side
-#   bash scripts/ab_pairs.sh /tmp/ab-roll 10 --no-batched-rollover 3 roseinfer.kv.rollover
+#   bash scripts/ab_pairs.sh /tmp/ab-roll 10 --no-batched-rollover 3 roseinfer.kv.append_token   # named at rollover steps
 #   bash scripts/ab_pairs.sh /tmp/ab-busy 10 --no-batched-kv-append 3 roseinfer.kv.append_token 2   # 2 CPU burners
 #
 # Every capture goes to OUT/traces (run names ab<i>-base, ab<i>-flag, ab<i>-same), every diff's terminal text (80
