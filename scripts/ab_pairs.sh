@@ -13,7 +13,7 @@
 # columns) and --json to OUT/diffs, the counts to OUT/summary.txt. BURNERS CPU-bound processes run beside the
 # captures (started and stopped here). REDIFF=1: no capture, the stored pairs of OUT diffed again with this code.
 set -euo pipefail
-OUT=${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}
+OUT=$(realpath -m "${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}")
 N=${2:?how many pairs}
 FLAG=${3:---no-batched-kv-append}
 R=${4:-3}
@@ -23,6 +23,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=/work/main/.venv/bin/python
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+# `python -m` puts the working folder first on sys.path: run from ROOT, or another checkout's roseprof is diffed
+cd "$ROOT"
 mkdir -p "$OUT/diffs"
 DIRS=(--traces-dir "$OUT/traces" --dashboards-dir "$OUT/dashboards")
 
