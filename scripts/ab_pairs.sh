@@ -6,14 +6,14 @@
 #
 #   bash scripts/ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]
 #   bash scripts/ab_pairs.sh /tmp/ab 10                                   # --no-batched-kv-append, 3 runs a side
-#   bash scripts/ab_pairs.sh /tmp/ab-roll 10 --no-batched-rollover 3 roseinfer.kv.rollover
+#   bash scripts/ab_pairs.sh /tmp/ab-roll 10 --no-batched-rollover 3 roseinfer.kv.append_token   # named at rollover steps
 #   bash scripts/ab_pairs.sh /tmp/ab-busy 10 --no-batched-kv-append 3 roseinfer.kv.append_token 2   # 2 CPU burners
 #
 # Every capture goes to OUT/traces (run names ab<i>-base, ab<i>-flag, ab<i>-same), every diff's terminal text (80
 # columns) and --json to OUT/diffs, the counts to OUT/summary.txt. BURNERS CPU-bound processes run beside the
-# captures (started and stopped here).
+# captures (started and stopped here). REDIFF=1: no capture, the stored pairs of OUT diffed again with this code.
 set -euo pipefail
-OUT=${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}
+OUT=$(realpath -m "${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}")
 N=${2:?how many pairs}
 FLAG=${3:---no-batched-kv-append}
 R=${4:-3}
@@ -23,18 +23,22 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PY:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=/work/main/.venv/bin/python
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+# `python -m` puts the working folder first on sys.path: run from ROOT, or another checkout's roseprof is diffed
+cd "$ROOT"
 mkdir -p "$OUT/diffs"
 DIRS=(--traces-dir "$OUT/traces" --dashboards-dir "$OUT/dashboards")
 
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
+[ -n "${REDIFF:-}" ] && BURNERS=0
 for _ in $(seq 1 "$BURNERS"); do
   "$PY" -c "while True: pass" &
   pids+=($!)
 done
 
 capture() {  # name [flag]
+  [ -n "${REDIFF:-}" ] && return 0
   "$PY" -m roseprof nsys --repeat "$R" --name "$1" "${DIRS[@]}" ${2:+-- "$2"} >/dev/null 2>&1
 }
 

@@ -9,11 +9,16 @@ metric it was judged by and that metric's noise floor:
     figure   a figure of the whole run (step time, ITL, TTFT, a load's latencies, ncu's) whose interval clears its
              floor (noise_floor.py)
     region   a region judged by the one statistic verdict._changes picks for it (its own CPU time's p5, else its
-             own time's p5, else its total); its other statistics are evidence, shown but never a change alone
+             own time's p5, else its total); its other statistics are evidence, shown but never a change alone;
+             or, where that did not change, by its median time in the rollover steps (verdict._rollover_changes:
+             `at_rollover`), when that changed and its time in the other steps did not
     kernel   the same for a kernel
 
-A metric is starred (`significant` in --json) exactly when it is a decision row's metric; `clears_floor` keeps
-what its interval alone says. The gate fails on the decision's slower rows over the threshold (those --metric
+A group diff's decision also has the rows that every run pair of it, one run a side, decided alike
+(run_pairs.py: `every_pair`), judged by the group's figure of that statistic: a group is never less decisive
+than its run pairs. A metric is starred (`significant` in --json) exactly when it is a decision row's metric;
+`clears_floor` keeps what its interval alone says (a starred metric clears it or is `every_pair`). The gate
+fails on the decision's slower rows over the threshold (those --metric
 picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown).
 """
 
@@ -107,6 +112,10 @@ def _named_rows(rows: list[dict], kind: str) -> list[dict]:
             "own_time": r.get("own_time", False),
             "own_stat": r.get("own_stat"),
             "per_step": r.get("per_step", False),
+            "at_rollover": r.get("at_rollover", False),  # judged by its time in the rollover steps alone
+            "every_pair": r.get(
+                "every_pair", False
+            ),  # named by every run pair, one run a side (run_pairs.py)
         }
         for r in rows
     ]
@@ -127,12 +136,24 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
 
 
 def decide(
-    metrics: list[dict], headline: list[dict], regions: list[dict], kernels: list[dict], slowdown: dict | None
+    metrics: list[dict],
+    headline: list[dict],
+    regions: list[dict],
+    kernels: list[dict],
+    slowdown: dict | None,
+    figures: list[dict] | None = None,
 ) -> dict:
-    """The decision of a diff: its rows (the figures that clear their floors, then verdict's `regions` and
-    `kernels` rows, all of them), its overall word, and whether a slower machine explains the wall-clock figures
-    (`slowdown`: machine_speed.slowdown's, or None)."""
+    """The decision of a diff: its rows (the figures that clear their floors, and `figures`: those every run pair
+    decided alike (verdict._from_pairs), then verdict's `regions` and `kernels` rows, all of them), its overall
+    word, and whether a slower machine explains the wall-clock figures (`slowdown`: machine_speed.slowdown's, or
+    None)."""
     rows = _figure_rows(metrics, headline)
+    labels = {r["metric"]: r["label"] for r in headline}
+    for f in figures or []:
+        rows.append(
+            {"kind": "figure", "metric": f["metric"], "label": labels.get(f["metric"]), "word": f["word"],
+             "delta_pct": f["delta_pct"], "floor_pct": f.get("floor_pct"), "every_pair": True}
+        )  # fmt: skip
     rows += _named_rows(regions, "region") + _named_rows(kernels, "kernel")
     machine = machine_slower(rows, slowdown)
     for r in rows:
@@ -152,9 +173,12 @@ def decide(
 def mark(metrics: list[dict], decision: dict) -> None:
     """Star exactly the decision's metrics (`significant`); `clears_floor` keeps what the interval alone said."""
     decided = {r["metric"] for r in decision["rows"]}
+    paired = {r["metric"] for r in decision["rows"] if r.get("every_pair")}
     for m in metrics:
         m.setdefault("clears_floor", m.get("significant", False))
         m["significant"] = m["name"] in decided
+        # starred without clearing its floor here: every run pair, one run a side, named it (run_pairs.py)
+        m["every_pair"] = m["name"] in paired
 
 
 def _names_of(row: dict, names: list[str]) -> list[str]:
@@ -162,7 +186,7 @@ def _names_of(row: dict, names: list[str]) -> list[str]:
     if row["kind"] == "figure":
         return [row["metric"]]
     prefix = "regions." if row["kind"] == "region" else "kernels."
-    return [n for n in names if n.startswith(f"{prefix}{row['label']}.")] or [row["metric"]]
+    return [n for n in names if n.startswith(f"{prefix}{row['label']}.")] + [row["metric"]]
 
 
 def gate(

@@ -51,6 +51,9 @@ OWN_STAT = {
     (False, True): "p5 of the steps",
     (False, False): "mean",
 }
+# A region's time in the rollover steps (its median there) and in the other steps (sections/steps.py's metrics).
+AT_ROLLOVER = "steps.rollover.regions_p50."
+AT_NORMAL = "steps.normal.regions_p50."
 
 
 def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
@@ -145,6 +148,52 @@ def _changes(
     return rows
 
 
+def _rollover_changes(metrics: dict[str, dict], named: set[str]) -> list[dict]:
+    """Regions whose time in the rollover steps (its median there) changed beyond the floor while their time in the
+    other steps did not: a change of the rollover path alone (`--no-batched-rollover`: every rolling-over row takes
+    the per-request path, a few steps a run), which the region's figure over all the steps averages away. A region
+    already named over all the steps is not named again; the most time moved first."""
+    rows = []
+    for name, m in metrics.items():
+        region = name[len(AT_ROLLOVER) :]
+        if not name.startswith(AT_ROLLOVER) or region in named or not clears(m):
+            continue
+        normal = metrics.get(AT_NORMAL + region)
+        if normal is not None and clears(normal):
+            continue  # it moved in every step, not at the rollovers
+        row = _row(m, region, None, "ns")
+        row.update(per_step=True, own_time=False, own_stat="median of the rollover steps", at_rollover=True)
+        row["moved_ns"] = m["b"] - m["a"]
+        rows.append(row)
+    rows.sort(key=lambda r: -abs(r["moved_ns"]))
+    if rows:  # as _changes: the regions that only enclose the one that moved
+        largest = abs(rows[0]["moved_ns"])
+        rows = [r for r in rows if abs(r["moved_ns"]) >= 0.05 * largest]
+    return rows
+
+
+def _from_pairs(metrics: dict[str, dict], pairs: list[dict], named: list[dict]) -> list[dict]:
+    """The rows every run pair decided alike (run_pairs.agreed) that the group's own rows do not name: each with
+    the group's figure of the statistic the pairs judged, the pairs' word, and `every_pair`. A region, figure or
+    kernel the group names already (with any word) keeps the group's row."""
+    seen = {(r.get("kind", "region"), r["label"]) for r in named}
+    out = []
+    for p in pairs:
+        m = metrics.get(p["metric"])
+        label = p["label"] if p["kind"] != "figure" else p["metric"]
+        if m is None or (p["kind"], label) in seen or m.get("delta_pct") is None:
+            continue
+        row = _row(m, label, None, "ns")
+        row.update(kind=p["kind"], word=p["word"], why="every run pair, one run a side", every_pair=True)
+        row.update({k: p[k] for k in ("per_step", "own_time", "own_stat", "at_rollover") if k in p})
+        if p["kind"] == "figure":
+            row["label"] = p["label"]
+        else:
+            row["moved_ns"] = m["b"] - m["a"]
+        out.append(row)
+    return out
+
+
 def _agrees(normalised: dict, raw: dict | None) -> bool:
     """Whether a region's own CPU time that changed beyond the floor at the before side's machine speed moved the
     same way at the runs' own speed, its interval excluding 0 (diff_metric.CPU_OWN_LOW_RAW says why). Only the
@@ -184,21 +233,39 @@ def verdict(
     floor: str | None = None,
     false_alarms: dict | None = None,
     slowdown: dict | None = None,
+    pairs: list[dict] | None = None,
 ) -> dict:
     """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names
     (and `runs`, every run id of a side), `kernels` the kernels only one run has (kernel_changes), `floor` the
     noise floor applied, in words, and `false_alarms` what one run a side called between runs of the same code
     on this device (noise_floor.ONE_RUN_FALSE_ALARMS), `slowdown` how much slower the after side's machine ran
-    (machine_speed.slowdown)."""
+    (machine_speed.slowdown), `pairs` the rows every run pair of a group diff decided alike (run_pairs.agreed):
+    the group's decision names them too."""
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
     ] + _sweep_headline(metrics)
     judged: dict[str, str] = {}
     regions = _changes(by_name, "regions.", own_time=True, judged=judged)
+    at_rollover = _rollover_changes(by_name, {r["label"] for r in regions})
     kernel_rows = _changes(by_name, "kernels.")
+    # What every run pair decided alike, one run a side (run_pairs.py): the group names it too.
+    named = [{**r, "kind": "region"} for r in regions + at_rollover] + [
+        {**r, "kind": "kernel"} for r in kernel_rows
+    ]
+    named += [{"kind": "figure", "label": m["name"]} for m in metrics if clears(m)]
+    paired = _from_pairs(by_name, pairs or [], named)
+    figures = [r for r in paired if r["kind"] == "figure"]
+    for rows, kind in ((regions, "region"), (kernel_rows, "kernel")):
+        rows += [r for r in paired if r["kind"] == kind and not r.get("at_rollover")]
+        rows.sort(key=lambda r: -abs(r["moved_ns"]))
+    at_rollover += [r for r in paired if r.get("at_rollover")]
+    by_pairs = {r["metric"]: r for r in figures}
+    for r in headline:
+        if r["metric"] in by_pairs:
+            r["word"], r["why"] = by_pairs[r["metric"]]["word"], by_pairs[r["metric"]]["why"]
     # The one decision every view reads (decision.py): what changed, its overall word, and the machine's part.
-    decided = decide(metrics, headline, regions, kernel_rows, slowdown)
+    decided = decide(metrics, headline, regions + at_rollover, kernel_rows, slowdown, figures)
     by_machine = {r["metric"] for r in decided["rows"] if r["machine"]}
     for r in headline:
         r["machine"] = r["metric"] in by_machine
@@ -219,6 +286,8 @@ def verdict(
         "moved_most": regions[0] if regions else None,
         # where the time moved shows the first TOP_CHANGES (the decision has them all)
         "regions": regions[:TOP_CHANGES],
+        # regions that changed in the rollover steps alone (their median there)
+        "rollover_regions": at_rollover[:TOP_CHANGES],
         # each region per step -> the metric it is judged by (the dashboard's chart shows that statistic)
         "judged_regions": judged,
         "kernels": kernel_rows[:TOP_CHANGES],

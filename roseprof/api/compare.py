@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from roseprof.analysis import decision, machine_speed, noise_floor
+from roseprof.analysis import decision, machine_speed, noise_floor, run_pairs
 from roseprof.analysis.diff import compare, compare_own, floor_for, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
 from roseprof.analysis.samples import prepare
@@ -154,6 +154,9 @@ def diff_runs(
     for side, g, runs in ((side_a, a, runs_a), (side_b, b, runs_b)):
         if _runs(g) != len(runs):  # a repeated load (--repeat K): its K loads are the side's samples
             side["loads"] = _runs(g)
+    # A group is never less decisive than its run pairs, one run a side (run_pairs.py); not for loads and sweeps,
+    # nor where a section compares in a way of its own (ncu).
+    paired = not (all_loads or own or _runs(a) != len(a) or _runs(b) != len(b))
     v = verdict(
         metrics,
         side_a,
@@ -162,6 +165,7 @@ def diff_runs(
         floor.describe(),
         noise_floor.ONE_RUN_FALSE_ALARMS[floor.device],
         machine_speed.slowdown(a, b),
+        run_pairs.agreed(a, b, min_effect) if paired else None,
     )
     # One decision (analysis/decision.py): the stars and the gate read the verdict's, as the headline does.
     decision.mark(metrics, v["decision"])

@@ -192,12 +192,13 @@ def _verdict_panel(result: dict) -> str:
         _change_table(v["headline"], "figure"),
         f"<p><small>{html.escape(verdict_text.samples_note(v))}</small></p>",
     ]
-    for key in ("regions", "kernels"):
-        if v[key]:
-            per = "per decode step" if v[key][0].get("per_step") else "per run"
+    at_rollover = ("rollover_regions", "regions at rollover steps")
+    for key, title in (("regions", "regions"), at_rollover, ("kernels", "kernels")):
+        if v.get(key):
+            per = verdict_text.per_what(v[key])
             what = verdict_text.what_moved_in(v[key])
-            parts.append(f"<h2>Where the time moved: {key} ({what} {per}, beyond the noise floor)</h2>")
-            parts.append(_change_table(v[key], key[:-1]))
+            parts.append(f"<h2>Where the time moved: {title} ({what} {per}, beyond the noise floor)</h2>")
+            parts.append(_change_table(v[key], "kernel" if key == "kernels" else "region"))
     for label, names in (("New kernels", v["new_kernels"]), ("Vanished kernels", v["vanished_kernels"])):
         if names:
             parts.append(f"<p><b>{label}:</b> " + ", ".join(html.escape(n) for n in names) + "</p>")

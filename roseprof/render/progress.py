@@ -13,7 +13,7 @@ import time
 from rich.console import Console
 from rich.markup import escape
 
-from roseprof.render import text
+from roseprof.render import commands
 
 CAPTURE = "capture"
 NOTES = ("parse",)  # stages that report a result rather than start work: a line, no spinner
@@ -37,7 +37,7 @@ class CaptureProgress:
         self._end_stage()
         self._stage, self._since = (stage, message), time.monotonic()
         if stage == CAPTURE:
-            shown = text.command(message, max(40, self.console.width - 10))
+            shown = commands.command(message, max(40, self.console.width - 10))
             self._say(f"{TAG} {escape(shown)}")
             self._say("[dim]the command's own output follows[/]")
         else:

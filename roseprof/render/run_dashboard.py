@@ -8,6 +8,7 @@ from pathlib import Path
 
 from roseprof.errors import RoseprofError
 from roseprof.render import (
+    commands,
     figures,
     live_figures,
     load_figures,
@@ -28,7 +29,7 @@ def _cards(run: RunRecord, summary: dict) -> list[tuple[str, str]]:
     gpus = m.get("gpus") or summary.get("gpus") or []
     device = ", ".join(g.get("name", "?") for g in gpus) or (env.get("cpu") or {}).get("model", "CPU")
     cards = [
-        ("tool", text.tool_label(tool)),
+        ("tool", commands.tool_label(tool)),
         ("status", m.get("status", "?")),
         ("device", device),
         ("command", " ".join(m.get("command") or []) or m.get("source", "-")),

@@ -15,7 +15,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from roseprof.render import text, units
+from roseprof.render import commands, text, units
 from roseprof.render.safe_text import plain
 from roseprof.render.view import RunRecord, RunView
 from roseprof.workload.roseinfer import CAPTURE_ENV
@@ -116,13 +116,13 @@ def print_summary(
     m = run.manifest
     head = Text.assemble(
         (plain(run.id), "bold"),
-        plain(f"  {text.tool_label(m.get('tool') or {})}  status "),
+        plain(f"  {commands.tool_label(m.get('tool') or {})}  status "),
         (plain(m.get("status")), "bold"),
     )
     if head.cell_len > console.width:  # a long imported id: the id alone on its line, whole
         head = Text.assemble(
             (plain(run.id), "bold"),
-            "\n" + plain(f"{text.tool_label(m.get('tool') or {})}  status "),
+            "\n" + plain(f"{commands.tool_label(m.get('tool') or {})}  status "),
             (plain(m.get("status")), "bold"),
         )
     console.print(head, overflow="fold")
@@ -352,7 +352,7 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
     headers = ["run", "name", "tool", "status", "created (UTC)", "command"]
     # The command column says what tells the runs apart (the flags and switches not every run of the program
     # has); `show` prints the whole command.
-    apart = text.commands_apart([(_argv(r.manifest), _switches(r.manifest)) for r in runs])
+    apart = commands.commands_apart([(_argv(r.manifest), _switches(r.manifest)) for r in runs])
     rows = [
         [
             r.id,
@@ -370,7 +370,7 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
     # it). The id and the status are never cut (users copy ids; a cut status reads as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {1: text.shorten_middle, 5: text.command}, keep={0, 1, 3},
+            console, None, headers, rows, {1: text.shorten_middle, 5: commands.command}, keep={0, 1, 3},
             optional=(4, 2, 1, 5), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
         ),
         crop=False,

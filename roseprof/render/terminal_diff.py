@@ -15,6 +15,7 @@ from roseprof.render.verdict_text import (
     machine_line,
     one_run_note,
     options_line,
+    per_what,
     samples_note,
     side_line,
     what_moved_in,
@@ -72,15 +73,16 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
         )
     )  # fmt: skip
     console.print(samples_note(v), markup=False, style="dim")
-    for key, title in (("regions", "regions"), ("kernels", "kernels")):
-        changes = v[key]
+    at_rollover = ("rollover_regions", "regions at rollover steps")
+    for key, title in (("regions", "regions"), at_rollover, ("kernels", "kernels")):
+        changes = v.get(key) or []
         if not changes:
             continue
-        per = "per decode step" if changes[0].get("per_step") else "per run"
+        per = per_what(changes)
         what = what_moved_in(changes)
-        shrink = {0: _cut_statistic if key == "regions" else text.kernel_name}  # regions: short_names already
+        shrink = {0: text.kernel_name if key == "kernels" else _cut_statistic}  # regions: short_names already
         rows = _change_rows(changes)
-        if key == "regions":
+        if key != "kernels":
             for row, r in zip(rows, changes):
                 row[0] = name(r["label"])
         if key == "kernels":  # one base name, several kernels: each keeps its tag
@@ -91,7 +93,7 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
                 console,
                 f"where the time moved: {title} ({what} {per}, beyond the noise floor, most moved first)"
                 + (f"; without {prefix}" if prefix and key == "regions" else ""),
-                [key[:-1], "before", "after", "change [95% CI]", "verdict"],
+                ["kernel" if key == "kernels" else "region", "before", "after", "change [95% CI]", "verdict"],
                 rows,
                 shrink,
                 keep={0, 4},
@@ -212,7 +214,7 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     v = result["verdict"]
     metrics = result["metrics"]
     split = [_split(text.metric_label(m["name"], m.get("per_step", False))) for m in metrics[:top]]
-    moved = [r["label"] for key in ("regions", "kernels") for r in v[key]]
+    moved = [r["label"] for key in ("regions", "rollover_regions", "kernels") for r in v.get(key) or []]
     # Region labels share their program's prefix (`roseinfer.`): left out (and said) so names fit 80 columns.
     prefix = text.common_prefix([name for name, what in split if what] + moved)
     rows = []
@@ -234,8 +236,8 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     # One width for every region name in this output: the narrowest room its tables leave.
     widest_what = max((len(what) + 3 for _, what in split if what), default=0)
     rooms = [_room(console, headers, rows) - widest_what] if rows else []
-    for key in ("regions", "kernels"):
-        if v[key]:
+    for key in ("regions", "rollover_regions", "kernels"):
+        if v.get(key):
             moved_rows = [[r["label"], *c[1:]] for r, c in zip(v[key], _change_rows(v[key]))]
             rooms.append(
                 _room(console, ["region", "before", "after", "change [95% CI]", "verdict"], moved_rows)

@@ -1,14 +1,11 @@
 """Text for people, shared by the terminal and the dashboards: durations in the unit a person reads, names
-shortened so that the part that tells them apart survives, commands cut at a word, metric names in words."""
+shortened so that the part that tells them apart survives, metric names in words (commands: render/commands.py)."""
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import textwrap
-
-from roseprof import command_line
 
 ELLIPSIS = "…"
 
@@ -127,66 +124,6 @@ def kernel_name(name: str, width: int) -> str:
         body, sep, tag = name, "", ""
     base = kernel_base(body)
     return shorten_middle(base, max(width - len(sep) - len(tag), 8)) + sep + tag
-
-
-def tool_label(tool: dict) -> str:
-    """`nsys 2025.3.2.0`, `torch 2.11.0`; a version neither the file nor the tool gave is said so, not `?`."""
-    name, version = tool.get("name") or "?", tool.get("version")
-    if not version or version == "?":
-        return f"{name} (version not recorded)"
-    return f"{name} {version}"
-
-
-def command(argv: list[str] | str | None, width: int) -> str:
-    """A command line that fits `width`: the program by its file name (the path is in `roseprof show`), cut at the
-    end on a word boundary with an ellipsis."""
-    if not argv:
-        return ""
-    words = [argv] if isinstance(argv, str) else list(argv)
-    if os.sep in words[0] and len(words) > 1:
-        words[0] = os.path.basename(words[0])
-    text = " ".join(words)
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return ELLIPSIS[:width]
-    cut = text[: width - 1]
-    space = cut.rfind(" ")
-    if space >= width // 2:  # at a word, unless that would throw away most of the room
-        cut = cut[:space]
-    return cut.rstrip() + ELLIPSIS
-
-
-command_items = command_line.command_items  # (the store's refusals word commands the same way)
-
-
-def commands_apart(commands: list[tuple[list[str] | None, dict]]) -> list[str | None]:
-    """What tells each run's command apart from the others' (`ls`): per (argv, switches) -- switches being the
-    engine's environment switches the run recorded -- the switches and option items that not every run of the
-    same program has, then the program where several programs are listed; the program alone where nothing
-    differs. None for a run without a command (an import)."""
-    parsed = [
-        (command_items(argv), [f"{k}={v}" for k, v in sorted(env.items())]) if argv else None
-        for argv, env in commands
-    ]
-    by_prog: dict[str, list[set[str]]] = {}
-    for p in parsed:
-        if p is not None:
-            (prog, items), switches = p
-            by_prog.setdefault(prog, []).append(set(items) | set(switches))
-    common = {prog: set.intersection(*sets) if len(sets) > 1 else set() for prog, sets in by_prog.items()}
-    out: list[str | None] = []
-    for p in parsed:
-        if p is None:
-            out.append(None)
-            continue
-        (prog, items), switches = p
-        apart = [x for x in switches + items if x not in common[prog]]
-        if not apart:
-            out.append(prog)
-        else:
-            out.append(" ".join(apart) + (f" ({prog})" if len(by_prog) > 1 else ""))
-    return out
 
 
 METRIC_PARTS = {"rollover.": "rollover ", "normal.": "normal "}

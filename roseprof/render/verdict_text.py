@@ -9,7 +9,10 @@ from roseprof.render.text import duration
 
 def what_moved(row: dict) -> str:
     """What a "where the time moved" row measures: a region's own time (in the steps no wait for a core landed in:
-    `p5 own time`; its thread CPU time where the runs have it: `p5 own CPU time`), or a time."""
+    `p5 own time`; its thread CPU time where the runs have it: `p5 own CPU time`), its median time in the rollover
+    steps, or a time."""
+    if row.get("at_rollover"):
+        return "median time"
     if not row.get("own_time"):
         return "time"
     stat = row.get("own_stat", "")
@@ -35,9 +38,18 @@ def row_label(row: dict) -> str:
 
 
 def _said(row: dict) -> str:
-    """`roseinfer.kv.append_token +15.3% slower`: a decision row as the headline names it."""
+    """`roseinfer.kv.append_token +15.3% slower`: a decision row as the headline names it (`... at rollover steps
+    +130.5% slower` where it changed in the rollover steps alone)."""
     delta = "" if row["delta_pct"] is None else f" {row['delta_pct']:+.1f}%"
-    return f"{row_label(row)}{delta} {row['word']}"
+    where = " at rollover steps" if row.get("at_rollover") else ""
+    return f"{row_label(row)}{where}{delta} {row['word']}"
+
+
+def per_what(rows: list[dict]) -> str:
+    """What a table of "where the time moved" rows is per: a decode step, a rollover step, or a run."""
+    if rows and rows[0].get("at_rollover"):
+        return "per rollover step"
+    return "per decode step" if rows and rows[0].get("per_step") else "per run"
 
 
 def headline_sentence(v: dict) -> str:
@@ -70,7 +82,8 @@ def headline_sentence(v: dict) -> str:
         said = _said(r)
         if i == 0 and r.get("moved_ns") is not None:  # how much time a step that is, by what it was judged on
             moved = r["moved_ns"]
-            said += f" ({'+' if moved > 0 else '-'}{duration(abs(moved))} {what_moved(r)} per step)"
+            per = "rollover step" if r.get("at_rollover") else "step"
+            said += f" ({'+' if moved > 0 else '-'}{duration(abs(moved))} {what_moved(r)} per {per})"
         parts.append(said)
     if len(named) > NAMED:
         parts.append(f"{len(named) - NAMED} more in where the time moved")

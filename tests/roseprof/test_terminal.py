@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from roseprof import api
-from roseprof.render import text
+from roseprof.render import commands, text
 from roseprof.render.terminal import print_runs, print_summary
 from roseprof.render.terminal_diff import print_diff
 from roseprof.run.store import RunStore
@@ -112,8 +112,8 @@ def test_shorten_middle_keeps_the_distinguishing_tail():
 
 def test_command_is_cut_at_a_word():
     argv = ["/work/.venv/bin/python", "-m", "roseinfer.benchmark_streaming", "--num-requests", "64"]
-    assert text.command(argv, 200) == "python -m roseinfer.benchmark_streaming --num-requests 64"
-    assert text.command(argv, 50) == "python -m roseinfer.benchmark_streaming…"
+    assert commands.command(argv, 200) == "python -m roseinfer.benchmark_streaming --num-requests 64"
+    assert commands.command(argv, 50) == "python -m roseinfer.benchmark_streaming…"
 
 
 def test_rollover_sentence_says_what_is_true():
