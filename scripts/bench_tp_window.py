@@ -47,7 +47,10 @@ def main() -> None:
         time.sleep(2.0)  # the streams admitted
         for _ in range(args.windows):
             call(args.url, "POST", "/profile/start", {"tool": args.tool, "steps": args.steps})
-            while (w := call(args.url, "GET", "/profile/status")["window"])["state"] not in ("done", "failed"):
+            while (w := call(args.url, "GET", "/profile/status")["window"])["state"] not in (
+                "done",
+                "failed",
+            ):
                 time.sleep(0.1)
             if w["state"] == "failed":
                 raise SystemExit(f"bench_tp_window: window {w['id']} failed: {w['error']}")
@@ -56,11 +59,16 @@ def main() -> None:
                 rows.setdefault(r["rank"], []).append(r["pause"])
     finally:
         done.set()
-    print(f"{args.windows} {args.tool} windows of {args.steps} steps, {args.streams} streams; medians over windows, ms")
+    print(
+        f"{args.windows} {args.tool} windows of {args.steps} steps, {args.streams} streams; medians over windows, ms"
+    )
     print(f"rank 0's median step in the window: {statistics.median(median_step):.1f}")
     print(f"{'rank':>4} {'start':>8} {'stop':>8} {'dump':>8} {'export':>8}   stop per window")
     for rank, pauses in sorted(rows.items()):
-        med = {k: statistics.median(p[k] for p in pauses) for k in ("start_ms", "stop_ms", "dump_ms", "export_ms")}
+        med = {
+            k: statistics.median(p[k] for p in pauses)
+            for k in ("start_ms", "stop_ms", "dump_ms", "export_ms")
+        }
         each = " ".join(f"{p['stop_ms']:.0f}" for p in pauses)
         print(f"{rank:>4} {med['start_ms']:>8.1f} {med['stop_ms']:>8.1f} {med['dump_ms']:>8.2f} "
               f"{med['export_ms']:>8.1f}   {each}")  # fmt: skip
