@@ -5,6 +5,8 @@ requests done so far as an `incomplete` run."""
 from __future__ import annotations
 
 import asyncio
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -58,6 +60,7 @@ def _drive(ep, plan: Plan, opts: runner.LoadOptions, progress) -> tuple[runner.L
     interrupt are marked cancelled."""
     state = runner.LoadState()
     interrupted = None
+    _interruptible()
     try:
         asyncio.run(runner.run(ep, plan, opts, state, progress))
     except KeyboardInterrupt:
@@ -204,6 +207,14 @@ def _probe(ep, plan: Plan, opts, progress, saturate: int) -> list[dict]:
         probes.append({"concurrency": conc, "requests_s": tp["requests_s"], "output_tok_s": tp["output_tok_s"],
                        "completed": got["completed"]})  # fmt: skip
     return probes
+
+
+def _interruptible() -> None:
+    """SIGINT ends a load however it was started. A process a non-interactive shell starts in the background (a CI
+    script's `cmd &`, nohup) inherits SIGINT ignored and Python leaves it so: `kill -INT` or `timeout -s INT` would
+    then not stop the load and keep what it did. Python's own handler makes it a KeyboardInterrupt, as at a terminal."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _drive_all(ep, plans: list[Plan], opts, progress) -> tuple[list, str | None, str | None]:

@@ -175,13 +175,21 @@ def test_errors_mid_run_keep_the_good_requests(stub, tmp_path):
     assert serving["completed"] == 3 and serving["errors"] == {"http_500": 5}
 
 
-def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path):
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell's `cmd &` (or nohup) starts it
+
+
+@pytest.mark.parametrize("started_ignoring_sigint", [False, True])
+def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path, started_ignoring_sigint):
+    """SIGINT from a terminal, and from a CI script that started the load in the background (SIGINT inherited
+    ignored): either way the load stops and keeps what it did."""
     traces = tmp_path / "t"
     url = stub("--token-delay-ms", "5")
     proc = subprocess.Popen(
         [sys.executable, "-m", "roseprof", "load", url, "--traces-dir", str(traces), "--duration", "120",
          "--rate", "20", "--output-len", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+        preexec_fn=_ignore_sigint if started_ignoring_sigint else None,
     )  # fmt: skip
     time.sleep(4)  # some requests done, more in flight and due
     proc.send_signal(signal.SIGINT)
