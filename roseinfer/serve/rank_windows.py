@@ -41,6 +41,7 @@ from roseinfer.serve.windows import (
     FAILED,
     RECORDING,
     Windows,
+    _drop_torch_profiler,
     _one_line,
     _start_torch_profiler,
     _write_trace,
@@ -219,11 +220,7 @@ class WorkerWindows:
             w.recorder.close()
         prof, w.prof = w.prof, None
         if prof is not None:
-            tracing.set_record_function(w.record_function_before)
-            try:
-                prof.stop()
-            except Exception:  # noqa: BLE001 - already failing; the profiler is dropped
-                pass
+            _drop_torch_profiler(prof, w.record_function_before)
         self.current = None
 
     def _close(self, w: WorkerWindow, served: dict) -> None:

@@ -182,11 +182,7 @@ class Windows:
         """The window (if one records) failed: the profiler off, regions as they were."""
         prof, self._prof = self._prof, None
         if prof is not None:
-            tracing.set_record_function(self._record_function_before)
-            try:
-                prof.stop()
-            except Exception:  # noqa: BLE001 - already failing; the profiler is dropped
-                pass
+            _drop_torch_profiler(prof, self._record_function_before)
         nsys, self._nsys = self._nsys, None
         if nsys is not None:
             nsys.end()
@@ -230,6 +226,15 @@ def _start_torch_profiler():
     prof.start()
     prof.add_metadata("torch_version", torch.__version__)  # read back as the run's tool version
     return prof
+
+
+def _drop_torch_profiler(prof, record_function_before: bool) -> None:
+    """A failing window's profiler stopped and dropped (its events are not wanted), regions as they were."""
+    tracing.set_record_function(record_function_before)
+    try:
+        prof.stop()
+    except Exception:  # noqa: BLE001 - already failing; the profiler is dropped
+        pass
 
 
 def _open_nsys_range():
