@@ -329,9 +329,13 @@ def _p99(path: dict, part: str) -> str:
 
 def _print_split(splits: tuple[list, list]) -> None:
     """Per client, the median over rounds of each part's p50 (and the deliveries' p99), ms."""
-    parts = ("http_in_ms", "engine_ttft_ms", "first_delivery_ms", "delivery_ms", "gap_diff_ms")
-    print("\nTTFT and token path on one clock (median of the rounds' p50; p99 in brackets), ms")
-    print(f"{'client':12}" + "".join(f"{p[:-3]:>20}" for p in parts))
+    parts = ("http_in_ms", "engine_ttft_ms", "queue_ms", "prefill_ms", "step_wait_ms", "first_delivery_ms",
+             "delivery_ms", "gap_diff_ms")  # fmt: skip
+    print(
+        "\nTTFT and token path on one clock (median of the rounds' p50; p99 in brackets), ms; engine = queue +"
+    )
+    print("prefill; step_wait: of the requests that arrived while a step ran (busy), the wait for its end")
+    print(f"{'client':12}" + "".join(f"{p[:-3]:>20}" for p in parts) + f"{'busy':>20}")
     for label, rounds in zip(("roseprof", "independent"), splits):
         got = [r for r in rounds if r]
         if not got:
@@ -342,6 +346,8 @@ def _print_split(splits: tuple[list, list]) -> None:
             p50 = [r[p]["p50"] for r in got if r[p]["p50"] is not None]
             p99 = [r[p]["p99"] for r in got if r[p]["p99"] is not None]
             cells.append(f"{np.median(p50):.3f} [{np.median(p99):.3f}]" if p50 else "-")
+        busy = [r["busy_at_arrival"] for r in got if r.get("busy_at_arrival") is not None]
+        cells.append(f"{np.median(busy):.0%}" if busy else "-")
         print(f"{label:12}" + "".join(f"{c:>20}" for c in cells))
 
 

@@ -7,6 +7,12 @@ the monotonic reading at its start (serving's `clock`). On one host the two are 
 
     client TTFT = HTTP in (sent -> the server's arrival) + engine (arrival -> first token emitted)
                   + delivery (emitted -> the client read it)
+    engine      = queue (arrival -> the start of the prefill that took it) + prefill (-> first token emitted)
+
+and the queue is told apart by what the engine was doing at the arrival: a request that arrived while a step or a
+prefill ran waits for it (`busy_at_arrival`, and `step_wait`: arrival -> that step's end), one that arrived to an
+idle engine waits only for the pipe to the engine core and its wake-up. Two clients' TTFT differing on one server
+is explained here: their requests meet the engine's steps differently.
 
 and per token, delivery = the client's arrival of the token - its emission. A token's client gap minus its
 server gap is the change in delivery between two tokens: how far the client's ITL is from the engine's. A server
@@ -51,6 +57,9 @@ def http_path(
     first = int(log.meta.get("first_step", 0))
     by_id = {r.get("request_id"): r for r in log.requests if r.get("request_id")}
     http_in, engine, first_delivery, delivery, gap_diff = [], [], [], [], []
+    queue, prefill, step_wait, busy = [], [], [], 0
+    first_prefill = _first_prefill_start(log)
+    busy_until = _BusyAt(log)
     for row in tokens:
         rec = by_id.get(row["request_id"])
         if rec is None or row["sent_ms"] is None or not row["t_ms"]:
@@ -71,6 +80,14 @@ def http_path(
         ):  # the prefill's token is in the window
             engine.append(pairs[0][1] - rec["arrival_ns"])
             first_delivery.append(pairs[0][0] - pairs[0][1])
+            start = first_prefill.get(rec["id"])
+            if start is not None and start >= rec["arrival_ns"]:
+                queue.append(start - rec["arrival_ns"])
+                prefill.append(pairs[0][1] - start)
+                end = busy_until(rec["arrival_ns"])
+                if end is not None:
+                    busy += 1
+                    step_wait.append(end - rec["arrival_ns"])
         delivery += [c - s for c, s in pairs]
         gap_diff += [abs((c1 - c0) - (s1 - s0)) for (c0, s0), (c1, s1) in zip(pairs, pairs[1:])]
     if not http_in:
@@ -80,6 +97,12 @@ def http_path(
         "tokens": len(delivery),
         "http_in_ms": _quantiles(http_in),
         "engine_ttft_ms": _quantiles(engine),
+        "queue_ms": _quantiles(queue),
+        "prefill_ms": _quantiles(prefill),
+        # of the requests split into queue and prefill: how many arrived while a step or prefill ran, and how
+        # long they had left to wait for it
+        "busy_at_arrival": busy / len(queue) if queue else None,
+        "step_wait_ms": _quantiles(step_wait),
         "first_delivery_ms": _quantiles(first_delivery),
         "delivery_ms": _quantiles(delivery),
         "gap_diff_ms": _quantiles(gap_diff),
@@ -87,6 +110,35 @@ def http_path(
     # Two clocks that are not one (a container with its own time namespace) give deliveries far below zero.
     out["clocks_agree"] = not delivery or float(np.percentile(delivery, 1)) > -1e6
     return out
+
+
+def _first_prefill_start(log: StepLogRecords) -> dict[int, int]:
+    """Each request's first prefill (not a readmission after a preemption): when it started, by engine id."""
+    out: dict[int, int] = {}
+    for p in sorted(log.prefills, key=lambda p: p["start_ns"]):
+        readmitted = set(p["readmitted"])
+        for ident in p["requests"]:
+            if ident not in readmitted:
+                out.setdefault(ident, p["start_ns"])
+    return out
+
+
+class _BusyAt:
+    """Whether the engine ran a step or a prefill at a moment: the end of the one running then, else None."""
+
+    def __init__(self, log: StepLogRecords) -> None:
+        spans = sorted((r["start_ns"], r["end_ns"]) for r in [*log.steps, *log.prefills])
+        self.starts = np.asarray([s for s, _ in spans], dtype=np.int64)
+        # the latest end of the spans started so far (a prefill may run inside a step's range)
+        self.ends = (
+            np.maximum.accumulate(np.asarray([e for _, e in spans], dtype=np.int64)) if spans else None
+        )
+
+    def __call__(self, t_ns: int) -> int | None:
+        i = int(np.searchsorted(self.starts, t_ns, side="right")) - 1  # the last span started at or before t
+        if i < 0 or self.ends is None or self.ends[i] <= t_ns:
+            return None
+        return int(self.ends[i])
 
 
 def _quantiles(values_ns: list[float]) -> dict:

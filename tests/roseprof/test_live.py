@@ -154,7 +154,12 @@ def test_live_splits_ttft_on_one_clock_for_a_server_on_this_host(live_run):
         assert path[part]["p50"] is not None and path[part]["p50"] <= path[part]["p99"], part
     # on one clock, the server took a request after the client sent it and emitted a token before it was read
     assert path["http_in_ms"]["p50"] > 0 and path["delivery_ms"]["p50"] > 0
+    # the engine part split at the start of each request's prefill: both parts there, neither negative
+    for part in ("queue_ms", "prefill_ms"):
+        assert 0 <= path[part]["p50"] <= path[part]["p99"] <= path["engine_ttft_ms"]["p99"], part
+    assert 0 <= path["busy_at_arrival"] <= 1
     assert "HTTP path on one clock (server on this host, 12 requests)" in out
+    assert "queue (-> its prefill started)" in out
 
 
 def test_the_path_is_split_only_where_the_server_shares_this_hosts_clock():
@@ -170,6 +175,40 @@ def test_the_path_is_split_only_where_the_server_shares_this_hosts_clock():
     log = StepLogRecords(meta={"first_step": 0})
     assert http_path(log, [], 1, "http://10.1.2.3:8000") is None  # another host: another clock
     assert http_path(log, [], None, "http://127.0.0.1:8000") is None  # a load without its monotonic start
+
+
+def test_the_engine_part_says_which_requests_met_a_running_step():
+    """A request arriving during a decode step waits for its end before its prefill; one arriving to an idle engine
+    does not: the split tells the two apart (the engine's own records, as a flight-recorder dump gives them)."""
+    from roseprof.live.path import http_path
+    from roseprof.workload.steplog import StepLogRecords
+
+    ms = 1_000_000
+    log = StepLogRecords(
+        meta={"first_step": 0},
+        steps=[{"index": 0, "start_ns": 10 * ms, "end_ns": 14 * ms}],
+        prefills=[
+            {"start_ns": 2 * ms, "end_ns": 3 * ms, "requests": [1], "readmitted": []},
+            {"start_ns": 14 * ms, "end_ns": 15 * ms, "requests": [2], "readmitted": []},
+        ],
+        requests=[
+            # arrived at 1 ms, idle engine: prefill at 2 ms, first token at 3 ms
+            {"id": 1, "request_id": "a", "arrival_ns": 1 * ms, "token_ns": [3 * ms], "token_step": [-1]},
+            # arrived at 11 ms, inside step 0 (10-14 ms): waits 3 ms for it, prefill at 14 ms, token at 15 ms
+            {"id": 2, "request_id": "b", "arrival_ns": 11 * ms, "token_ns": [15 * ms], "token_step": [-1]},
+        ],
+    )
+    rows = [
+        {"request_id": "a", "sent_ms": 0.5, "t_ms": [3.5], "steps": [-1]},
+        {"request_id": "b", "sent_ms": 10.5, "t_ms": [15.5], "steps": [-1]},
+    ]
+    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
+    assert path["busy_at_arrival"] == 0.5
+    assert path["step_wait_ms"]["p50"] == pytest.approx(
+        3.0
+    )  # only the request that met a step waited for one
+    assert path["queue_ms"]["p50"] == pytest.approx(2.0)  # queues of 1 ms (idle) and 3 ms (the step): p50 2
+    assert path["prefill_ms"]["p50"] == path["prefill_ms"]["p99"] == pytest.approx(1.0)  # both prefills 1 ms
 
 
 @pytest.mark.browser

@@ -40,9 +40,18 @@ def panels(summary: dict) -> list[dict]:
             {
                 "title": f"HTTP path on one clock (server on this host, {path['requests']} requests), ms",
                 "columns": ["part", "p50", "p99"],
-                "rows": [[label, _ms(path[key]["p50"]), _ms(path[key]["p99"])] for key, label in PATH_PARTS],
-                "note": "client TTFT = HTTP in + engine + first delivery; a gap's difference: |client gap - "
-                "server gap| of one token",
+                "rows": [
+                    [label, _ms(path[key]["p50"]), _ms(path[key]["p99"])]
+                    for key, label in PATH_PARTS
+                    if key in path  # runs before the queue/prefill split lack those parts
+                ],
+                "note": "client TTFT = HTTP in + engine + first delivery; engine = queue + prefill"
+                + (
+                    f"; {path['busy_at_arrival']:.0%} of the requests arrived while a step ran"
+                    if path.get("busy_at_arrival") is not None
+                    else ""
+                )
+                + "; a gap's difference: |client gap - server gap| of one token",
             }
         )
     if part.get("capture"):
@@ -81,6 +90,9 @@ def ranks_panel(window_ranks: list[dict], ranks: list[dict]) -> dict:
 PATH_PARTS = (
     ("http_in_ms", "HTTP in (sent -> the server took it)"),
     ("engine_ttft_ms", "engine (-> first token emitted)"),
+    ("queue_ms", "  queue (-> its prefill started)"),
+    ("prefill_ms", "  prefill (-> first token emitted)"),
+    ("step_wait_ms", "  wait for the step running at arrival"),
     ("first_delivery_ms", "first delivery (-> the client read it)"),
     ("delivery_ms", "every token's delivery"),
     ("gap_diff_ms", "a gap's difference, client vs server"),
