@@ -28,6 +28,9 @@ def checks(summary: dict, ranks: int, gpu: bool) -> list[tuple[str, bool]]:
     if capture["tool"] != "torch":
         return out
     entries = summary.get("ranks") or []
+    c = summary["collectives"]
+    without = capture["steps"] - c["matched_steps"] - c["unmatched_steps"]
+    drains = max((r.get("drains", 0) for r in capture.get("ranks") or []), default=0)
     out += [
         (f"the trace holds ranks {[e['rank'] for e in entries]}", [e["rank"] for e in entries] == list(range(ranks))),
         ("each rank's steps joined to its own log: " + str([e["steps"]["count"] for e in entries]),
@@ -38,8 +41,12 @@ def checks(summary: dict, ranks: int, gpu: bool) -> list[tuple[str, bool]]:
         (f"kernels of no rank: {summary['rank_clock']['kernels_of_no_rank']}",
          summary["rank_clock"]["kernels_of_no_rank"] == 0),
         (f"no doubt on the ranks' clocks: {summary['rank_clock']['doubts']}", not summary["rank_clock"]["doubts"]),
-        (f"collectives matched in {summary['collectives']['matched_steps']} of {capture['steps']} steps",
-         summary["collectives"]["matched_steps"] == capture["steps"]),
+        (f"no step where the ranks issued different numbers of collectives: {c['unmatched_steps']}",
+         c["unmatched_steps"] == 0),
+        # a drain of the overlapped decode launches nothing: the steps without a collective on any rank are those
+        (f"collectives matched in {c['matched_steps']} of {capture['steps']} steps, the other {without} with none "
+         f"on any rank, {drains} drain(s) of the overlapped decode among the window's steps",
+         0 < c["matched_steps"] and without <= drains),
     ]  # fmt: skip
     return out
 

@@ -25,6 +25,7 @@ source scripts/gpu/serve.sh
 source scripts/gpu/windows.sh
 source scripts/gpu/windows_tp.sh
 source scripts/gpu/nsys_windows.sh
+source scripts/gpu/wire.sh
 
 list() {
   local name

@@ -51,8 +51,9 @@ def read_traces(files: dict[str, Path], size: int, raw: Path, address) -> Trace 
 
 
 def rank_steps(files: dict[str, Path], size: int) -> list[dict]:
-    """Per rank: its step log's decode steps in the window (count, first and last engine step number), read from
-    the files themselves, not from what the server says of them."""
+    """Per rank: its step log's decode steps in the window (count, first and last engine step number, and the
+    drains among them: steps of the overlapped decode that only read the tokens of the step before and launch no
+    kernel, so no collective either), read from the files themselves, not from what the server says of them."""
     out = []
     for rank in range(size):
         path = files.get(window_rank_file(WINDOW_STEPS_FILE, rank))
@@ -65,6 +66,7 @@ def rank_steps(files: dict[str, Path], size: int) -> list[dict]:
                 "steps": count,
                 "first_step": first if count else None,
                 "last_step": first + count - 1 if count else None,
+                "drains": sum(not step["launched"] for step in log.steps) if log is not None else 0,
             }
         )
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -207,16 +208,47 @@ _timeout = getattr(asyncio, "timeout", None)
 
 async def _read_events(reader: asyncio.StreamReader, chunked: bool, rec: Record, stall_s: float) -> None:
     """The SSE stream into the record, each read stamped once on arrival (every token it carries has that time).
-    Chunked transfer encoding is undone here, over whatever one read brought, so a read costs one await."""
+
+    A read is only stamped and kept while the stream runs; its events are parsed once the stream is over (or has
+    failed, so a cut or cancelled request keeps the tokens it got). Parsed as they came, many streams answered by
+    one engine step queued behind each other's parsing on the one event loop, and a stream's read was stamped up
+    to the others' parsing late: at 8 streams on an H200, roseprof's ITL p99 read 0.4 ms above the kernel's packet
+    stamps of the same requests (scripts/wire_agreement.py, docs/BENCHMARKS.md)."""
+    reads: list[tuple[float, bytes]] = []
+    # The last bytes of the reads before, where the end's marker may have been cut in two; a "[DONE]" is the end only
+    # at a line's start (inside a token's JSON text a newline is escaped, so "\ndata: [DONE]" is never text).
+    tail = b"\n"
+    try:
+        while True:
+            data = await _read(reader, stall_s)
+            now = clock()
+            if not data:
+                break
+            reads.append((now, data))
+            seen = tail + data
+            if _DONE_AT.search(seen) or (chunked and seen.endswith(b"\r\n0\r\n\r\n")):
+                break
+            tail = seen[-16:]
+    except asyncio.CancelledError:
+        try:
+            _parse_reads(reads, chunked, rec)  # the tokens that came are kept; the cancel goes on
+        except StreamError:
+            pass
+        raise
+    except BaseException:
+        _parse_reads(reads, chunked, rec)  # an error event or a bad chunk among what came is the cause to say
+        raise
+    if not _parse_reads(reads, chunked, rec):
+        raise StreamError("broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]")
+
+
+_DONE_AT = re.compile(rb"\ndata: ?\[DONE\]")
+
+
+def _parse_reads(reads: list[tuple[float, bytes]], chunked: bool, rec: Record) -> bool:
+    """The kept reads' events into the record (chunked transfer encoding undone); True if [DONE] came."""
     raw, buffer, left = b"", b"", 0  # left: bytes of the current HTTP chunk still to come (chunked)
-    ended = False  # the body's last chunk came
-    while True:
-        data = b"" if ended else await _read(reader, stall_s)
-        if not data:
-            raise StreamError(
-                "broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]"
-            )
-        now = clock()
+    for now, data in reads:
         if chunked:
             raw += data
             while raw:
@@ -230,7 +262,7 @@ async def _read_events(reader: asyncio.StreamReader, chunked: bool, rec: Record,
                         raise StreamError("bad_stream", f"bad HTTP chunk size {raw[:40]!r}") from None
                     raw = raw[line_end + 2 :]
                     if left == 2:  # the last chunk: the body ended
-                        ended, raw, left = True, b"", 0
+                        raw, left = b"", 0
                         break
                 take = raw[:left]
                 raw, left = raw[len(take) :], left - len(take)
@@ -242,7 +274,8 @@ async def _read_events(reader: asyncio.StreamReader, chunked: bool, rec: Record,
         while b"\n\n" in buffer:
             event, buffer = buffer.split(b"\n\n", 1)
             if _event(event, rec, now):
-                return
+                return True
+    return False
 
 
 _decode = msgspec.json.Decoder().decode

@@ -329,3 +329,47 @@ def test_a_piped_load_computes_no_live_figures_while_it_measures(stub, monkeypat
         runner.run(parse_url(stub("--token-delay-ms", "200")), plan, runner.LoadOptions(), state, None)
     )
     assert [r.status for r in state.done()] == ["ok"] * 4
+
+
+def _events_read(pieces: list[bytes], chunked: bool):
+    """A response body fed to the client's reader piece by piece (each piece one read), read into a record."""
+    import asyncio
+
+    from roseprof.load.client import Record, StreamError, _read_events
+
+    async def go():
+        reader = asyncio.StreamReader()
+        for piece in pieces:
+            reader.feed_data(piece)
+        reader.feed_eof()
+        rec = Record(index=0, prompt_len=None, max_tokens=4)
+        try:
+            await _read_events(reader, chunked, rec, stall_s=5)
+        except StreamError as e:
+            return rec, e.kind
+        return rec, None
+
+    return asyncio.run(go())
+
+
+def _sse(chunk: dict) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_token_whose_text_is_done_does_not_end_the_stream(chunked):
+    """The reader stops at the `data: [DONE]` line, never at a token that reads "[DONE]" (its JSON text): every
+    token of the stream is kept, and a stream cut before its [DONE] is a broken stream with the tokens it got."""
+    events = [_sse({"id": "r1", "choices": [{"text": t}]}) for t in ("a", "[DONE]", "data: [DONE]", "b")]
+    done = b"data: [DONE]\n\n"
+    wrap = _chunked if chunked else (lambda b: b)
+    pieces = [wrap(e) for e in events] + [wrap(done)] + ([b"0\r\n\r\n"] if chunked else [])
+    rec, error = _events_read(pieces, chunked)
+    assert error is None and len(rec.times) == 4 and rec.request_id == "r1"
+    # the same stream cut after two tokens: a broken stream that keeps them
+    rec, error = _events_read(pieces[:2], chunked)
+    assert error == "broken_stream" and len(rec.times) == 2
