@@ -182,6 +182,8 @@ def main() -> None:
     p.add_argument("--output-len", type=int, default=64)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--gc-off", action="store_true",
+                   help="run roseprof's client with Python's cyclic GC off (does a collection stall its reads?)")  # fmt: skip
     args = p.parse_args()
     parts = urlsplit(args.url)
     if parts.hostname not in ("127.0.0.1", "localhost"):
@@ -192,7 +194,16 @@ def main() -> None:
         sys.exit("wire_agreement: a raw packet socket needs root or CAP_NET_RAW")
     sniffer.start()
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "roseprof", "load", args.url, "--concurrency", str(args.concurrency),
+        run_it = (
+            [
+                "-c",
+                "import gc, runpy, sys; gc.disable(); sys.argv[0] = 'roseprof'; "
+                "runpy.run_module('roseprof', run_name='__main__')",
+            ]
+            if args.gc_off
+            else ["-m", "roseprof"]
+        )
+        cmd = [sys.executable, *run_it, "load", args.url, "--concurrency", str(args.concurrency),
                "--requests", str(args.requests), "--output-len", str(args.output_len), "--prompt-len",
                str(args.prompt_len), "--traces-dir", tmp, "--name", "wire"]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -209,48 +208,38 @@ _timeout = getattr(asyncio, "timeout", None)
 async def _read_events(reader: asyncio.StreamReader, chunked: bool, rec: Record, stall_s: float) -> None:
     """The SSE stream into the record, each read stamped once on arrival (every token it carries has that time).
 
-    A read is only stamped and kept while the stream runs; its events are parsed once the stream is over (or has
-    failed, so a cut or cancelled request keeps the tokens it got). Parsed as they came, many streams answered by
-    one engine step queued behind each other's parsing on the one event loop, and a stream's read was stamped up
-    to the others' parsing late: at 8 streams on an H200, roseprof's ITL p99 read 0.4 ms above the kernel's packet
-    stamps of the same requests (scripts/wire_agreement.py, docs/BENCHMARKS.md)."""
-    reads: list[tuple[float, bytes]] = []
-    # The last bytes of the reads before, where the end's marker may have been cut in two; a "[DONE]" is the end only
-    # at a line's start (inside a token's JSON text a newline is escaped, so "\ndata: [DONE]" is never text).
-    tail = b"\n"
-    try:
-        while True:
-            data = await _read(reader, stall_s)
-            now = clock()
-            if not data:
-                break
-            reads.append((now, data))
-            seen = tail + data
-            if _DONE_AT.search(seen) or (chunked and seen.endswith(b"\r\n0\r\n\r\n")):
-                break
-            tail = seen[-16:]
-    except asyncio.CancelledError:
-        try:
-            _parse_reads(reads, chunked, rec)  # the tokens that came are kept; the cancel goes on
-        except StreamError:
-            pass
-        raise
-    except BaseException:
-        _parse_reads(reads, chunked, rec)  # an error event or a bad chunk among what came is the cause to say
-        raise
-    if not _parse_reads(reads, chunked, rec):
-        raise StreamError("broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]")
+    Between a read's stamp and its parsing the task yields once: an engine step answers many streams at once, and
+    the reads that arrived together are all stamped before any is parsed (the loop runs every task woken in one
+    pass before the ones that yielded). Parsed as soon as read, each stream's stamp waited for the parsing of the
+    streams woken before it; parsed only at the stream's end, a request's whole parse delayed the others' stamps
+    at once: at 8 streams on an H200, ITL p99 read 0.4 ms and 1.0 ms above the kernel's packet stamps of the same
+    requests (scripts/wire_agreement.py, docs/BENCHMARKS.md)."""
+    events = _EventParser(chunked, rec)
+    while True:
+        data = await _read(reader, stall_s)
+        now = clock()
+        if not data:
+            raise StreamError(
+                "broken_stream", f"the stream ended after {len(rec.times)} tokens without [DONE]"
+            )
+        await asyncio.sleep(0)  # the other reads of this moment are stamped first
+        if events.feed(data, now):
+            return
 
 
-_DONE_AT = re.compile(rb"\ndata: ?\[DONE\]")
+class _EventParser:
+    """A response body's bytes, read by read, into the record's tokens (chunked transfer encoding undone)."""
 
+    def __init__(self, chunked: bool, rec: Record) -> None:
+        self.chunked, self.rec = chunked, rec
+        self.raw, self.buffer, self.left = b"", b"", 0  # left: bytes of the current HTTP chunk still to come
+        self.ended = False  # the body's last chunk came
 
-def _parse_reads(reads: list[tuple[float, bytes]], chunked: bool, rec: Record) -> bool:
-    """The kept reads' events into the record (chunked transfer encoding undone); True if [DONE] came."""
-    raw, buffer, left = b"", b"", 0  # left: bytes of the current HTTP chunk still to come (chunked)
-    for now, data in reads:
-        if chunked:
-            raw += data
+    def feed(self, data: bytes, now: float) -> bool:
+        """One read's bytes, stamped `now`; True at [DONE]. A body that ended without it is a broken stream."""
+        if self.chunked:
+            self.raw += data
+            raw, left = self.raw, self.left
             while raw:
                 if left == 0:
                     line_end = raw.find(b"\r\n")
@@ -262,20 +251,27 @@ def _parse_reads(reads: list[tuple[float, bytes]], chunked: bool, rec: Record) -
                         raise StreamError("bad_stream", f"bad HTTP chunk size {raw[:40]!r}") from None
                     raw = raw[line_end + 2 :]
                     if left == 2:  # the last chunk: the body ended
-                        raw, left = b"", 0
+                        self.ended, raw, left = True, b"", 0
                         break
                 take = raw[:left]
                 raw, left = raw[len(take) :], left - len(take)
-                buffer += take[: len(take) - max(0, 2 - left)] if left < 2 else take
+                self.buffer += take[: len(take) - max(0, 2 - left)] if left < 2 else take
+            self.raw, self.left = raw, left
         else:
-            buffer += data
+            self.buffer += data
+        buffer = self.buffer
         if b"\r" in buffer:
             buffer = buffer.replace(b"\r\n", b"\n")
         while b"\n\n" in buffer:
             event, buffer = buffer.split(b"\n\n", 1)
-            if _event(event, rec, now):
+            if _event(event, self.rec, now):
                 return True
-    return False
+        self.buffer = buffer
+        if self.ended:
+            raise StreamError(
+                "broken_stream", f"the stream ended after {len(self.rec.times)} tokens without [DONE]"
+            )
+        return False
 
 
 _decode = msgspec.json.Decoder().decode

@@ -1,7 +1,7 @@
 # roseprof load against the wire (issue 48; sourced by scripts/gpu_check.sh): one `roseinfer serve gpt2` (float16,
 # paged attention, CUDA graphs), warmed, then scripts/wire_agreement.py at SIZES (streams:requests:tokens, default
 # 1:128:32 8:256:32 64:1024:64): the same requests timed by roseprof's client and by the kernel's packet stamps on
-# lo (root). Results under $S: wire.txt, wire-C-N-L.json, serve.log.
+# lo (root); WIRE_FLAGS: more flags of wire_agreement.py (e.g. --gc-off). Results under $S: wire.txt, wire-C-N-L.json, serve.log.
 
 stage wire "roseprof load's TTFT and ITL against the kernel's packet stamps of the same requests (scripts/\
 wire_agreement.py; root), at SIZES (streams:requests:tokens, default 1:128:32 8:256:32 64:1024:64)"
@@ -19,7 +19,7 @@ stage_wire() {
     IFS=: read -r C N L <<< "$size"
     echo "== $C streams x $N requests x $L tokens" | tee -a "$S/wire.txt"
     timeout 150 python3 scripts/wire_agreement.py "$url" --concurrency "$C" --requests "$N" --output-len "$L" \
-      --json "$S/wire-$C-$N-$L.json" 2>&1 | tee -a "$S/wire.txt" || rc=1
+      --json "$S/wire-$C-$N-$L.json" ${WIRE_FLAGS:-} 2>&1 | tee -a "$S/wire.txt" || rc=1
   done
   rm -rf "$S/warm"
   kill $server; wait $server 2>/dev/null
