@@ -4,7 +4,6 @@ requests done so far as an `incomplete` run."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import threading
 from collections.abc import Callable
@@ -62,7 +61,7 @@ def _drive(ep, plan: Plan, opts: runner.LoadOptions, progress) -> tuple[runner.L
     interrupted = None
     _interruptible()
     try:
-        asyncio.run(runner.run(ep, plan, opts, state, progress))
+        runner.run_loop(runner.run(ep, plan, opts, state, progress))
     except KeyboardInterrupt:
         interrupted = "interrupted (Ctrl-C)"
     for rec in state.records:  # requests cut by the interrupt
@@ -314,7 +313,7 @@ def measure_ceiling(
         plan = Plan(requests=requests, concurrency=concurrency, output_len=Length(output_len, output_len),
                     prompt_len=Length(8, 8))  # fmt: skip
         state = runner.LoadState()
-        asyncio.run(runner.run(parse_url(url), plan, runner.LoadOptions(scrape=False), state))
+        runner.run_loop(runner.run(parse_url(url), plan, runner.LoadOptions(scrape=False), state))
         part = serving.summarise(state.records, state.start, plan.describe(), {})
     finally:
         stub.terminate()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,12 +116,30 @@ async def scrape_once(ep: Endpoint, state: LoadState) -> None:
     except (OSError, asyncio.TimeoutError):
         return
     if status == 200:
-        state.metrics.append(
-            {
-                "t_ms": 1e3 * (t - state.start),
-                "samples": metrics_scrape.parse(body.decode("utf-8", "replace")),
-            }
-        )
+        # kept as text, parsed once the load is over (`_parse_scrapes`): parsing a /metrics page on the event loop
+        # while tokens stream in delays their stamps
+        state.metrics.append({"t_ms": 1e3 * (t - state.start), "text": body})
+
+
+def _parse_scrapes(state: LoadState) -> None:
+    for scrape in state.metrics:
+        if "text" in scrape:
+            scrape["samples"] = metrics_scrape.parse(scrape.pop("text").decode("utf-8", "replace"))
+
+
+def run_loop(coro):
+    """Run the load's coroutine on uvloop where it is installed (roseinfer's server requires it), else on asyncio's
+    own loop; ROSEPROF_LOAD_LOOP=asyncio picks asyncio's (to measure one against the other). A read is stamped when
+    the event loop gets to it, so the loop's own cost per read is in every token's time: uvloop's I/O path costs a
+    fraction of asyncio's (docs/BENCHMARKS.md, session 21)."""
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    if uvloop is None or os.environ.get("ROSEPROF_LOAD_LOOP") == "asyncio":
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as loop_runner:
+        return loop_runner.run(coro)
 
 
 async def run(
@@ -154,8 +173,10 @@ async def run(
         for task in side:
             task.cancel()
         await asyncio.gather(*side, return_exceptions=True)
+        _parse_scrapes(state)  # a load stopped (Ctrl-C) keeps its scrapes, parsed
     if state.metrics_url:
         await scrape_once(ep, state)  # after
+    _parse_scrapes(state)
     if progress is not None:
         progress(state.live())
 
