@@ -115,8 +115,12 @@ class EngineCore:
         self._seqs: dict[int, list[Sequence]] = {}  # request key -> its sequences (one per choice)
         self._owner: dict[int, tuple[int, int]] = {}  # sequence id -> (request key, choice index)
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
-        self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
-        self._sent = 0  # how many of them went to the server already (the prefill's, before the decode)
+        # The step's tokens not sent yet as the "step" event carries them, (key, index, token, step), made as each is
+        # emitted: one tuple a token and no second pass (at 64 streams the per-token Python is most of the core's
+        # bookkeeping). The prefill's go before the decode's (_publish_prefilled): `_sent` counts those.
+        self._step_tokens: list[tuple[int, int, int, int]] = []
+        self._sent = 0
+        self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step): only for --capture-on
         self._step_start_ns = 0
         # (tokens computed, prompt tokens if admitted) of the step's prefills
         self._prefilled: list[tuple[int, int]] = []
@@ -258,15 +262,19 @@ class EngineCore:
     # -- steps ---------------------------------------------------------------------------------------------------
     def _on_token(self, seq: Sequence, tok: int) -> None:
         step = seq.token_step[-1]
-        self._emitted.append((seq, tok, step))
-        if step < 0 and self.slo is not None:
-            self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
-        if step < 0 and self.metrics is not None:
-            # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
-            # the prefill computed (and looked up in the prefix cache) plus this token.
-            self._prefilled.append(
-                (seq.num_tokens - 1, len(seq.prompt_ids) if len(seq.output_ids) == 1 else 0)
-            )
+        self._step_tokens.append((*self._owner[seq.id], tok, step))
+        if self.slo is not None:
+            self._emitted.append((seq, tok, step))
+        if step < 0:
+            self._prefill_start[seq.id] = self._step_start_ns
+            if self.slo is not None:
+                self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
+            if self.metrics is not None:
+                # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
+                # the prefill computed (and looked up in the prefix cache) plus this token.
+                self._prefilled.append(
+                    (seq.num_tokens - 1, len(seq.prompt_ids) if len(seq.output_ids) == 1 else 0)
+                )
 
     def _forget(self, seq: Sequence) -> tuple[int, int, str]:
         key, index = self._owner.pop(seq.id)
@@ -278,41 +286,32 @@ class EngineCore:
             self.metrics.request_finished(seq, prefill_start)
         return key, index, seq.finish_reason
 
-    def _tokens(self, start_ns: int) -> list[tuple[int, int, int, int]]:
-        """The emitted tokens not sent yet, as the "step" event carries them."""
-        owner, tokens = self._owner, []
-        for seq, tok, step in self._emitted[self._sent :]:
-            key, index = owner[seq.id]
-            tokens.append((key, index, tok, step))
-            if step < 0:
-                self._prefill_start[seq.id] = start_ns
-        self._sent = len(self._emitted)
-        return tokens
-
     def _publish_prefilled(self) -> None:
         """The step's prefill is done and its decode not begun: the prefilled requests' first tokens go now (a
         second "step" event of the same step, without finishes; the step is counted once, in _publish)."""
-        tokens = self._tokens(self._step_start_ns)
+        tokens, self._step_tokens = self._step_tokens, []
+        self._sent += len(tokens)
         if tokens:
             self.out.put(("step", tokens, [], len(self.engine.scheduler.waiting), self._added))
 
     def _publish(self, start_ns: int, finished: list[Sequence]) -> None:
         """One step's tokens and finishes to the server (one event), and the step counted."""
-        tokens = self._tokens(start_ns)
-        emitted, self._emitted, self._sent = self._emitted, [], 0
+        tokens, self._step_tokens = self._step_tokens, []
+        emitted, self._sent = self._sent + len(tokens), 0
         engine = self.engine
         if self.metrics is not None:
             prefilled, self._prefilled = self._prefilled, []
             self.metrics.step_done(
-                (tracing.now_ns() - start_ns) / 1e9, len(emitted), prefilled, engine.cfg.block_size,
+                (tracing.now_ns() - start_ns) / 1e9, emitted, prefilled, engine.cfg.block_size,
                 engine.mgr.prefix_cache,
             )  # fmt: skip
         finishes = [self._forget(seq) for seq in finished]
         self.out.put(("step", tokens, finishes, len(engine.scheduler.waiting), self._added))
         if self.slo is not None:
+            emitted_seqs, self._emitted = self._emitted, []
             for seq in finished:
                 self.slo.on_finish(seq)
-            self.slo.after_step(engine.flight, self.running, emitted)
+            self.slo.after_step(engine.flight, self.running, emitted_seqs)
 
 
 def _one_line(what: str, e: BaseException) -> str:

@@ -1,0 +1,351 @@
+"""What the engine core's bookkeeping costs per step on the host: metrics, the flight recorder, the token events.
+
+The serving engine core (roseinfer/serve/engine_core.py) is driven as `_loop` drives it, with a model runner that
+computes nothing (it hands out KV blocks as the real one does, so rollovers happen, and returns a token at once):
+what is left of a step is the scheduler, the engine's postprocess and the core's bookkeeping, on a real Engine and
+a real EngineCore whose events are pickled through a real pipe to a reader process. The workload: --streams
+requests of --tokens tokens each, continuous (a finished request is replaced by a new one at once), their lengths
+staggered at the start so that about streams/tokens of them finish in every step, as in a server that has run a
+while.
+
+    python scripts/bench_bookkeeping.py                 # 64 x 256, the four configurations, then the pieces
+    python scripts/bench_bookkeeping.py --rounds 9 --steps 3000
+
+1. The four configurations (metrics and recorder on/off, `roseinfer serve` vs `--no-metrics
+   --flight-recorder-steps 0`), interleaved round by round: microseconds of a whole step (the loop's host time),
+   median over --rounds; "on - off" is what the two together add to a step.
+2. The pieces (metrics and recorder on), each timed by a perf_counter_ns wrapper around its calls, in microseconds
+   per step (a piece called once per finish is spread over the steps); the wrapper's own cost (measured around a
+   call that does nothing) is taken off. The outbox thread's send (pickling plus the pipe) runs beside the loop
+   and holds the GIL while it pickles. Python's collections are timed through gc.callbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing
+import statistics
+import subprocess
+import sys
+import time
+
+from roseinfer import tracing
+from roseinfer.config import EngineConfig
+from roseinfer.engine import Engine
+from roseinfer.model_runner import DecodeOutput, PrefillOutput
+from roseinfer.sequence import SamplingParams
+from roseinfer.serve.engine_core import EngineCore
+
+TOKEN = 87  # what every step emits (not the EOS; the requests ignore it anyway)
+
+
+class InstantRunner:
+    """The model runner's interface without a model: KV blocks as the real runner takes them (a prompt's blocks,
+    one more when a sequence fills its last), a token at once."""
+
+    graphs = None
+    in_flight = None
+    device = "cpu"
+
+    def __init__(self, mgr) -> None:
+        self.mgr = mgr
+
+    def prefill(self, seqs) -> PrefillOutput:
+        tokens = 0
+        for seq in seqs:
+            keys, _ = self.mgr.allocate_prompt(seq)
+            self.mgr.register_prompt(seq, keys)
+            tokens += seq.num_tokens
+            seq.num_cached = seq.num_tokens
+        return PrefillOutput([TOKEN] * len(seqs), tokens, 0, 0)
+
+    def decode(self, seqs) -> DecodeOutput:
+        rolling = self.mgr.starting_a_block(seqs)
+        self.mgr.append_blocks(rolling)
+        kv_tokens = 0
+        for seq in seqs:
+            kv_tokens += seq.num_cached
+            seq.num_cached += 1
+        return DecodeOutput(seqs, seqs, [TOKEN] * len(seqs), len(rolling), 0, kv_tokens, launched=True)
+
+    def drop_finished_in_flight(self) -> None:
+        pass
+
+
+# The server's side of the pipe, in a process of its own: unpickle every event batch until the core closes it. A
+# bare interpreter (multiprocessing's spawn would import this script, and torch; a fork of a process with threads
+# may hang).
+READER = """
+import sys
+from multiprocessing.connection import Connection
+conn = Connection(int(sys.argv[1]))
+try:
+    while True:
+        conn.recv()
+except (EOFError, OSError):
+    pass
+"""
+
+
+class Bench:
+    """One engine core (a configuration), fed continuously: a finished request is replaced at once."""
+
+    def __init__(self, metrics: bool, recorder_steps: int, streams: int, tokens: int) -> None:
+        cfg = EngineConfig(
+            device="cpu", max_batch_size=max(streams, 1), prefill_max_batch_size=max(streams, 1),
+            flight_recorder_steps=recorder_steps, num_blocks=streams * (tokens // 64 + 3) + 16,
+        )  # fmt: skip
+        engine = Engine("gpt2-tiny", cfg)
+        engine.runner = InstantRunner(engine.mgr)
+        ours, theirs = multiprocessing.Pipe()
+        fd = theirs.fileno()
+        self.reader = subprocess.Popen([sys.executable, "-c", READER, str(fd)], pass_fds=(fd,))
+        theirs.close()
+        self.core = core = EngineCore(ours, "gpt2-tiny", cfg, metrics)
+        core.engine = engine
+        engine.on_token = core._on_token
+        engine.after_prefill = core._publish_prefilled
+        self.engine, self.tokens, self.key = engine, tokens, 0
+        # staggered lengths: about streams/tokens requests finish in each step from the start
+        for i in range(streams):
+            self._add(max(1, tokens - i * tokens // max(streams, 1)))
+
+    def _add(self, max_new_tokens: int) -> None:
+        self.key += 1
+        params = SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True)
+        self.core._add(self.key, f"cmpl-{self.key}", [[TOKEN]], params, tracing.now_ns())
+
+    def run(self, steps: int) -> float:
+        """`steps` steps as `EngineCore._loop` runs them; returns the process' CPU microseconds a step (the loop's
+        thread and the outbox thread's pickling; CPU time, not wall time: the box is shared)."""
+        core, engine = self.core, self.engine
+        t0 = time.process_time_ns()
+        for _ in range(steps):
+            core._step_start_ns = start_ns = tracing.now_ns()
+            finished = engine.step()
+            core._publish(start_ns, finished)
+            for _ in finished:
+                self._add(self.tokens)
+        return (time.process_time_ns() - t0) / steps / 1e3
+
+    def close(self) -> None:
+        self.core.out.close()
+        self.core.conn.close()
+        self.reader.wait(30)
+        if self.engine.flight is not None:
+            self.engine.flight.close()
+
+
+CONFIGS = {
+    "on": (True, 4096),  # roseinfer serve's default
+    "metrics only": (True, 0),
+    "recorder only": (False, 4096),
+    "off": (False, 0),  # --no-metrics --flight-recorder-steps 0 (bench_serve.py's "off" server)
+}
+
+
+def configurations(args) -> dict[str, list[float]]:
+    benches = {name: Bench(m, r, args.streams, args.tokens) for name, (m, r) in CONFIGS.items()}
+    for bench in benches.values():
+        bench.run(args.warmup)  # the recorder's ring full, the requests staggered
+    times: dict[str, list[float]] = {name: [] for name in benches}
+    names = list(benches)
+    for r in range(args.rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]  # no configuration always first
+        for name in order:
+            times[name].append(benches[name].run(args.steps))
+    for bench in benches.values():
+        bench.close()
+    return times
+
+
+class Recorder:
+    """Records the arguments of some calls during a real run (they are replayed, timed, afterwards): no timer
+    around each call, whose own cost would be as large as the cheap pieces."""
+
+    def __init__(self) -> None:
+        self.args: dict[str, list[tuple]] = {}
+
+    def capture(self, obj: object, name: str, label: str) -> None:
+        method = getattr(obj, name)
+        calls = self.args.setdefault(label, [])
+
+        def captured(*args, **kwargs):
+            calls.append((args, kwargs))
+            return method(*args, **kwargs)
+
+        setattr(obj, name, captured)
+
+
+class GcTimer:
+    """Python's collections during a run, through gc.callbacks."""
+
+    def __init__(self) -> None:
+        self.ns, self.collections, self._start = 0, 0, 0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.thread_time_ns()
+        else:
+            self.ns += time.thread_time_ns() - self._start
+            self.collections += 1
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._on_gc)
+
+
+def replay_ns(call, calls: list[tuple], repeats: int) -> float:
+    """Median over `repeats` of the ns one call takes, replaying the captured arguments in order."""
+    times = []
+    clock = time.thread_time_ns  # CPU time of this thread: a shared box's waits for a core left out
+    for _ in range(repeats):
+        t0 = clock()
+        for args, kwargs in calls:
+            call(*args, **kwargs)
+        times.append((clock() - t0) / max(len(calls), 1))
+    return statistics.median(times)
+
+
+def pieces(args) -> list[tuple[str, float, float, float]]:
+    """(piece, calls a step, µs a call, µs a step) for each piece of the bookkeeping, metrics and recorder on."""
+    import pickle
+
+    from roseinfer.flight_recorder import FlightRecorder
+    from roseinfer.serve.metrics import ServerMetrics
+    from roseinfer.steplog import request_record
+
+    bench = Bench(True, 4096, args.streams, args.tokens)
+    bench.run(args.warmup)
+    core, engine, rec = bench.core, bench.engine, Recorder()
+    rec.capture(core.metrics, "step_done", "step_done")
+    rec.capture(core.metrics, "request_finished", "request_finished")
+    rec.capture(engine.flight, "step", "recorder.step")
+    rec.capture(engine, "_log_request", "log_request")
+    rec.capture(engine, "_log_decode_step", "log_decode_step")
+    rec.capture(engine, "on_token", "on_token")
+    rec.capture(core, "_tokens", "tokens")
+    rec.capture(core.out, "put", "put")
+    emitted_per_step: list[list] = []
+    publish = core._publish
+
+    def keep_emitted(start_ns, finished):
+        emitted_per_step.append(list(core._emitted))
+        return publish(start_ns, finished)
+
+    core._publish = keep_emitted
+    steps = args.steps
+    gct = GcTimer()
+    bench.run(steps)
+    gct.close()
+    bench.close()
+    a, r = rec.args, args.repeats
+    per_step = lambda label: len(a[label]) / steps  # noqa: E731
+    rows = []
+
+    def row(piece: str, calls_per_step: float, ns_per_call: float) -> None:
+        rows.append((piece, calls_per_step, ns_per_call / 1e3, calls_per_step * ns_per_call / 1e3))
+
+    metrics = ServerMetrics()
+    row("metrics.step_done", per_step("step_done"), replay_ns(metrics.step_done, a["step_done"], r))
+    row(
+        "metrics.request_finished (per finish)",
+        per_step("request_finished"),
+        replay_ns(metrics.request_finished, a["request_finished"], r),
+    )
+    flight = FlightRecorder(4096)
+    for call_args, call_kwargs in a["recorder.step"][:4097]:  # full: each step also drops the oldest
+        flight.step(*call_args, **call_kwargs)
+    row("recorder.step (the ring's tuple)", per_step("recorder.step"), replay_ns(flight.step, a["recorder.step"], r))
+    row(
+        "request record into the ring (per finish)",
+        per_step("log_request"),
+        replay_ns(lambda seq: flight.write(request_record(seq)), a["log_request"], r),
+    )
+    flight.close()
+    # the engine's step record and counters, with the recorder (the engine's own) and without (steplog None)
+    on_ns = replay_ns(engine._log_decode_step, a["log_decode_step"], r)
+    engine.steplog = None
+    off_ns = replay_ns(engine._log_decode_step, a["log_decode_step"], r)
+    row("engine._log_decode_step, recorder on (incl. ring)", per_step("log_decode_step"), on_ns)
+    row("engine._log_decode_step, recorder off", per_step("log_decode_step"), off_ns)
+    # the per-token hook and the event's token tuples, metrics on and off
+    on_token = a["on_token"]
+    for metrics_on in (True, False):
+        core.metrics = ServerMetrics() if metrics_on else None
+
+        def tokens_of_steps() -> None:
+            for emitted in emitted_per_step:
+                core._emitted, core._sent = emitted, 0
+                core._tokens(0)
+
+        def hook() -> None:
+            core._emitted, core._prefilled = [], []
+            for call_args, _ in on_token:
+                core._on_token(*call_args)
+
+        state = "on" if metrics_on else "off"
+        per_token = replay_ns(hook, [((), {})], r) / max(len(on_token), 1)
+        row(f"core._on_token (per token), metrics {state}", len(on_token) / steps, per_token)
+        if metrics_on:
+            per_event = replay_ns(tokens_of_steps, [((), {})], r) / max(len(emitted_per_step), 1)
+            row("core._tokens (the step event's tuples)", 1.0, per_event)
+    row("outbox.put", per_step("put"), replay_ns(_Put().put, a["put"], r))
+    row(
+        "pickling the events (outbox thread)",
+        per_step("put"),
+        replay_ns(lambda e: pickle.dumps([e], protocol=pickle.HIGHEST_PROTOCOL), a["put"], r),
+    )
+    row("gc collections (in the run)", gct.collections / steps, gct.ns / max(gct.collections, 1))
+    return rows
+
+
+class _Put:
+    """Outbox.put's work without a thread to wake (the lock, the deque, the notify)."""
+
+    def __init__(self) -> None:
+        import collections
+        import threading
+
+        self._pending = collections.deque()
+        self._ready = threading.Condition()
+
+    def put(self, event) -> None:
+        with self._ready:
+            self._pending.append(event)
+            self._ready.notify()
+        if len(self._pending) > 1024:
+            self._pending.clear()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--streams", type=int, default=64, help="requests running together")
+    p.add_argument("--tokens", type=int, default=256, help="tokens each request generates")
+    p.add_argument("--steps", type=int, default=2000, help="steps a configuration runs in one round")
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=5000, help="steps before timing (the recorder's ring fills)")
+    p.add_argument("--repeats", type=int, default=7, help="replays of each piece's captured calls")
+    p.add_argument("--only", choices=["configs", "pieces"], default=None)
+    args = p.parse_args()
+    tracing.configure(nvtx=False, record_function=False)
+    print(f"{args.streams} streams x {args.tokens} tokens, continuous; {args.rounds} rounds x {args.steps} steps")
+    if args.only != "pieces":
+        times = configurations(args)
+        print(f"\n{'configuration':16s} {'µs/step median':>15s} {'min-max':>15s} {'- off (median of rounds)':>25s}")
+        for name, ts in times.items():
+            deltas = [a - b for a, b in zip(ts, times["off"])]
+            print(
+                f"{name:16s} {statistics.median(ts):15.2f} {min(ts):7.2f}-{max(ts):<7.2f} "
+                f"{statistics.median(deltas):25.2f}"
+            )
+    if args.only != "configs":
+        rows = pieces(args)
+        print(f"\npieces, metrics and recorder on, each replayed alone (median of {args.repeats} replays)")
+        print(f"{'piece':52s} {'calls/step':>10s} {'µs/call':>9s} {'µs/step':>9s}")
+        for piece, calls, us_call, us_step in rows:
+            print(f"{piece:52s} {calls:10.3f} {us_call:9.2f} {us_step:9.2f}")
+
+if __name__ == "__main__":
+    main()
