@@ -8,16 +8,20 @@ requests of --tokens tokens each, continuous (a finished request is replaced by 
 staggered at the start so that about streams/tokens of them finish in every step, as in a server that has run a
 while.
 
-    python scripts/bench_bookkeeping.py                 # 64 x 256, the four configurations, then the pieces
-    python scripts/bench_bookkeeping.py --rounds 9 --steps 3000
+    PYTHONPATH=. python scripts/bench_bookkeeping.py          # 64 x 256: the four configurations, then the pieces
+    PYTHONPATH=. python scripts/bench_bookkeeping.py --tokens 512 --only pieces
 
-1. The four configurations (metrics and recorder on/off, `roseinfer serve` vs `--no-metrics
-   --flight-recorder-steps 0`), interleaved round by round: microseconds of a whole step (the loop's host time),
-   median over --rounds; "on - off" is what the two together add to a step.
-2. The pieces (metrics and recorder on), each timed by a perf_counter_ns wrapper around its calls, in microseconds
-   per step (a piece called once per finish is spread over the steps); the wrapper's own cost (measured around a
-   call that does nothing) is taken off. The outbox thread's send (pickling plus the pipe) runs beside the loop
-   and holds the GIL while it pickles. Python's collections are timed through gc.callbacks.
+Both parts measure CPU time, not wall time (the box is shared): the process' CPU time for whole steps (the loop's
+thread and the outbox thread that pickles), the replaying thread's for the pieces.
+1. The four configurations (metrics and recorder on/off: `roseinfer serve` vs `--no-metrics
+   --flight-recorder-steps 0`, the "off" server of bench_serve.py's pairs), interleaved round by round: CPU
+   microseconds of a whole step, median over --rounds; "- off" is the median of the rounds' differences to "off";
+   Python's collections during the round (gc.callbacks) beside them.
+2. The pieces, metrics and recorder on: a real run records the arguments of each piece's calls, then each piece is
+   replayed alone on those arguments (median of --repeats replays), microseconds a call times calls a step. A timer
+   around each call would cost as much as the cheap pieces themselves (~0.3-2 µs a call here).
+Before/after on one machine: run it with PYTHONPATH pointing at each checkout (`git archive REV roseinfer | tar -x
+-C DIR`), from a folder outside both (so the current folder does not shadow PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -150,14 +154,18 @@ def configurations(args) -> dict[str, list[float]]:
     for bench in benches.values():
         bench.run(args.warmup)  # the recorder's ring full, the requests staggered
     times: dict[str, list[float]] = {name: [] for name in benches}
+    gc_us: dict[str, list[float]] = {name: [] for name in benches}
     names = list(benches)
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # no configuration always first
         for name in order:
+            gct = GcTimer()
             times[name].append(benches[name].run(args.steps))
+            gct.close()
+            gc_us[name].append(gct.ns / args.steps / 1e3)
     for bench in benches.values():
         bench.close()
-    return times
+    return times, gc_us
 
 
 class Recorder:
@@ -166,9 +174,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.args: dict[str, list[tuple]] = {}
+        self._wrapped: list[tuple[object, str, object]] = []
 
     def capture(self, obj: object, name: str, label: str) -> None:
         method = getattr(obj, name)
+        self._wrapped.append((obj, name, vars(obj).get(name)))
         calls = self.args.setdefault(label, [])
 
         def captured(*args, **kwargs):
@@ -176,6 +186,14 @@ class Recorder:
             return method(*args, **kwargs)
 
         setattr(obj, name, captured)
+
+    def restore(self) -> None:
+        """The methods as they were (a replay must not capture its own calls)."""
+        for obj, name, own in reversed(self._wrapped):
+            if own is None:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, own)
 
 
 class GcTimer:
@@ -225,21 +243,22 @@ def pieces(args) -> list[tuple[str, float, float, float]]:
     rec.capture(engine, "_log_request", "log_request")
     rec.capture(engine, "_log_decode_step", "log_decode_step")
     rec.capture(engine, "on_token", "on_token")
-    rec.capture(core, "_tokens", "tokens")
     rec.capture(core.out, "put", "put")
-    emitted_per_step: list[list] = []
+    step_ends: list[int] = []  # where each step's on_token calls end
+    owners: dict = {}  # every sequence's (key, index), kept for the replays
     publish = core._publish
 
     def keep_emitted(start_ns, finished):
-        emitted_per_step.append(list(core._emitted))
+        step_ends.append(len(rec.args["on_token"]))
+        owners.update(core._owner)
         return publish(start_ns, finished)
 
     core._publish = keep_emitted
     steps = args.steps
-    gct = GcTimer()
     bench.run(steps)
-    gct.close()
     bench.close()
+    rec.restore()
+    core._publish = publish
     a, r = rec.args, args.repeats
     per_step = lambda label: len(a[label]) / steps  # noqa: E731
     rows = []
@@ -257,7 +276,11 @@ def pieces(args) -> list[tuple[str, float, float, float]]:
     flight = FlightRecorder(4096)
     for call_args, call_kwargs in a["recorder.step"][:4097]:  # full: each step also drops the oldest
         flight.step(*call_args, **call_kwargs)
-    row("recorder.step (the ring's tuple)", per_step("recorder.step"), replay_ns(flight.step, a["recorder.step"], r))
+    row(
+        "recorder.step (the ring's tuple)",
+        per_step("recorder.step"),
+        replay_ns(flight.step, a["recorder.step"], r),
+    )
     row(
         "request record into the ring (per finish)",
         per_step("log_request"),
@@ -270,34 +293,34 @@ def pieces(args) -> list[tuple[str, float, float, float]]:
     off_ns = replay_ns(engine._log_decode_step, a["log_decode_step"], r)
     row("engine._log_decode_step, recorder on (incl. ring)", per_step("log_decode_step"), on_ns)
     row("engine._log_decode_step, recorder off", per_step("log_decode_step"), off_ns)
-    # the per-token hook and the event's token tuples, metrics on and off
-    on_token = a["on_token"]
+    # the per-token hook and the step event's token tuples (before: _on_token, then _tokens; after: _on_token),
+    # metrics on and off
+    on_token, core._owner = a["on_token"], owners
+    bounds = list(zip([0] + step_ends[:-1], step_ends))
     for metrics_on in (True, False):
         core.metrics = ServerMetrics() if metrics_on else None
 
-        def tokens_of_steps() -> None:
-            for emitted in emitted_per_step:
-                core._emitted, core._sent = emitted, 0
-                core._tokens(0)
-
-        def hook() -> None:
-            core._emitted, core._prefilled = [], []
-            for call_args, _ in on_token:
-                core._on_token(*call_args)
+        def token_path() -> None:
+            for start, end in bounds:
+                core._emitted, core._step_tokens, core._sent, core._prefilled = [], [], 0, []
+                for call_args, _ in on_token[start:end]:
+                    core._on_token(*call_args)
+                if hasattr(core, "_tokens"):  # the code before this session
+                    core._tokens(0)
 
         state = "on" if metrics_on else "off"
-        per_token = replay_ns(hook, [((), {})], r) / max(len(on_token), 1)
-        row(f"core._on_token (per token), metrics {state}", len(on_token) / steps, per_token)
-        if metrics_on:
-            per_event = replay_ns(tokens_of_steps, [((), {})], r) / max(len(emitted_per_step), 1)
-            row("core._tokens (the step event's tuples)", 1.0, per_event)
+        per_step_ns = replay_ns(token_path, [((), {})], r) / max(len(bounds), 1)
+        row(
+            f"token path: _on_token x {len(on_token) / steps:.0f}, event tuples; metrics {state}",
+            1.0,
+            per_step_ns,
+        )
     row("outbox.put", per_step("put"), replay_ns(_Put().put, a["put"], r))
     row(
         "pickling the events (outbox thread)",
         per_step("put"),
         replay_ns(lambda e: pickle.dumps([e], protocol=pickle.HIGHEST_PROTOCOL), a["put"], r),
     )
-    row("gc collections (in the run)", gct.collections / steps, gct.ns / max(gct.collections, 1))
     return rows
 
 
@@ -330,15 +353,20 @@ def main() -> None:
     p.add_argument("--only", choices=["configs", "pieces"], default=None)
     args = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
-    print(f"{args.streams} streams x {args.tokens} tokens, continuous; {args.rounds} rounds x {args.steps} steps")
+    print(
+        f"{args.streams} streams x {args.tokens} tokens, continuous; {args.rounds} rounds x {args.steps} steps"
+    )
     if args.only != "pieces":
-        times = configurations(args)
-        print(f"\n{'configuration':16s} {'µs/step median':>15s} {'min-max':>15s} {'- off (median of rounds)':>25s}")
+        times, gc_us = configurations(args)
+        print(
+            f"\nCPU µs a step (median of {args.rounds} rounds; '- off': the median of the rounds' differences)"
+        )
+        print(f"{'configuration':16s} {'µs/step':>9s} {'min-max':>17s} {'- off':>8s} {'gc µs/step':>11s}")
         for name, ts in times.items():
             deltas = [a - b for a, b in zip(ts, times["off"])]
             print(
-                f"{name:16s} {statistics.median(ts):15.2f} {min(ts):7.2f}-{max(ts):<7.2f} "
-                f"{statistics.median(deltas):25.2f}"
+                f"{name:16s} {statistics.median(ts):9.2f} {min(ts):8.2f}-{max(ts):<8.2f} "
+                f"{statistics.median(deltas):8.2f} {statistics.median(gc_us[name]):11.2f}"
             )
     if args.only != "configs":
         rows = pieces(args)
@@ -346,6 +374,7 @@ def main() -> None:
         print(f"{'piece':52s} {'calls/step':>10s} {'µs/call':>9s} {'µs/step':>9s}")
         for piece, calls, us_call, us_step in rows:
             print(f"{piece:52s} {calls:10.3f} {us_call:9.2f} {us_step:9.2f}")
+
 
 if __name__ == "__main__":
     main()

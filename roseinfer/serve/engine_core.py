@@ -33,6 +33,7 @@ import dataclasses
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from roseinfer import tracing
@@ -115,6 +116,10 @@ class EngineCore:
         self._seqs: dict[int, list[Sequence]] = {}  # request key -> its sequences (one per choice)
         self._owner: dict[int, tuple[int, int]] = {}  # sequence id -> (request key, choice index)
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
+        # Finished requests whose latencies the metrics have not taken yet: (sequence, its prefill's step start, the
+        # Unix time it finished). Taken at the next step's publish, after that step's launch: with the overlapped
+        # decode the GPU computes meanwhile, where a finish's own step (a drain, the device idle) would expose them.
+        self._unmeasured: list[tuple[Sequence, int | None, float]] = []
         # The step's tokens not sent yet as the "step" event carries them, (key, index, token, step), made as each is
         # emitted: one tuple a token and no second pass (at 64 streams the per-token Python is most of the core's
         # bookkeeping). The prefill's go before the decode's (_publish_prefilled): `_sent` counts those.
@@ -166,6 +171,8 @@ class EngineCore:
                     return
                 if engine.steplog is not None:
                     engine.steplog.flush()  # idle: readers of the step log see every finished request
+                if self._unmeasured:
+                    self._measure_finished()
                 if self.slo is not None:
                     self._slo_idle()
                 self.conn.poll(None)  # idle until the server says something (or goes away: EOF)
@@ -231,7 +238,10 @@ class EngineCore:
 
     def _answer(self, what: str):
         if what == "metrics":
-            return self.metrics.snapshot(self.engine) if self.metrics is not None else None
+            if self.metrics is None:
+                return None
+            self._measure_finished()
+            return self.metrics.snapshot(self.engine)
         if isinstance(what, tuple) and what[0] == "steps":
             flight = self.engine.flight
             return flight.dump(what[1], self.running()) if flight is not None else None
@@ -262,7 +272,8 @@ class EngineCore:
     # -- steps ---------------------------------------------------------------------------------------------------
     def _on_token(self, seq: Sequence, tok: int) -> None:
         step = seq.token_step[-1]
-        self._step_tokens.append((*self._owner[seq.id], tok, step))
+        key, index = self._owner[seq.id]
+        self._step_tokens.append((key, index, tok, step))
         if self.slo is not None:
             self._emitted.append((seq, tok, step))
         if step < 0:
@@ -283,8 +294,14 @@ class EngineCore:
             del self._seqs[key]
         prefill_start = self._prefill_start.pop(seq.id, None)
         if self.metrics is not None:
-            self.metrics.request_finished(seq, prefill_start)
+            self._unmeasured.append((seq, prefill_start, time.time()))
         return key, index, seq.finish_reason
+
+    def _measure_finished(self) -> None:
+        """The finished requests' latencies into the metrics (before a snapshot, when idle, at the next publish)."""
+        unmeasured, self._unmeasured = self._unmeasured, []
+        for seq, prefill_start, at in unmeasured:
+            self.metrics.request_finished(seq, prefill_start, at)
 
     def _publish_prefilled(self) -> None:
         """The step's prefill is done and its decode not begun: the prefilled requests' first tokens go now (a
@@ -300,6 +317,8 @@ class EngineCore:
         emitted, self._sent = self._sent + len(tokens), 0
         engine = self.engine
         if self.metrics is not None:
+            if self._unmeasured:  # the requests finished before this step (which is launched now)
+                self._measure_finished()
             prefilled, self._prefilled = self._prefilled, []
             self.metrics.step_done(
                 (tracing.now_ns() - start_ns) / 1e9, emitted, prefilled, engine.cfg.block_size,

@@ -54,7 +54,9 @@ class Histogram:
         if request_id is not None:
             self.exemplars[i] = (request_id, value, time.time() if at is None else at)
 
-    def observe_many(self, values: np.ndarray, request_id: str | None = None, at: float | None = None) -> None:
+    def observe_many(
+        self, values: np.ndarray, request_id: str | None = None, at: float | None = None
+    ) -> None:
         """Every value of `values` (one request's gaps: a few hundred). Sorted once, the bounds looked up in it: a
         handful of numpy calls whatever the number of buckets hit (a mask per bucket cost 3 calls a bucket)."""
         n = values.size
@@ -157,14 +159,16 @@ class ServerMetrics:
         # As vLLM's: the tokens the iteration computed, its prefills' tokens and the tokens it generated.
         self.iteration_tokens.observe(emitted + computed_total)
 
-    def request_finished(self, seq, prefill_start_ns: int | None) -> None:
-        """One request's latencies, when it leaves the engine."""
+    def request_finished(self, seq, prefill_start_ns: int | None, at: float | None = None) -> None:
+        """One request's latencies, when it has left the engine; `at`: the Unix time it finished (its exemplars' time;
+        None: now)."""
         self.finished[seq.finish_reason] = self.finished.get(seq.finish_reason, 0) + 1
         token_ns = seq.token_ns
         if not token_ns:
             return
         rid = seq.request_id  # the exemplars' request id (the response id a client sees)
-        at = time.time()  # the exemplars' time: one clock read for the request's six histograms
+        if at is None:
+            at = time.time()  # the exemplars' time: one clock read for the request's six histograms
         arrival, first, last = seq.arrival_ns, token_ns[0], token_ns[-1]
         self.ttft.observe((first - arrival) / 1e9, rid, at)
         self.e2e.observe((last - arrival) / 1e9, rid, at)

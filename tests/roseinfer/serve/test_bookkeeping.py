@@ -31,7 +31,11 @@ def test_a_requests_gaps_fall_in_the_buckets_one_observe_each_would_give():
     # gaps in ns as a request's token times give them: some exactly on a bound (1e-4 s, 2.5e-4 s), some above
     # the last bound, most around a GPU step
     gaps = np.concatenate(
-        [rng.integers(50_000, 3_000_000, 300), [100_000, 250_000, 100_000, 81 * 10**9], rng.integers(1, 10, 5)]
+        [
+            rng.integers(50_000, 3_000_000, 300),
+            [100_000, 250_000, 100_000, 81 * 10**9],
+            rng.integers(1, 10, 5),
+        ]
     )
     rng.shuffle(gaps)
     values = gaps / 1e9
@@ -58,7 +62,9 @@ def _events_until_finished(conn, n: int, timeout_s: float = 120.0) -> list[tuple
 
 def test_every_token_is_in_one_step_event_in_order_and_counted():
     server, core_end = Pipe()
-    core = EngineCore(core_end, "gpt2-tiny", EngineConfig(max_batch_size=4, prefill_max_batch_size=2), metrics=True)
+    core = EngineCore(
+        core_end, "gpt2-tiny", EngineConfig(max_batch_size=4, prefill_max_batch_size=2), metrics=True
+    )
     thread = threading.Thread(target=core.run, daemon=True)
     thread.start()
     lengths = {1: 9, 2: 5, 3: 12, 4: 1, 5: 7}  # five requests, four at a time: admissions while others decode
@@ -88,7 +94,7 @@ def test_every_token_is_in_one_step_event_in_order_and_counted():
         assert len(steps) == n and steps[0] == -1  # the prefill's token first, then one a decode step
         assert all(b > a >= 0 for a, b in zip(steps[1:], steps[2:]))
     # a prefill's tokens leave in an event of their own, before the same step's decode tokens
-    for _, toks, finishes, _, _ in events:
+    for _, toks, _, _, _ in events:
         assert len({s == -1 for *_, s in toks}) <= 1
     snapshot = reply[2]
     assert snapshot["generation_tokens"] == sum(lengths.values())
