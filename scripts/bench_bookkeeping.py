@@ -10,6 +10,7 @@ while.
 
     PYTHONPATH=. python scripts/bench_bookkeeping.py          # 64 x 256: the four configurations, then the pieces
     PYTHONPATH=. python scripts/bench_bookkeeping.py --tokens 512 --only pieces
+    PYTHONPATH=. python scripts/bench_bookkeeping.py --metrics-ab /tmp/base --rounds 11   # metrics.py, before/after
 
 Both parts measure CPU time, not wall time (the box is shared): the process' CPU time for whole steps (the loop's
 thread and the outbox thread that pickles), the replaying thread's for the pieces.
@@ -33,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from roseinfer import tracing
 from roseinfer.config import EngineConfig
@@ -342,6 +344,51 @@ class _Put:
             self._pending.clear()
 
 
+def metrics_ab(base: str, rounds: int) -> None:
+    """The metrics' two calls, this checkout's metrics.py against BASE's, loaded side by side in one process and
+    interleaved: the ratio that the replays above are too noisy to give on a shared box."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    def load(path: Path, name: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    here = Path(__file__).resolve().parent.parent / "roseinfer" / "serve" / "metrics.py"
+    sides = {"before": load(Path(base) / "roseinfer" / "serve" / "metrics.py", "metrics_before"),
+             "after": load(here, "metrics_after")}  # fmt: skip
+    t0 = 10**12
+    requests = [
+        SimpleNamespace(
+            finish_reason="length", arrival_ns=t0 - 2_000_000, request_id=f"cmpl-{k}",
+            token_ns=[t0 + 600_000 * i + (i * 7919 + k * 31) % 300_000 for i in range(512)],
+        )
+        for k in range(50)
+    ]  # fmt: skip
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for side, module in sides.items():
+            m = module.ServerMetrics()
+            t = time.thread_time_ns()
+            for i in range(5120):
+                m.step_done(0.0006 + (i % 7) * 1e-5, 64, [], 64, True)
+            times.setdefault(("step_done", side), []).append((time.thread_time_ns() - t) / 5120 / 1e3)
+            t = time.thread_time_ns()
+            for seq in requests:
+                m.request_finished(seq, t0 - 1_000_000)
+            times.setdefault(("request_finished, 512 tokens", side), []).append(
+                (time.thread_time_ns() - t) / len(requests) / 1e3
+            )
+    print(f"\nmetrics.py before ({base}) / after, interleaved, {rounds} rounds: µs a call, median (min)")
+    for call in ("step_done", "request_finished, 512 tokens"):
+        b, a = times[(call, "before")], times[(call, "after")]
+        print(
+            f"  {call:30s} {statistics.median(b):7.2f} ({min(b):.2f}) -> {statistics.median(a):7.2f} ({min(a):.2f})"
+        )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--streams", type=int, default=64, help="requests running together")
@@ -351,7 +398,16 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5000, help="steps before timing (the recorder's ring fills)")
     p.add_argument("--repeats", type=int, default=7, help="replays of each piece's captured calls")
     p.add_argument("--only", choices=["configs", "pieces"], default=None)
+    p.add_argument(
+        "--metrics-ab",
+        metavar="BASE",
+        default=None,
+        help="only this: metrics.py of BASE (a checkout's root) against this one's, in one process, interleaved",
+    )
     args = p.parse_args()
+    if args.metrics_ab:
+        metrics_ab(args.metrics_ab, args.rounds)
+        return
     tracing.configure(nvtx=False, record_function=False)
     print(
         f"{args.streams} streams x {args.tokens} tokens, continuous; {args.rounds} rounds x {args.steps} steps"

@@ -1,8 +1,8 @@
 """Prometheus metrics, named as vLLM's are (prefix `roseinfer:`, base units), rendered by prometheus-client.
 
-Two halves, one per process. The engine core keeps `ServerMetrics`: plain bucket counts it bumps (per step, and per
-request when it finishes, a request's inter-token gaps counted with a few numpy calls), which costs the step loop
-almost nothing; a scrape asks the core for a `snapshot` (plain numbers, between two steps). The server process
+Two halves, one per process. The engine core keeps `ServerMetrics`: plain bucket counts (a step's values appended to
+lists, counted 256 steps at a time; a request's when it finishes, its inter-token gaps counted with a few numpy
+calls), which costs the step loop almost nothing (scripts/bench_bookkeeping.py); a scrape asks the core for a `snapshot` (plain numbers, between two steps). The server process
 renders that snapshot (`Collector`, prometheus-client's text format). No per-request labels.
 
 Exemplars: the request-level histograms (TTFT, ITL, E2E, queue, prefill, decode) keep, per bucket, the latest
@@ -32,6 +32,7 @@ SECONDS_BUCKETS = (
     1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
 TOKENS_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+STEP_BATCH = 256  # steps counted into the per-step histograms at once
 
 
 class Histogram:
@@ -63,10 +64,24 @@ class Histogram:
         if n == 0:
             return
         self.sum += float(values.sum())  # summed unsorted: the same float as before the sort
-        ordered = np.sort(values)
+        self._count(np.sort(values), request_id, at)
+
+    def observe_each(self, values: list[float]) -> None:
+        """`values` as one `observe` each would take them (no exemplars): the same counts and, added one by one in
+        order, the same float sum; a few numpy calls for the lot instead of a bisect and three updates each."""
+        if not values:
+            return
+        total = self.sum
+        for value in values:
+            total += value
+        self.sum = total
+        self._count(np.sort(np.asarray(values, dtype=np.float64)), None, None)
+
+    def _count(self, ordered: np.ndarray, request_id: str | None, at: float | None) -> None:
+        """Count sorted values into the buckets; with `request_id`, each bucket's largest value is its exemplar."""
         # ordered[:ends[i]] are <= bounds[i]: bucket i holds ordered[ends[i - 1]:ends[i]], the last bucket the rest
         ends = np.searchsorted(ordered, self._bounds_np, side="right").tolist()
-        ends.append(n)
+        ends.append(ordered.size)
         counts, exemplars = self.counts, self.exemplars
         if request_id is not None and at is None:
             at = time.time()
@@ -137,6 +152,10 @@ class ServerMetrics:
         self.generation_tokens = 0
         self.finished: dict[str, int] = {"stop": 0, "length": 0, "abort": 0}
         self.prefix_queries_tokens = 0
+        # Steps not counted into `step` and `iteration_tokens` yet: their values, counted STEP_BATCH at a time (and
+        # before a snapshot), so that a step costs two list appends rather than two observations.
+        self._step_s: list[float] = []
+        self._step_tokens: list[int] = []
 
     def step_done(
         self,
@@ -148,7 +167,7 @@ class ServerMetrics:
     ) -> None:
         """One engine step: its time, the tokens it emitted, and its prefills ((tokens computed, prompt tokens if
         admitted, 0 if readmitted after a preemption) each)."""
-        self.step.observe(step_s)
+        self._step_s.append(step_s)
         self.generation_tokens += emitted
         computed_total = 0
         for computed, prompt in prefilled:
@@ -157,7 +176,15 @@ class ServerMetrics:
                 self.prefix_queries_tokens += computed // block_size * block_size
             computed_total += computed
         # As vLLM's: the tokens the iteration computed, its prefills' tokens and the tokens it generated.
-        self.iteration_tokens.observe(emitted + computed_total)
+        self._step_tokens.append(emitted + computed_total)
+        if len(self._step_s) >= STEP_BATCH:
+            self._count_steps()
+
+    def _count_steps(self) -> None:
+        steps, self._step_s = self._step_s, []
+        tokens, self._step_tokens = self._step_tokens, []
+        self.step.observe_each(steps)
+        self.iteration_tokens.observe_each(tokens)
 
     def request_finished(self, seq, prefill_start_ns: int | None, at: float | None = None) -> None:
         """One request's latencies, when it has left the engine; `at`: the Unix time it finished (its exemplars' time;
@@ -181,6 +208,7 @@ class ServerMetrics:
 
     def snapshot(self, engine) -> dict:
         """Plain numbers (they cross the pipe): the histograms, the counters, and the engine's gauges now."""
+        self._count_steps()
         mgr, sched = engine.mgr, engine.scheduler
         return {
             "histograms": {h.name: (h.doc, h.snapshot()) for h in self.histograms},

@@ -13,7 +13,7 @@ import numpy as np
 from roseinfer.config import EngineConfig
 from roseinfer.sequence import SamplingParams
 from roseinfer.serve.engine_core import EngineCore
-from roseinfer.serve.metrics import SECONDS_BUCKETS, Histogram
+from roseinfer.serve.metrics import SECONDS_BUCKETS, TOKENS_BUCKETS, Histogram
 
 
 def _one_by_one(bounds, values, request_id):
@@ -50,6 +50,25 @@ def test_a_requests_gaps_fall_in_the_buckets_one_observe_each_would_give():
     h.observe_many(np.array([2e-4, 2e-4, 0.5]), "cmpl-b")
     assert h.counts[1] == counts[1] + 2 and h.exemplars[1][:2] == ("cmpl-b", 2e-4)
     assert h.exemplars[0] == (exemplars[0] and (*exemplars[0], 5.0))  # untouched where it has no value
+
+
+def test_step_values_counted_in_batches_are_what_one_observe_each_gives():
+    rng = np.random.default_rng(3)
+    steps = (rng.integers(1, 4_000_000, 700) / 1e9).tolist() + [1e-4, 2.5e-4, 90.0]
+    one_by_one, batched = Histogram("s", "s", SECONDS_BUCKETS), Histogram("s", "s", SECONDS_BUCKETS)
+    for value in steps:
+        one_by_one.observe(value)
+    batched.observe_each(steps[:300])
+    batched.observe_each(steps[300:])
+    assert (
+        batched.counts == one_by_one.counts and batched.sum == one_by_one.sum
+    )  # the same float, bit for bit
+    tokens = [int(t) for t in rng.integers(0, 9000, 500)] + [1, 64, 8192]
+    one_by_one, batched = Histogram("t", "t", TOKENS_BUCKETS), Histogram("t", "t", TOKENS_BUCKETS)
+    for value in tokens:
+        one_by_one.observe(value)
+    batched.observe_each(tokens)
+    assert batched.counts == one_by_one.counts and batched.sum == one_by_one.sum
 
 
 def _events_until_finished(conn, n: int, timeout_s: float = 120.0) -> list[tuple]:
@@ -102,6 +121,11 @@ def test_every_token_is_in_one_step_event_in_order_and_counted():
     assert sum(snapshot["finished"].values()) == len(lengths)
     itl_counts = snapshot["histograms"]["roseinfer:inter_token_latency_seconds"][1][1]
     assert sum(itl_counts) == sum(n - 1 for n in lengths.values())
+    # every step so far in the per-step histograms (counted in batches; a snapshot counts what is pending)
+    _, iteration_counts, iteration_sum, _ = snapshot["histograms"]["roseinfer:iteration_tokens_total"][1]
+    step_counts = snapshot["histograms"]["roseinfer:decode_step_seconds"][1][1]
+    assert sum(step_counts) == sum(iteration_counts) >= max(lengths.values())
+    assert iteration_sum == sum(lengths.values()) + sum(2 + key for key in lengths)
 
 
 def conn_ready(conn, timeout_s: float = 120.0) -> bool:
