@@ -2,8 +2,9 @@
 
 Two halves, one per process. The engine core keeps `ServerMetrics`: plain bucket counts (a step's values appended to
 lists, counted 256 steps at a time; a request's when it finishes, its inter-token gaps counted with a few numpy
-calls), which costs the step loop almost nothing (scripts/bench_bookkeeping.py); a scrape asks the core for a `snapshot` (plain numbers, between two steps). The server process
-renders that snapshot (`Collector`, prometheus-client's text format). No per-request labels.
+calls), which costs the step loop little (scripts/bench_bookkeeping.py); a scrape asks the core for a `snapshot`
+(plain numbers, between two steps). The server process renders that snapshot (`Collector`, prometheus-client's text
+format). No per-request labels.
 
 Exemplars: the request-level histograms (TTFT, ITL, E2E, queue, prefill, decode) keep, per bucket, the latest
 request that fell in it (its id, the value, when), set when a request finishes (ITL: the request's largest gap in
