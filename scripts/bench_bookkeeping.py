@@ -151,13 +151,16 @@ CONFIGS = {
 }
 
 
-def configurations(args) -> dict[str, list[float]]:
-    benches = {name: Bench(m, r, args.streams, args.tokens) for name, (m, r) in CONFIGS.items()}
+def configurations(args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    names = ["off"] + [c for c in (args.configs or ",".join(CONFIGS)).split(",") if c and c != "off"]
+    unknown = [c for c in names if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"bench_bookkeeping: no configuration {unknown[0]!r} (one of: {', '.join(CONFIGS)})")
+    benches = {name: Bench(*CONFIGS[name], args.streams, args.tokens) for name in names}
     for bench in benches.values():
         bench.run(args.warmup)  # the recorder's ring full, the requests staggered
     times: dict[str, list[float]] = {name: [] for name in benches}
     gc_us: dict[str, list[float]] = {name: [] for name in benches}
-    names = list(benches)
     for r in range(args.rounds):
         order = names[r % len(names) :] + names[: r % len(names)]  # no configuration always first
         for name in order:
@@ -398,6 +401,11 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5000, help="steps before timing (the recorder's ring fills)")
     p.add_argument("--repeats", type=int, default=7, help="replays of each piece's captured calls")
     p.add_argument("--only", choices=["configs", "pieces"], default=None)
+    p.add_argument(
+        "--configs",
+        default=None,
+        help="comma-separated configurations to compare with 'off' (default: all four)",
+    )
     p.add_argument(
         "--metrics-ab",
         metavar="BASE",
