@@ -33,6 +33,7 @@ import dataclasses
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from roseinfer import tracing
@@ -115,8 +116,16 @@ class EngineCore:
         self._seqs: dict[int, list[Sequence]] = {}  # request key -> its sequences (one per choice)
         self._owner: dict[int, tuple[int, int]] = {}  # sequence id -> (request key, choice index)
         self._prefill_start: dict[int, int] = {}  # sequence id -> start of the step that prefilled it
-        self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step) of the step running
-        self._sent = 0  # how many of them went to the server already (the prefill's, before the decode)
+        # Finished requests whose latencies the metrics have not taken yet: (sequence, its prefill's step start, the
+        # Unix time it finished). Taken at the next step's publish, after that step's launch: with the overlapped
+        # decode the GPU computes meanwhile, where a finish's own step (a drain, the device idle) would expose them.
+        self._unmeasured: list[tuple[Sequence, int | None, float]] = []
+        # The step's tokens not sent yet as the "step" event carries them, (key, index, token, step), made as each is
+        # emitted: one tuple a token and no second pass (at 64 streams the per-token Python is most of the core's
+        # bookkeeping). The prefill's go before the decode's (_publish_prefilled): `_sent` counts those.
+        self._step_tokens: list[tuple[int, int, int, int]] = []
+        self._sent = 0
+        self._emitted: list[tuple[Sequence, int, int]] = []  # (sequence, token, step): only for --capture-on
         self._step_start_ns = 0
         # (tokens computed, prompt tokens if admitted) of the step's prefills
         self._prefilled: list[tuple[int, int]] = []
@@ -162,6 +171,8 @@ class EngineCore:
                     return
                 if engine.steplog is not None:
                     engine.steplog.flush()  # idle: readers of the step log see every finished request
+                if self._unmeasured:
+                    self._measure_finished()
                 if self.slo is not None:
                     self._slo_idle()
                 self.conn.poll(None)  # idle until the server says something (or goes away: EOF)
@@ -227,7 +238,10 @@ class EngineCore:
 
     def _answer(self, what: str):
         if what == "metrics":
-            return self.metrics.snapshot(self.engine) if self.metrics is not None else None
+            if self.metrics is None:
+                return None
+            self._measure_finished()
+            return self.metrics.snapshot(self.engine)
         if isinstance(what, tuple) and what[0] == "steps":
             flight = self.engine.flight
             return flight.dump(what[1], self.running()) if flight is not None else None
@@ -258,15 +272,20 @@ class EngineCore:
     # -- steps ---------------------------------------------------------------------------------------------------
     def _on_token(self, seq: Sequence, tok: int) -> None:
         step = seq.token_step[-1]
-        self._emitted.append((seq, tok, step))
-        if step < 0 and self.slo is not None:
-            self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
-        if step < 0 and self.metrics is not None:
-            # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
-            # the prefill computed (and looked up in the prefix cache) plus this token.
-            self._prefilled.append(
-                (seq.num_tokens - 1, len(seq.prompt_ids) if len(seq.output_ids) == 1 else 0)
-            )
+        key, index = self._owner[seq.id]
+        self._step_tokens.append((key, index, tok, step))
+        if self.slo is not None:
+            self._emitted.append((seq, tok, step))
+        if step < 0:
+            self._prefill_start[seq.id] = self._step_start_ns
+            if self.slo is not None:
+                self.slo.on_prefill_token(seq)  # decode tokens: checked per step (after_step)
+            if self.metrics is not None:
+                # Prefilled: admitted (its first token) or readmitted after a preemption. Its length now is what
+                # the prefill computed (and looked up in the prefix cache) plus this token.
+                self._prefilled.append(
+                    (seq.num_tokens - 1, len(seq.prompt_ids) if len(seq.output_ids) == 1 else 0)
+                )
 
     def _forget(self, seq: Sequence) -> tuple[int, int, str]:
         key, index = self._owner.pop(seq.id)
@@ -275,44 +294,43 @@ class EngineCore:
             del self._seqs[key]
         prefill_start = self._prefill_start.pop(seq.id, None)
         if self.metrics is not None:
-            self.metrics.request_finished(seq, prefill_start)
+            self._unmeasured.append((seq, prefill_start, time.time()))
         return key, index, seq.finish_reason
 
-    def _tokens(self, start_ns: int) -> list[tuple[int, int, int, int]]:
-        """The emitted tokens not sent yet, as the "step" event carries them."""
-        owner, tokens = self._owner, []
-        for seq, tok, step in self._emitted[self._sent :]:
-            key, index = owner[seq.id]
-            tokens.append((key, index, tok, step))
-            if step < 0:
-                self._prefill_start[seq.id] = start_ns
-        self._sent = len(self._emitted)
-        return tokens
+    def _measure_finished(self) -> None:
+        """The finished requests' latencies into the metrics (before a snapshot, when idle, at the next publish)."""
+        unmeasured, self._unmeasured = self._unmeasured, []
+        for seq, prefill_start, at in unmeasured:
+            self.metrics.request_finished(seq, prefill_start, at)
 
     def _publish_prefilled(self) -> None:
         """The step's prefill is done and its decode not begun: the prefilled requests' first tokens go now (a
         second "step" event of the same step, without finishes; the step is counted once, in _publish)."""
-        tokens = self._tokens(self._step_start_ns)
+        tokens, self._step_tokens = self._step_tokens, []
+        self._sent += len(tokens)
         if tokens:
             self.out.put(("step", tokens, [], len(self.engine.scheduler.waiting), self._added))
 
     def _publish(self, start_ns: int, finished: list[Sequence]) -> None:
         """One step's tokens and finishes to the server (one event), and the step counted."""
-        tokens = self._tokens(start_ns)
-        emitted, self._emitted, self._sent = self._emitted, [], 0
+        tokens, self._step_tokens = self._step_tokens, []
+        emitted, self._sent = self._sent + len(tokens), 0
         engine = self.engine
         if self.metrics is not None:
+            if self._unmeasured:  # the requests finished before this step (which is launched now)
+                self._measure_finished()
             prefilled, self._prefilled = self._prefilled, []
             self.metrics.step_done(
-                (tracing.now_ns() - start_ns) / 1e9, len(emitted), prefilled, engine.cfg.block_size,
+                (tracing.now_ns() - start_ns) / 1e9, emitted, prefilled, engine.cfg.block_size,
                 engine.mgr.prefix_cache,
             )  # fmt: skip
         finishes = [self._forget(seq) for seq in finished]
         self.out.put(("step", tokens, finishes, len(engine.scheduler.waiting), self._added))
         if self.slo is not None:
+            emitted_seqs, self._emitted = self._emitted, []
             for seq in finished:
                 self.slo.on_finish(seq)
-            self.slo.after_step(engine.flight, self.running, emitted)
+            self.slo.after_step(engine.flight, self.running, emitted_seqs)
 
 
 def _one_line(what: str, e: BaseException) -> str:
