@@ -26,6 +26,7 @@ source scripts/gpu/windows.sh
 source scripts/gpu/windows_tp.sh
 source scripts/gpu/nsys_windows.sh
 source scripts/gpu/wire.sh
+source scripts/gpu/live_truth.sh
 
 list() {
   local name

@@ -1,0 +1,61 @@
+"""Checks a `roseprof live` run of a server with a planted cause (scripts/gpu/live_truth.sh, issue 49's truth on
+the GPU): every request `show` names first by its worst ITL is blamed on the planted cause, and no other.
+
+  python scripts/check_live_truth.py TRACES_DIR RUN --region NAME --every K    a region slowed on 1 entry in K
+  python scripts/check_live_truth.py TRACES_DIR RUN --prefill-tokens N        a long prompt (>= N tokens) now and then
+
+Prints one line a check and exits 1 if any fails."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from roseprof.api import open_store
+
+
+def _prefill_tokens(line: str) -> int:
+    return int(line.split("admitted a ")[1].split("-token")[0]) if "admitted a " in line else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("traces_dir")
+    ap.add_argument("run")
+    ap.add_argument("--region")
+    ap.add_argument("--every", type=int, default=50)
+    ap.add_argument("--prefill-tokens", type=int)
+    args = ap.parse_args()
+    summary = open_store(args.traces_dir).resolve(args.run).summary()
+    part = summary["live"]
+    worst = [e for e in part["slowest"] if e["by"] == "itl"]
+    checks = [(f"the run names {len(worst)} requests by their worst ITL", bool(worst))]
+    if args.region:
+        planted = [e for e in worst if f"{args.region} +" in e["line"]]
+        checks.append(
+            (f"each is blamed on {args.region}: {len(planted)} of {len(worst)}", len(planted) == len(worst))
+        )
+        # the slowed entries are every Kth entry of the region since the server started (a warm-up load counts), so
+        # their steps are K apart
+        steps = sorted({e["step"] for e in worst if e["step"] is not None})
+        apart = all((b - a) % args.every == 0 for a, b in zip(steps, steps[1:]))
+        checks.append((f"their steps {steps} are {args.every} apart (or a multiple)", apart))
+    if args.prefill_tokens:
+        by_prefill = [
+            e for e in worst if e["cause"] == "prefill" and _prefill_tokens(e["line"]) >= args.prefill_tokens
+        ]
+        checks.append(
+            (f"each is blamed on a prefill of >= {args.prefill_tokens} tokens: {len(by_prefill)} of {len(worst)}",
+             len(by_prefill) == len(worst))
+        )  # fmt: skip
+    failed = 0
+    for words, ok in checks:
+        print(("ok    " if ok else "FAIL  ") + words)
+        failed += not ok
+    for e in worst:
+        print("      " + e["line"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
