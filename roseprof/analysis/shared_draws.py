@@ -112,7 +112,8 @@ def statistics(values: list[np.ndarray], kinds: list, rng: np.random.Generator, 
             np.copyto(weights, counts)
             out[lo:hi, linear] = weights @ table
         if pcts:
-            at = order_statistics(counts, ranks, buffers.running)  # [C, K] each rank's place in ascending order
+            # [C, K] each rank's place in ascending order
+            at = order_statistics(counts, ranks, buffers.running)
             for j, v, (r, t, top) in zip(pcts, ranked, places):
                 a = v[at[:, ranks.index(r)]]
                 if top:  # the percentile is the largest value
@@ -149,7 +150,8 @@ def draw_counts(rng: np.random.Generator, rows: int, n: int, out: np.ndarray | N
     first rows of `out` where given)."""
     idx = rng.integers(0, n, size=(rows, n), dtype=np.int32)  # [rows, n] (int32: drawn faster)
     counts = np.empty((rows, n), dtype=np.int64) if out is None else out[:rows]
-    for row, drawn in zip(counts, idx):  # a row at a time: its n counts stay in cache (2x one bincount of all)
+    # a row at a time: its n counts stay in cache (twice as fast as one bincount of every row)
+    for row, drawn in zip(counts, idx):
         row[:] = np.bincount(drawn, minlength=n)
     return counts
 
@@ -158,7 +160,8 @@ def order_statistics(counts: np.ndarray, ranks: list[int], out: np.ndarray | Non
     """[rows, K]: for each resample (a row of counts [rows, n]) and each 0-based rank k, the unit its k-th smallest
     draw is: the first unit where the running sum of the counts exceeds k (`out`: room for the running sums)."""
     rows, n = counts.shape
-    running = np.cumsum(counts, axis=1, out=None if out is None else out[:rows])  # [rows, n], each row ends at n
+    # [rows, n], each row ends at n
+    running = np.cumsum(counts, axis=1, out=None if out is None else out[:rows])
     # Each row shifted by row * (n + 1): one ascending array, so one searchsorted finds every row's places.
     shift = (np.arange(rows, dtype=np.int64) * (n + 1))[:, None]  # [rows, 1]
     running += shift
