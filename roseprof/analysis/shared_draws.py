@@ -18,6 +18,7 @@ The sides draw apart (before first), so that before and after are independent, a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,13 +66,14 @@ def fill(jobs: list[Job], rng: np.random.Generator) -> None:
     sets it: `ci_low_pct`, `ci_high_pct`, `significant` (before the noise floor)."""
     if not jobs:
         return
-    # threadpoolctl: imported only where a long run's intervals are drawn (tens of ms a command otherwise)
-    from threadpoolctl import threadpool_limits
-
+    try:  # imported only where a long run's intervals are drawn (tens of ms a command otherwise)
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # a machine given only some wheels (scripts/gpu_wheels.sh): BLAS as it is, more CPU
+        threadpool_limits = None
     resamples = [{}, {}]  # per side: id(job) -> [B] the metric over the side's resamples
     # One BLAS thread for the sums' matrix products: OpenBLAS's second thread halved no product's time and spun
     # after each, doubling the CPU time of the draws on a 2-core machine (0.4 against 0.2 s a side, 1M kernels).
-    with threadpool_limits(limits=1, user_api="blas"):
+    with threadpool_limits(limits=1, user_api="blas") if threadpool_limits else contextlib.nullcontext():
         for side in (0, 1):
             by_n: dict[int, list[Job]] = {}
             for job in jobs:
