@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.collectives import Instances, Matched, Participants
+from roseprof.analysis.stats import dense_ids
 from roseprof.analysis.stragglers import per_step_lateness
 
 
@@ -29,7 +30,8 @@ def rank_rows(inst: Instances, parts: Participants, m: Matched) -> list[dict]:
     for p in range(len(parts.label)):
         mine = inst.who == p
         in_step = mine & (inst.step >= 0)
-        steps, per_step = np.unique(inst.step[in_step], return_inverse=True)
+        # step indices are dense: counted, not sorted (stats.dense_ids)
+        steps, per_step = dense_ids(inst.step[in_step], int(inst.step.max()) + 1 if in_step.any() else 0)
         exposed_steps = np.bincount(per_step.ravel(), weights=inst.exposed[in_step]) if len(steps) else []
         durations = (parts.step_end[p] - parts.step_start[p]).astype(np.float64)
         late = m.lateness[:, p].astype(np.float64) if len(m.step) and len(parts.label) > 1 else np.zeros(0)

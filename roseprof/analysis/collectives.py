@@ -24,6 +24,7 @@ matched (and counted): pairing the wrong calls would invent lateness.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -108,6 +109,11 @@ class Matched:
     last: np.ndarray  # [M] participant that arrived last
     lateness: np.ndarray  # [M, P] each one's arrival minus the first arrival
     unmatched_steps: int  # steps whose participants issued different numbers of collectives
+
+    @cached_property
+    def steps(self) -> np.ndarray:
+        """[S'] the distinct steps of the matched collectives, ascending: factorised once for every table of them."""
+        return np.unique(self.step)
 
 
 def find_instances(

@@ -1,7 +1,8 @@
 """One stored run as the samples a comparison needs: `prepare` asks each section given for its samples
 (`Section.diff_prepare`), and the built-in sections' builders are here: step times (steps), ITL with the step behind
 each token and TTFT (itl), instance durations and per-step own time (regions), per-step kernel time and launches
-(kernels). Built from the run's tables and trace; no I/O here, and no section is known by name."""
+(kernels). Built from the run's tables and trace, or taken from the samples an import stored (`prepare_stored`);
+no I/O here, and no section is known by name."""
 
 from __future__ import annotations
 
@@ -14,23 +15,74 @@ from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
 from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 
+# The version of what the builders below (and every section's diff_prepare) make of a run, kept with the samples an
+# import stores (run/sample_tables.py): a diff reads stored samples only of this version and builds them from the
+# trace otherwise. Raise it whenever a builder's output changes, or diffs of runs imported before would compare
+# samples that the code no longer makes.
+SAMPLES_VERSION = 1
+
 
 def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace, sections) -> RunData:
     """A stored run's summary, step and ITL tables and trace, as the samples `sections` (analysis/sections/
     SECTIONS, or any list of sections) make of them: each section's `diff_prepare`, in the order given."""
+    return _assemble(summary, made(summary, steps, itl_rows, trace, sections).items())
+
+
+def made(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace, sections) -> dict:
+    """{section name: what its diff_prepare makes of the run} (sections without one left out), in their order: what
+    an import stores (the shapes run/sample_tables.py keeps) and `prepare_stored` reads back."""
+    return {
+        s.name: s.diff_prepare(summary, steps, itl_rows, trace)
+        for s in sections
+        if s.diff_prepare is not None
+    }
+
+
+def prepare_stored(summary: dict, stored: dict, read_inputs, sections) -> RunData:
+    """As `prepare`, each section's samples taken from `stored` ({section name: samples}, as an import stored them:
+    run/sample_tables.py) where it holds them; the others made by the section from the run's step and ITL tables
+    and trace, which `read_inputs()` -> (steps, itl_rows, trace) reads only when a section needs them."""
+    inputs = None
+
+    def each():
+        nonlocal inputs
+        for s in sections:
+            if s.diff_prepare is None:
+                continue
+            if s.name in stored and _usable(stored[s.name]):
+                kept = stored[s.name]
+                yield s.name, Shared(kept) if isinstance(kept, dict) else kept
+                continue
+            if inputs is None:
+                inputs = read_inputs()
+            yield s.name, s.diff_prepare(summary, *inputs)
+
+    return _assemble(summary, each())
+
+
+def _usable(kept) -> bool:
+    """Whether stored samples can stand for what the section makes: a Shared of RunData's fields, its own array, or
+    None (anything else: a file of other builders, made again from the trace)."""
+    return (
+        kept is None
+        or isinstance(kept, np.ndarray)
+        or (isinstance(kept, dict) and set(kept) <= SHARED_FIELDS)
+    )
+
+
+def _assemble(summary: dict, pairs) -> RunData:
+    """RunData of (section name, what its diff_prepare made) pairs: a Shared's fields become RunData's, anything
+    else but None the section's own samples."""
     shared: dict = {}
     own: dict = {}
-    for section in sections:
-        if section.diff_prepare is None:
-            continue
-        made = section.diff_prepare(summary, steps, itl_rows, trace)
+    for name, made in pairs:
         if isinstance(made, Shared):
             unknown = set(made) - SHARED_FIELDS
             if unknown:
-                raise ValueError(f"section {section.name}: {sorted(unknown)} are no RunData fields")
+                raise ValueError(f"section {name}: {sorted(unknown)} are no RunData fields")
             shared.update(made)
         elif made is not None:  # None: no samples of this section's in this run
-            own[section.name] = made
+            own[name] = made
     return RunData(summary, **shared, sections=own)
 
 

@@ -294,7 +294,7 @@ def _where_late(trace, tree, inst, parts, m, s: int, late_at: np.ndarray, owner)
 
 def per_step_lateness(m: Matched, n_participants: int) -> tuple[np.ndarray, np.ndarray]:
     """(steps [S], [P, S] each rank's lateness summed over the step's matched collectives, ns)."""
-    steps = np.unique(m.step)
+    steps = m.steps
     out = np.zeros((n_participants, len(steps)), dtype=np.int64)
     k = np.searchsorted(steps, m.step)
     for p in range(n_participants):

@@ -10,12 +10,12 @@ import numpy as np
 from roseprof.analysis import decision, machine_speed, noise_floor, run_pairs
 from roseprof.analysis.diff import compare, compare_own, floor_for, kernel_changes, method, rank
 from roseprof.analysis.run_data import RunData
-from roseprof.analysis.samples import prepare
+from roseprof.analysis.samples import SAMPLES_VERSION, prepare, prepare_stored
 from roseprof.analysis.sections import SECTIONS, loads, serving
 from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.render.view import DiffView
-from roseprof.run import alike, baselines, tables
+from roseprof.run import alike, baselines, sample_tables, tables
 from roseprof.run.store import Run, RunStore
 
 
@@ -30,11 +30,20 @@ def load_run(run: Run) -> RunData:
             return RunData(summary, sections={"sweep": sweep})
         single = serving.samples(summary, tokens)  # None for a repeat: its loads are load_samples'
         return RunData(summary, sections={"serving": single} if single is not None else {})
-    return prepare(
+    stored = sample_tables.read(run.path, SAMPLES_VERSION)  # None: a run stored before them, or damaged
+    if stored is None:
+        return prepare(
+            run.summary(),
+            tables.read_steps(run.path),
+            tables.read_itl(run.path),
+            tables.read_trace(run.path),
+            SECTIONS,
+        )
+    # The samples the import stored; the step, ITL and trace tables only for a section they lack (ncu's launches).
+    return prepare_stored(
         run.summary(),
-        tables.read_steps(run.path),
-        tables.read_itl(run.path),
-        tables.read_trace(run.path),
+        stored,
+        lambda: (tables.read_steps(run.path), tables.read_itl(run.path), tables.read_trace(run.path)),
         SECTIONS,
     )
 

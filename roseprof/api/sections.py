@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roseprof.analysis import sections
+import numpy as np
+
+from roseprof.analysis import samples, sections
+from roseprof.analysis.run_data import Shared
 from roseprof.analysis.summary import analyse
 from roseprof.errors import RoseprofError
 from roseprof.model import Trace
+from roseprof.run import sample_tables, tables
 from roseprof.workload.steplog import log_rank, rank_log_paths, rank_path, read_steplog
 
 
@@ -60,7 +64,19 @@ def analyse_trace(
     for other, other_label in rank_logs.values():
         summary["warnings"].extend(other.warnings(other_label))
     summary["warnings"].extend(unusable)
-    return summary, sections.stored_tables(data)
+    parts = sections.stored_tables(data)
+    parts[tables.DIFF_SAMPLES] = diff_samples(summary, parts, trace)
+    return summary, parts
+
+
+def diff_samples(summary: dict, parts: dict, trace: Trace) -> dict:
+    """What each section's diff_prepare makes of the run as it is stored (its steps.json and itl.json from `parts`),
+    in the shapes run/sample_tables.py keeps: stored at import, so that a diff need not read the trace again."""
+    made = samples.made(
+        summary, tables.steps_table(parts), parts.get(tables.ITL_SERIES) or [], trace, sections.SECTIONS
+    )
+    kept = {n: m for n, m in made.items() if m is None or isinstance(m, (Shared, np.ndarray))}
+    return {"version": samples.SAMPLES_VERSION, "sections": sample_tables.storable(kept)}
 
 
 def _inconsistent_logs(logs: dict, warnings: list[str]) -> dict[int, str]:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from roseprof.errors import RoseprofError
-from roseprof.load.client import Record
+
+if TYPE_CHECKING:  # the client (asyncio, 40 to 90 ms to import) is not needed to read a stored load
+    from roseprof.load.client import Record
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 METRICS = ("ttft", "tpot", "itl", "e2e")

@@ -187,6 +187,31 @@ def check_itl(itl) -> None:
             raise Damaged(f"[{i}] has series of different lengths")
 
 
+def check_names(meta) -> None:
+    """names.json (run/tables.py): the trace's names, domains, threads and processes."""
+    check(
+        meta,
+        {
+            "version": (int, None),
+            "tool": ({"name": (str, None), "version": (str, None), "format": (str, None)}, None),
+            "names": ([str], None),
+            "domains": ([str], None),
+            "threads": ({}, None),
+            "processes": ([PROCESS], None),
+            "thread_pids": ({}, None),
+        },
+    )
+    if isinstance(meta.get("threads"), dict):
+        for t, n in meta["threads"].items():
+            check(n, str, f"threads.{t}")
+    for t, p in (meta.get("thread_pids") or {}).items():
+        check(p, int, f"thread_pids.{t}")
+
+
+# names.json's processes (version 3): model.Process, field by field.
+PROCESS = {"pid": int, "name": str, "rank": (int, None), "world_size": (int, None), "rank_from": (str, None)}
+
+
 def check_telemetry(telemetry) -> None:
     check(telemetry, TELEMETRY)
 

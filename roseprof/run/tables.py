@@ -13,6 +13,8 @@
     gpu_ops.npz     the model's GpuOps columns
     graph_nodes.npz the model's GraphNodes columns (CUDA graph nodes: where replayed kernels were captured)
     op_regions.npz  per GPU op, its innermost launching region and capture-time region (names index, -1: none)
+    diff_samples.npz   what each analysis section's diff_prepare made of the run at import, which a diff reads
+                    instead of the trace (run/sample_tables.py; absent before 2026-11-28: the diff builds them)
     host_events.npz the model's HostEvents columns (torch: CPU operators, Python frames, calls that launched
                     nothing); absent when there are none (and in runs stored before 2026-11-24)
     load_tokens.json   a load (`roseprof load`, tool `load`): per request every token's arrival (ms after the
@@ -49,7 +51,18 @@ from roseprof.model import (
     Tool,
     Trace,
 )
-from roseprof.run.checks import NUM, Damaged, check, check_itl, check_steps, check_summary, check_telemetry
+from roseprof.run import sample_tables
+from roseprof.run.checks import (
+    NUM,
+    PROCESS,
+    Damaged,
+    check,
+    check_itl,
+    check_names,
+    check_steps,
+    check_summary,
+    check_telemetry,
+)
 from roseprof.run.json_files import read_json, write_json
 
 # The run folder's file names that other modules need, spelled here only (the rest are this module's own).
@@ -151,7 +164,9 @@ RUN_STARTS = "steps.run_starts"  # steps.json `run_starts`
 RANK_STEPS = "steps.ranks"  # steps.json `ranks`: several ranks' own steps, by the rank's label ("rank 1")
 ITL_SERIES = "itl.series"  # itl.json: per request, its token series
 OP_REGIONS = "op_regions"  # op_regions.npz: OP_REGION_COLUMNS
-STORED_PARTS = (STEP_ROWS, STEP_REGIONS, RUN_STARTS, RANK_STEPS, ITL_SERIES, OP_REGIONS)
+# diff_samples.npz (run/sample_tables.py): {"version": builders' version, "sections": {name: samples}}
+DIFF_SAMPLES = "diff_samples"
+STORED_PARTS = (STEP_ROWS, STEP_REGIONS, RUN_STARTS, RANK_STEPS, ITL_SERIES, OP_REGIONS, DIFF_SAMPLES)
 
 
 def write_analysis(folder: Path, summary: dict, parts: dict) -> None:
@@ -163,6 +178,15 @@ def write_analysis(folder: Path, summary: dict, parts: dict) -> None:
     op_regions = parts.get(OP_REGIONS)
     if op_regions is not None:
         np.savez(folder / "op_regions.npz", **{c: np.asarray(op_regions[c]) for c in OP_REGION_COLUMNS})
+    if parts.get(DIFF_SAMPLES) is not None:
+        sample_tables.write(folder, parts[DIFF_SAMPLES]["version"], parts[DIFF_SAMPLES]["sections"])
+    write_json(folder / "steps.json", steps_table(parts))
+    write_json(folder / "itl.json", parts.get(ITL_SERIES) or [])
+    write_json(folder / SUMMARY, summary)
+
+
+def steps_table(parts: dict) -> dict:
+    """steps.json as `write_analysis` writes it from the analysis parts (what read_steps gives back)."""
     steps = {
         "regions": parts.get(STEP_REGIONS) or [],
         "rows": parts.get(STEP_ROWS),
@@ -170,9 +194,7 @@ def write_analysis(folder: Path, summary: dict, parts: dict) -> None:
     }
     if parts.get(RANK_STEPS):
         steps["ranks"] = parts[RANK_STEPS]  # several ranks: each rank's own steps, by its label ("rank 1")
-    write_json(folder / "steps.json", steps)
-    write_json(folder / "itl.json", parts.get(ITL_SERIES) or [])
-    write_json(folder / SUMMARY, summary)
+    return steps
 
 
 def read_op_regions(folder: Path, n_ops: int, n_names: int) -> dict[str, np.ndarray] | None:
@@ -213,7 +235,7 @@ def _load_npz(path: Path, columns) -> dict[str, np.ndarray]:
 
 def read_trace(folder: Path) -> Trace:
     """The stored trace, rebuilt as the model (ranges, marks, GPU ops, names); RoseprofError when damaged."""
-    meta = _read_checked(folder / "names.json", _check_names) or {}
+    meta = _read_checked(folder / "names.json", check_names) or {}
     tool = meta.get("tool") or {}
     version = meta.get("version", 1)
     ranges = _load_npz(folder / "ranges.npz", RANGE_COLUMNS)
@@ -261,30 +283,6 @@ def read_trace(folder: Path) -> Trace:
             p["pid"]: Process(**{k: p[k] for k in PROCESS if k in p}) for p in meta.get("processes") or []
         },
     )
-
-
-def _check_names(meta) -> None:
-    check(
-        meta,
-        {
-            "version": (int, None),
-            "tool": ({"name": (str, None), "version": (str, None), "format": (str, None)}, None),
-            "names": ([str], None),
-            "domains": ([str], None),
-            "threads": ({}, None),
-            "processes": ([PROCESS], None),
-            "thread_pids": ({}, None),
-        },
-    )
-    if isinstance(meta.get("threads"), dict):
-        for t, n in meta["threads"].items():
-            check(n, str, f"threads.{t}")
-    for t, p in (meta.get("thread_pids") or {}).items():
-        check(p, int, f"thread_pids.{t}")
-
-
-# names.json's processes (version 3): model.Process, field by field.
-PROCESS = {"pid": int, "name": str, "rank": (int, None), "world_size": (int, None), "rank_from": (str, None)}
 
 
 def _damaged(path: Path, why: str) -> RoseprofError:
@@ -388,7 +386,7 @@ def check_stored_run(folder: Path, manifest: dict) -> None:
     for name in LOAD_FILES if is_load(manifest) else RUN_FILES:
         if not (folder / name).is_file():
             raise _damaged(folder / name, "missing")
-    meta = _read_checked(folder / "names.json", _check_names) or {}
+    meta = _read_checked(folder / "names.json", check_names) or {}
     stored = (meta.get("tool") or {}).get("name")
     said = (manifest.get("tool") or {}).get("name")
     if stored and said and stored != said:

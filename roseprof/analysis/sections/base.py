@@ -185,7 +185,9 @@ class Section:
     diff_prepare  (summary, steps, itl_rows, trace) -> anything: this section's samples of one stored run (e.g. a
                   per-step column of its own, from the trace and the step windows), kept in RunData.sections[name];
                   or a run_data.Shared of RunData's typed fields, which the diff's machinery reads too (the
-                  built-in sections' samples: analysis/samples.py). None where the section compares no samples
+                  built-in sections' samples: analysis/samples.py). None where the section compares no samples.
+                  An import stores what it makes where that is None, an array or a Shared of arrays, and a diff
+                  reads that back (run/sample_tables.py): raise samples.SAMPLES_VERSION when what it makes changes
     diff_compare  (runs_before, runs_after, metrics, floor) -> (metrics, method) or None: a comparison of the
                   section's own that replaces diff's (ncu's launch by launch: sections/ncu_kernels.py), given the
                   metrics diff.compare made and the noise floor; None where it does not apply to these runs

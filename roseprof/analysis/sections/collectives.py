@@ -64,7 +64,7 @@ def compute(ctx: Context) -> SectionResult:
         "rank_known": parts.rank_known,
         "count": int(len(inst.who)),
         "matched": int(len(m.step)),
-        "matched_steps": int(len(np.unique(m.step))),
+        "matched_steps": int(len(m.steps)),
         "unmatched_steps": m.unmatched_steps,
         "spread": spread_stats(m) if len(parts.label) > 1 else None,
         "ranks": rank_rows(inst, parts, m),

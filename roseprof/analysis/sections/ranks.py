@@ -18,7 +18,7 @@ from roseprof.analysis.graphs import placed_kernels
 from roseprof.analysis.ranks import clock_doubt, collective_end_spread, op_groups, range_groups, rank_groups
 from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.sections.collectives import rank_participants
-from roseprof.analysis.stats import ns_stats
+from roseprof.analysis.stats import dense_ids, ns_stats
 from roseprof.analysis.steps import clock_offset, step_table
 from roseprof.model import KERNEL, spelled_region
 from roseprof.run.checks import NUM, OPT_NUM
@@ -168,23 +168,27 @@ def _regions(ctx: Context, mine: np.ndarray) -> list[dict]:
     if not len(idx):
         return []
     r = trace.ranges
-    key = r.domain[idx] * (len(trace.names) + 1) + ctx.range_names()[idx]
-    uniq, inverse = np.unique(key, return_inverse=True)
-    inverse = inverse.ravel()
+    # the run's (domain, name) codes, factorised once for every rank (Context.region_keys); the rank's counted
+    keys, code_index = ctx.region_keys
+    present, inverse = dense_ids(code_index[idx], len(keys))
+    # a range of each group, which names it (the code's width is the names table's when it was made)
+    first = np.zeros(len(present), dtype=np.int64)
+    first[inverse] = idx
+    names = ctx.range_names()
     total = np.bincount(inverse, weights=(r.end - r.start)[idx])
     own = np.bincount(inverse, weights=ctx.tree.self_ns[idx])
     count = np.bincount(inverse)
     kern = np.bincount(inverse, weights=ctx.gpu.kernel_ns[idx]) if trace.has_gpu else None
     rows = [
         {
-            "name": trace.names[int(k % (len(trace.names) + 1))],
-            "domain": trace.domains[int(k // (len(trace.names) + 1))],
+            "name": trace.names[int(names[k])],
+            "domain": trace.domains[int(r.domain[k])],
             "count": int(count[j]),
             "total_ns": int(total[j]),
             "self_ns": int(own[j]),
             "gpu_kernel_ns": int(kern[j]) if kern is not None else None,
         }
-        for j, k in enumerate(uniq.tolist())
+        for j, k in enumerate(first.tolist())
     ]
     rows.sort(key=lambda x: (-x["total_ns"], x["name"]))
     return rows[:TOP_REGIONS]
