@@ -103,7 +103,7 @@ def machine_line(v: dict) -> str | None:
         return None
     s = d["slowdown"]
     side = d.get("slower_machine") or "after"
-    grew = "grew" if side == "after" else "got faster"  # what the code did not do beyond its floor
+    grew = "grew" if side == "after" else "shrank"  # what the code did not do beyond its floor
     if s.get("cpu_pct") is not None:
         waited = (
             "waits for a core, not more work"
@@ -119,7 +119,7 @@ def machine_line(v: dict) -> str | None:
     gate = (
         "so the gate does not fail on the wall-clock figures alone"
         if side == "after"
-        else "so the faster wall-clock figures are the machine's, not the code's"
+        else "so the wall-clock figures' drop is the machine's, not the code's"
     )
     return f"the machine was slower in {side}: {how}; no region of the code {grew} beyond its floor, {gate}"
 
