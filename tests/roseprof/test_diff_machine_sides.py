@@ -174,9 +174,13 @@ def test_work_added_at_rollover_steps_is_named_by_its_cpu_time_there(store):
     assert run.step_roll.sum() >= 10, run.step_roll.sum()
     metrics, v = _decide(run, _planted_cpu(run, 1e6, run.step_roll))
     rows = [r for r in v["decision"]["rows"] if r["kind"] == "region" and r["label"] == KV]
-    assert [(r["at_rollover"], r["metric"], r["word"]) for r in rows] == [(True, CPU_AT_ROLLOVER, "slower")], rows
+    assert [(r["at_rollover"], r["metric"], r["word"]) for r in rows] == [
+        (True, CPU_AT_ROLLOVER, "slower")
+    ], rows
     assert CPU_AT_ROLLOVER in [m["name"] for m in decision.gate(metrics, v["decision"], 10, None)]
-    assert f"{KV} at rollover steps +" in headline_sentence(v) and "median own CPU time" in headline_sentence(v)
+    assert f"{KV} at rollover steps +" in headline_sentence(v) and "median own CPU time" in headline_sentence(
+        v
+    )
     _, v = _decide(run, _planted_cpu(run, 1e6, np.ones_like(run.step_roll)))
     assert not [r for r in v["decision"]["rows"] if r.get("at_rollover")], v["decision"]["rows"]
 
