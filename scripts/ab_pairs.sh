@@ -90,7 +90,7 @@ for i in range(1, n + 1):
     less += hit_one and not hit
     # wall-clock figures a slower machine explains are worded so, not as the code's (issue 44): counted apart
     machine = "the machine was slower" in same
-    calm = not re.search(r"\b(faster|slower)\b", re.sub(r"(faster|slower) \(the machine, not the code\)|the machine was slower", "", same))
+    calm = not re.search(r"\b(faster|slower)\b", re.sub(r"(faster|slower)\s+\(the machine, not the code\)|the machine was slower", "", same))
     machines += machine
     rc = (out / f"diffs/ab{i}-same.rc").read_text().strip()
     named += hit
