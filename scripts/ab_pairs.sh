@@ -11,7 +11,9 @@
 #
 # Every capture goes to OUT/traces (run names ab<i>-base, ab<i>-flag, ab<i>-same), every diff's terminal text (80
 # columns) and --json to OUT/diffs, the counts to OUT/summary.txt. BURNERS CPU-bound processes run beside the
-# captures (started and stopped here). REDIFF=1: no capture, the stored pairs of OUT diffed again with this code.
+# captures (started and stopped here). REDIFF=1: no capture, the stored pairs of OUT diffed again with this code;
+# CAPTURE_ONLY=1: the captures alone (diff them later with REDIFF=1), e.g. while the diff's code is still changing;
+# JSON=0: no --json diffs (the counts read the terminal text alone; each group diff is a minute of CPU on 2 cores).
 set -euo pipefail
 OUT=$(realpath -m "${1:?usage: ab_pairs.sh OUT N [FLAG] [R] [REGION] [BURNERS]}")
 N=${2:?how many pairs}
@@ -47,16 +49,18 @@ for i in $(seq 1 "$N"); do
   capture "ab$i-base"
   capture "ab$i-flag" "$FLAG"
   capture "ab$i-same"
+  [ -n "${CAPTURE_ONLY:-}" ] && continue
   for other in flag same; do
     base="$OUT/diffs/ab$i-$other"
     COLUMNS=80 "$PY" -m roseprof diff "ab$i-base" "ab$i-$other" "${DIRS[@]}" --fail-on-regression 10 \
       >"$base.txt" 2>&1 && echo 0 >"$base.rc" || echo $? >"$base.rc"
-    "$PY" -m roseprof diff "ab$i-base" "ab$i-$other" "${DIRS[@]}" --json >"$base.json" 2>/dev/null || true
+    [ "${JSON:-1}" = 0 ] || "$PY" -m roseprof diff "ab$i-base" "ab$i-$other" "${DIRS[@]}" --json >"$base.json" 2>/dev/null || true
     # the same captures, one run a side (each name's latest run): more runs must never say less
     COLUMNS=80 "$PY" -m roseprof diff "ab$i-base" "ab$i-$other" "${DIRS[@]}" --latest >"$base.latest.txt" 2>&1 || true
   done
 done
 
+[ -n "${CAPTURE_ONLY:-}" ] && exit 0
 "$PY" - "$OUT" "$N" "$REGION" <<'EOF' | tee "$OUT/summary.txt"
 import re, sys
 from pathlib import Path
@@ -86,7 +90,7 @@ for i in range(1, n + 1):
     less += hit_one and not hit
     # wall-clock figures a slower machine explains are worded so, not as the code's (issue 44): counted apart
     machine = "the machine was slower" in same
-    calm = not re.search(r"\b(faster|slower)\b", re.sub(r"slower \(the machine, not the code\)|the machine was slower", "", same))
+    calm = not re.search(r"\b(faster|slower)\b", re.sub(r"(faster|slower)\s+\(the machine, not the code\)|the machine was slower", "", same))
     machines += machine
     rc = (out / f"diffs/ab{i}-same.rc").read_text().strip()
     named += hit

@@ -19,7 +19,9 @@ A group diff's decision also has the rows that every run pair of it, one run a s
 than its run pairs. A metric is starred (`significant` in --json) exactly when it is a decision row's metric;
 `clears_floor` keeps what its interval alone says (a starred metric clears it or is `every_pair`). The gate
 fails on the decision's slower rows over the threshold (those --metric
-picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown).
+picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown). The
+machine is judged both ways (slower_machine): an after side that ran on a busier machine makes the wall-clock
+figures slower, a before side that did makes them faster; either is said as the machine's, not the code's.
 """
 
 from __future__ import annotations
@@ -135,6 +137,30 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     return bool(cpu is None or cpu < CPU_SHARE * wall)
 
 
+def swapped(slowdown: dict) -> dict:
+    """machine_speed.slowdown's figures with the sides swapped: how much slower before ran than after (a ratio
+    r of after to before becomes 1 / r), so that one rule judges either side's machine."""
+    return {
+        key: None if pct is None else 100.0 * (100.0 / (100.0 + pct) - 1.0)
+        for key, pct in slowdown.items()
+        if key in ("wall_pct", "cpu_pct", "speed_pct")
+    }
+
+
+def slower_machine(rows: list[dict], slowdown: dict | None) -> str | None:
+    """Which side ran on the slower machine ("after", "before"), or None: machine_slower's rule both ways. Before
+    slower is the rule on the swapped figures, with the code's part mirrored too: no region or kernel got faster
+    beyond its floor (a region that got slower does not make the step faster)."""
+    if machine_slower(rows, slowdown):
+        return "after"
+    mirrored = [
+        {**r, "word": {"faster": "slower", "slower": "faster"}.get(r["word"], r["word"])} for r in rows
+    ]
+    if slowdown and machine_slower(mirrored, swapped(slowdown)):
+        return "before"
+    return None
+
+
 def decide(
     metrics: list[dict],
     headline: list[dict],
@@ -145,8 +171,8 @@ def decide(
 ) -> dict:
     """The decision of a diff: its rows (the figures that clear their floors, and `figures`: those every run pair
     decided alike (verdict._from_pairs), then verdict's `regions` and `kernels` rows, all of them), its overall
-    word, and whether a slower machine explains the wall-clock figures (`slowdown`: machine_speed.slowdown's, or
-    None)."""
+    word, and whether a slower machine, on either side, explains the wall-clock figures (`slowdown`:
+    machine_speed.slowdown's, or None)."""
     rows = _figure_rows(metrics, headline)
     labels = {r["metric"]: r["label"] for r in headline}
     for f in figures or []:
@@ -155,7 +181,8 @@ def decide(
              "delta_pct": f["delta_pct"], "floor_pct": f.get("floor_pct"), "every_pair": True}
         )  # fmt: skip
     rows += _named_rows(regions, "region") + _named_rows(kernels, "kernel")
-    machine = machine_slower(rows, slowdown)
+    side = slower_machine(rows, slowdown)
+    machine = side is not None
     for r in rows:
         r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
     words = {r["word"] for r in rows if r["word"] in DIRECTIONS and not r["machine"]}
@@ -167,7 +194,14 @@ def decide(
         overall = "no clear change"
     else:
         overall = "not tested"
-    return {"rows": rows, "overall": overall, "machine_slower": machine, "slowdown": slowdown}
+    # machine_slower: either side's machine was slower (the wall-clock figures are its); slower_machine: which
+    return {
+        "rows": rows,
+        "overall": overall,
+        "machine_slower": machine,
+        "slower_machine": side,
+        "slowdown": slowdown,
+    }
 
 
 def mark(metrics: list[dict], decision: dict) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 # Metric name -> family, first match wins (fnmatch globs over diff.compare's and ncu_diff.compare's names).
 FAMILIES = (
+    ("steps.rollover.regions_cpu_p50.*", "region CPU time in rollover steps"),
     ("steps.rollover.regions*", "region time in rollover steps"),
     ("steps.normal.regions*", "region time in normal steps"),
     ("steps.*", "step time"),
@@ -61,6 +62,11 @@ OTHER = "other"
 # Region CPU own time (step log version 3; docs/BENCHMARKS.md, session 8): five batches of the same script
 # (2026-11-24, 07:11-07:25 UTC, two competing processes, one batch four): the same-code group pairs' largest move
 # beyond zero was 13.7% (lm_head's p5 at the before side's speed, acc5; 0-0.5% in the other four), so 15%.
+# A region's own CPU time in the rollover steps at its run's pace (sections/steps.AT_ROLLOVER_CPU; docs/BENCHMARKS.md,
+# session 21): the nine same-code pairs of groups kept from sessions 19-20's scripts/ab_pairs.sh (the CPU demo, 3 runs
+# a side, load 1-9, two of them beside two CPU burners): no region's interval reached beyond 0 in any, so the 10% a
+# change must be to matter; their 27 matched run pairs, one run a side: at most 9.1% (argmax), but a fresh pair's
+# reached 25.1% (kv.append_token: one run's rollover steps took 1.4-4x its normal steps' CPU time), so 30%.
 # A load's latencies (roseprof load, bootstrapped over requests), calibrated by scripts/load_floor_calibration.sh:
 # five same-code loads of `roseinfer serve gpt2-tiny --device cpu` on the shared 2-core machine (the server and the
 # client on the same two cores, load average 3-4; 2026-11-28), their ten pairs one run a side: the interval reached
@@ -79,6 +85,7 @@ CPU_FLOORS = {
     "region time per step": 15.0,
     "region time in normal steps": 15.0,
     "region time in rollover steps": 30.0,
+    "region CPU time in rollover steps": 10.0,
     "kernel time per step": 15.0,
     "ncu kernel metrics": 5.0,
     # A load's client-side latencies (roseprof load), bootstrapped over requests: SERVING_FLOORS below.
@@ -111,6 +118,7 @@ CPU_ONE_RUN_FLOORS = CPU_FLOORS | {
     "region time per step": 100.0,
     "region time in normal steps": 80.0,
     "region time in rollover steps": 35.0,
+    "region CPU time in rollover steps": 30.0,
 }
 GPU_ONE_RUN_FLOORS = GPU_FLOORS | {
     "step time": 30.0,

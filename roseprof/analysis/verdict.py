@@ -54,6 +54,9 @@ OWN_STAT = {
 # A region's time in the rollover steps (its median there) and in the other steps (sections/steps.py's metrics).
 AT_ROLLOVER = "steps.rollover.regions_p50."
 AT_NORMAL = "steps.normal.regions_p50."
+AT_ROLLOVER_CPU = (
+    "steps.rollover.regions_cpu_p50."  # sections/steps.AT_ROLLOVER_CPU (a section is not imported here)
+)
 
 
 def _row(m: dict, label: str, sample: str | None, unit: str) -> dict:
@@ -149,20 +152,28 @@ def _changes(
 
 
 def _rollover_changes(metrics: dict[str, dict], named: set[str]) -> list[dict]:
-    """Regions whose time in the rollover steps (its median there) changed beyond the floor while their time in the
-    other steps did not: a change of the rollover path alone (`--no-batched-rollover`: every rolling-over row takes
-    the per-request path, a few steps a run), which the region's figure over all the steps averages away. A region
+    """Regions whose time in the rollover steps changed beyond the floor while their time in the other steps did
+    not: a change of the rollover path alone (`--no-batched-rollover`: every rolling-over row takes the
+    per-request path, a few steps a run), which the region's figure over all the steps averages away. Judged first
+    by its own CPU time there at the run's own pace of it in the normal steps (sections/steps.AT_ROLLOVER_CPU:
+    neither the machine's waits nor the drift between runs is in it), else by its median wall time there where its
+    median in the other steps did not clear (a wait planted in the rollover path has no CPU time). A region
     already named over all the steps is not named again; the most time moved first."""
     rows = []
     for name, m in metrics.items():
         region = name[len(AT_ROLLOVER) :]
-        if not name.startswith(AT_ROLLOVER) or region in named or not clears(m):
+        if not name.startswith(AT_ROLLOVER) or region in named:
             continue
-        normal = metrics.get(AT_NORMAL + region)
-        if normal is not None and clears(normal):
-            continue  # it moved in every step, not at the rollovers
+        cpu = metrics.get(AT_ROLLOVER_CPU + region)
+        if cpu is not None and clears(cpu):
+            m, stat = cpu, "CPU time, median of the rollover steps at the run's pace"
+        else:
+            normal = metrics.get(AT_NORMAL + region)
+            if not clears(m) or (normal is not None and clears(normal)):
+                continue  # no change, or one in every step, not at the rollovers
+            stat = "median of the rollover steps"
         row = _row(m, region, None, "ns")
-        row.update(per_step=True, own_time=False, own_stat="median of the rollover steps", at_rollover=True)
+        row.update(per_step=True, own_time=m is cpu, own_stat=stat, at_rollover=True)
         row["moved_ns"] = m["b"] - m["a"]
         rows.append(row)
     rows.sort(key=lambda r: -abs(r["moved_ns"]))

@@ -148,9 +148,9 @@ def metric_label(name: str, per_step: bool = False) -> str:
         for part, label in METRIC_PARTS.items():
             if rest.startswith(part):
                 group, rest = label, rest[len(part) :]
-        if rest.startswith(("regions.", "regions_p50.")):
+        if rest.startswith(("regions.", "regions_p50.", "regions_cpu_p50.")):
             stat, _, region = rest.partition(".")
-            how = "mean" if stat == "regions" else "p50"
+            how = {"regions": "mean", "regions_p50": "p50", "regions_cpu_p50": "CPU p50"}[stat]
             return f"{region} · {group}{how}"
         return f"{group}step {rest.removesuffix('_ns')}"
     if name.startswith("itl."):
@@ -195,7 +195,7 @@ def shorten_label(label: str, width: int) -> str:
 
 
 def metric_unit(name: str) -> str:
-    if name.endswith("_ns") or ".regions." in name or ".regions_p50." in name:
+    if name.endswith("_ns") or ".regions." in name or ".regions_p50." in name or ".regions_cpu_p50." in name:
         return "ns"
     if name.endswith("_ms"):
         return "ms"

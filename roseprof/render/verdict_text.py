@@ -12,7 +12,7 @@ def what_moved(row: dict) -> str:
     `p5 own time`; its thread CPU time where the runs have it: `p5 own CPU time`), its median time in the rollover
     steps, or a time."""
     if row.get("at_rollover"):
-        return "median time"
+        return "median own CPU time" if row.get("own_time") else "median time"
     if not row.get("own_time"):
         return "time"
     stat = row.get("own_stat", "")
@@ -95,23 +95,33 @@ def headline_sentence(v: dict) -> str:
 
 
 def machine_line(v: dict) -> str | None:
-    """Where the wall-clock figures grew with the code unchanged: the machine was slower, said in the first lines
-    (the figures stay in the table; the gate does not fail on them alone)."""
+    """Where the wall-clock figures moved with the code unchanged: the machine was slower on one side, said in the
+    first lines (the figures stay in the table; the gate does not fail on them alone). The figures are after's
+    against before's whichever side was slower: +110% (after waited), or -56% (before did)."""
     d = v.get("decision") or {}
     if not d.get("machine_slower"):
         return None
     s = d["slowdown"]
+    side = d.get("slower_machine") or "after"
+    grew = "grew" if side == "after" else "shrank"  # what the code did not do beyond its floor
     if s.get("cpu_pct") is not None:
+        waited = (
+            "waits for a core, not more work"
+            if side == "after"
+            else "waits for a core in before, not more work"
+        )
         how = (
             f"the step's wall time {s['wall_pct']:+.1f}% while the regions' CPU time per step moved "
-            f"{s['cpu_pct']:+.1f}% (waits for a core, not more work)"
+            f"{s['cpu_pct']:+.1f}% ({waited})"
         )
     else:
         how = f"the step's wall time {s['wall_pct']:+.1f}%, every region's time alike {s['speed_pct']:+.1f}%"
-    return (
-        f"the machine was slower in after: {how}; no region of the code changed beyond its floor, so the "
-        "gate does not fail on the wall-clock figures alone"
+    gate = (
+        "so the gate does not fail on the wall-clock figures alone"
+        if side == "after"
+        else "so the wall-clock figures' drop is the machine's, not the code's"
     )
+    return f"the machine was slower in {side}: {how}; no region of the code {grew} beyond its floor, {gate}"
 
 
 def side_line(label: str, side: dict) -> str:

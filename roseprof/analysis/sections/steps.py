@@ -137,6 +137,43 @@ def diff_steps(sides: Sides) -> list[dict]:
                 rb = sample([r.step_regions[name][m] for r, m in zip(gb, mb)])
                 metrics.append(sides.metric(f"steps.{label}regions.{name}", ra, rb, np.mean))
                 metrics.append(sides.metric(f"steps.{label}regions_p50.{name}", ra, rb, np.median))
+    if engine:
+        metrics += rollover_cpu(sides)
+    return metrics
+
+
+# A region's own thread CPU time in the rollover steps, each run's at its own normal steps' pace of that region
+# (verdict._rollover_changes judges the rollover path by it first). The wall time there is a few steps a run (5 in
+# the CPU demo) that the machine's waits land in (one run's median 4.97 ms against 0.75-0.88 ms in its two
+# siblings, docs/BENCHMARKS.md session 21), and the same code's CPU time drifts between runs by 30-45% (caches,
+# clocks) in every step alike; so each run's rollover steps are divided by the same run's median in its normal
+# steps and put back at the before side's (the geometric mean of its runs'). A change of the rollover path alone
+# moves it; the machine, or a change in every step, does not.
+AT_ROLLOVER_CPU = "steps.rollover.regions_cpu_p50."
+
+
+def rollover_cpu(sides: Sides) -> list[dict]:
+    """Each region's median own CPU time in the rollover steps at its normal steps' pace (AT_ROLLOVER_CPU), where
+    every run has CPU times (step log version 3), rollover steps, and the region's time in its normal steps; CPU
+    runs only."""
+    runs = sides.runs
+    if not all(r.step_cpu and r.step_roll is not None and r.step_roll.any() for r in runs):
+        return []
+    if any(r.kernel_durations for r in runs):
+        return []  # on a GPU the host's CPU time does not see the kernels (as machine_speed.slowdown)
+    metrics = []
+    for name in common([r.step_cpu for r in runs]):
+        pace = np.array(
+            [np.median(r.step_cpu[name][~r.step_roll]) if (~r.step_roll).any() else 0 for r in runs]
+        )
+        if not np.all(pace > 0):
+            continue  # a region of the rollover steps alone: nothing to pace it by
+        ref = float(np.exp(np.log(pace[: len(sides.before)]).mean()))
+        roll = [
+            r.step_cpu[name][r.step_roll] * (ref / p) for r, p in zip(runs, pace)
+        ]  # per run [rollover steps]
+        ra, rb = sample(roll[: len(sides.before)]), sample(roll[len(sides.before) :])
+        metrics.append(sides.metric(AT_ROLLOVER_CPU + name, ra, rb, np.median))
     return metrics
 
 
