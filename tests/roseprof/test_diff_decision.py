@@ -20,7 +20,7 @@ from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.verdict import verdict
 from roseprof.run.store import RunStore
 from tests.helpers import assert_one_line_error, roseprof
-from tests.roseprof.test_diff import CAPTURES, WORKLOAD
+from tests.roseprof.engine_captures import WORKLOAD, copy_store
 
 pytestmark = pytest.mark.nsys
 
@@ -41,14 +41,9 @@ def _capture(root, name, *cmd, env=None):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from roseprof.drivers.nsys.capture import find_nsys
-
-    if find_nsys() is None:
-        pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("decision")
-    for name, env in CAPTURES.items():  # default, slow-append (15 ms of CPU work in every KV append)
-        _capture(root, name, *WORKLOAD, env=env)
+def store(engine_captures, tmp_path_factory):
+    # default, slow-append (15 ms of CPU work in every KV append): the session's, copied (engine_captures.py)
+    root = copy_store(engine_captures, tmp_path_factory.mktemp("decision"))
     _capture(root, "unbatched", *WORKLOAD, "--no-batched-kv-append")  # the README's A/B switch
     # 8-token KV blocks: every request rolls over every 8 tokens, ~20 rollover steps a run (WORKLOAD's 64: 2)
     _capture(root, "small-blocks", *WORKLOAD, "--block-size", "8")
