@@ -43,6 +43,8 @@ WORKLOAD = [
 # and the diff judges regions by it, which a sleep does not touch.
 SLOW = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.kv.append_token:15"}
 CAPTURES = {"default": {}, "slow-append": SLOW}
+# A program that is not the engine, with nothing in common with it (NVTX ranges of its own, no decode steps).
+OTHER = "import nvtx, time\nfor _ in range(10):\n    with nvtx.annotate('unrelated.work'):\n        time.sleep(0.001)\n"
 
 
 def dirs(root) -> list:
@@ -55,13 +57,15 @@ def capture(root, name, *cmd, env=None):
 
 
 def capture_all(root) -> None:
-    """CAPTURES of WORKLOAD into the store under `root`, each checked as a user would see it."""
+    """CAPTURES of WORKLOAD into the store under `root`, each checked as a user would see it; OTHER as "other"."""
     for name, env in CAPTURES.items():
         proc = capture(root, name, *WORKLOAD, env=env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # Not a terminal: no progress on stderr; what to do next on stdout (`roseprof open`, or where roseprof is
         # not on PATH, the path to paste).
         assert "roseprof ✓" not in proc.stderr and "next: " in proc.stdout
+    proc = capture(root, "other", sys.executable, "-c", OTHER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def copy_store(shared, root):
