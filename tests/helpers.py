@@ -44,12 +44,13 @@ def benchmark_config(*flags: str):
 
 
 def engine_command(
-    module: str = "roseinfer.benchmark_streaming", requests: int = 4, *extra: str
+    module: str = "roseinfer.benchmark_streaming", requests: int = 4, *extra: str, new_tokens: int = 70
 ) -> list[str]:
     """A short CPU run of an engine benchmark as a user types it: 70 new tokens a request (past one 64-token KV
-    block, so some steps roll over), one measured run, no warm-up."""
+    block, so some steps roll over), one measured run, no warm-up. A test whose behaviour does not depend on
+    rollovers may ask for fewer `new_tokens` (a run of tensor-parallel ranks on 2 cores is mostly decode)."""
     return [
-        sys.executable, "-m", module, "--num-requests", str(requests), "--max-new-tokens", "70",
+        sys.executable, "-m", module, "--num-requests", str(requests), "--max-new-tokens", str(new_tokens),
         "--warmup-runs", "0", "--repeat-runs", "1", "--no-stop-on-eos", *extra,
     ]  # fmt: skip
 

@@ -7,67 +7,16 @@ import sys
 import pytest
 
 from tests.helpers import assert_one_line_error, roseprof, stderr_lines
+from tests.roseprof.engine_captures import CAPTURES, capture, copy_store
 
 pytestmark = pytest.mark.nsys
 
-# Equal prompts (16 bytes) so all 16 requests cross a 64-token block boundary in the same step; two benchmark runs
-# (a warm-up and a measured one) of 69 decode steps each, so the step log marks two run starts.
-WORKLOAD = [
-    sys.executable,
-    "-m",
-    "roseinfer.benchmark_streaming",
-    "--hf-model-id",
-    "gpt2-tiny",
-    "--num-requests",
-    "16",
-    "--max-batch-size",
-    "16",
-    "--prefill-max-batch-size",
-    "16",
-    "--max-new-tokens",
-    "70",
-    "--prompt",
-    "abcdefghijklmnop",
-    "--warmup-runs",
-    "1",
-    "--repeat-runs",
-    "1",
-    "--no-stop-on-eos",
-]
-# A real change whose size does not depend on how busy the machine is: every KV append (4 layers a step) sleeps
-# 15 ms, +60 ms a step. One run a side is judged against the one-run floors (step time 110%, ITL 115%: two single
-# runs of the same code moved that much on the busy 2-core machine), so the sleep must stay well beyond them under
-# load: +60 ms is +800% of a quiet 7 ms step and still +200% of a 30 ms busy one (5 ms a sleep, +20 ms a step, was
-# within reach of the floor once steps passed 18 ms). How much the engine's own designs gain is measured in
-# benchmarks, not asserted here: two captures' timings race on a shared machine. The 15 ms are CPU time spent in a
-# busy loop (ROSEINFER_TEST_BUSY_REGION), not a sleep: the runs carry each region's CPU time (step log version 3)
-# and the diff judges regions by it, which a sleep does not touch.
-SLOW = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.kv.append_token:15"}
-CAPTURES = {"default": {}, "slow-append": SLOW}
-
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from roseprof.drivers.nsys.capture import find_nsys
-
-    if find_nsys() is None:
-        pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("diff")
-    for name, env in CAPTURES.items():
-        proc = capture(root, name, *WORKLOAD, env=env)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        # Not a terminal: no progress on stderr; what to do next on stdout (`roseprof open`, or where roseprof is
-        # not on PATH, the path to paste).
-        assert "roseprof ✓" not in proc.stderr and "next: " in proc.stdout
-    return root
-
-
-def capture(store, name, *cmd, env=None):
-    """`roseprof nsys --name NAME -- CMD` into the store, as a user runs it."""
-    return roseprof(
-        "nsys", "--name", name, "--traces-dir", store / "traces", "--dashboards-dir", store / "dashboards", "--",
-        *cmd, env=env,
-    )  # fmt: skip
+def store(engine_captures, tmp_path_factory):
+    """The session's default and slow-append captures (checked as a user sees them where they are made), in this
+    module's own store: its tests add captures and dashboards there."""
+    return copy_store(engine_captures, tmp_path_factory.mktemp("diff"))
 
 
 def diff(store, a, b, *args):
@@ -181,10 +130,7 @@ def test_bad_input(store, tmp_path):
         proc = diff(store, "default", "broken", *extra)
         assert_one_line_error(proc, 2, "holds nothing to compare")
         assert "--allow-incomplete" not in proc.stderr
-    # Runs with nothing in common.
-    program = "import nvtx, time\nfor _ in range(10):\n    with nvtx.annotate('unrelated.work'):\n        time.sleep(0.001)\n"
-    other = capture(store, "other", sys.executable, "-c", program)
-    assert other.returncode == 0, other.stderr
+    # Runs with nothing in common ("other": engine_captures.OTHER, captured with the session's engine runs).
     # An engine run against another program is refused as such (issue 44); forced, nothing is in common.
     assert_one_line_error(diff(store, "default", "other"), 2, "different programs")
     assert_one_line_error(diff(store, "default", "other", "--force"), 2, "nothing in common")

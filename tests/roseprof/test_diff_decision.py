@@ -20,14 +20,12 @@ from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.verdict import verdict
 from roseprof.run.store import RunStore
 from tests.helpers import assert_one_line_error, roseprof
-from tests.roseprof.test_diff import CAPTURES, WORKLOAD
+from tests.roseprof.engine_captures import WORKLOAD, copy_store
 
 pytestmark = pytest.mark.nsys
 
 KV = "roseinfer.kv.append_token"
 SIDES = {"id": "a", "name": "before", "runs": ["a"]}, {"id": "b", "name": "after", "runs": ["b"]}
-# A program that is not the engine: NVTX ranges, no decode steps.
-OTHER = "import nvtx\nfor i in range(200):\n    with nvtx.annotate('work'):\n        sum(range(2000))\n"
 COLUMNS = {"COLUMNS": "80"}
 
 
@@ -41,18 +39,13 @@ def _capture(root, name, *cmd, env=None):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from roseprof.drivers.nsys.capture import find_nsys
-
-    if find_nsys() is None:
-        pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("decision")
-    for name, env in CAPTURES.items():  # default, slow-append (15 ms of CPU work in every KV append)
-        _capture(root, name, *WORKLOAD, env=env)
+def store(engine_captures, tmp_path_factory):
+    # default, slow-append (15 ms of CPU work in every KV append) and other (a program that is not the engine):
+    # the session's, copied (engine_captures.py)
+    root = copy_store(engine_captures, tmp_path_factory.mktemp("decision"))
     _capture(root, "unbatched", *WORKLOAD, "--no-batched-kv-append")  # the README's A/B switch
     # 8-token KV blocks: every request rolls over every 8 tokens, ~20 rollover steps a run (WORKLOAD's 64: 2)
     _capture(root, "small-blocks", *WORKLOAD, "--block-size", "8")
-    _capture(root, "other", sys.executable, "-c", OTHER)
     # The same code beside two CPU burners this test starts (and stops).
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
