@@ -20,7 +20,7 @@ from roseprof.analysis.verdict import verdict
 from roseprof.render.verdict_text import headline_sentence, machine_line
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
-from tests.roseprof.test_diff import WORKLOAD
+from tests.roseprof.engine_captures import WORKLOAD
 
 pytestmark = pytest.mark.nsys
 
