@@ -32,20 +32,19 @@ def load_run(run: Run) -> RunData:
         return RunData(summary, sections={"serving": single} if single is not None else {})
     stored = sample_tables.read(run.path, SAMPLES_VERSION)  # None: a run stored before them, or damaged
     if stored is None:
-        return prepare(
-            run.summary(),
-            tables.read_steps(run.path),
-            tables.read_itl(run.path),
-            tables.read_trace(run.path),
-            SECTIONS,
-        )
+        return samples_from_trace(run)
     # The samples the import stored; the step, ITL and trace tables only for a section they lack (ncu's launches).
-    return prepare_stored(
-        run.summary(),
-        stored,
-        lambda: (tables.read_steps(run.path), tables.read_itl(run.path), tables.read_trace(run.path)),
-        SECTIONS,
-    )
+    return prepare_stored(run.summary(), stored, lambda: _tables(run), SECTIONS)
+
+
+def samples_from_trace(run: Run) -> RunData:
+    """A (non-load) run's samples made from its step, ITL and trace tables, as a diff made them before the import
+    stored them: the fallback for runs without stored samples."""
+    return prepare(run.summary(), *_tables(run), SECTIONS)
+
+
+def _tables(run: Run) -> tuple:
+    return tables.read_steps(run.path), tables.read_itl(run.path), tables.read_trace(run.path)
 
 
 def load_samples(run: Run) -> list[RunData]:

@@ -16,16 +16,18 @@ from roseprof import api
 from roseprof.analysis import decision, machine_speed
 from roseprof.analysis.diff import compare
 from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.analysis.verdict import verdict
 from roseprof.render.verdict_text import headline_sentence, machine_line
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
 from tests.roseprof.engine_captures import WORKLOAD
+from tests.roseprof.test_diff_decision import (  # a busier machine, and the decision on two runs
+    _decide,
+    _waited,
+)
 
 pytestmark = pytest.mark.nsys
 
 KV = "roseinfer.kv.append_token"
-SIDES = {"id": "a", "name": "before", "runs": ["a"]}, {"id": "b", "name": "after", "runs": ["b"]}
 CPU_AT_ROLLOVER = f"steps.rollover.regions_cpu_p50.{KV}"
 # The engine on one core (taskset), alone there or beside nine CPU burners pinned to it too, each in a session of its
 # own: the kernel shares a core between sessions first (sched_autogroup), so burners in the test's session took
@@ -111,25 +113,6 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
         assert step["machine"] and "faster (machine)" in text.stdout
     back = diff_json(store, "quiet", "crowded", "--fail-on-regression", "10")["verdict"]["decision"]
     assert back["slower_machine"] == "after", back["slowdown"]
-
-
-def _waited(run, factor: float, cpu_factor: float = 1.0):
-    """The same capture as if every step and region had taken `factor` times as long in wall time (a busier
-    machine), their CPU times `cpu_factor` times."""
-    out = copy.deepcopy(run)
-    out.step_dur = run.step_dur * factor
-    out.step_self = {k: (v * factor, o * factor) for k, (v, o) in run.step_self.items()}
-    out.step_regions = {k: v * factor for k, v in run.step_regions.items()}
-    out.region_durations = {k: v * factor for k, v in run.region_durations.items()}
-    out.step_cpu = {k: v * cpu_factor for k, v in run.step_cpu.items()}
-    if run.itl is not None:
-        out.itl = run.itl * factor
-    return out
-
-
-def _decide(before, after):
-    metrics = compare(before, after, floor=NoiseFloor("cpu"))
-    return metrics, verdict(metrics, *SIDES, slowdown=machine_speed.slowdown([before], [after]))
 
 
 def test_the_machine_rule_is_the_same_both_ways(store):

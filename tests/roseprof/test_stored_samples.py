@@ -10,9 +10,9 @@ import pytest
 
 from roseprof import api
 from roseprof.analysis.run_data import RunData
-from roseprof.analysis.samples import SAMPLES_VERSION, prepare
-from roseprof.analysis.sections import SECTIONS
-from roseprof.run import sample_tables, tables
+from roseprof.analysis.samples import SAMPLES_VERSION
+from roseprof.api.compare import samples_from_trace
+from roseprof.run import sample_tables
 from roseprof.run.store import RunStore
 from tests.helpers import DATA, roseprof
 
@@ -33,17 +33,6 @@ FIXTURES = {
     "nsys-nvtx": (f"{NSYS}/cpu-nsys2022.4-nvtx.sqlite", None),
     "ncu": (f"{DATA}/ncu/h100-ncu2025.3-roseinfer-attn-raw.csv", None),
 }
-
-
-def from_trace(run) -> RunData:
-    """The run's samples as a diff made them before they were stored: from its tables and trace."""
-    return prepare(
-        run.summary(),
-        tables.read_steps(run.path),
-        tables.read_itl(run.path),
-        tables.read_trace(run.path),
-        SECTIONS,
-    )
 
 
 def assert_same(x, y, path="RunData"):
@@ -79,7 +68,7 @@ def test_the_stored_samples_are_what_the_trace_gives(tmp_path, name):
     else:
         assert {"regions", "kernels", "steps", "itl"} <= set(stored) and stored["ncu"] is None
     got = api.load_run(run)
-    assert_same(from_trace(run), got)
+    assert_same(samples_from_trace(run), got)
     if name in ("nsys-decode", "torch-graphs"):
         assert got.kernel_steps and got.step_self and got.step_dur is not None  # not an empty comparison
 
