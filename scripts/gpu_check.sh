@@ -27,6 +27,7 @@ source scripts/gpu/windows_tp.sh
 source scripts/gpu/nsys_windows.sh
 source scripts/gpu/wire.sh
 source scripts/gpu/live_truth.sh
+source scripts/gpu/prefill_probe.sh
 
 list() {
   local name
