@@ -28,7 +28,7 @@ from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
 from roseinfer.kv_cache import KVCache
-from roseinfer.kv_context import DecodeKV, PrefillKV
+from roseinfer.kv_context import DecodeKV, PrefillKV, prefill_attention_backends
 from roseinfer.sampler import sample
 from roseinfer.sequence import Sequence, Status
 from roseinfer.tracing import region
@@ -177,12 +177,13 @@ class ModelRunner:
             pos += range(start, len(tokens))
             last.append(len(ids) - 1)
         kv = PrefillKV(mgr, self.kv_cache, seqs, starts, self.scale)
-        logits = self.model(
-            torch.tensor(ids, device=self.device),  # [T] packed
-            torch.tensor(pos, device=self.device),
-            kv,
-            last=torch.tensor(last, device=self.device),
-        )  # [S, V]
+        with prefill_attention_backends(self.device):
+            logits = self.model(
+                torch.tensor(ids, device=self.device),  # [T] packed
+                torch.tensor(pos, device=self.device),
+                kv,
+                last=torch.tensor(last, device=self.device),
+            )  # [S, V]
         for seq, keys in zip(seqs, keys_of):
             seq.num_cached = seq.num_tokens
             mgr.register_prompt(seq, keys)
