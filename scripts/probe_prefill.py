@@ -19,6 +19,7 @@ the slowest prefills with their parts and stacks.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import gc
 import json
@@ -142,6 +143,12 @@ def drive(args) -> None:
 
     if args.no_cudnn_sdp:
         torch.backends.cuda.enable_cudnn_sdp(False)
+    from roseinfer import kv_context, model_runner
+
+    if args.grouped:  # the attention call per group of equal length (before session 22)
+        kv_context._VARLEN = None
+    if args.cudnn:  # torch's own choice of attention backend (before session 22: cuDNN's on Hopper)
+        model_runner.prefill_attention_backends = lambda device: contextlib.nullcontext()
     install(Path(args.out), args.stall_ms)
     gpu = dict(device="cuda", dtype="float16", paged_attn=True, cuda_graph=True)
     cfg = EngineConfig(
@@ -154,7 +161,8 @@ def drive(args) -> None:
         t0, sent, done = time.monotonic(), 0, 0
         while done < n:
             while sent < n and sent - done < args.concurrency:
-                engine.add_request([rng.randrange(50000) for _ in range(args.prompt_len)], params)
+                n = rng.randint(3, 2 * args.prompt_len) if args.mixed else args.prompt_len
+                engine.add_request([rng.randrange(50000) for _ in range(n)], params)
                 sent += 1
             done += len(engine.step())
         print(f"{phase}: {n} requests in {time.monotonic() - t0:.2f} s", flush=True)
@@ -216,6 +224,9 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=96)
     p.add_argument("--stall-ms", type=float, default=25.0)
     p.add_argument("--no-cudnn-sdp", action="store_true")
+    p.add_argument("--grouped", action="store_true", help="one attention call per group of equal length")
+    p.add_argument("--cudnn", action="store_true", help="leave the attention backend to torch (cuDNN's)")
+    p.add_argument("--mixed", action="store_true", help="prompt lengths uniform in [3, 2 x --prompt-len]")
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run of the probe itself")
     args = p.parse_args()
     if args.summarize:
