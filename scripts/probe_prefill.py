@@ -158,13 +158,13 @@ def drive(args) -> None:
     rng = random.Random(0)
     params = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     for phase, n in (("warm", args.requests), ("measured", args.requests)):
-        t0, sent, done = time.monotonic(), 0, 0
-        while done < n:
-            while sent < n and sent - done < args.concurrency:
-                n = rng.randint(3, 2 * args.prompt_len) if args.mixed else args.prompt_len
-                engine.add_request([rng.randrange(50000) for _ in range(n)], params)
+        t0, sent, done = time.monotonic(), 0, set()
+        while len(done) < n:
+            while sent < n and sent - len(done) < args.concurrency:
+                m = rng.randint(3, 2 * args.prompt_len) if args.mixed else args.prompt_len
+                engine.add_request([rng.randrange(50000) for _ in range(m)], params)
                 sent += 1
-            done += len(engine.step())
+            done.update(seq.id for seq in engine.step())
         print(f"{phase}: {n} requests in {time.monotonic() - t0:.2f} s", flush=True)
     if args.device != "cuda":
         return
