@@ -4,9 +4,6 @@ and prefill (packed prompts)."""
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
-import math
 
 import numpy as np
 import torch
@@ -176,42 +173,6 @@ class StaticDecodeKV(_DecodeAttention):
             self.cache.v_caches[layer][self.slot_blocks[layer], :, self.slot_pos] = v
 
 
-def _causal_varlen():
-    """(torch's variable-length flash attention, made causal in the words of this torch: `is_causal` (2.10) or
-    `window_size=(-1, 0)` (later); whether it takes a scale), or (None, False) where torch has none."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return None, False
-    params = inspect.signature(varlen_attn).parameters
-    if "window_size" in params:
-        return functools.partial(varlen_attn, window_size=(-1, 0)), "scale" in params
-    if "is_causal" in params:
-        return functools.partial(varlen_attn, is_causal=True), "scale" in params
-    return None, False
-
-
-_VARLEN, _VARLEN_SCALE = _causal_varlen()
-
-
-def varlen_applies(device: torch.device, dtype: torch.dtype, scale: float, head_dim: int) -> bool:
-    """Where the prefill's fresh sequences attend in one variable-length call: flash attention's (CUDA, half
-    precision), with this model's scale (torch 2.10's takes none: the default 1/sqrt(D) only)."""
-    if _VARLEN is None or device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
-        return False
-    return _VARLEN_SCALE or math.isclose(scale, head_dim**-0.5)
-
-
-def varlen_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, longest: int, scale: float
-) -> torch.Tensor:
-    """Causal attention of packed sequences (q, k, v: [T, H, D]; sequence i owns rows cu[i]:cu[i + 1]) in one
-    call: [T, H, D]."""
-    if _VARLEN_SCALE:
-        return _VARLEN(q, k, v, cu, cu, longest, longest, scale=scale)
-    return _VARLEN(q, k, v, cu, cu, longest, longest)
-
-
 @contextlib.contextmanager
 def prefill_attention_backends(device: torch.device):
     """The prefill's attention without cuDNN's (CUDA): torch 2.11 picks cuDNN first for these shapes on Hopper,
@@ -234,12 +195,8 @@ class PrefillKV:
     """Prefill: tokens of several sequences packed into one [T] batch; sequence i owns rows spans[i].
 
     Where every token's key/value goes is worked out once for all layers (one host-to-device copy); each layer
-    then writes its keys and values in one indexed write each. On CUDA in half precision, the sequences with no
-    cached prefix attend in one variable-length flash attention call a layer (`varlen_attention`): one call per
-    group of equal length made a batch of 6 short prompts of different lengths 72 attention calls, 15.7 ms on
-    the H200 against 5 ms (docs/BENCHMARKS.md, session 22). Otherwise (and for sequences after a prefix-cache hit,
-    which read their cached prefix back), sequences with the same first computed token (`start`) and the same
-    number of new tokens share one batched attention call.
+    then writes its keys and values in one indexed write each. Sequences with the same first computed token
+    (`start`, > 0 after a prefix-cache hit) and the same number of new tokens share one batched attention call.
     """
 
     def __init__(
@@ -262,21 +219,9 @@ class PrefillKV:
         device = cache.k_caches[0].device
         self.blocks = torch.from_numpy(np.concatenate(blocks)).to(device)  # [T], the same in every layer
         self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
-        # (packed rows [T'] of the sequences without a cached prefix, None: every row; their offsets [N + 1]; the
-        # longest) for one variable-length call a layer
-        self.varlen: tuple[torch.Tensor | None, torch.Tensor, int] | None = None
-        fresh = [i for i, start in enumerate(starts) if start == 0]
-        if fresh and varlen_applies(device, cache.k_caches[0].dtype, scale, cache.k_caches[0].shape[-1]):
-            lens = [spans[i][1] - spans[i][0] for i in fresh]
-            cu = torch.tensor(np.concatenate([[0], np.cumsum(lens)]), dtype=torch.int32, device=device)
-            rows = None
-            if len(fresh) < len(seqs):
-                rows = torch.tensor([r for i in fresh for r in range(*spans[i])], device=device)
-            self.varlen = (rows, cu, max(lens))
         by_shape: dict[tuple[int, int], list[int]] = {}
         for i, (start, (a, b)) in enumerate(zip(starts, spans)):
-            if self.varlen is None or start > 0:
-                by_shape.setdefault((start, b - a), []).append(i)
+            by_shape.setdefault((start, b - a), []).append(i)
         # (start, sequences G, new tokens n, packed rows [G*n], prefix tables [G, NB] and mask [n, start+n]
         # when start > 0: the cached prefix is read back from its blocks)
         self.groups: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
@@ -300,15 +245,8 @@ class PrefillKV:
         self.cache.v_caches[layer][self.blocks, :, self.slots] = v
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.varlen is not None:
-            rows, cu, longest = self.varlen
-            if rows is None:  # every sequence: q, k, v are already packed in their order
-                return varlen_attention(q, k, v, cu, longest, self.scale)  # [T, H, D]
         out = torch.empty_like(q)  # [T, H, D]
         _, h, d = q.shape
-        if self.varlen is not None:
-            qf, kf, vf = (x.index_select(0, rows) for x in (q, k, v))  # [T', H, D]
-            out.index_copy_(0, rows, varlen_attention(qf, kf, vf, cu, longest, self.scale))
         for start, g, n, rows, tables, mask in self.groups:
             # [G*n, H, D] -> [G, H, n, D]
             qg, kg, vg = (x.index_select(0, rows).view(g, n, h, d).transpose(1, 2) for x in (q, k, v))
