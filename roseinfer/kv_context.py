@@ -195,8 +195,12 @@ class PrefillKV:
     """Prefill: tokens of several sequences packed into one [T] batch; sequence i owns rows spans[i].
 
     Where every token's key/value goes is worked out once for all layers (one host-to-device copy); each layer
-    then writes its keys and values in one indexed write each. Sequences with the same first computed token
-    (`start`, > 0 after a prefix-cache hit) and the same number of new tokens share one batched attention call.
+    then writes its keys and values in one indexed write each. Sequences without a cached prefix share one causal
+    attention call per bucket of similar lengths (`pad_buckets`), right-padded to the bucket's longest: query row j
+    sees keys 0..j, all of its own sequence, so the padding needs no mask, and the padded rows' outputs are
+    dropped. One call per distinct length made a batch of 6 short prompts of different lengths 72 attention calls
+    a prefill, 15.7 ms on the H200 against 5 ms (docs/BENCHMARKS.md, session 22). Sequences after a prefix-cache
+    hit (`start` > 0) read their cached prefix back and share a call with those of the same start and length.
     """
 
     def __init__(
@@ -220,24 +224,44 @@ class PrefillKV:
         self.blocks = torch.from_numpy(np.concatenate(blocks)).to(device)  # [T], the same in every layer
         self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
         by_shape: dict[tuple[int, int], list[int]] = {}
+        fresh = []  # sequences without a cached prefix, in packed order
         for i, (start, (a, b)) in enumerate(zip(starts, spans)):
-            by_shape.setdefault((start, b - a), []).append(i)
-        # (start, sequences G, new tokens n, packed rows [G*n], prefix tables [G, NB] and mask [n, start+n]
-        # when start > 0: the cached prefix is read back from its blocks)
-        self.groups: list[tuple[int, int, int, torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
+            if start == 0:
+                fresh.append(i)
+            else:
+                by_shape.setdefault((start, b - a), []).append(i)
+        # (start, sequences G, padded length n, rows to gather [G*n], prefix tables [G, NB] and mask [n, start+n]
+        # when start > 0, the rows of the [G*n] output to keep [T'] (None: all), where they go in the packed
+        # output [T'])
+        self.groups: list[tuple] = []
+        for bucket in pad_buckets([spans[i][1] - spans[i][0] for i in fresh]):
+            members = [fresh[j] for j in bucket]
+            n = max(spans[i][1] - spans[i][0] for i in members)
+            gather, keep, dest = [], [], []
+            for k, i in enumerate(members):
+                a, b = spans[i]
+                gather += range(a, b)
+                gather += [a] * (n - (b - a))  # padding: any row of its own (its output is dropped)
+                keep += range(k * n, k * n + b - a)
+                dest += range(a, b)
+            padded = len(keep) < len(gather)
+            self.groups.append(
+                (0, len(members), n, torch.tensor(gather, device=device), None, None,
+                 torch.tensor(keep, device=device) if padded else None, torch.tensor(dest, device=device))
+            )  # fmt: skip
         for (start, n), members in by_shape.items():
             rows = torch.tensor([r for i in members for r in range(*spans[i])], device=device)
-            tables = mask = None
-            if start > 0:
-                nb = -(-start // mgr.block_size)
-                tables = np.array([seqs[i].block_ids[:nb] for i in members], dtype=np.int64)
-                tables = torch.from_numpy(tables).to(device)
-                # new token j (position start + j) sees positions 0..start + j
-                mask = (
-                    torch.arange(start + n, device=device)[None, :]
-                    <= start + torch.arange(n, device=device)[:, None]
-                )
-            self.groups.append((start, len(members), n, rows, tables, mask))
+            nb = -(-start // mgr.block_size)
+            tables = np.array([seqs[i].block_ids[:nb] for i in members], dtype=np.int64)
+            tables = torch.from_numpy(tables).to(device)
+            # new token j (position start + j) sees positions 0..start + j
+            mask = (
+                torch.arange(start + n, device=device)[None, :]
+                <= start + torch.arange(n, device=device)[:, None]
+            )
+            self.groups.append((start, len(members), n, rows, tables, mask, None, rows))
+        # one call whose kept rows are the whole packed batch in order: its output is the answer as it is
+        self.whole = len(self.groups) == 1 and len(fresh) == len(seqs)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         # k, v: [T, H, D] packed
@@ -245,9 +269,9 @@ class PrefillKV:
         self.cache.v_caches[layer][self.blocks, :, self.slots] = v
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(q)  # [T, H, D]
+        out = None if self.whole else torch.empty_like(q)  # [T, H, D]
         _, h, d = q.shape
-        for start, g, n, rows, tables, mask in self.groups:
+        for start, g, n, rows, tables, mask, keep, dest in self.groups:
             # [G*n, H, D] -> [G, H, n, D]
             qg, kg, vg = (x.index_select(0, rows).view(g, n, h, d).transpose(1, 2) for x in (q, k, v))
             if tables is None:
@@ -257,5 +281,28 @@ class PrefillKV:
                 past_v = gather_kv(self.cache.v_caches[layer], tables)[:, :, :start]
                 keys, values = torch.cat([past_k, kg], dim=2), torch.cat([past_v, vg], dim=2)
                 og = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
-            out.index_copy_(0, rows, og.transpose(1, 2).reshape(g * n, h, d))
+            og = og.transpose(1, 2).reshape(g * n, h, d)
+            if keep is not None:
+                og = og.index_select(0, keep)  # [T', H, D]: the padding's rows dropped
+            if out is None:
+                return og
+            out.index_copy_(0, dest, og)
         return out
+
+
+def pad_buckets(lengths: list[int]) -> list[list[int]]:
+    """The fresh sequences (their lengths, in packed order) in buckets that each attend in one padded call: the
+    longest first, each bucket taking the next longest while its padded rows stay at most twice its real ones
+    (a 1,000-token prompt does not pad seven 5-token ones to its length). Indices into `lengths`, each bucket in
+    packed order."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    buckets: list[list[int]] = []
+    longest = real = 0
+    for i in order:
+        if buckets and (len(buckets[-1]) + 1) * longest <= 2 * (real + lengths[i]):
+            buckets[-1].append(i)
+            real += lengths[i]
+        else:
+            buckets.append([i])
+            longest = real = lengths[i]
+    return [sorted(b) for b in buckets]

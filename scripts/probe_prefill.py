@@ -145,8 +145,10 @@ def drive(args) -> None:
         torch.backends.cuda.enable_cudnn_sdp(False)
     from roseinfer import kv_context, model_runner
 
-    if args.grouped:  # the attention call per group of equal length (before session 22)
-        kv_context._VARLEN = None
+    if args.grouped:  # one attention call per distinct prompt length (before session 22)
+        kv_context.pad_buckets = lambda lens: [
+            [i for i, m in enumerate(lens) if m == n] for n in dict.fromkeys(lens)
+        ]
     if args.cudnn:  # torch's own choice of attention backend (before session 22: cuDNN's on Hopper)
         model_runner.prefill_attention_backends = lambda device: contextlib.nullcontext()
     install(Path(args.out), args.stall_ms)

@@ -15,7 +15,7 @@ stage_prefill_probe() {
     echo "-- $name ($flags)"
     # shellcheck disable=SC2086
     python3 scripts/probe_prefill.py --out "$S/$name" $flags | grep -v "sdp choice" || rc=1
-    python3 scripts/probe_prefill.py --summarize "$S/$name" --top 4 | head -12
+    python3 scripts/probe_prefill.py --summarize "$S/$name" --top 4 2>/dev/null | head -9
   done
   [ -n "${NO_SERVER:-}" ] && return $rc
   mkdir -p "$S/shim"

@@ -1,12 +1,15 @@
-"""The prefill's attention never runs as cuDNN's (which builds a graph for each new batch shape: a 60 ms to 1 s
-stall of a serving engine whenever a new (prompts, tokens) pair arrives; docs/BENCHMARKS.md, session 22), and the
-process-wide flag is the program's again afterwards."""
+"""The prefill's attention: never cuDNN's (which builds a graph for each new batch shape: a 60 ms to 1 s stall of
+a serving engine whenever a new (prompts, tokens) pair arrives; docs/BENCHMARKS.md, session 22), the process-wide
+flag the program's again afterwards; and prompts of different lengths in one padded call per bucket of similar
+lengths, which computes what each prompt's own call computes."""
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from roseinfer import LLM, SamplingParams, kv_context
-from roseinfer.kv_context import prefill_attention_backends
+from roseinfer.kv_context import pad_buckets, prefill_attention_backends
 
 
 @pytest.fixture
@@ -53,3 +56,31 @@ def test_the_engine_prefills_without_cudnn_attention(tiny_checkpoint, cudnn_sdp_
     assert [len(o.token_ids) for o in outs] == [4] * 7
     assert seen and not any(seen), seen
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+@given(st.lists(st.integers(1, 1024), min_size=1, max_size=16))
+def test_buckets_cover_every_prompt_once_with_bounded_padding(lengths):
+    buckets = pad_buckets(lengths)
+    assert sorted(i for b in buckets for i in b) == list(range(len(lengths)))
+    for b in buckets:
+        assert b == sorted(b)  # packed order within a bucket
+        real = sum(lengths[i] for i in b)
+        assert len(b) * max(lengths[i] for i in b) <= 2 * real
+
+
+def test_one_long_prompt_does_not_pad_the_short_ones():
+    # the 6-token one joins the long one (2 x 1,000 padded rows against 1,006 real), the rest their own call
+    assert pad_buckets([4, 1000, 5, 3, 4, 6]) == [[1, 5], [0, 2, 3, 4]]
+    assert pad_buckets([16] * 8) == [list(range(8))]
+
+
+def test_a_batch_of_mixed_lengths_decodes_as_each_prompt_alone(tiny_checkpoint):
+    """One padded attention call for prompts of 1 to 40 tokens computes what each prompt's own prefill does: the
+    greedy continuations are the same token for token (float32, CPU)."""
+    prompts = [[(11 * i + j) % 400 + 1 for j in range(n)] for i, n in enumerate([5, 40, 1, 17, 3, 29, 8])]
+    params = SamplingParams(max_new_tokens=6, ignore_eos=True)
+    together = LLM(tiny_checkpoint, prefill_max_batch_size=8, max_batch_size=8, prefix_cache=False)
+    alone = LLM(tiny_checkpoint, prefill_max_batch_size=1, max_batch_size=8, prefix_cache=False)
+    assert [o.token_ids for o in together.generate(prompts, params)] == [
+        o.token_ids for o in alone.generate(prompts, params)
+    ]
