@@ -37,7 +37,7 @@ def main() -> int:
         )
         # the slowed entries are every Kth entry of the region since the server started (a warm-up load counts), so
         # their steps are K apart
-        steps = sorted({e["step"] for e in worst if e["step"] is not None})
+        steps = sorted({e.get("cause_step", e["step"]) for e in worst if e["step"] is not None})
         apart = all((b - a) % args.every == 0 for a, b in zip(steps, steps[1:]))
         checks.append((f"their steps {steps} are {args.every} apart (or a multiple)", apart))
     if args.prefill_tokens:

@@ -135,18 +135,26 @@ EVENTS = {
 }
 
 
+def slowest_step(log: StepLogRecords, starts: np.ndarray, lo_ns: float, hi_ns: float, default: int) -> int:
+    """The slowest step (its position in the log) that ran inside a token's window [lo_ns, hi_ns]: with the
+    overlapped decode the window holds the step before the token's own too, and that one may be the slow one.
+    `starts`: the log's step starts, sorted; `default` where no step ran inside."""
+    lo = max(int(np.searchsorted(starts, lo_ns, side="right")) - 1, 0)
+    hi = int(np.searchsorted(starts, hi_ns, side="left"))
+    inside = [i for i in range(lo, hi) if log.steps[i]["end_ns"] > lo_ns]
+    if not inside:
+        return default
+    return max(inside, key=lambda i: log.steps[i]["end_ns"] - log.steps[i]["start_ns"])
+
+
 def evidence_of(
     cause: str, t: int, tok: dict, added_ns: float, where: dict, log: StepLogRecords, starts: np.ndarray
 ) -> tuple[str, float]:
     """(what took the time, ns) for a spike token's main cause: the region that grew most in the slowest step of
     its window (a step cause), or the event in its window. `starts`: the log's step starts, sorted."""
     k = int(tok["step"][t])
-    if cause == "slow_step":  # the slowest step in the window, its own or the one before (overlapped decode)
-        lo = max(int(np.searchsorted(starts, tok["start"][t], side="right")) - 1, 0)
-        hi = int(np.searchsorted(starts, tok["end"][t], side="left"))
-        inside = [i for i in range(lo, hi) if log.steps[i]["end_ns"] > tok["start"][t]]
-        if inside:
-            k = max(inside, key=lambda i: log.steps[i]["end_ns"] - log.steps[i]["start_ns"])
+    if cause == "slow_step":
+        k = slowest_step(log, starts, tok["start"][t], tok["end"][t], k)
     if cause in STEP_EVIDENCE:
         first = k == 0 or any(r.get("next_step") == k for r in log.run_starts)
         what, ns = where.get(k, (f"decode step {k} (no trace to say where)", added_ns))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.spike_evidence import STEP_EVIDENCE as STEP_CAUSES
+from roseprof.analysis.spike_evidence import slowest_step
 from roseprof.analysis.spikes import CAUSES, token_causes
 from roseprof.workload.steplog import StepLogRecords
 
@@ -112,7 +113,21 @@ class Explainer:
         j = int(tc["primary"][t])
         cause = names[j] if added[j] > 0 else "none"
         words = self.words(cause, t, pos, added[j] / 1e6)
-        return self._entry(row, "itl", gap, i, step, cause, words)
+        entry = self._entry(row, "itl", gap, i, step, cause, words)
+        # the step the words name: the token's own, or the slower one before it inside its gap
+        entry["cause_step"] = self.first + self.cause_pos(cause, t, pos)
+        return entry
+
+    def cause_pos(self, cause: str, t: int, pos: int) -> int:
+        """The step (its position in the window) a step cause names for token t: its own, or for a slower step
+        with nothing in the log to say why, the slowest step inside its gap (overlapped decode: the step before
+        the token's own runs in its gap too)."""
+        if cause != "slow_step":
+            return pos
+        if not hasattr(self, "_starts"):
+            self._starts = np.array([s["start_ns"] for s in self.log.steps], dtype=np.float64)
+        tok = self.tc["tok"]
+        return slowest_step(self.log, self._starts, tok["start"][t], tok["end"][t], pos)
 
     def words(self, cause: str, t: int, pos: int, added_ms: float) -> str:
         log, tok = self.log, self.tc["tok"]
@@ -125,6 +140,7 @@ class Explainer:
             what = "admitted" if cause == "prefill" else "recomputed (preempted requests)"
             return f"step {k} {what} a {n}-token prefill ({ms:.1f} ms)"
         if cause in STEP_CAUSES:
+            pos = self.cause_pos(cause, t, pos)
             also = f"; the gap also held a {n}-token prefill ({ms:.1f} ms)" if hit else ""
             return self.step_words(cause, pos) + also
         if cause == "none":
@@ -140,9 +156,18 @@ class Explainer:
             words = f"step {k}: KV block rollover for {step['rollovers']} sequences"
         elif cause == "cow":
             words = f"step {k}: copy-on-write of {step['cow']} KV block(s)"
-        elif cause == "batch_change":
-            before = log.steps[pos - 1]["batch_size"] if pos > 0 else "?"
-            words = f"step {k}: batch size {before} -> {step['batch_size']}"
+        elif cause == "batch_change":  # spikes._step_events: the size, the CUDA graph's bucket, or a drain
+            prev = log.steps[pos - 1] if pos > 0 else {}
+            if not step.get("launched", True):
+                words = f"step {k}: a drain (read the step in flight, launched none)"
+            elif (
+                prev
+                and prev.get("batch_size") == step["batch_size"]
+                and prev.get("bucket") != step.get("bucket")
+            ):
+                words = f"step {k}: CUDA graph bucket {prev.get('bucket')} -> {step.get('bucket')}"
+            else:
+                words = f"step {k}: batch size {prev.get('batch_size', '?')} -> {step['batch_size']}"
         elif cause == "preemption":
             words = f"step {k}: a sequence preempted before it"
         else:
