@@ -272,8 +272,6 @@ class _Region:
 
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
-        if self.name == STATE.sleep_region and _sleeps_on_this_rank() and _slowed_entry():
-            time.sleep(STATE.sleep_s)
         st = _STEP
         # A step opens where none is open, or anew on the thread that left one open (interrupted in __enter__):
         # another engine's step on another thread at the same time would otherwise take the accounting over, and
@@ -292,6 +290,10 @@ class _Region:
                 st.cpu_children.append(0)
                 self._cpu0 = _thread_time_ns()
             self._t0 = _wall_ns()  # read last: the profiler's own work above is not this region's
+        # The planted slowdowns (tests only) inside the region's clocks as well as its NVTX range and span: a
+        # sleep is host time of this region (and no CPU time), a busy loop both.
+        if self.name == STATE.sleep_region and _sleeps_on_this_rank() and _slowed_entry():
+            time.sleep(STATE.sleep_s)
         if self.name == STATE.busy_region and _slowed_entry():
             _burn(STATE.busy_ns)
 
