@@ -174,29 +174,36 @@ class Explainer:
 
 class RegionGrowth:
     """The region that grew in a slow step, from the step log's own time of each region per step (there while the
-    engine's regions were on): its thread CPU time where the log has it (a CPU engine on one thread: a busy
-    machine's waits for a core are not in it), else its host wall time (step log version 4, any device: on a GPU
-    engine what the host did, a wait for the GPU included; a torch or nsys window says which kernels)."""
+    engine's regions were on): by its thread CPU time first where the log has it (a CPU engine on one thread: a
+    busy machine's waits for a core are not in it), else by its host wall time (step log version 4, any device:
+    on a GPU engine what the host did, a wait for the GPU included, and a torch or nsys window says which
+    kernels; on a CPU engine a wait, a sleep or a lock, which costs no CPU time)."""
+
+    KINDS = (("cpu_own_ns", "CPU"), ("host_own_ns", "of host time"))
 
     def __init__(self, log: StepLogRecords) -> None:
-        steps = log.steps
-        self.key = "cpu_own_ns" if any("cpu_own_ns" in s for s in steps) else "host_own_ns"
-        self.unit = "CPU" if self.key == "cpu_own_ns" else "of host time"
-        self.steps = steps
-        owns = [s.get(self.key) or {} for s in steps]
-        names = {r for own in owns for r in own}
-        self.medians = {r: float(np.median([own.get(r, 0) for own in owns])) for r in names}
-        self.median_total = float(np.median([sum(own.values()) for own in owns])) if owns else 0.0
+        self.steps = log.steps
+        # key -> (each region's median own ns over the window's steps, the median step's total)
+        self.medians: dict[str, tuple[dict[str, float], float]] = {}
+        for key, _ in self.KINDS:
+            owns = [s.get(key) or {} for s in log.steps]
+            if any(owns):
+                names = {r for own in owns for r in own}
+                by_region = {r: float(np.median([own.get(r, 0) for own in owns])) for r in names}
+                self.medians[key] = by_region, float(np.median([sum(own.values()) for own in owns]))
 
     def at(self, pos: int) -> tuple[str, float, str] | None:
         """(region, ms, unit) whose own time in step `pos` exceeds its median over the window's steps the most,
         where that is most of the step's time over the median step's (the regions' own times sum to the step's)."""
-        own = self.steps[pos].get(self.key)
-        if not own:
-            return None
-        region, ns = max(((r, v - self.medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
-        over = sum(own.values()) - self.median_total
-        return (region, ns / 1e6, self.unit) if ns >= REGION_MIN_NS and ns >= 0.5 * over else None
+        for key, unit in self.KINDS:
+            own = self.steps[pos].get(key)
+            if not own or key not in self.medians:
+                continue
+            medians, median_total = self.medians[key]
+            region, ns = max(((r, v - medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
+            if ns >= REGION_MIN_NS and ns >= 0.5 * (sum(own.values()) - median_total):
+                return region, ns / 1e6, unit
+        return None
 
 
 def grown_words(grown: tuple[str, float, str]) -> str:
