@@ -186,8 +186,9 @@ class RegionGrowth:
         # key -> (each region's median own ns over the window's steps, the median step's total)
         self.medians: dict[str, tuple[dict[str, float], float]] = {}
         for key, _ in self.KINDS:
-            owns = [s.get(key) or {} for s in log.steps]
-            if any(owns):
+            # the steps that have them (regions may have been on for part of the window: a torch window's steps)
+            owns = [s[key] for s in log.steps if s.get(key)]
+            if owns:
                 names = {r for own in owns for r in own}
                 by_region = {r: float(np.median([own.get(r, 0) for own in owns])) for r in names}
                 self.medians[key] = by_region, float(np.median([sum(own.values()) for own in owns]))

@@ -58,6 +58,15 @@ def test_growth_spread_over_the_regions_names_none():
     assert Explainer(log, 0).step_words("slow_step", 80).endswith("nothing in the log says why)")
 
 
+def test_steps_without_region_times_are_not_counted_as_free():
+    """Regions on for part of the window (a torch window's steps): the medians are of the steps that have times."""
+    log = _slow_step_log()
+    for s in log.steps[:60]:
+        del s["host_own_ns"]
+    assert RegionGrowth(log).at(80) == (STEP, 20.0, "of host time")
+    assert RegionGrowth(log).at(10) is None
+
+
 def test_the_spike_causes_name_the_region_without_a_trace():
     summary, causes, _ = analyse_spikes(_slow_step_log(), None, [], None)
     by_cause = {c["cause"]: c for c in summary["causes"]}
