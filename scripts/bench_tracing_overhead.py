@@ -19,7 +19,6 @@ import torch
 
 from roseinfer import LLM, SamplingParams, tracing
 
-
 # decode_step, build_block_tables, h2d_block_tables, model.forward, reserve_blocks_ahead, sample (the rest are
 # inside the replayed graph: roseinfer/model_runner.py's static path)
 GRAPH_STEP_REGIONS = 6
@@ -59,12 +58,17 @@ def step_record_cost_ns(n: int = 20_000) -> tuple[float, float, float]:
     return costs[0], costs[1], costs[2]
 
 
-ROUNDS = 7  # each case once a round, interleaved (a shared machine's load moves between rounds), min over rounds
+# each case once a round, interleaved (a shared machine's load moves between rounds); the minimum over rounds
+ROUNDS = 7
 
 
 def region_costs() -> dict[str, float]:
     """Each tracing case's region cost (ns), the minimum over ROUNDS interleaved rounds."""
-    cases = [("off", False, False, None), ("nvtx", True, False, None), ("nvtx+record_function", True, True, None)]
+    cases = [
+        ("off", False, False, None),
+        ("nvtx", True, False, None),
+        ("nvtx+record_function", True, True, None),
+    ]
     # regions on (no tool attached here: record_function with no profiler recording): inside a decode step they
     # also read the clocks
     cases += [

@@ -117,7 +117,7 @@ def step_region_excess(
 
 
 def _log_host_cols(log_steps: list[dict], index) -> dict[str, np.ndarray]:
-    """"REGION (host)" -> its own host ns in each row's step (0 where it did not run), from the step log; none
+    """`REGION (host)` -> its own host ns in each row's step (0 where it did not run), from the step log; none
     unless every row is a step that has them (a column with holes would pass a missing step for a quick one)."""
     if not all(0 <= k < len(log_steps) and "host_own_ns" in log_steps[k] for k in index):
         return {}

@@ -39,7 +39,8 @@ def _slow_step_log(slow: int = 80, cpu: bool = False, grew_cpu: bool = False):
 def test_a_slow_step_is_named_by_its_regions_host_time():
     log = _slow_step_log()
     words = Explainer(log, 0).step_words("slow_step", 80)
-    assert words == f"step 80: slower decode step (30.0 ms); {STEP} +20.0 ms of host time over its median (30.0 ms step)"
+    said = f"{STEP} +20.0 ms of host time over its median (30.0 ms step)"
+    assert words == f"step 80: slower decode step (30.0 ms); {said}"
     assert RegionGrowth(log).at(79) is None  # a normal step names nothing
 
 
@@ -91,13 +92,11 @@ def test_a_step_with_damaged_host_times_is_kept_without_them(tmp_path):
     assert log.problems["repaired: damaged host times dropped from a step"] == 2
 
 
-def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
-    """The decode-step region made slow by a sleep (host time, no CPU time) on one decode step in 50 of a real CPU
-    server: `roseprof live` names those steps' requests first, blamed on that region's host time; `roseprof
-    request` says it under the step, and `show`'s spike causes name it too."""
-    env = {"ROSEINFER_TEST_SLEEP_REGION": f"{STEP}:400", "ROSEINFER_TEST_SLOW_EVERY": "50"}
-    # 400 ms: far above what a busy box's scheduling adds to any other step (150 ms was not, once)
-    server = ServerProcess("--max-batch-size", "8", env=env).wait_ready()
+def _live_with_a_planted_sleep(tmp_path, sleep_ms: int, *server_args: str) -> tuple:
+    """`roseprof live` of a server whose decode-step region sleeps `sleep_ms` on one entry in 50: (run folder,
+    summary, the request named first by its worst ITL)."""
+    env = {"ROSEINFER_TEST_SLEEP_REGION": f"{STEP}:{sleep_ms}", "ROSEINFER_TEST_SLOW_EVERY": "50"}
+    server = ServerProcess("--max-batch-size", "8", *server_args, env=env).wait_ready()
     try:
         proc = roseprof(
             "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
@@ -109,8 +108,18 @@ def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
     (folder,) = list(tmp_path.iterdir())
     summary = json.loads((folder / "summary.json").read_text())
     worst = [e for e in summary["live"]["slowest"] if e["by"] == "itl"][0]
-    assert worst["step"] % 50 == 49, summary["live"]["slowest"]  # the 50th, 100th, ... entry: steps 49, 99, ...
+    # the 50th, 100th, ... entry of the region: steps 49, 99, ...
+    assert worst["step"] % 50 == 49, summary["live"]["slowest"]
     assert f"{STEP} +" in worst["line"] and "ms of host time over its median" in worst["line"], worst
+    return folder, summary, worst
+
+
+def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
+    """The decode-step region made slow by a sleep (host time, no CPU time) on one decode step in 50 of a real CPU
+    server: `roseprof live` names those steps' requests first, blamed on that region's host time; `roseprof
+    request` says it under the step, and `show`'s spike causes name it too."""
+    # 400 ms: far above what a busy box's scheduling adds to any other step (150 ms was not, once)
+    folder, summary, worst = _live_with_a_planted_sleep(tmp_path, 400)
     request = roseprof("request", folder.name, worst["request_id"], "--traces-dir", tmp_path, env=ENV)
     assert request.returncode == 0, request.stderr
     lines = request.stdout.splitlines()
@@ -118,3 +127,10 @@ def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
     assert lines[at + 1].strip().startswith(f"{STEP} +") and "of host time" in lines[at + 1]
     slow = next(c for c in summary["spikes"]["causes"] if c["cause"] == "slow_step")
     assert slow["evidence"][0]["where"] == f"{STEP} (host)", slow
+
+
+@pytest.mark.gpu
+def test_a_gpu_servers_steps_window_names_the_region(tmp_path):
+    """The real path: a CUDA-graph server (no CPU times on a GPU) names the slowed region by its host time."""
+    gpu = ("--device", "cuda", "--dtype", "float16", "--paged-attn", "--cuda-graph")
+    _live_with_a_planted_sleep(tmp_path, 50, *gpu)
