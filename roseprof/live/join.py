@@ -22,6 +22,7 @@ from roseprof.workload.steplog import StepLogRecords
 
 SLOWEST = 5  # requests listed by TTFT and by worst ITL
 REGION_MIN_NS = 500_000  # a region's time over its median below this names no region (noise)
+SLOW_STEP = 1.5  # `roseprof request` says what grew under a step of this many median steps or more
 
 
 def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dict:
@@ -207,6 +208,10 @@ class RegionGrowth:
         return None
 
 
+def _wall(step: dict) -> int:
+    return step["end_ns"] - step["start_ns"]
+
+
 def grown_words(grown: tuple[str, float, str]) -> str:
     """`roseinfer.decode_step +20.0 ms of host time over its median` (or `... ms CPU over its median`)."""
     region, ms, unit = grown
@@ -215,7 +220,8 @@ def grown_words(grown: tuple[str, float, str]) -> str:
 
 def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | None = None) -> list[str]:
     """One request's lines (`roseprof request`): queued, prefill, each token with its step, the step's batch size
-    and wall time, and under it the region that grew where the step log's region times show one (RegionGrowth),
+    and wall time, and under a slow one (SLOW_STEP) the region that grew where the step log's region times show
+    one (RegionGrowth),
     and the step's top kernels and regions where `detail` (a torch window's, by step: live/step_detail.py) has
     the step. `ref`: the response id, or the request's index in the load."""
     from roseprof.errors import RoseprofError
@@ -246,6 +252,7 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
         )
     lines.append("  token    client ms      gap ms   step   batch   step ms")
     growth = RegionGrowth(log)
+    median = float(np.median([_wall(s) for s in log.steps])) if log.steps else 0.0
     previous = row["sent_ms"]
     for i, (t, step) in enumerate(zip(row["t_ms"], row["steps"])):
         pos = step - first if isinstance(step, int) and step >= 0 else None
@@ -257,7 +264,8 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
         else:
             where = f"{'-' if step is None else step:>7} (outside the window)"
         lines.append(f"  {i:5d} {t:12.2f} {t - previous:11.2f} {where}")
-        grown = growth.at(pos) if pos is not None and 0 <= pos < len(log.steps) else None
+        slow = pos is not None and 0 <= pos < len(log.steps) and _wall(log.steps[pos]) >= SLOW_STEP * median
+        grown = growth.at(pos) if slow else None
         if grown is not None:  # a slow step's region, from the step log's region times (no profiler needed)
             lines.append(f"        {grown_words(grown)}")
         said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
