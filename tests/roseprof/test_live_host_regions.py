@@ -10,6 +10,7 @@ import json
 import pytest
 
 from roseprof.analysis.spikes import analyse_spikes
+from roseprof.analysis.steps import cpu_columns, cpu_regions
 from roseprof.live.join import Explainer, RegionGrowth
 from roseprof.workload.steplog import read_steplog
 from tests.helpers import roseprof
@@ -74,6 +75,17 @@ def test_the_spike_causes_name_the_region_without_a_trace():
     assert causes[0][80] == "slow_step"
     (evidence,) = by_cause["slow_step"]["evidence"]
     assert evidence["where"] == f"{STEP} (host)" and evidence["p50_ms"] == pytest.approx(20, rel=0.05)
+
+
+def test_host_times_never_become_cpu_columns():
+    """A GPU engine's log (host times, no CPU times): the steps table gets no `cpu:` columns, so nothing that judges
+    code by CPU time (diffs, analysis/machine_speed.py) reads a GPU run's host time as CPU work."""
+    log = _slow_step_log()
+    rows: dict = {}
+    cpu_columns(rows, log.steps, range(len(log.steps)))
+    assert cpu_regions(rows) == [] and "cpu_ns" not in rows
+    cpu_columns(rows, _slow_step_log(cpu=True).steps, range(100))  # a CPU engine's: its CPU times only
+    assert sorted(cpu_regions(rows)) == sorted([SAMPLE, STEP]) and rows[f"cpu:{STEP}"][80] == 1 * MS
 
 
 def test_a_step_with_damaged_host_times_is_kept_without_them(tmp_path):
