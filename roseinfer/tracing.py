@@ -219,7 +219,7 @@ class _StepTimes:
     that waits for the GPU (the sampler reading the previous step's tokens back, a sync) spins or sleeps as CUDA's
     scheduling policy decides, so its CPU time is the wait one run and none of it the next; its wall time is always
     the wait, and what a slow step's explanation needs is where the host's time went (a torch or nsys window then
-    says which kernels). A wall clock read is also a vDSO call, a CPU clock read a system call (below).
+    says which kernels). A wall clock read is also a vDSO call, a CPU clock read a system call (`_wall_ns`).
     CPU ("cpu_own_ns") only where STATE.step_cpu (a CPU engine on one intra-op thread): on a busy CPU the process
     waits for a core at random moments, and whichever region runs then absorbs the wait in its wall time; its
     thread CPU time (CLOCK_THREAD_CPUTIME_ID) leaves the wait out (docs/BENCHMARKS.md, session 8). The keys are
