@@ -49,10 +49,11 @@ class Engine:
         if cfg.flight_recorder_steps and self.rank == 0:
             self.flight = FlightRecorder(cfg.flight_recorder_steps, meta)
         self.steplog = steplog.tee(steplog.step_log(meta, rank=self.rank), self.flight)
-        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu. It is
-        # the stepping thread's CPU time, so only with one intra-op thread (the default for the built-in small
-        # models, cpu_threads.py): with more, torch's other threads do part of every BLAS call, which it would miss,
-        # and a diff would judge half a region; without CPU times it judges the wall time's p5 instead.
+        # Each region's CPU time per step (while regions are on) is for CPU engines: tracing.STATE.step_cpu (its host
+        # wall time is recorded on every device). It is the stepping thread's CPU time, so only with one intra-op
+        # thread (the default for the built-in small models, cpu_threads.py): with more, torch's other threads do
+        # part of every BLAS call, which it would miss, and a diff would judge half a region; without CPU times it
+        # judges the wall time's p5 instead.
         tracing.STATE.step_cpu = torch.device(self.device).type == "cpu" and torch.get_num_threads() == 1
         self.decode_steps = 0  # decode step ranges so far (the step log's index)
         self.rollover_steps: set[int] = set()  # decode step indices in which some sequence took a new block
@@ -234,12 +235,12 @@ class Engine:
         self.decode_steps += 1
         if out.rollovers:
             self.rollover_steps.add(index)
-        cpu = tracing.take_step_cpu()  # taken every step, so a step never carries an earlier one's CPU time
+        # Taken every step, so a step never carries an earlier one's times. Regions on: each region's own host
+        # (wall) time in the step, and on a CPU engine on one thread its thread CPU time too (tracing._StepTimes).
+        times = tracing.take_step_times()
         if self.steplog is not None:
             batch = out.batch
             graphs = self.runner.graphs
-            # Regions on (under a profiler): the step's thread CPU time and each region's own CPU time in it.
-            cpu_fields = {"cpu_ns": cpu[0], "cpu_own_ns": cpu[1]} if cpu is not None else {}
             self.steplog.step(
                 start_ns,
                 end_ns,
@@ -249,7 +250,7 @@ class Engine:
                 batch,  # the sinks take the ids (the flight recorder only when asked: a step stays cheap)
                 launched=out.launched,
                 bucket=graphs.bucket_for(len(batch)) if graphs is not None and batch else None,
-                **cpu_fields,
+                **times,
             )
         tracing.profiler_step()  # torch.profiler's schedule advances once per decode step (ROSEINFER_TORCH_PROFILE)
         return index

@@ -18,7 +18,8 @@ from roseinfer.tracing import now_ns
 
 # STEPLOG_VERSION (roseinfer/names.py) is the step log's format (roseprof.workload.steplog reads every version;
 # the meta record says which this is). 2: gc and preempt records; a step's `launched` and `bucket`; a
-# prefill's `readmitted`. 3: while regions are on, a step's `cpu_ns` and `cpu_own_ns` (tracing.take_step_cpu).
+# prefill's `readmitted`. 3: while regions are on, a step's `cpu_ns` and `cpu_own_ns` (on a CPU engine on one
+# intra-op thread). 4: while regions are on, a step's `host_own_ns`, on every device (tracing.take_step_times).
 
 # A collection of the youngest generations shorter than this is not logged: there are thousands a second, and
 # none is a reason for a slow token.
@@ -141,13 +142,16 @@ class StepLogWriter(StepRecords):
     (roseprof reads it).
 
     Records (one JSON object a line, `type` first):
-      {"type": "meta", "version": 3, "clock": "monotonic_ns", "pid": ..., "block_size": ..., "rank": r,
+      {"type": "meta", "version": 4, "clock": "monotonic_ns", "pid": ..., "block_size": ..., "rank": r,
        "world_size": n}   (with tensor parallelism each rank writes its own log, `rank_path`; the same step
        indices on every rank, since every rank runs the same schedule)
       {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
        "launched": false for a drain of the overlapped decode, "bucket": the CUDA-graph batch bucket or null,
-       while regions are on (a profiler) in a CPU engine on one intra-op thread: "cpu_ns": the step region's thread CPU time, "cpu_own_ns": {region:
-       its own thread CPU time in the step, less its children's} (they sum to cpu_ns; no wait for a core in them)}
+       while regions are on (a profiler, a test switch), on every device: "host_own_ns": {region: its own wall
+       time in the step, less its children's} (they sum to the step region's wall time; on a GPU a region that
+       waits for the GPU holds the wait), and in a CPU engine on one intra-op thread also "cpu_ns": the step
+       region's thread CPU time, "cpu_own_ns": {region: its own thread CPU time in the step, less its
+       children's} (they sum to cpu_ns; no wait for a core in them)}
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
        "readmitted": [ids of requests recomputed after a preemption]}
       {"type": "preempt", "t_ns", "request": id}   a running request preempted (its blocks freed) to make room

@@ -69,13 +69,18 @@ def left_out_tokens(
 
 
 def step_region_excess(
-    rows: dict | None, region_cols: list[str], n_log_steps: int
+    rows: dict | None, region_cols: list[str], log_steps: list[dict]
 ) -> dict[int, tuple[str, float]]:
     """Per decode step (log index) slower than the median step: the region whose time grew most over its median,
     and by how much (ns); "(spread over the step)" when no region took SPREAD of the step's excess (machine
-    noise: everything ran a little slower)."""
-    if not rows or not rows.get("dur_ns") or not n_log_steps:
+    noise: everything ran a little slower). The regions are the trace's; without them (a steps window, an
+    imported flight recorder), the step log's own host time of each region, "REGION (host)", where every step
+    has it (step log version 4, regions on: any device)."""
+    n_log_steps = len(log_steps)
+    if not n_log_steps:
         return {}
+    if not rows or not rows.get("dur_ns"):  # no steps table: the log's steps are the rows
+        rows = {"dur_ns": [s["end_ns"] - s["start_ns"] for s in log_steps], "index": list(range(n_log_steps))}
     # The rows' log step: the same index, or (a torch.profiler window joined by time) their log_index.
     index = rows.get("log_index") or (rows["index"] if len(rows["dur_ns"]) == n_log_steps else None)
     if index is None or len(index) != len(rows["dur_ns"]):
@@ -88,6 +93,8 @@ def step_region_excess(
     for key in rows:
         if key.startswith("graph:"):  # a replay's GPU time, by the region its kernels were captured in
             cols[f"{key[len('graph:') :]} (GPU)"] = np.asarray(rows[key], dtype=np.float64)
+    if not region_cols:
+        cols.update(_log_host_cols(log_steps, index))
     if not cols:
         return {}
     deltas = {name: v - np.median(v) for name, v in cols.items()}
@@ -107,6 +114,16 @@ def step_region_excess(
         else:
             out[k] = ("(spread over the step)", float(excess[row]))
     return out
+
+
+def _log_host_cols(log_steps: list[dict], index) -> dict[str, np.ndarray]:
+    """`REGION (host)` -> its own host ns in each row's step (0 where it did not run), from the step log; none
+    unless every row is a step that has them (a column with holes would pass a missing step for a quick one)."""
+    if not all(0 <= k < len(log_steps) and "host_own_ns" in log_steps[k] for k in index):
+        return {}
+    owns = [log_steps[k]["host_own_ns"] for k in index]
+    names = sorted({r for own in owns for r in own})
+    return {f"{r} (host)": np.array([own.get(r, 0) for own in owns], dtype=np.float64) for r in names}
 
 
 def _engine_profiler(log: StepLogRecords, start, end, reason, took) -> None:

@@ -273,7 +273,7 @@ def analyse_spikes(
     med, mad, limit, spike = tc["median_ms"], tc["mad_ms"], tc["threshold_ms"], tc["spike"]
     names, added, primary = tc["names"], tc["added"], tc["primary"]
     n = len(tok["end"])
-    where = step_region_excess(rows, region_cols, len(log.steps))
+    where = step_region_excess(rows, region_cols, log.steps)
     starts = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
     evidence = [
         evidence_of(names[primary[t]], t, tok, added[t, primary[t]], where, log, starts) if spike[t] else None

@@ -22,7 +22,8 @@ from roseprof.analysis.spikes import CAUSES, token_causes
 from roseprof.workload.steplog import StepLogRecords
 
 SLOWEST = 5  # requests listed by TTFT and by worst ITL
-REGION_MIN_NS = 500_000  # a region's CPU time over its median below this names no region (noise)
+REGION_MIN_NS = 500_000  # a region's time over its median below this names no region (noise)
+SLOW_STEP = 1.5  # `roseprof request` says what grew under a step of this many median steps or more
 
 
 def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dict:
@@ -148,7 +149,7 @@ class Explainer:
         return f"step {k}: {CAUSES.get(cause, cause)} ({added_ms:.1f} ms)"
 
     def step_words(self, cause: str, pos: int) -> str:
-        """What the step did (a step cause) and, where the step log has region CPU times, the region that grew."""
+        """What the step did (a step cause) and, where the step log has region times, the region that grew."""
         log, k = self.log, self.first + pos
         step = log.steps[pos]
         took = (step["end_ns"] - step["start_ns"]) / 1e6
@@ -174,28 +175,13 @@ class Explainer:
             words = f"step {k}: slower decode step ({took:.1f} ms)"
         grown = self.region_grown(pos)
         if grown is not None:
-            return f"{words}; {grown[0]} +{grown[1]:.1f} ms CPU over its median ({took:.1f} ms step)"
+            return f"{words}; {grown_words(grown)} ({took:.1f} ms step)"
         return words if cause != "slow_step" else f"{words[:-1]}, nothing in the log says why)"
 
-    def region_grown(self, pos: int) -> tuple[str, float] | None:
-        """(region, ms) whose own CPU time in step `pos` exceeds its median over the window's steps the most, where
-        that is most of the step's CPU time over the median step's: the step log's `cpu_ns` and `cpu_own_ns`, there
-        while the engine's regions were on (a CPU engine on one thread). CPU, not wall, time: a busy machine's
-        waits for a core are in neither."""
-        step = self.log.steps[pos]
-        own = step.get("cpu_own_ns")
-        if not own:
-            return None
-        if not hasattr(self, "_medians"):
-            names = {r for s in self.log.steps for r in s.get("cpu_own_ns") or {}}
-            self._medians = {
-                r: float(np.median([(s.get("cpu_own_ns") or {}).get(r, 0) for s in self.log.steps]))
-                for r in names
-            }
-            self._median_cpu = float(np.median([s.get("cpu_ns", 0) for s in self.log.steps]))
-        region, ns = max(((r, v - self._medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
-        over = step.get("cpu_ns", 0) - self._median_cpu
-        return (region, ns / 1e6) if ns >= REGION_MIN_NS and ns >= 0.5 * over else None
+    def region_grown(self, pos: int) -> tuple[str, float, str] | None:
+        if not hasattr(self, "_growth"):
+            self._growth = RegionGrowth(self.log)
+        return self._growth.at(pos)
 
     def _entry(self, row, by: str, ms: float, token: int, step, cause: str, words: str) -> dict:
         rid = row["request_id"]
@@ -212,10 +198,57 @@ class Explainer:
         }
 
 
+class RegionGrowth:
+    """The region that grew in a slow step, from the step log's own time of each region per step (there while the
+    engine's regions were on): by its thread CPU time first where the log has it (a CPU engine on one thread: a
+    busy machine's waits for a core are not in it), else by its host wall time (step log version 4, any device:
+    on a GPU engine what the host did, a wait for the GPU included, and a torch or nsys window says which
+    kernels; on a CPU engine a wait, a sleep or a lock, which costs no CPU time)."""
+
+    KINDS = (("cpu_own_ns", "CPU"), ("host_own_ns", "of host time"))
+
+    def __init__(self, log: StepLogRecords) -> None:
+        self.steps = log.steps
+        # key -> (each region's median own ns over the window's steps, the median step's total)
+        self.medians: dict[str, tuple[dict[str, float], float]] = {}
+        for key, _ in self.KINDS:
+            # the steps that have them (regions may have been on for part of the window: a torch window's steps)
+            owns = [s[key] for s in log.steps if s.get(key)]
+            if owns:
+                names = {r for own in owns for r in own}
+                by_region = {r: float(np.median([own.get(r, 0) for own in owns])) for r in names}
+                self.medians[key] = by_region, float(np.median([sum(own.values()) for own in owns]))
+
+    def at(self, pos: int) -> tuple[str, float, str] | None:
+        """(region, ms, unit) whose own time in step `pos` exceeds its median over the window's steps the most,
+        where that is most of the step's time over the median step's (the regions' own times sum to the step's)."""
+        for key, unit in self.KINDS:
+            own = self.steps[pos].get(key)
+            if not own or key not in self.medians:
+                continue
+            medians, median_total = self.medians[key]
+            region, ns = max(((r, v - medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
+            if ns >= REGION_MIN_NS and ns >= 0.5 * (sum(own.values()) - median_total):
+                return region, ns / 1e6, unit
+        return None
+
+
+def _wall(step: dict) -> int:
+    return step["end_ns"] - step["start_ns"]
+
+
+def grown_words(grown: tuple[str, float, str]) -> str:
+    """`roseinfer.decode_step +20.0 ms of host time over its median` (or `... ms CPU over its median`)."""
+    region, ms, unit = grown
+    return f"{region} +{ms:.1f} ms {unit} over its median"
+
+
 def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | None = None) -> list[str]:
     """One request's lines (`roseprof request`): queued, prefill, each token with its step, the step's batch size
-    and wall time, and under it the step's top kernels and regions where `detail` (a torch window's, by step:
-    live/step_detail.py) has the step. `ref`: the response id, or the request's index in the load."""
+    and wall time, and under a slow one (SLOW_STEP) the region that grew where the step log's region times show
+    one (RegionGrowth),
+    and the step's top kernels and regions where `detail` (a torch window's, by step: live/step_detail.py) has
+    the step. `ref`: the response id, or the request's index in the load."""
     from roseprof.errors import RoseprofError
     from roseprof.live.step_detail import words
 
@@ -243,6 +276,8 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
             "  queued, prefill: before the server's window (its flight recorder no longer holds them)"
         )
     lines.append("  token    client ms      gap ms   step   batch   step ms")
+    growth = RegionGrowth(log)
+    median = float(np.median([_wall(s) for s in log.steps])) if log.steps else 0.0
     previous = row["sent_ms"]
     for i, (t, step) in enumerate(zip(row["t_ms"], row["steps"])):
         pos = step - first if isinstance(step, int) and step >= 0 else None
@@ -254,6 +289,10 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
         else:
             where = f"{'-' if step is None else step:>7} (outside the window)"
         lines.append(f"  {i:5d} {t:12.2f} {t - previous:11.2f} {where}")
+        slow = pos is not None and 0 <= pos < len(log.steps) and _wall(log.steps[pos]) >= SLOW_STEP * median
+        grown = growth.at(pos) if slow else None
+        if grown is not None:  # a slow step's region, from the step log's region times (no profiler needed)
+            lines.append(f"        {grown_words(grown)}")
         said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
         if said:
             lines.append(f"        {said}")

@@ -8,7 +8,9 @@ batch bucket). A version 1 log still reads; the analyses infer what they can. Wi
 writes its own log (rank 0 the named file, rank r `NAME.rank<r>.EXT`) and its meta record carries `rank` and
 `world_size`; the meta record is kept as written (`StepLogRecords.meta`). Version 3 adds, per step and only
 while the engine's regions were on, `cpu_ns` (the step's thread CPU time) and `cpu_own_ns` ({region: its own
-thread CPU time in the step}); older logs and steps without them simply have none. A flight recorder's window
+thread CPU time in the step}; a CPU engine on one intra-op thread only). Version 4 adds, per step while the
+regions were on and on every device, `host_own_ns` ({region: its own wall time in the step}: what a GPU engine's
+host did in a slow step). Older logs and steps without them simply have none. A flight recorder's window
 (its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`).
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
@@ -20,7 +22,7 @@ every line is checked and a damaged one costs only itself:
     with a value of the wrong type or range (a count below 0, an id list that is
     not a list of integers, an interval ending before it starts)
     a count or id list that is absent (older engines)                            -> kept: 0, [], launched true
-    a step whose cpu_ns / cpu_own_ns is damaged                                  -> kept without them
+    a step whose cpu_ns / cpu_own_ns (or host_own_ns) is damaged                 -> kept without them
     a request whose token_step is shorter or longer than token_ns                -> kept: missing steps are -1
                                                                                     (unknown), extra ones dropped
     records of unknown type                                                      -> ignored (newer engines)
@@ -141,16 +143,22 @@ def _step(rec: dict, problems: Counter) -> dict:
             problems["repaired: damaged CPU times dropped from a step"] += 1
         else:
             step["cpu_ns"], step["cpu_own_ns"] = cpu
+    if "host_own_ns" in rec and not _region_ns(rec["host_own_ns"]):
+        step.pop("host_own_ns")
+        problems["repaired: damaged host times dropped from a step"] += 1
     return step
+
+
+def _region_ns(own) -> bool:
+    """{region: ns}: names that are strings, counts of 0 or more."""
+    return isinstance(own, dict) and all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in own.items())
 
 
 def _cpu_times(rec: dict) -> tuple[int, dict[str, int]] | None:
     """Version 3: the step's thread CPU ns and each region's own CPU ns in it, or None when either is damaged
     (a missing half, a negative count, a name that is not a string)."""
     total, own = rec.get("cpu_ns"), rec.get("cpu_own_ns")
-    if not (_is_int(total) and total >= 0 and isinstance(own, dict)):
-        return None
-    if not all(isinstance(k, str) and _is_int(v) and v >= 0 for k, v in own.items()):
+    if not (_is_int(total) and total >= 0 and _region_ns(own)):
         return None
     return total, own
 

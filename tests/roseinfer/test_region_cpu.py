@@ -1,5 +1,6 @@
-"""Each region's own thread CPU time per decode step, in the step log while regions are on (tracing._StepCpu):
-what `roseprof diff` judges CPU regions by on a busy machine, where wall time carries the waits for a core."""
+"""Each region's own thread CPU time per decode step, in the step log while regions are on (tracing._StepTimes):
+what `roseprof diff` judges CPU regions by on a busy machine, where wall time carries the waits for a core. (Its
+own host wall time, recorded on every device: tests/roseinfer/test_region_host_time.py.)"""
 
 import json
 import threading
@@ -37,7 +38,7 @@ def logged(monkeypatch, tmp_path):
 
 def test_each_step_carries_its_regions_own_cpu_time(logged):
     steps, meta = logged(regions=True)
-    assert meta["version"] == 3 and len(steps) == 5
+    assert meta["version"] == 4 and len(steps) == 5
     for step in steps:
         own = step["cpu_own_ns"]
         assert step["cpu_ns"] > 0 and all(ns >= 0 for ns in own.values())
@@ -52,9 +53,9 @@ def test_each_step_carries_its_regions_own_cpu_time(logged):
 
 def test_regions_off_leave_the_step_log_as_before(logged):
     steps, meta = logged(regions=False)
-    assert meta["version"] == 3 and steps
+    assert meta["version"] == 4 and steps
     assert not any("cpu_ns" in s or "cpu_own_ns" in s for s in steps)
-    assert tracing.take_step_cpu() is None
+    assert tracing.take_step_times() == {}
 
 
 def test_a_planted_busy_loop_is_cpu_time_of_its_region(logged):
@@ -79,19 +80,21 @@ def test_a_region_on_another_thread_leaves_the_step_alone(monkeypatch):
 
     worker = threading.Thread(target=other)
     worker.start()
-    tracing.take_step_cpu()
+    monkeypatch.setattr(tracing.STATE, "step_cpu", True)
+    tracing.take_step_times()
     with tracing.region(tracing.DECODE_STEP):
         with tracing.region(tracing.SAMPLE):
             inside.set()
             done.wait()
     worker.join()
-    spent, own = tracing.take_step_cpu()
-    assert set(own) == {tracing.DECODE_STEP, tracing.SAMPLE}
+    times = tracing.take_step_times()
+    spent, own = times["cpu_ns"], times["cpu_own_ns"]
+    assert set(own) == set(times["host_own_ns"]) == {tracing.DECODE_STEP, tracing.SAMPLE}
     assert sum(own.values()) == spent
     # After the step closes, a region on this thread is in no step either.
     with tracing.region(tracing.MLP):
         pass
-    assert tracing.take_step_cpu() is None
+    assert tracing.take_step_times() == {}
 
 
 def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(monkeypatch):
@@ -99,6 +102,7 @@ def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(mo
     must not take over A's accounting (A's regions then popped B's stack: IndexError in both engines), and a step's
     CPU times go only to the thread that ran it."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "step_cpu", True)
     a_in, b_in, a_done = threading.Event(), threading.Event(), threading.Event()
     taken, errors = {}, []
 
@@ -108,7 +112,7 @@ def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(mo
                 with tracing.region(tracing.SAMPLE):
                     a_in.set()
                     b_in.wait(10)
-            taken["a"] = tracing.take_step_cpu()
+            taken["a"] = tracing.take_step_times()
         except Exception as e:  # noqa: BLE001 - the failure this test is about, reported below
             errors.append(repr(e))
         finally:
@@ -121,21 +125,23 @@ def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(mo
                 with tracing.region(tracing.MLP):
                     b_in.set()
                     a_done.wait(10)
-            taken["b"] = tracing.take_step_cpu()
+            taken["b"] = tracing.take_step_times()
         except Exception as e:  # noqa: BLE001
             errors.append(repr(e))
 
-    tracing.take_step_cpu()
+    tracing.take_step_times()
     threads = [threading.Thread(target=engine_a), threading.Thread(target=engine_b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
-    spent, own = taken["a"]
+    spent, own = taken["a"]["cpu_ns"], taken["a"]["cpu_own_ns"]
     assert set(own) == {tracing.DECODE_STEP, tracing.SAMPLE} and sum(own.values()) == spent
-    # B's step overlapped A's: it gets no CPU times (never A's, nor a mix of both threads' regions).
-    assert taken["b"] is None or set(taken["b"][1]) == {tracing.DECODE_STEP, tracing.MLP}
+    assert set(taken["a"]["host_own_ns"]) == {tracing.DECODE_STEP, tracing.SAMPLE}
+    # B's step overlapped A's: it gets no region times (never A's, nor a mix of both threads' regions).
+    for key in ("cpu_own_ns", "host_own_ns"):
+        assert key not in taken["b"] or set(taken["b"][key]) == {tracing.DECODE_STEP, tracing.MLP}
 
 
 def test_an_engine_on_several_threads_leaves_them_out(logged):
@@ -147,6 +153,7 @@ def test_an_engine_on_several_threads_leaves_them_out(logged):
     try:
         steps, _ = logged(regions=True, options={"cpu_threads": 2})
         assert steps and not any("cpu_ns" in s or "cpu_own_ns" in s for s in steps)
+        assert all("host_own_ns" in s for s in steps)  # its host wall time, as on a GPU
         steps, _ = logged(regions=True, options={"cpu_threads": 1})
         assert steps and all("cpu_own_ns" in s for s in steps)
     finally:
@@ -154,11 +161,14 @@ def test_an_engine_on_several_threads_leaves_them_out(logged):
 
 
 def test_a_gpu_engine_leaves_them_out(monkeypatch):
-    """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step opens no CPU accounting."""
+    """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step reads no CPU time, only its
+    regions' host wall time."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
     monkeypatch.setattr(tracing.STATE, "step_cpu", False)
-    tracing.take_step_cpu()
+    tracing.take_step_times()
     with tracing.region(tracing.DECODE_STEP):
         with tracing.region(tracing.SAMPLE):
             pass
-    assert tracing.take_step_cpu() is None
+    times = tracing.take_step_times()
+    assert "cpu_ns" not in times and "cpu_own_ns" not in times
+    assert set(times["host_own_ns"]) == {tracing.DECODE_STEP, tracing.SAMPLE}
