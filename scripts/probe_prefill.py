@@ -91,7 +91,8 @@ def install(out: Path, stall_ms: float = 25.0) -> None:
         t0, c0 = _now(), _cpu()
         if cuda:
             start.record()  # the stream reaches it once the step in flight before it is done
-        faulthandler.dump_traceback_later(probe.stall_s, repeat=True, file=probe.stacks)
+        # once a prefill: with repeat=True and an 8 ms limit the server's engine process crashed (session 22)
+        faulthandler.dump_traceback_later(probe.stall_s, file=probe.stacks)
         try:
             out = prefill(self, seqs)
         finally:

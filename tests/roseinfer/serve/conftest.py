@@ -37,7 +37,9 @@ class ServerProcess:
         """`prefix`: what the server runs under (e.g. `roseprof nsys ... --`), its argv before the server's."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        child_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        # prepended, not replaced: the GPU machine's wheels reach Python through PYTHONPATH
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        child_env = {**os.environ, "PYTHONPATH": path, **(env or {})}
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", "roseinfer.serve", model, "--port", str(self.port), *args],
             stdout=subprocess.PIPE,
