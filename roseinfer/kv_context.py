@@ -176,9 +176,8 @@ class StaticDecodeKV(_DecodeAttention):
 @contextlib.contextmanager
 def prefill_attention_backends(device: torch.device):
     """The prefill's attention without cuDNN's (CUDA): torch 2.11 picks cuDNN first for these shapes on Hopper,
-    and cuDNN builds an execution graph for each new shape of a batch of prompts, 60 ms to 1 s on the H200, so
-    every new (prompts, tokens) pair of a serving load stalled the engine that long; its per-call host cost also
-    made each prefill ~2 ms slower than flash attention at 8 x 16 tokens (scripts/probe_prefill.py,
+    and cuDNN builds an execution graph for each new shape of a batch of prompts, 70 ms to 1 s on the H200, so
+    every new (prompts, length) pair of a serving load stalled the engine that long (scripts/probe_prefill.py,
     docs/BENCHMARKS.md, session 22). torch's next choices (flash, memory-efficient, math) build nothing. The flag
     is process-wide, so it is put back after the prefill: a program around the engine keeps its own choice."""
     if device.type != "cuda" or not torch.backends.cuda.cudnn_sdp_enabled():
