@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import roseprof.drivers.nsys.sqlite as nsys_sqlite
-from roseprof.drivers.nsys.columnar import BATCH_ROWS, int_columns
+from roseprof.drivers.nsys.columnar import BATCH_ROWS, int_columns, int_columns_with_nulls
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.errors import RoseprofError
 from tests.helpers import DATA
@@ -22,15 +22,20 @@ def test_columnar_and_row_wise_reads_are_equal(monkeypatch, name):
     path = str(DATA / "nsys" / name)
     used = []
 
-    def spy(uri, sql, ncols):
-        arr = int_columns(uri, sql, ncols)
-        used.append(arr is not None)
-        return arr
+    def spy(read):
+        def spied(uri, sql, ncols):
+            got = read(uri, sql, ncols)
+            used.append(got is not None)
+            return got
 
-    monkeypatch.setattr(nsys_sqlite, "int_columns", spy)
+        return spied
+
+    monkeypatch.setattr(nsys_sqlite, "int_columns", spy(int_columns))
+    monkeypatch.setattr(nsys_sqlite, "int_columns_with_nulls", spy(int_columns_with_nulls))
     columnar = read_nsys_sqlite(path)
     assert all(used)  # a real export is read columnar, every table of it
     monkeypatch.setattr(nsys_sqlite, "int_columns", lambda *args: None)
+    monkeypatch.setattr(nsys_sqlite, "int_columns_with_nulls", lambda *args: None)
     row_wise = read_nsys_sqlite(path)
     assert len(columnar.ops.start) == len(row_wise.ops.start)
     assert used or not len(row_wise.ops.start)  # GPU ops were read, and columnar

@@ -21,6 +21,17 @@ BATCH_ROWS = 65_536
 def int_columns(uri: str, sql: str, ncols: int) -> np.ndarray | None:
     """[rows, ncols] int64: the result of `sql` on the read-only SQLite `uri`, or None where any value is not a
     64-bit integer or the read fails for any reason (the caller falls back to its row-wise reader)."""
+    got = _read(uri, sql, ncols, nulls=False)
+    return None if got is None else got[0]
+
+
+def int_columns_with_nulls(uri: str, sql: str, ncols: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """As int_columns, but a NULL is read too: ([rows, ncols] int64 with 0 for each NULL, [rows] bool: the row
+    holds a NULL), or None where any value is neither an integer nor NULL, or the read fails."""
+    return _read(uri, sql, ncols, nulls=True)
+
+
+def _read(uri: str, sql: str, ncols: int, nulls: bool) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         import adbc_driver_sqlite.dbapi as adbc
         import pyarrow as pa
@@ -36,12 +47,17 @@ def int_columns(uri: str, sql: str, ncols: int) -> np.ndarray | None:
     if table.num_columns != ncols:
         return None
     out = np.empty((table.num_rows, ncols), dtype=np.int64)
+    has_null = np.zeros(table.num_rows, dtype=bool)
     if not table.num_rows:
-        return out
+        return out, has_null
     for i, column in enumerate(table.columns):
-        # The driver infers each column's type from its first rows and fails on a later change of type, so an
-        # int64 column with no NULL holds integers only.
-        if column.null_count or not pa.types.is_int64(column.type):
+        # The driver infers each column's type from its first rows (a column of NULLs only: int64) and fails on a
+        # later change of type, so an int64 column holds integers and NULLs only: no per-row check in SQL needed.
+        if not pa.types.is_int64(column.type) or (column.null_count and not nulls):
             return None
+        if column.null_count:
+            has_null |= column.is_null().to_numpy(zero_copy_only=False)
+            column = column.fill_null(0)
         out[:, i] = column.to_numpy()
-    return out
+        del column
+    return out, has_null

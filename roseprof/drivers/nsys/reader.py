@@ -233,7 +233,7 @@ def _range_names(db: Export, names: Names, sid: np.ndarray, rows: list) -> np.nd
 
 def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
-    parts, kinds, corr_sources = [], [], []
+    parts, kinds, corr_sources, corr_known = [], [], [], []
     for kind, table in enumerate(GPU_OP_TABLES.values()):
         if table not in db.tables:
             continue
@@ -260,10 +260,12 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         if len(arr):
             parts.append(arr)
             kinds.append(np.full(len(arr), kind, dtype=np.int64))
+            corr_known.append(np.full(len(arr), "correlationId" in cols))
             if "correlationId" in cols:
                 corr_sources.append(f"SELECT correlationId FROM {table}")
     ops = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.int64)
     op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
+    has_corr = np.concatenate(corr_known) if corr_known else np.zeros(0, dtype=bool)
     op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = (ops[:, i] for i in range(8))
     if (op_end < op_start).any():
         raise fail(db.label, "a GPU op ends before it starts: a damaged export")
@@ -285,17 +287,7 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     api_sid = api_start.copy()
     rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
     if len(ops) and corr_sources and {"correlationId", "globalTid", "start", "end"} <= rt_cols:
-        has_name = "nameId" in rt_cols
-        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped. The
-        # same pass checks every call's integers (sqlite.Export.checked_ints).
-        rt = db.checked_ints(
-            RUNTIME,
-            ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if has_name else "-1"],
-            [],
-            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name,
-            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
-        )
+        rt = _launching_calls(db, "nameId" in rt_cols, corr_sources, op_corr[has_corr])
         if (rt[:, 3] < rt[:, 2]).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
@@ -335,6 +327,29 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         api_end=api_end[order],
         api_tid=api_tid[order],
         api_name=api_name[order],
+    )
+
+
+def _launching_calls(db: Export, has_name: bool, corr_sources: list[str], op_corr: np.ndarray) -> np.ndarray:
+    """[calls, 5] (correlationId, globalTid, start, end, nameId or -1): the runtime calls that launched GPU work
+    (most calls launch none; a call with a NULL among its first four is skipped), in the table's order, every
+    call's integers checked (sqlite.Export.checked_ints' rule). `op_corr`: the correlation ids of the GPU ops of
+    the tables that have the column (`corr_sources` selects them in SQL)."""
+    exprs = ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if has_name else "-1"]
+    # Columnar: every call read, the launching ones kept in numpy (the SQL filter below costs more than reading
+    # the calls that launch nothing). Exact only where no op's id is -1, the value a NULL id reads as.
+    got = db.int_rows(RUNTIME, exprs) if not (op_corr == -1).any() else None
+    if got is not None:
+        calls, has_null = got
+        return db.in_range(RUNTIME, calls[~has_null & np.isin(calls[:, 0], op_corr)])
+    # Row-wise: the same pass also checks every call's integers (sqlite.Export.checked_ints).
+    return db.checked_ints(
+        RUNTIME,
+        exprs,
+        [],
+        ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name,
+        where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+        "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
     )
 
 
