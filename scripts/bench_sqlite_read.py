@@ -39,7 +39,16 @@ from roseprof.model import Names
 
 K = "CUPTI_ACTIVITY_KIND_KERNEL"
 R = "CUPTI_ACTIVITY_KIND_RUNTIME"
-K_COLS = ["start", "end", "demangledName", "correlationId", "globalPid", "deviceId", "streamId", "graphNodeId"]
+K_COLS = [
+    "start",
+    "end",
+    "demangledName",
+    "correlationId",
+    "globalPid",
+    "deviceId",
+    "streamId",
+    "graphNodeId",
+]
 R_COLS = ["correlationId", "globalTid", "start", "end", "nameId"]
 K_BARE = ", ".join(f"coalesce({c}, -1)" for c in K_COLS)
 R_BARE = ", ".join(R_COLS)
