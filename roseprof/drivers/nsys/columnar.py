@@ -60,10 +60,10 @@ def _read(uri: str, sql: str, ncols: int, nulls: bool) -> tuple[np.ndarray, np.n
                     handle.close()
     if table.num_columns != ncols:
         return None
-    out = np.empty((table.num_rows, ncols), dtype=np.int64)
+    # [ncols, rows], handed out transposed: each column is written once, contiguously, chunk by chunk (no
+    # concatenated copy of the column first), and the caller's columns (arr[:, i]) are contiguous.
+    out = np.empty((ncols, table.num_rows), dtype=np.int64)
     has_null = np.zeros(table.num_rows, dtype=bool)
-    if not table.num_rows:
-        return out, has_null
     for i, column in enumerate(table.columns):
         # The driver infers each column's type from its first rows (a column of NULLs only: int64) and fails on a
         # later change of type, so an int64 column holds integers and NULLs only: no per-row check in SQL needed.
@@ -72,6 +72,8 @@ def _read(uri: str, sql: str, ncols: int, nulls: bool) -> tuple[np.ndarray, np.n
         if column.null_count:
             has_null |= column.is_null().to_numpy(zero_copy_only=False)
             column = column.fill_null(0)
-        out[:, i] = column.to_numpy()
-        del column
-    return out, has_null
+        at = 0
+        for chunk in column.chunks:
+            out[i, at : at + len(chunk)] = chunk.to_numpy()
+            at += len(chunk)
+    return out.T, has_null
