@@ -1,12 +1,13 @@
 """Integer query results read column by column: the ADBC SQLite driver steps the rows in C into Arrow arrays,
 which numpy then takes whole. Python's sqlite3 makes a Python int of every cell first, which is the floor of a
-row-wise read: on the 1M-kernel export the GPU ops and runtime calls read 1.6 to 2.2x faster this way, side by
-side (docs/BENCHMARKS.md, issue 43).
+row-wise read: on the 1M-kernel export the GPU ops' and runtime calls' bare columns read in 2.9 to 3.3 s of CPU
+this way against 6.2 to 7.2 s row-wise, side by side (scripts/bench_sqlite_read.py, docs/BENCHMARKS.md, issue 43).
+The SQL needs no per-row type check: the driver refuses a value of another type by itself (below).
 
-This is only ever a fast path. Whatever it does not read cleanly (a NULL, text, a real or a blob where an
-integer belongs, a damaged file, a driver error) comes back as None, and the caller reads row-wise through
-sqlite.Export, which names what is wrong in one line. It is used only on real tables (never views): they end,
-so the row-wise reader's work bound, which stops a view that never ends, is not needed here.
+This is only ever a fast path. Whatever it does not read cleanly (text, a real or a blob where an integer
+belongs, a NULL where the caller allows none, a damaged file, a driver error) comes back as None, and the caller
+reads row-wise through sqlite.Export, which names what is wrong in one line. It is used only on real tables (never
+views): they end, so the row-wise reader's work bound, which stops a view that never ends, is not needed here.
 """
 
 from __future__ import annotations
