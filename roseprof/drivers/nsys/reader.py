@@ -14,6 +14,8 @@ last timestamp, as in `nsys stats`.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from roseprof.drivers.nsys.graphs import read_graph_nodes
@@ -231,9 +233,11 @@ def _range_names(db: Export, names: Names, sid: np.ndarray, rows: list) -> np.nd
     return interned[inverse.ravel()]
 
 
-def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
-    """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
-    parts, kinds, corr_sources = [], [], []
+def _read_op_tables(db: Export) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """[ops, 8] (start, end, name id, correlationId, globalPid, deviceId, streamId, graphNodeId; -1 where NULL or
+    absent) of the kernels, memcpys and memsets in that order; [ops] each one's kind (GPU_OP_TABLES' index); [ops]
+    whether its table has a correlationId column; the SQL that selects those tables' correlation ids."""
+    parts, kinds, corr_sources, corr_known = [], [], [], []
     for kind, table in enumerate(GPU_OP_TABLES.values()):
         if table not in db.tables:
             continue
@@ -260,10 +264,34 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         if len(arr):
             parts.append(arr)
             kinds.append(np.full(len(arr), kind, dtype=np.int64))
+            corr_known.append(np.full(len(arr), "correlationId" in cols))
             if "correlationId" in cols:
                 corr_sources.append(f"SELECT correlationId FROM {table}")
     ops = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.int64)
     op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
+    has_corr = np.concatenate(corr_known) if corr_known else np.zeros(0, dtype=bool)
+    return ops, op_kind, has_corr, corr_sources
+
+
+def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
+    """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
+    rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
+    joinable = {"correlationId", "globalTid", "start", "end"} <= rt_cols
+    call_exprs = [
+        "correlationId",
+        "globalTid",
+        "start",
+        "end",
+        "coalesce(nameId, -1)" if "nameId" in rt_cols else "-1",
+    ]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The runtime calls are read on a second thread while this one reads the GPU ops: each table is stepped by
+        # SQLite on a connection of its own, outside the GIL (pyarrow's read), so on two cores the reads overlap.
+        calls = None
+        if joinable and db.columnar and any(t in db.tables for t in GPU_OP_TABLES.values()):
+            calls = pool.submit(db.int_rows, RUNTIME, call_exprs)
+        ops, op_kind, has_corr, corr_sources = _read_op_tables(db)
+        calls = calls.result() if calls is not None else None
     op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = (ops[:, i] for i in range(8))
     if (op_end < op_start).any():
         raise fail(db.label, "a GPU op ends before it starts: a damaged export")
@@ -272,7 +300,7 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     strings: dict = {}
     if len(ops):
         is_kernel = op_kind == 0
-        sids, inverse = np.unique(op_name_sid[is_kernel], return_inverse=True)
+        sids, inverse = _distinct(op_name_sid[is_kernel])
         strings = dict(db.query("SELECT id, value FROM StringIds"))
         op_name[is_kernel] = names.intern_many(
             [clean_name(strings.get(int(i), f"[unknown kernel {int(i)}]")) for i in sids]
@@ -283,19 +311,8 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     api_end = api_start.copy()
     api_tid = api_start.copy()
     api_sid = api_start.copy()
-    rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
-    if len(ops) and corr_sources and {"correlationId", "globalTid", "start", "end"} <= rt_cols:
-        has_name = "nameId" in rt_cols
-        # Only the API calls that launched GPU work (most calls launch none); calls with a NULL are skipped. The
-        # same pass checks every call's integers (sqlite.Export.checked_ints).
-        rt = db.checked_ints(
-            RUNTIME,
-            ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if has_name else "-1"],
-            [],
-            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * has_name,
-            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
-        )
+    if len(ops) and corr_sources and joinable:
+        rt = _launching_calls(db, call_exprs, calls, corr_sources, op_corr[has_corr])
         if (rt[:, 3] < rt[:, 2]).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
         rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
@@ -320,7 +337,7 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
     api_name = np.full(len(ops), -1, dtype=np.int64)
     known = api_sid >= 0
     if known.any():
-        sids, inverse = np.unique(api_sid[known], return_inverse=True)
+        sids, inverse = _distinct(api_sid[known])
         api_name[known] = names.intern_many([clean_name(strings.get(int(i), "?")) for i in sids])[inverse]
     order = np.argsort(op_start, kind="stable")
     return GpuOps(
@@ -335,6 +352,43 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         api_end=api_end[order],
         api_tid=api_tid[order],
         api_name=api_name[order],
+    )
+
+
+def _distinct(sids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(sids, return_inverse=True) of StringIds ids: by a count over the ids where they are small, as
+    nsys numbers its strings (a sort of a million kernels' ids cost 0.1 s), by a sort otherwise (damage)."""
+    if len(sids) and 0 <= sids.min() and sids.max() < max(len(sids), 1 << 20):
+        present = np.bincount(sids) > 0
+        return np.flatnonzero(present), (np.cumsum(present) - 1)[sids]
+    return np.unique(sids, return_inverse=True)
+
+
+def _launching_calls(
+    db: Export,
+    exprs: list[str],
+    calls: tuple[np.ndarray, np.ndarray] | None,
+    corr_sources: list[str],
+    op_corr: np.ndarray,
+) -> np.ndarray:
+    """[calls, 5] (correlationId, globalTid, start, end, nameId or -1): the runtime calls that launched GPU work
+    (most calls launch none; a call with a NULL among its first four is skipped), in the table's order, every
+    call's integers checked (sqlite.Export.checked_ints' rule). `calls`: every call as Export.int_rows read it
+    (None: not read columnar); `op_corr`: the correlation ids of the GPU ops of the tables that have the column
+    (`corr_sources` selects them in SQL)."""
+    # Columnar: every call read, the launching ones kept in numpy (the SQL filter below costs more than reading
+    # the calls that launch nothing). Exact only where no op's id is -1, the value a NULL id reads as.
+    if calls is not None and not (op_corr == -1).any():
+        values, has_null = calls
+        return db.in_range(RUNTIME, values[~has_null & np.isin(values[:, 0], op_corr)])
+    # Row-wise: the same pass also checks every call's integers (sqlite.Export.checked_ints).
+    return db.checked_ints(
+        RUNTIME,
+        exprs,
+        [],
+        ["correlationId", "globalTid", "start", "end"] + ["nameId"] * (exprs[4] != "-1"),
+        where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+        "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
     )
 
 

@@ -15,7 +15,7 @@ import urllib.parse
 
 import numpy as np
 
-from roseprof.drivers.nsys.columnar import int_columns
+from roseprof.drivers.nsys.columnar import int_columns, int_columns_with_nulls
 from roseprof.errors import RoseprofError, one_line
 from roseprof.model import cut_name
 
@@ -223,12 +223,13 @@ class Export:
         if where:
             sql += f" WHERE ({where}) OR NOT {ok}"
         ncols = len(exprs)
-        if self.columnar:
-            # A row that breaks the rule has a NULL first value, which the columnar reader refuses: such a file is
-            # read again row-wise below, which names what is wrong.
-            arr = int_columns(self.uri, sql, ncols)
+        if self.columnar and not where:
+            # No check in SQL: the driver refuses a value that is not an integer by itself, and a NULL where the
+            # rule forbids one reaches it as a NULL (exprs keep a required column bare), which it refuses too.
+            # Such a file is read again row-wise below, which names what is wrong.
+            arr = int_columns(self.uri, f"SELECT {', '.join(exprs)} FROM {quote(table)}", ncols)
             if arr is not None:
-                return self._in_range(table, arr)
+                return self.in_range(table, arr)
 
         def read():
             try:
@@ -240,9 +241,18 @@ class Export:
         if flat is None or len(flat) % ncols:
             self.check_integers(table, required, nullable)
             raise fail(self.label, f"{table} holds a value that is not an integer: a damaged export")
-        return self._in_range(table, flat.reshape(-1, ncols))
+        return self.in_range(table, flat.reshape(-1, ncols))
 
-    def _in_range(self, table: str, arr: np.ndarray) -> np.ndarray:
+    def int_rows(self, table: str, exprs: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Columnar only: every row of SELECT exprs FROM table as ([rows, len(exprs)] int64, NULLs as 0; [rows]
+        bool: the row holds a NULL), each value an integer or NULL; None where the file is not read columnar or a
+        value is neither (the caller then reads with checked_ints, which names it). Not range-checked: the caller
+        checks the rows it keeps (in_range)."""
+        if not self.columnar:
+            return None
+        return int_columns_with_nulls(self.uri, f"SELECT {', '.join(exprs)} FROM {quote(table)}", len(exprs))
+
+    def in_range(self, table: str, arr: np.ndarray) -> np.ndarray:
         if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
             raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
         return arr
