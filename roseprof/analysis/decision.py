@@ -139,7 +139,7 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     A region judged by its CPU time that grew does not stand in the machine's way: the machine's waits are not in
     that time, so it is the code's (named, gated) beside the wall-clock figures that are the machine's. A crowded
     core inflates some regions' CPU time unevenly (cache refills after every switch: `model.forward`'s own CPU
-    time +18-43% against lm_head's 0-12%, one core shared with 3-9 CPU burners, docs/BENCHMARKS.md session 22),
+    time up to +43% against lm_head's +12% at most, one core shared with 3-9 CPU burners, docs/BENCHMARKS.md session 22),
     which may then be named; it used to hide the machine as well (the wall time +1,200% read as the code's)."""
     if not slowdown or any(
         r["kind"] != "figure" and r["word"] == "slower" and not by_cpu_time(r) for r in rows
