@@ -3,6 +3,9 @@ time moved, then every metric (--top of them), the method and the gate."""
 
 from __future__ import annotations
 
+import re
+import textwrap
+
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
@@ -42,6 +45,19 @@ def _change_rows(rows: list[dict]) -> list[list[str]]:
     ]
 
 
+# A number and its unit in a sentence (`+417.5 µs`, `-12.3 ms`): one word to the wrapping.
+NUMBER_UNIT = re.compile(r"(\d) (ns|µs|ms|s|tok/s)\b")
+NO_BREAK = "\x00"  # a space textwrap does not break at (it breaks at ASCII whitespace only), put back after
+
+
+def with_units(sentence: str, width: int) -> str:
+    """A sentence wrapped to `width` at its spaces, never between a number and its unit (rich's wrapping split
+    `(+417.5` / `µs p5 own CPU time per step)` over two lines)."""
+    joined = NUMBER_UNIT.sub(lambda m: f"{m.group(1)}{NO_BREAK}{m.group(2)}", sentence)
+    lines = textwrap.wrap(joined, width, break_on_hyphens=False) or [""]
+    return "\n".join(lines).replace(NO_BREAK, " ")
+
+
 def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "") -> None:
     """The verdict block; `name` gives each region's one short form in this output (print_diff), `prefix` the
     program prefix its tables leave out."""
@@ -56,14 +72,14 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
     if note:
         console.print(note, markup=False, style="yellow", overflow="fold")
     console.print(
-        headline_sentence(v),
+        with_units(headline_sentence(v), console.width),
         markup=False,
         style=f"bold {STYLE.get(v['overall'], '')}".strip(),
         overflow="fold",
     )
     machine = machine_line(v)
     if machine:
-        console.print(machine, markup=False, style="yellow", overflow="fold")
+        console.print(with_units(machine, console.width), markup=False, style="yellow", overflow="fold")
     headers = ["figure", "before", "after", "change [95% CI]", "verdict"]
     # The figures and the verdict stay whole (they are the answer); a figure's name gives way first.
     console.print(
@@ -163,7 +179,13 @@ COMPACT = {
     "time/step": "time", "self/step": "self", "self/step p5": "self p5", "CPU self/step": "cpu",
     "CPU self/step p5": "cpu p5", "CPU self/step p5 raw": "cpu p5 raw", "calls/step": "calls",
     "time/run": "time/run", "self/run": "self/run",
+    # a region's time in the rollover steps and in the other steps (sections/steps.py): `…build_block_tables ·
+    # rollover mean` is 35 characters, more than the 32 the metric column has at 80 columns, and was cut to
+    # `rollover m…` (mean or p50?); these fit whole beside the longest name's distinguishing end (ROLL_LEGEND)
+    "rollover mean": "roll mean", "rollover p50": "roll p50", "rollover CPU p50": "roll cpu",
+    "normal mean": "norm mean", "normal p50": "norm p50", "normal CPU p50": "norm cpu",
 }  # fmt: skip
+ROLL_LEGEND = "roll / norm: in the rollover steps / in the other steps (cpu: the median of its CPU time)"
 MIN_SHORT = 10  # a name this short is never shortened
 ELLIPSIS = text.ELLIPSIS
 
@@ -198,10 +220,15 @@ def short_names(names: list[str], width: int) -> dict[str, str]:
 
 
 def _cut_statistic(label: str, width: int) -> str:
-    """A metric label cut to `width` from its statistic's end, its (already short) name whole."""
+    """A metric label cut to `width` from its statistic's end, its (already short) name whole; first without the
+    spaces around its ` · ` (a wider change column leaves the name column 29 characters, and
+    `…build_block_tables·roll p50` then fits whole where `roll p…` would not say which statistic)."""
     if len(label) <= width:
         return label
-    return label[: max(width - 1, 1)] + ELLIPSIS
+    tight = label.replace(" · ", "·", 1)
+    if len(tight) <= width:
+        return tight
+    return tight[: max(width - 1, 1)] + ELLIPSIS
 
 
 def _split(label: str) -> tuple[str, str]:
@@ -263,6 +290,8 @@ def print_diff(console: Console, result: dict, top: int) -> None:
             markup=False,
             style="dim",
         )
+    if any(what.startswith(("roll ", "norm ")) for _, what in split):
+        console.print(ROLL_LEGEND, markup=False, style="dim")
     console.print(
         "order: changes (*), intervals clear of 0, other intervals, figures with none",
         markup=False,

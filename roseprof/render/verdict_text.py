@@ -121,6 +121,11 @@ def machine_line(v: dict) -> str | None:
         if side == "after"
         else "so the wall-clock figures' drop is the machine's, not the code's"
     )
+    code = [r for r in d["rows"] if r["kind"] != "figure" and r["word"] in DIRECTIONS]
+    if code:  # regions judged by their CPU time, which the machine's waits are not in: the code's, said apart
+        return (
+            f"the machine was slower in {side}: {how}; {gate}, the regions named are judged by their CPU time"
+        )
     return f"the machine was slower in {side}: {how}; no region of the code {grew} beyond its floor, {gate}"
 
 

@@ -184,12 +184,14 @@ def _planted(run, extra_ns: float, where):
 
 
 def test_a_region_slower_at_rollover_steps_alone_is_named_there(store):
-    """Deterministic, on a real capture with ~20 rollover steps a run: 2 ms more of kv.append_token in the rollover
-    steps alone (what --no-batched-rollover does: each rolling-over row takes the per-request path) is named `at
-    rollover steps`, slower, and gated; the same 2 ms in every step is no change of the rollover path."""
+    """Deterministic, on a real capture with ~20 rollover steps a run: 20 ms more of kv.append_token in the
+    rollover steps alone (what --no-batched-rollover does, many times over: each rolling-over row takes the
+    per-request path) is named `at rollover steps`, slower, and gated; the same 20 ms in every step is no change of
+    the rollover path. A wait is judged by the wall time, whose noise at the rollover steps is the capture's: 2 ms
+    was within it once (captured at load 12-19: the median's interval [-47%, +1056%]; 20 ms: [+222%, +3478%])."""
     run = _runs(store, "small-blocks")
     assert run.step_roll.sum() >= 10, run.step_roll.sum()  # enough rollover steps for a median (>= 5 a run)
-    metrics, v = _decide(run, _planted(run, 2e6, run.step_roll))
+    metrics, v = _decide(run, _planted(run, 2e7, run.step_roll))
     rows = [r for r in v["decision"]["rows"] if r["kind"] == "region" and r["label"] == KV]
     assert [r["at_rollover"] for r in rows] == [True] and rows[0]["word"] == "slower", rows
     assert rows[0]["metric"] == f"steps.rollover.regions_p50.{KV}"
@@ -200,7 +202,7 @@ def test_a_region_slower_at_rollover_steps_alone_is_named_there(store):
     from roseprof.render.verdict_text import headline_sentence
 
     assert f"{KV} at rollover steps +" in headline_sentence(v)
-    _, v = _decide(run, _planted(run, 2e6, np.ones_like(run.step_roll)))
+    _, v = _decide(run, _planted(run, 2e7, np.ones_like(run.step_roll)))
     assert not [r for r in v["decision"]["rows"] if r.get("at_rollover")], v["decision"]["rows"]
 
 

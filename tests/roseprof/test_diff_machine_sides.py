@@ -6,6 +6,7 @@ run's pace, which neither the machine's waits nor a change in every step moves. 
 
 import copy
 import json
+import re
 import subprocess
 import sys
 
@@ -90,11 +91,21 @@ def _first_lines(text: str) -> str:
     return " ".join(lines[:end])
 
 
+def _code_rows(decision_: dict) -> list[dict]:
+    """The rows the decision counts as the code's: a direction word, not the machine's."""
+    return [r for r in decision_["rows"] if r["word"] in decision.DIRECTIONS and not r["machine"]]
+
+
 def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store):
-    """`diff crowded quiet`: the before side ran on a tenth of a core. Its steps' wall time is far above the
-    quiet capture's while the regions' CPU time is not: the first lines say the machine was slower in before,
-    nothing says after is faster, the wall-clock figures stay in the table worded `faster (machine)`, and the gate
-    passes. The same pair the other way round says the machine was slower in after."""
+    """`diff crowded quiet`: the before side ran on a crowded core. Its steps' wall time is far above the quiet
+    capture's while the regions' CPU time is not: the first lines say the machine was slower in before, the
+    wall-clock figures stay in the table worded `faster (machine)`, and the gate passes. The same pair the other
+    way round says the machine was slower in after, and its gate never fails on a wall-clock figure.
+
+    What the crowding does to the CPU time is a race: every switch back to the engine refills its caches, and some
+    regions' CPU time grows more than the rest (`model.forward` up to +43% against lm_head's +12% at most in eight
+    crowded captures, docs/BENCHMARKS.md session 22), so one may clear its floor, judged by its CPU time. Such a row is the
+    code's as far as the diff can tell (it is said so, and gated), beside the machine's line; nothing else is."""
     crowded, quiet = _run(store, "crowded"), _run(store, "quiet")
     expected = machine_speed.slowdown([crowded], [quiet])
     # the crowding did what it is for: the before side's steps took at least 1.6x as long in wall time
@@ -103,16 +114,25 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
     d = out["verdict"]["decision"]
     assert d["slowdown"] == pytest.approx(expected)
     assert d["slower_machine"] == "before" and d["machine_slower"], d["slowdown"]
-    assert out["verdict"]["overall"] != "faster"
+    # the code's rows, if any: regions judged by their own CPU time (which no wait for a core is in)
+    code = _code_rows(d)
+    assert all(r["kind"] == "region" and decision.by_cpu_time(r) for r in code), code
+    assert not [r for r in d["rows"] if r["metric"].startswith(decision.WALL_FIGURES) and not r["machine"]]
     text = diff(store, "crowded", "quiet", "--fail-on-regression", "10")
     head = _first_lines(text.stdout)
-    assert "the machine was slower in before" in head and "after is faster" not in head, head
-    assert text.returncode == 0 and out["regressions"] == []
+    assert "the machine was slower in before" in head, head
+    if not code:  # "after is faster" is only ever a region's CPU time
+        assert "after is faster" not in head and out["verdict"]["overall"] != "faster", head
+    # the crowded side's CPU time is the higher one: nothing reads slower in after, the gate passes
+    assert text.returncode == 0 and out["regressions"] == [], out["regressions"]
     step = next(r for r in out["verdict"]["headline"] if r["metric"] == "steps.p50_ns")
     if step["word"] == "faster":  # the wall-clock figure stays, worded as the machine's
         assert step["machine"] and "faster (machine)" in text.stdout
-    back = diff_json(store, "quiet", "crowded", "--fail-on-regression", "10")["verdict"]["decision"]
-    assert back["slower_machine"] == "after", back["slowdown"]
+    back = diff_json(store, "quiet", "crowded", "--fail-on-regression", "10")
+    assert back["verdict"]["decision"]["slower_machine"] == "after", back["verdict"]["decision"]["slowdown"]
+    # its gate fails on the code's rows alone (a region's CPU time), never on a wall-clock figure
+    gated = {r["metric"] for r in _code_rows(back["verdict"]["decision"]) if r["word"] == "slower"}
+    assert set(back["regressions"]) <= gated, back["regressions"]
 
 
 def test_the_machine_rule_is_the_same_both_ways(store):
@@ -179,3 +199,92 @@ def test_rollover_steps_that_waited_in_one_side_are_not_named(store):
     m = next(m for m in compare(run, after, floor=NoiseFloor("cpu")) if m["name"] == CPU_AT_ROLLOVER)
     assert m["delta_pct"] == pytest.approx(0.0) and not m["significant"]
     assert not [r for r in v["decision"]["rows"] if r.get("metric") == CPU_AT_ROLLOVER]
+
+
+def test_a_region_slower_by_its_cpu_time_on_a_slower_machine_is_named_beside_the_machine(store):
+    """Deterministic, on one real capture: the after side ran on a machine twice as slow (every wall time doubled,
+    the CPU times as recorded) and kv.append_token does 300 µs more CPU work a step (as --no-batched-kv-append
+    does): the wall-clock figures are the machine's (said in the first lines, never gated), and the region is the
+    code's, named slower by its CPU time and gated. Before session 22 the region hid the machine: the step's +100%
+    read as the code's too."""
+    quiet = _run(store, "quiet")
+    after = _waited(_planted_cpu(quiet, 3e5, np.ones_like(quiet.step_roll)), 2.0)
+    metrics, v = _decide(quiet, after)
+    d = v["decision"]
+    assert d["slower_machine"] == "after", d["slowdown"]
+    code = _code_rows(d)
+    assert [(r["kind"], r["label"], r["word"]) for r in code] == [("region", KV, "slower")], code
+    assert decision.by_cpu_time(code[0])
+    assert [r for r in d["rows"] if r["metric"].startswith(decision.WALL_FIGURES)], d["rows"]
+    assert all(r["machine"] for r in d["rows"] if r["metric"].startswith(decision.WALL_FIGURES))
+    assert v["overall"] == "slower"
+    assert machine_line(v).startswith("the machine was slower in after")
+    assert "the regions named are judged by their CPU time" in machine_line(v)
+    assert f"{KV} +" in headline_sentence(v) and "(the machine, not the code)" in headline_sentence(v)
+    assert [m["name"] for m in decision.gate(metrics, d, 10.0, None)] == [code[0]["metric"]]
+    # the same work planted with the wall time doubled and the CPU time too: the code, all of it
+    _, v = _decide(
+        quiet, _waited(_planted_cpu(quiet, 3e5, np.ones_like(quiet.step_roll)), 2.0, cpu_factor=2.0)
+    )
+    assert v["decision"]["slower_machine"] is None
+
+
+def test_a_sentence_never_parts_a_number_from_its_unit(store):
+    """The headline and the machine's line of a real decision (the one above), wrapped at every width from 40 to
+    80 columns as the terminal prints them: no line longer than the width, the words as they were, and never a
+    number at one line's end with its unit at the next's start (`(+417.5` / `µs p5 own CPU time per step)`, seen
+    in a same-code pair's diff)."""
+    from roseprof.render.terminal_diff import with_units
+
+    quiet = _run(store, "quiet")
+    _, v = _decide(quiet, _waited(_planted_cpu(quiet, 3e5, np.ones_like(quiet.step_roll)), 2.0))
+    assert re.search(r"\d (µs|ms)", headline_sentence(v)), headline_sentence(v)  # a number with its unit
+    for sentence in (headline_sentence(v), machine_line(v)):
+        for width in range(40, 81):
+            lines = with_units(sentence, width).splitlines()
+            assert all(len(line) <= width for line in lines), (width, lines)
+            assert " ".join(lines).split() == sentence.split()
+            for a, b in zip(lines, lines[1:]):
+                assert not (re.search(r"\d$", a) and re.match(r"(ns|µs|ms|s|tok/s)\b", b)), (width, a, b)
+
+
+# Every statistic a region's row of the metrics table can name at 80 columns (render/terminal_diff.COMPACT's words)
+STATISTICS = {"time", "self", "self p5", "cpu", "cpu p5", "cpu p5 raw", "calls", "time/run", "self/run",
+              "outside/run", "roll mean", "roll p50", "roll cpu", "norm mean", "norm p50", "norm cpu"}  # fmt: skip
+# a metrics table row: ` name · statistic` (or `name·statistic` where the spaces did not fit), then its figures
+LABEL = re.compile(r"^ (\S+?)(?: · |·)(.*?)\s+[\d-]")
+
+
+def test_at_80_columns_a_region_keeps_one_short_name_and_its_whole_statistic(store):
+    """The metrics table at 80 columns, led by the longest region names' statistics in the rollover and the other
+    steps (a real diff's rows, quiet against small-blocks, whose ~18 rollover steps a run give those rows
+    intervals): each name is shortened one way in the whole output, and its statistic stays whole (it was cut to
+    `rollover m…`: mean or p50?)."""
+    from rich.console import Console
+
+    from roseprof.render.terminal_diff import print_diff
+
+    view = api.diff_runs(
+        RunStore(store / "traces"), ["quiet"], ["small-blocks"], 10, None, False, latest=True
+    )
+    result = view.result
+    longest = sorted({m["name"].rsplit(".", 1)[-1] for m in result["metrics"] if "block_tables" in m["name"]})
+    assert longest, [m["name"] for m in result["metrics"]][:20]
+    lead = [m for m in result["metrics"] if m["name"].startswith("steps.") and "block_tables" in m["name"]]
+    assert len(lead) >= 6, lead  # mean and p50 in rollover and other steps, of both block-table regions
+    result["metrics"] = lead + [m for m in result["metrics"] if m not in lead]
+    console = Console(width=80, record=True, force_terminal=False)
+    print_diff(console, result, top=25)
+    out = console.export_text()
+    assert all(len(line) <= 80 for line in out.splitlines())
+    table = out[out.index("all metrics") :].splitlines()
+    rows = [LABEL.match(line) for line in table if "·" in line]
+    assert len(rows) >= len(lead) and all(rows), table
+    names: dict[str, set] = {}
+    for row in rows:
+        name, what = row.groups()
+        assert what in STATISTICS, row.group(0)
+        names.setdefault(name.removeprefix("…").rsplit(".", 1)[-1], set()).add(name)
+    # one short form per region name in this output (its last component tells it)
+    assert all(len(forms) == 1 for forms in names.values()), names
+    assert "roll / norm: in the rollover steps / in the other steps" in " ".join(out.split())
