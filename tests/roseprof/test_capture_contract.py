@@ -85,9 +85,17 @@ def test_one_capture_per_tool_at_a_time(tool, tmp_path):
         held.flush()
         proc = subprocess.Popen([sys.executable, "-m", "roseprof", *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, **env})  # fmt: skip
-        time.sleep(3)
+        # Held until the capture has reached the lock and said it waits (or has ended): a fixed 3 s raced the
+        # capture's start-up, which on a busy machine (three test workers beside other work) took longer, found
+        # the lock free and never waited.
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if line.startswith("roseprof: waiting for another"):
+                break
         assert proc.poll() is None  # still waiting
     out, err = proc.communicate(timeout=300)
+    err = "".join(said) + err
     assert proc.returncode == 0, err
     waiting = f"roseprof: waiting for another {tool} capture (pid 4242) to finish"
     assert f"{waiting} (python bench.py; traces in /elsewhere/traces)" in err
