@@ -121,7 +121,7 @@ def _read(db: Export) -> Trace:
         marks=marks,
         ops=ops,
         threads=threads,
-        gpus=_read_gpus(db),
+        gpus=db.gpus(),
         session_start_utc_ns=session,
         warnings=warnings,
     )
@@ -390,18 +390,3 @@ def _launching_calls(
         where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
         "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
     )
-
-
-def _read_gpus(db: Export) -> list[dict]:
-    if "TARGET_INFO_GPU" not in db.tables:
-        return []
-    cols = db.columns("TARGET_INFO_GPU")
-    want = [
-        c
-        for c in ("id", "name", "busLocation", "totalMemory", "smCount", "chipName", "clockRate")
-        if c in cols
-    ]
-    if not want:
-        return []
-    rows = db.query(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU LIMIT 64")
-    return [{k: clean_scalar(v) for k, v in zip(want, row)} for row in rows]

@@ -185,6 +185,21 @@ class Export:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.query(f"PRAGMA table_info({quote(table)})") if isinstance(r[1], str)}
 
+    def gpus(self) -> list[dict]:
+        """The export's GPUs (TARGET_INFO_GPU, the columns it has of these; at most 64), [] without the table."""
+        if "TARGET_INFO_GPU" not in self.tables:
+            return []
+        have = self.columns("TARGET_INFO_GPU")
+        want = [
+            c
+            for c in ("id", "name", "busLocation", "totalMemory", "smCount", "chipName", "clockRate")
+            if c in have
+        ]
+        if not want:
+            return []
+        rows = self.query(f"SELECT {', '.join(want)} FROM TARGET_INFO_GPU LIMIT 64")
+        return [{k: clean_scalar(v) for k, v in zip(want, row)} for row in rows]
+
     def check_integers(self, table: str, required: list[str], nullable: list[str] = ()) -> None:
         """Refuse the file when a column that must hold integers holds anything else (text, a blob, a real)."""
         checks = [f"typeof({quote(c)}) != 'integer'" for c in required]
