@@ -99,8 +99,8 @@ def _code_rows(decision_: dict) -> list[dict]:
 def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store):
     """`diff crowded quiet`: the before side ran on a crowded core. Its steps' wall time is far above the quiet
     capture's while the regions' CPU time is not: the first lines say the machine was slower in before, the
-    wall-clock figures stay in the table worded `faster (machine)`, and the gate passes. The same pair the other
-    way round says the machine was slower in after, and its gate never fails on a wall-clock figure.
+    wall-clock figures stay in the table worded `faster (machine)`, and the gate never fails on a wall-clock
+    figure. The same pair the other way round says the machine was slower in after, and its gate likewise.
 
     What the crowding does to the CPU time is a race: every switch back to the engine refills its caches, and some
     regions' CPU time grows more than the rest (`model.forward` up to +43% against lm_head's +12% at most in eight
@@ -123,8 +123,12 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
     assert "the machine was slower in before" in head, head
     if not code:  # "after is faster" is only ever a region's CPU time
         assert "after is faster" not in head and out["verdict"]["overall"] != "faster", head
-    # the crowded side's CPU time is the higher one: nothing reads slower in after, the gate passes
-    assert text.returncode == 0 and out["regressions"] == [], out["regressions"]
+    # the crowded side's CPU time is mostly the higher one, but one region's may clear its floor either way (the
+    # race above; a clean-clone CI run met h2d_block_tables' CPU p5 higher in the quiet side): the gate fails on
+    # such code rows alone, never on a wall-clock figure, as the other way round
+    gated = {r["metric"] for r in code if r["word"] == "slower"}
+    assert set(out["regressions"]) <= gated, out["regressions"]
+    assert text.returncode == (1 if out["regressions"] else 0)
     step = next(r for r in out["verdict"]["headline"] if r["metric"] == "steps.p50_ns")
     if step["word"] == "faster":  # the wall-clock figure stays, worded as the machine's
         assert step["machine"] and "faster (machine)" in text.stdout
