@@ -5,19 +5,11 @@ large runs spends its time (docs/BENCHMARKS.md, issue 43).
     PYTHONPATH=. python scripts/diff_phases.py TRACES_DIR RUN_A RUN_B DASHBOARD.html
 """
 
+from phase_clock import lines, mark  # first: its clock starts before the imports it times
+
+# isort: split
+
 import sys
-import time
-
-_cpu, _wall = time.process_time(), time.perf_counter()
-_marks: list[tuple[str, float, float]] = []
-
-
-def mark(what: str) -> None:
-    global _cpu, _wall
-    cpu, wall = time.process_time(), time.perf_counter()
-    _marks.append((what, cpu - _cpu, wall - _wall))
-    _cpu, _wall = cpu, wall
-
 
 import click  # noqa: E402
 import numpy  # noqa: E402, F401
@@ -53,8 +45,8 @@ def main(traces: str, a: str, b: str, dashboard: str) -> None:
     mark("diff dashboard")
     TerminalDiff(make_console(), 25).render(view)
     mark("terminal table")
-    for what, cpu, wall in _marks + [("total", sum(m[1] for m in _marks), sum(m[2] for m in _marks))]:
-        click.echo(f"{what:44s} {cpu:6.3f} s CPU {wall:6.3f} s wall", err=True)
+    for line in lines(44, 3):
+        click.echo(line, err=True)
 
 
 if __name__ == "__main__":

@@ -6,20 +6,12 @@ times over (docs/BENCHMARKS.md, issue 43).
     PYTHONPATH=. python scripts/import_phases.py FILE TRACES_DIR DASHBOARDS_DIR
 """
 
+from phase_clock import lines, mark  # first: its clock starts before the imports it times
+
+# isort: split
+
 import functools
 import sys
-import time
-
-_cpu, _wall = time.process_time(), time.perf_counter()
-_marks: list[tuple[str, float, float]] = []
-
-
-def mark(what: str) -> None:
-    global _cpu, _wall
-    cpu, wall = time.process_time(), time.perf_counter()
-    _marks.append((what, cpu - _cpu, wall - _wall))
-    _cpu, _wall = cpu, wall
-
 
 import click  # noqa: E402
 
@@ -59,13 +51,8 @@ def main(path: str, traces: str, dashboards: str) -> None:
         roseprof.cli.cli.main(argv, standalone_mode=False)
     finally:
         mark("other (CLI, store, lazy imports)")
-        rows = {}
-        for what, cpu, wall in _marks:
-            c, w = rows.get(what, (0.0, 0.0))
-            rows[what] = (c + cpu, w + wall)
-        rows["total"] = (sum(m[1] for m in _marks), sum(m[2] for m in _marks))
-        for what, (cpu, wall) in rows.items():
-            click.echo(f"{what:40s} {cpu:6.2f} s CPU {wall:6.2f} s wall", err=True)
+        for line in lines(40, 2):
+            click.echo(line, err=True)
 
 
 if __name__ == "__main__":
