@@ -110,23 +110,30 @@ def test_live_run_opens_as_a_dashboard(live_run, tmp_path):
     assert "req cmpl-" in page.read_text()
 
 
-def test_live_names_the_step_a_region_slowed_one_in_50(tmp_path):
-    """The engine's decode-step region made slow (CPU time) on one decode step in 50: the requests in those steps
-    come first, blamed on that step and that region."""
-    env = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:400", "ROSEINFER_TEST_SLOW_EVERY": "50"}
-    # 400 ms of CPU time: far above what a busy box's scheduling adds to any other step (150 ms was not, once)
-    server = ServerProcess("--max-batch-size", "8", env=env).wait_ready()
+def live_of_a_slowed_server(tmp_path, env: dict, name: str, *server_args: str) -> tuple:
+    """`roseprof live` (20 requests over 4 streams) of a CPU server started with `env` (a planted slowdown): (run
+    folder, its summary, the request named first by its worst ITL)."""
+    server = ServerProcess("--max-batch-size", "8", *server_args, env=env).wait_ready()
     try:
         proc = roseprof(
             "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
-            "--output-len", "24", "--traces-dir", tmp_path, "--name", "region", env=ENV,
+            "--output-len", "24", "--traces-dir", tmp_path, "--name", name, env=ENV,
         )  # fmt: skip
     finally:
         server.stop()
     assert proc.returncode == 0, proc.stderr
     (folder,) = list(tmp_path.iterdir())
-    part = json.loads((folder / "summary.json").read_text())["live"]
-    worst = [e for e in part["slowest"] if e["by"] == "itl"][0]
+    summary = json.loads((folder / "summary.json").read_text())
+    return folder, summary, [e for e in summary["live"]["slowest"] if e["by"] == "itl"][0]
+
+
+def test_live_names_the_step_a_region_slowed_one_in_50(tmp_path):
+    """The engine's decode-step region made slow (CPU time) on one decode step in 50: the requests in those steps
+    come first, blamed on that step and that region."""
+    env = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:400", "ROSEINFER_TEST_SLOW_EVERY": "50"}
+    # 400 ms of CPU time: far above what a busy box's scheduling adds to any other step (150 ms was not, once)
+    _, summary, worst = live_of_a_slowed_server(tmp_path, env, "region")
+    part = summary["live"]
     assert worst["step"] % 50 == 49, part[
         "slowest"
     ]  # the 50th, 100th, ... entry of the region: steps 49, 99, ...

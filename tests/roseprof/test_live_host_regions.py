@@ -14,7 +14,7 @@ from roseprof.analysis.steps import cpu_columns, cpu_regions
 from roseprof.live.join import Explainer, RegionGrowth
 from roseprof.workload.steplog import read_steplog
 from tests.helpers import roseprof
-from tests.roseinfer.serve.conftest import ServerProcess
+from tests.roseprof.test_live import live_of_a_slowed_server
 from tests.roseprof.test_spikes import MS, synthetic
 
 STEP = "roseinfer.decode_step"
@@ -108,18 +108,7 @@ def _live_with_a_planted_sleep(tmp_path, sleep_ms: int, *server_args: str) -> tu
     """`roseprof live` of a server whose decode-step region sleeps `sleep_ms` on one entry in 50: (run folder,
     summary, the request named first by its worst ITL)."""
     env = {"ROSEINFER_TEST_SLEEP_REGION": f"{STEP}:{sleep_ms}", "ROSEINFER_TEST_SLOW_EVERY": "50"}
-    server = ServerProcess("--max-batch-size", "8", *server_args, env=env).wait_ready()
-    try:
-        proc = roseprof(
-            "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
-            "--output-len", "24", "--traces-dir", tmp_path, "--name", "host", env=ENV,
-        )  # fmt: skip
-    finally:
-        server.stop()
-    assert proc.returncode == 0, proc.stderr
-    (folder,) = list(tmp_path.iterdir())
-    summary = json.loads((folder / "summary.json").read_text())
-    worst = [e for e in summary["live"]["slowest"] if e["by"] == "itl"][0]
+    folder, summary, worst = live_of_a_slowed_server(tmp_path, env, "host", *server_args)
     # the 50th, 100th, ... entry of the region: steps 49, 99, ...
     assert worst["step"] % 50 == 49, summary["live"]["slowest"]
     assert f"{STEP} +" in worst["line"] and "ms of host time over its median" in worst["line"], worst
