@@ -201,7 +201,8 @@ class Explainer:
 class RegionGrowth:
     """The region that grew in a slow step, from the step log's own time of each region per step (there while the
     engine's regions were on): by its thread CPU time first where the log has it (a CPU engine on one thread: a
-    busy machine's waits for a core are not in it), else by its host wall time (step log version 4, any device:
+    busy machine's waits for a core are not in it) and the step's extra time was mostly CPU work, else by its host
+    wall time (step log version 4, any device:
     on a GPU engine what the host did, a wait for the GPU included, and a torch or nsys window says which
     kernels; on a CPU engine a wait, a sleep or a lock, which costs no CPU time)."""
 
@@ -222,13 +223,23 @@ class RegionGrowth:
     def at(self, pos: int) -> tuple[str, float, str] | None:
         """(region, ms, unit) whose own time in step `pos` exceeds its median over the window's steps the most,
         where that is most of the step's time over the median step's (the regions' own times sum to the step's)."""
+        step = self.steps[pos]
+        # each kind's time of the step over its median step's (the regions' own times sum to the step's)
+        over = {
+            key: sum(step[key].values()) - self.medians[key][1]
+            for key, _ in self.KINDS
+            if step.get(key) and key in self.medians
+        }
         for key, unit in self.KINDS:
-            own = self.steps[pos].get(key)
-            if not own or key not in self.medians:
+            if key not in over:
                 continue
-            medians, median_total = self.medians[key]
-            region, ns = max(((r, v - medians.get(r, 0.0)) for r, v in own.items()), key=lambda rv: rv[1])
-            if ns >= REGION_MIN_NS and ns >= 0.5 * (sum(own.values()) - median_total):
+            if key == "cpu_own_ns" and over[key] < 0.5 * over.get("host_own_ns", 0.0):
+                continue  # most of the step's extra host time was no CPU work (a sleep, a lock): host time says where
+            medians = self.medians[key][0]
+            region, ns = max(
+                ((r, v - medians.get(r, 0.0)) for r, v in step[key].items()), key=lambda rv: rv[1]
+            )
+            if ns >= REGION_MIN_NS and ns >= 0.5 * over[key]:
                 return region, ns / 1e6, unit
         return None
 
