@@ -220,6 +220,7 @@ class PrefillKV:
             slots.append(s)
             self.cow += cow
         device = cache.k_caches[0].device
+        self.tokens = offset  # T: the packed rows of real tokens
         self.blocks = torch.from_numpy(np.concatenate(blocks)).to(device)  # [T], the same in every layer
         self.slots = torch.from_numpy(np.concatenate(slots)).to(device)  # [T]
         by_shape: dict[tuple[int, int], list[int]] = {}
@@ -263,12 +264,16 @@ class PrefillKV:
         self.whole = len(self.groups) == 1 and len(fresh) == len(seqs)
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        # k, v: [T, H, D] packed
-        self.cache.k_caches[layer][self.blocks, :, self.slots] = k
-        self.cache.v_caches[layer][self.blocks, :, self.slots] = v
+        # k, v: [T_pad, H, D] packed, the real tokens' T rows first (the model's rows may be padded:
+        # prefill_shapes.py)
+        self.cache.k_caches[layer][self.blocks, :, self.slots] = k[: self.tokens]
+        self.cache.v_caches[layer][self.blocks, :, self.slots] = v[: self.tokens]
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        out = None if self.whole else torch.empty_like(q)  # [T, H, D]
+        """q, k, v: [T_pad, H, D] -> [T_pad, H, D]: the real rows' attention; padding rows (T_pad > T) are zeros,
+        and no real row reads them."""
+        padded = q.shape[0] > self.tokens
+        out = None if self.whole and not padded else torch.empty_like(q)  # [T_pad, H, D]
         _, h, d = q.shape
         for start, g, n, rows, tables, mask, keep, dest in self.groups:
             # [G*n, H, D] -> [G, H, n, D]
@@ -286,6 +291,8 @@ class PrefillKV:
             if out is None:
                 return og
             out.index_copy_(0, dest, og)
+        if padded:
+            out[self.tokens :].zero_()
         return out
 
 

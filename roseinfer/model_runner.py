@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roseinfer import cpu_threads, distributed, tracing
+from roseinfer import cpu_threads, distributed, prefill_shapes, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig, resolve_model_config
@@ -129,6 +129,15 @@ class ModelRunner:
         self.slots = DecodeSlots(self.mgr, self.tables, self._host_buffers_free)
         if cfg.cuda_graph:
             self.use_static_decode(capture=True)
+        # A prefill's packed rows, padded to a few sizes on CUDA, each GEMM shape met here once: cuBLAS chose an
+        # algorithm on the host for every new row count, 13 ms of a 90-token prefill (prefill_shapes.py).
+        self.prefill_rows = (
+            (lambda tokens: tokens) if self.device.type != "cuda" else prefill_shapes.padded_rows
+        )
+        if self.device.type == "cuda":
+            prefill_shapes.warm_gemms(
+                self.model, cfg.prefill_max_batch_size * mc.n_positions, cfg.prefill_max_batch_size
+            )
 
     @staticmethod
     def _join_ranks(model: str, cfg: EngineConfig) -> distributed.TPGroup | None:
@@ -177,10 +186,12 @@ class ModelRunner:
             pos += range(start, len(tokens))
             last.append(len(ids) - 1)
         kv = PrefillKV(mgr, self.kv_cache, seqs, starts, self.scale)
+        tokens = len(ids)
+        pad = self.prefill_rows(tokens) - tokens  # rows no real token reads (prefill_shapes.py)
         with prefill_attention_backends(self.device):
             logits = self.model(
-                torch.tensor(ids, device=self.device),  # [T] packed
-                torch.tensor(pos, device=self.device),
+                torch.tensor(ids + [0] * pad, device=self.device),  # [T_pad] packed, the real tokens first
+                torch.tensor(pos + [0] * pad, device=self.device),
                 kv,
                 last=torch.tensor(last, device=self.device),
             )  # [S, V]
@@ -189,7 +200,7 @@ class ModelRunner:
             mgr.register_prompt(seq, keys)
         with region(tracing.SAMPLE):
             token_ids = self._sample(logits, seqs)
-        return PrefillOutput(token_ids, len(ids), kv.cow, hits)
+        return PrefillOutput(token_ids, tokens, kv.cow, hits)
 
     # -- decode --------------------------------------------------------------------------------------------------
     def decode(self, seqs: list[Sequence]) -> DecodeOutput:

@@ -1,7 +1,8 @@
 # Issue 49's truth on the GPU (sourced by scripts/gpu_check.sh): `roseinfer serve gpt2` (float16, paged attention,
 # CUDA graphs) with a planted cause, under `roseprof live` at 8 streams, checked by scripts/check_live_truth.py:
 # (1) the decode-step region slowed by BUSY_MS (20) ms of CPU time on one step in 50 (ROSEINFER_TEST_BUSY_REGION); (2) a
-# ~800-token prompt in every 4 requests (a dataset). CASES: which (region prefill). SERVER_ENV: more VAR=value for the servers. Results under $S: live-*.txt, check-*.txt.
+# ~800-token prompt in every 4 requests (a dataset). CASES: which (region prefill). SERVER_ENV: more VAR=value for the servers. KEEP=1: the runs
+# kept as runs.tgz. Results under $S: live-*.txt, check-*.txt.
 
 stage live-truth "roseprof live names the planted cause first and blames no other on the GPU: a region slowed on \
 one step in 50, then a long prompt in every 4 requests (scripts/check_live_truth.py)"
@@ -50,6 +51,7 @@ PY
     cat "$S/check-$name.txt"
     kill $server; wait $server 2>/dev/null
   done
+  [ -n "${KEEP:-}" ] && tar czf "$S/runs.tgz" -C "$S" --exclude=raw traces warm  # the runs, to read elsewhere
   rm -rf "$S/warm" "$S/traces"
   return $rc
 }
