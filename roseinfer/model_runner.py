@@ -138,6 +138,7 @@ class ModelRunner:
             prefill_shapes.warm_gemms(
                 self.model, cfg.prefill_max_batch_size * mc.n_positions, cfg.prefill_max_batch_size
             )
+            self._warm_prefill()
 
     @staticmethod
     def _join_ranks(model: str, cfg: EngineConfig) -> distributed.TPGroup | None:
@@ -201,6 +202,25 @@ class ModelRunner:
         with region(tracing.SAMPLE):
             token_ids = self._sample(logits, seqs)
         return PrefillOutput(token_ids, tokens, kv.cow, hits)
+
+    def _warm_prefill(self) -> None:
+        """One prefill through every path, into the pad block, so that CUDA loads its kernels now and not at a
+        server's first requests (prefill_shapes.warm_seqs); nothing in the accounting changes."""
+        seqs, starts = prefill_shapes.warm_seqs(self.mgr.pad_block, self.cfg.block_size)
+        fill = self.mgr.fill.copy()
+        ids = [0] * self.prefill_rows(sum(s.num_tokens - a for s, a in zip(seqs, starts)))
+        last, end = [], 0
+        for s, a in zip(seqs, starts):
+            end += s.num_tokens - a
+            last.append(end - 1)
+        kv = PrefillKV(self.mgr, self.kv_cache, seqs, starts, self.scale)
+        with prefill_attention_backends(self.device):
+            logits = self.model(
+                torch.tensor(ids, device=self.device), torch.tensor(ids, device=self.device), kv,
+                last=torch.tensor(last, device=self.device),
+            )  # fmt: skip
+        self._sample(logits, seqs)
+        self.mgr.fill[:] = fill  # the pad block's fill count, as it was
 
     # -- decode --------------------------------------------------------------------------------------------------
     def decode(self, seqs: list[Sequence]) -> DecodeOutput:

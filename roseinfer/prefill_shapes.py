@@ -8,6 +8,11 @@ H200: a 90-token prefill took 21.8 ms, a 1,675-token one 7.6 ms; docs/BENCHMARKS
 rows' outputs are never read: every op is per row except attention, which reads only the real rows
 (`kv_context.PrefillKV`), and the sampled rows are the real ones.
 
+CUDA also loads a kernel's module at its first launch (lazy loading): the first prefill's LayerNorm, key/value
+write and attention each stalled 23-32 ms on the H200, and the first prefix-cache hit's masked attention 32 ms, well
+after start-up (scripts/probe_api_loop.py; docs/BENCHMARKS.md, session 23). `warm_prefill` runs one prefill through
+every path (fresh prompts padded into one attention call, a prompt after a cached prefix) into the pad block.
+
 On the CPU there is no such cost and padding would be compute: CUDA only (`ModelRunner.prefill_rows`).
 """
 
@@ -17,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from roseinfer.linears import linear
+from roseinfer.sequence import SamplingParams, Sequence
 
 ROW_STEP = 64  # rows up to 1,024 round up to a multiple of this
 
@@ -59,3 +65,16 @@ def warm_gemms(model, max_tokens: int, max_seqs: int) -> int:
         F.linear(torch.zeros(seqs, head.shape[1], dtype=head.dtype, device=head.device), head)
         calls += 1
     return calls
+
+
+def warm_seqs(pad_block: int, block_size: int) -> tuple[list[Sequence], list[int]]:
+    """Dummy sequences whose blocks are all the pad block (its keys and values are never read), and their starts:
+    two fresh prompts of different lengths (one padded attention call, with padding rows to drop) and one after a
+    cached first block (the prefix path: its past keys gathered, a masked attention call)."""
+    lengths, starts = [block_size + 6, 5, 2 * block_size + 1], [0, 0, block_size]
+    seqs = [
+        Sequence(id=-1 - i, prompt_ids=[0] * n, params=SamplingParams(max_new_tokens=1), arrival_ns=0,
+                 block_ids=[pad_block] * -(-n // block_size))
+        for i, n in enumerate(lengths)
+    ]  # fmt: skip
+    return seqs, starts

@@ -104,3 +104,23 @@ def test_on_cuda_the_rows_are_padded_and_the_tokens_are_unchanged(tiny_checkpoin
     assert [o.token_ids for o in cuda.generate(prompts, params)] == [
         o.token_ids for o in plain.generate(prompts, params)
     ]
+
+
+def test_the_start_up_prefill_changes_nothing_a_request_sees(tiny_checkpoint):
+    """The start-up prefill (run on CUDA, where it loads the kernels) writes only the pad block: the block
+    accounting is as it was, and the engine generates what a fresh one does (CPU, float32)."""
+    import numpy as np
+
+    prompts = [[(11 * i + j) % 400 + 1 for j in range(n)] for i, n in enumerate([5, 70, 3, 130])]
+    params = SamplingParams(max_new_tokens=5, ignore_eos=True)
+    opts = dict(prefill_max_batch_size=4, max_batch_size=4)
+    warmed = _padded(LLM(tiny_checkpoint, **opts))
+    runner = warmed.engine.runner
+    before = (runner.mgr.num_free(), runner.mgr.fill.copy(), runner.mgr.refcount.copy())
+    runner._warm_prefill()
+    assert runner.mgr.num_free() == before[0]
+    assert np.array_equal(runner.mgr.fill, before[1]) and np.array_equal(runner.mgr.refcount, before[2])
+    fresh = LLM(tiny_checkpoint, **opts)
+    assert [o.token_ids for o in warmed.generate(prompts, params)] == [
+        o.token_ids for o in fresh.generate(prompts, params)
+    ]
