@@ -9,7 +9,9 @@ token, or outside the window (its step is older than the recorder kept): the joi
 
 For a slow request: its worst ITL token's step (the gap before it on the client ended with that step's token)
 and the cause that added most to the server's gap of the same token (spikes.token_causes); its TTFT split into
-time queued (arrival to the prefill that admitted it) and the prefill.
+time queued (arrival to the prefill that admitted it), the prefill, and the rest (the HTTP path both ways: on the
+H200 the first requests of a load read their tokens ~100 ms after the engine made them, docs/BENCHMARKS.md session
+23).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from roseprof.workload.steplog import StepLogRecords
 SLOWEST = 5  # requests listed by TTFT and by worst ITL
 REGION_MIN_NS = 500_000  # a region's time over its median below this names no region (noise)
 SLOW_STEP = 1.5  # `roseprof request` says what grew under a step of this many median steps or more
+HTTP_NAMED = 0.25  # a TTFT's time outside the engine is named where it is this share of the TTFT or more
 
 
 def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dict:
@@ -95,11 +98,16 @@ class Explainer:
             queued = (prefill["start_ns"] - record["arrival_ns"]) / 1e6
             took = (prefill["end_ns"] - prefill["start_ns"]) / 1e6
             others = len(prefill.get("requests", [])) - 1
-            cause = "queued" if queued > took else "prefill"
+            # the rest of the client's TTFT: the way to the engine and the first token's way back (live/path.py
+            # splits it where both sides share a clock); named where it is a large part
+            rest = ttft - queued - took
+            cause = max((("queued", queued), ("prefill", took), ("http", rest)), key=lambda kv: kv[1])[0]
             words = (
                 f"queued {queued:.1f} ms, then a {prefill.get('tokens', 0)}-token prefill"
                 f"{f' with {others} other request(s)' if others else ''} ({took:.1f} ms)"
-            )
+                + (f"; {rest:.1f} ms more on the HTTP path (to the server, and the first token back)"
+                   if rest >= HTTP_NAMED * ttft else "")
+            )  # fmt: skip
         return self._entry(row, "ttft", ttft, 0, None, cause, words)
 
     def itl(self, row: dict, record: dict) -> dict:
