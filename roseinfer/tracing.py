@@ -57,6 +57,9 @@ class _State:
         "slow_every",
         "slow_entries",
         "step_cpu",
+        "clocks",
+        "clocks_always",
+        "clocks_window",
     )
 
     def __init__(self) -> None:
@@ -78,6 +81,14 @@ class _State:
         # work (the GPU's, torch's other threads'), and two system calls a region would be a visible part of a
         # graph step; GPU diffs judge regions by their wall time (docs/BENCHMARKS.md, session 8).
         self.step_cpu = True
+        # Each region's own host time per decode step (_StepTimes) is counted only while `clocks` is on: while a
+        # profiler or NVTX has the regions on (their figures are joined to the step log's), while a capture window
+        # records (`clocks_window`, set_region_clocks: a plain server's steps window names the region of a slow
+        # step), or always (`clocks_always`, ROSEINFER_REGION_CLOCKS). The planted slowdowns (tests only) make
+        # regions but no clocks: a slowed server is a plain server.
+        self.clocks = False
+        self.clocks_always = False
+        self.clocks_window = False
 
 
 STATE = _State()
@@ -152,13 +163,24 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     busy, busy_s = e.test_busy_region or (None, 0.0)
     STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
     STATE.slow_every, STATE.slow_entries = e.test_slow_every, 0
+    STATE.clocks_always = e.region_clocks
     _refresh_enabled()
 
 
 def _refresh_enabled() -> None:
-    STATE.enabled = (
-        STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or STATE.busy_region is not None
-    )
+    STATE.clocks = STATE.nvtx or STATE.record_function or STATE.clocks_always or STATE.clocks_window
+    STATE.enabled = STATE.clocks or STATE.sleep_region is not None or STATE.busy_region is not None
+
+
+def set_region_clocks(on: bool) -> bool:
+    """Each region's own host time per decode step on or off, with no NVTX and no profiler (a serving engine's
+    capture window, roseinfer/serve/windows.py, turns them on for its steps only, so a plain server's steps window
+    names the region of a slow step); returns the value before, to restore. Call between steps: a step's clocks
+    are decided when it opens. Off, `region` is one attribute check again (when nothing else is on)."""
+    before = STATE.clocks_window
+    STATE.clocks_window = on
+    _refresh_enabled()
+    return before
 
 
 def set_record_function(on: bool) -> bool:
@@ -213,7 +235,7 @@ _NULL = _NullRegion()
 
 class _StepTimes:
     """Each region's own host time in the decode step now running, for the step log (`take_step_times`): its wall
-    time always (regions on), and its thread CPU time too where that is the code's work (STATE.step_cpu).
+    time always (while STATE.clocks), and its thread CPU time too where that is the code's work (STATE.step_cpu).
 
     Wall ("host_own_ns") on every device. On a GPU engine the stepping thread does all the host work, but a region
     that waits for the GPU (the sampler reading the previous step's tokens back, a sync) spins or sleeps as CUDA's
@@ -225,9 +247,10 @@ class _StepTimes:
     thread CPU time (CLOCK_THREAD_CPUTIME_ID) leaves the wait out (docs/BENCHMARKS.md, session 8). The keys are
     distinct so that nothing that judges code by its CPU time (diffs, analysis/machine_speed.py) ever reads a GPU
     run's host wall time as CPU work. Nsight Systems 2022.4 cannot record context switches on this machine, so the
-    engine measures them itself, only while regions are on.
+    engine measures them itself, only while the clocks are on.
 
-    The step's accounting opens when a `roseinfer.decode_step` region is entered and closes when it exits: the
+    The step's accounting opens when a `roseinfer.decode_step` region is entered while STATE.clocks is on, and
+    closes when it exits: the
     prefill and scheduler regions between steps are not in any step, nor is a region entered before the step
     opened. Only the thread that entered the step counts (`thread`): a region on another thread never touches the
     step's stacks, and another engine's step on another thread, opened while this one is, is not counted (its step
@@ -276,7 +299,7 @@ class _Region:
         # A step opens where none is open, or anew on the thread that left one open (interrupted in __enter__):
         # another engine's step on another thread at the same time would otherwise take the accounting over, and
         # the first thread's regions pop the second's stack.
-        if self.name == DECODE_STEP:
+        if self.name == DECODE_STEP and STATE.clocks:
             me = _thread_id()
             if st.thread in (None, me):
                 with _OPENING:  # checked again under the lock: two threads may both have seen no step open
@@ -324,8 +347,8 @@ class _Region:
 
 def take_step_times() -> dict[str, object]:
     """The last decode step's region times for its step log record, once: `host_own_ns` ({region: its own wall ns
-    in the step, less its children's}) while regions are on, and where STATE.step_cpu also `cpu_ns` (the step's
-    thread CPU time) and `cpu_own_ns` (each region's own CPU ns). {} when regions are off (or the step's region was
+    in the step, less its children's}) while the clocks are on (STATE.clocks), and where STATE.step_cpu also `cpu_ns` (the step's
+    thread CPU time) and `cpu_own_ns` (each region's own CPU ns). {} when the clocks are off (or the step's region was
     not entered, or was another thread's)."""
     last = _STEP.last
     if last is None or last[0] != _thread_id():  # none, or another thread's step: never this thread's figures
