@@ -87,7 +87,8 @@ def live(
         client = WindowClient(url, api_key)
         client.status()  # before any load: profiling is on (else the server's one line: --enable-profiling)
         window_tool = "steps" if tool == STEPS_WINDOW else tool
-        opener = SteadyOpener(client, window_tool, steps, load_options.get("warmup_s", 0.0), tool == STEPS_WINDOW)
+        warmup_s, at_once = load_options.get("warmup_s", 0.0), tool == STEPS_WINDOW
+        opener = SteadyOpener(client, window_tool, steps, warmup_s, at_once)
         load_options["progress"] = opener.wrap(load_options.get("progress"))
         opener.open_if_at_once()
 
@@ -189,7 +190,8 @@ class SteadyOpener:
 
     def wrap(self, progress):
         def report(figures: dict) -> None:
-            steady = self.at_once or figures.get("ttft_p50_ms") is not None and figures.get("in_flight", 0) > 0
+            started = figures.get("ttft_p50_ms") is not None and figures.get("in_flight", 0) > 0
+            steady = self.at_once or started
             if self.thread is None and steady and figures.get("elapsed_s", 0.0) >= self.warmup_s:
                 self._start()
             if progress is not None:

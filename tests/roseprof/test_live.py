@@ -63,6 +63,8 @@ def test_live_names_the_requests_hit_by_the_long_prefill_first(live_run):
     assert f"{by_prefill[0]['request_id']}: ITL" in head and "admitted a" in head
     # the server side is in the same run: its steps and spike causes
     assert summary["steps"]["count"] > 0 and summary["serving"]["completed"] == 12
+    # a server without --enable-profiling: the flight recorder's steps alone, which time no region (said once)
+    assert [w for w in summary["warnings"] if "carry no region times" in w], summary["warnings"]
 
 
 def test_request_timeline(live_run):
