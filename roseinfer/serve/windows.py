@@ -33,7 +33,7 @@ from pathlib import Path
 
 import msgspec
 
-from roseinfer import tracing
+from roseinfer import torch_profile, tracing
 from roseinfer.names import WINDOW_STEPS_FILE as STEPS_FILE
 from roseinfer.names import WINDOW_TRACE_FILE as TRACE_FILE
 
@@ -93,7 +93,8 @@ class Windows:
         self._prof = None
         self._record_function_before = False
         self._nsys = None  # nsys_window.NsysRange while an nsys window records
-        self._clocks_before: bool | None = None  # the region clocks before the recording window turned them on
+        # the region clocks before the recording window turned them on (None: no window has)
+        self._clocks_before: bool | None = None
 
     def answer(self, core, what: tuple) -> dict:
         """{"code": HTTP status, "window": the window's state} or {"code", "message"}. A profiler that fails is
@@ -129,7 +130,7 @@ class Windows:
         if steps > flight.capacity:
             return {"code": 400, "message": f"steps {steps} is more than the flight recorder keeps "
                     f"(--flight-recorder-steps {flight.capacity})"}  # fmt: skip
-        if tool == "torch" and tracing._PROFILER is not None:
+        if tool == "torch" and torch_profile.running():
             return {
                 "code": 409,
                 "message": "a torch profiler is already on in this server (ROSEINFER_TORCH_PROFILE)",
@@ -215,7 +216,6 @@ class Windows:
         threading.Thread(
             target=_export, args=(w, prof, records, nsys), name="roseinfer-window-export", daemon=True
         ).start()
-
 
     def _restore_clocks(self) -> None:
         before, self._clocks_before = self._clocks_before, None
