@@ -237,7 +237,9 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
         "first_step": window["first_step"], "stopped_early": window["stopped_early"], "pause": window["pause"],
     }  # fmt: skip
     size = add_window_ranks(summary, part["capture"], window, files)
-    if window["stopped_early"]:
+    # A steps window opened at once is meant to cover the load (--steps: at most that many): its end with the load
+    # is no surprise (the capture panel says it); a window opened on a steady load that ends first is.
+    if window["stopped_early"] and not opener.at_once:
         summary["warnings"].append(
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
             f"{window['steps']} steps"
