@@ -16,6 +16,7 @@ from roseinfer.names import (
     ROSEINFER_NSYS_WINDOWS,
     ROSEINFER_NVTX,
     ROSEINFER_RECORD_FUNCTION,
+    ROSEINFER_REGION_CLOCKS,
     ROSEINFER_STEP_LOG,
     ROSEINFER_TEST_BUSY_REGION,
     ROSEINFER_TEST_FAIL_STEP,
@@ -58,6 +59,11 @@ class Env:
     record_function: bool
     # When set, the step log (per decode step and per token timings) is written to this file.
     step_log: str | None
+    # Each region's own host time (and on a CPU engine on one thread its CPU time) in every decode step's step log
+    # record, with no profiler and no window (tracing.set_region_clocks): what an always-on consumer of the step
+    # records (the flight recorder's SLO captures) needs to name a slow step's region. Costs a few % of a CPU
+    # engine's step (docs/BENCHMARKS.md, session 23); off, a steps window turns the clocks on for its steps only.
+    region_clocks: bool
     # Use the Triton KV-append kernels on CUDA (the torch path otherwise).
     triton_kv_append: bool
     # Below this batch size the torch KV-append path runs even when Triton is on: eagerly, Triton's launch from
@@ -141,6 +147,7 @@ def read() -> Env:
         nvtx=_flag(ROSEINFER_NVTX, False),
         record_function=_flag(ROSEINFER_RECORD_FUNCTION, False),
         step_log=os.environ.get(ROSEINFER_STEP_LOG) or None,
+        region_clocks=_flag(ROSEINFER_REGION_CLOCKS, False),
         triton_kv_append=_flag(ROSELLM_TRITON_KV_APPEND, True),
         triton_kv_append_min_batch=_int(ROSELLM_TRITON_KV_APPEND_MIN_BATCH, 128),
         triton_kv_append_min_batch_set=bool(os.environ.get(ROSELLM_TRITON_KV_APPEND_MIN_BATCH)),

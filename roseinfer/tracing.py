@@ -1,21 +1,20 @@
-"""Instrumentation: named regions (NVTX and torch.profiler spans), and torch.profiler inside the engine.
+"""Instrumentation: named regions (NVTX and torch.profiler spans) and each region's own time per decode step.
 
 `region(name)` is on the hot path. When both NVTX and record_function are off it returns a shared no-op
 context manager after one attribute check, so the engine can keep its regions in place at no real cost.
 
 Region names are stable API (dashboards, diffs and users' scripts match on them): roseinfer/names.py, which
-roseprof imports. The step log (per-step and per-token records) is roseinfer/steplog.py.
+roseprof imports. The step log (per-step and per-token records) is roseinfer/steplog.py; torch.profiler inside the
+engine (ROSEINFER_TORCH_PROFILE) is roseinfer/torch_profile.py.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
-import sys
 import threading
 import time
 
-from roseinfer import env
+from roseinfer import env, planted, torch_profile
 
 # Region names (stable API) live in roseinfer/names.py, torch-free, where roseprof reads them; re-exported here
 # because the engine's modules name them as tracing.X.
@@ -40,6 +39,10 @@ from roseinfer.names import (  # noqa: F401
     STEP_BREAKDOWN,
 )
 
+# torch.profiler inside the engine (ROSEINFER_TORCH_PROFILE) lives in roseinfer/torch_profile.py; its per-step calls
+# are re-exported here because the engine's modules make them as tracing.X.
+from roseinfer.torch_profile import close_profiler, profiler_step  # noqa: F401
+
 
 class _State:
     __slots__ = (
@@ -57,6 +60,9 @@ class _State:
         "slow_every",
         "slow_entries",
         "step_cpu",
+        "clocks",
+        "clocks_always",
+        "clocks_window",
     )
 
     def __init__(self) -> None:
@@ -78,6 +84,14 @@ class _State:
         # work (the GPU's, torch's other threads'), and two system calls a region would be a visible part of a
         # graph step; GPU diffs judge regions by their wall time (docs/BENCHMARKS.md, session 8).
         self.step_cpu = True
+        # Each region's own host time per decode step (_StepTimes) is counted only while `clocks` is on: while a
+        # profiler or NVTX has the regions on (their figures are joined to the step log's), while a capture window
+        # records (`clocks_window`, set_region_clocks: a plain server's steps window names the region of a slow
+        # step), or always (`clocks_always`, ROSEINFER_REGION_CLOCKS). The planted slowdowns (tests only) make
+        # regions but no clocks: a slowed server is a plain server.
+        self.clocks = False
+        self.clocks_always = False
+        self.clocks_window = False
 
 
 STATE = _State()
@@ -130,7 +144,6 @@ def _torch_profiling_check():
 
 def configure(nvtx: bool | None = None, record_function: bool | None = None) -> None:
     """Switch regions on or off; None keeps the value from the environment (ROSEINFER_NVTX, ...)."""
-    global _PROFILER
     e = env.reload()
     # NVTX sends ranges to a tool only if one is named in NVTX_INJECTION64_PATH when NVTX initialises (Nsight
     # Systems and Nsight Compute set it for the program they launch; the ranges' domain is made just below, which
@@ -138,10 +151,8 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     # Python cost (~1% of a graph decode step on the H100) is skipped too.
     STATE.nvtx = (e.nvtx if nvtx is None else nvtx) and _nvtx_tool_attached()
     STATE.record_function = e.record_function if record_function is None else record_function
-    if e.torch_profile and _PROFILER is None:
-        # Started now, before decode step 0: the schedule's step k is then the engine's decode step k.
-        _PROFILER = TorchProfile(e)
-        _PROFILER.start()
+    if e.torch_profile and not torch_profile.running():
+        torch_profile.start(e)
         STATE.record_function = True  # the profile's regions are the record_function spans
     if STATE.nvtx and STATE._push is None:
         STATE._push, STATE._pop = _nvtx_functions()
@@ -152,13 +163,24 @@ def configure(nvtx: bool | None = None, record_function: bool | None = None) -> 
     busy, busy_s = e.test_busy_region or (None, 0.0)
     STATE.busy_region, STATE.busy_ns = busy, int(busy_s * 1e9)
     STATE.slow_every, STATE.slow_entries = e.test_slow_every, 0
+    STATE.clocks_always = e.region_clocks
     _refresh_enabled()
 
 
 def _refresh_enabled() -> None:
-    STATE.enabled = (
-        STATE.nvtx or STATE.record_function or STATE.sleep_region is not None or STATE.busy_region is not None
-    )
+    STATE.clocks = STATE.nvtx or STATE.record_function or STATE.clocks_always or STATE.clocks_window
+    STATE.enabled = STATE.clocks or STATE.sleep_region is not None or STATE.busy_region is not None
+
+
+def set_region_clocks(on: bool) -> bool:
+    """Each region's own host time per decode step on or off, with no NVTX and no profiler (a serving engine's
+    capture window, roseinfer/serve/windows.py, turns them on for its steps only, so a plain server's steps window
+    names the region of a slow step); returns the value before, to restore. Call between steps: a step's clocks
+    are decided when it opens. Off, `region` is one attribute check again (when nothing else is on)."""
+    before = STATE.clocks_window
+    STATE.clocks_window = on
+    _refresh_enabled()
+    return before
 
 
 def set_record_function(on: bool) -> bool:
@@ -213,7 +235,7 @@ _NULL = _NullRegion()
 
 class _StepTimes:
     """Each region's own host time in the decode step now running, for the step log (`take_step_times`): its wall
-    time always (regions on), and its thread CPU time too where that is the code's work (STATE.step_cpu).
+    time always (while STATE.clocks), and its thread CPU time too where that is the code's work (STATE.step_cpu).
 
     Wall ("host_own_ns") on every device. On a GPU engine the stepping thread does all the host work, but a region
     that waits for the GPU (the sampler reading the previous step's tokens back, a sync) spins or sleeps as CUDA's
@@ -225,9 +247,10 @@ class _StepTimes:
     thread CPU time (CLOCK_THREAD_CPUTIME_ID) leaves the wait out (docs/BENCHMARKS.md, session 8). The keys are
     distinct so that nothing that judges code by its CPU time (diffs, analysis/machine_speed.py) ever reads a GPU
     run's host wall time as CPU work. Nsight Systems 2022.4 cannot record context switches on this machine, so the
-    engine measures them itself, only while regions are on.
+    engine measures them itself, only while the clocks are on.
 
-    The step's accounting opens when a `roseinfer.decode_step` region is entered and closes when it exits: the
+    The step's accounting opens when a `roseinfer.decode_step` region is entered while STATE.clocks is on, and
+    closes when it exits: the
     prefill and scheduler regions between steps are not in any step, nor is a region entered before the step
     opened. Only the thread that entered the step counts (`thread`): a region on another thread never touches the
     step's stacks, and another engine's step on another thread, opened while this one is, is not counted (its step
@@ -276,7 +299,7 @@ class _Region:
         # A step opens where none is open, or anew on the thread that left one open (interrupted in __enter__):
         # another engine's step on another thread at the same time would otherwise take the accounting over, and
         # the first thread's regions pop the second's stack.
-        if self.name == DECODE_STEP:
+        if self.name == DECODE_STEP and STATE.clocks:
             me = _thread_id()
             if st.thread in (None, me):
                 with _OPENING:  # checked again under the lock: two threads may both have seen no step open
@@ -292,10 +315,14 @@ class _Region:
             self._t0 = _wall_ns()  # read last: the profiler's own work above is not this region's
         # The planted slowdowns (tests only) inside the region's clocks as well as its NVTX range and span: a
         # sleep is host time of this region (and no CPU time), a busy loop both.
-        if self.name == STATE.sleep_region and _sleeps_on_this_rank() and _slowed_entry():
+        if (
+            self.name == STATE.sleep_region
+            and planted.sleeps_on_this_rank(STATE)
+            and planted.slowed_entry(STATE)
+        ):
             time.sleep(STATE.sleep_s)
-        if self.name == STATE.busy_region and _slowed_entry():
-            _burn(STATE.busy_ns)
+        if self.name == STATE.busy_region and planted.slowed_entry(STATE):
+            planted.burn(STATE.busy_ns)
 
     def __exit__(self, *exc: object) -> None:
         if self._t0 >= 0:
@@ -324,42 +351,14 @@ class _Region:
 
 def take_step_times() -> dict[str, object]:
     """The last decode step's region times for its step log record, once: `host_own_ns` ({region: its own wall ns
-    in the step, less its children's}) while regions are on, and where STATE.step_cpu also `cpu_ns` (the step's
-    thread CPU time) and `cpu_own_ns` (each region's own CPU ns). {} when regions are off (or the step's region was
+    in the step, less its children's}) while the clocks are on (STATE.clocks), and where STATE.step_cpu also `cpu_ns` (the step's
+    thread CPU time) and `cpu_own_ns` (each region's own CPU ns). {} when the clocks are off (or the step's region was
     not entered, or was another thread's)."""
     last = _STEP.last
     if last is None or last[0] != _thread_id():  # none, or another thread's step: never this thread's figures
         return {}
     _STEP.last = None
     return last[1]
-
-
-def _burn(ns: int) -> None:
-    """Tests only (ROSEINFER_TEST_BUSY_REGION): spend `ns` of this thread's CPU time. The injected sleep costs
-    no CPU, so a diff that judges regions by their CPU time (a run with the step log's CPU times) cannot see it;
-    this is the planted slowdown such a diff must find."""
-    end = _thread_time_ns() + ns
-    while _thread_time_ns() < end:
-        pass
-
-
-def _slowed_entry() -> bool:
-    """Tests only: whether this entry into the slowed region is slowed (ROSEINFER_TEST_SLOW_EVERY: its every Nth)."""
-    if STATE.slow_every is None:
-        return True
-    STATE.slow_entries += 1
-    return STATE.slow_entries % STATE.slow_every == 0
-
-
-def _sleeps_on_this_rank() -> bool:
-    """Tests only: whether this process is the rank ROSEINFER_TEST_SLEEP_RANK names. Asked when the region is
-    entered, not when tracing is configured: a worker imports this module before it joins the process group. The
-    group is looked up without importing roseinfer.distributed (which imports this module); no group: rank 0."""
-    if STATE.sleep_rank is None:
-        return True
-    dist = sys.modules.get("roseinfer.distributed")
-    group = dist.current() if dist is not None else None
-    return (group.rank if group is not None else 0) == STATE.sleep_rank
 
 
 def region(name: str):
@@ -390,92 +389,6 @@ def time_calls(obj: object, labels: dict[str, str], into: dict[str, list[int]]) 
 
 def now_ns() -> int:
     return time.monotonic_ns()
-
-
-class TorchProfile:
-    """torch.profiler inside the engine (ROSEINFER_TORCH_PROFILE=DIR): a schedule of decode steps, advanced once
-    per decode step by `profiler_step()`; the trace goes to DIR/trace.json.gz when the window ends, or at exit
-    when the run ends inside it."""
-
-    def __init__(self, e: env.Env) -> None:
-        self.dir = e.torch_profile
-        self.e = e
-        self.prof = None
-        self.done = False
-        self.tagged = False
-        # The file's name, fixed at the first decode step, inside the process group: a window longer than the run
-        # is written at exit, after the group is gone, where every rank would write `trace.json.gz`.
-        self.name: str | None = None
-
-    def start(self) -> None:
-        import torch
-        from torch.profiler import ProfilerActivity, profile, schedule
-
-        activities = [ProfilerActivity.CPU]
-        if torch.cuda.is_available() and not self.e.torch_profile_cpu_only:
-            activities.append(ProfilerActivity.CUDA)
-        wait, warmup, active = self.e.torch_profile_schedule
-        os.makedirs(self.dir, exist_ok=True)
-        self.prof = profile(
-            activities=activities,
-            schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
-            on_trace_ready=self._save,
-            with_stack=self.e.torch_profile_with_stack,
-        )
-        self.prof.record_steps = False  # no ProfilerStep#N spans: the decode_step spans are the steps
-        self.prof.start()
-        atexit.register(self.close)
-
-    def _save(self, prof) -> None:
-        prof.export_chrome_trace(os.path.join(self.dir, self.name or trace_name()))
-        self.done = True
-
-    def step(self) -> None:
-        if self.name is None:
-            self.name = trace_name()
-        self.prof.step()
-        if not self.tagged and self.prof.current_action.name.startswith("RECORD"):
-            import torch
-
-            # Kineto keeps metadata only while it records; read back as the run's tool version.
-            self.prof.add_metadata("torch_version", torch.__version__)
-            self.tagged = True
-        if self.done:  # the window is written: stop profiling for the rest of the run
-            self.close()
-
-    def close(self) -> None:
-        global _PROFILER
-        if self.prof is not None:
-            prof, self.prof = self.prof, None
-            prof.stop()  # inside the window this saves what was recorded (on_trace_ready)
-        _PROFILER = None
-
-
-def trace_name() -> str:
-    """The trace's file name in ROSEINFER_TORCH_PROFILE's folder: `trace.json.gz`, or with tensor parallelism one
-    file per rank, `trace.rank<r>.json.gz` (every rank profiles itself into the same folder; roseprof reads them
-    all as one run, and HTA-style tools find the rank in the name)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return f"trace.rank{dist.get_rank()}.json.gz"
-    return "trace.json.gz"
-
-
-_PROFILER: TorchProfile | None = None
-
-
-def close_profiler() -> None:
-    """Stop torch.profiler and write what its window recorded. A tensor-parallel rank that multiprocessing started
-    calls this before its process group goes (the group names the trace file) and before it says it finished."""
-    if _PROFILER is not None:
-        _PROFILER.close()
-
-
-def profiler_step() -> None:
-    """Once per decode step: advances torch.profiler's schedule when ROSEINFER_TORCH_PROFILE is set."""
-    if _PROFILER is not None:
-        _PROFILER.step()
 
 
 configure()

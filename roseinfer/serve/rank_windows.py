@@ -10,7 +10,8 @@ keep the ranks together), so a window is decided by rank 0 alone and applied by 
   same step as rank 0: no answer is awaited, no step waits.
 - a worker (WorkerWindows, on its loop's thread, as rank 0's profiler is) records the window's steps in a flight
   recorder of its own, on only while the window is open (rank 0's always-on recorder is the server's only one:
-  GET /debug/steps is rank 0's), and for `torch` a torch.profiler, then writes its files into the window's folder
+  GET /debug/steps is rank 0's), the engine's region clocks on for the window's steps as on rank 0 (every rank's
+  steps carry their regions' host times), and for `torch` a torch.profiler, then writes its files into the window's folder
   beside rank 0's, named by rank (steps.rank<r>.jsonl, trace.rank<r>.json.gz: roseprof finds a rank's step log
   beside rank 0's by that name), and last its status (status.rank<r>.json), each under a temporary name and
   renamed whole.
@@ -164,6 +165,7 @@ class WorkerWindow:
         self.sinks_before = None  # the engine's step-log sinks before the window's recorder joined them
         self.prof = None
         self.record_function_before = False
+        self.clocks_before: bool | None = None  # the region clocks before this window turned them on
         self.loop_ms: dict[str, float] = {}
 
 
@@ -206,6 +208,7 @@ class WorkerWindows:
         )  # the engine's step numbers, as rank 0's recorder has them
         w.sinks_before = engine.steplog
         engine.steplog = steplog.tee(engine.steplog, w.recorder)
+        w.clocks_before = tracing.set_region_clocks(True)
         if w.tool == "torch":
             w.prof = _start_torch_profiler()
             w.record_function_before = tracing.set_record_function(True)
@@ -213,8 +216,9 @@ class WorkerWindows:
         w.loop_ms["start_ms"] = (tracing.now_ns() - t0) / 1e6
 
     def _undo(self, w: WorkerWindow) -> None:
-        """The window's recorder and profiler off, the engine's sinks and regions as they were."""
+        """The window's recorder and profiler off, the engine's sinks, regions and clocks as they were."""
         engine = self.engine
+        _restore_clocks(w)
         if w.recorder is not None:
             engine.steplog = w.sinks_before
             w.recorder.close()
@@ -227,6 +231,7 @@ class WorkerWindows:
         """On the worker's loop: the profiler stopped and the recorder's records taken; the files off the loop."""
         engine = self.engine
         t0 = tracing.now_ns()
+        _restore_clocks(w)
         prof, w.prof = w.prof, None
         if prof is not None:
             prof.stop()
@@ -242,6 +247,12 @@ class WorkerWindows:
             target=_export, args=(w, engine.rank, prof, records, steps_done), name="roseinfer-window-export",
             daemon=True,
         ).start()  # fmt: skip
+
+
+def _restore_clocks(w: WorkerWindow) -> None:
+    before, w.clocks_before = w.clocks_before, None
+    if before is not None:
+        tracing.set_region_clocks(before)
 
 
 def _export(w: WorkerWindow, rank: int, prof, records: list[dict], steps_done: int) -> None:

@@ -3,7 +3,9 @@
 A window covers exactly N decode steps: it opens between two steps and closes after the step that makes N
 (`Engine.step` runs at most one decode step), or earlier on a stop. One window at a time. What it records:
 
-- steps: the flight recorder's records of the window's steps (no profiler; the recorder is always on).
+- steps: the flight recorder's records of the window's steps (no profiler; the recorder is always on), with each
+  region's own host time per step: every window turns the engine's region clocks on for its steps only
+  (tracing.set_region_clocks; no NVTX, no profiler), so a plain server's window names the region of a slow step.
 - torch: the same, and a torch.profiler (Kineto) recording of those steps, the engine's regions on as
   record_function spans for them only (tracing.set_record_function).
 - nsys: the same, and an Nsight Systems recording range around those steps, on a server started under
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import msgspec
 
-from roseinfer import tracing
+from roseinfer import torch_profile, tracing
 from roseinfer.names import WINDOW_STEPS_FILE as STEPS_FILE
 from roseinfer.names import WINDOW_TRACE_FILE as TRACE_FILE
 
@@ -91,6 +93,8 @@ class Windows:
         self._prof = None
         self._record_function_before = False
         self._nsys = None  # nsys_window.NsysRange while an nsys window records
+        # the region clocks before the recording window turned them on (None: no window has)
+        self._clocks_before: bool | None = None
 
     def answer(self, core, what: tuple) -> dict:
         """{"code": HTTP status, "window": the window's state} or {"code", "message"}. A profiler that fails is
@@ -126,7 +130,7 @@ class Windows:
         if steps > flight.capacity:
             return {"code": 400, "message": f"steps {steps} is more than the flight recorder keeps "
                     f"(--flight-recorder-steps {flight.capacity})"}  # fmt: skip
-        if tool == "torch" and tracing._PROFILER is not None:
+        if tool == "torch" and torch_profile.running():
             return {
                 "code": 409,
                 "message": "a torch profiler is already on in this server (ROSEINFER_TORCH_PROFILE)",
@@ -146,6 +150,7 @@ class Windows:
         folder = self.folder / f"window-{wid}"
         folder.mkdir(parents=True, exist_ok=True)
         t0 = tracing.now_ns()
+        self._clocks_before = tracing.set_region_clocks(True)  # from the window's first step (the next one)
         if tool == "torch":
             self._prof = _start_torch_profiler()
             self._record_function_before = tracing.set_record_function(True)
@@ -179,7 +184,8 @@ class Windows:
             w.export_step_ns.append(took)
 
     def _fail(self, e: Exception) -> None:
-        """The window (if one records) failed: the profiler off, regions as they were."""
+        """The window (if one records) failed: the profiler off, regions and their clocks as they were."""
+        self._restore_clocks()
         prof, self._prof = self._prof, None
         if prof is not None:
             _drop_torch_profiler(prof, self._record_function_before)
@@ -195,6 +201,7 @@ class Windows:
         w = self.current
         w.state, w.stopped_early = EXPORTING, early
         t0 = tracing.now_ns()
+        self._restore_clocks()  # after the window's last step: the next one is the server's own again
         prof, self._prof = self._prof, None
         if prof is not None:
             prof.stop()
@@ -209,6 +216,11 @@ class Windows:
         threading.Thread(
             target=_export, args=(w, prof, records, nsys), name="roseinfer-window-export", daemon=True
         ).start()
+
+    def _restore_clocks(self) -> None:
+        before, self._clocks_before = self._clocks_before, None
+        if before is not None:
+            tracing.set_region_clocks(before)
 
 
 def _one_line(e: BaseException) -> str:

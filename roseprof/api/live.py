@@ -3,6 +3,12 @@ last N decode steps from its flight recorder (GET /debug/steps), stored as ONE r
 summary, the steps' log (raw/steps.jsonl) with its step, ITL and spike figures, and the `live` part, the join of
 the two (roseprof/live/join.py). `roseprof request RUN ID` reads the run's log and tokens back.
 
+`--tool steps` (the default) on a server started with --enable-profiling: a steps window of N decode steps,
+opened as the load starts (no profiler to warm up), which turns the engine's region clocks on for its steps: they
+carry each region's own host time, so a slow step's region is named (live/join.py: RegionGrowth). Without
+--enable-profiling the flight recorder's steps alone, which name no region (a warning says so) unless the server's
+clocks are on always (ROSEINFER_REGION_CLOCKS=1).
+
 `--tool torch`: a capture window of N decode steps (roseinfer serve --enable-profiling; roseprof/live/window.py)
 opened once the load is steady (its first token came back, --warmup has passed, requests are in flight), closed
 when it has its N steps or the load ends; its files (raw/window/: the window's step log and Kineto trace) are read
@@ -70,8 +76,10 @@ def live(
     preflight = fetch_steps(url, 0, api_key)  # before any load: the recorder is there and the key is right
     opener = None
     ranks_said = None  # a tensor-parallel server whose other ranks' steps the run lacks: why
-    if tool == "steps" and server_world_size(preflight) > 1:
-        # The flight recorder (GET /debug/steps) is rank 0's alone; every rank's steps need a window of each.
+    if tool == "steps":
+        # A steps window where the server allows windows: it turns the engine's region clocks on for its steps (so
+        # a slow step's region is named), and under tensor parallelism it is every rank's (the flight recorder,
+        # GET /debug/steps, is rank 0's alone).
         tool, ranks_said = steps_window_or_why(url, api_key, server_world_size(preflight))
     if tool != "steps":
         from roseprof.live.window import WindowClient
@@ -79,8 +87,10 @@ def live(
         client = WindowClient(url, api_key)
         client.status()  # before any load: profiling is on (else the server's one line: --enable-profiling)
         window_tool = "steps" if tool == STEPS_WINDOW else tool
-        opener = SteadyOpener(client, window_tool, steps, load_options.get("warmup_s", 0.0))
+        warmup_s, at_once = load_options.get("warmup_s", 0.0), tool == STEPS_WINDOW
+        opener = SteadyOpener(client, window_tool, steps, warmup_s, at_once)
         load_options["progress"] = opener.wrap(load_options.get("progress"))
+        opener.open_if_at_once()
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
         from roseprof.live.join import join
@@ -97,6 +107,12 @@ def live(
         summary.update(server_summary(path))
         if ranks_said:
             summary["warnings"].append(ranks_said)
+        if opener is None and not any("host_own_ns" in s for s in log.steps):
+            summary["warnings"].append(
+                "the server's steps carry no region times, so a slow step's region cannot be named: on a server "
+                "started with --enable-profiling, --tool steps opens a steps window, which times the regions of "
+                "its steps"
+            )
         summary["live"] = part = join(log, tokens)
         start_ns = summary.get("serving", {}).get("clock", {}).get("start_monotonic_ns")
         part["path"] = http_path(log, tokens, start_ns, url)
@@ -146,14 +162,14 @@ def server_world_size(body: bytes) -> int:
 
 
 def steps_window_or_why(url: str, api_key: str | None, size: int) -> tuple[str, str | None]:
-    """`--tool steps` on a server of `size` ranks: a steps window on every rank where the server allows windows
-    (--enable-profiling), else rank 0's flight recorder alone and a line saying so."""
+    """`--tool steps` on a server of `size` ranks: a steps window (on every rank) where the server allows windows
+    (--enable-profiling), else rank 0's flight recorder alone and, with ranks, a line saying so."""
     from roseprof.live.window import WindowClient
 
     try:
         WindowClient(url, api_key).status()
     except RoseprofError:
-        return "steps", (
+        return "steps", None if size == 1 else (
             f"the server runs {size} tensor-parallel ranks and its flight recorder is rank 0's: this run holds "
             "rank 0's steps only (a server started with --enable-profiling gives every rank's, in a steps window)"
         )
@@ -162,23 +178,36 @@ def steps_window_or_why(url: str, api_key: str | None, size: int) -> tuple[str, 
 
 class SteadyOpener:
     """Opens the window once the load is steady, from the load's progress reports (every 0.5 s, on the load's
-    event loop: the POST goes on a thread of its own, so the client's timing never waits on it)."""
+    event loop: the POST goes on a thread of its own, so the client's timing never waits on it). `at_once` (a steps
+    window: no profiler to warm up, only the region clocks): as the load starts, or after --warmup, steady or not,
+    so the window's steps are the load's first ones."""
 
-    def __init__(self, client, tool: str, steps: int, warmup_s: float) -> None:
+    def __init__(self, client, tool: str, steps: int, warmup_s: float, at_once: bool = False) -> None:
         self.client, self.tool, self.steps, self.warmup_s = client, tool, steps, warmup_s
+        self.at_once = at_once
         self.thread: threading.Thread | None = None
         self.error: str | None = None
 
     def wrap(self, progress):
         def report(figures: dict) -> None:
-            steady = figures.get("ttft_p50_ms") is not None and figures.get("in_flight", 0) > 0
+            started = figures.get("ttft_p50_ms") is not None and figures.get("in_flight", 0) > 0
+            steady = self.at_once or started
             if self.thread is None and steady and figures.get("elapsed_s", 0.0) >= self.warmup_s:
-                self.thread = threading.Thread(target=self._open, name="roseprof-window", daemon=True)
-                self.thread.start()
+                self._start()
             if progress is not None:
                 progress(figures)
 
         return report
+
+    def open_if_at_once(self) -> None:
+        """Before the load: an at-once window with no warm-up opens now (the load's first step is its first)."""
+        if self.at_once and self.warmup_s <= 0:
+            self._start()
+            self.thread.join()  # the POST is answered between two steps: before the load sends anything
+
+    def _start(self) -> None:
+        self.thread = threading.Thread(target=self._open, name="roseprof-window", daemon=True)
+        self.thread.start()
 
     def _open(self) -> None:
         try:
@@ -208,7 +237,9 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
         "first_step": window["first_step"], "stopped_early": window["stopped_early"], "pause": window["pause"],
     }  # fmt: skip
     size = add_window_ranks(summary, part["capture"], window, files)
-    if window["stopped_early"]:
+    # A steps window opened at once is meant to cover the load (--steps: at most that many): its end with the load
+    # is no surprise (the capture panel says it); a window opened on a steady load that ends first is.
+    if window["stopped_early"] and not opener.at_once:
         summary["warnings"].append(
             f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
             f"{window['steps']} steps"

@@ -15,7 +15,8 @@ from roseprof.workload.roseinfer import WINDOW_TOOLS
 @click.option("--steps", type=click.IntRange(min=1), required=True,
               help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
 @click.option("--tool", type=click.Choice(list(WINDOW_TOOLS)), default="steps", show_default=True,
-              help="what records the server side (steps: the flight recorder, no profiler; torch: a torch.profiler "
+              help="what records the server side (steps: the flight recorder, no profiler; on a server started with "
+                   "--enable-profiling a steps window of N steps from the load's start, its regions timed; torch: a torch.profiler "
                    "window of N steps, on a server started with --enable-profiling; nsys: an Nsight Systems window, "
                    "on such a server started under roseprof nsys --capture-range nvtx --capture-range-end repeat)")  # fmt: skip
 @click.option("--name", help="a name for the run (default: live-HOST-PORT)")
@@ -28,6 +29,9 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. `show` starts
     with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one. With neither
     --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them).
+
+    --tool steps on a server started with --enable-profiling: a steps window of N decode steps, opened as the load
+    starts, times each region of its steps (no profiler), so the run names the region that made a step slow.
 
     --tool torch: a torch.profiler window of N decode steps on the server (roseinfer serve --enable-profiling),
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the

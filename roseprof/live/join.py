@@ -165,7 +165,7 @@ class Explainer:
             words = f"step {k}: KV block rollover for {step['rollovers']} sequences"
         elif cause == "cow":
             words = f"step {k}: copy-on-write of {step['cow']} KV block(s)"
-        elif cause == "batch_change":  # spikes._step_events: the size, the CUDA graph's bucket, or a drain
+        elif cause == "batch_change":  # spike_costs._step_events: the size, the graph bucket, or a drain
             prev = log.steps[pos - 1] if pos > 0 else {}
             if not step.get("launched", True):
                 words = f"step {k}: a drain (read the step in flight, launched none)"

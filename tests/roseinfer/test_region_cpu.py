@@ -69,6 +69,7 @@ def test_a_planted_busy_loop_is_cpu_time_of_its_region(logged):
 
 def test_a_region_on_another_thread_leaves_the_step_alone(monkeypatch):
     monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "clocks", True)
     inside = threading.Event()
     done = threading.Event()
 
@@ -102,6 +103,7 @@ def test_two_engines_stepping_on_two_threads_neither_crash_nor_swap_cpu_times(mo
     must not take over A's accounting (A's regions then popped B's stack: IndexError in both engines), and a step's
     CPU times go only to the thread that ran it."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "clocks", True)
     monkeypatch.setattr(tracing.STATE, "step_cpu", True)
     a_in, b_in, a_done = threading.Event(), threading.Event(), threading.Event()
     taken, errors = {}, []
@@ -164,6 +166,7 @@ def test_a_gpu_engine_leaves_them_out(monkeypatch):
     """tracing.STATE.step_cpu (the engine sets it: CPU engines only) off: a step reads no CPU time, only its
     regions' host wall time."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "clocks", True)
     monkeypatch.setattr(tracing.STATE, "step_cpu", False)
     tracing.take_step_times()
     with tracing.region(tracing.DECODE_STEP):

@@ -15,16 +15,17 @@ SLEEP_MS = 5
 
 @pytest.fixture
 def logged(monkeypatch, tmp_path):
-    """Runs an engine with a step log in tmp_path, regions switched on by the test switch that plants a sleep in a
-    region (ROSEINFER_TEST_SLEEP_REGION; nothing else on: no profiler); returns its step records."""
+    """Runs an engine with a step log in tmp_path, a sleep planted in a region (ROSEINFER_TEST_SLEEP_REGION) and the
+    region clocks on always (ROSEINFER_REGION_CLOCKS; nothing else on: no profiler); returns its step records."""
     path = tmp_path / "steps.jsonl"
     monkeypatch.setenv("ROSEINFER_STEP_LOG", str(path))
     threads = torch.get_num_threads()
 
     def run(sleep_region: str, **options) -> list[dict]:
         monkeypatch.setenv("ROSEINFER_TEST_SLEEP_REGION", f"{sleep_region}:{SLEEP_MS}")
+        monkeypatch.setenv("ROSEINFER_REGION_CLOCKS", "1")
         tracing.configure(nvtx=False, record_function=False)
-        assert tracing.STATE.enabled  # the test switch turns the regions on, as NVTX or a profiler would
+        assert tracing.STATE.clocks  # the switch turns the clocks on, as NVTX or a profiler would
         path.unlink(missing_ok=True)
         llm = LLM("gpt2-tiny", max_batch_size=4, **options)
         llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
@@ -36,6 +37,7 @@ def logged(monkeypatch, tmp_path):
     yield run
     steplog.close()
     monkeypatch.delenv("ROSEINFER_TEST_SLEEP_REGION")
+    monkeypatch.delenv("ROSEINFER_REGION_CLOCKS", raising=False)
     monkeypatch.delenv("ROSEINFER_STEP_LOG")
     tracing.configure(nvtx=False, record_function=False)
     torch.set_num_threads(threads)
@@ -45,6 +47,7 @@ def test_a_step_records_each_regions_own_host_time_without_cpu_times(monkeypatch
     """The GPU engine's path (step_cpu off): a sleep in a nested region is its own host time, not its parent's,
     and the own times add up to the step region's wall time; no CPU time is read."""
     monkeypatch.setattr(tracing.STATE, "enabled", True)
+    monkeypatch.setattr(tracing.STATE, "clocks", True)
     monkeypatch.setattr(tracing.STATE, "step_cpu", False)
     tracing.take_step_times()
     t0 = time.perf_counter_ns()
@@ -92,3 +95,31 @@ def test_a_cuda_graph_engine_logs_host_times(logged):
         assert "cpu_own_ns" not in step
         assert step["host_own_ns"][tracing.DECODE_STEP] >= SLEEP_MS * 1_000_000
         assert sum(step["host_own_ns"].values()) <= step["end_ns"] - step["start_ns"]
+
+
+def test_a_planted_slowdown_alone_times_no_region(monkeypatch, tmp_path):
+    """The test switches slow a region and turn no clock on (a slowed server is a plain server); the clocks are on
+    for the steps run between set_region_clocks(True) and set_region_clocks(False), and only for those."""
+    path = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("ROSEINFER_STEP_LOG", str(path))
+    monkeypatch.setenv("ROSEINFER_TEST_SLEEP_REGION", f"{tracing.SAMPLE}:1")
+    tracing.configure(nvtx=False, record_function=False)
+    try:
+        assert tracing.STATE.enabled and not tracing.STATE.clocks
+        llm = LLM("gpt2-tiny", max_batch_size=4)
+        params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+        llm.generate([[1, 2, 3]], params)  # 3 decode steps, clocks off
+        assert tracing.set_region_clocks(True) is False
+        llm.generate([[1, 2, 3]], params)  # 3 more, clocks on
+        assert tracing.set_region_clocks(False) is True
+        llm.generate([[1, 2, 3]], params)  # 3 more, off again
+        steplog.close()
+        steps = [r for r in map(json.loads, path.read_text().splitlines()) if r["type"] == "step"]
+        assert [("host_own_ns" in s) for s in steps] == [False] * 3 + [True] * 3 + [False] * 3
+        assert all(s["host_own_ns"][tracing.SAMPLE] >= 1_000_000 for s in steps[3:6])  # the sleep, timed
+    finally:
+        steplog.close()
+        tracing.set_region_clocks(False)
+        monkeypatch.delenv("ROSEINFER_TEST_SLEEP_REGION")
+        monkeypatch.delenv("ROSEINFER_STEP_LOG")
+        tracing.configure(nvtx=False, record_function=False)

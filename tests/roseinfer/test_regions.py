@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from roseinfer import LLM, SamplingParams, tracing
+from roseinfer import LLM, SamplingParams, planted, tracing
 
 PARTS = {
     tracing.EMBEDDING,
@@ -143,14 +143,15 @@ def test_the_injected_sleep_can_be_confined_to_one_rank(monkeypatch):
     tracing.configure()
     try:
         assert tracing.STATE.sleep_rank == 1
-        assert not tracing._sleeps_on_this_rank()
+        assert not planted.sleeps_on_this_rank(tracing.STATE)
         group = types.SimpleNamespace(rank=1)
         monkeypatch.setattr("roseinfer.distributed._GROUP", group)
-        assert tracing._sleeps_on_this_rank()
+        assert planted.sleeps_on_this_rank(tracing.STATE)
         monkeypatch.delenv("ROSEINFER_TEST_SLEEP_RANK")
         tracing.configure()
         group.rank = 0
-        assert tracing.STATE.sleep_rank is None and tracing._sleeps_on_this_rank()  # unset: every rank
+        # unset: every rank
+        assert tracing.STATE.sleep_rank is None and planted.sleeps_on_this_rank(tracing.STATE)
     finally:
         monkeypatch.delenv("ROSEINFER_TEST_SLEEP_REGION")
         monkeypatch.delenv("ROSEINFER_TEST_SLEEP_RANK", raising=False)

@@ -63,6 +63,8 @@ def test_live_names_the_requests_hit_by_the_long_prefill_first(live_run):
     assert f"{by_prefill[0]['request_id']}: ITL" in head and "admitted a" in head
     # the server side is in the same run: its steps and spike causes
     assert summary["steps"]["count"] > 0 and summary["serving"]["completed"] == 12
+    # a server without --enable-profiling: the flight recorder's steps alone, which time no region (said once)
+    assert [w for w in summary["warnings"] if "carry no region times" in w], summary["warnings"]
 
 
 def test_request_timeline(live_run):
@@ -111,9 +113,11 @@ def test_live_run_opens_as_a_dashboard(live_run, tmp_path):
 
 
 def live_of_a_slowed_server(tmp_path, env: dict, name: str, *server_args: str) -> tuple:
-    """`roseprof live` (20 requests over 4 streams) of a CPU server started with `env` (a planted slowdown): (run
-    folder, its summary, the request named first by its worst ITL)."""
-    server = ServerProcess("--max-batch-size", "8", *server_args, env=env).wait_ready()
+    """`roseprof live` (20 requests over 4 streams) of a CPU server started with `env` (a planted slowdown) and
+    --enable-profiling, nothing else: (run folder, its summary, the request named first by its worst ITL). The
+    planted slowdown turns no region clock on; the steps window that `roseprof live --tool steps` opens does, for
+    its own steps only (the window covers the whole load)."""
+    server = ServerProcess("--max-batch-size", "8", "--enable-profiling", *server_args, env=env).wait_ready()
     try:
         proc = roseprof(
             "live", server.url, "--steps", "3000", "--requests", "20", "--concurrency", "4", "--prompt-len", "8",
@@ -124,6 +128,8 @@ def live_of_a_slowed_server(tmp_path, env: dict, name: str, *server_args: str) -
     assert proc.returncode == 0, proc.stderr
     (folder,) = list(tmp_path.iterdir())
     summary = json.loads((folder / "summary.json").read_text())
+    capture = summary["live"]["capture"]
+    assert capture["tool"] == "steps" and capture["first_step"] == 0, capture  # from the load's first step
     return folder, summary, [e for e in summary["live"]["slowest"] if e["by"] == "itl"][0]
 
 

@@ -124,13 +124,16 @@ def test_torch_window_on_two_ranks_is_one_run_of_two_ranks(server, tmp_path):
 
 def test_steps_tool_on_two_ranks_takes_every_ranks_steps(server, tmp_path):
     """`--tool steps` on a tensor-parallel server: the flight recorder is rank 0's, so the run takes a steps window
-    on every rank; no profiler, each rank's window log in the run."""
+    on every rank; no profiler, each rank's window log in the run, each rank's steps with its regions' host times
+    (the window turns the region clocks on on every rank)."""
     proc, run, summary = _live(server, tmp_path / "traces", "steps", *LOAD)
     capture = summary["live"]["capture"]
     assert capture["tool"] == "steps" and capture["steps"] == WINDOW
     assert [(r["rank"], r["steps"]) for r in capture["ranks"]] == [(0, WINDOW), (1, WINDOW)]
     logs = _step_logs(run.path / "raw" / "window")
     assert [s["index"] for s in logs[0]] == [s["index"] for s in logs[1]]
+    for rank in (0, 1):
+        assert all(s["host_own_ns"]["roseinfer.decode_step"] > 0 for s in logs[rank]), rank
     assert "ranks" not in summary or not summary["ranks"]  # no trace: nothing of a profiler's
     assert run.manifest["live"]["tool"] == "steps" and "--tool" not in run.manifest["command"]
     assert "the window on 2 ranks: 8 decode steps each" in proc.stdout

@@ -12,7 +12,13 @@ from tests.helpers import roseprof
 from tests.roseinfer.serve.conftest import ServerProcess
 
 ENV = {"COLUMNS": "80"}
-PLANTED = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:300", "ROSEINFER_TEST_SLOW_EVERY": "50"}
+# The SLO capture is always on, so the region it names needs the region clocks always on (the planted slowdown
+# turns none on: a steps window turns them on for its own steps, test_live.py)
+PLANTED = {
+    "ROSEINFER_TEST_BUSY_REGION": "roseinfer.decode_step:300",
+    "ROSEINFER_TEST_SLOW_EVERY": "50",
+    "ROSEINFER_REGION_CLOCKS": "1",
+}
 
 
 def test_a_planted_slow_step_is_captured_and_imported_as_runs_that_name_it(tmp_path):

@@ -103,6 +103,25 @@ def test_a_steps_window_covers_exactly_n_decode_steps_and_a_second_start_is_a_40
     assert status == 404 and "no file" in _one_line(body)
 
 
+def test_a_steps_window_times_the_regions_of_its_own_steps_only(profiling):
+    """A plain server (no profiler, no switch that turns the regions on): the window turns the engine's region
+    clocks on for its N steps, whose records then carry each region's own host time, and off after them."""
+    status, _, window = profiling.post("/profile/start", {"tool": "steps", "steps": 4})
+    assert status == 200
+    _generate(profiling, n=2, max_tokens=8)  # 2 x 7 decode steps: the window's 4, then 10 with the clocks off
+    window = _closed(profiling)
+    first, last = window["first_step"], window["first_step"] + 3
+    records = [json.loads(line) for line in _file(profiling, "steps.jsonl").splitlines()]
+    timed = [r for r in records if r["type"] == "step"]
+    assert len(timed) == 4 and all(r["host_own_ns"][DECODE_STEP] > 0 for r in timed)
+    status, _, text = profiling.get("/debug/steps")  # the flight recorder: the same steps, and the ones after
+    assert status == 200
+    steps = {r["index"]: r for r in map(json.loads, text.splitlines()) if r["type"] == "step"}
+    assert all("host_own_ns" in steps[k] for k in range(first, last + 1))
+    after = [r for k, r in steps.items() if k > last]
+    assert len(after) == 10 and not any("host_own_ns" in r or "cpu_own_ns" in r for r in after)
+
+
 def test_stop_ends_a_window_early_with_the_steps_done(profiling):
     status, _, window = profiling.post("/profile/start", {"tool": "steps", "steps": 1000})
     assert status == 200

@@ -1,0 +1,201 @@
+"""What each ITL token's window held, and what each cause cost in it, from the engine's step log (the spikes and
+their main causes: spikes.py).
+
+Every token's window is checked against what the step log recorded in it (so a cause is found wherever it
+happened, spike or not; the summary counts spikes):
+    rollover      the token's decode step gave some sequences a new KV block (how many)
+    cow           the step, or a prefill in the window, copied a shared KV block before writing it
+    prefill       a prefill of newly admitted requests ran in the window (how many prompt tokens)
+    readmission   a prefill recomputed requests that had been preempted
+    preemption    a sequence of the previous step was preempted (freed its blocks) before this step
+    kv_wait       this token's own request was preempted and waited for free KV blocks (then recomputed)
+    batch_change  the step's batch differs from the previous step's (a new CUDA-graph bucket; a drain of the
+                  overlapped decode, which launches nothing)
+    gc            Python's garbage collector ran in the window (the engine logs gc callbacks, log version 2)
+    host          host time in the window outside any step or prefill, beyond what is typical
+    slow_step     a step in the window took longer than the median step and the log records nothing above in it
+                  (with the overlapped decode the window also holds part of the step before the token's own)
+    unknown       the spike's excess that no record accounts for (more than half of it)
+
+The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the
+window: the decode step's time over the median step (split evenly among the step's causes), the prefills' and
+collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest
+(`attribute`: per token, the ns each cause cost; spikes.py shares the spike's excess among them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from roseprof.workload.steplog import StepLogRecords
+
+CAUSES = {
+    "rollover": "KV block rollover",
+    "cow": "copy-on-write",
+    "prefill": "prefill interleaved",
+    "readmission": "re-admission (recompute)",
+    "preemption": "preemption",
+    "kv_wait": "waited for a free KV block",
+    "batch_change": "batch-size change",
+    "gc": "Python gc",
+    "host": "host time outside decode steps",
+    "slow_step": "slower decode step",
+    "unknown": "unknown",
+}
+STEP_CAUSES = ("rollover", "cow", "batch_change", "preemption")
+
+
+def _busy(intervals: list[tuple[int, int]]):
+    """F(t): time covered by the (merged) intervals before t, vectorised over t."""
+    if not intervals:
+        return lambda t: np.zeros(len(t))
+    iv = np.asarray(sorted(intervals), dtype=np.float64)  # [N, 2]
+    ends = np.maximum.accumulate(iv[:, 1])
+    starts = np.maximum(iv[:, 0], np.concatenate([[-np.inf], ends[:-1]]))
+    lens = np.clip(ends - starts, 0, None)
+    before = np.concatenate([[0.0], np.cumsum(lens)])
+
+    def covered(t):
+        t = np.asarray(t, dtype=np.float64)
+        j = np.searchsorted(starts, t, side="right")  # intervals starting before t
+        last = np.maximum(j - 1, 0)
+        partial = np.where(j > 0, np.clip(np.minimum(t, ends[last]) - starts[last], 0, lens[last]), 0)
+        return before[np.maximum(j - 1, 0)] * (j > 0) + partial
+
+    return covered
+
+
+def _step_events(log: StepLogRecords) -> dict[str, np.ndarray]:
+    """Per step of the log [S]: duration, rollovers, cow, batch change, sequences preempted before it."""
+    steps = log.steps
+    n = len(steps)
+    dur = np.array([s["end_ns"] - s["start_ns"] for s in steps], dtype=np.float64)
+    last_step = {r["id"]: max(r["token_step"], default=-1) for r in log.requests}
+    change = np.zeros(n, dtype=bool)
+    preempted = np.zeros(n, dtype=np.int64)
+    for k in range(1, n):
+        prev, cur = steps[k - 1], steps[k]
+        bucket_moved = prev.get("bucket") != cur.get("bucket")
+        change[k] = prev["batch_size"] != cur["batch_size"] or bucket_moved or not cur.get("launched", True)
+        gone = set(prev.get("requests", [])) - set(cur.get("requests", []))
+        # A sequence that left the batch without finishing there was preempted.
+        preempted[k] = sum(1 for rid in gone if last_step.get(rid, -1) > k - 1)
+    for p in log.preempts:  # version 2: the engine says so (and when)
+        k = np.searchsorted([s["start_ns"] for s in steps], p["t_ns"], side="left")
+        if k < n and preempted[k] == 0:
+            preempted[k] = 1
+    return {
+        "dur": dur,
+        "rollovers": np.array([s.get("rollovers", 0) for s in steps], dtype=np.int64),
+        "cow": np.array([s.get("cow", 0) for s in steps], dtype=np.int64),
+        "batch_change": change,
+        "preemption": preempted,
+    }
+
+
+def _tokens(log: StepLogRecords) -> dict[str, np.ndarray]:
+    """Every token after a request's first, in the order of the ITL series [T]."""
+    req, start, end, step, readmitted = [], [], [], [], []
+    for r in log.requests:
+        t, s = r["token_ns"], r["token_step"]
+        for i in range(1, len(t)):
+            req.append(r["id"])
+            start.append(t[i - 1])
+            end.append(t[i])
+            step.append(s[i])
+            # A token after the first that a prefill produced: the request was preempted and recomputed.
+            readmitted.append(s[i] < 0)
+    return {
+        "request": np.asarray(req, dtype=np.int64),
+        "start": np.asarray(start, dtype=np.float64),
+        "end": np.asarray(end, dtype=np.float64),
+        "step": np.asarray(step, dtype=np.int64),
+        "readmitted": np.asarray(readmitted, dtype=bool),
+    }
+
+
+def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(tokens, costs): per token [T] its window and, per cause, the ns that cause cost inside the window
+    (0 where the cause is absent)."""
+    tok = _tokens(log)
+    ev = _step_events(log)
+    n_tok, n_steps = len(tok["end"]), len(ev["dur"])
+    costs = {c: np.zeros(n_tok) for c in CAUSES}
+    if n_tok == 0:
+        return tok, costs
+    window = tok["end"] - tok["start"]
+    k = tok["step"]
+    has_step = (k >= 0) & (k < n_steps)
+    ks = np.where(has_step, k, 0)
+    typical_step = float(np.median(ev["dur"])) if n_steps else 0.0
+    step_excess = np.where(has_step, np.clip(ev["dur"][ks] - typical_step, 0, None) if n_steps else 0, 0)
+    present = {
+        "rollover": has_step & (ev["rollovers"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
+        "cow": has_step & (ev["cow"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
+        "batch_change": has_step & ev["batch_change"][ks] if n_steps else np.zeros(n_tok, bool),
+        "preemption": has_step & (ev["preemption"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
+    }
+    n_step_causes = sum(p.astype(int) for p in present.values())
+    # A step's extra time goes to what the log says happened in it. A step cause that cost nothing keeps a
+    # nominal 1 ns, so it is found wherever it happened; as a spike's cause it adds nothing (MIN_ADDED_NS).
+    share = np.maximum(step_excess, 1.0) / np.maximum(n_step_causes, 1)
+    for c, p in present.items():
+        costs[c] = np.where(p, share, 0.0)
+    # A step slower than the median with nothing in the log to say why: the trace says where (spike_evidence).
+    costs["slow_step"] = np.where(n_step_causes == 0, step_excess, 0.0)
+    # With the overlapped decode a token's window also holds (part of) the step before its own: the extra time
+    # of every other step inside the window counts too.
+    if n_steps:
+        st = np.array([s["start_ns"] for s in log.steps], dtype=np.float64)
+        ex = np.clip(ev["dur"] - typical_step, 0, None)
+        rate = ex / np.maximum(ev["dur"], 1.0)
+        cum = np.concatenate([[0.0], np.cumsum(ex)])
+
+        def excess_before(t):
+            j = np.searchsorted(st, t, side="right") - 1
+            jj = np.maximum(j, 0)
+            return np.where(j >= 0, cum[jj] + rate[jj] * np.clip(t - st[jj], 0, ev["dur"][jj]), 0.0)
+
+        in_window = excess_before(tok["end"]) - excess_before(tok["start"])
+        own = np.where(
+            has_step,
+            np.clip(
+                np.minimum(tok["end"], st[ks] + ev["dur"][ks]) - np.maximum(tok["start"], st[ks]), 0, None
+            )
+            * rate[ks],
+            0.0,
+        )
+        costs["slow_step"] += np.clip(in_window - own, 0, None)
+    seen: set[int] = set()
+    new_iv, readmit_iv = [], []
+    for p in sorted(log.prefills, key=lambda p: p["start_ns"]):
+        ids = set(p.get("requests", []))
+        again = ids & seen or set(p.get("readmitted", []))
+        seen |= ids
+        (readmit_iv if again else new_iv).append((p["start_ns"], p["end_ns"]))
+    steps_f = _busy([(s["start_ns"], s["end_ns"]) for s in log.steps])
+    new_f, readmit_f = _busy(new_iv), _busy(readmit_iv)
+    gc_f = _busy([(g["start_ns"], g["end_ns"]) for g in log.gc])
+
+    def inside(f):
+        return f(tok["end"]) - f(tok["start"])
+
+    # A copy-on-write inside a prefill (a full prefix hit recomputes its last token into a shared block): found
+    # for every token whose window holds that prefill, at a nominal cost (its time is the prefill's).
+    for p in log.prefills:
+        if p.get("cow"):
+            hit = (tok["start"] <= p["start_ns"]) & (p["end_ns"] <= tok["end"])
+            costs["cow"] = np.where(hit & (costs["cow"] == 0), 1.0, costs["cow"])
+    costs["prefill"] = inside(new_f)
+    costs["readmission"] = inside(readmit_f)
+    costs["gc"] = inside(gc_f)
+    outside = np.clip(window - inside(steps_f) - costs["prefill"] - costs["readmission"], 0, None)
+    costs["host"] = np.clip(outside - float(np.median(outside)) - costs["gc"], 0, None)
+    # The request's own wait: it left the batch inside the window (preempted), or a prefill emitted the token.
+    waited = tok["readmitted"].copy()
+    for p in log.preempts:
+        waited |= (tok["request"] == p["request"]) & (tok["start"] <= p["t_ns"]) & (p["t_ns"] <= tok["end"])
+    others = sum(costs[c] for c in CAUSES if c not in ("kv_wait", "unknown"))
+    excess = window - float(np.median(window))
+    costs["kv_wait"] = np.where(waited, np.clip(excess - others, 1.0, None), 0.0)
+    return tok, costs
