@@ -33,7 +33,7 @@ PY
     fi
     # shellcheck disable=SC2086
     env "${env[@]}" ${SERVER_ENV:-} python3 -m roseinfer.serve gpt2 --device cuda --dtype float16 --paged-attn --cuda-graph \
-      --max-batch-size 64 --port "$port" >"$S/serve-$name.log" 2>&1 &
+      --max-batch-size 64 --enable-profiling --port "$port" >"$S/serve-$name.log" 2>&1 &
     local server=$!
     for _ in $(seq 180); do grep -q "ready at" "$S/serve-$name.log" && break; kill -0 $server 2>/dev/null || break; sleep 1; done
     grep -q "ready at" "$S/serve-$name.log" || { echo "live-truth: the server did not start"; tail -5 "$S/serve-$name.log"; rc=1; continue; }
