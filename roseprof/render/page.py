@@ -13,9 +13,6 @@ import json
 import os
 from pathlib import Path
 
-import plotly.io as pio
-from plotly.offline import get_plotlyjs, get_plotlyjs_version
-
 RENDERER_VERSION = "5"  # 4: plotly.js beside the page, not inside it; 5: a live run's request waterfall
 
 STYLE = """
@@ -69,6 +66,8 @@ def page(
     """A whole page: `heading`/`sub`/`title` are plain text (escaped here); `main` and `footer` are markup the
     caller built (with its own text escaped); `figs` are plotly figures drawn into figure_divs(len(figs));
     `script`: the renderer's own JavaScript (no trace text in it), run once the figures are drawn."""
+    import plotly.io as pio  # here, not at the top: `open` of a current page needs is_current, not plotly
+
     specs = "[" + ",".join(pio.to_json(f, validate=False) for f in figs) + "]"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -92,8 +91,21 @@ def page(
 """
 
 
+def is_current(path: Path, since: float) -> bool:
+    """Whether the page at `path` is there, was written after `since` (the run's newest change, as a file time)
+    and by this renderer's version: else it is rendered again. Reads the page's head only (a run's page is
+    megabytes), and imports no plotly: `roseprof open` of a current page renders nothing."""
+    if not path.is_file() or path.stat().st_mtime < since:
+        return False
+    with path.open("rb") as f:  # 600 characters are at most 2,400 bytes
+        head = f.read(2400).decode("utf-8", errors="replace")[:600]
+    return f'content="{RENDERER_VERSION}"' in head
+
+
 def plotly_js_name() -> str:
     """The file the pages load plotly.js from, beside them; versioned, so pages of an older plotly keep theirs."""
+    from plotly.offline import get_plotlyjs_version
+
     return f"plotly-{get_plotlyjs_version()}.min.js"
 
 
@@ -102,6 +114,8 @@ def write_page(text: str, out_path: Path) -> Path:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     js = out_path.parent / plotly_js_name()
     if not js.is_file():
+        from plotly.offline import get_plotlyjs
+
         _write_atomic(get_plotlyjs(), js)
     return _write_atomic(text, out_path)
 
