@@ -59,6 +59,6 @@ for cmd in dict.fromkeys(cmd for cmd, _ in by):
     med = [(statistics.median(w for w, _ in r), statistics.median(c for _, c in r)) for r in (base, branch)]
     fewer = sum(b[1] < a[1] for a, b in zip(base, branch))
     print(f"{cmd}: BASE {med[0][1]:.2f} s CPU, {med[0][0]:.2f} s wall; this checkout {med[1][1]:.2f} s CPU, "
-          f"{med[1][0]:.2f} s wall ({med[0][1] / med[1][1]:.2f}x less CPU; less in {fewer} of {len(base)} rounds; "
+          f"{med[1][0]:.2f} s wall (CPU, BASE / this: {med[0][1] / med[1][1]:.2f}x; less in {fewer} of {len(base)} rounds; "
           f"{'within' if med[1][0] < 2 else 'over'} the 2 s of issue 43)")
 PY
