@@ -67,10 +67,12 @@ def run_view(run: Run, summary=_READ) -> RunView:
 def ensure_dashboard(run: Run, dashboards_dir) -> Path:
     """The run's dashboard in the dashboards folder, rendered again where it is missing, older than the run or of
     another renderer's version."""
-    from roseprof.render.run_dashboard import RunDashboard, is_current
+    from roseprof.render.page import is_current
 
     path = Path(dashboards_dir) / f"{run.id}.html"
     if not is_current(path, run.changed()):
+        from roseprof.render.run_dashboard import RunDashboard  # plotly: only where the page is rendered
+
         view = run_view(run)
         if view.summary is None:
             run.summary()  # no summary.json: refused in one line, in the store's words

@@ -57,14 +57,6 @@ def open_store(traces_dir):
 
 
 def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> None:
-    try:
-        from roseprof.render import run_dashboard  # noqa: F401  (plotly, which only the dashboards need)
-    except ImportError as e:  # the run is stored; only the rendering is missing
-        click.echo(
-            f"dashboard: not rendered ({e.name} is not installed; `roseprof open {run.id}` renders it later)",
-            err=True,
-        )
-        return
     from roseprof.api import ensure_dashboard
     from roseprof.render.system_browser import open_in_browser
 
@@ -76,6 +68,13 @@ def show_dashboard(run, dashboards_dir, open_browser: bool, progress=None) -> No
                 path = ensure_dashboard(run, dashboards_dir)
             except OSError as e:
                 raise RoseprofError(f"dashboard not written to {dashboards_dir} ({os_error(e)})") from None
+            except ImportError as e:  # plotly, imported only to render a page: the run is stored all the same
+                click.echo(
+                    f"dashboard: not rendered ({e.name} is not installed; `roseprof open {run.id}` renders it "
+                    "later)",
+                    err=True,
+                )
+                return
     finally:
         if progress is not None:
             progress.finish()

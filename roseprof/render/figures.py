@@ -14,6 +14,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from roseprof.render.page import template_mark
 from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence, whole_run_note
 from roseprof.render.units import region_name
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
@@ -35,7 +36,7 @@ def layout(fig: go.Figure, title: str, note: str | None = None, height: int = 38
         title={"text": full, "x": 0.01},
         height=height,
         margin={"l": 60, "r": 20, "t": 70, "b": 50},
-        template="plotly_white",
+        template=template_mark(),  # page.page writes plotly_white in its place
         legend={"orientation": "h", "y": -0.18},
     )
     return fig

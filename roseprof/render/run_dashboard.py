@@ -18,7 +18,7 @@ from roseprof.render import (
     text,
     units,
 )
-from roseprof.render.page import RENDERER_VERSION, figure_divs, page, table, write_page
+from roseprof.render.page import figure_divs, page, table, write_page
 from roseprof.render.view import RunRecord, RunView
 
 
@@ -324,15 +324,6 @@ never in the tables."""
     script = live_figures.LINK_JS if summary.get("live") else ""  # a click on a request marks its steps
     text = page(f"roseprof · {run.id}", run.manifest.get("name", run.id), run.id, main, figs, footer, script)
     return write_page(text, out_path)
-
-
-def is_current(path: Path, since: float) -> bool:
-    """Whether the dashboard at `path` is there, was written after `since` (the run's newest change, as a file
-    time) and by this renderer's version: else it is rendered again."""
-    if not path.is_file() or path.stat().st_mtime < since:
-        return False
-    head = path.read_text(encoding="utf-8", errors="replace")[:600]
-    return f'content="{RENDERER_VERSION}"' in head
 
 
 def _section_panel(panel: dict) -> str:

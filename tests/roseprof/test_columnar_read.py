@@ -1,5 +1,5 @@
 """The nsys reader's columnar fast path (drivers/nsys/columnar.py, issue 43): the GPU ops and runtime calls it
-reads through the ADBC SQLite driver equal the row-wise reader's, value for value, on every real export; and
+reads through the ADBC SQLite driver (and the NVTX ranges' integers) equal the row-wise reader's, value for value, on every real export; and
 whatever it cannot read cleanly falls back to the row-wise reader, which names what is wrong."""
 
 import dataclasses
@@ -43,7 +43,15 @@ def test_columnar_and_row_wise_reads_are_equal(monkeypatch, name):
         np.testing.assert_array_equal(
             getattr(columnar.ops, f.name), getattr(row_wise.ops, f.name), err_msg=f.name
         )
-    assert list(columnar.names) == list(row_wise.names)
+    # the NVTX ranges' integers too, where every range is named by a registered string (nsys 2025's exports)
+    for part in ("ranges", "marks"):
+        for f in dataclasses.fields(getattr(row_wise, part)):
+            np.testing.assert_array_equal(
+                getattr(getattr(columnar, part), f.name),
+                getattr(getattr(row_wise, part), f.name),
+                err_msg=f.name,
+            )
+    assert list(columnar.names) == list(row_wise.names) and columnar.domains == row_wise.domains
 
 
 def table_of(tmp_path, values) -> str:

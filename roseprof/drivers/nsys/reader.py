@@ -187,18 +187,21 @@ def _read_nvtx(db: Export, names: Names, schema: str) -> tuple[Ranges, Marks, li
         text_expr = f"CASE WHEN s.value IS NULL THEN {text} END"
     else:
         sid_expr, text_expr = "-1", text
-    rows = db.query(
-        f"SELECT e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {sid_expr}, "
-        f"{text_expr} FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
-    )
-    nums = db.to_ints([r[:7] for r in rows], 7, "NVTX_EVENTS")
+    ints = f"e.start, coalesce(e.end, {int(max_ts)}), {dom}, {pid_bits}, {tid}, e.eventType, {sid_expr}"
+    source = f"FROM NVTX_EVENTS e {join} WHERE e.eventType IN ({RANGE_TYPES})"
+    # Columnar where every range is named by a registered string (no text to read; 0.6 s of CPU less on the
+    # 1M-kernel export, whose 232k ranges are all so named); else, or where a value is off, row-wise as before.
+    nums, rows = db.int_query(f"SELECT {ints} {source}", 7, "NVTX_EVENTS"), []
+    if nums is None or (nums[:, 6] < 0).any():
+        rows = db.query(f"SELECT {ints}, {text_expr} {source}")
+        nums = db.to_ints([r[:7] for r in rows], 7, "NVTX_EVENTS")
     start, end, dom_ids, bits, tids, etype, sid = (nums[:, i] for i in range(7))
     if (end < start).any():
         raise fail(db.label, "NVTX_EVENTS holds a range that ends before it starts: a damaged export")
-    domain = np.array(
-        [domain_of.get((d, b), 0) if d else 0 for d, b in zip(dom_ids.tolist(), bits.tolist())],
-        dtype=np.int64,
-    )
+    domain = np.zeros(len(start), dtype=np.int64)  # domain 0 (none) where its domainId is 0 or never created
+    for (d, b), index in domain_of.items():  # a pass a created domain (a few), not a Python step a range
+        if d:
+            domain[(dom_ids == d) & (bits == b)] = index
     ranges = Ranges(
         start=start,
         end=end,

@@ -267,6 +267,12 @@ class Export:
             return None
         return int_columns_with_nulls(self.uri, f"SELECT {', '.join(exprs)} FROM {quote(table)}", len(exprs))
 
+    def int_query(self, sql: str, ncols: int, table: str) -> np.ndarray | None:
+        """Columnar only: the result of `sql` as [rows, ncols] int64, range-checked as `table`'s; None where the file
+        is not read columnar or a value is not an integer (the caller reads row-wise, which names what is wrong)."""
+        arr = int_columns(self.uri, sql, ncols) if self.columnar else None
+        return None if arr is None else self.in_range(table, arr)
+
     def in_range(self, table: str, arr: np.ndarray) -> np.ndarray:
         if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
             raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
