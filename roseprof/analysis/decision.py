@@ -204,10 +204,14 @@ def decide(
     machine = side is not None
     for r in rows:
         r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
-        # a region's CPU time that the slower machine moved as much as the other regions' (cpu_spread.py)
-        spread = cpu_spread.machines(r, metrics) if machine else None
-        if spread:
-            r.update(machine=True, **spread)
+    # Measured slower: a wall-clock figure cleared its floor and is the machine's (the rule alone also holds where
+    # the step's wall time moved 0.5%). Then a region's CPU time that the machine moved no more than the other
+    # regions' is the machine's too (cpu_spread.py).
+    if any(r["machine"] for r in rows):
+        for r in rows:
+            spread = cpu_spread.machines(r, metrics)
+            if spread:
+                r.update(machine=True, **spread)
     words = {r["word"] for r in rows if r["word"] in DIRECTIONS and not r["machine"]}
     if words == set(DIRECTIONS):
         overall = "mixed"
