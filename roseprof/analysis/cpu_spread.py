@@ -68,8 +68,8 @@ def widened_floor_pct(floor_pct: float, spread: float) -> float:
 
 def machines(row: dict, metrics: list[dict]) -> dict | None:
     """Where a region row judged by its CPU time over the steps moved no more than the slower machine moved the
-    other regions: {"floor_pct", "spread_pct", "widened_pct"} (the row is the machine's); None where it is the code's (it
-    clears the widened floor, or it is not such a row, or the diff has too few regions to tell)."""
+    other regions: {"floor_pct", "spread_pct", "widened_pct"} (the row is the machine's); None where it is the
+    code's (it clears the widened floor, or it is not such a row, or the diff has too few regions to tell)."""
     if row.get("kind") != "region" or row.get("at_rollover") or not row["metric"].endswith(CPU_P5):
         return None
     m = next((m for m in metrics if m["name"] == row["metric"]), None)

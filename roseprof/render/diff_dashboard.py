@@ -50,7 +50,7 @@ def _region_bars(result: dict) -> go.Figure | None:
     if not rows:
         return None
     words = {
-        r["label"]: r["word"] + (" (machine)" if r.get("machine") else "")
+        r["label"]: r["word"] + (", machine" if r.get("machine") else "")
         for r in v["decision"]["rows"]
         if r["kind"] == "region"
     }
