@@ -21,13 +21,17 @@ than its run pairs. A metric is starred (`significant` in --json) exactly when i
 fails on the decision's slower rows over the threshold (those --metric
 picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown). The
 machine is judged both ways (slower_machine): an after side that ran on a busier machine makes the wall-clock
-figures slower, a before side that did makes them faster; either is said as the machine's, not the code's, while
-the regions judged by their CPU time stay the code's (named and gated beside it).
+figures slower, a before side that did makes them faster; either is said as the machine's, not the code's. The
+regions judged by their CPU time stay the code's (named and gated beside it) only where they moved beyond what that
+machine did to the other regions' CPU time in the same diff (cpu_spread.py: a crowded core inflates them unevenly);
+one that did not is the machine's too (said in the machine's line, starred, never gated).
 """
 
 from __future__ import annotations
 
 import fnmatch
+
+from roseprof.analysis import cpu_spread
 
 # Metrics that belong to a region or kernel: a region row stands for them all (the statistic it was judged by is
 # the row's metric; the others are evidence).
@@ -140,7 +144,8 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     that time, so it is the code's (named, gated) beside the wall-clock figures that are the machine's. A crowded
     core inflates some regions' CPU time unevenly (cache refills after every switch: `model.forward`'s own CPU
     time up to +43% against lm_head's +12% at most, one core shared with 3-9 CPU burners, docs/BENCHMARKS.md session 22),
-    which may then be named; it used to hide the machine as well (the wall time +1,200% read as the code's)."""
+    which may then clear its floor; it used to hide the machine as well (the wall time +1,200% read as the code's).
+    decide() then judges such a row against its floor widened by the other regions' spread (cpu_spread.py)."""
     if not slowdown or any(
         r["kind"] != "figure" and r["word"] == "slower" and not by_cpu_time(r) for r in rows
     ):
@@ -199,6 +204,14 @@ def decide(
     machine = side is not None
     for r in rows:
         r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
+    # Measured slower: a wall-clock figure cleared its floor and is the machine's (the rule alone also holds where
+    # the step's wall time moved 0.5%). Then a region's CPU time that the machine moved no more than the other
+    # regions' is the machine's too (cpu_spread.py).
+    if any(r["machine"] for r in rows):
+        for r in rows:
+            spread = cpu_spread.machines(r, metrics)
+            if spread:
+                r.update(machine=True, **spread)
     words = {r["word"] for r in rows if r["word"] in DIRECTIONS and not r["machine"]}
     if words == set(DIRECTIONS):
         overall = "mixed"

@@ -278,7 +278,7 @@ def verdict(
     # The one decision every view reads (decision.py): what changed, its overall word, and the machine's part.
     decided = decide(metrics, headline, regions + at_rollover, kernel_rows, slowdown, figures)
     by_machine = {r["metric"] for r in decided["rows"] if r["machine"]}
-    for r in headline:
+    for r in headline + regions + at_rollover:
         r["machine"] = r["metric"] in by_machine
     # Each side says how many samples its intervals see (renderers read it, they do not compute it).
     before, after = {**before, "samples": samples_of(before)}, {**after, "samples": samples_of(after)}

@@ -147,7 +147,8 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     default=None,
     metavar="PCT",
     help="exit 1 when a change the verdict names (slower, beyond its noise floor) grew by more than PCT%; "
-    "never on wall-clock figures a slower machine explains",
+    "never on wall-clock figures a slower machine explains, nor on a region's CPU time it moved no more than the "
+    "other regions'",
 )
 @click.option(
     "--metric",

@@ -49,7 +49,11 @@ def _region_bars(result: dict) -> go.Figure | None:
         what = "time/run"
     if not rows:
         return None
-    words = {r["label"]: r["word"] for r in v["decision"]["rows"] if r["kind"] == "region"}
+    words = {
+        r["label"]: r["word"] + (", machine" if r.get("machine") else "")
+        for r in v["decision"]["rows"]
+        if r["kind"] == "region"
+    }
     rows = sorted(rows, key=lambda sm: (sm[0] in words, max(sm[1]["a"], sm[1]["b"])), reverse=True)[:20][::-1]
     names = [esc(short + (f" ({words[short]})" if short in words else "")) for short, _ in rows]
     fig = go.Figure()

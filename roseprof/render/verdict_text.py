@@ -67,7 +67,8 @@ def headline_sentence(v: dict) -> str:
     if d.get("machine_slower") and overall == "no clear change":
         lead = "no clear change in the code"
     figures = [r for r in d["rows"] if r["kind"] == "figure"]
-    named = [r for r in d["rows"] if r["kind"] != "figure"]
+    # a region whose CPU time the slower machine moved (decision.py, cpu_spread.py) is said in the machine's line
+    named = [r for r in d["rows"] if r["kind"] != "figure" and not r.get("machine")]
     parts = []
     for w in dict.fromkeys(r["word"] for r in figures):  # the figures by word, the headline's first
         same = [r for r in figures if r["word"] == w]
@@ -121,12 +122,33 @@ def machine_line(v: dict) -> str | None:
         if side == "after"
         else "so the wall-clock figures' drop is the machine's, not the code's"
     )
-    code = [r for r in d["rows"] if r["kind"] != "figure" and r["word"] in DIRECTIONS]
+    code = [
+        r for r in d["rows"] if r["kind"] != "figure" and r["word"] in DIRECTIONS and not r.get("machine")
+    ]
+    uneven = _uneven(d["rows"])
     if code:  # regions judged by their CPU time, which the machine's waits are not in: the code's, said apart
         return (
-            f"the machine was slower in {side}: {how}; {gate}, the regions named are judged by their CPU time"
+            f"the machine was slower in {side}: {how}{uneven}; {gate}, the regions named are judged by their CPU "
+            "time"
         )
-    return f"the machine was slower in {side}: {how}; no region of the code {grew} beyond its floor, {gate}"
+    return f"the machine was slower in {side}: {how}{uneven}; no region of the code {grew} beyond its floor, {gate}"
+
+
+def _uneven(rows: list[dict]) -> str:
+    """The regions whose CPU time the slower machine moved as much as the others (decision.py, cpu_spread.py), in
+    words, said after the regions' CPU time per step: `, unevenly: roseinfer.model.forward +27.2% is within the ±46.0%
+    that the other regions' moves and the floor allow, the machine's`; empty where there are none."""
+    mine = [r for r in rows if r["kind"] != "figure" and r.get("machine")]
+    if not mine:
+        return ""
+    listed = ", ".join(f"{row_label(r)} {r['delta_pct']:+.1f}%" for r in mine[:NAMED])
+    more = f" and {len(mine) - NAMED} more" if len(mine) > NAMED else ""
+    widest = max(r["widened_pct"] for r in mine)
+    verb = "is" if len(mine) == 1 else "are"
+    return (
+        f", unevenly: {listed}{more} {verb} within the ±{widest:.1f}% that the other regions' moves and the floor "
+        "allow, the machine's"
+    )
 
 
 def side_line(label: str, side: dict) -> str:

@@ -17,7 +17,7 @@ from roseprof import api
 from roseprof.analysis import decision, machine_speed
 from roseprof.analysis.diff import compare
 from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.render.verdict_text import headline_sentence, machine_line
+from roseprof.render.verdict_text import NAMED, headline_sentence, machine_line
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
 from tests.roseprof.engine_captures import WORKLOAD
@@ -99,44 +99,64 @@ def _code_rows(decision_: dict) -> list[dict]:
 def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store):
     """`diff crowded quiet`: the before side ran on a crowded core. Its steps' wall time is far above the quiet
     capture's while the regions' CPU time is not: the first lines say the machine was slower in before, the
-    wall-clock figures stay in the table worded `faster (machine)`, and the gate never fails on a wall-clock
-    figure. The same pair the other way round says the machine was slower in after, and its gate likewise.
+    wall-clock figures stay in the table worded `faster (machine)`, nothing is the code's, and the gate passes. The
+    same pair the other way round says the machine was slower in after, nothing the code's, the gate passing.
 
     What the crowding does to the CPU time is a race: every switch back to the engine refills its caches, and some
-    regions' CPU time grows more than the rest (`model.forward` up to +43% against lm_head's +12% at most in eight
-    crowded captures, docs/BENCHMARKS.md session 22), so one may clear its floor, judged by its CPU time. Such a row is the
-    code's as far as the diff can tell (it is said so, and gated), beside the machine's line; nothing else is."""
+    regions' CPU time grows more than the rest (`model.forward` up to +43% against lm_head's +12% at most,
+    docs/BENCHMARKS.md sessions 22-23), so one may clear its floor at the before side's speed. It is judged against
+    its floor widened by the other regions' spread in the same diff (analysis/cpu_spread.py): the machine's, said in
+    the machine's line, never the code's, never gated (a clean-clone CI run gated on h2d_block_tables' CPU p5 before
+    that rule)."""
     crowded, quiet = _run(store, "crowded"), _run(store, "quiet")
     expected = machine_speed.slowdown([crowded], [quiet])
     # the crowding did what it is for: the before side's steps took at least 1.6x as long in wall time
     assert expected["wall_pct"] < -37.5, expected
-    out = diff_json(store, "crowded", "quiet", "--fail-on-regression", "10")
-    d = out["verdict"]["decision"]
-    assert d["slowdown"] == pytest.approx(expected)
-    assert d["slower_machine"] == "before" and d["machine_slower"], d["slowdown"]
-    # the code's rows, if any: regions judged by their own CPU time (which no wait for a core is in)
-    code = _code_rows(d)
-    assert all(r["kind"] == "region" and decision.by_cpu_time(r) for r in code), code
-    assert not [r for r in d["rows"] if r["metric"].startswith(decision.WALL_FIGURES) and not r["machine"]]
-    text = diff(store, "crowded", "quiet", "--fail-on-regression", "10")
-    head = _first_lines(text.stdout)
-    assert "the machine was slower in before" in head, head
-    if not code:  # "after is faster" is only ever a region's CPU time
-        assert "after is faster" not in head and out["verdict"]["overall"] != "faster", head
-    # the crowded side's CPU time is mostly the higher one, but one region's may clear its floor either way (the
-    # race above; a clean-clone CI run met h2d_block_tables' CPU p5 higher in the quiet side): the gate fails on
-    # such code rows alone, never on a wall-clock figure, as the other way round
-    gated = {r["metric"] for r in code if r["word"] == "slower"}
-    assert set(out["regressions"]) <= gated, out["regressions"]
-    assert text.returncode == (1 if out["regressions"] else 0)
-    step = next(r for r in out["verdict"]["headline"] if r["metric"] == "steps.p50_ns")
+    for a, b, side in (("crowded", "quiet", "before"), ("quiet", "crowded", "after")):
+        out = diff_json(store, a, b, "--fail-on-regression", "10")
+        d = out["verdict"]["decision"]
+        assert d["slowdown"] == pytest.approx(machine_speed.slowdown([_run(store, a)], [_run(store, b)]))
+        assert d["slower_machine"] == side and d["machine_slower"], d["slowdown"]
+        assert _code_rows(d) == [], d["rows"]
+        assert out["verdict"]["overall"] == "no clear change" and out["regressions"] == []
+        text = diff(store, a, b, "--fail-on-regression", "10")
+        assert text.returncode == 0, text.stdout
+        head = _first_lines(text.stdout)
+        assert f"the machine was slower in {side}" in head, head
+        assert "after is faster" not in head and "after is slower" not in head, head
+        # a region whose CPU time the crowding moved beyond its floor is the machine's, said so in the first lines
+        regions = [r for r in d["rows"] if r["kind"] == "region"]
+        assert all(r["machine"] and r["widened_pct"] > r["floor_pct"] for r in regions), regions
+        assert all(r["label"] in " ".join(head.split()) for r in regions[:NAMED]), head
+    step = next(
+        r
+        for r in diff_json(store, "crowded", "quiet")["verdict"]["headline"]
+        if r["metric"] == "steps.p50_ns"
+    )
     if step["word"] == "faster":  # the wall-clock figure stays, worded as the machine's
-        assert step["machine"] and "faster (machine)" in text.stdout
-    back = diff_json(store, "quiet", "crowded", "--fail-on-regression", "10")
-    assert back["verdict"]["decision"]["slower_machine"] == "after", back["verdict"]["decision"]["slowdown"]
-    # its gate fails on the code's rows alone (a region's CPU time), never on a wall-clock figure
-    gated = {r["metric"] for r in _code_rows(back["verdict"]["decision"]) if r["word"] == "slower"}
-    assert set(back["regressions"]) <= gated, back["regressions"]
+        assert step["machine"] and "faster (machine)" in diff(store, "crowded", "quiet").stdout
+
+
+def test_cpu_work_planted_on_the_crowded_side_is_named(store):
+    """The crowded capture with kv.append_token's CPU work doubled (+100%, and as much more wall time): beyond what
+    the crowding did to the other regions' CPU time, so the code's, beside the machine's line. Quiet before it:
+    slower, gated on that region alone; crowded-and-planted before the quiet one: faster, the gate passing."""
+    crowded, quiet = _run(store, "crowded"), _run(store, "quiet")
+    planted = _planted_cpu(crowded, crowded.step_cpu[KV], np.ones_like(crowded.step_roll))
+    for before, after, side, word in (
+        (quiet, planted, "after", "slower"),
+        (planted, quiet, "before", "faster"),
+    ):
+        metrics, v = _decide(before, after)
+        d = v["decision"]
+        assert d["slower_machine"] == side, d["slowdown"]
+        assert [(r["label"], r["word"]) for r in _code_rows(d)] == [(KV, word)], d["rows"]
+        assert decision.by_cpu_time(_code_rows(d)[0]) and v["overall"] == word
+        assert f"{KV} " in headline_sentence(v) and machine_line(v).startswith(
+            f"the machine was slower in {side}"
+        )
+        gated = [m["name"] for m in decision.gate(metrics, d, 10.0, None)]
+        assert gated == ([f"regions.{KV}.cpu_own_p5_ns"] if word == "slower" else []), gated
 
 
 def test_the_machine_rule_is_the_same_both_ways(store):
