@@ -1,6 +1,6 @@
 import pytest
 
-from tests.roseprof.engine_captures import capture_all
+from tests.roseprof.engine_captures import capture_all, capture_small_blocks
 
 
 @pytest.fixture(scope="session")
@@ -13,4 +13,17 @@ def engine_captures(tmp_path_factory):
         pytest.skip("needs nsys")
     root = tmp_path_factory.mktemp("engine-captures")
     capture_all(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def small_blocks_capture(tmp_path_factory):
+    """The engine with 8-token KV blocks (engine_captures.SMALL_BLOCKS), made once a session: test_diff_decision.py
+    and test_diff_machine_sides.py each captured it alike; each now copies it with engine_captures.copy_store."""
+    from roseprof.drivers.nsys.capture import find_nsys
+
+    if find_nsys() is None:
+        pytest.skip("needs nsys")
+    root = tmp_path_factory.mktemp("small-blocks-capture")
+    capture_small_blocks(root)
     return root

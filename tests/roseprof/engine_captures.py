@@ -1,4 +1,5 @@
-"""The engine's CPU captures under nsys that several diff test modules read (test_diff.py, test_diff_decision.py).
+"""The engine's CPU captures under nsys that several diff test modules read (test_diff.py, test_diff_decision.py,
+test_diff_machine_sides.py).
 
 A capture costs ~10-20 s on the 2-core CI box, most of it nsys starting and exporting and the engine importing
 torch, not the workload: the ones every module needs are captured once a session (conftest.py's `engine_captures`)
@@ -43,6 +44,9 @@ WORKLOAD = [
 # and the diff judges regions by it, which a sleep does not touch.
 SLOW = {"ROSEINFER_TEST_BUSY_REGION": "roseinfer.kv.append_token:15"}
 CAPTURES = {"default": {}, "slow-append": SLOW}
+# 8-token KV blocks: every request rolls over every 8 tokens, ~18-20 rollover steps a run (WORKLOAD's 64: 2). The
+# same capture serves test_diff_decision.py and test_diff_machine_sides.py (conftest.py's `small_blocks_capture`).
+SMALL_BLOCKS = [*WORKLOAD, "--block-size", "8"]
 # A program that is not the engine, with nothing in common with it (NVTX ranges of its own, no decode steps).
 OTHER = "import nvtx, time\nfor _ in range(10):\n    with nvtx.annotate('unrelated.work'):\n        time.sleep(0.001)\n"
 
@@ -65,6 +69,12 @@ def capture_all(root) -> None:
         # not on PATH, the path to paste).
         assert "roseprof ✓" not in proc.stderr and "next: " in proc.stdout
     proc = capture(root, "other", sys.executable, "-c", OTHER)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def capture_small_blocks(root) -> None:
+    """SMALL_BLOCKS as "small-blocks" into the store under `root`."""
+    proc = capture(root, "small-blocks", *SMALL_BLOCKS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

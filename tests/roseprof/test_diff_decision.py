@@ -39,13 +39,13 @@ def _capture(root, name, *cmd, env=None):
 
 
 @pytest.fixture(scope="module")
-def store(engine_captures, tmp_path_factory):
-    # default, slow-append (15 ms of CPU work in every KV append) and other (a program that is not the engine):
-    # the session's, copied (engine_captures.py)
+def store(engine_captures, small_blocks_capture, tmp_path_factory):
+    # default, slow-append (15 ms of CPU work in every KV append) and other (a program that is not the engine),
+    # and small-blocks (8-token KV blocks: every request rolls over every 8 tokens, ~20 rollover steps a run;
+    # WORKLOAD's 64: 2): the session's, copied (engine_captures.py)
     root = copy_store(engine_captures, tmp_path_factory.mktemp("decision"))
+    copy_store(small_blocks_capture, root)
     _capture(root, "unbatched", *WORKLOAD, "--no-batched-kv-append")  # the README's A/B switch
-    # 8-token KV blocks: every request rolls over every 8 tokens, ~20 rollover steps a run (WORKLOAD's 64: 2)
-    _capture(root, "small-blocks", *WORKLOAD, "--block-size", "8")
     # The same code beside two CPU burners this test starts (and stops).
     burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:

@@ -20,7 +20,7 @@ from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.render.verdict_text import NAMED, headline_sentence, machine_line
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
-from tests.roseprof.engine_captures import WORKLOAD
+from tests.roseprof.engine_captures import WORKLOAD, copy_store
 from tests.roseprof.test_diff_decision import (  # a busier machine, and the decision on two runs
     _decide,
     _waited,
@@ -44,20 +44,16 @@ def _dirs(root):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from roseprof.drivers.nsys.capture import find_nsys
-
-    if find_nsys() is None:
-        pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("machine-sides")
+def store(small_blocks_capture, tmp_path_factory):
+    # small-blocks (8-token KV blocks: ~18 rollover steps a run; WORKLOAD's 64-token blocks: 2): the session's,
+    # copied (engine_captures.py); it needs nsys, as the captures below
+    root = copy_store(small_blocks_capture, tmp_path_factory.mktemp("machine-sides"))
 
     def capture(name, *cmd):
         proc = roseprof("nsys", "--name", name, *_dirs(root), "--", *cmd, timeout=900)
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     capture("quiet", *ONE_CORE, *WORKLOAD)
-    # 8-token KV blocks: ~18 rollover steps a run (WORKLOAD's 64-token blocks: 2)
-    capture("small-blocks", *WORKLOAD, "--block-size", "8")
     burn = [*ONE_CORE, sys.executable, "-c", "while True: pass"]
     burners = [subprocess.Popen(burn, start_new_session=True) for _ in range(BURNERS)]
     try:
