@@ -131,10 +131,9 @@ class ModelRunner:
             self.use_static_decode(capture=True)
         # A prefill's packed rows, padded to a few sizes on CUDA, each GEMM shape met here once: cuBLAS chose an
         # algorithm on the host for every new row count, 13 ms of a 90-token prefill (prefill_shapes.py).
-        self.prefill_rows = (
-            (lambda tokens: tokens) if self.device.type != "cuda" else prefill_shapes.padded_rows
-        )
-        if self.device.type == "cuda":
+        cuda = self.device.type == "cuda"
+        self.prefill_rows = prefill_shapes.padded_rows if cuda else (lambda tokens: tokens)
+        if cuda:
             prefill_shapes.warm_gemms(
                 self.model, cfg.prefill_max_batch_size * mc.n_positions, cfg.prefill_max_batch_size
             )
@@ -180,22 +179,7 @@ class ModelRunner:
             # A full hit still recomputes the last token: its logits give the next token.
             starts.append(min(hit_blocks * bs, seq.num_tokens - 1))
             keys_of.append(keys)
-        ids, pos, last = [], [], []
-        for seq, start in zip(seqs, starts):
-            tokens = seq.all_ids
-            ids += tokens[start:]
-            pos += range(start, len(tokens))
-            last.append(len(ids) - 1)
-        kv = PrefillKV(mgr, self.kv_cache, seqs, starts, self.scale)
-        tokens = len(ids)
-        pad = self.prefill_rows(tokens) - tokens  # rows no real token reads (prefill_shapes.py)
-        with prefill_attention_backends(self.device):
-            logits = self.model(
-                torch.tensor(ids + [0] * pad, device=self.device),  # [T_pad] packed, the real tokens first
-                torch.tensor(pos + [0] * pad, device=self.device),
-                kv,
-                last=torch.tensor(last, device=self.device),
-            )  # [S, V]
+        logits, kv, tokens = self._forward_prompts(seqs, starts)
         for seq, keys in zip(seqs, keys_of):
             seq.num_cached = seq.num_tokens
             mgr.register_prompt(seq, keys)
@@ -203,22 +187,36 @@ class ModelRunner:
             token_ids = self._sample(logits, seqs)
         return PrefillOutput(token_ids, tokens, kv.cow, hits)
 
+    def _forward_prompts(
+        self, seqs: list[Sequence], starts: list[int]
+    ) -> tuple[torch.Tensor, PrefillKV, int]:
+        """One packed forward over each sequence's tokens from its start, the rows padded (prefill_shapes.py): the
+        logits of each sequence's last token [S, V], the KV context it wrote through, and the real rows T."""
+        ids, pos, last = [], [], []
+        for seq, start in zip(seqs, starts):
+            tokens = seq.all_ids
+            ids += tokens[start:]
+            pos += range(start, len(tokens))
+            last.append(len(ids) - 1)
+        kv = PrefillKV(self.mgr, self.kv_cache, seqs, starts, self.scale)
+        pad = self.prefill_rows(len(ids)) - len(ids)  # rows no real token reads
+        with prefill_attention_backends(self.device):
+            logits = self.model(
+                torch.tensor(ids + [0] * pad, device=self.device),  # [T_pad] packed, the real tokens first
+                torch.tensor(pos + [0] * pad, device=self.device),
+                kv,
+                last=torch.tensor(last, device=self.device),
+            )  # [S, V]
+        return logits, kv, len(ids)
+
     def _warm_prefill(self) -> None:
         """One prefill through every path, into the pad block, so that CUDA loads its kernels now and not at a
         server's first requests (prefill_shapes.warm_seqs); nothing in the accounting changes."""
-        seqs, starts = prefill_shapes.warm_seqs(self.mgr.pad_block, self.cfg.block_size)
+        seqs, starts = prefill_shapes.warm_seqs(
+            self.mgr.pad_block, self.cfg.block_size, self.model_cfg.n_positions
+        )
         fill = self.mgr.fill.copy()
-        ids = [0] * self.prefill_rows(sum(s.num_tokens - a for s, a in zip(seqs, starts)))
-        last, end = [], 0
-        for s, a in zip(seqs, starts):
-            end += s.num_tokens - a
-            last.append(end - 1)
-        kv = PrefillKV(self.mgr, self.kv_cache, seqs, starts, self.scale)
-        with prefill_attention_backends(self.device):
-            logits = self.model(
-                torch.tensor(ids, device=self.device), torch.tensor(ids, device=self.device), kv,
-                last=torch.tensor(last, device=self.device),
-            )  # fmt: skip
+        logits, _, _ = self._forward_prompts(seqs, starts)
         self._sample(logits, seqs)
         self.mgr.fill[:] = fill  # the pad block's fill count, as it was
 

@@ -54,27 +54,28 @@ def warm_gemms(model, max_tokens: int, max_seqs: int) -> int:
     calls = 0
     for rows in row_sizes(max_tokens):
         h = torch.zeros(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)  # [T, C]
-        qkv = linear(h, block.c_attn)  # [T, 3C_r]
+        linear(h, block.c_attn)  # [T, 3C_r]
         o = torch.zeros(rows, block.attn_proj.weight.shape[1], dtype=h.dtype, device=h.device)  # [T, C_r]
         linear(o, block.attn_proj)
         g = linear(h, block.c_fc, gelu=True)  # [T, 4C_r]: cuBLASLt's GELU epilogue, as in the prefill
         linear(g, block.mlp_proj)
         calls += 4
-        del qkv, o, g
     for seqs in range(1, max_seqs + 1):
         F.linear(torch.zeros(seqs, head.shape[1], dtype=head.dtype, device=head.device), head)
         calls += 1
     return calls
 
 
-def warm_seqs(pad_block: int, block_size: int) -> tuple[list[Sequence], list[int]]:
+def warm_seqs(pad_block: int, block_size: int, max_len: int) -> tuple[list[Sequence], list[int]]:
     """Dummy sequences whose blocks are all the pad block (its keys and values are never read), and their starts:
     two fresh prompts of different lengths (one padded attention call, with padding rows to drop) and one after a
-    cached first block (the prefix path: its past keys gathered, a masked attention call)."""
-    lengths, starts = [block_size + 6, 5, 2 * block_size + 1], [0, 0, block_size]
+    cached first block (the prefix path: its past keys gathered, a masked attention call); none longer than the
+    model's positions (`max_len`), and the prefix one only where it fits."""
+    wanted = [(block_size + 6, 0), (5, 0), (2 * block_size + 1, block_size)]  # (length, start)
+    kept = [(min(n, max_len), start) for n, start in wanted if min(n, max_len) > start]
     seqs = [
         Sequence(id=-1 - i, prompt_ids=[0] * n, params=SamplingParams(max_new_tokens=1), arrival_ns=0,
                  block_ids=[pad_block] * -(-n // block_size))
-        for i, n in enumerate(lengths)
+        for i, (n, _) in enumerate(kept)
     ]  # fmt: skip
-    return seqs, starts
+    return seqs, [start for _, start in kept]
