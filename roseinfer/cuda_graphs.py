@@ -38,6 +38,7 @@ Without `capture` the same static path runs eagerly: that is how it is checked o
 
 from __future__ import annotations
 
+import atexit
 import bisect
 from dataclasses import dataclass
 
@@ -45,13 +46,15 @@ import torch
 
 from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
+from roseinfer.cuda_ext.fused_mlp import MlpScratch, StampRecorder
+from roseinfer.cuda_ext.stamps import StampLog, stamps_path
 from roseinfer.kernels import triton_available
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kernels.skinny_gemm import SkinnyScratch
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.linears import small_batch_gemv
-from roseinfer.tracing import ARGMAX, MODEL_FORWARD, region
+from roseinfer.tracing import ARGMAX, MODEL_FORWARD, STATE, region
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -148,6 +151,10 @@ class GraphKernels:
     # With PDL, the skinny GEMM's buckets launch the step's Triton kernels as dependents too (beyond
     # pdl_max_batch): each skinny GEMM then loads its weights while the kernel before it runs.
     skinny_gemm_pdl: bool = True
+    # At one row, with norm_gemv and lm_head_gemv, a 768-wide block's MLP (ln_2, c_fc, GELU, mlp_proj) as one
+    # split-K CUDA kernel (`roseinfer.cuda_ext.fused_mlp`, built at first use) where it is built; its float32 output
+    # goes to the next norm GEMV's prologue. False (`--no-cuda-mlp`): the norm GEMV and the GEMV, two Triton kernels.
+    cuda_mlp: bool = True
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -196,6 +203,15 @@ class DecodeGraphs:
         self.fused = kernels.fused_add_layernorm and cache.is_cuda and triton_available()
         # The skinny GEMM's split-K buffers, this step's own: another engine's step may run on another stream
         self.skinny_scratch = SkinnyScratch()
+        # The one-row MLP kernel's output buffers, one per layer (`MlpScratch`), where it may run; with the regions
+        # on and a stamps file asked for (a roseprof capture), its stamps too, written after every batch-1 step
+        self.mlp_scratch = self.stamp_recorder = None
+        if kernels.cuda_mlp and cache.is_cuda and model.cfg.n_layer >= 2:
+            stamps = (STATE.nvtx or STATE.record_function) and stamps_path() is not None
+            self.mlp_scratch = MlpScratch(model.cfg.n_layer, cache.k_caches[0].device, stamps=stamps)
+            if stamps:
+                self.stamp_recorder = StampRecorder(self.mlp_scratch, StampLog(stamps_path()))
+                atexit.register(self.stamp_recorder.close)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -226,6 +242,7 @@ class DecodeGraphs:
                 k.lm_head_gemv,
                 k.skinny_gemm_max_batch,
                 self.skinny_scratch,
+                self.mlp_scratch,
             ),
             pdl_scope(
                 pdl,
@@ -268,6 +285,7 @@ class DecodeGraphs:
                 for _ in range(2):
                     with region(MODEL_FORWARD):
                         self.forward(bucket)
+                    self._stamped(bucket)  # a profiler sees these launches too: each has its stamps' line
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=pool, capture_error_mode=mode):
@@ -283,6 +301,8 @@ class DecodeGraphs:
         """Destroy the captured graphs (their memory and what they hold of NCCL's communicator); the step then runs
         uncaptured."""
         torch.cuda.synchronize()
+        if self.stamp_recorder is not None:
+            self.stamp_recorder.flush()
         for graph in self.graphs.values():
             graph.reset()
         self.graphs.clear()
@@ -298,7 +318,13 @@ class DecodeGraphs:
         else:
             graph.replay()
             logits, greedy = self.outputs[bucket]
+        self._stamped(bucket)
         return logits[:batch], greedy[:batch]
+
+    def _stamped(self, bucket: int) -> None:
+        """After a step that ran the one-row MLP kernel with stamps: queue its stamps for the stamps file."""
+        if self.stamp_recorder is not None and bucket == 1:
+            self.stamp_recorder.after_step()
 
     def replay(self, bucket: int) -> None:
         """Replay a bucket's graph on whatever its static inputs hold (a measurement hook, scripts/bench_*.py)."""

@@ -49,6 +49,9 @@ _LM_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_lm_he
 # Rows up to which the skinny GEMM runs where the GEMV does not (0: never), and the split-K scratch it uses there.
 _SKINNY_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_skinny_max_rows", default=0)
 _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skinny_scratch", default=None)
+# Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
+# (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
+_CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
 
 
 @contextlib.contextmanager
@@ -59,13 +62,15 @@ def small_batch_gemv(
     lm_head: bool = False,
     skinny_max_rows: int = 0,
     scratch=None,
+    mlp_scratch=None,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
     (each with norm_prologue): the first block's call gathers its rows from the embedding tables as well, and the
     one-row lm_head runs as `norm_lm_head`. skinny_max_rows: linears of at most this many rows that the GEMV does
     not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
-    process's)."""
+    process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
+    buffers where `cuda_mlp_applies`."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -73,10 +78,12 @@ def small_batch_gemv(
         _LM_HEAD.set(norm_prologue and lm_head),
         _SKINNY_MAX_ROWS.set(skinny_max_rows),
         _SKINNY_SCRATCH.set(scratch),
+        _CUDA_MLP.set(mlp_scratch if norm_prologue and lm_head else None),
     )
     try:
         yield
     finally:
+        _CUDA_MLP.reset(tokens[6])
         _SKINNY_SCRATCH.reset(tokens[5])
         _SKINNY_MAX_ROWS.reset(tokens[4])
         _LM_HEAD.reset(tokens[3])
@@ -186,3 +193,24 @@ def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor)
     from roseinfer.kernels.gemv import norm_gemv_triton
 
     return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight)[1]
+
+
+def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
+    """Whether `cuda_mlp` runs the MLP here: inside `small_batch_gemv(.., norm_prologue=True, lm_head=True,
+    mlp_scratch=...)` (the norm GEMVs after it read its float32 output), where the norm GEMV would run c_fc (one
+    row), and where the CUDA kernel is built for these shapes (`roseinfer.cuda_ext.fused_mlp.fused_mlp_applies`: on
+    CPU machines never)."""
+    if _CUDA_MLP.get() is None or not norm_gemv_applies(x, delta, c_fc):
+        return False
+    from roseinfer.cuda_ext.fused_mlp import fused_mlp_applies
+
+    return fused_mlp_applies(x, delta, c_fc, mlp_proj)
+
+
+def cuda_mlp(x: torch.Tensor, delta: torch.Tensor, block, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, mlp(ln_2(s))) with s = x + delta: s [1, C] in x's dtype, the MLP's output [1, C] in float32, as one
+    CUDA kernel (callers check `cuda_mlp_applies`) writing layer `layer`'s buffer of the scratch."""
+    from roseinfer.cuda_ext.fused_mlp import block_mlp
+    from roseinfer.kernels.pdl import pdl_enabled
+
+    return block_mlp(x, delta, block, layer, _CUDA_MLP.get(), pdl=pdl_enabled())

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
 from roseinfer.linears import (
+    cuda_mlp,
+    cuda_mlp_applies,
     embedding_gather_applies,
     linear,
     lm_head_gemv_applies,
@@ -91,6 +93,9 @@ class Block(nn.Module):
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
+        if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.c_fc, self.mlp_proj):
+            with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32
+                return cuda_mlp(x, a, self, layer)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, a, self.ln_2, fused)

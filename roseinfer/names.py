@@ -38,9 +38,9 @@ ALLREDUCE = "roseinfer.layer.allreduce"
 MLP_WAIT = "roseinfer.layer.mlp.wait"  # its weights loaded, waiting for the kernel in front (PDL)
 MLP_NORM = "roseinfer.layer.mlp.norm"  # ln_2: the residual add and LayerNorm
 MLP_UP = "roseinfer.layer.mlp.up"  # c_fc with GPT-2's GELU (one pass: the GELU is the GEMV's epilogue)
-MLP_BARRIER = "roseinfer.layer.mlp.barrier"  # the grid barrier, then c_fc's output into shared memory
-MLP_DOWN = "roseinfer.layer.mlp.down"  # mlp_proj
-KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_BARRIER, MLP_DOWN)
+MLP_DOWN = "roseinfer.layer.mlp.down"  # mlp_proj: each block's share of every output column (its rows of K)
+MLP_SUM = "roseinfer.layer.mlp.sum"  # the blocks' shares added into the output (atomics)
+KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_DOWN, MLP_SUM)
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,

@@ -1,9 +1,9 @@
-"""The one-row fused MLP (roseinfer/cuda_ext/fused_mlp.cu) against the Triton path it replaces, side by side in one
-process, on one GPU (issue 50):
+"""The one-row fused MLP (roseinfer/cuda_ext/fused_mlp.cu, split over K) against the Triton path, side by side in
+one process, on one GPU (issue 50):
 - the first build's time (stderr), and the kernel against the torch reference;
 - a chain of 12 MLPs (GPT-2 small's layers, random weights) captured in one CUDA graph under PDL with early
   release, as the engine's step runs them: Triton (norm GEMV + GEMV), the CUDA kernel with stamps off, with
-  stamps on; replayed in interleaved rounds, median µs per MLP and the weights' bytes over it;
+  stamps on (and --bare: a build without the stamp code); replayed in interleaved rounds, median µs per MLP;
 - %globaltimer's tick as seen in the stamps, and each phase's median time from the stamps;
 - --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here).
 
@@ -46,10 +46,11 @@ def blocks(dtype):
 
 def chain(bs, x, a, fused: bool, module=None):
     """The MLPs of 12 layers back to back (each one's output the next one's delta), as the step would run them:
-    the Triton path (norm GEMV, GEMV) or the CUDA kernel (`module`: a build of it; None: the default build)."""
-    for b in bs:
+    the Triton path (norm GEMV, GEMV) or the CUDA kernel (`module`: a build of it; None: the default build), whose
+    float32 outputs go through the layers' buffers (`b.scratch`)."""
+    for layer, b in enumerate(bs):
         if fused:
-            x, a = fm.fused_mlp(x, a, b.ln_2, b.c_fc, b.mlp_proj, b.mlp_state, pdl=True, module=module)
+            x, a = fm.block_mlp(x, a, b, layer, b.scratch, pdl=True, module=module)
         else:
             x, g = norm_linear(x, a, b.ln_2, b.c_fc, gelu=True)
             a = linear(g, b.mlp_proj)
@@ -97,12 +98,17 @@ def main(argv=None) -> int:
     bs = blocks(dtype)
     x = torch.randn(1, 768, device="cuda", dtype=dtype)
     a = torch.randn(1, 768, device="cuda", dtype=dtype) * 0.5
-    for b in bs:
-        b.mlp_state = fm.MlpState(x.device)
+
+    def use(scratch):
+        for b in bs:
+            b.scratch = scratch
+
+    use(fm.MlpScratch(LAYERS, x.device))
     ref = chain(bs, x, a, False)
     got = chain(bs, x, a, True)
     err = (got[1].float() - ref[1].float()).abs().max().item()
-    print(f"12-layer chain, CUDA against Triton: max |diff| of the last MLP output {err:.2e}")
+    err_x = (got[0].float() - ref[0].float()).abs().max().item()
+    print(f"12-layer chain, CUDA against Triton: max |diff| last output {err:.2e}, residual {err_x:.2e}")
 
     # "cuda, no stamp code": a build whose stamp() compiles to nothing, to price the branch of stamps off
     bare = fm.load(defines=(fm.NO_STAMPS_DEFINE,)) if args.bare else None
@@ -111,10 +117,9 @@ def main(argv=None) -> int:
         plan.append(("cuda, no stamp code", True, False, bare))
     variants = {}
     for name, fused, stamps, module in plan:
-        for b in bs:
-            b.mlp_state = fm.MlpState(x.device, stamps=stamps)
-        variants[name] = capture(bs, x, a, fused, module)
-        variants[name] = (*variants[name], [b.mlp_state for b in bs])
+        scratch = fm.MlpScratch(LAYERS, x.device, stamps=stamps)
+        use(scratch)
+        variants[name] = (*capture(bs, x, a, fused, module), scratch)
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, (graph, _, _) in variants.items():
@@ -129,22 +134,21 @@ def main(argv=None) -> int:
         med = statistics.median(ts)
         result["per_mlp_us"][name] = med
         print(f"{name:20s} {med:6.2f} us per MLP (rounds {min(ts):.2f}..{max(ts):.2f}), "
-              f"{weight_bytes / med / 1e6:,.0f} GB/s of weights")  # fmt: skip
+              f"{weight_bytes / med / 1e3:,.0f} GB/s of weights")  # fmt: skip
     result["cuda_over_triton"] = result["per_mlp_us"]["cuda"] / result["per_mlp_us"]["triton"]
     result["stamps_on_over_off"] = result["per_mlp_us"]["cuda+stamps"] / result["per_mlp_us"]["cuda"]
     print(
         f"cuda / triton {result['cuda_over_triton']:.3f}; stamps on / off {result['stamps_on_over_off']:.3f}"
     )
 
-    # the stamps of the last replay's 12 launches (graph replayed last above: cuda+stamps)
-    graph, _, states = variants["cuda+stamps"]
+    # the stamps of the last replays' 12 launches (the chain with stamps on)
+    graph, _, scratch = variants["cuda+stamps"]
     per_phase = {k: [] for k, _ in fm.PHASES}
     ticks = set()
     for _ in range(20):
         graph.replay()
         torch.cuda.synchronize()
-        for state in states:
-            st = state.stamps.cpu()
+        for st in scratch.stamps.cpu():
             for phase, _region, s, e in fm.phase_ranges(st):
                 per_phase[phase].append(e - s)
             vals = sorted(set(st.flatten().tolist()))
@@ -153,30 +157,32 @@ def main(argv=None) -> int:
     print(f"%globaltimer: smallest step between distinct stamps {result['globaltimer_min_step_ns']} ns")
     result["phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase.items()}
     for k, v in result["phase_median_ns"].items():
-        print(f"  phase {k:18s} {v / 1e3:6.2f} us")
+        print(f"  phase {k:28s} {v / 1e3:6.2f} us")
     # one plain launch under torch.profiler: CUPTI's duration of the kernel against its stamps' span
     from torch.profiler import ProfilerActivity, profile
 
-    state = fm.MlpState(x.device, stamps=True)
+    scratch = fm.MlpScratch(2, x.device, stamps=True)
     gaps = []
-    for _ in range(10):
+    for launch in range(10):
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            fm.fused_mlp(x, a, bs[0].ln_2, bs[0].c_fc, bs[0].mlp_proj, state)
+            fm.block_mlp(x, a, bs[0], launch % 2, scratch)
             torch.cuda.synchronize()
-        k = [e for e in prof.events() if "fused_mlp_kernel" in e.name][0]
+        k = [e for e in prof.events() if fm.KERNEL in e.name][0]
         kernel_ns = (k.time_range.end - k.time_range.start) * 1000
-        ranges = fm.phase_ranges(state.stamps.cpu())
+        ranges = fm.phase_ranges(scratch.stamps[launch % 2].cpu())
         gaps.append((kernel_ns, ranges[-1][3] - ranges[0][2]))
     gaps.sort()
     kernel_ns, span_ns = gaps[len(gaps) // 2]
     result["plain_launch"] = {"kernel_ns": kernel_ns, "stamps_span_ns": span_ns}
     print(f"a plain launch: CUPTI {kernel_ns:.0f} ns, stamps' span {span_ns} ns ({span_ns / kernel_ns:.3f})")
+    stamps_of_layer_5 = variants["cuda+stamps"][2].stamps[5].cpu().tolist()
     if args.fixture:
-        st = states[5].stamps.cpu().tolist()
+        st = stamps_of_layer_5
         ranges = fm.phase_ranges(st)
         doc = {
-            "what": "one fused_mlp launch's %globaltimer stamps [blocks, 6], layer 5 of a 12-layer captured chain",
+            "what": "one fused_mlp launch's %globaltimer stamps [blocks, 6] (split-K kernel), layer 5 of a 12-layer "
+            "captured chain",
             "command": "python scripts/bench_cuda_mlp.py --fixture tests/data/fused_mlp.stamps.json",
             "device": result["device"], "date": result["date"], "blocks": len(st),
             "span_ns": ranges[-1][3] - ranges[0][2], "stamps": st,

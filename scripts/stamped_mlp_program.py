@@ -6,7 +6,7 @@ each launch's stamps into $ROSEINFER_KERNEL_STAMPS (roseprof sets it to the run 
 --stamps FILE otherwise): one synchronised launch at a time, so each launch's stamps are read before the next
 overwrites them. With no trace to write (under `roseprof nsys`, which records every launch) it runs no
 torch.profiler and stamps its warm-up launches too, so every launch in the trace has its line. --delay-phase/--delay-us plant a spin in one phase (the test build, -DFUSED_MLP_STAMP_DELAY):
-1 ln_2 (roseinfer.layer.mlp.norm), 2 c_fc (.up), 4 mlp_proj (.down).
+1 ln_2 (roseinfer.layer.mlp.norm), 2 c_fc (.up), 3 mlp_proj (.down), 4 the split-K sum (.sum).
 
     roseprof torch --name mlp -- python scripts/stamped_mlp_program.py --launches 40
     roseprof torch --name mlp-slow -- python scripts/stamped_mlp_program.py --launches 40 --delay-phase 2 --delay-us 20
@@ -33,7 +33,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--launches", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5, help="launches before the profiler starts (not stamped)")
-    p.add_argument("--delay-phase", type=int, default=0, choices=(0, 1, 2, 4))
+    p.add_argument("--delay-phase", type=int, default=0, choices=(0, 1, 2, 3, 4))
     p.add_argument("--delay-us", type=float, default=0.0)
     p.add_argument(
         "--trace", help="the Kineto trace to write (default: $ROSEPROF_TORCH_TRACE_DIR/trace.json)"
@@ -61,29 +61,32 @@ def main() -> int:
     block = block.to("cuda", torch.float16)
     x = torch.randn(1, fm.WIDTH, device="cuda", dtype=torch.float16)  # [1, C]
     a = torch.randn(1, fm.WIDTH, device="cuda", dtype=torch.float16)  # [1, C]
-    state = fm.MlpState(x.device, stamps=True)
+    scratch = fm.MlpScratch(2, x.device, stamps=True)  # two layers' buffers: launches alternate between them
     delay = (args.delay_phase, int(args.delay_us * 1000))
+    launches = 0
 
-    def launch():
-        fm.fused_mlp(x, a, block.ln_2, block.c_fc, block.mlp_proj, state, module=module, delay=delay)
+    def launch():  # one launch, run to its end: returns its stamps [BLOCKS, NSTAMP]
+        nonlocal launches
+        layer = launches % 2
+        fm.block_mlp(x, a, block, layer, scratch, module=module, delay=delay)
         torch.cuda.synchronize()
+        launches += 1
+        return scratch.stamps[layer]
 
     with StampLog(stamps) as log:
         for _ in range(args.warmup):
-            launch()
+            stamps = launch()
             if trace is None:  # every launch is in an nsys trace: each needs its line
-                fm.record_stamps(log, state)
+                fm.record_stamps(log, stamps)
         if trace is None:
             for _ in range(args.launches):
-                launch()
-                fm.record_stamps(log, state)
+                fm.record_stamps(log, launch())
             return 0
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(args.launches):
-                launch()
-                fm.record_stamps(log, state)
+                fm.record_stamps(log, launch())
     prof.export_chrome_trace(trace)
     return 0
 

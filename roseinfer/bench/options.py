@@ -68,6 +68,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         "--no-block-table-cache", action="store_true", help="earlier design: rows rebuilt every step"
     )
     p.add_argument(
+        "--no-cuda-mlp",
+        action="store_true",
+        help="Triton path: the one-row MLP as two Triton kernels, not one CUDA kernel",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -140,6 +145,7 @@ def engine_config(args) -> EngineConfig:
         batched_kv_append=not args.no_batched_kv_append,
         batched_rollover=not args.no_batched_rollover,
         block_table_cache=not args.no_block_table_cache,
+        cuda_mlp=not args.no_cuda_mlp,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
         cpu_threads=args.cpu_threads,

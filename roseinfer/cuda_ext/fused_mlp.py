@@ -1,23 +1,23 @@
 """The one-row MLP of a GPT-2 small block as one CUDA kernel (`fused_mlp.cu`), with regions inside it.
 
 At decode batch 1 the Triton path runs a block's MLP as two dependent kernels (the norm GEMV for ln_2 + c_fc +
-GELU, then the GEMV for mlp_proj; `roseinfer.kernels.gemv`). This kernel does the same in one launch: every
-block of a one-block-per-SM grid loads its rows of both weights before it waits for the kernel in front (PDL),
-normalises the row, computes its c_fc rows, meets the others at a grid barrier and computes its mlp_proj row.
-`fused_mlp_applies` says where it can run (CUDA, float16/bfloat16, one row, 768 wide, the extension built, at
-least 128 SMs).
+GELU, then the GEMV for mlp_proj; `roseinfer.kernels.gemv`). This kernel does it in one launch split over K: each
+of 128 blocks loads its 24 rows of c_fc and of mlp_proj's transposed weight before it waits for the kernel in
+front (PDL), normalises the row, computes its 24 g values and adds its share of every output column into a
+float32 buffer with atomics. No block waits for another, so the kernel boundary it removes is not replaced by a
+grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). The captured batch-1 step runs it by
+default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for the Triton path); the norm GEMV after it (the next layer's
+c_attn, or the lm_head) reads its float32 output in its prologue.
 
-The engine does not run it: on an H200 it made the batch-1 step slower (TPOT 0.225 against 0.200 ms, 7.8 against
-6.1 us per MLP in a captured chain; docs/BENCHMARKS.md, issue 50). Its grid barrier costs what the kernel boundary
-it removes costs under PDL (~2 us), and one 256-thread, 133-register block per SM leaves the next kernels less
-room to load their weights early. It stays as the toolchain's first kernel, measured by
-scripts/bench_cuda_mlp.py, and as the kernel that carries region stamps.
+`MlpScratch` holds the output buffers, one per layer: a launch adds into its layer's buffer and zeroes the next
+layer's, whose last reader has finished by then; so each buffer is zero when its launch starts, in every step.
 
-Regions inside the kernel: with `MlpState(stamps=True)` thread 0 of every block writes %globaltimer at the
-kernel's phase boundaries into `state.stamps` [blocks, NSTAMP] (int64 ns). `phase_ranges` turns one launch's
-stamps into contiguous sub-ranges named with the engine's region names (`PHASES`: `roseinfer.layer.mlp.wait`, `.norm`,
-`.up`, `.barrier`, `.down`): phase k ends when the last block has passed stamp k+1, so the ranges cover the kernel
-from its first block's start to its last block's end. `record_stamps` appends a launch's boundaries to the stamps
+Regions inside the kernel: with `MlpScratch(stamps=True)` thread 0 of every block writes %globaltimer at the
+kernel's phase boundaries into the layer's stamp buffer [BLOCKS, NSTAMP] (int64 ns). `phase_ranges` turns one
+launch's stamps into contiguous sub-ranges named with the engine's region names (`PHASES`:
+`roseinfer.layer.mlp.wait`, `.norm`, `.up`, `.down`, `.sum`): phase k ends when the last block has passed stamp
+k+1, so the ranges cover the kernel from its first block's start to its last block's end. `StampRecorder` copies
+each captured step's stamps off the GPU without waiting for it and appends each launch's boundaries to the stamps
 file (`stamps.py`), from which roseprof makes GPU sub-ranges of that launch in a profile.
 """
 
@@ -26,22 +26,24 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from roseinfer.names import MLP_BARRIER, MLP_DOWN, MLP_NORM, MLP_UP, MLP_WAIT
+from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
 
 NAME = "fused_mlp"
 KERNEL = "fused_mlp_kernel"  # the CUDA function's name: the profilers' kernel names contain it
-WIDTH = 768  # the one width built (at 1,024 its registers spill)
-NSTAMP = 6  # stamps per block: start, after the wait, after ln_2, after c_fc, after the barrier, end
-MIN_SMS = 128  # one block per SM, 8 warps a block: 3 c_fc rows and 1 mlp_proj row per warp need >= 128 blocks
+WIDTH = 768  # the one width built (at 1,024 the registers that hold both linears' rows would spill)
+BLOCKS = 4 * WIDTH // (8 * 3)  # 128: 3 g rows per warp, 8 warps a block
+NSTAMP = (
+    6  # stamps per block: start, after the wait, after ln_2, after c_fc, after its share of mlp_proj, end
+)
 # (phase, region) between stamps k and k+1
 PHASES = (
-    ("weights and wait", MLP_WAIT),  # both linears' weights loaded, waiting for the kernel in front
+    ("weights and wait", MLP_WAIT),  # both linears' rows loaded, waiting for the kernel in front
     ("ln_2", MLP_NORM),  # the residual add and LayerNorm
     ("c_fc + gelu", MLP_UP),
-    ("grid barrier", MLP_BARRIER),  # every block's c_fc rows written; g read into shared memory
-    ("mlp_proj", MLP_DOWN),
+    ("mlp_proj, this block's rows", MLP_DOWN),  # the block's share of every output column, in shared memory
+    ("split-K sum", MLP_SUM),  # the shares added into the output (atomics)
 )
-# Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc) or 4 (mlp_proj)
+# Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc), 3 (mlp_proj) or 4 (the sum)
 DELAY_DEFINE = "FUSED_MLP_STAMP_DELAY"
 # A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
 NO_STAMPS_DEFINE = "FUSED_MLP_NO_STAMPS"
@@ -55,54 +57,88 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines))
 
 
-class MlpState:
-    """A layer's kernel state: its grid barrier (two int32 words, zeros, left reusable by every launch) and,
-    with stamps, its stamp buffer [blocks, NSTAMP] int64 (the last launch's). Made once per layer before the
-    step is captured."""
+class MlpScratch:
+    """The kernel's float32 output buffers, one per layer [n_layer, C], zeros: layer L's launch adds into bufs[L]
+    and zeroes bufs[(L+1) % n_layer], the buffer the next launch adds into, whose last reader (the kernel after
+    layer L+1's MLP, a step before) finished before layer L's launch stopped waiting. Every step runs its layers
+    in order, so the buffer a launch adds into is zero. stamps: a stamp buffer per layer [n_layer, BLOCKS,
+    NSTAMP] (regions inside the kernel), else [n_layer, 0]. Made once, before the step is captured."""
 
-    def __init__(self, device: torch.device, stamps: bool = False, blocks: int | None = None) -> None:
-        self.blocks = blocks or torch.cuda.get_device_properties(device).multi_processor_count
-        self.barrier = torch.zeros(2, dtype=torch.int32, device=device)
-        self.stamps = torch.zeros(
-            (self.blocks, NSTAMP) if stamps else (0,), dtype=torch.int64, device=device
-        )  # [blocks, NSTAMP] or empty (regions off)
+    def __init__(self, n_layer: int, device, stamps: bool = False) -> None:
+        if n_layer < 2:  # one layer would zero the buffer it adds into
+            raise ValueError("the fused MLP's buffers need at least 2 layers")
+        self.bufs = torch.zeros(n_layer, WIDTH, dtype=torch.float32, device=device)  # [L, C]
+        shape = (n_layer, BLOCKS, NSTAMP) if stamps else (n_layer, 0)
+        self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
+
+    def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(out, clear, stamps) of layer `layer`'s launch."""
+        n = self.bufs.shape[0]
+        return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamps[layer]
 
 
 def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
-    """Whether `fused_mlp` runs for x, delta [1, C] and these linears (else the Triton path)."""
-    if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.shape == (1, WIDTH)):
+    """Whether `fused_mlp` runs for x [1, C] float16, delta [1, C] (float16, or float32: the kernel's own output
+    for the layer before) and these linears (else the Triton path)."""
+    if not (x.is_cuda and x.dtype == torch.float16 and x.shape == (1, WIDTH) and x.is_contiguous()):
         return False
-    if not (delta.shape == x.shape and x.is_contiguous() and delta.is_contiguous()):
+    if not (
+        delta.shape == x.shape and delta.dtype in (torch.float16, torch.float32) and delta.is_contiguous()
+    ):
         return False
     for lin, shape in ((c_fc, (4 * WIDTH, WIDTH)), (mlp_proj, (WIDTH, 4 * WIDTH))):
         if lin.bias is None or lin.weight.shape != shape or not lin.weight.is_contiguous():
             return False
-    if torch.cuda.get_device_properties(x.device).multi_processor_count < MIN_SMS:
-        return False
     return load() is not None
 
 
-def fused_mlp(x, delta, ln, c_fc, mlp_proj, state: MlpState, pdl: bool = False, module=None, delay=(0, 0)):
-    """(s, out): s = x + delta [1, C], out = mlp_proj(gelu_tanh(c_fc(ln(s)))) [1, C], one kernel. pdl: launched as
-    a programmatic dependent launch (the Triton kernels' protocol, `roseinfer.kernels.pdl`). module: the built
-    extension (default `load()`; a test build for planted delays); delay: (phase, ns) in a test build."""
+def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: bool = False, module=None,
+              delay=(0, 0)):  # fmt: skip
+    """(s [1, C] in x's dtype, out): s = x + delta, and mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out`
+    (float32 [C], zero on entry); `clear` (float32 [C]) zeroed for the next launch; w_proj_t: mlp_proj's weight
+    transposed [4C, C]; stamps: int64 [BLOCKS, NSTAMP] or empty. pdl: launched as a programmatic dependent launch
+    (the Triton kernels' protocol, `roseinfer.kernels.pdl`). module: the built extension (default `load()`; a test
+    build for planted delays); delay: (phase, ns) in a test build."""
     module = module or load()
     s = torch.empty_like(x)  # [1, C]
-    out = torch.empty_like(x)  # [1, C]
-    g = torch.empty(4 * x.shape[1], dtype=x.dtype, device=x.device)  # [4C] c_fc's output, read by every block
     module.fused_mlp(
-        x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, mlp_proj.weight, mlp_proj.bias,
-        s, g, out, state.barrier, state.stamps, state.blocks, pdl, delay[0], delay[1],
+        x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, w_proj_t, b_proj,
+        s, out, clear, stamps.reshape(-1), pdl, delay[0], delay[1],
     )  # fmt: skip
     return s, out
 
 
+def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = False, module=None, delay=(0, 0)):
+    """A GPT-2 block's MLP as `fused_mlp` into layer `layer`'s buffer of `scratch`: (s [1, C], out [1, C]
+    float32, valid until the same layer's next launch). The block keeps mlp_proj's weight transposed ([4C, C],
+    made at its first call: the step's warm-up, before capture)."""
+    w_proj_t = getattr(block, "mlp_proj_t", None)
+    if w_proj_t is None:
+        w_proj_t = block.mlp_proj_t = block.mlp_proj.weight.detach().t().contiguous()  # [4C, C]
+    out, clear, stamps = scratch.for_layer(layer)
+    s, out = fused_mlp(
+        x,
+        delta,
+        block.ln_2,
+        block.c_fc,
+        w_proj_t,
+        block.mlp_proj.bias,
+        out,
+        clear,
+        stamps,
+        pdl,
+        module,
+        delay,
+    )
+    return s, out.view(1, -1)
+
+
 def fused_mlp_reference(x, delta, ln, c_fc, mlp_proj):
-    """The same in torch, rounded where the kernel rounds (s, LayerNorm's output and g in x's dtype)."""
-    s = x + delta
+    """(s, out) in torch, rounded where the kernel rounds (s, LayerNorm's output and g in x's dtype; out float32)."""
+    s = (x.float() + delta.float()).to(x.dtype)
     h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)
     g = F.gelu(F.linear(h.float(), c_fc.weight.float(), c_fc.bias.float()), approximate="tanh").to(x.dtype)
-    return s, F.linear(g.float(), mlp_proj.weight.float(), mlp_proj.bias.float()).to(x.dtype)
+    return s, F.linear(g.float(), mlp_proj.weight.float(), mlp_proj.bias.float())
 
 
 def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
@@ -122,7 +158,45 @@ def phase_bounds(stamps) -> list[int]:
     return [min(r[0] for r in rows)] + [max(r[k] for r in rows) for k in range(1, NSTAMP)]
 
 
-def record_stamps(log, state: MlpState) -> None:
-    """Append the last launch of `state` to a stamps file (`roseinfer.cuda_ext.stamps.StampLog`): after the
-    launch has run (this reads the device buffer, so it waits for it), once per launch, in launch order."""
-    log.record(KERNEL, [region for _, region in PHASES], phase_bounds(state.stamps.cpu()))
+def record_stamps(log, stamps) -> None:
+    """Append one launch's stamps [BLOCKS, NSTAMP] (after it has run: a device tensor is read, so this waits) to
+    a stamps file (`roseinfer.cuda_ext.stamps.StampLog`), once per launch, in launch order."""
+    log.record(
+        KERNEL,
+        [region for _, region in PHASES],
+        phase_bounds(stamps.cpu() if hasattr(stamps, "cpu") else stamps),
+    )
+
+
+class StampRecorder:
+    """Each captured step's stamps (every layer's launch) to the stamps file, without waiting for the GPU: after
+    a replay `after_step` queues a copy of the scratch's stamps into pinned host memory and an event behind it,
+    and writes the steps whose copies have landed, in order; `flush` writes the rest (waiting for them)."""
+
+    def __init__(self, scratch: MlpScratch, log) -> None:
+        self.scratch, self.log = scratch, log
+        self.pending: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+
+    def after_step(self) -> None:
+        host = torch.empty(self.scratch.stamps.shape, dtype=torch.int64, pin_memory=True)
+        host.copy_(self.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]
+        done = torch.cuda.Event()
+        done.record()
+        self.pending.append((host, done))
+        while self.pending and self.pending[0][1].query():
+            self._write(self.pending.pop(0)[0])
+
+    def flush(self) -> None:
+        for host, done in self.pending:
+            done.synchronize()
+            self._write(host)
+        self.pending.clear()
+
+    def close(self) -> None:
+        """Write what is left and close the stamps file (at the process's exit)."""
+        self.flush()
+        self.log.close()
+
+    def _write(self, host: torch.Tensor) -> None:
+        for layer in host.tolist():  # one launch per layer, in the step's order
+            record_stamps(self.log, layer)

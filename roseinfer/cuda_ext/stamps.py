@@ -1,6 +1,6 @@
 """The stamps file: how a fused kernel's regions reach a profile (issue 50).
 
-A kernel that stamps its phases (`fused_mlp.MlpState(stamps=True)`) leaves one launch's %globaltimer stamps in a
+A kernel that stamps its phases (`fused_mlp.MlpScratch(stamps=True)`) leaves one launch's %globaltimer stamps in a
 device buffer; its host code, after the launch has run, reduces them to the phase boundaries and appends one JSON
 line per launch to the file named by `$ROSEINFER_KERNEL_STAMPS` (a roseprof capture sets it to the run folder's
 `kernel_stamps.jsonl`, as it sets the step log; `roseprof import --stamps FILE` takes one written elsewhere):

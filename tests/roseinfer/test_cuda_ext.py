@@ -126,27 +126,35 @@ def _mlp(dtype, seed=0):
     return block, x, a
 
 
+def _reference_out(x, delta, block):
+    return fm.fused_mlp_reference(x, delta, block.ln_2, block.c_fc, block.mlp_proj)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("delta_dtype", [torch.float16, torch.float32])
 @pytest.mark.parametrize("pdl", [False, True])
-def test_fused_mlp_matches_the_reference_and_the_triton_path(dtype, pdl):
+def test_fused_mlp_matches_the_reference_launch_after_launch(delta_dtype, pdl):
+    # Two layers' buffers: each launch adds into its own (zero on entry: the launch before zeroed it) and zeroes
+    # the other's, so launch after launch every output is the MLP's, not a sum with the one before. delta is
+    # float16 (attn_proj's output) or float32 (this kernel's own output, the layer before).
     from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
 
-    block, x, a = _mlp(dtype)
+    block, x, a = _mlp(torch.float16)
+    a = a.to(delta_dtype)
     assert fm.fused_mlp_applies(x, a, block.c_fc, block.mlp_proj), cuda_ext.why_not_built(fm.NAME)
-    state = fm.MlpState(x.device)
-    ref_s, ref_out = fm.fused_mlp_reference(x, a, block.ln_2, block.c_fc, block.mlp_proj)
+    scratch = fm.MlpScratch(2, x.device)
+    ref_s, ref_out = _reference_out(x, a, block)
     ln = block.ln_2
     t_s, g = norm_gemv_triton(x, a, ln.weight, ln.bias, ln.eps, block.c_fc.weight, block.c_fc.bias, gelu=True)
     t_out = gemv_triton(g, block.mlp_proj.weight, block.mlp_proj.bias)
-    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=3e-3, rtol=3e-3)
-    for _ in range(3):  # the grid barrier is left reusable by every launch
-        s, out = fm.fused_mlp(x, a, ln, block.c_fc, block.mlp_proj, state, pdl=pdl)
+    for launch in range(5):
+        s, out = fm.block_mlp(x, a, block, launch % 2, scratch, pdl=pdl)
+        assert out.dtype == torch.float32 and out.shape == (1, 768)
         torch.testing.assert_close(s, ref_s, atol=0, rtol=0)
-        torch.testing.assert_close(out, ref_out, **tol)
-        torch.testing.assert_close(out, t_out, **tol)
         torch.testing.assert_close(s, t_s, atol=0, rtol=0)
-    assert state.barrier[0].item() == 0 and state.barrier[1].item() == 3
+        torch.testing.assert_close(out, ref_out, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(out.half(), t_out, atol=3e-3, rtol=3e-3)
+    assert torch.count_nonzero(scratch.bufs[(launch + 1) % 2]) == 0  # zeroed for the next launch
 
 
 @pytest.mark.gpu
@@ -155,18 +163,21 @@ def test_it_runs_in_a_captured_pdl_chain_and_matches_the_triton_block():
     from roseinfer.linears import linear, norm_linear, small_batch_gemv
 
     block, x, a = _mlp(torch.float16, seed=1)
-    state = fm.MlpState(x.device)
+    scratch = fm.MlpScratch(2, x.device)
     outs = {}
     for on in (False, True):
         with small_batch_gemv(1, norm_prologue=True), pdl_scope(True, early_release=True):
 
             def mlp(on=on):  # the block's MLP half: the CUDA kernel, or the Triton path Block.forward runs
-                if on:
-                    return fm.fused_mlp(x, a, block.ln_2, block.c_fc, block.mlp_proj, state, pdl=True)
+                if on:  # layer 0's launch, then layer 1's (same inputs), which zeroes layer 0's buffer again
+                    s, out = fm.block_mlp(x, a, block, 0, scratch, pdl=True)
+                    out = out.half()
+                    fm.block_mlp(x, a, block, 1, scratch, pdl=True)
+                    return s, out
                 s, g = norm_linear(x, a, block.ln_2, block.c_fc, gelu=True)
                 return s, linear(g, block.mlp_proj)
 
-            mlp()  # warm-up: the state is made outside the capture
+            mlp()  # warm-up: the transposed weight is made outside the capture
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 s, out = mlp()
@@ -201,15 +212,21 @@ def test_stamps_add_up_to_the_kernels_duration(delay_us):
     module = fm.load(test_build=True)
     assert module is not None, cuda_ext.why_not_built(fm.NAME)
     block, x, a = _mlp(torch.float16)
-    state = fm.MlpState(x.device, stamps=True)
-    run = lambda: fm.fused_mlp(  # noqa: E731
-        x, a, block.ln_2, block.c_fc, block.mlp_proj, state, module=module, delay=(2, delay_us * 1000)
-    )
+    scratch = fm.MlpScratch(2, x.device, stamps=True)
+    launches = [0]
+
+    def run():  # alternate the two layers' buffers; returns the launch's stamps
+        layer = launches[0] % 2
+        launches[0] += 1
+        fm.block_mlp(x, a, block, layer, scratch, module=module, delay=(2, delay_us * 1000))
+        return scratch.stamps[layer]
+
     run()
     ratios = []
     for _ in range(5):
-        kernel_ns = _profiled_launch(run)
-        ranges = fm.phase_ranges(state.stamps.cpu())
+        stamps = []
+        kernel_ns = _profiled_launch(lambda stamps=stamps: stamps.append(run()))
+        ranges = fm.phase_ranges(stamps[0].cpu())
         ratios.append((ranges[-1][3] - ranges[0][2]) / kernel_ns)
     ratios.sort()
     print(f"stamps span / kernel duration: {ratios}")
@@ -217,20 +234,20 @@ def test_stamps_add_up_to_the_kernels_duration(delay_us):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("phase,region_index", [(1, 1), (2, 2), (4, 4)])
+@pytest.mark.parametrize("phase,region_index", [(1, 1), (2, 2), (3, 3), (4, 4)])
 def test_a_planted_delay_moves_its_region_only(phase, region_index):
     module = fm.load(test_build=True)
     assert module is not None, cuda_ext.why_not_built(fm.NAME)
     block, x, a = _mlp(torch.float16)
-    state = fm.MlpState(x.device, stamps=True)
+    scratch = fm.MlpScratch(2, x.device, stamps=True)
     delay_ns = 20_000
 
     def phases(delay):
         durations = []
-        for _ in range(7):
-            fm.fused_mlp(x, a, block.ln_2, block.c_fc, block.mlp_proj, state, module=module, delay=delay)
+        for launch in range(7):
+            fm.block_mlp(x, a, block, launch % 2, scratch, module=module, delay=delay)
             torch.cuda.synchronize()
-            durations.append([e - s for _, _, s, e in fm.phase_ranges(state.stamps.cpu())])
+            durations.append([e - s for _, _, s, e in fm.phase_ranges(scratch.stamps[launch % 2].cpu())])
         return [sorted(d[k] for d in durations)[3] for k in range(len(fm.PHASES))]  # median per phase
 
     phases((0, 0))  # warm
@@ -240,3 +257,68 @@ def test_a_planted_delay_moves_its_region_only(phase, region_index):
     # the first phase (weights and wait) is the launch's own jitter, outside the delay: left out
     others = [m for k, m in enumerate(moved) if k not in (0, region_index)]
     assert all(abs(m) <= 0.1 * delay_ns for m in others), moved
+
+
+@pytest.mark.gpu
+def test_the_engine_runs_the_fused_mlp_and_matches_the_triton_path(tmp_path):
+    # A 768-wide checkpoint (the width built), fp16 with CUDA graphs: the captured batch-1 step runs the split-K
+    # kernel by default (its layer buffers hold the last step's MLP outputs) and gives the same tokens as the
+    # Triton path (`GraphKernels(cuda_mlp=False)`, i.e. --no-cuda-mlp), and logits within fp16 rounding.
+    from roseinfer import LLM, SamplingParams
+    from roseinfer.cuda_graphs import GraphKernels
+    from tests.helpers import save_checkpoint
+    from tests.roseinfer.test_engine_matches_hf import make_prompts
+
+    checkpoint = save_checkpoint(tmp_path / "gpt2-768", n_head=12, n_embd=768)
+    runs = []
+    for kernels in (None, GraphKernels(cuda_mlp=False)):
+        llm = LLM(
+            checkpoint, device="cuda", dtype="float16", max_batch_size=4, cuda_graph=True, paged_attn=True
+        )
+        if kernels is not None:
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
+        params = SamplingParams(max_new_tokens=24, ignore_eos=True)
+        outs = [llm.generate([p], params)[0].token_ids for p in make_prompts()[:3]]
+        scratch = llm.engine.graphs.mlp_scratch
+        ran = scratch is not None and bool(torch.count_nonzero(scratch.bufs[-1]))
+        runs.append((outs, llm.engine.graphs.outputs[1][0].clone(), ran))
+    (outs, logits, ran), (outs_triton, logits_triton, ran_triton) = runs
+    assert ran and not ran_triton
+    assert outs == outs_triton
+    torch.testing.assert_close(logits.float(), logits_triton.float(), atol=5e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_a_profiled_engine_writes_each_launchs_stamps(tmp_path, monkeypatch):
+    # With the regions on for a profiler (here record_function) and a stamps file asked for, as roseprof asks, the
+    # captured batch-1 step runs the stamping kernel and every launch gets its line, in order: the layers of the two
+    # warm-up forwards before the capture, then of every replay.
+    from roseinfer import LLM, SamplingParams, tracing
+    from roseinfer.names import ROSEINFER_KERNEL_STAMPS
+    from tests.helpers import save_checkpoint
+
+    checkpoint = save_checkpoint(tmp_path / "gpt2-768", n_head=12, n_embd=768)
+    path = tmp_path / "kernel_stamps.jsonl"
+    monkeypatch.setenv(ROSEINFER_KERNEL_STAMPS, str(path))
+    before = tracing.set_record_function(True)
+    try:
+        llm = LLM(
+            checkpoint, device="cuda", dtype="float16", max_batch_size=1, cuda_graph=True, paged_attn=True
+        )
+        llm.generate([[5, 6, 7]], SamplingParams(max_new_tokens=24, ignore_eos=True))
+        recorder = llm.engine.graphs.stamp_recorder
+        assert recorder is not None and llm.engine.graphs.mlp_scratch.stamps.shape == (
+            2,
+            fm.BLOCKS,
+            fm.NSTAMP,
+        )
+        recorder.close()
+    finally:
+        tracing.set_record_function(before)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    steps = llm.engine.stats["decode_steps"]
+    print(f"{len(lines)} lines, {steps} decode steps")
+    assert len(lines) == 2 * (2 + steps)
+    for line in lines:
+        assert line["kernel"] == fm.KERNEL and line["regions"] == list(KERNEL_REGION_NAMES)
+        assert line["bounds_ns"] == sorted(line["bounds_ns"]) and line["bounds_ns"][0] > 0

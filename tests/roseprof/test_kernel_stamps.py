@@ -19,7 +19,7 @@ import pytest
 
 from roseinfer.cuda_ext import fused_mlp as fm
 from roseinfer.cuda_ext.stamps import StampLog
-from roseinfer.names import KERNEL_REGION_NAMES, MLP_DOWN, MLP_NORM, MLP_UP
+from roseinfer.names import KERNEL_REGION_NAMES, MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP
 from roseprof.drivers.torch import read
 from roseprof.model import KERNEL, gpu_track_parts, is_gpu_track
 from roseprof.model_check import check
@@ -315,7 +315,7 @@ def gpu_base(tmp_path_factory):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("phase,region", [(1, MLP_NORM), (2, MLP_UP), (4, MLP_DOWN)])
+@pytest.mark.parametrize("phase,region", [(1, MLP_NORM), (2, MLP_UP), (3, MLP_DOWN), (4, MLP_SUM)])
 def test_gpu_a_planted_delay_moves_its_region_only(gpu_base, phase, region):
     """A 20 us spin in one phase (test build): that region's median per launch moves by 20 us within 10%, every
     other region's by less than 10% of it; roseprof diff sees the region's total grow by the delay a launch."""
