@@ -119,8 +119,7 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     out: dict[int, list[float]] = {}
     if len(keys) == 0:
         return out
-    order = np.lexsort((values, keys))
-    k, v = keys[order], np.asarray(values, dtype=np.float64)[order]
+    k, v = by_key_then_value(keys, values)
     starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))  # [G] each key's first sorted value
     sizes = np.diff(np.append(starts, len(k)))  # [G]
     # Every group's percentile at once, by numpy's linear method on its sorted values (index (n - 1) q / 100, the
@@ -138,6 +137,25 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     for j, key in enumerate(k[starts].tolist()):
         out[int(key)] = [col[j] for col in columns]
     return out
+
+
+def by_key_then_value(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, float64 values) sorted by key, then value: what np.lexsort((values, keys)) orders. Non-negative
+    integer keys and values (group indices, durations in ns) are sorted as one int64 code a pair, key * (the largest
+    value + 1) + value: one np.sort (0.03 s for a million, against lexsort's 0.3 s); anything else by lexsort."""
+    if (
+        keys.dtype.kind in "iu"
+        and values.dtype.kind in "iu"
+        and keys.min() >= 0
+        and values.min() >= 0
+        and (int(keys.max()) + 1) * (int(values.max()) + 1) < 1 << 62
+    ):
+        base = np.int64(int(values.max()) + 1)
+        code = np.sort(keys.astype(np.int64) * base + values.astype(np.int64))  # [n]
+        k = code // base
+        return k, (code - k * base).astype(np.float64)
+    order = np.lexsort((values, keys))
+    return keys[order], np.asarray(values, dtype=np.float64)[order]
 
 
 def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

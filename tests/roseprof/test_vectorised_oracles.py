@@ -9,7 +9,7 @@ import pytest
 
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.sections.steps import gpu_idle_per_step
-from roseprof.analysis.stats import group_percentiles
+from roseprof.analysis.stats import by_key_then_value, group_percentiles
 
 
 def _stack_tree(start, end, tid):
@@ -87,3 +87,33 @@ def test_group_percentiles_are_numpys_per_group(seed):
     got = group_percentiles(keys, values, qs)
     expected = {int(k): [float(np.percentile(values[keys == k], q)) for q in qs] for k in np.unique(keys)}
     assert got == expected and list(got) == list(expected)
+
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_group_percentiles_of_ns_by_group_index_are_numpys(seed):
+    # The import's case: group indices 0.. and integer ns (sorted as one code a pair), timestamps' sizes included.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.integers(0, int(rng.integers(1, 40)), n)
+    values = rng.integers(0, [1000, 1 << 40][seed % 2], n, dtype=np.int64)
+    qs = (50, 99, 0, 100, 37.5)
+    got = group_percentiles(keys, values, qs)
+    expected = {int(k): [float(np.percentile(values[keys == k], q)) for q in qs] for k in np.unique(keys)}
+    assert got == expected and list(got) == list(expected)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_sortingby_key_then_value_is_lexsorts(seed):
+    # codes where they fit (small, timestamp-sized values), lexsort where they would not (2^61) or cannot (a key of
+    # -1, a float value)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    keys = rng.integers(-1 if seed % 4 == 3 else 0, int(rng.integers(1, 40)), n)
+    values = rng.integers(0, [1000, 1 << 40, 1 << 61][seed % 3], n, dtype=np.int64)
+    if seed % 8 == 5:
+        values = values.astype(np.float64) / 3
+    order = np.lexsort((values, keys))
+    k, v = by_key_then_value(keys, values)
+    assert np.array_equal(k, keys[order]) and np.array_equal(v, values[order].astype(np.float64))
+    assert v.dtype == np.float64
