@@ -10,6 +10,7 @@ import pytest
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.sections.steps import gpu_idle_per_step
 from roseprof.analysis.stats import by_key_then_value, group_percentiles
+from roseprof.render.figures import _binned, _bins
 
 
 def _stack_tree(start, end, tid):
@@ -117,3 +118,16 @@ def test_sortingby_key_then_value_is_lexsorts(seed):
     k, v = by_key_then_value(keys, values)
     assert np.array_equal(k, keys[order]) and np.array_equal(v, values[order].astype(np.float64))
     assert v.dtype == np.float64
+
+
+@pytest.mark.parametrize("n", [1, 7, 9, 1500, 1501, 12_780, 40_000])
+def test_step_bins_are_a_call_a_bin(n):
+    # the dashboard's per-step bars (render/figures._binned): the same floats, byte for byte, as np.mean / np.max of
+    # each bin's slice, which the page's JSON holds
+    rng = np.random.default_rng(n)
+    edges = _bins(n)
+    for values in (rng.lognormal(10.0, 3.0, n), rng.integers(0, 10**9, n), rng.random(n) > 0.5):
+        for how in (np.mean, np.max):
+            v = np.asarray(values, dtype=np.float64)
+            expected = np.array([how(v[a:b]) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
+            assert _binned(values, edges, how).tobytes() == expected.tobytes()
