@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from roseprof.analysis.ranges import build_tree
+from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.steps import gpu_idle_per_step
 from roseprof.analysis.stats import by_key_then_value, group_percentiles
 from roseprof.render.figures import _binned, _bins
@@ -131,3 +131,40 @@ def test_step_bins_are_a_call_a_bin(n):
             v = np.asarray(values, dtype=np.float64)
             expected = np.array([how(v[a:b]) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
             assert _binned(values, edges, how).tobytes() == expected.tobytes()
+
+
+def _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid):
+    """innermost_range as it was (every call climbed each round, by masks): the oracle."""
+    out = np.full(len(q_start), -1, dtype=np.int64)
+    for t in np.unique(q_tid):
+        qi = np.flatnonzero(q_tid == t)
+        ri = np.flatnonzero(tid == t)
+        if len(ri) == 0:
+            continue
+        pos = np.searchsorted(start[ri], q_start[qi], side="right") - 1
+        cand = np.where(pos >= 0, pos + ri[0], -1)
+        for _ in range(int(tree.depth[ri].max()) + 1):
+            bad = cand >= 0
+            bad[bad] = end[cand[bad]] < q_end[qi][bad]
+            if not bad.any():
+                break
+            cand[bad] = tree.parent[cand[bad]]
+        out[qi] = cand
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_innermost_range_is_the_masks(seed):
+    rng = np.random.default_rng(seed)
+    n, q = int(rng.integers(0, 60)), int(rng.integers(1, 80))
+    tid = rng.integers(0, 3, n)
+    start = rng.integers(0, 60, n)
+    end = start + rng.integers(0, 40, n)
+    order = np.lexsort((-end, start, tid))
+    tid, start, end = tid[order], start[order], end[order]
+    tree = build_tree(start, end, tid)
+    q_start = rng.integers(-5, 100, q)
+    q_end = q_start + rng.integers(0, 20, q)
+    q_tid = rng.integers(0, 4, q) if seed % 2 else np.full(q, int(rng.integers(0, 3)))  # one thread or several
+    got = innermost_range(start, end, tid, tree, q_start, q_end, q_tid)
+    assert np.array_equal(got, _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid))
