@@ -168,19 +168,28 @@ def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def unique_rows(columns: list[np.ndarray], n_values: int) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True) for columns of ids in [-1, n_values):
     the rows in the same (lexicographic) order and each row's index among them, by one int64 code a row (its
-    columns as digits of base n_values + 1) instead of numpy's row-wise sort, several times slower."""
+    columns' indices among their distinct values as digits) instead of numpy's row-wise sort, several times slower."""
     base = n_values + 1
     if not len(columns[0]) or base ** len(columns) >= 1 << 62:
         uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
         return uniq, inverse.ravel()
+    # Each column's values first counted to their index among its distinct values (order kept), so that a row's
+    # code lives in the product of the distinct counts: usually small enough to be counted too (dense_ids), with no
+    # sort of the rows at all (a million kernels' rows: a sort with inverse was 0.1 s).
+    distinct, index = zip(*(dense_ids(np.asarray(col, dtype=np.int64) + 1, base) for col in columns))
+    sizes = [len(d) for d in distinct]
     code = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:
-        code = code * base + (np.asarray(col, dtype=np.int64) + 1)
-    codes, inverse = np.unique(code, return_inverse=True)
+    for i, size in zip(index, sizes):
+        code = code * size + i
+    space = int(np.prod(sizes, dtype=object))
+    if space <= 4 * len(code) + (1 << 20):
+        codes, inverse = dense_ids(code, space)
+    else:
+        codes, inverse = np.unique(code, return_inverse=True)
     digits = []
-    for _ in columns:
-        codes, digit = np.divmod(codes, base)
-        digits.append(digit - 1)
+    for d, size in zip(distinct[::-1], sizes[::-1]):
+        codes, digit = np.divmod(codes, size)
+        digits.append(d[digit] - 1)
     return np.stack(digits[::-1], axis=1), inverse.ravel()
 
 

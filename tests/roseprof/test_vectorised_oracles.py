@@ -9,7 +9,7 @@ import pytest
 
 from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.steps import gpu_idle_per_step
-from roseprof.analysis.stats import by_key_then_value, group_percentiles
+from roseprof.analysis.stats import by_key_then_value, group_percentiles, unique_rows
 from roseprof.render.figures import _binned, _bins
 
 
@@ -168,3 +168,15 @@ def test_the_innermost_range_is_the_masks(seed):
     q_tid = rng.integers(0, 4, q) if seed % 2 else np.full(q, int(rng.integers(0, 3)))  # one thread or several
     got = innermost_range(start, end, tid, tree, q_start, q_end, q_tid)
     assert np.array_equal(got, _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_unique_rows_are_numpys(seed):
+    # columns of ids in [-1, n): few distinct values (counted) and many over a large n (the codes sorted)
+    rng = np.random.default_rng(seed)
+    n_rows, n_values = int(rng.integers(1, 500)), [5, 300, 1 << 19][seed % 3]
+    columns = [rng.integers(-1, int(rng.integers(0, n_values)) + 1, n_rows) for _ in range(int(rng.integers(1, 4)))]
+    rows, inverse = unique_rows(columns, n_values)
+    expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    assert np.array_equal(rows, expected) and rows.dtype == expected.dtype
+    assert np.array_equal(inverse, expected_inverse.ravel())
