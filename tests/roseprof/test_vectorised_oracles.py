@@ -9,7 +9,7 @@ import pytest
 
 from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.steps import gpu_idle_per_step
-from roseprof.analysis.stats import by_key_then_value, group_percentiles, unique_rows
+from roseprof.analysis.stats import by_key_then_value, group_percentiles, stable_order, unique_rows
 from roseprof.render.figures import _binned, _bins
 
 
@@ -180,3 +180,10 @@ def test_unique_rows_are_numpys(seed):
     expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
     assert np.array_equal(rows, expected) and rows.dtype == expected.dtype
     assert np.array_equal(inverse, expected_inverse.ravel())
+
+
+@pytest.mark.parametrize("n", [1, 300, 1 << 16, (1 << 16) + 1, 1 << 20, -1])
+def test_stable_order_is_argsorts(n):
+    rng = np.random.default_rng(abs(n))
+    ids = rng.integers(0, n, 5000) if n > 0 else rng.integers(-3, 3, 5000)  # 16 bits, over, negative
+    assert np.array_equal(stable_order(ids), np.argsort(ids, kind="stable"))
