@@ -334,7 +334,7 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str], calls: Future |
         if (rt_end < rt_start).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
         rt_pid = rt_tid & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
-        pids = np.unique(op_pid)
+        pids = op_pid[:1] if op_pid.min() == op_pid.max() else np.unique(op_pid)  # one process: no sort
         for pid in pids:
             # One process (the usual capture): every op and call, without masks or copies.
             ops_i = np.flatnonzero(op_pid == pid) if len(pids) > 1 else np.arange(n_ops)
