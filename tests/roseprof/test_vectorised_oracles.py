@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from roseprof.analysis.gpu_time import union_by_group
 from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.steps import gpu_idle_per_step
 from roseprof.analysis.stats import by_key_then_value, group_percentiles, stable_order, unique_rows
@@ -187,3 +188,20 @@ def test_stable_order_is_argsorts(n):
     rng = np.random.default_rng(abs(n))
     ids = rng.integers(0, n, 5000) if n > 0 else rng.integers(-3, 3, 5000)  # 16 bits, over, negative
     assert np.array_equal(stable_order(ids), np.argsort(ids, kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_union_by_group_is_the_covered_ns(seed):
+    # summed by bincount in float64 (exact below 2^53 ns in all), else by np.add.at: the union's ns either way
+    rng = np.random.default_rng(seed)
+    n, groups = int(rng.integers(1, 200)), int(rng.integers(1, 6))
+    scale = 1 if seed % 4 else 1 << 52  # the last: sums past 2^53
+    group = rng.integers(0, groups, n)
+    start = rng.integers(0, 100, n) * scale
+    end = start + rng.integers(0, 30, n) * scale
+    expected = [
+        len(set().union(*[range(s // scale, e // scale) for s, e in zip(start[group == g], end[group == g])]))
+        * scale
+        for g in range(groups)
+    ]
+    assert union_by_group(group, start, end, groups).tolist() == expected
