@@ -91,7 +91,6 @@ def test_group_percentiles_are_numpys_per_group(seed):
     assert got == expected and list(got) == list(expected)
 
 
-
 @pytest.mark.parametrize("seed", range(20))
 def test_group_percentiles_of_ns_by_group_index_are_numpys(seed):
     # The import's case: group indices 0.. and integer ns (sorted as one code a pair), timestamps' sizes included.
@@ -166,7 +165,9 @@ def test_the_innermost_range_is_the_masks(seed):
     tree = build_tree(start, end, tid)
     q_start = rng.integers(-5, 100, q)
     q_end = q_start + rng.integers(0, 20, q)
-    q_tid = rng.integers(0, 4, q) if seed % 2 else np.full(q, int(rng.integers(0, 3)))  # one thread or several
+    q_tid = (
+        rng.integers(0, 4, q) if seed % 2 else np.full(q, int(rng.integers(0, 3)))
+    )  # one thread or several
     got = innermost_range(start, end, tid, tree, q_start, q_end, q_tid)
     assert np.array_equal(got, _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid))
 
@@ -176,7 +177,9 @@ def test_unique_rows_are_numpys(seed):
     # columns of ids in [-1, n): few distinct values (counted) and many over a large n (the codes sorted)
     rng = np.random.default_rng(seed)
     n_rows, n_values = int(rng.integers(1, 500)), [5, 300, 1 << 19][seed % 3]
-    columns = [rng.integers(-1, int(rng.integers(0, n_values)) + 1, n_rows) for _ in range(int(rng.integers(1, 4)))]
+    columns = [
+        rng.integers(-1, int(rng.integers(0, n_values)) + 1, n_rows) for _ in range(int(rng.integers(1, 4)))
+    ]
     rows, inverse = unique_rows(columns, n_values)
     expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
     assert np.array_equal(rows, expected) and rows.dtype == expected.dtype

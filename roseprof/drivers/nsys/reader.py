@@ -277,7 +277,11 @@ def _read_op_tables(db: Export) -> tuple[np.ndarray, np.ndarray, np.ndarray, lis
                 corr_sources.append(f"SELECT correlationId FROM {table}")
     # Joined column by column ([8, ops]): a row-major [ops, 8] copy of column-major parts cost 0.3 s of CPU on the
     # 1M-kernel export, and left every column strided for the numpy work after it.
-    ops = (np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]) if parts else np.zeros((8, 0), np.int64)
+    ops = (
+        (np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0])
+        if parts
+        else np.zeros((8, 0), np.int64)
+    )
     op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
     has_corr = np.concatenate(corr_known) if corr_known else np.zeros(0, dtype=bool)
     return ops, op_kind, has_corr, corr_sources
@@ -289,7 +293,13 @@ def _call_exprs(db: Export) -> list[str] | None:
     rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
     if not {"correlationId", "globalTid", "start", "end"} <= rt_cols:
         return None
-    return ["correlationId", "globalTid", "start", "end", "coalesce(nameId, -1)" if "nameId" in rt_cols else "-1"]
+    return [
+        "correlationId",
+        "globalTid",
+        "start",
+        "end",
+        "coalesce(nameId, -1)" if "nameId" in rt_cols else "-1",
+    ]
 
 
 def _start_calls_read(db: Export, pool: ThreadPoolExecutor) -> Future | None:
@@ -404,11 +414,13 @@ def _launching_calls(
         keep = np.flatnonzero(~has_null & np.isin(values[:, 0], op_corr))
         return db.in_range(RUNTIME, values.T.take(keep, axis=1))  # column by column: [5, kept], contiguous
     # Row-wise: the same pass also checks every call's integers (sqlite.Export.checked_ints).
-    return np.ascontiguousarray(db.checked_ints(
-        RUNTIME,
-        exprs,
-        [],
-        ["correlationId", "globalTid", "start", "end"] + ["nameId"] * (exprs[4] != "-1"),
-        where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-        "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
-    ).T)
+    return np.ascontiguousarray(
+        db.checked_ints(
+            RUNTIME,
+            exprs,
+            [],
+            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * (exprs[4] != "-1"),
+            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
+        ).T
+    )
