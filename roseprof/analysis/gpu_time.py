@@ -41,7 +41,11 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     new[1:] = s2[1:] > reach[:-1]
     first = np.flatnonzero(new)
     last = np.append(first[1:], len(s2)) - 1
-    np.add.at(out, g[first], reach[last] - s2[first])
+    length = reach[last] - s2[first]  # [segments] each merged segment's ns
+    # Every partial sum an integer that float64 holds exactly: bincount, not np.add.at (0.1 s a million kernels).
+    if int(length.sum()) < 1 << 53:
+        return np.bincount(g[first], weights=length, minlength=n_groups).astype(np.int64)
+    np.add.at(out, g[first], length)
     return out
 
 

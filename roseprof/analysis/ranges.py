@@ -79,22 +79,27 @@ def innermost_range(
     out = np.full(len(q_start), -1, dtype=np.int64)
     if len(start) == 0 or len(q_start) == 0:
         return out
-    for t in np.unique(q_tid):
-        qi = np.flatnonzero(q_tid == t)
+    threads = np.unique(q_tid)
+    for t in threads:
+        # One thread (the usual capture): every call, without a mask or a gather.
+        qi = np.flatnonzero(q_tid == t) if len(threads) > 1 else np.arange(len(q_start))
         ri = np.flatnonzero(tid == t)  # contiguous and sorted by start (NsysTrace's order)
         if len(ri) == 0:
             continue
         lo = ri[0]
         # Candidate: the last range on this thread starting at or before the call; then climb its parents
-        # until one also ends after the call (depth iterations, vectorised over all calls).
+        # until one also ends after the call (depth iterations, vectorised over the calls not settled yet: a
+        # call whose candidate encloses it, or that has none, stays so).
         pos = np.searchsorted(start[ri], q_start[qi], side="right") - 1
         cand = np.where(pos >= 0, pos + lo, -1)
+        q_end_i = q_end[qi]
+        todo = np.flatnonzero(cand >= 0)
         for _ in range(int(tree.depth[ri].max()) + 1):
-            bad = cand >= 0
-            bad[bad] = end[cand[bad]] < q_end[qi][bad]
-            if not bad.any():
+            todo = todo[end[cand[todo]] < q_end_i[todo]]  # the candidates that end before their call
+            if not len(todo):
                 break
-            cand[bad] = tree.parent[cand[bad]]
+            cand[todo] = tree.parent[cand[todo]]
+            todo = todo[cand[todo] >= 0]
         out[qi] = cand
     return out
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.run_data import SHARED_FIELDS, RunData, Shared
-from roseprof.analysis.stats import dense_ids, groups
+from roseprof.analysis.stats import dense_ids, groups, stable_order
 from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
 from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
@@ -147,7 +147,7 @@ def region_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
     range_name = _range_names(trace)
     if len(r):
         dur, name = r.end - r.start, range_name
-        order = np.argsort(name, kind="stable")
+        order = stable_order(name)
         for idx, chunk in zip(*groups(name[order], dur[order])):
             region_durations[names[idx]] = chunk
     region_self = {
@@ -180,7 +180,7 @@ def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
         # kernel's duration includes its wait for the one before, so summed durations would call a kernel slower
         # when it merely starts earlier. Without overlap it is the duration.
         own = own_stream_ns(o)[kernel]
-        order = np.argsort(name, kind="stable")
+        order = stable_order(name)
         for idx, chunk in zip(*groups(name[order], dur[order])):
             kernel_durations[names[idx]] = chunk
         for idx, chunk in zip(*groups(name[order], own[order])):

@@ -119,8 +119,7 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     out: dict[int, list[float]] = {}
     if len(keys) == 0:
         return out
-    order = np.lexsort((values, keys))
-    k, v = keys[order], np.asarray(values, dtype=np.float64)[order]
+    k, v = by_key_then_value(keys, values)
     starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))  # [G] each key's first sorted value
     sizes = np.diff(np.append(starts, len(k)))  # [G]
     # Every group's percentile at once, by numpy's linear method on its sorted values (index (n - 1) q / 100, the
@@ -140,6 +139,33 @@ def group_percentiles(keys: np.ndarray, values: np.ndarray, qs=(50, 99)) -> dict
     return out
 
 
+def by_key_then_value(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, float64 values) sorted by key, then value: what np.lexsort((values, keys)) orders. Non-negative
+    integer keys and values (group indices, durations in ns) are sorted as one int64 code a pair, key * (the largest
+    value + 1) + value: one np.sort (0.03 s for a million, against lexsort's 0.3 s); anything else by lexsort."""
+    if (
+        keys.dtype.kind in "iu"
+        and values.dtype.kind in "iu"
+        and keys.min() >= 0
+        and values.min() >= 0
+        and (int(keys.max()) + 1) * (int(values.max()) + 1) < 1 << 62
+    ):
+        base = np.int64(int(values.max()) + 1)
+        code = np.sort(keys.astype(np.int64) * base + values.astype(np.int64))  # [n]
+        k = code // base
+        return k, (code - k * base).astype(np.float64)
+    order = np.lexsort((values, keys))
+    return keys[order], np.asarray(values, dtype=np.float64)[order]
+
+
+def stable_order(ids: np.ndarray) -> np.ndarray:
+    """np.argsort(ids, kind="stable") of integer ids: the same permutation, by numpy's radix sort where they fit 16
+    bits unsigned (interned names: a million kernels' in 0.014 against 0.047 s)."""
+    if len(ids) and ids.dtype.kind in "iu" and 0 <= ids.min() and ids.max() < 1 << 16:
+        return np.argsort(ids.astype(np.uint16), kind="stable")
+    return np.argsort(ids, kind="stable")
+
+
 def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(ids, return_inverse=True) for ids in [0, n) (interned name ids, range indices): the distinct ids
     in ascending order and each one's index among them, by a count over the n ids instead of a sort."""
@@ -150,19 +176,28 @@ def dense_ids(ids: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 def unique_rows(columns: list[np.ndarray], n_values: int) -> tuple[np.ndarray, np.ndarray]:
     """np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True) for columns of ids in [-1, n_values):
     the rows in the same (lexicographic) order and each row's index among them, by one int64 code a row (its
-    columns as digits of base n_values + 1) instead of numpy's row-wise sort, several times slower."""
+    columns' indices among their distinct values as digits) instead of numpy's row-wise sort, several times slower."""
     base = n_values + 1
     if not len(columns[0]) or base ** len(columns) >= 1 << 62:
         uniq, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
         return uniq, inverse.ravel()
+    # Each column's values first counted to their index among its distinct values (order kept), so that a row's
+    # code lives in the product of the distinct counts: usually small enough to be counted too (dense_ids), with no
+    # sort of the rows at all (a million kernels' rows: a sort with inverse was 0.1 s).
+    distinct, index = zip(*(dense_ids(np.asarray(col, dtype=np.int64) + 1, base) for col in columns))
+    sizes = [len(d) for d in distinct]
     code = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:
-        code = code * base + (np.asarray(col, dtype=np.int64) + 1)
-    codes, inverse = np.unique(code, return_inverse=True)
+    for i, size in zip(index, sizes):
+        code = code * size + i
+    space = int(np.prod(sizes, dtype=object))
+    if space <= 4 * len(code) + (1 << 20):
+        codes, inverse = dense_ids(code, space)
+    else:
+        codes, inverse = np.unique(code, return_inverse=True)
     digits = []
-    for _ in columns:
-        codes, digit = np.divmod(codes, base)
-        digits.append(digit - 1)
+    for d, size in zip(distinct[::-1], sizes[::-1]):
+        codes, digit = np.divmod(codes, size)
+        digits.append(d[digit] - 1)
     return np.stack(digits[::-1], axis=1), inverse.ravel()
 
 

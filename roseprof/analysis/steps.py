@@ -196,9 +196,8 @@ def _step_regions(rows, names, start, end, name_idx, parent, depth, step_ranges)
         inside = np.flatnonzero(owner >= 0)
         col_ids = np.unique(name_idx[inside])
         region_cols = [names[i] for i in col_ids]
-        col_of = {int(c): j for j, c in enumerate(col_ids)}
         matrix = np.zeros((n, len(col_ids)), dtype=np.int64)
-        cols = np.array([col_of[int(c)] for c in name_idx[inside]], dtype=np.int64)
+        cols = np.searchsorted(col_ids, name_idx[inside])  # each range's column (col_ids: sorted, distinct)
         np.add.at(matrix, (owner[inside], cols), end[inside] - start[inside])
         for j, name in enumerate(region_cols):
             rows[f"region:{name}"] = matrix[:, j].tolist()

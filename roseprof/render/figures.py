@@ -117,8 +117,16 @@ def _bins(n: int) -> np.ndarray:
 
 
 def _binned(values, edges: np.ndarray, how=np.mean) -> np.ndarray:
+    """[bins] how(values[a:b]) of each bin [a, b) (0 where empty): the bins of one size at a time, as the rows of a
+    [bins, size] array (linspace's edges make two sizes). The same floats as one call a bin (numpy reduces each
+    contiguous row as it reduces a slice), which was 1,500 calls a figure: 0.13 s of the 1M-kernel run's page."""
     v = np.asarray(values, dtype=np.float64)
-    return np.array([how(v[a:b]) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
+    out = np.zeros(len(edges) - 1)
+    sizes = np.diff(edges)
+    for size in np.unique(sizes[sizes > 0]).tolist():
+        which = np.flatnonzero(sizes == size)
+        out[which] = how(v[edges[which][:, None] + np.arange(size)], axis=1)  # [bins of this size, size]
+    return out
 
 
 def step_breakdown(steps: dict | None) -> go.Figure | None:

@@ -4,11 +4,13 @@ section. These tests count the np.unique calls while analysing real captures, so
 what it could have taken from the Context fails here instead of quietly costing seconds on a 1M-kernel import."""
 
 import hashlib
+import sys
 import traceback
 
 import numpy as np
 import pytest
 
+from roseprof.analysis import stats
 from roseprof.analysis.sections import SECTIONS
 from roseprof.analysis.summary import analyse
 from roseprof.drivers import pick_reader
@@ -64,27 +66,39 @@ PER_OP_ALLOWED = {
 }
 
 
-def factorisations(monkeypatch, base: str, raw_dir) -> tuple[list[tuple[str, int, str]], int]:
-    """(site, size, content hash) of every np.unique call while analysing one capture, and its kernel count."""
+def factorisations(
+    monkeypatch, base: str, raw_dir, counts: bool = False
+) -> tuple[list[tuple[str, int, str]], int]:
+    """(site, size, content hash) of every np.unique call while analysing one capture, and its kernel count; with
+    `counts`, of every stats.unique_rows call too (its columns stacked), which factorises rows of ids by
+    counting where it can, without np.unique: a per-op one outside the Context is still a key not shared."""
     trace, log, rank_logs = capture(base, raw_dir)
     calls = []
-    real = np.unique
 
-    def spy(ar, *args, **kwargs):
-        arr = np.ascontiguousarray(ar)
-        # the nearest roseprof function that asked (stats.py's helpers name their caller)
-        frames = [
-            f
-            for f in traceback.extract_stack()[:-1]
-            if "/roseprof/" in f.filename and not f.filename.endswith("analysis/stats.py")
-        ]
-        site = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].name}" if frames else "?"
-        calls.append((site, arr.size, hashlib.sha1(arr.tobytes() + str(arr.dtype).encode()).hexdigest()))
-        return real(ar, *args, **kwargs)
+    def spied(real):
+        def spy(ar, *args, **kwargs):
+            arr = np.ascontiguousarray(ar)
+            # the nearest roseprof function that asked (stats.py's helpers name their caller)
+            frames = [
+                f
+                for f in traceback.extract_stack()[:-1]
+                if "/roseprof/" in f.filename and not f.filename.endswith("analysis/stats.py")
+            ]
+            site = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].name}" if frames else "?"
+            calls.append((site, arr.size, hashlib.sha1(arr.tobytes() + str(arr.dtype).encode()).hexdigest()))
+            return real(ar, *args, **kwargs)
 
-    monkeypatch.setattr(np, "unique", spy)
+        return spy
+
+    monkeypatch.setattr(np, "unique", spied(np.unique))
+    if counts:
+        real = stats.unique_rows
+        spy = spied(real)
+        for module in [m for name, m in sys.modules.items() if name.startswith("roseprof.")]:
+            if getattr(module, "unique_rows", None) is real and module is not stats:
+                monkeypatch.setattr(module, "unique_rows", spy)
     analyse(trace, log, rank_logs=rank_logs)
-    monkeypatch.setattr(np, "unique", real)
+    monkeypatch.undo()
     return calls, int((trace.ops.kind == KERNEL).sum())
 
 
@@ -121,12 +135,12 @@ def test_no_analysis_factorises_the_same_values_twice(monkeypatch, tmp_path, bas
 
 @pytest.mark.parametrize("base", CAPTURES)
 def test_per_op_keys_are_factorised_only_where_they_are_shared(monkeypatch, tmp_path, base):
-    calls, n_kernels = factorisations(monkeypatch, base, tmp_path)
+    calls, n_kernels = factorisations(monkeypatch, base, tmp_path, counts=True)
     big = [(site, size) for site, size, _ in calls if size >= max(SMALL, n_kernels // 2)]
     if "-ncu" not in base:  # ncu's kernel views read each launch's metrics, not the kernels' keys
         assert any(site == "base.py:of" for site, _ in big)  # the spy sees the shared factorisation itself
     stray = [
-        f"{site}: np.unique of {size} values"
+        f"{site}: a factorisation of {size} values (np.unique, stats.unique_rows)"
         for site, size in big
         if site not in PER_OP_ALLOWED and (base, site) not in KNOWN_REPEATS
     ]

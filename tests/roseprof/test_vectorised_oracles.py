@@ -7,9 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from roseprof.analysis.ranges import build_tree
+from roseprof.analysis.gpu_time import union_by_group
+from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.steps import gpu_idle_per_step
-from roseprof.analysis.stats import group_percentiles
+from roseprof.analysis.stats import by_key_then_value, group_percentiles, stable_order, unique_rows
+from roseprof.render.figures import _binned, _bins
 
 
 def _stack_tree(start, end, tid):
@@ -87,3 +89,122 @@ def test_group_percentiles_are_numpys_per_group(seed):
     got = group_percentiles(keys, values, qs)
     expected = {int(k): [float(np.percentile(values[keys == k], q)) for q in qs] for k in np.unique(keys)}
     assert got == expected and list(got) == list(expected)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_group_percentiles_of_ns_by_group_index_are_numpys(seed):
+    # The import's case: group indices 0.. and integer ns (sorted as one code a pair), timestamps' sizes included.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.integers(0, int(rng.integers(1, 40)), n)
+    values = rng.integers(0, [1000, 1 << 40][seed % 2], n, dtype=np.int64)
+    qs = (50, 99, 0, 100, 37.5)
+    got = group_percentiles(keys, values, qs)
+    expected = {int(k): [float(np.percentile(values[keys == k], q)) for q in qs] for k in np.unique(keys)}
+    assert got == expected and list(got) == list(expected)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_sortingby_key_then_value_is_lexsorts(seed):
+    # codes where they fit (small, timestamp-sized values), lexsort where they would not (2^61) or cannot (a key of
+    # -1, a float value)
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    keys = rng.integers(-1 if seed % 4 == 3 else 0, int(rng.integers(1, 40)), n)
+    values = rng.integers(0, [1000, 1 << 40, 1 << 61][seed % 3], n, dtype=np.int64)
+    if seed % 8 == 5:
+        values = values.astype(np.float64) / 3
+    order = np.lexsort((values, keys))
+    k, v = by_key_then_value(keys, values)
+    assert np.array_equal(k, keys[order]) and np.array_equal(v, values[order].astype(np.float64))
+    assert v.dtype == np.float64
+
+
+@pytest.mark.parametrize("n", [1, 7, 9, 1500, 1501, 12_780, 40_000])
+def test_step_bins_are_a_call_a_bin(n):
+    # the dashboard's per-step bars (render/figures._binned): the same floats, byte for byte, as np.mean / np.max of
+    # each bin's slice, which the page's JSON holds
+    rng = np.random.default_rng(n)
+    edges = _bins(n)
+    for values in (rng.lognormal(10.0, 3.0, n), rng.integers(0, 10**9, n), rng.random(n) > 0.5):
+        for how in (np.mean, np.max):
+            v = np.asarray(values, dtype=np.float64)
+            expected = np.array([how(v[a:b]) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
+            assert _binned(values, edges, how).tobytes() == expected.tobytes()
+
+
+def _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid):
+    """innermost_range as it was (every call climbed each round, by masks): the oracle."""
+    out = np.full(len(q_start), -1, dtype=np.int64)
+    for t in np.unique(q_tid):
+        qi = np.flatnonzero(q_tid == t)
+        ri = np.flatnonzero(tid == t)
+        if len(ri) == 0:
+            continue
+        pos = np.searchsorted(start[ri], q_start[qi], side="right") - 1
+        cand = np.where(pos >= 0, pos + ri[0], -1)
+        for _ in range(int(tree.depth[ri].max()) + 1):
+            bad = cand >= 0
+            bad[bad] = end[cand[bad]] < q_end[qi][bad]
+            if not bad.any():
+                break
+            cand[bad] = tree.parent[cand[bad]]
+        out[qi] = cand
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_innermost_range_is_the_masks(seed):
+    rng = np.random.default_rng(seed)
+    n, q = int(rng.integers(0, 60)), int(rng.integers(1, 80))
+    tid = rng.integers(0, 3, n)
+    start = rng.integers(0, 60, n)
+    end = start + rng.integers(0, 40, n)
+    order = np.lexsort((-end, start, tid))
+    tid, start, end = tid[order], start[order], end[order]
+    tree = build_tree(start, end, tid)
+    q_start = rng.integers(-5, 100, q)
+    q_end = q_start + rng.integers(0, 20, q)
+    q_tid = (
+        rng.integers(0, 4, q) if seed % 2 else np.full(q, int(rng.integers(0, 3)))
+    )  # one thread or several
+    got = innermost_range(start, end, tid, tree, q_start, q_end, q_tid)
+    assert np.array_equal(got, _innermost_by_masks(start, end, tid, tree, q_start, q_end, q_tid))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_unique_rows_are_numpys(seed):
+    # columns of ids in [-1, n): few distinct values (counted) and many over a large n (the codes sorted)
+    rng = np.random.default_rng(seed)
+    n_rows, n_values = int(rng.integers(1, 500)), [5, 300, 1 << 19][seed % 3]
+    columns = [
+        rng.integers(-1, int(rng.integers(0, n_values)) + 1, n_rows) for _ in range(int(rng.integers(1, 4)))
+    ]
+    rows, inverse = unique_rows(columns, n_values)
+    expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    assert np.array_equal(rows, expected) and rows.dtype == expected.dtype
+    assert np.array_equal(inverse, expected_inverse.ravel())
+
+
+@pytest.mark.parametrize("n", [1, 300, 1 << 16, (1 << 16) + 1, 1 << 20, -1])
+def test_stable_order_is_argsorts(n):
+    rng = np.random.default_rng(abs(n))
+    ids = rng.integers(0, n, 5000) if n > 0 else rng.integers(-3, 3, 5000)  # 16 bits, over, negative
+    assert np.array_equal(stable_order(ids), np.argsort(ids, kind="stable"))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_union_by_group_is_the_covered_ns(seed):
+    # summed by bincount in float64 (exact below 2^53 ns in all), else by np.add.at: the union's ns either way
+    rng = np.random.default_rng(seed)
+    n, groups = int(rng.integers(1, 200)), int(rng.integers(1, 6))
+    scale = 1 if seed % 4 else 1 << 52  # the last: sums past 2^53
+    group = rng.integers(0, groups, n)
+    start = rng.integers(0, 100, n) * scale
+    end = start + rng.integers(0, 30, n) * scale
+    expected = [
+        len(set().union(*[range(s // scale, e // scale) for s, e in zip(start[group == g], end[group == g])]))
+        * scale
+        for g in range(groups)
+    ]
+    assert union_by_group(group, start, end, groups).tolist() == expected

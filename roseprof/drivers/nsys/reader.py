@@ -14,7 +14,7 @@ last timestamp, as in `nsys stats`.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
@@ -93,9 +93,14 @@ def _read(db: Export) -> Trace:
     names = Names()
     domains = [""]
     ranges, marks = Ranges(), Marks()
-    if has_nvtx:
-        ranges, marks, domains = _read_nvtx(db, names, schema)
-    ops = _read_gpu_ops(db, names, warnings)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The runtime calls are read on a second thread from the start, while this one reads the NVTX ranges and the
+        # GPU ops: each table is stepped by SQLite on a connection of its own, outside the GIL (pyarrow's read), so
+        # on two cores the reads overlap (the calls, 2.4M rows of the 1M-kernel export, are the largest table).
+        calls = _start_calls_read(db, pool)
+        if has_nvtx:
+            ranges, marks, domains = _read_nvtx(db, names, schema)
+        ops = _read_gpu_ops(db, names, warnings, calls)
     if not len(ranges) and not len(marks) and not len(ops):
         raise NothingRecorded(f"{db.label}: holds no NVTX range or mark and no GPU op: nothing to analyse")
     threads: dict[int, str] = {}
@@ -237,7 +242,7 @@ def _range_names(db: Export, names: Names, sid: np.ndarray, rows: list) -> np.nd
 
 
 def _read_op_tables(db: Export) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """[ops, 8] (start, end, name id, correlationId, globalPid, deviceId, streamId, graphNodeId; -1 where NULL or
+    """[8, ops] (start, end, name id, correlationId, globalPid, deviceId, streamId, graphNodeId; -1 where NULL or
     absent) of the kernels, memcpys and memsets in that order; [ops] each one's kind (GPU_OP_TABLES' index); [ops]
     whether its table has a correlationId column; the SQL that selects those tables' correlation ids."""
     parts, kinds, corr_sources, corr_known = [], [], [], []
@@ -265,43 +270,61 @@ def _read_op_tables(db: Export) -> tuple[np.ndarray, np.ndarray, np.ndarray, lis
             optional + ([name_col] if name_col else []),
         )
         if len(arr):
-            parts.append(arr)
+            parts.append(arr.T)  # [8, rows]: the columnar reader's columns are contiguous, and stay so
             kinds.append(np.full(len(arr), kind, dtype=np.int64))
             corr_known.append(np.full(len(arr), "correlationId" in cols))
             if "correlationId" in cols:
                 corr_sources.append(f"SELECT correlationId FROM {table}")
-    ops = np.concatenate(parts) if parts else np.zeros((0, 8), dtype=np.int64)
+    # Joined column by column ([8, ops]): a row-major [ops, 8] copy of column-major parts cost 0.3 s of CPU on the
+    # 1M-kernel export, and left every column strided for the numpy work after it.
+    ops = (
+        (np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0])
+        if parts
+        else np.zeros((8, 0), np.int64)
+    )
     op_kind = np.concatenate(kinds) if kinds else np.zeros(0, dtype=np.int64)
     has_corr = np.concatenate(corr_known) if corr_known else np.zeros(0, dtype=bool)
     return ops, op_kind, has_corr, corr_sources
 
 
-def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
-    """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId)."""
+def _call_exprs(db: Export) -> list[str] | None:
+    """The runtime calls' columns the join reads (correlationId, globalTid, start, end, nameId or -1), or None
+    where the export has no runtime calls to join to."""
     rt_cols = db.columns(RUNTIME) if RUNTIME in db.tables else set()
-    joinable = {"correlationId", "globalTid", "start", "end"} <= rt_cols
-    call_exprs = [
+    if not {"correlationId", "globalTid", "start", "end"} <= rt_cols:
+        return None
+    return [
         "correlationId",
         "globalTid",
         "start",
         "end",
         "coalesce(nameId, -1)" if "nameId" in rt_cols else "-1",
     ]
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # The runtime calls are read on a second thread while this one reads the GPU ops: each table is stepped by
-        # SQLite on a connection of its own, outside the GIL (pyarrow's read), so on two cores the reads overlap.
-        calls = None
-        if joinable and db.columnar and any(t in db.tables for t in GPU_OP_TABLES.values()):
-            calls = pool.submit(db.int_rows, RUNTIME, call_exprs)
-        ops, op_kind, has_corr, corr_sources = _read_op_tables(db)
-        calls = calls.result() if calls is not None else None
-    op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = (ops[:, i] for i in range(8))
+
+
+def _start_calls_read(db: Export, pool: ThreadPoolExecutor) -> Future | None:
+    """Every runtime call read columnar (Export.int_rows) on `pool`'s thread, where the export has GPU ops to join
+    them to; None where it has none, or is not read columnar (_launching_calls then reads row-wise)."""
+    exprs = _call_exprs(db)
+    if exprs is None or not db.columnar or not any(t in db.tables for t in GPU_OP_TABLES.values()):
+        return None
+    return pool.submit(db.int_rows, RUNTIME, exprs)
+
+
+def _read_gpu_ops(db: Export, names: Names, warnings: list[str], calls: Future | None) -> GpuOps:
+    """Kernels, memcpys and memsets, each joined to its CUDA API call through (process, correlationId). `calls`:
+    the runtime calls' columnar read under way (_start_calls_read), or None."""
+    call_exprs = _call_exprs(db)
+    ops, op_kind, has_corr, corr_sources = _read_op_tables(db)
+    calls = calls.result() if calls is not None else None
+    op_start, op_end, op_name_sid, op_corr, op_pid, device, stream, graph_node = ops  # [ops] each, contiguous
     if (op_end < op_start).any():
         raise fail(db.label, "a GPU op ends before it starts: a damaged export")
     # Kernel names: look up each distinct StringIds id once; copies and sets get a fixed label.
-    op_name = np.zeros(len(ops), dtype=np.int64)
+    n_ops = len(op_start)
+    op_name = np.zeros(n_ops, dtype=np.int64)
     strings: dict = {}
-    if len(ops):
+    if n_ops:
         is_kernel = op_kind == 0
         sids, inverse = _distinct(op_name_sid[is_kernel])
         strings = dict(db.query("SELECT id, value FROM StringIds"))
@@ -310,34 +333,39 @@ def _read_gpu_ops(db: Export, names: Names, warnings: list[str]) -> GpuOps:
         )[inverse]
         for kind, label in ((1, "[CUDA memcpy]"), (2, "[CUDA memset]")):
             op_name[op_kind == kind] = names.intern(label)
-    api_start = np.full(len(ops), -1, dtype=np.int64)
+    api_start = np.full(n_ops, -1, dtype=np.int64)
     api_end = api_start.copy()
     api_tid = api_start.copy()
     api_sid = api_start.copy()
-    if len(ops) and corr_sources and joinable:
-        rt = _launching_calls(db, call_exprs, calls, corr_sources, op_corr[has_corr])
-        if (rt[:, 3] < rt[:, 2]).any():
+    if n_ops and corr_sources and call_exprs is not None:
+        rt_corr, rt_tid, rt_start, rt_end, rt_sid = _launching_calls(
+            db, call_exprs, calls, corr_sources, op_corr[has_corr]
+        )
+        if (rt_end < rt_start).any():
             raise fail(db.label, f"{RUNTIME} holds a call that ends before it starts: a damaged export")
-        rt_pid = rt[:, 1] & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
-        for pid in np.unique(op_pid):
-            ops_i = np.flatnonzero(op_pid == pid)
+        rt_pid = rt_tid & np.int64(-(1 << 24))  # globalTid without the thread bits = the op's globalPid
+        pids = op_pid[:1] if op_pid.min() == op_pid.max() else np.unique(op_pid)  # one process: no sort
+        for pid in pids:
+            # One process (the usual capture): every op and call, without masks or copies.
+            ops_i = np.flatnonzero(op_pid == pid) if len(pids) > 1 else np.arange(n_ops)
             rt_i = np.flatnonzero(rt_pid == pid)
             if len(rt_i) == 0:
                 continue
             # A correlation id seen twice in one process (damage) joins to its first call.
-            corr_sorted = rt_i[np.argsort(rt[rt_i, 0], kind="stable")]
-            keys = rt[corr_sorted, 0]
-            pos = np.searchsorted(keys, op_corr[ops_i])
+            corr_sorted = rt_i[np.argsort(rt_corr[rt_i], kind="stable")]
+            keys = rt_corr[corr_sorted]
+            wanted = op_corr[ops_i]
+            pos = np.searchsorted(keys, wanted)
             pos_ok = np.minimum(pos, len(keys) - 1)
-            hit = (pos < len(keys)) & (keys[pos_ok] == op_corr[ops_i])
+            hit = (pos < len(keys)) & (keys[pos_ok] == wanted)
             src = corr_sorted[pos_ok[hit]]
             dst = ops_i[hit]
-            api_tid[dst], api_start[dst], api_end[dst] = rt[src, 1], rt[src, 2], rt[src, 3]
-            api_sid[dst] = rt[src, 4]
-    elif len(ops):
+            api_tid[dst], api_start[dst], api_end[dst] = rt_tid[src], rt_start[src], rt_end[src]
+            api_sid[dst] = rt_sid[src]
+    elif n_ops:
         warnings.append("no CUDA runtime calls in the export: GPU work is not attributed to ranges")
     # Launching calls' names (cudaLaunchKernel, cudaGraphLaunch, ...), interned after the ops' own names.
-    api_name = np.full(len(ops), -1, dtype=np.int64)
+    api_name = np.full(n_ops, -1, dtype=np.int64)
     known = api_sid >= 0
     if known.any():
         sids, inverse = _distinct(api_sid[known])
@@ -374,7 +402,7 @@ def _launching_calls(
     corr_sources: list[str],
     op_corr: np.ndarray,
 ) -> np.ndarray:
-    """[calls, 5] (correlationId, globalTid, start, end, nameId or -1): the runtime calls that launched GPU work
+    """[5, calls] (correlationId, globalTid, start, end, nameId or -1): the runtime calls that launched GPU work
     (most calls launch none; a call with a NULL among its first four is skipped), in the table's order, every
     call's integers checked (sqlite.Export.checked_ints' rule). `calls`: every call as Export.int_rows read it
     (None: not read columnar); `op_corr`: the correlation ids of the GPU ops of the tables that have the column
@@ -382,14 +410,17 @@ def _launching_calls(
     # Columnar: every call read, the launching ones kept in numpy (the SQL filter below costs more than reading
     # the calls that launch nothing). Exact only where no op's id is -1, the value a NULL id reads as.
     if calls is not None and not (op_corr == -1).any():
-        values, has_null = calls
-        return db.in_range(RUNTIME, values[~has_null & np.isin(values[:, 0], op_corr)])
+        values, has_null = calls  # [calls, 5], each column contiguous
+        keep = np.flatnonzero(~has_null & np.isin(values[:, 0], op_corr))
+        return db.in_range(RUNTIME, values.T.take(keep, axis=1))  # column by column: [5, kept], contiguous
     # Row-wise: the same pass also checks every call's integers (sqlite.Export.checked_ints).
-    return db.checked_ints(
-        RUNTIME,
-        exprs,
-        [],
-        ["correlationId", "globalTid", "start", "end"] + ["nameId"] * (exprs[4] != "-1"),
-        where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
-        "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
+    return np.ascontiguousarray(
+        db.checked_ints(
+            RUNTIME,
+            exprs,
+            [],
+            ["correlationId", "globalTid", "start", "end"] + ["nameId"] * (exprs[4] != "-1"),
+            where=f"correlationId IN ({' UNION ALL '.join(corr_sources)}) "
+            "AND globalTid IS NOT NULL AND start IS NOT NULL AND end IS NOT NULL",
+        ).T
     )

@@ -274,7 +274,8 @@ class Export:
         return None if arr is None else self.in_range(table, arr)
 
     def in_range(self, table: str, arr: np.ndarray) -> np.ndarray:
-        if ((arr > INT_LIMIT) | (arr < -INT_LIMIT)).any():
+        # Two reductions, no boolean temporaries (the 1M-kernel export's 21M values: half the time)
+        if arr.size and (arr.max() > INT_LIMIT or arr.min() < -INT_LIMIT):
             raise fail(self.label, f"{table} holds a value out of range (beyond ±2^62): a damaged export")
         return arr
 
