@@ -70,6 +70,9 @@ class MlpScratch:
         self.bufs = torch.zeros(n_layer, WIDTH, dtype=torch.float32, device=device)  # [L, C]
         shape = (n_layer, BLOCKS, NSTAMP) if stamps else (n_layer, 0)
         self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
+        # Whether any launch used these buffers (block_mlp sets it): a step whose MLP took the Triton path (a
+        # width not built, no nvcc) left no stamps, and its zeros must not reach the stamps file as launches.
+        self.launched = False
 
     def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(out, clear, stamps) of layer `layer`'s launch."""
@@ -116,6 +119,7 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
     if w_proj_t is None:
         w_proj_t = block.mlp_proj_t = block.mlp_proj.weight.detach().t().contiguous()  # [4C, C]
     out, clear, stamps = scratch.for_layer(layer)
+    scratch.launched = True
     s, out = fused_mlp(
         x,
         delta,
@@ -178,6 +182,8 @@ class StampRecorder:
         self.pending: list[tuple[torch.Tensor, torch.cuda.Event]] = []
 
     def after_step(self) -> None:
+        if not self.scratch.launched:  # the step ran the Triton path: no launch, no stamps (MlpScratch.launched)
+            return
         host = torch.empty(self.scratch.stamps.shape, dtype=torch.int64, pin_memory=True)
         host.copy_(self.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]
         done = torch.cuda.Event()

@@ -107,6 +107,34 @@ def test_a_launchs_bounds_go_to_the_stamps_file_one_line_each(tmp_path):
         log.record(fm.KERNEL, [r for _, r in fm.PHASES], bounds[:-1])
 
 
+def test_a_step_that_ran_no_launch_writes_no_stamps(tmp_path):
+    # A profiled engine whose batch-1 MLP took the Triton path (a width not built, no nvcc) launched nothing into its
+    # MlpScratch: its zero stamps must not reach the stamps file as launches, which roseprof would try to match.
+    from roseinfer.config import ModelConfig
+    from roseinfer.model import Block
+
+    scratch = fm.MlpScratch(2, "cpu", stamps=True)
+    path = tmp_path / "kernel_stamps.jsonl"
+    recorder = fm.StampRecorder(scratch, StampLog(path))
+    recorder.after_step()  # no launch yet: returns before any copy or event (none exists on a CPU machine)
+    recorder.close()
+    assert not recorder.pending and path.read_text() == ""
+
+    class Extension:  # stands in for the built module: the launch's arguments, no kernel
+        def __init__(self):
+            self.calls = []
+
+        def fused_mlp(self, *args):
+            self.calls.append(args)
+
+    block = Block(ModelConfig(n_layer=2, n_head=12, n_embd=768, vocab_size=100, n_positions=16))
+    ext = Extension()
+    fm.block_mlp(torch.randn(1, 768), torch.randn(1, 768), block, 1, scratch, module=ext)
+    assert scratch.launched and len(ext.calls) == 1
+    out, clear = ext.calls[0][10], ext.calls[0][11]
+    assert out.data_ptr() == scratch.bufs[1].data_ptr() and clear.data_ptr() == scratch.bufs[0].data_ptr()
+
+
 # -- on a GPU ----------------------------------------------------------------------------------------------------
 
 
