@@ -47,6 +47,8 @@ PHASES = (
 DELAY_DEFINE = "FUSED_MLP_STAMP_DELAY"
 # A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
 NO_STAMPS_DEFINE = "FUSED_MLP_NO_STAMPS"
+# griddepcontrol (the PDL wait and release) assembles for sm_90 and later only: older GPUs keep the Triton path
+MIN_ARCH = (9, 0)
 
 
 def load(test_build: bool = False, defines: tuple[str, ...] = ()):
@@ -54,7 +56,7 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     build that can plant delays."""
     from roseinfer import cuda_ext
 
-    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines))
+    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
 
 
 class MlpScratch:

@@ -37,6 +37,26 @@ def test_cpu_machine_builds_nothing_and_says_why(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_gpu_older_than_hopper_builds_nothing_and_says_why(tmp_path):
+    # griddepcontrol does not assemble below sm_90 (ptxas: "requires .target sm_90 or higher"): on an A100 the
+    # fused MLP is not built at all, rather than a failing nvcc run on every process's first call.
+    code = (
+        "import torch; from roseinfer import cuda_ext; from roseinfer.cuda_ext import fused_mlp\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "torch.cuda.get_device_capability = lambda device=None: (8, 0)\n"
+        "assert fused_mlp.load() is None\n"
+        "print(cuda_ext.why_not_built('fused_mlp'))\n"
+    )
+    env = {"ROSEINFER_CUDA_EXT_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",
+           "CUDA_HOME": str(tmp_path / "no-cuda")}  # a regression finds no nvcc: no build on CI
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **_pythonpath()}
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "not built: needs sm_90, this GPU is sm_80"
+    assert not (tmp_path / "cache").exists()
+
+
 def _pythonpath():
     import os
 
