@@ -127,6 +127,15 @@ def test_a_launchs_bounds_go_to_the_stamps_file_one_line_each(tmp_path):
         log.record(fm.KERNEL, [r for _, r in fm.PHASES], bounds[:-1])
 
 
+def test_no_cuda_mlp_reaches_the_engines_config():
+    # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
+    from roseinfer.bench.common import build_parser, engine_config, parse
+
+    parser = build_parser("benchmark_streaming", "", "online")
+    assert engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"])).cuda_mlp
+    assert not engine_config(parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cuda-mlp"])).cuda_mlp
+
+
 def test_a_step_that_ran_no_launch_writes_no_stamps(tmp_path):
     # A profiled engine whose batch-1 MLP took the Triton path (a width not built, no nvcc) launched nothing into its
     # MlpScratch: its zero stamps must not reach the stamps file as launches, which roseprof would try to match.
