@@ -184,7 +184,7 @@ class StampRecorder:
         self.pending: list[tuple[torch.Tensor, torch.cuda.Event]] = []
 
     def after_step(self) -> None:
-        if not self.scratch.launched:  # the step ran the Triton path: no launch, no stamps (MlpScratch.launched)
+        if not self.scratch.launched:  # the step ran the Triton path: no stamps (MlpScratch.launched)
             return
         host = torch.empty(self.scratch.stamps.shape, dtype=torch.int64, pin_memory=True)
         host.copy_(self.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]

@@ -47,8 +47,11 @@ def test_a_gpu_older_than_hopper_builds_nothing_and_says_why(tmp_path):
         "assert fused_mlp.load() is None\n"
         "print(cuda_ext.why_not_built('fused_mlp'))\n"
     )
-    env = {"ROSEINFER_CUDA_EXT_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",
-           "CUDA_HOME": str(tmp_path / "no-cuda")}  # a regression finds no nvcc: no build on CI
+    env = {
+        "ROSEINFER_CUDA_EXT_CACHE": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+        "CUDA_HOME": str(tmp_path / "no-cuda"),
+    }  # a regression finds no nvcc: no build on CI
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **_pythonpath()}
     )

@@ -219,9 +219,11 @@ def test_union_by_group_is_the_covered_ns(seed):
         ([3], [7]),  # one element
         ([0, 0, 0, 0], [5, 5, 5, 5]),  # all tied
         ([2, 1, 2, 1], [0, 0, 0, 0]),  # values all zero: base 1, the code is the key
-        ([1, 0, 1], [(1 << 61) - 1, 0, 1 << 60]),  # (max key + 1) * (max value + 1) = 2^62: just out of the codes
+        # (max key + 1) * (max value + 1) = 2^62: just out of the codes
+        ([1, 0, 1], [(1 << 61) - 1, 0, 1 << 60]),
         ([0, 0, 1], [(1 << 61) - 2, 3, 0]),  # 2 * (2^61 - 1) < 2^62: the codes, at their largest
-        (np.array([1, 0, 1], dtype=np.uint8), np.array([9, 2**63 + 5, 4], dtype=np.uint64)),  # unsigned, past int64
+        # unsigned, past int64
+        (np.array([1, 0, 1], dtype=np.uint8), np.array([9, 2**63 + 5, 4], dtype=np.uint64)),
         ([1, 0, 1, 0], [np.nan, 2.0, 1.0, np.nan]),  # NaN sorts last, as lexsort puts it
     ],
 )
@@ -243,7 +245,8 @@ def test_union_by_group_of_one_and_of_touching_intervals():
     assert union_by_group(np.array([0]), np.array([100]), np.array([130]), 1).tolist() == [30]
     group, start, end = np.array([1, 1, 1]), np.array([0, 5, 6]), np.array([5, 9, 7])
     assert union_by_group(group, start, end, 3).tolist() == [0, 9, 0]
-    assert union_by_group(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), 2).tolist() == [0, 0]
+    none = np.zeros(0, np.int64)
+    assert union_by_group(none, none, none, 2).tolist() == [0, 0]
 
 
 def test_unique_rows_of_one_row_and_of_one_column():
