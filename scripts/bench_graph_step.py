@@ -45,7 +45,9 @@ Variants, each adding one change to the one before:
  30. 23 likewise;
  31. 28 + PDL in buckets of 33 to 64 rows for models up to 768 wide (the add + LayerNorm kernels between cuBLAS's
      GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj early
-     there): the engine now (session 16).
+     there): the engine of session 16;
+ 32. 31 + at one row a 768-wide block's MLP as one split-K CUDA kernel (issue 50, `roseinfer.cuda_ext.fused_mlp`;
+     the Triton path where it is not built): the engine now (session 24).
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile.
@@ -134,7 +136,10 @@ VARIANTS[29] = GraphKernels(pdl_attention_release=False)
 VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
 # The eighth step's change off: what variants 1 to 30 measured before it existed.
 VARIANTS = {v: dataclasses.replace(k, pdl_narrow_max_batch=0) for v, k in VARIANTS.items()}
-VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up to 768 wide: the engine now
+VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up to 768 wide
+# The ninth step's change off: what variants 1 to 31 measured before it existed (GraphKernels.cuda_mlp defaults on).
+VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items()}
+VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:

@@ -1,12 +1,12 @@
 """CUDA C++ kernels shipped as sources in the package, built at first use (issue 50's toolchain).
 
 Nothing is built at install or import. The first call of `load(name)` on a machine with CUDA compiles
-`roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja,
-nvcc) into a cache folder keyed by the sources' hash, the GPU's arch and torch's version
-(`$ROSEINFER_CUDA_EXT_CACHE`, default `~/.cache/roseinfer/cuda_ext/<key>`), says the build's time on stderr once,
-and returns the module; later calls, in this process or the next, reuse it. Where there is no CUDA (the CPU CI)
-or no compiler, `load` returns None and `why_not_built(name)` says why ("not built: no CUDA"): every caller
-falls back to the Triton or torch path it would take otherwise.
+`roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja, nvcc)
+into a cache folder keyed by the sources' hash, the GPU's arch and torch's version (`$ROSEINFER_CUDA_EXT_CACHE`,
+default `~/.cache/roseinfer/cuda_ext/<key>`), says the build's time on stderr once, and returns the module; later
+calls, in this process or the next, reuse it. Where there is no CUDA (the CPU CI), a GPU older than the kernel's
+`min_arch` (the fused MLP's griddepcontrol: sm_90) or no compiler, `load` returns None and `why_not_built(name)`
+says why ("not built: no CUDA"): every caller falls back to the Triton or torch path it would take otherwise.
 """
 
 from __future__ import annotations
@@ -60,13 +60,17 @@ def available(name: str) -> bool:
 
 
 @functools.cache
-def load(name: str, defines: tuple[str, ...] = ()):
+def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (0, 0)):
     """The built module, or None (then `why_not_built(name)` says why). defines: extra `-D` macros (a test
-    build's planted delay, say), part of the cache key."""
+    build's planted delay, say), part of the cache key. min_arch: the oldest GPU (compute capability) its code
+    assembles for; on an older one nothing is built (nvcc would fail on every process's first call)."""
     import torch
 
     if not torch.cuda.is_available():
         return _not_built(name, "no CUDA")
+    if tuple(torch.cuda.get_device_capability()) < tuple(min_arch):
+        have = "".join(map(str, torch.cuda.get_device_capability()))
+        return _not_built(name, f"needs sm_{min_arch[0]}{min_arch[1]}, this GPU is sm_{have}")
     if (
         shutil.which("nvcc") is None
         and not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin/nvcc").exists()

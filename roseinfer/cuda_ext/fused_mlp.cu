@@ -1,7 +1,7 @@
 // The MLP of one GPT-2 block at one row (decode batch 1) as one kernel, split over K with no grid barrier:
 //   s = x + delta;  h = LayerNorm(s);  g = gelu_tanh(h @ W_fc^T + b_fc);  out += g @ W_proj^T (+ b_proj)
 // (roseinfer/cuda_ext/fused_mlp.py launches it; the Triton path is two kernels: the norm GEMV for c_fc and the
-// GEMV for mlp_proj). On an H200 the step's MLP region went from 65.1 to 49.6 us a step (docs/BENCHMARKS.md,
+// GEMV for mlp_proj). On an H200 the step's MLP region went from 65.2 to 49.6 us a step (docs/BENCHMARKS.md,
 // issue 50, session 24).
 //
 // Block b owns g rows [24 b, 24 b + 24), 3 per warp: their rows of W_fc [4C, C] and the same rows of W_proj^T (a

@@ -47,6 +47,8 @@ PHASES = (
 DELAY_DEFINE = "FUSED_MLP_STAMP_DELAY"
 # A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
 NO_STAMPS_DEFINE = "FUSED_MLP_NO_STAMPS"
+# griddepcontrol (the PDL wait and release) assembles for sm_90 and later only: older GPUs keep the Triton path
+MIN_ARCH = (9, 0)
 
 
 def load(test_build: bool = False, defines: tuple[str, ...] = ()):
@@ -54,7 +56,7 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     build that can plant delays."""
     from roseinfer import cuda_ext
 
-    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines))
+    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
 
 
 class MlpScratch:
@@ -70,6 +72,9 @@ class MlpScratch:
         self.bufs = torch.zeros(n_layer, WIDTH, dtype=torch.float32, device=device)  # [L, C]
         shape = (n_layer, BLOCKS, NSTAMP) if stamps else (n_layer, 0)
         self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
+        # Whether any launch used these buffers (block_mlp sets it): a step whose MLP took the Triton path (a
+        # width not built, no nvcc) left no stamps, and its zeros must not reach the stamps file as launches.
+        self.launched = False
 
     def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(out, clear, stamps) of layer `layer`'s launch."""
@@ -116,6 +121,7 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
     if w_proj_t is None:
         w_proj_t = block.mlp_proj_t = block.mlp_proj.weight.detach().t().contiguous()  # [4C, C]
     out, clear, stamps = scratch.for_layer(layer)
+    scratch.launched = True
     s, out = fused_mlp(
         x,
         delta,
@@ -178,6 +184,8 @@ class StampRecorder:
         self.pending: list[tuple[torch.Tensor, torch.cuda.Event]] = []
 
     def after_step(self) -> None:
+        if not self.scratch.launched:  # the step ran the Triton path: no stamps (MlpScratch.launched)
+            return
         host = torch.empty(self.scratch.stamps.shape, dtype=torch.int64, pin_memory=True)
         host.copy_(self.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]
         done = torch.cuda.Event()

@@ -37,6 +37,29 @@ def test_cpu_machine_builds_nothing_and_says_why(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_gpu_older_than_hopper_builds_nothing_and_says_why(tmp_path):
+    # griddepcontrol does not assemble below sm_90 (ptxas: "requires .target sm_90 or higher"): on an A100 the
+    # fused MLP is not built at all, rather than a failing nvcc run on every process's first call.
+    code = (
+        "import torch; from roseinfer import cuda_ext; from roseinfer.cuda_ext import fused_mlp\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "torch.cuda.get_device_capability = lambda device=None: (8, 0)\n"
+        "assert fused_mlp.load() is None\n"
+        "print(cuda_ext.why_not_built('fused_mlp'))\n"
+    )
+    env = {
+        "ROSEINFER_CUDA_EXT_CACHE": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+        "CUDA_HOME": str(tmp_path / "no-cuda"),
+    }  # a regression finds no nvcc: no build on CI
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**env, **_pythonpath()}
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "not built: needs sm_90, this GPU is sm_80"
+    assert not (tmp_path / "cache").exists()
+
+
 def _pythonpath():
     import os
 
@@ -105,6 +128,43 @@ def test_a_launchs_bounds_go_to_the_stamps_file_one_line_each(tmp_path):
     assert bounds[-1] - bounds[0] == doc["span_ns"] and bounds == sorted(bounds)
     with pytest.raises(ValueError, match="5 regions need 6 bounds"), StampLog(path) as log:
         log.record(fm.KERNEL, [r for _, r in fm.PHASES], bounds[:-1])
+
+
+def test_no_cuda_mlp_reaches_the_engines_config():
+    # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
+    from roseinfer.bench.common import build_parser, engine_config, parse
+
+    parser = build_parser("benchmark_streaming", "", "online")
+    assert engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"])).cuda_mlp
+    assert not engine_config(parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cuda-mlp"])).cuda_mlp
+
+
+def test_a_step_that_ran_no_launch_writes_no_stamps(tmp_path):
+    # A profiled engine whose batch-1 MLP took the Triton path (a width not built, no nvcc) launched nothing into its
+    # MlpScratch: its zero stamps must not reach the stamps file as launches, which roseprof would try to match.
+    from roseinfer.config import ModelConfig
+    from roseinfer.model import Block
+
+    scratch = fm.MlpScratch(2, "cpu", stamps=True)
+    path = tmp_path / "kernel_stamps.jsonl"
+    recorder = fm.StampRecorder(scratch, StampLog(path))
+    recorder.after_step()  # no launch yet: returns before any copy or event (none exists on a CPU machine)
+    recorder.close()
+    assert not recorder.pending and path.read_text() == ""
+
+    class Extension:  # stands in for the built module: the launch's arguments, no kernel
+        def __init__(self):
+            self.calls = []
+
+        def fused_mlp(self, *args):
+            self.calls.append(args)
+
+    block = Block(ModelConfig(n_layer=2, n_head=12, n_embd=768, vocab_size=100, n_positions=16))
+    ext = Extension()
+    fm.block_mlp(torch.randn(1, 768), torch.randn(1, 768), block, 1, scratch, module=ext)
+    assert scratch.launched and len(ext.calls) == 1
+    out, clear = ext.calls[0][10], ext.calls[0][11]
+    assert out.data_ptr() == scratch.bufs[1].data_ptr() and clear.data_ptr() == scratch.bufs[0].data_ptr()
 
 
 # -- on a GPU ----------------------------------------------------------------------------------------------------

@@ -208,3 +208,55 @@ def test_union_by_group_is_the_covered_ns(seed):
         for g in range(groups)
     ]
     assert union_by_group(group, start, end, groups).tolist() == expected
+
+
+# -- edge cases of the replacements (review of issue 43's speed work): each against the code it replaced ----------
+
+
+@pytest.mark.parametrize(
+    "keys,values",
+    [
+        ([3], [7]),  # one element
+        ([0, 0, 0, 0], [5, 5, 5, 5]),  # all tied
+        ([2, 1, 2, 1], [0, 0, 0, 0]),  # values all zero: base 1, the code is the key
+        # (max key + 1) * (max value + 1) = 2^62: just out of the codes
+        ([1, 0, 1], [(1 << 61) - 1, 0, 1 << 60]),
+        ([0, 0, 1], [(1 << 61) - 2, 3, 0]),  # 2 * (2^61 - 1) < 2^62: the codes, at their largest
+        # unsigned, past int64
+        (np.array([1, 0, 1], dtype=np.uint8), np.array([9, 2**63 + 5, 4], dtype=np.uint64)),
+        ([1, 0, 1, 0], [np.nan, 2.0, 1.0, np.nan]),  # NaN sorts last, as lexsort puts it
+    ],
+)
+def test_sorting_by_key_then_value_at_the_edges_is_lexsorts(keys, values):
+    keys, values = np.asarray(keys), np.asarray(values)
+    order = np.lexsort((values, keys))
+    k, v = by_key_then_value(keys, values)
+    assert np.array_equal(k, keys[order])
+    assert np.array_equal(v, values[order].astype(np.float64), equal_nan=True)
+
+
+def test_percentiles_of_one_value_and_of_none():
+    assert group_percentiles(np.array([4]), np.array([10]), (50, 99)) == {4: [10.0, 10.0]}
+    assert group_percentiles(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)) == {}
+
+
+def test_union_by_group_of_one_and_of_touching_intervals():
+    # one interval; intervals that touch ([0, 5) and [5, 9)) and one inside another; an empty group; none at all
+    assert union_by_group(np.array([0]), np.array([100]), np.array([130]), 1).tolist() == [30]
+    group, start, end = np.array([1, 1, 1]), np.array([0, 5, 6]), np.array([5, 9, 7])
+    assert union_by_group(group, start, end, 3).tolist() == [0, 9, 0]
+    none = np.zeros(0, np.int64)
+    assert union_by_group(none, none, none, 2).tolist() == [0, 0]
+
+
+def test_unique_rows_of_one_row_and_of_one_column():
+    for columns in ([np.array([4]), np.array([-1])], [np.array([2, -1, 2, 0])]):
+        rows, inverse = unique_rows(columns, 5)
+        expected, expected_inverse = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+        assert np.array_equal(rows, expected) and np.array_equal(inverse, expected_inverse.ravel())
+
+
+def test_stable_order_of_none_and_of_ties():
+    assert stable_order(np.zeros(0, dtype=np.int64)).tolist() == []
+    ties = np.array([3, 1, 3, 1, 3, (1 << 16) - 1])
+    assert np.array_equal(stable_order(ties), np.argsort(ties, kind="stable"))
