@@ -5,8 +5,7 @@ NaN and infinities included, and the engine's tokens unchanged."""
 import pytest
 import torch
 
-from roseinfer import LLM, SamplingParams
-from roseinfer import sampler
+from roseinfer import LLM, SamplingParams, sampler
 from roseinfer.sampler import argmax, sample
 
 
