@@ -21,7 +21,8 @@ than its run pairs. A metric is starred (`significant` in --json) exactly when i
 fails on the decision's slower rows over the threshold (those --metric
 picks, where given), except wall-clock figures that a slower machine explains (machine_speed.slowdown). The
 machine is judged both ways (slower_machine): an after side that ran on a busier machine makes the wall-clock
-figures slower, a before side that did makes them faster; either is said as the machine's, not the code's. The
+figures slower, a before side that did makes them faster; either is said as the machine's, not the code's, and
+only where such a figure moved beyond its floor (a machine that explains no figure is not said). The
 regions judged by their CPU time stay the code's (named and gated beside it) only where they moved beyond what that
 machine did to the other regions' CPU time in the same diff (cpu_spread.py: a crowded core inflates them unevenly);
 one that did not is the machine's too (said in the machine's line, starred, never gated).
@@ -133,10 +134,20 @@ def by_cpu_time(row: dict) -> bool:
     return bool(row.get("own_time")) and str(row.get("own_stat") or "").startswith("CPU")
 
 
+def wall_clock_grew(rows: list[dict]) -> bool:
+    """Whether a wall-clock figure (the step, the tokens, the requests) grew beyond its floor: a decision row."""
+    return any(
+        r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES) and r["word"] == "slower" for r in rows
+    )
+
+
 def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
-    """Whether the wall-clock figures that grew are the machine's: the step's wall time grew, every region's time
-    grew alike (the machine speed factor moved by at least ALIKE of the wall time's move: a wait planted in one
-    region, a sleep or a lock, moves that region alone), and where the runs have CPU times, the regions' CPU time
+    """Whether the wall-clock figures that grew are the machine's: a wall-clock figure grew beyond its floor (a
+    decision row: the machine is said only where it explains a figure that moved; the figures alone held where the
+    step's wall time moved +0.5%, and "the machine was slower" was printed beside a region named by its CPU time,
+    docs/BENCHMARKS.md session 23's pair r2), the step's wall time grew, every region's time grew alike (the
+    machine speed factor moved by at least ALIKE of the wall time's move: a wait planted in one region, a sleep or
+    a lock, moves that region alone), and where the runs have CPU times, the regions' CPU time
     per step grew by less than CPU_SHARE of the wall time's move (a wait for a core is in the wall time only;
     heavier code is in both); and no region or kernel judged by its wall time grew beyond its floor.
 
@@ -146,9 +157,9 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     time up to +43% against lm_head's +12% at most, one core shared with 3-9 CPU burners, docs/BENCHMARKS.md session 22),
     which may then clear its floor; it used to hide the machine as well (the wall time +1,200% read as the code's).
     decide() then judges such a row against its floor widened by the other regions' spread (cpu_spread.py)."""
-    if not slowdown or any(
-        r["kind"] != "figure" and r["word"] == "slower" and not by_cpu_time(r) for r in rows
-    ):
+    if not slowdown or not wall_clock_grew(rows):
+        return False
+    if any(r["kind"] != "figure" and r["word"] == "slower" and not by_cpu_time(r) for r in rows):
         return False
     wall, speed, cpu = slowdown.get("wall_pct"), slowdown.get("speed_pct"), slowdown.get("cpu_pct")
     if wall is None or wall <= 0 or speed is None or speed < ALIKE * wall:
@@ -172,12 +183,14 @@ def slower_machine(rows: list[dict], slowdown: dict | None) -> str | None:
     its wall time got faster beyond its floor (a region that got slower does not make the step faster)."""
     if machine_slower(rows, slowdown):
         return "after"
-    mirrored = [
-        {**r, "word": {"faster": "slower", "slower": "faster"}.get(r["word"], r["word"])} for r in rows
-    ]
-    if slowdown and machine_slower(mirrored, swapped(slowdown)):
+    if slowdown and machine_slower(mirrored(rows), swapped(slowdown)):
         return "before"
     return None
+
+
+def mirrored(rows: list[dict]) -> list[dict]:
+    """The decision rows with faster and slower swapped: what they say with the sides swapped."""
+    return [{**r, "word": {"faster": "slower", "slower": "faster"}.get(r["word"], r["word"])} for r in rows]
 
 
 def decide(
@@ -204,9 +217,8 @@ def decide(
     machine = side is not None
     for r in rows:
         r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
-    # Measured slower: a wall-clock figure cleared its floor and is the machine's (the rule alone also holds where
-    # the step's wall time moved 0.5%). Then a region's CPU time that the machine moved no more than the other
-    # regions' is the machine's too (cpu_spread.py).
+    # Measured slower (a wall-clock figure cleared its floor and is the machine's, machine_slower): a region's CPU
+    # time that the machine moved no more than the other regions' is the machine's too (cpu_spread.py).
     if any(r["machine"] for r in rows):
         for r in rows:
             spread = cpu_spread.machines(r, metrics)
