@@ -8,12 +8,9 @@ longer than their CPU time (waits for a core) and after's 1.6%: the step's wall 
 import numpy as np
 import pytest
 
-from roseprof.analysis import decision, machine_speed
-from roseprof.analysis.diff import compare
-from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.analysis.verdict import verdict
+from roseprof.analysis import decision
 from roseprof.render.verdict_text import headline_sentence, machine_line
-from tests.roseprof.test_diff_crowded_cpu import CROWDED, KV
+from tests.roseprof.test_diff_crowded_cpu import CROWDED, KV, _decide
 from tests.roseprof.test_diff_stats import run_data
 
 SIDES = {"id": "a", "name": "before", "runs": ["a"]}, {"id": "b", "name": "after", "runs": ["b"]}
@@ -38,13 +35,6 @@ def _run(seed: int, cpu_factor: float, kv_factor: float, waits: float):
         step += wall
     run.step_dur = step
     return run
-
-
-def _decide(before, after):
-    metrics = compare(before, after, floor=NoiseFloor("cpu"))
-    v = verdict(metrics, *SIDES, slowdown=machine_speed.slowdown([before], [after]))
-    decision.mark(metrics, v["decision"])
-    return metrics, v
 
 
 def test_the_machine_is_not_said_where_no_wall_clock_figure_moved():
