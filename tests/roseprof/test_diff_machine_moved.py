@@ -13,7 +13,6 @@ from roseprof.render.verdict_text import headline_sentence, machine_line
 from tests.roseprof.test_diff_crowded_cpu import CROWDED, KV, _decide
 from tests.roseprof.test_diff_stats import run_data
 
-SIDES = {"id": "a", "name": "before", "runs": ["a"]}, {"id": "b", "name": "after", "runs": ["b"]}
 STEPS = 300
 
 
