@@ -31,6 +31,11 @@ def diff_json(store, a, b):
     return json.loads(proc.stdout)
 
 
+def _slower_or_inside_floor(row, word):
+    """A headline figure reads `word`, or "no clear change" where its interval stays inside its noise floor."""
+    return row["word"] == word or (row["word"] == "no clear change" and "noise floor" in row["why"])
+
+
 def test_an_injected_slowdown_is_found_named_and_gated(store):
     out = diff_json(store, "default", "slow-append")
     # Scripts read these keys: they stay, and the verdict is added.
@@ -45,8 +50,12 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
         "significant",
     }
     v = out["verdict"]
-    words = {r["label"]: r["word"] for r in v["headline"]}
-    assert words["step p50"] == "slower" and words["ITL p50"] == "slower", v["headline"]
+    # The steps carry the region's +60 ms of CPU beside what the machine's load did to each capture: slower, unless a
+    # busier default capture kept the change inside the one-run floor (43 ms steps at load 13: +106% against 110%),
+    # which the figure then says. The region is named and gated either way (below).
+    rows = {r["label"]: r for r in v["headline"]}
+    for label in ("step p50", "ITL p50"):
+        assert _slower_or_inside_floor(rows[label], "slower"), rows[label]
     # Figures the sleep does not touch (TTFT, the p99s of a busy machine) may move either way: "mixed" is honest.
     assert v["overall"] in ("slower", "mixed")
     # The region that sleeps is named: first among all metrics (largest significant change) and where time moved.
@@ -61,7 +70,8 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
     # One run a side: the warning comes first (issue 21), then the answer, which names the region that grew most.
     assert terminal[2].startswith("one run a side:")
     answer = next(line for line in terminal if line.startswith("after is "))
-    assert answer.startswith("after is slower ") and "step p50 +" in answer
+    steps_said = "step p50 +" if rows["step p50"]["word"] == "slower" else "steps: no clear change"
+    assert answer.startswith("after is slower ") and steps_said in answer, answer
     # the region the decision names, with its word (issue 44: one decision)
     assert "roseinfer.kv.append_token +" in " ".join(terminal) and "slower (+" in " ".join(terminal)
     # --min-effect replaces the calibrated floors: at 100,000% (1000x) nothing here is a change, nothing is gated.
@@ -74,7 +84,7 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
     assert floored["regions"] == [] and "100000% for every metric" in floored["noise_floor"]
     # Read the other way it is faster, and no regression.
     back = diff_json(store, "slow-append", "default")["verdict"]
-    assert {r["label"]: r["word"] for r in back["headline"]}["step p50"] == "faster"
+    assert _slower_or_inside_floor({r["label"]: r for r in back["headline"]}["step p50"], "faster")
     assert diff(store, "slow-append", "default", "--fail-on-regression", "20").returncode == 0
 
 
