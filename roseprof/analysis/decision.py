@@ -26,13 +26,19 @@ only where such a figure moved beyond its floor (a machine that explains no figu
 regions judged by their CPU time stay the code's (named and gated beside it) only where they moved beyond what that
 machine did to the other regions' CPU time in the same diff (cpu_spread.py: a crowded core inflates them unevenly);
 one that did not is the machine's too (said in the machine's line, starred, never gated).
+
+Where the runs' median steps did not wait but their slowest steps did (tail_waits.py), the tail figures alone (a
+step's or a token's p95, p99, mean) that moved are the machine's (tail_waited): their steps' wall time grew and
+their CPU time did not grow with it, and the waits were not in one region (a sleep planted there is the code's).
+They are said in the first lines with the slowest steps' wall and CPU time, stay in the table and are not gated.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import re
 
-from roseprof.analysis import cpu_spread
+from roseprof.analysis import cpu_spread, tail_waits
 
 # Metrics that belong to a region or kernel: a region row stands for them all (the statistic it was judged by is
 # the row's metric; the others are evidence).
@@ -43,6 +49,10 @@ WALL_FIGURES = ("steps.", "itl.", "requests.")
 # A slower machine: the step's wall time grew, and the regions' CPU time per step grew by less than this share of
 # that growth (waits for a core are in the wall time, not in the CPU time; a heavier code path is in both).
 CPU_SHARE = 0.5
+# The wall-clock figures a run's slowest steps move while its median step does not: a step's or a token's p95, p99
+# and mean, over all steps or some (rollover, normal; at rollover, elsewhere). Not TTFT: a request's first token
+# waits on its prefill, which no decode step holds.
+TAIL_FIGURE = re.compile(r"^(steps|itl)\.([a-z_]+\.)?(p95|p99|mean)_(ns|ms)$")
 # ... and every region's time grew alike: the machine speed factor (machine_speed.py) moved by at least this share
 # of the step's wall time (same-code pairs on the shared 2-core box: +82% of +103%; a 15 ms sleep planted in
 # kv.append_token: +36% of +214%)
@@ -167,6 +177,41 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     return bool(cpu is None or cpu < CPU_SHARE * wall)
 
 
+def is_tail(metric: str) -> bool:
+    """Whether a figure is one the slowest steps move alone (TAIL_FIGURE)."""
+    return bool(TAIL_FIGURE.match(metric))
+
+
+def tail_waited(rows: list[dict], tail: dict | None, side: str) -> bool:
+    """Whether `side` ("after", "before") waited in its slowest steps alone, which explains the tail figures that
+    moved its way (after: slower; before: faster) as the machine's (tail_waits.py): every wall-clock figure that
+    moved its way beyond its floor is a tail figure (a median step that moved is the code's, or the whole-step
+    rule's, machine_slower), no region or kernel judged by its wall time moved its way, the slowest steps' wall time
+    grew and their CPU time grew by less than CPU_SHARE of that, and their waits were not in one region.
+
+    The same-code pair of docs/BENCHMARKS.md session 24 (ITL p99 +75.5%: slowest steps 48-58 ms of wall on 21-27 ms
+    of CPU) is the machine's; the planted --no-batched-rollover (its slowest steps are its rollover steps, whose CPU
+    time grows) and a sleep planted in one region at a few steps (its waits all in that region) stay the code's."""
+    if not tail:
+        return False
+    grew = "slower" if side == "after" else "faster"
+    moved = [
+        r
+        for r in rows
+        if r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES) and r["word"] == grew
+    ]
+    if not moved or not all(is_tail(r["metric"]) for r in moved):
+        return False
+    if any(r["kind"] != "figure" and r["word"] == grew and not by_cpu_time(r) for r in rows):
+        return False
+    g = tail if side == "after" else swapped(tail)
+    wall, cpu = g.get("wall_pct"), g.get("cpu_pct")
+    if wall is None or wall <= 0 or cpu is None or cpu >= CPU_SHARE * wall:
+        return False
+    # where no region has both clocks (no place), a sleep cannot be told from the machine: the code's
+    return tail[side]["place"] is not None and not tail_waits.one_place(tail[side])
+
+
 def swapped(slowdown: dict) -> dict:
     """machine_speed.slowdown's figures with the sides swapped: how much slower before ran than after (a ratio
     r of after to before becomes 1 / r), so that one rule judges either side's machine."""
@@ -213,13 +258,24 @@ def decide(
              "delta_pct": f["delta_pct"], "floor_pct": f.get("floor_pct"), "every_pair": True}
         )  # fmt: skip
     rows += _named_rows(regions, "region") + _named_rows(kernels, "kernel")
-    side = slower_machine(rows, slowdown)
+    # Only the slowest steps waited (tail_waits.py): the tail figures that moved that side's way are the machine's,
+    # said with their steps' evidence (the median step's rule, machine_slower, may hold too where the median step
+    # drifted within its floor, but says nothing of the steps that moved the figures).
+    tail = None
+    if slowdown:
+        tail = next((s for s in ("after", "before") if tail_waited(rows, slowdown.get("tail"), s)), None)
+    side = None if tail else slower_machine(rows, slowdown)
     machine = side is not None
+    tail_word = {"after": "slower", "before": "faster"}.get(tail)
     for r in rows:
-        r["machine"] = bool(machine and r["kind"] == "figure" and r["metric"].startswith(WALL_FIGURES))
-    # Measured slower (a wall-clock figure cleared its floor and is the machine's, machine_slower): a region's CPU
-    # time that the machine moved no more than the other regions' is the machine's too (cpu_spread.py).
-    if any(r["machine"] for r in rows):
+        figure = r["kind"] == "figure"
+        r["machine"] = bool(machine and figure and r["metric"].startswith(WALL_FIGURES)) or bool(
+            figure and tail_word and is_tail(r["metric"]) and r["word"] == tail_word
+        )
+    # Measured slower (a wall-clock figure of the median step cleared its floor and is the machine's,
+    # machine_slower): a region's CPU time that the machine moved no more than the other regions' is the machine's
+    # too (cpu_spread.py). Not where the slowest steps alone waited: the steps a region's CPU p5 comes from did not.
+    if machine:
         for r in rows:
             spread = cpu_spread.machines(r, metrics)
             if spread:
@@ -233,23 +289,28 @@ def decide(
         overall = "no clear change"
     else:
         overall = "not tested"
-    # machine_slower: either side's machine was slower (the wall-clock figures are its); slower_machine: which
+    # machine_slower: either side's machine was slower (the wall-clock figures are its); slower_machine: which;
+    # tail_waits: which side waited in its slowest steps alone (its tail figures are the machine's), or None
     return {
         "rows": rows,
         "overall": overall,
         "machine_slower": machine,
         "slower_machine": side,
+        "tail_waits": tail,
         "slowdown": slowdown,
     }
 
 
 def mark(metrics: list[dict], decision: dict) -> None:
-    """Star exactly the decision's metrics (`significant`); `clears_floor` keeps what the interval alone said."""
+    """Star exactly the decision's metrics (`significant`); `clears_floor` keeps what the interval alone said;
+    `machine`: a decision row the machine explains (the tables mark it apart from the code's changes)."""
     decided = {r["metric"] for r in decision["rows"]}
     paired = {r["metric"] for r in decision["rows"] if r.get("every_pair")}
+    machines = {r["metric"] for r in decision["rows"] if r.get("machine")}
     for m in metrics:
         m.setdefault("clears_floor", m.get("significant", False))
         m["significant"] = m["name"] in decided
+        m["machine"] = m["name"] in machines
         # starred without clearing its floor here: every run pair, one run a side, named it (run_pairs.py)
         m["every_pair"] = m["name"] in paired
 

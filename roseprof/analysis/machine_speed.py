@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis import tail_waits
 from roseprof.analysis.run_data import RunData
 
 # Regions under this share of the before side's step time are left out of the median: a 2 µs region's ratio is
@@ -87,6 +88,7 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
                    step log's CPU times only: a wait for a core is in the wall time, not in this, while heavier
                    code is in both; on a GPU the host's CPU time does not see the kernels, so never there)
         speed_pct  the machine speed factor above (every region's time grown alike)
+        tail       the runs' slowest steps, their wall and CPU time (tail_waits.measure: where only they waited)
 
     None where a run has no decode steps."""
     runs = before + after
@@ -102,4 +104,5 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
         "wall_pct": _growth_pct([float(np.median(r.step_dur)) for r in runs], n),
         "cpu_pct": cpu,
         "speed_pct": None if factors is None else _growth_pct(factors[0] + factors[1], n),
+        "tail": tail_waits.measure(before, after),
     }

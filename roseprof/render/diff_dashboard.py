@@ -146,7 +146,11 @@ def _metrics_table(result: dict) -> str:
     rows = []
     for m in result["metrics"]:
         unit = text.metric_unit(m["name"])
-        verdict = "REGRESSION" if m.get("regression") else ("change" if m["significant"] else "")
+        verdict = (
+            "REGRESSION"
+            if m.get("regression")
+            else ("machine" if m.get("machine") else ("change" if m["significant"] else ""))
+        )
         rows.append(
             [
                 html.escape(text.metric_label(m["name"], m.get("per_step", False))),

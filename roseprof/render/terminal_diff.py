@@ -247,9 +247,11 @@ def print_diff(console: Console, result: dict, top: int) -> None:
     rows = []
     for m, (name, what) in zip(metrics[:top], split):
         unit = text.metric_unit(m["name"])
-        # One character for a change the verdict names, one for a regression, so that 80 columns keep the figures
-        # whole and the marker column.
-        flag = "!" if m.get("regression") else ("*" if m["significant"] else "")
+        # One character for a change the verdict names, one for the machine's (a slower machine's waits, not the
+        # code: decision.py), one for a regression, so that 80 columns keep the figures whole and the marker column.
+        flag = (
+            "!" if m.get("regression") else ("m" if m.get("machine") else ("*" if m["significant"] else ""))
+        )
         rows.append(
             [
                 text.without_prefix(name, prefix) if what else name,
@@ -283,17 +285,18 @@ def print_diff(console: Console, result: dict, top: int) -> None:
         fit_table(console, title, headers, rows, {0: _cut_statistic}, keep={0, 4}, whole={1, 2, 3, 4})
     )
     marks = {r[4] for r in rows}
-    if "*" in marks or "!" in marks:
+    if "*" in marks or "!" in marks or "m" in marks:
         console.print(
             "* a change the verdict names (its interval clears its noise floor; a region's or kernel's by the "
-            "statistic where the time moved judges it); ! a REGRESSION the gate fails on",
+            "statistic where the time moved judges it); m one it puts down to the machine (its waits, not the "
+            "code: never gated); ! a REGRESSION the gate fails on",
             markup=False,
             style="dim",
         )
     if any(what.startswith(("roll ", "norm ")) for _, what in split):
         console.print(ROLL_LEGEND, markup=False, style="dim")
     console.print(
-        "order: changes (*), intervals clear of 0, other intervals, figures with none",
+        "order: changes (*, m), intervals clear of 0, other intervals, figures with none",
         markup=False,
         style="dim",
     )

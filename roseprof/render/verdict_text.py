@@ -64,17 +64,19 @@ def headline_sentence(v: dict) -> str:
         "mixed": "after is slower in some figures, faster in others",
         "no clear change": "no clear change",
     }.get(overall, "no headline figure could be tested (see the samples column)")
-    if d.get("machine_slower") and overall == "no clear change":
+    if (d.get("machine_slower") or d.get("tail_waits")) and overall == "no clear change":
         lead = "no clear change in the code"
     figures = [r for r in d["rows"] if r["kind"] == "figure"]
     # a region whose CPU time the slower machine moved (decision.py, cpu_spread.py) is said in the machine's line
     named = [r for r in d["rows"] if r["kind"] != "figure" and not r.get("machine")]
     parts = []
-    for w in dict.fromkeys(r["word"] for r in figures):  # the figures by word, the headline's first
-        same = [r for r in figures if r["word"] == w]
+    # the figures by word and whose (the code's, the machine's: a tail figure can be the machine's beside a median
+    # figure of the code's), the headline's first
+    for w, mine in dict.fromkeys((r["word"], bool(r["machine"])) for r in figures):
+        same = [r for r in figures if r["word"] == w and bool(r["machine"]) == mine]
         listed = ", ".join(_said(r).removesuffix(f" {w}") for r in same[:NAMED])
         more = f" (+{len(same) - NAMED} more figures)" if len(same) > NAMED else ""
-        machine = " (the machine, not the code)" if same[0]["machine"] else ""
+        machine = " (the machine, not the code)" if mine else ""
         parts.append(f"{listed}{more} {w}{machine}")
     if not figures and v["headline"]:
         tested = any(r["word"] == "no clear change" for r in v["headline"])
@@ -100,6 +102,8 @@ def machine_line(v: dict) -> str | None:
     first lines (the figures stay in the table; the gate does not fail on them alone). The figures are after's
     against before's whichever side was slower: +110% (after waited), or -56% (before did)."""
     d = v.get("decision") or {}
+    if d.get("tail_waits"):
+        return tail_line(d)
     if not d.get("machine_slower"):
         return None
     s = d["slowdown"]
@@ -132,6 +136,32 @@ def machine_line(v: dict) -> str | None:
             "time"
         )
     return f"the machine was slower in {side}: {how}{uneven}; no region of the code {grew} beyond its floor, {gate}"
+
+
+def _ms_range(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.1f}" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f}"
+
+
+def _tail_steps(side: dict) -> str:
+    """`48.2-58.0 ms of wall on 21.3-27.1 ms of CPU`: a side's slowest steps, the range over its runs."""
+    return f"{_ms_range(side['wall_ms'])} ms of wall on {_ms_range(side['cpu_ms'])} ms of CPU"
+
+
+def tail_line(d: dict) -> str:
+    """Where only one side's slowest steps waited (decision.tail_waited): which figures are the machine's and the
+    evidence, the slowest steps' wall and CPU time on both sides, after's against before's."""
+    side = d["tail_waits"]
+    t = d["slowdown"]["tail"]
+    figures = [r for r in d["rows"] if r["kind"] == "figure" and r.get("machine")]
+    listed = ", ".join(_said(r).removesuffix(f" {r['word']}") for r in figures[:NAMED])  # `ITL p99 +75.5%`
+    more = f" (+{len(figures) - NAMED} more figures)" if len(figures) > NAMED else ""
+    return (
+        f"the machine was slower in {side}'s slowest steps, not the code: {listed}{more} (the slowest "
+        f"{100 - t['pct']:g}% of steps took {_tail_steps(t['after'])} in after, {_tail_steps(t['before'])} in "
+        f"before: wall {t['wall_pct']:+.1f}%, CPU {t['cpu_pct']:+.1f}%, waits in no one region); the gate does "
+        "not fail on these figures alone"
+    )
 
 
 def _uneven(rows: list[dict]) -> str:
