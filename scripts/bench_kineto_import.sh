@@ -4,6 +4,9 @@
 # Usage: scripts/bench_kineto_import.sh [copies]   (HTA lives in its own throwaway venv: HTA_PYTHON, default
 # /tmp/hta-venv/bin/python, made with `python3 -m venv /tmp/hta-venv && /tmp/hta-venv/bin/pip install
 # HolisticTraceAnalysis`; it is never a dependency of this project)
+#   TRACE=FOLDER: a folder holding rank-0.pt.trace.json made before (copies is then ignored); HTA=0: roseprof only
+#   (a trace larger than HTA can hold in this machine's memory). CPU time (user + sys) is printed beside the wall:
+#   on a shared machine it is the steadier figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 copies=${1:-20}
@@ -11,14 +14,21 @@ py=${PYTHON:-.venv/bin/python}
 hta=${HTA_PYTHON:-/tmp/hta-venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir "$work/trace"
-src=tests/data/torch/facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz
-"$py" scripts/make_big_kineto.py "$src" "$work/trace/rank-0.pt.trace.json" --copies "$copies"
-ls -l "$work/trace/rank-0.pt.trace.json" | awk '{printf "trace: %.1f MB uncompressed\n", $5 / 1e6}'
-/usr/bin/time -f "HTA load + kernel breakdown: %e s wall, %M KB peak RSS" "$hta" scripts/bench_hta_kernels.py \
-  "$work/trace" 2>&1 | grep -v -e "^Parsed" -e "^Overall" -e "^leaving" -e "Rounding down"
-/usr/bin/time -f "roseprof import: %e s wall, %M KB peak RSS" "$py" -m roseprof import "$work/trace/rank-0.pt.trace.json" \
-  --traces-dir "$work/traces" --dashboards-dir "$work/dashboards" > /dev/null
+trace=${TRACE:-$work/trace}
+if [ -z "${TRACE:-}" ]; then
+  mkdir "$trace"
+  src=tests/data/torch/facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz
+  "$py" scripts/make_big_kineto.py "$src" "$trace/rank-0.pt.trace.json" --copies "$copies"
+fi
+ls -l "$trace/rank-0.pt.trace.json" | awk '{printf "trace: %.1f MB uncompressed\n", $5 / 1e6}'
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${HTA:-1}" != 0 ]; then
+  /usr/bin/time -f "HTA load + kernel breakdown: %e s wall, %U+%S s CPU, %M KB peak RSS" "$hta" \
+    scripts/bench_hta_kernels.py "$trace" 2>&1 | grep -v -e "^Parsed" -e "^Overall" -e "^leaving" -e "Rounding down"
+fi
+/usr/bin/time -f "roseprof import: %e s wall, %U+%S s CPU, %M KB peak RSS" "$py" -m roseprof import \
+  "$trace/rank-0.pt.trace.json" --traces-dir "$work/traces" --dashboards-dir "$work/dashboards" > /dev/null
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Our totals: every kernel (exact ns), and HTA's own rule applied to our ops so the totals can be compared:
 # HTA keeps GPU work whose launching call starts before the last ProfilerStep starts (it drops the last
 # iteration) and rounds each ns-resolution event in float64 us: ts up, ts + dur down (trace_parser.py,

@@ -130,21 +130,37 @@ def read_kineto(
     return _build(cols, header, label)
 
 
-def _cat(parts: list[np.ndarray], dtype=np.int64) -> np.ndarray:
+def _take(cols: Columns, field: str, dtype=np.int64) -> np.ndarray:
+    """One column of every segment as one array. The segments are dropped from `cols` as the array is made: kept
+    to the end of `_build`, every column of the file was held twice at the peak (the segments and the array)."""
+    parts = getattr(cols, field)
+    setattr(cols, field, [])
     return np.concatenate(parts).astype(dtype, copy=False)
 
 
+def _check_times(us: np.ndarray, what: str, label: str) -> None:
+    bad = ~(np.abs(us) < TIME_LIMIT_US)  # NaN too
+    if bad.any():  # cast to integer ns it would become an arbitrary time, silently
+        raise RoseprofError(
+            f"{label}: {int(bad.sum())} event(s) have a {what} of {us[bad][0]:g} us, beyond any time a trace "
+            "holds (damage)"
+        )
+
+
+def _durations(dur_us: np.ndarray, warnings: list[str]) -> np.ndarray:
+    dur = us_to_ns(dur_us)
+    if (dur < 0).any():
+        warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")
+        dur = np.maximum(dur, 0)
+    return dur
+
+
 def _build(cols: Columns, header: Header, label: str) -> Trace:
-    kind = _cat(cols.kind, np.int8)
-    ts_us = _cat(cols.ts, np.float64)
-    dur_us = _cat(cols.dur, np.float64)
-    for what, us in (("ts", ts_us), ("dur", dur_us)):
-        bad = ~(np.abs(us) < TIME_LIMIT_US)  # NaN too
-        if bad.any():  # cast to integer ns it would become an arbitrary time, silently
-            raise RoseprofError(
-                f"{label}: {int(bad.sum())} event(s) have a {what} of {us[bad][0]:g} us, beyond any time a trace "
-                "holds (damage)"
-            )
+    kind = _take(cols, "kind", np.int8)
+    ts_us = _take(cols, "ts", np.float64)
+    dur_us = _take(cols, "dur", np.float64)
+    _check_times(ts_us, "ts", label)
+    _check_times(dur_us, "dur", label)
     warnings = []
     too_long = dur_us > MAX_DUR_US
     if too_long.any():
@@ -156,19 +172,16 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
             f"{longest:g} us: damage) were left out"
         )
     start = us_to_ns(ts_us)
-    dur = us_to_ns(dur_us)
-    if (dur < 0).any():
-        warnings.append(f"{int((dur < 0).sum())} events with a negative duration were read as 0 ns long")
-        dur = np.maximum(dur, 0)
-    end = start + dur
+    end = start + _durations(dur_us, warnings)
+    del dur_us  # nothing below reads it: one column less at the peak
     if len(ts_us) and np.abs(ts_us).max() >= EXACT_US_LIMIT and (ts_us != np.floor(ts_us)).any():
         warnings.append(
             "timestamps are Unix-epoch microseconds with fractions: a float64 keeps them to about 0.25 us "
             "(durations stay exact)"
         )
-    name = _cat(cols.name)
-    pid, tid = _cat(cols.pid), _cat(cols.tid)
-    corr, device, stream = _cat(cols.corr), _cat(cols.device), _cat(cols.stream)
+    name = _take(cols, "name")
+    pid, tid = _take(cols, "pid"), _take(cols, "tid")
+    corr, device, stream = _take(cols, "corr"), _take(cols, "device"), _take(cols, "stream")
     names = Names(list(cols.names))
     thread = thread_id(pid, tid)
 
@@ -207,7 +220,7 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
     )  # fmt: skip
     host_events = HostEvents(
         start[host_i], end[host_i], name[host_i], thread[host_i], host_kind.astype(np.int64),
-        shape=_cat(cols.shape)[host_i],
+        shape=_take(cols, "shape")[host_i],
     )  # fmt: skip
     used = np.unique(np.concatenate([ranges.tid, ops.api_tid[ops.api_tid >= 0], host_events.tid]))
     rank, world_size = _distributed(header.distributedInfo, label, warnings)
