@@ -100,9 +100,13 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
     if names and not any(r.kernel_durations for r in runs):
         cpu = _growth_pct([float(np.median(sum(r.step_cpu[k] for k in names))) for r in runs], n)
     factors = speed_factors(before, after)
+    tail = tail_waits.measure(before, after)
+    if tail is not None:  # the slowest steps' growth, one value a run as the median step's
+        for key in ("wall", "cpu"):
+            tail[f"{key}_pct"] = _growth_pct(tail["before"][f"{key}_ms"] + tail["after"][f"{key}_ms"], n)
     return {
         "wall_pct": _growth_pct([float(np.median(r.step_dur)) for r in runs], n),
         "cpu_pct": cpu,
         "speed_pct": None if factors is None else _growth_pct(factors[0] + factors[1], n),
-        "tail": tail_waits.measure(before, after),
+        "tail": tail,
     }

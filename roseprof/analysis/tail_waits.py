@@ -92,17 +92,10 @@ def _side(runs: list[RunData], names: list[str]) -> dict:
     }
 
 
-def _growth_pct(after: list[float], before: list[float]) -> float | None:
-    a, b = np.asarray(after), np.asarray(before)
-    if not (np.all(a > 0) and np.all(b > 0)):
-        return None
-    return float(100.0 * (np.exp(np.log(a).mean() - np.log(b).mean()) - 1.0))
-
-
 def measure(before: list[RunData], after: list[RunData]) -> dict | None:
-    """The slowest steps of each side (`before`, `after`: _side's) and how after's grew against before's
-    (`wall_pct`, `cpu_pct`); None where a run has no decode steps or no CPU times (a GPU run's host CPU time does
-    not see its kernels: never there)."""
+    """The slowest steps of each side (`before`, `after`: _side's; machine_speed.slowdown adds how after's grew
+    against before's, `wall_pct` and `cpu_pct`, by its own growth figure); None where a run has no decode steps or
+    no CPU times (a GPU run's host CPU time does not see its kernels: never there)."""
     runs = before + after
     if not runs or not all(r.step_dur is not None and len(r.step_dur) for r in runs):
         return None
@@ -112,13 +105,7 @@ def measure(before: list[RunData], after: list[RunData]) -> dict | None:
     if not names:
         return None
     b, a = _side(before, names), _side(after, names)
-    return {
-        "pct": TAIL_PCT,
-        "before": b,
-        "after": a,
-        "wall_pct": _growth_pct(a["wall_ms"], b["wall_ms"]),
-        "cpu_pct": _growth_pct(a["cpu_ms"], b["cpu_ms"]),
-    }
+    return {"pct": TAIL_PCT, "before": b, "after": a}
 
 
 def one_place(side: dict) -> bool:
