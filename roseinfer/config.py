@@ -101,6 +101,9 @@ class EngineConfig:
     # CUDA C++ kernels where they were measured faster than the Triton path (issue 50; `roseinfer.cuda_ext`, built
     # at first use): False (`--no-cuda-mlp`) keeps the Triton path, for the side-by-side measurement
     cuda_mlp: bool = True  # the captured one-row step's 768-wide MLP as one split-K CUDA kernel
+    cuda_attn: bool = (
+        True  # ... and its attention half as one CUDA kernel, a cluster per head (--no-cuda-attn)
+    )
     # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
     # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
     # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier

@@ -46,7 +46,10 @@ import torch
 
 from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
-from roseinfer.cuda_ext.fused_mlp import MlpScratch, StampRecorder
+from roseinfer.cuda_ext import fused_attn, fused_mlp
+from roseinfer.cuda_ext.fused_attn import AttnScratch
+from roseinfer.cuda_ext.fused_mlp import MlpScratch
+from roseinfer.cuda_ext.recorder import StampedKernel, StampRecorder
 from roseinfer.cuda_ext.stamps import StampLog, stamps_path
 from roseinfer.kernels import triton_available
 from roseinfer.kernels.pdl import pdl_scope
@@ -155,6 +158,10 @@ class GraphKernels:
     # split-K CUDA kernel (`roseinfer.cuda_ext.fused_mlp`, built at first use) where it is built; its float32 output
     # goes to the next norm GEMV's prologue. False (`--no-cuda-mlp`): the norm GEMV and the GEMV, two Triton kernels.
     cuda_mlp: bool = True
+    # At one row, likewise, a 768-wide block's attention half (ln_1, c_attn, the KV append, attention, attn_proj)
+    # as one CUDA kernel, a cluster of blocks per head (`roseinfer.cuda_ext.fused_attn`); its float32 output goes
+    # to the MLP after it. False (`--no-cuda-attn`): the norm GEMV, the split attention and the GEMV (Triton).
+    cuda_attn: bool = True
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -203,14 +210,24 @@ class DecodeGraphs:
         self.fused = kernels.fused_add_layernorm and cache.is_cuda and triton_available()
         # The skinny GEMM's split-K buffers, this step's own: another engine's step may run on another stream
         self.skinny_scratch = SkinnyScratch()
-        # The one-row MLP kernel's output buffers, one per layer (`MlpScratch`), where it may run; with the regions
-        # on and a stamps file asked for (a roseprof capture), its stamps too, written after every batch-1 step
-        self.mlp_scratch = self.stamp_recorder = None
-        if kernels.cuda_mlp and cache.is_cuda and model.cfg.n_layer >= 2:
-            stamps = (STATE.nvtx or STATE.record_function) and stamps_path() is not None
-            self.mlp_scratch = MlpScratch(model.cfg.n_layer, cache.k_caches[0].device, stamps=stamps)
-            if stamps:
-                self.stamp_recorder = StampRecorder(self.mlp_scratch, StampLog(stamps_path()))
+        # The one-row CUDA kernels' output buffers, one per layer (`AttnScratch`, `MlpScratch`), where they may run;
+        # with the regions on and a stamps file asked for (a roseprof capture), their stamps too, written after
+        # every batch-1 step
+        self.attn_scratch = self.mlp_scratch = self.stamp_recorder = None
+        if cache.is_cuda and model.cfg.n_layer >= 2:
+            stamps = bool(STATE.nvtx or STATE.record_function) and stamps_path() is not None
+            device, n = cache.k_caches[0].device, model.cfg.n_layer
+            stamped = []
+            if kernels.cuda_attn:
+                self.attn_scratch = AttnScratch(n, device, stamps=stamps)
+                regions = tuple(region for _, region in fused_attn.PHASES)
+                stamped.append(StampedKernel(self.attn_scratch, fused_attn.KERNEL, regions))
+            if kernels.cuda_mlp:
+                self.mlp_scratch = MlpScratch(n, device, stamps=stamps)
+                regions = tuple(region for _, region in fused_mlp.PHASES)
+                stamped.append(StampedKernel(self.mlp_scratch, fused_mlp.KERNEL, regions))
+            if stamps and stamped:
+                self.stamp_recorder = StampRecorder(stamped, StampLog(stamps_path()))
                 atexit.register(self.stamp_recorder.close)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
@@ -243,6 +260,7 @@ class DecodeGraphs:
                 k.skinny_gemm_max_batch,
                 self.skinny_scratch,
                 self.mlp_scratch,
+                self.attn_scratch,
             ),
             pdl_scope(
                 pdl,
@@ -322,7 +340,7 @@ class DecodeGraphs:
         return logits[:batch], greedy[:batch]
 
     def _stamped(self, bucket: int) -> None:
-        """After a step that ran the one-row MLP kernel with stamps: queue its stamps for the stamps file."""
+        """After a step that ran the one-row CUDA kernels with stamps: queue their stamps for the stamps file."""
         if self.stamp_recorder is not None and bucket == 1:
             self.stamp_recorder.after_step()
 

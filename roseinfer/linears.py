@@ -52,6 +52,8 @@ _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skin
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
+# Likewise for a one-row attention half as one CUDA kernel (`roseinfer.cuda_ext.fused_attn.AttnScratch`), or None.
+_CUDA_ATTN: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_attn", default=None)
 
 
 @contextlib.contextmanager
@@ -63,6 +65,7 @@ def small_batch_gemv(
     skinny_max_rows: int = 0,
     scratch=None,
     mlp_scratch=None,
+    attn_scratch=None,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -70,7 +73,7 @@ def small_batch_gemv(
     one-row lm_head runs as `norm_lm_head`. skinny_max_rows: linears of at most this many rows that the GEMV does
     not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
     process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
-    buffers where `cuda_mlp_applies`."""
+    buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -79,10 +82,12 @@ def small_batch_gemv(
         _SKINNY_MAX_ROWS.set(skinny_max_rows),
         _SKINNY_SCRATCH.set(scratch),
         _CUDA_MLP.set(mlp_scratch if norm_prologue and lm_head else None),
+        _CUDA_ATTN.set(attn_scratch if norm_prologue and lm_head else None),
     )
     try:
         yield
     finally:
+        _CUDA_ATTN.reset(tokens[7])
         _CUDA_MLP.reset(tokens[6])
         _SKINNY_SCRATCH.reset(tokens[5])
         _SKINNY_MAX_ROWS.reset(tokens[4])
@@ -214,3 +219,32 @@ def cuda_mlp(x: torch.Tensor, delta: torch.Tensor, block, layer: int) -> tuple[t
     from roseinfer.kernels.pdl import pdl_enabled
 
     return block_mlp(x, delta, block, layer, _CUDA_MLP.get(), pdl=pdl_enabled())
+
+
+def cuda_attn_applies(x: torch.Tensor, delta: torch.Tensor, block, kv, n_positions: int, index=None) -> bool:
+    """Whether `cuda_attn` runs the attention half here: inside `small_batch_gemv(.., norm_prologue=True,
+    lm_head=True, attn_scratch=...)`, where the norm GEMV would run c_attn (one row; `index`: the first block,
+    gathering from the embedding tables), on a captured step's static KV context (`StaticDecodeKV`: the block
+    table and past length on the device), and where the CUDA kernel is built for these shapes
+    (`roseinfer.cuda_ext.fused_attn.fused_attn_applies`: on CPU machines never)."""
+    from roseinfer.kv_context import StaticDecodeKV
+
+    if _CUDA_ATTN.get() is None or not isinstance(kv, StaticDecodeKV) or block.tp is not None:
+        return False
+    rows = (x[:1], delta[:1]) if index is not None else (x, delta)
+    if not norm_gemv_applies(*rows, block.c_attn):
+        return False
+    from roseinfer.cuda_ext.fused_attn import fused_attn_applies
+
+    k_cache = kv.cache.k_caches[0]
+    return fused_attn_applies(x, delta, block, k_cache, kv.past_lens, n_positions, index)
+
+
+def cuda_attn(x: torch.Tensor, delta: torch.Tensor, block, layer: int, kv, index=None):
+    """(s, attention half(ln_1(s))) with s = x + delta: s [1, C] float16, the attn_proj output [1, C] in float32,
+    as one CUDA kernel (callers check `cuda_attn_applies`) writing layer `layer`'s buffer of the scratch and the
+    new token's K/V into the cache."""
+    from roseinfer.cuda_ext.fused_attn import block_attention
+    from roseinfer.kernels.pdl import pdl_enabled
+
+    return block_attention(x, delta, block, layer, kv, _CUDA_ATTN.get(), pdl=pdl_enabled(), index=index)

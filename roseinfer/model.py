@@ -22,6 +22,8 @@ import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
 from roseinfer.linears import (
+    cuda_attn,
+    cuda_attn_applies,
     cuda_mlp,
     cuda_mlp_applies,
     embedding_gather_applies,
@@ -45,6 +47,7 @@ class Block(nn.Module):
         super().__init__()
         c = cfg.n_embd
         self.n_head = cfg.n_head
+        self.n_positions = cfg.n_positions
         self.head_dim = cfg.head_dim
         self.ln_1 = nn.LayerNorm(c, eps=cfg.layer_norm_epsilon)
         self.c_attn = nn.Linear(c, 3 * c)
@@ -76,6 +79,15 @@ class Block(nn.Module):
         embedding tables, and the c_attn GEMV's prologue gathers the rows."""
         t = x.shape[0] if index is None else 1
         in_gemv = index is not None or (fused and norm_gemv_applies(x, delta, self.c_attn))
+        if in_gemv and cuda_attn_applies(x, delta, self, kv, self.n_positions, index):
+            with region(ATTENTION):  # ln_1, c_attn, the KV append, attention and attn_proj in one CUDA kernel
+                x, a = cuda_attn(x, delta, self, layer, kv, index)  # [1, C], [1, C] float32
+        else:
+            x, a = self._attention(x, delta, layer, kv, fused, in_gemv, t, index)
+        return self._mlp(x, a, layer, fused, gelu_epilogue)
+
+    def _attention(self, x, delta, layer: int, kv: KVContext, fused: bool, in_gemv: bool, t: int, index):
+        """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C])."""
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, delta, self.ln_1, fused)
@@ -92,6 +104,10 @@ class Block(nn.Module):
             a = (
                 linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
             )  # [T, C]
+        return x, a
+
+    def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
+        """The MLP half: (residual [T, C], the MLP's output [T, C])."""
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
         if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32

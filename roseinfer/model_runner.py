@@ -157,7 +157,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels(cuda_mlp=self.cfg.cuda_mlp),
+            kernels=kernels or GraphKernels(cuda_mlp=self.cfg.cuda_mlp, cuda_attn=self.cfg.cuda_attn),
         )  # fmt: skip
 
     @property

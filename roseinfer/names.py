@@ -40,7 +40,18 @@ MLP_NORM = "roseinfer.layer.mlp.norm"  # ln_2: the residual add and LayerNorm
 MLP_UP = "roseinfer.layer.mlp.up"  # c_fc with GPT-2's GELU (one pass: the GELU is the GEMV's epilogue)
 MLP_DOWN = "roseinfer.layer.mlp.down"  # mlp_proj: each block's share of every output column (its rows of K)
 MLP_SUM = "roseinfer.layer.mlp.sum"  # the blocks' shares added into the output (atomics)
+# The one-row fused attention half's phases (a cluster of blocks per head):
+ATTN_WAIT = "roseinfer.layer.attention.wait"  # weights and the past tokens' K/V loaded, waiting (PDL)
+ATTN_NORM = "roseinfer.layer.attention.norm"  # ln_1: the residual add and LayerNorm
+ATTN_QKV = (
+    "roseinfer.layer.attention.qkv"  # c_attn, the new q/k/v pushed to the head's blocks (a cluster barrier)
+)
+ATTN_ATTEND = (
+    "roseinfer.layer.attention.attend"  # each block's tokens' partial softmax, pushed (a cluster barrier)
+)
+ATTN_PROJ = "roseinfer.layer.attention.proj"  # the partials combined, attn_proj's columns added (atomics)
 KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_DOWN, MLP_SUM)
+ATTN_KERNEL_REGION_NAMES = (ATTN_WAIT, ATTN_NORM, ATTN_QKV, ATTN_ATTEND, ATTN_PROJ)
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,

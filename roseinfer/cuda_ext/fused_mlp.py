@@ -16,9 +16,9 @@ Regions inside the kernel: with `MlpScratch(stamps=True)` thread 0 of every bloc
 kernel's phase boundaries into the layer's stamp buffer [BLOCKS, NSTAMP] (int64 ns). `phase_ranges` turns one
 launch's stamps into contiguous sub-ranges named with the engine's region names (`PHASES`:
 `roseinfer.layer.mlp.wait`, `.norm`, `.up`, `.down`, `.sum`): phase k ends when the last block has passed stamp
-k+1, so the ranges cover the kernel from its first block's start to its last block's end. `StampRecorder` copies
-each captured step's stamps off the GPU without waiting for it and appends each launch's boundaries to the stamps
-file (`stamps.py`), from which roseprof makes GPU sub-ranges of that launch in a profile.
+k+1, so the ranges cover the kernel from its first block's start to its last block's end. `recorder.StampRecorder`
+copies each captured step's stamps off the GPU without waiting for it and appends each launch's boundaries to the
+stamps file (`stamps.py`), from which roseprof makes GPU sub-ranges of that launch in a profile.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from roseinfer.cuda_ext.stamps import phase_bounds as stamp_bounds
 from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
 
 NAME = "fused_mlp"
@@ -156,12 +157,8 @@ def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
 
 
 def phase_bounds(stamps) -> list[int]:
-    """One launch's stamps [blocks, NSTAMP] -> the NSTAMP phase boundaries (ns, the GPU's clock): the earliest
-    block's start, then each boundary where the last block passed it."""
-    rows = stamps.tolist() if hasattr(stamps, "tolist") else stamps
-    if not rows or any(len(r) != NSTAMP for r in rows):
-        raise ValueError(f"stamps must be [blocks, {NSTAMP}]")
-    return [min(r[0] for r in rows)] + [max(r[k] for r in rows) for k in range(1, NSTAMP)]
+    """One launch's stamps [blocks, NSTAMP] -> the NSTAMP phase boundaries (`stamps.phase_bounds`)."""
+    return stamp_bounds(stamps, NSTAMP)
 
 
 def record_stamps(log, stamps) -> None:
@@ -172,39 +169,3 @@ def record_stamps(log, stamps) -> None:
         [region for _, region in PHASES],
         phase_bounds(stamps.cpu() if hasattr(stamps, "cpu") else stamps),
     )
-
-
-class StampRecorder:
-    """Each captured step's stamps (every layer's launch) to the stamps file, without waiting for the GPU: after
-    a replay `after_step` queues a copy of the scratch's stamps into pinned host memory and an event behind it,
-    and writes the steps whose copies have landed, in order; `flush` writes the rest (waiting for them)."""
-
-    def __init__(self, scratch: MlpScratch, log) -> None:
-        self.scratch, self.log = scratch, log
-        self.pending: list[tuple[torch.Tensor, torch.cuda.Event]] = []
-
-    def after_step(self) -> None:
-        if not self.scratch.launched:  # the step ran the Triton path: no stamps (MlpScratch.launched)
-            return
-        host = torch.empty(self.scratch.stamps.shape, dtype=torch.int64, pin_memory=True)
-        host.copy_(self.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]
-        done = torch.cuda.Event()
-        done.record()
-        self.pending.append((host, done))
-        while self.pending and self.pending[0][1].query():
-            self._write(self.pending.pop(0)[0])
-
-    def flush(self) -> None:
-        for host, done in self.pending:
-            done.synchronize()
-            self._write(host)
-        self.pending.clear()
-
-    def close(self) -> None:
-        """Write what is left and close the stamps file (at the process's exit)."""
-        self.flush()
-        self.log.close()
-
-    def _write(self, host: torch.Tensor) -> None:
-        for layer in host.tolist():  # one launch per layer, in the step's order
-            record_stamps(self.log, layer)

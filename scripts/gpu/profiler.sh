@@ -38,8 +38,9 @@ stage_ab() {
       echo "b$nb-$design (${flag:-default}) run $r rc=$? [${SECONDS}s]"
     done
   done
-  timeout 120 python3 -m roseprof diff "b$nb-before" "b$nb-after" $store > "$S/diff.txt" 2>&1
-  head -45 "$S/diff.txt"
+  timeout 120 python3 -m roseprof diff "b$nb-before" "b$nb-after" $store --fail-on-regression 10 > "$S/diff.txt" 2>&1
+  echo "roseprof diff exit $? (--fail-on-regression 10)" >> "$S/diff.txt"
+  head -45 "$S/diff.txt"; tail -1 "$S/diff.txt"
   for design in before after; do
     run=$(ls -d "$S"/tr/*b$nb-$design* | tail -1)
     echo "-- per-region GPU time of a graph replay, b$nb $design ($run)"

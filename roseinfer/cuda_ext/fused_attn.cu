@@ -1,0 +1,402 @@
+// The attention half of one GPT-2 block at one row (decode batch 1) as one kernel, each head on a cluster of
+// blocks whose only dependencies are on each other:
+//   s = x + delta;  h = LayerNorm(s);  q, k, v = h @ W_attn^T + b_attn  (k, v also into the paged cache)
+//   o = softmax(q K^T * scale) V over the past tokens and the new one;  out += o @ W_proj^T (+ b_proj)
+// (roseinfer/cuda_ext/fused_attn.py launches it; the Triton path is three kernels: the norm GEMV for c_attn, the
+// split paged attention, the GEMV for attn_proj, each waiting for the whole grid before it.)
+//
+// Head h is the cluster of CLUSTER blocks h * CLUSTER .. h * CLUSTER + CLUSTER - 1; block `rank` of it owns:
+// - c_attn: dims rank * WARPS + w of the head's q, k and v (warp w, 3 rows of W_attn in registers);
+// - attention: past tokens [rank * per, rank * per + per) of the head, per = ceil(past / CLUSTER), copied from
+//   the cache into shared memory (cp.async); the last rank also takes the new token;
+// - attn_proj: output columns [rank * C / CLUSTER, ...) of the head's share (W_proj[c, h * D .. h * D + D), in
+//   registers), added into `out` (float32 [C]) with atomics: every head adds its share, no block waits for another
+//   head. The kernel after this one (the MLP) reads the finished sum once this grid has completed.
+// Everything a block reads that the step does not write (weights, the past tokens' K/V, the block table, the
+// past length) is loaded before the PDL wait, while the kernel in front still runs. After the wait: the LayerNorm
+// (every block), its 24 q/k/v values, pushed into every block of the cluster (distributed shared memory) before a
+// cluster barrier; its tokens' partial softmax (max, sum, sum of p v) pushed the same way before a second
+// barrier; then every block combines the partials into o and computes its columns of attn_proj. The two
+// dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide wait.
+//
+// `out` must be zero on entry: each launch zeroes `clear`, the buffer the next layer's launch adds into, whose
+// last reader (that layer's MLP, a step before) finished before this launch's wait returned
+// (fused_attn.AttnScratch keeps one buffer per layer).
+//
+// Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at the phase boundaries
+// (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
+// its barrier, end). A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+#ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int THREADS = 256;
+constexpr int WARPS = THREADS / 32;
+constexpr int CLUSTER = 8;  // blocks per head
+constexpr int D = 64;       // head dim: a head's q, k and v are 3 * D rows of c_attn, CLUSTER * WARPS * 3
+constexpr int TILE = 128;   // past tokens a block holds: GPT-2's 1,024 positions over CLUSTER blocks
+constexpr int KROW = D + 8; // a K/V row in shared memory, padded: 16-byte reads of 8 rows hit distinct banks
+constexpr int NSTAMP = 6;
+static_assert(CLUSTER * WARPS == D, "one q/k/v dim per warp");
+
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+template <bool STAMPS>
+__device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
+  if constexpr (STAMPS) {
+    if (threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
+  }
+}
+
+__device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
+#ifdef FUSED_ATTN_STAMP_DELAY
+  if (phase == delay_phase && threadIdx.x == 0) {
+    unsigned long long t0 = globaltimer();
+    while (globaltimer() - t0 < (unsigned long long)delay_ns) {
+    }
+  }
+#endif
+}
+
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
+
+// dot of 8 packed float16 weights with 8 floats of shared memory
+__device__ __forceinline__ float dot8(const uint4& w, const float* v) {
+  const __half2* h = reinterpret_cast<const __half2*>(&w);
+  float4 a = *reinterpret_cast<const float4*>(v);
+  float4 b = *reinterpret_cast<const float4*>(v + 4);
+  float2 w0 = __half22float2(h[0]), w1 = __half22float2(h[1]), w2 = __half22float2(h[2]), w3 = __half22float2(h[3]);
+  return w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y + w3.x * b.z + w3.y * b.w;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ float block_sum(float v, float* red) {  // red: WARPS floats of shared memory
+  v = warp_sum(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < WARPS ? red[lane] : 0.f);
+}
+
+__device__ float block_max(float v, float* red) {
+  v = warp_max(v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  return warp_max(lane < WARPS ? red[lane] : -INFINITY);
+}
+
+__device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+// TD: delta's dtype (float16 embeddings at the first layer, float32 where it is the MLP kernel's output);
+// C: the model's width (H = C / D heads, the grid H * CLUSTER blocks).
+template <typename TD, int C, bool STAMPS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fused_attn_kernel(
+    const __half* __restrict__ x, const TD* __restrict__ delta, const int64_t* __restrict__ x_row,
+    const int64_t* __restrict__ delta_row, const __half* __restrict__ ln_w, const __half* __restrict__ ln_b,
+    float eps, const __half* __restrict__ w_attn, const __half* __restrict__ b_attn,
+    const __half* __restrict__ w_proj, const __half* __restrict__ b_proj, __half* __restrict__ k_cache,
+    __half* __restrict__ v_cache, const int64_t* __restrict__ table, const int64_t* __restrict__ past_len,
+    int block_size, float scale, __half* __restrict__ s_out, float* __restrict__ out, float* __restrict__ clear,
+    unsigned long long* stamps, int delay_phase, long long delay_ns) {
+  constexpr int H = C / D;
+  constexpr int VECS = C / 256;        // 16-byte vectors of one C-long row per lane
+  constexpr int COLS = C / CLUSTER;    // attn_proj's output columns per block
+  constexpr int WCOLS = COLS / WARPS;  // ... per warp: WCOLS rows of D weights = VECS 16-byte vectors a lane
+  static_assert(WCOLS * (D / 8) == VECS * 32, "attn_proj's columns split evenly over the lanes");
+  __shared__ __align__(16) __half ks[TILE + 1][KROW];  // this block's past tokens (+ the new one on the last rank)
+  __shared__ __align__(16) __half vs[TILE + 1][KROW];
+  __shared__ __align__(16) float hs[C];       // LayerNorm(s)
+  __shared__ __align__(16) float qkv[3][D];   // the head's new q, k, v (pushed here by every block of the cluster)
+  __shared__ float sc[TILE + 1];              // scores, then probabilities
+  __shared__ float pv[4][D];                  // the P V partial sums of 4 groups of tokens
+  __shared__ float parts[CLUSTER][D + 2];     // every block's (sum p v [D], max, sum p), pushed by that block
+  __shared__ __align__(16) float os[D];       // o, the head's attention output
+  __shared__ float red[WARPS];
+  stamp<STAMPS>(stamps, 0);
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int h = blockIdx.x / CLUSTER;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int dim = rank * WARPS + warp;  // this warp's q/k/v dim
+  // This block has started: no block of the cluster writes into another's shared memory before all have.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+
+  // Phase 0, before the wait: the weights, the past tokens' K/V and where the new token goes.
+  uint4 wa[3][VECS];
+  float ba[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    const int r = i * C + h * D + dim;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) wa[i][j] = load_weights(w_attn + (size_t)r * C + (j * 32 + lane) * 8);
+    ba[i] = to_f(b_attn[r]);
+  }
+  uint4 wp[VECS];  // lane's vector t: column warp * WCOLS + t * 4 + lane / 8, dims (lane % 8) * 8 .. + 8
+  const int col0 = rank * COLS + warp * WCOLS;
+#pragma unroll
+  for (int t = 0; t < VECS; ++t)
+    wp[t] = load_weights(w_proj + (size_t)(col0 + t * 4 + lane / 8) * C + h * D + (lane % 8) * 8);
+  const int past = static_cast<int>(*past_len);
+  const int per = (past + CLUSTER - 1) / CLUSTER;
+  const int t0 = min(past, rank * per), t1 = min(past, t0 + per);
+  const int n_past = t1 - t0;  // this block's past tokens (<= TILE: the caller checks past < CLUSTER * TILE)
+  for (int e = threadIdx.x; e < n_past * (D / 8) * 2; e += THREADS) {
+    const int row = (e >> 1) / (D / 8), part = (e >> 1) % (D / 8), t = t0 + row;
+    const size_t at = ((size_t)table[t / block_size] * H + h) * block_size * D + (size_t)(t % block_size) * D + part * 8;
+    if (e & 1)
+      cp_async16(&vs[row][part * 8], v_cache + at);
+    else
+      cp_async16(&ks[row][part * 8], k_cache + at);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  const size_t slot = ((size_t)table[past / block_size] * H + h) * block_size * D + (size_t)(past % block_size) * D;
+  // release the next kernel (it too loads only what the step does not write before its wait), then wait
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  stamp<STAMPS>(stamps, 1);
+  if (clear != nullptr)  // the next layer's buffer: its last reader has finished
+    for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
+
+  // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
+  const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
+  const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
+  constexpr int PER_THREAD = C / THREADS;
+  float sv[PER_THREAD];
+  float part = 0.f;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    const __half s = __float2half_rn(to_f(xr[k]) + to_f(dr[k]));
+    if (blockIdx.x == 0) s_out[k] = s;
+    sv[i] = __half2float(s);
+    part += sv[i];
+  }
+  const float mean = block_sum(part, red) / C;
+  part = 0.f;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
+  const float rstd = rsqrtf(block_sum(part, red) / C + eps);
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;  // rounded to float16, as the unfused kernel writes it
+    hs[k] = round_h((sv[i] - mean) * rstd * to_f(ln_w[k]) + to_f(ln_b[k]));
+  }
+  plant_delay(1, delay_phase, delay_ns);
+  __syncthreads();
+  stamp<STAMPS>(stamps, 2);
+
+  // Phase 2: this warp's q, k and v at `dim` (rounded to float16 as the GEMV stores them), into every block of
+  // the cluster; the new k and v into the cache.
+  float mine[3];
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < VECS; ++j) acc += dot8(wa[i][j], hs + (j * 32 + lane) * 8);
+    mine[i] = round_h(warp_sum(acc) + ba[i]);
+  }
+  // Every block of the cluster has started (the arrive before the wait): its shared memory may be written.
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+  if (lane < CLUSTER * 3) {  // lane -> (block of the cluster, q/k/v)
+    const int i = lane % 3;
+    *cluster.map_shared_rank(&qkv[i][dim], lane / 3) = i == 0 ? mine[0] : (i == 1 ? mine[1] : mine[2]);
+  }
+  if (lane == 0) {
+    k_cache[slot + dim] = __float2half_rn(mine[1]);
+    v_cache[slot + dim] = __float2half_rn(mine[2]);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  plant_delay(2, delay_phase, delay_ns);
+  cluster.sync();  // every block's q/k/v pushed (release/acquire); this block's K/V copies landed
+  stamp<STAMPS>(stamps, 3);
+
+  // Phase 3: this block's tokens' partial softmax: scores, their max m, p = exp(score - m), sum p, sum p v.
+  const bool takes_new = rank == CLUSTER - 1;
+  const int n = n_past + (takes_new ? 1 : 0);
+  if (takes_new && threadIdx.x < D) {
+    ks[n_past][threadIdx.x] = __float2half_rn(qkv[1][threadIdx.x]);
+    vs[n_past][threadIdx.x] = __float2half_rn(qkv[2][threadIdx.x]);
+  }
+  __syncthreads();
+  float score = -INFINITY;
+  if (threadIdx.x < n) {
+    float acc = 0.f;
+#pragma unroll
+    for (int p8 = 0; p8 < D / 8; ++p8) {
+      const uint4 kv8 = *reinterpret_cast<const uint4*>(&ks[threadIdx.x][p8 * 8]);
+      acc += dot8(kv8, &qkv[0][p8 * 8]);
+    }
+    score = acc * scale;
+  }
+  const float m = block_max(score, red);
+  const float p = threadIdx.x < n ? __expf(score - m) : 0.f;
+  if (threadIdx.x < TILE + 1) sc[threadIdx.x] = p;
+  const float l = block_sum(p, red);  // its barriers also publish sc
+  {
+    const int d = threadIdx.x % D, g = threadIdx.x / D;  // 4 groups of tokens
+    float acc = 0.f;
+    for (int j = g; j < n; j += 4) acc += sc[j] * __half2float(vs[j][d]);
+    pv[g][d] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < D) {
+    const float acc = pv[0][threadIdx.x] + pv[1][threadIdx.x] + pv[2][threadIdx.x] + pv[3][threadIdx.x];
+    for (int r = 0; r < CLUSTER; ++r) *cluster.map_shared_rank(&parts[rank][threadIdx.x], r) = acc;
+  } else if (threadIdx.x < D + CLUSTER) {
+    const int r = threadIdx.x - D;
+    float* dst = cluster.map_shared_rank(&parts[rank][D], r);
+    dst[0] = m;
+    dst[1] = l;
+  }
+  plant_delay(3, delay_phase, delay_ns);
+  cluster.sync();  // every block's partials pushed; no block reads another's shared memory after this
+  stamp<STAMPS>(stamps, 4);
+
+  // Phase 4: o from the partials (rounded to float16, as the attention kernel stores it), then this block's
+  // columns of attn_proj: each lane a dot of 8 dims, summed over the 8 lanes of a column, added into out.
+  if (threadIdx.x < D) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) mx = fmaxf(mx, parts[r][D]);
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) {
+      const float w = parts[r][D + 1] > 0.f ? __expf(parts[r][D] - mx) : 0.f;  // an empty block's max is -inf
+      num += w * parts[r][threadIdx.x];
+      den += w * parts[r][D + 1];
+    }
+    os[threadIdx.x] = round_h(num / den);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < VECS; ++t) {
+    float acc = dot8(wp[t], &os[(lane % 8) * 8]);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 4);
+    if (lane % 8 == 0) {
+      const int c = col0 + t * 4 + lane / 8;
+      if (h == 0) acc += to_f(b_proj[c]);
+      asm volatile("red.global.add.f32 [%0], %1;" ::"l"(out + c), "f"(acc) : "memory");
+    }
+  }
+  plant_delay(4, delay_phase, delay_ns);
+  __syncthreads();
+  stamp<STAMPS>(stamps, 5);
+}
+
+#ifdef ROSEINFER_KERNEL_ONLY
+#define INSTANCE(TD, STAMPS)                                                                                       \
+  template __global__ void fused_attn_kernel<TD, 768, STAMPS>(                                                     \
+      const __half*, const TD*, const int64_t*, const int64_t*, const __half*, const __half*, float,          \
+      const __half*, const __half*, const __half*, const __half*, __half*, __half*, const int64_t*,             \
+      const int64_t*, int, float, __half*, float*, float*, unsigned long long*, int, long long);
+INSTANCE(float, false)
+INSTANCE(float, true)
+INSTANCE(__half, false)
+}  // namespace
+#else
+}  // namespace
+
+// x: [C] float16, or the embedding table [V, C] with x_row its row (int64 [1]); delta likewise (float32 [C]: the
+// MLP kernel's output; or float16 [P, C] with delta_row); w_attn [3C, C], b_attn [3C], w_proj [C, C], b_proj [C];
+// k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M] (this layer's row), past_len: int64 [1];
+// s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C] or empty; stamps: int64 [blocks * NSTAMP]
+// or empty.
+void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch::Tensor delta_row,
+                torch::Tensor ln_w, torch::Tensor ln_b, double eps, torch::Tensor w_attn, torch::Tensor b_attn,
+                torch::Tensor w_proj, torch::Tensor b_proj, torch::Tensor k_cache, torch::Tensor v_cache,
+                torch::Tensor table, torch::Tensor past_len, double scale, torch::Tensor s, torch::Tensor out,
+                torch::Tensor clear, torch::Tensor stamps, bool pdl, int64_t delay_phase, int64_t delay_ns) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  constexpr int C = 768;
+  TORCH_CHECK(x.size(-1) == C && w_attn.size(0) == 3 * C, "fused_attn: width ", x.size(-1), " not built (768 only)");
+  TORCH_CHECK(x.scalar_type() == at::kHalf, "fused_attn: float16 only");
+  TORCH_CHECK(k_cache.size(1) == C / D && k_cache.size(3) == D, "fused_attn: cache must be [N, ", C / D, ", BLOCK, ",
+              D, "]");
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == C, "fused_attn: out must be float32 [C]");
+  TORCH_CHECK(table.scalar_type() == at::kLong && past_len.scalar_type() == at::kLong, "fused_attn: int64 indices");
+  const int blocks = (C / D) * CLUSTER;
+  unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
+  if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_attn: stamps too small");
+  float* cl = clear.numel() ? clear.data_ptr<float>() : nullptr;
+  const int64_t* xr = x_row.numel() ? x_row.data_ptr<int64_t>() : nullptr;
+  const int64_t* dr = delta_row.numel() ? delta_row.data_ptr<int64_t>() : nullptr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(THREADS);
+  cfg.stream = c10::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  using T = __half;
+  auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
+  T* kc = reinterpret_cast<T*>(k_cache.data_ptr());
+  T* vc = reinterpret_cast<T*>(v_cache.data_ptr());
+  T* s_ptr = reinterpret_cast<T*>(s.data_ptr());
+  const int bs = static_cast<int>(k_cache.size(2));
+  const int64_t* tb = table.data_ptr<int64_t>();
+  const int64_t* pl = past_len.data_ptr<int64_t>();
+  if (delta.scalar_type() == at::kFloat) {
+    auto kernel = st ? fused_attn_kernel<float, C, true> : fused_attn_kernel<float, C, false>;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), delta.data_ptr<float>(), xr, dr, p(ln_w), p(ln_b),
+                                      (float)eps, p(w_attn), p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs,
+                                      (float)scale, s_ptr, out.data_ptr<float>(), cl, st, (int)delay_phase,
+                                      (long long)delay_ns));
+  } else {
+    TORCH_CHECK(delta.scalar_type() == at::kHalf, "fused_attn: delta float16 or float32");
+    auto kernel = st ? fused_attn_kernel<T, C, true> : fused_attn_kernel<T, C, false>;
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), p(delta), xr, dr, p(ln_w), p(ln_b), (float)eps,
+                                      p(w_attn), p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs, (float)scale,
+                                      s_ptr, out.data_ptr<float>(), cl, st, (int)delay_phase, (long long)delay_ns));
+  }
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("fused_attn", &fused_attn, "one-row ln_1 + c_attn + paged attention + attn_proj, a cluster per head");
+  m.attr("NSTAMP") = NSTAMP;
+  m.attr("CLUSTER") = CLUSTER;
+  m.attr("TILE") = TILE;
+}
+#endif
