@@ -397,7 +397,9 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
     from roseinfer.cuda_ext.stamps import phase_bounds
 
     g = torch.Generator().manual_seed(0)
-    stamps = torch.randint(1, 10**12, (3, 96, fm.NSTAMP), generator=g).sort(dim=2).values  # [L, BLOCKS, NSTAMP]
+    stamps = (
+        torch.randint(1, 10**12, (3, 96, fm.NSTAMP), generator=g).sort(dim=2).values
+    )  # [L, BLOCKS, NSTAMP]
     bounds = launch_bounds(stamps)
     assert bounds == [phase_bounds(layer, fm.NSTAMP) for layer in stamps.tolist()]
     regions = [r for _, r in fm.PHASES]
@@ -405,7 +407,9 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
         log.record_many(fm.KERNEL, regions, bounds)
         log.record(fm.KERNEL, regions, bounds[0])
     lines = (tmp_path / "k.jsonl").read_text().splitlines()
-    expected = [{"v": 1, "kernel": fm.KERNEL, "regions": regions, "bounds_ns": b} for b in [*bounds, bounds[0]]]
+    expected = [
+        {"v": 1, "kernel": fm.KERNEL, "regions": regions, "bounds_ns": b} for b in [*bounds, bounds[0]]
+    ]
     assert lines == [json.dumps(e) for e in expected]
     with pytest.raises(ValueError, match="5 regions need 6 bounds"):
         StampLog(tmp_path / "bad.jsonl").record(fm.KERNEL, regions, [1, 2])
