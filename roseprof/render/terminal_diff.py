@@ -116,10 +116,21 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
                 whole={1, 2, 3, 4},  # the figures and the verdict stay whole: the name gives way
             )
         )
-    for label, names in (("new kernels", v["new_kernels"]), ("vanished kernels", v["vanished_kernels"])):
+    for line in kernel_change_lines(v):
+        console.print(line, markup=False)
+
+
+def kernel_change_lines(v: dict) -> list[str]:
+    """ "new kernels: ..." and "vanished kernels: ...", each name shortened for the terminal. Both lists are labelled
+    together: two instantiations of one template (new, vanished, or one of each) keep their tags, where their base
+    names alone would read as one kernel twice, or as one both new and vanished."""
+    new, gone = v["new_kernels"], v["vanished_kernels"]
+    labels = text.kernel_labels(new + gone)
+    lines = []
+    for label, names in (("new kernels", labels[: len(new)]), ("vanished kernels", labels[len(new) :])):
         if names:
-            shown = ", ".join(text.kernel_name(n, 60) for n in names)
-            console.print(f"{label}: {shown}", markup=False)
+            lines.append(f"{label}: " + ", ".join(text.kernel_name(n, 60) for n in names))
+    return lines
 
 
 class TerminalDiff:

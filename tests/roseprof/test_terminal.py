@@ -130,3 +130,32 @@ def test_rollover_sentence_says_what_is_true():
     assert faster.startswith("rollover steps are faster by 1.00 ms") and "slower" not in faster
     assert "6 rollover vs 394 normal steps" in faster
     assert "mostly" not in text.rollover_sentence(steps(2e6, 3e6, -1e3))
+
+
+def test_new_and_vanished_instantiations_of_one_template_stay_apart():
+    # A GPU A/B (session 26, H200): the fused MLP's <__half, float> instantiation vanished and its <__half, __half>
+    # one came, and two instantiations of the fused attention vanished; by their base names alone the lines read
+    # "fused_attn_kernel, fused_mlp_kernel, fused_attn_kernel" and the MLP kernel as both new and vanished.
+    from roseprof.render.terminal_diff import kernel_change_lines
+
+    ns = "void (anonymous namespace)::"
+    mlp = (
+        ns
+        + "fused_mlp_kernel<__half, {}, 768, true>(const __half *, const {} *, float *, unsigned long long *)"
+    )
+    attn = ns + "fused_attn_kernel<{}, 768, true>(const __half *, const {} *, const long *, float *)"
+    v = {
+        "new_kernels": [mlp.format("__half", "__half"), "split_decode_kernel"],
+        "vanished_kernels": [
+            attn.format("float", "float"),
+            mlp.format("float", "float"),
+            attn.format("__half", "__half"),
+        ],
+    }
+    new, gone = kernel_change_lines(v)
+    new_names, gone_names = new.split(": ", 1)[1].split(", "), gone.split(": ", 1)[1].split(", ")
+    assert new_names[1] == "split_decode_kernel"
+    assert len(set(new_names + gone_names)) == 5  # five kernels, five labels
+    assert all(len(n) <= 60 for n in new_names + gone_names)
+    assert {n.split(" #")[0] for n in gone_names} == {"fused_attn_kernel", "fused_mlp_kernel"}
+    assert new_names[0].startswith("fused_mlp_kernel #")
