@@ -9,8 +9,8 @@ the same way, and adds its columns of attn_proj into a float32 buffer with atomi
 are cluster barriers, not grid-wide waits; no head waits for another. Its float32 output goes to the MLP kernel
 (`fused_mlp`, float32 delta) after it.
 
-`AttnScratch` holds the output buffers, one per layer, zeroed as `fused_mlp.MlpScratch` zeroes its own: a launch
-adds into its layer's buffer and zeroes the next layer's, whose last reader has finished by then.
+`AttnScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
+buffer and zeroes the next layer's, whose last reader has finished by then.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from roseinfer.cuda_ext.scratch import LayerScratch
 from roseinfer.cuda_ext.stamps import phase_bounds
 from roseinfer.names import ATTN_ATTEND, ATTN_NORM, ATTN_PROJ, ATTN_QKV, ATTN_WAIT
 
@@ -49,23 +50,12 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
 
 
-class AttnScratch:
-    """The kernel's float32 output buffers, one per layer [n_layer, C], zeros: layer L's launch adds into bufs[L]
-    and zeroes bufs[(L+1) % n_layer], whose last reader (layer L+1's MLP, a step before) finished before layer L's
-    launch stopped waiting. stamps: [n_layer, BLOCKS, NSTAMP] (regions inside the kernel), else [n_layer, 0]."""
+class AttnScratch(LayerScratch):
+    """The kernel's output buffers, one per layer [n_layer, C], and its stamps [n_layer, BLOCKS, NSTAMP] where
+    `stamps` (`scratch.LayerScratch`)."""
 
     def __init__(self, n_layer: int, device, stamps: bool = False) -> None:
-        if n_layer < 2:  # one layer would zero the buffer it adds into
-            raise ValueError("the fused attention's buffers need at least 2 layers")
-        self.bufs = torch.zeros(n_layer, WIDTH, dtype=torch.float32, device=device)  # [L, C]
-        shape = (n_layer, BLOCKS, NSTAMP) if stamps else (n_layer, 0)
-        self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
-        self.launched = False
-
-    def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out, clear, stamps) of layer `layer`'s launch."""
-        n = self.bufs.shape[0]
-        return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamps[layer]
+        super().__init__("fused attention", n_layer, WIDTH, BLOCKS, NSTAMP, device, stamps)
 
 
 def fused_attn_applies(x: torch.Tensor, delta: torch.Tensor, block, k_cache: torch.Tensor, past_lens: torch.Tensor,

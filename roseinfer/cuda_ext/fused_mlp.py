@@ -9,8 +9,9 @@ grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). The
 default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for the Triton path); the norm GEMV after it (the next layer's
 c_attn, or the lm_head) reads its float32 output in its prologue.
 
-`MlpScratch` holds the output buffers, one per layer: a launch adds into its layer's buffer and zeroes the next
-layer's, whose last reader has finished by then; so each buffer is zero when its launch starts, in every step.
+`MlpScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
+buffer and zeroes the next layer's, whose last reader has finished by then; so each buffer is zero when its launch
+starts, in every step.
 
 Regions inside the kernel: with `MlpScratch(stamps=True)` thread 0 of every block writes %globaltimer at the
 kernel's phase boundaries into the layer's stamp buffer [BLOCKS, NSTAMP] (int64 ns). `phase_ranges` turns one
@@ -26,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from roseinfer.cuda_ext.scratch import LayerScratch
 from roseinfer.cuda_ext.stamps import phase_bounds as stamp_bounds
 from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
 
@@ -60,27 +62,12 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
 
 
-class MlpScratch:
-    """The kernel's float32 output buffers, one per layer [n_layer, C], zeros: layer L's launch adds into bufs[L]
-    and zeroes bufs[(L+1) % n_layer], the buffer the next launch adds into, whose last reader (the kernel after
-    layer L+1's MLP, a step before) finished before layer L's launch stopped waiting. Every step runs its layers
-    in order, so the buffer a launch adds into is zero. stamps: a stamp buffer per layer [n_layer, BLOCKS,
-    NSTAMP] (regions inside the kernel), else [n_layer, 0]. Made once, before the step is captured."""
+class MlpScratch(LayerScratch):
+    """The kernel's output buffers, one per layer [n_layer, C], and its stamps [n_layer, BLOCKS, NSTAMP] where
+    `stamps` (`scratch.LayerScratch`)."""
 
     def __init__(self, n_layer: int, device, stamps: bool = False) -> None:
-        if n_layer < 2:  # one layer would zero the buffer it adds into
-            raise ValueError("the fused MLP's buffers need at least 2 layers")
-        self.bufs = torch.zeros(n_layer, WIDTH, dtype=torch.float32, device=device)  # [L, C]
-        shape = (n_layer, BLOCKS, NSTAMP) if stamps else (n_layer, 0)
-        self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
-        # Whether any launch used these buffers (block_mlp sets it): a step whose MLP took the Triton path (a
-        # width not built, no nvcc) left no stamps, and its zeros must not reach the stamps file as launches.
-        self.launched = False
-
-    def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out, clear, stamps) of layer `layer`'s launch."""
-        n = self.bufs.shape[0]
-        return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamps[layer]
+        super().__init__("fused MLP", n_layer, WIDTH, BLOCKS, NSTAMP, device, stamps)
 
 
 def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
