@@ -1,7 +1,7 @@
 """CUDA C++ kernels shipped as sources in the package, built at first use (issue 50's toolchain).
 
 Nothing is built at install or import. The first call of `load(name)` on a machine with CUDA compiles
-`roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja, nvcc)
+`roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` or `common*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja, nvcc)
 into a cache folder keyed by the sources' hash, the GPU's arch and torch's version (`$ROSEINFER_CUDA_EXT_CACHE`,
 default `~/.cache/roseinfer/cuda_ext/<key>`), says the build's time on stderr once, and returns the module; later
 calls, in this process or the next, reuse it. Where there is no CUDA (the CPU CI), a GPU older than the kernel's
@@ -27,11 +27,12 @@ _WHY_NOT: dict[str, str] = {}
 
 
 def sources(name: str) -> list[Path]:
-    """The module's sources: `<name>.cu` and the headers it may include (`<name>*.cuh`), sorted."""
+    """The module's sources: `<name>.cu`, the headers it may include (`<name>*.cuh`) and the ones every kernel may
+    (`common*.cuh`), sorted."""
     main = SOURCES / f"{name}.cu"
     if not main.is_file():
         raise FileNotFoundError(f"no CUDA source {main}")
-    return [main, *sorted(SOURCES.glob(f"{name}*.cuh"))]
+    return [main, *sorted(SOURCES.glob(f"{name}*.cuh")), *sorted(SOURCES.glob("common*.cuh"))]
 
 
 def cache_key(name: str, arch: str, torch_version: str, extra_flags: tuple[str, ...] = ()) -> str:

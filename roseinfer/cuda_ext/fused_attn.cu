@@ -29,6 +29,7 @@
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -39,6 +40,8 @@ namespace cg = cooperative_groups;
 
 namespace {
 
+using namespace roseinfer_ext;
+
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 constexpr int CLUSTER = 8;  // blocks per head
@@ -47,12 +50,6 @@ constexpr int TILE = 128;   // past tokens a block holds: GPT-2's 1,024 position
 constexpr int KROW = D + 8; // a K/V row in shared memory, padded: 16-byte reads of 8 rows hit distinct banks
 constexpr int NSTAMP = 6;
 static_assert(CLUSTER * WARPS == D, "one q/k/v dim per warp");
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
@@ -63,11 +60,7 @@ __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
 
 __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
 #ifdef FUSED_ATTN_STAMP_DELAY
-  if (phase == delay_phase && threadIdx.x == 0) {
-    unsigned long long t0 = globaltimer();
-    while (globaltimer() - t0 < (unsigned long long)delay_ns) {
-    }
-  }
+  if (phase == delay_phase) spin_ns(delay_ns);
 #endif
 }
 
@@ -84,25 +77,10 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* v) {
   return w0.x * a.x + w0.y * a.y + w1.x * a.z + w1.y * a.w + w2.x * b.x + w2.y * b.y + w3.x * b.z + w3.y * b.w;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
-}
-
-__device__ float block_sum(float v, float* red) {  // red: WARPS floats of shared memory
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < WARPS ? red[lane] : 0.f);
 }
 
 __device__ float block_max(float v, float* red) {
@@ -112,13 +90,6 @@ __device__ float block_max(float v, float* red) {
   if (lane == 0) red[warp] = v;
   __syncthreads();
   return warp_max(lane < WARPS ? red[lane] : -INFINITY);
-}
-
-__device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
@@ -210,11 +181,11 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
     sv[i] = __half2float(s);
     part += sv[i];
   }
-  const float mean = block_sum(part, red) / C;
+  const float mean = block_sum<WARPS>(part, red) / C;
   part = 0.f;
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
-  const float rstd = rsqrtf(block_sum(part, red) / C + eps);
+  const float rstd = rsqrtf(block_sum<WARPS>(part, red) / C + eps);
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
     const int k = threadIdx.x + i * THREADS;  // rounded to float16, as the unfused kernel writes it
@@ -270,7 +241,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   const float m = block_max(score, red);
   const float p = threadIdx.x < n ? __expf(score - m) : 0.f;
   if (threadIdx.x < TILE + 1) sc[threadIdx.x] = p;
-  const float l = block_sum(p, red);  // its barriers also publish sc
+  const float l = block_sum<WARPS>(p, red);  // its barriers also publish sc
   {
     const int d = threadIdx.x % D, g = threadIdx.x / D;  // 4 groups of tokens
     float acc = 0.f;
@@ -361,15 +332,8 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
   float* cl = clear.numel() ? clear.data_ptr<float>() : nullptr;
   const int64_t* xr = x_row.numel() ? x_row.data_ptr<int64_t>() : nullptr;
   const int64_t* dr = delta_row.numel() ? delta_row.data_ptr<int64_t>() : nullptr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(THREADS);
-  cfg.stream = c10::cuda::getCurrentCUDAStream();
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg = pdl_launch(blocks, THREADS, c10::cuda::getCurrentCUDAStream(), pdl, attr);
   using T = __half;
   auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
   T* kc = reinterpret_cast<T*>(k_cache.data_ptr());

@@ -22,6 +22,7 @@
 // (-DFUSED_MLP_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
@@ -30,16 +31,12 @@
 
 namespace {
 
+using namespace roseinfer_ext;
+
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 constexpr int ROWS = 3;  // g rows per warp
 constexpr int NSTAMP = 6;
-
-__device__ __forceinline__ unsigned long long globaltimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 // STAMPS is a template parameter, not a null check at run time: with the code present but off, the first design
 // ran 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the other kernel.
@@ -54,11 +51,7 @@ __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
 
 __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
 #ifdef FUSED_MLP_STAMP_DELAY
-  if (phase == delay_phase && threadIdx.x == 0) {
-    unsigned long long t0 = globaltimer();
-    while (globaltimer() - t0 < (unsigned long long)delay_ns) {
-    }
-  }
+  if (phase == delay_phase) spin_ns(delay_ns);
 #endif
 }
 
@@ -76,29 +69,6 @@ __device__ __forceinline__ float dot8(const uint4& w, const float* v) {
   float4 b = *reinterpret_cast<const float4*>(v + 4);
   return to_f<T>(wv[0]) * a.x + to_f<T>(wv[1]) * a.y + to_f<T>(wv[2]) * a.z + to_f<T>(wv[3]) * a.w +
          to_f<T>(wv[4]) * b.x + to_f<T>(wv[5]) * b.y + to_f<T>(wv[6]) * b.z + to_f<T>(wv[7]) * b.w;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ float block_sum(float v, float* red) {  // red: WARPS floats of shared memory
-  v = warp_sum(v);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float t = lane < WARPS ? red[lane] : 0.f;
-  return warp_sum(t);
-}
-
-__device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
 }
 
 // T: the activations' and weights' dtype; TD: delta's (T, or float32 where it is the output of this kernel's
@@ -156,11 +126,11 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     sv[i] = to_f<T>(s);
     part += sv[i];
   }
-  const float mean = block_sum(part, red) / C;
+  const float mean = block_sum<WARPS>(part, red) / C;
   part = 0.f;
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
-  const float rstd = rsqrtf(block_sum(part, red) / C + eps);
+  const float rstd = rsqrtf(block_sum<WARPS>(part, red) / C + eps);
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
     const int k = threadIdx.x + i * THREADS;  // rounded to the activation dtype, as the unfused kernel writes it
@@ -254,15 +224,8 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_mlp: stamps too small");
   float* cl = clear.numel() ? clear.data_ptr<float>() : nullptr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(THREADS);
-  cfg.stream = c10::cuda::getCurrentCUDAStream();
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg = pdl_launch(blocks, THREADS, c10::cuda::getCurrentCUDAStream(), pdl, attr);
   using T = __half;
   auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
   T* s_ptr = reinterpret_cast<T*>(s.data_ptr());

@@ -84,9 +84,15 @@ def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
     assert cuda_ext.cache_key("fused_mlp", "sm_100a", "2.11.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.12.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130", ("-DX",)) != key
-    edited = tmp_path / "fused_mlp.cu"  # the same name with other bytes: another key
-    edited.write_text((cuda_ext.SOURCES / "fused_mlp.cu").read_text() + "\n// edited\n")
+    for name in ("fused_mlp.cu", "common.cuh"):  # the kernel's bytes, and the header every kernel includes
+        (tmp_path / name).write_text((cuda_ext.SOURCES / name).read_text())
     monkeypatch.setattr(cuda_ext, "SOURCES", tmp_path)
+    assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") == key
+    (tmp_path / "common.cuh").write_text("// another header\n")
+    assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") != key
+    (tmp_path / "common.cuh").write_text((Path(cuda_ext.__file__).parent / "common.cuh").read_text())
+    assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") == key
+    (tmp_path / "fused_mlp.cu").write_text((tmp_path / "fused_mlp.cu").read_text() + "\n// edited\n")
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") != key
 
 
