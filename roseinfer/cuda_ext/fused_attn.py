@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from roseinfer.cuda_ext.scratch import LayerScratch
-from roseinfer.cuda_ext.stamps import phase_bounds
+from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
 from roseinfer.names import ATTN_ATTEND, ATTN_NORM, ATTN_PROJ, ATTN_QKV, ATTN_WAIT
 
 NAME = "fused_attn"
@@ -141,7 +141,5 @@ def fused_attn_reference(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, tabl
 
 
 def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
-    """One launch's stamps [BLOCKS, NSTAMP] -> [(phase, region, start_ns, end_ns)] in order: from the earliest
-    block's start, each boundary where the last block passed it (contiguous, first start to last end)."""
-    bounds = phase_bounds(stamps, NSTAMP)
-    return [(phase, region, bounds[k], bounds[k + 1]) for k, (phase, region) in enumerate(PHASES)]
+    """One launch's stamps [BLOCKS, NSTAMP] -> its phases' contiguous sub-ranges (`stamps.phase_ranges`)."""
+    return stamp_ranges(stamps, PHASES)

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from roseinfer.cuda_ext.scratch import LayerScratch
 from roseinfer.cuda_ext.stamps import phase_bounds as stamp_bounds
+from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
 from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
 
 NAME = "fused_mlp"
@@ -136,11 +137,9 @@ def fused_mlp_reference(x, delta, ln, c_fc, mlp_proj):
 
 
 def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
-    """One launch's stamps [blocks, NSTAMP] (a tensor or nested lists of ns) -> [(phase, region, start_ns,
-    end_ns)] in order: the first from the earliest block's start, each boundary where the last block passed it,
-    so the ranges are contiguous and cover first start to last end."""
-    bounds = phase_bounds(stamps)
-    return [(phase, region, bounds[k], bounds[k + 1]) for k, (phase, region) in enumerate(PHASES)]
+    """One launch's stamps [blocks, NSTAMP] (a tensor or nested lists of ns) -> its phases' contiguous sub-ranges
+    (`stamps.phase_ranges`)."""
+    return stamp_ranges(stamps, PHASES)
 
 
 def phase_bounds(stamps) -> list[int]:

@@ -1,8 +1,8 @@
 """The stamps file: how a fused kernel's regions reach a profile (issue 50).
 
 A kernel that stamps its phases (`fused_mlp.MlpScratch(stamps=True)`, `fused_attn.AttnScratch(stamps=True)`)
-leaves one launch's %globaltimer stamps in a device buffer; its host code, after the launch has run, reduces them to the phase boundaries and appends one JSON
-line per launch to the file named by `$ROSEINFER_KERNEL_STAMPS` (a roseprof capture sets it to the run folder's
+leaves one launch's %globaltimer stamps in a device buffer; its host code, after the launch has run, reduces them
+to the phase boundaries and appends one JSON line per launch to the file named by `$ROSEINFER_KERNEL_STAMPS` (a roseprof capture sets it to the run folder's
 `kernel_stamps.jsonl`, as it sets the step log; `roseprof import --stamps FILE` takes one written elsewhere):
 
     {"v": 1, "kernel": "fused_mlp_kernel", "regions": [R0, ..., Rn-1], "bounds_ns": [b0, ..., bn]}
@@ -31,6 +31,14 @@ def phase_bounds(stamps, nstamp: int) -> list[int]:
     if not rows or any(len(r) != nstamp for r in rows):
         raise ValueError(f"stamps must be [blocks, {nstamp}]")
     return [min(r[0] for r in rows)] + [max(r[k] for r in rows) for k in range(1, nstamp)]
+
+
+def phase_ranges(stamps, phases) -> list[tuple[str, str, int, int]]:
+    """One launch's stamps [blocks, len(phases) + 1] -> [(phase, region, start_ns, end_ns)] for each (phase, region)
+    of `phases`, in order: the first from the earliest block's start, each boundary where the last block passed
+    it, so the ranges are contiguous and cover first start to last end."""
+    bounds = phase_bounds(stamps, len(phases) + 1)
+    return [(phase, region, bounds[k], bounds[k + 1]) for k, (phase, region) in enumerate(phases)]
 
 
 def stamps_path() -> Path | None:
