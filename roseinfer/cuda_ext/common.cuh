@@ -1,7 +1,9 @@
 // What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): the GPU's clock for their region stamps,
-// warp and block sums, the weights' streaming load, and a launch as a programmatic dependent launch (PDL).
+// warp and block sums, the residual add + LayerNorm they start with, the weights' streaming load, and a launch as
+// a programmatic dependent launch (PDL).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace roseinfer_ext {
@@ -35,6 +37,41 @@ __device__ float block_sum(float v, float* red) {  // red: WARPS floats of share
   if (lane == 0) red[warp] = v;
   __syncthreads();
   return warp_sum(lane < WARPS ? red[lane] : 0.f);
+}
+
+template <typename T> __device__ __forceinline__ float to_f(T v);
+template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
+template <typename T> __device__ __forceinline__ T from_f(float v);
+template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+
+// The residual add and LayerNorm every one-row kernel runs first, in every block: s = x + delta, rounded to T as
+// torch's add rounds it (block 0 stores it in s_out), and hs = LayerNorm(s), rounded to T as the unfused kernel
+// writes it. C a multiple of THREADS; red: THREADS / 32 floats of shared memory; the caller syncs before hs is read.
+template <typename T, typename TD, int C, int THREADS>
+__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, const T* ln_w, const T* ln_b,
+                                                   float eps, T* s_out, float* hs, float* red) {
+  constexpr int PER_THREAD = C / THREADS;
+  float sv[PER_THREAD];
+  float part = 0.f;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    T s = from_f<T>(to_f<T>(x[k]) + to_f<TD>(delta[k]));
+    if (blockIdx.x == 0) s_out[k] = s;
+    sv[i] = to_f<T>(s);
+    part += sv[i];
+  }
+  const float mean = block_sum<THREADS / 32>(part, red) / C;
+  part = 0.f;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
+  const float rstd = rsqrtf(block_sum<THREADS / 32>(part, red) / C + eps);
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    hs[k] = to_f<T>(from_f<T>((sv[i] - mean) * rstd * to_f<T>(ln_w[k]) + to_f<T>(ln_b[k])));
+  }
 }
 
 __device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation

@@ -64,8 +64,6 @@ __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long lon
 #endif
 }
 
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(float v) { return v; }
 __device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
 
 // dot of 8 packed float16 weights with 8 floats of shared memory
@@ -170,27 +168,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
   const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
-  constexpr int PER_THREAD = C / THREADS;
-  float sv[PER_THREAD];
-  float part = 0.f;
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    const __half s = __float2half_rn(to_f(xr[k]) + to_f(dr[k]));
-    if (blockIdx.x == 0) s_out[k] = s;
-    sv[i] = __half2float(s);
-    part += sv[i];
-  }
-  const float mean = block_sum<WARPS>(part, red) / C;
-  part = 0.f;
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
-  const float rstd = rsqrtf(block_sum<WARPS>(part, red) / C + eps);
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;  // rounded to float16, as the unfused kernel writes it
-    hs[k] = round_h((sv[i] - mean) * rstd * to_f(ln_w[k]) + to_f(ln_b[k]));
-  }
+  residual_layernorm<__half, TD, C, THREADS>(xr, dr, ln_w, ln_b, eps, s_out, hs, red);
   plant_delay(1, delay_phase, delay_ns);
   __syncthreads();
   stamp<STAMPS>(stamps, 2);

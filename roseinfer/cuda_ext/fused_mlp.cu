@@ -55,12 +55,6 @@ __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long lon
 #endif
 }
 
-template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
 // dot of 8 packed weights with 8 floats of shared memory
 template <typename T>
 __device__ __forceinline__ float dot8(const uint4& w, const float* v) {
@@ -115,27 +109,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
 
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
-  constexpr int PER_THREAD = C / THREADS;
-  float sv[PER_THREAD];
-  float part = 0.f;
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    T s = from_f<T>(to_f<T>(x[k]) + to_f<TD>(delta[k]));
-    if (blockIdx.x == 0) s_out[k] = s;
-    sv[i] = to_f<T>(s);
-    part += sv[i];
-  }
-  const float mean = block_sum<WARPS>(part, red) / C;
-  part = 0.f;
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
-  const float rstd = rsqrtf(block_sum<WARPS>(part, red) / C + eps);
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;  // rounded to the activation dtype, as the unfused kernel writes it
-    hs[k] = to_f<T>(from_f<T>((sv[i] - mean) * rstd * to_f<T>(ln_w[k]) + to_f<T>(ln_b[k])));
-  }
+  residual_layernorm<T, TD, C, THREADS>(x, delta, ln_w, ln_b, eps, s_out, hs, red);
   plant_delay(1, delay_phase, delay_ns);
   __syncthreads();
   stamp<STAMPS>(stamps, 2);
