@@ -6,8 +6,8 @@ headline did not name).
 A decision row is one thing that changed, with its word (faster / slower / more launches / fewer launches), the
 metric it was judged by and that metric's noise floor:
 
-    figure   a figure of the whole run (step time, ITL, TTFT, a load's latencies, ncu's) whose interval clears its
-             floor (noise_floor.py)
+    figure   a figure of the whole run (step time, ITL, TTFT, the GPU's work per step, a load's latencies, ncu's)
+             whose interval clears its floor (noise_floor.py)
     region   a region judged by the one statistic verdict._changes picks for it (its own CPU time's p5, else its
              own time's p5, else its total); its other statistics are evidence, shown but never a change alone;
              or, where that did not change, by its median time in the rollover steps (verdict._rollover_changes:

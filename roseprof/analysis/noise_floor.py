@@ -48,6 +48,7 @@ FAMILIES = (
     ("regions.*.self_p5_ns", "region own time per step"),
     ("regions.*", "region time per step"),
     ("kernels.*", "kernel time per step"),
+    ("gpu.*", "GPU kernel time per step"),
     ("ncu.*", "ncu kernel metrics"),
 )
 OTHER = "other"
@@ -87,6 +88,9 @@ CPU_FLOORS = {
     "region time in rollover steps": 30.0,
     "region CPU time in rollover steps": 10.0,
     "kernel time per step": 15.0,
+    # Every kernel's time in a step summed (sections/kernels.GPU_KERNEL_P50): what a change must be to matter, as
+    # the step time; on a CPU there are no kernels, and the H100's same-code groups moved no kernel beyond 0.
+    "GPU kernel time per step": 10.0,
     "ncu kernel metrics": 5.0,
     # A load's client-side latencies (roseprof load), bootstrapped over requests: SERVING_FLOORS below.
     **SERVING_FLOORS,

@@ -28,6 +28,8 @@ HEADLINE = (
     ("steps.p99_ns", "step p99", "steps", "ns"),
     ("itl.p50_ms", "ITL p50", "tokens", "ms"),
     ("itl.p99_ms", "ITL p99", "tokens", "ms"),
+    # a GPU run's kernels (sections/kernels.GPU_KERNEL_P50): the GPU's work, which a host-bound step hides
+    ("gpu.kernel_p50_ns", "GPU work p50", "steps", "ns"),
     ("requests.ttft.p50_ms", "TTFT p50", "requests", "ms"),
     ("requests.throughput_tok_s", "throughput", None, "tok/s"),
     # a load (roseprof load: sections/serving.py)

@@ -161,6 +161,8 @@ def metric_label(name: str, per_step: bool = False) -> str:
         elif rest.startswith("elsewhere."):
             where, rest = " elsewhere", rest[len("elsewhere.") :]
         return f"ITL {rest}{where}"
+    if name.startswith("gpu.kernel_"):  # sections/kernels.GPU_KERNEL_P50
+        return f"GPU work {name.removeprefix('gpu.kernel_').removesuffix('_ns')}"
     if name.startswith("requests."):
         rest = name[len("requests.") :]
         if rest == "throughput_tok_s":

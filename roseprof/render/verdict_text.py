@@ -255,7 +255,12 @@ def samples_note(v: dict) -> str:
     groups = any(v[side].get("samples", 1) > 1 for side in ("before", "after"))
     # A group's counts are its runs' together: per side, not per run.
     backing = f"Samples per {'side' if groups else 'run'}: {'; '.join(seen)}. " if seen else ""
+    work = (
+        " GPU work: every kernel's own time in a step, summed."
+        if any(r["metric"].startswith("gpu.kernel_") for r in v["headline"])
+        else ""
+    )
     return (
         f"{backing}A figure is tested with ≥ {need['p50']} samples per run (p99: ≥ {need['p99']}, so that the "
-        "tail is more than one sample); throughput is one figure per run, with no interval."
+        f"tail is more than one sample); throughput is one figure per run, with no interval.{work}"
     )

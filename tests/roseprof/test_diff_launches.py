@@ -25,7 +25,12 @@ def test_diff_words_a_kernel_launched_fewer_times_a_step_as_such(tmp_path):
     _import("pdl", "h100-nsys2025.3-roseinfer-pdl", store)
     proc = roseprof("diff", "graphs", "pdl", "--json", *store)
     assert proc.returncode == 0, proc.stderr
-    kernels = {r["label"]: r for r in json.loads(proc.stdout)["verdict"]["kernels"]}
+    verdict = json.loads(proc.stdout)["verdict"]
+    kernels = {r["label"]: r for r in verdict["kernels"]}
+    # the GPU's work per step (every kernel's own time summed), a decision figure: 403 -> 223 µs
+    (work,) = (r for r in verdict["headline"] if r["metric"] == "gpu.kernel_p50_ns")
+    assert work["word"] == "faster" and -50 < work["delta_pct"] < -40
+    assert any(r["metric"] == "gpu.kernel_p50_ns" for r in verdict["decision"]["rows"])
     norm = kernels["add_layer_norm_kernel"]
     assert norm["word"] == "fewer launches" and norm["delta_pct"] < -90
     # 2 x 12 layers + ln_f, and ln_f alone, a decode step (a step here and there launched none: eager ones)
@@ -36,4 +41,5 @@ def test_diff_words_a_kernel_launched_fewer_times_a_step_as_such(tmp_path):
     text = roseprof("diff", "graphs", "pdl", *store, env={"COLUMNS": "80"})
     assert text.returncode == 0, text.stderr
     assert "fewer launches (25→0.98)" in text.stdout
+    assert "GPU work p50 -44.8%" in text.stdout.replace("\n", " ")
     assert_fits(text.stdout, 80)

@@ -8,7 +8,7 @@ import numpy as np
 from roseprof.analysis.diff_metric import Sample, Sides, common, outside_figure, per_run
 from roseprof.analysis.samples import kernel_samples
 from roseprof.analysis.sections.base import Context, KernelKeys, Section, SectionResult
-from roseprof.analysis.stats import group_percentiles, unique_rows
+from roseprof.analysis.stats import group_percentiles, pct, unique_rows
 from roseprof.model import KERNEL, Trace
 from roseprof.run.checks import NUM, OPT_NUM
 
@@ -105,7 +105,31 @@ def diff_kernels(sides: Sides) -> list[dict]:
         if in_steps:
             out_a, out_b = ([r.kernel_steps[name][1] for r in g] for g in (ga, gb))
             metrics.append(outside_figure(f"kernels.{name}.outside_ns", out_a, out_b))
-    return metrics
+    return metrics + gpu_kernel_time(sides)
+
+
+# The GPU's kernel time per decode step, every kernel's own time on its stream summed in each step: a figure of the
+# whole run, judged like the step time. A profiled batch-1 GPU step is host-bound (the step log and the stamps
+# cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of kernels, docs/BENCHMARKS.md session
+# 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
+# same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not move it.
+GPU_KERNEL_P50 = "gpu.kernel_p50_ns"
+
+
+def gpu_kernel_time(sides: Sides) -> list[dict]:
+    """GPU_KERNEL_P50, resampled over the steps, where every run has kernels in its decode steps and as many GPUs
+    (TP=1 against TP=2 sums another number of GPUs' work: the per-rank figures of sections/gpu_time.py say it)."""
+    runs = sides.runs
+    if not sides.per_step or not all(r.kernel_steps for r in runs):
+        return []
+    if len({len(((r.summary or {}).get("gpu_time") or {}).get("ranks") or []) for r in runs}) != 1:
+        return []
+
+    def per_step(r) -> np.ndarray:  # [S] ns of every kernel launched in each step
+        return np.sum([own for own, _ in r.kernel_steps.values()], axis=0)
+
+    a, b = (Sample([per_step(r) for r in g]) for g in (sides.before, sides.after))
+    return [sides.metric(GPU_KERNEL_P50, a, b, pct(50), q=50)]
 
 
 # What a stored summary.json must hold here (run/checks.py's spec language); ncu's kernel table has the same rows.

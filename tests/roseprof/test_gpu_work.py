@@ -1,0 +1,70 @@
+"""The GPU's work per decode step as a figure of the diff's decision (sections/kernels.GPU_KERNEL_P50): a profiled
+batch-1 GPU step is host-bound, so a kernel path that got slower moves no wall-clock figure; the kernels' summed
+time per step does, and the diff must say slower, gate on it, and stay quiet on same code."""
+
+import numpy as np
+
+from roseprof.analysis import noise_floor
+from roseprof.analysis.decision import gate
+from roseprof.analysis.diff_metric import Sides
+from roseprof.analysis.noise_floor import NoiseFloor
+from roseprof.analysis.run_data import RunData
+from roseprof.analysis.sections.kernels import GPU_KERNEL_P50, gpu_kernel_time
+from roseprof.analysis.verdict import verdict
+
+RANKS = {"gpu_time": {"ranks": [{"rank": 0}]}}
+
+
+def _run(kernels: dict[str, float], steps: int = 200, seed: int = 0, summary=RANKS) -> RunData:
+    """A GPU run whose steps launch each kernel once, its time per step about `kernels[name]` ns (1% noise)."""
+    rng = np.random.default_rng(seed)
+    own = {k: (ns * (1 + 0.01 * rng.standard_normal(steps)), 0.0) for k, ns in kernels.items()}
+    dur = np.full(steps, 490_000.0) * (
+        1 + 0.02 * rng.standard_normal(steps)
+    )  # host-bound: the step hides them
+    return RunData(
+        dict(summary), step_dur=dur, kernel_steps=own, kernel_durations={k: v[0] for k, v in own.items()}
+    )
+
+
+def _verdict(before: list[RunData], after: list[RunData]) -> dict:
+    sides = Sides(before, after, np.random.default_rng(3))
+    metrics = gpu_kernel_time(sides)
+    sides.intervals()
+    noise_floor.apply(metrics, NoiseFloor("gpu"))
+    assert [m["floor_pct"] for m in metrics] == [10.0]
+    return verdict(metrics, {"id": "a"}, {"id": "b"})
+
+
+def test_a_kernel_path_that_got_slower_is_named_and_gated_though_the_step_did_not_move():
+    # the planted regression of docs/BENCHMARKS.md session 26: the fused attention kernel replaced by three
+    # Triton/GEMV launches, +38 µs of a 152 µs GPU step
+    before = [
+        _run({"fused_attn": 68_000.0, "fused_mlp": 60_000.0, "lm_head": 24_000.0}, seed=s) for s in (1, 2, 3)
+    ]
+    after = [_run({"gemv": 106_000.0, "fused_mlp": 60_000.0, "lm_head": 24_000.0}, seed=s) for s in (4, 5, 6)]
+    v = _verdict(before, after)
+    (row,) = v["decision"]["rows"]
+    assert (row["metric"], row["word"], v["overall"]) == (GPU_KERNEL_P50, "slower", "slower")
+    assert 20 < row["delta_pct"] < 30
+    (headline,) = v["headline"]
+    assert headline["label"] == "GPU work p50" and headline["samples"] == "steps"
+    assert [m["name"] for m in gate([{"name": GPU_KERNEL_P50, **row}], v["decision"], 10, None)] == [
+        GPU_KERNEL_P50
+    ]
+
+
+def test_same_kernels_are_quiet():
+    kernels = {"fused_attn": 68_000.0, "fused_mlp": 60_000.0}
+    v = _verdict([_run(kernels, seed=s) for s in (1, 2, 3)], [_run(kernels, seed=s) for s in (4, 5, 6)])
+    assert v["decision"]["rows"] == [] and v["headline"][0]["word"] == "no clear change"
+
+
+def test_no_figure_across_gpu_counts_nor_without_kernels():
+    """TP=1 against TP=2 sums another number of GPUs' work (the per-rank figures compare those); a CPU run has no
+    kernels."""
+    two = {"gpu_time": {"ranks": [{"rank": 0}, {"rank": 1}]}}
+    one_gpu, two_gpus = _run({"k": 1000.0}), _run({"k": 600.0}, summary=two)
+    assert gpu_kernel_time(Sides([one_gpu], [two_gpus], np.random.default_rng(0))) == []
+    cpu = RunData({}, step_dur=np.ones(50))
+    assert gpu_kernel_time(Sides([cpu], [cpu], np.random.default_rng(0))) == []
