@@ -2,6 +2,7 @@
 the range tree (pointer jumping, analysis/ranges.build_tree), the GPU's idle time per step (busy time before each
 window bound, sections/steps.gpu_idle_per_step) and per-key percentiles (stats.group_percentiles), to the bit."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,9 +10,12 @@ import pytest
 
 from roseprof.analysis.gpu_time import union_by_group
 from roseprof.analysis.ranges import build_tree, innermost_range
+from roseprof.analysis.sections.operators import CPU_OP, _nest
 from roseprof.analysis.sections.steps import gpu_idle_per_step
 from roseprof.analysis.stats import by_key_then_value, group_percentiles, stable_order, unique_rows
 from roseprof.render.figures import _binned, _bins
+
+TORCH = Path(__file__).parent.parent / "data" / "torch"
 
 
 def _stack_tree(start, end, tid):
@@ -260,3 +264,73 @@ def test_stable_order_of_none_and_of_ties():
     assert stable_order(np.zeros(0, dtype=np.int64)).tolist() == []
     ties = np.array([3, 1, 3, 1, 3, (1 << 16) - 1])
     assert np.array_equal(stable_order(ties), np.argsort(ties, kind="stable"))
+
+
+def _whole_trace_nest(start, end, tid, launch_t, launch_tid, launch_ns):
+    """The operators' nesting sweep over the whole trace's lists at once (sections/operators._nest before it made
+    each thread's lists for its own sweep): the oracle."""
+    n = len(start)
+    child_ns, self_dev, dev = [0] * n, [0] * n, [0] * n
+    starts, ends = start.tolist(), end.tolist()
+    launch_at, launch_dur = launch_t.tolist(), launch_ns.tolist()
+    launches = {}
+    for t in np.unique(launch_tid).tolist():
+        li = np.flatnonzero(launch_tid == t)
+        launches[t] = li[np.argsort(launch_t[li], kind="stable")].tolist()
+    for t in np.unique(tid).tolist():
+        oi = np.flatnonzero(tid == t)
+        oi = oi[np.lexsort((-end[oi], start[oi]))].tolist()
+        li = launches.get(t, [])
+        stack, j = [], 0
+        for i in oi + [None]:
+            at = starts[i] if i is not None else None
+            while j < len(li) and (at is None or launch_at[li[j]] < at):
+                lt = launch_at[li[j]]
+                while stack and ends[stack[-1]] <= lt:
+                    stack.pop()
+                if stack:
+                    self_dev[stack[-1]] += launch_dur[li[j]]
+                    for s in stack:
+                        dev[s] += launch_dur[li[j]]
+                j += 1
+            if i is None:
+                break
+            while stack and ends[stack[-1]] <= at:
+                stack.pop()
+            if stack:
+                child_ns[stack[-1]] += ends[i] - starts[i]
+            stack.append(i)
+    return tuple(np.array(v, dtype=np.int64) for v in (child_ns, self_dev, dev))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_operators_sweep_a_thread_at_a_time_is_the_whole_traces(seed):
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(0, 80)), int(rng.integers(0, 60))
+    tid = rng.integers(0, 4, n)
+    start = rng.integers(0, 60, n)
+    end = start + rng.integers(0, 40, n)  # nested, overlapping, equal and empty operators alike
+    launch_tid = rng.integers(0, 5, m)  # a thread with launches and no operators too
+    launch_t = rng.integers(0, 100, m)
+    launch_ns = rng.integers(1, 1000, m)
+    got = _nest(start, end, tid, launch_t, launch_tid, launch_ns)
+    want = _whole_trace_nest(start, end, tid, launch_t, launch_tid, launch_ns)
+    for g, w in zip(got, want):
+        assert g.dtype == np.int64 and np.array_equal(g, w)
+
+
+def test_the_operators_sweep_of_a_real_trace_is_the_whole_traces():
+    """HTA's V100 trace (Kineto, 2 threads with operators), as the operators section calls it."""
+    from roseprof.drivers.torch.reader import read_kineto
+
+    path = TORCH / "facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+    trace = read_kineto(path, path.parent, path.name)
+    h, ops = trace.host_events, trace.ops
+    sel = np.flatnonzero(h.kind == CPU_OP)
+    launched = np.flatnonzero(ops.api_tid >= 0)
+    args = (h.start[sel], h.end[sel], h.tid[sel], ops.api_start[launched], ops.api_tid[launched],
+            (ops.end - ops.start)[launched])  # fmt: skip
+    got, want = _nest(*args), _whole_trace_nest(*args)
+    assert len(sel) > 10_000 and got[2].sum() > 0
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)

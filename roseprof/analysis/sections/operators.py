@@ -66,42 +66,53 @@ def _table(trace: Trace, name, shape, cols: dict, device: bool) -> tuple[list[di
 def _nest(start, end, tid, launch_t, launch_tid, launch_ns):
     """Per operator: the CPU time of the operators directly inside it, and the device time of the GPU ops launched
     directly inside it (self) and anywhere inside it (total), from one sweep per thread. The sweep walks Python
-    lists, not the arrays: a numpy scalar read per step cost a second per 300k operators."""
+    lists, not the arrays: a numpy scalar read per step cost a second per 300k operators. Each thread's lists are
+    made for its sweep alone, so they hold one thread's operators at a time: the whole trace's as lists (40 bytes
+    an int) added 77 MB to the peak of a 318 MB import of 8 ranks (docs/BENCHMARKS.md, session 27)."""
     n = len(start)
-    child_ns, self_dev, dev = [0] * n, [0] * n, [0] * n
-    starts, ends = start.tolist(), end.tolist()
-    launch_at, launch_dur = launch_t.tolist(), launch_ns.tolist()
+    child_ns, self_dev, dev = (np.zeros(n, dtype=np.int64) for _ in range(3))
     launches = {}
     for t in np.unique(launch_tid).tolist():
         li = np.flatnonzero(launch_tid == t)
-        launches[t] = li[np.argsort(launch_t[li], kind="stable")].tolist()
+        launches[t] = li[np.argsort(launch_t[li], kind="stable")]
     for t in np.unique(tid).tolist():
         oi = np.flatnonzero(tid == t)
-        oi = oi[np.lexsort((-end[oi], start[oi]))].tolist()  # outer before inner at the same start
-        li = launches.get(t, [])
-        stack: list[int] = []
-        j = 0
-        for i in oi + [None]:
-            at = starts[i] if i is not None else None
-            # Launches before this operator starts land in the operators open then.
-            while j < len(li) and (at is None or launch_at[li[j]] < at):
-                lt = launch_at[li[j]]
-                while stack and ends[stack[-1]] <= lt:
-                    stack.pop()
-                if stack:
-                    ns = launch_dur[li[j]]
-                    self_dev[stack[-1]] += ns
-                    for s in stack:
-                        dev[s] += ns
-                j += 1
-            if i is None:
-                break
-            while stack and ends[stack[-1]] <= at:
+        oi = oi[np.lexsort((-end[oi], start[oi]))]  # outer before inner at the same start
+        li = launches.get(t, oi[:0])
+        child, mine, inside = _sweep(start[oi].tolist(), end[oi].tolist(), launch_t[li].tolist(),
+                                     launch_ns[li].tolist())  # fmt: skip
+        child_ns[oi], self_dev[oi], dev[oi] = child, mine, inside
+    return child_ns, self_dev, dev
+
+
+def _sweep(starts: list, ends: list, launch_at: list, launch_dur: list) -> tuple[list, list, list]:
+    """One thread's nesting sweep: its operators sorted by start (outer first at a tie), its launches by time;
+    (child CPU ns, self device ns, device ns) per operator, in that order."""
+    n = len(starts)
+    child_ns, self_dev, dev = [0] * n, [0] * n, [0] * n
+    stack: list[int] = []
+    j, n_launches = 0, len(launch_at)
+    for i in range(n + 1):
+        at = starts[i] if i < n else None
+        # Launches before this operator starts land in the operators open then.
+        while j < n_launches and (at is None or launch_at[j] < at):
+            lt = launch_at[j]
+            while stack and ends[stack[-1]] <= lt:
                 stack.pop()
             if stack:
-                child_ns[stack[-1]] += ends[i] - starts[i]
-            stack.append(i)
-    return tuple(np.array(v, dtype=np.int64) for v in (child_ns, self_dev, dev))
+                ns = launch_dur[j]
+                self_dev[stack[-1]] += ns
+                for s in stack:
+                    dev[s] += ns
+            j += 1
+        if i == n:
+            break
+        while stack and ends[stack[-1]] <= at:
+            stack.pop()
+        if stack:
+            child_ns[stack[-1]] += ends[i] - starts[i]
+        stack.append(i)
+    return child_ns, self_dev, dev
 
 
 def panels(summary: dict) -> list[dict]:
