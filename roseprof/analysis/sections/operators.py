@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.sections.base import Context, Section, SectionResult
+from roseprof.analysis.stats import unique_rows
 from roseprof.model import HOST_CATEGORIES, Trace
 from roseprof.run.checks import OPT_NUM
 
@@ -27,40 +28,52 @@ def compute(ctx: Context) -> SectionResult:
     trace = ctx.trace
     h = trace.host_events
     sel = np.flatnonzero(h.kind == CPU_OP)
-    start, end, tid = h.start[sel], h.end[sel], h.tid[sel]
-    name, shape = h.name[sel], h.shapes()[sel]
     ops = trace.ops
     launched = np.flatnonzero(ops.api_tid >= 0)
-    child_ns, self_dev, dev = _nest(start, end, tid, ops.api_start[launched], ops.api_tid[launched],
+    start, end = h.start[sel], h.end[sel]
+    child_ns, self_dev, dev = _nest(start, end, h.tid[sel], ops.api_start[launched], ops.api_tid[launched],
                                     (ops.end - ops.start)[launched])  # fmt: skip
+    # Every column is an [operators] array: made one at a time and let go once summed (a 2.4 GB trace has about
+    # 4.3M operators, 34 MB a column; docs/BENCHMARKS.md, session 27).
     dur = end - start
-    cols = {"calls": np.ones(len(dur)), "self_cpu_ns": dur - child_ns, "cpu_ns": dur, "self_device_ns": self_dev,
+    del start, end
+    cols = {"calls": None, "self_cpu_ns": dur - child_ns, "cpu_ns": dur, "self_device_ns": self_dev,
             "device_ns": dev}  # fmt: skip
+    del child_ns, self_dev, dev, dur
     device = len(launched) > 0
-    by_name, groups = _table(trace, name, np.full(len(name), -1), cols, device)
+    name = h.name[sel]
+    by_name, groups = _table(trace, [name], cols, device)
     part = {"groups": groups, "sorted_by": "self_device_ns" if device else "self_cpu_ns", "top": by_name}
     # key_averages(group_by_input_shape=True), where the profiler recorded shapes (record_shapes=True).
-    part["by_shape"] = _table(trace, name, shape, cols, device)[0] if (shape >= 0).any() else None
+    shape = h.shapes()[sel]
+    part["by_shape"] = _table(trace, [name, shape], cols, device)[0] if (shape >= 0).any() else None
     return SectionResult({"operators": part})
 
 
-def _table(trace: Trace, name, shape, cols: dict, device: bool) -> tuple[list[dict], int]:
-    """The TOP rows of one grouping (by name, and input shapes where `shape` >= 0), most self time first; and how
-    many groups there are."""
-    width = len(trace.names.values) + 1
-    keys, group = np.unique(name * width + (shape + 1), return_inverse=True)
-    sums = {c: np.bincount(group, weights=v, minlength=len(keys)).astype(np.int64) for c, v in cols.items()}
+def _table(trace: Trace, keys: list[np.ndarray], cols: dict, device: bool) -> tuple[list[dict], int]:
+    """The TOP rows of one grouping (by name, and by input shapes where `keys` has them as a second column: -1
+    where none was recorded), most self time first; and how many groups there are."""
+    rows, group = unique_rows(keys, len(trace.names.values))  # [K, 1 or 2] (name, shapes) ids, sorted; [N]
+    n_groups = len(rows)
+    sums = {
+        c: (
+            np.bincount(group, minlength=n_groups)
+            if v is None
+            else np.bincount(group, weights=v, minlength=n_groups)
+        ).astype(np.int64)
+        for c, v in cols.items()
+    }  # "calls": None, each operator once
     first = sums["self_device_ns"] if device else sums["self_cpu_ns"]
     order = np.lexsort((-sums["self_cpu_ns"], -first))
-    rows = []
+    out = []
     for g in order[:TOP].tolist():
-        n, s = divmod(int(keys[g]), width)
-        row = {"name": trace.names[n], "shapes": trace.names[s - 1] if s > 0 else None}
+        n, s = int(rows[g, 0]), int(rows[g, 1]) if rows.shape[1] > 1 else -1
+        row = {"name": trace.names[n], "shapes": trace.names[s] if s >= 0 else None}
         row.update({c: int(v[g]) for c, v in sums.items()})
         if not device:
             row["self_device_ns"] = row["device_ns"] = None
-        rows.append(row)
-    return rows, len(keys)
+        out.append(row)
+    return out, n_groups
 
 
 def _nest(start, end, tid, launch_t, launch_tid, launch_ns):

@@ -44,28 +44,31 @@ def read_many(paths: list[Path], raw: Path, labels: list[str], limits: Limits | 
     from roseprof.drivers.torch.capture import merge
     from roseprof.drivers.torch.reader import read_kineto
 
-    traces = [read_kineto(p, raw, label, limits) for p, label in zip(paths, labels)]
-    _one_file_per_rank(traces, labels)
+    # One file read at a time, merged as it comes (capture.merge lets each go once its columns are taken).
+    seen: dict[int, str] = {}
+    traces = (
+        _one_file_per_rank(read_kineto(p, raw, label, limits), label, seen) for p, label in zip(paths, labels)
+    )
     return merge(traces, labels)
 
 
-def _one_file_per_rank(traces: list[Trace], labels: list[str]) -> None:
+def _one_file_per_rank(trace: Trace, label: str, seen: dict[int, str]) -> Trace:
     """Two files that say one rank (the same file twice, another run's rank 0 beside this one's, copies made for a
     benchmark): the later file's processes lose that rank (in place) and a warning names both files. Merged as one
     rank, its steps, collectives and kernel time would be two programs' as one; kept apart, each is a process of
-    unknown rank (a step log naming its pid still gives it one)."""
-    seen: dict[int, str] = {}
-    for trace, label in zip(traces, labels):
-        mine = {p.rank for p in trace.processes.values() if p.rank is not None}
-        for rank in sorted(mine & seen.keys()):
-            trace.warnings.append(
-                f"{label}: says rank {rank} (its distributedInfo), as {seen[rank]} does: its processes are kept "
-                "apart, of unknown rank"
-            )
-            for p in trace.processes.values():
-                if p.rank == rank:
-                    p.rank, p.rank_from = None, None
-        seen.update(dict.fromkeys(mine - seen.keys(), label))
+    unknown rank (a step log naming its pid still gives it one). `seen`: the ranks of the files before, by the file
+    that said each first."""
+    mine = {p.rank for p in trace.processes.values() if p.rank is not None}
+    for rank in sorted(mine & seen.keys()):
+        trace.warnings.append(
+            f"{label}: says rank {rank} (its distributedInfo), as {seen[rank]} does: its processes are kept "
+            "apart, of unknown rank"
+        )
+        for p in trace.processes.values():
+            if p.rank == rank:
+                p.rank, p.rank_from = None, None
+    seen.update(dict.fromkeys(mine - seen.keys(), label))
+    return trace
 
 
 READERS = (

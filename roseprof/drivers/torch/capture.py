@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,7 +157,7 @@ MAX_PID = (1 << 31) - 1
 APART_NS = 1_000_000_000
 
 
-def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
+def merge(traces: Iterable[Trace], labels: list[str] | None = None) -> Trace:
     """Several traces of one run (processes, ranks) as one: names re-interned, threads kept apart.
 
     Their clocks must agree (Kineto's Unix time): times are moved onto the first trace's base, and a file whose
@@ -165,20 +165,30 @@ def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
     names). Each trace's processes are kept with their ranks; where a pid is already taken by an earlier trace,
     that trace's threads move to a pid of their own (its name says which pid it had), so two ranks never share a
     process.
+
+    `traces` may be a generator (read_many's: one file read at a time): each trace is let go once its columns are
+    moved into the merge's parts, and each part once it is joined, so the peak holds about two copies of the run's
+    columns, not every trace beside its parts and the join (8 ranks of 40 MB: docs/BENCHMARKS.md, session 27).
     """
-    labels = labels or [f"trace {k}" for k in range(len(traces))]
-    first = traces[0]
+    traces = iter(traces)
+    labels = list(labels or [])
+    first = next(traces)
+    base, tool, clock = first.session_start_utc_ns, first.tool, first.clock
     spans: list[tuple[int, int] | None] = []
     names = Names()
     parts_r, parts_o, parts_h, threads, gpus, warnings = [], [], [], {}, [], []
     thread_pids: dict[int, int] = {}
     processes: dict[int, Process] = {}
-    for k, t in enumerate(traces):
+    k, t = 0, first
+    del first
+    while t is not None:
+        if len(labels) <= k:
+            labels.append(f"trace {k}")
         t = _own_pids(t, k, processes)
         remap = names.intern_many(t.names.values)
         shift = 0
-        if first.session_start_utc_ns is not None and t.session_start_utc_ns is not None:
-            shift = t.session_start_utc_ns - first.session_start_utc_ns
+        if base is not None and t.session_start_utc_ns is not None:
+            shift = t.session_start_utc_ns - base
         spans.append(_span(t, shift))
         _one_run(spans, labels, k)
         r = t.ranges
@@ -207,21 +217,24 @@ def merge(traces: list[Trace], labels: list[str] | None = None) -> Trace:
         processes.update(t.processes)
         gpus += [g for g in t.gpus if g not in gpus]
         warnings += [w for w in t.warnings if w not in warnings]  # one file's caveat said once
-    ranges = Ranges(
-        *(
-            np.concatenate([getattr(p, f) for p in parts_r])
-            for f in ("start", "end", "name", "domain", "tid", "style")
-        )
-    ).sort()
-    cat = {f: np.concatenate([getattr(p, f) for p in parts_o]) for f in GpuOps.COLUMNS}
+        t = None  # let this trace go before the next is read
+        k, t = k + 1, next(traces, None)
+    ranges = Ranges(*(_join(parts_r, f) for f in ("start", "end", "name", "domain", "tid", "style"))).sort()
+    cat = {f: _join(parts_o, f) for f in GpuOps.COLUMNS}
     order = np.argsort(cat["start"], kind="stable")
-    ops = GpuOps(**{f: v[order] for f, v in cat.items()})
-    host = HostEvents(
-        *(np.concatenate([getattr(p, f) for p in parts_h]) for f in (*HostEvents.COLUMNS, "shape"))
-    )
-    return Trace(tool=first.tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
-                 session_start_utc_ns=first.session_start_utc_ns, clock=first.clock, warnings=warnings,
+    ops = GpuOps(**{f: cat.pop(f)[order] for f in GpuOps.COLUMNS})
+    host = HostEvents(*(_join(parts_h, f) for f in (*HostEvents.COLUMNS, "shape")))
+    return Trace(tool=tool, names=names, ranges=ranges, marks=Marks(), ops=ops, threads=threads, gpus=gpus,
+                 session_start_utc_ns=base, clock=clock, warnings=warnings,
                  host_events=host, thread_pids=thread_pids, processes=processes)  # fmt: skip
+
+
+def _join(parts: list, field: str) -> np.ndarray:
+    """One column of the merge's parts joined, each part's column let go once joined (the parts are read no more)."""
+    out = np.concatenate([getattr(p, field) for p in parts])
+    for p in parts:
+        setattr(p, field, None)
+    return out
 
 
 def _span(trace: Trace, shift: int) -> tuple[int, int] | None:
