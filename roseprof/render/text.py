@@ -114,16 +114,28 @@ def kernel_labels(names: list[str]) -> list[str]:
     return [n + TAG + kernel_tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
 
 
+def _tagged(name: str) -> tuple[str, str]:
+    """(the name without its kernel_labels() tag, the tag with its separator or "")."""
+    body, sep, tag = name.rpartition(TAG)
+    if not sep or len(tag) != 4 or any(c not in "0123456789abcdef" for c in tag):
+        return name, ""
+    return body, sep + tag
+
+
 def kernel_name(name: str, width: int) -> str:
     """A kernel name for a narrow column: whole when it fits, else its base name, shortened in the middle; a tag
     from kernel_labels() stays at the end."""
     if len(name) <= width:
         return name
-    body, sep, tag = name.rpartition(TAG)
-    if not sep or len(tag) != 4 or any(c not in "0123456789abcdef" for c in tag):
-        body, sep, tag = name, "", ""
-    base = kernel_base(body)
-    return shorten_middle(base, max(width - len(sep) - len(tag), 8)) + sep + tag
+    body, tag = _tagged(name)
+    return shorten_middle(kernel_base(body), max(width - len(tag), 8)) + tag
+
+
+def kernel_short(name: str) -> str:
+    """A kernel named in a sentence: its base name, and a kernel_labels() tag where it has one (the full
+    signature of a template instantiation can run to four lines of an 80-column terminal)."""
+    body, tag = _tagged(name)
+    return kernel_base(body) + tag
 
 
 METRIC_PARTS = {"rollover.": "rollover ", "normal.": "normal "}

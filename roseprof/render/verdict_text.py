@@ -33,7 +33,10 @@ DIRECTIONS = ("faster", "slower")
 
 
 def row_label(row: dict) -> str:
-    """A decision row's name in words: the headline's label, a region's or kernel's name, or the metric's words."""
+    """A decision row's name in words: the headline's label, a region's or kernel's name (a kernel's base name,
+    tagged where two share it: `kernel_labels`, set by headline_sentence), or the metric's words."""
+    if row.get("kind") == "kernel" and row.get("label"):
+        return text.kernel_short(row.get("shown", row["label"]))
     return row.get("label") or text.metric_label(row["metric"])
 
 
@@ -69,6 +72,10 @@ def headline_sentence(v: dict) -> str:
     figures = [r for r in d["rows"] if r["kind"] == "figure"]
     # a region whose CPU time the slower machine moved (decision.py, cpu_spread.py) is said in the machine's line
     named = [r for r in d["rows"] if r["kind"] != "figure" and not r.get("machine")]
+    kernels = [r for r in named if r["kind"] == "kernel"]
+    # kernels that share a base name keep their tags, as in the kernels table
+    shown = dict(zip((r["label"] for r in kernels), text.kernel_labels([r["label"] for r in kernels])))
+    named = [{**r, "shown": shown[r["label"]]} if r["kind"] == "kernel" else r for r in named]
     parts = []
     # the figures by word and whose (the code's, the machine's: a tail figure can be the machine's beside a median
     # figure of the code's), the headline's first

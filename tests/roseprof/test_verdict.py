@@ -152,3 +152,21 @@ def test_a_table_title_names_every_statistic_its_rows_use():
     assert verdict_text.what_moved_in([cpu, cpu]) == "p5 own CPU time"
     assert verdict_text.what_moved_in([cpu, wall, cpu]) == "p5 own CPU time / p5 own time"
     assert verdict_text.what_moved_in([{"own_time": False}]) == "time"
+
+
+def test_the_headline_names_kernels_by_their_base_names_and_keeps_twins_apart():
+    """The first line names a kernel as the kernels table does: its base name, not a template's whole signature
+    (four lines at 80 columns), with its tag where two instantiations share that name."""
+    from roseprof.render import text, verdict_text
+
+    def kernel(name, a, b):
+        m = _region("x", "total_ns", a, b)
+        return {**m, "name": f"kernels.{name}.total_ns"}
+
+    twins = [f"void gemv_kernel<(int){k}>(const __half *, float *, int)" for k in (64, 128)]
+    alone = "void at::native::<unnamed>::indexSelectSmallIndex<c10::Half, long>(at::cuda::detail::TensorInfo<T1, T3>)"
+    v = verdict([kernel(twins[0], 10e3, 20e3), kernel(twins[1], 10e3, 19e3), kernel(alone, 8e3, 4e3)], *RUNS)
+    line = verdict_text.headline_sentence(v)
+    assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[0])} +100.0% slower" in line
+    assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[1])} +90.0% slower" in line
+    assert "at::native::indexSelectSmallIndex -50.0% faster" in line and "TensorInfo" not in line
