@@ -60,11 +60,14 @@ def test_same_kernels_are_quiet():
     assert v["decision"]["rows"] == [] and v["headline"][0]["word"] == "no clear change"
 
 
-def test_no_figure_across_gpu_counts_nor_without_kernels():
-    """TP=1 against TP=2 sums another number of GPUs' work (the per-rank figures compare those); a CPU run has no
-    kernels."""
+def test_no_figure_for_several_gpus_nor_without_kernels_in_the_steps():
+    """Several ranks' kernels include their collectives, which also wait for the other ranks (the per-rank figures
+    compare those); a CPU run has no kernels; an ncu run's launches have no launch time, so none is in a step."""
     two = {"gpu_time": {"ranks": [{"rank": 0}, {"rank": 1}]}}
     one_gpu, two_gpus = _run({"k": 1000.0}), _run({"k": 600.0}, summary=two)
     assert gpu_kernel_time(Sides([one_gpu], [two_gpus], np.random.default_rng(0))) == []
+    assert gpu_kernel_time(Sides([two_gpus], [two_gpus], np.random.default_rng(0))) == []
     cpu = RunData({}, step_dur=np.ones(50))
     assert gpu_kernel_time(Sides([cpu], [cpu], np.random.default_rng(0))) == []
+    outside = _run({"k": 0.0})  # its kernels all launched outside the steps: zero in every step
+    assert gpu_kernel_time(Sides([one_gpu], [outside], np.random.default_rng(0))) == []

@@ -131,6 +131,7 @@ def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
     # planted step blames batch_change, else slow_step), so the step cause that added most is theirs, and the
     # region it names first is the slowed one: not a slow_step cause's (which may hold only the busy box's noise).
     step_causes = [c for c in summary["spikes"]["causes"] if c["cause"] in STEP_EVIDENCE]
+    assert step_causes, summary["spikes"]["causes"]
     most = max(step_causes, key=lambda c: c["added_total_ms"])
     assert most["evidence"][0]["where"].endswith(f"{STEP} (host)"), summary["spikes"]["causes"]
 

@@ -112,23 +112,27 @@ def diff_kernels(sides: Sides) -> list[dict]:
 # whole run, judged like the step time. A profiled batch-1 GPU step is host-bound (the step log and the stamps
 # cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of kernels, docs/BENCHMARKS.md session
 # 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
-# same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not move it.
+# same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not lengthen a
+# kernel. One GPU a run only: several ranks' kernels include their collectives, whose time is also the wait for the
+# other ranks (43% of the summed kernel time of the TP=2 H200 fixture), which a slower host on one rank moves; the
+# per-rank figures of sections/gpu_time.py set compute apart from communication there.
 GPU_KERNEL_P50 = "gpu.kernel_p50_ns"
 
 
 def gpu_kernel_time(sides: Sides) -> list[dict]:
-    """GPU_KERNEL_P50, resampled over the steps, where every run has kernels in its decode steps and as many GPUs
-    (TP=1 against TP=2 sums another number of GPUs' work: the per-rank figures of sections/gpu_time.py say it)."""
+    """GPU_KERNEL_P50, resampled over the steps, where every run is of one GPU and launched kernels inside its
+    decode steps (an ncu run's launches have no launch time, so none is inside a step)."""
     runs = sides.runs
     if not sides.per_step or not all(r.kernel_steps for r in runs):
         return []
-    if len({len(((r.summary or {}).get("gpu_time") or {}).get("ranks") or []) for r in runs}) != 1:
+    if any(len(((r.summary or {}).get("gpu_time") or {}).get("ranks") or []) != 1 for r in runs):
         return []
-
-    def per_step(r) -> np.ndarray:  # [S] ns of every kernel launched in each step
-        return np.sum([own for own, _ in r.kernel_steps.values()], axis=0)
-
-    a, b = (Sample([per_step(r) for r in g]) for g in (sides.before, sides.after))
+    # [S] ns of every kernel launched in each step, per run
+    per_step = [np.sum([own for own, _ in r.kernel_steps.values()], axis=0) for r in runs]
+    if not all(v.any() for v in per_step):
+        return []
+    n = len(sides.before)
+    a, b = Sample(per_step[:n]), Sample(per_step[n:])
     return [sides.metric(GPU_KERNEL_P50, a, b, pct(50), q=50)]
 
 

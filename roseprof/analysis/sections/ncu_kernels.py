@@ -36,7 +36,7 @@ def diff_compare(before, after, metrics: list[dict], floor) -> tuple[list[dict],
         raise RoseprofError("ncu runs are compared one a side: give one run each (or --latest)")
     if not all(ncu_sides):
         return None
-    kept = [m for m in metrics if not m["name"].startswith("kernels.")]
+    kept = [m for m in metrics if not m["name"].startswith(("kernels.", "gpu.kernel_"))]
     launches = ncu_diff.compare(before[0].sections["ncu"], after[0].sections["ncu"])
     return kept + noise_floor.apply(launches, floor), f"{ncu_diff.METHOD}; noise floor: {floor.describe()}"
 

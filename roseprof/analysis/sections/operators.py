@@ -33,8 +33,8 @@ def compute(ctx: Context) -> SectionResult:
     start, end = h.start[sel], h.end[sel]
     child_ns, self_dev, dev = _nest(start, end, h.tid[sel], ops.api_start[launched], ops.api_tid[launched],
                                     (ops.end - ops.start)[launched])  # fmt: skip
-    # Every column is an [operators] array: made one at a time and let go once summed (a 2.4 GB trace has about
-    # 4.3M operators, 34 MB a column; docs/BENCHMARKS.md, session 27).
+    # Every column is an [operators] array (a 2.4 GB trace has about 4.3M operators, 34 MB a column): no more of
+    # them alive than the table's five and its keys (docs/BENCHMARKS.md, session 27).
     dur = end - start
     del start, end
     cols = {"calls": None, "self_cpu_ns": dur - child_ns, "cpu_ns": dur, "self_device_ns": self_dev,

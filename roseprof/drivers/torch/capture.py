@@ -172,7 +172,9 @@ def merge(traces: Iterable[Trace], labels: list[str] | None = None) -> Trace:
     """
     traces = iter(traces)
     labels = list(labels or [])
-    first = next(traces)
+    first = next(traces, None)
+    if first is None:
+        raise RoseprofError("no trace to merge")
     base, tool, clock = first.session_start_utc_ns, first.tool, first.clock
     spans: list[tuple[int, int] | None] = []
     names = Names()
