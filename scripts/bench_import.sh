@@ -30,6 +30,11 @@ nsys=$(PYTHONPATH=$REPO "$PY" -c "from roseprof.drivers.nsys.capture import find
 # Report names of nsys 2022.4; 2023+ calls them nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum.
 reports=nvtxsum,gpukernsum,nvtxkernsum
 "$nsys" --version | grep -q "2022" || reports=nvtx_sum,cuda_gpu_kern_sum,nvtx_kern_sum
+# Each checkout's bytecode compiled first, as scripts/setup.sh does for a user's install (and pip for a wheel's):
+# where the interpreter writes none (PYTHONDONTWRITEBYTECODE), every command compiles every module it imports,
+# 0.3 to 0.5 s of each `diff` (docs/BENCHMARKS.md, session 27).
+"$PY" -m compileall -q roseprof > /dev/null
+if [ -n "${BASE:-}" ]; then (cd "$BASE" && "$PY" -m compileall -q roseprof > /dev/null); fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
 # timed TAG CMD...: runs CMD under GNU time, appends "TAG wall_s rss_kb" to $work/times
