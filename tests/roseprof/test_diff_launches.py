@@ -43,6 +43,8 @@ def test_diff_words_a_kernel_launched_fewer_times_a_step_as_such(tmp_path):
     assert "fewer launches (25→0.98)" in text.stdout
     assert "GPU work p50 -44.8%" in text.stdout.replace("\n", " ")
     # the first line names a kernel as its table does, by its base name: not the template's whole signature
-    answer = text.stdout[text.stdout.index("after is faster") : text.stdout.index(" figure ")].replace("\n", " ")
+    answer = text.stdout[text.stdout.index("after is faster") : text.stdout.index(" figure ")].replace(
+        "\n", " "
+    )
     assert "at::native::indexSelectSmallIndex -56.6% faster" in answer and "TensorInfo" not in answer
     assert_fits(text.stdout, 80)
