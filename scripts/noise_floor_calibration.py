@@ -10,7 +10,9 @@ are compared, and for every metric family the script prints how far beyond zero 
 reached (the clearance: ci_low for a rise; for a fall the floor f it would clear, -100 ci_high / (100 + ci_high)).
 A floor above the groups' largest clearance calls no same-code group pair a change. Then, with the floors now in
 noise_floor.py (the one-run floors for single runs), how many pairs still fire the default gate at --gate percent
-and how many print a faster/slower word anywhere (the false-alarm rate of one run a side that `roseprof diff` prints).
+and how many print a faster/slower word anywhere. Last, what `roseprof diff` itself says of every pair, groups and
+single runs (its one decision, analysis/decision.py: the machine's figures apart from the code's): how often its gate
+fails, its first line has a faster/slower word for the code, and it names a slower machine.
 """
 
 import argparse
@@ -25,7 +27,7 @@ from roseprof.analysis import noise_floor
 from roseprof.analysis.diff import compare, floor_for, gate
 from roseprof.analysis.noise_floor import NoiseFloor, family
 from roseprof.analysis.verdict import verdict
-from roseprof.api import load_run, open_store, resolve_side
+from roseprof.api import diff_runs, load_run, open_store, resolve_side
 
 
 def clearance(m: dict) -> float:
@@ -44,6 +46,21 @@ def per_family(metrics: list[dict], out: dict) -> None:
     for m in metrics:
         if m.get("ci_low_pct") is not None:
             out.setdefault(family(m["name"]), []).append((clearance(m), m["name"]))
+
+
+def said_by_diff(store, pairs: list[tuple[list[str], list[str]]], threshold: float) -> dict:
+    """What `roseprof diff A B --fail-on-regression threshold` says of each pair (refs: a group's name or a run's
+    id): the counts of pairs whose gate failed, whose decision has a faster/slower word for the code (the machine's
+    figures are not the code's) and which named a slower machine."""
+    out = {"pairs": 0, "gate_failed": 0, "code_worded": 0, "machine_named": 0}
+    for refs_a, refs_b in pairs:
+        result = diff_runs(store, refs_a, refs_b, threshold, None, allow_incomplete=False).result
+        decided = result["verdict"]["decision"]
+        out["pairs"] += 1
+        out["gate_failed"] += bool(result["regressions"])
+        out["code_worded"] += decided["overall"] in ("faster", "slower", "mixed")
+        out["machine_named"] += decided["slower_machine"] is not None
+    return out
 
 
 def main() -> int:
@@ -85,6 +102,13 @@ def main() -> int:
     print(f"\none run a side: {pairs} same-code pairs; default gate at {args.gate:g}% fired in {fired_zero} "
           f"with no floor, {fired_floor} with the one-run floors in noise_floor.py; a faster/slower word in "
           f"{worded}")  # fmt: skip
+    product = {kind: said_by_diff(store, pairs_of, args.gate) for kind, pairs_of in (
+        ("groups", [([a], [b]) for a, b in itertools.combinations(args.names, 2)]),
+        ("one run a side", [([a], [b]) for a, b in itertools.combinations(list(data), 2)]))}  # fmt: skip
+    for kind, said in product.items():
+        print(f"roseprof diff, {kind}: {said['pairs']} same-code pairs; its gate at {args.gate:g}% failed in "
+              f"{said['gate_failed']}, a faster/slower word for the code in {said['code_worded']}, a slower machine "
+              f"named in {said['machine_named']}")  # fmt: skip
     print(
         "\n| family | groups: largest clearance (metric) | one run a side: p95 / largest clearance | floor now "
         "(groups / one run) |"
@@ -103,7 +127,7 @@ def main() -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"device": floor.device, "families": summary,
             "one_run": {"pairs": pairs, "fired_no_floor": fired_zero, "fired_floor": fired_floor,
-                    "worded": worded}}, indent=1))  # fmt: skip
+                    "worded": worded}, "roseprof_diff": product}, indent=1))  # fmt: skip
     return 0
 
 

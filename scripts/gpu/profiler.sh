@@ -24,23 +24,36 @@ stage_regions() {
 
 stage ab "a before/after pair under roseprof nsys, RUNS (3) captures a side interleaved, then roseprof diff of the \
 two groups and each side's per-region replay time: BATCH requests at batch BATCH (1) x 256 tokens, BEFORE \
-(default --no-block-table-cache) against AFTER (default: no flag)"
+(default --no-block-table-cache) against AFTER (default: no flag); SAME=1 adds a third group, BEFORE again \
+(b1-same), interleaved, for the same-code diff, both pairs one run a side (--latest) and the noise-floor calibration"
 stage_ab() {
   local nb=${BATCH:-1} r design flag run
   local cmd="--device cuda --hf-model-id gpt2 --paged-attn --cuda-graph --no-stop-on-eos --num-requests $nb \
 --max-batch-size $nb --prefill-max-batch-size $nb --max-new-tokens 256 --warmup-runs 1 --repeat-runs 1"
   local store="--traces-dir $S/tr --dashboards-dir $S/dash"
+  local designs=(before after)
+  [ "${SAME:-0}" = 1 ] && designs+=(same)  # the same code as before, interleaved with it: what no change reads as
   for r in $(seq "${RUNS:-3}"); do
-    for design in before after; do
+    for design in "${designs[@]}"; do
       flag=${BEFORE---no-block-table-cache}; [ "$design" = after ] && flag=${AFTER-}
       timeout 150 python3 -m roseprof nsys $store --name "b$nb-$design" --trace cuda,nvtx -- \
         python3 -m roseinfer.benchmark_streaming $cmd $flag > "$S/nsys-$design-$r.log" 2>&1
       echo "b$nb-$design (${flag:-default}) run $r rc=$? [${SECONDS}s]"
     done
   done
-  timeout 120 python3 -m roseprof diff "b$nb-before" "b$nb-after" $store --fail-on-regression 10 > "$S/diff.txt" 2>&1
-  echo "roseprof diff exit $? (--fail-on-regression 10)" >> "$S/diff.txt"
-  head -45 "$S/diff.txt"; tail -1 "$S/diff.txt"
+  ab_diff() {  # ab_diff FILE ARGS...: one roseprof diff, gated at 10%, its head and exit status
+    timeout 120 python3 -m roseprof diff "${@:2}" $store --fail-on-regression 10 > "$S/$1" 2>&1
+    echo "roseprof diff exit $? (--fail-on-regression 10)" >> "$S/$1"
+    echo "-- roseprof diff ${*:2}"; head -45 "$S/$1"; tail -1 "$S/$1"
+  }
+  ab_diff diff.txt "b$nb-before" "b$nb-after"
+  if [ "${SAME:-0}" = 1 ]; then
+    ab_diff diff-same.txt "b$nb-before" "b$nb-same"
+    ab_diff diff-latest.txt --latest "b$nb-before" "b$nb-after"
+    ab_diff diff-same-latest.txt --latest "b$nb-before" "b$nb-same"
+    python3 scripts/noise_floor_calibration.py "$S/tr" "b$nb-before" "b$nb-same" --json "$S/calibration.json" 2>&1 \
+      | tee "$S/calibration.txt"
+  fi
   for design in before after; do
     run=$(ls -d "$S"/tr/*b$nb-$design* | tail -1)
     echo "-- per-region GPU time of a graph replay, b$nb $design ($run)"
