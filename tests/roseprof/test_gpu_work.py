@@ -55,13 +55,13 @@ def test_a_kernel_path_that_got_slower_is_named_and_gated_though_the_step_did_no
 
 
 def test_one_run_a_side_names_a_change_past_the_group_floor():
-    # one run a side has the group's 10%: single same-code H200 captures never reached beyond 0 (their intervals
-    # within ±0.2%, docs/BENCHMARKS.md session 28), so a kernel path 14% slower is a change there too
+    # one run a side has the group's 10% (it had 15%): single same-code H200 captures never reached beyond 0
+    # (their intervals within ±0.2%, docs/BENCHMARKS.md session 28), so a kernel path 12% slower is a change there
     kernels = {"fused_attn": 68_000.0, "fused_mlp": 60_000.0}
-    slower = {"fused_attn": 89_000.0, "fused_mlp": 60_000.0}
+    slower = {"fused_attn": 83_400.0, "fused_mlp": 60_000.0}  # 128 -> 143.4 µs of kernels a step
     v = _verdict([_run(kernels, seed=1)], [_run(slower, seed=2)], one_run=True)
     (row,) = v["decision"]["rows"]
-    assert (row["word"], row["floor_pct"]) == ("slower", 10.0) and 13 < row["delta_pct"] < 19
+    assert (row["word"], row["floor_pct"]) == ("slower", 10.0) and 11 < row["delta_pct"] < 13
     same = _verdict([_run(kernels, seed=1)], [_run(kernels, seed=2)], one_run=True)
     assert same["decision"]["rows"] == []
 
