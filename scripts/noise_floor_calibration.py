@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from roseprof.analysis import noise_floor
+from roseprof.analysis import decision, noise_floor
 from roseprof.analysis.diff import compare, floor_for, gate
 from roseprof.analysis.noise_floor import NoiseFloor, family
 from roseprof.analysis.verdict import verdict
@@ -58,7 +58,7 @@ def said_by_diff(store, pairs: list[tuple[list[str], list[str]]], threshold: flo
         decided = result["verdict"]["decision"]
         out["pairs"] += 1
         out["gate_failed"] += bool(result["regressions"])
-        out["code_worded"] += decided["overall"] in ("faster", "slower", "mixed")
+        out["code_worded"] += decided["overall"] in (*decision.DIRECTIONS, "mixed")  # "mixed": both words
         out["machine_named"] += decided["slower_machine"] is not None
     return out
 
