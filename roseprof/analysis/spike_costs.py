@@ -18,9 +18,10 @@ happened, spike or not; the summary counts spikes):
     unknown       the spike's excess that no record accounts for (more than half of it)
 
 The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the
-window: the decode step's time over the median step (split evenly among the step's causes), the prefills' and
-collections' time inside the window, the host time outside steps beyond the median; kv_wait takes the rest
-(`attribute`: per token, the ns each cause cost; spikes.py shares the spike's excess among them).
+window: the decode step's time over the median step (each of the step's causes up to what it typically costs in
+the run, `typical_costs`; the rest a slow step), the prefills' and collections' time inside the window, the host
+time outside steps beyond the median; kv_wait takes the rest (`attribute`: per token, the ns each cause cost;
+spikes.py shares the spike's excess among them).
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ CAUSES = {
     "slow_step": "slower decode step",
     "unknown": "unknown",
 }
-STEP_CAUSES = ("rollover", "cow", "batch_change", "preemption")
+# The causes read from the step's own record, each from its per-step event (_step_events)
+STEP_EVENTS = {
+    "rollover": "rollovers",
+    "cow": "cow",
+    "batch_change": "batch_change",
+    "preemption": "preemption",
+}
+STEP_CAUSES = tuple(STEP_EVENTS)
 
 
 def _busy(intervals: list[tuple[int, int]]):
@@ -93,6 +101,18 @@ def _step_events(log: StepLogRecords) -> dict[str, np.ndarray]:
     }
 
 
+def typical_costs(ev: dict[str, np.ndarray], typical_step: float) -> dict[str, float]:
+    """Per step cause (STEP_CAUSES): what it typically costs a step in this run, the median over the steps it
+    happened in of their time over the median step (ns). Rollovers, batch changes and preemptions recur, so one
+    step slowed by something else cannot set the figure; a cause seen in one or two steps has only those to go by."""
+    excess = np.clip(ev["dur"] - typical_step, 0, None)  # [S]
+    out = {}
+    for c in STEP_CAUSES:
+        happened = ev[STEP_EVENTS[c]] > 0  # [S]
+        out[c] = float(np.median(excess[happened])) if happened.any() else 0.0
+    return out
+
+
 def _tokens(log: StepLogRecords) -> dict[str, np.ndarray]:
     """Every token after a request's first, in the order of the ITL series [T]."""
     req, start, end, step, readmitted = [], [], [], [], []
@@ -135,14 +155,22 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
         "batch_change": has_step & ev["batch_change"][ks] if n_steps else np.zeros(n_tok, bool),
         "preemption": has_step & (ev["preemption"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
     }
-    n_step_causes = sum(p.astype(int) for p in present.values())
-    # A step's extra time goes to what the log says happened in it. A step cause that cost nothing keeps a
-    # nominal 1 ns, so it is found wherever it happened; as a spike's cause it adds nothing (MIN_ADDED_NS).
-    share = np.maximum(step_excess, 1.0) / np.maximum(n_step_causes, 1)
+    # A step's extra time goes to what the log says happened in it, each cause up to what it typically costs in this
+    # run (typical_costs): a step that rolled over or changed its batch and was also slowed by something the log
+    # does not record (a sleep, another process) keeps the rest as a slower step (slow_step below), whose
+    # evidence names the region that grew, rather than lending it to the rollover or the batch change. Causes
+    # present together share what they explain in proportion to their typical costs. A step cause that cost
+    # nothing keeps a nominal 1 ns, so it is found wherever it happened; as a spike's cause it adds nothing
+    # (MIN_ADDED_NS).
+    typical = typical_costs(ev, typical_step) if n_steps else {}
+    budget = sum(np.where(p, typical[c], 0.0) for c, p in present.items())  # [T] ns
+    explained = np.minimum(step_excess, budget)
     for c, p in present.items():
-        costs[c] = np.where(p, share, 0.0)
-    # A step slower than the median with nothing in the log to say why: the trace says where (spike_evidence).
-    costs["slow_step"] = np.where(n_step_causes == 0, step_excess, 0.0)
+        share = explained * (typical[c] / np.maximum(budget, 1.0)) if n_steps else 0.0
+        costs[c] = np.where(p, np.maximum(share, 1.0), 0.0)
+    # A step slower than the median beyond what the log says happened in it: the trace says where
+    # (spike_evidence).
+    costs["slow_step"] = step_excess - explained
     # With the overlapped decode a token's window also holds (part of) the step before its own: the extra time
     # of every other step inside the window counts too.
     if n_steps:

@@ -103,6 +103,50 @@ def test_prefill_gc_and_a_slow_step_each_explain_their_spike():
     assert all(c["tokens"] == 4 for c in summary["causes"])  # one main cause per spike token
 
 
+def test_a_step_cause_takes_what_it_typically_costs_and_a_slow_step_the_rest():
+    # Rollovers every 16 steps cost 5 ms each; step 96 rolled over and was also slowed by 200 ms that the log does
+    # not record (a sleep). The rollover keeps its typical 5 ms; the rest is a slower step, whose evidence names
+    # the step (with a trace: the region that grew), not the rollover.
+    step_ms = [10.0] * 200
+    rollovers = {k: 2 for k in range(16, 200, 16)}
+    for k in rollovers:
+        step_ms[k] = 15.0
+    step_ms[96] = 215.0
+    summary, causes, _ = analyse_spikes(synthetic(step_ms, rollovers=rollovers), None, [], None)
+    listed = {e["step"]: e for e in summary["listed"]}
+    assert listed[96]["causes"]["rollover"] == pytest.approx(5.0, rel=0.01)
+    assert listed[96]["causes"]["slow_step"] == pytest.approx(200.0, rel=0.01)
+    assert listed[96]["main"] == {
+        "cause": "slow_step",
+        "where": "decode step 96 (no trace to say where)",
+        "ms": 200.0,
+    }
+    assert causes[0][96] == "slow_step" and causes[0][16] == causes[0][112] == "rollover"
+    by_cause = {c["cause"]: c for c in summary["causes"]}
+    assert by_cause["rollover"]["tokens"] == 4 * (len(rollovers) - 1) and by_cause["slow_step"]["tokens"] == 4
+    assert by_cause["rollover"]["added_p50_ms"] == pytest.approx(5.0, rel=0.01)
+
+
+def test_a_batch_change_that_costs_nothing_takes_no_sleep_planted_in_its_step():
+    # The batch alternates between 4 and 3 sequences every 25 steps at no cost; step 100, a change, also slept 400 ms.
+    # Its tokens' main cause is the slower step: the batch change typically costs nothing in this run.
+    step_ms = [10.0] * 200
+    step_ms[100] = 410.0
+    log = synthetic(step_ms)
+    for s in log.steps:
+        s["batch_size"] = 4 if (s["index"] // 25) % 2 == 0 else 3
+    summary, causes, _ = analyse_spikes(log, None, [], None)
+    (entry,) = summary["causes"]
+    assert entry["cause"] == "slow_step" and entry["tokens"] == 4
+    assert entry["added_p50_ms"] == pytest.approx(400.0, rel=0.01)
+    assert entry["evidence"][0]["where"] == "decode step 100 (no trace to say where)"
+    (spike,) = summary["listed"]
+    assert spike["step"] == 100 and spike["causes"]["batch_change"] < 1e-3  # found there, added nothing
+    tok, costs = attribute(log)
+    changed = np.isin(tok["step"], [k for k in range(1, 200) if k % 25 == 0])
+    assert ((costs["batch_change"] > 0) == changed).all()  # still found wherever the batch changed
+
+
 @pytest.fixture(scope="module")
 def engine_log(tmp_path_factory):
     path = tmp_path_factory.mktemp("spikes") / "steplog.jsonl"
