@@ -127,9 +127,9 @@ def test_live_names_a_region_by_its_host_time_one_in_50(tmp_path):
     lines = request.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.split()[3:4] == [str(worst["step"])])
     assert lines[at + 1].strip().startswith(f"{STEP} +") and "of host time" in lines[at + 1]
-    # The planted steps' tokens go to what the log says happened in those steps (a batch that changed on a
-    # planted step blames batch_change, else slow_step), so the step cause that added most is theirs, and the
-    # region it names first is the slowed one: not a slow_step cause's (which may hold only the busy box's noise).
+    # The planted steps' tokens go to a step cause (slow_step: a batch change or rollover on a planted step takes
+    # only what it typically costs in the run, the sleep is the step's own), so the step cause that added most is
+    # theirs, and the region it names first is the slowed one.
     step_causes = [c for c in summary["spikes"]["causes"] if c["cause"] in STEP_EVIDENCE]
     assert step_causes, summary["spikes"]["causes"]
     most = max(step_causes, key=lambda c: c["added_total_ms"])
