@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -174,6 +175,56 @@ def test_a_step_that_ran_no_launch_writes_no_stamps(tmp_path):
     assert scratch.launched and len(ext.calls) == 1
     out, clear = ext.calls[0][10], ext.calls[0][11]
     assert out.data_ptr() == scratch.bufs[1].data_ptr() and clear.data_ptr() == scratch.bufs[0].data_ptr()
+
+
+@pytest.mark.parametrize("copies_land", [True, False], ids=["copies-landed", "gpu-behind"])
+def test_the_recorder_writes_every_steps_launches_in_step_order_across_its_ring(
+    tmp_path, monkeypatch, copies_land
+):
+    # The recorder queues each step's copies into a ring of slots and writes a step once its copies land: every
+    # step's lines reach the file, in step order, each kernel's launches in layer order, however the ring wraps,
+    # a flush lands, or a kernel launches in some steps only (its Triton path in the others). Stamps on the CPU (the
+    # copy is synchronous), so this runs without a GPU; the GPU's engine test checks the same file's counts.
+    # gpu-behind: no copy is seen to land before the ring is full, which then waits for its oldest step.
+    from types import SimpleNamespace
+
+    from roseinfer.cuda_ext import recorder as rec
+    from roseinfer.cuda_ext.stamps import phase_bounds
+
+    monkeypatch.setattr(rec._Landed, "query", lambda self: copies_land)
+    g = torch.Generator().manual_seed(1)
+    a = SimpleNamespace(stamps=torch.zeros(2, 5, 3, dtype=torch.int64), launched=False)  # [L, BLOCKS, NSTAMP]
+    b = SimpleNamespace(stamps=torch.zeros(3, 4, 4, dtype=torch.int64), launched=False)
+    kernels = [StampedKernel(a, "ka", ("r1", "r2")), StampedKernel(b, "kb", ("s1", "s2", "s3"))]
+    path = tmp_path / "kernel_stamps.jsonl"
+    recorder = StampRecorder(kernels, StampLog(path), ring=4)
+    expected = []
+    for step in range(11):
+        a.launched = True
+        b.launched = step >= 2  # kb's launches begin at step 2
+        for scratch, kernel in ((a, kernels[0]), (b, kernels[1])):
+            scratch.stamps.copy_(
+                torch.randint(1, 10**9, scratch.stamps.shape, generator=g).sort(dim=2).values
+            )
+            if scratch.launched:
+                for layer in scratch.stamps.tolist():
+                    bounds = phase_bounds(layer, len(kernel.regions) + 1)
+                    expected.append(
+                        {
+                            "v": 1,
+                            "kernel": kernel.kernel,
+                            "regions": list(kernel.regions),
+                            "bounds_ns": bounds,
+                        }
+                    )
+        recorder.after_step()
+        since_flush = step + 1 if step <= 6 else step - 6
+        assert len(recorder.pending) == (0 if copies_land else min(since_flush, 4))
+        if step == 6:
+            recorder.flush()  # e.g. the graphs released mid-run
+            assert not recorder.pending
+    recorder.close()
+    assert path.read_text().splitlines() == [json.dumps(e) for e in expected]
 
 
 # -- on a GPU ----------------------------------------------------------------------------------------------------
@@ -397,24 +448,28 @@ def test_a_profiled_engine_writes_each_launchs_stamps(tmp_path, monkeypatch):
 
 
 def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write(tmp_path):
-    # The recorder reduces a step's [L, BLOCKS, NSTAMP] in torch and writes its lines from a cached head (both run
-    # after every profiled step): the same bounds as phase_bounds launch by launch, the same line as json.dumps.
+    # The recorder reduces a step's [L, BLOCKS, NSTAMP] in numpy and writes its lines from a format made once (both
+    # run after every profiled step): the same bounds as phase_bounds launch by launch, the same line as json.dumps.
     from roseinfer.cuda_ext.recorder import launch_bounds
     from roseinfer.cuda_ext.stamps import phase_bounds
 
     g = torch.Generator().manual_seed(0)
     stamps = (
-        torch.randint(1, 10**12, (3, 96, fm.NSTAMP), generator=g).sort(dim=2).values
-    )  # [L, BLOCKS, NSTAMP]
-    bounds = launch_bounds(stamps)
-    assert bounds == [phase_bounds(layer, fm.NSTAMP) for layer in stamps.tolist()]
+        torch.randint(1, 10**12, (2, 3, 96, fm.NSTAMP), generator=g).sort(dim=3).values
+    )  # [steps, L, BLOCKS, NSTAMP]
+    bounds = launch_bounds(stamps.numpy())  # [steps, L, NSTAMP]
+    assert bounds.tolist() == [[phase_bounds(layer, fm.NSTAMP) for layer in step] for step in stamps.tolist()]
+    assert launch_bounds(stamps[0].numpy()).tolist() == bounds[0].tolist()
+    bounds = bounds[0].tolist()
     regions = [r for _, r in fm.PHASES]
     with StampLog(tmp_path / "k.jsonl") as log:
         log.record_many(fm.KERNEL, regions, bounds)
         log.record(fm.KERNEL, regions, bounds[0])
+        log.record_many(fm.KERNEL, regions, np.asarray(bounds[1:]))
     lines = (tmp_path / "k.jsonl").read_text().splitlines()
     expected = [
-        {"v": 1, "kernel": fm.KERNEL, "regions": regions, "bounds_ns": b} for b in [*bounds, bounds[0]]
+        {"v": 1, "kernel": fm.KERNEL, "regions": regions, "bounds_ns": b}
+        for b in [*bounds, bounds[0], *bounds[1:]]
     ]
     assert lines == [json.dumps(e) for e in expected]
     with pytest.raises(ValueError, match="5 regions need 6 bounds"):
