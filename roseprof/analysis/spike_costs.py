@@ -13,8 +13,9 @@ happened, spike or not; the summary counts spikes):
                   overlapped decode, which launches nothing)
     gc            Python's garbage collector ran in the window (the engine logs gc callbacks, log version 2)
     host          host time in the window outside any step or prefill, beyond what is typical
-    slow_step     a step in the window took longer than the median step and the log records nothing above in it
-                  (with the overlapped decode the window also holds part of the step before the token's own)
+    slow_step     a step in the window took longer than the median step beyond what the causes above that it
+                  records typically cost (with the overlapped decode the window also holds part of the step before
+                  the token's own)
     unknown       the spike's excess that no record accounts for (more than half of it)
 
 The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the

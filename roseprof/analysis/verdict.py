@@ -305,6 +305,15 @@ def verdict(
         "judged_regions": judged,
         "kernels": kernel_rows[:TOP_CHANGES],
         "new_kernels": [name for name, _ in (kernels or {}).get("new", [])[:TOP_CHANGES]],
+        # every kernel either side has: a view names a kernel by its base name, tagged where another shares it
+        "kernel_names": sorted(
+            {
+                m["name"][len("kernels.") :].rpartition(".")[0]
+                for m in metrics
+                if m["name"].startswith("kernels.")
+            }
+            | {name for side in ("new", "vanished") for name, _ in (kernels or {}).get(side, [])}
+        ),
         "vanished_kernels": [name for name, _ in (kernels or {}).get("vanished", [])[:TOP_CHANGES]],
         "min_samples": {"p50": min_samples(50), "p95": min_samples(95), "p99": min_samples(99)},
     }

@@ -106,7 +106,8 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
     rows = sorted(rows, key=lambda m: abs(m["b"] - m["a"]), reverse=True)[:15][::-1]
     full = [m["name"][len("kernels.") : -len(".total_ns")] for m in rows]
     # Distinct kernels stay distinct bars: a shared base name gets each kernel's tag (text.kernel_labels).
-    names = [esc(text.kernel_name(label, 80)) for label in text.kernel_labels(full)]
+    among = result["verdict"].get("kernel_names", ())
+    names = [esc(text.kernel_name(label, 80)) for label in text.kernel_labels(full, among)]
     fig = go.Figure()
     fig.add_bar(
         y=names,

@@ -311,7 +311,7 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
         per_name[k["name"]] = per_name.get(k["name"], 0) + k["total_ns"]
     names = sorted(per_name, key=per_name.get, reverse=True)[:top][::-1]
     # Distinct kernels stay distinct: one base name shared by several instantiations gets a tag each.
-    labels = [kernel_name(label, 90) for label in kernel_labels(names)]
+    labels = [kernel_name(label, 90) for label in kernel_labels(names, per_name)]
     fig = go.Figure()
     fig.add_bar(
         y=[esc(n) for n in labels],

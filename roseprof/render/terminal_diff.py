@@ -102,7 +102,8 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
             for row, r in zip(rows, changes):
                 row[0] = name(r["label"])
         if key == "kernels":  # one base name, several kernels: each keeps its tag
-            for row, label in zip(rows, text.kernel_labels([r["label"] for r in changes])):
+            labels = text.kernel_labels([r["label"] for r in changes], v.get("kernel_names", ()))
+            for row, label in zip(rows, labels):
                 row[0] = label
         console.print(
             fit_table(
@@ -125,7 +126,7 @@ def kernel_change_lines(v: dict) -> list[str]:
     together: two instantiations of one template (new, vanished, or one of each) keep their tags, where their base
     names alone would read as one kernel twice, or as one both new and vanished."""
     new, gone = v["new_kernels"], v["vanished_kernels"]
-    labels = text.kernel_labels(new + gone)
+    labels = text.kernel_labels(new + gone, v.get("kernel_names", ()))
     lines = []
     for label, names in (("new kernels", labels[: len(new)]), ("vanished kernels", labels[len(new) :])):
         if names:

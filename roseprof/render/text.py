@@ -105,11 +105,13 @@ def kernel_tag(name: str) -> str:
     return hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=2).hexdigest()
 
 
-def kernel_labels(names: list[str]) -> list[str]:
+def kernel_labels(names: list[str], among=()) -> list[str]:
     """The names as shown side by side: a name whose base name (what a narrow column keeps) is another's too gets
-    its tag, so six instantiations of one template stay six kernels. kernel_name() keeps the tag."""
+    its tag, so six instantiations of one template stay six kernels. kernel_name() keeps the tag. `among`: every
+    kernel of the runs these rows come from: a changed kernel whose base name an unchanged one shares is tagged
+    too, where its base name alone would not say which of the two changed."""
     bases: dict[str, set[str]] = {}
-    for n in names:
+    for n in [*names, *among]:
         bases.setdefault(kernel_base(n), set()).add(n)
     return [n + TAG + kernel_tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
 

@@ -73,8 +73,10 @@ def headline_sentence(v: dict) -> str:
     # a region whose CPU time the slower machine moved (decision.py, cpu_spread.py) is said in the machine's line
     named = [r for r in d["rows"] if r["kind"] != "figure" and not r.get("machine")]
     kernels = [r for r in named if r["kind"] == "kernel"]
-    # kernels that share a base name keep their tags, as in the kernels table
-    shown = dict(zip((r["label"] for r in kernels), text.kernel_labels([r["label"] for r in kernels])))
+    # kernels that share a base name (with each other, or with a kernel that did not change) keep their tags, as in
+    # the kernels table
+    labels = text.kernel_labels([r["label"] for r in kernels], v.get("kernel_names", ()))
+    shown = dict(zip((r["label"] for r in kernels), labels))
     named = [{**r, "shown": shown[r["label"]]} if r["kind"] == "kernel" else r for r in named]
     parts = []
     # the figures by word and whose (the code's, the machine's: a tail figure can be the machine's beside a median

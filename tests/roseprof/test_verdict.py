@@ -170,3 +170,30 @@ def test_the_headline_names_kernels_by_their_base_names_and_keeps_twins_apart():
     assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[0])} +100.0% slower" in line
     assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[1])} +90.0% slower" in line
     assert "at::native::indexSelectSmallIndex -50.0% faster" in line and "TensorInfo" not in line
+
+
+def test_a_changed_kernel_whose_base_name_an_unchanged_one_shares_is_tagged_in_every_view():
+    """Only one of two instantiations changed: by its base name alone the first line, the kernels table and the new
+    and vanished lists could mean either, so each names it with its tag (the unchanged twin is in the runs, not in
+    the changed rows)."""
+    from roseprof.render import terminal_diff, text, verdict_text
+
+    def kernel(name, a, b):
+        m = _region("x", "total_ns", a, b)
+        return {**m, "name": f"kernels.{name}.total_ns"}
+
+    changed, same = (f"void gemv_kernel<(int){k}>(const __half *, float *, int)" for k in (64, 128))
+    came = "void fused_attn_kernel<float, (int)768, true>(const __half *)"
+    twin_of_new = "void fused_attn_kernel<__half, (int)768, false>(const __half *)"
+    metrics = [kernel(changed, 10e3, 20e3), kernel(same, 10e3, 10e3), kernel(twin_of_new, 5e3, 5e3)]
+    v = verdict(metrics, *RUNS, kernels={"new": [(came, 1e3)], "vanished": []})
+    assert v["kernel_names"] == sorted([changed, same, came, twin_of_new])
+    assert [r["label"] for r in v["kernels"]] == [changed]
+    tag = f"gemv_kernel{text.TAG}{text.kernel_tag(changed)}"
+    assert f"{tag} +100.0% slower" in verdict_text.headline_sentence(v)
+    assert terminal_diff.kernel_change_lines(v) == [
+        f"new kernels: fused_attn_kernel{text.TAG}{text.kernel_tag(came)}"
+    ]
+    # Without the runs' other kernels (a verdict of before this field): the changed rows alone, as before.
+    old = {k: val for k, val in v.items() if k != "kernel_names"}
+    assert "gemv_kernel +100.0% slower" in verdict_text.headline_sentence(old)
