@@ -1,7 +1,8 @@
 """The stamp recorder's host time per profiled step (issue 50): `StampRecorder.after_step` on the two fused kernels'
 stamp buffers as the engine has them at batch 1 (GPT-2 small: [12, 96, 6] and [12, 128, 6] int64 on the GPU), the
-GPU otherwise idle, so each step's copies land at once. Prints µs per step for 5 rounds of 2,000 steps, and the
-hash of the file 300 steps of fixed stamps write (two checkouts' recorders must write the same file).
+GPU otherwise idle, so each step's copies land at once. Prints µs per step for 5 repeats of 2,000 steps, and the
+hash of the file 300 steps write, each step's stamps different from the last (two checkouts' recorders must write the
+same file; a slot of the ring reused before its step was written would not).
 
     python3 scripts/bench_stamp_recorder.py [TREE]     # TREE: the checkout whose roseinfer is timed (default: this)
 
@@ -37,6 +38,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check = Path(tmp) / "check.jsonl"
     recorder = rec.StampRecorder(kernels, StampLog(check))
     for _ in range(300):
+        for k in kernels:
+            k.scratch.stamps.add_(1)  # on the GPU, queued before the copy, as a step's kernels write theirs
         recorder.after_step()
     recorder.close()
     digest = hashlib.sha256(check.read_bytes()).hexdigest()[:16]

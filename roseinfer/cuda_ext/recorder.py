@@ -86,8 +86,10 @@ class StampRecorder:
 
     def close(self) -> None:
         """Write what is left and close the stamps file (at the process's exit)."""
-        self.flush()
-        self.log.close()
+        try:
+            self.flush()
+        finally:  # a flush that fails (a CUDA error at exit) still leaves the lines written so far in the file
+            self.log.close()
 
     def _ring(self, i: int) -> torch.Tensor:
         if self.rings[i] is None:

@@ -20,7 +20,7 @@ happened, spike or not; the summary counts spikes):
 
 The added latency of a spike (ITL - median) is shared among its causes in proportion to what each cost in the
 window: the decode step's time over the median step (each of the step's causes up to what it typically costs in
-the run, `typical_costs`; the rest a slow step), the prefills' and collections' time inside the window, the host
+the run's other steps, `step_caps`; the rest a slow step), the prefills' and collections' time inside the window, the host
 time outside steps beyond the median; kv_wait takes the rest (`attribute`: per token, the ns each cause cost;
 spikes.py shares the spike's excess among them).
 """
@@ -102,16 +102,74 @@ def _step_events(log: StepLogRecords) -> dict[str, np.ndarray]:
     }
 
 
-def typical_costs(ev: dict[str, np.ndarray], typical_step: float) -> dict[str, float]:
-    """Per step cause (STEP_CAUSES): what it typically costs a step in this run, the median over the steps it
-    happened in of their time over the median step (ns). Rollovers, batch changes and preemptions recur, so one
-    step slowed by something else cannot set the figure; a cause seen in one or two steps has only those to go by."""
+# What a step cause may explain of a step: this quantile, per unit (a rollover of 30 sequences, 30 units), of the
+# other steps it happened in. Not their median: a cause that is dear in a quarter of its steps keeps its cost there.
+CAP_QUANTILE = 0.75
+# The steps a cause's cost is read from: those where it was the step's only logged cause, where there are this many
+# besides the step itself (else every step it happened in): two causes that always come together would each be
+# given the pair's cost.
+ALONE_FROM = 3
+
+
+def step_caps(ev: dict[str, np.ndarray], typical_step: float) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """(per step cause (STEP_CAUSES) [S], and per step [S] for its causes together): the most of that step's time
+    over the median step they may explain, in ns.
+
+    A cause's: CAP_QUANTILE of what it cost per unit in the other steps it happened in (alone where it was alone in
+    more than ALONE_FROM of them), times this step's units; inf where no other step has it (the cause takes what
+    the step had, as one rollover in a run does). The step's own time never sets its cap: a sleep in a step that
+    also changed its batch is not lent to the batch change by its own excess, however few batch changes the run has.
+    Together: where a step logged several causes and more than ALONE_FROM other steps logged the same ones,
+    CAP_QUANTILE of those steps' time (two causes that come together are not each given the pair's cost); else
+    inf (the sum of the causes' own caps)."""
     excess = np.clip(ev["dur"] - typical_step, 0, None)  # [S]
-    out = {}
+    units = {c: ev[STEP_EVENTS[c]].astype(np.float64) for c in STEP_CAUSES}  # [S] each
+    n_causes = sum((u > 0).astype(int) for u in units.values())  # [S]
+    caps = {}
     for c in STEP_CAUSES:
-        happened = ev[STEP_EVENTS[c]] > 0  # [S]
-        out[c] = float(np.median(excess[happened])) if happened.any() else 0.0
+        u = units[c]
+        happened = u > 0
+        alone = happened & (n_causes == 1)
+        pool = alone if alone.sum() > ALONE_FROM else happened  # [S] the steps the cost is read from
+        caps[c] = _caps_from(excess / np.maximum(u, 1.0), pool, happened) * np.maximum(u, 1.0)
+    together = np.full(len(excess), np.inf)
+    mask = sum((units[c] > 0).astype(np.int64) << i for i, c in enumerate(STEP_CAUSES))  # [S] which causes
+    for combo in np.unique(mask[n_causes >= 2]):
+        same = mask == combo
+        if same.sum() > ALONE_FROM + 1:  # more than ALONE_FROM others for each of them
+            together[same] = _caps_from(excess, same, same)[same]
+    return caps, together
+
+
+def _caps_from(values: np.ndarray, pool: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """[S]: for each wanted step, CAP_QUANTILE of values[pool] without the step's own value (inf elsewhere, and where
+    nothing else is left)."""
+    out = np.full(len(values), np.inf)
+    if wanted.any() and pool.any():
+        ranked = np.sort(values[pool])  # [m]
+        own = np.where(
+            pool, np.searchsorted(ranked, values), -1
+        )  # each pool step's place in ranked: left out
+        out[wanted] = _quantile_without(ranked, CAP_QUANTILE, own[wanted])
     return out
+
+
+def _quantile_without(sorted_values: np.ndarray, q: float, left_out: np.ndarray) -> np.ndarray:
+    """[K] numpy's linear q-quantile of `sorted_values` [m] with, for each k, the value at index left_out[k] left out
+    (-1: none left out); inf where nothing is left to read."""
+    m = len(sorted_values)
+    drop = left_out >= 0
+    n = m - drop.astype(np.int64)  # [K] values left
+    h = (np.maximum(n, 1) - 1) * q
+    lo = np.floor(h).astype(np.int64)
+    t = h - lo
+    hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
+
+    def at(i):  # the i-th smallest of what is left
+        return sorted_values[np.minimum(i + (drop & (i >= left_out)), m - 1)]
+
+    out = at(lo) + t * (at(hi) - at(lo))
+    return np.where(n > 0, out, np.inf)
 
 
 def _tokens(log: StepLogRecords) -> dict[str, np.ndarray]:
@@ -156,19 +214,35 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
         "batch_change": has_step & ev["batch_change"][ks] if n_steps else np.zeros(n_tok, bool),
         "preemption": has_step & (ev["preemption"][ks] > 0) if n_steps else np.zeros(n_tok, bool),
     }
-    # A step's extra time goes to what the log says happened in it, each cause up to what it typically costs in this
-    # run (typical_costs): a step that rolled over or changed its batch and was also slowed by something the log
-    # does not record (a sleep, another process) keeps the rest as a slower step (slow_step below), whose
-    # evidence names the region that grew, rather than lending it to the rollover or the batch change. Causes
-    # present together share what they explain in proportion to their typical costs. A step cause that cost
-    # nothing keeps a nominal 1 ns, so it is found wherever it happened; as a spike's cause it adds nothing
-    # (MIN_ADDED_NS).
-    typical = typical_costs(ev, typical_step) if n_steps else {}
-    budget = sum(np.where(p, typical[c], 0.0) for c, p in present.items())  # [T] ns
-    explained = np.minimum(step_excess, budget)
+    # A step's extra time goes to what the log says happened in it, each cause up to what it costs in the run's
+    # other steps (step_caps): a step that rolled over or changed its batch and was also slowed by something the log
+    # does not record (a sleep, another process) keeps the rest as a slower step (slow_step below), whose evidence
+    # names the region that grew, rather than lending it to the rollover or the batch change. Causes present
+    # together share what they explain in proportion to their caps; a cause with no other step to go by (inf) takes
+    # what the others leave. A step cause that cost nothing keeps a nominal 1 ns, so it is found wherever it
+    # happened; as a spike's cause it adds nothing (MIN_ADDED_NS).
+    caps, together = step_caps(ev, typical_step) if n_steps else ({}, np.zeros(0))
+    cap = {
+        c: np.where(p, caps[c][ks], 0.0) if n_steps else np.zeros(n_tok) for c, p in present.items()
+    }  # [T]
+    n_present = sum(p.astype(int) for p in present.values())  # [T]
+    finite = sum(np.where(np.isinf(v), 0.0, v) for v in cap.values())  # [T] ns
+    open_ended = sum(np.isinf(v).astype(int) for v in cap.values())  # [T] causes without a cap of their own
+    pair = (n_present >= 2) & np.isfinite(together[ks] if n_steps else np.zeros(n_tok))  # [T] capped together
+    capped = np.minimum(step_excess, np.where(pair, together[ks] if n_steps else 0.0, finite))
+    rest = np.where((open_ended > 0) & ~pair, step_excess - capped, 0.0)
+    even = pair & ((open_ended > 0) | (finite <= 0))  # capped together, nothing to weigh the causes by
     for c, p in present.items():
-        share = explained * (typical[c] / np.maximum(budget, 1.0)) if n_steps else 0.0
+        bounded = np.where(np.isinf(cap[c]), 0.0, cap[c])
+        share = np.where(
+            even,
+            capped / np.maximum(n_present, 1),
+            np.where(
+                np.isinf(cap[c]), rest / np.maximum(open_ended, 1), capped * bounded / np.maximum(finite, 1.0)
+            ),
+        )
         costs[c] = np.where(p, np.maximum(share, 1.0), 0.0)
+    explained = capped + rest
     # A step slower than the median beyond what the log says happened in it: the trace says where
     # (spike_evidence).
     costs["slow_step"] = step_excess - explained

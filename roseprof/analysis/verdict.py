@@ -247,13 +247,15 @@ def verdict(
     false_alarms: dict | None = None,
     slowdown: dict | None = None,
     pairs: list[dict] | None = None,
+    kernel_names: list[str] | None = None,
 ) -> dict:
     """The verdict block of a diff: `metrics` as compare() returns them, `before`/`after` the runs' ids and names
     (and `runs`, every run id of a side), `kernels` the kernels only one run has (kernel_changes), `floor` the
     noise floor applied, in words, and `false_alarms` what one run a side called between runs of the same code
     on this device (noise_floor.ONE_RUN_FALSE_ALARMS), `slowdown` how much slower the after side's machine ran
     (machine_speed.slowdown), `pairs` the rows every run pair of a group diff decided alike (run_pairs.agreed):
-    the group's decision names them too."""
+    the group's decision names them too; `kernel_names` every kernel any run of either side has (default: those
+    the metrics and `kernels` name)."""
     by_name = {m["name"]: m for m in metrics}
     headline = [
         _row(by_name[name], label, sample, unit) for name, label, sample, unit in HEADLINE if name in by_name
@@ -307,7 +309,9 @@ def verdict(
         "new_kernels": [name for name, _ in (kernels or {}).get("new", [])[:TOP_CHANGES]],
         # every kernel either side has: a view names a kernel by its base name, tagged where another shares it
         "kernel_names": sorted(
-            {
+            kernel_names
+            if kernel_names is not None
+            else {
                 m["name"][len("kernels.") :].rpartition(".")[0]
                 for m in metrics
                 if m["name"].startswith("kernels.")

@@ -174,6 +174,8 @@ def diff_runs(
         noise_floor.ONE_RUN_FALSE_ALARMS[floor.device],
         machine_speed.slowdown(a, b),
         run_pairs.agreed(a, b, min_effect) if paired else None,
+        # every kernel of every run, one in some runs of a side only too (a changed kernel's twin may be one)
+        sorted(set().union(*(r.kernel_durations for r in a + b))),
     )
     # One decision (analysis/decision.py): the stars and the gate read the verdict's, as the headline does.
     decision.mark(metrics, v["decision"])

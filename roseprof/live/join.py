@@ -129,7 +129,7 @@ class Explainer:
 
     def cause_pos(self, cause: str, t: int, pos: int) -> int:
         """The step (its position in the window) a step cause names for token t: its own, or for a slower step
-        with nothing in the log to say why, the slowest step inside its gap (overlapped decode: the step before
+        slower than its logged causes explain, the slowest step inside its gap (overlapped decode: the step before
         the token's own runs in its gap too)."""
         if cause != "slow_step":
             return pos
@@ -184,7 +184,15 @@ class Explainer:
         grown = self.region_grown(pos)
         if grown is not None:
             return f"{words}; {grown_words(grown)} ({took:.1f} ms step)"
-        return words if cause != "slow_step" else f"{words[:-1]}, nothing in the log says why)"
+        if cause != "slow_step":
+            return words
+        logged = logged_in_step(log, pos)
+        why = (
+            f"beyond what its {' and '.join(logged)} cost in other steps"
+            if logged
+            else "nothing in the log says why"
+        )
+        return f"{words[:-1]}, {why})"
 
     def region_grown(self, pos: int) -> tuple[str, float, str] | None:
         if not hasattr(self, "_growth"):
@@ -317,3 +325,20 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
             lines.append(f"        {said}")
         previous = t
     return lines
+
+
+def logged_in_step(log, pos: int) -> list[str]:
+    """What the step log records in step `pos` itself (the causes spike_costs caps by their cost in other steps), in
+    words: a slower step beside them is slower beyond what they cost elsewhere."""
+    step, prev = log.steps[pos], log.steps[pos - 1] if pos > 0 else None
+    out = []
+    if step.get("rollovers"):
+        out.append(f"rollover of {step['rollovers']} sequences")
+    if step.get("cow"):
+        out.append("copy-on-write")
+    moved = prev is not None and (
+        prev.get("batch_size") != step.get("batch_size") or prev.get("bucket") != step.get("bucket")
+    )
+    if moved or not step.get("launched", True):
+        out.append("batch change")
+    return out

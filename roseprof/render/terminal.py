@@ -270,7 +270,7 @@ def _print_kernels(console: Console, summary: dict) -> None:
     if not kernels:
         return
     shown = kernels[:8]
-    # tagged where a kernel of the run outside these rows shares a shown one's base name, too
+    # tagged where a kernel of the run's table outside these rows shares a shown one's base name, too
     labels = text.kernel_labels([k["name"] for k in shown], [k["name"] for k in kernels])
     rows = [
         [label, k["region"] or "-", f"{k['count']:,}", units.ms(k["total_ns"]), units.us(k["p50_ns"])]

@@ -444,6 +444,10 @@ def test_a_profiled_engine_writes_each_launchs_stamps(tmp_path, monkeypatch):
         for line in mine:
             assert line["regions"] == list(regions)
             assert line["bounds_ns"] == sorted(line["bounds_ns"]) and line["bounds_ns"][0] > 0
+        # launch order on one stream: each launch starts after the one before it (a slot of the recorder's ring
+        # written from another step, or steps out of order, would break this)
+        starts = [line["bounds_ns"][0] for line in mine]
+        assert starts == sorted(starts) and len(set(starts)) == len(starts), kernel
     assert len(lines) == 2 * 2 * (2 + steps)
 
 

@@ -59,6 +59,11 @@ def test_growth_spread_over_the_regions_names_none():
     log.steps[80]["host_own_ns"] = {STEP: 7 * MS, SAMPLE: 16 * MS, "roseinfer.argmax": 7 * MS}
     assert RegionGrowth(log).at(80) is None
     assert Explainer(log, 0).step_words("slow_step", 80).endswith("nothing in the log says why)")
+    # The step also rolled over (the cause took what rollovers cost elsewhere): the words say the step is slower
+    # beyond that, not that the log says nothing.
+    log.steps[80]["rollovers"] = 3
+    words = Explainer(log, 0).step_words("slow_step", 80)
+    assert words.endswith("beyond what its rollover of 3 sequences cost in other steps)"), words
 
 
 def test_steps_without_region_times_are_not_counted_as_free():

@@ -76,6 +76,9 @@ def test_the_diff_renderers(imported, tmp_path):
     fixture = run.manifest["source"]
     api.import_path(store, fixture, "b", _steplog(fixture))
     view = api.diff_runs(store, ["a"], ["b"], None, None, False)
+    # every kernel of both runs, by which the views tag a kernel whose base name another shares
+    kernels = {k["name"] for r in (run, store.resolve("b")) for k in r.summary().get("kernels") or []}
+    assert kernels <= set(view.result["verdict"]["kernel_names"])
     out = io.StringIO()
     TerminalDiff(Console(file=out, width=80, color_system=None, force_terminal=False), 10).render(view)
     assert out.getvalue().strip()

@@ -147,6 +147,88 @@ def test_a_batch_change_that_costs_nothing_takes_no_sleep_planted_in_its_step():
     assert ((costs["batch_change"] > 0) == changed).all()  # still found wherever the batch changed
 
 
+def test_a_cause_dear_in_a_third_of_its_steps_keeps_its_cost_there():
+    # Rollovers every 4th step; every 3rd of them costs 20 ms more (a third of the rollovers). What a rollover costs
+    # is read at the 75th percentile of the other rollover steps, not their median: the dear ones stay rollovers.
+    step_ms = [10.0] * 200
+    rollovers = {k: 1 for k in range(4, 200, 4)}
+    for i, k in enumerate(rollovers):
+        step_ms[k] = 30.0 if i % 3 == 0 else 10.0
+    summary, causes, _ = analyse_spikes(synthetic(step_ms, rollovers=rollovers), None, [], None)
+    (entry,) = summary["causes"]
+    assert entry["cause"] == "rollover" and entry["added_p50_ms"] == pytest.approx(20.0, rel=0.01)
+
+
+def test_a_causes_cost_scales_with_its_units():
+    # A rollover of one sequence costs 0.5 ms, every 4th step; one of 30 sequences, every 30th step, costs 15 ms: the
+    # same per sequence, so the large ones are rollovers too, not slower steps.
+    step_ms = [10.0] * 210
+    rollovers = {k: 1 for k in range(2, 210, 4)}
+    rollovers.update({k: 30 for k in range(30, 210, 30)})
+    for k, n in rollovers.items():
+        step_ms[k] = 10.0 + 0.5 * n
+    summary, _, _ = analyse_spikes(synthetic(step_ms, rollovers=rollovers), None, [], None)
+    (entry,) = summary["causes"]
+    assert entry["cause"] == "rollover" and entry["tokens"] == 4 * 6
+    assert entry["added_p50_ms"] == pytest.approx(15.0, rel=0.01)
+
+
+def test_the_step_that_slept_never_sets_its_own_causes_cost():
+    # Two batch changes in the run: step 50's cost nothing, step 100's also slept 400 ms. Step 100's own time does
+    # not say what a batch change costs (the other one does), so the sleep is a slower step.
+    step_ms = [10.0] * 200
+    step_ms[100] = 410.0
+    log = synthetic(step_ms)
+    for s in log.steps[50:100]:
+        s["batch_size"] = 3
+    summary, causes, _ = analyse_spikes(log, None, [], None)
+    (entry,) = summary["causes"]
+    assert entry["cause"] == "slow_step" and entry["added_p50_ms"] == pytest.approx(400.0, rel=0.01)
+    assert causes[0][100] == "slow_step"
+
+
+def test_causes_that_come_together_are_given_their_cost_once():
+    # A rollover and a copy-on-write together, in every 10th step, cost 6 ms between them; step 100's pair also
+    # slept 100 ms. The pair explains its 6 ms (3 each, by their own costs, which are the pair's), not 12.
+    step_ms = [10.0] * 200
+    rollovers = {k: 1 for k in range(10, 200, 10)}
+    for k in rollovers:
+        step_ms[k] = 16.0
+    step_ms[100] = 116.0
+    log = synthetic(step_ms, rollovers=rollovers)
+    for k in rollovers:
+        log.steps[k]["cow"] = 1
+    summary, _, _ = analyse_spikes(log, None, [], None)
+    listed = {e["step"]: e for e in summary["listed"]}
+    assert listed[100]["causes"]["rollover"] == pytest.approx(3.0, rel=0.01)
+    assert listed[100]["causes"]["cow"] == pytest.approx(3.0, rel=0.01)
+    assert listed[100]["causes"]["slow_step"] == pytest.approx(100.0, rel=0.01)
+    assert listed[20]["causes"].get("slow_step", 0) < 1e-3
+
+
+def test_a_log_whose_later_tokens_all_came_from_prefills_has_no_step_causes():
+    # No decode step at all (every token after the first a prefill's: recomputed requests): nothing to cap, no error.
+    log = StepLogRecords(
+        meta={},
+        steps=[],
+        prefills=[{"start_ns": 0, "end_ns": 5 * MS, "tokens": 8, "requests": [0], "cow": 0}],
+        requests=[
+            {
+                "id": 0,
+                "arrival_ns": 0,
+                "token_ns": [0, 10 * MS, 20 * MS, 90 * MS],
+                "token_step": [-1, -1, -1, -1],
+            }
+        ],
+        gc=[],
+    )
+    tok, costs = attribute(log)
+    assert len(tok["end"]) == 3 and all(
+        not (costs[c] > 0).any() for c in ("rollover", "batch_change", "slow_step")
+    )
+    assert analyse_spikes(log, None, [], None)[0]["tokens"] == 3
+
+
 @pytest.fixture(scope="module")
 def engine_log(tmp_path_factory):
     path = tmp_path_factory.mktemp("spikes") / "steplog.jsonl"
