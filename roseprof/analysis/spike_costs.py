@@ -147,9 +147,8 @@ def _caps_from(values: np.ndarray, pool: np.ndarray, wanted: np.ndarray) -> np.n
     out = np.full(len(values), np.inf)
     if wanted.any() and pool.any():
         ranked = np.sort(values[pool])  # [m]
-        own = np.where(
-            pool, np.searchsorted(ranked, values), -1
-        )  # each pool step's place in ranked: left out
+        # each pool step's place in ranked, where its own value is left out; -1: not in the pool
+        own = np.where(pool, np.searchsorted(ranked, values), -1)
         out[wanted] = _quantile_without(ranked, CAP_QUANTILE, own[wanted])
     return out
 
