@@ -51,9 +51,8 @@ class StampRecorder:
     def __init__(self, kernels: list[StampedKernel], log: StampLog, ring: int = RING) -> None:
         self.kernels, self.log = kernels, log
         self.ring_size = ring
-        self.rings: list[torch.Tensor | None] = [None] * len(
-            kernels
-        )  # each [RING, L, BLOCKS, NSTAMP], pinned
+        # each kernel's [RING, L, BLOCKS, NSTAMP], pinned, made at its first step
+        self.rings: list[torch.Tensor | None] = [None] * len(kernels)
         # (slot, which kernels launched, the event after the copies), oldest first; slots taken in turn
         self.pending: deque[tuple[int, tuple[bool, ...], object]] = deque()
         self.next_slot = 0

@@ -44,7 +44,7 @@ CAUSES = {
     "slow_step": "slower decode step",
     "unknown": "unknown",
 }
-# The causes read from the step's own record, each from its per-step event (_step_events)
+# The causes read from the step's own record, each from its per-step event (step_events)
 STEP_EVENTS = {
     "rollover": "rollovers",
     "cow": "cow",
@@ -74,7 +74,7 @@ def _busy(intervals: list[tuple[int, int]]):
     return covered
 
 
-def _step_events(log: StepLogRecords) -> dict[str, np.ndarray]:
+def step_events(log: StepLogRecords) -> dict[str, np.ndarray]:
     """Per step of the log [S]: duration, rollovers, cow, batch change, sequences preempted before it."""
     steps = log.steps
     n = len(steps)
@@ -196,7 +196,7 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
     """(tokens, costs): per token [T] its window and, per cause, the ns that cause cost inside the window
     (0 where the cause is absent)."""
     tok = _tokens(log)
-    ev = _step_events(log)
+    ev = step_events(log)
     n_tok, n_steps = len(tok["end"]), len(ev["dur"])
     costs = {c: np.zeros(n_tok) for c in CAUSES}
     if n_tok == 0:
@@ -221,14 +221,15 @@ def attribute(log: StepLogRecords) -> tuple[dict[str, np.ndarray], dict[str, np.
     # what the others leave. A step cause that cost nothing keeps a nominal 1 ns, so it is found wherever it
     # happened; as a spike's cause it adds nothing (MIN_ADDED_NS).
     caps, together = step_caps(ev, typical_step) if n_steps else ({}, np.zeros(0))
+    together = together[ks] if n_steps else np.full(n_tok, np.inf)  # [T]
     cap = {
         c: np.where(p, caps[c][ks], 0.0) if n_steps else np.zeros(n_tok) for c, p in present.items()
     }  # [T]
     n_present = sum(p.astype(int) for p in present.values())  # [T]
     finite = sum(np.where(np.isinf(v), 0.0, v) for v in cap.values())  # [T] ns
     open_ended = sum(np.isinf(v).astype(int) for v in cap.values())  # [T] causes without a cap of their own
-    pair = (n_present >= 2) & np.isfinite(together[ks] if n_steps else np.zeros(n_tok))  # [T] capped together
-    capped = np.minimum(step_excess, np.where(pair, together[ks] if n_steps else 0.0, finite))
+    pair = (n_present >= 2) & np.isfinite(together)  # [T] capped together
+    capped = np.minimum(step_excess, np.where(pair, together, finite))
     rest = np.where((open_ended > 0) & ~pair, step_excess - capped, 0.0)
     even = pair & ((open_ended > 0) | (finite <= 0))  # capped together, nothing to weigh the causes by
     for c, p in present.items():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.spike_costs import step_events
 from roseprof.analysis.spike_evidence import STEP_EVIDENCE as STEP_CAUSES
 from roseprof.analysis.spike_evidence import slowest_step
 from roseprof.analysis.spikes import CAUSES, token_causes
@@ -165,7 +166,7 @@ class Explainer:
             words = f"step {k}: KV block rollover for {step['rollovers']} sequences"
         elif cause == "cow":
             words = f"step {k}: copy-on-write of {step['cow']} KV block(s)"
-        elif cause == "batch_change":  # spike_costs._step_events: the size, the graph bucket, or a drain
+        elif cause == "batch_change":  # spike_costs.step_events: the size, the graph bucket, or a drain
             prev = log.steps[pos - 1] if pos > 0 else {}
             if not step.get("launched", True):
                 words = f"step {k}: a drain (read the step in flight, launched none)"
@@ -186,7 +187,9 @@ class Explainer:
             return f"{words}; {grown_words(grown)} ({took:.1f} ms step)"
         if cause != "slow_step":
             return words
-        logged = logged_in_step(log, pos)
+        if not hasattr(self, "_events"):
+            self._events = step_events(log)
+        logged = logged_in_step(self._events, step, pos)
         why = (
             f"beyond what its {' and '.join(logged)} cost in other steps"
             if logged
@@ -327,18 +330,17 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
     return lines
 
 
-def logged_in_step(log, pos: int) -> list[str]:
-    """What the step log records in step `pos` itself (the causes spike_costs caps by their cost in other steps), in
-    words: a slower step beside them is slower beyond what they cost elsewhere."""
-    step, prev = log.steps[pos], log.steps[pos - 1] if pos > 0 else None
+def logged_in_step(ev: dict[str, np.ndarray], step: dict, pos: int) -> list[str]:
+    """What the step log records in step `pos` itself, in words, as spike_costs reads it (`ev`: its step_events of
+    the log; `step`: the step's record): the causes it caps by their cost in other steps, so a slower step beside
+    them is slower beyond what they cost elsewhere."""
     out = []
-    if step.get("rollovers"):
+    if ev["rollovers"][pos]:
         out.append(f"rollover of {step['rollovers']} sequences")
-    if step.get("cow"):
+    if ev["cow"][pos]:
         out.append("copy-on-write")
-    moved = prev is not None and (
-        prev.get("batch_size") != step.get("batch_size") or prev.get("bucket") != step.get("bucket")
-    )
-    if moved or not step.get("launched", True):
+    if ev["batch_change"][pos]:
         out.append("batch change")
+    if ev["preemption"][pos]:
+        out.append("preemption")
     return out
