@@ -7,6 +7,10 @@ import torch
 from tests.helpers import save_checkpoint
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every CLI a test runs prints to an 80-column terminal, as a user's: piped with no terminal roseprof would take 160
+# columns, and pytest-xdist's workers (make test) export COLUMNS=80 themselves, so a suite run alone or across
+# workers reads the same lines. A test of the width itself sets or removes COLUMNS in its subprocess's env.
+os.environ["COLUMNS"], os.environ["LINES"] = "80", "24"
 
 
 # roseprof's default output folders, which a test that forgets --traces-dir or --dashboards-dir would write into.

@@ -191,18 +191,18 @@ def _uneven(rows: list[dict]) -> str:
 
 
 def side_line(label: str, side: dict) -> str:
-    """`before  ID  (name)`, or for a group `before  a group of 3 runs named NAME: ID1, ID2, ID3`; a side pooled
-    from unlike runs (--pool-mixed) says what it mixes."""
+    """`before  ID  (name)`, or for a group `before is a group of 3 runs named NAME: ID1, ID2, ID3`; a side pooled
+    from unlike runs (--pool-mixed) says what it mixes. A group's notes come before its run ids: the ids are long
+    and unbreakable, and on an 80-column terminal they wrap, so words after them would land lines below."""
     runs = side.get("runs") or [side["id"]]
-    if len(runs) == 1:
-        out = f"{label:<7} {side['id']}  ({side.get('name')})"
-    else:
-        out = f"{label} is a group of {len(runs)} runs named {side.get('name')}: {', '.join(runs)}"
+    notes = ""
     if side.get("loads"):
-        out += f"  ({side['loads']} loads: --repeat)"
+        notes += f"  ({side['loads']} loads: --repeat)"
     if side.get("mixed"):
-        out += f"  [pooled with --pool-mixed: {side['mixed']}]"
-    return out
+        notes += f"  [pooled with --pool-mixed: {side['mixed']}]"
+    if len(runs) == 1:
+        return f"{label:<7} {side['id']}  ({side.get('name')}){notes}"
+    return f"{label} is a group of {len(runs)} runs named {side.get('name')}{notes}: {', '.join(runs)}"
 
 
 def options_line(v: dict) -> str | None:
