@@ -1,11 +1,36 @@
 """Running the CLI as a user would: a subprocess with real files."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
+
+
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """A folder that `make(folder)` fills, made once a test session. `make test` runs the suite on pytest-xdist's
+    workers, each a session of its own: the first worker to ask makes the folder (under the run's shared temporary
+    root, beside the workers' own) and the others wait on its lock and read the same one, so a capture that several
+    modules read is made once, not once a worker. A make that failed half-way is made again by the next asker (and
+    fails it the same way)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: its own temporary folder
+        root = tmp_path_factory.mktemp(name)
+        make(root)
+        return root
+    from filelock import FileLock  # torch's own dependency
+
+    root = tmp_path_factory.getbasetemp().parent / name  # shared by this run's workers (pytest-N/)
+    made = root.with_name(name + ".made")
+    with FileLock(str(root.with_name(name + ".lock"))):
+        if not made.exists():
+            if root.exists():
+                shutil.rmtree(root)
+            root.mkdir()
+            make(root)
+            made.touch()
+    return root
 
 
 def save_checkpoint(path, n_head: int, n_embd: int) -> str:

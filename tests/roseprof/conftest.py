@@ -1,5 +1,6 @@
 import pytest
 
+from tests.helpers import made_once
 from tests.roseprof.engine_captures import capture_all, capture_small_blocks
 
 
@@ -11,9 +12,7 @@ def engine_captures(tmp_path_factory):
 
     if find_nsys() is None:
         pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("engine-captures")
-    capture_all(root)
-    return root
+    return made_once(tmp_path_factory, "engine-captures", capture_all)
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +23,4 @@ def small_blocks_capture(tmp_path_factory):
 
     if find_nsys() is None:
         pytest.skip("needs nsys")
-    root = tmp_path_factory.mktemp("small-blocks-capture")
-    capture_small_blocks(root)
-    return root
+    return made_once(tmp_path_factory, "small-blocks-capture", capture_small_blocks)
