@@ -25,7 +25,7 @@
 //
 // Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at the phase boundaries
 // (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
-// its barrier, end). A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
+// its barrier, end), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks without a copy). A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -54,7 +54,7 @@ static_assert(CLUSTER * WARPS == D, "one q/k/v dim per warp");
 template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
   if constexpr (STAMPS) {
-    if (threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
+    if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
   }
 }
 
@@ -289,7 +289,7 @@ INSTANCE(__half, false)
 // x: [C] float16, or the embedding table [V, C] with x_row its row (int64 [1]); delta likewise (float32 [C]: the
 // MLP kernel's output; or float16 [P, C] with delta_row); w_attn [3C, C], b_attn [3C], w_proj [C, C], b_proj [C];
 // k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M] (this layer's row), past_len: int64 [1];
-// s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C] or empty; stamps: int64 [blocks * NSTAMP]
+// s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C] or empty; stamps: int64 [NSTAMP * blocks]
 // or empty.
 void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch::Tensor delta_row,
                 torch::Tensor ln_w, torch::Tensor ln_b, double eps, torch::Tensor w_attn, torch::Tensor b_attn,

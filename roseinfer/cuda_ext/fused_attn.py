@@ -89,16 +89,17 @@ def fused_attn(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past_le
                pdl: bool = False, index=None, module=None, delay=(0, 0)):  # fmt: skip
     """(s [1, C] float16, out): s = x + delta, and attn_proj(attention(c_attn(ln(s)))) added into `out` (float32
     [C], zero on entry), the new token's k and v written into the cache at position past_len of `table` (int64
-    [M], this layer's row); `clear` zeroed for the next launch; stamps: int64 [BLOCKS, NSTAMP] or empty. index:
-    (token ids [1], positions [1]) when x and delta are the embedding tables. module: the built extension
-    (default `load()`; a test build for planted delays); delay: (phase, ns) in a test build."""
+    [M], this layer's row); `clear` zeroed for the next launch; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as
+    `AttnScratch.for_layer` gives it) or empty. index: (token ids [1], positions [1]) when x and delta are the
+    embedding tables. module: the built extension (default `load()`; a test build for planted delays); delay:
+    (phase, ns) in a test build."""
     module = module or load()
     s = torch.empty(1, WIDTH, dtype=x.dtype, device=x.device)  # [1, C]
     none = torch.empty(0, dtype=torch.int64, device=x.device)
     rows = index if index is not None else (none, none)
     module.fused_attn(
         x, delta, rows[0], rows[1], ln.weight, ln.bias, ln.eps, c_attn.weight, c_attn.bias, attn_proj.weight,
-        attn_proj.bias, k_cache, v_cache, table, past_len, scale, s, out, clear, stamps.reshape(-1), pdl,
+        attn_proj.bias, k_cache, v_cache, table, past_len, scale, s, out, clear, stamps.view(-1), pdl,
         delay[0], delay[1],
     )  # fmt: skip
     return s, out

@@ -18,7 +18,8 @@
 //
 // Regions: in the STAMPS instantiation (launched where `stamps` is non-empty) thread 0 of every block writes
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
-// after the block's share of mlp_proj, end); the other instantiation has no stamp code. A test build
+// after the block's share of mlp_proj, end; stamp-major, [NSTAMP, blocks]: the host reduces each stamp over the
+// blocks without a copy); the other instantiation has no stamp code. A test build
 // (-DFUSED_MLP_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -44,7 +45,7 @@ template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
 #ifndef FUSED_MLP_NO_STAMPS  // a build without the stamp code at all, to check that off costs nothing
   if constexpr (STAMPS) {
-    if (threadIdx.x == 0) stamps[blockIdx.x * NSTAMP + k] = globaltimer();
+    if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
   }
 #endif
 }
@@ -184,7 +185,7 @@ template __global__ void fused_mlp_kernel<__half, float, 768, true>(const __half
 
 // x, ln_w, ln_b, b_proj, s: [C] float16; delta: [C] float16 or float32; w_fc [4C, C], w_proj_t [4C, C] (mlp_proj's
 // weight transposed), b_fc [4C]; out: float32 [C], zero on entry (the launch before cleared it); clear: float32
-// [C] the next launch adds into, or empty; stamps: int64 [blocks * NSTAMP] or empty.
+// [C] the next launch adds into, or empty; stamps: int64 [NSTAMP * blocks] or empty.
 void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::Tensor ln_b, double eps,
                torch::Tensor w_fc, torch::Tensor b_fc, torch::Tensor w_proj_t, torch::Tensor b_proj,
                torch::Tensor s, torch::Tensor out, torch::Tensor clear, torch::Tensor stamps, bool pdl,

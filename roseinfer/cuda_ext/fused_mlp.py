@@ -14,7 +14,8 @@ buffer and zeroes the next layer's, whose last reader has finished by then; so e
 starts, in every step.
 
 Regions inside the kernel: with `MlpScratch(stamps=True)` thread 0 of every block writes %globaltimer at the
-kernel's phase boundaries into the layer's stamp buffer [BLOCKS, NSTAMP] (int64 ns). `phase_ranges` turns one
+kernel's phase boundaries into the layer's stamp buffer (int64 ns; `MlpScratch.stamps[layer]` reads it by
+block, [BLOCKS, NSTAMP]). `phase_ranges` turns one
 launch's stamps into contiguous sub-ranges named with the engine's region names (`PHASES`:
 `roseinfer.layer.mlp.wait`, `.norm`, `.up`, `.down`, `.sum`): phase k ends when the last block has passed stamp
 k+1, so the ranges cover the kernel from its first block's start to its last block's end. `recorder.StampRecorder`
@@ -90,14 +91,15 @@ def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: boo
               delay=(0, 0)):  # fmt: skip
     """(s [1, C] in x's dtype, out): s = x + delta, and mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out`
     (float32 [C], zero on entry); `clear` (float32 [C]) zeroed for the next launch; w_proj_t: mlp_proj's weight
-    transposed [4C, C]; stamps: int64 [BLOCKS, NSTAMP] or empty. pdl: launched as a programmatic dependent launch
-    (the Triton kernels' protocol, `roseinfer.kernels.pdl`). module: the built extension (default `load()`; a test
-    build for planted delays); delay: (phase, ns) in a test build."""
+    transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as `MlpScratch.for_layer` gives it) or empty.
+    pdl: launched as a programmatic dependent launch (the Triton kernels' protocol, `roseinfer.kernels.pdl`).
+    module: the built extension (default `load()`; a test build for planted delays); delay: (phase, ns) in a test
+    build."""
     module = module or load()
     s = torch.empty_like(x)  # [1, C]
     module.fused_mlp(
         x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, w_proj_t, b_proj,
-        s, out, clear, stamps.reshape(-1), pdl, delay[0], delay[1],
+        s, out, clear, stamps.view(-1), pdl, delay[0], delay[1],
     )  # fmt: skip
     return s, out
 

@@ -1,15 +1,17 @@
 """Each captured step's kernel stamps to the stamps file, without waiting for the GPU (issue 50's regions).
 
 The one-row fused kernels (`fused_attn`, `fused_mlp`) stamp their phases into their scratch's stamp buffer
-[n_layer, BLOCKS, NSTAMP], one launch per layer a step. After a replay `StampRecorder.after_step` queues a copy of
+(`stamp_rows`, [n_layer, NSTAMP, BLOCKS]), one launch per layer a step. After a replay `StampRecorder.after_step` queues a copy of
 every such buffer into a slot of a pinned host ring and an event behind it, and writes the steps whose copies have
 landed, in order: one line per launch (`stamps.StampLog`), each kernel's lines in its launch order, which is what
 roseprof matches them by (roseprof/workload/kernel_stamps.py). `flush` writes the rest, waiting for them.
 
 This runs after every profiled step on the engine's thread, so what it costs there is in every profile of a
-batch-1 engine (a step is ~0.16 ms of GPU on an H200). The ring is made once (no pinned allocation a step), the
-reduction runs in numpy over a contiguous axis (`launch_bounds`) and the lines come from a format made once per
-kernel (`StampLog.record_many`). Each step's lines are written as soon as its copies land, so the cost is the same
+batch-1 engine (a step is ~0.16 ms of GPU on an H200; with the recorder of session 29 a profiled step took
+0.43-0.59 ms where an unprofiled one takes 0.16, docs/BENCHMARKS.md session 30). The ring is made once (no pinned
+allocation a step), the kernels write their stamps stamp-major so that the reduction runs in numpy over the
+contiguous blocks with no copy (`launch_bounds`), and a kernel's lines of a step come from one format call
+(`StampLog.record_many`). Each step's lines are written as soon as its copies land, so the cost is the same
 every step: writing several steps at once would put a burst of it into every few steps, which a profile of the
 engine would show as ITL spikes of its own making.
 """
@@ -24,13 +26,13 @@ import torch
 
 from roseinfer.cuda_ext.stamps import StampLog
 
-RING = 16  # steps whose stamps can be in flight (one pinned slot each, a kernel's [L, BLOCKS, NSTAMP])
+RING = 16  # steps whose stamps can be in flight (one pinned slot each, a kernel's [L, NSTAMP, BLOCKS])
 
 
 @dataclass(frozen=True)
 class StampedKernel:
-    """A stamping kernel's scratch (`.stamps` [L, BLOCKS, NSTAMP], `.launched`), its CUDA function's name and its
-    phases' region names (NSTAMP - 1)."""
+    """A stamping kernel's scratch (`.stamp_rows` [L, NSTAMP, BLOCKS], `.launched`), its CUDA function's name and
+    its phases' region names (NSTAMP - 1)."""
 
     scratch: object
     kernel: str
@@ -51,7 +53,7 @@ class StampRecorder:
     def __init__(self, kernels: list[StampedKernel], log: StampLog, ring: int = RING) -> None:
         self.kernels, self.log = kernels, log
         self.ring_size = ring
-        # each kernel's [RING, L, BLOCKS, NSTAMP], pinned, made at its first step
+        # each kernel's [RING, L, NSTAMP, BLOCKS], pinned, made at its first step
         self.rings: list[torch.Tensor | None] = [None] * len(kernels)
         # (slot, which kernels launched, the event after the copies), oldest first; slots taken in turn
         self.pending: deque[tuple[int, tuple[bool, ...], object]] = deque()
@@ -69,8 +71,8 @@ class StampRecorder:
         on_gpu = False
         for i, (k, ran) in enumerate(zip(self.kernels, launched)):
             if ran:
-                self._ring(i)[slot].copy_(k.scratch.stamps, non_blocking=True)  # [L, BLOCKS, NSTAMP]
-                on_gpu |= k.scratch.stamps.is_cuda
+                self._ring(i)[slot].copy_(k.scratch.stamp_rows, non_blocking=True)  # [L, NSTAMP, BLOCKS]
+                on_gpu |= k.scratch.stamp_rows.is_cuda
         done = _Landed()
         if on_gpu:
             done = torch.cuda.Event()
@@ -92,7 +94,7 @@ class StampRecorder:
 
     def _ring(self, i: int) -> torch.Tensor:
         if self.rings[i] is None:
-            stamps = self.kernels[i].scratch.stamps
+            stamps = self.kernels[i].scratch.stamp_rows
             self.rings[i] = torch.empty(
                 (self.ring_size, *stamps.shape), dtype=torch.int64, pin_memory=stamps.is_cuda
             )
@@ -102,16 +104,19 @@ class StampRecorder:
         """The oldest step's lines, each kernel's launches in layer order (once its copies have landed)."""
         slot, launched, done = self.pending.popleft()
         done.synchronize()  # landed already, except where the ring was full or at a flush
-        for i, k in enumerate(self.kernels):
-            if launched[i]:
-                self.log.record_many(k.kernel, k.regions, launch_bounds(self.rings[i].numpy()[slot]))
+        lines = [
+            self.log.lines(k.kernel, k.regions, launch_bounds(self.rings[i].numpy()[slot]))
+            for i, k in enumerate(self.kernels)
+            if launched[i]
+        ]
+        self.log.write(b"".join(lines))  # the step's lines in one append
 
 
-def launch_bounds(stamps: np.ndarray) -> np.ndarray:
-    """Stamps [..., BLOCKS, NSTAMP] -> each launch's NSTAMP phase bounds [..., NSTAMP] (`stamps.phase_bounds`: the
-    earliest block's start, then each boundary where the last block passed it). Reduced over a contiguous last
-    axis: numpy's max over the blocks' strided axis took ~4x as long (46 against 12 us for [12, 96, 6])."""
-    by_stamp = np.ascontiguousarray(np.swapaxes(stamps, -1, -2))  # [..., NSTAMP, BLOCKS]
+def launch_bounds(by_stamp: np.ndarray) -> np.ndarray:
+    """Stamps stamp-major [..., NSTAMP, BLOCKS] -> each launch's NSTAMP phase bounds [..., NSTAMP]
+    (`stamps.phase_bounds`: the earliest block's start, then each boundary where the last block passed it).
+    Reduced over the contiguous blocks: numpy's max over a strided blocks axis took ~4x as long (46 against 12 us
+    for [12, 96, 6]), and a contiguous copy first most of those 12."""
     out = by_stamp.max(axis=-1)  # [..., NSTAMP]
     out[..., 0] = by_stamp[..., 0, :].min(axis=-1)
     return out

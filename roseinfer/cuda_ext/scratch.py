@@ -13,10 +13,11 @@ import torch
 
 
 class LayerScratch:
-    """bufs [n_layer, width] float32; stamps: a stamp buffer per layer [n_layer, blocks, nstamp] (regions inside the
-    kernel) where `stamps`, else [n_layer, 0]; `launched`: whether any launch used them (a step that took the
-    Triton path, a width not built or no nvcc, left no stamps, and its zeros must not reach the stamps file as
-    launches)."""
+    """bufs [n_layer, width] float32; a stamp buffer per layer (regions inside the kernel) where `stamps`:
+    `stamp_rows` [n_layer, nstamp, blocks], what the kernel writes (stamp-major, so that the recorder reduces each
+    stamp over the blocks along a contiguous axis), and `stamps`, the same memory by block [n_layer, blocks, nstamp];
+    both empty without stamps. `launched`: whether any launch used them (a step that took the Triton path, a width
+    not built or no nvcc, left no stamps, and its zeros must not reach the stamps file as launches)."""
 
     def __init__(
         self, what: str, n_layer: int, width: int, blocks: int, nstamp: int, device, stamps: bool
@@ -24,11 +25,12 @@ class LayerScratch:
         if n_layer < 2:  # one layer would zero the buffer it adds into
             raise ValueError(f"the {what}'s buffers need at least 2 layers")
         self.bufs = torch.zeros(n_layer, width, dtype=torch.float32, device=device)  # [L, C]
-        shape = (n_layer, blocks, nstamp) if stamps else (n_layer, 0)
-        self.stamps = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, BLOCKS, NSTAMP] or [L, 0]
+        shape = (n_layer, nstamp, blocks) if stamps else (n_layer, 0, 0)
+        self.stamp_rows = torch.zeros(shape, dtype=torch.int64, device=device)  # [L, NSTAMP, BLOCKS]
+        self.stamps = self.stamp_rows.transpose(1, 2)  # [L, BLOCKS, NSTAMP], a view
         self.launched = False
 
     def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(out, clear, stamps) of layer `layer`'s launch."""
+        """(out, clear, stamps [NSTAMP, BLOCKS], contiguous) of layer `layer`'s launch."""
         n = self.bufs.shape[0]
-        return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamps[layer]
+        return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamp_rows[layer]

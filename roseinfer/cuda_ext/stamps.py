@@ -48,38 +48,57 @@ def stamps_path() -> Path | None:
 
 
 class StampLog:
-    """Appends launches' phase boundaries to a stamps file, one JSON line each, in launch order."""
+    """Appends launches' phase boundaries to a stamps file, one JSON line each, in launch order.
+
+    Each `write` is one append system call of whole lines (O_APPEND, no buffer of its own): a step's lines reach
+    the file together, whatever else appends to it (another engine of the process, whose log has its own
+    descriptor), and nothing is held in a buffer that a crash would lose."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(self.path, "a", encoding="utf-8")
-        self._formats: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._formats: dict[tuple[str, tuple[str, ...], int], bytes] = {}
 
     def record(self, kernel: str, regions: tuple[str, ...] | list[str], bounds_ns: list[int]) -> None:
         self.record_many(kernel, regions, [bounds_ns])
 
     def record_many(self, kernel: str, regions: tuple[str, ...] | list[str], launches) -> None:
+        self.write(self.lines(kernel, regions, launches))
+
+    def lines(self, kernel: str, regions: tuple[str, ...] | list[str], launches) -> bytes:
         """One line per launch (its bounds_ns: a row of `launches`, lists or an int array [launches, bounds]), in
-        order. The lines are what json.dumps writes, from a format made once per kernel: this runs after every
-        profiled step, and json.dumps of each line took ~15 us (a step of 24 launches longer than the step itself
-        on an H200); formatting a line's numbers with %d takes a third of joining their str()s."""
-        key = (kernel, tuple(regions))
+        order: what json.dumps writes, all of them from one format call (made once per kernel and number of
+        launches). This runs after every profiled step, and json.dumps of each line took ~15 us (a step of 24
+        launches longer than the step itself on an H200); %d takes a third of joining str()s, and one call for a
+        step's 12 lines a fraction of 12 calls."""
+        n = len(regions) + 1
+        if hasattr(launches, "shape"):  # an int array [launches, bounds]
+            widths, count = {launches.shape[-1]} if launches.ndim == 2 else {0}, launches.shape[0]
+            flat = launches.ravel().tolist()
+        else:
+            widths, count = {len(bounds_ns) for bounds_ns in launches}, len(launches)
+            flat = [int(b) for bounds_ns in launches for b in bounds_ns]
+        if widths - {n}:
+            raise ValueError(f"{len(regions)} regions need {n} bounds, not {min(widths - {n})}")
+        key = (kernel, tuple(regions), count)
         fmt = self._formats.get(key)
         if fmt is None:
             line = {"v": KERNEL_STAMPS_VERSION, "kernel": kernel, "regions": list(regions), "bounds_ns": []}
             head = json.dumps(line)[: -len("[]}")].replace("%", "%%")
-            fmt = self._formats[key] = head + "[" + ", ".join(["%d"] * (len(regions) + 1)) + "]}\n"
-        rows = launches.tolist() if hasattr(launches, "tolist") else launches
-        for bounds_ns in rows:
-            if len(bounds_ns) != len(regions) + 1:
-                raise ValueError(
-                    f"{len(regions)} regions need {len(regions) + 1} bounds, not {len(bounds_ns)}"
-                )
-        self._fh.write("".join([fmt % tuple(bounds_ns) for bounds_ns in rows]))
+            fmt = self._formats[key] = ((head + "[" + ", ".join(["%d"] * n) + "]}\n") * count).encode()
+        return fmt % tuple(flat)
+
+    def write(self, data: bytes) -> None:
+        """Append `data` (whole lines) in one system call (a regular file takes it all; the loop is for the rest)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def __enter__(self) -> StampLog:
         return self

@@ -139,6 +139,23 @@ def test_a_launchs_bounds_go_to_the_stamps_file_one_line_each(tmp_path):
         log.record(fm.KERNEL, [r for _, r in fm.PHASES], bounds[:-1])
 
 
+def test_two_logs_of_one_file_append_whole_lines_each_written_at_once(tmp_path):
+    # Two engines of one process each have a StampLog of the run's file: each write is one append of whole lines,
+    # in the file as soon as it returns (nothing held in a buffer that a crash or the other log's write would cut).
+    path = tmp_path / "kernel_stamps.jsonl"
+    regions = [r for _, r in fm.PHASES]
+    a, b = StampLog(path), StampLog(path)
+    for step in range(50):
+        a.record_many(fm.KERNEL, regions, np.full((12, fm.NSTAMP), 10**18 + step, dtype=np.int64))
+        b.record(fm.KERNEL, regions, [step] * fm.NSTAMP)
+        assert len(path.read_bytes().splitlines()) == 13 * (step + 1)  # written, not buffered
+    a.close(), b.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["bounds_ns"][0] for line in lines] == [
+        v for step in range(50) for v in [10**18 + step] * 12 + [step]
+    ]
+
+
 def test_no_cuda_mlp_reaches_the_engines_config():
     # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
     from roseinfer.bench.common import build_parser, engine_config, parse
@@ -186,15 +203,14 @@ def test_the_recorder_writes_every_steps_launches_in_step_order_across_its_ring(
     # a flush lands, or a kernel launches in some steps only (its Triton path in the others). Stamps on the CPU (the
     # copy is synchronous), so this runs without a GPU; the GPU's engine test checks the same file's counts.
     # gpu-behind: no copy is seen to land before the ring is full, which then waits for its oldest step.
-    from types import SimpleNamespace
-
     from roseinfer.cuda_ext import recorder as rec
+    from roseinfer.cuda_ext.scratch import LayerScratch
     from roseinfer.cuda_ext.stamps import phase_bounds
 
     monkeypatch.setattr(rec._Landed, "query", lambda self: copies_land)
     g = torch.Generator().manual_seed(1)
-    a = SimpleNamespace(stamps=torch.zeros(2, 5, 3, dtype=torch.int64), launched=False)  # [L, BLOCKS, NSTAMP]
-    b = SimpleNamespace(stamps=torch.zeros(3, 4, 4, dtype=torch.int64), launched=False)
+    a = LayerScratch("ka", 2, 8, 5, 3, "cpu", stamps=True)  # stamps [L, BLOCKS, NSTAMP]: [2, 5, 3]
+    b = LayerScratch("kb", 3, 8, 4, 4, "cpu", stamps=True)
     kernels = [StampedKernel(a, "ka", ("r1", "r2")), StampedKernel(b, "kb", ("s1", "s2", "s3"))]
     path = tmp_path / "kernel_stamps.jsonl"
     recorder = StampRecorder(kernels, StampLog(path), ring=4)
@@ -452,8 +468,9 @@ def test_a_profiled_engine_writes_each_launchs_stamps(tmp_path, monkeypatch):
 
 
 def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write(tmp_path):
-    # The recorder reduces a step's [L, BLOCKS, NSTAMP] in numpy and writes its lines from a format made once (both
-    # run after every profiled step): the same bounds as phase_bounds launch by launch, the same line as json.dumps.
+    # The recorder reduces a step's stamps as the kernels write them, [L, NSTAMP, BLOCKS], in numpy and writes its
+    # lines from one format (both run after every profiled step): the same bounds as phase_bounds launch by launch
+    # (of each block's stamps, [BLOCKS, NSTAMP]), the same lines as json.dumps.
     from roseinfer.cuda_ext.recorder import launch_bounds
     from roseinfer.cuda_ext.stamps import phase_bounds
 
@@ -461,9 +478,10 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
     stamps = (
         torch.randint(1, 10**12, (2, 3, 96, fm.NSTAMP), generator=g).sort(dim=3).values
     )  # [steps, L, BLOCKS, NSTAMP]
-    bounds = launch_bounds(stamps.numpy())  # [steps, L, NSTAMP]
+    by_stamp = stamps.transpose(-1, -2).contiguous().numpy()  # [steps, L, NSTAMP, BLOCKS]
+    bounds = launch_bounds(by_stamp)  # [steps, L, NSTAMP]
     assert bounds.tolist() == [[phase_bounds(layer, fm.NSTAMP) for layer in step] for step in stamps.tolist()]
-    assert launch_bounds(stamps[0].numpy()).tolist() == bounds[0].tolist()
+    assert launch_bounds(by_stamp[0]).tolist() == bounds[0].tolist()
     bounds = bounds[0].tolist()
     regions = [r for _, r in fm.PHASES]
     with StampLog(tmp_path / "k.jsonl") as log:
@@ -478,3 +496,5 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
     assert lines == [json.dumps(e) for e in expected]
     with pytest.raises(ValueError, match="5 regions need 6 bounds"):
         StampLog(tmp_path / "bad.jsonl").record(fm.KERNEL, regions, [1, 2])
+    with pytest.raises(ValueError, match="5 regions need 6 bounds, not 5"):
+        StampLog(tmp_path / "bad.jsonl").record_many(fm.KERNEL, regions, np.zeros((3, 5), dtype=np.int64))
