@@ -13,22 +13,31 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
     """A folder that `make(folder)` fills, made once a test session. `make test` runs the suite on pytest-xdist's
     workers, each a session of its own: the first worker to ask makes the folder (under the run's shared temporary
     root, beside the workers' own) and the others wait on its lock and read the same one, so a capture that several
-    modules read is made once, not once a worker. A make that failed half-way is made again by the next asker (and
-    fails it the same way)."""
+    modules read is made once, not once a worker. A make that fails fails its own test, and every later asker at once
+    with its error."""
     if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: its own temporary folder
         root = tmp_path_factory.mktemp(name)
         make(root)
         return root
-    from filelock import FileLock  # torch's own dependency
+    import pytest
+    from filelock import FileLock
 
     root = tmp_path_factory.getbasetemp().parent / name  # shared by this run's workers (pytest-N/)
-    made = root.with_name(name + ".made")
+    made, failed = root.with_name(name + ".made"), root.with_name(name + ".failed")
     with FileLock(str(root.with_name(name + ".lock"))):
+        if (
+            failed.exists()
+        ):  # another worker's make failed: its error, at once, rather than the same minutes again
+            pytest.fail(f"{name}: made by another worker, which failed: {failed.read_text()}", pytrace=False)
         if not made.exists():
             if root.exists():
                 shutil.rmtree(root)
             root.mkdir()
-            make(root)
+            try:
+                make(root)
+            except BaseException as e:
+                failed.write_text(f"{type(e).__name__}: {e}"[:2000])
+                raise
             made.touch()
     return root
 

@@ -7,11 +7,11 @@ landed, in order: one line per launch (`stamps.StampLog`), each kernel's lines i
 roseprof matches them by (roseprof/workload/kernel_stamps.py). `flush` writes the rest, waiting for them.
 
 This runs after every profiled step on the engine's thread, so what it costs there is in every profile of a
-batch-1 engine (a step is ~0.16 ms of GPU on an H200; with the recorder of session 29 a profiled step took
-0.43-0.59 ms where an unprofiled one takes 0.16, docs/BENCHMARKS.md session 30). The ring is made once (no pinned
+batch-1 engine (a step is ~0.16 ms of GPU on an H200; with the recorder of session 29 a batch-1 step with stamps
+took 0.27-0.59 ms where one without takes 0.16, docs/BENCHMARKS.md session 30). The ring is made once (no pinned
 allocation a step), the kernels write their stamps stamp-major so that the reduction runs in numpy over the
-contiguous blocks with no copy (`launch_bounds`), and a kernel's lines of a step come from one format call
-(`StampLog.record_many`). Each step's lines are written as soon as its copies land, so the cost is the same
+contiguous blocks with no copy (`launch_bounds`), a kernel's lines of a step come from one format call
+(`StampLog.lines`) and the step's lines reach the file in one append (`StampLog.write`). Each step's lines are written as soon as its copies land, so the cost is the same
 every step: writing several steps at once would put a burst of it into every few steps, which a profile of the
 engine would show as ITL spikes of its own making.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from pathlib import Path
 
 from roseinfer.names import KERNEL_STAMPS_VERSION, ROSEINFER_KERNEL_STAMPS
@@ -58,6 +59,9 @@ class StampLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._close_fd = weakref.finalize(
+            self, os.close, self._fd
+        )  # a log never closed still frees its descriptor
         self._formats: dict[tuple[str, tuple[str, ...], int], bytes] = {}
 
     def record(self, kernel: str, regions: tuple[str, ...] | list[str], bounds_ns: list[int]) -> None:
@@ -74,7 +78,11 @@ class StampLog:
         step's 12 lines a fraction of 12 calls."""
         n = len(regions) + 1
         if hasattr(launches, "shape"):  # an int array [launches, bounds]
-            widths, count = {launches.shape[-1]} if launches.ndim == 2 else {0}, launches.shape[0]
+            if launches.ndim != 2:
+                raise ValueError(
+                    f"launches must be [launches, {n} bounds], not of shape {tuple(launches.shape)}"
+                )
+            widths, count = {launches.shape[1]}, launches.shape[0]
             flat = launches.ravel().tolist()
         else:
             widths, count = {len(bounds_ns) for bounds_ns in launches}, len(launches)
@@ -91,13 +99,15 @@ class StampLog:
 
     def write(self, data: bytes) -> None:
         """Append `data` (whole lines) in one system call (a regular file takes it all; the loop is for the rest)."""
+        if self._fd is None:
+            raise ValueError(f"stamps file {self.path} is closed")
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
 
     def close(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)
+            self._close_fd()
             self._fd = None
 
     def __enter__(self) -> StampLog:

@@ -156,6 +156,24 @@ def test_two_logs_of_one_file_append_whole_lines_each_written_at_once(tmp_path):
     ]
 
 
+def test_a_stamps_file_refuses_what_it_cannot_write_in_one_line(tmp_path):
+    regions = [r for _, r in fm.PHASES]
+    log = StampLog(tmp_path / "kernel_stamps.jsonl")
+    with pytest.raises(ValueError, match=r"launches must be \[launches, 6 bounds\], not of shape \(6,\)"):
+        log.record_many(fm.KERNEL, regions, np.arange(6))  # one launch's bounds, not [launches, bounds]
+    log.close()
+    log.close()  # twice: nothing more to do
+    with pytest.raises(ValueError, match="is closed"):
+        log.record(fm.KERNEL, regions, list(range(6)))
+    # A launch's stamp buffer is the scratch's [NSTAMP, BLOCKS] row (the kernel writes stamp k of block b at
+    # k * BLOCKS + b): a by-block one would be filled where the recorder does not read, so it is refused.
+    scratch = fm.MlpScratch(2, "cpu", stamps=True)
+    assert fm._stamp_buffer(scratch.for_layer(0)[2]).data_ptr() == scratch.stamp_rows[0].data_ptr()
+    with pytest.raises(ValueError, match=r"stamps must be \[6, 128\]"):
+        fm._stamp_buffer(scratch.stamps[0].contiguous())  # [BLOCKS, NSTAMP]
+    assert fm._stamp_buffer(fm.MlpScratch(2, "cpu").for_layer(1)[2]).numel() == 0
+
+
 def test_no_cuda_mlp_reaches_the_engines_config():
     # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
     from roseinfer.bench.common import build_parser, engine_config, parse

@@ -187,8 +187,10 @@ def test_one_run_a_side_says_so_first_and_two_imports_of_one_capture_show_no_cha
     # The same capture twice: no change, and no verdict word anywhere after the note (which quotes how often one
     # run a side says faster or slower), though the two sides' resamples differ.
     head = next(
-        i for i, line in enumerate(lines) if line.startswith("no clear change between before and after")
+        (i for i, line in enumerate(lines) if line.startswith("no clear change between before and after")),
+        None,
     )
+    assert head is not None, proc.stdout
     assert not any(w in "\n".join(lines[head:]) for w in (" faster", " slower"))
     out = json.loads(roseprof("diff", "gpu-a", "gpu-b", "--json", *dirs(store)).stdout)
     assert out["verdict"]["one_run_a_side"] and out["verdict"]["regions"] == []
