@@ -25,7 +25,8 @@
 //
 // Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at the phase boundaries
 // (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
-// its barrier, end), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks without a copy). A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
+// its barrier, end), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks without a copy).
+// A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cstdint>

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from roseinfer.cuda_ext.scratch import LayerScratch
+from roseinfer.cuda_ext.scratch import LayerScratch, flat_stamps
 from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
 from roseinfer.names import ATTN_ATTEND, ATTN_NORM, ATTN_PROJ, ATTN_QKV, ATTN_WAIT
 
@@ -99,8 +99,8 @@ def fused_attn(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past_le
     rows = index if index is not None else (none, none)
     module.fused_attn(
         x, delta, rows[0], rows[1], ln.weight, ln.bias, ln.eps, c_attn.weight, c_attn.bias, attn_proj.weight,
-        attn_proj.bias, k_cache, v_cache, table, past_len, scale, s, out, clear, _stamp_buffer(stamps), pdl,
-        delay[0], delay[1],
+        attn_proj.bias, k_cache, v_cache, table, past_len, scale, s, out, clear, flat_stamps(stamps, NSTAMP, BLOCKS),
+        pdl, delay[0], delay[1],
     )  # fmt: skip
     return s, out
 
@@ -144,12 +144,3 @@ def fused_attn_reference(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, tabl
 def phase_ranges(stamps) -> list[tuple[str, str, int, int]]:
     """One launch's stamps [BLOCKS, NSTAMP] -> its phases' contiguous sub-ranges (`stamps.phase_ranges`)."""
     return stamp_ranges(stamps, PHASES)
-
-
-def _stamp_buffer(stamps: torch.Tensor) -> torch.Tensor:
-    """The launch's stamp buffer, flat: empty, or [NSTAMP, BLOCKS] and contiguous (`AttnScratch.for_layer`'s). The
-    kernel writes stamp k of block b at k * BLOCKS + b, so a buffer of another shape would be filled where its
-    reader does not look (a by-block [BLOCKS, NSTAMP] one, say)."""
-    if stamps.numel() and tuple(stamps.shape) != (NSTAMP, BLOCKS):
-        raise ValueError(f"stamps must be [{NSTAMP}, {BLOCKS}] (NSTAMP, BLOCKS), not {tuple(stamps.shape)}")
-    return stamps.view(-1)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from roseinfer.cuda_ext.scratch import LayerScratch
+from roseinfer.cuda_ext.scratch import LayerScratch, flat_stamps
 from roseinfer.cuda_ext.stamps import phase_bounds as stamp_bounds
 from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
 from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
@@ -99,7 +99,7 @@ def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: boo
     s = torch.empty_like(x)  # [1, C]
     module.fused_mlp(
         x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, w_proj_t, b_proj,
-        s, out, clear, _stamp_buffer(stamps), pdl, delay[0], delay[1],
+        s, out, clear, flat_stamps(stamps, NSTAMP, BLOCKS), pdl, delay[0], delay[1],
     )  # fmt: skip
     return s, out
 
@@ -157,12 +157,3 @@ def record_stamps(log, stamps) -> None:
         [region for _, region in PHASES],
         phase_bounds(stamps.cpu() if hasattr(stamps, "cpu") else stamps),
     )
-
-
-def _stamp_buffer(stamps: torch.Tensor) -> torch.Tensor:
-    """The launch's stamp buffer, flat: empty, or [NSTAMP, BLOCKS] and contiguous (`MlpScratch.for_layer`'s). The
-    kernel writes stamp k of block b at k * BLOCKS + b, so a buffer of another shape would be filled where its
-    reader does not look (a by-block [BLOCKS, NSTAMP] one, say)."""
-    if stamps.numel() and tuple(stamps.shape) != (NSTAMP, BLOCKS):
-        raise ValueError(f"stamps must be [{NSTAMP}, {BLOCKS}] (NSTAMP, BLOCKS), not {tuple(stamps.shape)}")
-    return stamps.view(-1)

@@ -1,9 +1,9 @@
 """Each captured step's kernel stamps to the stamps file, without waiting for the GPU (issue 50's regions).
 
 The one-row fused kernels (`fused_attn`, `fused_mlp`) stamp their phases into their scratch's stamp buffer
-(`stamp_rows`, [n_layer, NSTAMP, BLOCKS]), one launch per layer a step. After a replay `StampRecorder.after_step` queues a copy of
-every such buffer into a slot of a pinned host ring and an event behind it, and writes the steps whose copies have
-landed, in order: one line per launch (`stamps.StampLog`), each kernel's lines in its launch order, which is what
+(`stamp_rows`, [n_layer, NSTAMP, BLOCKS]), one launch per layer a step. After a replay `StampRecorder.after_step`
+queues a copy of every such buffer into a slot of a pinned host ring and an event behind it, and writes the steps
+whose copies have landed, in order: one line per launch (`stamps.StampLog`), each kernel's lines in its launch order, which is what
 roseprof matches them by (roseprof/workload/kernel_stamps.py). `flush` writes the rest, waiting for them.
 
 This runs after every profiled step on the engine's thread, so what it costs there is in every profile of a
@@ -11,9 +11,9 @@ batch-1 engine (a step is ~0.16 ms of GPU on an H200; with the recorder of sessi
 took 0.27-0.59 ms where one without takes 0.16, docs/BENCHMARKS.md session 30). The ring is made once (no pinned
 allocation a step), the kernels write their stamps stamp-major so that the reduction runs in numpy over the
 contiguous blocks with no copy (`launch_bounds`), a kernel's lines of a step come from one format call
-(`StampLog.lines`) and the step's lines reach the file in one append (`StampLog.write`). Each step's lines are written as soon as its copies land, so the cost is the same
-every step: writing several steps at once would put a burst of it into every few steps, which a profile of the
-engine would show as ITL spikes of its own making.
+(`StampLog.lines`) and the step's lines reach the file in one append (`StampLog.write`). Each step's lines are
+written as soon as its copies land, so the cost is the same every step: writing several steps at once would put a
+burst of it into every few steps, which a profile of the engine would show as ITL spikes of its own making.
 """
 
 from __future__ import annotations

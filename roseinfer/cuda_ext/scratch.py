@@ -34,3 +34,12 @@ class LayerScratch:
         """(out, clear, stamps [NSTAMP, BLOCKS], contiguous) of layer `layer`'s launch."""
         n = self.bufs.shape[0]
         return self.bufs[layer], self.bufs[(layer + 1) % n], self.stamp_rows[layer]
+
+
+def flat_stamps(stamps: torch.Tensor, nstamp: int, blocks: int) -> torch.Tensor:
+    """A launch's stamp buffer as its kernel takes it, flat: empty, or [nstamp, blocks] and contiguous
+    (`LayerScratch.for_layer`'s). The kernel writes stamp k of block b at k * blocks + b, so a buffer of another
+    shape would be filled where its reader does not look (a by-block [blocks, nstamp] one, say)."""
+    if stamps.numel() and tuple(stamps.shape) != (nstamp, blocks):
+        raise ValueError(f"stamps must be [{nstamp}, {blocks}] (NSTAMP, BLOCKS), not {tuple(stamps.shape)}")
+    return stamps.view(-1)

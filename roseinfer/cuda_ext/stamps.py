@@ -59,9 +59,8 @@ class StampLog:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._close_fd = weakref.finalize(
-            self, os.close, self._fd
-        )  # a log never closed still frees its descriptor
+        # a log never closed still frees its descriptor
+        self._close_fd = weakref.finalize(self, os.close, self._fd)
         self._formats: dict[tuple[str, tuple[str, ...], int], bytes] = {}
 
     def record(self, kernel: str, regions: tuple[str, ...] | list[str], bounds_ns: list[int]) -> None:

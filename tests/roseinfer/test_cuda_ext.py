@@ -167,11 +167,16 @@ def test_a_stamps_file_refuses_what_it_cannot_write_in_one_line(tmp_path):
         log.record(fm.KERNEL, regions, list(range(6)))
     # A launch's stamp buffer is the scratch's [NSTAMP, BLOCKS] row (the kernel writes stamp k of block b at
     # k * BLOCKS + b): a by-block one would be filled where the recorder does not read, so it is refused.
+    from roseinfer.cuda_ext.scratch import flat_stamps
+
     scratch = fm.MlpScratch(2, "cpu", stamps=True)
-    assert fm._stamp_buffer(scratch.for_layer(0)[2]).data_ptr() == scratch.stamp_rows[0].data_ptr()
+    assert (
+        flat_stamps(scratch.for_layer(0)[2], fm.NSTAMP, fm.BLOCKS).data_ptr()
+        == scratch.stamp_rows[0].data_ptr()
+    )
     with pytest.raises(ValueError, match=r"stamps must be \[6, 128\]"):
-        fm._stamp_buffer(scratch.stamps[0].contiguous())  # [BLOCKS, NSTAMP]
-    assert fm._stamp_buffer(fm.MlpScratch(2, "cpu").for_layer(1)[2]).numel() == 0
+        flat_stamps(scratch.stamps[0].contiguous(), fm.NSTAMP, fm.BLOCKS)  # [BLOCKS, NSTAMP]
+    assert flat_stamps(fm.MlpScratch(2, "cpu").for_layer(1)[2], fm.NSTAMP, fm.BLOCKS).numel() == 0
 
 
 def test_no_cuda_mlp_reaches_the_engines_config():
