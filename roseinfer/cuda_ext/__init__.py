@@ -60,6 +60,13 @@ def available(name: str) -> bool:
     return load(name) is not None
 
 
+def build_flags(arch: str, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """nvcc's flags of a build for `arch` (sm_90a, say) beside those torch's extension build adds itself
+    (`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`: no implicit half conversions, among others)."""
+    return ("-O3", "--use_fast_math", "-lineinfo", f"-gencode=arch=compute_{arch[3:]},code={arch}",
+            *(f"-D{d}" for d in defines))  # fmt: skip
+
+
 @functools.cache
 def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (0, 0)):
     """The built module, or None (then `why_not_built(name)` says why). defines: extra `-D` macros (a test
@@ -81,8 +88,7 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
     arch = (
         f"sm_{major}{minor}{'a' if major >= 9 else ''}"  # sm_90a: Hopper's own instructions (setmaxnreg, ...)
     )
-    flags = ("-O3", "--use_fast_math", "-lineinfo", f"-gencode=arch=compute_{arch[3:]},code={arch}",
-             *(f"-D{d}" for d in defines))  # fmt: skip
+    flags = build_flags(arch, defines)
     key = cache_key(name, arch, torch.__version__, flags)
     folder = cache_root() / key
     folder.mkdir(parents=True, exist_ok=True)

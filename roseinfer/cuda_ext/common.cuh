@@ -8,9 +8,11 @@
 
 namespace roseinfer_ext {
 
+// A stamp is an ordering point: no load moves across it (a load placed before the kernel's first stamp, then
+// waited for, would be outside every region).
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
   return t;
 }
 
@@ -45,12 +47,30 @@ template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
 template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
+// A LayerNorm's weight and bias as this thread applies them (columns threadIdx.x + i * THREADS), loaded into
+// registers before the kernel's PDL wait: they are not written by the step, and loaded after the wait they were
+// a read on the way out of the norm. Kept as loaded (T), converted where used: nothing before the wait waits
+// for them.
+template <typename T, int C, int THREADS>
+struct LayerNormParams {
+  static constexpr int PER_THREAD = C / THREADS;
+  T w[PER_THREAD], b[PER_THREAD];
+  __device__ __forceinline__ void load(const T* ln_w, const T* ln_b) {
+#pragma unroll
+    for (int i = 0; i < PER_THREAD; ++i) {
+      w[i] = ln_w[threadIdx.x + i * THREADS];
+      b[i] = ln_b[threadIdx.x + i * THREADS];
+    }
+  }
+};
+
 // The residual add and LayerNorm every one-row kernel runs first, in every block: s = x + delta, rounded to T as
 // torch's add rounds it (block 0 stores it in s_out), and hs = LayerNorm(s), rounded to T as the unfused kernel
 // writes it. C a multiple of THREADS; red: THREADS / 32 floats of shared memory; the caller syncs before hs is read.
 template <typename T, typename TD, int C, int THREADS>
-__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, const T* ln_w, const T* ln_b,
-                                                   float eps, T* s_out, float* hs, float* red) {
+__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta,
+                                                   const LayerNormParams<T, C, THREADS>& ln, float eps, T* s_out,
+                                                   float* hs, float* red) {
   constexpr int PER_THREAD = C / THREADS;
   float sv[PER_THREAD];
   float part = 0.f;
@@ -70,7 +90,7 @@ __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, 
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
     const int k = threadIdx.x + i * THREADS;
-    hs[k] = to_f<T>(from_f<T>((sv[i] - mean) * rstd * to_f<T>(ln_w[k]) + to_f<T>(ln_b[k])));
+    hs[k] = to_f<T>(from_f<T>((sv[i] - mean) * rstd * to_f<T>(ln.w[i]) + to_f<T>(ln.b[i])));
   }
 }
 

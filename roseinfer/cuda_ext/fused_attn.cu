@@ -25,7 +25,8 @@
 //
 // Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at the phase boundaries
 // (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
-// its barrier, end), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks without a copy).
+// its barrier, end once its adds have landed), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the
+// blocks without a copy).
 // A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
@@ -130,7 +131,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // This block has started: no block of the cluster writes into another's shared memory before all have.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  // Phase 0, before the wait: the weights, the past tokens' K/V and where the new token goes.
+  // Phase 0, before the wait: the weights, ln_1's weights and attn_proj's bias, the past tokens' K/V and where
+  // the new token goes.
   uint4 wa[3][VECS];
   float ba[3];
 #pragma unroll
@@ -145,6 +147,12 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
 #pragma unroll
   for (int t = 0; t < VECS; ++t)
     wp[t] = load_weights(w_proj + (size_t)(col0 + t * 4 + lane / 8) * C + h * D + (lane % 8) * 8);
+  LayerNormParams<__half, C, THREADS> ln;
+  ln.load(ln_w, ln_b);
+  __half bias[VECS];  // head 0 adds attn_proj's bias with its share (lane's columns col0 + t * 4 + lane / 8)
+#pragma unroll
+  for (int t = 0; t < VECS; ++t)
+    bias[t] = h == 0 && lane % 8 == 0 ? b_proj[col0 + t * 4 + lane / 8] : __ushort_as_half(0);
   const int past = static_cast<int>(*past_len);
   const int per = (past + CLUSTER - 1) / CLUSTER;
   const int t0 = min(past, rank * per), t1 = min(past, t0 + per);
@@ -169,7 +177,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
   const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
-  residual_layernorm<__half, TD, C, THREADS>(xr, dr, ln_w, ln_b, eps, s_out, hs, red);
+  residual_layernorm<__half, TD, C, THREADS>(xr, dr, ln, eps, s_out, hs, red);
   plant_delay(1, delay_phase, delay_ns);
   __syncthreads();
   stamp<STAMPS>(stamps, 2);
@@ -265,11 +273,14 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
     acc += __shfl_xor_sync(0xffffffffu, acc, 4);
     if (lane % 8 == 0) {
       const int c = col0 + t * 4 + lane / 8;
-      if (h == 0) acc += to_f(b_proj[c]);
+      acc += to_f(bias[t]);  // zero but in head 0
       asm volatile("red.global.add.f32 [%0], %1;" ::"l"(out + c), "f"(acc) : "memory");
     }
   }
   plant_delay(4, delay_phase, delay_ns);
+  // The last stamp once the block's adds have landed (a fence waits for them): without it their drain, when
+  // every block adds into the same columns at once, ends the kernel after every stamp.
+  if constexpr (STAMPS) __threadfence();
   __syncthreads();
   stamp<STAMPS>(stamps, 5);
 }

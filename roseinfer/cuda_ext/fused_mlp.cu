@@ -18,8 +18,8 @@
 //
 // Regions: in the STAMPS instantiation (launched where `stamps` is non-empty) thread 0 of every block writes
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
-// after the block's share of mlp_proj, end; stamp-major, [NSTAMP, blocks]: the host reduces each stamp over the
-// blocks without a copy); the other instantiation has no stamp code. A test build
+// after the block's share of mlp_proj, end once its adds have landed; stamp-major, [NSTAMP, blocks]: the host
+// reduces each stamp over the blocks without a copy); the other instantiation has no stamp code. A test build
 // (-DFUSED_MLP_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
 
-  // Phase 0: this warp's rows of both weights and c_fc's bias, none written by the step: loaded before the wait.
+  // Phase 0: this warp's rows of both weights, c_fc's bias, ln_2's weights and (block 0) mlp_proj's bias, none
+  // written by the step: loaded before the wait.
   uint4 wf[ROWS][VECS], wp[ROWS][VECS];
   float bf[ROWS];
 #pragma unroll
@@ -102,6 +103,14 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
       for (int j = 0; j < VECS; ++j) wf[i][j] = wp[i][j] = make_uint4(0, 0, 0, 0);
     }
   }
+  LayerNormParams<T, C, THREADS> ln;
+  ln.load(ln_w, ln_b);
+  // block 0 adds mlp_proj's bias with its share: thread t's 4 columns from 4 t (C / 4 <= THREADS), as loaded
+  static_assert(C / 4 <= THREADS, "one float4 of output columns per thread");
+  T bias[4] = {};
+  if (blockIdx.x == 0 && threadIdx.x < C / 4)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bias[e] = b_proj[4 * threadIdx.x + e];
   // release the next kernel (it too loads only weights before its wait), then wait for the one before
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -110,7 +119,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
 
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
-  residual_layernorm<T, TD, C, THREADS>(x, delta, ln_w, ln_b, eps, s_out, hs, red);
+  residual_layernorm<T, TD, C, THREADS>(x, delta, ln, eps, s_out, hs, red);
   plant_delay(1, delay_phase, delay_ns);
   __syncthreads();
   stamp<STAMPS>(stamps, 2);
@@ -149,11 +158,10 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   stamp<STAMPS>(stamps, 4);
 
   // Phase 4: the block's share, summed over its warps, added into out: one 16-byte atomic per 4 columns.
-  for (int c4 = threadIdx.x; c4 < C / 4; c4 += THREADS) {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (blockIdx.x == 0)
-      acc = make_float4(to_f<T>(b_proj[4 * c4]), to_f<T>(b_proj[4 * c4 + 1]), to_f<T>(b_proj[4 * c4 + 2]),
-                        to_f<T>(b_proj[4 * c4 + 3]));
+  if (threadIdx.x < C / 4) {
+    const int c4 = threadIdx.x;
+    // zero but in block 0
+    float4 acc = make_float4(to_f<T>(bias[0]), to_f<T>(bias[1]), to_f<T>(bias[2]), to_f<T>(bias[3]));
 #pragma unroll
     for (int w = 0; w < WARPS; ++w) {
       const float4 v = reinterpret_cast<const float4*>(ps[w])[c4];
@@ -168,6 +176,9 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
 #endif
   }
   plant_delay(4, delay_phase, delay_ns);
+  // The last stamp once the block's adds have landed (a fence waits for them): without it their drain, when
+  // every block adds into the same columns at once, ends the kernel after every stamp.
+  if constexpr (STAMPS) __threadfence();
   __syncthreads();
   stamp<STAMPS>(stamps, 5);
 }

@@ -366,9 +366,9 @@ def _profiled_launch(fn, kernel: str = fm.KERNEL):
 def test_stamps_add_up_to_the_kernels_duration(delay_us):
     """The ranges cover the kernel: their sum (first start to last end) against CUPTI's duration of the same
     launch, within 2%. What no stamp can see (the blocks' dispatch before their first instruction, the grid's
-    retirement after the last, with the split-K kernel's atomics landing) was ~1.3 us on an H200 (docs/BENCHMARKS.md,
-    issue 50, session 24; 0.976-0.985 of a kernel lengthened by 50 us in session 26), so a planted delay lengthens
-    the kernel to 100 us and more (the production kernel, ~5 us, is not within 2%)."""
+    retirement after the last) is ~0.8 us on an H200 (docs/BENCHMARKS.md, issue 50, session 31: the last stamp
+    waits for the block's atomics to land), so a planted delay lengthens the kernel to 100 us and more (the
+    production kernel, ~5 us, is not within 2%)."""
     module = fm.load(test_build=True)
     assert module is not None, cuda_ext.why_not_built(fm.NAME)
     block, x, a = _mlp(torch.float16)

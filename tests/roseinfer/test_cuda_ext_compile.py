@@ -1,0 +1,34 @@
+"""The CUDA C++ kernels compile as torch builds them, where nvcc is (a developer's machine; the CPU CI has none and
+skips): with torch's own nvcc flags beside the build's (`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`, no implicit
+half conversions among them), and `ROSEINFER_KERNEL_ONLY` for the kernels alone (no torch headers, no CUDA torch
+needed). A kernel that only a GPU machine's build would refuse cost a device call (docs/BENCHMARKS.md, session 31)."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from roseinfer import cuda_ext
+from roseinfer.cuda_ext import fused_attn, fused_mlp
+
+NVCC = shutil.which("nvcc")
+
+BUILDS = [
+    (fused_mlp.NAME, ()),
+    (fused_mlp.NAME, (fused_mlp.DELAY_DEFINE,)),
+    (fused_attn.NAME, ()),
+    (fused_attn.NAME, (fused_attn.DELAY_DEFINE,)),
+]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+@pytest.mark.parametrize(("name", "defines"), BUILDS)
+def test_the_kernels_compile_with_torchs_flags(tmp_path, name, defines):
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    flags = [f for f in cuda_ext.build_flags("sm_90a", defines) if f != "-lineinfo"]
+    cmd = [NVCC, "-std=c++17", *flags, *COMMON_NVCC_FLAGS, "-DROSEINFER_KERNEL_ONLY", "-c",
+           str(cuda_ext.sources(name)[0]), "-o", str(tmp_path / f"{name}.o")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / f"{name}.o").stat().st_size > 0
