@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from roseprof.render import load_figures, text, verdict_text
-from roseprof.render.figures import esc, layout
+from roseprof.render.figures import esc, figure, layout
 from roseprof.render.page import figure_divs, page, table, write_page
 from roseprof.render.view import DiffView
 
@@ -56,7 +56,7 @@ def _region_bars(result: dict) -> go.Figure | None:
     }
     rows = sorted(rows, key=lambda sm: (sm[0] in words, max(sm[1]["a"], sm[1]["b"])), reverse=True)[:20][::-1]
     names = [esc(short + (f" ({words[short]})" if short in words else "")) for short, _ in rows]
-    fig = go.Figure()
+    fig = figure()
     for key, label in (("a", "before"), ("b", "after")):
         fig.add_bar(
             y=names,
@@ -80,7 +80,7 @@ def _overlaid(title: str, xa, xb, xlabel: str) -> go.Figure | None:
     both = np.concatenate([xa, xb])
     lo, hi = float(np.percentile(both, 0.5)), float(np.percentile(both, 99.5))
     bins = {"start": lo, "end": hi, "size": max((hi - lo) / 60, 1e-6)}
-    fig = go.Figure()
+    fig = figure()
     for label, x in (("before", xa), ("after", xb)):
         fig.add_histogram(
             x=x,
@@ -108,7 +108,7 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
     # Distinct kernels stay distinct bars: a shared base name gets each kernel's tag (text.kernel_labels).
     among = result["verdict"].get("kernel_names", ())
     names = [esc(text.kernel_name(label, 80)) for label in text.kernel_labels(full, among)]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         y=names,
         hovertext=[esc(n) for n in full],
@@ -131,7 +131,7 @@ def _ncu_duration_deltas(result: dict) -> go.Figure | None:
         return None
     rows = sorted(rows, key=lambda m: abs(m["delta_pct"]), reverse=True)[:15][::-1]
     names = [esc(m["name"][len("ncu.") : -len(".duration_ns")][:80]) for m in rows]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         y=names,
         x=[m["delta_pct"] for m in rows],

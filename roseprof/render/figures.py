@@ -30,6 +30,12 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+def figure(*data) -> go.Figure:
+    """A new figure that names the page's template mark from the start: a plain figure() copies plotly's default
+    template into itself (13 ms a figure) before `layout` replaces it with the mark (docs/BENCHMARKS.md, issue 43)."""
+    return go.Figure(list(data), layout={"template": template_mark()})
+
+
 def layout(fig: go.Figure, title: str, note: str | None = None, height: int = 380) -> go.Figure:
     full = esc(title) if note is None else f"{esc(title)}<br><sup>{esc(note)}</sup>"
     fig.update_layout(
@@ -48,7 +54,7 @@ def region_bars(summary: dict, top: int = 20) -> go.Figure | None:
         return None
     rows = sorted(regions, key=lambda r: r["total_ns"], reverse=True)[:top][::-1]
     names = [esc(region_name(r)) for r in rows]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(y=names, x=[r["total_ns"] / 1e6 for r in rows], orientation="h", name="CPU total")
     fig.add_bar(y=names, x=[r["self_ns"] / 1e6 for r in rows], orientation="h", name="CPU self")
     graphs = any(r.get("gpu_ns") is not None and r.get("gpu_ns") != r.get("gpu_kernel_ns") for r in regions)
@@ -82,7 +88,7 @@ def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
         return None
     rows = steady["regions"][:top][::-1]
     names = [esc(r["name"]) for r in rows]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(y=names, x=[(r["host_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="host")
     if any(r.get("gpu_mean_ns") is not None for r in rows):
         fig.add_bar(y=names, x=[(r["gpu_mean_ns"] or 0) / 1e3 for r in rows], orientation="h", name="GPU")
@@ -142,7 +148,7 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
     # forward contains the per-layer kv.append ranges: show forward's own part so the stack adds up.
     series["forward"] = series["forward"] - series["kv.append"]
     series["rest"] = np.asarray(rows.get("rest_ns", [0] * n), dtype=np.float64)
-    fig = go.Figure()
+    fig = figure()
     for label, values in series.items():
         fig.add_bar(x=x, y=_binned(values, edges) / 1e3, name=label)
     roll = _binned(np.asarray(rows["rollovers"]) > 0, edges, np.max) > 0
@@ -174,7 +180,7 @@ def graph_breakdown(steps: dict | None) -> go.Figure | None:
     n = len(rows["dur_ns"])
     edges = _bins(n)
     x = edges[:-1]
-    fig = go.Figure()
+    fig = figure()
     for col in cols:
         fig.add_bar(x=x, y=_binned(rows[col], edges) / 1e3, name=esc(col[len("graph:") :]))
     total = sum(np.asarray(rows[c], dtype=np.float64) for c in cols)
@@ -200,12 +206,12 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
     rows = steps["rows"]
     dur = np.asarray(rows["dur_ns"], dtype=np.float64) / 1e3
     if not is_decode(summary):  # a program's steps: no rollovers to split by
-        fig = go.Figure()
+        fig = figure()
         fig.add_histogram(x=dur, name=f"steps ({len(dur)})", histnorm="probability")
         fig.update_layout(xaxis_title="step time (µs)", yaxis_title="fraction of steps")
         return layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
     roll = np.asarray(rows["rollovers"]) > 0
-    fig = go.Figure()
+    fig = figure()
     fig.add_histogram(
         x=dur[~roll], name=f"normal steps ({int((~roll).sum())})", opacity=0.7, histnorm="probability"
     )
@@ -228,7 +234,7 @@ def itl_over_time(itl_series: list[dict] | None, run_starts: list[dict] | None =
     total = sum(len(r["itl_ms"]) for r in itl_series)
     stride = max(1, int(np.ceil(total / MAX_ITL_POINTS)))
     shown = itl_series[:MAX_ITL_REQUESTS]
-    fig = go.Figure()
+    fig = figure()
     rx, ry = [], []
     for r in shown:
         t, v, roll = np.asarray(r["t_ms"]), np.asarray(r["itl_ms"]), np.asarray(r["rollover"], dtype=bool)
@@ -278,7 +284,7 @@ def itl_distribution(itl_series: list[dict] | None) -> go.Figure | None:
     v, roll = v[kept], roll[kept]
     if len(v) == 0:
         return None
-    fig = go.Figure()
+    fig = figure()
     fig.add_box(x=v[~roll], name="elsewhere", boxpoints=False)
     if roll.any():
         fig.add_box(x=v[roll], name="at rollover", boxpoints=False, marker_color=ROLLOVER)
@@ -312,7 +318,7 @@ def top_kernels(summary: dict, top: int = 15) -> go.Figure | None:
     names = sorted(per_name, key=per_name.get, reverse=True)[:top][::-1]
     # Distinct kernels stay distinct: one base name shared by several instantiations gets a tag each.
     labels = [kernel_name(label, 90) for label in kernel_labels(names, per_name)]
-    fig = go.Figure()
+    fig = figure()
     fig.add_bar(
         y=[esc(n) for n in labels],
         x=[per_name[n] / 1e6 for n in names],
@@ -341,7 +347,7 @@ def gpu_idle(steps: dict | None, summary: dict | None = None) -> go.Figure | Non
     unit = "decode step" if is_decode(summary) else "step"
     rows = steps["rows"]
     edges = _bins(len(rows["gpu_idle_ns"]))
-    fig = go.Figure()
+    fig = figure()
     fig.add_scatter(x=edges[:-1], y=_binned(rows["gpu_idle_ns"], edges) / 1e3, mode="lines", name="GPU idle")
     fig.update_layout(xaxis_title=unit, yaxis_title="GPU idle within the step (µs)")
     return layout(fig, f"GPU idle time per {unit}", "step window minus the union of GPU activity", height=300)
@@ -362,6 +368,7 @@ def telemetry(data: dict | None) -> go.Figure | None:
         ("power_w", "power (W)"),
     )
     fig = make_subplots(
+        figure=figure(),
         rows=len(lanes),
         cols=1,
         shared_xaxes=True,

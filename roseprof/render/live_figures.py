@@ -17,7 +17,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from roseprof.render.figures import layout
+from roseprof.render.figures import figure, layout
 
 WATERFALL_MAX = 400  # requests drawn
 COLORS = {"queued": "#c7c7c7", "prefill": "#ff9f43", "decode": "#4c78a8", "waiting": "#e0c2a0"}
@@ -62,7 +62,9 @@ def waterfall(
         for seq in p.get("requests", []):
             prefill_of.setdefault(seq, p)  # its first prefill (a readmission's comes later)
     shown = sorted(tokens, key=lambda r: r["index"])[:WATERFALL_MAX]
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.05)
+    fig = make_subplots(
+        figure=figure(), rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.05
+    )
     bars: dict[str, tuple[list, list, list, list, list]] = {k: ([], [], [], [], []) for k in COLORS}
     dots_x, dots_y, dots_text = [], [], []
     for row in shown:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import layout
+from roseprof.render.figures import figure, layout
 
 WATERFALL_MAX = 400  # requests drawn in the waterfall
 
@@ -27,7 +27,7 @@ def figures(serving: dict, tokens: list | None) -> list:
         or [np.zeros(0)]
     )
     if ttft.size or itl.size:
-        fig = go.Figure()
+        fig = figure()
         for label, v in (("TTFT", ttft), ("ITL", itl)):
             if v.size:
                 x, y = _cdf(v)
@@ -38,7 +38,7 @@ def figures(serving: dict, tokens: list | None) -> list:
     sent = [(rows["sent_ms"][i], rows["ttft_ms"][i], rows["e2e_ms"][i]) for i in ok]
     if sent:
         t, ttft_t, e2e_t = (np.asarray(c, dtype=np.float64) for c in zip(*sent))
-        fig = go.Figure()
+        fig = figure()
         fig.add_trace(go.Scatter(x=t / 1e3, y=ttft_t, mode="markers", name="TTFT", marker={"size": 4}))
         fig.add_trace(go.Scatter(x=t / 1e3, y=e2e_t, mode="markers", name="E2E", marker={"size": 4}))
         fig.add_trace(go.Histogram(x=t / 1e3, name="arrivals", yaxis="y2", opacity=0.3, nbinsx=60))
@@ -58,13 +58,13 @@ def figures(serving: dict, tokens: list | None) -> list:
             level += step
             x.append(when / 1e3)
             y.append(level)
-        fig = go.Figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv"}, name="in flight"))
+        fig = figure(go.Scatter(x=x, y=y, mode="lines", line={"shape": "hv"}, name="in flight"))
         fig.update_xaxes(title="seconds since the load started")
         fig.update_yaxes(title="requests in flight")
         out.append(layout(fig, "Concurrency over time"))
     if tokens:
         shown = tokens[:WATERFALL_MAX]
-        fig = go.Figure()
+        fig = figure()
         for r in shown:
             if r.get("sent_ms") is None or r.get("end_ms") is None:
                 continue
@@ -85,7 +85,7 @@ def figures(serving: dict, tokens: list | None) -> list:
 def loads_curve(rows: list[dict], x: list[float], x_title: str, knee_x: float | None = None) -> go.Figure:
     """Several loads' throughput (bars, left axis) and latency percentiles (lines, right axis) against their rate
     asked (a sweep: the throughput-latency curve, its knee marked) or their number (a repeat)."""
-    fig = go.Figure()
+    fig = figure()
     fig.add_trace(go.Bar(x=x, y=[r["output_tok_s"] for r in rows], name="output tok/s", opacity=0.35))
     for key, label in (("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"), ("itl_p50_ms", "ITL p50"),
                        ("itl_p99_ms", "ITL p99")):  # fmt: skip
@@ -137,7 +137,7 @@ def sweep_diff(metrics: list[dict]) -> list:
     if not by_rate:
         return []
     rates = sorted(by_rate)
-    fig = go.Figure()
+    fig = figure()
     for key, label in (("ttft.p50_ms", "TTFT p50"), ("itl.p50_ms", "ITL p50")):
         for side, dash in (("a", "dash"), ("b", "solid")):
             ys = [by_rate[r].get(key, {}).get(side) for r in rates]
@@ -145,7 +145,7 @@ def sweep_diff(metrics: list[dict]) -> list:
                                      name=f"{label} {'before' if side == 'a' else 'after'}"))  # fmt: skip
     fig.update_xaxes(title="rate asked (requests/s)")
     fig.update_yaxes(title="ms", type="log")
-    tput = go.Figure()
+    tput = figure()
     for side, name in (("a", "before"), ("b", "after")):
         ys = [by_rate[r].get("throughput.output_tok_s", {}).get(side) for r in rates]
         tput.add_trace(go.Bar(x=[f"{r:g}" for r in rates], y=ys, name=name))

@@ -9,7 +9,7 @@ import html
 
 import plotly.graph_objects as go
 
-from roseprof.render.figures import esc, layout
+from roseprof.render.figures import esc, figure, layout
 from roseprof.render.page import table
 
 MAX_SOL_KERNELS = 25
@@ -58,7 +58,7 @@ def sol_bars(ncu: dict) -> go.Figure | None:
     rows = rows[:MAX_SOL_KERNELS][::-1]
     names = [esc(_short(k["name"])) for k in rows]
     hover = [esc(k["name"]) for k in rows]
-    fig = go.Figure()
+    fig = figure()
     for key, label, colour in (
         ("mean_sm_throughput_pct", "compute (SM)", "#636efa"),
         ("mean_memory_throughput_pct", "memory", "#ef553b"),
@@ -110,7 +110,7 @@ def roofline(ncu: dict) -> go.Figure | None:
     xs = [r["arithmetic_intensity"] for r in points]
     lo = min(min(xs), min(p for p, _, _ in ceilings) / bw) / 10
     hi = max(max(xs), max(p for p, _, _ in ceilings) / bw) * 10
-    fig = go.Figure()
+    fig = figure()
     for peak, label, dash in ceilings:
         ridge = peak / bw
         fig.add_scatter(

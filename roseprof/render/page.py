@@ -96,36 +96,37 @@ def page(
 def template_mark():
     """What figures.layout names as a figure's template. plotly deep-copies a named template into each figure that
     names it and validates the copy (19 ms a figure, a dozen figures a run's page: a fifth of rendering it); this
-    small template costs nothing, and `page` writes TEMPLATE's JSON, made once, in its place, so that the page is
-    byte for byte what naming TEMPLATE in each figure made."""
+    small template costs nothing, and `page` writes TEMPLATE's JSON, made once, in its place: the same figure as
+    naming TEMPLATE in each made (tests/roseprof/test_page_template.py)."""
     import plotly.graph_objects as go  # here, not at the top: `open` of a current page needs no plotly
 
     return go.layout.Template(layout={"meta": _MARK})
 
 
 @functools.cache
-def _template_json() -> str | None:
-    """TEMPLATE as plotly writes it inside a figure (its keys in the order of plotly's validated copy, not of its
-    file); None where plotly writes an empty figure otherwise than this module expects."""
-    import plotly.graph_objects as go
+def _template_json() -> str:
+    """TEMPLATE's JSON, from plotly's own registered copy (validated when plotly loaded it). Its keys are in the
+    order of plotly's template file, not of a figure's validated copy: one figure made to write them in that order
+    took 0.2 s, a quarter of rendering a run's page (docs/BENCHMARKS.md, issue 43)."""
     import plotly.io as pio
+    from plotly.io.json import to_json_plotly
 
-    text = pio.to_json(go.Figure(layout={"template": TEMPLATE}), validate=False)
-    head = '{"data":[],"layout":{"template":'
-    return text[len(head) : -2] if text.startswith(head) and text.endswith("}}") else None
+    return to_json_plotly(pio.templates[TEMPLATE].to_plotly_json())
 
 
 def _figure_json(fig) -> str:
     """A figure's JSON, TEMPLATE in place of template_mark() (a figure that names no template: as plotly writes it)."""
     import plotly.io as pio
 
-    template = _template_json()
-    if template is None:  # another plotly: name the template in the figure, as before
+    mark = '"template":' + json.dumps({"layout": {"meta": _MARK}}, separators=(",", ":"))
+    text = pio.to_json(fig, validate=False)
+    if (
+        mark not in text
+    ):  # another plotly writes the mark otherwise: name the template in the figure, as before
         if fig.layout.template == template_mark():
             fig.update_layout(template=TEMPLATE)
         return pio.to_json(fig, validate=False)
-    mark = '"template":' + json.dumps({"layout": {"meta": _MARK}}, separators=(",", ":"))
-    return pio.to_json(fig, validate=False).replace(mark, '"template":' + template, 1)
+    return text.replace(mark, '"template":' + _template_json(), 1)
 
 
 def is_current(path: Path, since: float) -> bool:

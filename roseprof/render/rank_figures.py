@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import MAX_STEP_BARS, layout
+from roseprof.render.figures import MAX_STEP_BARS, figure, layout
 from roseprof.render.units import region_name
 
 
@@ -27,7 +27,7 @@ def arrival_heatmap(summary: dict) -> go.Figure | None:
         late = np.stack([late[:, a:b].mean(axis=1) for a, b in zip(edges[:-1], edges[1:])], axis=1)
         steps = steps[edges[:-1]]
     who = "rank" if c.get("rank_known", True) else "process"
-    fig = go.Figure(
+    fig = figure(
         go.Heatmap(
             z=late,
             x=steps,
@@ -63,7 +63,7 @@ def step_lanes(steps: dict | None) -> go.Figure | None:
     ranks = (steps or {}).get("ranks") or {}
     if len(ranks) < 2:
         return None
-    fig = go.Figure()
+    fig = figure()
     for label, rows in ranks.items():
         index = np.asarray(rows.get("index") or [], dtype=np.int64)  # [S]
         dur_ms = np.asarray(rows.get("dur_ns") or [], dtype=np.float64) / 1e6  # [S]
@@ -101,7 +101,7 @@ def rank_regions(summary: dict, top: int = 10) -> go.Figure | None:
         for r in e["regions"]:
             own[region_name(r)] = own.get(region_name(r), 0.0) + r["self_ns"]
     names = sorted(own, key=own.get, reverse=True)[:top][::-1]  # largest on top of a horizontal bar chart
-    fig = go.Figure()
+    fig = figure()
     for e in entries:
         by_name = {region_name(r): r["self_ns"] for r in e["regions"]}
         fig.add_trace(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import MAX_ITL_POINTS, ROLLOVER, esc, kept_tokens, layout
+from roseprof.render.figures import MAX_ITL_POINTS, ROLLOVER, esc, figure, kept_tokens, layout
 
 # One colour per spike cause (summary.json `spikes`; roseprof/analysis/spikes.py defines them).
 CAUSE_COLOURS = {
@@ -34,7 +34,7 @@ def itl_spikes(itl_series: list[dict] | None, spikes: dict | None) -> go.Figure 
     )
     calm = np.flatnonzero((cause == None) & kept_tokens(itl_series))  # noqa: E711 - elementwise on an object array
     stride = max(1, int(np.ceil(len(calm) / MAX_ITL_POINTS)))
-    fig = go.Figure()
+    fig = figure()
     fig.add_scattergl(
         x=t[calm[::stride]],
         y=v[calm[::stride]],
