@@ -8,8 +8,8 @@
 
 namespace roseinfer_ext {
 
-// A stamp is an ordering point: no load moves across it (a load placed before the kernel's first stamp, then
-// waited for, would be outside every region).
+// The compiler moves no memory access across a stamp (a load placed before the kernel's first stamp and waited
+// for there would be outside every region).
 __device__ __forceinline__ unsigned long long globaltimer() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
@@ -48,11 +48,12 @@ template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
 // A LayerNorm's weight and bias as this thread applies them (columns threadIdx.x + i * THREADS), loaded into
-// registers before the kernel's PDL wait: they are not written by the step, and loaded after the wait they were
-// a read on the way out of the norm. Kept as loaded (T), converted where used: nothing before the wait waits
-// for them.
+// registers before the kernel's PDL wait: the step does not write them, and loaded after the wait each would be a
+// read on the way out of the norm. Kept in T and converted to float where used, so that nothing before the wait
+// waits for the loads to land.
 template <typename T, int C, int THREADS>
 struct LayerNormParams {
+  static_assert(C % THREADS == 0, "every thread normalises the same number of columns");
   static constexpr int PER_THREAD = C / THREADS;
   T w[PER_THREAD], b[PER_THREAD];
   __device__ __forceinline__ void load(const T* ln_w, const T* ln_b) {

@@ -12,12 +12,12 @@
 // - attn_proj: output columns [rank * C / CLUSTER, ...) of the head's share (W_proj[c, h * D .. h * D + D), in
 //   registers), added into `out` (float32 [C]) with atomics: every head adds its share, no block waits for another
 //   head. The kernel after this one (the MLP) reads the finished sum once this grid has completed.
-// Everything a block reads that the step does not write (weights, the past tokens' K/V, the block table, the
-// past length) is loaded before the PDL wait, while the kernel in front still runs. After the wait: the LayerNorm
-// (every block), its 24 q/k/v values, pushed into every block of the cluster (distributed shared memory) before a
-// cluster barrier; its tokens' partial softmax (max, sum, sum of p v) pushed the same way before a second
-// barrier; then every block combines the partials into o and computes its columns of attn_proj. The two
-// dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide wait.
+// Everything a block reads that the step does not write (weights, ln_1's weights, attn_proj's bias, the past tokens'
+// K/V, the block table, the past length) is loaded before the PDL wait, while the kernel in front still runs. After
+// the wait: the LayerNorm (every block), its 24 q/k/v values, pushed into every block of the cluster (distributed
+// shared memory) before a cluster barrier; its tokens' partial softmax (max, sum, sum of p v) pushed the same way
+// before a second barrier; then every block combines the partials into o and computes its columns of attn_proj. The
+// two dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide wait.
 //
 // `out` must be zero on entry: each launch zeroes `clear`, the buffer the next layer's launch adds into, whose
 // last reader (that layer's MLP, a step before) finished before this launch's wait returned
@@ -278,14 +278,15 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
     }
   }
   plant_delay(4, delay_phase, delay_ns);
-  // The last stamp once the block's adds have landed (a fence waits for them): without it their drain, when
-  // every block adds into the same columns at once, ends the kernel after every stamp.
+  // The last stamp once the block's adds have landed (on these GPUs the fence waits for them; the truth tests
+  // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after
+  // every stamp.
   if constexpr (STAMPS) __threadfence();
   __syncthreads();
   stamp<STAMPS>(stamps, 5);
 }
 
-#ifdef ROSEINFER_KERNEL_ONLY
+#ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
 #define INSTANCE(TD, STAMPS)                                                                                       \
   template __global__ void fused_attn_kernel<TD, 768, STAMPS>(                                                     \
       const __half*, const TD*, const int64_t*, const int64_t*, const __half*, const __half*, float,          \
@@ -294,6 +295,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
 INSTANCE(float, false)
 INSTANCE(float, true)
 INSTANCE(__half, false)
+INSTANCE(__half, true)
 }  // namespace
 #else
 }  // namespace

@@ -105,13 +105,14 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   }
   LayerNormParams<T, C, THREADS> ln;
   ln.load(ln_w, ln_b);
-  // block 0 adds mlp_proj's bias with its share: thread t's 4 columns from 4 t (C / 4 <= THREADS), as loaded
+  // block 0 adds mlp_proj's bias with its share: thread t's 4 columns from 4 t (C / 4 <= THREADS), kept in T
   static_assert(C / 4 <= THREADS, "one float4 of output columns per thread");
   T bias[4] = {};
   if (blockIdx.x == 0 && threadIdx.x < C / 4)
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = b_proj[4 * threadIdx.x + e];
-  // release the next kernel (it too loads only weights before its wait), then wait for the one before
+  // release the next kernel (it too loads before its wait only what the step does not write), then wait for the
+  // one before
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   stamp<STAMPS>(stamps, 1);
@@ -176,20 +177,23 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
 #endif
   }
   plant_delay(4, delay_phase, delay_ns);
-  // The last stamp once the block's adds have landed (a fence waits for them): without it their drain, when
-  // every block adds into the same columns at once, ends the kernel after every stamp.
+  // The last stamp once the block's adds have landed (on these GPUs the fence waits for them; the truth tests
+  // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after
+  // every stamp.
   if constexpr (STAMPS) __threadfence();
   __syncthreads();
   stamp<STAMPS>(stamps, 5);
 }
 
-#ifdef ROSEINFER_KERNEL_ONLY
-template __global__ void fused_mlp_kernel<__half, __half, 768, false>(const __half*, const __half*, const __half*,
-    const __half*, float, const __half*, const __half*, const __half*, const __half*, __half*, float*, float*,
-    unsigned long long*, int, long long);
-template __global__ void fused_mlp_kernel<__half, float, 768, true>(const __half*, const float*, const __half*,
-    const __half*, float, const __half*, const __half*, const __half*, const __half*, __half*, float*, float*,
-    unsigned long long*, int, long long);
+#ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
+#define INSTANCE(TD, STAMPS)                                                                                       \
+  template __global__ void fused_mlp_kernel<__half, TD, 768, STAMPS>(                                              \
+      const __half*, const TD*, const __half*, const __half*, float, const __half*, const __half*, const __half*, \
+      const __half*, __half*, float*, float*, unsigned long long*, int, long long);
+INSTANCE(float, false)
+INSTANCE(float, true)
+INSTANCE(__half, false)
+INSTANCE(__half, true)
 }  // namespace
 #else
 }  // namespace

@@ -30,10 +30,11 @@ def esc(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def figure(*data) -> go.Figure:
-    """A new figure that names the page's template mark from the start: a plain figure() copies plotly's default
-    template into itself (13 ms a figure) before `layout` replaces it with the mark (docs/BENCHMARKS.md, issue 43)."""
-    return go.Figure(list(data), layout={"template": template_mark()})
+def figure(*traces) -> go.Figure:
+    """A new figure of `traces` (none or several, each a trace) that names the page's template mark from the start:
+    a plain go.Figure() deep-copies plotly's default template into itself before `layout` replaces it with the mark
+    (docs/BENCHMARKS.md, session 31, issue 43)."""
+    return go.Figure(list(traces), layout={"template": template_mark()})
 
 
 def layout(fig: go.Figure, title: str, note: str | None = None, height: int = 380) -> go.Figure:

@@ -106,8 +106,8 @@ def template_mark():
 @functools.cache
 def _template_json() -> str:
     """TEMPLATE's JSON, from plotly's own registered copy (validated when plotly loaded it). Its keys are in the
-    order of plotly's template file, not of a figure's validated copy: one figure made to write them in that order
-    took 0.2 s, a quarter of rendering a run's page (docs/BENCHMARKS.md, issue 43)."""
+    order of plotly's template file, not of a figure's validated copy: a figure made to write them in that order
+    cost a deep copy of the template and its validation (docs/BENCHMARKS.md, session 31, issue 43)."""
     import plotly.io as pio
     from plotly.io.json import to_json_plotly
 
@@ -120,9 +120,8 @@ def _figure_json(fig) -> str:
 
     mark = '"template":' + json.dumps({"layout": {"meta": _MARK}}, separators=(",", ":"))
     text = pio.to_json(fig, validate=False)
-    if (
-        mark not in text
-    ):  # another plotly writes the mark otherwise: name the template in the figure, as before
+    # Another plotly may write the mark otherwise: then the figure names the template itself, as before.
+    if mark not in text:
         if fig.layout.template == template_mark():
             fig.update_layout(template=TEMPLATE)
         return pio.to_json(fig, validate=False)

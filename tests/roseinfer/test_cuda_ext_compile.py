@@ -1,8 +1,10 @@
-"""The CUDA C++ kernels compile as torch builds them, where nvcc is (a developer's machine; the CPU CI has none and
-skips): with torch's own nvcc flags beside the build's (`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`, no implicit
-half conversions among them), and `ROSEINFER_KERNEL_ONLY` for the kernels alone (no torch headers, no CUDA torch
-needed). A kernel that only a GPU machine's build would refuse cost a device call (docs/BENCHMARKS.md, session 31)."""
+"""The CUDA C++ kernels compile as torch builds them, every instantiation the launchers use, where nvcc is (a
+developer's machine; a CI machine without one skips): with torch's own nvcc flags beside the build's
+(`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`, no implicit half conversions among them), and `ROSEINFER_KERNEL_ONLY`
+for the kernels alone (no torch headers, no CUDA torch needed). A kernel that only a GPU machine's build would refuse
+cost a device call (docs/BENCHMARKS.md, session 31)."""
 
+import re
 import shutil
 import subprocess
 
@@ -13,6 +15,17 @@ from roseinfer.cuda_ext import fused_attn, fused_mlp
 
 NVCC = shutil.which("nvcc")
 
+
+def _nvcc_release() -> tuple[int, int] | None:
+    if NVCC is None:
+        return None
+    out = subprocess.run([NVCC, "--version"], capture_output=True, text=True, timeout=60).stdout
+    found = re.search(r"release (\d+)\.(\d+)", out)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+RELEASE = _nvcc_release()
+
 BUILDS = [
     (fused_mlp.NAME, ()),
     (fused_mlp.NAME, (fused_mlp.DELAY_DEFINE,)),
@@ -22,6 +35,9 @@ BUILDS = [
 
 
 @pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+@pytest.mark.skipif(
+    NVCC is not None and (RELEASE or (0, 0)) < (12, 0), reason=f"nvcc {RELEASE}: no sm_90a before 12.0"
+)
 @pytest.mark.parametrize(("name", "defines"), BUILDS)
 def test_the_kernels_compile_with_torchs_flags(tmp_path, name, defines):
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
