@@ -25,9 +25,8 @@ def made_once(tmp_path_factory, name: str, make) -> Path:
     root = tmp_path_factory.getbasetemp().parent / name  # shared by this run's workers (pytest-N/)
     made, failed = root.with_name(name + ".made"), root.with_name(name + ".failed")
     with FileLock(str(root.with_name(name + ".lock"))):
-        if (
-            failed.exists()
-        ):  # another worker's make failed: its error, at once, rather than the same minutes again
+        # another worker's make failed: its error, at once, rather than the same minutes again
+        if failed.exists():
             pytest.fail(f"{name}: made by another worker, which failed: {failed.read_text()}", pytrace=False)
         if not made.exists():
             if root.exists():

@@ -17,6 +17,8 @@ from pathlib import Path
 RENDERER_VERSION = "5"  # 4: plotly.js beside the page, not inside it; 5: a live run's request waterfall
 TEMPLATE = "plotly_white"  # every figure's look
 _MARK = f"roseprof: {TEMPLATE} goes here"
+# the mark as plotly writes it in a figure's JSON
+_MARK_JSON = '"template":' + json.dumps({"layout": {"meta": _MARK}}, separators=(",", ":"))
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
@@ -94,7 +96,7 @@ def page(
 
 @functools.cache
 def template_mark():
-    """What figures.layout names as a figure's template. plotly deep-copies a named template into each figure that
+    """What every figure names as its template (figures.figure, figures.layout). plotly deep-copies a named template into each figure that
     names it and validates the copy (19 ms a figure, a dozen figures a run's page: a fifth of rendering it); this
     small template costs nothing, and `page` writes TEMPLATE's JSON, made once, in its place: the same figure as
     naming TEMPLATE in each made (tests/roseprof/test_page_template.py)."""
@@ -118,14 +120,13 @@ def _figure_json(fig) -> str:
     """A figure's JSON, TEMPLATE in place of template_mark() (a figure that names no template: as plotly writes it)."""
     import plotly.io as pio
 
-    mark = '"template":' + json.dumps({"layout": {"meta": _MARK}}, separators=(",", ":"))
     text = pio.to_json(fig, validate=False)
     # Another plotly may write the mark otherwise: then the figure names the template itself, as before.
-    if mark not in text:
+    if _MARK_JSON not in text:
         if fig.layout.template == template_mark():
             fig.update_layout(template=TEMPLATE)
         return pio.to_json(fig, validate=False)
-    return text.replace(mark, '"template":' + _template_json(), 1)
+    return text.replace(_MARK_JSON, '"template":' + _template_json(), 1)
 
 
 def is_current(path: Path, since: float) -> bool:

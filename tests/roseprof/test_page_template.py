@@ -18,14 +18,13 @@ def _figure():
 
 def test_page_figure_is_plotlys_figure_with_the_template_named():
     marked = _figure()
-    mark = '"template":' + json.dumps({"layout": {"meta": page._MARK}}, separators=(",", ":"))
-    assert mark in pio.to_json(marked, validate=False)  # the fast path: the mark replaced in the text
+    # the fast path: the mark replaced in the text
+    assert page._MARK_JSON in pio.to_json(marked, validate=False)
     named = _figure().update_layout(template=page.TEMPLATE)
     written = json.loads(page._figure_json(marked))
     assert written == json.loads(pio.to_json(named, validate=False))
-    assert (
-        written["layout"]["template"]["layout"]["plot_bgcolor"] == "white"
-    )  # plotly_white's, not the mark's
+    # plotly_white's, not the mark's
+    assert written["layout"]["template"]["layout"]["plot_bgcolor"] == "white"
     assert marked.layout.template == page.template_mark()  # the figure itself was not renamed
 
 
