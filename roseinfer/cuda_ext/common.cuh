@@ -47,51 +47,115 @@ template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
 template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
 
-// A LayerNorm's weight and bias as this thread applies them (columns threadIdx.x + i * THREADS), loaded into
-// registers before the kernel's PDL wait: the step does not write them, and loaded after the wait each would be a
-// read on the way out of the norm. Kept in T and converted to float where used, so that nothing before the wait
-// waits for the loads to land.
-template <typename T, int C, int THREADS>
-struct LayerNormParams {
-  static_assert(C % THREADS == 0, "every thread normalises the same number of columns");
-  static constexpr int PER_THREAD = C / THREADS;
-  T w[PER_THREAD], b[PER_THREAD];
-  __device__ __forceinline__ void load(const T* ln_w, const T* ln_b) {
-#pragma unroll
-    for (int i = 0; i < PER_THREAD; ++i) {
-      w[i] = ln_w[threadIdx.x + i * THREADS];
-      b[i] = ln_b[threadIdx.x + i * THREADS];
-    }
-  }
+// The end of a phase that the next phase does not read from shared memory: the warps of the stamped build meet
+// there, so that the phase's stamp is its last warp's end; in the unstamped build each warp goes on.
+template <bool STAMPS>
+__device__ __forceinline__ void phase_barrier() {
+  if constexpr (STAMPS) __syncthreads();
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+// What a block's LayerNorm keeps in shared memory: its weight and bias (copied there before the kernel's PDL wait,
+// with cp.async: no registers held across the wait; the step does not write them) and the row s = x + delta.
+template <typename T, int C>
+struct LayerNormShared {
+  __align__(16) T w[C];
+  __align__(16) T b[C];
+  __align__(16) T s[C];
 };
 
-// The residual add and LayerNorm every one-row kernel runs first, in every block: s = x + delta, rounded to T as
-// torch's add rounds it (block 0 stores it in s_out), and hs = LayerNorm(s), rounded to T as the unfused kernel
-// writes it. C a multiple of THREADS; red: THREADS / 32 floats of shared memory; the caller syncs before hs is read.
-template <typename T, typename TD, int C, int THREADS>
-__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta,
-                                                   const LayerNormParams<T, C, THREADS>& ln, float eps, T* s_out,
-                                                   float* hs, float* red) {
-  constexpr int PER_THREAD = C / THREADS;
-  float sv[PER_THREAD];
+// Before the wait: the LayerNorm's weight and bias into `sh`, as one cp.async group of their own (committed here).
+template <typename T, int C, int THREADS>
+__device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh, const T* ln_w, const T* ln_b) {
+  constexpr int CHUNKS = C * sizeof(T) / 16;  // 16-byte pieces of one of them
+  for (int e = threadIdx.x; e < 2 * CHUNKS; e += THREADS) {
+    if (e < CHUNKS)
+      cp_async16(sh.w + e * (16 / sizeof(T)), ln_w + e * (16 / sizeof(T)));
+    else
+      cp_async16(sh.b + (e - CHUNKS) * (16 / sizeof(T)), ln_b + (e - CHUNKS) * (16 / sizeof(T)));
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// The residual add and LayerNorm every one-row kernel runs first. The block writes s = x + delta (rounded to T as
+// torch's add rounds it; block 0 also stores it in s_out) into shared memory behind one barrier; then every warp
+// normalises the row on its own: a lane takes the columns it multiplies with its weights, (j * 32 + lane) * 8 + e
+// (j < C / 256, e < 8), so the mean and variance are two warp sums (no block reduction) and h = LayerNorm(s),
+// rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). `pending`:
+// cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which need not have landed.
+template <typename T, typename TD, int C, int THREADS, int PENDING>
+__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
+                                                   float eps, T* s_out, uint4* h) {
+  static_assert(C % THREADS == 0 && C % 256 == 0, "whole columns per thread, whole vectors per lane");
+  constexpr int PER_THREAD = C / THREADS, VECS = C / 256;
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    const T s = from_f<T>(to_f<T>(x[k]) + to_f<TD>(delta[k]));
+    sh.s[k] = s;
+    if (blockIdx.x == 0) s_out[k] = s;
+  }
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");  // the LayerNorm's weights have landed
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
   float part = 0.f;
 #pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    T s = from_f<T>(to_f<T>(x[k]) + to_f<TD>(delta[k]));
-    if (blockIdx.x == 0) s_out[k] = s;
-    sv[i] = to_f<T>(s);
-    part += sv[i];
+  for (int j = 0; j < VECS; ++j) {
+    h[j] = *reinterpret_cast<const uint4*>(sh.s + (j * 32 + lane) * 8);
+    const T* v = reinterpret_cast<const T*>(&h[j]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) part += to_f<T>(v[e]);
   }
-  const float mean = block_sum<THREADS / 32>(part, red) / C;
+  const float mean = warp_sum(part) / C;
   part = 0.f;
 #pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) part += (sv[i] - mean) * (sv[i] - mean);
-  const float rstd = rsqrtf(block_sum<THREADS / 32>(part, red) / C + eps);
+  for (int j = 0; j < VECS; ++j) {
+    const T* v = reinterpret_cast<const T*>(&h[j]);
 #pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    hs[k] = to_f<T>(from_f<T>((sv[i] - mean) * rstd * to_f<T>(ln.w[i]) + to_f<T>(ln.b[i])));
+    for (int e = 0; e < 8; ++e) part += (to_f<T>(v[e]) - mean) * (to_f<T>(v[e]) - mean);
+  }
+  const float rstd = rsqrtf(warp_sum(part) / C + eps);
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    // One vector of the weights at a time (a compiler barrier a vector): loaded all at once they held 16 more
+    // registers, and the kernel's registers decide whether the next kernel's blocks fit beside its own (PDL).
+    asm volatile("" ::: "memory");
+    const uint4 w4 = *reinterpret_cast<const uint4*>(sh.w + (j * 32 + lane) * 8);
+    const uint4 b4 = *reinterpret_cast<const uint4*>(sh.b + (j * 32 + lane) * 8);
+    const T* w = reinterpret_cast<const T*>(&w4);
+    const T* b = reinterpret_cast<const T*>(&b4);
+    T* v = reinterpret_cast<T*>(&h[j]);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = from_f<T>((to_f<T>(v[e]) - mean) * rstd * to_f<T>(w[e]) + to_f<T>(b[e]));
+  }
+}
+
+// ROWS dot products of packed weights (w[i][j]: 8 T a vector) with the row h (8 T a vector, VECS vectors), each in
+// float in the unfused GEMV's order (acc[i] = 0 + dot of vector 0 + dot of vector 1 + ..., each dot left to right).
+// Vector j of h is unpacked once for all rows, and only it: unpacked for every row at once it held 24 registers.
+template <typename T, int ROWS, int VECS>
+__device__ __forceinline__ void dot_rows(const uint4 (&w)[ROWS][VECS], const uint4 (&h)[VECS], float (&acc)[ROWS]) {
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    asm volatile("" ::: "memory");  // one vector of h unpacked at a time
+    const T* hv = reinterpret_cast<const T*>(&h[j]);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = to_f<T>(hv[e]);
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const T* wv = reinterpret_cast<const T*>(&w[i][j]);
+      float d = to_f<T>(wv[0]) * v[0];
+#pragma unroll
+      for (int e = 1; e < 8; ++e) d += to_f<T>(wv[e]) * v[e];
+      acc[i] += d;
+    }
   }
 }
 

@@ -92,15 +92,13 @@ __device__ float block_max(float v, float* red) {
   return warp_max(lane < WARPS ? red[lane] : -INFINITY);
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-
 // TD: delta's dtype (float16 embeddings at the first layer, float32 where it is the MLP kernel's output);
 // C: the model's width (H = C / D heads, the grid H * CLUSTER blocks).
+// At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
+// each, then fit one SM together, so that under PDL the next kernel's blocks load their weights while this one
+// runs. Above it (168-180 registers, docs/BENCHMARKS.md session 31) the next blocks waited for these to leave.
 template <typename TD, int C, bool STAMPS>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fused_attn_kernel(
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kernel(
     const __half* __restrict__ x, const TD* __restrict__ delta, const int64_t* __restrict__ x_row,
     const int64_t* __restrict__ delta_row, const __half* __restrict__ ln_w, const __half* __restrict__ ln_b,
     float eps, const __half* __restrict__ w_attn, const __half* __restrict__ b_attn,
@@ -115,7 +113,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   static_assert(WCOLS * (D / 8) == VECS * 32, "attn_proj's columns split evenly over the lanes");
   __shared__ __align__(16) __half ks[TILE + 1][KROW];  // this block's past tokens (+ the new one on the last rank)
   __shared__ __align__(16) __half vs[TILE + 1][KROW];
-  __shared__ __align__(16) float hs[C];       // LayerNorm(s)
+  __shared__ LayerNormShared<__half, C> lns;  // ln_1's weights and the row s
   __shared__ __align__(16) float qkv[3][D];   // the head's new q, k, v (pushed here by every block of the cluster)
   __shared__ float sc[TILE + 1];              // scores, then probabilities
   __shared__ float pv[4][D];                  // the P V partial sums of 4 groups of tokens
@@ -131,8 +129,9 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // This block has started: no block of the cluster writes into another's shared memory before all have.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  // Phase 0, before the wait: the weights, ln_1's weights and attn_proj's bias, the past tokens' K/V and where
-  // the new token goes.
+  // Phase 0, before the wait: ln_1's weights (first: the LayerNorm after the wait needs them before the rows),
+  // the weights and attn_proj's bias, the past tokens' K/V and where the new token goes.
+  stage_layernorm_params<__half, C, THREADS>(lns, ln_w, ln_b);  // its cp.async group before the K/V's
   uint4 wa[3][VECS];
   float ba[3];
 #pragma unroll
@@ -147,8 +146,6 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
 #pragma unroll
   for (int t = 0; t < VECS; ++t)
     wp[t] = load_weights(w_proj + (size_t)(col0 + t * 4 + lane / 8) * C + h * D + (lane % 8) * 8);
-  LayerNormParams<__half, C, THREADS> ln;
-  ln.load(ln_w, ln_b);
   __half bias[VECS];  // head 0 adds attn_proj's bias with its share (lane's columns col0 + t * 4 + lane / 8)
 #pragma unroll
   for (int t = 0; t < VECS; ++t)
@@ -177,21 +174,18 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
   const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
-  residual_layernorm<__half, TD, C, THREADS>(xr, dr, ln, eps, s_out, hs, red);
+  uint4 hv[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 float16 a vector
+  residual_layernorm<__half, TD, C, THREADS, 1>(xr, dr, lns, eps, s_out, hv);  // the K/V's group may be in flight
   plant_delay(1, delay_phase, delay_ns);
-  __syncthreads();
+  phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
 
   // Phase 2: this warp's q, k and v at `dim` (rounded to float16 as the GEMV stores them), into every block of
   // the cluster; the new k and v into the cache.
   float mine[3];
+  dot_rows<__half>(wa, hv, mine);
 #pragma unroll
-  for (int i = 0; i < 3; ++i) {
-    float acc = 0.f;
-#pragma unroll
-    for (int j = 0; j < VECS; ++j) acc += dot8(wa[i][j], hs + (j * 32 + lane) * 8);
-    mine[i] = round_h(warp_sum(acc) + ba[i]);
-  }
+  for (int i = 0; i < 3; ++i) mine[i] = round_h(warp_sum(mine[i]) + ba[i]);
   // Every block of the cluster has started (the arrive before the wait): its shared memory may be written.
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   if (lane < CLUSTER * 3) {  // lane -> (block of the cluster, q/k/v)
@@ -282,7 +276,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 1) fu
   // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after
   // every stamp.
   if constexpr (STAMPS) __threadfence();
-  __syncthreads();
+  phase_barrier<STAMPS>();
   stamp<STAMPS>(stamps, 5);
 }
 

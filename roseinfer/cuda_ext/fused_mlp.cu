@@ -56,35 +56,29 @@ __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long lon
 #endif
 }
 
-// dot of 8 packed weights with 8 floats of shared memory
-template <typename T>
-__device__ __forceinline__ float dot8(const uint4& w, const float* v) {
-  const T* wv = reinterpret_cast<const T*>(&w);
-  float4 a = *reinterpret_cast<const float4*>(v);
-  float4 b = *reinterpret_cast<const float4*>(v + 4);
-  return to_f<T>(wv[0]) * a.x + to_f<T>(wv[1]) * a.y + to_f<T>(wv[2]) * a.z + to_f<T>(wv[3]) * a.w +
-         to_f<T>(wv[4]) * b.x + to_f<T>(wv[5]) * b.y + to_f<T>(wv[6]) * b.z + to_f<T>(wv[7]) * b.w;
-}
-
 // T: the activations' and weights' dtype; TD: delta's (T, or float32 where it is the output of this kernel's
 // launch for the layer before); C: the model's width (a multiple of 256; the grid is 4C / (WARPS * ROWS) blocks)
+// At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
+// each, then fit one SM together, so that under PDL the next kernel's blocks load their weights while this one
+// runs. Above it (168-180 registers, docs/BENCHMARKS.md session 31) the next blocks waited for these to leave.
 template <typename T, typename TD, int C, bool STAMPS>
-__global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
+__global__ void __maxnreg__(128) fused_mlp_kernel(
     const T* __restrict__ x, const TD* __restrict__ delta, const T* __restrict__ ln_w, const T* __restrict__ ln_b,
     float eps, const T* __restrict__ w_fc, const T* __restrict__ b_fc, const T* __restrict__ w_proj_t,
     const T* __restrict__ b_proj, T* __restrict__ s_out, float* __restrict__ out, float* __restrict__ clear,
     unsigned long long* stamps, int delay_phase, long long delay_ns) {
   constexpr int N_FC = 4 * C;
   constexpr int VECS = C / 256;  // 16-byte vectors of one C-long row per lane
-  __shared__ __align__(16) float hs[C];         // LayerNorm(s)
+  __shared__ LayerNormShared<T, C> lns;         // ln_2's weights and the row s
   __shared__ __align__(16) float ps[WARPS][C];  // each warp's share of the output columns
-  __shared__ float red[WARPS];
   stamp<STAMPS>(stamps, 0);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
 
-  // Phase 0: this warp's rows of both weights, c_fc's bias, ln_2's weights and (block 0) mlp_proj's bias, none
-  // written by the step: loaded before the wait.
+  // Phase 0: ln_2's weights, this warp's rows of both weights, c_fc's bias and (block 0) mlp_proj's bias, none
+  // written by the step: loaded before the wait. ln_2's first (3 KB a block), so that they land before the 72 KB
+  // of rows: the LayerNorm after the wait needs them first.
+  stage_layernorm_params<T, C, THREADS>(lns, ln_w, ln_b);
   uint4 wf[ROWS][VECS], wp[ROWS][VECS];
   float bf[ROWS];
 #pragma unroll
@@ -103,8 +97,6 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
       for (int j = 0; j < VECS; ++j) wf[i][j] = wp[i][j] = make_uint4(0, 0, 0, 0);
     }
   }
-  LayerNormParams<T, C, THREADS> ln;
-  ln.load(ln_w, ln_b);
   // block 0 adds mlp_proj's bias with its share: thread t's 4 columns from 4 t (C / 4 <= THREADS), kept in T
   static_assert(C / 4 <= THREADS, "one float4 of output columns per thread");
   T bias[4] = {};
@@ -120,24 +112,23 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
     for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
 
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
-  residual_layernorm<T, TD, C, THREADS>(x, delta, ln, eps, s_out, hs, red);
+  uint4 h[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 T a vector
+  residual_layernorm<T, TD, C, THREADS, 0>(x, delta, lns, eps, s_out, h);
   plant_delay(1, delay_phase, delay_ns);
-  __syncthreads();
+  phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
 
   // Phase 2: this warp's g values (c_fc rows, bias, GPT-2's tanh GELU), rounded to T as the Triton path stores g.
-  float gv[ROWS];
+  float gv[ROWS], dots[ROWS];
+  dot_rows<T>(wf, h, dots);
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
-    float acc = 0.f;
-#pragma unroll
-    for (int j = 0; j < VECS; ++j) acc += dot8<T>(wf[i][j], hs + (j * 32 + lane) * 8);
-    acc = warp_sum(acc) + bf[i];
+    const float acc = warp_sum(dots[i]) + bf[i];
     const float u = 0.7978845608028654f * (acc + 0.044715f * acc * acc * acc);
     gv[i] = row0 + i < N_FC ? to_f<T>(from_f<T>(0.5f * acc * (1.f + tanhf(u)))) : 0.f;
   }
   plant_delay(2, delay_phase, delay_ns);
-  __syncthreads();
+  phase_barrier<STAMPS>();  // phase 3 reads g from registers and writes its warp's own row of ps
   stamp<STAMPS>(stamps, 3);
 
   // Phase 3: this warp's share of output columns (j * 32 + lane) * 8 + e, into shared memory.
@@ -181,7 +172,7 @@ __global__ void __launch_bounds__(THREADS, 1) fused_mlp_kernel(
   // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after
   // every stamp.
   if constexpr (STAMPS) __threadfence();
-  __syncthreads();
+  phase_barrier<STAMPS>();
   stamp<STAMPS>(stamps, 5);
 }
 
