@@ -1,5 +1,5 @@
-// What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): the GPU's clock for their region stamps,
-// warp and block sums, the residual add + LayerNorm they start with, the weights' streaming load, and a launch as
+// What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): their region stamps and test builds' planted
+// delays, warp and block sums, the residual add + LayerNorm they start with, the weights' streaming load, and a launch as
 // a programmatic dependent launch (PDL).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
 #pragma once
@@ -16,13 +16,37 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   return t;
 }
 
-// A spin of delay_ns by thread 0 (test builds plant one in a phase, to check that the stamps place it)
-__device__ __forceinline__ void spin_ns(long long delay_ns) {
-  if (threadIdx.x == 0) {
+// The kernels' regions (docs/ROSEPROF.md): in the STAMPS instantiation thread 0 of every block writes
+// %globaltimer at phase boundary k, stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks
+// without a copy). STAMPS is a template parameter, not a null check at run time: with the code present but off, the
+// first design ran 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the
+// other kernel. -DROSEINFER_NO_STAMPS builds without the stamp code at all, to check that off costs nothing.
+template <bool STAMPS>
+__device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
+#ifndef ROSEINFER_NO_STAMPS
+  if constexpr (STAMPS) {
+    if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
+  }
+#endif
+}
+
+// The end of a phase that the next phase does not read from shared memory: the warps of the stamped build meet
+// there, so that the phase's stamp is its last warp's end; in the unstamped build each warp goes on.
+template <bool STAMPS>
+__device__ __forceinline__ void phase_barrier() {
+  if constexpr (STAMPS) __syncthreads();
+}
+
+// Test builds (-DROSEINFER_STAMP_DELAY) plant a spin of delay_ns by thread 0 in one phase, so that tests can check
+// that the stamps place it; other builds have no spin.
+__device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
+#ifdef ROSEINFER_STAMP_DELAY
+  if (phase == delay_phase && threadIdx.x == 0) {
     const unsigned long long t0 = globaltimer();
     while (globaltimer() - t0 < (unsigned long long)delay_ns) {
     }
   }
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -46,13 +70,6 @@ template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __h
 template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
 template <typename T> __device__ __forceinline__ T from_f(float v);
 template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-
-// The end of a phase that the next phase does not read from shared memory: the warps of the stamped build meet
-// there, so that the phase's stamp is its last warp's end; in the unstamped build each warp goes on.
-template <bool STAMPS>
-__device__ __forceinline__ void phase_barrier() {
-  if constexpr (STAMPS) __syncthreads();
-}
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -27,7 +27,7 @@
 // (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
 // its barrier, end once its adds have landed), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the
 // blocks without a copy).
-// A test build (-DFUSED_ATTN_STAMP_DELAY) can plant a spin of delay_ns in one phase.
+// A test build (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cstdint>
@@ -52,19 +52,6 @@ constexpr int TILE = 128;   // past tokens a block holds: GPT-2's 1,024 position
 constexpr int KROW = D + 8; // a K/V row in shared memory, padded: 16-byte reads of 8 rows hit distinct banks
 constexpr int NSTAMP = 6;
 static_assert(CLUSTER * WARPS == D, "one q/k/v dim per warp");
-
-template <bool STAMPS>
-__device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
-  if constexpr (STAMPS) {
-    if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
-  }
-}
-
-__device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
-#ifdef FUSED_ATTN_STAMP_DELAY
-  if (phase == delay_phase) spin_ns(delay_ns);
-#endif
-}
 
 __device__ __forceinline__ float round_h(float v) { return __half2float(__float2half_rn(v)); }
 

@@ -20,7 +20,7 @@
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
 // after the block's share of mlp_proj, end once its adds have landed; stamp-major, [NSTAMP, blocks]: the host
 // reduces each stamp over the blocks without a copy); the other instantiation has no stamp code. A test build
-// (-DFUSED_MLP_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
+// (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "common.cuh"
@@ -38,23 +38,6 @@ constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 constexpr int ROWS = 3;  // g rows per warp
 constexpr int NSTAMP = 6;
-
-// STAMPS is a template parameter, not a null check at run time: with the code present but off, the first design
-// ran 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the other kernel.
-template <bool STAMPS>
-__device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
-#ifndef FUSED_MLP_NO_STAMPS  // a build without the stamp code at all, to check that off costs nothing
-  if constexpr (STAMPS) {
-    if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
-  }
-#endif
-}
-
-__device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
-#ifdef FUSED_MLP_STAMP_DELAY
-  if (phase == delay_phase) spin_ns(delay_ns);
-#endif
-}
 
 // T: the activations' and weights' dtype; TD: delta's (T, or float32 where it is the output of this kernel's
 // launch for the layer before); C: the model's width (a multiple of 256; the grid is 4C / (WARPS * ROWS) blocks)
