@@ -1,6 +1,6 @@
-// What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): their region stamps and test builds' planted
-// delays, warp and block sums, the residual add + LayerNorm they start with, the weights' streaming load, and a launch as
-// a programmatic dependent launch (PDL).
+// What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): their region stamps, phase barriers and test
+// builds' planted delays, warp and block sums, the residual add + LayerNorm they start with (every warp its own),
+// cp.async, the weights' streaming load, and a launch as a programmatic dependent launch (PDL).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
 #pragma once
 #include <cuda_fp16.h>

@@ -14,10 +14,11 @@
 //   head. The kernel after this one (the MLP) reads the finished sum once this grid has completed.
 // Everything a block reads that the step does not write (weights, ln_1's weights, attn_proj's bias, the past tokens'
 // K/V, the block table, the past length) is loaded before the PDL wait, while the kernel in front still runs. After
-// the wait: the LayerNorm (every block), its 24 q/k/v values, pushed into every block of the cluster (distributed
-// shared memory) before a cluster barrier; its tokens' partial softmax (max, sum, sum of p v) pushed the same way
-// before a second barrier; then every block combines the partials into o and computes its columns of attn_proj. The
-// two dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide wait.
+// the wait: the LayerNorm (every warp its own, common.cuh), its 24 q/k/v values, pushed into every block of the
+// cluster (distributed shared memory) before a cluster barrier; its tokens' partial softmax (max, sum, sum of p v)
+// pushed the same way before a second barrier; then every block combines the partials into o and computes its
+// columns of attn_proj. The two dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide
+// wait.
 //
 // `out` must be zero on entry: each launch zeroes `clear`, the buffer the next layer's launch adds into, whose
 // last reader (that layer's MLP, a step before) finished before this launch's wait returned
@@ -143,7 +144,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   const int n_past = t1 - t0;  // this block's past tokens (<= TILE: the caller checks past < CLUSTER * TILE)
   for (int e = threadIdx.x; e < n_past * (D / 8) * 2; e += THREADS) {
     const int row = (e >> 1) / (D / 8), part = (e >> 1) % (D / 8), t = t0 + row;
-    const size_t at = ((size_t)table[t / block_size] * H + h) * block_size * D + (size_t)(t % block_size) * D + part * 8;
+    const size_t at =
+        ((size_t)table[t / block_size] * H + h) * block_size * D + (size_t)(t % block_size) * D + part * 8;
     if (e & 1)
       cp_async16(&vs[row][part * 8], v_cache + at);
     else

@@ -6,12 +6,12 @@
 //
 // Block b owns g rows [24 b, 24 b + 24), 3 per warp: their rows of W_fc [4C, C] and the same rows of W_proj^T (a
 // [4C, C] copy of mlp_proj's weight, so that a row is contiguous), all in registers, loaded before the kernel
-// waits for the one in front (a programmatic dependent launch). After the wait every block normalises the row,
-// computes its g values, then its share of every output column (the sum over its 24 rows of g[r] W_proj[:, r]),
-// sums that over its warps in shared memory and adds it into `out` (float32 [C]) with 16-byte atomics. No block
-// waits for another: the kernel after this one reads the finished sum once this grid has completed. (A first
-// design computed mlp_proj's rows after a grid barrier instead: the barrier cost what the kernel boundary it
-// removed does, ~2 us, and the kernel lost to the Triton path; session 19 in docs/BENCHMARKS.md.)
+// waits for the one in front (a programmatic dependent launch). After the wait every warp normalises the row
+// (common.cuh), computes its g values, then its share of every output column (the sum over its 24 rows of g[r]
+// W_proj[:, r]); the block sums that over its warps in shared memory and adds it into `out` (float32 [C]) with
+// 16-byte atomics. No block waits for another: the kernel after this one reads the finished sum once this grid
+// has completed. (A first design computed mlp_proj's rows after a grid barrier instead: the barrier cost what the
+// kernel boundary it removed does, ~2 us, and the kernel lost to the Triton path; session 19 in docs/BENCHMARKS.md.)
 //
 // `out` must be zero on entry: each launch zeroes `clear`, the buffer the next launch adds into, whose last
 // reader finished before this launch's wait returned (fused_mlp.MlpScratch keeps one buffer per layer).
