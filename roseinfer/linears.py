@@ -200,7 +200,7 @@ def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor)
     return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight)[1]
 
 
-def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
+def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -> bool:
     """Whether `cuda_mlp` runs the MLP here: inside `small_batch_gemv(.., norm_prologue=True, lm_head=True,
     mlp_scratch=...)` (the norm GEMVs after it read its float32 output), where the norm GEMV would run c_fc (one
     row), and where the CUDA kernel is built for these shapes (`roseinfer.cuda_ext.fused_mlp.fused_mlp_applies`: on
@@ -209,7 +209,7 @@ def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bo
         return False
     from roseinfer.cuda_ext.fused_mlp import fused_mlp_applies
 
-    return fused_mlp_applies(x, delta, c_fc, mlp_proj)
+    return fused_mlp_applies(x, delta, ln, c_fc, mlp_proj)
 
 
 def cuda_mlp(x: torch.Tensor, delta: torch.Tensor, block, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -109,7 +109,7 @@ class Block(nn.Module):
     def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
         """The MLP half: (residual [T, C], the MLP's output [T, C])."""
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
-        if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.c_fc, self.mlp_proj):
+        if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.ln_2, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32
                 return cuda_mlp(x, a, self, layer)
         if not in_gemv:

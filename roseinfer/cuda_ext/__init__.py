@@ -26,6 +26,21 @@ CACHE_ENV = names.ROSEINFER_CUDA_EXT_CACHE
 _WHY_NOT: dict[str, str] = {}
 
 
+def layer_norm_fits(ln, width: int) -> bool:
+    """Whether a LayerNorm's weight and bias can be a one-row kernel's: float16 [width], contiguous and 16-byte
+    aligned (the kernels copy them into shared memory 16 bytes at a time with cp.async, which faults otherwise)."""
+    import torch
+
+    return all(
+        p is not None
+        and p.dtype == torch.float16
+        and tuple(p.shape) == (width,)
+        and p.is_contiguous()
+        and p.data_ptr() % 16 == 0
+        for p in (ln.weight, ln.bias)
+    )
+
+
 def sources(name: str) -> list[Path]:
     """The module's sources: `<name>.cu`, the headers it may include (`<name>*.cuh`) and the ones every kernel may
     (`common*.cuh`), sorted."""

@@ -88,6 +88,7 @@ struct LayerNormShared {
 // Before the wait: the LayerNorm's weight and bias into `sh`, as one cp.async group of their own (committed here).
 template <typename T, int C, int THREADS>
 __device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh, const T* ln_w, const T* ln_b) {
+  static_assert(C * sizeof(T) % 16 == 0, "whole 16-byte copies (the pointers' alignment: cuda_ext.layer_norm_fits)");
   constexpr int CHUNKS = C * sizeof(T) / 16;  // 16-byte pieces of one of them
   for (int e = threadIdx.x; e < 2 * CHUNKS; e += THREADS) {
     if (e < CHUNKS)

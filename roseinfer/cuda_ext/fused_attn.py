@@ -82,7 +82,9 @@ def fused_attn_applies(x: torch.Tensor, delta: torch.Tensor, block, k_cache: tor
     for lin, shape in ((block.c_attn, (3 * WIDTH, WIDTH)), (block.attn_proj, (WIDTH, WIDTH))):
         if lin.bias is None or lin.weight.shape != shape or not lin.weight.is_contiguous():
             return False
-    return load() is not None
+    from roseinfer import cuda_ext
+
+    return cuda_ext.layer_norm_fits(block.ln_1, WIDTH) and load() is not None
 
 
 def fused_attn(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past_len, scale, out, clear, stamps,

@@ -72,9 +72,11 @@ class MlpScratch(LayerScratch):
         super().__init__("fused MLP", n_layer, WIDTH, BLOCKS, NSTAMP, device, stamps)
 
 
-def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> bool:
+def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -> bool:
     """Whether `fused_mlp` runs for x [1, C] float16, delta [1, C] (float16, or float32: the kernel's own output
-    for the layer before) and these linears (else the Triton path)."""
+    for the layer before), this LayerNorm (`cuda_ext.layer_norm_fits`) and these linears (else the Triton path)."""
+    from roseinfer import cuda_ext
+
     if not (x.is_cuda and x.dtype == torch.float16 and x.shape == (1, WIDTH) and x.is_contiguous()):
         return False
     if not (
@@ -84,7 +86,7 @@ def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, c_fc, mlp_proj) -> b
     for lin, shape in ((c_fc, (4 * WIDTH, WIDTH)), (mlp_proj, (WIDTH, 4 * WIDTH))):
         if lin.bias is None or lin.weight.shape != shape or not lin.weight.is_contiguous():
             return False
-    return load() is not None
+    return cuda_ext.layer_norm_fits(ln, WIDTH) and load() is not None
 
 
 def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: bool = False, module=None,

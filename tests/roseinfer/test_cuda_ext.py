@@ -69,13 +69,30 @@ def _pythonpath():
     return {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).parents[2]))}
 
 
+def test_a_layer_norm_fits_the_kernels_only_as_16_byte_aligned_float16():
+    # The kernels copy ln's weight and bias into shared memory 16 bytes at a time (cp.async), so a view that
+    # starts 2 bytes into its storage, another dtype or another width takes the Triton path instead.
+    ln = torch.nn.LayerNorm(768).half()
+    assert cuda_ext.layer_norm_fits(ln, 768)
+    assert not cuda_ext.layer_norm_fits(ln, 1024)
+    assert not cuda_ext.layer_norm_fits(torch.nn.LayerNorm(768), 768)  # float32
+    shifted = torch.nn.LayerNorm(768).half()
+    shifted.weight = torch.nn.Parameter(torch.ones(769, dtype=torch.float16)[1:])
+    assert shifted.weight.data_ptr() % 16 == 2
+    assert not cuda_ext.layer_norm_fits(shifted, 768)
+    strided = torch.nn.LayerNorm(768).half()
+    strided.bias = torch.nn.Parameter(torch.zeros(1536, dtype=torch.float16)[::2])
+    assert not cuda_ext.layer_norm_fits(strided, 768)
+    assert not cuda_ext.layer_norm_fits(torch.nn.LayerNorm(768, bias=False).half(), 768)
+
+
 def test_the_kernel_does_not_apply_on_cpu():
     from roseinfer.config import ModelConfig
     from roseinfer.model import Block
 
     block = Block(ModelConfig(n_layer=1, n_head=12, n_embd=768, vocab_size=100, n_positions=16))
     x, a = torch.randn(1, 768), torch.randn(1, 768)
-    assert not fm.fused_mlp_applies(x, a, block.c_fc, block.mlp_proj)
+    assert not fm.fused_mlp_applies(x, a, block.ln_2, block.c_fc, block.mlp_proj)
 
 
 def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
@@ -300,7 +317,7 @@ def test_fused_mlp_matches_the_reference_launch_after_launch(delta_dtype, pdl):
 
     block, x, a = _mlp(torch.float16)
     a = a.to(delta_dtype)
-    assert fm.fused_mlp_applies(x, a, block.c_fc, block.mlp_proj), cuda_ext.why_not_built(fm.NAME)
+    assert fm.fused_mlp_applies(x, a, block.ln_2, block.c_fc, block.mlp_proj), cuda_ext.why_not_built(fm.NAME)
     scratch = fm.MlpScratch(2, x.device)
     ref_s, ref_out = _reference_out(x, a, block)
     ln = block.ln_2
