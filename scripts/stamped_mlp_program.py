@@ -5,7 +5,7 @@ It writes its Kineto trace into $ROSEPROF_TORCH_TRACE_DIR (roseprof torch sets i
 each launch's stamps into $ROSEINFER_KERNEL_STAMPS (roseprof sets it to the run folder's kernel_stamps.jsonl;
 --stamps FILE otherwise): one synchronised launch at a time, so each launch's stamps are read before the next
 overwrites them. With no trace to write (under `roseprof nsys`, which records every launch) it runs no
-torch.profiler and stamps its warm-up launches too, so every launch in the trace has its line. --delay-phase/--delay-us plant a spin in one phase (the test build, -DROSEINFER_STAMP_DELAY):
+torch.profiler and stamps its warm-up launches too, so every launch in the trace has its line. --delay-phase/--delay-us plant a spin in one phase (the test build, -DFUSED_KERNEL_STAMP_DELAY):
 1 ln_2 (roseinfer.layer.mlp.norm), 2 c_fc (.up), 3 mlp_proj (.down), 4 the split-K sum (.sum).
 
     roseprof torch --name mlp -- python scripts/stamped_mlp_program.py --launches 40

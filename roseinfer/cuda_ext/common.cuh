@@ -20,10 +20,10 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 // %globaltimer at phase boundary k, stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the blocks
 // without a copy). STAMPS is a template parameter, not a null check at run time: with the code present but off, the
 // first design ran 11% slower (7.87 against 7.09 us per MLP on an H200, docs/BENCHMARKS.md), so stamps off is the
-// other kernel. -DROSEINFER_NO_STAMPS builds without the stamp code at all, to check that off costs nothing.
+// other kernel. -DFUSED_KERNEL_NO_STAMPS builds without the stamp code at all, to check that off costs nothing.
 template <bool STAMPS>
 __device__ __forceinline__ void stamp(unsigned long long* stamps, int k) {
-#ifndef ROSEINFER_NO_STAMPS
+#ifndef FUSED_KERNEL_NO_STAMPS
   if constexpr (STAMPS) {
     if (threadIdx.x == 0) stamps[k * gridDim.x + blockIdx.x] = globaltimer();  // [NSTAMP, blocks]
   }
@@ -37,10 +37,10 @@ __device__ __forceinline__ void phase_barrier() {
   if constexpr (STAMPS) __syncthreads();
 }
 
-// Test builds (-DROSEINFER_STAMP_DELAY) plant a spin of delay_ns by thread 0 in one phase, so that tests can check
+// Test builds (-DFUSED_KERNEL_STAMP_DELAY) plant a spin of delay_ns by thread 0 in one phase, so that tests can check
 // that the stamps place it; other builds have no spin.
 __device__ __forceinline__ void plant_delay(int phase, int delay_phase, long long delay_ns) {
-#ifdef ROSEINFER_STAMP_DELAY
+#ifdef FUSED_KERNEL_STAMP_DELAY
   if (phase == delay_phase && threadIdx.x == 0) {
     const unsigned long long t0 = globaltimer();
     while (globaltimer() - t0 < (unsigned long long)delay_ns) {

@@ -28,7 +28,7 @@
 // (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
 // its barrier, end once its adds have landed), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the
 // blocks without a copy).
-// A test build (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one phase.
+// A test build (-DFUSED_KERNEL_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cstdint>

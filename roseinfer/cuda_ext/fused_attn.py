@@ -39,7 +39,7 @@ PHASES = (
     ("attention + push", ATTN_ATTEND),  # this block's tokens' partial softmax, pushed, a cluster barrier
     ("combine + attn_proj", ATTN_PROJ),  # o from the partials, this block's columns of attn_proj (atomics)
 )
-DELAY_DEFINE = "ROSEINFER_STAMP_DELAY"  # test builds only: a spin of delay_ns in phase 1 to 4
+DELAY_DEFINE = "FUSED_KERNEL_STAMP_DELAY"  # test builds only: a spin of delay_ns in phase 1 to 4
 MIN_ARCH = (9, 0)  # clusters and griddepcontrol: sm_90 and later
 
 

@@ -20,7 +20,7 @@
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
 // after the block's share of mlp_proj, end once its adds have landed; stamp-major, [NSTAMP, blocks]: the host
 // reduces each stamp over the blocks without a copy); the other instantiation has no stamp code. A test build
-// (-DROSEINFER_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
+// (-DFUSED_KERNEL_STAMP_DELAY) can plant a spin of delay_ns in one phase, so that tests can check the stamps place it.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include "common.cuh"

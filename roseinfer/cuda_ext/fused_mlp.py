@@ -49,9 +49,9 @@ PHASES = (
     ("split-K sum", MLP_SUM),  # the shares added into the output (atomics)
 )
 # Test builds only: plant a spin of delay_ns in phase 1 (ln_2), 2 (c_fc), 3 (mlp_proj) or 4 (the sum)
-DELAY_DEFINE = "ROSEINFER_STAMP_DELAY"
+DELAY_DEFINE = "FUSED_KERNEL_STAMP_DELAY"
 # A measurement build without the stamp code (scripts/bench_cuda_mlp.py --bare: what stamps off cost)
-NO_STAMPS_DEFINE = "ROSEINFER_NO_STAMPS"
+NO_STAMPS_DEFINE = "FUSED_KERNEL_NO_STAMPS"
 # griddepcontrol (the PDL wait and release) assembles for sm_90 and later only: older GPUs keep the Triton path
 MIN_ARCH = (9, 0)
 
