@@ -103,7 +103,7 @@ __device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh
 // torch's add rounds it; block 0 also stores it in s_out) into shared memory behind one barrier; then every warp
 // normalises the row on its own: a lane takes the columns it multiplies with its weights, (j * 32 + lane) * 8 + e
 // (j < C / 256, e < 8), so the mean and variance are two warp sums (no block reduction) and h = LayerNorm(s),
-// rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). `pending`:
+// rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). PENDING:
 // cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which need not have landed.
 template <typename T, typename TD, int C, int THREADS, int PENDING>
 __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
