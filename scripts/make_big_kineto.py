@@ -1,6 +1,10 @@
 """A large Kineto trace from a real one: its events repeated with shifted timestamps and ids (for benchmarks).
 
-Usage: python scripts/make_big_kineto.py SRC.json[.gz] OUT.json --copies N
+Usage: python scripts/make_big_kineto.py SRC.json[.gz] OUT.json --copies N [--rank R --world-size W]
+
+--rank / --world-size write the file as rank R of a world of W (distributedInfo: rank, world size and the default
+process group's ranks), so that a folder of such files is W ranks to roseprof and to Holistic Trace Analysis alike
+(HTA takes a file's rank from the first `"rank"` in its text, which is distributedInfo's).
 
 Each copy moves every timestamp by the source's span (plus a gap), and correlation / External ids and flow
 ids by the largest id of the source, so launches and kernels still join one to one. Written copy by copy:
@@ -63,16 +67,30 @@ def _copy_template(events: list[dict], first: bool) -> tuple[str, list, list[boo
     return ",\n".join(texts), values, is_ts
 
 
+def _set_rank(doc: dict, rank: int, world: int) -> None:
+    """The trace as rank `rank` of `world`: its distributedInfo says so, its default process group spans them all."""
+    info = dict(doc.get("distributedInfo") or {})
+    info["rank"], info["world_size"] = rank, world
+    for pg in info.get("pg_config") or []:
+        if isinstance(pg, dict):
+            pg["pg_size"], pg["ranks"] = world, list(range(world))
+    doc["distributedInfo"] = info
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
     ap.add_argument("out")
     ap.add_argument("--copies", type=int, default=20)
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--world-size", type=int, default=None)
     a = ap.parse_args()
     opener = gzip.open if a.src.endswith(".gz") else open
     with opener(a.src, "rb") as fh:
         doc = json.load(fh)
     events = doc.pop("traceEvents")
+    if a.rank is not None:
+        _set_rank(doc, a.rank, a.world_size or a.rank + 1)
     timed = [e for e in events if isinstance(e.get("ts"), (int, float)) and e.get("ph") != "M"]
     t0 = min(e["ts"] for e in timed)
     span = max(e["ts"] + e.get("dur", 0) for e in timed) - t0 + 1000.0
