@@ -12,7 +12,10 @@ from roseprof.drivers.torch.reader import DISTRIBUTED_INFO, read_kineto
 from roseprof.model import KERNEL
 
 ROOT = Path(__file__).parents[2]
-SRC = ROOT / "tests/data/torch/facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+SRC = (
+    ROOT
+    / "tests/data/torch/facebookresearch__HolisticTraceAnalysis__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"
+)
 
 
 def _make(out: Path, *args: str) -> None:
