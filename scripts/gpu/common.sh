@@ -22,7 +22,15 @@ machine() {  # what the figures were measured on
   python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, \
 'transformers', transformers.__version__)" 2>/dev/null
   git log --oneline -1 2>/dev/null
+  # The device's git metadata can be older than the files that travelled (the working tree): this hash of the
+  # sources themselves is the one to compare with `source_hash` run here.
+  echo "sources $(source_hash)"
   date -u
+}
+
+source_hash() {  # one hash of every Python and CUDA source of the package and scripts, as they are on disk
+  find roseinfer roseprof scripts -type f \( -name '*.py' -o -name '*.cu' -o -name '*.cuh' -o -name '*.sh' \) \
+    -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-12
 }
 
 configs() {  # configs LIST: the ';'-separated configurations of LIST, one a line ('default': no flag)
