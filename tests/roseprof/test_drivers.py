@@ -13,7 +13,7 @@ from roseprof.model_check import check
 from tests.helpers import unpacked
 
 DATA = Path(__file__).parent.parent / "data"
-# Oracles, programs, origin notes, tool logs and a fused kernel's phase stamps (tests/roseinfer/test_cuda_ext.py) beside
+# Oracles, programs, origin notes, tool logs and a fused kernel's phase stamps (tests/roseinfer/test_stamp_recorder.py) beside
 # the traces are not traces; ncu's CSV exports are (its trace format).
 NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt", ".log", ".stamps.json")
 TRACES = sorted(
