@@ -117,8 +117,9 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   // This block has started: no block of the cluster writes into another's shared memory before all have.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
-  // Phase 0, before the wait: ln_1's weights (first: the LayerNorm after the wait needs them before the rows),
-  // the weights and attn_proj's bias, the past tokens' K/V and where the new token goes.
+  // Phase 0, before the wait: ln_1's weights (first, as the LayerNorm after the wait needs them first; issued
+  // after the rows, batch 1 was no slower: session 32), the weights and attn_proj's bias, the past tokens' K/V and
+  // where the new token goes.
   stage_layernorm_params<__half, C, THREADS>(lns, ln_w, ln_b);  // its cp.async group before the K/V's
   uint4 wa[3][VECS];
   float ba[3];

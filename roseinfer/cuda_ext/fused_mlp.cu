@@ -59,8 +59,8 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
 
   // Phase 0: ln_2's weights, this warp's rows of both weights, c_fc's bias and (block 0) mlp_proj's bias, none
-  // written by the step: loaded before the wait. ln_2's first (3 KB a block), so that they land before the 72 KB
-  // of rows: the LayerNorm after the wait needs them first.
+  // written by the step: loaded before the wait. ln_2's first (3 KB a block, needed first after the wait), ahead
+  // of the 72 KB of rows; issued after them, batch 1 was no slower (docs/BENCHMARKS.md, session 32).
   stage_layernorm_params<T, C, THREADS>(lns, ln_w, ln_b);
   uint4 wf[ROWS][VECS], wp[ROWS][VECS];
   float bf[ROWS];

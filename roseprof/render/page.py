@@ -96,10 +96,10 @@ def page(
 
 @functools.cache
 def template_mark():
-    """What every figure names as its template (figures.figure, figures.layout). plotly deep-copies a named template into each figure that
-    names it and validates the copy (19 ms a figure, a dozen figures a run's page: a fifth of rendering it); this
-    small template costs nothing, and `page` writes TEMPLATE's JSON, made once, in its place: the same figure as
-    naming TEMPLATE in each made (tests/roseprof/test_page_template.py)."""
+    """What every figure names as its template (figures.figure, figures.layout). plotly deep-copies a named
+    template into each figure that names it and validates the copy (19 ms a figure, a dozen figures a run's page: a
+    fifth of rendering it); this small template costs nothing, and `page` writes TEMPLATE's JSON, made once, in its
+    place: the same figure as naming TEMPLATE in each made (tests/roseprof/test_page_template.py)."""
     import plotly.graph_objects as go  # here, not at the top: `open` of a current page needs no plotly
 
     return go.layout.Template(layout={"meta": _MARK})
