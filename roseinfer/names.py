@@ -143,7 +143,7 @@ ENV_KEYS = (
 TORCH_PROFILE_SCHEDULE = (8, 2, 128)  # the engine's default torch.profiler window: wait, warmup, active
 
 KERNEL_STAMPS_VERSION = 1  # the stamps file's format (roseinfer/cuda_ext/stamps.py writes it)
-STEPLOG_VERSION = 4  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)
+STEPLOG_VERSION = 5  # the step log's format (roseinfer/steplog.py writes it; roseprof reads up to it)
 
 # Capture windows (roseinfer serve --enable-profiling; roseinfer/serve/windows.py): the tools a window takes and the
 # files a closed window serves (GET /profile/files/NAME); roseprof live reads them by these names.

@@ -20,6 +20,7 @@ from roseinfer.tracing import now_ns
 # the meta record says which this is). 2: gc and preempt records; a step's `launched` and `bucket`; a
 # prefill's `readmitted`. 3: while regions are on, a step's `cpu_ns` and `cpu_own_ns` (on a CPU engine on one
 # intra-op thread). 4: while regions are on, a step's `host_own_ns`, on every device (tracing.take_step_times).
+# 5: with `cpu_ns`, a step's `wait_ns` where the kernel counts it (roseinfer/run_delay.py).
 
 # A collection of the youngest generations shorter than this is not logged: there are thousands a second, and
 # none is a reason for a slow token.
@@ -142,7 +143,7 @@ class StepLogWriter(StepRecords):
     (roseprof reads it).
 
     Records (one JSON object a line, `type` first):
-      {"type": "meta", "version": 4, "clock": "monotonic_ns", "pid": ..., "block_size": ..., "rank": r,
+      {"type": "meta", "version": 5, "clock": "monotonic_ns", "pid": ..., "block_size": ..., "rank": r,
        "world_size": n}   (with tensor parallelism each rank writes its own log, `rank_path`; the same step
        indices on every rank, since every rank runs the same schedule)
       {"type": "step", "index": k, "start_ns", "end_ns", "batch_size", "rollovers", "cow", "requests": [ids],
@@ -151,7 +152,8 @@ class StepLogWriter(StepRecords):
        time in the step, less its children's} (they sum to the step region's wall time; on a GPU a region that
        waits for the GPU holds the wait), and in a CPU engine on one intra-op thread also "cpu_ns": the step
        region's thread CPU time, "cpu_own_ns": {region: its own thread CPU time in the step, less its
-       children's} (they sum to cpu_ns; no wait for a core in them)}
+       children's} (they sum to cpu_ns; no wait for a core in them), and where Linux counts it "wait_ns": the
+       step's waits for a core (its thread's run delay, roseinfer/run_delay.py; no sleep or lock in it)}
       {"type": "prefill", "start_ns", "end_ns", "batch_size", "tokens", "cow", "requests": [ids],
        "readmitted": [ids of requests recomputed after a preemption]}
       {"type": "preempt", "t_ns", "request": id}   a running request preempted (its blocks freed) to make room

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 
-from roseinfer import env, planted, torch_profile
+from roseinfer import env, planted, run_delay, torch_profile
 
 # Region names (stable API) live in roseinfer/names.py, torch-free, where roseprof reads them; re-exported here
 # because the engine's modules name them as tracing.X.
@@ -247,7 +247,8 @@ class _StepTimes:
     thread CPU time (CLOCK_THREAD_CPUTIME_ID) leaves the wait out (docs/BENCHMARKS.md, session 8). The keys are
     distinct so that nothing that judges code by its CPU time (diffs, analysis/machine_speed.py) ever reads a GPU
     run's host wall time as CPU work. Nsight Systems 2022.4 cannot record context switches on this machine, so the
-    engine measures them itself, only while the clocks are on.
+    engine measures them itself, only while the clocks are on; with the CPU times, the step's waits for a core
+    ("wait_ns": its thread's run delay, run_delay.py), which no sleep or lock is in.
 
     The step's accounting opens when a `roseinfer.decode_step` region is entered while STATE.clocks is on, and
     closes when it exits: the
@@ -256,7 +257,7 @@ class _StepTimes:
     step's stacks, and another engine's step on another thread, opened while this one is, is not counted (its step
     log record has no region times; `take_step_times` gives a thread only its own)."""
 
-    __slots__ = ("thread", "cpu", "host_children", "cpu_children", "host_own", "cpu_own", "last")
+    __slots__ = ("thread", "cpu", "host_children", "cpu_children", "host_own", "cpu_own", "wait0", "last")
 
     def __init__(self) -> None:
         self.thread: int | None = None  # the thread whose decode step is open; None between steps
@@ -266,6 +267,7 @@ class _StepTimes:
         self.cpu_children: list[int] = []
         self.host_own: dict[str, int] = {}  # region -> its own wall ns in this step (less its children's)
         self.cpu_own: dict[str, int] = {}  # region -> its own CPU ns in this step (STATE.step_cpu only)
+        self.wait0 = -1  # the thread's run delay when the step opened (STATE.step_cpu only; -1: unknown)
         # the last step's (thread, its step log fields)
         self.last: tuple[int, dict[str, object]] | None = None
 
@@ -306,6 +308,7 @@ class _Region:
                     if st.thread in (None, me):
                         st.host_children, st.cpu_children, st.host_own, st.cpu_own = [], [], {}, {}
                         st.cpu = STATE.step_cpu
+                        st.wait0 = run_delay.run_delay_ns() if st.cpu else -1
                         st.thread = me
         if st.thread is not None and st.thread == _thread_id():
             st.host_children.append(0)
@@ -341,6 +344,9 @@ class _Region:
                     st.cpu_children[-1] += cpu
             if self.name == DECODE_STEP:
                 fields = {"cpu_ns": cpu, "cpu_own_ns": st.cpu_own} if cpu >= 0 else {}
+                wait1 = run_delay.run_delay_ns() if fields and st.wait0 >= 0 else -1
+                if wait1 >= 0:  # the step's waits for a core (run_delay.py), read after its clocks
+                    fields["wait_ns"] = wait1 - st.wait0
                 st.last, st.thread = (st.thread, {**fields, "host_own_ns": st.host_own}), None
         if self._rf is not None:
             self._rf.__exit__(None, None, None)
@@ -352,7 +358,8 @@ class _Region:
 def take_step_times() -> dict[str, object]:
     """The last decode step's region times for its step log record, once: `host_own_ns` ({region: its own wall ns
     in the step, less its children's}) while the clocks are on (STATE.clocks), and where STATE.step_cpu also `cpu_ns` (the step's
-    thread CPU time) and `cpu_own_ns` (each region's own CPU ns). {} when the clocks are off (or the step's region was
+    thread CPU time), `cpu_own_ns` (each region's own CPU ns) and `wait_ns` (the step's run delay, where the kernel
+    says it). {} when the clocks are off (or the step's region was
     not entered, or was another thread's)."""
     last = _STEP.last
     if last is None or last[0] != _thread_id():  # none, or another thread's step: never this thread's figures

@@ -88,6 +88,9 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
                    step log's CPU times only: a wait for a core is in the wall time, not in this, while heavier
                    code is in both; on a GPU the host's CPU time does not see the kernels, so never there)
         speed_pct  the machine speed factor above (every region's time grown alike)
+        unwaited_pct  the step's wall time less its waits for a core (each run's median step; runs whose step log
+                   has the steps' run delay only, roseinfer/run_delay.py): what the machine's waits are not in,
+                   while a sleep or a lock is
         tail       the runs' slowest steps, their wall and CPU time (tail_waits.measure: where only they waited)
 
     None where a run has no decode steps."""
@@ -99,6 +102,9 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
     names = set.intersection(*(set(r.step_cpu) for r in runs))
     if names and not any(r.kernel_durations for r in runs):
         cpu = _growth_pct([float(np.median(sum(r.step_cpu[k] for k in names))) for r in runs], n)
+    unwaited = None
+    if all(r.step_wait is not None for r in runs):
+        unwaited = _growth_pct([float(np.median(r.step_dur - r.step_wait)) for r in runs], n)
     factors = speed_factors(before, after)
     tail = tail_waits.measure(before, after)
     if tail is not None:  # the slowest steps' growth, one value a run as the median step's
@@ -108,5 +114,6 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
         "wall_pct": _growth_pct([float(np.median(r.step_dur)) for r in runs], n),
         "cpu_pct": cpu,
         "speed_pct": None if factors is None else _growth_pct(factors[0] + factors[1], n),
+        "unwaited_pct": unwaited,
         "tail": tail,
     }

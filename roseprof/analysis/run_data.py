@@ -49,6 +49,9 @@ class RunData:
     # region inside the decode step -> [S] its own thread CPU ns in each step (the step log's, version 3: no wait for
     # a core in it); empty for runs captured without them
     step_cpu: dict[str, np.ndarray] = field(default_factory=dict)
+    # [S] each step's waits for a core, its thread's run delay in ns (step log version 5, a CPU engine); None for runs
+    # captured without them
+    step_wait: np.ndarray | None = None
     # section name -> what that section's diff_prepare made of the stored run: samples of its own (a per-step
     # column from the trace and the step windows, say) that its diff_samples families read back
     sections: dict[str, object] = field(default_factory=dict)

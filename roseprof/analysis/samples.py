@@ -11,7 +11,7 @@ import numpy as np
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.run_data import SHARED_FIELDS, RunData, Shared
 from roseprof.analysis.stats import dense_ids, groups, stable_order
-from roseprof.analysis.steps import CPU_PREFIX, cpu_regions
+from roseprof.analysis.steps import CPU_PREFIX, WAIT, cpu_regions
 from roseprof.analysis.stream_time import own_stream_ns
 from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 
@@ -19,7 +19,7 @@ from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 # import stores (run/sample_tables.py): a diff reads stored samples only of this version and builds them from the
 # trace otherwise. Raise it whenever a builder's output changes, or diffs of runs imported before would compare
 # samples that the code no longer makes.
-SAMPLES_VERSION = 1
+SAMPLES_VERSION = 2  # 2: the steps' waits for a core (step_wait)
 
 
 def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace, sections) -> RunData:
@@ -92,10 +92,10 @@ def _step_rows(steps: dict | None) -> dict | None:
 
 def step_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
     """The steps section's: each decode step's time and whether it rolled over, its time per region inside the
-    step and its regions' own thread CPU time (the step log's, version 3)."""
+    step, its regions' own thread CPU time (the step log's, version 3) and its waits for a core (version 5)."""
     rows = _step_rows(steps)
     if rows is None:
-        return Shared(step_dur=None, step_roll=None, step_regions={}, step_cpu={})
+        return Shared(step_dur=None, step_roll=None, step_regions={}, step_cpu={}, step_wait=None)
     return Shared(
         step_dur=np.asarray(rows["dur_ns"], dtype=np.float64),
         step_roll=np.asarray(rows["rollovers"]) > 0,
@@ -103,6 +103,7 @@ def step_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace
             name: np.asarray(rows[f"region:{name}"], dtype=np.float64) for name in steps.get("regions", [])
         },
         step_cpu={name: np.asarray(rows[CPU_PREFIX + name], dtype=np.float64) for name in cpu_regions(rows)},
+        step_wait=np.asarray(rows[WAIT], dtype=np.float64) if WAIT in rows else None,
     )
 
 

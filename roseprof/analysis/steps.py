@@ -136,17 +136,21 @@ def step_table(
 
 
 CPU_PREFIX = "cpu:"  # steps-table column of a region's own thread CPU ns per step (step log version 3)
+WAIT = "wait_ns"  # steps-table column of the step's waits for a core, its thread's run delay (version 5)
 
 
 def cpu_columns(rows: dict, log_steps: list[dict], index) -> None:
     """Adds the step log's CPU times to `rows` (row i is log record index[i]): `cpu_ns`, the step's thread CPU
-    time, and `cpu:REGION`, each region's own CPU time in the step (0 in a step it did not run in). Only when
+    time, `cpu:REGION`, each region's own CPU time in the step (0 in a step it did not run in), and `wait_ns`, the
+    step's waits for a core (roseinfer/run_delay.py), where the log has them. Only when
     every row has a record with them: a column with holes would pass a missing step for a free one."""
     index = list(index)
     if not index or any(k < 0 or "cpu_own_ns" not in log_steps[k] for k in index):
         return
     records = [log_steps[k] for k in index]
     rows["cpu_ns"] = [r["cpu_ns"] for r in records]
+    if all("wait_ns" in r for r in records):  # step log version 5, where the kernel counts it
+        rows[WAIT] = [r["wait_ns"] for r in records]
     for name in sorted({name for r in records for name in r["cpu_own_ns"]}):
         rows[CPU_PREFIX + name] = [r["cpu_own_ns"].get(name, 0) for r in records]
 

@@ -118,7 +118,12 @@ def machine_line(v: dict) -> str | None:
     s = d["slowdown"]
     side = d.get("slower_machine") or "after"
     grew = "grew" if side == "after" else "shrank"  # what the code did not do beyond its floor
-    if s.get("cpu_pct") is not None:
+    if s.get("unwaited_pct") is not None:  # the kernel counted the waits for a core (roseinfer/run_delay.py)
+        how = (
+            f"the step's wall time {s['wall_pct']:+.1f}%, its time less its waits for a core (the kernel's run "
+            f"delay) {s['unwaited_pct']:+.1f}%"
+        )
+    elif s.get("cpu_pct") is not None:
         waited = (
             "waits for a core, not more work"
             if side == "after"

@@ -143,6 +143,9 @@ def _step(rec: dict, problems: Counter) -> dict:
             problems["repaired: damaged CPU times dropped from a step"] += 1
         else:
             step["cpu_ns"], step["cpu_own_ns"] = cpu
+    if "wait_ns" in rec and not (_is_int(rec["wait_ns"]) and rec["wait_ns"] >= 0):  # version 5
+        step.pop("wait_ns")
+        problems["repaired: a damaged wait for a core dropped from a step"] += 1
     if "host_own_ns" in rec and not _region_ns(rec["host_own_ns"]):
         step.pop("host_own_ns")
         problems["repaired: damaged host times dropped from a step"] += 1

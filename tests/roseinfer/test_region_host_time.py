@@ -31,7 +31,7 @@ def logged(monkeypatch, tmp_path):
         llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
         steplog.close()
         records = [json.loads(line) for line in path.read_text().splitlines()]
-        assert records[0]["version"] == 4
+        assert records[0]["version"] == 5
         return [r for r in records if r["type"] == "step"]
 
     yield run

@@ -8,6 +8,9 @@ import threading
 
 import pytest
 
+from roseprof.api.intake import previous_run
+from roseprof.run import store as store_module
+from roseprof.run.store import RunStore
 from tests.helpers import DATA, assert_one_line_error, roseprof
 
 MATMUL = DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.sqlite"
@@ -81,6 +84,19 @@ def test_name_means_the_latest_run(tmp_path):
     runs = json.loads(roseprof("ls", "--json", "--traces-dir", traces).stdout)
     shown = json.loads(roseprof("show", "mm", "--json", "--traces-dir", traces).stdout)
     assert shown["run_id"] == runs[-1]["id"]
+
+
+def test_runs_created_within_one_second_keep_their_order(tmp_path, monkeypatch):
+    """Three runs of one name stored within one second (a quick command captured three times): oldest first and
+    the name the last one, whatever the random part of their ids says (here: the reverse of their order)."""
+    monkeypatch.setattr(store_module, "utc_now", lambda: "2026-11-30T09:15:12Z")
+    parts = iter(["ffff", "eeee", "dddd"])
+    monkeypatch.setattr(store_module.secrets, "token_hex", lambda n: next(parts))
+    store = RunStore(tmp_path / "t")
+    made = [store.new_run("quick", "nsys").finish("complete").id for _ in range(3)]
+    assert [r.id for r in store.runs()] == made
+    assert store.resolve("quick").id == made[-1]
+    assert previous_run(store, store.resolve(made[-1])).id == made[1]
 
 
 def test_concurrent_imports_do_not_collide(tmp_path):

@@ -126,13 +126,16 @@ def _runs(root, name):
 
 def _waited(run, factor: float, cpu_factor: float = 1.0):
     """The same capture as if every region had waited `factor` times as long (a busier machine: the wall time of
-    every step and region grows, their CPU time by `cpu_factor`)."""
+    every step and region grows, their CPU time by `cpu_factor`, and the steps' waits for a core by what more CPU
+    time does not take)."""
     out = copy.deepcopy(run)
     out.step_dur = run.step_dur * factor
     out.step_self = {k: (v * factor, o * factor) for k, (v, o) in run.step_self.items()}
     out.step_regions = {k: v * factor for k, v in run.step_regions.items()}
     out.region_durations = {k: v * factor for k, v in run.region_durations.items()}
     out.step_cpu = {k: v * cpu_factor for k, v in run.step_cpu.items()}
+    if run.step_wait is not None and factor > cpu_factor:  # the time no more work is in: waits for a core
+        out.step_wait = run.step_wait + run.step_dur * (factor - cpu_factor)
     if run.itl is not None:
         out.itl = run.itl * factor
     return out

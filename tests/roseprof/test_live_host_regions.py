@@ -110,6 +110,36 @@ def test_a_step_with_damaged_host_times_is_kept_without_them(tmp_path):
     assert log.problems["repaired: damaged host times dropped from a step"] == 2
 
 
+def test_a_step_with_a_damaged_wait_for_a_core_is_kept_without_it(tmp_path):
+    step = {
+        "type": "step",
+        "start_ns": 0,
+        "end_ns": 10,
+        "batch_size": 1,
+        "cpu_ns": 4,
+        "cpu_own_ns": {STEP: 4},
+    }
+    lines = [
+        {"type": "meta", "version": 5},
+        {**step, "index": 0, "wait_ns": 3},
+        {**step, "index": 1, "start_ns": 20, "end_ns": 30, "wait_ns": -1},
+        {**step, "index": 2, "start_ns": 40, "end_ns": 50, "wait_ns": "3"},
+    ]
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    log = read_steplog(path)
+    assert len(log.steps) == 3 and log.steps[0]["wait_ns"] == 3
+    assert not any("wait_ns" in s for s in log.steps[1:])
+    assert all(s["cpu_own_ns"] == {STEP: 4} for s in log.steps)  # the step's CPU times stay
+    assert log.problems["repaired: a damaged wait for a core dropped from a step"] == 2
+    # a steps table has the waits only where every step has them: a hole would pass a missing wait for none
+    rows: dict = {}
+    cpu_columns(rows, log.steps, range(3))
+    assert "wait_ns" not in rows and rows["cpu_ns"] == [4, 4, 4]
+    cpu_columns(rows, log.steps, [0])
+    assert rows["wait_ns"] == [3]
+
+
 def _live_with_a_planted_sleep(tmp_path, sleep_ms: int, *server_args: str) -> tuple:
     """`roseprof live` of a server whose decode-step region sleeps `sleep_ms` on one entry in 50: (run folder,
     summary, the request named first by its worst ITL)."""
