@@ -36,6 +36,7 @@ CPU_AT_ROLLOVER = f"steps.rollover.regions_cpu_p50.{KV}"
 # gets about a tenth of the core, so its steps take several times as long in wall time, while its own work (CPU
 # time) is the same code's. Both sides run one command.
 ONE_CORE = ["taskset", "-c", "0"]
+
 BURNERS = 9
 
 
@@ -113,6 +114,8 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
     expected = machine_speed.slowdown([crowded], [quiet])
     # the crowding did what it is for: the before side's steps took at least 1.6x as long in wall time
     assert expected["wall_pct"] < -37.5, expected
+    # and the kernel says why: most of a crowded step is its waits for a core (roseinfer/run_delay.py)
+    assert np.median(crowded.step_wait) > 0.5 * np.median(crowded.step_dur), np.median(crowded.step_wait)
     for a, b, side in (("crowded", "quiet", "before"), ("quiet", "crowded", "after")):
         out = diff_json(store, a, b, "--fail-on-regression", "10")
         d = out["verdict"]["decision"]
@@ -147,11 +150,15 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
 
 
 def test_cpu_work_planted_on_the_crowded_side_is_named(store):
-    """The crowded capture with kv.append_token's CPU work doubled (+100%, and as much more wall time): beyond what
+    """The crowded capture with kv.append_token's CPU work tripled (+200%, and as much more wall time): beyond what
     the crowding did to the other regions' CPU time, so the code's, beside the machine's line. Quiet before it:
-    slower, gated on that region alone; crowded-and-planted before the quiet one: faster, the gate passing."""
+    slower, gated on that region alone; crowded-and-planted before the quiet one: faster, the gate passing.
+
+    Not doubled: the floor widened by the crowding's spread reaches 49.5% (cpu_spread.CAP_PCT), and a doubling on
+    the crowded side, at the other regions' pace, measured +74% and -42% here (session 33), so a clean-clone CI
+    run whose crowding inflated kv.append_token's CPU time less than the median region's left it within."""
     crowded, quiet = _run(store, "crowded"), _run(store, "quiet")
-    planted = _planted_cpu(crowded, crowded.step_cpu[KV], np.ones_like(crowded.step_roll))
+    planted = _planted_cpu(crowded, 2 * crowded.step_cpu[KV], np.ones_like(crowded.step_roll))
     for before, after, side, word in (
         (quiet, planted, "after", "slower"),
         (planted, quiet, "before", "faster"),
@@ -159,7 +166,7 @@ def test_cpu_work_planted_on_the_crowded_side_is_named(store):
         metrics, v = _decide(before, after)
         d = v["decision"]
         assert d["slower_machine"] == side, d["slowdown"]
-        assert [(r["label"], r["word"]) for r in _code_rows(d)] == [(KV, word)], d["rows"]
+        assert [(r["label"], r["word"]) for r in _code_rows(d)] == [(KV, word)], _why(metrics, d)
         assert decision.by_cpu_time(_code_rows(d)[0]) and v["overall"] == word
         assert f"{KV} " in headline_sentence(v) and machine_line(v).startswith(
             f"the machine was slower in {side}"
@@ -187,6 +194,26 @@ def test_the_machine_rule_is_the_same_both_ways(store):
     assert v["decision"]["slower_machine"] == "after"
     assert machine_line(v).startswith("the machine was slower in after")
     assert decision.gate(metrics, v["decision"], 10.0, None) == []
+
+
+def _why(metrics: list[dict], decision_: dict) -> dict:
+    """What an assertion on the code's rows prints (a decision's rows are too long for pytest's message): the
+    regions' CPU p5 figures, their intervals and floors, and the region rows' words."""
+    cpu = {
+        m["name"]: [
+            round(m[k], 1) if m.get(k) is not None else None
+            for k in ("delta_pct", "ci_low_pct", "ci_high_pct")
+        ]
+        + [m.get("floor_pct")]
+        for m in metrics
+        if m["name"].startswith("regions.") and m["name"].endswith(".cpu_own_p5_ns")
+    }
+    rows = [
+        {k: r.get(k) for k in ("label", "word", "delta_pct", "widened_pct", "machine")}
+        for r in decision_["rows"]
+        if r["kind"] == "region"
+    ]
+    return {"cpu p5 [delta, low, high, floor]": cpu, "region rows": rows}
 
 
 def _planted_cpu(run, extra_ns: float, where):
