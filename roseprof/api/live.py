@@ -177,8 +177,8 @@ def steps_window_or_why(url: str, api_key: str | None, size: int) -> tuple[str, 
 
 
 class SteadyOpener:
-    """Opens the window once the load is steady, from the load's progress reports (every 0.5 s, on the load's
-    event loop: the POST goes on a thread of its own, so the client's timing never waits on it). `at_once` (a steps
+    """Opens the window once the load is steady, from the load's progress reports (the first as soon as a request
+    has ended, then every 0.5 s: load/runner._report; on the load's event loop: the POST goes on a thread of its own, so the client's timing never waits on it). `at_once` (a steps
     window: no profiler to warm up, only the region clocks): as the load starts, or after --warmup, steady or not,
     so the window's steps are the load's first ones."""
 
