@@ -16,7 +16,7 @@ from roseprof.analysis.verdict import verdict
 from roseprof.errors import RoseprofError
 from roseprof.render.view import DiffView
 from roseprof.run import alike, baselines, sample_tables, tables
-from roseprof.run.store import Run, RunStore
+from roseprof.run.store import Run, RunStore, created_order
 
 
 def load_run(run: Run) -> RunData:
@@ -104,7 +104,7 @@ def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
     for ref in refs:
         for run in store.resolve_group(ref, latest):
             found.setdefault(run.id, run)
-    return sorted(found.values(), key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+    return sorted(found.values(), key=created_order)
 
 
 def set_baseline(store: RunStore, name: str, refs: list[str], latest: bool) -> tuple[dict, list[Run]]:

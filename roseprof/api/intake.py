@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roseprof.api.sections import analyse_trace
 from roseprof.capture import environment, pipeline
-from roseprof.run.store import Run, RunStore
+from roseprof.run.store import Run, RunStore, created_order
 
 
 def capture(
@@ -67,7 +67,7 @@ def previous_run(store: RunStore, run: Run) -> Run | None:
         if r.id != run.id
         and r.manifest.get("name") == run.manifest.get("name")
         and r.manifest.get("status") == "complete"
-        and r.manifest.get("created_utc", "") <= run.manifest.get("created_utc", "")
+        and created_order(r) < created_order(run)
     ]
     return earlier[-1] if earlier else None
 

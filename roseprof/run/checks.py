@@ -226,6 +226,7 @@ def sound_manifest(raw) -> dict:
     for key, spec, default in (
         ("name", str, "?"),
         ("created_utc", str, ""),
+        ("created_ns", (int, None), None),
         ("status", str, "damaged"),
         ("message", (str, None), None),
         ("source", (str, None), None),

@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,13 @@ STATUSES = ("complete", "incomplete", "failed")
 
 def utc_now() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def created_order(run) -> tuple:
+    """What orders runs oldest first: the creation time to the second as `ls` shows it, then to the nanosecond
+    (runs stored since session 33; two captures of a quick command can start within one second, and the random
+    part of their ids ordered them by chance), then the id."""
+    return (run.manifest.get("created_utc", ""), run.manifest.get("created_ns") or 0, run.id)
 
 
 def safe_name(name: str) -> str:
@@ -106,6 +114,7 @@ class RunWriter:
             "name": name,
             "tool": {"name": tool},
             "created_utc": utc_now(),
+            "created_ns": time.time_ns(),  # the order of runs created within one second (created_order)
         }
         self._done = False
 
@@ -171,7 +180,7 @@ class RunStore:
             except (OSError, ValueError, RecursionError) as e:
                 manifest = {"name": "?", "status": "damaged", "damaged": f"manifest.json: {type(e).__name__}"}
             out.append(Run(child, manifest, self.summary_checks))
-        out.sort(key=lambda r: (r.manifest.get("created_utc", ""), r.id))
+        out.sort(key=created_order)
         return out
 
     def resolve(self, ref: str) -> Run:
