@@ -45,6 +45,7 @@ class LoadState:
     metrics_url: str | None = None
     stopped: str | None = None  # why the load stopped early
     refused_in_a_row: int = 0
+    ended: int = 0  # requests that have ended (ok or not): the first one's end is reported at once (_report)
 
     def done(self) -> list[Record]:
         return [r for r in self.records if r.end is not None]
@@ -197,27 +198,35 @@ async def _watch_loop(state: LoadState) -> None:
             state.loop_lags_ms.append(late_ms)
 
 
-# The progress reports' period, and how often the first one looks for the load's first request that ended.
+# The progress reports' period, and how often the load looks for its first request that ended until then.
 REPORT_S = 0.5
 FIRST_POLL_S = 0.01
 
 
 async def _report(state: LoadState, progress) -> None:
-    """Reports as soon as a request has ended, then every REPORT_S. `roseprof live` opens its window on the first
-    report with a TTFT and requests in flight: on ticks alone, a load shorter than the period (12 requests of 32
-    tokens took 0.41 s on a faster machine, docs/BENCHMARKS.md session 33) ended before any report and opened none."""
-    while not any(r.end is not None for r in state.records):
-        await asyncio.sleep(FIRST_POLL_S)
-    progress(state.live())
+    """Reports every REPORT_S, and once more as soon as the first request has ended. `roseprof live` opens its
+    window on the first report with a TTFT and requests in flight: on the ticks alone, a load shorter than the
+    period (12 requests of 32 tokens took 0.41 s on a faster machine, docs/BENCHMARKS.md session 33) ended before
+    any such report and opened none."""
+    waiting = True  # for the first request to end
+    due = clock() + REPORT_S
     while True:
-        await asyncio.sleep(REPORT_S)
-        progress(state.live())
+        await asyncio.sleep(min(FIRST_POLL_S, due - clock()) if waiting else max(due - clock(), 0.0))
+        if waiting and state.ended:
+            waiting = False
+            progress(state.live())
+        if clock() >= due:
+            due = (
+                due + REPORT_S if due + REPORT_S > clock() else clock() + REPORT_S
+            )  # never a burst to catch up
+            progress(state.live())
 
 
 async def _send(ep: Endpoint, p: Planned, opts: LoadOptions, state: LoadState, due: float | None) -> None:
     rec = Record(p.index, p.prompt_len, p.max_tokens, due=due)
     state.records.append(rec)
     await stream_completion(ep, rec, body_of(p, state.model, opts.ignore_eos), opts.stall_s, opts.limit_s)
+    state.ended += 1
     state.refused_in_a_row = state.refused_in_a_row + 1 if rec.error == "connect" else 0
 
 

@@ -373,3 +373,30 @@ def test_a_token_whose_text_is_done_does_not_end_the_stream(chunked):
     # the same stream cut after two tokens: a broken stream that keeps them
     rec, error = _events_read(pieces[:2], chunked)
     assert error == "broken_stream" and len(rec.times) == 2
+
+
+def test_the_first_request_that_ends_is_reported_at_once(monkeypatch):
+    """`roseprof live` opens its window on a report with a TTFT (load/runner._report): one comes as soon as the first
+    request has ended, not only on the period's ticks, so a load shorter than the period still opens one. The
+    period here is an hour: the only report before it is the first end's."""
+    import asyncio
+
+    from roseprof.load import runner
+
+    monkeypatch.setattr(runner, "REPORT_S", 3600.0)
+    state, reports = runner.LoadState(start=0.0), []
+
+    async def load() -> None:
+        task = asyncio.create_task(runner._report(state, reports.append))
+        for _ in range(20):  # nothing ended yet: no report
+            await asyncio.sleep(runner.FIRST_POLL_S)
+        assert reports == []
+        state.ended = 1
+        for _ in range(1000):  # at most 10 s of polls on a busy machine
+            if reports:
+                break
+            await asyncio.sleep(runner.FIRST_POLL_S)
+        task.cancel()
+
+    asyncio.run(load())
+    assert len(reports) == 1 and reports[0]["sent"] == 0, reports
