@@ -57,6 +57,7 @@ TAIL_FIGURE = re.compile(r"^(steps|itl)\.([a-z_]+\.)?(p95|p99|mean)_(ns|ms)$")
 # of the step's wall time (same-code pairs on the shared 2-core box: +82% of +103%; a 15 ms sleep planted in
 # kv.append_token: +36% of +214%)
 ALIKE = 0.5
+MEDIAN_STEP = "steps.p50_ns"  # the median step's wall-clock figure
 
 
 def word(m: dict) -> tuple[str, str | None]:
@@ -162,8 +163,9 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     heavier code is in both); and no region or kernel judged by its wall time grew beyond its floor.
 
     Where every run's step log has the steps' waits for a core (the kernel's run delay, roseinfer/run_delay.py),
-    they replace the last two tests: the machine was slower where the step's wall time less those waits grew by
-    less than CPU_SHARE of the wall time's move. The regions cannot always tell: on a core shared with nine CPU
+    they stand in for the regions' alike growth: the machine was slower where the median step grew beyond its
+    floor, its wall time less those waits grew by less than CPU_SHARE of the wall time's move, and the CPU test
+    holds. The regions cannot always tell: on a core shared with nine CPU
     burners (Linux 6.18) the engine's waits landed where its timeslices ended, the same places step after step,
     lm_head +38 ms and model.forward's own +25 ms a step while the small regions moved with their CPU time alone,
     so the speed factor moved +232% of the wall time's +1,127% and a crowded core read as the code's
@@ -182,12 +184,17 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     wall, speed, cpu = slowdown.get("wall_pct"), slowdown.get("speed_pct"), slowdown.get("cpu_pct")
     if wall is None or wall <= 0:
         return False
+    less_work = cpu is None or cpu < CPU_SHARE * wall
     unwaited = slowdown.get("unwaited_pct")
-    if unwaited is not None:  # the kernel counted the steps' waits for a core: they, not the rest, grew
-        return unwaited < CPU_SHARE * wall
-    if speed is None or speed < ALIKE * wall:
-        return False
-    return bool(cpu is None or cpu < CPU_SHARE * wall)
+    if unwaited is not None and less_work and unwaited < CPU_SHARE * wall and median_step_grew(rows):
+        return True  # the kernel counted the steps' waits for a core: they, not the rest, grew
+    return bool(speed is not None and speed >= ALIKE * wall and less_work)
+
+
+def median_step_grew(rows: list[dict]) -> bool:
+    """Whether the median step's wall time grew beyond its floor (a decision row): where only the slowest steps
+    moved, the median step's figures are noise, and the run delay's rule says nothing (tail_waited does)."""
+    return any(r["kind"] == "figure" and r["metric"] == MEDIAN_STEP and r["word"] == "slower" for r in rows)
 
 
 def is_tail(metric: str) -> bool:

@@ -45,7 +45,9 @@ class LoadState:
     metrics_url: str | None = None
     stopped: str | None = None  # why the load stopped early
     refused_in_a_row: int = 0
-    ended: int = 0  # requests that have ended (ok or not): the first one's end is reported at once (_report)
+    answered: int = (
+        0  # requests that have ended with a token: the first one's end is reported at once (_report)
+    )
 
     def done(self) -> list[Record]:
         return [r for r in self.records if r.end is not None]
@@ -204,7 +206,8 @@ FIRST_POLL_S = 0.01
 
 
 async def _report(state: LoadState, progress) -> None:
-    """Reports every REPORT_S, and once more as soon as the first request has ended. `roseprof live` opens its
+    """Reports every REPORT_S, and once more as soon as the first request has ended with a token (a TTFT to
+    report; a refused one has none). `roseprof live` opens its
     window on the first report with a TTFT and requests in flight: on the ticks alone, a load shorter than the
     period (12 requests of 32 tokens took 0.41 s on a faster machine, docs/BENCHMARKS.md session 33) ended before
     any such report and opened none."""
@@ -212,7 +215,7 @@ async def _report(state: LoadState, progress) -> None:
     due = clock() + REPORT_S
     while True:
         await asyncio.sleep(min(FIRST_POLL_S, due - clock()) if waiting else max(due - clock(), 0.0))
-        if waiting and state.ended:
+        if waiting and state.answered:
             waiting = False
             progress(state.live())
         if clock() >= due:
@@ -226,7 +229,8 @@ async def _send(ep: Endpoint, p: Planned, opts: LoadOptions, state: LoadState, d
     rec = Record(p.index, p.prompt_len, p.max_tokens, due=due)
     state.records.append(rec)
     await stream_completion(ep, rec, body_of(p, state.model, opts.ignore_eos), opts.stall_s, opts.limit_s)
-    state.ended += 1
+    if rec.first is not None:
+        state.answered += 1
     state.refused_in_a_row = state.refused_in_a_row + 1 if rec.error == "connect" else 0
 
 

@@ -216,6 +216,10 @@ def check_telemetry(telemetry) -> None:
     check(telemetry, TELEMETRY)
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def sound_manifest(raw) -> dict:
     """The manifest with every field the listing, resolver and dashboards use of the right type; anything
     malformed is replaced and named in "damaged" (and the status becomes "damaged")."""
@@ -226,7 +230,6 @@ def sound_manifest(raw) -> dict:
     for key, spec, default in (
         ("name", str, "?"),
         ("created_utc", str, ""),
-        ("created_ns", (int, None), None),
         ("status", str, "damaged"),
         ("message", (str, None), None),
         ("source", (str, None), None),
@@ -240,6 +243,9 @@ def sound_manifest(raw) -> dict:
         except Damaged as e:
             problems.append(str(e))
             m[key] = default
+    # only what orders runs of one second (store.created_order): a bad one is dropped, the run not damaged by it
+    if not _is_count(m.get("created_ns")):
+        m["created_ns"] = None
     if m.get("status") not in ("complete", "incomplete", "failed", "damaged"):
         problems.append(f"status {m.get('status')!r} is not one roseprof writes")
     if problems:

@@ -70,3 +70,19 @@ def test_a_thread_reads_its_own_delay_that_only_grows():
     first = run_delay.run_delay_ns()
     sum(range(100_000))
     assert 0 <= first <= run_delay.run_delay_ns()
+
+
+def test_no_such_file_is_minus_one_and_nothing_printed(monkeypatch):
+    """A kernel without the file (not Linux, no CONFIG_SCHED_INFO): -1, on every read of the thread, and no
+    complaint from the half-made reader as it goes (sys.unraisablehook would get one)."""
+    import gc
+    import threading
+
+    monkeypatch.setattr(run_delay, "_PATH", "/proc/thread-self/no-such-schedstat")
+    complaints, got = [], []
+    monkeypatch.setattr(sys, "unraisablehook", complaints.append)
+    thread = threading.Thread(target=lambda: got.extend([run_delay.run_delay_ns(), run_delay.run_delay_ns()]))
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert got == [-1, -1] and complaints == []

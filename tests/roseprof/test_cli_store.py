@@ -99,6 +99,16 @@ def test_runs_created_within_one_second_keep_their_order(tmp_path, monkeypatch):
     assert previous_run(store, store.resolve(made[-1])).id == made[1]
 
 
+def test_a_bad_creation_order_is_dropped_not_a_damaged_run(tmp_path):
+    """created_ns only orders runs of one second: one that is not a count is left out, the run still whole."""
+    store = RunStore(tmp_path / "t")
+    run = store.new_run("quick", "nsys").finish("complete")
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    (run.path / "manifest.json").write_text(json.dumps({**manifest, "created_ns": "soon"}))
+    (listed,) = store.runs()
+    assert listed.manifest["status"] == "complete" and listed.manifest["created_ns"] is None
+
+
 def test_concurrent_imports_do_not_collide(tmp_path):
     traces = tmp_path / "t"
     results = []

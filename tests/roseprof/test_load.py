@@ -391,7 +391,7 @@ def test_the_first_request_that_ends_is_reported_at_once(monkeypatch):
         for _ in range(20):  # nothing ended yet: no report
             await asyncio.sleep(runner.FIRST_POLL_S)
         assert reports == []
-        state.ended = 1
+        state.answered = 1
         for _ in range(1000):  # at most 10 s of polls on a busy machine
             if reports:
                 break
