@@ -220,14 +220,16 @@ def _room(console: Console, headers: list[str], rows: list[list[str]]) -> int:
 def short_names(names: list[str], width: int) -> dict[str, str]:
     """One short form per name for a whole diff output (issue 44: one region read `k…append_token`, `kv.a…ken`,
     `kv.a…token` and `…append_token` in one diff): a name that does not fit `width` keeps its longest run of
-    whole trailing components that does (`…append_token`), at least its last one: its distinguishing end."""
+    whole trailing components that does (`…append_token`), or where not even its last one does, its last characters
+    (`…ld_block_tables`: a statistic beside it stays whole; cut there, `norm me…` said neither mean nor p50)."""
     out = {}
     for n in names:
         parts = n.split(".")
         out[n] = n
         if len(n) > max(width, MIN_SHORT):
             tails = [".".join(parts[i:]) for i in range(1, len(parts))]
-            out[n] = ELLIPSIS + next((t for t in tails if len(t) + 1 <= width), parts[-1])
+            fits = next((t for t in tails if len(t) + 1 <= width), None)
+            out[n] = ELLIPSIS + (fits if fits is not None else n[-max(width - 1, MIN_SHORT - 1) :])
     return out
 
 

@@ -319,7 +319,7 @@ def test_at_80_columns_a_region_keeps_one_short_name_and_its_whole_statistic(sto
     """The metrics table at 80 columns, led by the longest region names' statistics in the rollover and the other
     steps (a real diff's rows, quiet against small-blocks, whose ~18 rollover steps a run give those rows
     intervals): each name is shortened one way in the whole output, and its statistic stays whole (it was cut to
-    `rollover m…`: mean or p50?)."""
+    `rollover m…`: mean or p50?, and in a clean-clone CI run with a mark column to `norm me…`)."""
     from rich.console import Console
 
     from roseprof.render.terminal_diff import print_diff
@@ -333,6 +333,8 @@ def test_at_80_columns_a_region_keeps_one_short_name_and_its_whole_statistic(sto
     lead = [m for m in result["metrics"] if m["name"].startswith("steps.") and "block_tables" in m["name"]]
     assert len(lead) >= 6, lead  # mean and p50 in rollover and other steps, of both block-table regions
     result["metrics"] = lead + [m for m in result["metrics"] if m not in lead]
+    # the narrowest room: a mark column (a figure the machine's: a CI run's tail had waited) and a wide change
+    result["metrics"][len(lead)].update(machine=True, ci_low_pct=153.2, ci_high_pct=1108.9)
     console = Console(width=80, record=True, force_terminal=False)
     print_diff(console, result, top=25)
     out = console.export_text()

@@ -110,6 +110,21 @@ def test_shorten_middle_keeps_the_distinguishing_tail():
         assert len(a) <= width and len(b) <= width and a != b
 
 
+def test_a_short_name_leaves_its_statistic_whole():
+    """A region name in a room too narrow even for its last component keeps its last characters, so that the
+    statistic beside it stays whole (a clean-clone CI run's table cut it to `…build_block_tables·norm me…`)."""
+    from roseprof.render.terminal_diff import _cut_statistic, short_names
+
+    name = "decode_step_sessions.build_block_tables"
+    room, what = 28, "norm mean"
+    width = room - len(what) - 3  # what print_diff gives short_names: the room less its widest statistic
+    short = short_names([name, "kv.append_token"], width)
+    assert short[name] == "…ld_block_tables" and short["kv.append_token"] == "kv.append_token"
+    assert _cut_statistic(f"{short[name]} · {what}", room) == "…ld_block_tables · norm mean"
+    wide = short_names([name], 30)  # room for whole components: the trailing ones that fit
+    assert wide[name] == "…build_block_tables"
+
+
 def test_command_is_cut_at_a_word():
     argv = ["/work/.venv/bin/python", "-m", "roseinfer.benchmark_streaming", "--num-requests", "64"]
     assert commands.command(argv, 200) == "python -m roseinfer.benchmark_streaming --num-requests 64"
