@@ -207,7 +207,8 @@ def tail_waited(rows: list[dict], tail: dict | None, side: str) -> bool:
     moved its way (after: slower; before: faster) as the machine's (tail_waits.py): every wall-clock figure that
     moved its way beyond its floor is a tail figure (a median step that moved is the code's, or the whole-step
     rule's, machine_slower), no region or kernel judged by its wall time moved its way, the slowest steps' wall time
-    grew and their CPU time grew by less than CPU_SHARE of that, and their waits were not in one region.
+    grew and their CPU time grew by less than CPU_SHARE of that, and their waits were not in one region (or, where
+    the runs have the steps' waits for a core, their wall time less those waits grew by less than CPU_SHARE of it).
 
     The same-code pair of docs/BENCHMARKS.md session 24 (ITL p99 +75.5%: slowest steps 48-58 ms of wall on 21-27 ms
     of CPU) is the machine's; the planted --no-batched-rollover (its slowest steps are its rollover steps, whose CPU
@@ -228,6 +229,10 @@ def tail_waited(rows: list[dict], tail: dict | None, side: str) -> bool:
     wall, cpu = g.get("wall_pct"), g.get("cpu_pct")
     if wall is None or wall <= 0 or cpu is None or cpu >= CPU_SHARE * wall:
         return False
+    if (
+        g.get("unwaited_pct") is not None
+    ):  # the kernel counted their waits for a core: they, not the rest, grew
+        return g["unwaited_pct"] < CPU_SHARE * wall
     # where no region has both clocks (no place), a sleep cannot be told from the machine: the code's
     return tail[side]["place"] is not None and not tail_waits.one_place(tail[side])
 

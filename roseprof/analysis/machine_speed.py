@@ -108,8 +108,9 @@ def slowdown(before: list[RunData], after: list[RunData]) -> dict | None:
     factors = speed_factors(before, after)
     tail = tail_waits.measure(before, after)
     if tail is not None:  # the slowest steps' growth, one value a run as the median step's
-        for key in ("wall", "cpu"):
-            tail[f"{key}_pct"] = _growth_pct(tail["before"][f"{key}_ms"] + tail["after"][f"{key}_ms"], n)
+        for key in ("wall", "cpu", "unwaited"):
+            values = (tail["before"].get(f"{key}_ms"), tail["after"].get(f"{key}_ms"))
+            tail[f"{key}_pct"] = None if None in values else _growth_pct(values[0] + values[1], n)
     return {
         "wall_pct": _growth_pct([float(np.median(r.step_dur)) for r in runs], n),
         "cpu_pct": cpu,

@@ -10,7 +10,10 @@ So each run's slowest steps (those at or beyond its TAIL_PCT-th percentile of wa
 wall time, their mean CPU time (the regions' own thread CPU time summed, the step log's version 3: a wait for a
 core is not in it, heavier code is) and where their waits were. A side's figure is the geometric mean of its
 runs'. decision.tail_waited judges them: the slowest steps' wall time grew, their CPU time grew by less than
-CPU_SHARE of that, and the waits were not in one place.
+CPU_SHARE of that, and the waits were not in one place. Where every run's step log has the steps' waits for a
+core (the kernel's run delay, roseinfer/run_delay.py), those say it instead of the place: the slowest steps' wall
+time less those waits grew by less than CPU_SHARE of their wall time's growth (on Linux 6.18 a crowded core's waits
+landed in one or two regions step after step, a place like a sleep's: docs/BENCHMARKS.md, session 33).
 
 Not in one place: a sleep, a lock or blocking I/O added to one region at a few steps is wall time without CPU time
 too, as the machine's waits are, but it waits in that region every time, while the machine's waits land in
@@ -69,12 +72,14 @@ def _side(runs: list[RunData], names: list[str]) -> dict:
     """A side's slowest steps: per run their mean wall and CPU time (ms); and the region that was the place of
     most of their waits, with its share of them (each step's wait, its wall time less its CPU time, counted at its
     place: a slowest step that hardly waited weighs next to nothing)."""
-    wall, cpu, waits, work = [], [], {}, {}
+    wall, cpu, unwaited, waits, work = [], [], [], {}, {}
     for run in runs:
         mask = tail_mask(run)
         step_cpu = _cpu_per_step(run, names)[mask]  # [T] ns
         wall.append(float(run.step_dur[mask].mean()) / 1e6)
         cpu.append(float(step_cpu.mean()) / 1e6)
+        if run.step_wait is not None:
+            unwaited.append(float((run.step_dur[mask] - run.step_wait[mask]).mean()) / 1e6)
         waited = np.maximum(run.step_dur[mask] - step_cpu, 0.0)  # [T] ns
         for place, ns in zip(places(run, names, mask), waited.tolist()):
             waits[place] = waits.get(place, 0.0) + ns
@@ -85,6 +90,8 @@ def _side(runs: list[RunData], names: list[str]) -> dict:
     return {
         "wall_ms": wall,
         "cpu_ms": cpu,
+        # their wall time less their waits for a core (the step log's run delay), where every run has it
+        "unwaited_ms": unwaited if len(unwaited) == len(runs) else None,
         "place": top,
         # the place's share of the slowest steps' waits, and of their CPU time (where the machine's waits land)
         "place_share": waits[top] / total if top is not None and total > 0 else None,

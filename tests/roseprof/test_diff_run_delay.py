@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from roseprof.analysis import decision
+from roseprof.render.verdict_text import machine_line
 from tests.roseprof.test_diff_crowded_cpu import CROWDED, FORWARD, KV, STEPS, _code, _decide
 from tests.roseprof.test_diff_stats import run_data
 
@@ -96,3 +97,37 @@ def test_work_in_the_slowest_steps_alone_is_never_the_machines():
         d = v["decision"]
         assert d["slower_machine"] is None and not d["machine_slower"], (seed, d["slowdown"])
         assert not decision.median_step_grew(d["rows"]), seed
+
+
+def _tail_waited(seed: int, waits: bool = True):
+    """Quiet steps but 5% of them (every 20th) 200 ms longer, all of it waiting for a core in model.forward's own
+    time (where the engine's timeslice ran out, step after step), counted by the run delay where `waits`."""
+    run = _run(seed, False, waits=waits)
+    add = np.zeros(STEPS)
+    add[10::20] = 200e6  # [S] ns
+    wall, outside = run.step_self[FORWARD]
+    run.step_self[FORWARD] = (wall + add, outside)
+    run.step_regions[FORWARD] = run.step_regions[FORWARD] + add
+    run.region_durations[FORWARD] = run.region_durations[FORWARD] + add
+    run.step_dur = run.step_dur + add
+    if waits:
+        run.step_wait = run.step_wait + add
+    return run
+
+
+def test_a_tail_that_waited_for_a_core_in_one_region_is_the_machines_by_the_run_delay():
+    """The slowest steps' waits all in model.forward's own time (3% of the step's CPU time): by their place alone the code's (a sleep's place), by the run
+    delay the machine's, said with the slowest steps' time less their waits."""
+    _, v = _decide(_run(1, False, waits=False), _tail_waited(2, waits=False))
+    t = v["decision"]["slowdown"]["tail"]
+    assert (
+        t["unwaited_pct"] is None and t["after"]["place"] == FORWARD and v["decision"]["tail_waits"] is None
+    )
+    metrics, v = _decide(_run(1, False), _tail_waited(2))
+    d = v["decision"]
+    assert d["tail_waits"] == "after" and abs(d["slowdown"]["tail"]["unwaited_pct"]) < 5, d["slowdown"][
+        "tail"
+    ]
+    assert "less their waits for a core" in machine_line(v), machine_line(v)
+    decision.mark(metrics, d)
+    assert decision.gate(metrics, d, 10.0, None) == []

@@ -48,6 +48,8 @@ def _planted(run, tail: str):
         out.step_self[name][0][k] += WAIT_NS
         out.step_regions[name][k] += WAIT_NS
         out.step_dur[k] += WAIT_NS
+        if tail == "waits" and out.step_wait is not None:  # a wait for a core, as the kernel counts it
+            out.step_wait[k] += WAIT_NS
         out.itl[out.itl_step == k] += WAIT_NS / 1e6
         if tail == "work":
             out.step_cpu[name][k] += WAIT_NS
@@ -73,6 +75,11 @@ def test_a_tail_of_waits_is_the_machines(default):
     assert line.startswith("the machine was slower in after's slowest steps, not the code: "), line
     assert "ITL p95 +" in line and "step mean +" in line, line  # the figures it explains, by name
     assert "ms of wall on" in line and "ms of CPU in after" in line, line
+    if (
+        default.step_wait is not None
+    ):  # the kernel's run delay (step log version 5): the waits counted, not placed
+        assert abs(t["unwaited_pct"]) < decision.CPU_SHARE * t["wall_pct"], t
+        assert "less their waits for a core" in line, line
     decision.mark(metrics, d)
     assert decision.gate(metrics, d, 10.0, None) == []
     assert next(m for m in metrics if m["name"] == "itl.p95_ms")[
