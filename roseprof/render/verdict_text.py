@@ -123,6 +123,8 @@ def machine_line(v: dict) -> str | None:
             f"the step's wall time {s['wall_pct']:+.1f}%, its time less its waits for a core (the kernel's run "
             f"delay) {s['unwaited_pct']:+.1f}%"
         )
+        if s.get("cpu_pct") is not None:  # what `unevenly` below speaks of
+            how += f", the regions' CPU time per step {s['cpu_pct']:+.1f}%"
     elif s.get("cpu_pct") is not None:
         waited = (
             "waits for a core, not more work"
