@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from roseprof import api
-from roseprof.analysis import decision, machine_speed
+from roseprof.analysis import cpu_spread, decision, machine_speed, noise_floor
 from roseprof.analysis.diff import compare
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.render.verdict_text import NAMED, headline_sentence, machine_line
@@ -126,7 +126,7 @@ def test_a_before_side_on_a_busier_machine_is_the_machine_not_faster_code(store)
         assert d["slower_machine"] == side and d["machine_slower"], d["slowdown"]
         code = _code_rows(d)
         assert all(r["kind"] == "region" and decision.by_cpu_time(r) for r in code), code
-        assert all(abs(r["delta_pct"]) > r.get("widened_pct", r["floor_pct"]) for r in code), code
+        assert all(_beyond_widened(r, out["metrics"]) for r in code), code
         gated = {m["name"] for m in out["regressions"]}
         assert gated <= {r["metric"] for r in code}, (gated, code)
         text = diff(store, a, b, "--fail-on-regression", "10")
@@ -214,6 +214,15 @@ def _why(metrics: list[dict], decision_: dict) -> dict:
         if r["kind"] == "region"
     ]
     return {"cpu p5 [delta, low, high, floor]": cpu, "region rows": rows}
+
+
+def _beyond_widened(row: dict, metrics: list[dict]) -> bool:
+    """Whether a region row of the code's interval clears its floor widened by the other regions' spread in the same
+    diff (cpu_spread.py; its floor from its metric: a region row of the verdict's has none of its own)."""
+    m = next(m for m in metrics if m["name"] == row["metric"])
+    spread = cpu_spread.spread_pct(metrics, row["metric"])
+    widened = m["floor_pct"] if spread is None else cpu_spread.widened_floor_pct(m["floor_pct"], spread)
+    return noise_floor.clears(m["ci_low_pct"], m["ci_high_pct"], widened)
 
 
 def _planted_cpu(run, extra_ns: float, where):
