@@ -218,17 +218,26 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
     assert not list((tmp_path / "t").iterdir())
 
 
-def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path):
-    # nsys 2022.4 throws "Local Endpoint is not available" while it sets up, before the program starts, when
-    # another nsys on the machine (outside roseprof's lock) holds its agent. A wrapper fails that way once.
+# What nsys 2022.4 printed, and nothing else, when it failed before starting the program: "Local Endpoint is not
+# available" while another nsys on the machine (outside roseprof's lock) held its agent, and "End of file" as the
+# whole of its output in three clean-clone CI runs.
+AGENT_FAILURES = {
+    "endpoint": "echo 'std::exception::what: RuntimeException' >&2\n"
+    "  echo '[QuadDCommon::tag_message*] = Local Endpoint is not available.' >&2\n",
+    "end of file": "echo 'End of file' >&2\n",
+}
+
+
+@pytest.mark.parametrize("failure", sorted(AGENT_FAILURES))
+def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path, failure):
+    """A wrapper fails the first `nsys profile` as nsys did, before the program runs: started again."""
     marker = tmp_path / "failed-once"
     fake = tmp_path / "nsys"
     fake.write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = profile ] && [ ! -e {marker} ]; then\n'
         f"  touch {marker}\n"
-        "  echo 'std::exception::what: RuntimeException' >&2\n"
-        "  echo '[QuadDCommon::tag_message*] = Local Endpoint is not available.' >&2\n"
+        f"  {AGENT_FAILURES[failure]}"
         "  exit 1\n"
         "fi\n"
         f'exec {find_nsys()} "$@"\n'
@@ -241,4 +250,19 @@ def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path):
     assert "could not reach its own agent" in proc.stderr and "(2 of 3)" in proc.stderr
     run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "complete"
-    assert b"Local Endpoint" in (run / "raw" / "nsys.start1.log").read_bytes()
+    first = (run / "raw" / "nsys.start1.log").read_bytes()
+    assert (b"Local Endpoint" in first) if failure == "endpoint" else (first.strip() == b"End of file")
+
+
+def test_a_program_that_printed_and_then_nsys_said_end_of_file_is_not_started_again(tmp_path):
+    """'End of file' after the program's own output: the program ran, so it is not run twice; the failure is
+    said once."""
+    fake = tmp_path / "nsys"
+    fake.write_text(
+        "#!/bin/sh\nif [ \"$1\" = profile ]; then echo 'step 1 done'; echo 'End of file' >&2; exit 1; fi\n"
+    )
+    fake.chmod(0o755)
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
+                    sys.executable, "-c", "pass", env={"NSYS": str(fake)})  # fmt: skip
+    assert proc.returncode != 0 and "starting it again" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("roseprof: error:") == 1, proc.stderr

@@ -142,6 +142,10 @@ def default_nvtx_capture(capture_range_end: str | None) -> str:
 # (one that roseprof's lock does not cover: a user's own `nsys profile`, another checkout's tests) holds its
 # agent: seen in the test suite on a shared 2-core machine. Nothing ran, so starting again is safe.
 AGENT_REFUSED = b"Local Endpoint is not available"
+# ... and this, as the whole of its output (the log holds the program's output too: it printed nothing), when its
+# connection to the agent closed while it set up: three clean-clone CI runs of ~60 captures each, one capture in
+# each (docs/BENCHMARKS.md, sessions 32-33), a test's capture failing with its command named as the cause.
+AGENT_CLOSED = b"End of file"
 
 
 def agent_refused(log_path: Path, out_base: Path) -> bool:
@@ -150,9 +154,10 @@ def agent_refused(log_path: Path, out_base: Path) -> bool:
         return False
     try:
         with open(log_path, "rb") as fh:
-            return AGENT_REFUSED in fh.read(1 << 20)
+            text = fh.read(1 << 20)
     except OSError:
         return False
+    return AGENT_REFUSED in text or text.strip() == AGENT_CLOSED
 
 
 # nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
@@ -317,7 +322,7 @@ class NsysCapture:
             return None
         return (
             "nsys could not reach its own agent before starting the program (another nsys running on this "
-            "machine outside roseprof?)"
+            "machine outside roseprof?, or its connection closed: 'End of file')"
         )
 
     def check(self, result, raw: Path) -> None:
