@@ -43,7 +43,8 @@ class Capturer(Protocol):
 
     def own_line(self, line: bytes) -> bool: ...  # a line of the tool's own output (kept out of the terminal)
 
-    # Why a run that failed never started the program and may be started again (nsys' agent), else None.
+    # Why a run that failed did so on the tool's own account, leaving nothing to keep, so that it may be started
+    # again (nsys' agent), else None.
     def refused(self, launch: Launch) -> str | None: ...
 
     def check(self, result: ToolResult, raw: Path) -> None: ...  # raise what the tool's log says went wrong

@@ -218,13 +218,14 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
     assert not list((tmp_path / "t").iterdir())
 
 
-# What nsys 2022.4 printed, and nothing else, when it failed before starting the program: "Local Endpoint is not
-# available" while another nsys on the machine (outside roseprof's lock) held its agent, and "End of file" as the
-# whole of its output in three clean-clone CI runs.
+# What nsys 2022.4 printed, and nothing else, when it failed on its agent and wrote no report: "Local Endpoint is
+# not available" while another nsys on the machine (outside roseprof's lock) held its agent, "End of file" and
+# "Connection to the Agent lost." as the whole of its output in clean-clone CI runs under load.
 AGENT_FAILURES = {
     "endpoint": "echo 'std::exception::what: RuntimeException' >&2\n"
     "  echo '[QuadDCommon::tag_message*] = Local Endpoint is not available.' >&2\n",
     "end of file": "echo 'End of file' >&2\n",
+    "agent lost": "echo 'Connection to the Agent lost.' >&2\n  echo 'Connection to the Agent lost.' >&2\n",
 }
 
 
@@ -247,11 +248,13 @@ def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path, failure):
                     sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass",
                     env={"NSYS": str(fake)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "could not reach its own agent" in proc.stderr and "(2 of 3)" in proc.stderr
+    assert "failed on its own agent" in proc.stderr and "(2 of 3)" in proc.stderr
     run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "complete"
     first = (run / "raw" / "nsys.start1.log").read_bytes()
-    assert (b"Local Endpoint" in first) if failure == "endpoint" else (first.strip() == b"End of file")
+    assert (
+        b"Local Endpoint" in first if failure == "endpoint" else first.strip().startswith((b"End", b"Conn"))
+    )
 
 
 def test_a_program_that_printed_and_then_nsys_said_end_of_file_is_not_started_again(tmp_path):
