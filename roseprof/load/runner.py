@@ -45,9 +45,9 @@ class LoadState:
     metrics_url: str | None = None
     stopped: str | None = None  # why the load stopped early
     refused_in_a_row: int = 0
-    answered: int = (
-        0  # requests that have ended with a token: the first one's end is reported at once (_report)
-    )
+    # requests that have ended with a token, and those sent and not ended: _report's early report waits for both
+    answered: int = 0
+    active: int = 0
 
     def done(self) -> list[Record]:
         return [r for r in self.records if r.end is not None]
@@ -206,18 +206,21 @@ FIRST_POLL_S = 0.01
 
 
 async def _report(state: LoadState, progress) -> None:
-    """Reports every REPORT_S, and once more as soon as the first request has ended with a token (a TTFT to
-    report; a refused one has none). `roseprof live` opens its
-    window on the first report with a TTFT and requests in flight: on the ticks alone, a load shorter than the
-    period (12 requests of 32 tokens took 0.41 s on a faster machine, docs/BENCHMARKS.md session 33) ended before
-    any such report and opened none."""
-    waiting = True  # for the first request to end
+    """Reports every REPORT_S, and once more as soon as a request has ended with a token (a TTFT to report; a
+    refused one has none) while others are in flight. `roseprof live` opens its window on the first report with
+    both: on the ticks alone, a load shorter than the period (12 requests of 32 tokens took 0.41 s on a faster
+    machine, docs/BENCHMARKS.md session 33) ended before any such report and opened none; and a closed loop's first
+    requests end together, the next ones sent a millisecond later, so a report in that gap had none in flight (a
+    clean-clone CI run's 0.37 s load opened none so)."""
+    waiting = True  # for a report with a TTFT and requests in flight
     due = clock() + REPORT_S
     while True:
         await asyncio.sleep(min(FIRST_POLL_S, due - clock()) if waiting else max(due - clock(), 0.0))
-        if waiting and state.answered:
-            waiting = False
-            progress(state.live())
+        if waiting and state.answered and state.active:
+            figures = state.live()
+            if figures["in_flight"] and figures["ttft_p50_ms"] is not None:
+                waiting = False
+                progress(figures)
         if clock() >= due:
             due = (
                 due + REPORT_S if due + REPORT_S > clock() else clock() + REPORT_S
@@ -228,7 +231,11 @@ async def _report(state: LoadState, progress) -> None:
 async def _send(ep: Endpoint, p: Planned, opts: LoadOptions, state: LoadState, due: float | None) -> None:
     rec = Record(p.index, p.prompt_len, p.max_tokens, due=due)
     state.records.append(rec)
-    await stream_completion(ep, rec, body_of(p, state.model, opts.ignore_eos), opts.stall_s, opts.limit_s)
+    state.active += 1
+    try:
+        await stream_completion(ep, rec, body_of(p, state.model, opts.ignore_eos), opts.stall_s, opts.limit_s)
+    finally:
+        state.active -= 1
     if rec.first is not None:
         state.answered += 1
     state.refused_in_a_row = state.refused_in_a_row + 1 if rec.error == "connect" else 0
