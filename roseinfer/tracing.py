@@ -251,11 +251,10 @@ class _StepTimes:
     ("wait_ns": its thread's run delay, run_delay.py), which no sleep or lock is in.
 
     The step's accounting opens when a `roseinfer.decode_step` region is entered while STATE.clocks is on, and
-    closes when it exits: the
-    prefill and scheduler regions between steps are not in any step, nor is a region entered before the step
-    opened. Only the thread that entered the step counts (`thread`): a region on another thread never touches the
-    step's stacks, and another engine's step on another thread, opened while this one is, is not counted (its step
-    log record has no region times; `take_step_times` gives a thread only its own)."""
+    closes when it exits: the prefill and scheduler regions between steps are not in any step, nor is a region
+    entered before the step opened. Only the thread that entered the step counts (`thread`): a region on another
+    thread never touches the step's stacks, and another engine's step on another thread, opened while this one is,
+    is not counted (its step log record has no region times; `take_step_times` gives a thread only its own)."""
 
     __slots__ = ("thread", "cpu", "host_children", "cpu_children", "host_own", "cpu_own", "wait0", "last")
 

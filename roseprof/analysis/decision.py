@@ -185,10 +185,17 @@ def machine_slower(rows: list[dict], slowdown: dict | None) -> bool:
     if wall is None or wall <= 0:
         return False
     less_work = cpu is None or cpu < CPU_SHARE * wall
-    unwaited = slowdown.get("unwaited_pct")
-    if unwaited is not None and less_work and unwaited < CPU_SHARE * wall and median_step_grew(rows):
-        return True  # the kernel counted the steps' waits for a core: they, not the rest, grew
+    if less_work and waits_grew(slowdown) and median_step_grew(rows):
+        return True
     return bool(speed is not None and speed >= ALIKE * wall and less_work)
+
+
+def waits_grew(growth: dict) -> bool | None:
+    """Where the runs have the steps' waits for a core (the kernel's run delay, `unwaited_pct`): whether they, not
+    the rest of the steps' wall time, grew (the rest by less than CPU_SHARE of the wall time's move, `wall_pct`,
+    which is above 0). None where the runs do not have them. `growth`: slowdown's figures, or its tail's."""
+    unwaited = growth.get("unwaited_pct")
+    return None if unwaited is None else unwaited < CPU_SHARE * growth["wall_pct"]
 
 
 def median_step_grew(rows: list[dict]) -> bool:
@@ -229,10 +236,9 @@ def tail_waited(rows: list[dict], tail: dict | None, side: str) -> bool:
     wall, cpu = g.get("wall_pct"), g.get("cpu_pct")
     if wall is None or wall <= 0 or cpu is None or cpu >= CPU_SHARE * wall:
         return False
-    if (
-        g.get("unwaited_pct") is not None
-    ):  # the kernel counted their waits for a core: they, not the rest, grew
-        return g["unwaited_pct"] < CPU_SHARE * wall
+    counted = waits_grew(g)
+    if counted is not None:  # the kernel counted their waits for a core
+        return counted
     # where no region has both clocks (no place), a sleep cannot be told from the machine: the code's
     return tail[side]["place"] is not None and not tail_waits.one_place(tail[side])
 

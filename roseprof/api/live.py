@@ -177,10 +177,11 @@ def steps_window_or_why(url: str, api_key: str | None, size: int) -> tuple[str, 
 
 
 class SteadyOpener:
-    """Opens the window once the load is steady, from the load's progress reports (the first as soon as a request
-    has ended, then every 0.5 s: load/runner._report; on the load's event loop: the POST goes on a thread of its own, so the client's timing never waits on it). `at_once` (a steps
-    window: no profiler to warm up, only the region clocks): as the load starts, or after --warmup, steady or not,
-    so the window's steps are the load's first ones."""
+    """Opens the window once the load is steady, from the load's progress reports (one as soon as a request has
+    ended with a token while others are in flight, and every 0.5 s: load/runner._report; on the load's event loop:
+    the POST goes on a thread of its own, so the client's timing never waits on it). `at_once` (a steps window: no
+    profiler to warm up, only the region clocks): as the load starts, or after --warmup, steady or not, so the
+    window's steps are the load's first ones."""
 
     def __init__(self, client, tool: str, steps: int, warmup_s: float, at_once: bool = False) -> None:
         self.client, self.tool, self.steps, self.warmup_s = client, tool, steps, warmup_s

@@ -200,7 +200,7 @@ async def _watch_loop(state: LoadState) -> None:
             state.loop_lags_ms.append(late_ms)
 
 
-# The progress reports' period, and how often the load looks for its first request that ended until then.
+# The progress reports' period, and how often the load looks for the early report's moment until it has made it.
 REPORT_S = 0.5
 FIRST_POLL_S = 0.01
 
@@ -222,9 +222,7 @@ async def _report(state: LoadState, progress) -> None:
                 waiting = False
                 progress(figures)
         if clock() >= due:
-            due = (
-                due + REPORT_S if due + REPORT_S > clock() else clock() + REPORT_S
-            )  # never a burst to catch up
+            due = clock() + REPORT_S
             progress(state.live())
 
 
