@@ -5,9 +5,15 @@ one process, on one GPU (issue 50):
   release, as the engine's step runs them: Triton (norm GEMV + GEMV), the CUDA kernel with stamps off, with
   stamps on (and --bare: a build without the stamp code); replayed in interleaved rounds, median µs per MLP;
 - %globaltimer's tick as seen in the stamps, and each phase's median time from the stamps;
-- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here).
+- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here);
+- --persistent: also the same chain as one persistent launch (roseinfer/cuda_ext/persistent_mlp.cu, a measurement:
+  one block an SM, each layer's weights copied into shared memory two layers ahead, a counter in global memory
+  between layers), checked against the CUDA chain, timed beside it, and its phases from its stamps.
 
-python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare]
+Every variant's graph zeroes two buffers of the same sizes first (the persistent launch's outputs and counters, which
+must be zero on entry), so that the per-MLP times compare like for like.
+
+python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare] [--persistent]
 """
 
 from __future__ import annotations
@@ -57,13 +63,53 @@ def chain(bs, x, a, fused: bool, module=None):
     return x, a
 
 
-def capture(bs, x, a, fused: bool, module=None):
+class Persistent:
+    """The chain as one persistent launch (persistent_mlp.cu): its layer table, outputs and counters."""
+
+    def __init__(self, module, bs, x, a, stamps: bool = False) -> None:
+        self.module, self.x, self.a = module, x, a
+        ptrs = [
+            [t.data_ptr() for t in (b.ln_2.weight, b.ln_2.bias, b.c_fc.weight, b.c_fc.bias, fm.transposed_proj(b),
+                                    b.mlp_proj.bias)]
+            for b in bs
+        ]  # fmt: skip
+        self.layers = torch.tensor(ptrs, dtype=torch.int64, device=x.device)  # [L, 6]
+        self.eps = bs[0].ln_2.eps
+        self.s = torch.empty(LAYERS, 768, dtype=x.dtype, device=x.device)  # [L, C]
+        self.outs = torch.zeros(LAYERS, 768, dtype=torch.float32, device=x.device)  # [L, C]
+        self.done = torch.zeros(LAYERS, dtype=torch.int32, device=x.device)  # [L]
+        n = module.NSTAMP * module.BLOCKS if stamps else 0
+        self.stamp_rows = torch.zeros(LAYERS, n, dtype=torch.int64, device=x.device)  # [L, NSTAMP * BLOCKS]
+
+    def __call__(self):
+        self.outs.zero_()
+        self.done.zero_()
+        self.module.persistent_mlp(self.x, self.a, self.layers, self.eps, self.s, self.outs, self.done,
+                                   self.stamp_rows.view(-1))  # fmt: skip
+        return self.s[-1:], self.outs[-1:]
+
+    def stamps(self):
+        """[L, BLOCKS, NSTAMP] on the host"""
+        return self.stamp_rows.view(LAYERS, self.module.NSTAMP, self.module.BLOCKS).transpose(1, 2).cpu()
+
+
+ZEROS: list = []  # every variant's graph zeroes these first ([L, C] float32 and [L] int32, as the persistent one)
+
+
+def capture(bs, x, a, fused: bool, module=None, persistent=None):
+    def run():
+        if persistent is not None:
+            return persistent()  # zeroes its own outputs and counters: the same two memsets
+        for t in ZEROS:
+            t.zero_()
+        return chain(bs, x, a, fused, module)
+
     with small_batch_gemv(1, norm_prologue=True), pdl_scope(True, early_release=True):
-        chain(bs, x, a, fused, module)  # warm-up: Triton compiles
+        run()  # warm-up: Triton compiles
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = chain(bs, x, a, fused, module)
+            out = run()
     return graph, out
 
 
@@ -85,6 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--fixture", default=None)
     p.add_argument("--bare", action="store_true", help="also time a build without the stamp code")
+    p.add_argument("--persistent", action="store_true", help="also time the chain as one persistent launch")
     args = p.parse_args(argv)
     dtype = torch.float16
     t0 = time.perf_counter()
@@ -109,6 +156,29 @@ def main(argv=None) -> int:
     err = (got[1].float() - ref[1].float()).abs().max().item()
     err_x = (got[0].float() - ref[0].float()).abs().max().item()
     print(f"12-layer chain, CUDA against Triton: max |diff| last output {err:.2e}, residual {err_x:.2e}")
+    ZEROS[:] = [
+        torch.zeros(LAYERS, 768, device=x.device),
+        torch.zeros(LAYERS, dtype=torch.int32, device=x.device),
+    ]
+    persistent = {}
+    if args.persistent:
+        from roseinfer import cuda_ext
+
+        pm = cuda_ext.load("persistent_mlp", (), fm.MIN_ARCH)
+        if pm is None:
+            print(cuda_ext.why_not_built("persistent_mlp"), file=sys.stderr)
+            return 1
+        persistent = {
+            "persistent": Persistent(pm, bs, x, a),
+            "persistent+stamps": Persistent(pm, bs, x, a, True),
+        }
+        p_s, p_out = persistent["persistent"]()
+        torch.cuda.synchronize()
+        err_p = (p_out.float() - got[1].float()).abs().max().item()
+        err_px = (p_s.float() - got[0].float()).abs().max().item()
+        scale = got[1].float().abs().max().item()
+        print(f"persistent against the CUDA chain: max |diff| last output {err_p:.2e} (of {scale:.2e}), "
+              f"residual {err_px:.2e}")  # fmt: skip
 
     # "cuda, no stamp code": a build whose stamp() compiles to nothing, to price the branch of stamps off
     bare = fm.load(defines=(fm.NO_STAMPS_DEFINE,)) if args.bare else None
@@ -120,6 +190,8 @@ def main(argv=None) -> int:
         scratch = fm.MlpScratch(LAYERS, x.device, stamps=stamps)
         use(scratch)
         variants[name] = (*capture(bs, x, a, fused, module), scratch)
+    for name, launch in persistent.items():
+        variants[name] = (*capture(bs, x, a, False, persistent=launch), launch)
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, (graph, _, _) in variants.items():
@@ -137,6 +209,9 @@ def main(argv=None) -> int:
               f"{weight_bytes / med / 1e3:,.0f} GB/s of weights")  # fmt: skip
     result["cuda_over_triton"] = result["per_mlp_us"]["cuda"] / result["per_mlp_us"]["triton"]
     result["stamps_on_over_off"] = result["per_mlp_us"]["cuda+stamps"] / result["per_mlp_us"]["cuda"]
+    if persistent:
+        result["persistent_over_cuda"] = result["per_mlp_us"]["persistent"] / result["per_mlp_us"]["cuda"]
+        print(f"persistent / cuda {result['persistent_over_cuda']:.3f}")
     print(
         f"cuda / triton {result['cuda_over_triton']:.3f}; stamps on / off {result['stamps_on_over_off']:.3f}"
     )
@@ -154,6 +229,18 @@ def main(argv=None) -> int:
             vals = sorted(set(st.flatten().tolist()))
             ticks.update(v2 - v1 for v1, v2 in zip(vals, vals[1:]))
     result["globaltimer_min_step_ns"] = min(ticks) if ticks else None
+    if persistent:  # the persistent launch's phases, layer by layer, as the kernel's
+        graph, _, launch = variants["persistent+stamps"]
+        per_phase_p = {k: [] for k, _ in fm.PHASES}
+        for _ in range(20):
+            graph.replay()
+            torch.cuda.synchronize()
+            for st in launch.stamps():
+                for phase, _region, s, e in fm.phase_ranges(st):
+                    per_phase_p[phase].append(e - s)
+        result["persistent_phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase_p.items()}
+        for k, v in result["persistent_phase_median_ns"].items():
+            print(f"  persistent phase {k:17s} {v / 1e3:6.2f} us")
     print(f"%globaltimer: smallest step between distinct stamps {result['globaltimer_min_step_ns']} ns")
     result["phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase.items()}
     for k, v in result["phase_median_ns"].items():

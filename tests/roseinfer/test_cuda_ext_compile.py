@@ -31,6 +31,7 @@ BUILDS = [
     (fused_mlp.NAME, (fused_mlp.DELAY_DEFINE,)),
     (fused_attn.NAME, ()),
     (fused_attn.NAME, (fused_attn.DELAY_DEFINE,)),
+    ("persistent_mlp", ()),
 ]
 
 
