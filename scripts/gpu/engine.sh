@@ -123,6 +123,12 @@ stage_cuda_mlp() {
   timeout 400 python3 scripts/bench_cuda_mlp.py --bare --json "$S/cuda-mlp.json"
 }
 
+stage persistent-mlp "the same 12-layer chain as one persistent launch (roseinfer/cuda_ext/persistent_mlp.cu, a \
+measurement) beside the fused kernel's PDL chain and Triton: its check against the chain, µs per MLP, its phases"
+stage_persistent_mlp() {
+  timeout 500 python3 scripts/bench_cuda_mlp.py --persistent --rounds 9 --json "$S/persistent-mlp.json"
+}
+
 stage kernel-regions "regions inside a fused kernel (issue 50): roseprof torch and nsys captures of the stamped fused \
 MLP (scripts/stamped_mlp_program.py, test build), their regions against the kernel's duration and a planted delay \
 (the GPU tests of tests/roseprof/test_kernel_stamps.py, printing their figures)"
