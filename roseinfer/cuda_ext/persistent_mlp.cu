@@ -2,22 +2,24 @@
 // layers at one row (decode batch 1) in one persistent launch, one block per SM, where fused_mlp.cu is one launch a
 // layer under PDL. Session 34 measured (docs/BENCHMARKS.md) that a layer's kernels lose 2.1 us after their waits to
 // the next kernel's blocks, which start on the same SMs and load their weights just as this kernel's first reads
-// after its wait go out. Here each block orders its own loads: layer l+2's weights are copied into shared memory
-// (cp.async, two buffers) after layer l's last read of the buffer, behind layer l's own reads, and a layer waits for
+// after its wait go out. Here each block orders its own loads: layer l+1's weights are copied into shared memory
+// (cp.async, two buffers) once layer l's first reads after its wait (x and delta) have landed, and a layer waits for
 // the one before on a counter in global memory, not on a kernel boundary.
 //
 // Block b owns g rows [24 b, 24 b + 24) of every layer, 3 per warp, as in fused_mlp.cu. Layer l:
 //   wait until every block has added its share of layer l-1 (done[l-1] == blocks);
 //   s = x + delta (block 0 stores it in s_bufs[l]), h = LayerNorm(s) (every warp its own, common.cuh),
+//   copy layer l+1's weights into the other buffer (layer l-1 read it last, before its end);
 //   g = gelu_tanh(h W_fc^T + b_fc) at its rows, its share of out = g W_proj^T (+ b_proj in block 0) summed over its
-//   warps and added into outs[l] (float32 [C]) with atomics; every thread fences; done[l] += 1.
+//   warps and added into outs[l] (float32 [C]) with atomics; then thread 0, after a barrier, fences and adds 1 to
+//   done[l] (the cooperative groups grid barrier's release: the fence is cumulative over the block's adds).
 // x of layer l is s_bufs[l-1] and delta outs[l-1]; layer 0 reads x0 and delta0 (float16). outs and done must be
 // zero on entry. No block may wait for a block that is not resident: the launcher checks that every block fits at
-// once (one per SM) and launches nothing else beside it.
+// once (one per SM), and a wait that lasts SPIN_LIMIT_NS traps (an error, not a hung GPU).
 //
 // Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at NSTAMP boundaries a layer
-// (start, after the wait, after ln_2, after c_fc, after its share of mlp_proj, after its adds and count), layer-major
-// then stamp-major ([L, NSTAMP, blocks]), as fused_mlp.cu's phases.
+// (start, after the wait, after ln_2, after c_fc and issuing the next layer's copies, after its share of mlp_proj,
+// after its adds and count), layer-major then stamp-major ([L, NSTAMP, blocks]), as fused_mlp.cu's phases.
 #include <cuda_fp16.h>
 #include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
@@ -38,6 +40,7 @@ constexpr int BLOCK_ROWS = WARPS * ROWS;      // 24 a block
 constexpr int BLOCKS = 4 * C / BLOCK_ROWS;    // 128
 constexpr int VECS = C / 256;                 // 16-byte vectors of one C-long row per lane
 constexpr int NSTAMP = 6;
+constexpr unsigned long long SPIN_LIMIT_NS = 1000000000ull;  // 1 s: far beyond any layer, short of a hung call
 static_assert(BLOCKS * BLOCK_ROWS == 4 * C, "every g row owned by one block");
 
 // One layer's weights as a block holds them: ln_2's (and the row s, written at its LayerNorm), its 24 rows of W_fc
@@ -63,13 +66,12 @@ struct MlpLayer {
   const __half* b_proj;    // [C]
 };
 
-// Layer `layer`'s weights into `buf`, as two cp.async groups (ln_2's, then the rows'; both committed here, empty
-// where there is no such layer), so that when a layer waits for its own, the next layer's two are the last ones.
+// Layer `layer`'s weights into `buf`, as two cp.async groups (ln_2's, then the rows'; both committed here; none
+// where there is no such layer): when a layer waits for its own, they are the last ones committed.
 __device__ __forceinline__ void stage_layer(LayerBuffer& buf, const MlpLayer* layers, int layer, int n_layers,
                                             int row0) {
-  if (layer >= n_layers) {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-  } else {
+  if (layer >= n_layers) return;
+  {
     const MlpLayer L = layers[layer];
     stage_layernorm_params<__half, C, THREADS>(buf.ln, L.ln_w, L.ln_b);  // commits a group of its own
     constexpr int CHUNKS = BLOCK_ROWS * C * 2 / 16;  // 16-byte pieces of the block's rows of one weight
@@ -99,9 +101,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
   Shared& sh = *reinterpret_cast<Shared*>(smem);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = blockIdx.x * BLOCK_ROWS;
-  // layers 0 and 1, two groups each
   stage_layer(sh.buf[0], layers, 0, n_layers, row0);
-  stage_layer(sh.buf[1], layers, 1, n_layers, row0);
   for (int l = 0; l < n_layers; ++l) {
     LayerBuffer& buf = sh.buf[l & 1];
     unsigned long long* st = STAMPS ? stamps + static_cast<size_t>(l) * NSTAMP * gridDim.x : nullptr;
@@ -115,25 +115,30 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
 #pragma unroll
       for (int e = 0; e < 4; ++e) bias[e] = L.b_proj[4 * threadIdx.x + e];
     if (l > 0) {  // every block's adds into outs[l-1] (and block 0's s) have landed
-      if (threadIdx.x == 0)
-        while (ld_acquire(done + l - 1) < gridDim.x) {
-        }
+      if (threadIdx.x == 0) {
+        const unsigned long long t0 = globaltimer();
+        while (ld_acquire(done + l - 1) < gridDim.x)
+          if (globaltimer() - t0 > SPIN_LIMIT_NS) __trap();  // a block that never ran: fail, do not hang
+      }
       __syncthreads();
     }
     stamp<STAMPS>(st, 1);
 
-    // s = x + delta, h = LayerNorm(s). Nothing of s_bufs[l-1] or outs[l-1] is in this SM's L1 (no block reads them
-    // before their layer is done, nor writes them after), so plain loads see what the other blocks wrote.
-    // PENDING 2: the next layer's two groups may be in flight.
+    // s = x + delta, h = LayerNorm(s): thread 0's acquire and the barrier make the other blocks' writes of
+    // s_bufs[l-1] and outs[l-1] visible to the block's plain (not read-only) loads. PENDING 0: this layer's copies
+    // are the last committed.
     uint4 h[VECS];
     if (l == 0)
-      residual_layernorm<__half, __half, C, THREADS, 2>(x0, delta0, buf.ln, eps, s_bufs, h);
+      residual_layernorm<__half, __half, C, THREADS, 0>(x0, delta0, buf.ln, eps, s_bufs, h);
     else
-      residual_layernorm<__half, float, C, THREADS, 2>(s_bufs + static_cast<size_t>(l - 1) * C,
+      residual_layernorm<__half, float, C, THREADS, 0>(s_bufs + static_cast<size_t>(l - 1) * C,
                                                        outs + static_cast<size_t>(l - 1) * C, buf.ln, eps,
                                                        s_bufs + static_cast<size_t>(l) * C, h);
     phase_barrier<STAMPS>();
     stamp<STAMPS>(st, 2);
+    // Layer l+1's weights into the other buffer, now that this layer's reads after its wait have landed (the point
+    // of the design): they have the rest of this layer to arrive.
+    stage_layer(sh.buf[(l + 1) & 1], layers, l + 1, n_layers, row0);
 
     // c_fc + GELU at this warp's rows, from shared memory, rounded to float16 as the Triton path stores g
     float gv[ROWS];
@@ -171,9 +176,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
       dst[0] = make_float4(p[0], p[1], p[2], p[3]);
       dst[1] = make_float4(p[4], p[5], p[6], p[7]);
     }
-    __syncthreads();  // ps whole; no warp reads this buffer's weights again
-    // Layer l+2's weights into the buffer just read, behind this layer's own reads (the point of the design).
-    stage_layer(buf, layers, l + 2, n_layers, row0);
+    __syncthreads();  // ps whole; no warp reads this buffer again before layer l+2 fills it
     stamp<STAMPS>(st, 4);
 
     // the block's share summed over its warps, added into outs[l]; then counted once every add has landed
@@ -194,9 +197,12 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
       atomicAdd(o, acc.x); atomicAdd(o + 1, acc.y); atomicAdd(o + 2, acc.z); atomicAdd(o + 3, acc.w);
 #endif
     }
-    __threadfence();  // every thread: its adds (and block 0's stores of s) visible before the count
-    __syncthreads();
-    if (threadIdx.x == 0) atomicAdd(done + l, 1u);
+    __syncthreads();  // the block's adds (and block 0's stores of s) issued
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(done + l, 1u);
+    }
+    phase_barrier<STAMPS>();
     stamp<STAMPS>(st, 5);
   }
 }
@@ -223,6 +229,9 @@ void persistent_mlp(torch::Tensor x0, torch::Tensor delta0, torch::Tensor layers
   TORCH_CHECK(outs.scalar_type() == at::kFloat && outs.numel() == (int64_t)n_layers * C, "outs: float32 [L, C]");
   TORCH_CHECK(s_bufs.scalar_type() == at::kHalf && s_bufs.numel() == (int64_t)n_layers * C, "s_bufs: [L, C]");
   TORCH_CHECK(done.scalar_type() == at::kInt && done.numel() == n_layers, "done: int32 [L]");
+  for (const torch::Tensor* t : {&x0, &delta0, &layers, &s_bufs, &outs, &done, &stamps})
+    TORCH_CHECK(t->numel() == 0 || (t->is_cuda() && t->is_contiguous()), "persistent_mlp: contiguous CUDA tensors");
+  TORCH_CHECK(stamps.numel() == 0 || stamps.scalar_type() == at::kLong, "persistent_mlp: stamps int64");
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= (int64_t)n_layers * NSTAMP * BLOCKS, "persistent_mlp: stamps too small");
   auto kernel = st ? persistent_mlp_kernel<true> : persistent_mlp_kernel<false>;
