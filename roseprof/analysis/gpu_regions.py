@@ -58,12 +58,12 @@ def gpu_ns_by_key(
     (default its duration; the per-step views pass `stream_time.own_stream_ns`). pairs: kernel_range_pairs of
     these ranges, computed once per run (sections/base.py: Context.kernel_pairs) and shared by every caller."""
     ops = trace.ops
-    group = np.zeros(len(ops), dtype=np.int64) if op_group is None else op_group
     if pairs is None:
         pairs = kernel_range_pairs(tree, launch_range, capture, np.flatnonzero(ops.kind == KERNEL))
     op_idx, rng = pairs
-    live = group[op_idx] >= 0
-    op_idx, rng = op_idx[live], rng[live]
+    if op_group is not None:  # one group (None): every pair counts, no mask over the millions of pairs
+        live = op_group[op_idx] >= 0
+        op_idx, rng = op_idx[live], rng[live]
     if not len(op_idx):
         return np.zeros(0, dtype=np.int64), np.zeros((n_groups, 0), dtype=np.int64)
     # Only the keys some pair has, in ascending order (what np.unique of the pairs' keys gave), found by a count
@@ -88,6 +88,8 @@ def gpu_ns_by_key(
     weight = (ops.end - ops.start) if op_ns is None else op_ns
     # Integer ns summed in float64 are exact below 2^53 ns (104 days) per cell; np.add.at is several times slower.
     out = np.bincount(
-        group[op_idx] * n_keys + key, weights=weight[op_idx], minlength=n_groups * n_keys
+        key if op_group is None else op_group[op_idx] * n_keys + key,
+        weights=weight[op_idx],
+        minlength=n_groups * n_keys,
     ).reshape(n_groups, n_keys)
     return keys, out.astype(np.int64)
