@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
       dst[0] = make_float4(p[0], p[1], p[2], p[3]);
       dst[1] = make_float4(p[4], p[5], p[6], p[7]);
     }
-    __syncthreads();  // ps whole; no warp reads this buffer again before layer l+2 fills it
+    __syncthreads();  // ps whole; no warp reads this buffer again (layer l+1 copies layer l+2's weights into it)
     stamp<STAMPS>(st, 4);
 
     // the block's share summed over its warps, added into outs[l]; then counted once every add has landed
