@@ -219,13 +219,15 @@ def test_report_from_a_newer_nsys_is_explained(tmp_path):
 
 
 # What nsys 2022.4 printed, and nothing else, when it failed on its agent and wrote no report: "Local Endpoint is
-# not available" while another nsys on the machine (outside roseprof's lock) held its agent, "End of file" and
-# "Connection to the Agent lost." as the whole of its output in clean-clone CI runs under load.
+# not available" while another nsys on the machine (outside roseprof's lock) held its agent; "End of file",
+# "Connection to the Agent lost." and "Connection reset by peer" as the whole of its output in clean-clone CI runs
+# under load.
 AGENT_FAILURES = {
     "endpoint": "echo 'std::exception::what: RuntimeException' >&2\n"
     "  echo '[QuadDCommon::tag_message*] = Local Endpoint is not available.' >&2\n",
     "end of file": "echo 'End of file' >&2\n",
     "agent lost": "echo 'Connection to the Agent lost.' >&2\n  echo 'Connection to the Agent lost.' >&2\n",
+    "connection reset": "echo 'Connection reset by peer' >&2\n",
 }
 
 

@@ -145,9 +145,9 @@ AGENT_REFUSED = b"Local Endpoint is not available"
 # ... and these lines, as the whole of its output, where it lost its agent (the log holds the program's output
 # too, which printed nothing; the engine's benchmark prints only at its end, so it may have run for a while):
 # under load, one capture in several hundred of the clean-clone CI runs, a test's capture failing with no report
-# (docs/BENCHMARKS.md, sessions 32-33). Nothing of that capture is kept to lose, and what a user does next is
+# (docs/BENCHMARKS.md, sessions 32-34). Nothing of that capture is kept to lose, and what a user does next is
 # what starting again does: capture again.
-AGENT_LOST = {b"End of file", b"Connection to the Agent lost."}
+AGENT_LOST = {b"End of file", b"Connection to the Agent lost.", b"Connection reset by peer"}
 
 
 def agent_refused(log_path: Path, out_base: Path) -> bool:
