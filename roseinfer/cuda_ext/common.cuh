@@ -177,6 +177,29 @@ __device__ __forceinline__ void dot_rows(const uint4 (&w)[ROWS][VECS], const uin
   }
 }
 
+// The end of a one-row MLP's split-K down projection (fused_mlp.cu, persistent_mlp.cu): thread t < C / 4 sums
+// columns 4 t .. 4 t + 3 of the block's share over its warps' rows of ps, adds `bias` (zero but in the block that
+// adds it) and adds that into `out` (float32 [C]) with one 16-byte reduction.
+template <typename T, int C, int WARPS>
+__device__ __forceinline__ void add_block_share(const float (&ps)[WARPS][C], const T (&bias)[4], float* out) {
+  if (threadIdx.x < C / 4) {
+    const int c4 = threadIdx.x;
+    float4 acc = make_float4(to_f<T>(bias[0]), to_f<T>(bias[1]), to_f<T>(bias[2]), to_f<T>(bias[3]));
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float4 v = reinterpret_cast<const float4*>(ps[w])[c4];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+#if __CUDA_ARCH__ >= 900  // a reduction without a return value: the SM does not wait for it
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out + 4 * c4), "f"(acc.x), "f"(acc.y),
+                 "f"(acc.z), "f"(acc.w) : "memory");
+#else
+    atomicAdd(out + 4 * c4, acc.x); atomicAdd(out + 4 * c4 + 1, acc.y);
+    atomicAdd(out + 4 * c4 + 2, acc.z); atomicAdd(out + 4 * c4 + 3, acc.w);
+#endif
+  }
+}
+
 __device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"

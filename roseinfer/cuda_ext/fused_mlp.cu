@@ -132,24 +132,9 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   __syncthreads();
   stamp<STAMPS>(stamps, 4);
 
-  // Phase 4: the block's share, summed over its warps, added into out: one 16-byte atomic per 4 columns.
-  if (threadIdx.x < C / 4) {
-    const int c4 = threadIdx.x;
-    // zero but in block 0
-    float4 acc = make_float4(to_f<T>(bias[0]), to_f<T>(bias[1]), to_f<T>(bias[2]), to_f<T>(bias[3]));
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float4 v = reinterpret_cast<const float4*>(ps[w])[c4];
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-    }
-#if __CUDA_ARCH__ >= 900  // a reduction without a return value: the SM does not wait for it
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out + 4 * c4), "f"(acc.x), "f"(acc.y),
-                 "f"(acc.z), "f"(acc.w) : "memory");
-#else
-    atomicAdd(out + 4 * c4, acc.x); atomicAdd(out + 4 * c4 + 1, acc.y);
-    atomicAdd(out + 4 * c4 + 2, acc.z); atomicAdd(out + 4 * c4 + 3, acc.w);
-#endif
-  }
+  // Phase 4: the block's share, summed over its warps, added into out: one 16-byte atomic per 4 columns (the bias
+  // is zero but in block 0).
+  add_block_share<T, C, WARPS>(ps, bias, out);
   plant_delay(4, delay_phase, delay_ns);
   // The last stamp once the block's adds have landed (on these GPUs the fence waits for them; the truth tests
   // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after

@@ -180,23 +180,7 @@ __global__ void __launch_bounds__(THREADS, 1) persistent_mlp_kernel(
     stamp<STAMPS>(st, 4);
 
     // the block's share summed over its warps, added into outs[l]; then counted once every add has landed
-    if (threadIdx.x < C / 4) {
-      const int c4 = threadIdx.x;
-      float4 acc = make_float4(to_f<__half>(bias[0]), to_f<__half>(bias[1]), to_f<__half>(bias[2]),
-                               to_f<__half>(bias[3]));
-#pragma unroll
-      for (int w = 0; w < WARPS; ++w) {
-        const float4 v = reinterpret_cast<const float4*>(sh.ps[w])[c4];
-        acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-      }
-      float* o = outs + static_cast<size_t>(l) * C + 4 * c4;
-#if __CUDA_ARCH__ >= 900
-      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(o), "f"(acc.x), "f"(acc.y), "f"(acc.z),
-                   "f"(acc.w) : "memory");
-#else
-      atomicAdd(o, acc.x); atomicAdd(o + 1, acc.y); atomicAdd(o + 2, acc.z); atomicAdd(o + 3, acc.w);
-#endif
-    }
+    add_block_share<__half, C, WARPS>(sh.ps, bias, outs + static_cast<size_t>(l) * C);
     __syncthreads();  // the block's adds (and block 0's stores of s) issued
     if (threadIdx.x == 0) {
       __threadfence();
