@@ -93,6 +93,22 @@ class Persistent:
         return self.stamp_rows.view(LAYERS, self.module.NSTAMP, self.module.BLOCKS).transpose(1, 2).cpu()
 
 
+def stamped_phases(graph, layer_stamps) -> tuple[dict[str, list[int]], set[int]]:
+    """20 replays of a stamped chain's graph: each phase's durations over the layers' launches (ns, fm.PHASES), and
+    the steps between distinct stamps seen. layer_stamps(): the last replay's stamps [L, blocks, NSTAMP], host."""
+    per_phase = {k: [] for k, _ in fm.PHASES}
+    ticks = set()
+    for _ in range(20):
+        graph.replay()
+        torch.cuda.synchronize()
+        for st in layer_stamps():
+            for phase, _region, s, e in fm.phase_ranges(st):
+                per_phase[phase].append(e - s)
+            vals = sorted(set(st.flatten().tolist()))
+            ticks.update(v2 - v1 for v1, v2 in zip(vals, vals[1:]))
+    return per_phase, ticks
+
+
 def agrees(what: str, out, chain_out, chain_err) -> bool:
     """Whether `out` (residual, last output) matches the CUDA chain's as closely as that chain matches Triton's
     (the same math in another order: up to 4x its max |diff|, or 1% of the values' size), printing both."""
@@ -233,26 +249,11 @@ def main(argv=None) -> int:
 
     # the stamps of the last replays' 12 launches (the chain with stamps on)
     graph, _, scratch = variants["cuda+stamps"]
-    per_phase = {k: [] for k, _ in fm.PHASES}
-    ticks = set()
-    for _ in range(20):
-        graph.replay()
-        torch.cuda.synchronize()
-        for st in scratch.stamps.cpu():
-            for phase, _region, s, e in fm.phase_ranges(st):
-                per_phase[phase].append(e - s)
-            vals = sorted(set(st.flatten().tolist()))
-            ticks.update(v2 - v1 for v1, v2 in zip(vals, vals[1:]))
+    per_phase, ticks = stamped_phases(graph, lambda: scratch.stamps.cpu())
     result["globaltimer_min_step_ns"] = min(ticks) if ticks else None
     if persistent:  # the persistent launch's phases, layer by layer, as the kernel's
         graph, _, launch = variants["persistent+stamps"]
-        per_phase_p = {k: [] for k, _ in fm.PHASES}
-        for _ in range(20):
-            graph.replay()
-            torch.cuda.synchronize()
-            for st in launch.stamps():
-                for phase, _region, s, e in fm.phase_ranges(st):
-                    per_phase_p[phase].append(e - s)
+        per_phase_p, _ = stamped_phases(graph, launch.stamps)
         result["persistent_phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase_p.items()}
         for k, v in result["persistent_phase_median_ns"].items():
             print(f"  persistent phase {k:17s} {v / 1e3:6.2f} us")
