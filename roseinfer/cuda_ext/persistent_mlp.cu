@@ -71,18 +71,16 @@ struct MlpLayer {
 __device__ __forceinline__ void stage_layer(LayerBuffer& buf, const MlpLayer* layers, int layer, int n_layers,
                                             int row0) {
   if (layer >= n_layers) return;
-  {
-    const MlpLayer L = layers[layer];
-    stage_layernorm_params<__half, C, THREADS>(buf.ln, L.ln_w, L.ln_b);  // commits a group of its own
-    constexpr int CHUNKS = BLOCK_ROWS * C * 2 / 16;  // 16-byte pieces of the block's rows of one weight
-    const __half* fc = L.w_fc + static_cast<size_t>(row0) * C;  // the block's rows are contiguous
-    const __half* proj = L.w_proj_t + static_cast<size_t>(row0) * C;
-    for (int e = threadIdx.x; e < 2 * CHUNKS; e += THREADS) {
-      if (e < CHUNKS)
-        cp_async16(&buf.fc[0][0] + e * 8, fc + e * 8);
-      else
-        cp_async16(&buf.proj[0][0] + (e - CHUNKS) * 8, proj + (e - CHUNKS) * 8);
-    }
+  const MlpLayer L = layers[layer];
+  stage_layernorm_params<__half, C, THREADS>(buf.ln, L.ln_w, L.ln_b);  // commits a group of its own
+  constexpr int CHUNKS = BLOCK_ROWS * C * 2 / 16;  // 16-byte pieces of the block's rows of one weight
+  const __half* fc = L.w_fc + static_cast<size_t>(row0) * C;  // the block's rows are contiguous
+  const __half* proj = L.w_proj_t + static_cast<size_t>(row0) * C;
+  for (int e = threadIdx.x; e < 2 * CHUNKS; e += THREADS) {
+    if (e < CHUNKS)
+      cp_async16(&buf.fc[0][0] + e * 8, fc + e * 8);
+    else
+      cp_async16(&buf.proj[0][0] + (e - CHUNKS) * 8, proj + (e - CHUNKS) * 8);
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
