@@ -213,8 +213,9 @@ def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -
 
 
 def cuda_mlp(x: torch.Tensor, delta: torch.Tensor, block, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(s, mlp(ln_2(s))) with s = x + delta: s [1, C] in x's dtype, the MLP's output [1, C] in float32, as one
-    CUDA kernel (callers check `cuda_mlp_applies`) writing layer `layer`'s buffer of the scratch."""
+    """(s, mlp(ln_2(s))) with s = x + delta: s [1, C] in x's dtype, the MLP's output in float32 as a split sum
+    [R, C] (`roseinfer.kernels.split_sum`; the last layer's [1, C]), as one CUDA kernel (callers check
+    `cuda_mlp_applies`) writing layer `layer`'s buffer of the scratch."""
     from roseinfer.cuda_ext.fused_mlp import block_mlp
     from roseinfer.kernels.pdl import pdl_enabled
 

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
+from roseinfer.kernels.split_sum import joined
 from roseinfer.linears import (
     cuda_attn,
     cuda_attn_applies,
@@ -128,7 +129,9 @@ def residual_layer_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + delta, ln(x + delta)), both [T, C]. fused: one Triton kernel instead of torch's add and LayerNorm,
     for where a launch costs nothing (inside CUDA graphs; from Python a Triton launch costs more than two torch
-    ones)."""
+    ones). A split sum delta (the CUDA MLP's output, `roseinfer.kernels.split_sum`) is joined first: this add
+    would broadcast its rows."""
+    delta = joined(x, delta)
     if fused:
         from roseinfer.kernels.add_layernorm import add_layer_norm_triton
 

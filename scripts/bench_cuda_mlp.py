@@ -3,17 +3,12 @@ one process, on one GPU (issue 50):
 - the first build's time (stderr), and the kernel against the torch reference;
 - a chain of 12 MLPs (GPT-2 small's layers, random weights) captured in one CUDA graph under PDL with early
   release, as the engine's step runs them: Triton (norm GEMV + GEMV), the CUDA kernel with stamps off, with
-  stamps on (and --bare: a build without the stamp code); replayed in interleaved rounds, median µs per MLP;
+  stamps on, with its output one row instead of a split sum of 8 (roseinfer/kernels/split_sum.py), and (--bare) a
+  build without the stamp code; replayed in interleaved rounds, median µs per MLP;
 - %globaltimer's tick as seen in the stamps, and each phase's median time from the stamps;
-- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here);
-- --persistent: also the same chain as one persistent launch (roseinfer/cuda_ext/persistent_mlp.cu, a measurement:
-  one block an SM, each layer's weights copied into shared memory two layers ahead, a counter in global memory
-  between layers), checked against the CUDA chain, timed beside it, and its phases from its stamps.
+- --fixture PATH: one launch's stamps as JSON (tests/data/fused_mlp.stamps.json comes from here).
 
-Every variant's graph zeroes two buffers of the same sizes first (the persistent launch's outputs and counters, which
-must be zero on entry), so that the per-MLP times compare like for like.
-
-python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare] [--persistent]
+python scripts/bench_cuda_mlp.py [--rounds 7] [--replays 200] [--json OUT] [--fixture PATH] [--bare]
 """
 
 from __future__ import annotations
@@ -63,84 +58,13 @@ def chain(bs, x, a, fused: bool, module=None):
     return x, a
 
 
-class Persistent:
-    """The chain as one persistent launch (persistent_mlp.cu): its layer table, outputs and counters."""
-
-    def __init__(self, module, bs, x, a, stamps: bool = False) -> None:
-        self.module, self.x, self.a = module, x, a
-        ptrs = [
-            [t.data_ptr() for t in (b.ln_2.weight, b.ln_2.bias, b.c_fc.weight, b.c_fc.bias, fm.transposed_proj(b),
-                                    b.mlp_proj.bias)]
-            for b in bs
-        ]  # fmt: skip
-        self.layers = torch.tensor(ptrs, dtype=torch.int64, device=x.device)  # [L, 6]
-        self.eps = bs[0].ln_2.eps
-        self.s = torch.empty(LAYERS, 768, dtype=x.dtype, device=x.device)  # [L, C]
-        self.outs = torch.zeros(LAYERS, 768, dtype=torch.float32, device=x.device)  # [L, C]
-        self.done = torch.zeros(LAYERS, dtype=torch.int32, device=x.device)  # [L]
-        n = module.NSTAMP * module.BLOCKS if stamps else 0
-        self.stamp_rows = torch.zeros(LAYERS, n, dtype=torch.int64, device=x.device)  # [L, NSTAMP * BLOCKS]
-
-    def __call__(self):
-        self.outs.zero_()
-        self.done.zero_()
-        self.module.persistent_mlp(self.x, self.a, self.layers, self.eps, self.s, self.outs, self.done,
-                                   self.stamp_rows.view(-1))  # fmt: skip
-        return self.s[-1:], self.outs[-1:]
-
-    def stamps(self):
-        """[L, BLOCKS, NSTAMP] on the host"""
-        return self.stamp_rows.view(LAYERS, self.module.NSTAMP, self.module.BLOCKS).transpose(1, 2).cpu()
-
-
-def stamped_phases(graph, layer_stamps) -> tuple[dict[str, list[int]], set[int]]:
-    """20 replays of a stamped chain's graph: each phase's durations over the layers' launches (ns, fm.PHASES), and
-    the steps between distinct stamps seen. layer_stamps(): the last replay's stamps [L, blocks, NSTAMP], host."""
-    per_phase = {k: [] for k, _ in fm.PHASES}
-    ticks = set()
-    for _ in range(20):
-        graph.replay()
-        torch.cuda.synchronize()
-        for st in layer_stamps():
-            for phase, _region, s, e in fm.phase_ranges(st):
-                per_phase[phase].append(e - s)
-            vals = sorted(set(st.flatten().tolist()))
-            ticks.update(v2 - v1 for v1, v2 in zip(vals, vals[1:]))
-    return per_phase, ticks
-
-
-def agrees(what: str, out, chain_out, chain_err) -> bool:
-    """Whether `out` (residual, last output) matches the CUDA chain's as closely as that chain matches Triton's
-    (the same math in another order: up to 4x its max |diff|, or 1% of the values' size), printing both."""
-    torch.cuda.synchronize()
-    ok = True
-    for name, got, want, ref_err in zip(("residual", "last output"), out, chain_out, reversed(chain_err)):
-        diff = (got.float() - want.float()).abs().max().item()
-        size = want.float().abs().max().item()
-        ok &= diff <= max(4 * ref_err, 0.01 * size)
-        print(f"{what} against the CUDA chain: {name} max |diff| {diff:.2e} (values up to {size:.2e})")
-    if not ok:
-        print(f"{what}: does not match the CUDA chain", file=sys.stderr)
-    return ok
-
-
-ZEROS: list = []  # every variant's graph zeroes these first ([L, C] float32 and [L] int32, as the persistent one)
-
-
-def capture(bs, x, a, fused: bool, module=None, persistent=None):
-    def run():
-        if persistent is not None:
-            return persistent()  # zeroes its own outputs and counters: the same two memsets
-        for t in ZEROS:
-            t.zero_()
-        return chain(bs, x, a, fused, module)
-
+def capture(bs, x, a, fused: bool, module=None):
     with small_batch_gemv(1, norm_prologue=True), pdl_scope(True, early_release=True):
-        run()  # warm-up: Triton compiles
+        chain(bs, x, a, fused, module)  # warm-up: Triton compiles
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = run()
+            out = chain(bs, x, a, fused, module)
     return graph, out
 
 
@@ -162,7 +86,6 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--fixture", default=None)
     p.add_argument("--bare", action="store_true", help="also time a build without the stamp code")
-    p.add_argument("--persistent", action="store_true", help="also time the chain as one persistent launch")
     args = p.parse_args(argv)
     dtype = torch.float16
     t0 = time.perf_counter()
@@ -187,46 +110,27 @@ def main(argv=None) -> int:
     err = (got[1].float() - ref[1].float()).abs().max().item()
     err_x = (got[0].float() - ref[0].float()).abs().max().item()
     print(f"12-layer chain, CUDA against Triton: max |diff| last output {err:.2e}, residual {err_x:.2e}")
-    persistent = {}
-    if args.persistent:
-        from roseinfer import cuda_ext
-
-        ZEROS[:] = [
-            torch.zeros(LAYERS, 768, device=x.device),
-            torch.zeros(LAYERS, dtype=torch.int32, device=x.device),
-        ]
-
-        pm = cuda_ext.load("persistent_mlp", (), fm.MIN_ARCH)
-        if pm is None:
-            print(cuda_ext.why_not_built("persistent_mlp"), file=sys.stderr)
-            return 1
-        persistent = {
-            "persistent": Persistent(pm, bs, x, a),
-            "persistent+stamps": Persistent(pm, bs, x, a, True),
-        }
-        if not agrees("persistent", persistent["persistent"](), got, (err, err_x)):
-            return 1
 
     # "cuda, no stamp code": a build whose stamp() compiles to nothing, to price the branch of stamps off
     bare = fm.load(defines=(fm.NO_STAMPS_DEFINE,)) if args.bare else None
-    plan = [("triton", False, False, None), ("cuda", True, False, None), ("cuda+stamps", True, True, None)]
+    rows = fm.SPLIT_ROWS
+    plan = [
+        ("triton", False, False, None, rows),
+        ("cuda", True, False, None, rows),
+        ("cuda+stamps", True, True, None, rows),
+        ("cuda, one row", True, False, None, 1),  # each output one row: 128 atomic adds an address
+    ]
     if bare is not None:
-        plan.append(("cuda, no stamp code", True, False, bare))
+        plan.append(("cuda, no stamp code", True, False, bare, rows))
     variants = {}
-    for name, fused, stamps, module in plan:
-        scratch = fm.MlpScratch(LAYERS, x.device, stamps=stamps)
+    for name, fused, stamps, module, split_rows in plan:
+        scratch = fm.MlpScratch(LAYERS, x.device, stamps=stamps, split_rows=split_rows)
         use(scratch)
         variants[name] = (*capture(bs, x, a, fused, module), scratch)
-    for name, launch in persistent.items():
-        variants[name] = (*capture(bs, x, a, False, persistent=launch), launch)
     times = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, (graph, _, _) in variants.items():
             times[name].append(time_graph(graph, args.replays) / LAYERS)
-    if persistent and not agrees(
-        "persistent, after the timed replays", variants["persistent"][1], got, (err, err_x)
-    ):
-        return 1
     weight_bytes = 2 * 768 * 3072 * 2 + (3072 + 768) * 2
     result = {
         "device": torch.cuda.get_device_name(),
@@ -240,23 +144,25 @@ def main(argv=None) -> int:
               f"{weight_bytes / med / 1e3:,.0f} GB/s of weights")  # fmt: skip
     result["cuda_over_triton"] = result["per_mlp_us"]["cuda"] / result["per_mlp_us"]["triton"]
     result["stamps_on_over_off"] = result["per_mlp_us"]["cuda+stamps"] / result["per_mlp_us"]["cuda"]
-    if persistent:
-        result["persistent_over_cuda"] = result["per_mlp_us"]["persistent"] / result["per_mlp_us"]["cuda"]
-        print(f"persistent / cuda {result['persistent_over_cuda']:.3f}")
+    result["split_over_one_row"] = result["per_mlp_us"]["cuda"] / result["per_mlp_us"]["cuda, one row"]
     print(
-        f"cuda / triton {result['cuda_over_triton']:.3f}; stamps on / off {result['stamps_on_over_off']:.3f}"
+        f"cuda / triton {result['cuda_over_triton']:.3f}; stamps on / off {result['stamps_on_over_off']:.3f}; "
+        f"split sum / one row {result['split_over_one_row']:.3f}"
     )
 
     # the stamps of the last replays' 12 launches (the chain with stamps on)
     graph, _, scratch = variants["cuda+stamps"]
-    per_phase, ticks = stamped_phases(graph, lambda: scratch.stamps.cpu())
+    per_phase = {k: [] for k, _ in fm.PHASES}
+    ticks = set()
+    for _ in range(20):
+        graph.replay()
+        torch.cuda.synchronize()
+        for st in scratch.stamps.cpu():
+            for phase, _region, s, e in fm.phase_ranges(st):
+                per_phase[phase].append(e - s)
+            vals = sorted(set(st.flatten().tolist()))
+            ticks.update(v2 - v1 for v1, v2 in zip(vals, vals[1:]))
     result["globaltimer_min_step_ns"] = min(ticks) if ticks else None
-    if persistent:  # the persistent launch's phases, layer by layer, as the kernel's
-        graph, _, launch = variants["persistent+stamps"]
-        per_phase_p, _ = stamped_phases(graph, launch.stamps)
-        result["persistent_phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase_p.items()}
-        for k, v in result["persistent_phase_median_ns"].items():
-            print(f"  persistent phase {k:17s} {v / 1e3:6.2f} us")
     print(f"%globaltimer: smallest step between distinct stamps {result['globaltimer_min_step_ns']} ns")
     result["phase_median_ns"] = {k: statistics.median(v) for k, v in per_phase.items()}
     for k, v in result["phase_median_ns"].items():

@@ -171,3 +171,16 @@ def unpacked(xz_path, folder) -> str:
     for log in xz_path.parent.glob(base + ".steplog*.jsonl"):
         shutil.copy(log, folder / log.name)
     return str(out)
+
+
+def exact_split(c: int, device, seed: int = 0):
+    """(parts, whole): a float32 split sum [SPLIT_ROWS, c] (`roseinfer.kernels.split_sum`) and the [1, c] it stands for,
+    every value a multiple of 2^-10 below 2^6 in size, so that the rows add up to the same float in any order and
+    a reader's sum must equal `whole` exactly."""
+    import torch
+
+    from roseinfer.kernels.split_sum import SPLIT_ROWS
+
+    g = torch.Generator().manual_seed(seed)
+    parts = (torch.randn(SPLIT_ROWS, c, generator=g) * 128).round().clamp(-4096, 4096) / 1024  # [rows, c]
+    return parts.to(device), parts.sum(0, keepdim=True).to(device)  # exact: integers times 2^-10

@@ -105,15 +105,27 @@ __device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh
 // (j < C / 256, e < 8), so the mean and variance are two warp sums (no block reduction) and h = LayerNorm(s),
 // rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). PENDING:
 // cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which need not have landed.
-template <typename T, typename TD, int C, int THREADS, int PENDING>
+// DELTA_ROWS: delta is that many [C] rows whose sum is the delta (1, or SPLIT_ROWS: fused_mlp.cu's split output).
+// Every load (x and each row of delta at the thread's columns) is issued before the first store: the stores to
+// s_out may alias them, and loads placed after a store wait for it.
+template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
 __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
                                                    float eps, T* s_out, uint4* h) {
   static_assert(C % THREADS == 0 && C % 256 == 0, "whole columns per thread, whole vectors per lane");
   constexpr int PER_THREAD = C / THREADS, VECS = C / 256;
+  float xs[PER_THREAD], d[PER_THREAD];
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
     const int k = threadIdx.x + i * THREADS;
-    const T s = from_f<T>(to_f<T>(x[k]) + to_f<TD>(delta[k]));
+    xs[i] = to_f<T>(x[k]);
+    d[i] = to_f<TD>(delta[k]);
+#pragma unroll
+    for (int r = 1; r < DELTA_ROWS; ++r) d[i] += to_f<TD>(delta[r * C + k]);
+  }
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    const T s = from_f<T>(xs[i] + d[i]);
     sh.s[k] = s;
     if (blockIdx.x == 0) s_out[k] = s;
   }
@@ -177,7 +189,13 @@ __device__ __forceinline__ void dot_rows(const uint4 (&w)[ROWS][VECS], const uin
   }
 }
 
-// The end of a one-row MLP's split-K down projection (fused_mlp.cu, persistent_mlp.cu): thread t < C / 4 sums
+// fused_mlp.cu's output at one row: a split sum, SPLIT_ROWS float32 rows [SPLIT_ROWS, C] whose sum is the MLP's
+// output. Its 128 blocks add their shares with atomics; into one row, each address took 128 adds and the adds'
+// drain at L2 cost ~0.6 us a layer (docs/BENCHMARKS.md, session 35); block b adds into row b % SPLIT_ROWS, and the
+// kernel after it sums the rows as it reads them (residual_layernorm's delta_rows).
+constexpr int SPLIT_ROWS = 8;
+
+// The end of a one-row MLP's split-K down projection (fused_mlp.cu): thread t < C / 4 sums
 // columns 4 t .. 4 t + 3 of the block's share over its warps' rows of ps, adds `bias` (zero but in the block that
 // adds it) and adds that into `out` (float32 [C]) with one 16-byte reduction.
 template <typename T, int C, int WARPS>

@@ -85,7 +85,8 @@ __device__ float block_max(float v, float* red) {
 // At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
 // each, then fit one SM together, so that under PDL the next kernel's blocks load their weights while this one
 // runs. Above it (168-180 registers, docs/BENCHMARKS.md session 31) the next blocks waited for these to leave.
-template <typename TD, int C, bool STAMPS>
+// DELTA_ROWS: delta's rows, 1 or SPLIT_ROWS (float32: the MLP kernel's split sum).
+template <typename TD, int C, bool STAMPS, int DELTA_ROWS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kernel(
     const __half* __restrict__ x, const TD* __restrict__ delta, const int64_t* __restrict__ x_row,
     const int64_t* __restrict__ delta_row, const __half* __restrict__ ln_w, const __half* __restrict__ ln_b,
@@ -165,7 +166,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
   uint4 hv[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 float16 a vector
-  residual_layernorm<__half, TD, C, THREADS, 1>(xr, dr, lns, eps, s_out, hv);  // the K/V's group may be in flight
+  residual_layernorm<__half, TD, C, THREADS, 1, DELTA_ROWS>(xr, dr, lns, eps, s_out, hv);  // K/V may be in flight
   plant_delay(1, delay_phase, delay_ns);
   phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
@@ -271,24 +272,26 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
 }
 
 #ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
-#define INSTANCE(TD, STAMPS)                                                                                       \
-  template __global__ void fused_attn_kernel<TD, 768, STAMPS>(                                                     \
+#define INSTANCE(TD, STAMPS, ROWS_)                                                                                \
+  template __global__ void fused_attn_kernel<TD, 768, STAMPS, ROWS_>(                                              \
       const __half*, const TD*, const int64_t*, const int64_t*, const __half*, const __half*, float,          \
       const __half*, const __half*, const __half*, const __half*, __half*, __half*, const int64_t*,             \
       const int64_t*, int, float, __half*, float*, float*, unsigned long long*, int, long long);
-INSTANCE(float, false)
-INSTANCE(float, true)
-INSTANCE(__half, false)
-INSTANCE(__half, true)
+INSTANCE(float, false, 1)
+INSTANCE(float, true, 1)
+INSTANCE(float, false, SPLIT_ROWS)
+INSTANCE(float, true, SPLIT_ROWS)
+INSTANCE(__half, false, 1)
+INSTANCE(__half, true, 1)
 }  // namespace
 #else
 }  // namespace
 
-// x: [C] float16, or the embedding table [V, C] with x_row its row (int64 [1]); delta likewise (float32 [C]: the
-// MLP kernel's output; or float16 [P, C] with delta_row); w_attn [3C, C], b_attn [3C], w_proj [C, C], b_proj [C];
-// k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M] (this layer's row), past_len: int64 [1];
-// s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C] or empty; stamps: int64 [NSTAMP * blocks]
-// or empty.
+// x: [C] float16, or the embedding table [V, C] with x_row its row (int64 [1]); delta likewise (float32 [rows, C]:
+// the MLP kernel's output, one row or a split sum of SPLIT_ROWS; or float16 [P, C] with delta_row); w_attn [3C, C],
+// b_attn [3C], w_proj [C, C], b_proj [C]; k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M]
+// (this layer's row), past_len: int64 [1]; s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C]
+// or empty; stamps: int64 [NSTAMP * blocks] or empty.
 void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch::Tensor delta_row,
                 torch::Tensor ln_w, torch::Tensor ln_b, double eps, torch::Tensor w_attn, torch::Tensor b_attn,
                 torch::Tensor w_proj, torch::Tensor b_proj, torch::Tensor k_cache, torch::Tensor v_cache,
@@ -302,6 +305,9 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
               D, "]");
   TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == C, "fused_attn: out must be float32 [C]");
   TORCH_CHECK(table.scalar_type() == at::kLong && past_len.scalar_type() == at::kLong, "fused_attn: int64 indices");
+  const bool split = delta.scalar_type() == at::kFloat && delta.numel() == SPLIT_ROWS * C;
+  TORCH_CHECK(delta.scalar_type() != at::kFloat || split || delta.numel() == C,
+              "fused_attn: a float32 delta must be [1 or ", SPLIT_ROWS, ", C]");
   const int blocks = (C / D) * CLUSTER;
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_attn: stamps too small");
@@ -318,18 +324,20 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
   const int bs = static_cast<int>(k_cache.size(2));
   const int64_t* tb = table.data_ptr<int64_t>();
   const int64_t* pl = past_len.data_ptr<int64_t>();
-  if (delta.scalar_type() == at::kFloat) {
-    auto kernel = st ? fused_attn_kernel<float, C, true> : fused_attn_kernel<float, C, false>;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), delta.data_ptr<float>(), xr, dr, p(ln_w), p(ln_b),
-                                      (float)eps, p(w_attn), p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs,
-                                      (float)scale, s_ptr, out.data_ptr<float>(), cl, st, (int)delay_phase,
-                                      (long long)delay_ns));
-  } else {
+  auto launch = [&](auto kernel, const auto* d) {
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), d, xr, dr, p(ln_w), p(ln_b), (float)eps, p(w_attn),
+                                      p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs, (float)scale, s_ptr,
+                                      out.data_ptr<float>(), cl, st, (int)delay_phase, (long long)delay_ns));
+  };
+  if (split)
+    launch(st ? fused_attn_kernel<float, C, true, SPLIT_ROWS> : fused_attn_kernel<float, C, false, SPLIT_ROWS>,
+           delta.data_ptr<float>());
+  else if (delta.scalar_type() == at::kFloat)
+    launch(st ? fused_attn_kernel<float, C, true, 1> : fused_attn_kernel<float, C, false, 1>,
+           delta.data_ptr<float>());
+  else {
     TORCH_CHECK(delta.scalar_type() == at::kHalf, "fused_attn: delta float16 or float32");
-    auto kernel = st ? fused_attn_kernel<T, C, true> : fused_attn_kernel<T, C, false>;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), p(delta), xr, dr, p(ln_w), p(ln_b), (float)eps,
-                                      p(w_attn), p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs, (float)scale,
-                                      s_ptr, out.data_ptr<float>(), cl, st, (int)delay_phase, (long long)delay_ns));
+    launch(st ? fused_attn_kernel<T, C, true, 1> : fused_attn_kernel<T, C, false, 1>, p(delta));
   }
 }
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from roseinfer.cuda_ext.scratch import LayerScratch, flat_stamps
 from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
+from roseinfer.kernels.split_sum import delta_rows, joined
 from roseinfer.names import ATTN_ATTEND, ATTN_NORM, ATTN_PROJ, ATTN_QKV, ATTN_WAIT
 
 NAME = "fused_attn"
@@ -61,9 +62,10 @@ class AttnScratch(LayerScratch):
 def fused_attn_applies(x: torch.Tensor, delta: torch.Tensor, block, k_cache: torch.Tensor, past_lens: torch.Tensor,
                        n_positions: int, index=None) -> bool:  # fmt: skip
     """Whether `fused_attn` runs for this one-row step: x [1, C] float16 and delta [1, C] (float16, or float32: the
-    MLP kernel's output), or with `index` the embedding tables the first block gathers from; 12 heads of 64; the
-    paged cache [N, 12, BLOCK, 64] float16; one sequence; at most MAX_TOKENS positions."""
-    if index is None and not (x.shape == (1, WIDTH) and delta.shape == (1, WIDTH) and delta.is_contiguous()):
+    MLP kernel's output, or its split sum [R, C], `roseinfer.kernels.split_sum`), or with `index` the embedding
+    tables the first block gathers from; 12 heads of 64; the paged cache [N, 12, BLOCK, 64] float16; one sequence;
+    at most MAX_TOKENS positions."""
+    if index is None and not (x.shape == (1, WIDTH) and delta_rows(x, delta) and delta.is_contiguous()):
         return False
     if index is not None and not (
         x.shape[-1] == WIDTH and delta.shape[-1] == WIDTH and delta.dtype == x.dtype
@@ -123,10 +125,10 @@ def block_attention(x, delta, block, layer: int, kv, scratch: AttnScratch, pdl: 
 
 def fused_attn_reference(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past: int, scale: float):
     """(s, out, k, v) in torch, rounded where the kernel rounds (s, LayerNorm's output, q/k/v and o in float16;
-    out float32): x, delta [1, C]; the past tokens read from the cache through `table` [M]; k, v [H, D] the new
+    out float32): x, delta [1, C] (or a split sum); the past tokens read from the cache through `table` [M]; k, v [H, D] the new
     token's (which the kernel writes at position `past`)."""
     h_n = k_cache.shape[1]
-    s = (x.float() + delta.float()).to(x.dtype)  # [1, C]
+    s = (x.float() + joined(x, delta).float()).to(x.dtype)  # [1, C]
     h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)
     qkv = F.linear(h.float(), c_attn.weight.float(), c_attn.bias.float()).to(x.dtype)  # [1, 3C]
     q, k, v = qkv.view(3, h_n, HEAD_DIM).unbind(0)  # [H, D] each

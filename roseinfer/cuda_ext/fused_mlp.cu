@@ -8,13 +8,15 @@
 // [4C, C] copy of mlp_proj's weight, so that a row is contiguous), all in registers, loaded before the kernel
 // waits for the one in front (a programmatic dependent launch). After the wait every warp normalises the row
 // (common.cuh), computes its g values, then its share of every output column (the sum over its 24 rows of g[r]
-// W_proj[:, r]); the block sums that over its warps in shared memory and adds it into `out` (float32 [C]) with
+// W_proj[:, r]); the block sums that over its warps in shared memory and adds it into its row of `out` (float32
+// [out_rows, C]: one row, or a split sum of SPLIT_ROWS (common.cuh), block b adding into row b % out_rows) with
 // 16-byte atomics. No block waits for another: the kernel after this one reads the finished sum once this grid
 // has completed. (A first design computed mlp_proj's rows after a grid barrier instead: the barrier cost what the
 // kernel boundary it removed does, ~2 us, and the kernel lost to the Triton path; session 19 in docs/BENCHMARKS.md.)
 //
-// `out` must be zero on entry: each launch zeroes `clear`, the buffer the next launch adds into, whose last
-// reader finished before this launch's wait returned (fused_mlp.MlpScratch keeps one buffer per layer).
+// `out` must be zero on entry: each launch zeroes `clear` (clear_n floats), the buffer the next launch adds into,
+// whose last reader finished before this launch's wait returned (fused_mlp.MlpScratch keeps one buffer per layer).
+// delta (float32) may itself be a split sum of SPLIT_ROWS rows: the LayerNorm's add sums them.
 //
 // Regions: in the STAMPS instantiation (launched where `stamps` is non-empty) thread 0 of every block writes
 // %globaltimer at the phase boundaries (NSTAMP per block: start, after the wait, after the LayerNorm, after c_fc,
@@ -44,12 +46,13 @@ constexpr int NSTAMP = 6;
 // At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
 // each, then fit one SM together, so that under PDL the next kernel's blocks load their weights while this one
 // runs. Above it (168-180 registers, docs/BENCHMARKS.md session 31) the next blocks waited for these to leave.
-template <typename T, typename TD, int C, bool STAMPS>
+// DELTA_ROWS: delta's rows, 1 or SPLIT_ROWS (a split sum: this kernel's own output, in a chain of MLPs).
+template <typename T, typename TD, int C, bool STAMPS, int DELTA_ROWS>
 __global__ void __maxnreg__(128) fused_mlp_kernel(
     const T* __restrict__ x, const TD* __restrict__ delta, const T* __restrict__ ln_w, const T* __restrict__ ln_b,
     float eps, const T* __restrict__ w_fc, const T* __restrict__ b_fc, const T* __restrict__ w_proj_t,
-    const T* __restrict__ b_proj, T* __restrict__ s_out, float* __restrict__ out, float* __restrict__ clear,
-    unsigned long long* stamps, int delay_phase, long long delay_ns) {
+    const T* __restrict__ b_proj, T* __restrict__ s_out, float* __restrict__ out, int out_rows,
+    float* __restrict__ clear, int clear_n, unsigned long long* stamps, int delay_phase, long long delay_ns) {
   constexpr int N_FC = 4 * C;
   constexpr int VECS = C / 256;  // 16-byte vectors of one C-long row per lane
   __shared__ LayerNormShared<T, C> lns;         // ln_2's weights and the row s
@@ -92,11 +95,11 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   asm volatile("griddepcontrol.wait;" ::: "memory");
   stamp<STAMPS>(stamps, 1);
   if (clear != nullptr)  // the next launch's buffer: its last reader has finished
-    for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
+    for (int k = blockIdx.x * THREADS + threadIdx.x; k < clear_n; k += gridDim.x * THREADS) clear[k] = 0.f;
 
   // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
   uint4 h[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 T a vector
-  residual_layernorm<T, TD, C, THREADS, 0>(x, delta, lns, eps, s_out, h);
+  residual_layernorm<T, TD, C, THREADS, 0, DELTA_ROWS>(x, delta, lns, eps, s_out, h);
   plant_delay(1, delay_phase, delay_ns);
   phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
@@ -132,9 +135,9 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   __syncthreads();
   stamp<STAMPS>(stamps, 4);
 
-  // Phase 4: the block's share, summed over its warps, added into out: one 16-byte atomic per 4 columns (the bias
-  // is zero but in block 0).
-  add_block_share<T, C, WARPS>(ps, bias, out);
+  // Phase 4: the block's share, summed over its warps, added into its row of out: one 16-byte atomic per 4
+  // columns (the bias is zero but in block 0).
+  add_block_share<T, C, WARPS>(ps, bias, out + (blockIdx.x % out_rows) * C);
   plant_delay(4, delay_phase, delay_ns);
   // The last stamp once the block's adds have landed (on these GPUs the fence waits for them; the truth tests
   // check it): without it their drain, when every block adds into the same columns at once, ends the kernel after
@@ -145,21 +148,24 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
 }
 
 #ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
-#define INSTANCE(TD, STAMPS)                                                                                       \
-  template __global__ void fused_mlp_kernel<__half, TD, 768, STAMPS>(                                              \
+#define INSTANCE(TD, STAMPS, ROWS_)                                                                                \
+  template __global__ void fused_mlp_kernel<__half, TD, 768, STAMPS, ROWS_>(                                       \
       const __half*, const TD*, const __half*, const __half*, float, const __half*, const __half*, const __half*, \
-      const __half*, __half*, float*, float*, unsigned long long*, int, long long);
-INSTANCE(float, false)
-INSTANCE(float, true)
-INSTANCE(__half, false)
-INSTANCE(__half, true)
+      const __half*, __half*, float*, int, float*, int, unsigned long long*, int, long long);
+INSTANCE(float, false, 1)
+INSTANCE(float, true, 1)
+INSTANCE(float, false, SPLIT_ROWS)
+INSTANCE(float, true, SPLIT_ROWS)
+INSTANCE(__half, false, 1)
+INSTANCE(__half, true, 1)
 }  // namespace
 #else
 }  // namespace
 
-// x, ln_w, ln_b, b_proj, s: [C] float16; delta: [C] float16 or float32; w_fc [4C, C], w_proj_t [4C, C] (mlp_proj's
-// weight transposed), b_fc [4C]; out: float32 [C], zero on entry (the launch before cleared it); clear: float32
-// [C] the next launch adds into, or empty; stamps: int64 [NSTAMP * blocks] or empty.
+// x, ln_w, ln_b, b_proj, s: [C] float16; delta: [C] float16, or float32 [1 or SPLIT_ROWS, C] (a split sum);
+// w_fc [4C, C], w_proj_t [4C, C] (mlp_proj's weight transposed), b_fc [4C]; out: float32 [1 or SPLIT_ROWS, C] (a
+// split sum), zero on entry (the launch before cleared it); clear: float32, the buffer the next launch adds
+// into (all of it zeroed), or empty; stamps: int64 [NSTAMP * blocks] or empty.
 void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::Tensor ln_b, double eps,
                torch::Tensor w_fc, torch::Tensor b_fc, torch::Tensor w_proj_t, torch::Tensor b_proj,
                torch::Tensor s, torch::Tensor out, torch::Tensor clear, torch::Tensor stamps, bool pdl,
@@ -168,7 +174,17 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   constexpr int C = 768;  // at 1,024 wide the registers that hold both linears' rows would spill
   TORCH_CHECK(x.numel() == C, "fused_mlp: width ", x.numel(), " not built (768 only)");
   TORCH_CHECK(x.scalar_type() == at::kHalf, "fused_mlp: float16 only");
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == C, "fused_mlp: out must be float32 [C]");
+  // out, and a float32 delta: [rows, C], one row or a split sum of SPLIT_ROWS
+  auto rows_of = [](const torch::Tensor& t) {
+    return t.numel() == C ? 1 : t.numel() == SPLIT_ROWS * C ? SPLIT_ROWS : 0;
+  };
+  const int out_rows = rows_of(out);
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out_rows, "fused_mlp: out must be float32 [1 or ", SPLIT_ROWS,
+              ", C]");
+  TORCH_CHECK(clear.numel() == 0 || clear.scalar_type() == at::kFloat, "fused_mlp: clear must be float32");
+  const int delta_rows = rows_of(delta);
+  TORCH_CHECK(delta.scalar_type() == at::kFloat ? delta_rows : delta.numel() == C,
+              "fused_mlp: delta must be float16 [C] or float32 [1 or ", SPLIT_ROWS, ", C]");
   const int blocks = 4 * C / (WARPS * ROWS);
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_mlp: stamps too small");
@@ -178,22 +194,24 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   using T = __half;
   auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
   T* s_ptr = reinterpret_cast<T*>(s.data_ptr());
-  if (delta.scalar_type() == at::kFloat) {
-    auto kernel = st ? fused_mlp_kernel<T, float, C, true> : fused_mlp_kernel<T, float, C, false>;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), delta.data_ptr<float>(), p(ln_w), p(ln_b), (float)eps,
-                                      p(w_fc), p(b_fc), p(w_proj_t), p(b_proj), s_ptr, out.data_ptr<float>(), cl,
-                                      st, (int)delay_phase, (long long)delay_ns));
-  } else {
-    TORCH_CHECK(delta.scalar_type() == at::kHalf, "fused_mlp: delta float16 or float32");
-    auto kernel = st ? fused_mlp_kernel<T, T, C, true> : fused_mlp_kernel<T, T, C, false>;
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), p(delta), p(ln_w), p(ln_b), (float)eps, p(w_fc),
-                                      p(b_fc), p(w_proj_t), p(b_proj), s_ptr, out.data_ptr<float>(), cl, st,
-                                      (int)delay_phase, (long long)delay_ns));
-  }
+  auto launch = [&](auto kernel, const auto* d) {
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), d, p(ln_w), p(ln_b), (float)eps, p(w_fc), p(b_fc),
+                                      p(w_proj_t), p(b_proj), s_ptr, out.data_ptr<float>(), out_rows, cl,
+                                      (int)clear.numel(), st, (int)delay_phase, (long long)delay_ns));
+  };
+  if (delta.scalar_type() == at::kFloat && delta_rows == SPLIT_ROWS)
+    launch(st ? fused_mlp_kernel<T, float, C, true, SPLIT_ROWS> : fused_mlp_kernel<T, float, C, false, SPLIT_ROWS>,
+           delta.data_ptr<float>());
+  else if (delta.scalar_type() == at::kFloat)
+    launch(st ? fused_mlp_kernel<T, float, C, true, 1> : fused_mlp_kernel<T, float, C, false, 1>,
+           delta.data_ptr<float>());
+  else
+    launch(st ? fused_mlp_kernel<T, T, C, true, 1> : fused_mlp_kernel<T, T, C, false, 1>, p(delta));
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fused_mlp", &fused_mlp, "one-row LayerNorm + c_fc + GELU + mlp_proj, split over K (fused_mlp.cu)");
   m.attr("NSTAMP") = NSTAMP;
+  m.attr("SPLIT_ROWS") = SPLIT_ROWS;
 }
 #endif

@@ -5,9 +5,11 @@ GELU, then the GEMV for mlp_proj; `roseinfer.kernels.gemv`). This kernel does it
 of 128 blocks loads its 24 rows of c_fc and of mlp_proj's transposed weight before it waits for the kernel in
 front (PDL), normalises the row, computes its 24 g values and adds its share of every output column into a
 float32 buffer with atomics. No block waits for another, so the kernel boundary it removes is not replaced by a
-grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). The captured batch-1 step runs it by
-default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for the Triton path); the norm GEMV after it (the next layer's
-c_attn, or the lm_head) reads its float32 output in its prologue.
+grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). Its output is a split sum
+(`roseinfer.kernels.split_sum`): float32 [8, C], block b adding into row b % 8, whose rows the kernel after it
+(the next layer's fused_attn, or its c_attn norm GEMV) sums as it reads them; the last layer's is one row, for the
+lm_head's norm GEMV. The captured batch-1 step runs it by default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for
+the Triton path).
 
 `MlpScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
 buffer and zeroes the next layer's, whose last reader has finished by then; so each buffer is zero when its launch
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 from roseinfer.cuda_ext.scratch import LayerScratch, flat_stamps
 from roseinfer.cuda_ext.stamps import phase_bounds as stamp_bounds
 from roseinfer.cuda_ext.stamps import phase_ranges as stamp_ranges
+from roseinfer.kernels.split_sum import SPLIT_ROWS, delta_rows, joined
 from roseinfer.names import MLP_DOWN, MLP_NORM, MLP_SUM, MLP_UP, MLP_WAIT
 
 NAME = "fused_mlp"
@@ -65,23 +68,31 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
 
 
 class MlpScratch(LayerScratch):
-    """The kernel's output buffers, one per layer [n_layer, C], and its stamps [n_layer, BLOCKS, NSTAMP] where
-    `stamps` (`scratch.LayerScratch`)."""
+    """The kernel's output buffers, one per layer [n_layer, split_rows * C], and its stamps [n_layer, BLOCKS,
+    NSTAMP] where `stamps` (`scratch.LayerScratch`). Each layer's output is a split sum of `split_rows` rows (the
+    last layer's of one: `rows`)."""
 
-    def __init__(self, n_layer: int, device, stamps: bool = False) -> None:
-        super().__init__("fused MLP", n_layer, WIDTH, BLOCKS, NSTAMP, device, stamps)
+    def __init__(self, n_layer: int, device, stamps: bool = False, split_rows: int = SPLIT_ROWS) -> None:
+        if split_rows not in (1, SPLIT_ROWS):  # the rows the kernels are built for
+            raise ValueError(f"split_rows must be 1 or {SPLIT_ROWS}, not {split_rows}")
+        super().__init__("fused MLP", n_layer, WIDTH * split_rows, BLOCKS, NSTAMP, device, stamps)
+        self.split_rows = split_rows
+
+    def rows(self, layer: int) -> int:
+        """The rows of layer `layer`'s output: `split_rows`, but one for the last layer, whose output the lm_head's
+        norm GEMV reads in each of its thousands of programs (a split sum there would multiply those reads)."""
+        return 1 if layer == self.bufs.shape[0] - 1 else self.split_rows
 
 
 def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -> bool:
-    """Whether `fused_mlp` runs for x [1, C] float16, delta [1, C] (float16, or float32: the kernel's own output
-    for the layer before), this LayerNorm (`cuda_ext.layer_norm_fits`) and these linears (else the Triton path)."""
+    """Whether `fused_mlp` runs for x [1, C] float16, delta [1, C] (float16, or float32: fused_attn's output) or a
+    split sum [R, C] (`roseinfer.kernels.split_sum`), this LayerNorm (`cuda_ext.layer_norm_fits`) and these linears
+    (else the Triton path)."""
     from roseinfer import cuda_ext
 
     if not (x.is_cuda and x.dtype == torch.float16 and x.shape == (1, WIDTH) and x.is_contiguous()):
         return False
-    if not (
-        delta.shape == x.shape and delta.dtype in (torch.float16, torch.float32) and delta.is_contiguous()
-    ):
+    if not (delta_rows(x, delta) and delta.dtype in (torch.float16, torch.float32) and delta.is_contiguous()):
         return False
     for lin, shape in ((c_fc, (4 * WIDTH, WIDTH)), (mlp_proj, (WIDTH, 4 * WIDTH))):
         if lin.bias is None or lin.weight.shape != shape or not lin.weight.is_contiguous():
@@ -91,9 +102,10 @@ def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) 
 
 def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: bool = False, module=None,
               delay=(0, 0)):  # fmt: skip
-    """(s [1, C] in x's dtype, out): s = x + delta, and mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out`
-    (float32 [C], zero on entry); `clear` (float32 [C]) zeroed for the next launch; w_proj_t: mlp_proj's weight
-    transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as `MlpScratch.for_layer` gives it) or empty.
+    """(s [1, C] in x's dtype, out): s = x + delta (delta [1, C], or a float32 split sum [R, C]), and
+    mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out` (float32 [R, C] or flat, zero on entry) as a split sum of R
+    rows (`roseinfer.kernels.split_sum`); `clear` (float32, any length) zeroed for the next launch; w_proj_t:
+    mlp_proj's weight transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as `MlpScratch.for_layer` gives it) or empty.
     pdl: launched as a programmatic dependent launch (the Triton kernels' protocol, `roseinfer.kernels.pdl`).
     module: the built extension (default `load()`; a test build for planted delays); delay: (phase, ns) in a test
     build."""
@@ -107,11 +119,12 @@ def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: boo
 
 
 def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = False, module=None, delay=(0, 0)):
-    """A GPT-2 block's MLP as `fused_mlp` into layer `layer`'s buffer of `scratch`: (s [1, C], out [1, C]
-    float32, valid until the same layer's next launch). The block keeps mlp_proj's weight transposed ([4C, C],
-    made at its first call: the step's warm-up, before capture)."""
+    """A GPT-2 block's MLP as `fused_mlp` into layer `layer`'s buffer of `scratch`: (s [1, C], out [R, C] float32,
+    a split sum of `scratch.rows(layer)` rows, valid until the same layer's next launch). The block keeps
+    mlp_proj's weight transposed ([4C, C], made at its first call: the step's warm-up, before capture)."""
     w_proj_t = transposed_proj(block)
-    out, clear, stamps = scratch.for_layer(layer)
+    buf, clear, stamps = scratch.for_layer(layer)
+    out = buf[: scratch.rows(layer) * WIDTH]  # the layer's rows; clear: all of the next layer's buffer
     scratch.launched = True
     s, out = fused_mlp(
         x,
@@ -127,7 +140,7 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
         module,
         delay,
     )
-    return s, out.view(1, -1)
+    return s, out.view(-1, WIDTH)
 
 
 def transposed_proj(block) -> torch.Tensor:
@@ -140,8 +153,9 @@ def transposed_proj(block) -> torch.Tensor:
 
 
 def fused_mlp_reference(x, delta, ln, c_fc, mlp_proj):
-    """(s, out) in torch, rounded where the kernel rounds (s, LayerNorm's output and g in x's dtype; out float32)."""
-    s = (x.float() + delta.float()).to(x.dtype)
+    """(s, out) in torch, rounded where the kernel rounds (s, LayerNorm's output and g in x's dtype; out float32);
+    delta [1, C] or a split sum."""
+    s = (x.float() + joined(x, delta).float()).to(x.dtype)
     h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)
     g = F.gelu(F.linear(h.float(), c_fc.weight.float(), c_fc.bias.float()), approximate="tanh").to(x.dtype)
     return s, F.linear(g.float(), mlp_proj.weight.float(), mlp_proj.bias.float())

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from roseinfer.kernels.split_sum import delta_rows, joined
+
 
 def gemv_reference(x, weight, bias=None, gelu: bool = False):
     """x [M, K], weight [N, K], bias [N] or None. Returns act(x @ weight^T + bias) [M, N] in x's dtype, computed
@@ -99,7 +101,7 @@ def _get_kernel():
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
-        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr,
+        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         rm = tl.arange(0, BLOCK_M)  # [BM]
@@ -130,6 +132,10 @@ def _get_kernel():
                 if not GATHER:
                     xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
                     dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
+                    # a split sum [DELTA_ROWS, K] (roseinfer.kernels.split_sum): its rows added
+                    if DELTA_ROWS > 1:
+                        for r in tl.static_range(1, DELTA_ROWS):
+                            dr += tl.load(d_ptr + r * K + kk, mask=kmask, other=0.0)
                 # rounded to the activation dtype like torch's add
                 sr = (xr.to(tl.float32) + dr.to(tl.float32)).to(s_ptr.dtype.element_ty)
                 tl.store(s_ptr + kk, sr, mask=kmask & (pid == 0))
@@ -200,7 +206,7 @@ def gemv_triton(
         x, x, x, x, 0.0, x, x, 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        EARLY=pdl and pdl_early_release(), GATHER=False, num_warps=cfg.num_warps, launch_pdl=pdl,
+        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
@@ -214,11 +220,12 @@ def norm_gemv_reference(
     x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, index=None
 ):
     """(s, out): s = x + delta, out = act(LayerNorm(s) @ weight^T + bias), LayerNorm's output rounded to x's
-    dtype as the unfused add + LayerNorm kernel writes it. x, delta [1, K] -> s [1, K], out [1, N]. index: (xi,
+    dtype as the unfused add + LayerNorm kernel writes it. x, delta [1, K] (or delta a float32 split sum [R, K],
+    `roseinfer.kernels.split_sum`) -> s [1, K], out [1, N]. index: (xi,
     di), each [1] integer: x and delta are tables [*, K] and the rows are x[xi] and delta[di]."""
     if index is not None:
         x, delta = x[index[0]], delta[index[1]]  # [1, K] each
-    s = x + delta
+    s = x + joined(x, delta)
     h = F.layer_norm(s.float(), (s.shape[-1],), ln_weight.float(), ln_bias.float(), eps).to(x.dtype)
     return s, gemv_reference(h, weight, bias, gelu)
 
@@ -258,7 +265,9 @@ def norm_gemv_triton(
         x, delta = x[:1], delta[:1]  # the shapes of one row; the kernel reads the indexed rows
     m, k = x.shape
     n = weight.shape[0]
-    assert norm_gemv_fits(x, weight) and delta.shape == x.shape and x.stride(1) == 1 and delta.stride(1) == 1
+    rows = delta_rows(x, delta)  # 1, or a split sum's rows (contiguous: row r at r * K)
+    assert norm_gemv_fits(x, weight) and rows and x.stride(1) == 1 and delta.stride(1) == 1
+    assert rows == 1 or delta.is_contiguous()
     assert weight.is_contiguous() and ln_weight.is_contiguous() and ln_bias.is_contiguous()
     assert bias is None or (bias.shape == (n,) and bias.is_contiguous())
     s = torch.empty(1, k, dtype=x.dtype, device=x.device)  # [1, K]
@@ -272,6 +281,6 @@ def norm_gemv_triton(
         d_stride if gather else 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
-        GATHER=gather, num_warps=cfg.num_warps, launch_pdl=pdl,
+        GATHER=gather, DELTA_ROWS=rows, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return s, out

@@ -118,15 +118,9 @@ stage_nvtx() {
 }
 
 stage cuda-mlp "the one-row fused MLP CUDA kernel (roseinfer/cuda_ext) against the Triton path in a captured \
-12-layer chain: its build time, µs per MLP with stamps off, on, and without the stamp code, the stamps' phases"
+12-layer chain: its build time, µs per MLP with stamps off, on, without the stamp code, and with its output one row instead of a split sum, the stamps' phases"
 stage_cuda_mlp() {
   timeout 400 python3 scripts/bench_cuda_mlp.py --bare --json "$S/cuda-mlp.json"
-}
-
-stage persistent-mlp "the same 12-layer chain as one persistent launch (roseinfer/cuda_ext/persistent_mlp.cu, a \
-measurement) beside the fused kernel's PDL chain and Triton: its check against the chain, µs per MLP, its phases"
-stage_persistent_mlp() {
-  timeout 500 python3 scripts/bench_cuda_mlp.py --persistent --rounds 9 --json "$S/persistent-mlp.json"
 }
 
 stage kernel-regions "regions inside a fused kernel (issue 50): roseprof torch and nsys captures of the stamped fused \

@@ -7,6 +7,7 @@ import torch
 
 from roseinfer import cuda_ext
 from roseinfer.cuda_ext import fused_attn as fa
+from tests.helpers import exact_split
 
 
 def _block(seed=0, device="cpu", dtype=torch.float32):
@@ -89,11 +90,16 @@ def _cache(past, seed=1, blocks=24, block_size=64):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("past", [0, 1, 7, 63, 64, 65, 200, 511, 1023])
-@pytest.mark.parametrize("delta_dtype", [torch.float32, torch.float16])
-def test_fused_attn_matches_the_reference(past, delta_dtype):
+@pytest.mark.parametrize("delta_kind", ["float32", "float16", "split"])
+def test_fused_attn_matches_the_reference(past, delta_kind):
+    # delta: attn_proj's output (float16), the CUDA MLP's (float32), or its split sum of 8 rows (exact in any order,
+    # tests.helpers.exact_split, so s stays bit for bit)
     block = _block(device="cuda", dtype=torch.float16)
     x = torch.randn(1, 768, device="cuda", dtype=torch.float16)
-    delta = (torch.randn(1, 768, device="cuda") * 0.5).to(delta_dtype)
+    if delta_kind == "split":
+        delta = exact_split(768, "cuda", seed=past)[0]  # [8, C]
+    else:
+        delta = (torch.randn(1, 768, device="cuda") * 0.5).to(getattr(torch, delta_kind))
     k_cache, v_cache, table = _cache(past)
     past_len = torch.tensor([past], device="cuda")
     assert fa.fused_attn_applies(x, delta, block, k_cache, past_len, 1024), cuda_ext.why_not_built(fa.NAME)

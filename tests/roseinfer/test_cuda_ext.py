@@ -147,16 +147,19 @@ def _reference_out(x, delta, block):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("delta_dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("delta_kind", ["float16", "float32", "split"])
 @pytest.mark.parametrize("pdl", [False, True])
-def test_fused_mlp_matches_the_reference_launch_after_launch(delta_dtype, pdl):
+def test_fused_mlp_matches_the_reference_launch_after_launch(delta_kind, pdl):
     # Two layers' buffers: each launch adds into its own (zero on entry: the launch before zeroed it) and zeroes
-    # the other's, so launch after launch every output is the MLP's, not a sum with the one before. delta is
-    # float16 (attn_proj's output) or float32 (this kernel's own output, the layer before).
+    # the other's, so launch after launch every output is the MLP's, not a sum with the one before. Layer 0's
+    # output is a split sum of SPLIT_ROWS rows, layer 1's (the last layer's) one row. delta is float16 (attn_proj's
+    # output), float32 (fused_attn's) or a split sum (this kernel's own, exact in any order:
+    # tests.helpers.exact_split, so s stays bit for bit).
     from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
+    from tests.helpers import exact_split
 
     block, x, a = _mlp(torch.float16)
-    a = a.to(delta_dtype)
+    a = exact_split(768, "cuda")[0] if delta_kind == "split" else a.to(getattr(torch, delta_kind))
     assert fm.fused_mlp_applies(x, a, block.ln_2, block.c_fc, block.mlp_proj), cuda_ext.why_not_built(fm.NAME)
     scratch = fm.MlpScratch(2, x.device)
     ref_s, ref_out = _reference_out(x, a, block)
@@ -165,7 +168,9 @@ def test_fused_mlp_matches_the_reference_launch_after_launch(delta_dtype, pdl):
     t_out = gemv_triton(g, block.mlp_proj.weight, block.mlp_proj.bias)
     for launch in range(5):
         s, out = fm.block_mlp(x, a, block, launch % 2, scratch, pdl=pdl)
-        assert out.dtype == torch.float32 and out.shape == (1, 768)
+        rows = fm.SPLIT_ROWS if launch % 2 == 0 else 1
+        assert out.dtype == torch.float32 and out.shape == (rows, 768)
+        out = out.sum(0, keepdim=True)
         torch.testing.assert_close(s, ref_s, atol=0, rtol=0)
         torch.testing.assert_close(s, t_s, atol=0, rtol=0)
         torch.testing.assert_close(out, ref_out, atol=2e-3, rtol=2e-3)
@@ -187,7 +192,7 @@ def test_it_runs_in_a_captured_pdl_chain_and_matches_the_triton_block():
             def mlp(on=on):  # the block's MLP half: the CUDA kernel, or the Triton path Block.forward runs
                 if on:  # layer 0's launch, then layer 1's (same inputs), which zeroes layer 0's buffer again
                     s, out = fm.block_mlp(x, a, block, 0, scratch, pdl=True)
-                    out = out.half()
+                    out = out.sum(0, keepdim=True).half()  # layer 0's split sum
                     fm.block_mlp(x, a, block, 1, scratch, pdl=True)
                     return s, out
                 s, g = norm_linear(x, a, block.ln_2, block.c_fc, gelu=True)

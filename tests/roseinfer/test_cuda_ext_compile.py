@@ -31,7 +31,6 @@ BUILDS = [
     (fused_mlp.NAME, (fused_mlp.DELAY_DEFINE,)),
     (fused_attn.NAME, ()),
     (fused_attn.NAME, (fused_attn.DELAY_DEFINE,)),
-    ("persistent_mlp", ()),
 ]
 
 

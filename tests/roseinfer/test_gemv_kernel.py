@@ -205,6 +205,27 @@ def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [2304, 3072, 50304])
+def test_norm_gemv_sums_a_split_delta_as_its_whole(n):
+    # The CUDA MLP's output as the next c_attn's (or the lm_head's) delta: a split sum the prologue adds up. Every
+    # value a multiple of 2^-10 (tests.helpers.exact_split): the rows' sum is exact, so all is bit for bit.
+    from roseinfer.kernels.gemv import norm_gemv_triton
+    from tests.helpers import exact_split
+
+    g = torch.Generator(device="cuda").manual_seed(n)
+    x = _rand(g, 1, 768, dtype=torch.float16, device="cuda")
+    parts, whole = exact_split(768, "cuda", seed=n)
+    ln_w = (torch.rand(768, generator=g, device="cuda") + 0.5).half()
+    ln_b = _rand(g, 768, dtype=torch.float16, device="cuda", scale=0.1)
+    w = _rand(g, n, 768, dtype=torch.float16, device="cuda", scale=768**-0.5)
+    for pdl in (False, True):
+        s, out = norm_gemv_triton(x, parts, ln_w, ln_b, 1e-5, w, pdl=pdl)
+        s_whole, out_whole = norm_gemv_triton(x, whole, ln_w, ln_b, 1e-5, w, pdl=pdl)
+        assert s.shape == (1, 768) and out.shape == (1, n)
+        assert torch.equal(s, s_whole) and torch.equal(out, out_whole)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("early", [False, True])
 def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference(early):
     # A GPT-2 layer's shape at batch 1 as the engine runs it: [add + LN + c_attn], attn_proj, [add + LN + c_fc

@@ -1,0 +1,32 @@
+"""A split sum: the one-row MLP kernel's output (`roseinfer.cuda_ext.fused_mlp`) as float32 [SPLIT_ROWS, C], rows
+whose sum is the [1, C] it stands for.
+
+The kernel's 128 blocks each add a share of every output column with atomics. Into one row, each address took 128
+adds, and their drain at L2 held the next kernel ~0.6 us a layer; block b adds into row b % SPLIT_ROWS instead,
+and the kernel after it sums the rows as it reads its delta (in a captured chain of 12 MLPs on an H200: 4.18 us an
+MLP at 8 rows, 4.24 at 4, 4.78 at one; docs/BENCHMARKS.md, session 35). The readers that take a split delta: the
+CUDA kernels (`fused_mlp`, `fused_attn`, built for one row or SPLIT_ROWS) and the norm GEMV's prologue
+(`roseinfer.kernels.gemv`); anything else joins it first (`joined`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SPLIT_ROWS = 8  # the CUDA kernels' common.cuh SPLIT_ROWS
+
+
+def delta_rows(x: torch.Tensor, delta: torch.Tensor) -> int:
+    """The rows a one-row reader sums for `delta` beside x [1, C]: 1 for a delta of x's shape, SPLIT_ROWS for a
+    float32 split sum [SPLIT_ROWS, C], 0 where delta is neither."""
+    if delta.shape == x.shape:
+        return 1
+    if x.dim() == 2 and x.shape[0] == 1 and delta.shape == (SPLIT_ROWS, x.shape[1]):
+        return SPLIT_ROWS if delta.dtype == torch.float32 else 0
+    return 0
+
+
+def joined(x: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """delta as x's shape: a split sum [SPLIT_ROWS, C] beside x [1, C] summed into [1, C] (float32); any other delta
+    as it is."""
+    return delta.sum(0, keepdim=True) if delta_rows(x, delta) > 1 else delta
