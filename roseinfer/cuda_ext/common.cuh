@@ -106,8 +106,9 @@ __device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh
 // rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). PENDING:
 // cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which need not have landed.
 // DELTA_ROWS: delta is that many [C] rows whose sum is the delta (1, or SPLIT_ROWS: fused_mlp.cu's split output).
-// Every load (x and each row of delta at the thread's columns) is issued before the first store: the stores to
-// s_out may alias them, and loads placed after a store wait for it.
+// Every load (x and each row of delta at the thread's columns) is issued before the first store: written with each
+// element's loads after the store of the one before, the compiler kept that order, and batch 1 lost 12 us a step
+// (docs/BENCHMARKS.md, session 35).
 template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
 __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
                                                    float eps, T* s_out, uint4* h) {

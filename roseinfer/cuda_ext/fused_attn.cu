@@ -305,7 +305,8 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
               D, "]");
   TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == C, "fused_attn: out must be float32 [C]");
   TORCH_CHECK(table.scalar_type() == at::kLong && past_len.scalar_type() == at::kLong, "fused_attn: int64 indices");
-  const bool split = delta.scalar_type() == at::kFloat && delta.numel() == SPLIT_ROWS * C;
+  const bool split = delta.scalar_type() == at::kFloat && delta.numel() == SPLIT_ROWS * C &&
+                     delta_row.numel() == 0;  // not a table's row
   TORCH_CHECK(delta.scalar_type() != at::kFloat || split || delta.numel() == C,
               "fused_attn: a float32 delta must be [1 or ", SPLIT_ROWS, ", C]");
   const int blocks = (C / D) * CLUSTER;

@@ -125,8 +125,8 @@ def block_attention(x, delta, block, layer: int, kv, scratch: AttnScratch, pdl: 
 
 def fused_attn_reference(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past: int, scale: float):
     """(s, out, k, v) in torch, rounded where the kernel rounds (s, LayerNorm's output, q/k/v and o in float16;
-    out float32): x, delta [1, C] (or a split sum); the past tokens read from the cache through `table` [M]; k, v [H, D] the new
-    token's (which the kernel writes at position `past`)."""
+    out float32): x, delta [1, C] (or a split sum); the past tokens read from the cache through `table` [M]; k, v
+    [H, D] the new token's (which the kernel writes at position `past`)."""
     h_n = k_cache.shape[1]
     s = (x.float() + joined(x, delta).float()).to(x.dtype)  # [1, C]
     h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)

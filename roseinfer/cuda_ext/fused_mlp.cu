@@ -205,8 +205,10 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   else if (delta.scalar_type() == at::kFloat)
     launch(st ? fused_mlp_kernel<T, float, C, true, 1> : fused_mlp_kernel<T, float, C, false, 1>,
            delta.data_ptr<float>());
-  else
+  else {
+    TORCH_CHECK(delta.scalar_type() == at::kHalf, "fused_mlp: delta float16 or float32");
     launch(st ? fused_mlp_kernel<T, T, C, true, 1> : fused_mlp_kernel<T, T, C, false, 1>, p(delta));
+  }
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -64,7 +64,13 @@ def load(test_build: bool = False, defines: tuple[str, ...] = ()):
     build that can plant delays."""
     from roseinfer import cuda_ext
 
-    return cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
+    module = cuda_ext.load(NAME, ((DELAY_DEFINE,) if test_build else ()) + tuple(defines), MIN_ARCH)
+    # the split sum's rows, stated in common.cuh and in split_sum.py (the Triton reader follows the latter)
+    if module is not None and module.SPLIT_ROWS != SPLIT_ROWS:
+        raise RuntimeError(
+            f"fused_mlp built with {module.SPLIT_ROWS} split rows, split_sum.py says {SPLIT_ROWS}"
+        )
+    return module
 
 
 class MlpScratch(LayerScratch):
@@ -102,10 +108,11 @@ def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) 
 
 def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: bool = False, module=None,
               delay=(0, 0)):  # fmt: skip
-    """(s [1, C] in x's dtype, out): s = x + delta (delta [1, C], or a float32 split sum [R, C]), and
-    mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out` (float32 [R, C] or flat, zero on entry) as a split sum of R
-    rows (`roseinfer.kernels.split_sum`); `clear` (float32, any length) zeroed for the next launch; w_proj_t:
-    mlp_proj's weight transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as `MlpScratch.for_layer` gives it) or empty.
+    """(s [1, C] in x's dtype, out): s = x + delta (delta [1, C], or a float32 split sum [8, C]), and
+    mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out` (float32, C or 8 C: one row or a split sum,
+    `roseinfer.kernels.split_sum`; zero on entry); `clear` (float32, any length) zeroed for the next launch;
+    w_proj_t: mlp_proj's weight transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as
+    `MlpScratch.for_layer` gives it) or empty.
     pdl: launched as a programmatic dependent launch (the Triton kernels' protocol, `roseinfer.kernels.pdl`).
     module: the built extension (default `load()`; a test build for planted delays); delay: (phase, ns) in a test
     build."""

@@ -118,7 +118,8 @@ stage_nvtx() {
 }
 
 stage cuda-mlp "the one-row fused MLP CUDA kernel (roseinfer/cuda_ext) against the Triton path in a captured \
-12-layer chain: its build time, µs per MLP with stamps off, on, without the stamp code, and with its output one row instead of a split sum, the stamps' phases"
+12-layer chain: its build time, µs per MLP with stamps off, on, without the stamp code, and with its output one \
+row instead of a split sum, the stamps' phases"
 stage_cuda_mlp() {
   timeout 400 python3 scripts/bench_cuda_mlp.py --bare --json "$S/cuda-mlp.json"
 }

@@ -170,6 +170,7 @@ def test_fused_mlp_matches_the_reference_launch_after_launch(delta_kind, pdl):
         s, out = fm.block_mlp(x, a, block, launch % 2, scratch, pdl=pdl)
         rows = fm.SPLIT_ROWS if launch % 2 == 0 else 1
         assert out.dtype == torch.float32 and out.shape == (rows, 768)
+        assert bool((out != 0).any(dim=1).all())  # every row holds its blocks' shares (none all in row 0)
         out = out.sum(0, keepdim=True)
         torch.testing.assert_close(s, ref_s, atol=0, rtol=0)
         torch.testing.assert_close(s, t_s, atol=0, rtol=0)

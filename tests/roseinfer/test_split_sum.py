@@ -49,3 +49,35 @@ def test_the_torch_readers_add_a_split_delta_as_its_sum():
         s, out = norm_gemv_reference(x, parts, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias)
         s_ref, ref = norm_gemv_reference(x, whole, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias)
         assert out.shape == (1, 24) and torch.equal(s, s_ref) and torch.equal(out, ref)
+
+
+def test_each_layers_launch_adds_into_its_rows_and_clears_all_of_the_next_buffer():
+    # The launches' arguments (a stand-in for the built module; no kernel): on a 3-layer scratch, layers 0 and 1 add
+    # into 8 rows (a split sum), the last layer into one (the lm_head's reader), and every launch zeroes the whole of
+    # the next layer's buffer, whatever rows that one adds into; the caller gets [rows, C].
+    from roseinfer.config import ModelConfig
+    from roseinfer.cuda_ext import fused_mlp as fm
+    from roseinfer.model import Block
+
+    class Extension:
+        SPLIT_ROWS = SPLIT_ROWS
+
+        def __init__(self):
+            self.calls = []
+
+        def fused_mlp(self, *args):
+            self.calls.append(args)
+
+    block = Block(ModelConfig(n_layer=3, n_head=12, n_embd=768, vocab_size=100, n_positions=16))
+    for split_rows in (SPLIT_ROWS, 1):
+        scratch, ext = fm.MlpScratch(3, "cpu", split_rows=split_rows), Extension()
+        for layer in range(3):
+            _, out = fm.block_mlp(torch.randn(1, 768), torch.randn(1, 768), block, layer, scratch, module=ext)
+            rows = 1 if layer == 2 else split_rows
+            assert out.shape == (rows, 768) and out.data_ptr() == scratch.bufs[layer].data_ptr()
+            launched_out, clear = ext.calls[-1][10], ext.calls[-1][11]
+            assert launched_out.numel() == rows * 768
+            assert (
+                clear.data_ptr() == scratch.bufs[(layer + 1) % 3].data_ptr()
+                and clear.numel() == split_rows * 768
+            )
