@@ -1,6 +1,7 @@
 // What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): their region stamps, phase barriers and test
 // builds' planted delays, warp and block sums, the residual add + LayerNorm they start with (every warp its own),
-// cp.async, the weights' streaming load, and a launch as a programmatic dependent launch (PDL).
+// the split sum's rows and the instantiations by delta, cp.async, the weights' streaming load, and a launch as a
+// programmatic dependent launch (PDL).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
 #pragma once
 #include <cuda_fp16.h>
@@ -196,28 +197,17 @@ __device__ __forceinline__ void dot_rows(const uint4 (&w)[ROWS][VECS], const uin
 // kernel after it sums the rows as it reads them (residual_layernorm's delta_rows).
 constexpr int SPLIT_ROWS = 8;
 
-// The end of a one-row MLP's split-K down projection (fused_mlp.cu): thread t < C / 4 sums
-// columns 4 t .. 4 t + 3 of the block's share over its warps' rows of ps, adds `bias` (zero but in the block that
-// adds it) and adds that into `out` (float32 [C]) with one 16-byte reduction.
-template <typename T, int C, int WARPS>
-__device__ __forceinline__ void add_block_share(const float (&ps)[WARPS][C], const T (&bias)[4], float* out) {
-  if (threadIdx.x < C / 4) {
-    const int c4 = threadIdx.x;
-    float4 acc = make_float4(to_f<T>(bias[0]), to_f<T>(bias[1]), to_f<T>(bias[2]), to_f<T>(bias[3]));
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-      const float4 v = reinterpret_cast<const float4*>(ps[w])[c4];
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
-    }
-#if __CUDA_ARCH__ >= 900  // a reduction without a return value: the SM does not wait for it
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out + 4 * c4), "f"(acc.x), "f"(acc.y),
-                 "f"(acc.z), "f"(acc.w) : "memory");
-#else
-    atomicAdd(out + 4 * c4, acc.x); atomicAdd(out + 4 * c4 + 1, acc.y);
-    atomicAdd(out + 4 * c4 + 2, acc.z); atomicAdd(out + 4 * c4 + 3, acc.w);
-#endif
-  }
-}
+// The kernels' instantiations by their delta, (TD, STAMPS, DELTA_ROWS): float32 one row (fused_attn's output) or a
+// split sum, float16 one row (the Triton path's output, the embedding tables), each with stamps and without. The
+// kernel-only compile check instantiates each (ROSEINFER_KERNEL_ONLY); the launchers pick one by delta's dtype and
+// size.
+#define ROSEINFER_EACH_DELTA(INSTANCE) \
+  INSTANCE(float, false, 1)            \
+  INSTANCE(float, true, 1)             \
+  INSTANCE(float, false, SPLIT_ROWS)   \
+  INSTANCE(float, true, SPLIT_ROWS)    \
+  INSTANCE(__half, false, 1)           \
+  INSTANCE(__half, true, 1)
 
 __device__ __forceinline__ uint4 load_weights(const void* p) {  // streamed once: no L1 allocation
   uint4 v;

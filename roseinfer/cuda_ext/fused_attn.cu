@@ -277,12 +277,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
       const __half*, const TD*, const int64_t*, const int64_t*, const __half*, const __half*, float,          \
       const __half*, const __half*, const __half*, const __half*, __half*, __half*, const int64_t*,             \
       const int64_t*, int, float, __half*, float*, float*, unsigned long long*, int, long long);
-INSTANCE(float, false, 1)
-INSTANCE(float, true, 1)
-INSTANCE(float, false, SPLIT_ROWS)
-INSTANCE(float, true, SPLIT_ROWS)
-INSTANCE(__half, false, 1)
-INSTANCE(__half, true, 1)
+ROSEINFER_EACH_DELTA(INSTANCE)
 }  // namespace
 #else
 }  // namespace

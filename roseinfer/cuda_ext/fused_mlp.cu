@@ -41,6 +41,29 @@ constexpr int WARPS = THREADS / 32;
 constexpr int ROWS = 3;  // g rows per warp
 constexpr int NSTAMP = 6;
 
+// The end of the split-K down projection: thread t < C / 4 sums columns 4 t .. 4 t + 3 of the block's share over
+// its warps' rows of ps, adds `bias` (zero but in the block that adds it) and adds that into `out` (its row of the
+// output, float32 [C]) with one 16-byte reduction.
+template <typename T, int C, int WARPS>
+__device__ __forceinline__ void add_block_share(const float (&ps)[WARPS][C], const T (&bias)[4], float* out) {
+  if (threadIdx.x < C / 4) {
+    const int c4 = threadIdx.x;
+    float4 acc = make_float4(to_f<T>(bias[0]), to_f<T>(bias[1]), to_f<T>(bias[2]), to_f<T>(bias[3]));
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const float4 v = reinterpret_cast<const float4*>(ps[w])[c4];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+#if __CUDA_ARCH__ >= 900  // a reduction without a return value: the SM does not wait for it
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(out + 4 * c4), "f"(acc.x), "f"(acc.y),
+                 "f"(acc.z), "f"(acc.w) : "memory");
+#else
+    atomicAdd(out + 4 * c4, acc.x); atomicAdd(out + 4 * c4 + 1, acc.y);
+    atomicAdd(out + 4 * c4 + 2, acc.z); atomicAdd(out + 4 * c4 + 3, acc.w);
+#endif
+  }
+}
+
 // T: the activations' and weights' dtype; TD: delta's (T, or float32 where it is the output of this kernel's
 // launch for the layer before); C: the model's width (a multiple of 256; the grid is 4C / (WARPS * ROWS) blocks)
 // At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
@@ -152,12 +175,7 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   template __global__ void fused_mlp_kernel<__half, TD, 768, STAMPS, ROWS_>(                                       \
       const __half*, const TD*, const __half*, const __half*, float, const __half*, const __half*, const __half*, \
       const __half*, __half*, float*, int, float*, int, unsigned long long*, int, long long);
-INSTANCE(float, false, 1)
-INSTANCE(float, true, 1)
-INSTANCE(float, false, SPLIT_ROWS)
-INSTANCE(float, true, SPLIT_ROWS)
-INSTANCE(__half, false, 1)
-INSTANCE(__half, true, 1)
+ROSEINFER_EACH_DELTA(INSTANCE)
 }  // namespace
 #else
 }  // namespace

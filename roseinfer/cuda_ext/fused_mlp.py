@@ -129,7 +129,9 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
     """A GPT-2 block's MLP as `fused_mlp` into layer `layer`'s buffer of `scratch`: (s [1, C], out [R, C] float32,
     a split sum of `scratch.rows(layer)` rows, valid until the same layer's next launch). The block keeps
     mlp_proj's weight transposed ([4C, C], made at its first call: the step's warm-up, before capture)."""
-    w_proj_t = transposed_proj(block)
+    w_proj_t = getattr(block, "mlp_proj_t", None)
+    if w_proj_t is None:
+        w_proj_t = block.mlp_proj_t = block.mlp_proj.weight.detach().t().contiguous()  # [4C, C]
     buf, clear, stamps = scratch.for_layer(layer)
     out = buf[: scratch.rows(layer) * WIDTH]  # the layer's rows; clear: all of the next layer's buffer
     scratch.launched = True
@@ -148,15 +150,6 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
         delay,
     )
     return s, out.view(-1, WIDTH)
-
-
-def transposed_proj(block) -> torch.Tensor:
-    """mlp_proj's weight transposed [4C, C], as the kernels read it: made at the first call (the step's warm-up,
-    before capture) and kept on the block, which so keeps it alive for the pointers a launch holds."""
-    w_proj_t = getattr(block, "mlp_proj_t", None)
-    if w_proj_t is None:
-        w_proj_t = block.mlp_proj_t = block.mlp_proj.weight.detach().t().contiguous()  # [4C, C]
-    return w_proj_t
 
 
 def fused_mlp_reference(x, delta, ln, c_fc, mlp_proj):

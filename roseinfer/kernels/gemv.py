@@ -133,9 +133,8 @@ def _get_kernel():
                     xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
                     dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
                     # a split sum [DELTA_ROWS, K] (roseinfer.kernels.split_sum): its rows added
-                    if DELTA_ROWS > 1:
-                        for r in tl.static_range(1, DELTA_ROWS):
-                            dr += tl.load(d_ptr + r * K + kk, mask=kmask, other=0.0)
+                    for r in tl.static_range(1, DELTA_ROWS):
+                        dr += tl.load(d_ptr + r * K + kk, mask=kmask, other=0.0)
                 # rounded to the activation dtype like torch's add
                 sr = (xr.to(tl.float32) + dr.to(tl.float32)).to(s_ptr.dtype.element_ty)
                 tl.store(s_ptr + kk, sr, mask=kmask & (pid == 0))
