@@ -6,6 +6,7 @@ the stamps on the host: test_stamp_recorder.py."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,98 @@ def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") == key
     (tmp_path / "fused_mlp.cu").write_text((tmp_path / "fused_mlp.cu").read_text() + "\n// edited\n")
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") != key
+
+
+@pytest.fixture
+def fake_build(tmp_path, monkeypatch):
+    """cuda_ext.load on a pretended Hopper with nvcc, whose torch build step is a recording fake: the calls'
+    keyword arguments, each checked for a stale torch lock at the moment of the build."""
+    import shutil
+
+    import torch.utils.cpp_extension as cpp
+
+    calls = []
+
+    def fake_load(**kw):
+        folder = Path(kw["build_directory"])
+        calls.append({**kw, "torch_lock_there": (folder / "lock").exists()})
+        (folder / f"{kw['name']}.so").write_bytes(b"")
+        return object()
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(cpp, "load", fake_load)
+    monkeypatch.setenv("ROSEINFER_CUDA_EXT_CACHE", str(tmp_path / "cache"))
+    cuda_ext.load.cache_clear()
+    yield calls
+    cuda_ext.load.cache_clear()
+    cuda_ext._WHY_NOT.pop("fused_mlp", None)
+
+
+def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, capsys):
+    # torch creates `lock` in the build folder around every load and waits while it exists; a build killed
+    # midway (a timeout) left it there, and every later process waited forever (an H200 machine, session 36)
+    flags = cuda_ext.build_flags("sm_90a")
+    folder = cuda_ext.cache_root() / cuda_ext.cache_key("fused_mlp", "sm_90a", torch.__version__, flags)
+    folder.mkdir(parents=True)
+    (folder / "lock").write_text("")
+    assert cuda_ext.load("fused_mlp") is not None
+    assert [c["torch_lock_there"] for c in fake_build] == [False]
+    assert Path(fake_build[0]["build_directory"]) == folder
+    assert "built fused_mlp for sm_90a" in capsys.readouterr().err
+
+
+def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, monkeypatch):
+    # ninja rebuilds when a source's path changes: the build compiles copies inside its own folder, so two
+    # checkouts (two worktrees, a venv's copy) reuse one build instead of rebuilding it for each other
+    for checkout in ("a", "b"):
+        src = tmp_path / checkout
+        src.mkdir()
+        for path in cuda_ext.sources("fused_mlp"):
+            (src / path.name).write_bytes(path.read_bytes())
+        monkeypatch.setattr(cuda_ext, "SOURCES", src)
+        cuda_ext.load.cache_clear()
+        assert cuda_ext.load("fused_mlp") is not None
+    a, b = fake_build
+    assert a["build_directory"] == b["build_directory"]
+    assert a["sources"] == b["sources"] == [str(Path(a["build_directory"]) / "src" / "fused_mlp.cu")]
+    for path in cuda_ext.sources("fused_mlp"):  # the kernel and every header it includes, beside it
+        assert (Path(a["build_directory"]) / "src" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_a_second_process_waits_for_the_first_ones_build(fake_build, capsys):
+    # one build a folder at a time: a load while another holds the folder's build lock waits for it, and says so
+    import threading
+
+    flags = cuda_ext.build_flags("sm_90a")
+    folder = cuda_ext.cache_root() / cuda_ext.cache_key("fused_mlp", "sm_90a", torch.__version__, flags)
+    folder.mkdir(parents=True)
+    holding, release = threading.Event(), threading.Event()
+
+    def other_build():
+        with cuda_ext.build_lock(folder, "fused_mlp"):
+            holding.set()
+            release.wait(60)
+
+    other = threading.Thread(target=other_build)
+    other.start()
+    assert holding.wait(60)
+    loaded = []
+    waiter = threading.Thread(target=lambda: loaded.append(cuda_ext.load("fused_mlp")))
+    waiter.start()
+    err = ""
+    for _ in range(6000):  # until the waiter has found the lock held (at most a minute)
+        err += capsys.readouterr().err
+        if "waiting for another process's build of fused_mlp" in err:
+            break
+        time.sleep(0.01)
+    assert "waiting for another process's build of fused_mlp" in err
+    assert fake_build == [] and loaded == []  # nothing built while the other holds the lock
+    release.set()
+    other.join(60)
+    waiter.join(60)
+    assert len(fake_build) == 1 and loaded[0] is not None
 
 
 def test_unknown_source_is_an_error():
