@@ -2,11 +2,12 @@
 
 Nothing is built at install or import. The first call of `load(name)` on a machine with CUDA compiles
 `roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` or `common*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja, nvcc)
-into a cache folder keyed by the sources' hash, the GPU's arch and torch's version (`$ROSEINFER_CUDA_EXT_CACHE`,
-default `~/.cache/roseinfer/cuda_ext/<key>`), says the build's time on stderr once, and returns the module; later
-calls, in this process or the next, reuse it. One process builds a folder at a time (a lock the kernel drops when
-its holder dies), from copies of the sources inside that folder, so that checkouts with the same sources share one
-build instead of rebuilding it for each other (`build_lock`, `staged_sources`). Where there is no CUDA (the CPU CI), a GPU older than the kernel's
+into a cache folder keyed by the sources' hash, the GPU's arch, torch's version and the toolchain the build's
+command lines name (`$ROSEINFER_CUDA_EXT_CACHE`, default `~/.cache/roseinfer/cuda_ext/<key>`), says on stderr when it
+built and how long that took, and returns the module; later calls, in this process or the next, reuse it. One
+process builds a folder at a time (a lock the kernel drops when its holder dies), from copies of the sources inside
+that folder, so that checkouts of the same sources with the same torch share one build instead of rebuilding it
+for each other (`build_lock`, `staged_sources`). Where there is no CUDA (the CPU CI), a GPU older than the kernel's
 `min_arch` (the fused MLP's griddepcontrol: sm_90) or no compiler, `load` returns None and `why_not_built(name)`
 says why ("not built: no CUDA"): every caller falls back to the Triton or torch path it would take otherwise.
 """
@@ -14,7 +15,6 @@ says why ("not built: no CUDA"): every caller falls back to the Triton or torch 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import os
@@ -28,6 +28,11 @@ from roseinfer import names
 SOURCES = Path(__file__).parent
 CACHE_ENV = names.ROSEINFER_CUDA_EXT_CACHE
 _WHY_NOT: dict[str, str] = {}
+# How a folder is built, in every cache key: code that builds another way (before build.flock and the staged
+# sources) never shares a folder with this code, whose lock it would not take.
+BUILD_LAYOUT = "staged sources, build.flock"
+# A load that waits longer than this for another's build says so (a warm cache's load holds the lock for less).
+WAIT_NOTICE_S = 2.0
 
 
 def layer_norm_fits(ln, width: int) -> bool:
@@ -54,14 +59,24 @@ def sources(name: str) -> list[Path]:
     return [main, *sorted(SOURCES.glob(f"{name}*.cuh")), *sorted(SOURCES.glob("common*.cuh"))]
 
 
-def cache_key(name: str, arch: str, torch_version: str, extra_flags: tuple[str, ...] = ()) -> str:
-    """`<name>-<arch>-torch<version>-<hash>`: the hash covers every source's bytes and the build flags, so an
-    edited kernel, another GPU or another torch never reuses a stale build."""
+def cache_key(
+    name: str,
+    arch: str,
+    torch_version: str,
+    extra_flags: tuple[str, ...] = (),
+    toolchain: tuple[str, ...] = (),
+) -> str:
+    """`<name>-<arch>-torch<version>-<hash>`: the hash covers every source's bytes, the build flags, the build's
+    layout and `toolchain` (what else the build's command lines name: the interpreter's ABI tag, torch's folder,
+    nvcc), so an edited kernel, another GPU, another torch or another interpreter never reuses a stale build, and
+    two installs whose command lines differ (ninja rebuilds when one changes) do not rebuild each other's."""
     h = hashlib.sha256()
     for path in sources(name):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     h.update(" ".join(extra_flags).encode())
+    h.update(BUILD_LAYOUT.encode())
+    h.update("\0".join(toolchain).encode())
     safe_torch = torch_version.replace("+", "_").replace("/", "_")
     return f"{name}-{arch}-torch{safe_torch}-{h.hexdigest()[:16]}"
 
@@ -98,65 +113,103 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
     if tuple(torch.cuda.get_device_capability()) < tuple(min_arch):
         have = "".join(map(str, torch.cuda.get_device_capability()))
         return _not_built(name, f"needs sm_{min_arch[0]}{min_arch[1]}, this GPU is sm_{have}")
-    if (
-        shutil.which("nvcc") is None
-        and not (Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin/nvcc").exists()
-    ):
+    nvcc = shutil.which("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin/nvcc")
+    if not Path(nvcc).exists():
         return _not_built(name, "no nvcc")
     major, minor = torch.cuda.get_device_capability()
     arch = (
         f"sm_{major}{minor}{'a' if major >= 9 else ''}"  # sm_90a: Hopper's own instructions (setmaxnreg, ...)
     )
     flags = build_flags(arch, defines)
-    key = cache_key(name, arch, torch.__version__, flags)
+    toolchain = (sys.implementation.cache_tag or "", str(Path(torch.__file__).parent), nvcc)
+    key = cache_key(name, arch, torch.__version__, flags, toolchain)
     folder = cache_root() / key
-    folder.mkdir(parents=True, exist_ok=True)
     from torch.utils.cpp_extension import load as cpp_load
 
-    with build_lock(folder, name):
-        built_before = any(folder.glob("*.so"))
-        main = staged_sources(name, folder)
-        t0 = time.perf_counter()
-        try:
-            module = cpp_load(
-                name=key.replace("-", "_").replace(".", "_"),
-                sources=[str(main)],
-                extra_cuda_cflags=list(flags),
-                extra_cflags=["-O3"],
-                build_directory=str(folder),
-                verbose=False,
-            )
-        except Exception as e:  # a compiler error: say it once, fall back
-            line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            return _not_built(name, f"build failed: {line}")
-    if not built_before:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with build_lock(folder, name):
+            before = _built(folder)
+            main = staged_sources(name, folder)
+            t0 = time.perf_counter()
+            try:
+                module = cpp_load(
+                    name=key.replace("-", "_").replace(".", "_"),
+                    sources=[str(main)],
+                    extra_cuda_cflags=list(flags),
+                    extra_cflags=["-O3"],
+                    build_directory=str(folder),
+                    verbose=False,
+                )
+            except Exception as e:  # a compiler error: say it once, fall back
+                line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+                return _not_built(name, f"build failed: {line}")
+            rebuilt = _built(folder) != before
+    except OSError as e:  # a cache folder this process cannot write (read-only, full)
+        return _not_built(name, f"cache folder {folder}: {e.strerror or e}")
+    if rebuilt:
         print(f"roseinfer.cuda_ext: built {name} for {arch} in {time.perf_counter() - t0:.1f} s ({folder})",
               file=sys.stderr)  # fmt: skip
     _WHY_NOT.pop(name, None)
     return module
 
 
+def _built(folder: Path) -> dict[str, int]:
+    """The folder's built modules and their mtimes: a load that changed them built (ninja decides, not us)."""
+    return {p.name: p.stat().st_mtime_ns for p in folder.glob("*.so")}
+
+
 @contextlib.contextmanager
 def build_lock(folder: Path, name: str):
-    """Hold `folder`'s build lock (an flock on `folder/build.flock`) for the block: a second process waits for the
-    first one's build, saying so once, rather than building beside it. The kernel drops an flock when its holder
-    dies, so a build killed midway leaves nothing that blocks the next. torch's own lock (the file `lock`, which it
-    creates and deletes around every load) is left behind by such a build, and torch then waits for it forever:
-    it is stale whenever this lock is held, and removed."""
-    with open(folder / "build.flock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(
-                f"roseinfer.cuda_ext: waiting for another process's build of {name} ({folder})",
-                file=sys.stderr,
-            )
-            fcntl.flock(f, fcntl.LOCK_EX)
-        (folder / "lock").unlink(missing_ok=True)
+    """Hold `folder`'s build lock (an flock on `folder/build.flock`, which then names its holder) for the block: a
+    second load waits for the first one's, saying so (and who holds it) once it has waited WAIT_NOTICE_S, rather
+    than building beside it. The kernel drops an flock when its holder dies, so a build killed midway leaves
+    nothing that blocks the next. torch's own lock (the file `lock`, which it creates and deletes around every
+    load) is left behind by a build killed by a signal (a timeout, the OOM killer), and torch then waits for it
+    forever: every load of this folder takes this lock first (BUILD_LAYOUT keeps other code out of it), so under
+    it torch's is stale, and removed.
+    Limits: where the filesystem has no flock (NFS without its lock daemon, some FUSE mounts) the build goes on
+    without it and torch's lock stays the only one; where only the Python process is killed (kill -9) while its
+    ninja still compiles, the next load may start a second ninja in the folder."""
+    import fcntl  # POSIX: imported where a build needs it
+
+    path = folder / "build.flock"
+    with open(path, "a+") as f:
+        locked = _take_lock(f, path, name)
+        if locked:
+            (folder / "lock").unlink(missing_ok=True)
+            f.truncate(0)
+            f.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
+            f.flush()
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _take_lock(f, path: Path, name: str) -> bool:
+    """Take the flock on `f` (the open `path`), waiting for it (True), or False where the filesystem has none."""
+    import fcntl
+
+    waited_from = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() - waited_from >= WAIT_NOTICE_S:
+                break
+            time.sleep(0.05)
+        except OSError:
+            return False
+    holder = path.read_text().strip() or "holder unknown"
+    print(
+        f"roseinfer.cuda_ext: waiting for another build of {name} in {path.parent} ({holder})",
+        file=sys.stderr,
+    )
+    fcntl.flock(f, fcntl.LOCK_EX)
+    return True
 
 
 def staged_sources(name: str, folder: Path) -> Path:

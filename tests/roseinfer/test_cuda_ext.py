@@ -6,7 +6,6 @@ the stamps on the host: test_stamp_recorder.py."""
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -128,7 +127,7 @@ def fake_build(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # a file that exists, as nvcc
     monkeypatch.setattr(cpp, "load", fake_load)
     monkeypatch.setenv("ROSEINFER_CUDA_EXT_CACHE", str(tmp_path / "cache"))
     cuda_ext.load.cache_clear()
@@ -137,13 +136,40 @@ def fake_build(tmp_path, monkeypatch):
     cuda_ext._WHY_NOT.pop("fused_mlp", None)
 
 
-def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, capsys):
-    # torch creates `lock` in the build folder around every load and waits while it exists; a build killed
-    # midway (a timeout) left it there, and every later process waited forever (an H200 machine, session 36)
-    flags = cuda_ext.build_flags("sm_90a")
-    folder = cuda_ext.cache_root() / cuda_ext.cache_key("fused_mlp", "sm_90a", torch.__version__, flags)
+def _build_folder() -> Path:
+    """The folder fake_build's cuda_ext.load("fused_mlp") builds in, made."""
+    folder = cuda_ext.cache_root() / cuda_ext.cache_key(
+        "fused_mlp",
+        "sm_90a",
+        torch.__version__,
+        cuda_ext.build_flags("sm_90a"),
+        (sys.implementation.cache_tag, str(Path(torch.__file__).parent), sys.executable),
+    )
     folder.mkdir(parents=True)
-    (folder / "lock").write_text("")
+    return folder
+
+
+def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, capsys):
+    # torch creates `lock` in the build folder around every load and waits while it exists; a build killed by a
+    # signal (a timeout) left it there, and every later process waited forever (an H200 machine, session 36)
+    folder = _build_folder()
+    holder = subprocess.Popen(  # holds the build lock, as a build under way does, with torch's lock beside it
+        [sys.executable, "-c",
+         "import sys; from pathlib import Path; from roseinfer import cuda_ext\n"
+         "folder = Path(sys.argv[1])\n"
+         "with cuda_ext.build_lock(folder, 'fused_mlp'):\n"
+         "    (folder / 'lock').write_text('')\n"
+         "    print('held', flush=True)\n"
+         "    sys.stdin.read()\n",
+         str(folder)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**_pythonpath(), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+    finally:
+        holder.kill()  # SIGKILL: no finally of the holder's runs
+        holder.wait(60)
+    assert (folder / "lock").exists()
     assert cuda_ext.load("fused_mlp") is not None
     assert [c["torch_lock_there"] for c in fake_build] == [False]
     assert Path(fake_build[0]["build_directory"]) == folder
@@ -152,7 +178,8 @@ def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, ca
 
 def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, monkeypatch):
     # ninja rebuilds when a source's path changes: the build compiles copies inside its own folder, so two
-    # checkouts (two worktrees, a venv's copy) reuse one build instead of rebuilding it for each other
+    # checkouts of the same sources (two worktrees, say) reuse one build instead of rebuilding it for each other
+    staged = {}
     for checkout in ("a", "b"):
         src = tmp_path / checkout
         src.mkdir()
@@ -161,45 +188,71 @@ def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, mon
         monkeypatch.setattr(cuda_ext, "SOURCES", src)
         cuda_ext.load.cache_clear()
         assert cuda_ext.load("fused_mlp") is not None
+        copies = (Path(fake_build[-1]["build_directory"]) / "src").iterdir()
+        staged[checkout] = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in copies}
     a, b = fake_build
     assert a["build_directory"] == b["build_directory"]
     assert a["sources"] == b["sources"] == [str(Path(a["build_directory"]) / "src" / "fused_mlp.cu")]
-    for path in cuda_ext.sources("fused_mlp"):  # the kernel and every header it includes, beside it
-        assert (Path(a["build_directory"]) / "src" / path.name).read_bytes() == path.read_bytes()
+    # the kernel and every header it includes beside it, left as they were by the second load (ninja goes by mtime)
+    assert staged["a"] == staged["b"]
+    assert {n: data for n, (data, _) in staged["a"].items()} == {
+        p.name: p.read_bytes() for p in cuda_ext.sources("fused_mlp")
+    }
 
 
-def test_a_second_process_waits_for_the_first_ones_build(fake_build, capsys):
-    # one build a folder at a time: a load while another holds the folder's build lock waits for it, and says so
+def test_a_second_load_waits_for_the_first_ones_build_and_names_it(fake_build, capsys, monkeypatch):
+    # one build a folder at a time: a load while another holds the folder's build lock waits for it, and says
+    # who holds it
+    import fcntl
+    import os
     import threading
 
-    flags = cuda_ext.build_flags("sm_90a")
-    folder = cuda_ext.cache_root() / cuda_ext.cache_key("fused_mlp", "sm_90a", torch.__version__, flags)
-    folder.mkdir(parents=True)
-    holding, release = threading.Event(), threading.Event()
+    folder = _build_folder()
+    monkeypatch.setattr(cuda_ext, "WAIT_NOTICE_S", 0.0)
+    holding, release, blocked = threading.Event(), threading.Event(), threading.Event()
+    flock = fcntl.flock
+
+    def watched_flock(f, op):
+        if op == fcntl.LOCK_EX:  # a blocking wait (the first try is LOCK_NB)
+            blocked.set()
+        return flock(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", watched_flock)
 
     def other_build():
         with cuda_ext.build_lock(folder, "fused_mlp"):
             holding.set()
             release.wait(60)
 
-    other = threading.Thread(target=other_build)
-    other.start()
-    assert holding.wait(60)
     loaded = []
-    waiter = threading.Thread(target=lambda: loaded.append(cuda_ext.load("fused_mlp")))
-    waiter.start()
-    err = ""
-    for _ in range(6000):  # until the waiter has found the lock held (at most a minute)
-        err += capsys.readouterr().err
-        if "waiting for another process's build of fused_mlp" in err:
-            break
-        time.sleep(0.01)
-    assert "waiting for another process's build of fused_mlp" in err
-    assert fake_build == [] and loaded == []  # nothing built while the other holds the lock
-    release.set()
-    other.join(60)
-    waiter.join(60)
+    other = threading.Thread(target=other_build, daemon=True)
+    waiter = threading.Thread(target=lambda: loaded.append(cuda_ext.load("fused_mlp")), daemon=True)
+    try:
+        other.start()
+        assert holding.wait(60)
+        waiter.start()
+        assert blocked.wait(60)  # the waiter is in its blocking wait for the lock
+        assert fake_build == [] and loaded == []  # and has built nothing
+    finally:
+        release.set()
+        other.join(60)
+        waiter.join(60)
     assert len(fake_build) == 1 and loaded[0] is not None
+    err = capsys.readouterr().err
+    assert f"waiting for another build of fused_mlp in {folder} (pid {os.getpid()}: " in err
+
+
+def test_a_filesystem_without_flock_still_builds(fake_build, monkeypatch):
+    # NFS without its lock daemon answers flock with ENOLCK: the build goes on under torch's own lock alone
+    import errno
+    import fcntl
+
+    def no_flock(f, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    assert cuda_ext.load("fused_mlp") is not None
+    assert len(fake_build) == 1
 
 
 def test_unknown_source_is_an_error():
