@@ -18,7 +18,6 @@ import contextlib
 import functools
 import hashlib
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -69,7 +68,8 @@ def cache_key(
     """`<name>-<arch>-torch<version>-<hash>`: the hash covers every source's bytes, the build flags, the build's
     layout and `toolchain` (what else the build's command lines name: the interpreter's ABI tag, torch's folder,
     nvcc), so an edited kernel, another GPU, another torch or another interpreter never reuses a stale build, and
-    two installs whose command lines differ (ninja rebuilds when one changes) do not rebuild each other's."""
+    two installs with another torch, interpreter or nvcc (which the command lines name: ninja rebuilds when one
+    changes) do not rebuild each other's. $CXX and Python's include folder are on those lines too, not here."""
     h = hashlib.sha256()
     for path in sources(name):
         h.update(path.name.encode())
@@ -101,6 +101,27 @@ def build_flags(arch: str, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
             *(f"-D{d}" for d in defines))  # fmt: skip
 
 
+def nvcc_command() -> str | None:
+    """The nvcc torch's build runs: `$PYTORCH_NVCC`, else CUDA_HOME's (torch's: `$CUDA_HOME`, `$CUDA_PATH`, the
+    nvcc on PATH or /usr/local/cuda); None where there is none."""
+    from torch.utils import cpp_extension
+
+    if os.environ.get("PYTORCH_NVCC"):
+        return os.environ["PYTORCH_NVCC"]
+    home = cpp_extension.CUDA_HOME
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    return str(nvcc) if nvcc is not None and nvcc.exists() else None
+
+
+def build_folder(name: str, arch: str, flags: tuple[str, ...], nvcc: str) -> Path:
+    """The cache folder of `name` built for `arch` with `flags` by `nvcc` (its key's toolchain: the interpreter's
+    ABI tag, torch's folder, nvcc)."""
+    import torch
+
+    toolchain = (sys.implementation.cache_tag or "", str(Path(torch.__file__).parent), nvcc)
+    return cache_root() / cache_key(name, arch, torch.__version__, flags, toolchain)
+
+
 @functools.cache
 def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (0, 0)):
     """The built module, or None (then `why_not_built(name)` says why). defines: extra `-D` macros (a test
@@ -113,17 +134,15 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
     if tuple(torch.cuda.get_device_capability()) < tuple(min_arch):
         have = "".join(map(str, torch.cuda.get_device_capability()))
         return _not_built(name, f"needs sm_{min_arch[0]}{min_arch[1]}, this GPU is sm_{have}")
-    nvcc = shutil.which("nvcc") or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin/nvcc")
-    if not Path(nvcc).exists():
+    nvcc = nvcc_command()
+    if nvcc is None:
         return _not_built(name, "no nvcc")
     major, minor = torch.cuda.get_device_capability()
     arch = (
         f"sm_{major}{minor}{'a' if major >= 9 else ''}"  # sm_90a: Hopper's own instructions (setmaxnreg, ...)
     )
     flags = build_flags(arch, defines)
-    toolchain = (sys.implementation.cache_tag or "", str(Path(torch.__file__).parent), nvcc)
-    key = cache_key(name, arch, torch.__version__, flags, toolchain)
-    folder = cache_root() / key
+    folder = build_folder(name, arch, flags, nvcc)
     from torch.utils.cpp_extension import load as cpp_load
 
     try:
@@ -134,7 +153,7 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
             t0 = time.perf_counter()
             try:
                 module = cpp_load(
-                    name=key.replace("-", "_").replace(".", "_"),
+                    name=folder.name.replace("-", "_").replace(".", "_"),
                     sources=[str(main)],
                     extra_cuda_cflags=list(flags),
                     extra_cflags=["-O3"],
@@ -145,8 +164,10 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
                 line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
                 return _not_built(name, f"build failed: {line}")
             rebuilt = _built(folder) != before
-    except OSError as e:  # a cache folder this process cannot write (read-only, full)
-        return _not_built(name, f"cache folder {folder}: {e.strerror or e}")
+    except (
+        OSError
+    ) as e:  # a cache folder this process cannot write (read-only, full), a source it cannot read
+        return _not_built(name, f"{e.filename or folder}: {e.strerror or e}")
     if rebuilt:
         print(f"roseinfer.cuda_ext: built {name} for {arch} in {time.perf_counter() - t0:.1f} s ({folder})",
               file=sys.stderr)  # fmt: skip
@@ -169,23 +190,32 @@ def build_lock(folder: Path, name: str):
     forever: every load of this folder takes this lock first (BUILD_LAYOUT keeps other code out of it), so under
     it torch's is stale, and removed.
     Limits: where the filesystem has no flock (NFS without its lock daemon, some FUSE mounts) the build goes on
-    without it and torch's lock stays the only one; where only the Python process is killed (kill -9) while its
-    ninja still compiles, the next load may start a second ninja in the folder."""
+    without it and torch's lock stays the only one; a cache shared between hosts (NFS with `nolock` or a local
+    flock) locks per host only, so two hosts may build one folder at once (point $ROSEINFER_CUDA_EXT_CACHE at a
+    local disk); where only the Python process is killed (kill -9) while its ninja still compiles, the next load
+    may start a second ninja in the folder."""
     import fcntl  # POSIX: imported where a build needs it
 
     path = folder / "build.flock"
-    with open(path, "a+") as f:
+    with open(path, "a+", encoding="utf-8", errors="backslashreplace") as f:
         locked = _take_lock(f, path, name)
         if locked:
             (folder / "lock").unlink(missing_ok=True)
-            f.truncate(0)
-            f.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
-            f.flush()
+            _holder_record(f, f"pid {os.getpid()}: {' '.join(sys.argv)[:300]}\n")
         try:
             yield
         finally:
             if locked:
+                _holder_record(f, "")  # no holder now
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _holder_record(f, text: str) -> None:
+    """Write who holds the lock into its file, for a waiter to name (advisory: a failure loses only that)."""
+    with contextlib.suppress(OSError, ValueError):
+        f.truncate(0)
+        f.write(text)
+        f.flush()
 
 
 def _take_lock(f, path: Path, name: str) -> bool:
@@ -203,7 +233,10 @@ def _take_lock(f, path: Path, name: str) -> bool:
             time.sleep(0.05)
         except OSError:
             return False
-    holder = path.read_text().strip() or "holder unknown"
+    try:
+        holder = path.read_text(encoding="utf-8", errors="replace").strip() or "holder unknown"
+    except OSError:
+        holder = "holder unknown"
     print(
         f"roseinfer.cuda_ext: waiting for another build of {name} in {path.parent} ({holder})",
         file=sys.stderr,

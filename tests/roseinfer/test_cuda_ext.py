@@ -113,21 +113,25 @@ def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
 def fake_build(tmp_path, monkeypatch):
     """cuda_ext.load on a pretended Hopper with nvcc, whose torch build step is a recording fake: the calls'
     keyword arguments, each checked for a stale torch lock at the moment of the build."""
-    import shutil
-
     import torch.utils.cpp_extension as cpp
 
     calls = []
 
-    def fake_load(**kw):
+    def fake_load(**kw):  # builds where no module is built yet, as ninja would
         folder = Path(kw["build_directory"])
         calls.append({**kw, "torch_lock_there": (folder / "lock").exists()})
-        (folder / f"{kw['name']}.so").write_bytes(b"")
+        built = folder / f"{kw['name']}.so"
+        if not built.exists():
+            built.write_bytes(b"")
         return object()
 
+    cuda_home = tmp_path / "cuda"
+    (cuda_home / "bin").mkdir(parents=True)
+    (cuda_home / "bin" / "nvcc").write_text("")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(shutil, "which", lambda name: sys.executable)  # a file that exists, as nvcc
+    monkeypatch.setattr(cpp, "CUDA_HOME", str(cuda_home))
+    monkeypatch.delenv("PYTORCH_NVCC", raising=False)
     monkeypatch.setattr(cpp, "load", fake_load)
     monkeypatch.setenv("ROSEINFER_CUDA_EXT_CACHE", str(tmp_path / "cache"))
     cuda_ext.load.cache_clear()
@@ -138,12 +142,8 @@ def fake_build(tmp_path, monkeypatch):
 
 def _build_folder() -> Path:
     """The folder fake_build's cuda_ext.load("fused_mlp") builds in, made."""
-    folder = cuda_ext.cache_root() / cuda_ext.cache_key(
-        "fused_mlp",
-        "sm_90a",
-        torch.__version__,
-        cuda_ext.build_flags("sm_90a"),
-        (sys.implementation.cache_tag, str(Path(torch.__file__).parent), sys.executable),
+    folder = cuda_ext.build_folder(
+        "fused_mlp", "sm_90a", cuda_ext.build_flags("sm_90a"), cuda_ext.nvcc_command()
     )
     folder.mkdir(parents=True)
     return folder
@@ -153,7 +153,7 @@ def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, ca
     # torch creates `lock` in the build folder around every load and waits while it exists; a build killed by a
     # signal (a timeout) left it there, and every later process waited forever (an H200 machine, session 36)
     folder = _build_folder()
-    holder = subprocess.Popen(  # holds the build lock, as a build under way does, with torch's lock beside it
+    with subprocess.Popen(  # holds the build lock, as a build under way does, with torch's lock beside it
         [sys.executable, "-c",
          "import sys; from pathlib import Path; from roseinfer import cuda_ext\n"
          "folder = Path(sys.argv[1])\n"
@@ -163,12 +163,12 @@ def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, ca
          "    sys.stdin.read()\n",
          str(folder)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**_pythonpath(), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
-    finally:
-        holder.kill()  # SIGKILL: no finally of the holder's runs
-        holder.wait(60)
+    ) as holder:  # fmt: skip
+        try:
+            assert holder.stdout.readline().strip() == "held"
+        finally:
+            holder.kill()  # SIGKILL: no finally of the holder's runs
+            holder.wait(60)
     assert (folder / "lock").exists()
     assert cuda_ext.load("fused_mlp") is not None
     assert [c["torch_lock_there"] for c in fake_build] == [False]
@@ -176,7 +176,7 @@ def test_a_build_killed_midway_leaves_no_lock_that_hangs_the_next(fake_build, ca
     assert "built fused_mlp for sm_90a" in capsys.readouterr().err
 
 
-def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, monkeypatch):
+def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, monkeypatch, capsys):
     # ninja rebuilds when a source's path changes: the build compiles copies inside its own folder, so two
     # checkouts of the same sources (two worktrees, say) reuse one build instead of rebuilding it for each other
     staged = {}
@@ -188,6 +188,8 @@ def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, mon
         monkeypatch.setattr(cuda_ext, "SOURCES", src)
         cuda_ext.load.cache_clear()
         assert cuda_ext.load("fused_mlp") is not None
+        built_line = "built fused_mlp for sm_90a" in capsys.readouterr().err
+        assert built_line == (checkout == "a")  # the second checkout's load found it built
         copies = (Path(fake_build[-1]["build_directory"]) / "src").iterdir()
         staged[checkout] = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in copies}
     a, b = fake_build
@@ -240,6 +242,15 @@ def test_a_second_load_waits_for_the_first_ones_build_and_names_it(fake_build, c
     assert len(fake_build) == 1 and loaded[0] is not None
     err = capsys.readouterr().err
     assert f"waiting for another build of fused_mlp in {folder} (pid {os.getpid()}: " in err
+
+
+def test_a_cache_folder_that_cannot_be_made_falls_back_and_says_where(fake_build, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("ROSEINFER_CUDA_EXT_CACHE", str(blocker / "cache"))
+    assert cuda_ext.load("fused_mlp") is None
+    assert fake_build == []
+    assert cuda_ext.why_not_built("fused_mlp").startswith(f"not built: {blocker / 'cache'}")
 
 
 def test_a_filesystem_without_flock_still_builds(fake_build, monkeypatch):
