@@ -164,9 +164,8 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
                 line = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
                 return _not_built(name, f"build failed: {line}")
             rebuilt = _built(folder) != before
-    except (
-        OSError
-    ) as e:  # a cache folder this process cannot write (read-only, full), a source it cannot read
+    # a cache folder this process cannot write (read-only, full), a source it cannot read
+    except OSError as e:
         return _not_built(name, f"{e.filename or folder}: {e.strerror or e}")
     if rebuilt:
         print(f"roseinfer.cuda_ext: built {name} for {arch} in {time.perf_counter() - t0:.1f} s ({folder})",
@@ -252,14 +251,15 @@ def staged_sources(name: str, folder: Path) -> Path:
     build at every first use (70 s each, on an H200's machine). Called under `build_lock`."""
     src = folder / "src"
     src.mkdir(exist_ok=True)
-    for path in sources(name):
+    paths = sources(name)
+    for path in paths:
         copy = src / path.name
         data = path.read_bytes()
         if not copy.is_file() or copy.read_bytes() != data:
             tmp = copy.with_name(copy.name + ".tmp")
             tmp.write_bytes(data)
             os.replace(tmp, copy)  # whole, or not at all
-    return src / sources(name)[0].name
+    return src / paths[0].name
 
 
 def _not_built(name: str, why: str):
