@@ -155,8 +155,6 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   const size_t slot = ((size_t)table[past / block_size] * H + h) * block_size * D + (size_t)(past % block_size) * D;
-  // release the next kernel (it too loads only what the step does not write before its wait), then wait
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");
   stamp<STAMPS>(stamps, 1);
   if (clear != nullptr)  // the next layer's buffer: its last reader has finished
@@ -167,6 +165,11 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
   uint4 hv[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 float16 a vector
   residual_layernorm<__half, TD, C, THREADS, 1, DELTA_ROWS>(xr, dr, lns, eps, s_out, hv);  // K/V may be in flight
+  // Release the next kernel (the MLP; it too loads before its wait only what the step does not write) once this
+  // block's first reads after the wait are done: released before the wait, the MLP's blocks, which start as the
+  // kernel two launches back leaves, loaded their 72 KB of weights during this LayerNorm, and batch 1 took 1.5%
+  // longer (docs/BENCHMARKS.md, session 37; releasing the MLP's own next kernel later lost).
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   plant_delay(1, delay_phase, delay_ns);
   phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
