@@ -44,10 +44,10 @@ MLP_SUM = "roseinfer.layer.mlp.sum"  # the blocks' shares added into the output 
 ATTN_WAIT = "roseinfer.layer.attention.wait"  # weights and the past tokens' K/V loaded, waiting (PDL)
 ATTN_NORM = "roseinfer.layer.attention.norm"  # ln_1: the residual add and LayerNorm
 ATTN_QKV = (
-    "roseinfer.layer.attention.qkv"  # c_attn, the new q/k/v pushed to the head's blocks (a cluster barrier)
+    "roseinfer.layer.attention.qkv"  # c_attn, the new q/k/v pushed to the head's blocks (until all arrive)
 )
 ATTN_ATTEND = (
-    "roseinfer.layer.attention.attend"  # each block's tokens' partial softmax, pushed (a cluster barrier)
+    "roseinfer.layer.attention.attend"  # each block's tokens' partial softmax, pushed (until all arrive)
 )
 ATTN_PROJ = "roseinfer.layer.attention.proj"  # the partials combined, attn_proj's columns added (atomics)
 KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_DOWN, MLP_SUM)

@@ -15,18 +15,18 @@
 // Everything a block reads that the step does not write (weights, ln_1's weights, attn_proj's bias, the past tokens'
 // K/V, the block table, the past length) is loaded before the PDL wait, while the kernel in front still runs. After
 // the wait: the LayerNorm (every warp its own, common.cuh), its 24 q/k/v values, pushed into every block of the
-// cluster (distributed shared memory) before a cluster barrier; its tokens' partial softmax (max, sum, sum of p v)
-// pushed the same way before a second barrier; then every block combines the partials into o and computes its
-// columns of attn_proj. The two dependencies are a cluster barrier each (hardware, within one GPC), not a grid-wide
-// wait.
+// cluster (distributed shared memory, counted on the receiver's mbarrier); its tokens' partial softmax (max, sum,
+// sum of p v) pushed the same way once it has all 192; then every block combines the partials into o and computes
+// its columns of attn_proj. Each of the two dependencies is a block waiting on its own mbarrier for the bytes the
+// cluster pushes into it (hardware, within one GPC), not a grid-wide wait.
 //
 // `out` must be zero on entry: each launch zeroes `clear`, the buffer the next layer's launch adds into, whose
 // last reader (that layer's MLP, a step before) finished before this launch's wait returned
 // (fused_attn.AttnScratch keeps one buffer per layer).
 //
 // Regions: in the STAMPS instantiation thread 0 of every block writes %globaltimer at the phase boundaries
-// (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its barrier, after the attention and
-// its barrier, end once its adds have landed), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the
+// (NSTAMP per block: start, after the wait, after ln_1, after c_attn and its exchange, after the attention and
+// its exchange, end once its adds have landed), stamp-major ([NSTAMP, blocks]: the host reduces each stamp over the
 // blocks without a copy).
 // A test build (-DFUSED_KERNEL_STAMP_DELAY) can plant a spin of delay_ns in one phase.
 #include <cooperative_groups.h>
@@ -80,6 +80,40 @@ __device__ float block_max(float v, float* red) {
   return warp_max(lane < WARPS ? red[lane] : -INFINITY);
 }
 
+// The cluster's two exchanges go through mbarriers: each block pushes its values into the others' shared memory
+// with st.async, which counts their bytes on the receiver's mbarrier, and a block waits on its own mbarrier for the
+// bytes it expects. Each was a cluster barrier before (cg's cluster.sync), whose release at cluster scope compiles
+// to a MEMBAR.GPU: 19% of ncu's warp samples after the kernel's wait sat on those two fences and barriers, and
+// with the mbarriers batch 1 on an H200 went from 0.1412 to 0.1393 ms (docs/BENCHMARKS.md, session 37). The
+// mbarriers are set before the cluster's first barrier (arrive at the start, wait before the first push), so no
+// push reaches one unset; a receiver waits for all its bytes, so none lands in a block that has left.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init_expect(uint64_t* bar, unsigned bytes) {  // one thread, before the wait
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+}
+
+// v into `dst` (this block's address of a variable) in block `rank` of the cluster, counted on its `bar`
+__device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float v) {
+  unsigned rd, rb;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rd) : "r"(smem_addr(dst)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_addr(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rd),
+               "r"(__float_as_uint(v)), "r"(rb) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // phase 0's completion: every byte expected arrived
+  unsigned done = 0;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+                 "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)) : "memory");
+  } while (!done);
+}
+
 // TD: delta's dtype (float16 embeddings at the first layer, float32 where it is the MLP kernel's output);
 // C: the model's width (H = C / D heads, the grid H * CLUSTER blocks).
 // At most 128 registers a thread (no spills at that: ptxas -v): a layer's attention and MLP blocks, 256 threads
@@ -109,13 +143,20 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   __shared__ float parts[CLUSTER][D + 2];     // every block's (sum p v [D], max, sum p), pushed by that block
   __shared__ __align__(16) float os[D];       // o, the head's attention output
   __shared__ float red[WARPS];
+  __shared__ __align__(8) uint64_t bars[2];   // the q/k/v exchange's, the partials'
   stamp<STAMPS>(stamps, 0);
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int h = blockIdx.x / CLUSTER;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int dim = rank * WARPS + warp;  // this warp's q/k/v dim
-  // This block has started: no block of the cluster writes into another's shared memory before all have.
+  if (threadIdx.x == 0) {
+    mbar_init_expect(&bars[0], 3 * D * sizeof(float));            // every dim's q, k and v
+    mbar_init_expect(&bars[1], CLUSTER * (D + 2) * sizeof(float));  // every block's partials
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  // This block has started (and its mbarriers are set): no block of the cluster writes into another's shared
+  // memory before all have.
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   // Phase 0, before the wait: ln_1's weights (first, as the LayerNorm after the wait needs them first; issued
@@ -184,7 +225,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   if (lane < CLUSTER * 3) {  // lane -> (block of the cluster, q/k/v)
     const int i = lane % 3;
-    *cluster.map_shared_rank(&qkv[i][dim], lane / 3) = i == 0 ? mine[0] : (i == 1 ? mine[1] : mine[2]);
+    push(&qkv[i][dim], &bars[0], lane / 3, i == 0 ? mine[0] : (i == 1 ? mine[1] : mine[2]));
   }
   if (lane == 0) {
     k_cache[slot + dim] = __float2half_rn(mine[1]);
@@ -192,7 +233,8 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   plant_delay(2, delay_phase, delay_ns);
-  cluster.sync();  // every block's q/k/v pushed (release/acquire); this block's K/V copies landed
+  mbar_wait(&bars[0]);  // every block's q/k/v arrived
+  __syncthreads();      // this block's K/V copies landed
   stamp<STAMPS>(stamps, 3);
 
   // Phase 3: this block's tokens' partial softmax: scores, their max m, p = exp(score - m), sum p, sum p v.
@@ -226,15 +268,14 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   __syncthreads();
   if (threadIdx.x < D) {
     const float acc = pv[0][threadIdx.x] + pv[1][threadIdx.x] + pv[2][threadIdx.x] + pv[3][threadIdx.x];
-    for (int r = 0; r < CLUSTER; ++r) *cluster.map_shared_rank(&parts[rank][threadIdx.x], r) = acc;
+    for (int r = 0; r < CLUSTER; ++r) push(&parts[rank][threadIdx.x], &bars[1], r, acc);
   } else if (threadIdx.x < D + CLUSTER) {
     const int r = threadIdx.x - D;
-    float* dst = cluster.map_shared_rank(&parts[rank][D], r);
-    dst[0] = m;
-    dst[1] = l;
+    push(&parts[rank][D], &bars[1], r, m);
+    push(&parts[rank][D + 1], &bars[1], r, l);
   }
   plant_delay(3, delay_phase, delay_ns);
-  cluster.sync();  // every block's partials pushed; no block reads another's shared memory after this
+  mbar_wait(&bars[1]);  // every block's partials arrived (no block reads another's shared memory)
   stamp<STAMPS>(stamps, 4);
 
   // Phase 4: o from the partials (rounded to float16, as the attention kernel stores it), then this block's

@@ -6,7 +6,8 @@ grid before it. This kernel runs it in one launch of 12 clusters of 8 blocks, on
 computes 24 of its head's 192 q/k/v values and pushes them into its cluster's shared memory, attends over its
 share of the past tokens (copied from the paged cache before the kernel's PDL wait), pushes its partial softmax
 the same way, and adds its columns of attn_proj into a float32 buffer with atomics. The two dependencies inside
-are cluster barriers, not grid-wide waits; no head waits for another. Its float32 output goes to the MLP kernel
+are a block waiting on its own mbarrier for the bytes its cluster pushes into it, not grid-wide waits; no head
+waits for another. Its float32 output goes to the MLP kernel
 (`fused_mlp`, float32 delta) after it.
 
 `AttnScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
@@ -36,8 +37,8 @@ NSTAMP = (
 PHASES = (
     ("weights, past K/V and wait", ATTN_WAIT),  # loaded before the PDL wait
     ("ln_1", ATTN_NORM),  # the residual add and LayerNorm
-    ("c_attn + push", ATTN_QKV),  # 24 q/k/v values a block, into the cluster's blocks, then a cluster barrier
-    ("attention + push", ATTN_ATTEND),  # this block's tokens' partial softmax, pushed, a cluster barrier
+    ("c_attn + push", ATTN_QKV),  # 24 q/k/v values a block, into the cluster's blocks; all 192 arrived
+    ("attention + push", ATTN_ATTEND),  # this block's tokens' partial softmax, pushed; all 8 arrived
     ("combine + attn_proj", ATTN_PROJ),  # o from the partials, this block's columns of attn_proj (atomics)
 )
 DELAY_DEFINE = "FUSED_KERNEL_STAMP_DELAY"  # test builds only: a spin of delay_ns in phase 1 to 4
