@@ -28,6 +28,7 @@ source scripts/gpu/nsys_windows.sh
 source scripts/gpu/wire.sh
 source scripts/gpu/live_truth.sh
 source scripts/gpu/prefill_probe.sh
+source scripts/gpu/variants.sh
 
 list() {
   local name

@@ -85,8 +85,10 @@ __device__ float block_max(float v, float* red) {
 // bytes it expects. Each was a cluster barrier before (cg's cluster.sync), whose release at cluster scope compiles
 // to a MEMBAR.GPU: 19% of ncu's warp samples after the kernel's wait sat on those two fences and barriers, and
 // with the mbarriers batch 1 on an H200 went from 0.1412 to 0.1393 ms (docs/BENCHMARKS.md, session 37). The
-// mbarriers are set before the cluster's first barrier (arrive at the start, wait before the first push), so no
-// push reaches one unset; a receiver waits for all its bytes, so none lands in a block that has left.
+// mbarriers are set before the kernel's one cluster barrier (arrive at the start, wait before the first push), so
+// no push reaches one unset; a push may land before its receiver's own arrive.expect_tx (PTX allows the
+// transaction count below zero, and the phase cannot complete without that arrival); a receiver waits for all its
+// bytes, so none lands in a block that has left. The acquire at cluster scope pairs with st.async's release.
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
@@ -106,7 +108,7 @@ __device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float 
                "r"(__float_as_uint(v)), "r"(rb) : "memory");
 }
 
-__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // phase 0's completion: every byte expected arrived
+__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // the mbarrier's first phase (parity 0): every byte arrived
   unsigned done = 0;
   do {
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "

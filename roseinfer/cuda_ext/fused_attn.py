@@ -7,8 +7,7 @@ computes 24 of its head's 192 q/k/v values and pushes them into its cluster's sh
 share of the past tokens (copied from the paged cache before the kernel's PDL wait), pushes its partial softmax
 the same way, and adds its columns of attn_proj into a float32 buffer with atomics. The two dependencies inside
 are a block waiting on its own mbarrier for the bytes its cluster pushes into it, not grid-wide waits; no head
-waits for another. Its float32 output goes to the MLP kernel
-(`fused_mlp`, float32 delta) after it.
+waits for another. Its float32 output goes to the MLP kernel (`fused_mlp`, float32 delta) after it.
 
 `AttnScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
 buffer and zeroes the next layer's, whose last reader has finished by then.
