@@ -4,10 +4,11 @@ kernels' phases (issue 50).
     python scripts/variant_summary.py DIR
 
 DIR holds the stage's files: `b1-NAME-ROUND.json` (roseinfer.benchmark_streaming --json: a round's TPOT is the
-median of its runs' TPOT p50s, and the HBM floor's fraction likewise) and `stamps-NAME.jsonl` (a stamped run's
-kernel stamps, roseinfer/cuda_ext/stamps.py: per kernel, the p50 over launches of each phase, in µs, and of the
-time after the PDL wait, phases 1 to the end). Variants print in the order they first ran (the file names carry
-no order, so by each one's first round). A file that does not parse is named on stderr and exit is 1.
+median of its runs' TPOT p50s, and the HBM floor's fraction likewise), `stamps-NAME.jsonl` (a stamped run's kernel
+stamps, roseinfer/cuda_ext/stamps.py: per kernel, the p50 over launches of each phase, in µs, and of each launch's
+time after its PDL wait, phases 1 to the end; the latter is not the sum of the phases' p50s) and `variants.txt`
+(the names in the order VARIANTS gave them; without it, by name). A file that does not parse is named on stderr,
+with exit 1.
 """
 
 from __future__ import annotations
@@ -18,38 +19,47 @@ import statistics
 import sys
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from roseinfer.names import KERNEL_STAMPS_VERSION  # noqa: E402
+
 B1_FILE = re.compile(r"b1-(?P<name>.+)-(?P<round>\d+)\.json$")
 STAMPS_FILE = re.compile(r"stamps-(?P<name>.+)\.jsonl$")
 
 
-def rounds(folder: Path) -> dict[str, list[dict]]:
-    """{variant: [{round, tpot_ms, lo, hi, floor}, ...]} from the b1 files, rounds in order."""
-    out: dict[str, list[dict]] = {}
-    for path in sorted(folder.glob("b1-*.json")):
+def _number(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def b1_round(path: Path) -> dict:
+    """One b1 file -> {tpot_ms, lo, hi, floor}: the median, least and most of its runs' TPOT p50s (ms), and the
+    median of their fractions of the HBM floor (None without a floor, as on CPU)."""
+    try:
+        doc = json.loads(path.read_text())
+        tpots = [_number(run["tpot_ms"]["50"]) for run in doc["runs"]]
+        floor = [_number(f) for f in (doc.get("hbm_floor") or {}).get("fraction_of_floor") or []]
+        if not tpots:
+            raise ValueError("no runs")
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a benchmark_streaming --json file ({e})") from None
+    return {
+        "tpot_ms": statistics.median(tpots),
+        "lo": min(tpots),
+        "hi": max(tpots),
+        "floor": statistics.median(floor) if floor else None,
+    }
+
+
+def rounds(folder: Path) -> dict[str, list[tuple[int, dict]]]:
+    """{variant: [(round, b1_round), ...]} from the b1 files, rounds in order."""
+    out: dict[str, list[tuple[int, dict]]] = {}
+    for path in folder.glob("b1-*.json"):
         m = B1_FILE.match(path.name)
-        if m is None:
-            continue
-        try:
-            doc = json.loads(path.read_text())
-            tpots = [run["tpot_ms"]["50"] for run in doc["runs"]]
-            floor = doc.get("hbm_floor", {}).get("fraction_of_floor") or []
-            if not tpots:
-                raise ValueError("no runs")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:  # json.JSONDecodeError is a ValueError
-            raise ValueError(f"{path}: not a benchmark_streaming --json file ({e!r})") from None
-        out.setdefault(m["name"], []).append(
-            {
-                "round": int(m["round"]),
-                "tpot_ms": statistics.median(tpots),
-                "lo": min(tpots),
-                "hi": max(tpots),
-                "floor": statistics.median(floor) if floor else None,
-                "mtime": path.stat().st_mtime,
-            }
-        )
-    for rs in out.values():
-        rs.sort(key=lambda r: r["round"])
-    return dict(sorted(out.items(), key=lambda kv: min(r["mtime"] for r in kv[1])))
+        if m is not None:
+            out.setdefault(m["name"], []).append((int(m["round"]), b1_round(path)))
+    return {name: sorted(rs, key=lambda r: r[0]) for name, rs in out.items()}
 
 
 def phases(path: Path) -> dict[str, dict]:
@@ -61,14 +71,21 @@ def phases(path: Path) -> dict[str, dict]:
             continue
         try:
             rec = json.loads(line)
-            b = rec["bounds_ns"]
-            durations = [b[k + 1] - b[k] for k in range(len(b) - 1)] + [b[-1] - b[1]]
-            if len(rec["regions"]) != len(b) - 1:
-                raise ValueError("regions and bounds_ns disagree")
-        except (ValueError, KeyError, TypeError, IndexError) as e:
-            raise ValueError(f"{path}:{number}: not a kernel stamps line ({e!r})") from None
-        per.setdefault(rec["kernel"], []).append(durations)
-        regions.setdefault(rec["kernel"], rec["regions"])
+            if rec["v"] != KERNEL_STAMPS_VERSION:
+                raise ValueError(f"version {rec['v']!r}, not {KERNEL_STAMPS_VERSION}")
+            kernel, names = rec["kernel"], rec["regions"]
+            b = rec["bounds_ns"]  # ints: as floats, %globaltimer's ~1.8e18 ns would keep 256 ns steps
+            if not isinstance(b, list) or any(isinstance(t, bool) or not isinstance(t, int) for t in b):
+                raise TypeError("bounds_ns must be integer ns")
+            if not isinstance(kernel, str) or len(names) != len(b) - 1 or len(b) < 3:
+                raise ValueError("kernel, regions and bounds_ns disagree")
+            if regions.setdefault(kernel, names) != names:
+                raise ValueError(f"{kernel}'s regions differ from its first line's")
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{number}: not a kernel stamps line ({e})") from None
+        per.setdefault(kernel, []).append([b[k + 1] - b[k] for k in range(len(b) - 1)] + [b[-1] - b[1]])
+    if not per:
+        raise ValueError(f"{path}: no launches (a stamped run killed before its first step?)")
     out = {}
     for kernel, launches in per.items():
         cols = list(zip(*launches))
@@ -81,26 +98,34 @@ def phases(path: Path) -> dict[str, dict]:
     return out
 
 
+def order(folder: Path, names) -> list[str]:
+    """names in the order of DIR/variants.txt (the stage's VARIANTS), the rest by name after them."""
+    listed = folder / "variants.txt"
+    given = listed.read_text().split() if listed.is_file() else []
+    return [n for n in given if n in names] + sorted(set(names) - set(given))
+
+
 def report(folder: Path) -> str:
-    if not any(folder.glob("b1-*.json")) and not any(folder.glob("stamps-*.jsonl")):
+    stamps = {STAMPS_FILE.match(p.name)["name"]: p for p in folder.glob("stamps-*.jsonl")}
+    by_variant = rounds(folder)
+    if not by_variant and not stamps:
         raise ValueError(f"{folder}: no b1-NAME-ROUND.json or stamps-NAME.jsonl (the variants stage's files)")
     lines = []
-    for name, rs in rounds(folder).items():
-        for r in rs:
+    for name in order(folder, by_variant):
+        for number, r in by_variant[name]:
             floor = f", floor {r['floor']:.1%}" if r["floor"] is not None else ""
             lines.append(
-                f"{name:12s} round {r['round']}: TPOT p50 {r['tpot_ms']:.4f} ms "
-                f"(runs {r['lo']:.4f}-{r['hi']:.4f}){floor}"
+                f"{name:12s} round {number}: TPOT p50 {r['tpot_ms']:.4f} ms (runs {r['lo']:.4f}-{r['hi']:.4f}){floor}"
             )
-        lines.append(f"{name:12s} median of rounds {statistics.median(r['tpot_ms'] for r in rs):.4f} ms")
-    for path in sorted(folder.glob("stamps-*.jsonl")):
-        m = STAMPS_FILE.match(path.name)
-        lines.append(f"{m['name']} (stamped run):")
-        for kernel, k in phases(path).items():
+        median = statistics.median(r["tpot_ms"] for _, r in by_variant[name])
+        lines.append(f"{name:12s} median of rounds {median:.4f} ms")
+    for name in order(folder, stamps):
+        lines.append(f"{name} (stamped run):")
+        for kernel, k in phases(stamps[name]).items():
             short = " / ".join(r.rsplit(".", 1)[-1] for r in k["regions"])
             values = " / ".join(f"{v:.2f}" for v in k["p50_us"])
             lines.append(f"  {kernel}, {k['launches']} launches, p50 µs: {short} = {values}")
-            lines.append(f"    after the wait {k['after_wait_us']:.2f}")
+            lines.append(f"    after the wait {k['after_wait_us']:.2f} (p50 of each launch's sum)")
     return "\n".join(lines)
 
 
@@ -110,7 +135,7 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         print(report(Path(argv[0])))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, UnicodeDecodeError) as e:
         print(f"variant_summary: {e}", file=sys.stderr)
         return 1
     return 0

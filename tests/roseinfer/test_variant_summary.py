@@ -1,5 +1,6 @@
-"""scripts/variant_summary.py, run as the variants stage runs it, on that stage's real files (tests/data/variants/:
-a short batch-1 run of the fused kernels on an H200 and its kernel stamps)."""
+"""scripts/variant_summary.py, run as the variants stage runs it, on real files of the kind that stage writes
+(tests/data/variants/: a short batch-1 run of the fused kernels on an H200 and its kernel stamps;
+tests/data/variants-rounds/: three rounds of one variant from session 37's call 6)."""
 
 import json
 import os
@@ -9,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "variants"
+ROUNDS = REPO / "tests" / "data" / "variants-rounds"
 
 
 def summary(folder):
@@ -46,19 +50,35 @@ def test_a_rounds_tpot_and_each_kernels_phases_from_the_stages_files():
         line = next(i for i, text in enumerate(out) if text.startswith(f"  {kernel}, "))
         assert f"{len(bounds)} launches" in out[line]
         assert out[line].endswith(" = " + " / ".join(f"{v:.2f}" for v in p50s))
-        assert out[line + 1] == f"    after the wait {after:.2f}"
-    assert "wait / norm / qkv / attend / proj" in done.stdout  # the engine's region names, last part
-    assert "wait / norm / up / down / sum" in done.stdout
+        assert out[line + 1] == f"    after the wait {after:.2f} (p50 of each launch's sum)"
+    # the same figures as read off the run by hand (ns kept as integers: as floats they step by 256 ns)
+    attn = "  fused_attn_kernel, 144 launches, p50 µs: wait / norm / qkv / attend / proj"
+    mlp = "  fused_mlp_kernel, 144 launches, p50 µs: wait / norm / up / down / sum"
+    assert f"{attn} = 3.39 / 1.31 / 0.74 / 1.18 / 1.63" in out
+    assert f"{mlp} = 3.68 / 1.38 / 0.67 / 0.29 / 0.70" in out
 
 
-def test_variants_print_in_the_order_they_ran(tmp_path):
-    for name, mtime in (("zz", 1_000), ("aa", 2_000)):  # zz ran first
+def test_rounds_in_order_and_their_median():
+    done = summary(ROUNDS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "mA           round 0: TPOT p50 0.1391 ms (runs 0.1391-0.1393), floor 45.8%",
+        "mA           round 1: TPOT p50 0.1395 ms (runs 0.1392-0.1397), floor 45.5%",
+        "mA           round 2: TPOT p50 0.1390 ms (runs 0.1390-0.1396), floor 46.0%",
+        "mA           median of rounds 0.1391 ms",
+    ]
+
+
+def test_variants_print_in_the_order_the_stage_was_given(tmp_path):
+    for name in ("zz", "aa", "mm"):
         shutil.copy(DATA / "b1-main-1.json", tmp_path / f"b1-{name}-1.json")
-        os.utime(tmp_path / f"b1-{name}-1.json", (mtime, mtime))
+        shutil.copy(DATA / "stamps-main.jsonl", tmp_path / f"stamps-{name}.jsonl")
+    (tmp_path / "variants.txt").write_text("zz\naa\n")  # mm not listed: after them
     done = summary(tmp_path)
     assert done.returncode == 0, done.stderr
-    firsts = [line.split()[0] for line in done.stdout.splitlines()]
-    assert firsts.index("zz") < firsts.index("aa")
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines if "median of rounds" in line] == ["zz", "aa", "mm"]
+    assert [line.split()[0] for line in lines if "(stamped run)" in line] == ["zz", "aa", "mm"]
 
 
 def test_a_file_that_does_not_parse_is_named_and_exits_1(tmp_path):
@@ -76,6 +96,33 @@ def test_a_file_that_does_not_parse_is_named_and_exits_1(tmp_path):
     done = summary(tmp_path)
     assert done.returncode == 1
     assert f"{tmp_path / 'stamps-main.jsonl'}:4:" in done.stderr and "Traceback" not in done.stderr
+
+
+def other(line, **changes):
+    return json.dumps({**json.loads(line), **changes})
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        (lambda first: other(first, v=2), "version 2"),  # a later schema
+        (lambda first: other(first, kernel=["fused_attn_kernel"]), "disagree"),
+        (lambda first: other(first, bounds_ns=[1.5, 2.5, 3.5, 4.5, 5.5, 6.5]), "integer ns"),
+        (
+            lambda first: other(first, regions=json.loads(first)["regions"][::-1]),
+            "differ from its first line",
+        ),
+        (lambda _first: "", "no launches"),  # a stamped run killed before its first step
+    ],
+)
+def test_a_stamps_file_of_another_kind_is_named_with_its_line(tmp_path, bad, says):
+    lines = (DATA / "stamps-main.jsonl").read_text().splitlines()
+    text = bad(lines[0])
+    (tmp_path / "stamps-main.jsonl").write_text(text if not text else "\n".join([lines[0], text]) + "\n")
+    done = summary(tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and says in done.stderr and "Traceback" not in done.stderr
+    assert str(tmp_path / "stamps-main.jsonl") in done.stderr
 
 
 def test_a_folder_without_the_stages_files_says_so(tmp_path):
