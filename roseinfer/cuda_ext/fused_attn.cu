@@ -108,7 +108,8 @@ __device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float 
                "r"(__float_as_uint(v)), "r"(rb) : "memory");
 }
 
-__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // the mbarrier's first phase (parity 0): every byte arrived
+// Until the mbarrier's first phase (parity 0) completes: every byte expected has arrived.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar) {
   unsigned done = 0;
   do {
     asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
