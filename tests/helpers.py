@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data"
+# Benchmark outputs (roseinfer's --json files, kernel stamps): fixtures of the scripts that read them, not traces.
+BENCH_DATA = DATA / "bench"
 
 
 def made_once(tmp_path_factory, name: str, make) -> Path:

@@ -1,6 +1,6 @@
 """scripts/variant_summary.py, run as the variants stage runs it, on real files of the kind that stage writes
-(tests/data/variants/: a short batch-1 run of the fused kernels on an H200 and its kernel stamps;
-tests/data/variants-rounds/: three rounds of one variant from session 37's call 6)."""
+(tests/data/bench/variants/: a short batch-1 run of the fused kernels on an H200 and its kernel stamps;
+tests/data/bench/variants-rounds/: three rounds of one variant from session 37's call 6)."""
 
 import json
 import os
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "tests" / "data" / "variants"
-ROUNDS = REPO / "tests" / "data" / "variants-rounds"
+DATA = REPO / "tests" / "data" / "bench" / "variants"
+ROUNDS = REPO / "tests" / "data" / "bench" / "variants-rounds"
 
 
 def summary(folder):

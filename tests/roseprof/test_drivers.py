@@ -10,7 +10,7 @@ from roseprof.drivers import pick_reader
 from roseprof.errors import NothingRecorded, RoseprofError
 from roseprof.model import KERNEL
 from roseprof.model_check import check
-from tests.helpers import unpacked
+from tests.helpers import BENCH_DATA, unpacked
 
 DATA = Path(__file__).parent.parent / "data"
 # Oracles, programs, origin notes, tool logs and a fused kernel's phase stamps (tests/roseinfer/test_stamp_recorder.py) beside
@@ -19,7 +19,9 @@ NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt", ".log", ".stamps.json")
 TRACES = sorted(
     p
     for p in DATA.rglob("*")
-    if p.is_file() and (not p.name.endswith(NOT_TRACES) or (p.parent.name == "ncu" and p.suffix == ".csv"))
+    if p.is_file()
+    and (not p.name.endswith(NOT_TRACES) or (p.parent.name == "ncu" and p.suffix == ".csv"))
+    and BENCH_DATA not in p.parents
 )
 
 

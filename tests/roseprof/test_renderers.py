@@ -14,7 +14,7 @@ from roseprof.render.run_dashboard import RunDashboard
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.render.terminal_diff import TerminalDiff
 from roseprof.run.store import RunStore
-from tests.helpers import DATA, unpacked
+from tests.helpers import BENCH_DATA, DATA, unpacked
 
 SKIP_SUFFIXES = (".txt", ".py", ".jsonl", ".md", ".log", ".stamps.json")
 # Not a run: a report newer than the installed nsys reads, and a trace with nothing in it (test_drivers.py has both).
@@ -26,6 +26,7 @@ FIXTURES = sorted(
     and not p.name.endswith(SKIP_SUFFIXES)
     and ".stats" not in p.name
     and p.name not in NOT_RUNS
+    and BENCH_DATA not in p.parents
 )
 
 
