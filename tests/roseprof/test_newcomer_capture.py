@@ -81,7 +81,9 @@ def test_a_failed_capture_is_one_line_on_stderr_then_the_run(tmp_path):
     proc = roseprof("nsys", *args, "--name", "broken", "--", *failing, env=COLUMNS)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""  # no block on stdout
-    error, where = stderr_lines(proc)
+    lines = stderr_lines(proc)
+    assert len(lines) == 2, proc.stderr
+    error, where = lines
     assert error.startswith("roseprof: error: the command exited with code 3") and "output above" in error
     run, manifest = only_run(tmp_path / "t")
     assert where == f"run folder: {run}"
