@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from roseprof.capture.lock import exclusive, lock_path
 from roseprof.capture.process import ToolResult, run_tool, say
+from roseprof.errors import CaptureFailed
 from roseprof.model import Trace
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ def run_capture(capturer: Capturer, cmd: list[str], env: dict[str, str], raw: Pa
             log.replace(log.with_name(f"{log.stem}.start{attempt}{log.suffix}"))
             say(f"{why}; starting it again ({attempt + 1} of {START_ATTEMPTS})")
             time.sleep(START_RETRY_S * attempt)
+    if why is not None:  # refused every time: the program never ran, and the tool's own words are in `why`
+        raise CaptureFailed(f"{why}; started {START_ATTEMPTS} times, refused each time")
     capturer.check(result, raw)
     return result
 

@@ -165,7 +165,12 @@ def agent_refused(log_path: Path, out_base: Path) -> bool:
 
 # nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
 # writes them on the same pipes as the program's output, so a program line that looks exactly like one of
-# these is hidden too (it is still in the log).
+# these is hidden too (it is still in the log). Among them, the four lines of nsys' C++ exception dump (2022.4, a
+# clean-clone CI run under load, session 37: "<file>.cpp(381): Throw in function ...GetLocalEndpoint() const",
+# "Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>", "std::exception::what:
+# RuntimeException", "[QuadDCommon::tag_message*] = Local Endpoint is not available."): where roseprof starts nsys
+# again they were noise before its one line saying so, and where nsys wrote no report the error quotes the message
+# (nsys_message).
 NSYS_OWN_LINE = re.compile(
     rb"^\s*(?:"
     rb"Collecting data\.\.\.|Generating '.*'|Generated:|Processing events\.\.\.|"
@@ -175,7 +180,9 @@ NSYS_OWN_LINE = re.compile(
     rb"The target application terminated\. One or more process it created re-parented\.|"
     rb"Waiting for termination of re-parented processes\.|Use the `--wait` option to modify this behavior\.|"
     rb"(?:WARNING|Warning): (?:CPU |LBR |Backtraces |.*(?:sampling|[Nn]sys|report|injection|context-switch)).*|"
-    rb"Exporting \d+ events:.*|Processing \[.*"
+    rb"Exporting \d+ events:.*|Processing \[.*|"
+    rb"\S+\.cpp\(\d+\): Throw in function .*|Dynamic exception type: .*|std::exception::what: .*|"
+    rb"\[QuadDCommon::[^\]]*\] = .*"
     rb")\s*$"
 )
 
@@ -187,6 +194,19 @@ def is_nsys_line(line: bytes) -> bool:
     return bool(NSYS_OWN_LINE.match(line.rstrip(b"\r\n")))
 
 
+NSYS_MESSAGE = re.compile(rb"^\s*\[QuadDCommon::tag_message\*\] = (.+?)\s*$", re.MULTILINE)
+
+
+def nsys_message(log: Path) -> str | None:
+    """The message of the last C++ exception nsys dumped into its log (its terminal lines are hidden), or None."""
+    try:
+        with open(log, "rb") as fh:
+            found = NSYS_MESSAGE.findall(fh.read(1 << 20))
+    except OSError:
+        return None
+    return found[-1].decode("utf-8", "replace") if found else None
+
+
 def finish_report(nsys: str, out_base: Path) -> Path:
     """The .nsys-rep of a capture, running the importer on a leftover .qdstrm when nsys could not."""
     rep = out_base.with_suffix(".nsys-rep")
@@ -194,7 +214,10 @@ def finish_report(nsys: str, out_base: Path) -> Path:
         return rep
     qdstrm = out_base.with_suffix(".qdstrm")
     if not qdstrm.is_file():
-        raise CaptureFailed("nsys wrote no report (see raw/nsys.log in the run folder)")
+        said = nsys_message(out_base.parent / "nsys.log")
+        raise CaptureFailed(
+            f"nsys wrote no report{f': {said}' if said else ''} (see raw/nsys.log in the run folder)"
+        )
     importer = find_importer(nsys)
     if importer is not None:
         proc = subprocess.run(
@@ -323,9 +346,10 @@ class NsysCapture:
         out_base = Path(next(a for a in launch.argv if a.startswith("--output=")).removeprefix("--output="))
         if not agent_refused(launch.log, out_base):
             return None
+        said = nsys_message(launch.log)  # its exception dump stays in the log (NSYS_OWN_LINE)
         return (
             "nsys failed on its own agent and wrote no report (another nsys running on this machine outside "
-            "roseprof, or its connection to the agent lost)"
+            "roseprof, or its connection to the agent lost)" + (f': nsys said "{said}"' if said else "")
         )
 
     def check(self, result, raw: Path) -> None:
