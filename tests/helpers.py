@@ -108,8 +108,7 @@ WAITING = "roseprof: waiting for another "
 # ... and the line a capture writes when nsys lost its own agent and left nothing, before it starts it again
 # (capture/tool.py, drivers/nsys/capture.py's agent_refused): about one capture in several hundred on a busy box.
 # The capture that follows is the one the test is about. (Session 37's clean-clone CI beside two CPU burners: a
-# failed capture's stderr held one line more than its error and run folder, most likely this one; the test's
-# output did not keep it, and now shows stderr when the count is off.)
+# failed capture's stderr held this line, and before it nsys' exception dump, which now stays in nsys' log.)
 RESTARTED = "; starting it again ("
 
 
