@@ -194,6 +194,7 @@ def is_nsys_line(line: bytes) -> bool:
     return bool(NSYS_OWN_LINE.match(line.rstrip(b"\r\n")))
 
 
+NSYS_LOG = "nsys.log"  # in the run's raw/: nsys' own lines, kept out of the terminal
 NSYS_MESSAGE = re.compile(rb"^\s*\[QuadDCommon::tag_message\*\] = (.+?)\s*$", re.MULTILINE)
 
 
@@ -214,7 +215,7 @@ def finish_report(nsys: str, out_base: Path) -> Path:
         return rep
     qdstrm = out_base.with_suffix(".qdstrm")
     if not qdstrm.is_file():
-        said = nsys_message(out_base.parent / "nsys.log")
+        said = nsys_message(out_base.parent / NSYS_LOG)
         raise CaptureFailed(
             f"nsys wrote no report{f': {said}' if said else ''} (see raw/nsys.log in the run folder)"
         )
@@ -337,7 +338,7 @@ class NsysCapture:
                 # and no step log for the server's whole life (a file that grows with every step, a cost outside
                 # the windows): each window's steps come from its flight recorder
                 env.pop(STEP_LOG_ENV, None)
-            yield Launch(argv, env, raw / "nsys.log")
+            yield Launch(argv, env, raw / NSYS_LOG)
 
     def own_line(self, line: bytes) -> bool:
         return is_nsys_line(line)
@@ -366,7 +367,7 @@ class NsysCapture:
             sqlite_path = export_sqlite(self.nsys, rep, raw / "trace.sqlite")
             return read_nsys_sqlite(str(sqlite_path))
         except RoseprofError as e:
-            full = disk_full(raw, raw / "nsys.log")
+            full = disk_full(raw, raw / NSYS_LOG)
             if full:  # the cause, instead of its symptom (an empty export, nsys' exception text)
                 raise CaptureFailed(
                     f"{full}; nsys could not write its report ({one_line(str(e), 160)})"
