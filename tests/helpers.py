@@ -11,6 +11,12 @@ DATA = Path(__file__).parent / "data"
 BENCH_DATA = DATA / "bench"
 
 
+def trace_folder_files() -> list[Path]:
+    """Every file under tests/data but the benchmark outputs: what the tests that take each trace fixture pick from
+    (by suffix: oracles, programs and notes sit beside the traces)."""
+    return sorted(p for p in DATA.rglob("*") if p.is_file() and BENCH_DATA not in p.parents)
+
+
 def made_once(tmp_path_factory, name: str, make) -> Path:
     """A folder that `make(folder)` fills, made once a test session. `make test` runs the suite on pytest-xdist's
     workers, each a session of its own: the first worker to ask makes the folder (under the run's shared temporary

@@ -10,19 +10,16 @@ from roseprof.drivers import pick_reader
 from roseprof.errors import NothingRecorded, RoseprofError
 from roseprof.model import KERNEL
 from roseprof.model_check import check
-from tests.helpers import BENCH_DATA, unpacked
+from tests.helpers import DATA, trace_folder_files, unpacked
 
-DATA = Path(__file__).parent.parent / "data"
 # Oracles, programs, origin notes, tool logs and a fused kernel's phase stamps (tests/roseinfer/test_stamp_recorder.py) beside
 # the traces are not traces; ncu's CSV exports are (its trace format).
 NOT_TRACES = (".csv", ".py", ".jsonl", ".md", ".txt", ".log", ".stamps.json")
-TRACES = sorted(
+TRACES = [
     p
-    for p in DATA.rglob("*")
-    if p.is_file()
-    and (not p.name.endswith(NOT_TRACES) or (p.parent.name == "ncu" and p.suffix == ".csv"))
-    and BENCH_DATA not in p.parents
-)
+    for p in trace_folder_files()
+    if not p.name.endswith(NOT_TRACES) or (p.parent.name == "ncu" and p.suffix == ".csv")
+]
 
 
 def test_fixtures_found():

@@ -14,20 +14,16 @@ from roseprof.render.run_dashboard import RunDashboard
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.render.terminal_diff import TerminalDiff
 from roseprof.run.store import RunStore
-from tests.helpers import BENCH_DATA, DATA, unpacked
+from tests.helpers import DATA, trace_folder_files, unpacked
 
 SKIP_SUFFIXES = (".txt", ".py", ".jsonl", ".md", ".log", ".stamps.json")
 # Not a run: a report newer than the installed nsys reads, and a trace with nothing in it (test_drivers.py has both).
 NOT_RUNS = ("h100-nsys2025.3-matmul-nvtx.nsys-rep", "D-W-Chiang__JACC.jl__cg_trace.sqlite")
-FIXTURES = sorted(
+FIXTURES = [
     p
-    for p in DATA.rglob("*")
-    if p.is_file()
-    and not p.name.endswith(SKIP_SUFFIXES)
-    and ".stats" not in p.name
-    and p.name not in NOT_RUNS
-    and BENCH_DATA not in p.parents
-)
+    for p in trace_folder_files()
+    if not p.name.endswith(SKIP_SUFFIXES) and ".stats" not in p.name and p.name not in NOT_RUNS
+]
 
 
 def _steplog(path):
