@@ -4,7 +4,9 @@ whose sum is the [1, C] it stands for.
 The kernel's 128 blocks each add a share of every output column with atomics. Into one row, each address took 128
 adds, and their drain at L2 held the next kernel ~0.6 us a layer; block b adds into row b % SPLIT_ROWS instead,
 and the kernel after it sums the rows as it reads its delta (in a captured chain of 12 MLPs on an H200: 4.18 us an
-MLP at 8 rows, 4.24 at 4, 4.78 at one; docs/BENCHMARKS.md, session 35). The readers that take a split delta: the
+MLP at 8 rows, 4.24 at 4, 4.78 at one; docs/BENCHMARKS.md, session 35). In the engine the reader is the next
+layer's attention kernel, whose LayerNorm reads every row after its wait: batch 1 was 1.2% faster at 4 rows than at
+8, and 2 rows no faster than 8 (session 38). The readers that take a split delta: the
 CUDA kernels (`fused_mlp`, `fused_attn`, built for one row or SPLIT_ROWS) and the norm GEMV's prologue
 (`roseinfer.kernels.gemv`); anything else joins it first (`joined`).
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-SPLIT_ROWS = 8  # the CUDA kernels' common.cuh SPLIT_ROWS
+SPLIT_ROWS = 4  # the CUDA kernels' common.cuh SPLIT_ROWS
 
 
 def delta_rows(x: torch.Tensor, delta: torch.Tensor) -> int:

@@ -92,7 +92,7 @@ def _cache(past, seed=1, blocks=24, block_size=64):
 @pytest.mark.parametrize("past", [0, 1, 7, 63, 64, 65, 200, 511, 1023])
 @pytest.mark.parametrize("delta_kind", ["float32", "float16", "split"])
 def test_fused_attn_matches_the_reference(past, delta_kind):
-    # delta: attn_proj's output (float16), the CUDA MLP's (float32), or its split sum of 8 rows (exact in any order,
+    # delta: attn_proj's output (float16), the CUDA MLP's (float32), or its split sum of SPLIT_ROWS rows (exact in any order,
     # tests.helpers.exact_split, so s stays bit for bit)
     block = _block(device="cuda", dtype=torch.float16)
     x = torch.randn(1, 768, device="cuda", dtype=torch.float16)

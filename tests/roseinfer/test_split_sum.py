@@ -53,7 +53,7 @@ def test_the_torch_readers_add_a_split_delta_as_its_sum():
 
 def test_each_layers_launch_adds_into_its_rows_and_clears_all_of_the_next_buffer():
     # The launches' arguments (a stand-in for the built module; no kernel): on a 3-layer scratch, layers 0 and 1 add
-    # into 8 rows (a split sum), the last layer into one (the lm_head's reader), and every launch zeroes the whole of
+    # into SPLIT_ROWS rows (a split sum), the last layer into one (the lm_head's reader), and every launch zeroes the whole of
     # the next layer's buffer, whatever rows that one adds into; the caller gets [rows, C].
     from roseinfer.config import ModelConfig
     from roseinfer.cuda_ext import fused_mlp as fm
