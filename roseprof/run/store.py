@@ -101,8 +101,11 @@ def damage_is_one_line(*runs):
 class RunWriter:
     """A run being written; `finish()` renames it into place, `abort()` removes it."""
 
-    def __init__(self, store: RunStore, name: str, tool: str) -> None:
+    def __init__(self, store: RunStore, name: str, tool: str, made: list[Path] | None = None) -> None:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        # the folders new_run created for this run (the traces folder and any missing parents, deepest first):
+        # an aborted first run leaves none of them behind
+        self.made = list(made or [])
         self.run_id = f"{stamp}-{safe_name(name)}-{secrets.token_hex(2)}"
         self.store = store
         self.final = store.root / self.run_id
@@ -138,6 +141,11 @@ class RunWriter:
     def abort(self) -> None:
         if not self._done:
             shutil.rmtree(self.path, ignore_errors=True)
+            for folder in self.made:
+                try:
+                    folder.rmdir()  # only while empty: another run may have been stored there meanwhile
+                except OSError:
+                    break
             self._done = True
 
 
@@ -151,12 +159,17 @@ class RunStore:
         self.summary_checks = dict(summary_checks or {})
 
     def new_run(self, name: str, tool: str) -> RunWriter:
+        made = []  # the folders this makes, deepest first
+        folder = self.root.absolute()
+        while not folder.exists() and folder != folder.parent:
+            made.append(folder)
+            folder = folder.parent
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise RoseprofError(f"cannot create the traces folder {self.root}: {e.strerror}") from None
         try:
-            return RunWriter(self, name, tool)
+            return RunWriter(self, name, tool, made)
         except OSError as e:
             raise RoseprofError(
                 f"cannot create a run in the traces folder {self.root}: {e.strerror}"

@@ -178,6 +178,16 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
         proc = roseprof("import", path, "--traces-dir", traces, *dashboards(tmp_path))
         assert_one_line_error(proc, 2, message)
         assert run_dirs(traces) == [], f"{path.name} left a run folder behind"
+    # The first run into a folder that does not exist yet: the folders the import made go with the run; one that
+    # held a run before stays.
+    nested = tmp_path / "new" / "nested" / "traces"
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model": "gpt2"}')
+    assert_one_line_error(roseprof("import", bad, "--traces-dir", nested, *dashboards(tmp_path)), 2, "not a trace")
+    assert not (tmp_path / "new").exists()
+    assert roseprof("import", MATMUL, "--traces-dir", nested, *dashboards(tmp_path)).returncode == 0
+    assert_one_line_error(roseprof("import", bad, "--traces-dir", nested, *dashboards(tmp_path)), 2, "not a trace")
+    assert len(run_dirs(nested)) == 1
 
 
 @pytest.mark.parametrize("args", [["show"], ["import"], ["nope"]])

@@ -132,7 +132,7 @@ def _bad(tmp_path, name, data: bytes):
     traces = tmp_path / "traces"
     proc = roseprof("import", path, "--traces-dir", traces, "--dashboards-dir", tmp_path / "d")
     assert_one_line_error(proc, 2, str(path))
-    assert not traces.exists() or not any(traces.iterdir())
+    assert not traces.exists()  # the import made the folder and took it away with its run
     return proc.stderr
 
 
