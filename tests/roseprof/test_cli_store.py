@@ -183,10 +183,11 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     nested = tmp_path / "new" / "nested" / "traces"
     bad = tmp_path / "config.json"
     bad.write_text('{"model": "gpt2"}')
-    assert_one_line_error(roseprof("import", bad, "--traces-dir", nested, *dashboards(tmp_path)), 2, "not a trace")
+    into_nested = ["--traces-dir", nested, *dashboards(tmp_path)]
+    assert_one_line_error(roseprof("import", bad, *into_nested), 2, "not a trace")
     assert not (tmp_path / "new").exists()
-    assert roseprof("import", MATMUL, "--traces-dir", nested, *dashboards(tmp_path)).returncode == 0
-    assert_one_line_error(roseprof("import", bad, "--traces-dir", nested, *dashboards(tmp_path)), 2, "not a trace")
+    assert roseprof("import", MATMUL, *into_nested).returncode == 0
+    assert_one_line_error(roseprof("import", bad, *into_nested), 2, "not a trace")
     assert len(run_dirs(nested)) == 1
 
 
