@@ -6,7 +6,10 @@ kernels' phases (issue 50).
 DIR holds the stage's files: `b1-NAME-ROUND.json` (roseinfer.benchmark_streaming --json: a round's TPOT is the
 median of its runs' TPOT p50s, and the HBM floor's fraction likewise), `stamps-NAME.jsonl` (a stamped run's kernel
 stamps, roseinfer/cuda_ext/stamps.py: per kernel, the p50 over launches of each phase, in µs, and of each launch's
-time after its PDL wait, phases 1 to the end; the latter is not the sum of the phases' p50s) and `variants.txt`
+time after its PDL wait, phases 1 to the end; the latter is not the sum of the phases' p50s; and each handoff
+between two stamped kernels of the PDL chain, which no phase covers: from the last block's end stamp of one launch
+to the last block of the next past its wait, over the pairs whose next launch started before the one before ended)
+and `variants.txt`
 (the names in the order VARIANTS gave them; without it, by name). A file that does not parse is named on stderr,
 with exit 1.
 """
@@ -63,8 +66,10 @@ def rounds(folder: Path) -> dict[str, list[tuple[int, dict]]]:
 
 
 def phases(path: Path) -> dict[str, dict]:
-    """{kernel: {launches, regions, p50_us: [phase...], after_wait_us}} from one stamps file."""
+    """{kernel: {launches, regions, p50_us: [phase...], after_wait_us}} from one stamps file, and under the key
+    None the handoffs: {(kernel, next kernel): {pairs, p50_us}}."""
     per: dict[str, list[list[int]]] = {}
+    launches_in_order: list[tuple[str, list[int]]] = []
     regions: dict[str, list[str]] = {}
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
@@ -84,6 +89,7 @@ def phases(path: Path) -> dict[str, dict]:
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"{path}:{number}: not a kernel stamps line ({e})") from None
         per.setdefault(kernel, []).append([b[k + 1] - b[k] for k in range(len(b) - 1)] + [b[-1] - b[1]])
+        launches_in_order.append((kernel, b))
     if not per:
         raise ValueError(f"{path}: no launches (a stamped run killed before its first step?)")
     out = {}
@@ -95,7 +101,21 @@ def phases(path: Path) -> dict[str, dict]:
             "p50_us": [statistics.median(c) / 1e3 for c in cols[:-1]],
             "after_wait_us": statistics.median(cols[-1]) / 1e3,
         }
+    out[None] = handoffs(launches_in_order)
     return out
+
+
+def handoffs(launches: list[tuple[str, list[int]]]) -> dict[tuple[str, str], dict]:
+    """{(kernel, next kernel): {pairs, p50_us}}: the launches in the order they started on the GPU (a file's lines
+    are in each kernel's launch order, not interleaved), each with the one after it where that one started before it
+    ended (a dependent launch of the PDL chain; not across a kernel that has no stamps, nor an eager step's plain
+    launches): the next kernel's last block past its wait (bounds[1]) less this launch's end (its last bound)."""
+    ordered = sorted(launches, key=lambda kb: kb[1][0])
+    gaps: dict[tuple[str, str], list[int]] = {}
+    for (kernel, b), (nxt, nb) in zip(ordered, ordered[1:]):
+        if nb[0] < b[-1]:
+            gaps.setdefault((kernel, nxt), []).append(nb[1] - b[-1])
+    return {pair: {"pairs": len(g), "p50_us": statistics.median(g) / 1e3} for pair, g in gaps.items()}
 
 
 def order(folder: Path, names) -> list[str]:
@@ -121,11 +141,15 @@ def report(folder: Path) -> str:
         lines.append(f"{name:12s} median of rounds {median:.4f} ms")
     for name in order(folder, stamps):
         lines.append(f"{name} (stamped run):")
-        for kernel, k in phases(stamps[name]).items():
+        found = phases(stamps[name])
+        chain = found.pop(None)
+        for kernel, k in found.items():
             short = " / ".join(r.rsplit(".", 1)[-1] for r in k["regions"])
             values = " / ".join(f"{v:.2f}" for v in k["p50_us"])
             lines.append(f"  {kernel}, {k['launches']} launches, p50 µs: {short} = {values}")
             lines.append(f"    after the wait {k['after_wait_us']:.2f} (p50 of each launch's sum)")
+        for (kernel, nxt), h in chain.items():
+            lines.append(f"  handoff {kernel} -> {nxt}: p50 {h['p50_us']:.2f} µs ({h['pairs']} PDL pairs)")
     return "\n".join(lines)
 
 

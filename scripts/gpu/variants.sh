@@ -4,7 +4,7 @@ stage variants "kernel variants side by side (issue 50): batch 1 for each tree o
 'main=.'; NAME letters, digits, _.-; DIR without spaces, a copy of the repo's roseinfer/ with one edit, e.g. under \
 .gpu/v/, carried with .gpu), each built first in a cache folder of its own, then ROUNDS (3) rounds running each \
 variant once (--repeat-runs RUNS, 3), each round starting one variant later, then a stamped run of each; \
-scripts/variant_summary.py prints each round's TPOT and the kernels' phases"
+scripts/variant_summary.py prints each round's TPOT, the kernels' phases and the handoffs between them"
 stage_variants() {
   local spec name dir kernel names=()
   declare -A tree

@@ -58,6 +58,34 @@ def test_a_rounds_tpot_and_each_kernels_phases_from_the_stages_files():
     assert f"{mlp} = 3.68 / 1.38 / 0.67 / 0.29 / 0.70" in out
 
 
+def test_the_handoffs_between_the_chains_kernels_that_no_phase_covers():
+    # Every launch of the file in the order it started on the GPU; a pair counts where the next started before
+    # this one ended (the captured step's PDL chain): the next one's last block past its wait less this end. The
+    # run's prefill and its first steps launch plainly, so some pairs do not count, and no pair is dropped twice.
+    done = summary(DATA)
+    assert done.returncode == 0, done.stderr
+    launches = sorted(
+        (json.loads(line) for line in (DATA / "stamps-main.jsonl").read_text().splitlines()),
+        key=lambda rec: rec["bounds_ns"][0],
+    )
+    gaps, plain = {}, 0
+    for rec, nxt in zip(launches, launches[1:]):
+        end, (start, past_wait) = rec["bounds_ns"][-1], nxt["bounds_ns"][:2]
+        if start < end:
+            gaps.setdefault((rec["kernel"], nxt["kernel"]), []).append(past_wait - end)
+        else:
+            plain += 1
+    assert sum(len(g) for g in gaps.values()) + plain == len(launches) - 1 and plain > 0
+    expected = [
+        f"  handoff {a} -> {b}: p50 {statistics.median(g) / 1e3:.2f} µs ({len(g)} PDL pairs)"
+        for (a, b), g in gaps.items()
+    ]
+    assert [line for line in done.stdout.splitlines() if line.startswith("  handoff ")] == expected
+    # as read off the run by hand: about half a microsecond each way
+    assert "  handoff fused_attn_kernel -> fused_mlp_kernel: p50 0.58 µs (120 PDL pairs)" in expected
+    assert "  handoff fused_mlp_kernel -> fused_attn_kernel: p50 0.45 µs (110 PDL pairs)" in expected
+
+
 def test_rounds_in_order_and_their_median():
     done = summary(ROUNDS)
     assert done.returncode == 0, done.stderr
