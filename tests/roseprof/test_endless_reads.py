@@ -87,4 +87,4 @@ def test_sigterm_during_an_import_leaves_no_temporary_folder(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert list(traces.iterdir()) == []
+    assert not traces.exists()  # the import made the folder; its run's abort took it away

@@ -170,7 +170,8 @@ def agent_refused(log_path: Path, out_base: Path) -> bool:
 # "Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>", "std::exception::what:
 # RuntimeException", "[QuadDCommon::tag_message*] = Local Endpoint is not available."): where roseprof starts nsys
 # again they were noise before its one line saying so, and where nsys wrote no report the error quotes the message
-# (nsys_message).
+# (nsys_message). Likewise its lines where it lost its agent (AGENT_LOST): "End of file" reached the terminal
+# before the restart's line in a clean-clone CI run (session 38).
 NSYS_OWN_LINE = re.compile(
     rb"^\s*(?:"
     rb"Collecting data\.\.\.|Generating '.*'|Generated:|Processing events\.\.\.|"
@@ -182,7 +183,8 @@ NSYS_OWN_LINE = re.compile(
     rb"(?:WARNING|Warning): (?:CPU |LBR |Backtraces |.*(?:sampling|[Nn]sys|report|injection|context-switch)).*|"
     rb"Exporting \d+ events:.*|Processing \[.*|"
     rb"\S+\.cpp\(\d+\): Throw in function .*|Dynamic exception type: .*|std::exception::what: .*|"
-    rb"\[QuadDCommon::[^\]]*\] = .*"
+    rb"\[QuadDCommon::[^\]]*\] = .*|"
+    rb"End of file|Connection to the Agent lost\.|Connection reset by peer"
     rb")\s*$"
 )
 
@@ -199,13 +201,18 @@ NSYS_MESSAGE = re.compile(rb"^\s*\[QuadDCommon::tag_message\*\] = (.+?)\s*$", re
 
 
 def nsys_message(log: Path) -> str | None:
-    """The message of the last C++ exception nsys dumped into its log (its terminal lines are hidden), or None."""
+    """The message of the last C++ exception nsys dumped into its log, else its last line saying it lost its
+    agent (both hidden from the terminal), or None."""
     try:
         with open(log, "rb") as fh:
-            found = NSYS_MESSAGE.findall(fh.read(1 << 20))
+            text = fh.read(1 << 20)
     except OSError:
         return None
-    return found[-1].decode("utf-8", "replace") if found else None
+    found = NSYS_MESSAGE.findall(text)
+    if found:
+        return found[-1].decode("utf-8", "replace")
+    lost = [line.strip() for line in text.splitlines() if line.strip() in AGENT_LOST]
+    return lost[-1].decode("utf-8", "replace") if lost else None
 
 
 def finish_report(nsys: str, out_base: Path) -> Path:
