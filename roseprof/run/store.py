@@ -9,6 +9,7 @@ never collide.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import os
 import re
 import secrets
@@ -98,6 +99,16 @@ def damage_is_one_line(*runs):
         ) from None
 
 
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders a run created, deepest first, while they are empty (another run may have been stored there
+    meanwhile: that one and the folders above it stay)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 class RunWriter:
     """A run being written; `finish()` renames it into place, `abort()` removes it."""
 
@@ -141,11 +152,7 @@ class RunWriter:
     def abort(self) -> None:
         if not self._done:
             shutil.rmtree(self.path, ignore_errors=True)
-            for folder in self.made:
-                try:
-                    folder.rmdir()  # only while empty: another run may have been stored there meanwhile
-                except OSError:
-                    break
+            _remove_empty(self.made)
             self._done = True
 
 
@@ -159,14 +166,20 @@ class RunStore:
         self.summary_checks = dict(summary_checks or {})
 
     def new_run(self, name: str, tool: str) -> RunWriter:
-        made = []  # the folders this makes, deepest first
-        folder = self.root.absolute()
-        while not folder.exists() and folder != folder.parent:
-            made.append(folder)
-            folder = folder.parent
+        made = []  # the folders this created, deepest first: only those a mkdir of ours made (a path through
+        # `..` names folders that exist whatever the parts before them, and another process may make one meanwhile)
+        parts = self.root.parts
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            for i in range(1, len(parts) + 1):
+                try:
+                    os.mkdir(Path(*parts[:i]))
+                except FileExistsError:
+                    continue
+                made.insert(0, Path(*parts[:i]))
+            if not self.root.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         except OSError as e:
+            _remove_empty(made)
             raise RoseprofError(f"cannot create the traces folder {self.root}: {e.strerror}") from None
         try:
             return RunWriter(self, name, tool, made)
