@@ -12,7 +12,9 @@ Output. The tool's stdout and stderr are read line by line (a line ends at \\n o
 run's log; lines for which `own_line(line)` is true (the tool's own progress and status lines) stay out of the
 terminal; the rest (the program's output, which the tool passes through on the same pipes) goes to roseprof's
 stdout and stderr as it arrives. A line without an end yet is held until it ends or the pipe closes; blank
-lines are shown only when a shown line follows them (tools print blank lines around their own).
+lines, and lines for which `held_line(line)` is true, are shown only when a shown line follows them on that pipe
+(tools print blank lines around their own; nsys' "End of file" is the whole output of a start that lost its agent,
+or else may be the program's own line).
 
 With `one_stream` the tool's stdout and stderr are one pipe, shown on roseprof's stderr (a tool that interleaves
 its own lines with the program's, ncu).
@@ -90,11 +92,18 @@ class _Lines:
         return [rest] if rest else []
 
 
-def _pump(pipe, fd_out: int, log, log_lock: threading.Lock, own_line: Callable[[bytes], bool]) -> None:
+def _pump(
+    pipe,
+    fd_out: int,
+    log,
+    log_lock: threading.Lock,
+    own_line: Callable[[bytes], bool],
+    held_line: Callable[[bytes], bool],
+) -> None:
     """Drain one of the tool's pipes to the log and the terminal; never stops early (the tool would block)."""
     lines = _Lines()
     state = {"log": True, "show": True}
-    blanks: list[bytes] = []  # blank lines are shown only when a shown line follows (tools print them too)
+    held: list[bytes] = []  # blank and held lines, shown only when a shown line follows
 
     def show(line: bytes) -> None:
         if state["show"]:
@@ -110,14 +119,14 @@ def _pump(pipe, fd_out: int, log, log_lock: threading.Lock, own_line: Callable[[
                     log.write(line)
             except (OSError, ValueError):  # a full disk: the terminal still gets the program's output
                 state["log"] = False
-        if not line.strip():
-            blanks.append(line)
+        if not line.strip() or held_line(line):
+            held.append(line)
         elif own_line(line):
-            blanks.clear()
+            held.clear()
         else:
-            for blank in blanks:
-                show(blank)
-            blanks.clear()
+            for before in held:
+                show(before)
+            held.clear()
             show(line)
 
     for chunk in iter(lambda: pipe.read1(65536), b""):
@@ -133,6 +142,7 @@ def run_tool(
     log_path: Path,
     own_line: Callable[[bytes], bool] = lambda line: False,
     tool: str = "the profiler",
+    held_line: Callable[[bytes], bool] = lambda line: False,
     one_stream: bool = False,
 ) -> ToolResult:
     """Run `argv` in its own session, its output filtered to the terminal and kept whole in `log_path`."""
@@ -170,7 +180,7 @@ def run_tool(
         previous = {s: signal.signal(s, on_signal) for s in FORWARDED_SIGNALS} if in_main else {}
         log_lock = threading.Lock()
         pumps = [
-            threading.Thread(target=_pump, args=(pipe, fd, log, log_lock, own_line), daemon=True)
+            threading.Thread(target=_pump, args=(pipe, fd, log, log_lock, own_line, held_line), daemon=True)
             for pipe, fd in (((proc.stdout, 2),) if one_stream else ((proc.stdout, 1), (proc.stderr, 2)))
         ]
         try:

@@ -44,6 +44,10 @@ class Capturer(Protocol):
 
     def own_line(self, line: bytes) -> bool: ...  # a line of the tool's own output (kept out of the terminal)
 
+    # A line shown only where a shown line follows it on its pipe (nsys' "End of file": the tool's when it is all
+    # a failed start printed, else possibly the program's).
+    def held_line(self, line: bytes) -> bool: ...
+
     # Why a run that failed did so on the tool's own account, leaving nothing to keep, so that it may be started
     # again (nsys' agent), else None.
     def refused(self, launch: Launch) -> str | None: ...
@@ -61,7 +65,13 @@ def run_capture(capturer: Capturer, cmd: list[str], env: dict[str, str], raw: Pa
         for attempt in range(1, START_ATTEMPTS + 1):
             with exclusive(lock_path(tool), f"{tool} capture", about):
                 result = run_tool(
-                    launch.argv, launch.env, launch.log, capturer.own_line, tool, one_stream=launch.one_stream
+                    launch.argv,
+                    launch.env,
+                    launch.log,
+                    capturer.own_line,
+                    tool,
+                    held_line=capturer.held_line,
+                    one_stream=launch.one_stream,
                 )
             why = None if result.returncode == 0 or result.interrupted else capturer.refused(launch)
             if why is None or attempt == START_ATTEMPTS:

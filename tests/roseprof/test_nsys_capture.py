@@ -195,6 +195,15 @@ def test_import_of_an_nsys_rep(engine_capture, tmp_path):
     assert again["regions"] == original["regions"] and again["steps"]["count"] == original["steps"]["count"]
 
 
+def test_a_programs_lines_that_read_like_nsys_losing_its_agent_still_reach_the_terminal(tmp_path):
+    # nsys' "End of file" is held, not hidden: shown where the program prints after it (session 38's review)
+    program = "for line in ('a', 'End of file', 'Connection reset by peer', 'b'): print(line)"
+    proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
+                    sys.executable, "-c", program)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr  # no NVTX: nothing stored
+    assert proc.stdout.splitlines() == ["a", "End of file", "Connection reset by peer", "b"]
+
+
 def test_report_from_a_newer_nsys_is_explained(tmp_path):
     from roseprof.drivers.nsys.capture import nsys_version
     from tests.helpers import DATA, assert_one_line_error

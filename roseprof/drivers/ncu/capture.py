@@ -183,6 +183,9 @@ class NcuCapture:
     def own_line(self, line: bytes) -> bool:
         return bool(NCU_OWN_LINE.match(line))
 
+    def held_line(self, line: bytes) -> bool:
+        return False
+
     def refused(self, launch: Launch) -> str | None:
         return None
 

@@ -99,6 +99,9 @@ class TorchCapture:
     def own_line(self, line: bytes) -> bool:
         return False
 
+    def held_line(self, line: bytes) -> bool:
+        return False
+
     def refused(self, launch: Launch) -> str | None:
         return None
 
