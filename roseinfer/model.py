@@ -75,7 +75,7 @@ class Block(nn.Module):
         and position embeddings). The block adds them and applies ln_1 (`residual_layer_norm`, or at one row the
         c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added (after the one-row CUDA MLP a float32
-        split sum [8, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H is this
+        split sum [SPLIT_ROWS, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H is this
         rank's heads and each projection's output is summed over the ranks. index: (token ids, positions) [1]
         each, for the first block at one token where `embedding_gather_applies`: x and delta are then the
         embedding tables, and the c_attn GEMV's prologue gathers the rows."""
@@ -109,7 +109,7 @@ class Block(nn.Module):
         return x, a
 
     def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
-        """The MLP half: (residual [T, C], the MLP's output [T, C], or the CUDA kernel's split sum [8, C])."""
+        """The MLP half: (residual [T, C], the MLP's output [T, C], or the CUDA kernel's split sum [SPLIT_ROWS, C])."""
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
         if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.ln_2, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32

@@ -6,7 +6,7 @@ of 128 blocks loads its 24 rows of c_fc and of mlp_proj's transposed weight befo
 front (PDL), normalises the row, computes its 24 g values and adds its share of every output column into a
 float32 buffer with atomics. No block waits for another, so the kernel boundary it removes is not replaced by a
 grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). Its output is a split sum
-(`roseinfer.kernels.split_sum`): float32 [8, C], block b adding into row b % 8, whose rows the kernel after it
+(`roseinfer.kernels.split_sum`): float32 [SPLIT_ROWS, C], block b adding into row b % SPLIT_ROWS, whose rows the kernel after it
 (the next layer's fused_attn, or its c_attn norm GEMV) sums as it reads them; the last layer's is one row, for the
 lm_head's norm GEMV. The captured batch-1 step runs it by default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for
 the Triton path).
@@ -108,8 +108,8 @@ def fused_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) 
 
 def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: bool = False, module=None,
               delay=(0, 0)):  # fmt: skip
-    """(s [1, C] in x's dtype, out): s = x + delta (delta [1, C], or a float32 split sum [8, C]), and
-    mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out` (float32, C or 8 C: one row or a split sum,
+    """(s [1, C] in x's dtype, out): s = x + delta (delta [1, C], or a float32 split sum [SPLIT_ROWS, C]), and
+    mlp_proj(gelu_tanh(c_fc(ln(s)))) added into `out` (float32, C or SPLIT_ROWS C: one row or a split sum,
     `roseinfer.kernels.split_sum`; zero on entry); `clear` (float32, any length) zeroed for the next launch;
     w_proj_t: mlp_proj's weight transposed [4C, C]; stamps: int64 [NSTAMP, BLOCKS] (contiguous, as
     `MlpScratch.for_layer` gives it) or empty.

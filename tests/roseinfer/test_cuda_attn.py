@@ -97,7 +97,7 @@ def test_fused_attn_matches_the_reference(past, delta_kind):
     block = _block(device="cuda", dtype=torch.float16)
     x = torch.randn(1, 768, device="cuda", dtype=torch.float16)
     if delta_kind == "split":
-        delta = exact_split(768, "cuda", seed=past)[0]  # [8, C]
+        delta = exact_split(768, "cuda", seed=past)[0]  # [SPLIT_ROWS, C]
     else:
         delta = (torch.randn(1, 768, device="cuda") * 0.5).to(getattr(torch, delta_kind))
     k_cache, v_cache, table = _cache(past)
