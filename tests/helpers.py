@@ -112,7 +112,7 @@ def roseprof(*args, env=None, timeout=600, cwd=None):
 # (capture/lock.py): a suite that runs beside someone else's capture sees it, and it is not the test's business.
 WAITING = "roseprof: waiting for another "
 # ... and the line a capture writes when nsys lost its own agent and left nothing, before it starts it again
-# (capture/tool.py, drivers/nsys/capture.py's agent_refused): about one capture in several hundred on a busy box.
+# (capture/tool.py, drivers/nsys/own_output.py's agent_refused): about one capture in several hundred on a busy box.
 # The capture that follows is the one the test is about. (Session 37's clean-clone CI beside two CPU burners: a
 # failed capture's stderr held this line, and before it nsys' exception dump, which now stays in nsys' log.)
 RESTARTED = "; starting it again ("
