@@ -95,6 +95,9 @@ class InterruptedExport:
     def own_line(self, line: bytes) -> bool:
         return False
 
+    def held_line(self, line: bytes) -> bool:
+        return False
+
     def refused(self, launch) -> None:
         return None
 
