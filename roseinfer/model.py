@@ -75,8 +75,8 @@ class Block(nn.Module):
         and position embeddings). The block adds them and applies ln_1 (`residual_layer_norm`, or at one row the
         c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added (after the one-row CUDA MLP a float32
-        split sum [SPLIT_ROWS, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H is this
-        rank's heads and each projection's output is summed over the ranks. index: (token ids, positions) [1]
+        split sum [SPLIT_ROWS, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H
+        is this rank's heads and each projection's output is summed over the ranks. index: (token ids, positions) [1]
         each, for the first block at one token where `embedding_gather_applies`: x and delta are then the
         embedding tables, and the c_attn GEMV's prologue gathers the rows."""
         t = x.shape[0] if index is None else 1

@@ -6,10 +6,10 @@ of 128 blocks loads its 24 rows of c_fc and of mlp_proj's transposed weight befo
 front (PDL), normalises the row, computes its 24 g values and adds its share of every output column into a
 float32 buffer with atomics. No block waits for another, so the kernel boundary it removes is not replaced by a
 grid barrier (the first design's, which lost: docs/BENCHMARKS.md, issue 50). Its output is a split sum
-(`roseinfer.kernels.split_sum`): float32 [SPLIT_ROWS, C], block b adding into row b % SPLIT_ROWS, whose rows the kernel after it
-(the next layer's fused_attn, or its c_attn norm GEMV) sums as it reads them; the last layer's is one row, for the
-lm_head's norm GEMV. The captured batch-1 step runs it by default (`GraphKernels.cuda_mlp`, `--no-cuda-mlp` for
-the Triton path).
+(`roseinfer.kernels.split_sum`): float32 [SPLIT_ROWS, C], block b adding into row b % SPLIT_ROWS, whose rows the
+kernel after it (the next layer's fused_attn, or its c_attn norm GEMV) sums as it reads them; the last layer's is
+one row, for the lm_head's norm GEMV. The captured batch-1 step runs it by default (`GraphKernels.cuda_mlp`,
+`--no-cuda-mlp` for the Triton path).
 
 `MlpScratch` holds the output buffers, one per layer (`scratch.LayerScratch`): a launch adds into its layer's
 buffer and zeroes the next layer's, whose last reader has finished by then; so each buffer is zero when its launch

@@ -1,8 +1,8 @@
 """The output buffers of a one-row fused kernel that adds its result into float32 with atomics (issue 50).
 
 `fused_mlp` and `fused_attn` each add their output into a float32 buffer that must be zero on entry, and read by the
-kernel after them. `LayerScratch` keeps one buffer per layer [n_layer, width] (C; the MLP's SPLIT_ROWS C, its output a split
-sum: `roseinfer.kernels.split_sum`), zeros: layer L's launch adds into
+kernel after them. `LayerScratch` keeps one buffer per layer [n_layer, width] (C; the MLP's SPLIT_ROWS C, its output
+a split sum: `roseinfer.kernels.split_sum`), zeros: layer L's launch adds into
 bufs[L] and zeroes bufs[(L+1) % n_layer], the buffer the next launch of the same kernel adds into, whose last reader
 (the kernel after that layer's launch, a step before) finished before layer L's launch stopped waiting. Every step
 runs its layers in order, so the buffer a launch adds into is zero. Made once, before the step is captured.
