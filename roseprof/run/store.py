@@ -171,11 +171,12 @@ class RunStore:
         parts = self.root.parts
         try:
             for i in range(1, len(parts) + 1):
+                folder = Path(*parts[:i])
                 try:
-                    os.mkdir(Path(*parts[:i]))
+                    os.mkdir(folder)
                 except FileExistsError:
                     continue
-                made.insert(0, Path(*parts[:i]))
+                made.insert(0, folder)
             if not self.root.is_dir():
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         except OSError as e:

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from roseprof.drivers.base import Launch, find_tool
-from roseprof.drivers.nsys.own_output import AGENT_LOST, NSYS_LOG, agent_refused, is_nsys_line, nsys_message
+from roseprof.drivers.nsys.own_output import (
+    NSYS_LOG,
+    agent_refused,
+    is_agent_lost,
+    is_nsys_line,
+    nsys_message,
+)
 from roseprof.drivers.nsys.report import read_header, version_key
 from roseprof.drivers.nsys.windows import last_report, repeats, serves_windows, streams_folder
 from roseprof.errors import CaptureFailed, RoseprofError, one_line
@@ -278,7 +284,7 @@ class NsysCapture:
         """nsys' lines where it lost its agent: the whole output of a start it failed (then roseprof's restart
         line quotes them: they reached the terminal above it in a clean-clone CI run, session 38), shown where
         the program prints after them (then they may be the program's own)."""
-        return line.strip() in AGENT_LOST
+        return is_agent_lost(line)
 
     def refused(self, launch: Launch) -> str | None:
         out_base = Path(next(a for a in launch.argv if a.startswith("--output=")).removeprefix("--output="))

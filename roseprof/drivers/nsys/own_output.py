@@ -19,6 +19,11 @@ AGENT_REFUSED = b"Local Endpoint is not available"
 AGENT_LOST = {b"End of file", b"Connection to the Agent lost.", b"Connection reset by peer"}
 
 
+def is_agent_lost(line: bytes) -> bool:
+    """One of nsys' lines where it lost its agent (a program may print one too: capture.py holds them back)."""
+    return line.strip() in AGENT_LOST
+
+
 def agent_refused(log_path: Path, out_base: Path) -> bool:
     """Did nsys fail on its own agent, and leave no report (so starting the capture again loses nothing)?"""
     if any(out_base.with_suffix(s).exists() for s in (".nsys-rep", ".qdstrm", ".qdrep")):
@@ -34,7 +39,7 @@ def agent_refused(log_path: Path, out_base: Path) -> bool:
 
 # nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
 # writes them on the same pipes as the program's output, so a program line that looks exactly like one of
-# these is hidden too (it is still in the log). Among them, the four lines of nsys' C++ exception dump (2022.4, a
+# these is hidden too (it is in the log, kept with the run). Among them, the four lines of nsys' C++ exception dump (2022.4, a
 # clean-clone CI run under load, session 37: "<file>.cpp(381): Throw in function ...GetLocalEndpoint() const",
 # "Dynamic exception type: boost::wrapexcept<QuadDCommon::RuntimeException>", "std::exception::what:
 # RuntimeException", "[QuadDCommon::tag_message*] = Local Endpoint is not available."): where roseprof starts nsys
@@ -79,5 +84,5 @@ def nsys_message(log: Path) -> str | None:
     found = NSYS_MESSAGE.findall(text)
     if found:
         return found[-1].decode("utf-8", "replace")
-    lost = [line.strip() for line in text.splitlines() if line.strip() in AGENT_LOST]
+    lost = [line.strip() for line in text.splitlines() if is_agent_lost(line)]
     return lost[-1].decode("utf-8", "replace") if lost else None
