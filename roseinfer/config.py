@@ -117,9 +117,11 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     # Seconds a rank waits in a collective (or the rendezvous) before it fails: a rank that died stops the others.
     tp_timeout_s: float = 300.0
-    # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), or "symm_mem" (CUDA,
+    # The decode step's all-reduce: "nccl" (torch.distributed's, NCCL on CUDA, gloo on CPU), "symm_mem" (CUDA,
     # bfloat16 or float32: torch's symmetric-memory two-shot all-reduce over NVLink for messages up to a decode
-    # batch, the GEMM writing into its buffer; NCCL beyond).
+    # batch, the GEMM writing into its buffer; NCCL beyond), or "fused" (CUDA: at one row inside the captured step
+    # no collective kernel, the GEMVs push their partial sums to every rank and the next GEMV sums them,
+    # roseinfer/fused_allreduce.py; NCCL elsewhere).
     tp_allreduce: str = "nccl"
     # The flight recorder (roseinfer/flight_recorder.py): the step log's records of the last N decode steps, kept in
     # memory for `GET /debug/steps` (roseinfer serve turns it on). 0: off.
@@ -141,10 +143,18 @@ class EngineConfig:
             raise ValueError(
                 f"flight_recorder_steps must be an integer >= 0, got {self.flight_recorder_steps!r}"
             )
-        if self.tp_allreduce not in ("nccl", "symm_mem"):
-            raise ValueError(f"tp_allreduce must be 'nccl' or 'symm_mem', got {self.tp_allreduce!r}")
-        if self.tp_allreduce == "symm_mem" and not self.device.startswith("cuda"):
-            raise ValueError("tp_allreduce='symm_mem' (--tp-allreduce symm_mem) needs a CUDA device")
+        if self.tp_allreduce not in ("nccl", "symm_mem", "fused"):
+            raise ValueError(f"tp_allreduce must be 'nccl', 'symm_mem' or 'fused', got {self.tp_allreduce!r}")
+        if self.tp_allreduce != "nccl" and not self.device.startswith("cuda"):
+            raise ValueError(
+                f"tp_allreduce={self.tp_allreduce!r} (--tp-allreduce {self.tp_allreduce}) needs a CUDA device"
+            )
+        if self.tp_allreduce == "fused" and self.tensor_parallel_size & (self.tensor_parallel_size - 1):
+            # the reading GEMV takes the ranks' rows as one tile (tl.arange)
+            raise ValueError(
+                "tp_allreduce='fused' (--tp-allreduce fused) needs a power-of-two tensor_parallel_size, got "
+                f"{self.tensor_parallel_size}"
+            )
         if self.tp_allreduce == "symm_mem" and self.dtype == "float16":
             # torch's symmetric-memory reduction kernels are built for float32 and bfloat16
             raise ValueError(

@@ -30,7 +30,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from roseinfer.linears import linear
+from roseinfer.fused_allreduce import FusedAllReduce, PushedRows
+from roseinfer.linears import fused_allreduce_applies, linear
 from roseinfer.tracing import ALLREDUCE, region
 
 TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -46,15 +47,10 @@ class SymmMemAllReduce:
     messages (prefill) and sizes not a multiple of 16 bytes go through NCCL."""
 
     def __init__(self, group, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
-        import warnings
-
         import torch.distributed._symmetric_memory as symm_mem
 
         self.group_name = group.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group"):  # needed before torch 2.9, a no-op warning after
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                symm_mem.enable_symm_mem_for_group(self.group_name)
+        enable_symm_mem(self.group_name)
         self.buffer = symm_mem.empty(capacity, dtype=dtype, device=device)  # [capacity]
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every other's buffer
         self.dtype = dtype
@@ -71,6 +67,18 @@ class SymmMemAllReduce:
         torch.ops.symm_mem.two_shot_all_reduce_(out.view(-1), "sum", self.group_name)
 
 
+def enable_symm_mem(group_name: str) -> None:
+    """Symmetric memory for the group (needed before torch 2.9, a no-op warning after)."""
+    import warnings
+
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group_name)
+
+
 @dataclass
 class TPGroup:
     rank: int
@@ -80,11 +88,17 @@ class TPGroup:
     group: object  # the device group: the model's all-reduces
     cpu_group: object  # gloo: small host-side messages (a benchmark's arrivals), never on a GPU stream
     symm_mem: SymmMemAllReduce | None = None  # the decode step's all-reduce, where chosen (`use_symm_mem`)
+    fused: FusedAllReduce | None = None  # ... or fused into the one-row GEMVs (`use_fused`)
 
-    def row_parallel(self, x: torch.Tensor, lin: torch.nn.Linear) -> torch.Tensor:
+    def row_parallel(self, x: torch.Tensor, lin: torch.nn.Linear, slot: int | None = None) -> torch.Tensor:
         """lin(x) summed over the ranks: x [T, N_r] this rank's input columns, lin its [C, N_r] weight shard (the
         bias on rank 0 only) -> [T, C]. With symmetric memory the result is a view of its buffer, valid until the
-        next row-parallel projection (the model consumes it before that)."""
+        next row-parallel projection (the model consumes it before that). With the fused all-reduce, where it
+        applies, the result is slot `slot`'s words [W, C / 2] (every rank's partial sum with the step's epoch), which
+        only a GEMV told `wait_for(words)` may read
+        (`roseinfer.fused_allreduce`)."""
+        if self.fused is not None and slot is not None and fused_allreduce_applies(x, lin):
+            return self.fused.project(x, lin, slot)
         symm = self.symm_mem
         out = symm.output(x.shape[0], lin.weight.shape[0], x.dtype) if symm is not None else None
         if out is None:
@@ -106,9 +120,17 @@ class TPGroup:
         dist.broadcast(t, src=0, group=self.cpu_group)
         return int(t.item())
 
+    def wait_for(self, delta: torch.Tensor) -> PushedRows | None:
+        """What a GEMV reading `delta` must wait on: where delta is a fused all-reduce's rows, else None."""
+        return self.fused.wait_for(delta) if self.fused is not None else None
+
     def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
         """Row-parallel outputs of up to `capacity` elements summed through torch's symmetric memory (CUDA)."""
         self.symm_mem = SymmMemAllReduce(self.group, capacity, dtype, device)
+
+    def use_fused(self, n_layer: int, width: int, device: torch.device, timeout_s: float) -> None:
+        """The one-row decode step's all-reduces fused into its GEMVs (CUDA): two slots a layer."""
+        self.fused = FusedAllReduce(self, 2 * n_layer, width, device, timeout_s)
 
 
 _GROUP: TPGroup | None = None

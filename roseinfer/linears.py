@@ -154,6 +154,22 @@ def norm_gemv_applies(x: torch.Tensor, delta: torch.Tensor, lin) -> bool:
     return norm_gemv_fits(x, lin.weight) and gemv_wins(1, *lin.weight.shape)
 
 
+def fused_allreduce_applies(x: torch.Tensor, lin) -> bool:
+    """Whether a row-parallel projection's all-reduce may be fused into the GEMVs (`roseinfer.fused_allreduce`):
+    one row, where the GEMV runs the projection and where every reader of its output is a norm GEMV that waits
+    for it (inside `small_batch_gemv(.., norm_prologue=True, lm_head=True)`: the next block's c_attn or this
+    block's c_fc, or the lm_head with ln_f, each `norm_gemv_fits` at the output's width)."""
+    weight = lin.weight
+    return (
+        _LM_HEAD.get()
+        and x.shape[0] == 1
+        and uses_gemv(x)
+        and weight.is_contiguous()
+        and weight.shape[0] <= 4096
+        and gemv_wins(1, *weight.shape)
+    )
+
+
 def embedding_gather_applies(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Tensor, lin) -> bool:
     """Whether the first block's `norm_linear` may gather its input rows itself (`index=`): inside
     `small_batch_gemv(.., embedding_gather=True)`, one token, and where its norm GEMV would run on one row of the
@@ -163,17 +179,18 @@ def embedding_gather_applies(ids: torch.Tensor, wte: torch.Tensor, wpe: torch.Te
     return norm_gemv_applies(wte[:1], wpe[:1], lin)
 
 
-def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = False, index=None):
+def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = False, index=None, wait=None):
     """(s, act(LayerNorm(s) @ lin.weight^T + lin.bias)) with s = x + delta, as one GEMV kernel whose prologue adds
     and normalises (x, delta [1, K]; callers check `norm_gemv_applies` first). Replaces the add + LayerNorm
     kernel in front of c_attn and c_fc at batch 1: in a captured step at batch 1 each kernel costs ~1.5 to 2 us
     however little it does (docs/BENCHMARKS.md, issue 27). index: (token ids, positions), [1] each, with x and
     delta the embedding tables (callers check `embedding_gather_applies`): the rows are gathered in the prologue,
-    which replaces the two embedding kernels too."""
+    which replaces the two embedding kernels too. wait: delta is a fused all-reduce's rows
+    (`roseinfer.fused_allreduce.PushedRows`), which the prologue waits for."""
     from roseinfer.kernels.gemv import norm_gemv_triton
 
     return norm_gemv_triton(
-        x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu, index=index
+        x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu, index=index, wait=wait
     )
 
 
@@ -190,14 +207,14 @@ def lm_head_gemv_applies(x: torch.Tensor, delta: torch.Tensor, weight: torch.Ten
     return _LM_HEAD.get() and norm_gemv_applies(x, delta, Weight(weight))
 
 
-def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor) -> torch.Tensor:
+def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor, wait=None) -> torch.Tensor:
     """LayerNorm(x + delta) @ weight^T (x, delta [1, C], weight [V_PAD, C]) -> logits [1, V_PAD] as one kernel:
     ln_f's add + LayerNorm in the prologue of the GEMV (callers check `lm_head_gemv_applies`). On the H100 the
     GEMV moved the 77 MB of GPT-2's lm_head at 90% of the copy bandwidth where cuBLAS took 13% longer
     (docs/BENCHMARKS.md, issue 27 round 5), and the LayerNorm's own kernel goes."""
     from roseinfer.kernels.gemv import norm_gemv_triton
 
-    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight)[1]
+    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight, wait=wait)[1]
 
 
 def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -> bool:

@@ -76,7 +76,9 @@ class Block(nn.Module):
         c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added (after the one-row CUDA MLP a float32
         split sum [SPLIT_ROWS, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H
-        is this rank's heads and each projection's output is summed over the ranks. index: (token ids, positions) [1]
+        is this rank's heads and each projection's output is summed over the ranks (at one row with the fused all-reduce:
+        the ranks' partial sums as words [W, C / 2], which the next norm GEMV waits for and adds,
+        `roseinfer.fused_allreduce`). index: (token ids, positions) [1]
         each, for the first block at one token where `embedding_gather_applies`: x and delta are then the
         embedding tables, and the c_attn GEMV's prologue gathers the rows."""
         t = x.shape[0] if index is None else 1
@@ -89,13 +91,17 @@ class Block(nn.Module):
         return self._mlp(x, a, layer, fused, gelu_epilogue)
 
     def _attention(self, x, delta, layer: int, kv: KVContext, fused: bool, in_gemv: bool, t: int, index):
-        """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C])."""
+        """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C], or with the fused
+        all-reduce the ranks' partial sums of it as words [W, C / 2])."""
+        wait = self._wait_for(delta, in_gemv)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, delta, self.ln_1, fused)
         with region(ATTENTION):
             if in_gemv:
-                x, qkv = norm_linear(x, delta, self.ln_1, self.c_attn, index=index)  # [T, C], [T, 3C]
+                x, qkv = norm_linear(
+                    x, delta, self.ln_1, self.c_attn, index=index, wait=wait
+                )  # [T, C], [T, 3C]
             else:
                 qkv = linear(h, self.c_attn)  # [T, 3C]
             qkv = qkv.view(t, 3, self.n_head, self.head_dim)  # [T, 3, H, D]
@@ -104,9 +110,19 @@ class Block(nn.Module):
                 kv.append(layer, k, v)
             o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
             a = (
-                linear(o, self.attn_proj) if self.tp is None else self.tp.row_parallel(o, self.attn_proj)
+                linear(o, self.attn_proj)
+                if self.tp is None
+                else self.tp.row_parallel(o, self.attn_proj, 2 * layer)
             )  # [T, C]
         return x, a
+
+    def _wait_for(self, delta: torch.Tensor, in_gemv: bool):
+        """What the norm GEMV reading `delta` waits on, where delta is a fused all-reduce's rows (None: nothing).
+        Only that GEMV waits: `fused_allreduce_applies` pushes only where it is the reader."""
+        wait = self.tp.wait_for(delta) if self.tp is not None else None
+        if wait is not None and not in_gemv:
+            raise RuntimeError("a fused all-reduce's rows reached a reader that does not wait for them")
+        return wait
 
     def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
         """The MLP half: (residual [T, C], the MLP's output [T, C], or the CUDA kernel's split sum [SPLIT_ROWS, C])."""
@@ -114,15 +130,18 @@ class Block(nn.Module):
         if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.ln_2, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32
                 return cuda_mlp(x, a, self, layer)
+        wait = self._wait_for(a, in_gemv)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, a, self.ln_2, fused)
         with region(MLP):
             if in_gemv:
-                x, g = norm_linear(x, a, self.ln_2, self.c_fc, gelu=True)  # [T, C], [T, 4C]
+                x, g = norm_linear(x, a, self.ln_2, self.c_fc, gelu=True, wait=wait)  # [T, C], [T, 4C]
             else:
                 g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
-            return x, linear(g, self.mlp_proj) if self.tp is None else self.tp.row_parallel(g, self.mlp_proj)
+            if self.tp is None:
+                return x, linear(g, self.mlp_proj)
+            return x, self.tp.row_parallel(g, self.mlp_proj, 2 * layer + 1)
 
 
 def residual_layer_norm(
@@ -220,9 +239,11 @@ class GPT2(nn.Module):
         head = (
             self.wte.weight if self.lm_head_weight is None else self.lm_head_weight
         )  # tied: [V or V_PAD, C]
-        if fused and lm_head_gemv_applies(x, delta, head):  # one row: ln_f in the lm_head GEMV's prologue
+        in_gemv = fused and lm_head_gemv_applies(x, delta, head)
+        wait = blocks[-1]._wait_for(delta, in_gemv)
+        if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue
             with region(LM_HEAD):
-                return norm_lm_head(x, delta, self.ln_f, head)[:, : self.cfg.vocab_size]  # [1, V]
+                return norm_lm_head(x, delta, self.ln_f, head, wait=wait)[:, : self.cfg.vocab_size]  # [1, V]
         with region(LAYERNORM):
             _, h = residual_layer_norm(x, delta, self.ln_f, fused)
         with region(LM_HEAD):

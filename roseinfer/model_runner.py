@@ -82,6 +82,8 @@ class ModelRunner:
         if self.tp is not None and cfg.tp_allreduce == "symm_mem":
             # Room for a decode step's [B_MAX, C]; a prefill's larger messages take NCCL.
             self.tp.use_symm_mem(cfg.max_batch_size * mc.n_embd, DTYPES[cfg.dtype], self.device)
+        if self.tp is not None and cfg.tp_allreduce == "fused":
+            self.tp.use_fused(mc.n_layer, mc.n_embd, self.device, cfg.tp_timeout_s)
         # On the CPU: how many intra-op threads, and why (None on other devices, whose kernels torch does not split).
         self.cpu_threads = (
             cpu_threads.apply(mc.n_embd, cfg.cpu_threads, cfg.tensor_parallel_size)

@@ -92,8 +92,9 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument(
         "--tp-allreduce",
         default="nccl",
-        choices=["nccl", "symm_mem"],
-        help="symm_mem: torch's NVLink all-reduce",
+        choices=["nccl", "symm_mem", "fused"],
+        help="symm_mem: torch's NVLink all-reduce; fused: at batch 1 no collective kernel, the GEMVs push their "
+        "partial sums over NVLink and the next GEMV adds them",
     )
     p.add_argument("--warmup-runs", type=int, default=1)
     p.add_argument("--repeat-runs", type=int, default=3)

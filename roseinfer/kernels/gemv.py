@@ -95,15 +95,32 @@ def _get_kernel():
 
     gdc_wait, gdc_launch_dependents = gdc_functions()
 
+    # The fused all-reduce's wait (`roseinfer.fused_allreduce`), as PTX
+    @triton.jit
+    def globaltimer():
+        return tl.inline_asm_elementwise(
+            "mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
+        )
+
+    @triton.jit
+    def trap():  # ends the kernel with an error the host sees (a rank that never pushed: it died)
+        tl.inline_asm_elementwise("trap; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
     @triton.jit
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
+        row_addrs_ptr, row_off, rank, timeout_ns,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
         NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
+        PUSH: tl.constexpr, WAIT: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
+        if PUSH:  # the epoch of this program's words: their last one in this rank's own row, plus one. The
+            # kernel itself wrote them a step ago (not the kernel in front), so read now, beside the weights
+            own = tl.load(row_addrs_ptr + rank).to(tl.pointer_type(tl.int64)) + row_off
+            epoch = (tl.load(own + pid * (BLOCK_N // 2), volatile=True) >> 32) + 1
         rm = tl.arange(0, BLOCK_M)  # [BM]
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
         rk = tl.arange(0, BLOCK_K)  # [BK]
@@ -128,13 +145,46 @@ def _get_kernel():
                 gdc_wait()
                 if not EARLY:
                     gdc_launch_dependents()
+            if WAIT:
+                # delta is a fused all-reduce's words [WAIT, ceil(K / 2)] (`roseinfer.fused_allreduce`): two values
+                # and the step's epoch each. Every rank's row is read until all its words carry the epoch this
+                # rank's own producer (the kernel in front, complete after the wait above) wrote. Loads are
+                # volatile: past L1, which another GPU's stores do not update.
+                kw = (K + 1) // 2
+                wk = tl.arange(0, BLOCK_K // 2)  # [BK / 2] words
+                wmask = wk < kw
+                epoch = tl.load(d_ptr + rank * kw, volatile=True) >> 32
+                start = globaltimer()
+                lo = tl.zeros([BLOCK_K // 2], dtype=tl.float32)  # columns 2i
+                hi = tl.zeros([BLOCK_K // 2], dtype=tl.float32)  # columns 2i + 1
+                for r in tl.static_range(WAIT):
+                    words = tl.load(d_ptr + r * kw + wk, mask=wmask, other=0, volatile=True)
+                    while tl.sum((wmask & ((words >> 32) != epoch)).to(tl.int32), 0) > 0:
+                        if globaltimer() - start > timeout_ns:
+                            trap()
+                        words = tl.load(d_ptr + r * kw + wk, mask=wmask, other=0, volatile=True)
+                    # summed in rank order (the same values in the same order on every rank: the same bits)
+                    lo += (
+                        (words & 0xFFFF).to(tl.uint16).to(s_ptr.dtype.element_ty, bitcast=True).to(tl.float32)
+                    )
+                    hi += (
+                        ((words >> 16) & 0xFFFF)
+                        .to(tl.uint16)
+                        .to(s_ptr.dtype.element_ty, bitcast=True)
+                        .to(tl.float32)
+                    )
+                # rounded to the activation dtype, as NCCL's reduction of two ranks rounds a + b
+                lo = lo.to(s_ptr.dtype.element_ty).to(tl.float32)
+                hi = hi.to(s_ptr.dtype.element_ty).to(tl.float32)
+                dr = tl.reshape(tl.join(lo, hi), [BLOCK_K])
             if NORM:  # prologue: s = x + delta (the residual stream; program 0 stores it), x1 = LayerNorm(s)
                 if not GATHER:
                     xr = tl.load(x_ptr + kk, mask=kmask, other=0.0)
-                    dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
-                    # a split sum [DELTA_ROWS, K] (roseinfer.kernels.split_sum): its rows added
-                    for r in tl.static_range(1, DELTA_ROWS):
-                        dr += tl.load(d_ptr + r * K + kk, mask=kmask, other=0.0)
+                    if not WAIT:
+                        dr = tl.load(d_ptr + kk, mask=kmask, other=0.0)
+                        # a split sum [DELTA_ROWS, K] (roseinfer.kernels.split_sum): its rows added
+                        for r in tl.static_range(1, DELTA_ROWS):
+                            dr += tl.load(d_ptr + r * K + kk, mask=kmask, other=0.0)
                 # rounded to the activation dtype like torch's add
                 sr = (xr.to(tl.float32) + dr.to(tl.float32)).to(s_ptr.dtype.element_ty)
                 tl.store(s_ptr + kk, sr, mask=kmask & (pid == 0))
@@ -177,35 +227,61 @@ def _get_kernel():
             # GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with tanh(u) = 1 - 2/(e^2u + 1)
             u = 0.7978845608028654 * (out + 0.044715 * out * out * out)
             out = 0.5 * out * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
-        o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
-        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+        if PUSH:
+            # A fused all-reduce's producer (one row): this program's columns of the partial sum, rounded to x's
+            # dtype, two to an 8-byte word with the step's epoch (one store: a reader sees all of a word or none
+            # of it), into this rank's row of the slot in every rank's buffer (the others' over NVLink).
+            wi = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)  # [BN / 2] this program's words
+            lo, hi = tl.split(tl.reshape(out.to(x_ptr.dtype.element_ty), [BLOCK_N // 2, 2]))
+            lo = lo.to(tl.uint16, bitcast=True).to(tl.int64)
+            hi = hi.to(tl.uint16, bitcast=True).to(tl.int64)
+            word = lo | (hi << 16) | (epoch << 32)
+            for r in tl.static_range(PUSH):
+                rows = tl.load(row_addrs_ptr + r).to(tl.pointer_type(tl.int64))
+                tl.store(rows + row_off + wi, word, mask=wi < (N + 1) // 2)
+        else:
+            o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
+            tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
 
     return gemv_kernel
 
 
 def gemv_triton(
-    x, weight, bias=None, gelu: bool = False, config: GemvConfig | None = None, pdl: bool | None = None
+    x,
+    weight,
+    bias=None,
+    gelu: bool = False,
+    config: GemvConfig | None = None,
+    pdl: bool | None = None,
+    push=None,
 ):
     """Same contract as `gemv_reference`. x rows may be strided (last dimension contiguous); weight contiguous.
-    pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says)."""
+    pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says).
+    push (one row): a fused all-reduce's slot (`roseinfer.fused_allreduce.PushTarget`): the output goes into this
+    rank's row of the slot in every rank's buffer, and the slot's words [W, ceil(N / 2)] int64 (this GPU's buffer)
+    are returned; the next norm GEMV (`norm_gemv_triton(.., wait=)`) waits for the others' rows and sums them."""
     from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     m, k = x.shape
     n = weight.shape[0]
     assert weight.shape[1] == k and x.stride(1) == 1 and weight.is_contiguous()
     assert bias is None or (bias.shape == (n,) and bias.is_contiguous())
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [M, N]
+    assert push is None or (m == 1 and push.rows.shape[1] == (n + 1) // 2 and push.rows.dtype == torch.int64)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device) if push is None else push.rows  # [M, N] or [W, N]
     if m == 0 or n == 0:
         return out
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
     cfg = config or pick_config(m, n, k, pdl)
     assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
+    p = push
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         x, x, x, x, 0.0, x, x, 0,
+        *((p.row_addrs, p.row_offset, p.rank) if p else (x, 0, 0)), 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, num_warps=cfg.num_warps, launch_pdl=pdl,
+        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, PUSH=p.rows.shape[0] if p else 0, WAIT=0,
+        num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
@@ -233,8 +309,6 @@ def norm_gemv_reference(
 # program normalises the whole row before its columns, and at 2 columns a program the lm_head's 25,152 programs
 # read 77 MB of x and delta from L2, as many bytes as its weights
 NORM_WIDE_FROM = 16384
-
-
 def pick_norm_config(n: int, k: int) -> GemvConfig:
     """The one-shot tile of `norm_gemv_triton` (K up to 4,096, `norm_gemv_fits`): `pick_config`'s one-row tile under
     PDL (2 output columns a program, the sweep's best for a block's linears), 8 columns from NORM_WIDE_FROM
@@ -247,13 +321,16 @@ def pick_norm_config(n: int, k: int) -> GemvConfig:
 
 def norm_gemv_triton(
     x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, pdl=None, index=None,
-    config: GemvConfig | None = None,
+    config: GemvConfig | None = None, wait=None,
 ):  # fmt: skip
     """Same contract as `norm_gemv_reference`, one kernel: every program recomputes the row's LayerNorm (the row
     is K <= 4,096 wide and in L2) before its GEMV, and program 0 writes s. Replaces the add + LayerNorm kernel
     in front of c_attn and c_fc at batch 1 (`roseinfer.linears.norm_linear`), and ln_f's in front of the lm_head;
     with `index` (the step's token id and position, [1] each, read before the wait like the tables' rows) also
-    the two embedding lookups in front of the first block's c_attn. config: the tile (`pick_norm_config`)."""
+    the two embedding lookups in front of the first block's c_attn. config: the tile (`pick_norm_config`).
+    wait: delta is a fused all-reduce's words [W, ceil(K / 2)] int64 that the kernel in front pushed
+    (`roseinfer.fused_allreduce.PushedRows`): the prologue waits for every rank's row, then adds them in rank
+    order."""
     from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     gather = index is not None
@@ -264,7 +341,11 @@ def norm_gemv_triton(
         x, delta = x[:1], delta[:1]  # the shapes of one row; the kernel reads the indexed rows
     m, k = x.shape
     n = weight.shape[0]
-    rows = delta_rows(x, delta)  # 1, or a split sum's rows (contiguous: row r at r * K)
+    # 1, or a split sum's rows (contiguous: row r at r * K), or a fused all-reduce's ranks (rows of ceil(K / 2) words)
+    rows = delta_rows(x, delta) if wait is None else delta.shape[0]
+    assert wait is None or (
+        not gather and delta.dtype == torch.int64 and delta.shape == (rows, (x.shape[1] + 1) // 2)
+    )
     assert norm_gemv_fits(x, weight) and rows and x.stride(1) == 1 and delta.stride(1) == 1
     assert rows == 1 or delta.is_contiguous()
     assert weight.is_contiguous() and ln_weight.is_contiguous() and ln_bias.is_contiguous()
@@ -277,9 +358,10 @@ def norm_gemv_triton(
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         delta, ln_weight, ln_bias, s, eps, xi if gather else x, di if gather else x,
-        d_stride if gather else 0,
+        d_stride if gather else 0, x, 0, *((wait.rank, wait.timeout_ns) if wait is not None else (0, 0)),
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
-        GATHER=gather, DELTA_ROWS=rows, num_warps=cfg.num_warps, launch_pdl=pdl,
+        GATHER=gather, DELTA_ROWS=rows, PUSH=0, WAIT=rows if wait is not None else 0, num_warps=cfg.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
     return s, out
