@@ -309,13 +309,25 @@ def norm_gemv_reference(
 # program normalises the whole row before its columns, and at 2 columns a program the lm_head's 25,152 programs
 # read 77 MB of x and delta from L2, as many bytes as its weights
 NORM_WIDE_FROM = 16384
-def pick_norm_config(n: int, k: int) -> GemvConfig:
+# Likewise for rows wider than this (gpt2-large and gpt2-xl; GPT-2 small and medium keep the sweep's 2 columns): at
+# 1,600 wide the re-read row is a third of a program's bytes at 2 columns. gpt2-xl at batch 1 on two H200s
+# (docs/BENCHMARKS.md, session 39), ms a token at 2 / 8 / 16 columns: TP=1 2.077 / 2.053 / 2.082, TP=2 on NCCL
+# 1.743 / 1.644 / -, TP=2 with the fused all-reduce 1.787 / 1.292 / 1.154. The fused all-reduce's delta is 4 bytes
+# a column a rank (2 for a plain one), so its readers take 16 columns on 8 warps, the rest 8 on 4.
+NORM_WIDE_ROWS_ABOVE = 1024
+
+
+def pick_norm_config(n: int, k: int, fused_rows: bool = False) -> GemvConfig:
     """The one-shot tile of `norm_gemv_triton` (K up to 4,096, `norm_gemv_fits`): `pick_config`'s one-row tile under
     PDL (2 output columns a program, the sweep's best for a block's linears), 8 columns from NORM_WIDE_FROM
-    (scripts/bench_gemv.py --linears lm_head --sweep-pdl)."""
+    (scripts/bench_gemv.py --linears lm_head --sweep-pdl), and for rows wider than NORM_WIDE_ROWS_ABOVE 8 columns,
+    16 where the delta is a fused all-reduce's rows (`fused_rows`)."""
+    block_k = triton_next_pow2(k)
     if n >= NORM_WIDE_FROM:
-        block_k = triton_next_pow2(k)
         return GemvConfig(8, block_k, num_warps=4 if block_k <= 1024 else 8, num_stages=1, one_shot=True)
+    if k > NORM_WIDE_ROWS_ABOVE:
+        wide = 16 if fused_rows else 8
+        return GemvConfig(wide, block_k, num_warps=wide // 2, num_stages=1, one_shot=True)
     return pick_config(1, n, k, pdl=True)
 
 
@@ -353,7 +365,7 @@ def norm_gemv_triton(
     s = torch.empty(1, k, dtype=x.dtype, device=x.device)  # [1, K]
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)  # [1, N]
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
-    cfg = config or pick_norm_config(n, k)
+    cfg = config or pick_norm_config(n, k, fused_rows=wait is not None)
     assert cfg.one_shot and cfg.block_k >= k
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),

@@ -40,6 +40,25 @@ def test_picked_config_fits(m, n, k, pdl):
         assert 64 <= cfg.block_k <= 512
 
 
+def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
+    # The sweep's 2 columns a program up to GPT-2 medium's 1,024-wide rows; gpt2-xl's 1,600 take 8, and 16 where
+    # the delta is a fused all-reduce's rows; the lm_head's vocabulary 8 at any width. Every tile holds all of K.
+    from roseinfer.kernels.gemv import pick_norm_config
+
+    assert pick_norm_config(2304, 768).block_n == pick_norm_config(4096, 1024).block_n == 2
+    assert pick_norm_config(2304, 768, fused_rows=True).block_n == 2
+    assert (pick_norm_config(4800, 1600).block_n, pick_norm_config(4800, 1600).num_warps) == (8, 4)
+    assert (pick_norm_config(2496, 1600, True).block_n, pick_norm_config(2496, 1600, True).num_warps) == (
+        16,
+        8,
+    )
+    assert pick_norm_config(50304, 1600, True).block_n == pick_norm_config(50304, 768).block_n == 8
+    for n, k in ((2304, 768), (4800, 1600), (50304, 1600), (7, 4096)):
+        for fused_rows in (False, True):
+            cfg = pick_norm_config(n, k, fused_rows)
+            assert cfg.one_shot and cfg.block_k >= k
+
+
 def test_dispatch_stays_on_torch_off_cuda_and_outside_the_scope():
     lin = torch.nn.Linear(16, 8)
     x = torch.randn(2, 16)
@@ -179,7 +198,7 @@ def test_norm_reference_is_add_then_layernorm_then_linear():
 
 
 @pytest.mark.gpu
-# the block's linears, odd shapes, and the lm_head's (the wide tile from NORM_WIDE_FROM columns)
+# the block's linears, odd shapes, gpt2-xl's wide rows, and the lm_head's (the wide tile from NORM_WIDE_FROM columns)
 @pytest.mark.parametrize(
     "n,k",
     [(2304, 768), (3072, 768), (37, 129), (4800, 1600), (7, 4096), (1, 1000), (50304, 768), (20001, 1600)],
@@ -188,7 +207,7 @@ def test_norm_reference_is_add_then_layernorm_then_linear():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
     # The add + LayerNorm prologue: s is exactly x + delta, out as the reference (LayerNorm rounded to dtype).
-    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton, pick_norm_config
 
     g = torch.Generator(device="cuda").manual_seed(n + k)
     x, d = (_rand(g, 1, k, dtype=dtype, device="cuda") for _ in range(2))
@@ -197,8 +216,10 @@ def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
     w = _rand(g, n, k, dtype=dtype, device="cuda", scale=k**-0.5)
     b = _rand(g, n, dtype=dtype, device="cuda") if bias else None
     s_ref, ref = norm_gemv_reference(x, d, ln_w, ln_b, 1e-5, w, b, gelu)
-    for pdl in (False, True):
-        s, out = norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, w, b, gelu, pdl=pdl)
+    # the picked tile without and with PDL, and with PDL the tile a fused all-reduce's reader picks
+    for pdl, fused_rows in ((False, False), (True, False), (True, True)):
+        config = pick_norm_config(n, k, fused_rows)
+        s, out = norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, w, b, gelu, pdl=pdl, config=config)
         assert torch.equal(s, s_ref)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-2
         torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
