@@ -149,12 +149,6 @@ class EngineConfig:
             raise ValueError(
                 f"tp_allreduce={self.tp_allreduce!r} (--tp-allreduce {self.tp_allreduce}) needs a CUDA device"
             )
-        if self.tp_allreduce == "fused" and self.tensor_parallel_size & (self.tensor_parallel_size - 1):
-            # the reading GEMV takes the ranks' rows as one tile (tl.arange)
-            raise ValueError(
-                "tp_allreduce='fused' (--tp-allreduce fused) needs a power-of-two tensor_parallel_size, got "
-                f"{self.tensor_parallel_size}"
-            )
         if self.tp_allreduce == "symm_mem" and self.dtype == "float16":
             # torch's symmetric-memory reduction kernels are built for float32 and bfloat16
             raise ValueError(

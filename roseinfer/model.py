@@ -93,7 +93,7 @@ class Block(nn.Module):
     def _attention(self, x, delta, layer: int, kv: KVContext, fused: bool, in_gemv: bool, t: int, index):
         """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C], or with the fused
         all-reduce the ranks' partial sums of it as words [W, C / 2])."""
-        wait = self._wait_for(delta, in_gemv)
+        wait = wait_for_pushed(self.tp, delta, in_gemv)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, delta, self.ln_1, fused)
@@ -112,17 +112,9 @@ class Block(nn.Module):
             a = (
                 linear(o, self.attn_proj)
                 if self.tp is None
-                else self.tp.row_parallel(o, self.attn_proj, 2 * layer)
+                else self.tp.row_parallel(o, self.attn_proj, 2 * layer if fused else None)
             )  # [T, C]
         return x, a
-
-    def _wait_for(self, delta: torch.Tensor, in_gemv: bool):
-        """What the norm GEMV reading `delta` waits on, where delta is a fused all-reduce's rows (None: nothing).
-        Only that GEMV waits: `fused_allreduce_applies` pushes only where it is the reader."""
-        wait = self.tp.wait_for(delta) if self.tp is not None else None
-        if wait is not None and not in_gemv:
-            raise RuntimeError("a fused all-reduce's rows reached a reader that does not wait for them")
-        return wait
 
     def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
         """The MLP half: (residual [T, C], the MLP's output [T, C], or the CUDA kernel's split sum [SPLIT_ROWS, C])."""
@@ -130,7 +122,7 @@ class Block(nn.Module):
         if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.ln_2, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32
                 return cuda_mlp(x, a, self, layer)
-        wait = self._wait_for(a, in_gemv)
+        wait = wait_for_pushed(self.tp, a, in_gemv)
         if not in_gemv:
             with region(LAYERNORM):
                 x, h = residual_layer_norm(x, a, self.ln_2, fused)
@@ -141,7 +133,19 @@ class Block(nn.Module):
                 g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
             if self.tp is None:
                 return x, linear(g, self.mlp_proj)
-            return x, self.tp.row_parallel(g, self.mlp_proj, 2 * layer + 1)
+            # the fused all-reduce only where its reader is the next norm GEMV (`fused`: at one row the model's
+            # LayerNorms run inside the GEMVs)
+            return x, self.tp.row_parallel(g, self.mlp_proj, 2 * layer + 1 if fused else None)
+
+
+def wait_for_pushed(tp, delta: torch.Tensor, reader_waits: bool):
+    """What the norm GEMV reading `delta` waits on, where delta is a fused all-reduce's words (None: nothing to wait
+    for). Only that GEMV waits (`reader_waits`): a projection pushes only where its reader is one
+    (`fused_allreduce_applies`, and the model's `fused`), which this holds it to."""
+    wait = tp.wait_for(delta) if tp is not None else None
+    if wait is not None and not reader_waits:
+        raise RuntimeError("a fused all-reduce's rows reached a reader that does not wait for them")
+    return wait
 
 
 def residual_layer_norm(
@@ -234,13 +238,14 @@ class GPT2(nn.Module):
                 x, delta = self.wte(ids), self.wpe(positions)  # [T, C] each: the first block adds them
         for layer, block in enumerate(blocks):
             x, delta = block(x, delta, layer, kv, fused, gelu_epilogue, index if layer == 0 else None)
-        if last is not None:
+        if last is not None:  # (never a fused all-reduce's words: indexing them would pick a rank's row)
+            wait_for_pushed(blocks[-1].tp, delta, reader_waits=False)
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
         head = (
             self.wte.weight if self.lm_head_weight is None else self.lm_head_weight
         )  # tied: [V or V_PAD, C]
         in_gemv = fused and lm_head_gemv_applies(x, delta, head)
-        wait = blocks[-1]._wait_for(delta, in_gemv)
+        wait = wait_for_pushed(blocks[-1].tp, delta, in_gemv)
         if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue
             with region(LM_HEAD):
                 return norm_lm_head(x, delta, self.ln_f, head, wait=wait)[:, : self.cfg.vocab_size]  # [1, V]

@@ -95,15 +95,10 @@ def _get_kernel():
 
     gdc_wait, gdc_launch_dependents = gdc_functions()
 
-    # The fused all-reduce's wait (`roseinfer.fused_allreduce`), as PTX
-    @triton.jit
-    def globaltimer():
-        return tl.inline_asm_elementwise(
-            "mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
-        )
+    from triton.language.extra.cuda import globaltimer
 
     @triton.jit
-    def trap():  # ends the kernel with an error the host sees (a rank that never pushed: it died)
+    def trap():  # the fused all-reduce's wait gave up: the kernel ends with an error the host sees (a dead rank)
         tl.inline_asm_elementwise("trap; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
@@ -229,8 +224,10 @@ def _get_kernel():
             out = 0.5 * out * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))
         if PUSH:
             # A fused all-reduce's producer (one row): this program's columns of the partial sum, rounded to x's
-            # dtype, two to an 8-byte word with the step's epoch (one store: a reader sees all of a word or none
-            # of it), into this rank's row of the slot in every rank's buffer (the others' over NVLink).
+            # dtype, two to an 8-byte word with the step's epoch, into this rank's row of the slot in every rank's
+            # buffer (the others' over NVLink). A reader sees all of a word or none of it: an aligned 8-byte store
+            # is one transaction, which NCCL's LL protocol relies on too (it stores with st.volatile; this is a
+            # plain st.global.b64, and the PTX memory model promises single-copy atomicity only to strong ones).
             wi = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)  # [BN / 2] this program's words
             lo, hi = tl.split(tl.reshape(out.to(x_ptr.dtype.element_ty), [BLOCK_N // 2, 2]))
             lo = lo.to(tl.uint16, bitcast=True).to(tl.int64)
@@ -277,10 +274,10 @@ def gemv_triton(
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         x, x, x, x, 0.0, x, x, 0,
-        *((p.row_addrs, p.row_offset, p.rank) if p else (x, 0, 0)), 0,
+        *((p.row_addrs, p.row_offset, p.rank) if p is not None else (x, 0, 0)), 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, PUSH=p.rows.shape[0] if p else 0, WAIT=0,
+        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, PUSH=p.rows.shape[0] if p is not None else 0, WAIT=0,
         num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
@@ -326,8 +323,12 @@ def pick_norm_config(n: int, k: int, fused_rows: bool = False) -> GemvConfig:
     if n >= NORM_WIDE_FROM:
         return GemvConfig(8, block_k, num_warps=4 if block_k <= 1024 else 8, num_stages=1, one_shot=True)
     if k > NORM_WIDE_ROWS_ABOVE:
-        wide = 16 if fused_rows else 8
-        return GemvConfig(wide, block_k, num_warps=wide // 2, num_stages=1, one_shot=True)
+        # The one-shot tile holds its weights in registers, at most 128 values a thread (compiled for sm_90: 8 x
+        # 2,048 on 4 warps 246 registers, 16 x 2,048 on 8 200, 8 x 4,096 on 8 233, none spilling); 16 x 4,096 would
+        # take 16 warps, whose 128 registers a thread spill
+        wide = 16 if fused_rows and block_k <= 2048 else 8
+        warps = max(4, wide * block_k // (32 * 128))
+        return GemvConfig(wide, block_k, num_warps=warps, num_stages=1, one_shot=True)
     return pick_config(1, n, k, pdl=True)
 
 

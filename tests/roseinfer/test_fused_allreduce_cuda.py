@@ -11,10 +11,105 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.roseinfer.test_tensor_parallel_cuda import two_gpus
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def pack(values: torch.Tensor, epoch: int) -> torch.Tensor:
+    """values [K] float16/bfloat16 -> the fused all-reduce's words [ceil(K / 2)] int64: values 2i and 2i + 1 in the
+    low and high 16 bits, the epoch above them (as the producer GEMV writes them)."""
+    bits = values.view(torch.int16).to(torch.int64) & 0xFFFF  # [K]
+    bits = torch.cat([bits, bits.new_zeros(bits.numel() % 2)])
+    return bits[0::2] | (bits[1::2] << 16) | (epoch << 32)
+
+
+def unpack(words: torch.Tensor, k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """words [ceil(K / 2)] -> (values [K] in dtype, epochs [ceil(K / 2)])."""
+    halves = torch.stack([words & 0xFFFF, (words >> 16) & 0xFFFF], 1).flatten()[:k]  # [K]
+    return halves.to(torch.int16).view(dtype), words >> 32
+
+
+def one_gpu_ranks(k: int, device="cuda"):
+    """A two-rank slot on one GPU: both ranks' buffers are the same [2, ceil(K / 2)] words, so rank 0's producer
+    writes row 0 (twice) and the test writes rank 1's row by hand."""
+    from roseinfer.fused_allreduce import PushTarget
+
+    words = torch.zeros(2, (k + 1) // 2, dtype=torch.int64, device=device)  # [W, K / 2]
+    addrs = torch.tensor([words.data_ptr()] * 2, dtype=torch.int64, device=device)
+    return words, PushTarget(words, addrs, 0, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+# GPT-2 small's row, gpt2-xl's at TP=2 (c_attn's 2,496 columns: the 16-column tile a fused reader takes), an odd one
+@pytest.mark.parametrize("n,k,k_rank", [(2304, 768, 384), (2496, 1600, 3200), (37, 129, 40)])
+def test_push_then_wait_reads_both_rows_as_nccl_adds_them(dtype, n, k, k_rank):
+    # Rank 0's GEMV pushes its partial sum (epoch 1); rank 1's row is written by hand with epoch 1; the norm GEMV
+    # that waits reads both and adds them as NCCL's two-rank reduction does: a + b rounded once.
+    from roseinfer.fused_allreduce import PushedRows
+    from roseinfer.kernels.gemv import (
+        gemv_reference,
+        gemv_triton,
+        norm_gemv_reference,
+        norm_gemv_triton,
+        pick_norm_config,
+    )
+
+    g = torch.Generator(device="cuda").manual_seed(k)
+    rand = lambda *shape, scale=1.0: (torch.randn(*shape, generator=g, device="cuda") * scale).to(dtype)  # noqa: E731
+    o, w_proj, b_proj = rand(1, k_rank), rand(k, k_rank, scale=k_rank**-0.5), rand(k)  # attn_proj's shard
+    x, ln_w, ln_b, w, b = rand(1, k), rand(k) + 1, rand(k, scale=0.1), rand(n, k, scale=k**-0.5), rand(n)
+    peer = rand(k)  # rank 1's partial sum
+    words, target = one_gpu_ranks(k)
+    words[1] = pack(peer, epoch=1)
+    assert gemv_triton(o, w_proj, b_proj, push=target) is words
+    ours, epochs = unpack(words[0], k, dtype)
+    assert (epochs == 1).all()
+    torch.testing.assert_close(
+        ours.float(), gemv_reference(o, w_proj, b_proj)[0].float(), atol=2e-2, rtol=2e-2
+    )
+    delta = (ours.float() + peer.float()).to(dtype)[None]  # [1, K]: a + b rounded once
+    s_ref, out_ref = norm_gemv_reference(x, delta, ln_w, ln_b, 1e-5, w, b, gelu=True)
+    for pdl in (False, True):
+        s, out = norm_gemv_triton(
+            x, words, ln_w, ln_b, 1e-5, w, b, gelu=True, pdl=pdl, wait=PushedRows(0, 10**10),
+            config=pick_norm_config(n, k, fused_rows=True),
+        )  # fmt: skip
+        assert torch.equal(s, s_ref)
+        torch.testing.assert_close(out.float(), out_ref.float(), atol=2e-2, rtol=2e-2)
+
+
+TRAP_CHILD = """
+import torch
+from roseinfer.fused_allreduce import PushedRows
+from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
+from tests.roseinfer.test_fused_allreduce_cuda import one_gpu_ranks
+
+k, n = 768, 64
+x, w_proj = torch.randn(1, 384, device="cuda").half(), torch.randn(k, 384, device="cuda").half()
+words, target = one_gpu_ranks(k)
+gemv_triton(x, w_proj, push=target)  # rank 0 at epoch 1; rank 1's row stays at 0: a rank that never pushed
+ln = torch.ones(k, device="cuda").half()
+_, out = norm_gemv_triton(torch.zeros(1, k, device="cuda").half(), words, ln, ln, 1e-5,
+                          torch.zeros(n, k, device="cuda").half(), wait=PushedRows(0, 50_000_000))
+torch.cuda.synchronize()
+print("READER RETURNED")
+"""
+
+
+@pytest.mark.gpu
+def test_a_wait_for_a_rank_that_never_pushes_ends_in_an_error_not_a_hang():
+    # The reader gives up after its timeout (50 ms here) with a trap: the host sees a CUDA error. In a child: the
+    # error ends its CUDA context.
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAP_CHILD], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode != 0 and "READER RETURNED" not in proc.stdout
+    assert "CUDA" in proc.stderr or "cuda" in proc.stderr, proc.stderr[-2000:]
+
 
 CHILD = """
 import json, sys

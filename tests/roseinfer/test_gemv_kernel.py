@@ -53,6 +53,7 @@ def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
         8,
     )
     assert pick_norm_config(50304, 1600, True).block_n == pick_norm_config(50304, 768).block_n == 8
+    assert (pick_norm_config(7, 4096, True).block_n, pick_norm_config(7, 4096, True).num_warps) == (8, 8)
     for n, k in ((2304, 768), (4800, 1600), (50304, 1600), (7, 4096)):
         for fused_rows in (False, True):
             cfg = pick_norm_config(n, k, fused_rows)
