@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from roseinfer.fused_allreduce import FusedAllReduce, PushedRows
+from roseinfer.fused_allreduce import FusedAllReduce, PushedRows, enable_symm_mem
 from roseinfer.linears import fused_allreduce_applies, linear
 from roseinfer.tracing import ALLREDUCE, region
 
@@ -65,18 +65,6 @@ class SymmMemAllReduce:
 
     def reduce(self, out: torch.Tensor) -> None:
         torch.ops.symm_mem.two_shot_all_reduce_(out.view(-1), "sum", self.group_name)
-
-
-def enable_symm_mem(group_name: str) -> None:
-    """Symmetric memory for the group (needed before torch 2.9, a no-op warning after)."""
-    import warnings
-
-    import torch.distributed._symmetric_memory as symm_mem
-
-    if hasattr(symm_mem, "enable_symm_mem_for_group"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            symm_mem.enable_symm_mem_for_group(group_name)
 
 
 @dataclass

@@ -31,6 +31,18 @@ from typing import NamedTuple
 import torch
 
 
+def enable_symm_mem(group_name: str) -> None:
+    """Symmetric memory for the group (needed before torch 2.9, a no-op warning after)."""
+    import warnings
+
+    import torch.distributed._symmetric_memory as symm_mem
+
+    if hasattr(symm_mem, "enable_symm_mem_for_group"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group_name)
+
+
 class PushTarget(NamedTuple):
     """Where a producer GEMV pushes (`roseinfer.kernels.gemv.gemv_triton(.., push=)`)."""
 
@@ -55,8 +67,6 @@ class FusedAllReduce:
     def __init__(self, tp, slots: int, width: int, device: torch.device, timeout_s: float):
         import torch.distributed as dist
         import torch.distributed._symmetric_memory as symm_mem
-
-        from roseinfer.distributed import enable_symm_mem
 
         if width % 2:
             raise ValueError(f"the fused all-reduce packs two values a word: width {width} is odd")
