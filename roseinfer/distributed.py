@@ -82,9 +82,8 @@ class TPGroup:
         """lin(x) summed over the ranks: x [T, N_r] this rank's input columns, lin its [C, N_r] weight shard (the
         bias on rank 0 only) -> [T, C]. With symmetric memory the result is a view of its buffer, valid until the
         next row-parallel projection (the model consumes it before that). With the fused all-reduce, where it
-        applies, the result is slot `slot`'s words [W, C / 2] (every rank's partial sum with the step's epoch), which
-        only a GEMV told `wait_for(words)` may read
-        (`roseinfer.fused_allreduce`)."""
+        applies, the result is slot `slot`'s words [W, C / 2]: every rank's partial sum with the step's epoch, which
+        only a GEMV told `wait_for(words)` may read (`roseinfer.fused_allreduce`)."""
         if self.fused is not None and slot is not None and fused_allreduce_applies(x, lin):
             return self.fused.project(x, lin, slot)
         symm = self.symm_mem
@@ -109,7 +108,7 @@ class TPGroup:
         return int(t.item())
 
     def wait_for(self, delta: torch.Tensor) -> PushedRows | None:
-        """What a GEMV reading `delta` must wait on: where delta is a fused all-reduce's rows, else None."""
+        """What a GEMV reading `delta` must wait on: where delta is a fused all-reduce's words, else None."""
         return self.fused.wait_for(delta) if self.fused is not None else None
 
     def use_symm_mem(self, capacity: int, dtype: torch.dtype, device: torch.device) -> None:

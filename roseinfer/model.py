@@ -76,11 +76,11 @@ class Block(nn.Module):
         c_attn GEMV's prologue: `roseinfer.linears.norm_linear`), likewise before the MLP. Returns the residual
         stream after attention and the MLP branch's output, not yet added (after the one-row CUDA MLP a float32
         split sum [SPLIT_ROWS, C] whose rows add up to it: `roseinfer.kernels.split_sum`). With tensor parallelism H
-        is this rank's heads and each projection's output is summed over the ranks (at one row with the fused all-reduce:
-        the ranks' partial sums as words [W, C / 2], which the next norm GEMV waits for and adds,
-        `roseinfer.fused_allreduce`). index: (token ids, positions) [1]
-        each, for the first block at one token where `embedding_gather_applies`: x and delta are then the
-        embedding tables, and the c_attn GEMV's prologue gathers the rows."""
+        is this rank's heads and each projection's output is summed over the ranks (at one row with the fused
+        all-reduce: the ranks' partial sums as words [W, C / 2], which the next norm GEMV waits for and adds,
+        `roseinfer.fused_allreduce`). index: (token ids, positions) [1] each, for the first block at one token where
+        `embedding_gather_applies`: x and delta are then the embedding tables, and the c_attn GEMV's prologue
+        gathers the rows."""
         t = x.shape[0] if index is None else 1
         in_gemv = index is not None or (fused and norm_gemv_applies(x, delta, self.c_attn))
         if in_gemv and cuda_attn_applies(x, delta, self, kv, self.n_positions, index):

@@ -277,8 +277,8 @@ def gemv_triton(
         *((p.row_addrs, p.row_offset, p.rank) if p is not None else (x, 0, 0)), 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
-        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1, PUSH=p.rows.shape[0] if p is not None else 0, WAIT=0,
-        num_warps=cfg.num_warps, launch_pdl=pdl,
+        EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1,
+        PUSH=p.rows.shape[0] if p is not None else 0, WAIT=0, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
