@@ -121,8 +121,13 @@ class RunWriter:
         self.store = store
         self.final = store.root / self.run_id
         self.path = store.root / f".tmp-{self.run_id}"
-        self.path.mkdir(parents=True)
-        (self.path / "raw").mkdir()
+        try:
+            self.path.mkdir()
+            (self.path / "raw").mkdir()
+        except OSError:  # nothing of the run stays: its folder (if made) and the traces folders new_run made
+            shutil.rmtree(self.path, ignore_errors=True)
+            _remove_empty(self.made)
+            raise
         self.manifest: dict = {
             "run_id": self.run_id,
             "name": name,

@@ -191,6 +191,33 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     assert len(run_dirs(nested)) == 1
 
 
+def test_a_run_whose_folder_cannot_be_made_whole_leaves_nothing(tmp_path, monkeypatch):
+    # The run's raw/ folder fails (a full disk): its .tmp folder goes, and so do the traces folders made for it.
+    import errno
+    from pathlib import Path
+
+    from roseprof.errors import RoseprofError
+
+    real_mkdir = Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if self.name == "raw":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(
+        RoseprofError, match="cannot create a run in the traces folder .*: No space left on device"
+    ):
+        RunStore(tmp_path / "new" / "traces").new_run("quick", "nsys")
+    assert not (tmp_path / "new").exists()
+    kept = tmp_path / "kept"  # a traces folder that was there before keeps what it held, and gains nothing
+    (kept / "notes").mkdir(parents=True)
+    with pytest.raises(RoseprofError):
+        RunStore(kept).new_run("quick", "nsys")
+    assert sorted(p.name for p in kept.iterdir()) == ["notes"]
+
+
 @pytest.mark.parametrize("args", [["show"], ["import"], ["nope"]])
 def test_usage_errors_exit_2(args):
     proc = roseprof(*args)
