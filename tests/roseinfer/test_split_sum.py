@@ -1,7 +1,7 @@
 """The split sum (`roseinfer.kernels.split_sum`): the CUDA MLP's output as R float32 rows whose sum is the [1, C]
 it stands for. Which deltas a one-row reader takes, and the torch paths that join one before they add it. The
 kernels that sum the rows themselves are checked on a GPU: test_cuda_ext.py, test_cuda_attn.py,
-test_gemv_kernel.py."""
+test_gemv_kernel.py, test_norm_gemv.py."""
 
 import torch
 
