@@ -121,12 +121,12 @@ class RunWriter:
         self.store = store
         self.final = store.root / self.run_id
         self.path = store.root / f".tmp-{self.run_id}"
+        self._done = False
         try:
             self.path.mkdir()
             (self.path / "raw").mkdir()
         except OSError:  # nothing of the run stays: its folder (if made) and the traces folders new_run made
-            shutil.rmtree(self.path, ignore_errors=True)
-            _remove_empty(self.made)
+            self.abort()
             raise
         self.manifest: dict = {
             "run_id": self.run_id,
@@ -135,7 +135,6 @@ class RunWriter:
             "created_utc": utc_now(),
             "created_ns": time.time_ns(),  # the order of runs created within one second (created_order)
         }
-        self._done = False
 
     @property
     def raw(self) -> Path:
