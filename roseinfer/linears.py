@@ -158,15 +158,17 @@ def fused_allreduce_applies(x: torch.Tensor, lin) -> bool:
     """Whether a row-parallel projection's all-reduce may be fused into the GEMVs (`roseinfer.fused_allreduce`):
     one row, where the GEMV runs the projection and where every reader of its output is a norm GEMV that waits
     for it (inside `small_batch_gemv(.., norm_prologue=True, lm_head=True)`: the next block's c_attn or this
-    block's c_fc, or the lm_head with ln_f, each `norm_gemv_fits` at the output's width)."""
+    block's c_fc, or the lm_head with ln_f, each `norm_gemv_fits` at the output's width). At one row the GEMV wins
+    at every shape (`gemv_wins`)."""
+    from roseinfer.kernels.gemv import ONE_SHOT_MAX_K
+
     weight = lin.weight
     return (
         _LM_HEAD.get()
         and x.shape[0] == 1
         and uses_gemv(x)
         and weight.is_contiguous()
-        and weight.shape[0] <= 4096
-        and gemv_wins(1, *weight.shape)
+        and weight.shape[0] <= ONE_SHOT_MAX_K
     )
 
 

@@ -47,6 +47,11 @@ def gemv_reference(x, weight, bias=None, gelu: bool = False):
     return out.to(x.dtype)
 
 
+# The widest K a one-shot tile (every weight of a program loaded at once) takes, and so the widest row the norm
+# prologue (which exists for that tile only) normalises
+ONE_SHOT_MAX_K = 4096
+
+
 @dataclass(frozen=True)
 class GemvConfig:
     block_n: int  # output columns (rows of W) per program
@@ -65,7 +70,7 @@ def pick_config(m: int, n: int, k: int, pdl: bool = False) -> GemvConfig:
     PDL the K loop was faster at one row (c_attn 3.7 against 4.2 us on the H100).
     Otherwise a K loop, aiming at ~3+ programs per SM of the H100's 132 (all resident at once: a program holds
     little), 16-byte loads, and an accumulator of at most 32 fp32 registers per thread."""
-    if pdl and m == 1 and k <= 4096:
+    if pdl and m == 1 and k <= ONE_SHOT_MAX_K:
         block_k = triton_next_pow2(k)
         return GemvConfig(2, block_k, num_warps=2 if block_k <= 1024 else 4, num_stages=1, one_shot=True)
     block_m = max(1, triton_next_pow2(m))
@@ -270,22 +275,21 @@ def gemv_triton(
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
     cfg = config or pick_config(m, n, k, pdl)
     assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
-    p = push
     _get_kernel()[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         x, x, x, x, 0.0, x, x, 0,
-        *((p.row_addrs, p.row_offset, p.rank) if p is not None else (x, 0, 0)), 0,
+        *((push.row_addrs, push.row_offset, push.rank) if push is not None else (x, 0, 0)), 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
         EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1,
-        PUSH=p.rows.shape[0] if p is not None else 0, WAIT=0, num_warps=cfg.num_warps, launch_pdl=pdl,
+        PUSH=push.rows.shape[0] if push is not None else 0, WAIT=0, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
 
 def norm_gemv_fits(x, weight) -> bool:
     """The add + LayerNorm prologue exists for the one-shot tile only: one row, K up to 4,096."""
-    return x.shape[0] == 1 and x.shape[1] <= 4096 and weight.shape[1] == x.shape[1]
+    return x.shape[0] == 1 and x.shape[1] <= ONE_SHOT_MAX_K and weight.shape[1] == x.shape[1]
 
 
 def norm_gemv_reference(
