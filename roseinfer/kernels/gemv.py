@@ -107,6 +107,14 @@ def _get_kernel():
         tl.inline_asm_elementwise("trap; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
     @triton.jit
+    def store_sys(ptr, value, mask):  # st.relaxed.sys: a strong 8-byte store, single-copy atomic by the PTX model
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.relaxed.sys.global.b64 [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,l,r", [ptr.to(tl.int64, bitcast=True), value, mask.to(tl.int32)], dtype=tl.int32,
+            is_pure=False, pack=1,
+        )
+
+    @triton.jit
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
@@ -230,9 +238,9 @@ def _get_kernel():
         if PUSH:
             # A fused all-reduce's producer (one row): this program's columns of the partial sum, rounded to x's
             # dtype, two to an 8-byte word with the step's epoch, into this rank's row of the slot in every rank's
-            # buffer (the others' over NVLink). A reader sees all of a word or none of it: an aligned 8-byte store
-            # is one transaction, which NCCL's LL protocol relies on too (it stores with st.volatile; this is a
-            # plain st.global.b64, and the PTX memory model promises single-copy atomicity only to strong ones).
+            # buffer (the others' over NVLink). A reader sees all of a word or none of it: the PTX memory model
+            # promises single-copy atomicity to a strong aligned 8-byte store (st.relaxed.sys; NCCL's LL protocol
+            # stores with st.volatile). A plain st.global.b64 measured the same (docs/BENCHMARKS.md, session 40).
             wi = pid * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)  # [BN / 2] this program's words
             lo, hi = tl.split(tl.reshape(out.to(x_ptr.dtype.element_ty), [BLOCK_N // 2, 2]))
             lo = lo.to(tl.uint16, bitcast=True).to(tl.int64)
@@ -240,7 +248,7 @@ def _get_kernel():
             word = lo | (hi << 16) | (epoch << 32)
             for r in tl.static_range(PUSH):
                 rows = tl.load(row_addrs_ptr + r).to(tl.pointer_type(tl.int64))
-                tl.store(rows + row_off + wi, word, mask=wi < (N + 1) // 2)
+                store_sys(rows + row_off + wi, word, wi < (N + 1) // 2)
         else:
             o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
             tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
