@@ -52,11 +52,13 @@ from roseinfer.cuda_ext.fused_mlp import MlpScratch
 from roseinfer.cuda_ext.recorder import StampedKernel, StampRecorder
 from roseinfer.cuda_ext.stamps import StampLog, stamps_path
 from roseinfer.kernels import triton_available
+from roseinfer.kernels.gemv import ALLREDUCE_KERNEL
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kernels.skinny_gemm import SkinnyScratch
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.linears import small_batch_gemv
+from roseinfer.names import ALLREDUCE_KERNEL_REGION_NAMES
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, STATE, region
 
 
@@ -226,6 +228,11 @@ class DecodeGraphs:
                 self.mlp_scratch = MlpScratch(n, device, stamps=stamps)
                 regions = tuple(region for _, region in fused_mlp.PHASES)
                 stamped.append(StampedKernel(self.mlp_scratch, fused_mlp.KERNEL, regions))
+            tp = model.h[0].tp
+            if stamps and tp is not None and tp.fused is not None:  # the fused all-reduce's readers
+                readers = tp.fused.record_readers(model.fused_reader_columns())
+                regions = ALLREDUCE_KERNEL_REGION_NAMES
+                stamped.append(StampedKernel(readers, ALLREDUCE_KERNEL, regions, readers.launch_bounds))
             if stamps and stamped:
                 self.stamp_recorder = StampRecorder(stamped, StampLog(stamps_path()))
                 atexit.register(self.stamp_recorder.close)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 
@@ -54,10 +55,42 @@ class PushTarget(NamedTuple):
 
 class PushedRows(NamedTuple):
     """What a reader GEMV waits on (`roseinfer.kernels.gemv.norm_gemv_triton(.., wait=)`): the epoch in its own
-    rank's row, in every rank's."""
+    rank's row, in every rank's. stamps: where the reader records its regions ([NSTAMP, programs] int64, a view of
+    `ReaderStamps.stamp_rows`), or None."""
 
     rank: int
     timeout_ns: int
+    stamps: torch.Tensor | None = None
+
+
+class ReaderStamps:
+    """The readers' regions (issue 50): with a profiler on, each program of the GEMV that reads slot s writes
+    NSTAMP %globaltimer stamps (`roseinfer.kernels.gemv.NSTAMP`) into its columns of `stamp_rows`, a step's
+    every reader side by side: [NSTAMP, sum of their programs], slot s's columns from offsets[s]. Stamp-major, so
+    that a step's copy is one and each stamp reduces over a slot's programs in one numpy call (`launch_bounds`).
+    `programs`: each slot's reader's grid. `launched`: whether a reader has used them (the recorder writes no
+    step that ran none, `roseinfer.cuda_ext.recorder`)."""
+
+    def __init__(self, programs: list[int], device) -> None:
+        from roseinfer.kernels.gemv import NSTAMP
+
+        self.programs = list(programs)
+        self.offsets = [sum(self.programs[:s]) for s in range(len(self.programs))]
+        self.stamp_rows = torch.zeros(NSTAMP, sum(self.programs), dtype=torch.int64, device=device)
+        self.launched = False
+
+    def for_slot(self, slot: int) -> torch.Tensor:
+        """[NSTAMP, programs] the stamps of slot `slot`'s reader (rows stamp_rows' width apart)."""
+        start = self.offsets[slot]
+        return self.stamp_rows[:, start : start + self.programs[slot]]
+
+    def launch_bounds(self, by_stamp: np.ndarray) -> np.ndarray:
+        """A step's stamps [NSTAMP, sum of programs] (on the host) -> each slot's reader's phase bounds
+        [slots, NSTAMP]: the earliest program's start, then each boundary where the last program passed it
+        (`roseinfer.cuda_ext.stamps.phase_bounds`)."""
+        bounds = np.maximum.reduceat(by_stamp, self.offsets, axis=1)  # [NSTAMP, S]
+        bounds[0] = np.minimum.reduceat(by_stamp[0], self.offsets)
+        return np.ascontiguousarray(bounds.T)  # [S, NSTAMP]
 
 
 class FusedAllReduce:
@@ -78,6 +111,7 @@ class FusedAllReduce:
         self.rows = buffer.view(slots, tp.world_size, self.words)  # [S, W, C / 2]
         self.rows.zero_()  # epoch 0: the first push writes 1
         self.row_addrs = torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device=device)  # [W]
+        self.stamps: ReaderStamps | None = None  # `record_readers`
         # every rank's buffer is zero before any rank pushes
         torch.cuda.synchronize(device)
         dist.barrier(group=tp.cpu_group)
@@ -100,7 +134,22 @@ class FusedAllReduce:
         size = rows[0].numel() * rows.element_size()
         if offset < 0 or offset % size or offset // size >= self.slots:
             return None
-        return PushedRows(self.rank, self.timeout_ns)
+        if self.stamps is None:
+            return PushedRows(self.rank, self.timeout_ns)
+        self.stamps.launched = True
+        return PushedRows(self.rank, self.timeout_ns, self.stamps.for_slot(offset // size))
+
+    def record_readers(self, columns: list[int]) -> ReaderStamps:
+        """The readers record their regions from now on (a profiled engine: `roseinfer.cuda_graphs`). columns: the
+        output columns of each slot's reader, in slot order (`GPT2.fused_reader_columns`)."""
+        from roseinfer.kernels.gemv import pick_norm_config
+
+        if len(columns) != self.slots:
+            raise ValueError(f"{self.slots} slots need as many readers, not {len(columns)}")
+        width = 2 * self.words
+        programs = [-(-n // pick_norm_config(n, width, fused_rows=True).block_n) for n in columns]
+        self.stamps = ReaderStamps(programs, self.rows.device)
+        return self.stamps
 
     def epochs(self) -> torch.Tensor:
         """[S, W, C / 2] the epoch of every word in this GPU's buffer: how many times each rank pushed each

@@ -200,6 +200,18 @@ class GPT2(nn.Module):
         self.wte.weight = nn.Parameter(padded[:v], requires_grad=False)
         self.lm_head_weight = padded
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The lm_head's weight: the tied embedding [V, C], or its padded buffer [V_PAD, C] once pad_lm_head() ran."""
+        return self.wte.weight if self.lm_head_weight is None else self.lm_head_weight
+
+    def fused_reader_columns(self) -> list[int]:
+        """The output columns of each fused all-reduce slot's reader (`roseinfer.fused_allreduce`), in slot order:
+        per layer the attention's slot, which its c_fc reads, then the MLP's, which the next layer's c_attn reads
+        (the last layer's: the lm_head)."""
+        nexts = [block.c_attn.weight.shape[0] for block in self.h[1:]] + [self.head_weight.shape[0]]
+        return [n for block, nxt in zip(self.h, nexts) for n in (block.c_fc.weight.shape[0], nxt)]
+
     def init_random(self, seed: int) -> None:
         """GPT-2's initialisation (normal 0.02, residual projections scaled), reproducible from `seed`."""
         g = torch.Generator().manual_seed(seed)
@@ -241,9 +253,7 @@ class GPT2(nn.Module):
         if last is not None:  # (never a fused all-reduce's words: indexing them would pick a rank's row)
             wait_for_pushed(blocks[-1].tp, delta, reader_waits=False)
             x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
-        head = (
-            self.wte.weight if self.lm_head_weight is None else self.lm_head_weight
-        )  # tied: [V or V_PAD, C]
+        head = self.head_weight  # tied: [V or V_PAD, C]
         in_gemv = fused and lm_head_gemv_applies(x, delta, head)
         wait = wait_for_pushed(blocks[-1].tp, delta, in_gemv)
         if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue

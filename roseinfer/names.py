@@ -50,8 +50,17 @@ ATTN_ATTEND = (
     "roseinfer.layer.attention.attend"  # each block's tokens' partial softmax, pushed (until all arrive)
 )
 ATTN_PROJ = "roseinfer.layer.attention.proj"  # the partials combined, attn_proj's columns added (atomics)
+# The fused all-reduce's reader (tensor parallelism at one row, `roseinfer.fused_allreduce`): the GEMV after a
+# row-parallel projection, which waits for every rank's partial sum, adds them and runs the next LayerNorm and
+# linear (c_fc, c_attn or the lm_head). Its phases: its weights loaded, waiting for the kernel in front (PDL); its
+# own rank's sum is in, the other ranks' rows arriving (the ranks' skew and NVLink's latency); the rows added, the
+# LayerNorm and the linear that reads them
+ALLREDUCE_WAIT = "roseinfer.layer.allreduce.wait"
+ALLREDUCE_PEERS = "roseinfer.layer.allreduce.peers"
+ALLREDUCE_GEMV = "roseinfer.layer.allreduce.gemv"
 KERNEL_REGION_NAMES = (MLP_WAIT, MLP_NORM, MLP_UP, MLP_DOWN, MLP_SUM)
 ATTN_KERNEL_REGION_NAMES = (ATTN_WAIT, ATTN_NORM, ATTN_QKV, ATTN_ATTEND, ATTN_PROJ)
+ALLREDUCE_KERNEL_REGION_NAMES = (ALLREDUCE_WAIT, ALLREDUCE_PEERS, ALLREDUCE_GEMV)
 REGION_NAMES = (
     DECODE_STEP,
     BUILD_BLOCK_TABLES,

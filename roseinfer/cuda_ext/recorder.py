@@ -19,6 +19,7 @@ burst of it into every few steps, which a profile of the engine would show as IT
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,14 +30,27 @@ from roseinfer.cuda_ext.stamps import StampLog
 RING = 16  # steps whose stamps can be in flight (one pinned slot each, a kernel's [L, NSTAMP, BLOCKS])
 
 
+def launch_bounds(by_stamp: np.ndarray) -> np.ndarray:
+    """Stamps stamp-major [..., NSTAMP, BLOCKS] -> each launch's NSTAMP phase bounds [..., NSTAMP]
+    (`stamps.phase_bounds`: the earliest block's start, then each boundary where the last block passed it).
+    Reduced over the contiguous blocks: numpy's max over a strided blocks axis took ~4x as long (46 against 12 us
+    for [12, 96, 6]), and a contiguous copy first most of those 12."""
+    out = by_stamp.max(axis=-1)  # [..., NSTAMP]
+    out[..., 0] = by_stamp[..., 0, :].min(axis=-1)
+    return out
+
+
 @dataclass(frozen=True)
 class StampedKernel:
-    """A stamping kernel's scratch (`.stamp_rows` [L, NSTAMP, BLOCKS], `.launched`), its CUDA function's name and
-    its phases' region names (NSTAMP - 1)."""
+    """A stamping kernel's scratch (`.stamp_rows`, `.launched`), its CUDA function's name, its phases' region names
+    (NSTAMP - 1) and how a step's copy of stamp_rows reduces to each launch's bounds [launches, NSTAMP]: by default
+    (`launch_bounds`) stamp_rows is [L, NSTAMP, BLOCKS], a launch per layer of one grid each; a kernel whose
+    launches differ in size hands its own (`roseinfer.fused_allreduce.ReaderStamps.launch_bounds`)."""
 
     scratch: object
     kernel: str
     regions: tuple[str, ...]
+    bounds: Callable[[np.ndarray], np.ndarray] = launch_bounds
 
 
 class _Landed:
@@ -105,18 +119,8 @@ class StampRecorder:
         slot, launched, done = self.pending.popleft()
         done.synchronize()  # landed already, except where the ring was full or at a flush
         lines = [
-            self.log.lines(k.kernel, k.regions, launch_bounds(self.rings[i].numpy()[slot]))
+            self.log.lines(k.kernel, k.regions, k.bounds(self.rings[i].numpy()[slot]))
             for i, k in enumerate(self.kernels)
             if launched[i]
         ]
         self.log.write(b"".join(lines))  # the step's lines in one append
-
-
-def launch_bounds(by_stamp: np.ndarray) -> np.ndarray:
-    """Stamps stamp-major [..., NSTAMP, BLOCKS] -> each launch's NSTAMP phase bounds [..., NSTAMP]
-    (`stamps.phase_bounds`: the earliest block's start, then each boundary where the last block passed it).
-    Reduced over the contiguous blocks: numpy's max over a strided blocks axis took ~4x as long (46 against 12 us
-    for [12, 96, 6]), and a contiguous copy first most of those 12."""
-    out = by_stamp.max(axis=-1)  # [..., NSTAMP]
-    out[..., 0] = by_stamp[..., 0, :].min(axis=-1)
-    return out

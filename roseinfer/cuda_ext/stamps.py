@@ -5,12 +5,14 @@ leaves one launch's %globaltimer stamps in a device buffer; its host code, after
 to the phase boundaries and appends one JSON line per launch to the file named by `$ROSEINFER_KERNEL_STAMPS` (a roseprof capture sets it to the run folder's
 `kernel_stamps.jsonl`, as it sets the step log; `roseprof import --stamps FILE` takes one written elsewhere):
 
-    {"v": 1, "kernel": "fused_mlp_kernel", "regions": [R0, ..., Rn-1], "bounds_ns": [b0, ..., bn]}
+    {"v": 1, "kernel": "fused_mlp_kernel", "regions": [R0, ..., Rn-1], "pid": P, "bounds_ns": [b0, ..., bn]}
 
 `kernel`: the kernel function's name (the profiler's kernel name contains it as a word); `regions`: the engine's
-region names of its phases (roseinfer/names.py); `bounds_ns`: n+1 times on the GPU's clock, phase k from b_k to
-b_k+1. Lines are in launch order: roseprof matches the k-th line of a kernel to the k-th launch of that kernel in
-the trace and places the phases from the launch's start (%globaltimer is not the trace's clock).
+region names of its phases (roseinfer/names.py); `pid`: the process that launched it (tensor-parallel ranks append
+to one file; older files have none); `bounds_ns`: n+1 times on the GPU's clock, phase k from b_k to b_k+1. Lines
+are in launch order: roseprof matches the k-th line of a kernel (of a process) to the k-th launch of that kernel
+(by that process) in the trace and places the phases from the launch's start (%globaltimer is not the trace's
+clock).
 
 Torch-free: the caller hands the boundaries as plain ints.
 """
@@ -55,8 +57,9 @@ class StampLog:
     the file together, whatever else appends to it (another engine of the process, whose log has its own
     descriptor), and nothing is held in a buffer that a crash would lose."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, pid: int | None = None) -> None:
         self.path = Path(path)
+        self.pid = os.getpid() if pid is None else pid  # each line's: the process whose launches they are
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         # a log never closed still frees its descriptor
@@ -91,7 +94,10 @@ class StampLog:
         key = (kernel, tuple(regions), count)
         fmt = self._formats.get(key)
         if fmt is None:
-            line = {"v": KERNEL_STAMPS_VERSION, "kernel": kernel, "regions": list(regions), "bounds_ns": []}
+            line = {
+                "v": KERNEL_STAMPS_VERSION, "kernel": kernel, "regions": list(regions), "pid": self.pid,
+                "bounds_ns": [],
+            }  # fmt: skip
             head = json.dumps(line)[: -len("[]}")].replace("%", "%%")
             fmt = self._formats[key] = ((head + "[" + ", ".join(["%d"] * n) + "]}\n") * count).encode()
         return fmt % tuple(flat)

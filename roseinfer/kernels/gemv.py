@@ -47,6 +47,12 @@ def gemv_reference(x, weight, bias=None, gelu: bool = False):
     return out.to(x.dtype)
 
 
+# The fused all-reduce's reader (`norm_gemv_triton(.., wait=)`) is this kernel, and where its regions are recorded
+# (`roseinfer.fused_allreduce.ReaderStamps`) each program writes NSTAMP %globaltimer stamps: its start, the kernel in
+# front completed (its PDL wait), every rank's row arrived, its output stored
+ALLREDUCE_KERNEL = "allreduce_gemv_kernel"
+NSTAMP = 4
+
 # The widest K a one-shot tile (every weight of a program loaded at once) takes, and so the widest row the norm
 # prologue (which exists for that tile only) normalises
 ONE_SHOT_MAX_K = 4096
@@ -91,8 +97,9 @@ def triton_next_pow2(v: int) -> int:
 
 
 @functools.cache
-def _get_kernel():
-    """The kernel, compiled on first use: importing this module needs no Triton (the CPU engine never calls it)."""
+def _get_kernels():
+    """(gemv_kernel, allreduce_gemv_kernel), compiled on first use: importing this module needs no Triton (the CPU
+    engine never calls it)."""
     import triton
     import triton.language as tl
 
@@ -106,25 +113,31 @@ def _get_kernel():
     def trap():  # the fused all-reduce's wait gave up: the kernel ends with an error the host sees (a dead rank)
         tl.inline_asm_elementwise("trap; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
 
+    # st.relaxed.sys: a strong 8-byte store, which the PTX memory model promises to arrive whole
     @triton.jit
-    def store_sys(ptr, value, mask):  # st.relaxed.sys: a strong 8-byte store, single-copy atomic by the PTX model
+    def store_sys(ptr, value, mask):
         tl.inline_asm_elementwise(
             "{ .reg .pred p; setp.ne.b32 p, $3, 0; @p st.relaxed.sys.global.b64 [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,l,r", [ptr.to(tl.int64, bitcast=True), value, mask.to(tl.int32)], dtype=tl.int32,
-            is_pure=False, pack=1,
+            "=r,l,l,r",
+            [ptr.to(tl.int64, bitcast=True), value, mask.to(tl.int32)],
+            dtype=tl.int32,
+            is_pure=False,
+            pack=1,
         )
 
     @triton.jit
-    def gemv_kernel(
-        x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+    def gemv_program(
+        pid, x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-        row_addrs_ptr, row_off, rank, timeout_ns,
-        HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
-        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
-        PUSH: tl.constexpr, WAIT: tl.constexpr,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        HAS_BIAS, GELU, BLOCK_M, BLOCK_N,
+        BLOCK_K, STAGES, ONE_SHOT, PDL,
+        NORM, EARLY, GATHER, DELTA_ROWS,
+        PUSH, WAIT, STAMPS,
     ):  # fmt: skip
-        pid = tl.program_id(0)
+        # a fused all-reduce reader's regions (`roseinfer.fused_allreduce.ReaderStamps`): its start
+        if STAMPS:
+            tl.store(stamp_ptr + pid, globaltimer())
         if PUSH:  # the epoch of this program's words: their last one in this rank's own row, plus one. The
             # kernel itself wrote them a step ago (not the kernel in front), so read now, beside the weights
             own = tl.load(row_addrs_ptr + rank).to(tl.pointer_type(tl.int64)) + row_off
@@ -153,6 +166,8 @@ def _get_kernel():
                 gdc_wait()
                 if not EARLY:
                     gdc_launch_dependents()
+            if STAMPS:  # the kernel in front (this rank's producer) has completed
+                tl.store(stamp_ptr + stamp_stride + pid, globaltimer())
             if WAIT:
                 # delta is a fused all-reduce's words [WAIT, ceil(K / 2)] (`roseinfer.fused_allreduce`): two values
                 # and the step's epoch each. Every rank's row is read until all its words carry the epoch this
@@ -181,6 +196,8 @@ def _get_kernel():
                         .to(s_ptr.dtype.element_ty, bitcast=True)
                         .to(tl.float32)
                     )
+                if STAMPS:  # every rank's row has arrived
+                    tl.store(stamp_ptr + 2 * stamp_stride + pid, globaltimer())
                 # rounded to the activation dtype, as NCCL's reduction of two ranks rounds a + b
                 lo = lo.to(s_ptr.dtype.element_ty).to(tl.float32)
                 hi = hi.to(s_ptr.dtype.element_ty).to(tl.float32)
@@ -252,8 +269,48 @@ def _get_kernel():
         else:
             o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
             tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+        if STAMPS:  # its output stored
+            tl.store(stamp_ptr + 3 * stamp_stride + pid, globaltimer())
 
-    return gemv_kernel
+    @triton.jit
+    def gemv_kernel(
+        x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+        d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
+        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
+        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr,
+    ):  # fmt: skip
+        gemv_program(
+            tl.program_id(0), x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+            d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
+            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+            HAS_BIAS, GELU, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ONE_SHOT, PDL, NORM, EARLY, GATHER, DELTA_ROWS,
+            PUSH, WAIT, STAMPS,
+        )  # fmt: skip
+
+    # The fused all-reduce's reader (WAIT) is the same program under a name of its own (ALLREDUCE_KERNEL): a
+    # profile tells it from the other GEMVs, and its stamps' lines match its launches only
+    @triton.jit
+    def allreduce_gemv_kernel(
+        x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+        d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
+        NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
+        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr,
+    ):  # fmt: skip
+        gemv_program(
+            tl.program_id(0), x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
+            d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
+            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+            HAS_BIAS, GELU, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ONE_SHOT, PDL, NORM, EARLY, GATHER, DELTA_ROWS,
+            PUSH, WAIT, STAMPS,
+        )  # fmt: skip
+
+    return gemv_kernel, allreduce_gemv_kernel
 
 
 def gemv_triton(
@@ -283,14 +340,16 @@ def gemv_triton(
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
     cfg = config or pick_config(m, n, k, pdl)
     assert not cfg.one_shot or (m == 1 and cfg.block_k >= k)
-    _get_kernel()[(-(-n // cfg.block_n),)](
+    gemv_kernel, _ = _get_kernels()
+    gemv_kernel[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         x, x, x, x, 0.0, x, x, 0,
-        *((push.row_addrs, push.row_offset, push.rank) if push is not None else (x, 0, 0)), 0,
+        *((push.row_addrs, push.row_offset, push.rank) if push is not None else (x, 0, 0)), 0, x, 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
         EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1,
-        PUSH=push.rows.shape[0] if push is not None else 0, WAIT=0, num_warps=cfg.num_warps, launch_pdl=pdl,
+        PUSH=push.rows.shape[0] if push is not None else 0, WAIT=0, STAMPS=False, num_warps=cfg.num_warps,
+        launch_pdl=pdl,
     )  # fmt: skip
     return out
 
@@ -380,13 +439,20 @@ def norm_gemv_triton(
     pdl = (pdl_enabled() if pdl is None else pdl) and pdl_supported()
     cfg = config or pick_norm_config(n, k, fused_rows=wait is not None)
     assert cfg.one_shot and cfg.block_k >= k
-    _get_kernel()[(-(-n // cfg.block_n),)](
+    programs = -(-n // cfg.block_n)
+    # a fused all-reduce's reader: its own kernel name, and its stamps [NSTAMP, programs] (stride(0) apart) where
+    # its regions are recorded
+    stamps = wait.stamps if wait is not None else None
+    assert stamps is None or (stamps.shape == (NSTAMP, programs) and stamps.stride(1) == 1)
+    gemv_kernel, allreduce_gemv_kernel = _get_kernels()
+    (gemv_kernel if wait is None else allreduce_gemv_kernel)[(programs,)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         delta, ln_weight, ln_bias, s, eps, xi if gather else x, di if gather else x,
         d_stride if gather else 0, x, 0, *((wait.rank, wait.timeout_ns) if wait is not None else (0, 0)),
+        *((stamps, stamps.stride(0)) if stamps is not None else (x, 0)),
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
-        GATHER=gather, DELTA_ROWS=rows, PUSH=0, WAIT=rows if wait is not None else 0, num_warps=cfg.num_warps,
-        launch_pdl=pdl,
+        GATHER=gather, DELTA_ROWS=rows, PUSH=0, WAIT=rows if wait is not None else 0, STAMPS=stamps is not None,
+        num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return s, out

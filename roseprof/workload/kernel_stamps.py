@@ -11,6 +11,9 @@ wrote the trace:
   (Kineto and nsys name `fused_mlp_kernel` as `void (anonymous namespace)::fused_mlp_kernel<...>(...)`). Where the
   counts differ (a profiler that recorded only part of the program, a file of another run) no launch of K gets
   ranges and the run's warnings say so: a guess could put every region on the wrong launch.
+- Processes: a line with a `pid` (tensor-parallel ranks append to one file) matches only launches that process
+  made, where the trace knows the thread that launched them. Where the file and the trace each have one process
+  for K, the two are the same program whatever their pids (a profiler in another pid namespace).
 - Placing: %globaltimer is the GPU's clock, not the trace's, so phase k is placed at the launch's start plus
   b_k - b_0, and cut at the launch's end (what no stamp sees, the blocks' dispatch and the grid's retirement, is
   left at the end; a phase that would end past the launch is cut there, and the warnings count such launches).
@@ -45,6 +48,8 @@ class Launch:
     kernel: str
     regions: tuple[str, ...]
     bounds: tuple[int, ...]
+    # the process that launched it (None: a file from before tensor parallelism's stamps)
+    pid: int | None = None
 
 
 def read_stamps(path: Path, label: str) -> tuple[list[Launch], list[str]]:
@@ -88,7 +93,10 @@ def _launch(raw: bytes) -> Launch | None:
         return None
     if any(b > a for a, b in zip(bounds[1:], bounds)):  # a boundary before the one in front: no launch's
         return None
-    return Launch(kernel, tuple(regions), tuple(bounds))
+    pid = doc.get("pid")
+    if pid is not None and not (isinstance(pid, int) and not isinstance(pid, bool) and pid >= 0):
+        return None
+    return Launch(kernel, tuple(regions), tuple(bounds), pid)
 
 
 def attach(trace: Trace, launches: list[Launch], label: str) -> None:
@@ -96,23 +104,32 @@ def attach(trace: Trace, launches: list[Launch], label: str) -> None:
     warnings)."""
     o = trace.ops
     kernels = np.flatnonzero(o.kind == KERNEL)  # by start: GpuOps are sorted so
-    by_kernel: dict[str, list[Launch]] = {}
+    # each launch's process, where the trace knows the thread that launched it (-1: it does not)
+    tids, at = np.unique(o.api_tid[kernels], return_inverse=True)
+    pids = np.asarray([trace.thread_pids.get(int(t), -1) for t in tids.tolist()], dtype=np.int64)[at]
+    by_kernel: dict[str, dict[int | None, list[Launch]]] = {}
     for launch in launches:
-        by_kernel.setdefault(launch.kernel, []).append(launch)
+        by_kernel.setdefault(launch.kernel, {}).setdefault(launch.pid, []).append(launch)
+    ids = np.unique(o.name[kernels])
     ops, placed = [], []
-    for kernel, stamped in by_kernel.items():
+    for kernel, by_pid in by_kernel.items():
         word = re.compile(r"(?<![A-Za-z0-9_])" + re.escape(kernel) + r"(?![A-Za-z0-9_])")
-        ids = np.unique(o.name[kernels])
         matching = [i for i in ids.tolist() if word.search(trace.names[i])]
-        found = kernels[np.isin(o.name[kernels], matching)]
-        if len(found) != len(stamped):
-            trace.warnings.append(
-                f"{label}: {len(stamped):,} launch(es) of {kernel} stamped, the trace has {len(found):,}: "
-                "their regions are left out (launches are matched in order, so the counts must agree)"
-            )
-            continue
-        ops += found.tolist()
-        placed += stamped
+        is_kernel = np.isin(o.name[kernels], matching)
+        traced = set(pids[is_kernel].tolist()) - {-1}
+        for pid, stamped in by_pid.items():
+            found = kernels[is_kernel]
+            if pid is not None and traced and not (len(by_pid) == 1 and len(traced) == 1):
+                found = kernels[is_kernel & (pids == pid)]
+            if len(found) != len(stamped):
+                of = f" of {kernel}" + (f" by process {pid}" if pid is not None and len(by_pid) > 1 else "")
+                trace.warnings.append(
+                    f"{label}: {len(stamped):,} launch(es){of} stamped, the trace has {len(found):,}: "
+                    "their regions are left out (launches are matched in order, so the counts must agree)"
+                )
+                continue
+            ops += found.tolist()
+            placed += stamped
     if not ops:
         return
     _add_ranges(trace, np.asarray(ops, dtype=np.int64), placed, label)

@@ -3,6 +3,7 @@ phases' bounds, the stamps file's lines (StampLog: whole lines, one append each)
 captured step's stamps off the device and writes them in step order, all on the CPU with real and made stamps."""
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +160,7 @@ def test_the_recorder_writes_every_steps_launches_in_step_order_across_its_ring(
                             "v": 1,
                             "kernel": kernel.kernel,
                             "regions": list(kernel.regions),
+                            "pid": os.getpid(),
                             "bounds_ns": bounds,
                         }
                     )
@@ -195,7 +197,7 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
         log.record_many(fm.KERNEL, regions, np.asarray(bounds[1:]))
     lines = (tmp_path / "k.jsonl").read_text().splitlines()
     expected = [
-        {"v": 1, "kernel": fm.KERNEL, "regions": regions, "bounds_ns": b}
+        {"v": 1, "kernel": fm.KERNEL, "regions": regions, "pid": os.getpid(), "bounds_ns": b}
         for b in [*bounds, bounds[0], *bounds[1:]]
     ]
     assert lines == [json.dumps(e) for e in expected]
@@ -203,3 +205,36 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
         StampLog(tmp_path / "bad.jsonl").record(fm.KERNEL, regions, [1, 2])
     with pytest.raises(ValueError, match="5 regions need 6 bounds, not 5"):
         StampLog(tmp_path / "bad.jsonl").record_many(fm.KERNEL, regions, np.zeros((3, 5), dtype=np.int64))
+
+
+def test_readers_of_different_grids_reduce_each_to_its_own_bounds(tmp_path):
+    # The fused all-reduce's readers (`ReaderStamps`): one launch a slot a step, each of its own grid (c_fc's, the
+    # next c_attn's, the lm_head's), side by side in one [NSTAMP, sum of programs] buffer. Each slot's line has the
+    # bounds phase_bounds gives for its own programs' stamps only, in slot order, with the reader's region names.
+    from roseinfer.cuda_ext.stamps import phase_bounds
+    from roseinfer.fused_allreduce import ReaderStamps
+    from roseinfer.kernels.gemv import ALLREDUCE_KERNEL, NSTAMP
+    from roseinfer.names import ALLREDUCE_KERNEL_REGION_NAMES
+
+    programs = [7, 3, 7, 1, 12]
+    stamps = ReaderStamps(programs, "cpu")
+    assert stamps.stamp_rows.shape == (NSTAMP, sum(programs)) and not stamps.launched
+    g = torch.Generator().manual_seed(3)
+    by_program = []  # each slot's [programs, NSTAMP], what its programs wrote
+    for slot, n in enumerate(programs):
+        mine = torch.randint(1, 10**12, (n, NSTAMP), generator=g).sort(dim=1).values
+        view = stamps.for_slot(slot)  # [NSTAMP, n], a view of stamp_rows
+        assert view.shape == (NSTAMP, n) and view.stride() == (sum(programs), 1)
+        view.copy_(mine.T)
+        by_program.append(mine.tolist())
+    kernel = StampedKernel(stamps, ALLREDUCE_KERNEL, ALLREDUCE_KERNEL_REGION_NAMES, stamps.launch_bounds)
+    path = tmp_path / "kernel_stamps.jsonl"
+    recorder = StampRecorder([kernel], StampLog(path, pid=41))
+    recorder.after_step()  # nothing launched: no line
+    stamps.launched = True
+    recorder.after_step()
+    recorder.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["bounds_ns"] for line in lines] == [phase_bounds(p, NSTAMP) for p in by_program]
+    assert {(line["kernel"], line["pid"]) for line in lines} == {("allreduce_gemv_kernel", 41)}
+    assert all(line["regions"] == list(ALLREDUCE_KERNEL_REGION_NAMES) for line in lines)

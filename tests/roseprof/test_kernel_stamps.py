@@ -88,6 +88,55 @@ def test_counts_that_disagree_attach_nothing_and_say_why(tmp_path):
         ]
 
 
+def test_each_ranks_lines_go_to_its_own_processs_launches(tmp_path):
+    # Tensor-parallel ranks append to one stamps file, each line with its process: on a real two-rank nsys capture
+    # (two H200s, 1,296 gemv_kernel launches by each rank's process), rank 1's lines written first and in turns with
+    # rank 0's, each rank's launches get its own lines' phases, in its own order, on its own GPU's tracks. A
+    # process whose count disagrees loses its ranges alone, and the warning names it.
+    from roseprof.drivers.nsys.reader import read_nsys_sqlite
+
+    path = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite"
+    pid0, pid1 = 1525, 1571  # the fixture's processes: rank 0 drives GPU 0, rank 1 GPU 1
+    regions = ("a.one", "a.two")
+    for extra in (0, 1):
+        trace = read_nsys_sqlite(str(path))
+        o = trace.ops
+        gemv = np.flatnonzero((o.kind == KERNEL) & (o.name == trace.names.intern("gemv_kernel")))
+        launches = {
+            pid: int(sum(trace.thread_pids[int(t)] == pid for t in o.api_tid[gemv])) for pid in (pid0, pid1)
+        }
+        assert launches == {pid0: 1296, pid1: 1296}
+        stamps = tmp_path / f"s{extra}.jsonl"
+        with StampLog(stamps, pid=pid0) as rank0, StampLog(stamps, pid=pid1) as rank1:
+            for k in range(1296 + extra):  # rank 1 first; each launch's span is 100 + k ns (rank 0) or 50 + k
+                rank1.record("gemv_kernel", regions, [0, 50, 50 + k])
+                if k < 1296:
+                    rank0.record("gemv_kernel", regions, [0, 100, 100 + k])
+        stamped, _ = kernel_stamps.read_stamps(stamps, "s")
+        kernel_stamps.attach(trace, stamped, "s")
+        assert check(trace) == []
+        r = trace.ranges
+        on_gpu = np.flatnonzero(is_gpu_track(r.tid))
+        device, _, _ = gpu_track_parts(r.tid[on_gpu])
+        if extra:  # rank 1 has a line too many: rank 0's are placed, rank 1's left out
+            assert trace.warnings == [
+                "s: 1,297 launch(es) of gemv_kernel by process 1571 stamped, the trace has 1,296: their regions "
+                "are left out (launches are matched in order, so the counts must agree)"
+            ]
+            assert set(device.tolist()) == {0}
+            continue
+        assert trace.warnings == []
+        for dev, first in ((0, 100), (1, 50)):
+            mine = on_gpu[device == dev]
+            ones = mine[[trace.names[i] == "a.one" for i in r.name[mine]]]
+            twos = mine[[trace.names[i] == "a.two" for i in r.name[mine]]]
+            assert len(ones) == len(twos) == 1296
+            assert set((r.end[ones] - r.start[ones]).tolist()) == {first}  # this rank's own lines
+            starts = np.sort(r.start[twos])  # in this rank's order: the k-th launch's span is first + k
+            assert ((r.end[twos] - r.start[twos])[np.argsort(r.start[twos])] == np.arange(1296)).all()
+            assert (starts == np.sort(o.start[gemv][o.device[gemv] == dev]) + first).all()
+
+
 def test_a_span_longer_than_the_launch_is_cut_at_its_end(tmp_path):
     """The H100 fixture's Triton kernels are shorter than the H200 launch's 8.64 us of stamps."""
     trace = read(DATA / "torch" / "h100-torch2.11-roseinfer-graphs.json.gz", tmp_path, "t")
