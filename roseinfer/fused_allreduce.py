@@ -74,6 +74,8 @@ class ReaderStamps:
     def __init__(self, programs: list[int], device) -> None:
         from roseinfer.kernels.gemv import NSTAMP
 
+        if not programs or min(programs) < 1:
+            raise ValueError(f"every slot's reader has programs: {programs}")
         self.programs = list(programs)
         self.offsets = [sum(self.programs[:s]) for s in range(len(self.programs))]
         self.stamp_rows = torch.zeros(NSTAMP, sum(self.programs), dtype=torch.int64, device=device)
@@ -86,10 +88,14 @@ class ReaderStamps:
 
     def launch_bounds(self, by_stamp: np.ndarray) -> np.ndarray:
         """A step's stamps [NSTAMP, sum of programs] (on the host) -> each slot's reader's phase bounds
-        [slots, NSTAMP]: the earliest program's start, then each boundary where the last program passed it
-        (`roseinfer.cuda_ext.stamps.phase_bounds`)."""
-        bounds = np.maximum.reduceat(by_stamp, self.offsets, axis=1)  # [NSTAMP, S]
-        bounds[0] = np.minimum.reduceat(by_stamp[0], self.offsets)
+        [slots, NSTAMP]: its earliest program's start; the end of its wait and of its peers, each an event every
+        program waits for (the kernel in front completing, the last row arriving), where its first program got past
+        it; its last program's end. A grid of more programs than fit at once (the lm_head's, 6,288 at gpt2-xl's
+        vocabulary) has programs that start after both events, and pass them at once: the last program past
+        them would put the GEMV's later waves into the wait (`stamps.phase_bounds` takes the last, for kernels
+        whose blocks are all resident)."""
+        bounds = np.minimum.reduceat(by_stamp, self.offsets, axis=1)  # [NSTAMP, S]
+        bounds[-1] = np.maximum.reduceat(by_stamp[-1], self.offsets)
         return np.ascontiguousarray(bounds.T)  # [S, NSTAMP]
 
 

@@ -59,31 +59,32 @@ def range_pids(trace: Trace) -> np.ndarray:
     return trace.pids(trace.ranges.tid)
 
 
-def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None]:
-    """([R] bool, note): the ranges whose steps are the run's steps where the ranges come from several processes:
-    the lowest known rank's, or, where no rank is known (no step logs), the lowest pid's (the process that started
-    the others, where pids have not wrapped: rank 0 starts the engine's other ranks), with a note saying so. (None, None) for the
-    ranges of one process: every range counts, with no per-range lookup."""
+def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None, list[int] | None]:
+    """([R] bool, note, pids): the ranges whose steps are the run's steps where the ranges come from several
+    processes: the lowest known rank's, or, where no rank is known (no step logs), the lowest pid's (the process
+    that started the others, where pids have not wrapped: rank 0 starts the engine's other ranks), with a note
+    saying so, and those processes' pids. (None, None, None) for the ranges of one process: every range counts,
+    with no per-range lookup."""
     if len(set(trace.thread_pids.values())) < 2:
-        return None, None
+        return None, None, None
     pids = range_pids(trace)
     present = np.unique(pids[pids >= 0])
     if len(present) < 2:
-        return None, None
+        return None, None, None
     ranked = ranked_pids(trace)
     if ranked:
         lowest = next(iter(ranked))
         note = None
         if lowest != 0:
             note = f"no process of the trace is known as rank 0: the step table is rank {lowest}'s steps (the lowest rank known)"
-        return np.isin(pids, ranked[lowest]), note
+        return np.isin(pids, ranked[lowest]), note, list(ranked[lowest])
     # No rank known: one process' steps, never several processes' interleaved as if they were one sequence.
     first = int(present[0])
     note = (
         f"ranges from {len(present)} processes and no rank known (no step log names them): the steps are those "
         f"of pid {first}, the lowest; pass the engine's step logs (--steplog) to join every rank"
     )
-    return pids == first, note
+    return pids == first, note, [first]
 
 
 @dataclass

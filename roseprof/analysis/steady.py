@@ -14,7 +14,10 @@ Each of these gets its own line (steps, host time). For the steps left, per regi
 host time inside each step (the durations of that region's ranges in it) and of the GPU time of the kernels the
 step launched, graph replays counted in the region where their node was captured (gpu_regions.py), each kernel
 its own time on its stream (stream_time.py: under programmatic dependent launches a kernel starts while the one
-before still runs, and its recorded duration includes that wait).
+before still runs, and its recorded duration includes that wait), and the regions inside fused kernels (their
+stamps) each their own span. In a run of several processes (tensor-parallel ranks) the steps are rank 0's
+(analysis/ranks.first_rank_ranges) and so are their GPU figures: another rank's kernels are its own, in the per-rank
+GPU time (sections/gpu_time.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.stats import dense_ids
 from roseprof.analysis.steps import CPU_PREFIX
-from roseprof.model import KERNEL, Trace
+from roseprof.model import KERNEL, Trace, gpu_track_parts, is_gpu_track
 from roseprof.workload.roseinfer import PREFILL
 from roseprof.workload.steplog import StepLogRecords
 
@@ -74,6 +77,7 @@ def steady_state(
     unit: str,
     step_name: str | None,
     pairs: tuple[np.ndarray, np.ndarray] | None = None,  # gpu_regions.kernel_range_pairs, shared by the run
+    step_pids: list[int] | None = None,  # the processes the steps are (several ranks: rank 0's); None: all
 ) -> dict | None:
     if not rows or not rows.get("dur_ns"):
         return None
@@ -84,7 +88,12 @@ def steady_state(
     ops, r = trace.ops, trace.ranges
     has_gpu = trace.has_gpu
     kernel = ops.kind == KERNEL
-    op_step = np.where(kernel & (ops.api_tid >= 0), _step_of(ops.api_start, starts, ends), -1)
+    # A kernel is in the step its launch call is in, among the steps' own process's launches: another rank launches
+    # on its own host timeline, which rank 0's step windows do not cut into its steps
+    own = kernel & (ops.api_tid >= 0)
+    if step_pids is not None:
+        own &= np.isin(trace.pids(ops.api_tid), step_pids)
+    op_step = np.where(own, _step_of(ops.api_start, starts, ends), -1)
     replaying = np.zeros(n, dtype=bool)
     graph = is_graph_launch(trace) & (op_step >= 0)
     replaying[op_step[graph]] = True
@@ -126,6 +135,9 @@ def steady_state(
             trace, tree, launch_range, capture, r.name, op_step, n, op_ns=own_ns, pairs=pairs
         )
         gpu = {trace.names[int(k)]: m[:, j] for j, k in enumerate(keys.tolist()) if m[steady, j].any()}
+        gpu.update(
+            (name, v) for name, v in _inside_kernels_by_step(trace, op_step, n).items() if v[steady].any()
+        )
         sel = kernel & (op_step >= 0)
         step_gpu = np.bincount(op_step[sel], weights=own_ns[sel], minlength=n)
         step_durations = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
@@ -207,9 +219,15 @@ def steady_state(
     elif log is not None and log.prefills:
         excluded["prefill"]["ranges"] = len(log.prefills)
         excluded["prefill"]["range_host_ns"] = int(sum(p["end_ns"] - p["start_ns"] for p in log.prefills))
+    steady_kernels = kernel & (op_step >= 0)
+    steady_kernels[steady_kernels] = steady[op_step[steady_kernels]]
     return {
         "unit": unit,
         "step_name": step_name,
+        # the GPUs whose kernels the steps hold, and in a run of several processes (ranks) the steps' own ones:
+        # its GPU figures are theirs alone
+        "gpus": int(np.count_nonzero(np.bincount(ops.device[steady_kernels]))) if has_gpu else 0,
+        "pids": step_pids,
         "steps": n,
         "counted": int(steady.sum()),
         "excluded": excluded,
@@ -227,6 +245,31 @@ def steady_state(
         "regions_total": len(regions),
         # GPU time of graph replays is in the regions they were captured in (the trace has the graph's nodes).
         "graph_replays": bool(replaying[steady].any() and (capture >= 0).any()),
+    }
+
+
+def _inside_kernels_by_step(trace: Trace, op_step: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Regions inside kernels (a fused kernel's stamps: GPU ranges of its launches, workload/kernel_stamps.py),
+    their GPU time per step [n] by name: each range in the step of the kernel that started last before it on its
+    GPU, which is the launch it was placed in or one that started early beside it (programmatic dependent launch),
+    of the same step: a step's replay ends before the next step's kernels start."""
+    r, o = trace.ranges, trace.ops
+    inside = np.flatnonzero(is_gpu_track(r.tid))
+    if not len(inside):
+        return {}
+    device, _, _ = gpu_track_parts(r.tid[inside])
+    kernels = np.flatnonzero(o.kind == KERNEL)  # by start
+    step = np.full(len(inside), -1, dtype=np.int64)
+    for d in np.unique(device).tolist():
+        mine = kernels[o.device[kernels] == d]
+        at = np.searchsorted(o.start[mine], r.start[inside[device == d]], side="right") - 1
+        step[device == d] = np.where(at >= 0, op_step[mine[np.maximum(at, 0)]], -1)
+    ok = step >= 0
+    names, ids = np.unique(r.name[inside[ok]], return_inverse=True)
+    dur = (r.end - r.start)[inside[ok]]
+    return {
+        trace.names[int(name)]: np.bincount(step[ok][ids == j], weights=dur[ids == j], minlength=n)
+        for j, name in enumerate(names.tolist())
     }
 
 

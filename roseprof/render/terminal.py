@@ -227,9 +227,9 @@ def print_steady(console: Console, steady: dict, top: int = 12) -> None:
         console.print(f"  ... {len(steady['regions']) - top} more regions (--json)", markup=False)
     if steady.get("graph_replays"):
         console.print(plain(f"  {text.GRAPH_NOTE}"), markup=False, style="dim")
-    overlap = text.overlap_note(steady)
-    if overlap:
-        console.print(plain(f"  {overlap}"), markup=False, overflow="fold", style="dim")
+    for note in (text.overlap_note(steady), text.gpus_note(steady)):
+        if note:
+            console.print(plain(f"  {note}"), markup=False, overflow="fold", style="dim")
     left = text.left_out_sentence(steady)
     if left:
         console.print(plain(f"  {left}"), markup=False, overflow="fold", style="dim")

@@ -297,6 +297,19 @@ def overlap_note(steady: dict) -> str | None:
     )
 
 
+def gpus_note(steady: dict) -> str | None:
+    """Said in a run of several processes (tensor-parallel ranks): the steps, and so their GPU figures, are one
+    rank's."""
+    pids = steady.get("pids")
+    if not pids:
+        return None
+    which = "pid " + ", ".join(str(p) for p in pids)
+    return (
+        f"GPU: the steps' own process's GPU time ({which}, the lowest rank's); every rank's: "
+        f"GPU time per {steady.get('unit', 'step')}, per rank"
+    )
+
+
 def steps_line(steps: dict) -> str:
     """The step counts and times; rollovers only for the engine's decode steps."""
     d = duration

@@ -119,13 +119,17 @@ def attach(trace: Trace, launches: list[Launch], label: str) -> None:
         traced = set(pids[is_kernel].tolist()) - {-1}
         for pid, stamped in by_pid.items():
             found = kernels[is_kernel]
-            if pid is not None and traced and not (len(by_pid) == 1 and len(traced) == 1):
+            by_process = pid is not None and traced and not (len(by_pid) == 1 and len(traced) == 1)
+            if by_process:
                 found = kernels[is_kernel & (pids == pid)]
             if len(found) != len(stamped):
-                of = f" of {kernel}" + (f" by process {pid}" if pid is not None and len(by_pid) > 1 else "")
+                of = f" of {kernel}" + (f" by process {pid}" if by_process else "")
+                why = "launches are matched in order, so the counts must agree"
+                if by_process and pid not in traced:
+                    why = f"no launch of it in the trace is process {pid}'s: a stamps file of another run?"
                 trace.warnings.append(
                     f"{label}: {len(stamped):,} launch(es){of} stamped, the trace has {len(found):,}: "
-                    "their regions are left out (launches are matched in order, so the counts must agree)"
+                    f"their regions are left out ({why})"
                 )
                 continue
             ops += found.tolist()

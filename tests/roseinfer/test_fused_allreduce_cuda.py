@@ -109,10 +109,11 @@ def late_row_kernel():
     return late_row
 
 
-def planted_reader(k: int = 768, n: int = 3072, dtype=torch.float16):
-    """A reader of a two-rank slot on one GPU (c_fc at GPT-2 small's width), recording its stamps; run(delay_ns)
-    launches it with rank 0's row in place and rank 1's written `delay_ns` after the reader's start, and returns
-    the reader's phase bounds [NSTAMP]."""
+def planted_reader(k: int = 768, n: int = 768, dtype=torch.float16):
+    """A reader of a two-rank slot on one GPU (768 wide, 768 columns: 384 programs, all resident at once with room
+    for the writer; a reader with programs still queued behind its waiting ones would keep the writer off the GPU
+    until its timeout), recording its stamps; run(delay_ns) launches it with rank 0's row in place and rank 1's
+    written `delay_ns` after the reader's start, and returns the reader's phase bounds [NSTAMP]."""
     import triton
 
     from roseinfer.fused_allreduce import PushedRows, ReaderStamps
@@ -179,9 +180,9 @@ def test_a_readers_stamps_add_up_to_its_duration(delay_us):
 
 @pytest.mark.gpu
 def test_a_row_planted_late_moves_the_peers_region_only():
-    # Rank 1's row 20 us or 70 us after the reader's start: the peers region (the other ranks' rows arriving) grows
-    # by the 50 us within 10%, and the wait for the kernel in front and the GEMV after the rows move by less than
-    # 10% of it.
+    # Rank 1's row 150 us or 200 us after the reader's start (later than the writer's own launch, ~80 us after the
+    # reader's from Python): the peers region (the other ranks' rows arriving) grows by the 50 us within 10%, and
+    # the wait for the kernel in front and the GEMV after the rows move by less than 10% of it.
     run = planted_reader()
     run(1000)
 
@@ -192,9 +193,9 @@ def test_a_row_planted_late_moves_the_peers_region_only():
             durations.append([b - a for a, b in zip(bounds, bounds[1:])])
         return [sorted(d[k] for d in durations)[3] for k in range(3)]
 
-    base, slow = phases(20_000), phases(70_000)
+    base, slow = phases(150_000), phases(200_000)
     moved = [s - b for s, b in zip(slow, base)]
-    print(f"regions (wait, peers, gemv) at 20 us: {base} ns; moved at 70 us: {moved} ns")
+    print(f"regions (wait, peers, gemv) at 150 us: {base} ns; moved at 200 us: {moved} ns")
     assert abs(moved[1] - 50_000) <= 5_000, moved
     assert abs(moved[0]) <= 5_000 and abs(moved[2]) <= 5_000, moved
 
@@ -325,5 +326,5 @@ def test_a_profiled_tp2_engine_writes_each_ranks_reader_stamps(tiny_checkpoint, 
         assert all(
             line["bounds_ns"] == sorted(line["bounds_ns"]) and line["bounds_ns"][0] > 0 for line in mine
         )
-        starts = [line["bounds_ns"][0] for line in mine]
-        assert starts == sorted(starts) and len(set(starts)) == len(starts)
+        starts = [line["bounds_ns"][0] for line in mine]  # in launch order (two may start within a tick)
+        assert starts == sorted(starts)

@@ -210,8 +210,9 @@ def test_a_steps_stamps_reduce_to_each_launchs_bounds_and_lines_json_would_write
 def test_readers_of_different_grids_reduce_each_to_its_own_bounds(tmp_path):
     # The fused all-reduce's readers (`ReaderStamps`): one launch a slot a step, each of its own grid (c_fc's, the
     # next c_attn's, the lm_head's), side by side in one [NSTAMP, sum of programs] buffer. Each slot's line has the
-    # bounds phase_bounds gives for its own programs' stamps only, in slot order, with the reader's region names.
-    from roseinfer.cuda_ext.stamps import phase_bounds
+    # bounds of its own programs' stamps only, in slot order, with the reader's region names: the first program's
+    # start, the first program past the wait and past the rows (events all its programs wait for), the last one's
+    # end.
     from roseinfer.fused_allreduce import ReaderStamps
     from roseinfer.kernels.gemv import ALLREDUCE_KERNEL, NSTAMP
     from roseinfer.names import ALLREDUCE_KERNEL_REGION_NAMES
@@ -235,6 +236,22 @@ def test_readers_of_different_grids_reduce_each_to_its_own_bounds(tmp_path):
     recorder.after_step()
     recorder.close()
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line["bounds_ns"] for line in lines] == [phase_bounds(p, NSTAMP) for p in by_program]
+    firsts = [[min(stamps) for stamps in zip(*p)] for p in by_program]
+    lasts = [max(stamps[-1] for stamps in p) for p in by_program]
+    assert [line["bounds_ns"] for line in lines] == [[*f[:-1], last] for f, last in zip(firsts, lasts)]
     assert {(line["kernel"], line["pid"]) for line in lines} == {("allreduce_gemv_kernel", 41)}
     assert all(line["regions"] == list(ALLREDUCE_KERNEL_REGION_NAMES) for line in lines)
+
+
+def test_a_reader_of_several_waves_ends_its_wait_where_its_first_program_did():
+    # A grid larger than fits at once: its first wave waits (for the kernel in front until 50, for the rows until
+    # 80) and computes until 100; a second wave starts at 100, passes both at once and ends at 130. The wait ends at
+    # 50 and the peers at 80 (the events), not where the second wave got past them (100): its GEMV is the GEMV's.
+    from roseinfer.fused_allreduce import ReaderStamps
+
+    stamps = ReaderStamps([4], "cpu")
+    first, second = [0, 50, 80, 100], [100, 100, 100, 130]
+    stamps.stamp_rows.copy_(torch.tensor([first, first, second, second]).T)  # [NSTAMP, programs]
+    with pytest.raises(ValueError, match="every slot's reader has programs"):
+        ReaderStamps([3, 0], "cpu")
+    assert stamps.launch_bounds(stamps.stamp_rows.numpy()).tolist() == [[0, 50, 80, 130]]

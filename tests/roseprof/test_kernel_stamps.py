@@ -137,6 +137,32 @@ def test_each_ranks_lines_go_to_its_own_processs_launches(tmp_path):
             assert (starts == np.sort(o.start[gemv][o.device[gemv] == dev]) + first).all()
 
 
+def test_the_steady_state_has_each_steps_time_inside_kernels_of_the_steps_own_rank(tmp_path):
+    # The real two-rank capture imported with its step log and a stamps file of both ranks (each gemv_kernel launch
+    # a.one then a.two: 100 and 300 ns on rank 0, 1,000 and 3,000 on rank 1). The steps are rank 0's, and so is
+    # their time inside kernels: a steady step has rank 0's 48 launches (4 GEMVs x 12 layers) and none of rank 1's,
+    # which launches on its own host timeline; `show` says whose GPU the figures are.
+    from roseprof import api
+    from roseprof.run.store import RunStore
+
+    base = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2"
+    stamps = tmp_path / "kernel_stamps.jsonl"
+    for pid, unit in ((1525, 100), (1571, 1000)):
+        with StampLog(stamps, pid=pid) as log:
+            log.record_many("gemv_kernel", ("a.one", "a.two"), [[0, unit, 4 * unit]] * 1296)
+    store = RunStore(tmp_path / "traces")
+    run = api.import_path(store, f"{base}.sqlite", None, f"{base}.steplog.jsonl", stamps=str(stamps))
+    steady = json.loads((run.path / "summary.json").read_text())["steady"]
+    assert steady["gpus"] == 1 and steady["pids"] == [1525]
+    regions = {r["name"]: r for r in steady["regions"]}
+    # rank 0's 48 launches a step (the p50), never one of rank 1's 1,000-ns ones more (the mean is no higher)
+    for name, unit in (("a.one", 100), ("a.two", 300)):
+        assert regions[name]["gpu_p50_ns"] == 48 * unit and regions[name]["gpu_mean_ns"] <= 48 * unit
+    shown = roseprof("show", "--traces-dir", str(tmp_path / "traces"), run.id, env={"COLUMNS": "200"})
+    assert "a.two" in shown.stdout
+    assert "GPU: the steps' own process's GPU time (pid 1525, the lowest rank's)" in shown.stdout
+
+
 def test_a_span_longer_than_the_launch_is_cut_at_its_end(tmp_path):
     """The H100 fixture's Triton kernels are shorter than the H200 launch's 8.64 us of stamps."""
     trace = read(DATA / "torch" / "h100-torch2.11-roseinfer-graphs.json.gz", tmp_path, "t")

@@ -15,7 +15,7 @@ def compute(ctx: Context) -> SectionResult:
     region_cols = ctx.table("step_regions")
     steady = steady_state(
         ctx.trace, ctx.tree, ctx.gpu.op_range, ctx.capture, ctx.own_ns, rows, region_cols, ctx.log, unit,
-        step_name, pairs=ctx.kernel_pairs if ctx.trace.has_gpu else None,
+        step_name, pairs=ctx.kernel_pairs if ctx.trace.has_gpu else None, step_pids=ctx.table("step_pids"),
     )  # fmt: skip
     return SectionResult({"steady": steady})
 

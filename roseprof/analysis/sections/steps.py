@@ -27,7 +27,7 @@ def compute(ctx: Context) -> SectionResult:
     trace, tree, log = ctx.trace, ctx.tree, ctx.log
     ranges = trace.ranges
     step_name, kind = step_names(ctx)
-    step_ranges, step_note = first_rank_ranges(trace)
+    step_ranges, step_note, step_pids = first_rank_ranges(trace)
     if step_note:
         ctx.warnings.append(step_note)
     rows, region_cols = step_table(
@@ -70,6 +70,8 @@ def compute(ctx: Context) -> SectionResult:
             "steps": rows,
             "step_regions": region_cols,
             "run_starts": run_starts(log, len(rows["dur_ns"]) if rows else 0),
+            # the processes whose steps these are (several ranks: rank 0's), None for a run of one process
+            "step_pids": step_pids,
         },
     )
 
