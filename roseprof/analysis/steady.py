@@ -262,6 +262,8 @@ def _inside_kernels_by_step(trace: Trace, op_step: np.ndarray, n: int) -> dict[s
     step = np.full(len(inside), -1, dtype=np.int64)
     for d in np.unique(device).tolist():
         mine = kernels[o.device[kernels] == d]
+        if not len(mine):  # ranges on a GPU that ran no kernel the trace kept: no step to put them in
+            continue
         at = np.searchsorted(o.start[mine], r.start[inside[device == d]], side="right") - 1
         step[device == d] = np.where(at >= 0, op_step[mine[np.maximum(at, 0)]], -1)
     ok = step >= 0
