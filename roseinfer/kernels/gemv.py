@@ -377,12 +377,13 @@ def norm_gemv_reference(
 # program normalises the whole row before its columns, and at 2 columns a program the lm_head's 25,152 programs
 # read 77 MB of x and delta from L2, as many bytes as its weights
 NORM_WIDE_FROM = 16384
-# Likewise for rows wider than this (gpt2-large and gpt2-xl; GPT-2 small and medium keep the sweep's 2 columns): at
-# 1,600 wide the re-read row is a third of a program's bytes at 2 columns. gpt2-xl at batch 1 on two H200s
-# (docs/BENCHMARKS.md, session 39), ms a token at 2 / 8 / 16 columns: TP=1 2.077 / 2.053 / 2.082, TP=2 on NCCL
-# 1.743 / 1.644 / -, TP=2 with the fused all-reduce 1.787 / 1.292 / 1.154. The fused all-reduce's delta is 4 bytes
-# a column a rank (2 for a plain one), so its readers take 16 columns on 8 warps, the rest 8 on 4.
-NORM_WIDE_ROWS_ABOVE = 1024
+# Likewise for rows wider than this (gpt2-medium, -large and -xl; GPT-2 small keeps the sweep's 2 columns): at
+# 1,600 wide the re-read row is a third of a program's bytes at 2 columns. At batch 1 (docs/BENCHMARKS.md), ms a
+# token at 2 / 8 / 16 columns: gpt2-xl on two H200s (session 39) TP=1 2.077 / 2.053 / 2.082, TP=2 on NCCL 1.743 /
+# 1.644 / -, TP=2 with the fused all-reduce 1.787 / 1.292 / 1.154; on one H200 (session 40) gpt2-large 1.135 /
+# 1.042 / -, gpt2-medium 0.4374 / 0.4146 / -. The fused all-reduce's delta is 4 bytes a column a rank (2 for a plain
+# one), so its readers take 16 columns, the rest 8.
+NORM_WIDE_ROWS_ABOVE = 768
 
 
 def pick_norm_config(n: int, k: int, fused_rows: bool = False) -> GemvConfig:
@@ -395,8 +396,8 @@ def pick_norm_config(n: int, k: int, fused_rows: bool = False) -> GemvConfig:
         return GemvConfig(8, block_k, num_warps=4 if block_k <= 1024 else 8, num_stages=1, one_shot=True)
     if k > NORM_WIDE_ROWS_ABOVE:
         # The one-shot tile holds its weights in registers, at most 128 values a thread (compiled for sm_90: 8 x
-        # 2,048 on 4 warps 246 registers, 16 x 2,048 on 8 200, 8 x 4,096 on 8 233, none spilling); 16 x 4,096 would
-        # take 16 warps, whose 128 registers a thread spill
+        # 2,048 on 4 warps 246 registers, 16 x 2,048 on 8 200, 8 x 4,096 on 8 233, 8 x 1,024 on 4 119, 16 x 1,024 on
+        # 4 195, none spilling); 16 x 4,096 would take 16 warps, whose 128 registers a thread spill
         wide = 16 if fused_rows and block_k <= 2048 else 8
         warps = max(4, wide * block_k // (32 * 128))
         return GemvConfig(wide, block_k, num_warps=warps, num_stages=1, one_shot=True)

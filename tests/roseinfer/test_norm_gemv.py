@@ -13,12 +13,18 @@ from tests.roseinfer.test_gemv_kernel import rand_operand
 
 
 def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
-    # The sweep's 2 columns a program up to GPT-2 medium's 1,024-wide rows; gpt2-xl's 1,600 take 8, and 16 where
-    # the delta is a fused all-reduce's rows; the lm_head's vocabulary 8 at any width. Every tile holds all of K.
+    # The sweep's 2 columns a program at GPT-2 small's 768-wide rows; gpt2-medium's 1,024 and gpt2-xl's 1,600 take
+    # 8, and 16 where the delta is a fused all-reduce's rows; the lm_head's vocabulary 8 at any width. Every tile
+    # holds all of K.
     from roseinfer.kernels.gemv import pick_norm_config
 
-    assert pick_norm_config(2304, 768).block_n == pick_norm_config(4096, 1024).block_n == 2
+    assert pick_norm_config(2304, 768).block_n == 2
     assert pick_norm_config(2304, 768, fused_rows=True).block_n == 2
+    assert (pick_norm_config(4096, 1024).block_n, pick_norm_config(4096, 1024).num_warps) == (8, 4)
+    assert (pick_norm_config(1536, 1024, True).block_n, pick_norm_config(1536, 1024, True).num_warps) == (
+        16,
+        4,
+    )
     assert (pick_norm_config(4800, 1600).block_n, pick_norm_config(4800, 1600).num_warps) == (8, 4)
     assert (pick_norm_config(2496, 1600, True).block_n, pick_norm_config(2496, 1600, True).num_warps) == (
         16,
@@ -26,7 +32,7 @@ def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
     )
     assert pick_norm_config(50304, 1600, True).block_n == pick_norm_config(50304, 768).block_n == 8
     assert (pick_norm_config(7, 4096, True).block_n, pick_norm_config(7, 4096, True).num_warps) == (8, 8)
-    for n, k in ((2304, 768), (4800, 1600), (50304, 1600), (7, 4096)):
+    for n, k in ((2304, 768), (4096, 1024), (4800, 1600), (50304, 1600), (7, 4096)):
         for fused_rows in (False, True):
             cfg = pick_norm_config(n, k, fused_rows)
             assert cfg.one_shot and cfg.block_k >= k
@@ -50,10 +56,20 @@ def test_norm_reference_is_add_then_layernorm_then_linear():
 
 
 @pytest.mark.gpu
-# the block's linears, odd shapes, gpt2-xl's wide rows, and the lm_head's (the wide tile from NORM_WIDE_FROM columns)
+# the block's linears, odd shapes, gpt2-medium's and gpt2-xl's wide rows, and the lm_head's (the wide tile from NORM_WIDE_FROM columns)
 @pytest.mark.parametrize(
     "n,k",
-    [(2304, 768), (3072, 768), (37, 129), (4800, 1600), (7, 4096), (1, 1000), (50304, 768), (20001, 1600)],
+    [
+        (2304, 768),
+        (3072, 768),
+        (37, 129),
+        (4096, 1024),
+        (4800, 1600),
+        (7, 4096),
+        (1, 1000),
+        (50304, 768),
+        (20001, 1600),
+    ],
 )
 @pytest.mark.parametrize("bias,gelu", [(True, False), (True, True), (False, False)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
