@@ -115,7 +115,11 @@ def steady_state(
             while tree.parent[i] >= 0:
                 i = int(tree.parent[i])
             capture_roots.add(i)
+    # (the steps' own processes' ranges only: another rank's capture and prefill are its own)
+    mine = (lambda idx: np.isin(trace.pids(r.tid[idx]), step_pids)) if step_pids is not None else None
     outside_steps = [i for i in capture_roots if _step_of(r.start[i : i + 1], starts, ends)[0] < 0]
+    if mine is not None and outside_steps:
+        outside_steps = [i for i, ok in zip(outside_steps, mine(np.asarray(outside_steps)).tolist()) if ok]
 
     prefill_col = f"region:{PREFILL}"
     prefills = np.asarray(rows[prefill_col]) > 0 if prefill_col in rows else np.zeros(n, dtype=bool)
@@ -214,6 +218,8 @@ def steady_state(
     if pid >= 0:
         pre = np.flatnonzero(r.name == pid)
         pre = pre[_step_of(r.start[pre], starts, ends) < 0]
+        if mine is not None:
+            pre = pre[mine(pre)]
         excluded["prefill"]["ranges"] = len(pre)
         excluded["prefill"]["range_host_ns"] = int((r.end[pre] - r.start[pre]).sum())
     elif log is not None and log.prefills:
@@ -228,6 +234,8 @@ def steady_state(
         # its GPU figures are theirs alone
         "gpus": int(np.count_nonzero(np.bincount(ops.device[steady_kernels]))) if has_gpu else 0,
         "pids": step_pids,
+        # their rank where a step log says it (-1: no rank known, the lowest pid's steps)
+        "rank": int(trace.ranks(np.asarray(step_pids[:1]))[0]) if step_pids else None,
         "steps": n,
         "counted": int(steady.sum()),
         "excluded": excluded,

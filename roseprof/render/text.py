@@ -299,14 +299,15 @@ def overlap_note(steady: dict) -> str | None:
 
 def gpus_note(steady: dict) -> str | None:
     """Said in a run of several processes (tensor-parallel ranks): the steps, and so their GPU figures, are one
-    rank's."""
+    rank's (or, where no step log says which process is which rank, the lowest pid's)."""
     pids = steady.get("pids")
     if not pids:
         return None
-    which = "pid " + ", ".join(str(p) for p in pids)
+    rank = steady.get("rank")
+    whose = f"rank {rank}" if rank is not None and rank >= 0 else "the lowest pid: no rank known"
     return (
-        f"GPU: the steps' own process's GPU time ({which}, the lowest rank's); every rank's: "
-        f"GPU time per {steady.get('unit', 'step')}, per rank"
+        f"GPU: the steps' own process's GPU time (pid {', '.join(str(p) for p in pids)}, {whose}); every rank's: "
+        "the per-rank GPU time table"
     )
 
 

@@ -160,7 +160,9 @@ def test_the_steady_state_has_each_steps_time_inside_kernels_of_the_steps_own_ra
         assert regions[name]["gpu_p50_ns"] == 48 * unit and regions[name]["gpu_mean_ns"] <= 48 * unit
     shown = roseprof("show", "--traces-dir", str(tmp_path / "traces"), run.id, env={"COLUMNS": "200"})
     assert "a.two" in shown.stdout
-    assert "GPU: the steps' own process's GPU time (pid 1525, the lowest rank's)" in shown.stdout
+    assert "GPU: the steps' own process's GPU time (pid 1525, rank 0)" in shown.stdout
+    # what the steady state leaves out is rank 0's too: its one prefill, not both ranks'
+    assert steady["excluded"]["prefill"]["ranges"] == 1
 
 
 def test_a_span_longer_than_the_launch_is_cut_at_its_end(tmp_path):
