@@ -103,12 +103,17 @@ def steady_state(
     nodes = trace.graph_nodes
     captures = np.zeros(n, dtype=bool)
     capture_roots: set[int] = set()
-    # torch.profiler records no graph nodes, but the capture's runtime calls (host events, or launch calls).
-    calls = _capture_calls(trace)
+    # torch.profiler records no graph nodes, but the capture's runtime calls (host events, or launch calls); the
+    # steps' own processes' only (another rank's capture runs on its own host timeline)
+    calls, call_tids = _capture_calls(trace)
+    if step_pids is not None:
+        calls = calls[np.isin(trace.pids(call_tids), step_pids)]
     at = _step_of(calls, starts, ends)
     captures[at[at >= 0]] = True
     if len(nodes):
         node_step = _step_of(nodes.start, starts, ends)
+        if step_pids is not None:
+            node_step[~np.isin(trace.pids(nodes.tid), step_pids)] = -1
         captures[node_step[node_step >= 0]] = True
         inner = innermost_range(r.start, r.end, r.tid, tree, nodes.start, nodes.start, nodes.tid)
         for i in np.unique(inner[inner >= 0]).tolist():
@@ -290,15 +295,18 @@ CAPTURE_CALLS = (
 )  # cudaStreamBeginCapture, cuGraphInstantiate...
 
 
-def _capture_calls(trace: Trace) -> np.ndarray:
-    """Start times of the runtime/driver calls that capture or instantiate a CUDA graph."""
+def _capture_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Start times and thread ids of the runtime/driver calls that capture or instantiate a CUDA graph."""
     names = trace.names.values
     hit = np.array([any(c in v for c in CAPTURE_CALLS) for v in names], dtype=bool)
     if not hit.any():
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     h, o = trace.host_events, trace.ops
-    parts = [h.start[hit[h.name]]] if len(h) else []
+    parts = [(h.start[hit[h.name]], h.tid[hit[h.name]])] if len(h) else []
     named = o.api_name >= 0
     if named.any():
-        parts.append(o.api_start[named][hit[o.api_name[named]]])
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        called = hit[o.api_name[named]]
+        parts.append((o.api_start[named][called], o.api_tid[named][called]))
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate([t for t, _ in parts]), np.concatenate([tid for _, tid in parts])

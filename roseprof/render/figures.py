@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from roseprof.render.page import template_mark
-from roseprof.render.text import kernel_labels, kernel_name, rollover_sentence, whole_run_note
+from roseprof.render.text import gpus_note, kernel_labels, kernel_name, rollover_sentence, whole_run_note
 from roseprof.render.units import region_name
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 
@@ -97,6 +97,9 @@ def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
     note = f"{steady['counted']:,} of {steady['steps']:,} steps"
     if steady.get("graph_replays"):
         note += "; GPU: CUDA-graph replays in the region each kernel was captured in"
+    whose = gpus_note(steady)
+    if whose:
+        note += "; " + esc(whose)
     title = f"Steady state: time per {steady['unit']} by region"
     return layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
