@@ -88,11 +88,16 @@ def steady_state(
     ops, r = trace.ops, trace.ranges
     has_gpu = trace.has_gpu
     kernel = ops.kind == KERNEL
+
     # A kernel is in the step its launch call is in, among the steps' own process's launches: another rank launches
     # on its own host timeline, which rank 0's step windows do not cut into its steps
-    own = kernel & (ops.api_tid >= 0)
-    if step_pids is not None:
-        own &= np.isin(trace.pids(ops.api_tid), step_pids)
+    def of_steps(tids: np.ndarray) -> np.ndarray:
+        """[N] whether each thread is one of the steps' own processes' (all, in a run of one process)."""
+        return (
+            np.isin(trace.pids(tids), step_pids) if step_pids is not None else np.ones(len(tids), dtype=bool)
+        )
+
+    own = kernel & (ops.api_tid >= 0) & of_steps(ops.api_tid)
     op_step = np.where(own, _step_of(ops.api_start, starts, ends), -1)
     replaying = np.zeros(n, dtype=bool)
     graph = is_graph_launch(trace) & (op_step >= 0)
@@ -106,14 +111,10 @@ def steady_state(
     # torch.profiler records no graph nodes, but the capture's runtime calls (host events, or launch calls); the
     # steps' own processes' only (another rank's capture runs on its own host timeline)
     calls, call_tids = _capture_calls(trace)
-    if step_pids is not None:
-        calls = calls[np.isin(trace.pids(call_tids), step_pids)]
-    at = _step_of(calls, starts, ends)
+    at = _step_of(calls[of_steps(call_tids)], starts, ends)
     captures[at[at >= 0]] = True
     if len(nodes):
-        node_step = _step_of(nodes.start, starts, ends)
-        if step_pids is not None:
-            node_step[~np.isin(trace.pids(nodes.tid), step_pids)] = -1
+        node_step = np.where(of_steps(nodes.tid), _step_of(nodes.start, starts, ends), -1)
         captures[node_step[node_step >= 0]] = True
         inner = innermost_range(r.start, r.end, r.tid, tree, nodes.start, nodes.start, nodes.tid)
         for i in np.unique(inner[inner >= 0]).tolist():
@@ -121,10 +122,9 @@ def steady_state(
                 i = int(tree.parent[i])
             capture_roots.add(i)
     # (the steps' own processes' ranges only: another rank's capture and prefill are its own)
-    mine = (lambda idx: np.isin(trace.pids(r.tid[idx]), step_pids)) if step_pids is not None else None
-    outside_steps = [i for i in capture_roots if _step_of(r.start[i : i + 1], starts, ends)[0] < 0]
-    if mine is not None and outside_steps:
-        outside_steps = [i for i, ok in zip(outside_steps, mine(np.asarray(outside_steps)).tolist()) if ok]
+    roots = np.asarray(sorted(capture_roots), dtype=np.int64)
+    roots = roots[of_steps(r.tid[roots]) & (_step_of(r.start[roots], starts, ends) < 0)]
+    outside_steps = roots.tolist()
 
     prefill_col = f"region:{PREFILL}"
     prefills = np.asarray(rows[prefill_col]) > 0 if prefill_col in rows else np.zeros(n, dtype=bool)
@@ -222,9 +222,7 @@ def steady_state(
     pid = trace.names.find(PREFILL)
     if pid >= 0:
         pre = np.flatnonzero(r.name == pid)
-        pre = pre[_step_of(r.start[pre], starts, ends) < 0]
-        if mine is not None:
-            pre = pre[mine(pre)]
+        pre = pre[(_step_of(r.start[pre], starts, ends) < 0) & of_steps(r.tid[pre])]
         excluded["prefill"]["ranges"] = len(pre)
         excluded["prefill"]["range_host_ns"] = int((r.end[pre] - r.start[pre]).sum())
     elif log is not None and log.prefills:

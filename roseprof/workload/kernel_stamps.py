@@ -105,8 +105,7 @@ def attach(trace: Trace, launches: list[Launch], label: str) -> None:
     o = trace.ops
     kernels = np.flatnonzero(o.kind == KERNEL)  # by start: GpuOps are sorted so
     # each launch's process, where the trace knows the thread that launched it (-1: it does not)
-    tids, at = np.unique(o.api_tid[kernels], return_inverse=True)
-    pids = np.asarray([trace.thread_pids.get(int(t), -1) for t in tids.tolist()], dtype=np.int64)[at]
+    pids = trace.pids(o.api_tid[kernels])
     by_kernel: dict[str, dict[int | None, list[Launch]]] = {}
     for launch in launches:
         by_kernel.setdefault(launch.kernel, {}).setdefault(launch.pid, []).append(launch)
