@@ -229,6 +229,22 @@ def test_a_wait_for_a_rank_that_never_pushes_ends_in_an_error_not_a_hang():
     assert "CUDA" in proc.stderr or "cuda" in proc.stderr, proc.stderr[-2000:]
 
 
+def run_child(code: str, checkpoint, env=None) -> dict:
+    """Run `code` in a child Python (its engines' symmetric memory must not meet another engine's) with the
+    checkpoint's path as its argument; returns what its last `RESULT {json}` line says."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(checkpoint)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
 CHILD = """
 import json, sys
 from roseinfer import LLM, SamplingParams
@@ -253,16 +269,7 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.gpu
 @two_gpus
 def test_fused_allreduce_tp2_equals_tp1_and_pushes_every_step(tiny_checkpoint):
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tiny_checkpoint)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    out = json.loads(lines[-1][len("RESULT ") :])
+    out = run_child(CHILD, tiny_checkpoint)
     # At two ranks the fused sum is NCCL's, a + b rounded once, so every token is the same (against one GPU a
     # float16 run may flip a near-tie: the sum's order differs there)
     for i, (ours, ref) in enumerate(zip(out["fused"], out["nccl"])):
@@ -300,17 +307,7 @@ def test_a_profiled_tp2_engine_writes_each_ranks_reader_stamps(tiny_checkpoint, 
 
     path = tmp_path / "kernel_stamps.jsonl"
     env = {**os.environ, ROSEINFER_KERNEL_STAMPS: str(path), ROSEINFER_RECORD_FUNCTION: "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", STAMPS_CHILD, str(tiny_checkpoint)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
-    n_layer = json.loads(lines[-1][len("RESULT ") :])["n_layer"]
+    n_layer = run_child(STAMPS_CHILD, tiny_checkpoint, env=env)["n_layer"]
     stamped = [json.loads(line) for line in path.read_text().splitlines()]
     readers = [line for line in stamped if line["kernel"] == "allreduce_gemv_kernel"]
     by_pid: dict[int, list[dict]] = {}
