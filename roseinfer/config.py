@@ -104,9 +104,6 @@ class EngineConfig:
     cuda_attn: bool = (
         True  # ... and its attention half as one CUDA kernel, a cluster per head (--no-cuda-attn)
     )
-    cuda_gemm: bool = (
-        True  # the linears of buckets of 33 to 64 rows as the CUDA cluster GEMM (--no-cuda-gemm)
-    )
     # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
     # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
     # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier

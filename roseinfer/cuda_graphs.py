@@ -72,8 +72,6 @@ def batch_buckets(max_batch: int) -> list[int]:
 # decide, as before: with `skinny_gemm_max_batch=0` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
-# The buckets whose linears the CUDA cluster GEMM takes (`roseinfer.linears.cluster_wins`)
-CLUSTER_ABOVE, CLUSTER_MAX_BATCH = 32, 64
 
 
 @dataclass(frozen=True)
@@ -166,11 +164,6 @@ class GraphKernels:
     # as one CUDA kernel, a cluster of blocks per head (`roseinfer.cuda_ext.fused_attn`); its float32 output goes
     # to the MLP after it. False (`--no-cuda-attn`): the norm GEMV, the split attention and the GEMV (Triton).
     cuda_attn: bool = True
-    # Buckets of 33 to 64 rows run their linears as the CUDA cluster GEMM (`roseinfer.cuda_ext.cluster_gemm`, built
-    # at first use; `roseinfer.linears.cluster_wins`) where it is built, and launch the step's kernels as dependents
-    # at every width (the GEMM loads its weights before its wait). False (`--no-cuda-gemm`): cuBLAS and the skinny
-    # GEMM there, as before.
-    cuda_gemm: bool = True
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -180,7 +173,6 @@ class GraphKernels:
             or bucket <= self.pdl_max_batch
             or (width <= PDL_NARROW_WIDTH and PDL_NARROW_ABOVE < bucket <= self.pdl_narrow_max_batch)
             or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
-            or (self.cuda_gemm and CLUSTER_ABOVE < bucket <= CLUSTER_MAX_BATCH)
         )
 
     def attention_release_in(self, bucket: int) -> bool:
@@ -276,7 +268,6 @@ class DecodeGraphs:
                 self.skinny_scratch,
                 self.mlp_scratch,
                 self.attn_scratch,
-                k.cuda_gemm,
             ),
             pdl_scope(
                 pdl,

@@ -11,9 +11,6 @@ Which kernel runs:
 - inside `small_batch_gemv(.., skinny_max_rows=R)`, the same inputs of at most R rows where the GEMV does not run
   and it was measured faster (`skinny_wins`): `roseinfer.kernels.skinny_gemm` (tensor cores, split-K reduced in the
   same kernel, bias and GELU in its epilogue);
-- inside `small_batch_gemv(.., cluster_gemm=True)`, the same inputs of 33 to 64 rows where it was measured faster
-  (`cluster_wins`: mlp_proj), where the CUDA kernel is built and fits: `roseinfer.cuda_ext.cluster_gemm` (tensor cores,
-  split-K summed inside a thread-block cluster, bias and GELU in its epilogue), ahead of the skinny GEMM;
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
@@ -52,8 +49,6 @@ _LM_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_lm_he
 # Rows up to which the skinny GEMM runs where the GEMV does not (0: never), and the split-K scratch it uses there.
 _SKINNY_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_skinny_max_rows", default=0)
 _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skinny_scratch", default=None)
-# Whether linears of 33 to 64 rows may run as the CUDA cluster GEMM (`cluster_wins`).
-_CLUSTER_GEMM: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_cluster_gemm", default=False)
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
@@ -71,7 +66,6 @@ def small_batch_gemv(
     scratch=None,
     mlp_scratch=None,
     attn_scratch=None,
-    cluster_gemm: bool = False,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -79,8 +73,7 @@ def small_batch_gemv(
     one-row lm_head runs as `norm_lm_head`. skinny_max_rows: linears of at most this many rows that the GEMV does
     not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
     process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
-    buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
-    cluster_gemm: linears of 33 to 64 rows the GEMV does not take run as the CUDA cluster GEMM where it fits."""
+    buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -90,12 +83,10 @@ def small_batch_gemv(
         _SKINNY_SCRATCH.set(scratch),
         _CUDA_MLP.set(mlp_scratch if norm_prologue and lm_head else None),
         _CUDA_ATTN.set(attn_scratch if norm_prologue and lm_head else None),
-        _CLUSTER_GEMM.set(cluster_gemm),
     )
     try:
         yield
     finally:
-        _CLUSTER_GEMM.reset(tokens[8])
         _CUDA_ATTN.reset(tokens[7])
         _CUDA_MLP.reset(tokens[6])
         _SKINNY_SCRATCH.reset(tokens[5])
@@ -134,14 +125,6 @@ def skinny_wins(rows: int, n: int, k: int) -> bool:
     return 8 < rows and (rows <= 32 or n <= k)
 
 
-def cluster_wins(rows: int, n: int, k: int) -> bool:
-    """Where the CUDA cluster GEMM under PDL beat cuBLAS on an H200 (scripts/bench_gemv.py --cluster; docs/
-    BENCHMARKS.md, session 41): from 33 to 64 rows the linears with N < K (mlp_proj: cuBLAS splits K there and adds
-    a reduce kernel; 6.8 against 8.5 us at 64 rows). Not c_attn and c_fc (0.7 to 1.4 us slower than cuBLAS), nor
-    attn_proj (a tie); with all four the batch-64 step was 8% slower."""
-    return 32 < rows <= 64 and n < k
-
-
 def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True) -> torch.Tensor:
     """act(x @ lin.weight^T + lin.bias): x [T, K] -> [T, N]; act is GPT-2's tanh GELU when `gelu`, else none."""
     weight, bias = lin.weight, lin.bias
@@ -149,11 +132,6 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
         from roseinfer.kernels.gemv import gemv_triton
 
         return gemv_triton(x, weight, bias, gelu=gelu)
-    if _CLUSTER_GEMM.get() and cluster_wins(x.shape[0], *weight.shape):
-        from roseinfer.cuda_ext.cluster_gemm import cluster_gemm, cluster_gemm_fits
-
-        if cluster_gemm_fits(x, weight, bias):
-            return cluster_gemm(x, weight, bias, gelu=gelu)
     if uses_skinny_gemm(x) and weight.is_contiguous() and skinny_wins(x.shape[0], *weight.shape):
         from roseinfer.kernels.skinny_gemm import skinny_gemm_fits, skinny_gemm_triton
 

@@ -159,8 +159,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels
-            or GraphKernels(cuda_mlp=self.cfg.cuda_mlp, cuda_attn=self.cfg.cuda_attn, cuda_gemm=self.cfg.cuda_gemm),
+            kernels=kernels or GraphKernels(cuda_mlp=self.cfg.cuda_mlp, cuda_attn=self.cfg.cuda_attn),
         )  # fmt: skip
 
     @property

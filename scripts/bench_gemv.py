@@ -12,9 +12,7 @@ engine's GELU epilogue). GB/s counts the weight bytes (x and the output are KBs)
 device-to-device copy bandwidth. --sweep also times every tile in the grid below and prints the best;
 --sweep-pdl the one-shot tiles (output columns per program, warps) at one row under PDL, the engine's batch-1 path.
 --skinny times the skinny GEMM (roseinfer/kernels/skinny_gemm.py, tensor cores) instead, plain and under PDL, and
-with --sweep its tiles (output columns per program, slice of K, warps) under PDL. --cluster times the CUDA cluster
-GEMM (roseinfer/cuda_ext/cluster_gemm.py) beside cuBLAS and the skinny GEMM under PDL, and with --sweep its tiles
-(output columns a block, warps along them, slices of K) under PDL.
+with --sweep its tiles (output columns per program, slice of K, warps) under PDL.
 """
 
 import argparse
@@ -202,38 +200,6 @@ def bench_skinny_shape(name, n, k, gelu, rows, bw, a):
             print(f"  sweep {name} rows {m} (PDL): picked {t_pdl:.2f} us; best {tops}")
 
 
-def bench_cluster_shape(name, n, k, gelu, rows, bw, a):
-    """The cluster GEMM against cuBLAS and the skinny GEMM (PDL) at `rows`; with --sweep, its tiles at
-    --sweep-rows under PDL."""
-    from roseinfer.cuda_ext.cluster_gemm import TILES, ClusterTile, cluster_gemm, pick_tile, tile_fits
-
-    nbytes, copies, ws, bs = weight_copies(n, k)
-    for m in rows:
-        x = torch.randn(m, k, device="cuda", dtype=torch.float16)  # [M, K]
-        t_cublas = graph_time_us(cublas_linear(x, ws, bs, gelu), copies)
-        t_skinny = graph_time_us(lambda i, x=x: skinny_gemm_triton(x, ws[i], bs[i], gelu, pdl=True), copies)
-        tile = pick_tile(m, n, k)
-        if tile is None:
-            print(f"| {name} | {m} | {n} x {k} | no tile fits |")
-            continue
-        t_plain = graph_time_us(
-            lambda i, x=x, t=tile: cluster_gemm(x, ws[i], bs[i], gelu, t, pdl=False), copies
-        )
-        t_pdl = graph_time_us(lambda i, x=x, t=tile: cluster_gemm(x, ws[i], bs[i], gelu, t, pdl=True), copies)
-        floor = nbytes / bw * 1e6
-        print(f"| {name} | {m} | {n} x {k} | {nbytes / 1e6:.2f} | {floor:.2f} | {t_cublas:.2f} | {t_skinny:.2f} "
-              f"| {t_plain:.2f} | {t_pdl:.2f} | {floor / t_pdl:.0%} | {tile.bn}/{tile.wn}/{tile.splits} |")  # fmt: skip
-        if a.sweep and str(m) in a.sweep_rows.split(","):
-            tiles = [ClusterTile(bn, wn, s) for (bn, wn), s in itertools.product(TILES, (1, 2, 3, 4, 6, 8))]
-
-            def call(t, x=x):
-                return lambda i: cluster_gemm(x, ws[i], bs[i], gelu, t, pdl=True)
-
-            results = sweep_tiles(call, [t for t in tiles if tile_fits(t, n, k)], copies)
-            tops = ", ".join(f"{t.bn}/{t.wn}/{t.splits} {us:.2f}" for us, t in results[:5])
-            print(f"  sweep {name} rows {m} (PDL): picked {t_pdl:.2f} us; best {tops}")
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="gpt2")
@@ -248,21 +214,10 @@ def main() -> None:
     p.add_argument(
         "--skinny", action="store_true", help="time the skinny GEMM (tensor cores) instead of the GEMV"
     )
-    p.add_argument(
-        "--cluster", action="store_true", help="time the CUDA cluster GEMM beside cuBLAS and the skinny"
-    )
     a = p.parse_args()
     torch.manual_seed(0)
     bw = copy_bandwidth(torch.device("cuda"))
     print(f"{torch.cuda.get_device_name()}: copy bandwidth {bw / 1e9:.0f} GB/s")
-    if a.cluster:
-        print("| linear | rows | N x K | weights MB | floor us | cuBLAS us | skinny with PDL us | cluster us "
-              "| cluster with PDL us | with PDL % of floor | picked (bn/wn/splits) |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for name, n, k, gelu in (s for s in shapes(a.model) if s[0] in a.linears.split(",")):
-            bench_cluster_shape(name, n, k, gelu, [int(r) for r in a.rows.split(",")], bw, a)
-            torch.cuda.empty_cache()
-        return
     if a.skinny:
         print("| linear | rows | N x K | weights MB | floor us | cuBLAS us | skinny us | skinny with PDL us "
               "| with PDL % of floor | picked (block_n/slice_k/warps) |")  # fmt: skip

@@ -47,9 +47,7 @@ Variants, each adding one change to the one before:
      GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj early
      there): the engine of session 16;
  32. 31 + at one row a 768-wide block's MLP as one split-K CUDA kernel (issue 50, `roseinfer.cuda_ext.fused_mlp`;
-     the Triton path where it is not built; session 24), and its attention half (session 25);
- 33. 32 + the linears of buckets of 33 to 64 rows as the CUDA cluster GEMM (`roseinfer.cuda_ext.cluster_gemm`),
-     PDL there at every width: the engine now (session 41).
+     the Triton path where it is not built): the engine now (session 24).
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile.
@@ -141,10 +139,7 @@ VARIANTS = {v: dataclasses.replace(k, pdl_narrow_max_batch=0) for v, k in VARIAN
 VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up to 768 wide
 # The ninth step's change off: what variants 1 to 31 measured before it existed (GraphKernels.cuda_mlp defaults on).
 VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items()}
-VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP (and attention) as CUDA kernels (issue 50)
-# The tenth step's change off: what variants 1 to 32 measured before it existed.
-VARIANTS = {v: dataclasses.replace(k, cuda_gemm=False) for v, k in VARIANTS.items()}
-VARIANTS[33] = GraphKernels()  # 32 + the linears of 33 to 64 rows as the CUDA cluster GEMM: the engine now
+VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -276,8 +271,7 @@ def main() -> None:
         29: "28, the attention not releasing attn_proj early",
         30: "23, the attention not releasing attn_proj early",
         31: "28 + PDL up to 64 rows up to 768 wide",
-        32: "31 + the one-row MLP and attention as CUDA kernels",
-        33: "32 + the linears of 33 to 64 rows as the CUDA cluster GEMM, PDL there (engine now)",
+        32: "31 + the one-row MLP and attention as CUDA kernels (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

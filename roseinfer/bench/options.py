@@ -73,11 +73,6 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="Triton path: the one-row MLP as two Triton kernels, not one CUDA kernel",
     )
     p.add_argument(
-        "--no-cuda-gemm",
-        action="store_true",
-        help="cuBLAS and the Triton skinny GEMM: the linears of 33 to 64 rows not as the CUDA cluster GEMM",
-    )
-    p.add_argument(
         "--no-cuda-attn",
         action="store_true",
         help="Triton path: the one-row attention half as three Triton kernels, not one CUDA kernel",
@@ -158,7 +153,6 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         cuda_mlp=not args.no_cuda_mlp,
         cuda_attn=not args.no_cuda_attn,
-        cuda_gemm=not args.no_cuda_gemm,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
         cpu_threads=args.cpu_threads,
