@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roseprof.model import Trace, lookup
+from roseprof.model import KERNEL, Trace, lookup
 from roseprof.workload.steplog import StepLogRecords, log_rank
 
 STEP_LOG = "step log"  # Process.rank_from when a step log's meta record named the process
@@ -63,14 +63,22 @@ def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None, list
     """([R] bool, note, pids): the ranges whose steps are the run's steps where the ranges come from several
     processes: the lowest known rank's, or, where no rank is known (no step logs), the lowest pid's (the process
     that started the others, where pids have not wrapped: rank 0 starts the engine's other ranks), with a note
-    saying so, and those processes' pids. (None, None, None) for the ranges of one process: every range counts,
-    with no per-range lookup."""
+    saying so, and those processes' pids. For the ranges of one process every range counts (no mask, no note);
+    its pid is returned where it launched kernels and other processes did too (tensor-parallel ranks of which
+    only one marks its steps: their GPU figures are its kernels), else None (one process; or a process that marks
+    the steps beside another that launches the kernels, whose kernels are then the steps')."""
     if len(set(trace.thread_pids.values())) < 2:
         return None, None, None
     pids = range_pids(trace)
     present = np.unique(pids[pids >= 0])
     if len(present) < 2:
-        return None, None, None
+        if not len(present):
+            return None, None, None
+        ops = trace.ops
+        launchers = np.unique(trace.pids(ops.api_tid[(ops.kind == KERNEL) & (ops.api_tid >= 0)]))
+        launchers = launchers[launchers >= 0]
+        only = int(present[0])
+        return None, None, ([only] if only in launchers.tolist() and len(launchers) > 1 else None)
     ranked = ranked_pids(trace)
     if ranked:
         lowest = next(iter(ranked))

@@ -9,6 +9,8 @@ steps; a program's `ProfilerStep#N` or the NVTX range named with --step-range) a
               graphs, the steps before the first replay (the eager warm-up a capture needs); otherwise, when
               nothing above says what is warm-up, the first step (lazy initialisation, allocator growth)
     prefill   steps with a prefill inside them (the engine's prefill ranges elsewhere are counted apart)
+    drain     the engine's steps that launched no forward (step log `launched: false`: the overlapped decode's
+              last step of a batch only reads the tokens of the one before): no GPU time, not a step's cost
 
 Each of these gets its own line (steps, host time). For the steps left, per region: the mean and median of the
 host time inside each step (the durations of that region's ranges in it) and of the GPU time of the kernels the
@@ -63,6 +65,20 @@ def _warmup_steps(rows: dict, log: StepLogRecords | None, replaying: np.ndarray)
     if not warm.any() and n > 1:
         warm[0] = True
     return warm
+
+
+def _drain_steps(rows: dict, log: StepLogRecords | None) -> np.ndarray:
+    """[n] the steps whose step-log record says `launched: false`, where the rows are the log's steps (joined by
+    count, or by time: `log_index`)."""
+    n = len(rows["dur_ns"])
+    steps = log.steps if log is not None else []
+    if "log_index" in rows:
+        index = rows["log_index"]
+    elif len(steps) == n:
+        index = range(n)
+    else:
+        return np.zeros(n, dtype=bool)
+    return np.array([0 <= k < len(steps) and not steps[k]["launched"] for k in index], dtype=bool)
 
 
 def steady_state(
@@ -128,8 +144,9 @@ def steady_state(
 
     prefill_col = f"region:{PREFILL}"
     prefills = np.asarray(rows[prefill_col]) > 0 if prefill_col in rows else np.zeros(n, dtype=bool)
-    warm = _warmup_steps(rows, log, replaying) & ~captures & ~prefills
-    steady = ~(warm | captures | prefills)
+    drains = _drain_steps(rows, log) & ~captures & ~prefills
+    warm = _warmup_steps(rows, log, replaying) & ~captures & ~prefills & ~drains
+    steady = ~(warm | captures | prefills | drains)
     if not steady.any():
         return None
 
@@ -215,7 +232,12 @@ def steady_state(
     def left_out(mask: np.ndarray) -> dict:
         return {"steps": int(mask.sum()), "host_ns": int(dur[mask].sum())}
 
-    excluded = {"warmup": left_out(warm), "capture": left_out(captures), "prefill": left_out(prefills)}
+    excluded = {
+        "warmup": left_out(warm),
+        "capture": left_out(captures),
+        "prefill": left_out(prefills),
+        "drain": left_out(drains),
+    }
     excluded["capture"]["ranges"] = len(outside_steps)
     excluded["capture"]["range_host_ns"] = int(sum(int(r.end[i] - r.start[i]) for i in outside_steps))
     excluded["capture"]["range_names"] = sorted({trace.names[int(r.name[i])] for i in outside_steps})
@@ -237,7 +259,7 @@ def steady_state(
         # its GPU figures are theirs alone
         "gpus": int(np.count_nonzero(np.bincount(ops.device[steady_kernels]))) if has_gpu else 0,
         "pids": step_pids,
-        # their rank where a step log says it (-1: no rank known, the lowest pid's steps)
+        # their rank where a step log says it (-1: no rank known)
         "rank": int(trace.ranks(np.asarray(step_pids[:1]))[0]) if step_pids else None,
         "steps": n,
         "counted": int(steady.sum()),

@@ -99,7 +99,7 @@ def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
         note += "; GPU: CUDA-graph replays in the region each kernel was captured in"
     whose = gpus_note(steady)
     if whose:
-        note += "; " + esc(whose)
+        note += "; " + whose  # layout() escapes the note
     title = f"Steady state: time per {steady['unit']} by region"
     return layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
@@ -213,7 +213,9 @@ def step_distribution(summary: dict, steps: dict | None) -> go.Figure | None:
         fig = figure()
         fig.add_histogram(x=dur, name=f"steps ({len(dur)})", histnorm="probability")
         fig.update_layout(xaxis_title="step time (µs)", yaxis_title="fraction of steps")
-        return layout(fig, "Step time", f"{len(dur):,} steps ({esc(summary['steps'].get('name'))})")
+        return layout(
+            fig, "Step time", f"{len(dur):,} steps ({summary['steps'].get('name')})"
+        )  # escaped there
     roll = np.asarray(rows["rollovers"]) > 0
     fig = figure()
     fig.add_histogram(

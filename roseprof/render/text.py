@@ -252,7 +252,7 @@ def steady_title(steady: dict) -> str:
 
 
 def left_out_sentence(steady: dict) -> str | None:
-    """What the steady state leaves out, each with its size: warm-up, CUDA-graph capture, prefill."""
+    """What the steady state leaves out, each with its size: warm-up, CUDA-graph capture, prefill, drain steps."""
     ex = steady.get("excluded") or {}
     parts = []
     warm = ex.get("warmup") or {}
@@ -277,6 +277,9 @@ def left_out_sentence(steady: dict) -> str | None:
         bits.append(f"{pre['ranges']:,} outside the steps, {duration(pre['range_host_ns'])}")
     if bits:
         parts.append("prefill " + " and ".join(bits))
+    drain = ex.get("drain") or {}
+    if drain.get("steps"):
+        parts.append(f"drain {drain['steps']:,} step(s) that launched nothing, {duration(drain['host_ns'])}")
     return "left out (host time): " + "; ".join(parts) if parts else None
 
 
@@ -301,10 +304,10 @@ def gpus_note(steady: dict) -> str | None:
     """Said in a run of several processes (tensor-parallel ranks): the steps, and so their GPU figures, are one
     rank's (or, where no step log says which process is which rank, the lowest pid's)."""
     pids = steady.get("pids")
-    if not pids:
+    if not pids or not steady.get("gpus"):  # one process, or no GPU time (a CPU run of several ranks)
         return None
     rank = steady.get("rank")
-    whose = f"rank {rank}" if rank is not None and rank >= 0 else "the lowest pid: no rank known"
+    whose = f"rank {rank}" if rank is not None and rank >= 0 else "its rank unknown"
     return (
         f"GPU: the steps' own process's GPU time (pid {', '.join(str(p) for p in pids)}, {whose}); every rank's: "
         "the per-rank GPU time table"

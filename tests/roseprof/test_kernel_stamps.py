@@ -161,6 +161,11 @@ def test_the_steady_state_has_each_steps_time_inside_kernels_of_the_steps_own_ra
     shown = roseprof("show", "--traces-dir", str(tmp_path / "traces"), run.id, env={"COLUMNS": "200"})
     assert "a.two" in shown.stdout
     assert "GPU: the steps' own process's GPU time (pid 1525, rank 0)" in shown.stdout
+    # the dashboard's chart says it too, escaped once (plotly decodes its title's entities once)
+    from roseprof.render.figures import steady_bars
+
+    title = steady_bars(json.loads((run.path / "summary.json").read_text())).layout.title.text
+    assert "the steps&#x27; own process&#x27;s GPU time" in title and "&amp;" not in title
     # what the steady state leaves out is rank 0's too: its one prefill, not both ranks'
     assert steady["excluded"]["prefill"]["ranges"] == 1
 

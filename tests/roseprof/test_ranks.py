@@ -329,3 +329,36 @@ def test_a_run_whose_rank_0_is_unknown_says_whose_steps_it_shows(tmp_path):
     rank1 = (trace.ranges.name == decode) & (trace.pids(trace.ranges.tid) == TP2_PIDS[1])
     assert tables.read_steps(run.path)["rows"]["start_ns"] == sorted(trace.ranges.start[rank1].tolist())
     assert any(w.startswith("no process of the trace is known as rank 0") for w in summary["warnings"])
+
+
+def test_when_only_one_process_marks_the_steps_their_gpu_figures_are_its_kernels_alone():
+    # The real two-GPU capture with rank 1's ranges taken out: two processes launch kernels, one marks the steps
+    # (a program whose other ranks push no NVTX). The steady state's GPU figures stay that process's, as with
+    # both ranks' ranges, never both GPUs' kernels counted in its step windows.
+    from roseprof.api.sections import analyse_trace
+    from roseprof.model import Ranges
+
+    path = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite"
+    seen = []
+    for drop in (False, True):
+        trace = read_nsys_sqlite(path)
+        if drop:
+            r = trace.ranges
+            keep = trace.pids(r.tid) != 1571
+            trace.ranges = Ranges(
+                r.start[keep], r.end[keep], r.name[keep], r.domain[keep], r.tid[keep], r.style[keep]
+            )
+        steady = analyse_trace(trace, None)[0]["steady"]
+        seen.append((steady["gpus"], steady["pids"], steady["step"]["gpu_mean_ns"]))
+    assert seen[0] == seen[1] and seen[0][:2] == (1, [1525])
+
+
+def test_the_gpu_note_names_the_steps_process_only_where_there_is_gpu_time():
+    from roseprof.render.text import gpus_note
+
+    assert (
+        gpus_note({"pids": [25363], "gpus": 0, "rank": 0}) is None
+    )  # a CPU run of two ranks: no GPU figures
+    assert gpus_note({"pids": None, "gpus": 1}) is None  # one process
+    assert "(pid 7, rank 1)" in gpus_note({"pids": [7], "gpus": 1, "rank": 1})
+    assert "(pid 7, its rank unknown)" in gpus_note({"pids": [7], "gpus": 1, "rank": -1})
