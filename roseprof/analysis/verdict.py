@@ -297,6 +297,9 @@ def verdict(
         "noise_floor": floor,
         "overall": decided["overall"],
         "decision": decided,
+        # the metrics whose interval is clear of 0 but not of their noise floor (any table's, not the headline's
+        # alone): "no clear change" says the floor held them, not that every interval includes 0
+        "inside_floor": sum(1 for m in metrics if m.get("excludes_zero") and not clears(m)),
         "headline": headline,
         "moved_most": regions[0] if regions else None,
         # where the time moved shows the first TOP_CHANGES (the decision has them all)

@@ -12,6 +12,7 @@ import pytest
 
 from roseprof.capture import pipeline
 from roseprof.drivers import Launch
+from roseprof.errors import NothingRecorded
 from roseprof.model import Trace
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
@@ -118,3 +119,32 @@ def test_a_second_ctrl_c_while_exporting_keeps_and_names_what_was_captured(tmp_p
     assert "raw/trace.nsys-rep (2.0 MB)" in manifest["message"]
     assert f"roseprof import {outcome.run.path / 'raw' / 'trace.nsys-rep'}" in manifest["message"]
     assert (outcome.run.path / "raw" / "trace.nsys-rep").is_file() and leftovers(tmp_path / "t") == []
+
+
+class InterruptedBeforeAnyRange(InterruptedExport):
+    """A capturer whose program is stopped by Ctrl-C (here: it sends roseprof the SIGINT itself) before it records
+    anything; the report holds no range and no kernel."""
+
+    @contextlib.contextmanager
+    def launch(self, cmd, env, raw: Path):
+        stop = "import os, signal, time; os.kill(os.getppid(), signal.SIGINT); time.sleep(30)"
+        yield Launch([sys.executable, "-c", stop], env, raw / "nsys.log")
+
+    def check(self, result, raw: Path) -> None:
+        pass
+
+    def collect(self, raw: Path) -> Trace:
+        raise NothingRecorded(f"{raw}/trace.sqlite: has neither NVTX_EVENTS nor CUPTI_ACTIVITY_KIND_KERNEL: "
+                              "nothing to analyse (capture with -t nvtx or -t cuda)")  # fmt: skip
+
+
+def test_ctrl_c_before_the_first_range_says_so_not_how_to_capture_other_tables(tmp_path):
+    store = RunStore(tmp_path / "t")
+    outcome = pipeline.capture(
+        store, InterruptedBeforeAnyRange(), [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
+    )
+    manifest = outcome.run.manifest
+    assert manifest["status"] == "incomplete" and outcome.exit_code == 130
+    assert manifest["message"] == (
+        "interrupted (Ctrl-C) before the program recorded any range or GPU kernel; kept what was captured"
+    )

@@ -328,3 +328,23 @@ def test_any_groups_of_these_captures_name_what_their_run_pairs_all_name(groups,
                     continue
                 if r["word"] == "slower" and not r["machine"] and abs(r["delta_pct"]) > 10:
                     assert name in view.result["regressions"], name
+
+
+def test_no_clear_change_says_the_floor_held_an_interval_clear_of_zero_in_any_table():
+    # Two loads of one server (the README's `roseprof load` twice, a newcomer's run): every headline interval
+    # included 0, while the p90 rows of the all-metrics table were clear of 0 and inside their noise floor. The
+    # answer said "every interval includes 0" above a table that showed otherwise.
+    from roseprof.render.verdict_text import headline_sentence
+
+    v = {
+        "overall": "no clear change",
+        "decision": {"rows": [], "machine_slower": False, "tail_waits": None},
+        "headline": [{"label": "TTFT p50", "word": "no clear change", "why": None}],
+        "inside_floor": 0,
+    }
+    assert headline_sentence(v) == "no clear change between before and after (every interval includes 0)"
+    v["inside_floor"] = 4
+    assert (
+        headline_sentence(v)
+        == "no clear change between before and after (no interval clears its noise floor)"
+    )
