@@ -102,7 +102,16 @@ def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
     """Run references -> runs, oldest first, each once: a name stands for all its complete runs unless latest."""
     found: dict[str, Run] = {}
     for ref in refs:
-        for run in store.resolve_group(ref, latest):
+        try:
+            group = store.resolve_group(ref, latest)
+        except RoseprofError as e:
+            # a baseline's name where a run is asked for: say how a baseline is named
+            if ref in baselines.read_all(store):
+                raise RoseprofError(
+                    f"{e}; {ref!r} is a baseline: roseprof diff --baseline {ref} RUN"
+                ) from None
+            raise
+        for run in group:
             found.setdefault(run.id, run)
     return sorted(found.values(), key=created_order)
 

@@ -100,7 +100,9 @@ def headline_sentence(v: dict) -> str:
     if len(named) > NAMED:
         parts.append(f"{len(named) - NAMED} more in where the time moved")
     if not d["rows"] and overall == "no clear change":
-        inside = v.get("inside_floor") or any(r.get("why") and "noise floor" in r["why"] for r in v["headline"])
+        inside = v.get("inside_floor") or any(
+            r.get("why") and "noise floor" in r["why"] for r in v["headline"]
+        )
         why = "no interval clears its noise floor" if inside else "every interval includes 0"
         return f"no clear change between before and after ({why})"
     return f"{lead} — {'; '.join(parts)}" if parts else lead

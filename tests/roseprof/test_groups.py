@@ -65,6 +65,12 @@ def test_baselines(store, tmp_path):
     listed = json.loads(roseprof("baseline", "ls", "--json", *dirs(store)).stdout)
     assert listed["main"]["runs"] == ids(store, "before")
     assert "main" in roseprof("baseline", "ls", *dirs(store)).stdout
+    # a baseline's name where a run is asked for: the one line says how a baseline is named
+    assert_one_line_error(
+        roseprof("diff", "main", "after", *dirs(store)),
+        2,
+        "'main' is a baseline: roseprof diff --baseline main RUN",
+    )
     out = diff_json(store, "--baseline", "main", "after")
     assert out["a"]["runs"] == ids(store, "before") and out["b"]["runs"] == ids(store, "after")
     assert_one_line_error(

@@ -144,7 +144,7 @@ def panels(summary: dict) -> list[dict]:
     out = [{
         "title": "operators (torch.profiler)", "columns": columns, "rows": rows,
         "note": f"{len(rows)} of {part['groups']:,} operators, by {by} time, as torch.profiler's key_averages(); "
-        "all rows: roseprof show --json",
+        "all rows: roseprof show RUN --json",
     }]  # fmt: skip
     if part.get("by_shape"):
         key = "self_device_ns" if device else "self_cpu_ns"
