@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from roseprof.drivers.base import Launch, find_tool
+from roseprof.drivers.nsys.agents import CAPTURE_ENV, stop_left_agents
 from roseprof.drivers.nsys.own_output import (
     NSYS_LOG,
     agent_refused,
@@ -275,6 +276,10 @@ class NsysCapture:
                 # and no step log for the server's whole life (a file that grows with every step, a cost outside
                 # the windows): each window's steps come from its flight recorder
                 env.pop(STEP_LOG_ENV, None)
+            # the agents nsys leaves behind (a failed start's, a repeating capture's) carry this capture's marker,
+            # and are stopped once nsys has exited (agents.py), before its streams folder goes
+            env = {**env, CAPTURE_ENV: str(raw)}
+            stack.callback(stop_left_agents, CAPTURE_ENV, str(raw))
             yield Launch(argv, env, raw / NSYS_LOG)
 
     def own_line(self, line: bytes) -> bool:

@@ -11,10 +11,8 @@ capture's own run is its last range's report; every range's report stays in the 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,26 +41,7 @@ def streams_folder(env: dict[str, str]) -> Iterator[dict[str, str]]:
     try:
         yield {**env, "TMPDIR": folder, NSYS_WINDOWS_ENV: folder}
     finally:
-        stop_left_agents(folder)
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def stop_left_agents(folder: str) -> None:
-    """Called once nsys has exited. nsys 2022.4 leaves its agent (`nsys --start-agent`, re-parented to init, its
-    session lock in `folder`) running after every repeating capture of a server seen here, one more idle process per
-    capture, deaf to SIGTERM; the agent whose environment names this capture's own folder is this capture's."""
-    mark = f"{NSYS_WINDOWS_ENV}={folder}".encode()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if b"--start-agent" not in (proc / "cmdline").read_bytes():
-                continue
-            if mark not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            os.kill(int(proc.name), signal.SIGKILL)
-        except OSError:  # gone meanwhile, or another user's
-            continue
 
 
 def range_reports(out_base: Path) -> list[Path]:

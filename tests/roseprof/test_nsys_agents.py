@@ -1,0 +1,32 @@
+"""The nsys agents a capture leaves behind (`nsys --start-agent`, re-parented to init): stopped by their capture's
+marker, and only theirs (drivers/nsys/agents.py)."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from roseprof.drivers.nsys.agents import CAPTURE_ENV, stop_left_agents
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def _agent(tmp_path, marker: str | None) -> subprocess.Popen:
+    """A stand-in agent: a process whose command line has `--start-agent`, with the capture's marker or not."""
+    env = {"PATH": "/usr/bin:/bin", **({CAPTURE_ENV: marker} if marker else {})}
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--start-agent"], env=env)
+
+
+def test_the_agents_of_this_capture_are_stopped_and_no_other(tmp_path):
+    mine, other = _agent(tmp_path, str(tmp_path / "raw")), _agent(tmp_path, "/elsewhere/raw")
+    unmarked = _agent(tmp_path, None)
+    try:
+        time.sleep(0.2)  # their environment in /proc
+        assert stop_left_agents(CAPTURE_ENV, str(tmp_path / "raw")) == 1
+        assert mine.wait(timeout=10) == -9
+        assert other.poll() is None and unmarked.poll() is None
+    finally:
+        for p in (mine, other, unmarked):
+            p.kill()
+            p.wait()
