@@ -178,7 +178,10 @@ class StepLogWriter(StepRecords):
         self.path = path
         self._lines: list[str] = []
         self._lock = threading.Lock()
-        self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # rw-r--r-- whatever the umask: nsys 2022.4 starts the program with umask 0, and a step log in a run
+        # folder was left writable by everyone
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fh = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self.step_index = 0
         # A Unix-time / monotonic pair read together: a profiler on Unix time (torch.profiler) joins by time.
         real, mono = time.time_ns(), time.monotonic_ns()
