@@ -178,7 +178,7 @@ class StepLogWriter(StepRecords):
         self.path = path
         self._lines: list[str] = []
         self._lock = threading.Lock()
-        # rw-r--r-- whatever the umask: nsys 2022.4 starts the program with umask 0, and a step log in a run
+        # never looser than rw-r--r--: nsys 2022.4 starts the program with umask 0, and a step log in a run
         # folder was left writable by everyone
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._fh = open(fd, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()

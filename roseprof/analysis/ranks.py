@@ -64,9 +64,10 @@ def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None, list
     processes: the lowest known rank's, or, where no rank is known (no step logs), the lowest pid's (the process
     that started the others, where pids have not wrapped: rank 0 starts the engine's other ranks), with a note
     saying so, and those processes' pids. For the ranges of one process every range counts (no mask, no note);
-    its pid is returned where it launched kernels and other processes did too (tensor-parallel ranks of which
-    only one marks its steps: their GPU figures are its kernels), else None (one process; or a process that marks
-    the steps beside another that launches the kernels, whose kernels are then the steps')."""
+    its pid is returned where other processes launched kernels too and it launched about as many as the most of
+    them (at least half: tensor-parallel ranks of which only one marks its steps, whose GPU figures are then its
+    own kernels), else None (one process; or a process that marks the steps beside another that launches the
+    kernels, a handful of its own at most, whose kernels are then the steps')."""
     if len(set(trace.thread_pids.values())) < 2:
         return None, None, None
     pids = range_pids(trace)
@@ -75,10 +76,15 @@ def first_rank_ranges(trace: Trace) -> tuple[np.ndarray | None, str | None, list
         if not len(present):
             return None, None, None
         ops = trace.ops
-        launchers = np.unique(trace.pids(ops.api_tid[(ops.kind == KERNEL) & (ops.api_tid >= 0)]))
+        launchers, launches = np.unique(
+            trace.pids(ops.api_tid[(ops.kind == KERNEL) & (ops.api_tid >= 0)]), return_counts=True
+        )
+        launches = launches[launchers >= 0]
         launchers = launchers[launchers >= 0]
         only = int(present[0])
-        return None, None, ([only] if only in launchers.tolist() and len(launchers) > 1 else None)
+        own = int(launches[launchers == only].sum())
+        rank_like = len(launchers) > 1 and own > 0 and 2 * own >= int(launches.max())
+        return None, None, ([only] if rank_like else None)
     ranked = ranked_pids(trace)
     if ranked:
         lowest = next(iter(ranked))

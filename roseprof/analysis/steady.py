@@ -45,7 +45,9 @@ def _step_of(times: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return np.where(ok, k, -1)
 
 
-def _warmup_steps(rows: dict, log: StepLogRecords | None, replaying: np.ndarray) -> np.ndarray:
+def _warmup_steps(
+    rows: dict, log: StepLogRecords | None, replaying: np.ndarray, drains: np.ndarray
+) -> np.ndarray:
     n = len(rows["dur_ns"])
     warm = np.zeros(n, dtype=bool)
     starts = sorted((log.run_starts if log is not None else []), key=lambda r: r["ts_ns"])
@@ -62,8 +64,8 @@ def _warmup_steps(rows: dict, log: StepLogRecords | None, replaying: np.ndarray)
             warm |= (index >= r["next_step"]) & (index < end)
     if replaying.any():
         warm[: int(np.argmax(replaying))] = True
-    if not warm.any() and n > 1:
-        warm[0] = True
+    if not (warm & ~drains).any() and (~drains).sum() > 1:  # the first step that launched (a drain did not)
+        warm[int(np.argmax(~drains))] = True
     return warm
 
 
@@ -145,7 +147,7 @@ def steady_state(
     prefill_col = f"region:{PREFILL}"
     prefills = np.asarray(rows[prefill_col]) > 0 if prefill_col in rows else np.zeros(n, dtype=bool)
     drains = _drain_steps(rows, log) & ~captures & ~prefills
-    warm = _warmup_steps(rows, log, replaying) & ~captures & ~prefills & ~drains
+    warm = _warmup_steps(rows, log, replaying, drains) & ~captures & ~prefills & ~drains
     steady = ~(warm | captures | prefills | drains)
     if not steady.any():
         return None

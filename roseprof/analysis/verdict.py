@@ -297,9 +297,9 @@ def verdict(
         "noise_floor": floor,
         "overall": decided["overall"],
         "decision": decided,
-        # the metrics whose interval is clear of 0 but not of their noise floor (any table's, not the headline's
-        # alone): "no clear change" says the floor held them, not that every interval includes 0
-        "inside_floor": sum(1 for m in metrics if m.get("excludes_zero") and not clears(m)),
+        # the metrics whose interval is clear of 0 (any table's, not the headline's alone): "no clear change" then
+        # says no figure it judges by cleared its floor, not that every interval includes 0
+        "clear_of_zero": sum(1 for m in metrics if m.get("excludes_zero")),
         "headline": headline,
         "moved_most": regions[0] if regions else None,
         # where the time moved shows the first TOP_CHANGES (the decision has them all)

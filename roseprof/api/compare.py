@@ -106,7 +106,11 @@ def resolve_side(store: RunStore, refs: list[str], latest: bool) -> list[Run]:
             group = store.resolve_group(ref, latest)
         except RoseprofError as e:
             # a baseline's name where a run is asked for: say how a baseline is named
-            if ref in baselines.read_all(store):
+            try:
+                named = ref in baselines.read_all(store)
+            except RoseprofError:  # a damaged baselines file: the missing run is the answer here
+                named = False
+            if named:
                 raise RoseprofError(
                     f"{e}; {ref!r} is a baseline: roseprof diff --baseline {ref} RUN"
                 ) from None

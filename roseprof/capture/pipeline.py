@@ -148,7 +148,13 @@ def capture(
                     "or run CUDA kernels with -t cuda?)"
                 )
                 raise NothingRecorded(f"{command[0]}: {said}: nothing to analyse, nothing stored") from None
-            if interrupted:  # stopped before its first range: the reader's hint (other tables) would mislead
+            if interrupted and isinstance(
+                e, NothingWritten
+            ):  # the driver's words: what the program had not written
+                status, exit_code, message = _failed(status, exit_code, message, writer, e)
+            elif (
+                interrupted
+            ):  # stopped before its first range: the reader's hint (other tables) would mislead
                 message = "interrupted (Ctrl-C) before the program recorded any range or GPU kernel; kept what was captured"
             else:  # the story is the command's: it failed before recording anything
                 message = f"the command exited with code {rc} before recording any range or GPU kernel"

@@ -100,10 +100,10 @@ def headline_sentence(v: dict) -> str:
     if len(named) > NAMED:
         parts.append(f"{len(named) - NAMED} more in where the time moved")
     if not d["rows"] and overall == "no clear change":
-        inside = v.get("inside_floor") or any(
+        inside = v.get("clear_of_zero") or any(
             r.get("why") and "noise floor" in r["why"] for r in v["headline"]
         )
-        why = "no interval clears its noise floor" if inside else "every interval includes 0"
+        why = "no figure it judges by clears its noise floor" if inside else "every interval includes 0"
         return f"no clear change between before and after ({why})"
     return f"{lead} — {'; '.join(parts)}" if parts else lead
 

@@ -12,7 +12,7 @@ import pytest
 
 from roseprof.capture import pipeline
 from roseprof.drivers import Launch
-from roseprof.errors import NothingRecorded
+from roseprof.errors import NothingRecorded, NothingWritten
 from roseprof.model import Trace
 from roseprof.run.store import RunStore
 from tests.helpers import roseprof
@@ -147,4 +147,26 @@ def test_ctrl_c_before_the_first_range_says_so_not_how_to_capture_other_tables(t
     assert manifest["status"] == "incomplete" and outcome.exit_code == 130
     assert manifest["message"] == (
         "interrupted (Ctrl-C) before the program recorded any range or GPU kernel; kept what was captured"
+    )
+
+
+class InterruptedBeforeTheTorchTrace(InterruptedBeforeAnyRange):
+    """The same Ctrl-C under torch.profiler, whose driver raises NothingWritten where the program had not written
+    its trace yet (the engine writes it after its profiler's scheduled steps): its own words stay."""
+
+    def collect(self, raw: Path) -> Trace:
+        raise NothingWritten(
+            "no torch.profiler trace was written (the engine writes one after 8+2 decode steps)"
+        )
+
+
+def test_ctrl_c_before_the_torch_trace_keeps_the_drivers_words(tmp_path):
+    store = RunStore(tmp_path / "t")
+    outcome = pipeline.capture(
+        store, InterruptedBeforeTheTorchTrace(), [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
+    )
+    manifest = outcome.run.manifest
+    assert manifest["status"] == "incomplete" and outcome.exit_code == 130
+    assert manifest["message"].startswith(
+        "interrupted (Ctrl-C); kept what was captured; no torch.profiler trace"
     )

@@ -340,11 +340,11 @@ def test_no_clear_change_says_the_floor_held_an_interval_clear_of_zero_in_any_ta
         "overall": "no clear change",
         "decision": {"rows": [], "machine_slower": False, "tail_waits": None},
         "headline": [{"label": "TTFT p50", "word": "no clear change", "why": None}],
-        "inside_floor": 0,
+        "clear_of_zero": 0,
     }
     assert headline_sentence(v) == "no clear change between before and after (every interval includes 0)"
-    v["inside_floor"] = 4
+    v["clear_of_zero"] = 4
     assert (
         headline_sentence(v)
-        == "no clear change between before and after (no interval clears its noise floor)"
+        == "no clear change between before and after (no figure it judges by clears its noise floor)"
     )

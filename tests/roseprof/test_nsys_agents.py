@@ -30,3 +30,25 @@ def test_the_agents_of_this_capture_are_stopped_and_no_other(tmp_path):
         for p in (mine, other, unmarked):
             p.kill()
             p.wait()
+
+
+def test_a_start_refused_by_its_agent_stops_that_agent(tmp_path):
+    # nsys exited after losing its agent ("End of file", the whole of its output, no report): `refused` says so, and
+    # the agent that start left (carrying the capture's marker) is stopped, where a healthy one would be left be.
+    from roseprof.drivers import Launch
+    from roseprof.drivers.nsys.capture import NsysCapture
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    log = raw / "nsys.log"
+    log.write_bytes(b"End of file\n")
+    agent = _agent(tmp_path, str(raw))
+    try:
+        time.sleep(0.2)
+        capture = object.__new__(NsysCapture)  # no nsys needed to judge a log
+        launch = Launch(["nsys", "profile", f"--output={raw / 'trace'}"], {CAPTURE_ENV: str(raw)}, log)
+        assert "nsys failed on its own agent" in capture.refused(launch)
+        assert agent.wait(timeout=10) == -9
+    finally:
+        agent.kill()
+        agent.wait()

@@ -353,6 +353,26 @@ def test_when_only_one_process_marks_the_steps_their_gpu_figures_are_its_kernels
     assert seen[0] == seen[1] and seen[0][:2] == (1, [1525])
 
 
+def test_a_process_that_marks_the_steps_beside_the_one_that_launches_the_kernels_keeps_every_kernel():
+    # The same capture, rank 1's ranges out and all but one of rank 0's launches moved to a thread of rank 1: one
+    # process marks the steps (an API process, say) and launches one kernel; the other launches the rest. The steps'
+    # GPU figures are every process's kernels then, not the marking process's one (which would read 0).
+    from roseprof.api.sections import analyse_trace
+    from roseprof.model import KERNEL, Ranges
+
+    trace = read_nsys_sqlite(DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite")
+    r, o = trace.ranges, trace.ops
+    keep = trace.pids(r.tid) != 1571
+    trace.ranges = Ranges(
+        r.start[keep], r.end[keep], r.name[keep], r.domain[keep], r.tid[keep], r.style[keep]
+    )
+    other = next(t for t, p in trace.thread_pids.items() if p == 1571)
+    marking = np.flatnonzero((o.kind == KERNEL) & (trace.pids(o.api_tid) == 1525))
+    o.api_tid[marking[1:]] = other
+    steady = analyse_trace(trace, None)[0]["steady"]
+    assert steady["pids"] is None and steady["gpus"] == 2 and steady["step"]["gpu_mean_ns"] > 0
+
+
 def test_the_gpu_note_names_the_steps_process_only_where_there_is_gpu_time():
     from roseprof.render.text import gpus_note
 

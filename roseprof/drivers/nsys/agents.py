@@ -3,7 +3,10 @@
 nsys 2022.4 leaves one after every repeating capture of a server seen here (windows.py), and after a start that
 failed on its agent ("End of file", capture.py starts it again): a newcomer's run of the README found two such
 agents still running minutes later, one per failed start. Each capture gives nsys (and so its agent, which inherits
-nsys' environment) a marker of its own, and stops the agents that carry it once nsys has exited.
+nsys' environment) a marker of its own; those two cases stop the agents that carry it once nsys has exited. A
+healthy agent is left to finish its own exit, a few seconds after nsys': killed then, it left its session folder
+(/tmp/nvidia/nsight_systems/quadd_session_*, the program's output in it) behind (an independent review, session
+41).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ CAPTURE_ENV = "ROSEPROF_NSYS_CAPTURE"  # the marker of one capture in nsys' envi
 def stop_left_agents(key: str, value: str) -> int:
     """SIGKILL every `nsys --start-agent` of this user whose environment holds key=value; how many. Called once nsys
     has exited (its agent serves nothing then)."""
-    mark = f"{key}={value}".encode()
+    mark = os.fsencode(f"{key}={value}")
     stopped = 0
     try:
         procs = list(Path("/proc").iterdir())

@@ -276,10 +276,9 @@ class NsysCapture:
                 # and no step log for the server's whole life (a file that grows with every step, a cost outside
                 # the windows): each window's steps come from its flight recorder
                 env.pop(STEP_LOG_ENV, None)
-            # the agents nsys leaves behind (a failed start's, a repeating capture's) carry this capture's marker,
-            # and are stopped once nsys has exited (agents.py), before its streams folder goes
+            # a start that fails on its agent leaves that agent running: it carries this capture's marker, and
+            # `refused` stops it (agents.py)
             env = {**env, CAPTURE_ENV: str(raw)}
-            stack.callback(stop_left_agents, CAPTURE_ENV, str(raw))
             yield Launch(argv, env, raw / NSYS_LOG)
 
     def own_line(self, line: bytes) -> bool:
@@ -295,6 +294,9 @@ class NsysCapture:
         out_base = Path(next(a for a in launch.argv if a.startswith("--output=")).removeprefix("--output="))
         if not agent_refused(launch.log, out_base):
             return None
+        # nsys has exited and its agent lost it: the agent would idle on, re-parented to init (a healthy agent
+        # finishes its own exit after nsys', and is left to it: killed then, it left its session files in /tmp)
+        stop_left_agents(CAPTURE_ENV, launch.env[CAPTURE_ENV])
         said = nsys_message(launch.log)  # its exception dump stays in the log (NSYS_OWN_LINE)
         return (
             "nsys failed on its own agent and wrote no report (another nsys running on this machine outside "

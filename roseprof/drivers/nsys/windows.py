@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from roseprof.drivers.nsys.agents import stop_left_agents
 from roseprof.errors import CaptureFailed
 from roseprof.workload.roseinfer import NSYS_WINDOWS_ENV, WINDOW_RANGE
 
@@ -41,6 +42,9 @@ def streams_folder(env: dict[str, str]) -> Iterator[dict[str, str]]:
     try:
         yield {**env, "TMPDIR": folder, NSYS_WINDOWS_ENV: folder}
     finally:
+        # nsys 2022.4 leaves its agent running after every repeating capture of a server seen here, its session
+        # lock in the folder (agents.py)
+        stop_left_agents(NSYS_WINDOWS_ENV, folder)
         shutil.rmtree(folder, ignore_errors=True)
 
 
