@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.steps import log_record_index
 from roseprof.model import Trace
 from roseprof.workload.steplog import StepLogRecords
 
@@ -81,9 +82,8 @@ def step_region_excess(
         return {}
     if not rows or not rows.get("dur_ns"):  # no steps table: the log's steps are the rows
         rows = {"dur_ns": [s["end_ns"] - s["start_ns"] for s in log_steps], "index": list(range(n_log_steps))}
-    # The rows' log step: the same index, or (a torch.profiler window joined by time) their log_index.
-    index = rows.get("log_index") or (rows["index"] if len(rows["dur_ns"]) == n_log_steps else None)
-    if index is None or len(index) != len(rows["dur_ns"]):
+    index = log_record_index(rows, n_log_steps)  # the rows' log step
+    if index is None:
         return {}
     dur = np.asarray(rows["dur_ns"], dtype=np.float64)
     excess = dur - np.median(dur)

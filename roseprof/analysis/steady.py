@@ -30,7 +30,7 @@ from roseprof.analysis.gpu_regions import gpu_ns_by_key
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.stats import dense_ids
-from roseprof.analysis.steps import CPU_PREFIX
+from roseprof.analysis.steps import CPU_PREFIX, log_record_index
 from roseprof.model import KERNEL, Trace, gpu_track_parts, is_gpu_track
 from roseprof.workload.roseinfer import PREFILL
 from roseprof.workload.steplog import StepLogRecords
@@ -72,14 +72,10 @@ def _warmup_steps(
 def _drain_steps(rows: dict, log: StepLogRecords | None) -> np.ndarray:
     """[n] the steps whose step-log record says `launched: false`, where the rows are the log's steps (joined by
     count, or by time: `log_index`)."""
-    n = len(rows["dur_ns"])
     steps = log.steps if log is not None else []
-    if "log_index" in rows:
-        index = rows["log_index"]
-    elif len(steps) == n:
-        index = range(n)
-    else:
-        return np.zeros(n, dtype=bool)
+    index = log_record_index(rows, len(steps))
+    if index is None:
+        return np.zeros(len(rows["dur_ns"]), dtype=bool)
     return np.array([0 <= k < len(steps) and not steps[k]["launched"] for k in index], dtype=bool)
 
 

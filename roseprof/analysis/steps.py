@@ -135,6 +135,13 @@ def step_table(
     return rows, region_cols
 
 
+def log_record_index(rows: dict, n_log_steps: int) -> list[int] | None:
+    """Each row's step-log record: `log_index` (rows joined to the log by time: a torch.profiler window), else the
+    row's own index where the rows are the log's steps (as many of them); None where neither holds."""
+    index = rows.get("log_index") or (rows["index"] if len(rows["dur_ns"]) == n_log_steps else None)
+    return index if index is not None and len(index) == len(rows["dur_ns"]) else None
+
+
 CPU_PREFIX = "cpu:"  # steps-table column of a region's own thread CPU ns per step (step log version 3)
 WAIT = "wait_ns"  # steps-table column of the step's waits for a core, its thread's run delay (version 5)
 

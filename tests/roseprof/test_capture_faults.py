@@ -138,14 +138,17 @@ class InterruptedBeforeAnyRange(InterruptedExport):
                               "nothing to analyse (capture with -t nvtx or -t cuda)")  # fmt: skip
 
 
-def test_ctrl_c_before_the_first_range_says_so_not_how_to_capture_other_tables(tmp_path):
-    store = RunStore(tmp_path / "t")
+def interrupted_message(tmp_path, capturer) -> str:
+    """The message of a capture by `capturer` that Ctrl-C stopped: an incomplete run, exit code 130."""
     outcome = pipeline.capture(
-        store, InterruptedBeforeAnyRange(), [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
+        RunStore(tmp_path / "t"), capturer, [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
     )
-    manifest = outcome.run.manifest
-    assert manifest["status"] == "incomplete" and outcome.exit_code == 130
-    assert manifest["message"] == (
+    assert outcome.run.manifest["status"] == "incomplete" and outcome.exit_code == 130
+    return outcome.run.manifest["message"]
+
+
+def test_ctrl_c_before_the_first_range_says_so_not_how_to_capture_other_tables(tmp_path):
+    assert interrupted_message(tmp_path, InterruptedBeforeAnyRange()) == (
         "interrupted (Ctrl-C) before the program recorded any range or GPU kernel; kept what was captured"
     )
 
@@ -161,12 +164,6 @@ class InterruptedBeforeTheTorchTrace(InterruptedBeforeAnyRange):
 
 
 def test_ctrl_c_before_the_torch_trace_keeps_the_drivers_words(tmp_path):
-    store = RunStore(tmp_path / "t")
-    outcome = pipeline.capture(
-        store, InterruptedBeforeTheTorchTrace(), [sys.executable, "-V"], "x", [], lambda t, s: ({}, {})
-    )
-    manifest = outcome.run.manifest
-    assert manifest["status"] == "incomplete" and outcome.exit_code == 130
-    assert manifest["message"].startswith(
+    assert interrupted_message(tmp_path, InterruptedBeforeTheTorchTrace()).startswith(
         "interrupted (Ctrl-C); kept what was captured; no torch.profiler trace"
     )
