@@ -140,6 +140,7 @@ VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up
 # The ninth step's change off: what variants 1 to 31 measured before it existed (GraphKernels.cuda_mlp defaults on).
 VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items()}
 VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
+VARIANTS[33] = GraphKernels(skinny_gemm_max_batch=64)  # 32 + the skinny GEMM for attn_proj, mlp_proj at 33-64 rows
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -272,6 +273,7 @@ def main() -> None:
         30: "23, the attention not releasing attn_proj early",
         31: "28 + PDL up to 64 rows up to 768 wide",
         32: "31 + the one-row MLP and attention as CUDA kernels (engine now)",
+        33: "32 + the skinny GEMM up to 64 rows (attn_proj, mlp_proj there)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
