@@ -54,7 +54,7 @@ class PushTarget(NamedTuple):
 
 
 class PushedRows(NamedTuple):
-    """What a reader GEMV waits on (`roseinfer.kernels.gemv.norm_gemv_triton(.., wait=)`): the epoch in its own
+    """What a reader GEMV waits on (`roseinfer.kernels.norm_gemv.norm_gemv_triton(.., wait=)`): the epoch in its own
     rank's row, in every rank's. stamps: where the reader records its regions ([NSTAMP, programs] int64, a view of
     `ReaderStamps.stamp_rows`), or None."""
 
@@ -148,7 +148,7 @@ class FusedAllReduce:
     def record_readers(self, columns: list[int]) -> ReaderStamps:
         """The readers record their regions from now on (a profiled engine: `roseinfer.cuda_graphs`). columns: the
         output columns of each slot's reader, in slot order (`GPT2.fused_reader_columns`)."""
-        from roseinfer.kernels.gemv import pick_norm_config
+        from roseinfer.kernels.norm_gemv import pick_norm_config
 
         if len(columns) != self.slots:
             raise ValueError(f"{self.slots} slots need as many readers, not {len(columns)}")

@@ -146,10 +146,10 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
 
 def norm_gemv_applies(x: torch.Tensor, delta: torch.Tensor, lin) -> bool:
     """Whether `norm_linear` runs as one kernel here: inside `small_batch_gemv(.., norm_prologue=True)`, where the
-    GEMV itself would run, at one row (`roseinfer.kernels.gemv.norm_gemv_fits`)."""
+    GEMV itself would run, at one row (`roseinfer.kernels.norm_gemv.norm_gemv_fits`)."""
     if not (_NORM_PROLOGUE.get() and uses_gemv(x) and delta.stride(-1) == 1 and lin.weight.is_contiguous()):
         return False
-    from roseinfer.kernels.gemv import norm_gemv_fits
+    from roseinfer.kernels.norm_gemv import norm_gemv_fits
 
     return norm_gemv_fits(x, lin.weight) and gemv_wins(1, *lin.weight.shape)
 
@@ -189,7 +189,7 @@ def norm_linear(x: torch.Tensor, delta: torch.Tensor, ln, lin, gelu: bool = Fals
     delta the embedding tables (callers check `embedding_gather_applies`): the rows are gathered in the prologue,
     which replaces the two embedding kernels too. wait: delta is a fused all-reduce's rows
     (`roseinfer.fused_allreduce.PushedRows`), which the prologue waits for."""
-    from roseinfer.kernels.gemv import norm_gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton
 
     return norm_gemv_triton(
         x, delta, ln.weight, ln.bias, ln.eps, lin.weight, lin.bias, gelu=gelu, index=index, wait=wait
@@ -214,7 +214,7 @@ def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor,
     ln_f's add + LayerNorm in the prologue of the GEMV (callers check `lm_head_gemv_applies`). On the H100 the
     GEMV moved the 77 MB of GPT-2's lm_head at 90% of the copy bandwidth where cuBLAS took 13% longer
     (docs/BENCHMARKS.md, issue 27 round 5), and the LayerNorm's own kernel goes."""
-    from roseinfer.kernels.gemv import norm_gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton
 
     return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight, wait=wait)[1]
 

@@ -145,7 +145,7 @@ def sweep_norm_lm_head(n, k, ws, copies):
     """At one row under PDL, the lm_head with ln_f in the GEMV's prologue (`norm_gemv_triton`, as the engine runs
     it) over its one-shot tiles, against ln_f's add + LayerNorm kernel then cuBLAS (the path it replaces)."""
     from roseinfer.kernels.add_layernorm import add_layer_norm_triton
-    from roseinfer.kernels.gemv import norm_gemv_triton, pick_norm_config
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton, pick_norm_config
     from roseinfer.kernels.pdl import pdl_scope
 
     dev, dt = torch.device("cuda"), torch.float16

@@ -140,7 +140,8 @@ VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up
 # The ninth step's change off: what variants 1 to 31 measured before it existed (GraphKernels.cuda_mlp defaults on).
 VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items()}
 VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
-VARIANTS[33] = GraphKernels(skinny_gemm_max_batch=64)  # 32 + the skinny GEMM for attn_proj, mlp_proj at 33-64 rows
+# 32 + the skinny GEMM for attn_proj and mlp_proj at 33 to 64 rows (docs/BENCHMARKS.md, session 42: slower)
+VARIANTS[33] = GraphKernels(skinny_gemm_max_batch=64)
 
 
 def freeze(engine, rows: int, past: int) -> None:

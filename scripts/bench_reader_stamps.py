@@ -13,7 +13,7 @@ import torch
 if not torch.cuda.is_available():
     sys.exit("bench_reader_stamps.py: needs a CUDA GPU")
 from roseinfer.fused_allreduce import ReaderStamps
-from roseinfer.kernels.gemv import pick_norm_config
+from roseinfer.kernels.norm_gemv import pick_norm_config
 
 cols = [3200, 2400] * 47 + [3200, 50304]  # gpt2-xl at TP=2: c_fc's shard, c_attn's shard, the lm_head
 programs = [-(-n // pick_norm_config(n, 1600, fused_rows=True).block_n) for n in cols]

@@ -81,7 +81,8 @@ def test_fused_mlp_matches_the_reference_launch_after_launch(delta_kind, pdl):
     # output is a split sum of SPLIT_ROWS rows, layer 1's (the last layer's) one row. delta is float16 (attn_proj's
     # output), float32 (fused_attn's) or a split sum (this kernel's own, exact in any order:
     # tests.helpers.exact_split, so s stays bit for bit).
-    from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
+    from roseinfer.kernels.gemv import gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton
     from tests.helpers import exact_split
 
     block, x, a = _mlp(torch.float16)

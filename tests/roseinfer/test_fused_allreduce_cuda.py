@@ -54,13 +54,8 @@ def test_push_then_wait_reads_both_rows_as_nccl_adds_them(dtype, n, k, k_rank):
     # Rank 0's GEMV pushes its partial sum (epoch 1); rank 1's row is written by hand with epoch 1; the norm GEMV
     # that waits reads both and adds them as NCCL's two-rank reduction does: a + b rounded once.
     from roseinfer.fused_allreduce import PushedRows
-    from roseinfer.kernels.gemv import (
-        gemv_reference,
-        gemv_triton,
-        norm_gemv_reference,
-        norm_gemv_triton,
-        pick_norm_config,
-    )
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton, pick_norm_config
 
     g = torch.Generator(device="cuda").manual_seed(k)
     rand = lambda *shape, scale=1.0: (torch.randn(*shape, generator=g, device="cuda") * scale).to(dtype)  # noqa: E731
@@ -117,7 +112,7 @@ def planted_reader(k: int = 768, n: int = 768, dtype=torch.float16):
     import triton
 
     from roseinfer.fused_allreduce import PushedRows, ReaderStamps
-    from roseinfer.kernels.gemv import norm_gemv_triton, pick_norm_config
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton, pick_norm_config
 
     g = torch.Generator(device="cuda").manual_seed(5)
     rand = lambda *shape, scale=1.0: (torch.randn(*shape, generator=g, device="cuda") * scale).to(dtype)  # noqa: E731
@@ -203,7 +198,8 @@ def test_a_row_planted_late_moves_the_peers_region_only():
 TRAP_CHILD = """
 import torch
 from roseinfer.fused_allreduce import PushedRows
-from roseinfer.kernels.gemv import gemv_triton, norm_gemv_triton
+from roseinfer.kernels.gemv import gemv_triton
+from roseinfer.kernels.norm_gemv import norm_gemv_triton
 from tests.roseinfer.test_fused_allreduce_cuda import one_gpu_ranks
 
 k, n = 768, 64

@@ -104,7 +104,7 @@ def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early):
     # missing anywhere would read the previous replay's logits or maxima.
     from roseinfer.bench.timing import captured
     from roseinfer.kernels.argmax import argmax_triton
-    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if not pdl_supported():

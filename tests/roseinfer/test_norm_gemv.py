@@ -1,4 +1,4 @@
-"""The one-row norm GEMV (`roseinfer.kernels.gemv.norm_gemv_triton`: the residual add and LayerNorm in the GEMV's
+"""The one-row norm GEMV (`roseinfer.kernels.norm_gemv.norm_gemv_triton`: the residual add and LayerNorm in the GEMV's
 prologue, the embedding rows gathered in front of the first block, ln_f in front of the lm_head) against its
 plain-torch reference, its tiles (`pick_norm_config`) and its dispatch (`roseinfer.linears`). The GEMV itself:
 test_gemv_kernel.py."""
@@ -16,7 +16,7 @@ def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
     # The sweep's 2 columns a program at GPT-2 small's 768-wide rows; gpt2-medium's 1,024 and gpt2-xl's 1,600 take
     # 8, and 16 where the delta is a fused all-reduce's rows; the lm_head's vocabulary 8 at any width. Every tile
     # holds all of K.
-    from roseinfer.kernels.gemv import pick_norm_config
+    from roseinfer.kernels.norm_gemv import pick_norm_config
 
     assert pick_norm_config(2304, 768).block_n == 2
     assert pick_norm_config(2304, 768, fused_rows=True).block_n == 2
@@ -39,7 +39,7 @@ def test_norm_tile_widens_for_wide_rows_and_more_for_fused_rows():
 
 
 def test_norm_reference_is_add_then_layernorm_then_linear():
-    from roseinfer.kernels.gemv import norm_gemv_reference
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference
 
     g = torch.Generator().manual_seed(1)
     x, d = (
@@ -75,7 +75,7 @@ def test_norm_reference_is_add_then_layernorm_then_linear():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
     # The add + LayerNorm prologue: s is exactly x + delta, out as the reference (LayerNorm rounded to dtype).
-    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton, pick_norm_config
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton, pick_norm_config
 
     g = torch.Generator(device="cuda").manual_seed(n + k)
     x, d = (rand_operand(g, 1, k, dtype=dtype, device="cuda") for _ in range(2))
@@ -98,7 +98,7 @@ def test_norm_gemv_matches_reference(n, k, bias, gelu, dtype):
 def test_norm_gemv_sums_a_split_delta_as_its_whole(n):
     # The CUDA MLP's output as the next c_attn's (or the lm_head's) delta: a split sum the prologue adds up. Every
     # value a multiple of 2^-10 (tests.helpers.exact_split): the rows' sum is exact, so all is bit for bit.
-    from roseinfer.kernels.gemv import norm_gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton
     from tests.helpers import exact_split
 
     g = torch.Generator(device="cuda").manual_seed(n)
@@ -120,7 +120,8 @@ def test_norm_gemv_chain_with_pdl_in_a_graph_matches_reference(early):
     # A GPT-2 layer's shape at batch 1 as the engine runs it: [add + LN + c_attn], attn_proj, [add + LN + c_fc
     # + GELU], mlp_proj, each a PDL launch reading the kernel before's output (and the residual program 0 wrote),
     # replayed on fresh inputs and checked link by link against the reference.
-    from roseinfer.kernels.gemv import gemv_triton, norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.gemv import gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if not pdl_supported():
@@ -196,7 +197,7 @@ def test_norm_linear_never_applies_off_cuda():
 
 
 def test_norm_reference_gathers_rows_by_index():
-    from roseinfer.kernels.gemv import norm_gemv_reference
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference
 
     g = torch.Generator().manual_seed(2)
     wte, wpe = (
@@ -217,7 +218,7 @@ def test_norm_reference_gathers_rows_by_index():
 def test_norm_gemv_gathering_embedding_rows_matches_reference(v, p, k, n, dtype):
     # The first block's c_attn at one token: x and delta rows gathered from the tables at the token id and position
     # (int64, as the engine stages them; first, last and middle rows), s exactly the embeddings' sum.
-    from roseinfer.kernels.gemv import norm_gemv_reference, norm_gemv_triton
+    from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton
 
     g = torch.Generator(device="cuda").manual_seed(v + k)
     wte, wpe = (

@@ -5,7 +5,7 @@ test_gemv_kernel.py, test_norm_gemv.py."""
 
 import torch
 
-from roseinfer.kernels.gemv import norm_gemv_reference
+from roseinfer.kernels.norm_gemv import norm_gemv_reference
 from roseinfer.kernels.split_sum import SPLIT_ROWS, delta_rows, joined
 from roseinfer.model import residual_layer_norm
 from tests.helpers import exact_split
