@@ -15,8 +15,9 @@ and too few bytes are in flight. This kernel is shaped for the weight stream ins
   (one cross-lane reduction per program, not one per slice);
 - the epilogue adds the bias and, for c_fc, applies GPT-2's tanh GELU, so the linear is one kernel;
 - at one row an optional prologue adds the residual and applies the LayerNorm in front of c_attn / c_fc
-  (`roseinfer.kernels.norm_gemv`), so the add + LayerNorm kernel before them goes too; in front of the first block's c_attn
-  it can also gather its two rows from the embedding tables (`index=`), so the two embedding kernels go as well;
+  (`roseinfer.kernels.norm_gemv`), so the add + LayerNorm kernel before them goes too; in front of the first
+  block's c_attn it can also gather its two rows from the embedding tables (`norm_gemv_triton(index=)`), so the two
+  embedding kernels go as well;
 - launched with PDL (`roseinfer.kernels.pdl`), a one-row call takes a one-shot tile: every program loads all of its
   weights before it waits for x, i.e. while the kernel before it still runs (on the H100, c_attn at one row: 2.7 us
   in a chain of PDL launches against 3.7 us plain and 5.1 us for cuBLAS; scripts/bench_gemv.py).
@@ -45,9 +46,9 @@ def gemv_reference(x, weight, bias=None, gelu: bool = False):
     return out.to(x.dtype)
 
 
-# The fused all-reduce's reader (`norm_gemv_triton(.., wait=)`) is this kernel, and where its regions are recorded
-# (`roseinfer.fused_allreduce.ReaderStamps`) each program writes NSTAMP %globaltimer stamps: its start, the kernel in
-# front completed (its PDL wait), every rank's row arrived, its output stored
+# The fused all-reduce's reader (`roseinfer.kernels.norm_gemv.norm_gemv_triton(.., wait=)`) is this kernel, and
+# where its regions are recorded (`roseinfer.fused_allreduce.ReaderStamps`) each program writes NSTAMP %globaltimer
+# stamps: its start, the kernel in front completed (its PDL wait), every rank's row arrived, its output stored
 ALLREDUCE_KERNEL = "allreduce_gemv_kernel"
 NSTAMP = 4
 
@@ -324,7 +325,8 @@ def gemv_triton(
     pdl: launch as a programmatic dependent launch (`roseinfer.kernels.pdl`; None: as the current scope says).
     push (one row): a fused all-reduce's slot (`roseinfer.fused_allreduce.PushTarget`): the output goes into this
     rank's row of the slot in every rank's buffer, and the slot's words [W, ceil(N / 2)] int64 (this GPU's buffer)
-    are returned; the next norm GEMV (`norm_gemv_triton(.., wait=)`) waits for the others' rows and sums them."""
+    are returned; the next norm GEMV (`roseinfer.kernels.norm_gemv.norm_gemv_triton(.., wait=)`) waits for the
+    others' rows and sums them."""
     from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     m, k = x.shape

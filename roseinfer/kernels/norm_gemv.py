@@ -1,8 +1,9 @@
 """The one-row GEMV with an add + LayerNorm prologue (`norm_gemv_triton`): s = x + delta, out = act(LayerNorm(s) @ W^T
 + b) in one kernel, in front of c_attn and c_fc at batch 1 and of the lm_head with ln_f. It is `gemv_kernel`
 (`roseinfer.kernels.gemv`) compiled with NORM=True, the one-shot tile: every program normalises the whole row (K up
-to 4,096, in L2) before its columns; with `index` the row is gathered from the embedding tables, and with `wait`
-delta is a fused all-reduce's rows (`roseinfer.fused_allreduce`), read by `allreduce_gemv_kernel`.
+to 4,096, in L2) before its columns. delta is one row, a float32 split sum of R rows (`roseinfer.kernels.split_sum`),
+or with `wait` a fused all-reduce's rows (`roseinfer.fused_allreduce`, read by `allreduce_gemv_kernel`); with
+`index` x's and delta's rows are gathered from the embedding tables (wte[token], wpe[position]).
 `norm_gemv_reference` is the plain-torch version it is tested against."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ MLP at 8 rows, 4.24 at 4, 4.78 at one; docs/BENCHMARKS.md, session 35). In the e
 layer's attention kernel, whose LayerNorm reads every row after its wait: batch 1 was 1.2% faster at 4 rows than at
 8, and 2 rows no faster than 8 (session 38). The readers that take a split delta: the
 CUDA kernels (`fused_mlp`, `fused_attn`, built for one row or SPLIT_ROWS) and the norm GEMV's prologue
-(`roseinfer.kernels.gemv`); anything else joins it first (`joined`).
+(`roseinfer.kernels.norm_gemv`); anything else joins it first (`joined`).
 """
 
 from __future__ import annotations
