@@ -1,6 +1,7 @@
 """Running the CLI as a user would: a subprocess with real files."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,16 @@ def engine_command(
         sys.executable, "-m", module, "--num-requests", str(requests), "--max-new-tokens", str(new_tokens),
         "--warmup-runs", "0", "--repeat-runs", "1", "--no-stop-on-eos", *extra,
     ]  # fmt: skip
+
+
+# A line that may be wider than the terminal: a path (a file to open, a folder to copy), alone on its line or after
+# its label, printed whole so that it can be copied. Every other line of roseprof's fits.
+PATH_LINE = re.compile(r"^\s*((run folder|dashboard|imported from): )?\S*/\S*$")
+
+
+def assert_fits(out: str, width: int) -> None:
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
+    assert not too_wide, too_wide
 
 
 def roseprof(*args, env=None, timeout=600, cwd=None):

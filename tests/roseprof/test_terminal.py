@@ -2,7 +2,6 @@
 whole, commands cut at a word, and sentences that say what is true."""
 
 import io
-import re
 
 import pytest
 from rich.console import Console
@@ -12,7 +11,7 @@ from roseprof.render import commands, text
 from roseprof.render.terminal import print_runs, print_summary
 from roseprof.render.terminal_diff import print_diff
 from roseprof.run.store import RunStore
-from tests.helpers import DATA
+from tests.helpers import DATA, assert_fits
 
 WIDTHS = (80, 100, 120)
 GPU = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
@@ -33,14 +32,6 @@ def render(width, fn, *args) -> str:
     out = io.StringIO()
     fn(Console(file=out, width=width, color_system=None, force_terminal=False), *args)
     return out.getvalue()
-
-
-PATH_LINE = re.compile(r"^(run folder|dashboard|imported from): \S+$")  # printed whole, to copy
-
-
-def assert_fits(out: str, width: int):
-    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
-    assert not too_wide, too_wide
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -13,7 +13,7 @@ import termios
 
 import pytest
 
-from tests.helpers import DATA, roseprof
+from tests.helpers import DATA, assert_fits, roseprof
 
 WIDTHS = (80, 100, 120)
 GRAPHS = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.sqlite"
@@ -38,14 +38,6 @@ def store(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     ids = sorted(p.name for p in (root / "traces").iterdir() if p.is_dir() and not p.name.startswith("."))
     return opts, ids
-
-
-PATH_LINE = re.compile(r"^(run folder|dashboard|imported from): \S+$")  # printed whole, to copy
-
-
-def assert_fits(out: str, width: int):
-    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
-    assert not too_wide, too_wide
 
 
 def commands(ids):
