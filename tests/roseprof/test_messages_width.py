@@ -1,0 +1,64 @@
+"""What roseprof says beside its tables, at 80 columns as a user's terminal is (a subprocess, piped, COLUMNS=80):
+the capture lock's waiting message, what to do after a capture, a failed capture's error, the baselines. Every line
+fits but a path alone on its line, and nothing is lost on the way: commands paste whole, ids and paths are uncut.
+(`ls`, `show` and `diff`: test_views_width.py.)"""
+
+import fcntl
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import assert_fits
+
+HERE = Path(__file__).parent
+COLUMNS = {"COLUMNS": "80"}
+# What a capture of the engine's benchmark writes into the lock for whoever waits (capture/tool.py: its command,
+# its traces folder): 196 characters of command and a folder of 90.
+HOLDER_COMMAND = (
+    "python -m roseinfer.benchmark_streaming --hf-model-id gpt2-tiny --device cpu --num-requests 16 "
+    "--max-batch-size 16 --prefill-max-batch-size 16 --max-new-tokens 70 --prompt abcdefghijklmnop --no-stop-on-eos"
+)
+HOLDER_TRACES = "/home/someone/checkouts/another-branch-of-roseinfer/experiments/kv-append-rollover/traces"
+
+
+def stub_nsys(tmp_path: Path) -> dict:
+    """Nsight Systems' stand-in (stub_tool/tool.py: it runs the program and reports a real SQLite export, the
+    cpu-nsys2022.4-nvtx fixture), behind a lock of this test's own."""
+    stub = tmp_path / "bin" / "nsys"
+    stub.parent.mkdir(exist_ok=True)
+    stub.write_text(f'#!/bin/sh\nexec {sys.executable} {HERE / "stub_tool" / "tool.py"} nsys "$@"\n')
+    stub.chmod(0o755)
+    return {"NSYS": str(stub), "ROSEPROF_NSYS_LOCK": str(tmp_path / "nsys.lock")}
+
+
+def dirs(tmp_path: Path) -> list[str]:
+    return ["--traces-dir", str(tmp_path / "traces"), "--dashboards-dir", str(tmp_path / "dash")]
+
+
+def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
+    env = {**os.environ, **COLUMNS, **stub_nsys(tmp_path)}
+    args = ["nsys", *dirs(tmp_path), "--", sys.executable, "-c", "pass"]
+    with open(env["ROSEPROF_NSYS_LOCK"], "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"4242\n{HOLDER_COMMAND}\ntraces in {HOLDER_TRACES}\n")
+        held.flush()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env,
+        )  # fmt: skip
+        said = []
+        for line in proc.stderr:  # the waiting message, up to its last line: the holder's traces folder
+            said.append(line)
+            if HOLDER_TRACES in line:
+                break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, "".join(said) + err
+    message = "".join(said)
+    assert_fits(message, 80)
+    lines = message.splitlines()
+    assert lines[0] == "roseprof: waiting for another nsys capture (pid 4242) to finish:"
+    # the command's words all there, in order, on lines of their own below; the folder whole on its line
+    assert " ".join(" ".join(lines[1:-1]).split()) == f"{HOLDER_COMMAND} traces in"
+    assert lines[-1].strip() == HOLDER_TRACES
