@@ -4,16 +4,20 @@ fits but a path alone on its line, and nothing is lost on the way: commands past
 (`ls`, `show` and `diff`: test_views_width.py.)"""
 
 import fcntl
+import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import assert_fits
+import pytest
+
+from tests.helpers import DATA, assert_fits, roseprof
 
 HERE = Path(__file__).parent
 COLUMNS = {"COLUMNS": "80"}
+CPU = DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite"
+LIVE = "live-127.0.0.1-8000"  # `roseprof live`'s default name for a server on 127.0.0.1:8000: ids of 41 characters
 # What a capture of the engine's benchmark writes into the lock for whoever waits (capture/tool.py: its command,
 # its traces folder): 196 characters of command and a folder of 90.
 HOLDER_COMMAND = (
@@ -35,6 +39,34 @@ def stub_nsys(tmp_path: Path) -> dict:
 
 def dirs(tmp_path: Path) -> list[str]:
     return ["--traces-dir", str(tmp_path / "traces"), "--dashboards-dir", str(tmp_path / "dash")]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """Three imports of a real nsys capture named `before`, and one under a live capture's name."""
+    root = tmp_path_factory.mktemp("messages")
+    for name in ("before", "before", "before", LIVE):
+        proc = roseprof("import", CPU, "--name", name, *dirs(root), env=COLUMNS)
+        assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def run_ids(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "traces").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def test_baselines_list_their_runs_an_id_a_line(store):
+    proc = roseprof("baseline", "set", "main", "before", LIVE, *dirs(store), env=COLUMNS)
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    ids = json.loads(roseprof("baseline", "ls", "--json", *dirs(store)).stdout)["main"]["runs"]
+    assert sorted(ids) == run_ids(store)  # every run, in the baseline's order
+    assert proc.stdout.splitlines() == ["baseline main: 4 run(s):", *(f"  {i}" for i in ids)]
+    proc = roseprof("baseline", "ls", *dirs(store), env=COLUMNS)
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    head, *listed = proc.stdout.splitlines()
+    assert head.startswith("main  ") and head.endswith("  4 run(s):") and listed == [f"  {i}" for i in ids]
 
 
 def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
