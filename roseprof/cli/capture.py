@@ -100,7 +100,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     """Each run's summary (one line each but the last for a series), its dashboard, what to do next, and the
     exit code."""
     from roseprof.api import previous_run
-    from roseprof.render.progress import print_next
+    from roseprof.render.progress import print_next, print_next_group
     from roseprof.render.terminal import make_console
 
     console = make_console()
@@ -127,10 +127,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         click.echo(f"series stopped after run {len(outcomes)} of {repeat}: it did not complete", err=True)
     elif final.exit_code == 0:
         if repeat > 1:
-            name = final.run.manifest.get("name")
-            click.echo(
-                f"next: {invocation()} diff {name} <other name>  (compares the {repeat} runs as a group)"
-            )
+            print_next_group(console, final.run.manifest.get("name") or "", repeat, invocation())
         else:
             previous = previous_run(store, final.run)
             print_next(console, final.run.id, previous.id if previous else None, invocation())

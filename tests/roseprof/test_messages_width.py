@@ -94,3 +94,49 @@ def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
     # the command's words all there, in order, on lines of their own below; the folder whole on its line
     assert " ".join(" ".join(lines[1:-1]).split()) == f"{HOLDER_COMMAND} traces in"
     assert lines[-1].strip() == HOLDER_TRACES
+
+
+def next_commands(out: str) -> list[str]:
+    """The commands after `next: `, each joined from its lines as a shell joins a line ending in ` \\`."""
+    block = out[out.index("next: ") :].removeprefix("next: ")
+    return [" ".join(line.split()) for line in block.replace(" \\\n", " ").splitlines()]
+
+
+def test_what_to_do_next_fits_and_pastes(tmp_path):
+    """Two captures of one name: the second's `next:` names both runs, past 80 columns with a long name, and the
+    diff it suggests runs as pasted into a shell."""
+    env = {**COLUMNS, **stub_nsys(tmp_path)}
+    capture = ["nsys", *dirs(tmp_path), "--name", "kv-append-rollover", "--", sys.executable, "-c", "pass"]
+    assert roseprof(*capture, env=env).returncode == 0
+    proc = roseprof(*capture, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    before, after = run_ids(tmp_path)
+    open_command, diff_command = next_commands(proc.stdout)
+    assert open_command.endswith(f" open {after}") and diff_command.endswith(f" diff {before} {after}")
+    # The diff's lines as the user selects them, pasted into a shell, run the diff (in this test's store).
+    lines = proc.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if " diff " in line)
+    pasted = "\n".join(lines[first : lines.index(f"        {after}", first) + 1])
+    stores = {
+        "ROSEPROF_TRACES_DIR": str(tmp_path / "traces"),
+        "ROSEPROF_DASHBOARDS_DIR": str(tmp_path / "dash"),
+    }
+    ran = subprocess.run(
+        ["bash", "-c", pasted], capture_output=True, text=True, timeout=300, env={**os.environ, **stores}
+    )
+    assert ran.returncode in (0, 1), ran.stderr  # 1: a regression, which two captures of a stub may show
+    assert ran.stdout.startswith(f"before  {before}") and f"after   {after}" in ran.stdout, ran.stdout
+
+
+def test_what_to_do_after_a_series_fits_and_names_it(tmp_path):
+    name = "kv-append-rollover-with-batched-appends"
+    proc = roseprof(
+        "nsys", *dirs(tmp_path), "--name", name, "--repeat", "2", "--", sys.executable, "-c", "pass",
+        env={**COLUMNS, **stub_nsys(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    (command,) = next_commands(proc.stdout.split("\n      (compares")[0])
+    assert command.endswith(f" diff {name} <other name>")
+    assert "(compares the 2 runs as a group)" in proc.stdout

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from roseprof.workload.roseinfer import default_command
-from tests.helpers import roseprof, stderr_lines
+from tests.helpers import assert_fits, roseprof, stderr_lines
 
 COLUMNS = {"COLUMNS": "80"}
 # The built-in command's flags made small for a test (a later flag wins in argparse, as it does for the user).
@@ -65,13 +65,14 @@ def test_next_lines_can_be_pasted_where_roseprof_is_not_on_path(tmp_path):
         "--", sys.executable, "-c", "pass", env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    i = next(i for i, x in enumerate(lines) if x.startswith("next: "))
-    prog, verb, run = shlex.split(lines[i].removeprefix("next: "))
+    assert_fits(proc.stdout, 80)
+    next_lines = proc.stdout[proc.stdout.index("next: ") :].removeprefix("next: ")
+    # Two commands, each on its line or, past 80 columns, continued over lines with ` \`, as a shell joins them.
+    open_line, diff_line = [" ".join(c.split()) for c in next_lines.replace(" \\\n", " ").splitlines()]
+    prog, verb, run = shlex.split(open_line)
     assert verb == "open" and prog != "roseprof"
-    assert os.access(prog, os.X_OK), lines[i]
-    # The diff line is one command too, however long: never folded at 80 columns.
-    assert lines[i + 1].strip() == f"{prog} diff <earlier run> {run}", lines[i + 1]
+    assert os.access(prog, os.X_OK), open_line
+    assert diff_line == f"{prog} diff <earlier run> {run}", diff_line
 
 
 @pytest.mark.nsys
