@@ -3,6 +3,7 @@
 columns give way."""
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -67,6 +68,34 @@ def test_piped_output_honours_columns(store, verb, width):
     if verb == "diff":
         # region names keep their distinguishing part: the shared `roseinfer.` prefix is left out and said
         assert "regions without roseinfer." in " ".join(proc.stdout.split())
+
+
+# `roseprof live URL`'s default name for a server on the local network: run ids of 44 characters (41 for 127.0.0.1).
+LIVE = "live-192.168.1.20-8000"
+
+
+def test_ls_keeps_the_names_beside_a_live_capture_id(tmp_path):
+    """Beside a live capture's long id, the name stays whole and the cut command gives way (it dropped the name)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    for name in ("before", "before", LIVE):
+        proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", name, *opts)
+        assert proc.returncode == 0, proc.stderr
+    proc = roseprof("ls", *opts, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    ids = {p.name for p in (tmp_path / "traces").iterdir() if p.is_dir() and not p.name.startswith(".")}
+    rows = {
+        tuple(line.split())
+        for line in proc.stdout.splitlines()
+        if line.split()[:1] and line.split()[0] in ids
+    }
+    names = {
+        run_id: json.loads((tmp_path / "traces" / run_id / "manifest.json").read_text())["name"]
+        for run_id in ids
+    }
+    assert rows == {
+        (run_id, names[run_id], "complete") for run_id in ids
+    }  # each run: its id, name, status whole
 
 
 def run_in_terminal(args: list[str], cols: int = 80, rows: int = 24) -> str:
