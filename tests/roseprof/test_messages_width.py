@@ -96,10 +96,14 @@ def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
     assert lines[-1].strip() == HOLDER_TRACES
 
 
+def shell_lines(text: str) -> list[str]:
+    """`text`'s lines as a shell reads them: a line that ends in ` \\` goes on in the next."""
+    return [" ".join(line.split()) for line in text.replace(" \\\n", " ").splitlines()]
+
+
 def next_commands(out: str) -> list[str]:
-    """The commands after `next: `, each joined from its lines as a shell joins a line ending in ` \\`."""
-    block = out[out.index("next: ") :].removeprefix("next: ")
-    return [" ".join(line.split()) for line in block.replace(" \\\n", " ").splitlines()]
+    """The commands after `next: `."""
+    return shell_lines(out[out.index("next: ") :].removeprefix("next: "))
 
 
 def test_what_to_do_next_fits_and_pastes(tmp_path):
@@ -107,11 +111,13 @@ def test_what_to_do_next_fits_and_pastes(tmp_path):
     diff it suggests runs as pasted into a shell."""
     env = {**COLUMNS, **stub_nsys(tmp_path)}
     capture = ["nsys", *dirs(tmp_path), "--name", "kv-append-rollover", "--", sys.executable, "-c", "pass"]
-    assert roseprof(*capture, env=env).returncode == 0
+    first = roseprof(*capture, env=env)
+    assert first.returncode == 0, first.stderr
+    before = next_commands(first.stdout)[0].split()[-1]  # `... open RUN`: the first run's id
     proc = roseprof(*capture, env=env)
     assert proc.returncode == 0, proc.stderr
     assert_fits(proc.stdout, 80)
-    before, after = run_ids(tmp_path)
+    (after,) = set(run_ids(tmp_path)) - {before}
     open_command, diff_command = next_commands(proc.stdout)
     assert open_command.endswith(f" open {after}") and diff_command.endswith(f" diff {before} {after}")
     # The diff's lines as the user selects them, pasted into a shell, run the diff (in this test's store).
