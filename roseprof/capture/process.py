@@ -52,7 +52,7 @@ def say(line: str, *details: str) -> None:
     """One status message of roseprof's own on stderr (never mixed into a line of the program's): `line`, then each
     of `details` indented below it. Wrapped at the terminal's width (80 columns piped, COLUMNS when set), at spaces
     only, so that a command's words and a path stay whole: a path longer than the width sits on a line of its own."""
-    width = max(shutil.get_terminal_size((80, 24)).columns, 40)
+    width = terminal_width()
     lines = wrap_words(f"roseprof: {line}", width, "", "  ")
     for detail in details:
         lines += wrap_words(detail, width, "  ", "    ")
@@ -61,6 +61,11 @@ def say(line: str, *details: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def terminal_width() -> int:
+    """The width roseprof's own lines on stderr keep to: COLUMNS where set, else the terminal's, else 80."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
 
 
 def wrap_words(line: str, width: int, first: str, indent: str) -> list[str]:

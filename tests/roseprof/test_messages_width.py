@@ -146,3 +146,20 @@ def test_what_to_do_after_a_series_fits_and_names_it(tmp_path):
     (command,) = next_commands(proc.stdout.split("\n      (compares")[0])
     assert command.endswith(f" diff {name} <other name>")
     assert "(compares the 2 runs as a group)" in proc.stdout
+
+
+def test_a_failed_capture_says_what_to_do_in_80_columns(tmp_path):
+    """The program failed after recording ranges: the error, then the command that shows what was kept."""
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    name = "kv-append-rollover-with-batched-appends"
+    proc = roseprof(
+        "nsys", *dirs(tmp_path), "--name", name, "--", *failing, env={**COLUMNS, **stub_nsys(tmp_path)}
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert_fits(proc.stderr, 80)
+    (run_id,) = run_ids(tmp_path)
+    error = proc.stderr[proc.stderr.index("roseprof: error: ") :]
+    assert " ".join(error.split()).startswith(
+        "roseprof: error: the command exited with code 3; what it recorded"
+    )
+    assert shell_lines(error)[-1].endswith(f" show {run_id}")  # the command to paste, last
