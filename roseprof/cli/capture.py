@@ -150,11 +150,11 @@ def _failure(outcome) -> list[str]:
     elif code == 1:
         todo, command = "what it recorded before is stored:", show
     elif code == 130:
-        todo, command = "what was captured is stored:", show
+        todo, command = "see what was captured with:", show  # (its message says it was kept)
     else:  # the profiler failed, or what it wrote could not be read: it is kept, with the tool's own log
         todo, command = f"what the profiler wrote, and its own log, are kept in {outcome.run.path}/raw", None
     error = wrap_words(plain(f"roseprof: error: {said}; {todo}"), width, "", "  ")
-    return error + (pasteable(command, width, "  ") if command else [])
+    return error + (pasteable([plain(word) for word in command], width, "  ") if command else [])
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)
