@@ -107,6 +107,12 @@ def assert_fits(out: str, width: int) -> None:
     assert not too_wide, too_wide
 
 
+def unwrapped(text: str) -> str:
+    """`text` as one line of words: where to look for a sentence roseprof wrapped at 80 columns (a capture's error,
+    its status messages on stderr)."""
+    return " ".join(text.split())
+
+
 def roseprof(*args, env=None, timeout=600, cwd=None):
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
