@@ -1,6 +1,7 @@
 """Running the CLI as a user would: a subprocess with real files."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,22 @@ def engine_command(
     ]  # fmt: skip
 
 
+# A line that may be wider than the terminal: a path (a file to open, a folder to copy), alone on its line or after
+# its label, printed whole so that it can be copied. Every other line of roseprof's fits.
+PATH_LINE = re.compile(r"^\s*((run folder|dashboard|imported from): )?\S*/\S*$")
+
+
+def assert_fits(out: str, width: int) -> None:
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
+    assert not too_wide, too_wide
+
+
+def unwrapped(text: str) -> str:
+    """`text` as one line of words: where to look for a sentence roseprof wrapped at 80 columns (a capture's error,
+    its status messages on stderr)."""
+    return " ".join(text.split())
+
+
 def roseprof(*args, env=None, timeout=600, cwd=None):
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
@@ -119,15 +136,28 @@ RESTARTED = "; starting it again ("
 
 
 def stderr_lines(proc) -> list[str]:
-    """The non-blank lines of a finished command's stderr, less roseprof's lines about the machine rather than the
-    command: the capture lock's waiting line and a refused tool's restart."""
-    return [
-        line
-        for line in proc.stderr.splitlines()
-        if line.strip()
-        and not line.startswith(WAITING)
-        and not (line.startswith("roseprof: ") and RESTARTED in line)
-    ]
+    """The non-blank lines of a finished command's stderr, less roseprof's messages about the machine rather than
+    the command: the capture lock's waiting message and a refused tool's restart, each with the indented lines
+    below it (capture/process.py's say wraps a message at 80 columns and puts its details on lines of their own)."""
+    messages: list[list[str]] = []
+    for line in proc.stderr.splitlines():
+        if not line.strip():
+            continue
+        if messages and line.startswith("  ") and _said(messages[-1][0]):
+            messages[-1].append(line)
+        else:
+            messages.append([line])
+    return [line for m in messages if not _about_the_machine(" ".join(s.strip() for s in m)) for line in m]
+
+
+def _about_the_machine(message: str) -> bool:
+    return message.startswith(WAITING) or (message.startswith("roseprof: ") and RESTARTED in message)
+
+
+def _said(line: str) -> bool:
+    """A status message of roseprof's own (say), which may go on over indented lines; an error or a warning is one
+    line."""
+    return line.startswith("roseprof: ") and not line.startswith(("roseprof: error:", "roseprof: warning:"))
 
 
 def assert_one_line_error(proc, code, text):

@@ -135,10 +135,9 @@ def _p50_mean(values: list[float]) -> str:
 
 
 def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | None = None) -> dict:
-    print(
-        f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode} "
-        f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}"
-    )
+    # Two lines, each within 80 columns: the first thing `roseprof nsys` shows in a user's terminal.
+    print(f"model={args.hf_model_id} device={args.device} dtype={args.dtype} mode={args.mode}")
+    print(f"requests={args.num_requests} max_new_tokens={args.max_new_tokens} batch={args.max_batch_size}")
     threads = getattr(args, "threads_used", None)
     if threads is not None:
         print(f"cpu threads: {threads[0]} ({threads[1]})")

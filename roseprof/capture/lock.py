@@ -37,13 +37,14 @@ def lock_path(tool: str) -> Path:
     return Path(tempfile.gettempdir()) / f"roseprof-{os.getuid()}-{tool}-capture.lock"
 
 
-def waiting_line(what: str, record: str) -> str:
+def waiting_lines(what: str, record: str) -> list[str]:
     """What a capture waiting for the lock says, from what the holder wrote: its pid and, where it wrote them,
-    its command and traces folder."""
+    its command and traces folder, each on a line of its own below (say() wraps them: a command can be 200
+    characters, a path as long as it is)."""
     lines = [line.strip() for line in record.splitlines()]
     pid = lines[0] if lines and lines[0] else "?"
-    about = "; ".join(line for line in lines[1:] if line)
-    return f"waiting for another {what} (pid {pid}) to finish" + (f" ({about})" if about else "")
+    about = [line for line in lines[1:] if line]
+    return [f"waiting for another {what} (pid {pid}) to finish" + (":" if about else ""), *about]
 
 
 @contextmanager
@@ -61,7 +62,7 @@ def exclusive(path: Path, what: str, about: str = "") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             record = os.pread(fd, HOLDER_BYTES, 0).decode("utf-8", "replace")
-            say(waiting_line(what, record))
+            say(*waiting_lines(what, record))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except KeyboardInterrupt:

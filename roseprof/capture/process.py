@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,13 +48,33 @@ class ToolResult:
     interrupted: bool
 
 
-def say(line: str) -> None:
-    """One status line of roseprof's own on stderr (never mixed into a line of the program's)."""
+def say(line: str, *details: str) -> None:
+    """One status message of roseprof's own on stderr (never mixed into a line of the program's): `line`, then each
+    of `details` indented below it. Wrapped at the terminal's width (80 columns piped, COLUMNS when set), at spaces
+    only, so that a command's words and a path stay whole: a path longer than the width sits on a line of its own."""
+    width = terminal_width()
+    lines = wrap_words(f"roseprof: {line}", width, "", "  ")
+    for detail in details:
+        lines += wrap_words(detail, width, "  ", "    ")
     try:
-        sys.stderr.write(f"roseprof: {line}\n")
+        sys.stderr.write("".join(f"{shown}\n" for shown in lines))  # one write: the message is never split
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
+
+
+def terminal_width() -> int:
+    """The width roseprof's own lines on stderr keep to: COLUMNS where set, else the terminal's, else 80."""
+    return max(shutil.get_terminal_size((80, 24)).columns, 40)
+
+
+def wrap_words(line: str, width: int, first: str, indent: str) -> list[str]:
+    """`line` wrapped at spaces to `width`, its first line indented by `first` and the others by `indent`; a word
+    (a path) longer than that is never cut, nor broken at its hyphens."""
+    return textwrap.wrap(
+        line, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first + line]  # fmt: skip
 
 
 def check_command(cmd: list[str], env: dict[str, str] | None = None) -> None:

@@ -100,7 +100,7 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     """Each run's summary (one line each but the last for a series), its dashboard, what to do next, and the
     exit code."""
     from roseprof.api import previous_run
-    from roseprof.render.progress import print_next
+    from roseprof.render.progress import print_next, print_next_group
     from roseprof.render.terminal import make_console
 
     console = make_console()
@@ -109,14 +109,14 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         if not last:
             click.echo(f"run {i + 1}/{repeat}: {outcome.run.id} {outcome.run.manifest.get('status')}")
         elif outcome.summary is None:  # nothing was analysed: the error and where the run is, on stderr
-            click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
+            click.echo("\n".join(_failure(outcome)), err=True)
             click.echo(f"run folder: {outcome.run.path}", err=True)
         else:
             if repeat > 1:
                 click.echo(f"run {i + 1}/{repeat}:")
             after_storing(outcome.run, lambda o=outcome: print_run(console, o.run, o.summary))
             if outcome.exit_code != 0:
-                click.echo(f"roseprof: error: {_failure(outcome)}", err=True)
+                click.echo("\n".join(_failure(outcome)), err=True)
         if outcome.summary is not None:
             after_storing(
                 outcome.run,
@@ -127,32 +127,34 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
         click.echo(f"series stopped after run {len(outcomes)} of {repeat}: it did not complete", err=True)
     elif final.exit_code == 0:
         if repeat > 1:
-            name = final.run.manifest.get("name")
-            click.echo(
-                f"next: {invocation()} diff {name} <other name>  (compares the {repeat} runs as a group)"
-            )
+            print_next_group(console, final.run.manifest.get("name") or "", repeat, invocation())
         else:
             previous = previous_run(store, final.run)
             print_next(console, final.run.id, previous.id if previous else None, invocation())
     sys.exit(final.exit_code)
 
 
-def _failure(outcome) -> str:
-    """A capture that did not complete, in one line that says what to do."""
+def _failure(outcome) -> list[str]:
+    """A capture that did not complete, in lines that fit the terminal: the error, then what to do (a command to
+    paste whole, or a folder, alone on its line where it is long)."""
+    from roseprof.capture.process import terminal_width, wrap_words
     from roseprof.errors import one_line
+    from roseprof.render.commands import pasteable
     from roseprof.render.safe_text import plain
 
-    m, code = outcome.run.manifest, outcome.exit_code
+    m, code, width = outcome.run.manifest, outcome.exit_code, terminal_width()
     said = one_line(m.get("message") or f"the capture ended with exit code {code}")
+    show = [invocation(), "show", outcome.run.id]
     if code == 1 and outcome.summary is None:
-        todo = "the command's own output above says why; fix it and capture again"
+        todo, command = "the command's own output above says why; fix it and capture again", None
     elif code == 1:
-        todo = f"what it recorded before is stored: {invocation()} show {outcome.run.id}"
+        todo, command = "what it recorded before is stored:", show
     elif code == 130:
-        todo = f"{invocation()} show {outcome.run.id} shows what was captured"
+        todo, command = "see what was captured with:", show  # (its message says it was kept)
     else:  # the profiler failed, or what it wrote could not be read: it is kept, with the tool's own log
-        todo = f"what the profiler wrote, and its own log, are kept in {outcome.run.path / 'raw'}"
-    return plain(f"{said} ({todo})")
+        todo, command = f"what the profiler wrote, and its own log, are kept in {outcome.run.path}/raw", None
+    error = wrap_words(plain(f"roseprof: error: {said}; {todo}"), width, "", "  ")
+    return error + (pasteable([plain(word) for word in command], width, "  ") if command else [])
 
 
 @cli.command(context_settings={"allow_interspersed_args": False}, epilog=CAPTURE_EXIT_CODES)

@@ -277,7 +277,8 @@ def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
     from roseprof.api import set_baseline
 
     entry, found = set_baseline(open_store(traces_dir), name, list(runs), latest)
-    click.echo(f"baseline {name}: {len(found)} run(s): {', '.join(entry['runs'])}")
+    click.echo(f"baseline {name}: {len(found)} run(s):")
+    _echo_ids(entry["runs"])
 
 
 @baseline.command("ls")
@@ -292,9 +293,17 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
         click.echo(json.dumps(entries, indent=1))
         return
     for name, e in sorted(entries.items()):
-        click.echo(f"{name}  {e['created_utc']}  {len(e['runs'])} run(s): {' '.join(e['runs'])}")
+        click.echo(f"{name}  {e['created_utc']}  {len(e['runs'])} run(s):")
+        _echo_ids(e["runs"])
     if not entries:
         click.echo("no baselines (roseprof baseline set NAME RUN...)")
+
+
+def _echo_ids(run_ids: list[str]) -> None:
+    """A baseline's runs, one id a line: a few ids of 25 to 70 characters fit 80 columns no other way, and each can
+    be copied whole."""
+    for run_id in run_ids:
+        click.echo(f"  {run_id}")
 
 
 @cli.command("open")

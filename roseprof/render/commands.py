@@ -1,5 +1,6 @@
 """Commands and tools in words, shared by the terminal and the dashboards: a command line cut at a word to fit a
-column, what tells runs' commands apart (`roseprof ls`), a tool with its version."""
+column, a command to paste laid out in lines, what tells runs' commands apart (`roseprof ls`), a tool with its
+version."""
 
 from __future__ import annotations
 
@@ -35,6 +36,25 @@ def command(argv: list[str] | str | None, width: int) -> str:
     if space >= width // 2:  # at a word, unless that would throw away most of the room
         cut = cut[:space]
     return cut.rstrip() + ELLIPSIS
+
+
+def pasteable(words: list[str], width: int, lead: str = "") -> list[str]:
+    """A command to paste (`words`, each as a shell reads it) after `lead`, in lines of at most `width` columns: one
+    line where it fits, else lines cut between words, each but the last ending in ` \\`, the shell's line
+    continuation, so that the lines pasted together run as one command. A word is never cut: one longer than a
+    line (a long path) has a line of its own."""
+    one_line = lead + " ".join(words)
+    if len(one_line) <= width or len(words) < 2:
+        return [one_line]
+    indent = " " * len(lead) + "  "  # the continued lines under the command, two further in
+    lines, line = [], lead + words[0]
+    for word in words[1:]:
+        if len(line) + len(f" {word} \\") <= width:
+            line += f" {word}"
+        else:
+            lines.append(f"{line} \\")
+            line = indent + word
+    return [*lines, line]
 
 
 command_items = command_line.command_items  # (the store's refusals word commands the same way)

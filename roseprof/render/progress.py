@@ -8,6 +8,7 @@ capture: the command's own output passes through to the terminal then, and a liv
 
 from __future__ import annotations
 
+import shlex
 import time
 
 from rich.console import Console
@@ -80,6 +81,18 @@ def print_next(console: Console, run_id: str, previous_id: str | None, prog: str
     the user types roseprof (`.venv/bin/roseprof` where it is not on PATH), so each line can be pasted."""
     # The new run is the after side: what it is compared with (the previous run of its name) comes first.
     before, after = previous_id or "<earlier run>", run_id
-    # Each command whole on its line, never folded (a terminal wraps it softly), so that it pastes as it is.
-    console.print(f"next: {prog} open {run_id}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"      {prog} diff {before} {after}", markup=False, highlight=False, soft_wrap=True)
+    print_command(console, "next: ", [prog, "open", run_id])
+    print_command(console, "      ", [prog, "diff", before, after])
+
+
+def print_next_group(console: Console, name: str, repeat: int, prog: str = "roseprof") -> None:
+    """What to do with a finished series of `repeat` runs of one name: compare them, as a group, with another."""
+    print_command(console, "next: ", [prog, "diff", shlex.quote(name), "<other name>"])
+    console.print(f"      (compares the {repeat} runs as a group)", markup=False, highlight=False)
+
+
+def print_command(console: Console, lead: str, words: list[str]) -> None:
+    """A command to paste, after `lead`: on one line where it fits the console, else continued over lines with ` \\`
+    (commands.pasteable); never folded by rich, which would break it where a shell would not join it again."""
+    for line in commands.pasteable(words, console.width, lead):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -367,12 +367,15 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
     ]
     # The run id holds the creation time: that column goes first when room is short, then the tool; the name
     # (shortened in the middle) and the command share what is left (the command cut at a word while it keeps
-    # MIN_COMMAND characters); beside ids too long to leave room for both, the name goes first (a run's id holds
-    # it). The id and the status are never cut (users copy ids; a cut status reads as another word).
+    # MIN_COMMAND characters). Beside ids too long to leave room for both (a live capture's, live-HOST-PORT, is 41
+    # characters and up), the command goes first: the name is what `diff` and `baseline` take, a cut command
+    # tells little, and `show` prints it whole. The name goes only where the id leaves it no room at all (an
+    # import's id of 60 characters, which holds its name). The id and the status are never cut (users copy ids; a
+    # cut status reads as another word).
     console.print(
         fit_table(
             console, None, headers, rows, {1: text.shorten_middle, 5: commands.command}, keep={0, 1, 3},
-            optional=(4, 2, 1, 5), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
+            optional=(4, 2, 5, 1), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
         ),
         crop=False,
     )  # fmt: skip

@@ -8,7 +8,7 @@ and each module copies them into a store of its own, so what one module adds or 
 import shutil
 import sys
 
-from tests.helpers import roseprof
+from tests.helpers import assert_fits, roseprof
 
 # Equal prompts (16 bytes) so all 16 requests cross a 64-token block boundary in the same step; two benchmark runs
 # (a warm-up and a measured one) of 69 decode steps each, so the step log marks two run starts.
@@ -68,6 +68,9 @@ def capture_all(root) -> None:
         # Not a terminal: no progress on stderr; what to do next on stdout (`roseprof open`, or where roseprof is
         # not on PATH, the path to paste).
         assert "roseprof ✓" not in proc.stderr and "next: " in proc.stdout
+        # At 80 columns (conftest.py) every line fits: the benchmark's report, the run's summary, what to do next.
+        # (stderr holds the program's own warnings, which are not roseprof's to fit.)
+        assert_fits(proc.stdout, 80)
     proc = capture(root, "other", sys.executable, "-c", OTHER)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

@@ -88,16 +88,16 @@ def test_one_capture_per_tool_at_a_time(tool, tmp_path):
         # capture's start-up, which on a busy machine (three test workers beside other work) took longer, found
         # the lock free and never waited.
         said = []
-        for line in proc.stderr:
+        for line in proc.stderr:  # up to the waiting message's last line, which names the holder's traces
             said.append(line)
-            if line.startswith("roseprof: waiting for another"):
+            if line.startswith("  traces in "):
                 break
         assert proc.poll() is None  # still waiting
     out, err = proc.communicate(timeout=300)
     err = "".join(said) + err
     assert proc.returncode == 0, err
-    waiting = f"roseprof: waiting for another {tool} capture (pid 4242) to finish"
-    assert f"{waiting} (python bench.py; traces in /elsewhere/traces)" in err
+    waiting = f"roseprof: waiting for another {tool} capture (pid 4242) to finish:"
+    assert f"{waiting}\n  python bench.py\n  traces in /elsewhere/traces\n" in err  # whose, a line each
     assert the_run(tmp_path)[1]["status"] == "complete"
 
 

@@ -15,7 +15,7 @@ from roseprof.drivers import Launch
 from roseprof.errors import NothingRecorded, NothingWritten
 from roseprof.model import Trace
 from roseprof.run.store import RunStore
-from tests.helpers import roseprof
+from tests.helpers import roseprof, unwrapped
 from tests.roseprof.test_store_damage import _mount_tmpfs
 
 NVTX_PROGRAM = [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass"]
@@ -64,7 +64,7 @@ def test_a_full_disk_under_nsys_is_said_to_be_the_disk(small_disk, tmp_path, lea
     traces = small_disk / "t"
     proc = nsys_capture(traces, tmp_path / "d")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    said = proc.stderr + proc.stdout
+    said = unwrapped(proc.stderr + proc.stdout)  # (its error wrapped at 80 columns)
     # The cause first (not "trace.sqlite is empty (0 bytes)", nor nsys' exception text alone).
     assert f"the disk holding {traces} is full" in said or f"{traces}: could not write the capture" in said, (
         said

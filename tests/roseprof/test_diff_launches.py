@@ -6,8 +6,7 @@ fewer times, not because it got faster, and the diff must say so."""
 import json
 from pathlib import Path
 
-from tests.helpers import roseprof
-from tests.roseprof.test_views_width import assert_fits
+from tests.helpers import assert_fits, roseprof
 
 DATA = Path(__file__).parent.parent / "data" / "nsys"
 

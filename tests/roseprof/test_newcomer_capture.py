@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from roseprof.workload.roseinfer import default_command
-from tests.helpers import roseprof, stderr_lines
+from tests.helpers import assert_fits, roseprof, stderr_lines
 
 COLUMNS = {"COLUMNS": "80"}
 # The built-in command's flags made small for a test (a later flag wins in argparse, as it does for the user).
@@ -65,25 +65,26 @@ def test_next_lines_can_be_pasted_where_roseprof_is_not_on_path(tmp_path):
         "--", sys.executable, "-c", "pass", env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    i = next(i for i, x in enumerate(lines) if x.startswith("next: "))
-    prog, verb, run = shlex.split(lines[i].removeprefix("next: "))
+    assert_fits(proc.stdout, 80)
+    next_lines = proc.stdout[proc.stdout.index("next: ") :].removeprefix("next: ")
+    # Two commands, each on its line or, past 80 columns, continued over lines with ` \`, as a shell joins them.
+    open_line, diff_line = [" ".join(c.split()) for c in next_lines.replace(" \\\n", " ").splitlines()]
+    prog, verb, run = shlex.split(open_line)
     assert verb == "open" and prog != "roseprof"
-    assert os.access(prog, os.X_OK), lines[i]
-    # The diff line is one command too, however long: never folded at 80 columns.
-    assert lines[i + 1].strip() == f"{prog} diff <earlier run> {run}", lines[i + 1]
+    assert os.access(prog, os.X_OK), open_line
+    assert diff_line == f"{prog} diff <earlier run> {run}", diff_line
 
 
 @pytest.mark.nsys
-def test_a_failed_capture_is_one_line_on_stderr_then_the_run(tmp_path):
+def test_a_failed_capture_is_its_error_on_stderr_then_the_run(tmp_path):
     args = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
     failing = (sys.executable, "-c", "import sys; sys.exit(3)")
     proc = roseprof("nsys", *args, "--name", "broken", "--", *failing, env=COLUMNS)
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout == ""  # no block on stdout
-    lines = stderr_lines(proc)
-    assert len(lines) == 2, proc.stderr
-    error, where = lines
+    assert_fits(proc.stderr, 80)
+    *error, where = stderr_lines(proc)  # the error, wrapped at 80 columns, then the run's folder
+    error = " ".join(line.strip() for line in error)
     assert error.startswith("roseprof: error: the command exited with code 3") and "output above" in error
     run, manifest = only_run(tmp_path / "t")
     assert where == f"run folder: {run}"
@@ -134,7 +135,9 @@ def test_a_failed_torch_capture_names_its_torch_and_what_to_do(tmp_path):
     args = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
     proc = roseprof("torch", *args, "--", sys.executable, "-c", "import sys; sys.exit(3)", env=COLUMNS)
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr
-    error, where = stderr_lines(proc)
+    assert_fits(proc.stderr, 80)
+    *error, where = stderr_lines(proc)
+    error = " ".join(line.strip() for line in error)
     assert "exited with code 3" in error and "capture again" in error and where.startswith("run folder: ")
     run, manifest = only_run(tmp_path / "t")
     assert manifest["tool"].get("version")  # the installed torch, not "version not recorded"

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from roseprof.drivers.nsys.capture import find_nsys
-from tests.helpers import assert_one_line_error, engine_command, roseprof, stderr_lines
+from tests.helpers import assert_one_line_error, engine_command, roseprof, stderr_lines, unwrapped
 
 pytestmark = pytest.mark.nsys
 
@@ -265,11 +265,12 @@ def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path, failure):
                     sys.executable, "-c", "import nvtx\nwith nvtx.annotate('r'): pass",
                     env={"NSYS": str(fake)})  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "failed on its own agent" in proc.stderr and "(2 of 3)" in proc.stderr
+    said = unwrapped(proc.stderr)  # (wrapped at 80 columns)
+    assert "failed on its own agent" in said and "(2 of 3)" in said
     # nsys' exception dump, or its line saying it lost its agent, stays in its log: the restart's one line says
     # what happened, quoting it (session 38's clean-clone CI run printed "End of file" above that line)
     assert not set(proc.stderr.splitlines()) & set(ENDPOINT_DUMP + AGENT_LOST_LINES), proc.stderr
-    assert 'nsys said "' in proc.stderr, proc.stderr
+    assert 'nsys said "' in said, proc.stderr
     run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "complete"
     first = (run / "raw" / "nsys.start1.log").read_bytes()
@@ -296,7 +297,7 @@ def test_nsys_that_never_reaches_its_agent_is_one_error_quoting_its_message(tmp_
     assert len(errors) == 1, proc.stderr
     assert 'nsys said "Local Endpoint is not available."' in errors[0], errors[0]
     assert "started 3 times, refused each time" in errors[0], errors[0]
-    assert proc.stderr.count("starting it again") == 2, proc.stderr  # (2 of 3), (3 of 3)
+    assert unwrapped(proc.stderr).count("starting it again") == 2, proc.stderr  # (2 of 3), (3 of 3)
     run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "failed"
     logs = {p.name for p in (run / "raw").glob("nsys*.log")}
@@ -313,8 +314,8 @@ def test_a_program_that_printed_and_then_nsys_said_end_of_file_is_not_started_ag
     fake.chmod(0o755)
     proc = roseprof("nsys", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d", "--",
                     sys.executable, "-c", "pass", env={"NSYS": str(fake)})  # fmt: skip
-    assert proc.returncode != 0 and "starting it again" not in proc.stderr, proc.stderr
+    assert proc.returncode != 0 and "starting it again" not in unwrapped(proc.stderr), proc.stderr
     assert proc.stderr.count("roseprof: error:") == 1, proc.stderr
     # nsys' line stays off the terminal (in its log) and the error quotes it
     said = "nsys wrote no report: End of file"
-    assert proc.stderr.count("End of file") == 1 and said in proc.stderr, proc.stderr
+    assert unwrapped(proc.stderr).count("End of file") == 1 and said in unwrapped(proc.stderr), proc.stderr

@@ -17,8 +17,7 @@ from roseprof.analysis.summary import analyse
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.model import KERNEL, MEMCPY
 from roseprof.workload.steplog import read_steplog
-from tests.helpers import roseprof
-from tests.roseprof.test_views_width import assert_fits
+from tests.helpers import assert_fits, roseprof
 
 DATA = Path(__file__).parent.parent / "data" / "nsys"
 BASE = "h100-nsys2025.3-roseinfer-pdl"

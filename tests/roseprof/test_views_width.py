@@ -3,6 +3,7 @@
 columns give way."""
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -13,7 +14,7 @@ import termios
 
 import pytest
 
-from tests.helpers import DATA, roseprof
+from tests.helpers import DATA, assert_fits, roseprof
 
 WIDTHS = (80, 100, 120)
 GRAPHS = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs.sqlite"
@@ -38,14 +39,6 @@ def store(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr
     ids = sorted(p.name for p in (root / "traces").iterdir() if p.is_dir() and not p.name.startswith("."))
     return opts, ids
-
-
-PATH_LINE = re.compile(r"^(run folder|dashboard|imported from): \S+$")  # printed whole, to copy
-
-
-def assert_fits(out: str, width: int):
-    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
-    assert not too_wide, too_wide
 
 
 def commands(ids):
@@ -75,6 +68,34 @@ def test_piped_output_honours_columns(store, verb, width):
     if verb == "diff":
         # region names keep their distinguishing part: the shared `roseinfer.` prefix is left out and said
         assert "regions without roseinfer." in " ".join(proc.stdout.split())
+
+
+# `roseprof live URL`'s default name for a server on the local network: run ids of 44 characters (41 for 127.0.0.1).
+LIVE = "live-192.168.1.20-8000"
+
+
+def test_ls_keeps_the_names_beside_a_live_capture_id(tmp_path):
+    """Beside a live capture's long id, the name stays whole and the cut command gives way (it dropped the name)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    for name in ("before", "before", LIVE):
+        proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", name, *opts)
+        assert proc.returncode == 0, proc.stderr
+    proc = roseprof("ls", *opts, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert_fits(proc.stdout, 80)
+    ids = {p.name for p in (tmp_path / "traces").iterdir() if p.is_dir() and not p.name.startswith(".")}
+    rows = {
+        tuple(line.split())
+        for line in proc.stdout.splitlines()
+        if line.split()[:1] and line.split()[0] in ids
+    }
+    names = {
+        run_id: json.loads((tmp_path / "traces" / run_id / "manifest.json").read_text())["name"]
+        for run_id in ids
+    }
+    assert rows == {
+        (run_id, names[run_id], "complete") for run_id in ids
+    }  # each run: its id, name, status whole
 
 
 def run_in_terminal(args: list[str], cols: int = 80, rows: int = 24) -> str:
