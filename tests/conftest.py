@@ -1,8 +1,11 @@
 import os
 import shutil
+import tempfile
 
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from tests.helpers import save_checkpoint
 
@@ -11,6 +14,23 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # columns, and pytest-xdist's workers (make test) export COLUMNS=80 themselves, so a suite run alone or across
 # workers reads the same lines. A test of the width itself sets or removes COLUMNS in its subprocess's env.
 os.environ["COLUMNS"], os.environ["LINES"] = "80", "24"
+# Hypothesis keeps the examples it found in a database, and caches, under ./.hypothesis: the checkout. Tests write
+# only inside their temporary folders: no database (a failing example is printed with its test), and its home in
+# a temporary folder (pytest_configure below).
+settings.register_profile("tests", database=None)
+settings.load_profile("tests")
+
+
+def pytest_configure(config):
+    # Hypothesis writes its caches as it collects the test modules, before any fixture: its home is a temporary
+    # folder of this process (each pytest-xdist worker its own), removed at the end
+    config.hypothesis_home = tempfile.mkdtemp(prefix="tests-hypothesis-")
+    set_hypothesis_home_dir(config.hypothesis_home)
+
+
+def pytest_unconfigure(config):
+    set_hypothesis_home_dir(None)
+    shutil.rmtree(config.hypothesis_home, ignore_errors=True)
 
 
 # roseprof's default output folders, which a test that forgets --traces-dir or --dashboards-dir would write into.
