@@ -82,12 +82,13 @@ def _check(run: Run, allow_incomplete: bool) -> None:
 
 
 def _describe(runs: list[Run], mixed: str | None = None) -> dict:
-    """One side of a diff: its latest run's name, tool and command, every run's id, and what a side pooled with
-    --pool-mixed mixes."""
+    """One side of a diff: its latest run's name, tool and command, every run's id, every name its runs have (a side
+    of several references can pool runs of several names), and what a side pooled with --pool-mixed mixes."""
     m = runs[-1].manifest
     out = {
         "id": runs[-1].id,
         "name": m.get("name"),
+        "names": list(dict.fromkeys(r.manifest.get("name") for r in runs)),
         "tool": m.get("tool"),
         "status": m.get("status"),
         "command": m.get("command"),

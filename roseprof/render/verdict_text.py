@@ -214,7 +214,9 @@ def side_line(label: str, side: dict) -> str:
         notes += f"  [pooled with --pool-mixed: {side['mixed']}]"
     if len(runs) == 1:
         return f"{label:<7} {side['id']}  ({side.get('name')}){notes}"
-    return f"{label} is a group of {len(runs)} runs named {side.get('name')}{notes}: {', '.join(runs)}"
+    names = side.get("names") or [side.get("name")]
+    named = names[0] if len(names) == 1 else ", ".join(map(str, names[:-1])) + f" and {names[-1]}"
+    return f"{label} is a group of {len(runs)} runs named {named}{notes}: {', '.join(runs)}"
 
 
 def options_line(v: dict) -> str | None:

@@ -59,6 +59,17 @@ def test_explicit_lists_with_vs(store):
     assert "after is a group of 2 runs" in proc.stdout
 
 
+def test_a_side_of_two_names_says_both(store):
+    # before: a run named `before` and one named `after` (one capture, so they pool); it was labelled by its latest
+    # run's name alone
+    a, b = ids(store, "before"), ids(store, "after")
+    out = diff_json(store, a[0], b[0], "--vs", a[1])
+    assert out["a"]["names"] == ["before", "after"] and out["b"]["names"] == ["before"]
+    proc = roseprof("diff", a[0], b[0], "--vs", a[1], *dirs(store))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("before is a group of 2 runs named before and after:")
+
+
 def test_baselines(store, tmp_path):
     proc = roseprof("baseline", "set", "main", "before", *dirs(store))
     assert proc.returncode == 0 and "3 run(s)" in proc.stdout, proc.stderr
