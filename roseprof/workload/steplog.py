@@ -11,7 +11,9 @@ while the engine's regions were on, `cpu_ns` (the step's thread CPU time) and `c
 thread CPU time in the step}; a CPU engine on one intra-op thread only). Version 4 adds, per step while the
 regions were on and on every device, `host_own_ns` ({region: its own wall time in the step}: what a GPU engine's
 host did in a slow step). Older logs and steps without them simply have none. A flight recorder's window
-(its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`).
+(its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`). A live run's
+step log (roseprof/live/load_steps.py: the load's steps cut from the recorder's snapshot) adds to the meta record
+`load_steps` (the snapshot's steps, those kept, those left out before and after).
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
 every line is checked and a damaged one costs only itself:

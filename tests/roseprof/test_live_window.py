@@ -125,3 +125,38 @@ def test_a_window_with_no_load_imports_its_trace_and_steps(window_run, tmp_path)
     assert run.manifest["tool"]["name"] == "torch"
     assert run.summary()["steps"]["count"] == 6
     tables.check_stored_run(run.path, run.manifest)
+
+
+@pytest.fixture(scope="module")
+def second_window(window_run, tmp_path_factory):
+    """A second load with a torch window on the fixture's server, whose recorder holds the fixture's load before
+    it: (run folder, summary, its client tokens, show output). Lengths drawn from a range (seeded) keep the 4
+    streams out of step, so requests are in flight across the window's close; 100+ steps after the window keep the
+    load from ending before it closes."""
+    server = window_run[0]
+    traces = tmp_path_factory.mktemp("second-window") / "traces"
+    proc = roseprof(
+        "live", server.url, "--steps", str(WINDOW), "--tool", "torch", "--requests", "12", "--concurrency", "4",
+        "--prompt-len", "8", "--output-len", "48-80", "--api-key", "k", "--traces-dir", traces, env=ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list(traces.iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["live"]["capture"]["steps"] == WINDOW and not summary["live"]["capture"]["stopped_early"]
+    return folder, summary, json.loads((folder / tables.LOAD_TOKENS).read_text()), proc.stdout
+
+
+def test_a_window_runs_step_figures_are_its_loads_steps(second_window):
+    """The fixture's load is in the server's recorder before the second one's: the run's step figures are the
+    second load's steps, from its first token's step to its last's; the others are counted as left out."""
+    folder, summary, rows, out = second_window
+    steps = [s for row in rows for s in row["steps"] if s is not None and s >= 0]
+    window = summary["live"]["window"]
+    assert window["first_step"] == min(steps) and window["before"] >= min(steps) > 0
+    assert summary["steps"]["count"] == window["steps"] == max(steps) - min(steps) + 1
+    assert f"decode steps: {window['steps']}  " in out
+    # the ITL figures' tokens are this load's: each request's after its first (less those left out, and why)
+    left_out = sum(e["tokens"] for e in (summary["itl"].get("left_out") or {}).values())
+    assert summary["itl"]["count"] + left_out == sum(len(row["steps"]) - 1 for row in rows)
+    said = " ".join(out.split())
+    assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
