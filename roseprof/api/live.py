@@ -18,7 +18,9 @@ when it has its N steps or the load ends; its files (raw/window/: the window's s
 by the torch driver and analysed with the window's steps, so the run also holds the window's regions, kernels and
 operators, each window step's top kernels and regions (live/step_detail.py, by the engine's step number), and the
 pause the export cost the engine loop. The join itself stays the flight recorder's: every token of the load has
-its step (the recorder is read whole, cut to the load's steps), the window's steps have more.
+its step (the recorder is read whole, cut to the load's steps), the window's steps have more. A token whose gap
+holds the window's start or close (the profiler's stop and its export: the window's `pause`) is put down to the
+profiler and left out of the ITL figures (live/load_steps.py: the step log's `profiler_pauses`).
 
 `--tool nsys`: the same on a server run under `roseprof nsys --capture-range nvtx --capture-range-end repeat`; the
 window's file is nsys' stream of its recording range (trace.qdstrm), which roseprof imports and exports to SQLite
@@ -97,7 +99,7 @@ def live(
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
         from roseprof.live.join import join
-        from roseprof.live.load_steps import cut_to_load
+        from roseprof.live.load_steps import cut_to_load, window_pauses
         from roseprof.live.path import http_path
 
         # The window closed first, so that the snapshot holds its close and the steps after it.
@@ -105,7 +107,7 @@ def live(
         raw = folder / "raw" / STEPS_FILE
         raw.write_bytes(fetch_steps(url, steps if opener is None else RECORDER_ALL, api_key))
         path = tables.steplog_path(folder)  # the load's steps, which every figure of the run reads
-        cut = cut_to_load(raw, path, tokens)
+        cut = cut_to_load(raw, path, tokens, window_pauses(window))
         if not cut["kept"]:
             summary["warnings"].append(
                 f"the server's flight recorder held no decode step of the load ({url}/debug/steps: "
@@ -284,19 +286,11 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener, window: dict) 
     rank0 = next((r["pids"] for r in analysed.get("ranks") or [] if r["rank"] == 0), None)
     detail = step_detail(trace, tables_of.get("steps.rows"), first, rank0)  # rank 0's, as the steps are
     part["step_detail"] = detail
-    last = window["first_step"] + window["steps_done"] - 1
-    stop_ms = window["pause"].get("stop_ms") or 0.0
     for entry in part["slowest"]:
         said = words(detail.get(str(entry["step"])))
-        if said:
+        if said and entry["cause"] != "profiler":  # a gap the profiler made: not the step's kernels
             entry["detail"] = said
             entry["line"] += f" [{said}]"
-        # The close runs after the last step, holding the GIL: that step's tokens (not yet sent by the core's
-        # outbox thread) or the next step's wait for it.
-        if entry["by"] == "itl" and entry["step"] in (last, last + 1):
-            entry["line"] += (
-                f" (the {window['tool']} window closed after step {last}: {stop_ms:.0f} ms on the loop)"
-            )
 
 
 def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str, Path]) -> int:

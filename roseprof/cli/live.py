@@ -42,8 +42,9 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     --tool torch: a torch.profiler window of N decode steps on the server (roseinfer serve --enable-profiling),
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
     window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
-    window's export cost the engine loop. The step figures cover the load's steps that the flight recorder still
-    holds (--flight-recorder-steps), not only the window's. --tool nsys: the same with Nsight Systems, on a server started under
+    window's export cost the engine loop; a token whose gap holds the window's start or close is put down to the
+    profiler (cause `profiler`) and left out of the ITL figures. The step figures cover the load's steps that the
+    flight recorder still holds (--flight-recorder-steps), not only the window's. --tool nsys: the same with Nsight Systems, on a server started under
     `roseprof nsys --capture-range nvtx --capture-range-end repeat -- roseinfer serve MODEL --enable-profiling`
     (it records only inside windows); each window is one nsys report. With no load, the window opens at once on
     what the server serves (Ctrl-C ends it early) and its trace is imported with the window's steps.

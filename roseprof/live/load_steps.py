@@ -8,6 +8,10 @@ included (other clients' requests in them shared them with the load). The snapsh
 sent it, in the run's raw/steps.jsonl; the run's step log (steplog.jsonl) holds the records of the load's steps,
 and every figure of the run (decode steps, ITL and its spikes, the slowest requests, `roseprof request`, the
 dashboard's step timeline) reads that one.
+
+A capture window with a profiler (torch, nsys) pauses the engine loop as it opens and closes (its `pause`:
+roseinfer/serve/windows.py); the step log's meta record says where (`profiler_pauses`), so that a token whose gap
+holds one is put down to the profiler, never to a decode step (analysis/spike_evidence.py, live/join.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+PROFILER_TOOLS = ("torch", "nsys")  # the window tools whose start and close pause the engine loop
 TIMED = {
     "prefill": "start_ns",
     "gc": "start_ns",
@@ -29,9 +34,26 @@ def load_span(tokens: list[dict]) -> tuple[int, int] | None:
     return (min(steps), max(steps)) if steps else None
 
 
-def cut_to_load(snapshot: Path, out: Path, tokens: list[dict]) -> dict:
+def window_pauses(window: dict | None) -> list[dict]:
+    """Where a closed window with a profiler paused the engine loop: before its first step (the profiler's start)
+    and after its last (the profiler's stop and the flight recorder's dump on the loop, then the export beside it
+    on a thread of the engine's process, which slows the steps it overlaps)."""
+    if not window or window.get("tool") not in PROFILER_TOOLS or not window.get("steps_done"):
+        return []
+    p, tool = window.get("pause") or {}, window["tool"]
+    first = window["first_step"]
+    last = first + window["steps_done"] - 1
+    return [
+        {"after_step": first - 1, "what": f"the {tool} window's start", "loop_ms": p.get("start_ms") or 0.0,
+         "beside_ms": 0.0},
+        {"after_step": last, "what": f"the {tool} window's close",
+         "loop_ms": (p.get("stop_ms") or 0.0) + (p.get("dump_ms") or 0.0), "beside_ms": p.get("export_ms") or 0.0},
+    ]  # fmt: skip
+
+
+def cut_to_load(snapshot: Path, out: Path, tokens: list[dict], pauses: list[dict] = ()) -> dict:
     """Writes to `out` the snapshot's records of the load's steps (load_span), as a step log: the meta record
-    (with `load_steps`), those steps, the prefills, collections and
+    (with `load_steps` and the window's `profiler_pauses`), those steps, the prefills, collections and
     preemptions after the step before the first one up to the end of the last, and each request's tokens of those
     steps and prefills (a request with none is left out). Returns what the snapshot held against what was kept:
     {"snapshot", "kept", "before", "after"} in steps; nothing is written where no step of the load is there."""
@@ -56,7 +78,7 @@ def cut_to_load(snapshot: Path, out: Path, tokens: list[dict]) -> dict:
         if not isinstance(r, dict):
             lines.append(r)  # a line that is no record stays, for the reader to count as it would have
         elif r.get("type") == "meta":
-            lines.append({**r, "load_steps": said})
+            lines.append({**r, "load_steps": said, "profiler_pauses": list(pauses)})
         elif _is_step(r):
             if first <= r["index"] <= last:
                 lines.append(r)

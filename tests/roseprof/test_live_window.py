@@ -8,8 +8,10 @@ import json
 
 import pytest
 
+from roseprof.analysis.spikes import token_causes
 from roseprof.api import open_store
 from roseprof.run import tables
+from roseprof.workload.steplog import read_steplog
 from tests.helpers import assert_one_line_error, roseprof
 from tests.roseinfer.serve.conftest import ServerProcess
 
@@ -160,3 +162,44 @@ def test_a_window_runs_step_figures_are_its_loads_steps(second_window):
     assert summary["itl"]["count"] + left_out == sum(len(row["steps"]) - 1 for row in rows)
     said = " ".join(out.split())
     assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
+
+
+def test_the_windows_close_is_the_profilers_gap_not_a_steps(second_window):
+    """The window's close (the profiler's stop on the loop, its export beside it) pauses the engine loop: a token
+    whose gap holds it is put down to the profiler, left out of the ITL figures (so of the rollover and spike
+    figures) and named as the cause of a slow request (where the pause took most of its gap's time over the
+    median), never a decode step."""
+    folder, summary, rows, out = second_window
+    part, capture = summary["live"], summary["live"]["capture"]
+    last = capture["first_step"] + WINDOW - 1
+    # a line that names the window names it as the cause, never beside a step's
+    pauses = (f"the torch window's close after step {last}", f"start after step {capture['first_step'] - 1}")
+    for e in (e for e in part["slowest"] if e["by"] == "itl"):
+        if "window" in e["line"]:
+            assert e["cause"] == "profiler" and any(p in e["line"] for p in pauses), e
+    said = " ".join(out.split())
+    assert "ITL figures leave out" in said and "the profiler starting or writing its trace" in said
+    # the run's step log says where the window paused the loop
+    log = read_steplog(str(tables.steplog_path(folder)))
+    close = log.meta["profiler_pauses"][-1]
+    assert close["after_step"] == last and close["loop_ms"] >= capture["pause"]["stop_ms"]
+    # the tokens whose gap on the server holds the close (a request's token of the step after the window's last,
+    # its previous one of that last step) are the ones left out
+    tc = token_causes(log, None, None)
+    keys = list(zip(tc["tok"]["request"].tolist(), tc["tok"]["step"].tolist()))
+    at = last - log.meta["first_step"]  # the window's last step, as a position in the run's step log
+    across = [
+        (r["id"], b)
+        for r in log.requests
+        for a, b in zip(r["token_step"], r["token_step"][1:])
+        if (a, b) == (at, at + 1)
+    ]
+    out_of = {k: (why, took) for k, why, took in zip(keys, tc["why_out"], tc["took_out"])}
+    assert across and all(out_of[k][0] == "profiler" for k in across), [out_of[k] for k in across]
+    assert summary["itl"]["left_out"]["profiler"]["tokens"] >= len(across)
+    # a slow request whose worst gap is one of those: the profiler's where the pause took most of it
+    ids = {r["request_id"]: r["id"] for r in log.requests}
+    for e in (e for e in part["slowest"] if e["by"] == "itl" and e["step"] == last + 1):
+        took = out_of.get((ids[e["request_id"]], at + 1), ("", 0.0))[1] / 1e6
+        if took >= 0.5 * (e["ms"] - tc["median_ms"]):
+            assert e["cause"] == "profiler" and pauses[0] in e["line"], e
