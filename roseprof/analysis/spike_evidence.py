@@ -201,6 +201,7 @@ def evidence_of(
         k = slowest_step(log, starts, tok["start"][t], tok["end"][t], k)
     if cause in STEP_EVIDENCE:
         first = k == 0 or any(r.get("next_step") == k for r in log.run_starts)
-        what, ns = where.get(k, (f"decode step {k} (no trace to say where)", added_ns))
+        said = k + log.first_step  # a flight recorder's steps by the server's number
+        what, ns = where.get(k, (f"decode step {said} (no trace to say where)", added_ns))
         return (f"first step of a run: {what}" if first else what, ns)
     return (EVENTS.get(cause, cause), added_ns)

@@ -6,6 +6,7 @@ be one of the first two.)"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -351,6 +352,8 @@ def test_a_second_load_reports_its_own_steps_not_the_earlier_loads(live_run, tmp
     assert (window["first_step"], window["steps"]) == (first, last - first + 1)
     assert summary["steps"]["count"] == last - first + 1  # not the recorder's every step
     assert f"decode steps: {last - first + 1}  " in out
+    # the steps show names are the load's, by the server's number (what the client's tokens and `request` say)
+    assert all(first <= int(k) <= last for k in re.findall(r"decode step (\d+)", out)), out
     # every step before the load's first token is the fixture's load (and any other test's): left out, and said
     assert window["before"] == first > 0 and window["snapshot"] == last + 1 + window["after"]
     said = " ".join(out.split())

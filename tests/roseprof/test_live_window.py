@@ -5,6 +5,7 @@ window's regions and per-step operators, which `show`, `request` and `open` read
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -157,6 +158,10 @@ def test_a_window_runs_step_figures_are_its_loads_steps(second_window):
     assert window["first_step"] == min(steps) and window["before"] >= min(steps) > 0
     assert summary["steps"]["count"] == window["steps"] == max(steps) - min(steps) + 1
     assert f"decode steps: {window['steps']}  " in out
+    # the steps the spikes name are the load's, by the server's number (what its tokens and `request` say)
+    first, last = min(steps), max(steps)
+    assert all(first <= s["step"] <= last for s in summary["spikes"]["listed"] if s["step"] >= 0)
+    assert all(first <= int(k) <= last for k in re.findall(r"decode step (\d+)", out)), out
     # the ITL figures' tokens are this load's: each request's after its first (less those left out, and why)
     left_out = sum(e["tokens"] for e in (summary["itl"].get("left_out") or {}).values())
     assert summary["itl"]["count"] + left_out == sum(len(row["steps"]) - 1 for row in rows)
