@@ -42,14 +42,16 @@ def left_out_tokens(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(reason [T]: "", "profiler" or "capture"; the ns of the window it took [T]) for token windows [start, end]
     on the log's clock. The profiler: a window holding the trace's first or last instant (the profiler starting,
-    or writing its trace when a torch.profiler window ends); capture: a window in which CUDA graph nodes were
-    made."""
+    or writing its trace when a torch.profiler window ends), one of the engine's own profiler's switches, or a
+    server capture window's start or close (the log's `profiler_pauses`); capture: a window in which CUDA graph
+    nodes were made."""
     reason = np.full(len(start), "", dtype=object)
     took = np.zeros(len(start))
     offset = log_offset(log, rows) if trace is not None else None
     if not len(start):
         return reason, took
     _engine_profiler(log, start, end, reason, took)
+    _window_pauses(log, start, end, reason, took)
     if offset is None:
         return reason, took
     times = [t for t in (trace.ranges.start, trace.ranges.end, trace.ops.start, trace.ops.end) if len(t)]
@@ -140,6 +142,31 @@ def _engine_profiler(log: StepLogRecords, start, end, reason, took) -> None:
                 reason[hit], took[hit] = "profiler", switch[1] - switch[0]
 
 
+def _window_pauses(log: StepLogRecords, start, end, reason, took) -> None:
+    # A server's capture window with a profiler (live/load_steps.py: the meta's `profiler_pauses`, by the server's
+    # step number): the loop paused after a step (its tokens emitted) before the next began, and an export beside
+    # the loop slows the steps it overlaps; a token whose gap overlaps that time waited for the profiler. What it
+    # took of the gap is the pause's measured time in it (where in the time between the two steps the pause ran
+    # is not recorded: from its start).
+    first = log.first_step
+    for pause in log.meta.get("profiler_pauses") or []:
+        pos = pause["after_step"] - first
+        if not 0 <= pos < len(log.steps):
+            continue
+        lo = pause_start(log, pos)
+        measured = lo + (pause["loop_ms"] + pause["beside_ms"]) * 1e6
+        hi = max(measured, float(log.steps[pos + 1]["start_ns"])) if pos + 1 < len(log.steps) else measured
+        hit = (start < hi) & (end > lo) & (reason == "")
+        reason[hit] = "profiler"
+        took[hit] = np.clip(np.minimum(end, measured) - np.maximum(start, lo), 0, None)[hit]
+
+
+def pause_start(log: StepLogRecords, pos: int) -> float:
+    """When the loop could pause after the step at `pos`: once the step's tokens were emitted (after its end)."""
+    emitted = [t for r in log.requests for t, k in zip(r["token_ns"], r["token_step"]) if k == pos]
+    return float(max(emitted, default=log.steps[pos]["end_ns"]))
+
+
 # The causes a step's extra time goes to (spikes.py), and how an event cause is named as evidence.
 STEP_EVIDENCE = ("rollover", "cow", "batch_change", "preemption", "slow_step")  # evidence: a step's region
 EVENTS = {
@@ -174,6 +201,7 @@ def evidence_of(
         k = slowest_step(log, starts, tok["start"][t], tok["end"][t], k)
     if cause in STEP_EVIDENCE:
         first = k == 0 or any(r.get("next_step") == k for r in log.run_starts)
-        what, ns = where.get(k, (f"decode step {k} (no trace to say where)", added_ns))
+        said = k + log.first_step  # a flight recorder's steps by the server's number
+        what, ns = where.get(k, (f"decode step {said} (no trace to say where)", added_ns))
         return (f"first step of a run: {what}" if first else what, ns)
     return (EVENTS.get(cause, cause), added_ns)

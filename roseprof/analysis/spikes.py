@@ -174,7 +174,7 @@ def _listed(
         k = int(tok["step"][t])
         entry = {
             "request": int(tok["request"][t]),
-            "step": k,
+            "step": k + log.first_step if k >= 0 else k,  # a flight recorder's: the server's number
             "t_ms": (tok["end"][t] - t0) / 1e6,
             "itl_ms": float(itl[t]),
             "causes": {names[j]: float(added[t, j]) / 1e6 for j in np.flatnonzero(added[t] > 0)},

@@ -1,7 +1,10 @@
 """`roseprof live URL --steps N`: a load (roseprof load's machinery, api/load.py) and, when it ends, the server's
 last N decode steps from its flight recorder (GET /debug/steps), stored as ONE run: the load's files and
-summary, the steps' log (raw/steps.jsonl) with its step, ITL and spike figures, and the `live` part, the join of
-the two (roseprof/live/join.py). `roseprof request RUN ID` reads the run's log and tokens back.
+summary, the recorder's snapshot as the server sent it (raw/steps.jsonl), the load's own steps cut from it (the
+run's step log, steplog.jsonl: live/load_steps.py; a long-running server's recorder also holds earlier loads'
+steps) with their step, ITL and spike figures, and the `live` part, the join of the two (roseprof/live/join.py),
+which says how many of the snapshot's steps were left out. `roseprof request RUN ID` reads the run's log and
+tokens back.
 
 `--tool steps` (the default) on a server started with --enable-profiling: a steps window of N decode steps,
 opened as the load starts (no profiler to warm up), which turns the engine's region clocks on for its steps: they
@@ -15,7 +18,9 @@ when it has its N steps or the load ends; its files (raw/window/: the window's s
 by the torch driver and analysed with the window's steps, so the run also holds the window's regions, kernels and
 operators, each window step's top kernels and regions (live/step_detail.py, by the engine's step number), and the
 pause the export cost the engine loop. The join itself stays the flight recorder's: every token of the load has
-its step, the window's steps have more.
+its step (the recorder is read whole, cut to the load's steps), the window's steps have more. A token whose gap
+holds the window's start or close (the profiler's stop and its export: the window's `pause`) is put down to the
+profiler and left out of the ITL figures (live/load_steps.py: the step log's `profiler_pauses`).
 
 `--tool nsys`: the same on a server run under `roseprof nsys --capture-range nvtx --capture-range-end repeat`; the
 window's file is nsys' stream of its recording range (trace.qdstrm), which roseprof imports and exports to SQLite
@@ -94,16 +99,22 @@ def live(
 
     def add_server_side(summary: dict, tokens: list, folder: Path) -> None:
         from roseprof.live.join import join
+        from roseprof.live.load_steps import cut_to_load, window_pauses
         from roseprof.live.path import http_path
 
-        path = folder / "raw" / STEPS_FILE
-        path.write_bytes(fetch_steps(url, steps if opener is None else RECORDER_ALL, api_key))
-        log = read_steplog(str(path))
-        if log is None or not log.steps:
+        # The window closed first, so that the snapshot holds its close and the steps after it.
+        window = close_window(summary, opener) if opener is not None else None
+        raw = folder / "raw" / STEPS_FILE
+        raw.write_bytes(fetch_steps(url, steps if opener is None else RECORDER_ALL, api_key))
+        path = tables.steplog_path(folder)  # the load's steps, which every figure of the run reads
+        cut = cut_to_load(raw, path, tokens, window_pauses(window))
+        if not cut["kept"]:
             summary["warnings"].append(
-                f"the server's flight recorder held no decode step ({url}/debug/steps)"
+                f"the server's flight recorder held no decode step of the load ({url}/debug/steps: "
+                f"{cut['snapshot']} steps)"
             )
             return
+        log = read_steplog(str(path))
         summary.update(server_summary(path))
         if ranks_said:
             summary["warnings"].append(ranks_said)
@@ -114,10 +125,11 @@ def live(
                 "its steps"
             )
         summary["live"] = part = join(log, tokens)
+        part["window"].update(snapshot=cut["snapshot"], before=cut["before"], after=cut["after"])
         start_ns = summary.get("serving", {}).get("clock", {}).get("start_monotonic_ns")
         part["path"] = http_path(log, tokens, start_ns, url)
-        if opener is not None:
-            add_window(summary, folder, opener)
+        if window is not None:
+            add_window(summary, folder, opener, window)
         older = part["join"]["outside_window"]
         if older:
             summary["warnings"].append(
@@ -217,21 +229,26 @@ class SteadyOpener:
             self.error = str(e)
 
 
-def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
-    """The window's files into raw/window/, its analysis and each step's detail into the run's summary."""
-    from roseprof.live.step_detail import step_detail, words
-
-    part = summary["live"]
+def close_window(summary: dict, opener: SteadyOpener) -> dict | None:
+    """The window once closed (stopped now if it still records: the load is over), or None, said in a warning,
+    where none was opened."""
     if opener.thread is None:
         summary["warnings"].append(
             f"the load ended before it was steady: no {opener.tool} window was opened (a longer load, or less --warmup)"
         )
-        return
+        return None
     opener.thread.join()
     if opener.error:
         summary["warnings"].append(f"the {opener.tool} window was not opened: {opener.error}")
-        return
-    window = opener.client.wait_closed(stop=True)
+        return None
+    return opener.client.wait_closed(stop=True)
+
+
+def add_window(summary: dict, folder: Path, opener: SteadyOpener, window: dict) -> None:
+    """The closed window's files into raw/window/, its analysis and each step's detail into the run's summary."""
+    from roseprof.live.step_detail import step_detail, words
+
+    part = summary["live"]
     files = opener.client.fetch(window, folder / "raw" / WINDOW_DIR)
     part["capture"] = {
         "tool": window["tool"], "asked": window["steps"], "steps": window["steps_done"],
@@ -269,19 +286,11 @@ def add_window(summary: dict, folder: Path, opener: SteadyOpener) -> None:
     rank0 = next((r["pids"] for r in analysed.get("ranks") or [] if r["rank"] == 0), None)
     detail = step_detail(trace, tables_of.get("steps.rows"), first, rank0)  # rank 0's, as the steps are
     part["step_detail"] = detail
-    last = window["first_step"] + window["steps_done"] - 1
-    stop_ms = window["pause"].get("stop_ms") or 0.0
     for entry in part["slowest"]:
         said = words(detail.get(str(entry["step"])))
-        if said:
+        if said and entry["cause"] != "profiler":  # a gap the profiler made: not the step's kernels
             entry["detail"] = said
             entry["line"] += f" [{said}]"
-        # The close runs after the last step, holding the GIL: that step's tokens (not yet sent by the core's
-        # outbox thread) or the next step's wait for it.
-        if entry["by"] == "itl" and entry["step"] in (last, last + 1):
-            entry["line"] += (
-                f" (the {window['tool']} window closed after step {last}: {stop_ms:.0f} ms on the loop)"
-            )
 
 
 def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str, Path]) -> int:
@@ -376,9 +385,12 @@ def server_summary(path: Path) -> dict:
 
 
 def read_live(run: Run) -> tuple[StepLogRecords, list[dict], dict]:
-    """A live run's server steps, client tokens and the torch window's per-step detail ({} without one); one line
-    when the run is no live run."""
-    path = run.path / "raw" / STEPS_FILE
+    """A live run's server steps (the load's: its step log; a run stored before it kept one, the recorder's
+    snapshot), client tokens and the torch window's per-step detail ({} without one); one line when the run is no
+    live run."""
+    path = tables.steplog_path(run.path)
+    if not path.is_file():
+        path = run.path / "raw" / STEPS_FILE
     log = read_steplog(str(path)) if path.is_file() else None
     if log is None or not tables.is_load(run.manifest):
         raise RoseprofError(f"run {run.id} is no `roseprof live` run (it has no server steps)")

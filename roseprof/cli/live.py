@@ -13,7 +13,10 @@ from roseprof.workload.roseinfer import WINDOW_TOOLS
 @cli.command(epilog=EXIT)
 @click.argument("url")
 @click.option("--steps", type=click.IntRange(min=1), required=True,
-              help="the server's last N decode steps (its flight recorder) when the load ends")  # fmt: skip
+              help="without a window: the server's last N decode steps (its flight recorder) when the load "
+                   "ends, of which the run analyses the load's own; with a window (--tool torch|nsys, or steps on a "
+                   "server with --enable-profiling): the window's N steps, and the run analyses every step of the "
+                   "load the recorder holds; with no load: the last N steps, or the window's")  # fmt: skip
 @click.option("--tool", type=click.Choice(list(WINDOW_TOOLS)), default="steps", show_default=True,
               help="what records the server side (steps: the flight recorder, no profiler; on a server started with "
                    "--enable-profiling a steps window of N steps from the load's start, its regions timed; torch: a torch.profiler "
@@ -26,9 +29,12 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
          output_len, dataset, seed, warmup, slo, model, api_key, stall_s, no_ignore_eos, no_metrics, traces_dir,
          dashboards_dir) -> None:  # fmt: skip
     """Load a roseinfer server (URL: http://HOST:PORT) as `roseprof load` does and store, in the same run, its
-    last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. `show` starts
-    with the slowest requests and the step that made each slow; `roseprof request RUN ID` shows one. With neither
-    --requests nor --duration, no load: the server's last N steps alone (as `roseprof import` of them).
+    last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. The run's step
+    figures (decode steps, ITL, spikes, the slowest requests) cover the load's own steps only: from its first
+    token's step to its last's; a long-running server's recorder also holds other loads' steps, which the run's
+    raw/steps.jsonl keeps and `show` counts as left out. `show` starts with the slowest requests and the step that
+    made each slow; `roseprof request RUN ID` shows one. With neither --requests nor --duration, no load: the
+    server's last N steps alone (as `roseprof import` of them).
 
     --tool steps on a server started with --enable-profiling: a steps window of N decode steps, opened as the load
     starts, times each region of its steps (no profiler), so the run names the region that made a step slow.
@@ -36,7 +42,9 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     --tool torch: a torch.profiler window of N decode steps on the server (roseinfer serve --enable-profiling),
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
     window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
-    window's export cost the engine loop. --tool nsys: the same with Nsight Systems, on a server started under
+    window's export cost the engine loop; a token whose gap holds the window's start or close is put down to the
+    profiler (cause `profiler`) and left out of the ITL figures. The step figures cover the load's steps that the
+    flight recorder still holds (--flight-recorder-steps), not only the window's. --tool nsys: the same with Nsight Systems, on a server started under
     `roseprof nsys --capture-range nvtx --capture-range-end repeat -- roseinfer serve MODEL --enable-profiling`
     (it records only inside windows); each window is one nsys report. With no load, the window opens at once on
     what the server serves (Ctrl-C ends it early) and its trace is imported with the window's steps.

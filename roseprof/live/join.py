@@ -11,7 +11,8 @@ For a slow request: its worst ITL token's step (the gap before it on the client 
 and the cause that added most to the server's gap of the same token (spikes.token_causes); its TTFT split into
 time queued (arrival to the prefill that admitted it), the prefill, and the rest (the HTTP path both ways: on the
 H200 the first requests of a load read their tokens ~100 ms after the engine made them, docs/BENCHMARKS.md session
-23).
+23). A gap that a capture window's start or close made (the step log's `profiler_pauses`: live/load_steps.py) is
+the profiler's (cause `profiler`), never a decode step's.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.spike_costs import step_events
+from roseprof.analysis.spike_evidence import LEFT_OUT, slowest_step
 from roseprof.analysis.spike_evidence import STEP_EVIDENCE as STEP_CAUSES
-from roseprof.analysis.spike_evidence import slowest_step
 from roseprof.analysis.spikes import CAUSES, token_causes
 from roseprof.workload.steplog import StepLogRecords
 
@@ -119,6 +120,9 @@ class Explainer:
         if t is None:
             return self._entry(row, "itl", gap, i, step, "unknown", "its step is outside the window")
         tc = self.tc
+        pause = self.profiler_pause(t, step, gap)
+        if pause is not None:  # the profiler's gap, not a decode step's: no step cause
+            return self._entry(row, "itl", gap, i, step, "profiler", pause)
         names, added = tc["names"], tc["added"][t]
         j = int(tc["primary"][t])
         cause = names[j] if added[j] > 0 else "none"
@@ -127,6 +131,24 @@ class Explainer:
         # the step the words name: the token's own, or the slower one before it inside its gap
         entry["cause_step"] = self.first + self.cause_pos(cause, t, pos)
         return entry
+
+    def profiler_pause(self, t: int, step: int, gap_ms: float) -> str | None:
+        """The words for a capture window's pause of the engine loop (the log's `profiler_pauses`) that made the
+        client's gap of token t (server step `step`), or None: a pause that took half the gap's time over the
+        median or more. The gap holds one where the server's own gap of the token does (it is left out of the ITL
+        figures as the profiler's), or where the token is of the step before the pause: the pause came before the
+        core's outbox thread had sent the step's tokens."""
+        pauses = self.log.meta.get("profiler_pauses") or []
+        half = 0.5 * (gap_ms - self.tc["median_ms"])
+        if self.tc["why_out"][t] == "profiler":
+            if self.tc["took_out"][t] / 1e6 < half:
+                return None  # the gap held the profiler's pause, but something else took most of it
+            before = [p for p in pauses if p["after_step"] < step]
+            if not before:
+                return LEFT_OUT["profiler"]
+            return pause_words(max(before, key=lambda p: p["after_step"]))
+        held = [p for p in pauses if p["after_step"] == step and p["loop_ms"] >= half]
+        return pause_words(held[0]) if held else None
 
     def cause_pos(self, cause: str, t: int, pos: int) -> int:
         """The step (its position in the window) a step cause names for token t: its own, or for a slower step
@@ -215,6 +237,12 @@ class Explainer:
             "cause": cause,
             "line": line,
         }
+
+
+def pause_words(pause: dict) -> str:
+    """`the torch window's close after step 76: 19 ms on the loop, its export 23 ms beside it`."""
+    beside = f", its export {pause['beside_ms']:.0f} ms beside it" if pause["beside_ms"] else ""
+    return f"{pause['what']} after step {pause['after_step']}: {pause['loop_ms']:.0f} ms on the loop{beside}"
 
 
 class RegionGrowth:

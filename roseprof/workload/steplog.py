@@ -11,7 +11,10 @@ while the engine's regions were on, `cpu_ns` (the step's thread CPU time) and `c
 thread CPU time in the step}; a CPU engine on one intra-op thread only). Version 4 adds, per step while the
 regions were on and on every device, `host_own_ns` ({region: its own wall time in the step}: what a GPU engine's
 host did in a slow step). Older logs and steps without them simply have none. A flight recorder's window
-(its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`).
+(its meta record has `flight_recorder_steps`) is renumbered from its first step (`_rebase_window`). A live run's
+step log (roseprof/live/load_steps.py: the load's steps cut from the recorder's snapshot) adds to the meta record
+`load_steps` (the snapshot's steps, those kept, those left out before and after) and `profiler_pauses` (where a
+capture window's profiler paused the engine loop: after which server step, and for how long).
 
 A step log can be damaged (a capture interrupted mid-line, a disk that filled up, a file passed by mistake), so
 every line is checked and a damaged one costs only itself:
@@ -69,6 +72,12 @@ class StepLogRecords:
     def version(self) -> int:
         v = self.meta.get("version", 1)
         return v if isinstance(v, int) and not isinstance(v, bool) else 1
+
+    @property
+    def first_step(self) -> int:
+        """The engine's number of the log's first step: a flight recorder's window starts mid-run (0 otherwise)."""
+        k = self.meta.get("first_step", 0)
+        return k if _is_int(k) else 0
 
     @property
     def bad_lines(self) -> int:
@@ -202,9 +211,28 @@ def _run_start(rec: dict) -> dict:
     return {**rec, **checked}
 
 
-def _meta(rec: dict) -> dict:
+def _meta(rec: dict, problems: Counter) -> dict:
     version = rec.get("version", 1)
-    return {**rec, "version": version if _is_int(version) and version > 0 else 1}
+    meta = {**rec, "version": version if _is_int(version) and version > 0 else 1}
+    if "profiler_pauses" in rec and not _pauses(rec["profiler_pauses"]):
+        meta.pop("profiler_pauses")
+        problems["repaired: damaged profiler pauses dropped from the meta record"] += 1
+    return meta
+
+
+def _pauses(pauses) -> bool:
+    """A live run's window pauses (roseprof/live/load_steps.py): after_step, what, loop_ms and beside_ms each."""
+    return isinstance(pauses, list) and all(
+        isinstance(p, dict)
+        and _is_int(p.get("after_step"))
+        and isinstance(p.get("what"), str)
+        and all(_is_ms(p.get(k)) for k in ("loop_ms", "beside_ms"))
+        for p in pauses
+    )
+
+
+def _is_ms(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e12
 
 
 def _lines(fh):
@@ -252,7 +280,7 @@ def read_steplog(path: str) -> StepLogRecords | None:
                 elif kind == "run_start":
                     log.run_starts.append(_run_start(rec))
                 elif kind == "meta" and not log.meta:
-                    log.meta = _meta(rec)
+                    log.meta = _meta(rec, log.problems)
             except _Skip as e:
                 log.problems[str(e)] += 1
             except RecursionError:

@@ -6,6 +6,7 @@ be one of the first two.)"""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -321,3 +322,62 @@ def test_a_slow_step_before_the_tokens_own_is_the_one_named():
     entry = next(e for e in join(log, rows)["slowest"] if e["by"] == "itl" and e["request_id"] == "b")
     assert (entry["token"], entry["step"], entry["cause"], entry["cause_step"]) == (1, 31, "slow_step", 30)
     assert "step 30: slower decode step (21.0 ms" in entry["line"], entry["line"]
+
+
+def _load_span(folder: Path) -> tuple[int, int]:
+    """The server's steps of the run's first and last decode tokens, from its client tokens."""
+    steps = [s for row in _tokens(folder) for s in row["steps"] if s is not None and s >= 0]
+    return min(steps), max(steps)
+
+
+def _live_again(server, tmp_path, *args: str) -> tuple[Path, dict, str]:
+    """A second `roseprof live` of the fixture's server (whose flight recorder holds the fixture's load): (run
+    folder, summary, show output)."""
+    proc = roseprof(
+        "live", server.url, *args, "--requests", "4", "--concurrency", "2", "--prompt-len", "8",
+        "--output-len", "16", "--api-key", "k", "--traces-dir", tmp_path, env=ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list(tmp_path.iterdir())
+    return folder, json.loads((folder / "summary.json").read_text()), proc.stdout
+
+
+def test_a_second_load_reports_its_own_steps_not_the_earlier_loads(live_run, tmp_path):
+    """The server's recorder still holds the fixture's load: the second load's step figures, slowest requests and
+    `roseprof request` are its own steps', the earlier ones counted as left out and kept in raw/."""
+    server = live_run[0]
+    folder, summary, out = _live_again(server, tmp_path, "--steps", "3000")
+    first, last = _load_span(folder)
+    window = summary["live"]["window"]
+    assert (window["first_step"], window["steps"]) == (first, last - first + 1)
+    assert summary["steps"]["count"] == last - first + 1  # not the recorder's every step
+    assert f"decode steps: {last - first + 1}  " in out
+    # the steps show names are the load's, by the server's number (what the client's tokens and `request` say)
+    assert all(first <= int(k) <= last for k in re.findall(r"decode step (\d+)", out)), out
+    # every step before the load's first token is the fixture's load (and any other test's): left out, and said
+    assert window["before"] == first > 0 and window["snapshot"] == last + 1 + window["after"]
+    said = " ".join(out.split())
+    assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
+    raw = (folder / "raw" / "steps.jsonl").read_text().splitlines()
+    assert (
+        sum('"type":"step"' in line for line in raw) == window["snapshot"]
+    )  # the snapshot as the server sent it
+    # the ITL figures are the load's tokens': 4 requests of 16 tokens, each first one a prefill's
+    assert summary["itl"]["count"] == 4 * 15
+    assert all(first <= e["step"] <= last for e in summary["live"]["slowest"] if e["by"] == "itl")
+    rid = summary["live"]["slowest"][0]["request_id"]
+    proc = roseprof("request", folder.name, rid, "--traces-dir", tmp_path, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "outside the window" not in proc.stdout
+
+
+def test_steps_caps_the_loads_steps_at_n(live_run, tmp_path):
+    """--steps 10 on a load of more steps: the last 10 of them (the help's word), the older tokens said."""
+    folder, summary, out = _live_again(live_run[0], tmp_path, "--steps", "10")
+    first, last = _load_span(folder)
+    window = summary["live"]["window"]
+    assert window["snapshot"] == 10 and window["before"] == 0
+    assert summary["steps"]["count"] == window["steps"] == 10 - window["after"]
+    assert window["first_step"] + window["steps"] - 1 == last
+    assert summary["live"]["join"]["outside_window"] > 0
+    assert [w for w in summary["warnings"] if "give --steps more" in w], summary["warnings"]

@@ -5,11 +5,14 @@ window's regions and per-step operators, which `show`, `request` and `open` read
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
+from roseprof.analysis.spikes import token_causes
 from roseprof.api import open_store
 from roseprof.run import tables
+from roseprof.workload.steplog import read_steplog
 from tests.helpers import assert_one_line_error, roseprof
 from tests.roseinfer.serve.conftest import ServerProcess
 
@@ -125,3 +128,83 @@ def test_a_window_with_no_load_imports_its_trace_and_steps(window_run, tmp_path)
     assert run.manifest["tool"]["name"] == "torch"
     assert run.summary()["steps"]["count"] == 6
     tables.check_stored_run(run.path, run.manifest)
+
+
+@pytest.fixture(scope="module")
+def second_window(window_run, tmp_path_factory):
+    """A second load with a torch window on the fixture's server, whose recorder holds the fixture's load before
+    it: (run folder, summary, its client tokens, show output). Lengths drawn from a range (seeded) keep the 4
+    streams out of step, so requests are in flight across the window's close; 100+ steps after the window keep the
+    load from ending before it closes."""
+    server = window_run[0]
+    traces = tmp_path_factory.mktemp("second-window") / "traces"
+    proc = roseprof(
+        "live", server.url, "--steps", str(WINDOW), "--tool", "torch", "--requests", "12", "--concurrency", "4",
+        "--prompt-len", "8", "--output-len", "48-80", "--api-key", "k", "--traces-dir", traces, env=ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (folder,) = list(traces.iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["live"]["capture"]["steps"] == WINDOW and not summary["live"]["capture"]["stopped_early"]
+    return folder, summary, json.loads((folder / tables.LOAD_TOKENS).read_text()), proc.stdout
+
+
+def test_a_window_runs_step_figures_are_its_loads_steps(second_window):
+    """The fixture's load is in the server's recorder before the second one's: the run's step figures are the
+    second load's steps, from its first token's step to its last's; the others are counted as left out."""
+    folder, summary, rows, out = second_window
+    steps = [s for row in rows for s in row["steps"] if s is not None and s >= 0]
+    window = summary["live"]["window"]
+    assert window["first_step"] == min(steps) and window["before"] >= min(steps) > 0
+    assert summary["steps"]["count"] == window["steps"] == max(steps) - min(steps) + 1
+    assert f"decode steps: {window['steps']}  " in out
+    # the steps the spikes name are the load's, by the server's number (what its tokens and `request` say)
+    first, last = min(steps), max(steps)
+    assert all(first <= s["step"] <= last for s in summary["spikes"]["listed"] if s["step"] >= 0)
+    assert all(first <= int(k) <= last for k in re.findall(r"decode step (\d+)", out)), out
+    # the ITL figures' tokens are this load's: each request's after its first (less those left out, and why)
+    left_out = sum(e["tokens"] for e in (summary["itl"].get("left_out") or {}).values())
+    assert summary["itl"]["count"] + left_out == sum(len(row["steps"]) - 1 for row in rows)
+    said = " ".join(out.split())
+    assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
+
+
+def test_the_windows_close_is_the_profilers_gap_not_a_steps(second_window):
+    """The window's close (the profiler's stop on the loop, its export beside it) pauses the engine loop: a token
+    whose gap holds it is put down to the profiler, left out of the ITL figures (so of the rollover and spike
+    figures) and named as the cause of a slow request (where the pause took most of its gap's time over the
+    median), never a decode step."""
+    folder, summary, rows, out = second_window
+    part, capture = summary["live"], summary["live"]["capture"]
+    last = capture["first_step"] + WINDOW - 1
+    # a line that names the window names it as the cause, never beside a step's
+    pauses = (f"the torch window's close after step {last}", f"start after step {capture['first_step'] - 1}")
+    for e in (e for e in part["slowest"] if e["by"] == "itl"):
+        if "window" in e["line"]:
+            assert e["cause"] == "profiler" and any(p in e["line"] for p in pauses), e
+    said = " ".join(out.split())
+    assert "ITL figures leave out" in said and "the profiler starting or writing its trace" in said
+    # the run's step log says where the window paused the loop
+    log = read_steplog(str(tables.steplog_path(folder)))
+    close = log.meta["profiler_pauses"][-1]
+    assert close["after_step"] == last and close["loop_ms"] >= capture["pause"]["stop_ms"]
+    # the tokens whose gap on the server holds the close (a request's token of the step after the window's last,
+    # its previous one of that last step) are the ones left out
+    tc = token_causes(log, None, None)
+    keys = list(zip(tc["tok"]["request"].tolist(), tc["tok"]["step"].tolist()))
+    at = last - log.meta["first_step"]  # the window's last step, as a position in the run's step log
+    across = [
+        (r["id"], b)
+        for r in log.requests
+        for a, b in zip(r["token_step"], r["token_step"][1:])
+        if (a, b) == (at, at + 1)
+    ]
+    out_of = {k: (why, took) for k, why, took in zip(keys, tc["why_out"], tc["took_out"])}
+    assert across and all(out_of[k][0] == "profiler" for k in across), [out_of[k] for k in across]
+    assert summary["itl"]["left_out"]["profiler"]["tokens"] >= len(across)
+    # a slow request whose worst gap is one of those: the profiler's where the pause took most of it
+    ids = {r["request_id"]: r["id"] for r in log.requests}
+    for e in (e for e in part["slowest"] if e["by"] == "itl" and e["step"] == last + 1):
+        took = out_of.get((ids[e["request_id"]], at + 1), ("", 0.0))[1] / 1e6
+        if took >= 0.5 * (e["ms"] - tc["median_ms"]):
+            assert e["cause"] == "profiler" and pauses[0] in e["line"], e

@@ -46,6 +46,19 @@ DAMAGED = {
     "huge numbers": (LINES + ['{"type":"step","start_ns":1,"end_ns":' + "9" * 40 + "}"], "invalid end_ns"),
     "bool as number": (LINES + ['{"type":"step","start_ns":true,"end_ns":5}'], "invalid start_ns"),
     "invalid UTF-8": (LINES + ['{"type":"meta","x":"\udcff"}'], None),
+    # a live run's window pauses (roseprof/live/load_steps.py) with a step that is no number
+    "damaged profiler pauses": (
+        [
+            json.dumps(
+                {
+                    **RECORDS[0],
+                    "profiler_pauses": [{"after_step": "5", "what": "x", "loop_ms": 1, "beside_ms": 0}],
+                }
+            )
+        ]
+        + LINES[1:],
+        "repaired: damaged profiler pauses",
+    ),
 }
 
 

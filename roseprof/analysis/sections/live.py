@@ -18,7 +18,8 @@ def panels(summary: dict) -> list[dict]:
     j, w = part["join"], part["window"]
     note = (
         f"server steps {w['first_step']}..{w['first_step'] + w['steps'] - 1} (step p50 "
-        f"{w['step_p50_ms'] or 0:.2f} ms); client tokens {j['tokens']}: {j['joined']} joined to a step, "
+        f"{w['step_p50_ms'] or 0:.2f} ms){left_out_words(w)}; "
+        f"client tokens {j['tokens']}: {j['joined']} joined to a step, "
         f"{j['prefill']} from a prefill, {j['outside_window']} outside the window, {j['no_request']} of requests "
         "the server's window does not name"
     )
@@ -59,6 +60,17 @@ def panels(summary: dict) -> list[dict]:
         if part["capture"].get("ranks"):
             out.append(ranks_panel(part["capture"]["ranks"], summary.get("ranks") or []))
     return out
+
+
+def left_out_words(window: dict) -> str:
+    """What of the server's snapshot the run's step figures leave out (runs stored before the cut: nothing)."""
+    before, after = window.get("before", 0), window.get("after", 0)
+    if not before and not after:
+        return ""
+    return (
+        f", the load's; the server's snapshot held {before + after} more (not the load's: {before} before its "
+        f"first token, {after} after its last), left out here and kept in raw/steps.jsonl"
+    )
 
 
 def ranks_panel(window_ranks: list[dict], ranks: list[dict]) -> dict:
