@@ -44,6 +44,10 @@ class Capturer(Protocol):
 
     def own_line(self, line: bytes) -> bool: ...  # a line of the tool's own output (kept out of the terminal)
 
+    # Holding the capture lock, before the tool starts: wait for what an earlier capture of the tool left still
+    # ending (nsys' agents, drivers/nsys/agents.py).
+    def settle(self) -> None: ...
+
     # A line shown only where a shown line follows it on its pipe (nsys' "End of file": the tool's when it is all
     # a failed start printed, else possibly the program's).
     def held_line(self, line: bytes) -> bool: ...
@@ -64,6 +68,7 @@ def run_capture(capturer: Capturer, cmd: list[str], env: dict[str, str], raw: Pa
     with capturer.launch(cmd, env, raw) as launch:
         for attempt in range(1, START_ATTEMPTS + 1):
             with exclusive(lock_path(tool), f"{tool} capture", about):
+                capturer.settle()
                 result = run_tool(
                     launch.argv,
                     launch.env,

@@ -99,6 +99,9 @@ class InterruptedExport:
     def held_line(self, line: bytes) -> bool:
         return False
 
+    def settle(self) -> None:
+        return None
+
     def refused(self, launch) -> None:
         return None
 

@@ -52,3 +52,30 @@ def test_a_start_refused_by_its_agent_stops_that_agent(tmp_path):
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_a_capture_waits_for_an_earlier_captures_agent_to_end(tmp_path):
+    """Holding the lock, a capture first waits for the agents earlier captures left finishing their exit (the next
+    nsys failed on its semaphore while one did, session 42); bounded, for an agent that lives on. A key of the
+    test's own: real captures of other tests may run beside it."""
+    from roseprof.drivers.nsys.agents import agents, wait_for_agents
+
+    key = f"ROSEPROF_TEST_AGENT_{tmp_path.name}"
+    env = {"PATH": "/usr/bin:/bin", key: "earlier/raw"}
+    ending = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)", "--start-agent"], env=env)
+    lives_on = None
+    try:
+        time.sleep(0.2)  # its environment in /proc
+        assert agents(key) == [ending.pid] and agents(key, "earlier/raw") == [ending.pid]
+        assert agents(key, "other/raw") == []
+        assert wait_for_agents(key, timeout_s=60) and ending.poll() is not None
+        lives_on = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(120)", "--start-agent"], env=env
+        )
+        time.sleep(0.2)
+        assert not wait_for_agents(key, timeout_s=0.3) and lives_on.poll() is None
+    finally:
+        for p in (ending, lives_on):
+            if p is not None:
+                p.kill()
+                p.wait()

@@ -238,8 +238,20 @@ ENDPOINT_DUMP = (
     "[QuadDCommon::tag_message*] = Local Endpoint is not available.",
 )
 AGENT_LOST_LINES = ("End of file", "Connection to the Agent lost.", "Connection reset by peer")
+# nsys 2022.4's dump where its ProcessWaiter's semaphore was gone (another nsys ending beside it: a clean-clone CI
+# run, session 42), as it wrote it into raw/nsys.log
+SEMAPHORE_DUMP = (
+    "/build/agent/work/323cb361ab84164c/QuadD/Common/ProcessWaiter/Src/POSIX/ProcessWaiterImpl.cpp(166): Throw in "
+    "function QuadDCommon::ProcessWaiter::ProcessWaiterImpl::ProcessWaiterImpl(QuadDCommon::ProcessId, bool)",
+    "Dynamic exception type: boost::wrapexcept<QuadDCommon::SystemException>",
+    "std::exception::what: SystemException",
+    "[QuadDCommon::tag_errno_text*] = No such file or directory",
+    '[boost::errinfo_errno_*] = 2, "No such file or directory"',
+    "[boost::errinfo_api_function_*] = sem_open",
+)
 AGENT_FAILURES = {
     "endpoint": "".join(f"echo '{line}' >&2\n  " for line in ENDPOINT_DUMP),
+    "semaphore": "".join(f"echo '{line}' >&2\n  " for line in SEMAPHORE_DUMP),
     "end of file": "echo 'End of file' >&2\n",
     "agent lost": "echo 'Connection to the Agent lost.' >&2\n  echo 'Connection to the Agent lost.' >&2\n",
     "connection reset": "echo 'Connection reset by peer' >&2\n",
@@ -269,14 +281,17 @@ def test_nsys_that_cannot_reach_its_agent_is_started_again(tmp_path, failure):
     assert "failed on its own agent" in said and "(2 of 3)" in said
     # nsys' exception dump, or its line saying it lost its agent, stays in its log: the restart's one line says
     # what happened, quoting it (session 38's clean-clone CI run printed "End of file" above that line)
-    assert not set(proc.stderr.splitlines()) & set(ENDPOINT_DUMP + AGENT_LOST_LINES), proc.stderr
+    assert not set(proc.stderr.splitlines()) & set(ENDPOINT_DUMP + SEMAPHORE_DUMP + AGENT_LOST_LINES), (
+        proc.stderr
+    )
     assert 'nsys said "' in said, proc.stderr
+    if failure == "semaphore":  # the failed call and nsys' words for it
+        assert 'nsys said "sem_open: No such file or directory"' in said, proc.stderr
     run, manifest = only_run(tmp_path / "t")
     assert manifest["status"] == "complete"
     first = (run / "raw" / "nsys.start1.log").read_bytes()
-    assert (
-        b"Local Endpoint" in first if failure == "endpoint" else first.strip().startswith((b"End", b"Conn"))
-    )
+    expected = {"endpoint": b"Local Endpoint", "semaphore": b"sem_open"}
+    assert expected[failure] in first if failure in expected else first.strip().startswith((b"End", b"Conn"))
 
 
 def test_nsys_that_never_reaches_its_agent_is_one_error_quoting_its_message(tmp_path):

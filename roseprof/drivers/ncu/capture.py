@@ -186,6 +186,9 @@ class NcuCapture:
     def held_line(self, line: bytes) -> bool:
         return False
 
+    def settle(self) -> None:
+        return None  # nothing of an earlier capture outlives it
+
     def refused(self, launch: Launch) -> str | None:
         return None
 

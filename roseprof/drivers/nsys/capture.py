@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from roseprof.drivers.base import Launch, find_tool
-from roseprof.drivers.nsys.agents import CAPTURE_ENV, stop_left_agents
+from roseprof.drivers.nsys.agents import CAPTURE_ENV, stop_left_agents, wait_for_agents
 from roseprof.drivers.nsys.own_output import (
     NSYS_LOG,
     agent_refused,
@@ -38,6 +38,9 @@ NSYS_CANDIDATES = (
     "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
     "/usr/local/cuda/nsight-compute-*/host/target-linux-x64/nsys",
 )
+
+
+AGENT_SETTLE_S = 10.0  # the longest a capture waits for an earlier capture's agents to finish (agents.py)
 
 
 def find_nsys() -> str | None:
@@ -283,6 +286,11 @@ class NsysCapture:
 
     def own_line(self, line: bytes) -> bool:
         return is_nsys_line(line)
+
+    def settle(self) -> None:
+        # an earlier capture's agent still finishing its exit (a few seconds after nsys'): this start could fail
+        # on its semaphore. Bounded: an agent of a capture under another lock file (a test's) may live on.
+        wait_for_agents(CAPTURE_ENV, AGENT_SETTLE_S)
 
     def held_line(self, line: bytes) -> bool:
         """nsys' lines where it lost its agent: the whole output of a start it failed (then roseprof's restart

@@ -17,6 +17,11 @@ AGENT_REFUSED = b"Local Endpoint is not available"
 # (docs/BENCHMARKS.md, sessions 32-34). Nothing of that capture is kept to lose, and what a user does next is
 # what starting again does: capture again.
 AGENT_LOST = {b"End of file", b"Connection to the Agent lost.", b"Connection reset by peer"}
+# ... and this exception, thrown as it sets up (its ProcessWaiter's named semaphore gone: "[QuadDCommon::
+# tag_errno_text*] = No such file or directory", "[boost::errinfo_api_function_*] = sem_open") where another nsys
+# of the machine was ending: two tests' captures in a clean-clone CI run beside other test sessions (session 42).
+# No report, nothing of the program's: starting again is safe.
+AGENT_SEMAPHORE = b"[boost::errinfo_api_function_*] = sem_open"
 
 
 def is_agent_lost(line: bytes) -> bool:
@@ -34,7 +39,7 @@ def agent_refused(log_path: Path, out_base: Path) -> bool:
     except OSError:
         return False
     lines = {line.strip() for line in text.splitlines() if line.strip()}
-    return AGENT_REFUSED in text or bool(lines) and lines <= AGENT_LOST
+    return AGENT_REFUSED in text or AGENT_SEMAPHORE in text or bool(lines) and lines <= AGENT_LOST
 
 
 # nsys' own status and progress lines (2020.5 to 2025.3), kept in raw/nsys.log and out of the terminal. nsys
@@ -57,7 +62,7 @@ NSYS_OWN_LINE = re.compile(
     rb"(?:WARNING|Warning): (?:CPU |LBR |Backtraces |.*(?:sampling|[Nn]sys|report|injection|context-switch)).*|"
     rb"Exporting \d+ events:.*|Processing \[.*|"
     rb"\S+\.cpp\(\d+\): Throw in function .*|Dynamic exception type: .*|std::exception::what: .*|"
-    rb"\[QuadDCommon::[^\]]*\] = .*"
+    rb"\[QuadDCommon::[^\]]*\] = .*|\[boost::errinfo_[^\]]*\] = .*"
     rb")\s*$"
 )
 
@@ -70,7 +75,8 @@ def is_nsys_line(line: bytes) -> bool:
 
 
 NSYS_LOG = "nsys.log"  # in the run's raw/: nsys' own lines, kept out of the terminal
-NSYS_MESSAGE = re.compile(rb"^\s*\[QuadDCommon::tag_message\*\] = (.+?)\s*$", re.MULTILINE)
+NSYS_MESSAGE = re.compile(rb"^\s*\[QuadDCommon::tag_(?:message|errno_text)\*\] = (.+?)\s*$", re.MULTILINE)
+NSYS_API_FUNCTION = re.compile(rb"^\s*\[boost::errinfo_api_function_\*\] = (\S+)\s*$", re.MULTILINE)
 
 
 def nsys_message(log: Path) -> str | None:
@@ -83,6 +89,7 @@ def nsys_message(log: Path) -> str | None:
         return None
     found = NSYS_MESSAGE.findall(text)
     if found:
-        return found[-1].decode("utf-8", "replace")
+        call = NSYS_API_FUNCTION.findall(text)  # the system call that failed, where the dump names one
+        return (f"{call[-1].decode()}: " if call else "") + found[-1].decode("utf-8", "replace")
     lost = [line.strip() for line in text.splitlines() if is_agent_lost(line)]
     return lost[-1].decode("utf-8", "replace") if lost else None

@@ -102,6 +102,9 @@ class TorchCapture:
     def held_line(self, line: bytes) -> bool:
         return False
 
+    def settle(self) -> None:
+        return None  # nothing of an earlier capture outlives it
+
     def refused(self, launch: Launch) -> str | None:
         return None
 
