@@ -102,8 +102,15 @@ def engine_command(
 PATH_LINE = re.compile(r"^\s*((run folder|dashboard|imported from): )?\S*/\S*$")
 
 
-def assert_fits(out: str, width: int) -> None:
-    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
+def assert_fits(out: str, width: int, paths: tuple[str, ...] = ()) -> None:
+    """Every line of `out` fits `width` columns, but a path's line (PATH_LINE; or one of `paths`, which may hold
+    spaces, alone on its line or after its label)."""
+
+    def a_path(line: str) -> bool:
+        words = line.strip()
+        return bool(PATH_LINE.match(line)) or any(words == p or words.endswith(f": {p}") for p in paths)
+
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not a_path(line)]
     assert not too_wide, too_wide
 
 
@@ -138,7 +145,7 @@ RESTARTED = "; starting it again ("
 def stderr_lines(proc) -> list[str]:
     """The non-blank lines of a finished command's stderr, less roseprof's messages about the machine rather than
     the command: the capture lock's waiting message and a refused tool's restart, each with the indented lines
-    below it (capture/process.py's say wraps a message at 80 columns and puts its details on lines of their own)."""
+    below it (capture/process.py's say wraps a message at the terminal's width and puts its details on lines of their own)."""
     messages: list[list[str]] = []
     for line in proc.stderr.splitlines():
         if not line.strip():
