@@ -97,13 +97,22 @@ def engine_command(
     ]  # fmt: skip
 
 
-# A line that may be wider than the terminal: a path (a file to open, a folder to copy), alone on its line or after
-# its label, printed whole so that it can be copied. Every other line of roseprof's fits.
-PATH_LINE = re.compile(r"^\s*((run folder|dashboard|imported from): )?\S*/\S*$")
+# A line that may be wider than the terminal: a filesystem path (a file to open, a folder to copy), printed whole
+# so that it can be copied: alone on its line, absolute or relative from ./, ../ or ~/; or after its label
+# (`run folder: traces/...`, as the user named the folder). A URL, or any other word with a slash in it, is not one.
+# Every other line of roseprof's fits.
+PATH_LINE = re.compile(r"^\s*(((run folder|dashboard|imported from): )(?!\S*://)\S*/\S*|(/|\.{1,2}/|~/)\S*)$")
 
 
-def assert_fits(out: str, width: int) -> None:
-    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not PATH_LINE.match(line)]
+def assert_fits(out: str, width: int, paths: tuple[str, ...] = ()) -> None:
+    """Every line of `out` fits `width` columns, but a path's line (PATH_LINE; or one of `paths`, which may hold
+    spaces, alone on its line or after its label)."""
+
+    def a_path(line: str) -> bool:
+        words = line.strip()
+        return bool(PATH_LINE.match(line)) or any(words == p or words.endswith(f": {p}") for p in paths)
+
+    too_wide = [line for line in out.splitlines() if len(line.rstrip()) > width and not a_path(line)]
     assert not too_wide, too_wide
 
 
@@ -138,7 +147,7 @@ RESTARTED = "; starting it again ("
 def stderr_lines(proc) -> list[str]:
     """The non-blank lines of a finished command's stderr, less roseprof's messages about the machine rather than
     the command: the capture lock's waiting message and a refused tool's restart, each with the indented lines
-    below it (capture/process.py's say wraps a message at 80 columns and puts its details on lines of their own)."""
+    below it (capture/process.py's say wraps a message at the terminal's width and puts its details on lines of their own)."""
     messages: list[list[str]] = []
     for line in proc.stderr.splitlines():
         if not line.strip():
@@ -155,8 +164,9 @@ def _about_the_machine(message: str) -> bool:
 
 
 def _said(line: str) -> bool:
-    """A status message of roseprof's own (say), which may go on over indented lines; an error or a warning is one
-    line."""
+    """A status message of roseprof's own (say), which may go on over indented lines and may be about the machine
+    (stderr_lines leaves those out, with their lines). An error or a warning is never about the machine: its lines
+    (a capture's error goes on over indented lines, cli/capture.py's _failure) stay, each as it is."""
     return line.startswith("roseprof: ") and not line.startswith(("roseprof: error:", "roseprof: warning:"))
 
 

@@ -37,14 +37,22 @@ def lock_path(tool: str) -> Path:
     return Path(tempfile.gettempdir()) / f"roseprof-{os.getuid()}-{tool}-capture.lock"
 
 
+FOLDER = "traces in "  # how the holder's record names its traces folder (capture/tool.py writes it)
+
+
 def waiting_lines(what: str, record: str) -> list[str]:
     """What a capture waiting for the lock says, from what the holder wrote: its pid and, where it wrote them,
     its command and traces folder, each on a line of its own below (say() wraps them: a command can be 200
-    characters, a path as long as it is)."""
+    characters; the folder, as long as it is and with spaces maybe, is never broken: holder_paths)."""
     lines = [line.strip() for line in record.splitlines()]
     pid = lines[0] if lines and lines[0] else "?"
     about = [line for line in lines[1:] if line]
     return [f"waiting for another {what} (pid {pid}) to finish" + (":" if about else ""), *about]
+
+
+def holder_paths(lines: list[str]) -> tuple[str, ...]:
+    """The paths in waiting_lines' `lines` (the holder's traces folder), for say() to keep whole."""
+    return tuple(line.removeprefix(FOLDER) for line in lines if line.startswith(FOLDER))
 
 
 @contextmanager
@@ -62,7 +70,8 @@ def exclusive(path: Path, what: str, about: str = "") -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             record = os.pread(fd, HOLDER_BYTES, 0).decode("utf-8", "replace")
-            say(*waiting_lines(what, record))
+            lines = waiting_lines(what, record)
+            say(*lines, paths=holder_paths(lines))
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from roseprof.capture.lock import exclusive, lock_path
+from roseprof.capture.lock import FOLDER, exclusive, lock_path
 from roseprof.capture.process import ToolResult, run_tool, say
 from roseprof.errors import CaptureFailed
 from roseprof.model import Trace
@@ -64,7 +64,7 @@ class Capturer(Protocol):
 def run_capture(capturer: Capturer, cmd: list[str], env: dict[str, str], raw: Path) -> ToolResult:
     """Run `capturer`'s tool around `cmd`; the result (exit code, interrupted) once its output is in `raw`."""
     tool = capturer.tool
-    about = f"{_shown(cmd)}\ntraces in {raw.parent.parent}"
+    about = f"{_shown(cmd)}\n{FOLDER}{raw.parent.parent}"
     with capturer.launch(cmd, env, raw) as launch:
         for attempt in range(1, START_ATTEMPTS + 1):
             with exclusive(lock_path(tool), f"{tool} capture", about):

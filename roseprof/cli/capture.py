@@ -136,7 +136,8 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
 
 def _failure(outcome) -> list[str]:
     """A capture that did not complete, in lines that fit the terminal: the error, then what to do (a command to
-    paste whole, or a folder, alone on its line where it is long)."""
+    paste whole, or a folder). The run's folder, wherever the message names it, is never broken (its path may hold
+    spaces): whole beside the words, or alone on its line where it does not fit."""
     from roseprof.capture.process import terminal_width, wrap_words
     from roseprof.errors import one_line
     from roseprof.render.commands import pasteable
@@ -153,7 +154,8 @@ def _failure(outcome) -> list[str]:
         todo, command = "see what was captured with:", show  # (its message says it was kept)
     else:  # the profiler failed, or what it wrote could not be read: it is kept, with the tool's own log
         todo, command = f"what the profiler wrote, and its own log, are kept in {outcome.run.path}/raw", None
-    error = wrap_words(plain(f"roseprof: error: {said}; {todo}"), width, "", "  ")
+    folder = plain(str(outcome.run.path))
+    error = wrap_words(plain(f"roseprof: error: {said}; {todo}"), width, "", "  ", (folder,))
     return error + (pasteable([plain(word) for word in command], width, "  ") if command else [])
 
 

@@ -57,11 +57,13 @@ def fit_table(
     optional: tuple[int, ...] = (),
     whole: set[int] = frozenset(),
     min_width: dict[int, int] | None = None,
+    cut_last: set[int] = frozenset(),
 ) -> Table:
     """A table of `rows` that fits the console. `shrink` maps a column to fit(text, width) used to narrow it;
     columns whose cells are all empty are dropped (except those in `keep`); `optional` columns are dropped, in
     order, while the shrinkable ones would otherwise go below MIN_NAME (or their `min_width`); `whole` columns
-    are never cut (run ids)."""
+    are never cut (run ids); `cut_last` columns (shrinkable) stay whole while any other optional column is left to
+    drop (`ls`'s run names, which `diff` and `baseline` take)."""
     floor_of = {i: (min_width or {}).get(i, MIN_NAME) for i in range(len(headers))}
     shrink = shrink or {}
     rows = [
@@ -90,10 +92,11 @@ def fit_table(
         excess = natural(cols) - console.width
         if excess <= 0:
             return build(cols, {})
-        targets = [i for i in cols if i in shrink]
+        dropping = [i for i in optional if i in cols]
+        others = [i for i in dropping if i not in cut_last]  # while these can go, cut_last columns keep whole
+        targets = [i for i in cols if i in shrink and (i not in cut_last or not others)]
         room = {i: max(len(r[i]) for r in rows) if rows else 0 for i in targets}
         give = sum(max(0, w - floor_of[i]) for i, w in room.items())
-        dropping = [i for i in optional if i in cols]
         if give >= excess or not dropping:
             enough = give >= excess  # else nothing is left to drop: names give more
             widths, left = {}, excess
@@ -365,20 +368,29 @@ def print_runs(console: Console, runs: list[RunRecord]) -> None:
         ]
         for r, cmd in zip(runs, apart)
     ]
-    # The run id holds the creation time: that column goes first when room is short, then the tool; the name
-    # (shortened in the middle) and the command share what is left (the command cut at a word while it keeps
-    # MIN_COMMAND characters). Beside ids too long to leave room for both (a live capture's, live-HOST-PORT, is 41
-    # characters and up), the command goes first: the name is what `diff` and `baseline` take, a cut command
-    # tells little, and `show` prints it whole. The name goes only where the id leaves it no room at all (an
-    # import's id of 60 characters, which holds its name). The id and the status are never cut (users copy ids; a
-    # cut status reads as another word).
+    # The name is what `diff` and `baseline` take: it stays whole while any other column can give way. The command
+    # is cut first (at a word, while it keeps MIN_COMMAND characters); then the columns go: the creation time
+    # first (the run id holds it), then the tool, then the command (`show` prints it whole). Only then, beside ids
+    # that leave no room (a live capture's, live-HOST-PORT, is 41 characters and up), is the name shortened in the
+    # middle, to MIN_RUN_NAME characters; it goes only where the id leaves it no room at all (an import's id of 60
+    # characters, which holds its name). The id and the status are never cut (users copy ids; a cut status reads
+    # as another word).
     console.print(
         fit_table(
-            console, None, headers, rows, {1: text.shorten_middle, 5: commands.command}, keep={0, 1, 3},
-            optional=(4, 2, 5, 1), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND},
+            console, None, headers, rows, {1: text.shorten_middle, 5: _command}, keep={0, 1, 3},
+            optional=(4, 2, 5, 1), whole={0, 3}, min_width={1: MIN_RUN_NAME, 5: MIN_COMMAND}, cut_last={1},
         ),
         crop=False,
     )  # fmt: skip
+
+
+def _command(command: str, width: int) -> str:
+    """`ls`'s command cell in `width` columns: cut at a word where that keeps MIN_COMMAND characters, else at the
+    width (`import cpu-…`, not `import…`, which tells nothing)."""
+    shown = commands.command(command, width)
+    if shown.endswith(text.ELLIPSIS) and len(shown) < min(width, MIN_COMMAND):
+        return command[: width - 1].rstrip() + text.ELLIPSIS
+    return shown
 
 
 def _argv(m: dict) -> list[str] | None:

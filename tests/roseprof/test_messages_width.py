@@ -69,12 +69,15 @@ def test_baselines_list_their_runs_an_id_a_line(store):
     assert head.startswith("main  ") and head.endswith("  4 run(s):") and listed == [f"  {i}" for i in ids]
 
 
-def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
+@pytest.mark.parametrize("spaced", [False, True], ids=["folder", "folder-with-spaces"])
+def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path, spaced):
+    """The holder's command wrapped at its words; its traces folder whole, on its own line, spaces and all."""
     env = {**os.environ, **COLUMNS, **stub_nsys(tmp_path)}
     args = ["nsys", *dirs(tmp_path), "--", sys.executable, "-c", "pass"]
+    traces = str(tmp_path / "my checkouts" / "a branch of roseinfer" / "traces") if spaced else HOLDER_TRACES
     with open(env["ROSEPROF_NSYS_LOCK"], "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        held.write(f"4242\n{HOLDER_COMMAND}\ntraces in {HOLDER_TRACES}\n")
+        held.write(f"4242\n{HOLDER_COMMAND}\ntraces in {traces}\n")
         held.flush()
         proc = subprocess.Popen(
             [sys.executable, "-m", "roseprof", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -83,17 +86,17 @@ def test_the_lock_says_whose_capture_it_waits_for_in_80_columns(tmp_path):
         said = []
         for line in proc.stderr:  # the waiting message, up to its last line: the holder's traces folder
             said.append(line)
-            if HOLDER_TRACES in line:
+            if traces.split()[-1] in line:
                 break
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, "".join(said) + err
     message = "".join(said)
-    assert_fits(message, 80)
+    assert_fits(message, 80, paths=(traces,))
     lines = message.splitlines()
     assert lines[0] == "roseprof: waiting for another nsys capture (pid 4242) to finish:"
     # the command's words all there, in order, on lines of their own below; the folder whole on its line
     assert " ".join(" ".join(lines[1:-1]).split()) == f"{HOLDER_COMMAND} traces in"
-    assert lines[-1].strip() == HOLDER_TRACES
+    assert lines[-1].strip() == traces
 
 
 def shell_lines(text: str) -> list[str]:
@@ -163,3 +166,29 @@ def test_a_failed_capture_says_what_to_do_in_80_columns(tmp_path):
         "roseprof: error: the command exited with code 3; what it recorded"
     )
     assert shell_lines(error)[-1].endswith(f" show {run_id}")  # the command to paste, last
+
+
+def test_a_failed_capture_keeps_a_folder_with_spaces_whole(tmp_path):
+    """A profiler whose report cannot be read, under a traces folder whose path holds spaces: the error names the
+    folder the report and the tool's log are kept in, whole on a line of its own (wrapping at its spaces would
+    leave a path no one can paste)."""
+    stub = tmp_path / "bin" / "nsys"  # writes a report that is not one; its export fails
+    stub.parent.mkdir()
+    stub.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2022.4.2.1-stub"; exit 0; fi\n'
+        'if [ "$1" = "export" ]; then echo "export: not a report" >&2; exit 1; fi\n'
+        'for a in "$@"; do case "$a" in --output=*) out="${a#--output=}";; esac; done\n'
+        'printf junk > "$out.nsys-rep"\n'
+    )
+    stub.chmod(0o755)
+    env = {**COLUMNS, "NSYS": str(stub), "ROSEPROF_NSYS_LOCK": str(tmp_path / "nsys.lock")}
+    traces = tmp_path / "my runs" / "traces"
+    opts = ["--traces-dir", traces, "--dashboards-dir", tmp_path / "my runs" / "dash"]
+    proc = roseprof("nsys", *opts, "--", sys.executable, "-c", "pass", env=env)
+    assert proc.returncode not in (0, 1), proc.stderr  # the profiler's failure, not the program's
+    (run,) = [p for p in traces.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    error = proc.stderr[proc.stderr.index("roseprof: error: ") :].split("\nrun folder: ")[0]
+    assert_fits(error, 80, paths=(f"{run}/raw",))  # each line but the path's
+    assert f"{run}/raw" in [line.strip() for line in error.splitlines()], proc.stderr  # the path whole, alone
+    assert " ".join(error.split()).endswith(f"and its own log, are kept in {run}/raw"), proc.stderr

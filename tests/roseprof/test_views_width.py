@@ -70,32 +70,36 @@ def test_piped_output_honours_columns(store, verb, width):
         assert "regions without roseinfer." in " ".join(proc.stdout.split())
 
 
-# `roseprof live URL`'s default name for a server on the local network: run ids of 44 characters (41 for 127.0.0.1).
-LIVE = "live-192.168.1.20-8000"
+# `roseprof live URL`'s default names: a server on the local network (run ids of 44 characters), on this machine
+# (41 characters: the shortest a live capture's id is) and on a five-digit port.
+LIVES = ("live-192.168.1.20-8000", "live-127.0.0.1-8000", "live-127.0.0.1-18777")
 
 
 def test_ls_keeps_the_names_beside_a_live_capture_id(tmp_path):
-    """Beside a live capture's long id, the name stays whole and the cut command gives way (it dropped the name)."""
+    """Beside a live capture's long id the name stays whole: the other columns give way first (at 80 columns
+    the command, the tool and the creation time go), and a command that is left is never cut to its first word."""
     opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
-    for name in ("before", "before", LIVE):
+    for name in ("before", "before", *LIVES):
         proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", name, *opts)
         assert proc.returncode == 0, proc.stderr
-    proc = roseprof("ls", *opts, env={"COLUMNS": "80"})
-    assert proc.returncode == 0, proc.stderr
-    assert_fits(proc.stdout, 80)
     ids = {p.name for p in (tmp_path / "traces").iterdir() if p.is_dir() and not p.name.startswith(".")}
-    rows = {
-        tuple(line.split())
-        for line in proc.stdout.splitlines()
-        if line.split()[:1] and line.split()[0] in ids
-    }
     names = {
         run_id: json.loads((tmp_path / "traces" / run_id / "manifest.json").read_text())["name"]
         for run_id in ids
     }
-    assert rows == {
-        (run_id, names[run_id], "complete") for run_id in ids
-    }  # each run: its id, name, status whole
+    for width in (80, 100):
+        proc = roseprof("ls", *opts, env={"COLUMNS": str(width)})
+        assert proc.returncode == 0, proc.stderr
+        assert_fits(proc.stdout, width)
+        rows = [
+            line.split() for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in ids
+        ]
+        assert len(rows) == len(ids), proc.stdout
+        for row in rows:  # each run: its id, its name whole beside it, its status
+            assert row[1] == names[row[0]] and "complete" in row, (width, row)
+        if width == 80:
+            assert {tuple(row) for row in rows} == {(i, names[i], "complete") for i in ids}, proc.stdout
+        assert "import…" not in proc.stdout, proc.stdout  # a command cut to its first word tells nothing
 
 
 def run_in_terminal(args: list[str], cols: int = 80, rows: int = 24) -> str:
