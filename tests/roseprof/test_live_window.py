@@ -166,7 +166,7 @@ def test_a_window_runs_step_figures_are_its_loads_steps(second_window):
     left_out = sum(e["tokens"] for e in (summary["itl"].get("left_out") or {}).values())
     assert summary["itl"]["count"] + left_out == sum(len(row["steps"]) - 1 for row in rows)
     said = " ".join(out.split())
-    assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
+    assert f"the snapshot held {window['before'] + window['after']} more (not the load's: " in said
 
 
 def test_the_windows_close_is_the_profilers_gap_not_a_steps(second_window):
