@@ -144,3 +144,38 @@ def test_a_tensor_parallel_windows_pause_is_its_slowest_ranks():
     assert (close["after_step"], close["loop_ms"], close["beside_ms"]) == (107, 31.0, 20.0)
     del window["ranks"]
     assert window_pauses(window)[1]["loop_ms"] == 11.0  # one rank: its own
+
+
+def test_a_windows_close_is_said_once_and_requests_rank_by_their_next_worst_gap(tmp_path):
+    """A window's close pauses every request in flight: each one's worst gap is the profiler's. The list ranks
+    them by their worst gap that is not (a slow step of one request is named), and the close is said once."""
+    slow = 35  # a 9 ms step, which only the load's request "cmpl-3" is in (the others finished)
+    steps = _steps(range(10, 40), took=lambda k: 9 * MS if k == slow else MS)
+    at = {s["index"]: s for s in steps}
+    pause_ms = 60
+    for s in steps[steps.index(at[29]) + 1 :]:  # the loop paused 60 ms after step 29 (the window's close)
+        s["start_ns"] += pause_ms * MS
+        s["end_ns"] += pause_ms * MS
+    requests = [
+        _request(k, f"cmpl-{k}", 0, at[10]["start_ns"] - MS, [at[i] for i in range(10, 34 if k < 3 else 40)])
+        for k in range(4)
+    ]
+    pauses = [{"after_step": 29, "what": "the torch window's close", "loop_ms": float(pause_ms),
+               "beside_ms": 0.0}]  # fmt: skip
+    path = _write(tmp_path, [META, *steps, *requests])
+    out = tmp_path / "steplog.jsonl"
+    rows = [_row(r, i) for i, r in enumerate(requests)]
+    cut_to_load(path, out, rows, pauses)
+    log = read_steplog(str(out))
+    part = join(log, rows)
+    itl = [e for e in part["slowest"] if e["by"] == "itl"]
+    assert [e["cause"] for e in itl].count("profiler") == 0, [e["line"] for e in itl]
+    assert itl[0]["request_id"] == "cmpl-3" and itl[0]["step"] in (slow, slow + 1), itl[0]
+    (said,) = part["profiler"]
+    assert said["requests"] == 4 and said["after_step"] == 29
+    assert said["line"].startswith(
+        "4 request(s)' worst gap was the torch window's close after step 29 (60 ms"
+    )
+    # the close's gap is the profiler's in the server's figures too: left out of the ITL figures
+    summary = server_summary(out)
+    assert summary["itl"]["left_out"]["profiler"]["tokens"] == 4
