@@ -4,8 +4,10 @@ trace's analysis with the window's steps and each step's top kernels and regions
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from roseprof.live.step_detail import words
 from roseprof.model import Trace
 from roseprof.workload.roseinfer import WINDOW_NSYS_FILE, WINDOW_STEPS_FILE
 from roseprof.workload.steplog import read_steplog
@@ -40,7 +42,7 @@ def fetch_window(summary: dict, folder: Path, opener, window: dict) -> tuple[dic
 def add_window(summary: dict, folder: Path, opener, window: dict, files: dict[str, Path]) -> None:
     """The window's trace analysed with its steps, and each step's detail, into the run's summary (its `live`
     part: join's); nothing where the window holds no decode step."""
-    from roseprof.live.step_detail import step_detail, words
+    from roseprof.live.step_detail import step_detail
 
     part = summary["live"]
     size = world_size(window)
@@ -68,6 +70,7 @@ def add_window(summary: dict, folder: Path, opener, window: dict, files: dict[st
     rank0 = next((r["pids"] for r in analysed.get("ranks") or [] if r["rank"] == 0), None)
     detail = step_detail(trace, tables_of.get("steps.rows"), first, rank0)  # rank 0's, as the steps are
     part["step_detail"] = detail
+    said_where(summary.get("spikes"), detail)
     for entry in part["slowest"]:
         said = words(detail.get(str(entry["step"])))
         if said and entry["cause"] != "profiler":  # a gap the profiler made: not the step's kernels
@@ -105,3 +108,18 @@ def nsys_window_trace(files: dict[str, Path], client) -> Trace:
 
     trace, _ = read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
     return trace
+
+
+NO_TRACE = re.compile(r"decode step (\d+) \(no trace to say where\)")
+
+
+def said_where(spikes: dict | None, detail: dict) -> None:
+    """A listed spike whose evidence step is one of the window's: its top kernels and regions (the flight
+    recorder's figures were made with no trace, so they said none); a step outside the window's trace keeps
+    `(no trace to say where)`."""
+    for entry in (spikes or {}).get("listed") or []:
+        main = entry.get("main") or {}
+        found = NO_TRACE.search(main.get("where") or "")
+        said = words(detail.get(found.group(1))) if found else ""
+        if said:
+            main["where"] = NO_TRACE.sub(f"decode step {found.group(1)}: {said}", main["where"])

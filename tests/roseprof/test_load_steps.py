@@ -179,3 +179,40 @@ def test_a_windows_close_is_said_once_and_requests_rank_by_their_next_worst_gap(
     # the close's gap is the profiler's in the server's figures too: left out of the ITL figures
     summary = server_summary(out)
     assert summary["itl"]["left_out"]["profiler"]["tokens"] == 4
+
+
+def test_a_spike_in_the_windows_trace_says_where_and_one_outside_says_it_cannot():
+    """The run's spike figures are made with no trace (the flight recorder's steps): a listed spike whose step is
+    one of the torch window's gets the window's top operators and regions of that step; one outside keeps
+    `(no trace to say where)`."""
+    from roseprof.live.window_run import said_where
+
+    detail = {"105": {"kernel_kind": "cpu_op", "kernels": [["aten::mm", 3_100_000]],
+                      "regions": [["roseinfer.lm_head", 2_000_000]]}}  # fmt: skip
+    spikes = {
+        "listed": [
+            {"step": 105, "main": {"cause": "slow_step", "where": "decode step 105 (no trace to say where)"}},
+            {"step": 300, "main": {"cause": "slow_step", "where": "decode step 300 (no trace to say where)"}},
+        ]
+    }
+    said_where(spikes, detail)
+    inside, outside = (e["main"]["where"] for e in spikes["listed"])
+    assert inside == "decode step 105: CPU ops aten::mm 3.10 ms; regions roseinfer.lm_head 2.00 ms"
+    assert outside == "decode step 300 (no trace to say where)"
+
+
+def test_a_recorders_step_breakdown_is_drawn_by_the_servers_step_numbers(tmp_path):
+    """The steps table of a flight recorder's log (its first step is the server's 200th) carries the server's
+    step numbers, and the dashboard's per-step breakdown is drawn by them, as the spikes name the steps."""
+    from roseprof.api.sections import analyse_trace
+    from roseprof.model import Tool, Trace
+    from roseprof.render.figures import step_breakdown
+
+    steps = _steps(range(200, 210))
+    mine = _request(1, "cmpl-x", 0, steps[0]["start_ns"] - 10, steps)
+    path = _write(tmp_path, [META, *steps, mine])
+    _, tables_of = analyse_trace(Trace(tool=Tool("steps", "?")), path)
+    rows = tables_of["steps.rows"]
+    assert rows["step"] == list(range(200, 210))
+    fig = step_breakdown({"rows": {**rows, "region:roseinfer.model.forward": [0] * 10}, "run_starts": []})
+    assert list(fig.data[0].x) == list(range(200, 210))
