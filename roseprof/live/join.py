@@ -363,8 +363,9 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
     record = next((r for r in log.requests if r.get("request_id") == row["request_id"]), None)
     first = int(log.meta.get("first_step", 0))
     rid = row["request_id"]
-    lines = [
-        f"request {rid} (index {row['index']}): sent at {row['sent_ms']:.1f} ms, {len(row['t_ms'])} tokens"
+    lines = [  # two lines: a response id is 38 characters, and a line fits 80 columns
+        f"request {rid} (index {row['index']})",
+        f"  sent at {row['sent_ms']:.1f} ms, {len(row['t_ms'])} tokens",
     ]
     prefill = None
     if record is not None:
@@ -377,9 +378,7 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
             f"  prefill  {took:9.2f} ms  {prefill.get('tokens', 0)} tokens, {prefill.get('batch_size', 1)} request(s)"
         )
     else:
-        lines.append(
-            "  queued, prefill: before the server's window (its flight recorder no longer holds them)"
-        )
+        lines.append("  queued, prefill: before the server's window (its recorder no longer holds them)")
     lines.append("  token    client ms      gap ms   step   batch   step ms")
     growth = RegionGrowth(log)
     median = float(np.median([_wall(s) for s in log.steps])) if log.steps else 0.0

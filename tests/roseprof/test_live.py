@@ -76,6 +76,7 @@ def test_request_timeline(live_run):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"request {rid}")
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     assert any(line.strip().startswith("queued") for line in lines)
     assert any(line.strip().startswith("prefill") for line in lines)
     assert len([line for line in lines if line.strip()[:1].isdigit()]) == 16  # one line a token
