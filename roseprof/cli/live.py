@@ -101,7 +101,7 @@ def request(run_ref, request_id, traces_dir, dashboards_dir) -> None:
     batch size and wall time, and where a torch window recorded the step, its top kernels and regions. ID: the
     server's response id (cmpl-...), or the request's index in the load."""
     from roseprof.api.live import read_live
-    from roseprof.live.join import timeline
+    from roseprof.live.timeline import timeline
 
     run = open_store(traces_dir).resolve(run_ref)
     log, tokens, detail = read_live(run)
