@@ -47,12 +47,6 @@ from roseprof.workload.steplog import StepLogRecords, read_steplog
 
 STEPS_FILE = "steps.jsonl"  # in the run's raw/: /debug/steps' body as the server sent it
 SERVER_PARTS = ("steps", "itl", "spikes")  # what the steps' analysis adds to the run's summary
-WINDOW_DIR = "window"  # in the run's raw/: a capture window's files as the server sent them
-WINDOW_PARTS = (
-    "regions",
-    "kernels",
-    "operators",
-)  # what a window's trace adds to the run's summary (operators: torch)
 RECORDER_ALL = 1 << 30  # /debug/steps?last=: all the recorder keeps (the server gives at most that)
 
 
@@ -101,24 +95,25 @@ def live(
         from roseprof.live.join import join
         from roseprof.live.load_steps import cut_to_load, window_pauses
         from roseprof.live.path import http_path
+        from roseprof.live.window_run import add_window, fetch_window
 
         # The window closed first, so that the snapshot holds its close and the steps after it.
         window = close_window(summary, opener) if opener is not None else None
+        files, capture = fetch_window(summary, folder, opener, window) if window is not None else ({}, None)
         raw = folder / "raw" / STEPS_FILE
         raw.write_bytes(fetch_steps(url, steps if opener is None else RECORDER_ALL, api_key))
-        path = tables.steplog_path(folder)  # the load's steps, which every figure of the run reads
+        path = tables.steplog_path(folder)  # the load's records, which every figure of the run reads
         cut = cut_to_load(raw, path, tokens, window_pauses(window))
-        if not cut["kept"]:
-            summary["warnings"].append(
-                f"the server's flight recorder held no decode step of the load ({url}/debug/steps: "
-                f"{cut['snapshot']} steps)"
-            )
-            return
         log = read_steplog(str(path))
-        summary.update(server_summary(path))
+        if not cut["kept"]:
+            summary["warnings"].append(no_steps_words(tokens, cut, url))
+        if log is None or not cut["requests"]:
+            return
         if ranks_said:
             summary["warnings"].append(ranks_said)
-        if opener is None and not any("host_own_ns" in s for s in log.steps):
+        if log.steps:
+            summary.update(server_summary(path))
+        if log.steps and opener is None and not any("host_own_ns" in s for s in log.steps):
             summary["warnings"].append(
                 "the server's steps carry no region times, so a slow step's region cannot be named: on a server "
                 "started with --enable-profiling, --tool steps opens a steps window, which times the regions of "
@@ -126,10 +121,12 @@ def live(
             )
         summary["live"] = part = join(log, tokens)
         part["window"].update(snapshot=cut["snapshot"], before=cut["before"], after=cut["after"])
+        if capture:
+            part["capture"] = capture
         start_ns = summary.get("serving", {}).get("clock", {}).get("start_monotonic_ns")
         part["path"] = http_path(log, tokens, start_ns, url)
-        if window is not None:
-            add_window(summary, folder, opener, window)
+        if window is not None and log.steps:
+            add_window(summary, folder, opener, window, files)
         older = part["join"]["outside_window"]
         if older:
             summary["warnings"].append(
@@ -229,6 +226,17 @@ class SteadyOpener:
             self.error = str(e)
 
 
+def no_steps_words(tokens: list[dict], cut: dict, url: str) -> str:
+    """Why the run has no step of the load: it streamed no decode token (each request's one token its prefill's),
+    or the server's recorder no longer held its steps."""
+    if not any(isinstance(s, int) and s >= 0 for row in tokens for s in row["steps"]):
+        return "the load streamed no decode token: each request's one token came from its prefill"
+    return (
+        f"the server's flight recorder held no decode step of the load ({url}/debug/steps: "
+        f"{cut['snapshot']} steps)"
+    )
+
+
 def close_window(summary: dict, opener: SteadyOpener) -> dict | None:
     """The window once closed (stopped now if it still records: the load is over), or None, said in a warning,
     where none was opened."""
@@ -242,81 +250,6 @@ def close_window(summary: dict, opener: SteadyOpener) -> dict | None:
         summary["warnings"].append(f"the {opener.tool} window was not opened: {opener.error}")
         return None
     return opener.client.wait_closed(stop=True)
-
-
-def add_window(summary: dict, folder: Path, opener: SteadyOpener, window: dict) -> None:
-    """The closed window's files into raw/window/, its analysis and each step's detail into the run's summary."""
-    from roseprof.live.step_detail import step_detail, words
-
-    part = summary["live"]
-    files = opener.client.fetch(window, folder / "raw" / WINDOW_DIR)
-    part["capture"] = {
-        "tool": window["tool"], "asked": window["steps"], "steps": window["steps_done"],
-        "first_step": window["first_step"], "stopped_early": window["stopped_early"], "pause": window["pause"],
-    }  # fmt: skip
-    size = add_window_ranks(summary, part["capture"], window, files)
-    # A steps window opened at once is meant to cover the load (--steps: at most that many): its end with the load
-    # is no surprise (the capture panel says it); a window opened on a steady load that ends first is.
-    if window["stopped_early"] and not opener.at_once:
-        summary["warnings"].append(
-            f"the {window['tool']} window closed early: the load ended after {window['steps_done']} of its "
-            f"{window['steps']} steps"
-        )
-    steps_path = files.get(WINDOW_STEPS_FILE)
-    if steps_path is None or not window["steps_done"]:
-        return
-    from roseprof.api.sections import analyse_trace
-    from roseprof.live.rank_window import RANK_PARTS
-
-    if WINDOW_NSYS_FILE in files:  # nsys: the report made from the window's recording range (rank 0's)
-        trace = nsys_window_trace(files, opener.client)
-    else:  # torch: every rank's, one process each; each rank's steps joined to its log beside rank 0's (raw/window/)
-        from roseprof.live.rank_window import read_traces
-
-        trace = read_traces(
-            files, size, folder / "raw", lambda name: opener.client.address(f"/profile/files/{name}")
-        )
-    if trace is None:
-        return
-    analysed, tables_of = analyse_trace(trace, steps_path)
-    parts = WINDOW_PARTS + (RANK_PARTS if size > 1 else ())
-    summary.update({k: analysed[k] for k in parts if analysed.get(k) is not None})
-    log = read_steplog(str(steps_path))
-    first = int(log.meta.get("first_step", window["first_step"])) if log is not None else window["first_step"]
-    rank0 = next((r["pids"] for r in analysed.get("ranks") or [] if r["rank"] == 0), None)
-    detail = step_detail(trace, tables_of.get("steps.rows"), first, rank0)  # rank 0's, as the steps are
-    part["step_detail"] = detail
-    for entry in part["slowest"]:
-        said = words(detail.get(str(entry["step"])))
-        if said and entry["cause"] != "profiler":  # a gap the profiler made: not the step's kernels
-            entry["detail"] = said
-            entry["line"] += f" [{said}]"
-
-
-def add_window_ranks(summary: dict, capture: dict, window: dict, files: dict[str, Path]) -> int:
-    """A window of several ranks (a tensor-parallel server): each rank's steps, from its own window log, into the
-    capture part (`ranks`), a warning where they disagree; returns the world size (1: one rank)."""
-    from roseprof.live.rank_window import disagreement, rank_steps, world_size
-
-    size = world_size(window)
-    if size > 1:
-        capture["ranks"] = ranks = rank_steps(files, size)
-        said_by = {r.get("rank"): r for r in window.get("ranks") or [] if isinstance(r, dict)}
-        for entry in ranks:  # what each rank's window cost its own loop (the server's word)
-            pause = said_by.get(entry["rank"], {}).get("pause") or {}
-            entry["stop_ms"] = pause.get("stop_ms")
-        said = disagreement(ranks)
-        if said:
-            summary["warnings"].append(said)
-    return size
-
-
-def nsys_window_trace(files: dict[str, Path], client) -> Trace:
-    """An nsys window's trace: the report made from its recording range's stream, read into the model."""
-    from roseprof.drivers.nsys.window_stream import read_stream
-
-    trace, _ = read_stream(files[WINDOW_NSYS_FILE], client.address(f"/profile/files/{WINDOW_NSYS_FILE}"))
-    return trace
 
 
 def snapshot(store: RunStore, url: str, steps: int, name: str | None, api_key: str | None) -> Run:

@@ -31,8 +31,10 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     """Load a roseinfer server (URL: http://HOST:PORT) as `roseprof load` does and store, in the same run, its
     last N decode steps (GET /debug/steps), each client token joined to the step that emitted it. The run's step
     figures (decode steps, ITL, spikes, the slowest requests) cover the load's own steps only: from its first
-    token's step to its last's; a long-running server's recorder also holds other loads' steps, which the run's
-    raw/steps.jsonl keeps and `show` counts as left out. `show` starts with the slowest requests and the step that
+    decode token's step to its last's, their ITL, spike and rollover figures the load's own tokens (another
+    client's requests shared the steps, not the figures); a long-running server's recorder also holds other
+    loads' steps, which the run's raw/steps.jsonl keeps and `show` counts as left out. A load of no decode token
+    (--output-len 1) has no step: its TTFT lines still say queued vs prefill. `show` starts with the slowest requests and the step that
     made each slow; `roseprof request RUN ID` shows one. With neither --requests nor --duration, no load: the
     server's last N steps alone (as `roseprof import` of them).
 
@@ -43,7 +45,8 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     opened once the load is steady and closed after N steps or when the load ends; the run then also holds the
     window's regions and kernels (CPU operators on a CPU engine), each of its steps' top ones, and the pause the
     window's export cost the engine loop; a token whose gap holds the window's start or close is put down to the
-    profiler (cause `profiler`) and left out of the ITL figures. The step figures cover the load's steps that the
+    profiler (said once beside the slowest requests, each ranked by its worst gap that is not the profiler's)
+    and left out of the ITL figures. The step figures cover the load's steps that the
     flight recorder still holds (--flight-recorder-steps), not only the window's. --tool nsys: the same with Nsight Systems, on a server started under
     `roseprof nsys --capture-range nvtx --capture-range-end repeat -- roseinfer serve MODEL --enable-profiling`
     (it records only inside windows); each window is one nsys report. With no load, the window opens at once on
@@ -98,7 +101,7 @@ def request(run_ref, request_id, traces_dir, dashboards_dir) -> None:
     batch size and wall time, and where a torch window recorded the step, its top kernels and regions. ID: the
     server's response id (cmpl-...), or the request's index in the load."""
     from roseprof.api.live import read_live
-    from roseprof.live.join import timeline
+    from roseprof.live.timeline import timeline
 
     run = open_store(traces_dir).resolve(run_ref)
     log, tokens, detail = read_live(run)

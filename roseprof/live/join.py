@@ -54,10 +54,15 @@ def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dic
     explain = Explainer(log, first)
     rows = [r for r in tokens if r["request_id"] in by_id and r["t_ms"] and r["sent_ms"] is not None]
     by_ttft = sorted(rows, key=lambda r: -(r["t_ms"][0] - r["sent_ms"]))[:slowest]
-    by_itl = sorted((r for r in rows if len(r["t_ms"]) > 1), key=lambda r: -_worst_gap(r)[1])[:slowest]
+    # Each request by its worst gap that is not the profiler's (a window's close pauses every request in flight
+    # at once: ranked by it, the list would say one thing five times); the pause said once, beside the list.
+    worst = {
+        r["request_id"]: explain.worst_gap(r, by_id[r["request_id"]]) for r in rows if len(r["t_ms"]) > 1
+    }
+    by_itl = sorted((r for r in rows if r["request_id"] in worst), key=lambda r: -worst[r["request_id"]][1])
     listed = [explain.ttft(r, by_id[r["request_id"]]) for r in by_ttft]
-    listed += [explain.itl(r, by_id[r["request_id"]]) for r in by_itl]
-    return {
+    listed += [explain.itl(r, by_id[r["request_id"]], worst[r["request_id"]]) for r in by_itl[:slowest]]
+    part = {
         "window": {
             "first_step": first,
             "steps": n_steps,
@@ -67,14 +72,34 @@ def join(log: StepLogRecords, tokens: list[dict], slowest: int = SLOWEST) -> dic
         "join": counts,
         "slowest": listed,
     }
+    paused = profiler_lines([w[2] for w in worst.values() if w[2] is not None])
+    if paused:
+        part["profiler"] = paused
+    return part
 
 
-def _worst_gap(row: dict) -> tuple[int, float]:
-    """(token index, ms) of the request's longest gap between consecutive tokens on the client."""
+def _gaps(row: dict) -> list[tuple[int, float]]:
+    """(token index, ms) of the request's gaps between consecutive tokens on the client, longest first."""
     t = row["t_ms"]
-    gaps = [b - a for a, b in zip(t, t[1:])]
-    i = int(np.argmax(gaps))
-    return i + 1, gaps[i]
+    return sorted(((i + 1, b - a) for i, (a, b) in enumerate(zip(t, t[1:]))), key=lambda g: -g[1])
+
+
+def profiler_lines(pauses: list[dict]) -> list[dict]:
+    """One line per capture window pause that was a request's worst gap: `3 requests' worst gap was the torch
+    window's close after step 139 (69 ms on the loop)`, with how many requests."""
+    out = []
+    for key in sorted({(p["after_step"], p["what"]) for p in pauses}):
+        same = [p for p in pauses if (p["after_step"], p["what"]) == key]
+        p = same[0]
+        out.append(
+            {
+                "requests": len(same),
+                "after_step": p["after_step"],
+                "line": f"{len(same)} request(s)' worst gap was {p['what']} after step {p['after_step']} "
+                f"({p['loop_ms']:.0f} ms on the loop): the profiler's, so each is listed by its next worst",
+            }
+        )
+    return out
 
 
 class Explainer:
@@ -112,17 +137,38 @@ class Explainer:
             )  # fmt: skip
         return self._entry(row, "ttft", ttft, 0, None, cause, words)
 
-    def itl(self, row: dict, record: dict) -> dict:
-        i, gap = _worst_gap(row)
+    def token_of(self, row: dict, record: dict, i: int) -> int | None:
+        """The server token (token_causes' index) of the request's client token i, None outside the window."""
         step = row["steps"][i]
         pos = step - self.first if isinstance(step, int) and step >= 0 else None
-        t = self.index.get((record["id"], pos)) if pos is not None else None
+        return self.index.get((record["id"], pos)) if pos is not None else None
+
+    def worst_gap(self, row: dict, record: dict) -> tuple[int, float, dict | None]:
+        """(token index, ms, the pause) of the request's worst client gap that is not a capture window's pause
+        (profiler_pause), and the pause where its worst gap of all was one (None: it was not). A request whose
+        every gap is a pause: its worst."""
+        gaps = _gaps(row)
+        pause = None
+        for n, (i, gap) in enumerate(gaps):
+            t = self.token_of(row, record, i)
+            said = self.profiler_pause(t, row["steps"][i], gap) if t is not None else None
+            if said is None:
+                return i, gap, pause
+            if n == 0:
+                pause = said[1]
+        return gaps[0][0], gaps[0][1], None
+
+    def itl(self, row: dict, record: dict, worst: tuple[int, float, dict | None] | None = None) -> dict:
+        i, gap = (worst or self.worst_gap(row, record))[:2]
+        step = row["steps"][i]
+        pos = step - self.first if isinstance(step, int) and step >= 0 else None
+        t = self.token_of(row, record, i)
         if t is None:
             return self._entry(row, "itl", gap, i, step, "unknown", "its step is outside the window")
         tc = self.tc
         pause = self.profiler_pause(t, step, gap)
         if pause is not None:  # the profiler's gap, not a decode step's: no step cause
-            return self._entry(row, "itl", gap, i, step, "profiler", pause)
+            return self._entry(row, "itl", gap, i, step, "profiler", pause[0])
         names, added = tc["names"], tc["added"][t]
         j = int(tc["primary"][t])
         cause = names[j] if added[j] > 0 else "none"
@@ -132,8 +178,8 @@ class Explainer:
         entry["cause_step"] = self.first + self.cause_pos(cause, t, pos)
         return entry
 
-    def profiler_pause(self, t: int, step: int, gap_ms: float) -> str | None:
-        """The words for a capture window's pause of the engine loop (the log's `profiler_pauses`) that made the
+    def profiler_pause(self, t: int, step: int, gap_ms: float) -> tuple[str, dict | None] | None:
+        """(the words, the pause: None where the log's pauses do not say which) for a capture window's pause of the engine loop (the log's `profiler_pauses`) that made the
         client's gap of token t (server step `step`), or None: a pause that took half the gap's time over the
         median or more. The gap holds one where the server's own gap of the token does (it is left out of the ITL
         figures as the profiler's), or where the token is of the step before the pause: the pause came before the
@@ -145,10 +191,11 @@ class Explainer:
                 return None  # the gap held the profiler's pause, but something else took most of it
             before = [p for p in pauses if p["after_step"] < step]
             if not before:
-                return LEFT_OUT["profiler"]
-            return pause_words(max(before, key=lambda p: p["after_step"]))
+                return LEFT_OUT["profiler"], None
+            pause = max(before, key=lambda p: p["after_step"])
+            return pause_words(pause), pause
         held = [p for p in pauses if p["after_step"] == step and p["loop_ms"] >= half]
-        return pause_words(held[0]) if held else None
+        return (pause_words(held[0]), held[0]) if held else None
 
     def cause_pos(self, cause: str, t: int, pos: int) -> int:
         """The step (its position in the window) a step cause names for token t: its own, or for a slower step
@@ -299,63 +346,6 @@ def grown_words(grown: tuple[str, float, str]) -> str:
     """`roseinfer.decode_step +20.0 ms of host time over its median` (or `... ms CPU over its median`)."""
     region, ms, unit = grown
     return f"{region} +{ms:.1f} ms {unit} over its median"
-
-
-def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | None = None) -> list[str]:
-    """One request's lines (`roseprof request`): queued, prefill, each token with its step, the step's batch size
-    and wall time, and under a slow one (SLOW_STEP) the region that grew where the step log's region times show
-    one (RegionGrowth),
-    and the step's top kernels and regions where `detail` (a torch window's, by step: live/step_detail.py) has
-    the step. `ref`: the response id, or the request's index in the load."""
-    from roseprof.errors import RoseprofError
-    from roseprof.live.step_detail import words
-
-    row = next((r for r in tokens if r["request_id"] == ref or str(r["index"]) == ref), None)
-    if row is None:
-        raise RoseprofError(f"no request {ref!r} in this run (give a response id cmpl-... or an index)")
-    record = next((r for r in log.requests if r.get("request_id") == row["request_id"]), None)
-    first = int(log.meta.get("first_step", 0))
-    rid = row["request_id"]
-    lines = [
-        f"request {rid} (index {row['index']}): sent at {row['sent_ms']:.1f} ms, {len(row['t_ms'])} tokens"
-    ]
-    prefill = None
-    if record is not None:
-        prefill = next((p for p in log.prefills if record["id"] in p.get("requests", [])), None)
-    if prefill is not None:
-        queued = (prefill["start_ns"] - record["arrival_ns"]) / 1e6
-        took = (prefill["end_ns"] - prefill["start_ns"]) / 1e6
-        lines.append(f"  queued   {queued:9.2f} ms  (server: arrival to its prefill)")
-        lines.append(
-            f"  prefill  {took:9.2f} ms  {prefill.get('tokens', 0)} tokens, {prefill.get('batch_size', 1)} request(s)"
-        )
-    else:
-        lines.append(
-            "  queued, prefill: before the server's window (its flight recorder no longer holds them)"
-        )
-    lines.append("  token    client ms      gap ms   step   batch   step ms")
-    growth = RegionGrowth(log)
-    median = float(np.median([_wall(s) for s in log.steps])) if log.steps else 0.0
-    previous = row["sent_ms"]
-    for i, (t, step) in enumerate(zip(row["t_ms"], row["steps"])):
-        pos = step - first if isinstance(step, int) and step >= 0 else None
-        if step is not None and step < 0:
-            where = "   prefill"
-        elif pos is not None and 0 <= pos < len(log.steps):
-            s = log.steps[pos]
-            where = f"{step:7d} {s['batch_size']:7d} {(s['end_ns'] - s['start_ns']) / 1e6:9.2f}"
-        else:
-            where = f"{'-' if step is None else step:>7} (outside the window)"
-        lines.append(f"  {i:5d} {t:12.2f} {t - previous:11.2f} {where}")
-        slow = pos is not None and 0 <= pos < len(log.steps) and _wall(log.steps[pos]) >= SLOW_STEP * median
-        grown = growth.at(pos) if slow else None
-        if grown is not None:  # a slow step's region, from the step log's region times (no profiler needed)
-            lines.append(f"        {grown_words(grown)}")
-        said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
-        if said:
-            lines.append(f"        {said}")
-        previous = t
-    return lines
 
 
 def logged_in_step(ev: dict[str, np.ndarray], step: dict, pos: int) -> list[str]:

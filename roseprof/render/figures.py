@@ -104,7 +104,7 @@ def steady_bars(summary: dict, top: int = 16) -> go.Figure | None:
     return layout(fig, title, note, height=max(320, 60 + 34 * len(rows)))
 
 
-def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str | None:
+def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str, shift: int = 0) -> str | None:
     """Dotted lines where each benchmark run begins (--warmup-runs/--repeat-runs capture several runs back to
     back); `key` is "step" or "t_ms", the x of the figure. Returns a note for the subtitle, or None."""
     marks = [s for s in starts or [] if s.get(key) is not None]
@@ -112,13 +112,20 @@ def _run_boundaries(fig: go.Figure, starts: list[dict] | None, key: str) -> str 
         return None
     for s in marks:
         fig.add_vline(
-            x=s[key],
+            x=s[key] + shift,
             line={"dash": "dot", "color": "#555", "width": 1},
             annotation_text=f"run {s['run'] + 1}",
             annotation_position="top right",
             annotation_font_size=10,
         )
     return f"{len(marks)} benchmark runs (warm-up included), each start marked"
+
+
+def first_step(rows: dict) -> int:
+    """The engine's number of the table's first step: a flight recorder's steps (its `step` column) start mid-run,
+    and the spikes and `roseprof request` name them by it (0 for every other run)."""
+    steps = rows.get("step")
+    return int(steps[0]) if steps else 0
 
 
 def _bins(n: int) -> np.ndarray:
@@ -145,7 +152,7 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
     rows = steps["rows"]
     n = len(rows["dur_ns"])
     edges = _bins(n)
-    x = edges[:-1]
+    x = edges[:-1] + first_step(rows)
     series = {}
     for label, region in BREAKDOWN:
         series[label] = np.asarray(rows.get(f"region:{region}", [0] * n), dtype=np.float64)
@@ -170,7 +177,7 @@ def step_breakdown(steps: dict | None) -> go.Figure | None:
         if n <= MAX_STEP_BARS
         else f", binned to {len(x)} bars (mean per bin; marked if any step in the bin rolled over)"
     )
-    runs = _run_boundaries(fig, steps.get("run_starts"), "step")
+    runs = _run_boundaries(fig, steps.get("run_starts"), "step", first_step(rows))
     return layout(fig, "Decode step breakdown", f"{note}; {runs}" if runs else note, height=420)
 
 
@@ -183,7 +190,7 @@ def graph_breakdown(steps: dict | None) -> go.Figure | None:
         return None
     n = len(rows["dur_ns"])
     edges = _bins(n)
-    x = edges[:-1]
+    x = edges[:-1] + first_step(rows)
     fig = figure()
     for col in cols:
         fig.add_bar(x=x, y=_binned(rows[col], edges) / 1e3, name=esc(col[len("graph:") :]))

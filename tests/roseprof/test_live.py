@@ -76,6 +76,7 @@ def test_request_timeline(live_run):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"request {rid}")
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     assert any(line.strip().startswith("queued") for line in lines)
     assert any(line.strip().startswith("prefill") for line in lines)
     assert len([line for line in lines if line.strip()[:1].isdigit()]) == 16  # one line a token
@@ -330,12 +331,12 @@ def _load_span(folder: Path) -> tuple[int, int]:
     return min(steps), max(steps)
 
 
-def _live_again(server, tmp_path, *args: str) -> tuple[Path, dict, str]:
+def _live_again(server, tmp_path, *args: str, output_len: str = "16") -> tuple[Path, dict, str]:
     """A second `roseprof live` of the fixture's server (whose flight recorder holds the fixture's load): (run
     folder, summary, show output)."""
     proc = roseprof(
         "live", server.url, *args, "--requests", "4", "--concurrency", "2", "--prompt-len", "8",
-        "--output-len", "16", "--api-key", "k", "--traces-dir", tmp_path, env=ENV,
+        "--output-len", output_len, "--api-key", "k", "--traces-dir", tmp_path, env=ENV,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     (folder,) = list(tmp_path.iterdir())
@@ -357,7 +358,7 @@ def test_a_second_load_reports_its_own_steps_not_the_earlier_loads(live_run, tmp
     # every step before the load's first token is the fixture's load (and any other test's): left out, and said
     assert window["before"] == first > 0 and window["snapshot"] == last + 1 + window["after"]
     said = " ".join(out.split())
-    assert f"the server's snapshot held {window['before'] + window['after']} more (not the load's: " in said
+    assert f"the snapshot held {window['before'] + window['after']} more (not the load's: " in said
     raw = (folder / "raw" / "steps.jsonl").read_text().splitlines()
     assert (
         sum('"type":"step"' in line for line in raw) == window["snapshot"]
@@ -381,3 +382,28 @@ def test_steps_caps_the_loads_steps_at_n(live_run, tmp_path):
     assert window["first_step"] + window["steps"] - 1 == last
     assert summary["live"]["join"]["outside_window"] > 0
     assert [w for w in summary["warnings"] if "give --steps more" in w], summary["warnings"]
+
+
+def test_a_load_of_no_decode_token_keeps_its_ttft_lines(live_run, tmp_path):
+    """--output-len 1: each request's one token is its prefill's, so the load has no decode step of its own; its
+    requests and prefills are still the run's (show's TTFT lines, the HTTP path, `request`, the dashboard), and
+    the warning says why there is no step, not that the recorder lost the load."""
+    traces = tmp_path / "traces"
+    folder, summary, out = _live_again(live_run[0], traces, "--steps", "3000", output_len="1")
+    assert [w for w in summary["warnings"] if "the load streamed no decode token" in w], summary["warnings"]
+    assert not [w for w in summary["warnings"] if "held no decode step" in w], summary["warnings"]
+    part = summary["live"]
+    ttft = [e for e in part["slowest"] if e["by"] == "ttft"]
+    assert len(ttft) == 4 and all(e["cause"] in ("queued", "prefill", "http") for e in ttft), ttft
+    assert part["join"]["prefill"] == 4 and part["path"]["requests"] == 4
+    said = " ".join(out.split())
+    assert f"req {ttft[0]['request_id']}: TTFT" in said and "-token prefill" in said
+    assert "no server step of the load" in said
+    # `request` and the dashboard read the same cut: the load's request, with its queue and prefill
+    proc = roseprof("request", folder.name, ttft[0]["request_id"], "--traces-dir", traces, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "queued" in proc.stdout and "before the server's window" not in proc.stdout
+    pages = tmp_path / "pages"
+    proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", pages, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert f"req {ttft[0]['request_id']}" in next(pages.glob("*.html")).read_text()

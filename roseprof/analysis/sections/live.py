@@ -13,12 +13,17 @@ def panels(summary: dict) -> list[dict]:
         return []
     out = [
         {"title": e["line"], "columns": [], "rows": [], "note": None, "headline": True}
-        for e in part["slowest"]
+        for e in part["slowest"] + (part.get("profiler") or [])  # a window's pause: once, after the list
     ]
     j, w = part["join"], part["window"]
+    steps = (
+        f"server steps {w['first_step']}..{w['first_step'] + w['steps'] - 1}"
+        if w["steps"]
+        else "no server step of the load"
+    )
+    p50 = f" (step p50 {w['step_p50_ms']:.2f} ms)" if w["step_p50_ms"] is not None else ""
     note = (
-        f"server steps {w['first_step']}..{w['first_step'] + w['steps'] - 1} (step p50 "
-        f"{w['step_p50_ms'] or 0:.2f} ms){left_out_words(w)}; "
+        f"{steps}{left_out_words(w, p50)}; "
         f"client tokens {j['tokens']}: {j['joined']} joined to a step, "
         f"{j['prefill']} from a prefill, {j['outside_window']} outside the window, {j['no_request']} of requests "
         "the server's window does not name"
@@ -62,14 +67,15 @@ def panels(summary: dict) -> list[dict]:
     return out
 
 
-def left_out_words(window: dict) -> str:
-    """What of the server's snapshot the run's step figures leave out (runs stored before the cut: nothing)."""
+def left_out_words(window: dict, p50: str = "") -> str:
+    """The step p50 and what of the server's snapshot the run's step figures leave out (runs stored before the
+    cut: nothing): `, the load's (step p50 3.54 ms); the snapshot held 127 more (...)`."""
     before, after = window.get("before", 0), window.get("after", 0)
     if not before and not after:
-        return ""
+        return p50
     return (
-        f", the load's; the server's snapshot held {before + after} more (not the load's: {before} before its "
-        f"first token, {after} after its last), left out here and kept in raw/steps.jsonl"
+        f", the load's{p50}; the snapshot held {before + after} more (not the load's: {before} before its "
+        f"first decode token, {after} after its last), left out here and kept in raw/steps.jsonl"
     )
 
 

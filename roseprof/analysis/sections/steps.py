@@ -14,6 +14,7 @@ from roseprof.analysis.sections.base import Context, Section, SectionResult
 from roseprof.analysis.stats import pct
 from roseprof.analysis.steps import (
     clock_offset,
+    log_record_index,
     run_starts,
     step_kind,
     step_of_program,
@@ -45,6 +46,11 @@ def compute(ctx: Context) -> SectionResult:
         ctx.step_range,
         step_ranges,  # several ranks: rank 0's steps, the indices every rank shares
     )
+    index = log_record_index(rows, len(log.steps)) if rows and log is not None and log.first_step else None
+    if (
+        index is not None
+    ):  # a flight recorder's steps: the server's numbers, which the spikes and `request` say
+        rows = {**rows, "step": [log.first_step + i for i in index]}
     graph_cols = step_graph_columns(rows, trace, ctx.capture, ctx.own_ns) if rows else []
     steps = steps_summary(rows, region_cols, graph_cols) if rows else None
     if steps is not None:
