@@ -3,6 +3,8 @@ step log: the load's own records, live/load_steps.py) and, under a slow step, wh
 
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from roseprof.live.join import SLOW_STEP, RegionGrowth, _wall, grown_words
@@ -39,7 +41,7 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
             f"  prefill  {took:9.2f} ms  {prefill.get('tokens', 0)} tokens, {prefill.get('batch_size', 1)} request(s)"
         )
     else:
-        lines.append("  queued, prefill: before the server's window (its recorder no longer holds them)")
+        lines.append("  queued, prefill: before the server's recorder held (no longer there)")
     lines.append("  token    client ms      gap ms   step   batch   step ms")
     growth = RegionGrowth(log)
     median = float(np.median([_wall(s) for s in log.steps])) if log.steps else 0.0
@@ -57,9 +59,16 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
         slow = pos is not None and 0 <= pos < len(log.steps) and _wall(log.steps[pos]) >= SLOW_STEP * median
         grown = growth.at(pos) if slow else None
         if grown is not None:  # a slow step's region, from the step log's region times (no profiler needed)
-            lines.append(f"        {grown_words(grown)}")
+            lines += _under_the_token(grown_words(grown))
         said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
         if said:
-            lines.append(f"        {said}")
+            lines += _under_the_token(said)
         previous = t
     return lines
+
+
+def _under_the_token(text: str) -> list[str]:
+    """A line about a token's step, under it, wrapped to 80 columns at spaces (a kernel's name is never broken: a
+    longer one stands alone on its line)."""
+    return textwrap.wrap(text, 80, initial_indent=" " * 8, subsequent_indent=" " * 10, break_long_words=False,
+                         break_on_hyphens=False)  # fmt: skip

@@ -402,7 +402,7 @@ def test_a_load_of_no_decode_token_keeps_its_ttft_lines(live_run, tmp_path):
     # `request` and the dashboard read the same cut: the load's request, with its queue and prefill
     proc = roseprof("request", folder.name, ttft[0]["request_id"], "--traces-dir", traces, env=ENV)
     assert proc.returncode == 0, proc.stderr
-    assert "queued" in proc.stdout and "before the server's window" not in proc.stdout
+    assert "queued" in proc.stdout and "before the server's recorder held" not in proc.stdout
     pages = tmp_path / "pages"
     proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", pages, env=ENV)
     assert proc.returncode == 0, proc.stderr

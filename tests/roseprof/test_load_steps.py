@@ -216,3 +216,31 @@ def test_a_recorders_step_breakdown_is_drawn_by_the_servers_step_numbers(tmp_pat
     assert rows["step"] == list(range(200, 210))
     fig = step_breakdown({"rows": {**rows, "region:roseinfer.model.forward": [0] * 10}, "run_starts": []})
     assert list(fig.data[0].x) == list(range(200, 210))
+
+
+def test_a_requests_step_detail_is_wrapped_under_its_token(tmp_path):
+    """`roseprof request`: a step's top kernels and regions (a torch window's) under its token, each line within 80
+    columns and nothing dropped; a name longer than a line stands whole on its own. (The request's prefill is not
+    in the snapshot: its line says so, within 80 columns too.)"""
+    from roseprof.live.timeline import timeline
+
+    steps = _steps(range(10, 14))
+    request = _request(0, "cmpl-0", 0, steps[0]["start_ns"] - MS, steps)
+    path = _write(tmp_path, [META, *steps, request])
+    out = tmp_path / "steplog.jsonl"
+    rows = [_row(request)]
+    cut_to_load(path, out, rows)
+    long_name = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)"
+    kernels = [(f"aten::kernel_number_{i}", (i + 1) * MS) for i in range(6)] + [
+        (long_name.replace(" ", "_"), MS)
+    ]
+    regions = [(f"roseinfer.layer.region_{i}", MS) for i in range(5)]
+    detail = {"12": {"kernel_kind": "cpu", "kernels": kernels, "regions": regions}}
+    lines = timeline(read_steplog(str(out)), rows, "cmpl-0", detail)
+    said = " ".join(" ".join(lines).split())
+    for name, _ in kernels + regions:
+        assert name in said
+    assert all(len(line) <= 80 or line.strip() == long_name.replace(" ", "_") for line in lines), [
+        line for line in lines if len(line) > 80
+    ]
+    assert any(line.startswith("        CPU ops aten::kernel_number_0") for line in lines), lines
