@@ -338,10 +338,6 @@ class RegionGrowth:
         return None
 
 
-def _wall(step: dict) -> int:
-    return step["end_ns"] - step["start_ns"]
-
-
 def grown_words(grown: tuple[str, float, str]) -> str:
     """`roseinfer.decode_step +20.0 ms of host time over its median` (or `... ms CPU over its median`)."""
     region, ms, unit = grown

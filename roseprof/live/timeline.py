@@ -3,11 +3,10 @@ step log: the load's own records, live/load_steps.py) and, under a slow step, wh
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 
-from roseprof.live.join import SLOW_STEP, RegionGrowth, _wall, grown_words
+from roseprof.live.join import SLOW_STEP, RegionGrowth, grown_words
+from roseprof.render.text import wrap_figures
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -68,7 +67,10 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
 
 
 def _under_the_token(text: str) -> list[str]:
-    """A line about a token's step, under it, wrapped to 80 columns at spaces (a kernel's name is never broken: a
-    longer one stands alone on its line)."""
-    return textwrap.wrap(text, 80, initial_indent=" " * 8, subsequent_indent=" " * 10, break_long_words=False,
-                         break_on_hyphens=False)  # fmt: skip
+    """A line about a token's step, under it, wrapped to 80 columns between words (a figure never parted from its
+    unit; a kernel's name never broken: a longer one stands alone on its line)."""
+    return wrap_figures(" " * 8 + text, 80).splitlines()
+
+
+def _wall(step: dict) -> int:
+    return step["end_ns"] - step["start_ns"]
