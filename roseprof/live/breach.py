@@ -24,7 +24,7 @@ def breaches(log: StepLogRecords) -> dict | None:
     listed = capture.get("breaches")
     listed = listed if isinstance(listed, list) else []
     good = [b for b in listed if _well_formed(b)]
-    first = int(log.meta.get("first_step", 0))
+    first = log.first_step
     explain = Explainer(log, first) if log.steps else None
     by_id = {r["id"]: r for r in log.requests}
     out = []

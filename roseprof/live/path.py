@@ -54,7 +54,7 @@ def http_path(
     are not one (another host, no monotonic start) or no request joins."""
     if start_monotonic_ns is None or not on_this_host(url):
         return None
-    first = int(log.meta.get("first_step", 0))
+    first = log.first_step
     by_id = {r.get("request_id"): r for r in log.requests if r.get("request_id")}
     http_in, engine, first_delivery, delivery, gap_diff = [], [], [], [], []
     queue, prefill, step_wait, busy = [], [], [], 0

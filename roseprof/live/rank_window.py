@@ -58,7 +58,7 @@ def rank_steps(files: dict[str, Path], size: int) -> list[dict]:
     for rank in range(size):
         path = files.get(window_rank_file(WINDOW_STEPS_FILE, rank))
         log = read_steplog(str(path)) if path is not None else None
-        first = int(log.meta.get("first_step", 0)) if log is not None else None
+        first = log.first_step if log is not None else None
         count = len(log.steps) if log is not None else 0
         out.append(
             {
