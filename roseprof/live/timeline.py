@@ -3,10 +3,12 @@ step log: the load's own records, live/load_steps.py) and, under a slow step, wh
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
+from roseprof.capture.process import wrap_words
 from roseprof.live.join import SLOW_STEP, RegionGrowth, grown_words
-from roseprof.render.text import wrap_figures
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -23,7 +25,7 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
     if row is None:
         raise RoseprofError(f"no request {ref!r} in this run (give a response id cmpl-... or an index)")
     record = next((r for r in log.requests if r.get("request_id") == row["request_id"]), None)
-    first = int(log.meta.get("first_step", 0))
+    first = log.first_step
     rid = row["request_id"]
     lines = [  # two lines: a response id is 38 characters, and a line fits 80 columns
         f"request {rid} (index {row['index']})",
@@ -58,7 +60,7 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
         slow = pos is not None and 0 <= pos < len(log.steps) and _wall(log.steps[pos]) >= SLOW_STEP * median
         grown = growth.at(pos) if slow else None
         if grown is not None:  # a slow step's region, from the step log's region times (no profiler needed)
-            lines += _under_the_token(grown_words(grown))
+            lines += wrap_words(grown_words(grown), 80, INDENT, INDENT + "  ")
         said = words((detail or {}).get(str(step))) if step is not None and step >= 0 else ""
         if said:
             lines += _under_the_token(said)
@@ -66,10 +68,15 @@ def timeline(log: StepLogRecords, tokens: list[dict], ref: str, detail: dict | N
     return lines
 
 
-def _under_the_token(text: str) -> list[str]:
-    """A line about a token's step, under it, wrapped to 80 columns between words (a figure never parted from its
-    unit; a kernel's name never broken: a longer one stands alone on its line)."""
-    return wrap_figures(" " * 8 + text, 80).splitlines()
+INDENT = " " * 8  # a line about a token's step, under the token
+
+
+def _under_the_token(said: str) -> list[str]:
+    """A step's top kernels and regions (step_detail.words), wrapped to 80 columns between its items: a kernel's
+    name never parted from its time (a line that starts with a figure would read as a token's), one longer than a
+    line alone on its own."""
+    items = tuple(re.split(r"(?<=[,;]) ", said))
+    return wrap_words(said, 80, INDENT, INDENT + "  ", paths=items)
 
 
 def _wall(step: dict) -> int:

@@ -220,7 +220,8 @@ def test_a_recorders_step_breakdown_is_drawn_by_the_servers_step_numbers(tmp_pat
 
 def test_a_requests_step_detail_is_wrapped_under_its_token(tmp_path):
     """`roseprof request`: a step's top kernels and regions (a torch window's) under its token, each line within 80
-    columns and nothing dropped; a name longer than a line stands whole on its own. (The request's prefill is not
+    columns and nothing dropped, a name never parted from its time (no line but a token's starts with a figure); an
+    item longer than a line stands whole on its own. (The request's prefill is not
     in the snapshot: its line says so, within 80 columns too.)"""
     from roseprof.live.timeline import timeline
 
@@ -240,7 +241,9 @@ def test_a_requests_step_detail_is_wrapped_under_its_token(tmp_path):
     said = " ".join(" ".join(lines).split())
     for name, _ in kernels + regions:
         assert name in said
-    assert all(len(line) <= 80 or line.strip() == long_name.replace(" ", "_") for line in lines), [
-        line for line in lines if len(line) > 80
-    ]
-    assert any(line.startswith("        CPU ops aten::kernel_number_0") for line in lines), lines
+    assert all(
+        len(line) <= 80 or line.strip() == long_name.replace(" ", "_") + " 1.00 ms;" for line in lines
+    ), [line for line in lines if len(line) > 80]
+    assert any(line.startswith("        CPU ops aten::kernel_number_0 1.00 ms,") for line in lines), lines
+    detail_lines = [line for line in lines if line.startswith(" " * 8)]  # a token's line starts 2 to 6 in
+    assert not [line for line in detail_lines if line.strip()[:1].isdigit()], detail_lines
