@@ -11,6 +11,10 @@ as a decode step does (a layer's past is read once a step), not from the 50 MB L
 bytes each call must read, comparable with the copy bandwidth measured in the same process
 (`roseinfer.bench.roofline`). The column the engine picks (`pick_attention_tile`) is marked with a star.
 
+--splits adds columns of the split kernel (`roseinfer.kernels.split_attention`, flash-decoding: the past cut into
+slices of whole blocks, a program each, merged by the last one) at other sizes than the engine gives it, e.g.
+`--splits 5x4x2,3x4x2` (slices x warps x stages).
+
 --calls-only calls each tile twice on one copy and times nothing: the launches for Nsight Compute, e.g.
     python -m roseprof ncu --kernel paged_decode --launch-count 2 -- \
         python scripts/bench_paged_attention.py --batch 512 --past 65 --tiles 16x1x2 --calls-only
@@ -28,6 +32,7 @@ from roseinfer.kernels.paged_attention import (
     paged_decode_attention_triton,
     pick_attention_tile,
 )
+from roseinfer.kernels.split_attention import split_decode_attention_triton
 
 ROTATE_BYTES = 256 << 20
 
@@ -62,6 +67,7 @@ def main() -> None:
     p.add_argument(
         "--tiles", default="64x4x2,64x4x3,16x1x2,16x1x3,32x1x2", help="CHUNKxWARPSxSTAGES, comma list"
     )
+    p.add_argument("--splits", default="", help="SLICESxWARPSxSTAGES of the split kernel, comma list")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64)
@@ -78,6 +84,7 @@ def main() -> None:
         return
     bw = copy_bandwidth(torch.device("cuda"))
     tiles = [parse_tile(t) for t in a.tiles.split(",")]
+    splits = [tuple(int(x) for x in t.split("x")) for t in a.splits.split(",") if t]
     print(
         f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, fp16, {a.heads} heads of {a.head_dim}"
     )
@@ -85,7 +92,8 @@ def main() -> None:
         picked = pick_attention_tile(batch * a.heads, a.block)
         print(f"\nbatch {batch}: us per call (share of copy bandwidth); tile = tokens x warps x stages")
         head = [f"{t.chunk}x{t.num_warps}x{t.num_stages}{' *' if t == picked else ''}" for t in tiles]
-        print("| past | " + " | ".join(head) + " |\n|---|" + "---|" * len(tiles))
+        head += [f"split {n}x{w}x{st}" for n, w, st in splits]
+        print("| past | " + " | ".join(head) + " |\n|---|" + "---|" * len(head))
         for past in (int(x) for x in a.past.split(",")):
             sets = [make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)]
             size = 2 * sets[0][3].numel() * 2
@@ -95,11 +103,22 @@ def main() -> None:
             ]
             nbytes = 2 * batch * past * a.heads * a.head_dim * 2
             row = []
-            for tile in tiles:
-                fns = [
-                    functools.partial(paged_decode_attention_triton, *s, 0.125, append=True, tile=tile)
-                    for s in sets
-                ]
+            kernels = [
+                functools.partial(paged_decode_attention_triton, scale=0.125, append=True, tile=tile)
+                for tile in tiles
+            ] + [
+                functools.partial(
+                    split_decode_attention_triton,
+                    scale=0.125,
+                    splits=n,
+                    num_warps=w,
+                    num_stages=st,
+                    append=True,
+                )
+                for n, w, st in splits
+            ]
+            for kernel in kernels:
+                fns = [functools.partial(kernel, *s) for s in sets]
                 calls = [fns[i % len(fns)] for i in range(max(20, len(fns)))]
                 t = graph_us(lambda: [f() for f in calls], reps=10, calls=1) / len(calls)  # noqa: B023
                 row.append(f"{t:.1f} ({nbytes / (t / 1e6) / bw:.0%})")
