@@ -31,13 +31,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.render.text import wrap_words
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -54,9 +54,9 @@ def say(line: str, *details: str, paths: tuple[str, ...] = ()) -> None:
     80 columns), at spaces only, so that a command's words stay whole; each of `paths` (which may hold spaces) is
     never broken: whole on the line, or alone on a line of its own, as long as it is."""
     width = terminal_width()
-    lines = wrap_words(f"roseprof: {line}", width, "", "  ", paths)
+    lines = wrap_words(f"roseprof: {line}", width, "", "  ", keep=paths)
     for detail in details:
-        lines += wrap_words(detail, width, "  ", "    ", paths)
+        lines += wrap_words(detail, width, "  ", "    ", keep=paths)
     try:
         sys.stderr.write("".join(f"{shown}\n" for shown in lines))  # one write: the message is never split
         sys.stderr.flush()
@@ -67,22 +67,6 @@ def say(line: str, *details: str, paths: tuple[str, ...] = ()) -> None:
 def terminal_width() -> int:
     """The width roseprof's own lines on stderr keep to: COLUMNS where set, else the terminal's, else 80."""
     return max(shutil.get_terminal_size((80, 24)).columns, 40)
-
-
-UNBROKEN = "\0"  # a space inside a path while a line is wrapped (textwrap breaks at whitespace only)
-
-
-def wrap_words(line: str, width: int, first: str, indent: str, paths: tuple[str, ...] = ()) -> list[str]:
-    """`line` wrapped at spaces to `width`, its first line indented by `first` and the others by `indent`; a word
-    longer than that is never cut, nor broken at its hyphens, and neither is any of `paths` at its own spaces:
-    each is one word, on a line of its own where it does not fit beside the others."""
-    for path in sorted((p for p in paths if " " in p), key=len, reverse=True):
-        line = line.replace(path, path.replace(" ", UNBROKEN))
-    lines = textwrap.wrap(
-        line, width, initial_indent=first, subsequent_indent=indent, break_long_words=False,
-        break_on_hyphens=False,
-    ) or [first + line]  # fmt: skip
-    return [shown.replace(UNBROKEN, " ") for shown in lines]
 
 
 def check_command(cmd: list[str], env: dict[str, str] | None = None) -> None:

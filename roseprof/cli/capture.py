@@ -138,10 +138,11 @@ def _failure(outcome) -> list[str]:
     """A capture that did not complete, in lines that fit the terminal: the error, then what to do (a command to
     paste whole, or a folder). The run's folder, wherever the message names it, is never broken (its path may hold
     spaces): whole beside the words, or alone on its line where it does not fit."""
-    from roseprof.capture.process import terminal_width, wrap_words
+    from roseprof.capture.process import terminal_width
     from roseprof.errors import one_line
     from roseprof.render.commands import pasteable
     from roseprof.render.safe_text import plain
+    from roseprof.render.text import wrap_words
 
     m, code, width = outcome.run.manifest, outcome.exit_code, terminal_width()
     said = one_line(m.get("message") or f"the capture ended with exit code {code}")

@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from roseprof.capture.process import wrap_words
 from roseprof.live.join import SLOW_STEP, RegionGrowth, grown_words
+from roseprof.render.text import wrap_words
 from roseprof.workload.steplog import StepLogRecords
 
 
@@ -76,7 +76,7 @@ def _under_the_token(said: str) -> list[str]:
     name never parted from its time (a line that starts with a figure would read as a token's), one longer than a
     line alone on its own."""
     items = tuple(re.split(r"(?<=[,;]) ", said))
-    return wrap_words(said, 80, INDENT, INDENT + "  ", paths=items)
+    return wrap_words(said, 80, INDENT, INDENT + "  ", keep=items)
 
 
 def _wall(step: dict) -> int:
