@@ -286,6 +286,9 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g0 = HC * c + HB * r;
   if constexpr (STAMPS) if (threadIdx.x == 0) stamps[blockIdx.x] = globaltimer();
+  // This block has started: the others may write into its shared memory once they have waited for this (before
+  // their first push, below).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 
   for (int e = threadIdx.x; e < HB * (C / 8); e += THREADS) {
     const int n = e / (C / 8), k8 = e % (C / 8);
@@ -331,6 +334,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(THREADS, 2)
 #pragma unroll
       for (int i = 0; i < 4; ++i) red[n * 32 * 4 + i] = acc[n][i];
   __syncthreads();
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every block of the cluster has started
   if (kh == 0) {  // g's 64 x 24 values of this block, pushed into every block of the cluster (itself included)
     const int row = 16 * mt + lane / 4;
     __half2 lo[3], hi[3];

@@ -1,12 +1,19 @@
-"""Issue 50's probe: GPT-2 small's MLP at 64 rows as one CUDA kernel (scripts/probe_mlp64.cu) against what the engine
-runs there (cuBLAS: c_fc with cuBLASLt's GELU epilogue, then mlp_proj with its split-K reduce), on one GPU:
-- the kernel against a float32 reference at 64, 40, 33 and 1 rows, its output one copy and a split sum of 4;
-- a chain of 12 MLPs (fresh random weights a layer, 113 MB: past L2) captured in one CUDA graph, replayed in
-  interleaved rounds: median us per MLP for cuBLAS, the kernel plainly launched, under PDL, and under PDL with a
-  split sum of 4;
-- the kernel's phases from %globaltimer stamps (median over blocks, us).
+"""Issue 50's probe: GPT-2 small's MLP at 64 rows as one CUDA kernel (scripts/probe_mlp64.cu, builds v1 to v5)
+against what the engine runs there (cuBLAS: c_fc with cuBLASLt's GELU epilogue, then mlp_proj with its split-K
+reduce), on one GPU:
+- each build against a float32 reference at 64, 40, 33 and 1 rows (its output one copy and a split sum of 4; v5
+  one copy a cluster), beside cuBLAS's own error;
+- 12 MLPs a replay (fresh random weights a layer, 113 MB: past L2; each reads the same x, hot in L2, and writes its
+  own output), one after the other in one CUDA graph, replayed in interleaved rounds: median us a layer for each
+  of --variants (`cublas`, or `vN_plain` / `vN_pdl`, `_split4`: a split sum of 4 copies, `_split16`: v5's copy a
+  cluster);
+- the phases of each of --stamped from %globaltimer stamps (us after the grid's first block passed its wait,
+  median and last block).
 
-python scripts/probe_mlp64.py [--rounds 5] [--replays 100] [--json OUT]
+python scripts/probe_mlp64.py [--variants ...] [--stamped ...] [--rounds 5] [--replays 100] [--json OUT]
+python scripts/probe_mlp64.py --calls-only 3,5   # one launch of each build, no timing: for Nsight Compute, e.g.
+    ncu --kernel-name regex:mlp64 --launch-count 2 --set full --clock-control none --page details \\
+        python3 scripts/probe_mlp64.py --calls-only 3,5
 Outside the engine on purpose: it measures whether one kernel for a layer's two MLP linears beats two cuBLAS
 launches at 64 rows before anything is built around it (docs/BENCHMARKS.md, session 43).
 """
@@ -177,10 +184,31 @@ def phases(mod, variant, x, layers) -> dict:
     return out
 
 
+VARIANTS = [
+    "cublas", "v1_plain", "v1_pdl", "v1_pdl_split4", "v2_plain", "v2_pdl", "v2_pdl_split4", "v3_pdl",
+    "v3_pdl_split4", "v4_pdl", "v5_pdl_split16",
+]  # fmt: skip
+
+
+def calls_only(mod, versions: list[int]) -> int:
+    """One plain launch of each build at 64 rows (for Nsight Compute, which replays each alone)."""
+    w = weights(1)
+    x = torch.randn(M, C, device="cuda").half()
+    for v in versions:
+        out = torch.zeros(16 if v == 5 else 1, M, C, device="cuda")
+        mod.mlp64(x, *w, out, torch.empty(0, device="cuda"), torch.empty(0, dtype=torch.int64, device="cuda"),
+                  False, v)  # fmt: skip
+    torch.cuda.synchronize()
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--replays", type=int, default=100)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--stamped", default="v1_pdl,v3_pdl,v5_pdl_split16")
+    ap.add_argument("--calls-only", help="builds (e.g. 3,5): one launch each at 64 rows, nothing timed")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -188,10 +216,12 @@ def main() -> int:
         return 2
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     mod = build()
+    if args.calls_only:
+        return calls_only(mod, [int(v) for v in args.calls_only.split(",")])
     result = {"device": torch.cuda.get_device_name(), "checks": check(mod)}
     x = torch.randn(M, C, device="cuda").half()
     layers = [weights(100 + i) for i in range(LAYERS)]
-    variants = ["cublas", "v1_pdl", "v2_pdl", "v3_pdl", "v5_pdl_split16"]
+    variants = args.variants.split(",")
     runs = {v: chain(mod, v, x, layers) for v in variants}  # kept: a graph does not hold its buffers alive
     graphs = {v: capture(runs[v]) for v in variants}
     times = {v: [] for v in variants}
@@ -204,7 +234,7 @@ def main() -> int:
             f"  {v:11s} {statistics.median(times[v]):7.2f}   rounds {' '.join(f'{t:.2f}' for t in times[v])}"
         )
     result["us_per_layer"] = {v: times[v] for v in variants}
-    result["phases_us"] = {v: phases(mod, v, x, layers) for v in ("v3_pdl", "v5_pdl_split16")}
+    result["phases_us"] = {v: phases(mod, v, x, layers) for v in args.stamped.split(",") if v}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0 if all(c["ok"] for c in result["checks"]) else 1
