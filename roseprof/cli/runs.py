@@ -93,7 +93,7 @@ def import_(
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 
 
-@cli.command("ls")
+@cli.command("ls", epilog=EXIT_CODES)
 @click.option("--json", "as_json", is_flag=True, help="print the manifests as JSON")
 @store_options
 def ls(as_json, traces_dir, dashboards_dir) -> None:
@@ -107,7 +107,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
         print_runs(make_console(), runs)
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES)
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json")
 @store_options
@@ -126,7 +126,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 @cli.command(
     cls=VsCommand,
     epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage (a run against itself, "
-    "a side mixing tools, commands or machines, different programs without --force).",
+    "a side mixing tools, commands or machines, different programs without --force); 130 interrupted.",
 )
 @click.argument("runs", nargs=-1)
 @click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
@@ -260,12 +260,12 @@ def diff(
     sys.exit(1 if result["regressions"] else 0)
 
 
-@cli.group()
+@cli.group(epilog=EXIT_CODES)
 def baseline() -> None:
     """Named baselines: sets of runs kept under a name (in the traces folder) to diff against in CI."""
 
 
-@baseline.command("set")
+@baseline.command("set", epilog=EXIT_CODES)
 @click.argument("name")
 @click.argument("runs", nargs=-1, required=True)
 @click.option(
@@ -281,7 +281,7 @@ def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
     _echo_ids(entry["runs"])
 
 
-@baseline.command("ls")
+@baseline.command("ls", epilog=EXIT_CODES)
 @click.option("--json", "as_json", is_flag=True, help="print baselines.json's entries")
 @store_options
 def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
@@ -306,7 +306,7 @@ def _echo_ids(run_ids: list[str]) -> None:
         click.echo(f"  {run_id}")
 
 
-@cli.command("open")
+@cli.command("open", epilog=EXIT_CODES)
 @click.argument("run")
 @store_options
 def open_(run, traces_dir, dashboards_dir) -> None:
