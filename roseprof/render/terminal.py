@@ -322,10 +322,9 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
         )
     )
     for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
-        console.print(
-            f"ncu finding: {r['kernel'][:50]}: {r['rule']} (est. speedup {r['speedup_pct']:.1f}%)",
-            markup=False,
-        )
+        # Names from the file: control characters written out; a long kernel name cut visibly, as in the table.
+        kernel = text.kernel_name(plain(r["kernel"]), 50)
+        _say(console, f"ncu finding: {kernel}: {plain(r['rule'])} (est. speedup {r['speedup_pct']:.1f}%)")
     console.print(plain(f"note: {ncu['note']}"), markup=False, style="dim")
 
 
