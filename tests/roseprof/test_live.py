@@ -407,3 +407,20 @@ def test_a_load_of_no_decode_token_keeps_its_ttft_lines(live_run, tmp_path):
     proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", pages, env=ENV)
     assert proc.returncode == 0, proc.stderr
     assert f"req {ttft[0]['request_id']}" in next(pages.glob("*.html")).read_text()
+
+
+def test_a_slow_request_of_no_step_in_the_window_shows_a_dash_not_none():
+    """A TTFT whose prefill is older than the server's window has no step: its row says `-`, as every table does for
+    a missing figure (it said `None`)."""
+    from roseprof.analysis.sections.live import panels
+
+    slow = {"by": "ttft", "request_id": "cmpl-a", "ms": 54.5, "token": 0, "step": None, "cause": "unknown"}
+    part = {
+        "slowest": [{**slow, "line": "req cmpl-a: TTFT 54.5 ms: its prefill is older than the window"}],
+        "join": {"tokens": 2, "joined": 1, "prefill": 0, "outside_window": 1, "no_request": 0},
+        "window": {"first_step": 614, "steps": 200, "step_p50_ms": 11.2},
+    }
+    (table,) = [p for p in panels({"live": part}) if p["columns"]]
+    (row,) = table["rows"]
+    assert row[table["columns"].index("step")] == "-"
+    assert "None" not in [str(c) for c in row]
