@@ -164,6 +164,8 @@ def test_server_faults_are_counted_by_kind_and_the_run_is_kept(stub, tmp_path, f
     assert serving["errors"] == {kind: 4}
     assert serving["requests"]["error"] == [kind] * 4
     assert f"{kind} 4" in proc.stdout  # show names the errors
+    # a cut stream streamed tokens before it broke: the first line says why there is no ITL, truly
+    assert "no ITL (no request completed)" in proc.stdout
 
 
 def test_errors_mid_run_keep_the_good_requests(stub, tmp_path):
