@@ -62,3 +62,30 @@ def test_graph_replayed_kernels_name_their_capture_region(tmp_path):
     assert captured["roseinfer.layer.attention"] > 0 and captured["roseinfer.layer.mlp"] > 0
     replayed = [e for e in kernels if e["args"].get("capture_region")]
     assert {e["args"]["region"] for e in replayed} <= {"roseinfer.model.forward"}  # launched by the replay
+
+
+def test_export_to_a_folder_is_one_line_and_leaves_no_part_file(tmp_path):
+    """`-o` names the file to write: a folder given instead is refused in one line naming it (it said
+    "Is a directory: FOLDER.part" and left FOLDER.part, the whole export, beside the folder)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = roseprof("export", "x", "-o", folder, *opts)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("roseprof: error: ") and f"{folder} is a folder" in line and ".part" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dash", "out", "traces"]
+    assert not list(folder.iterdir())
+
+
+def test_an_export_that_fails_leaves_no_part_file(tmp_path):
+    """The writer's own guard, beneath the verb's: a rename that fails (here onto a folder) removes OUT.part."""
+    from roseprof.export.load_chrome import write_load_chrome
+
+    folder = tmp_path / "out.json"
+    folder.mkdir()
+    with pytest.raises(OSError):
+        write_load_chrome([], None, "run", folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
