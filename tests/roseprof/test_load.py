@@ -129,6 +129,14 @@ def test_bad_options_are_one_line(stub, tmp_path, args, text):
     assert not (tmp_path / "t").exists() or not runs_of(tmp_path / "t")
 
 
+@pytest.mark.parametrize("port", ["99999", "http", "0"])
+def test_a_url_of_no_port_number_is_one_line_that_says_what_a_port_is(tmp_path, port):
+    """A port past 65535 is a number, just not a port: the error says which numbers are ports."""
+    proc = load(f"http://localhost:{port}", tmp_path / "t", "--requests", 2, "--concurrency", 1)
+    assert_one_line_error(proc, 2, "the port must be a number from 1 to 65535")
+    assert not (tmp_path / "t").exists()
+
+
 def test_a_bad_dataset_is_one_line_naming_the_file(stub, tmp_path):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "ok"}\nnot json\n')
