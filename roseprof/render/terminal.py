@@ -230,12 +230,10 @@ def print_steady(console: Console, steady: dict, top: int = 12) -> None:
         console.print(f"  ... {len(steady['regions']) - top} more regions (--json)", markup=False)
     if steady.get("graph_replays"):
         console.print(plain(f"  {text.GRAPH_NOTE}"), markup=False, style="dim")
-    for note in (text.overlap_note(steady), text.gpus_note(steady)):
+    # Notes wrapped as every line of figures is: continuation lines indented, a figure kept with its unit.
+    for note in (text.overlap_note(steady), text.gpus_note(steady), text.left_out_sentence(steady)):
         if note:
-            console.print(plain(f"  {note}"), markup=False, overflow="fold", style="dim")
-    left = text.left_out_sentence(steady)
-    if left:
-        console.print(plain(f"  {left}"), markup=False, overflow="fold", style="dim")
+            _say(console, plain(f"  {note}"), style="dim")
 
 
 def _print_regions(console: Console, run: RunRecord, summary: dict, top: int) -> None:
