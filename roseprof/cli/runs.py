@@ -35,7 +35,9 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
     from roseprof.api import export_chrome
 
-    click.echo(str(export_chrome(open_store(traces_dir), run, output)))
+    path = export_chrome(open_store(traces_dir), run, output)
+    if path.is_file():  # the file's path; a stream (-o /dev/stdout) holds the trace alone
+        click.echo(str(path))
 
 
 @cli.command("import", epilog=EXIT_CODES)

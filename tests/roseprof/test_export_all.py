@@ -5,6 +5,7 @@ kernel carries the region it was captured in."""
 import collections
 import gzip
 import json
+import os
 
 import pytest
 
@@ -89,3 +90,21 @@ def test_an_export_that_fails_leaves_no_part_file(tmp_path):
     with pytest.raises(OSError):
         write_load_chrome([], None, "run", folder)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_export_to_a_stream_writes_the_trace_there_and_nothing_else(tmp_path):
+    """`-o /dev/fd/1` (a pipe to jq or gzip), or a link to one: the trace is written into it as it is, never as
+    NAME.part renamed over it (that replaced a link, or /dev/stdout itself, with a file), and stdout holds the
+    trace alone (not the path after it)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    proc = roseprof("export", "x", "-o", "/dev/fd/1", *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["traceEvents"]
+    link = tmp_path / "null.json"
+    link.symlink_to("/dev/null")
+    proc = roseprof("export", "x", "-o", link, *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+    assert not list(tmp_path.glob("*.part"))
