@@ -190,3 +190,26 @@ def test_the_steady_states_notes_wrap_indented_with_figures_whole(store):
     note = " ".join(" ".join([lines[first], *rest]).split())
     assert note.endswith("outside the steps, 555.54 ms"), note
     assert not any(line.split()[0] in ("ms", "µs", "s") for line in rest)
+
+
+@pytest.mark.parametrize("verb", ["show", "diff"])
+def test_output_piped_into_head_ends_quietly_with_exit_0(store, verb):
+    """`roseprof diff A B | head`: the reader leaving is no failure. Exit 1 (rich's and click's own answer to a
+    broken pipe) is what diff's gate says, and a CI script under `set -o pipefail` read it as a regression."""
+    opts, ids = store
+    read, write = os.pipe()
+    fcntl.fcntl(
+        write, 1031, 4096
+    )  # F_SETPIPE_SZ: a pipe smaller than the output, so the writer meets the close
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", *commands(ids)[verb], *map(str, opts)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    os.close(write)
+    with os.fdopen(read, "rb") as head:
+        assert head.readline()  # `head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
