@@ -302,7 +302,7 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
 
 
 def _echo_ids(run_ids: list[str]) -> None:
-    """A baseline's runs, one id a line: a few ids of 25 to 70 characters fit 80 columns no other way, and each can
+    """A baseline's runs, one id a line: a few ids of 25 to 68 characters fit 80 columns no other way, and each can
     be copied whole."""
     for run_id in run_ids:
         click.echo(f"  {run_id}")

@@ -189,6 +189,36 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell's `cmd &` (or nohup) starts it
 
 
+def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(stub, tmp_path):
+    """An import's id holds its file's name, cut; an interrupted load's status is `incomplete`: the two, whole as
+    `ls` keeps them, must share 80 columns (a 48-character name made an id of 70: 82 columns)."""
+    import shutil
+
+    from tests.helpers import DATA, assert_fits
+
+    traces = tmp_path / "t"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "load", stub("--token-delay-ms", "5"), "--traces-dir", str(traces),
+         "--duration", "120", "--rate", "20", "--output-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+    )  # fmt: skip
+    time.sleep(2)  # some requests done
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    longest = tmp_path / ("a-trace-named-at-length-by-some-script-" * 3 + ".sqlite")
+    shutil.copy(DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", longest)
+    imported = roseprof(
+        "import", longest, "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80
+    )
+    assert imported.returncode == 0, imported.stderr
+    listed = roseprof("ls", "--traces-dir", traces, env=ENV80)
+    assert listed.returncode == 0 and "incomplete" in listed.stdout
+    assert_fits(listed.stdout, 80)
+    for run in runs_of(traces):  # whole
+        assert run.name in listed.stdout
+
+
 @pytest.mark.parametrize("started_ignoring_sigint", [False, True])
 def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path, started_ignoring_sigint):
     """SIGINT from a terminal, and from a CI script that started the load in the background (SIGINT inherited
