@@ -204,6 +204,9 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         return distributed.launch(main, rank_args, args.tensor_parallel_size, EngineConfig.tp_timeout_s)
     try:
         return _run(prog, args)
+    except KeyboardInterrupt:  # Ctrl-C, or the SIGINT a capture forwards: a line, not a traceback
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
     finally:
         distributed.destroy()  # under torchrun: leave the process group before exiting (nothing on one device)
 

@@ -116,9 +116,11 @@ def add_profiling_options(p: argparse.ArgumentParser) -> None:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    for name in ("port", "max_waiting", "max_body_bytes", "max_headers"):
-        if getattr(args, name) < (0 if name == "port" else 1):
-            p.error(f"--{name.replace('_', '-')} must be >= {0 if name == 'port' else 1}")
+    if not 0 <= args.port <= 65535:  # a socket's bind raises OverflowError past it, not an OSError
+        p.error("--port must be from 0 to 65535")
+    for name in ("max_waiting", "max_body_bytes", "max_headers"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
     for name in ("request_timeout", "drain_timeout", "stall_timeout"):
         if not getattr(args, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0")

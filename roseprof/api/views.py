@@ -80,6 +80,18 @@ def ensure_dashboard(run: Run, dashboards_dir) -> Path:
     return path
 
 
+def _export_path(run, out: str | None) -> Path:
+    """The file an export writes: `out`, else the run's trace.chrome.json.gz. A folder is no file to write (the
+    export is written beside its name as NAME.part, then renamed onto it)."""
+    if not out:
+        return run.path / "trace.chrome.json.gz"
+    if Path(out).is_dir():
+        raise RoseprofError(
+            f"{out} is a folder: name the file to write, e.g. {Path(out) / run.id}.chrome.json.gz"
+        )
+    return Path(out)
+
+
 def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
     """`roseprof export --format chrome`: a stored run as Chrome trace-event JSON (Perfetto opens it)."""
     from roseprof.export.chrome import ChromeExport
@@ -91,7 +103,7 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
         rows = tables.read_load_tokens(run.path)
         if rows is None:
             raise RoseprofError(f"run {run.id} has no {tables.LOAD_TOKENS}: nothing to export")
-        path = Path(out) if out else run.path / "trace.chrome.json.gz"
+        path = _export_path(run, out)
         from roseprof.api.load import load_label
 
         loads = run.summary().get("loads")
@@ -104,7 +116,7 @@ def export_chrome(store: RunStore, ref: str, out: str | None) -> Path:
         raise RoseprofError(
             f"run {run.id} has no stored trace (status {run.manifest.get('status')}): nothing to export"
         )
-    path = Path(out) if out else run.path / "trace.chrome.json.gz"
+    path = _export_path(run, out)
     # The export reads the stored trace, steps and telemetry, never summary.json: a run whose summary is damaged
     # still exports.
     return ChromeExport().render(run_view(run, summary=None), path)

@@ -6,6 +6,7 @@ the verbs on stored runs and files (import, ls, show, open, export, diff, baseli
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 import click
 
 from roseprof.cli import capture, live, load, runs  # noqa: F401  (registers the verbs on the group)
-from roseprof.cli.common import cli, os_error
+from roseprof.cli.common import ReaderLeft, cli, os_error
 from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain
 
@@ -54,14 +55,17 @@ def main() -> None:
     except RoseprofError as e:
         click.echo(f"roseprof: error: {plain(one_line(str(e)))}", err=True)
         sys.exit(e.exit_code)
+    except (
+        ReaderLeft
+    ):  # the reader left (`| head`): no error, and nothing left to flush into the pipe at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
     except OSError as e:  # a full disk or a folder we may not write, wherever it surfaced: one line
         click.echo(f"roseprof: error: {plain(one_line(os_error(e)))}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("roseprof: interrupted", err=True)
         sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import shlex
 import shutil
 import sys
@@ -43,7 +44,31 @@ def store_options(f):
     return f
 
 
-@click.group(epilog=CAPTURE_EXIT_CODES)
+class ReaderLeft(Exception):
+    """The reader of roseprof's output left (`roseprof request RUN ID | head`): main() exits 0, quietly."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as e:  # before click's own answer to it, exit 1: what diff's gate says
+            if not _stdout_gone():
+                raise  # another pipe or socket: an error like any other
+            raise ReaderLeft from e
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader left: a pipe whose reader closed it polls as an error."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+@click.group(cls=_Group, epilog=CAPTURE_EXIT_CODES)
 @click.version_option(package_name="roseinfer", prog_name="roseprof")
 def cli() -> None:
     """Capture, parse and compare profiles of roseinfer (or any command)."""

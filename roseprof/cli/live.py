@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from roseprof.cli.common import after_storing, cli, open_store, print_run, store_options
+from roseprof.cli.common import EXIT_CODES, after_storing, cli, open_store, print_run, store_options
 from roseprof.cli.load import EXIT, load_options, plan_of, show_stored_load
 from roseprof.workload.roseinfer import WINDOW_TOOLS
 
@@ -92,7 +92,7 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     show_stored_load(run)
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES)
 @click.argument("run_ref", metavar="RUN")
 @click.argument("request_id", metavar="ID")
 @store_options

@@ -35,7 +35,9 @@ def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
     from roseprof.api import export_chrome
 
-    click.echo(str(export_chrome(open_store(traces_dir), run, output)))
+    path = export_chrome(open_store(traces_dir), run, output)
+    if path.is_file():  # the file's path; a stream (-o /dev/stdout) holds the trace alone
+        click.echo(str(path))
 
 
 @cli.command("import", epilog=EXIT_CODES)
@@ -93,7 +95,7 @@ def import_(
     after_storing(run, lambda: show_dashboard(run, dashboards_dir, False))
 
 
-@cli.command("ls")
+@cli.command("ls", epilog=EXIT_CODES)
 @click.option("--json", "as_json", is_flag=True, help="print the manifests as JSON")
 @store_options
 def ls(as_json, traces_dir, dashboards_dir) -> None:
@@ -107,7 +109,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
         print_runs(make_console(), runs)
 
 
-@cli.command()
+@cli.command(epilog=EXIT_CODES)
 @click.argument("run")
 @click.option("--json", "as_json", is_flag=True, help="print summary.json")
 @store_options
@@ -126,7 +128,7 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
 @cli.command(
     cls=VsCommand,
     epilog="Exit codes: 0 no regression; 1 a gated metric regressed; 2 bad input or usage (a run against itself, "
-    "a side mixing tools, commands or machines, different programs without --force).",
+    "a side mixing tools, commands or machines, different programs without --force); 130 interrupted.",
 )
 @click.argument("runs", nargs=-1)
 @click.option("--vs", "vs", multiple=True, metavar="RUN...", help="the after side: RUNS --vs RUNS")
@@ -260,12 +262,12 @@ def diff(
     sys.exit(1 if result["regressions"] else 0)
 
 
-@cli.group()
+@cli.group(epilog=EXIT_CODES)
 def baseline() -> None:
     """Named baselines: sets of runs kept under a name (in the traces folder) to diff against in CI."""
 
 
-@baseline.command("set")
+@baseline.command("set", epilog=EXIT_CODES)
 @click.argument("name")
 @click.argument("runs", nargs=-1, required=True)
 @click.option(
@@ -281,7 +283,7 @@ def baseline_set(name, runs, latest, traces_dir, dashboards_dir) -> None:
     _echo_ids(entry["runs"])
 
 
-@baseline.command("ls")
+@baseline.command("ls", epilog=EXIT_CODES)
 @click.option("--json", "as_json", is_flag=True, help="print baselines.json's entries")
 @store_options
 def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
@@ -300,13 +302,13 @@ def baseline_ls(as_json, traces_dir, dashboards_dir) -> None:
 
 
 def _echo_ids(run_ids: list[str]) -> None:
-    """A baseline's runs, one id a line: a few ids of 25 to 70 characters fit 80 columns no other way, and each can
+    """A baseline's runs, one id a line: a few ids of 25 to 68 characters fit 80 columns no other way, and each can
     be copied whole."""
     for run_id in run_ids:
         click.echo(f"  {run_id}")
 
 
-@cli.command("open")
+@cli.command("open", epilog=EXIT_CODES)
 @click.argument("run")
 @store_options
 def open_(run, traces_dir, dashboards_dir) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.drivers import split_thread_id
+from roseprof.export import part_file
 from roseprof.model import (
     HOST_CATEGORIES,
     KERNEL,
@@ -91,10 +92,9 @@ def write_chrome(view: RunView, out: Path) -> None:
     steps, telemetry, manifest = view.steps, view.telemetry, view.run.manifest
     tables = view.tables
     trace = tables.trace()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open
-    with opener(tmp, "wt", encoding="utf-8", **({"compresslevel": 3} if opener is gzip.open else {})) as fh:
+    level = {"compresslevel": 3} if opener is gzip.open else {}
+    with part_file(out) as tmp, opener(tmp, "wt", encoding="utf-8", **level) as fh:
         meta = {
             "tool": trace.tool.name,
             "version": trace.tool.version,
@@ -112,7 +112,6 @@ def write_chrome(view: RunView, out: Path) -> None:
         _steps(w, steps)
         _telemetry(w, telemetry, steps, tables.step_log)
         fh.write("\n]}\n")
-    tmp.replace(out)
 
 
 def _tracks(w: _Writer, trace: Trace) -> None:

@@ -8,6 +8,8 @@ import gzip
 import json
 from pathlib import Path
 
+from roseprof.export import part_file
+
 PID = 1
 # /metrics gauges worth a counter track (ours and vLLM's spell them alike but for the prefix)
 GAUGES = ("num_requests_running", "num_requests_waiting")
@@ -57,13 +59,10 @@ def write_load_chrome(
                         "args": {"value": value},
                     }
                 )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".part")
     opener = gzip.open if out.name.endswith(".gz") else open
-    with opener(tmp, "wt", encoding="utf-8") as fh:
+    with part_file(out) as tmp, opener(tmp, "wt", encoding="utf-8") as fh:
         json.dump(
             {"displayTimeUnit": "ms", "otherData": {"tool": "load", "run_id": run_id}, "traceEvents": events},
             fh,
         )
-    tmp.replace(out)
     return out

@@ -75,15 +75,18 @@ def http_path(
             if at is not None:
                 pairs.append((start_monotonic_ns + t_ms * 1e6, at))
         http_in.append(rec["arrival_ns"] - sent_ns)
-        if (
-            row["steps"][0] is not None and row["steps"][0] < 0 and pairs
-        ):  # the prefill's token is in the window
-            engine.append(pairs[0][1] - rec["arrival_ns"])
-            first_delivery.append(pairs[0][0] - pairs[0][1])
+        # The client's first token is the prefill's and the window still holds its emission (a prefill older
+        # than the window's first step is cut from it: the first pair is then a later token's).
+        prefill_at = (
+            emitted.get(row["steps"][0]) if row["steps"][0] is not None and row["steps"][0] < 0 else None
+        )
+        if prefill_at is not None:
+            engine.append(prefill_at - rec["arrival_ns"])
+            first_delivery.append(start_monotonic_ns + row["t_ms"][0] * 1e6 - prefill_at)
             start = first_prefill.get(rec["id"])
             if start is not None and start >= rec["arrival_ns"]:
                 queue.append(start - rec["arrival_ns"])
-                prefill.append(pairs[0][1] - start)
+                prefill.append(prefill_at - start)
                 end = busy_until(rec["arrival_ns"])
                 if end is not None:
                     busy += 1

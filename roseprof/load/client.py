@@ -41,9 +41,11 @@ def parse_url(url: str, api_key: str | None = None) -> Endpoint:
     if parts.scheme != "http" or not parts.hostname:
         raise RoseprofError(f"{url!r} is no http:// URL of a server (https is not supported)")
     try:
-        port = parts.port or 80
+        port = 80 if parts.port is None else parts.port
     except ValueError:
-        raise RoseprofError(f"{url!r}: the port is no number") from None
+        port = 0
+    if port == 0:  # a port past 65535 or no number; and 0, which is no server's (it read as 80)
+        raise RoseprofError(f"{url!r}: the port must be a number from 1 to 65535")
     base = parts.path.rstrip("/")
     for tail in ("/v1/completions", "/v1"):
         if base.endswith(tail):

@@ -187,7 +187,9 @@ def verdict_line(serving: dict) -> str:
         else "at inf req/s"
     )
     p99 = itl.get("p99_ms")
-    head = f"p99 ITL {_num(p99)} ms" if p99 is not None else "no ITL (no request streamed two tokens)"
+    # ITL is over the completed requests only: with none, a broken stream's tokens are no reason to say "two tokens"
+    why = "no completed request streamed two tokens" if serving.get("completed") else "no request completed"
+    head = f"p99 ITL {_num(p99)} ms" if p99 is not None else f"no ITL ({why})"
     gp = good.get("pct")
     goodput = f"goodput {gp:.1f}%" if gp is not None else "goodput -"
     if not serving.get("slo"):

@@ -25,22 +25,30 @@ MIN_RUN_NAME = 10  # `ls` keeps a run's name, shortened in the middle to no fewe
 MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, or none
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader left (`roseprof diff A B | head`): rich's own answer is exit 1, which is what diff's gate
+        says; the CLI's (roseprof/cli/__init__.py) is a quiet exit 0."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def make_console() -> Console:
     """A console for summaries: COLUMNS when set (a terminal or a pipe alike), else the terminal's width; output
     piped into `head` or `less` from a terminal gets that terminal's width (COLUMNS is a shell variable that
     bash does not export); with no terminal at all (a log, a CI job) 160 columns, so names stay whole."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
-        return Console(width=max(int(columns), 40))
-    console = Console()
+        return _Console(width=max(int(columns), 40))
+    console = _Console()
     if console.is_terminal:
         return console
     for fd in (2, 0):  # stdout is a pipe; stderr or stdin may still be the user's terminal
         try:
-            return Console(width=max(os.get_terminal_size(fd).columns, 40))
+            return _Console(width=max(os.get_terminal_size(fd).columns, 40))
         except (OSError, ValueError):
             continue
-    return Console(width=160)
+    return _Console(width=160)
 
 
 def _empty(cells) -> bool:
@@ -230,12 +238,10 @@ def print_steady(console: Console, steady: dict, top: int = 12) -> None:
         console.print(f"  ... {len(steady['regions']) - top} more regions (--json)", markup=False)
     if steady.get("graph_replays"):
         console.print(plain(f"  {text.GRAPH_NOTE}"), markup=False, style="dim")
-    for note in (text.overlap_note(steady), text.gpus_note(steady)):
+    # Notes wrapped as every line of figures is: continuation lines indented, a figure kept with its unit.
+    for note in (text.overlap_note(steady), text.gpus_note(steady), text.left_out_sentence(steady)):
         if note:
-            console.print(plain(f"  {note}"), markup=False, overflow="fold", style="dim")
-    left = text.left_out_sentence(steady)
-    if left:
-        console.print(plain(f"  {left}"), markup=False, overflow="fold", style="dim")
+            _say(console, plain(f"  {note}"), style="dim")
 
 
 def _print_regions(console: Console, run: RunRecord, summary: dict, top: int) -> None:
@@ -322,10 +328,9 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
         )
     )
     for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
-        console.print(
-            f"ncu finding: {r['kernel'][:50]}: {r['rule']} (est. speedup {r['speedup_pct']:.1f}%)",
-            markup=False,
-        )
+        # Names from the file: control characters written out; a long kernel name cut visibly, as in the table.
+        kernel = text.kernel_name(plain(r["kernel"]), 50)
+        _say(console, f"ncu finding: {kernel}: {plain(r['rule'])} (est. speedup {r['speedup_pct']:.1f}%)")
     console.print(plain(f"note: {ncu['note']}"), markup=False, style="dim")
 
 

@@ -50,7 +50,9 @@ def created_order(run) -> tuple:
 
 
 def safe_name(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:48]
+    """A name as a run id holds it. Cut at 46 characters: an id is then at most 68 (a time stamp of 16, the name,
+    4 hex, 2 dashes), which `ls` keeps whole beside a whole status (`incomplete`) in 80 columns."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:46]
     return cleaned or "run"
 
 

@@ -120,3 +120,32 @@ def test_cuda_graph_refuses_the_earlier_append_designs():
     for switch in ("batched_kv_append", "batched_rollover"):
         with pytest.raises(ValueError, match="cuda_graph .* cannot be combined"):
             LLM("gpt2-tiny", cuda_graph=True, **{switch: False})
+
+
+def test_ctrl_c_in_a_benchmark_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C (or the one SIGINT a capture forwards) in the middle of the built-in benchmark: a line saying so and
+    exit 130, not the engine's 50-line KeyboardInterrupt traceback under the user's `roseprof nsys`."""
+    import os
+    import signal
+    import time
+
+    log = tmp_path / "steps.jsonl"
+    env = {
+        **os.environ,
+        "ROSEINFER_STEP_LOG": str(log),  # opened once the engine is built: the run is under way
+        "ROSEINFER_TEST_SLEEP_REGION": "roseinfer.decode_step:50",  # a run of seconds, to be interrupted
+    }
+    proc = subprocess.Popen(
+        engine_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    deadline = time.monotonic() + 300  # a bound on a busy machine, not a measurement
+    while not log.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log.exists() and proc.poll() is None, (
+        proc.stderr.read() if proc.poll() is not None else "no step log"
+    )
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines() == ["benchmark_streaming: interrupted"], err

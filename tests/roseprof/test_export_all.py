@@ -5,6 +5,7 @@ kernel carries the region it was captured in."""
 import collections
 import gzip
 import json
+import os
 
 import pytest
 
@@ -62,3 +63,48 @@ def test_graph_replayed_kernels_name_their_capture_region(tmp_path):
     assert captured["roseinfer.layer.attention"] > 0 and captured["roseinfer.layer.mlp"] > 0
     replayed = [e for e in kernels if e["args"].get("capture_region")]
     assert {e["args"]["region"] for e in replayed} <= {"roseinfer.model.forward"}  # launched by the replay
+
+
+def test_export_to_a_folder_is_one_line_and_leaves_no_part_file(tmp_path):
+    """`-o` names the file to write: a folder given instead is refused in one line naming it (it said
+    "Is a directory: FOLDER.part" and left FOLDER.part, the whole export, beside the folder)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = roseprof("export", "x", "-o", folder, *opts)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("roseprof: error: ") and f"{folder} is a folder" in line and ".part" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dash", "out", "traces"]
+    assert not list(folder.iterdir())
+
+
+def test_an_export_that_fails_leaves_no_part_file(tmp_path):
+    """The writer's own guard, beneath the verb's: a rename that fails (here onto a folder) removes OUT.part."""
+    from roseprof.export.load_chrome import write_load_chrome
+
+    folder = tmp_path / "out.json"
+    folder.mkdir()
+    with pytest.raises(OSError):
+        write_load_chrome([], None, "run", folder)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_export_to_a_stream_writes_the_trace_there_and_nothing_else(tmp_path):
+    """`-o /dev/fd/1` (a pipe to jq or gzip), or a link to one: the trace is written into it as it is, never as
+    NAME.part renamed over it (that replaced a link, or /dev/stdout itself, with a file), and stdout holds the
+    trace alone (not the path after it)."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    proc = roseprof("export", "x", "-o", "/dev/fd/1", *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["traceEvents"]
+    link = tmp_path / "null.json"
+    link.symlink_to("/dev/null")
+    proc = roseprof("export", "x", "-o", link, *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "/dev/null"
+    assert not list(tmp_path.glob("*.part"))

@@ -147,3 +147,18 @@ def test_a_report_ncu_cannot_load_is_named_with_its_writer_never_a_temporary_pat
     proc = roseprof("import", rep, *dirs(tmp_path), env=env(tmp_path, "badreport"))
     assert_one_line_error(proc, 2, str(rep))
     assert says in proc.stderr and ".tmp-" not in proc.stderr, proc.stderr
+
+
+def test_a_findings_kernel_name_is_shown_safely_and_cut_visibly(tmp_path):
+    """`show` of an ncu run names the kernel of each finding: a name from the file, so a control character in it is
+    written out (never sent to the terminal), and a long name is cut with an ellipsis, as in the table above it."""
+    text = DETAILS.read_text(encoding="utf-8").replace("copy_blocked", "copy\x1b]0;pwned\x07blocked")
+    path = tmp_path / "hostile.csv"
+    path.write_text(text, encoding="utf-8")
+    code, out, err = import_(tmp_path, path)
+    assert code == 0, err
+    findings = [line for line in out.splitlines() if line.startswith("ncu finding: ")]
+    assert findings and "\x1b" not in out and "\x07" not in out
+    # the name is ~90 characters: cut, and the cut shows (the table's shortening), before the finding's rule
+    assert all("…" in line for line in findings), findings
+    assert "HighPipeUtilization (est. speedup 98.9%)" in " ".join(out.split())

@@ -407,3 +407,54 @@ def test_a_load_of_no_decode_token_keeps_its_ttft_lines(live_run, tmp_path):
     proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", pages, env=ENV)
     assert proc.returncode == 0, proc.stderr
     assert f"req {ttft[0]['request_id']}" in next(pages.glob("*.html")).read_text()
+
+
+def test_a_slow_request_of_no_step_in_the_window_shows_a_dash_not_none():
+    """A TTFT whose prefill is older than the server's window has no step: its row says `-`, as every table does for
+    a missing figure (it said `None`)."""
+    from roseprof.analysis.sections.live import panels
+
+    slow = {"by": "ttft", "request_id": "cmpl-a", "ms": 54.5, "token": 0, "step": None, "cause": "unknown"}
+    part = {
+        "slowest": [{**slow, "line": "req cmpl-a: TTFT 54.5 ms: its prefill is older than the window"}],
+        "join": {"tokens": 2, "joined": 1, "prefill": 0, "outside_window": 1, "no_request": 0},
+        "window": {"first_step": 614, "steps": 200, "step_p50_ms": 11.2},
+    }
+    (table,) = [p for p in panels({"live": part}) if p["columns"]]
+    (row,) = table["rows"]
+    assert row[table["columns"].index("step")] == "-"
+    assert "None" not in [str(c) for c in row]
+
+
+def test_a_request_whose_prefill_is_older_than_the_window_has_no_engine_ttft():
+    """The server's window cut the request's prefill token (its prefill ran before the window's first step): its
+    engine TTFT and first delivery are unknown, not its arrival to the first token the window holds (a p99 of
+    724 ms beside a client TTFT p99 of 54 ms)."""
+    from roseprof.live.path import http_path
+    from roseprof.workload.steplog import StepLogRecords
+
+    ms = 1_000_000
+    log = StepLogRecords(
+        meta={"first_step": 100},
+        steps=[{"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms}],
+        prefills=[{"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [2], "readmitted": []}],
+        requests=[
+            # prefilled before the window: only its token of step 100 (the window's step 0) is left
+            {"id": 1, "request_id": "a", "arrival_ns": 1 * ms, "token_ns": [510 * ms], "token_step": [0]},
+            {
+                "id": 2,
+                "request_id": "b",
+                "arrival_ns": 19 * ms,
+                "token_ns": [21 * ms, 510 * ms],
+                "token_step": [-1, 0],
+            },
+        ],
+    )
+    rows = [
+        {"request_id": "a", "sent_ms": 0.5, "t_ms": [5.5, 511.0], "steps": [-1, 100]},
+        {"request_id": "b", "sent_ms": 18.5, "t_ms": [22.0, 511.0], "steps": [-1, 100]},
+    ]
+    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
+    assert path["requests"] == 2  # both reached the server: their HTTP in is known
+    assert path["engine_ttft_ms"]["p99"] == pytest.approx(2.0)  # b's alone: 19 ms -> 21 ms
+    assert path["first_delivery_ms"]["p99"] == pytest.approx(1.0)

@@ -129,6 +129,14 @@ def test_bad_options_are_one_line(stub, tmp_path, args, text):
     assert not (tmp_path / "t").exists() or not runs_of(tmp_path / "t")
 
 
+@pytest.mark.parametrize("port", ["99999", "http", "0"])
+def test_a_url_of_no_port_number_is_one_line_that_says_what_a_port_is(tmp_path, port):
+    """A port past 65535 is a number, just not a port: the error says which numbers are ports."""
+    proc = load(f"http://localhost:{port}", tmp_path / "t", "--requests", 2, "--concurrency", 1)
+    assert_one_line_error(proc, 2, "the port must be a number from 1 to 65535")
+    assert not (tmp_path / "t").exists()
+
+
 def test_a_bad_dataset_is_one_line_naming_the_file(stub, tmp_path):
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"prompt": "ok"}\nnot json\n')
@@ -164,6 +172,8 @@ def test_server_faults_are_counted_by_kind_and_the_run_is_kept(stub, tmp_path, f
     assert serving["errors"] == {kind: 4}
     assert serving["requests"]["error"] == [kind] * 4
     assert f"{kind} 4" in proc.stdout  # show names the errors
+    # a cut stream streamed tokens before it broke: the first line says why there is no ITL, truly
+    assert "no ITL (no request completed)" in proc.stdout
 
 
 def test_errors_mid_run_keep_the_good_requests(stub, tmp_path):
@@ -177,6 +187,36 @@ def test_errors_mid_run_keep_the_good_requests(stub, tmp_path):
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell's `cmd &` (or nohup) starts it
+
+
+def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(stub, tmp_path):
+    """An import's id holds its file's name, cut; an interrupted load's status is `incomplete`: the two, whole as
+    `ls` keeps them, must share 80 columns (a 48-character name made an id of 70: 82 columns)."""
+    import shutil
+
+    from tests.helpers import DATA, assert_fits
+
+    traces = tmp_path / "t"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "load", stub("--token-delay-ms", "5"), "--traces-dir", str(traces),
+         "--duration", "120", "--rate", "20", "--output-len", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+    )  # fmt: skip
+    time.sleep(2)  # some requests done
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    longest = tmp_path / ("a-trace-named-at-length-by-some-script-" * 3 + ".sqlite")
+    shutil.copy(DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", longest)
+    imported = roseprof(
+        "import", longest, "--traces-dir", traces, "--dashboards-dir", tmp_path / "d", env=ENV80
+    )
+    assert imported.returncode == 0, imported.stderr
+    listed = roseprof("ls", "--traces-dir", traces, env=ENV80)
+    assert listed.returncode == 0 and "incomplete" in listed.stdout
+    assert_fits(listed.stdout, 80)
+    for run in runs_of(traces):  # whole
+        assert run.name in listed.stdout
 
 
 @pytest.mark.parametrize("started_ignoring_sigint", [False, True])

@@ -192,3 +192,29 @@ def test_a_failed_capture_keeps_a_folder_with_spaces_whole(tmp_path):
     assert_fits(error, 80, paths=(f"{run}/raw",))  # each line but the path's
     assert f"{run}/raw" in [line.strip() for line in error.splitlines()], proc.stderr  # the path whole, alone
     assert " ".join(error.split()).endswith(f"and its own log, are kept in {run}/raw"), proc.stderr
+
+
+def _verbs(group, prefix=()) -> list[tuple[str, ...]]:
+    """Every verb of the command line, a group's subcommands included (`baseline set`)."""
+    import click
+
+    out = []
+    for name, command in sorted(group.commands.items()):
+        out.append((*prefix, name))
+        if isinstance(command, click.Group):
+            out += _verbs(command, (*prefix, name))
+    return out
+
+
+def test_every_verbs_help_fits_80_columns_and_states_its_exit_codes():
+    """The README sends a user to each verb's `--help`, "exit codes included"."""
+    from roseprof.cli import cli
+
+    verbs = _verbs(cli)
+    assert ("baseline", "set") in verbs and ("show",) in verbs
+    for verb in verbs:
+        proc = roseprof(*verb, "--help", env=COLUMNS)
+        assert proc.returncode == 0, (verb, proc.stderr)
+        assert_fits(proc.stdout, 80)
+        words = " ".join(proc.stdout.split())
+        assert "Exit codes: 0 " in words and "130 interrupted" in words, verb

@@ -79,3 +79,23 @@ def test_a_capture_waits_for_an_earlier_captures_agent_to_end(tmp_path):
             if p is not None:
                 p.kill()
                 p.wait()
+
+
+def test_an_agent_that_no_longer_reads_as_one_is_waited_for_until_it_has_exited(tmp_path, monkeypatch):
+    """An exiting agent's command line reads empty before it has exited, and `agents` no longer finds it: the wait
+    keeps the pid it found until the process is gone (it returned at once, and the next nsys met the agent still
+    ending; the test above failed on it now and then, `ending.poll()` None after the wait)."""
+    from roseprof.drivers.nsys import agents as module
+
+    agent = _agent(tmp_path, "x")
+    found = iter([[agent.pid]])
+    monkeypatch.setattr(module, "agents", lambda key: next(found, []))  # found once, then unreadable
+    try:
+        assert not module.wait_for_agents("KEY", timeout_s=0.3)  # still running: waited for
+        agent.kill()
+        agent.wait()
+        found = iter([[agent.pid]])
+        assert module.wait_for_agents("KEY", timeout_s=60)  # gone: done
+    finally:
+        agent.kill()
+        agent.wait()

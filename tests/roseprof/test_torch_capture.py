@@ -101,6 +101,19 @@ def test_a_program_that_is_not_the_engine(tmp_path):
     assert summary["steps"]["count"] == 4  # ProfilerStep#N spans, with no step log
 
 
+def test_kinetos_own_lines_stay_in_the_log_not_on_stderr(tmp_path):
+    """torch.profiler's library (Kineto) prints its progress on the program's stderr (`USDT:... profiler_start`,
+    `STAGE:... Completed Stage: ...`, whatever KINETO_LOG_LEVEL says): the tool's own lines, kept in raw/torch.log
+    as nsys' are in raw/nsys.log; piped, a capture's stderr stays quiet. The program's own lines still show."""
+    prog = tmp_path / "mine.py"
+    prog.write_text("import sys\nprint('mine: on stderr', file=sys.stderr)\n" + PROGRAM)
+    proc = roseprof("torch", *store(tmp_path), "--", sys.executable, prog, env={"KINETO_LOG_LEVEL": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == ["mine: on stderr"], proc.stderr
+    log = (only_run(tmp_path / "traces") / "raw" / "torch.log").read_text()
+    assert "mine: on stderr" in log and "Completed Stage" in log
+
+
 def test_no_trace_written_is_nothing_to_analyse(tmp_path):
     """A program that ran fine and wrote no trace: nothing recorded (exit 2, nothing stored), as nsys' "recorded
     no range", not a profiler failure."""

@@ -173,3 +173,43 @@ def test_a_name_cut_in_the_middle_keeps_no_space_beside_the_ellipsis():
     for width in range(8, len(name)):
         cut = shorten_middle(name, width)
         assert len(cut) <= width and "… " not in cut and " …" not in cut, (width, cut)
+
+
+def test_the_steady_states_notes_wrap_indented_with_figures_whole(store):
+    """`left out (host time): ...` of a run with a prefill outside the steps is longer than 80 columns: its
+    continuation lines are indented under it (the next line began at column 0, reading as a line of its own), and
+    no line starts with a unit torn from its figure."""
+    opts, _ = store
+    proc = roseprof("show", "eager", *opts, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    (first,) = [i for i, line in enumerate(lines) if line.startswith("  left out (host time): ")]
+    after = lines[first + 1 :]
+    rest = after[: next(i for i, line in enumerate(after) if not line.startswith("    "))]
+    assert rest, lines[first : first + 3]  # it wrapped
+    note = " ".join(" ".join([lines[first], *rest]).split())
+    assert note.endswith("outside the steps, 555.54 ms"), note
+    assert not any(line.split()[0] in ("ms", "µs", "s") for line in rest)
+
+
+@pytest.mark.parametrize("verb", ["show", "diff"])
+def test_output_piped_into_head_ends_quietly_with_exit_0(store, verb):
+    """`roseprof diff A B | head`: the reader leaving is no failure. Exit 1 (rich's and click's own answer to a
+    broken pipe) is what diff's gate says, and a CI script under `set -o pipefail` read it as a regression."""
+    opts, ids = store
+    read, write = os.pipe()
+    fcntl.fcntl(
+        write, 1031, 4096
+    )  # F_SETPIPE_SZ: a pipe smaller than the output, so the writer meets the close
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", *commands(ids)[verb], *map(str, opts)],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    os.close(write)
+    with os.fdopen(read, "rb") as head:
+        assert head.readline()  # `head -1`
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""

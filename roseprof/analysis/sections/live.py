@@ -29,7 +29,7 @@ def panels(summary: dict) -> list[dict]:
         "the server's window does not name"
     )
     rows = [
-        [e["by"], e["request_id"], f"{e['ms']:.2f}", e["token"], e["step"], e["cause"]]
+        [e["by"], e["request_id"], f"{e['ms']:.2f}", _or_dash(e["token"]), _or_dash(e["step"]), e["cause"]]
         for e in part["slowest"]
     ]
     out.append(
@@ -65,6 +65,12 @@ def panels(summary: dict) -> list[dict]:
         if part["capture"].get("ranks"):
             out.append(ranks_panel(part["capture"]["ranks"], summary.get("ranks") or []))
     return out
+
+
+def _or_dash(value):
+    """A cell of the slowest requests: `-` where the request has none (a TTFT whose prefill the window lacks has no
+    step)."""
+    return "-" if value is None else value
 
 
 def left_out_words(window: dict, p50: str = "") -> str:

@@ -61,8 +61,22 @@ def wait_for_agents(key: str, timeout_s: float) -> bool:
     """Wait until no agent of an earlier capture (its environment holding `key`) is left, at most timeout_s: whether
     none is. Called holding the capture lock, so an agent found is one whose capture has ended."""
     deadline = time.monotonic() + timeout_s
-    while agents(key):
+    ending: set[int] = set()
+    while True:
+        # An agent found is waited for until it has exited: its command line reads empty while it exits (its
+        # memory released before the rest), when `agents` no longer knows it for one.
+        ending = {pid for pid in ending | set(agents(key)) if _running(pid)}
+        if not ending:
+            return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
-    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether the process has not exited: it is there and not a zombie (exited, waiting for its parent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"])  # the state, after `(command name)`

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,10 @@ from roseprof.workload.roseinfer import (
 
 TRACE_DIR_ENV = "ROSEPROF_TORCH_TRACE_DIR"  # where a program that is not the engine writes its trace
 TRACE_FOLDER = "torch"  # inside the run's raw/
+# Kineto's (torch.profiler's library's) progress lines on the program's stderr, e.g. `USDT:2026-12-01 10:09:44
+# 9924:9924 SyncActivityProfilerHandler.cpp:52] profiler_start` (torch 2.13 prints these two whatever
+# KINETO_LOG_LEVEL says): the tool's own, kept in raw/torch.log. Its WARNING and ERROR lines still show.
+KINETO_PROGRESS = re.compile(rb"^(USDT|STAGE|INFO):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ [\w.]+:\d+\] ")
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,7 @@ class TorchCapture:
         )
 
     def own_line(self, line: bytes) -> bool:
-        return False
+        return bool(KINETO_PROGRESS.match(line))
 
     def held_line(self, line: bytes) -> bool:
         return False

@@ -48,6 +48,12 @@ def test_bad_model_and_port_in_use_are_one_line_exit_2():
         assert out.stderr.strip().count("\n") == 0 and "cannot build the engine" in out.stderr
 
 
+def test_a_port_past_65535_is_a_usage_error_not_a_traceback():
+    out = _serve_cli("gpt2-tiny", "--port", "99999")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "--port must be" in out.stderr and "65535" in out.stderr
+
+
 def test_a_pool_smaller_than_one_context_is_refused_at_start():
     """--num-blocks that cannot hold one request of the model's whole context would fail the engine (and every
     request in flight) the first time a long prompt came: refused at start, in one line."""
