@@ -34,9 +34,10 @@ from roseprof.run.store import damage_is_one_line
 def export(run, fmt, output, traces_dir, dashboards_dir) -> None:
     """Write a stored run as Chrome trace-event JSON, which ui.perfetto.dev and chrome://tracing open."""
     from roseprof.api import export_chrome
+    from roseprof.export import written_in_place
 
     path = export_chrome(open_store(traces_dir), run, output)
-    if path.is_file():  # the file's path; a stream (-o /dev/stdout) holds the trace alone
+    if not written_in_place(path):  # the file's path; a stream (-o /dev/stdout) holds the trace alone
         click.echo(str(path))
 
 

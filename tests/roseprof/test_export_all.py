@@ -6,6 +6,8 @@ import collections
 import gzip
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -108,3 +110,43 @@ def test_export_to_a_stream_writes_the_trace_there_and_nothing_else(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_export_through_a_link_to_stdout_redirected_to_a_file_keeps_the_link(tmp_path):
+    """`-o /dev/stdout` with stdout redirected to a file (`> f.json`) is a link through /proc/self/fd/1 to a regular
+    file: written there in place, never as NAME.part renamed over the link (as root that replaced /dev/stdout
+    itself). Here a link of the test's own to /proc/self/fd/1 stands in for /dev/stdout."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    link = tmp_path / "mystdout"
+    link.symlink_to("/proc/self/fd/1")
+    redirected = tmp_path / "f.json"
+    with open(redirected, "w") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "roseprof", "export", "x", "-o", str(link), *map(str, opts)],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=600,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert json.loads(redirected.read_text())["traceEvents"]  # the trace alone: no path after it
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_export_to_a_link_to_a_file_replaces_the_target_and_keeps_the_link(tmp_path):
+    """A link to a regular file: the export is whole or absent in the target (part file beside it, renamed over
+    it), the link stays a link, and stdout names the path the user gave."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "target.json"
+    target.write_text("old")
+    link = tmp_path / "lnk.json"
+    link.symlink_to(target)
+    proc = roseprof("export", "x", "-o", link, *opts)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(link)
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert json.loads(target.read_text())["traceEvents"]
+    assert not list(tmp_path.rglob("*.part"))
