@@ -6,7 +6,6 @@ the verbs on stored runs and files (import, ls, show, open, export, diff, baseli
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from contextlib import contextmanager
 import click
 
 from roseprof.cli import capture, live, load, runs  # noqa: F401  (registers the verbs on the group)
-from roseprof.cli.common import ReaderLeft, cli, os_error
+from roseprof.cli.common import ReaderMayLeave, cli, os_error
 from roseprof.errors import RoseprofError, one_line
 from roseprof.render.safe_text import plain
 
@@ -43,6 +42,8 @@ def _termination_is_an_interrupt():
 
 
 def main() -> None:
+    if sys.stdout is not None and not isinstance(sys.stdout, ReaderMayLeave):
+        sys.stdout = ReaderMayLeave(sys.stdout)
     try:
         with _termination_is_an_interrupt():
             cli.main(standalone_mode=False)
@@ -55,17 +56,15 @@ def main() -> None:
     except RoseprofError as e:
         click.echo(f"roseprof: error: {plain(one_line(str(e)))}", err=True)
         sys.exit(e.exit_code)
-    except (
-        ReaderLeft
-    ):  # the reader left (`| head`): no error, and nothing left to flush into the pipe at exit
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
     except OSError as e:  # a full disk or a folder we may not write, wherever it surfaced: one line
         click.echo(f"roseprof: error: {plain(one_line(os_error(e)))}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo("roseprof: interrupted", err=True)
         sys.exit(130)
+    finally:  # what stdout still holds, now: at the interpreter's exit a broken pipe would print and exit 120
+        if sys.stdout is not None:
+            sys.stdout.flush()
 
 
 if __name__ == "__main__":

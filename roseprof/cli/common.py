@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import select
 import shlex
 import shutil
 import sys
@@ -44,28 +43,52 @@ def store_options(f):
     return f
 
 
-class ReaderLeft(Exception):
-    """The reader of roseprof's output left (`roseprof request RUN ID | head`): main() exits 0, quietly."""
+class ReaderMayLeave:
+    """roseprof's stdout (main() installs it): when the reader of a piped stdout leaves (`roseprof diff A B | head`),
+    the rest of the output goes to /dev/null instead of raising BrokenPipeError, so the verb goes on to its own
+    ending: its exit code (0; diff's gate 1; a failed capture's 1) and its lines on stderr. Raised instead, the
+    broken pipe ended every verb alike, which hid a fired gate behind exit 0 (or click's exit 1 behind a pass)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.left = False
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        self.left = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:  # what the stream still holds, and all that follows, is written there
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except BrokenPipeError as e:  # before click's own answer to it, exit 1: what diff's gate says
-            if not _stdout_gone():
-                raise  # another pipe or socket: an error like any other
-            raise ReaderLeft from e
-
-
-def _stdout_gone() -> bool:
-    """Whether stdout's reader left: a pipe whose reader closed it polls as an error."""
-    try:
-        poll = select.poll()
-        poll.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(events & select.POLLERR for _, events in poll.poll(0))
-    except (OSError, ValueError, AttributeError):
-        return False
+        except (
+            BrokenPipeError
+        ) as e:  # not stdout's (ReaderMayLeave): a file or pipe the verb writes, e.g. `-o FIFO`
+            where = f": {e.filename}" if e.filename else ""
+            raise RoseprofError(
+                f"the reader of a pipe roseprof was writing left before the end{where}"
+            ) from e
 
 
 @click.group(cls=_Group, epilog=CAPTURE_EXIT_CODES)

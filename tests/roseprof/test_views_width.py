@@ -192,17 +192,13 @@ def test_the_steady_states_notes_wrap_indented_with_figures_whole(store):
     assert not any(line.split()[0] in ("ms", "µs", "s") for line in rest)
 
 
-@pytest.mark.parametrize("verb", ["show", "diff"])
-def test_output_piped_into_head_ends_quietly_with_exit_0(store, verb):
-    """`roseprof diff A B | head`: the reader leaving is no failure. Exit 1 (rich's and click's own answer to a
-    broken pipe) is what diff's gate says, and a CI script under `set -o pipefail` read it as a regression."""
-    opts, ids = store
+def head_one(args: list) -> tuple[int, str]:
+    """`roseprof ARGS | head -1` at 80 columns: (exit code, stderr). The pipe holds 4 KiB (F_SETPIPE_SZ), less than
+    the output (the callers check), so the writer meets the reader's close."""
     read, write = os.pipe()
-    fcntl.fcntl(
-        write, 1031, 4096
-    )  # F_SETPIPE_SZ: a pipe smaller than the output, so the writer meets the close
+    fcntl.fcntl(write, 1031, 4096)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "roseprof", *commands(ids)[verb], *map(str, opts)],
+        [sys.executable, "-m", "roseprof", *map(str, args)],
         stdout=write,
         stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "80"},
@@ -211,5 +207,29 @@ def test_output_piped_into_head_ends_quietly_with_exit_0(store, verb):
     with os.fdopen(read, "rb") as head:
         assert head.readline()  # `head -1`
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 0, err
+    return proc.wait(timeout=120), err
+
+
+@pytest.mark.parametrize("verb", ["show", "diff"])
+def test_output_piped_into_head_ends_quietly_with_exit_0(store, verb):
+    """`roseprof diff A B | head`: the reader leaving is no failure. Exit 1 (rich's and click's own answer to a
+    broken pipe) is what diff's gate says, and a CI script under `set -o pipefail` read it as a regression."""
+    opts, ids = store
+    whole = roseprof(*commands(ids)[verb], *opts, env={"COLUMNS": "80"})
+    assert whole.returncode == 0 and len(whole.stdout.encode()) > 4096, (
+        whole.stderr
+    )  # more than the pipe holds
+    code, err = head_one([*commands(ids)[verb], *opts])
+    assert code == 0, err
     assert err == ""
+
+
+def test_a_fired_gate_piped_into_head_still_exits_1(store):
+    """`roseprof diff A B --fail-on-regression PCT | head`: the gate's answer is the verb's, whoever reads its
+    report. Ending every verb with exit 0 once the reader left passed a regression in a CI script."""
+    opts, _ = store
+    args = ["diff", "after", "eager", "--fail-on-regression", "5", *opts]
+    whole = roseprof(*args, env={"COLUMNS": "80"})
+    assert whole.returncode == 1 and len(whole.stdout.encode()) > 4096, whole.stderr  # the gate fires
+    code, err = head_one(args)
+    assert code == 1, err
