@@ -65,21 +65,35 @@ def http_path(
         if rec is None or row["sent_ms"] is None or not row["t_ms"]:
             continue
         sent_ns = start_monotonic_ns + row["sent_ms"] * 1e6
-        # the server's emission of each token, by its step (the window renumbers steps from `first`; -1: prefill)
-        emitted = dict(zip(rec["token_step"], rec["token_ns"]))
+        # The window holds the request's first prefill (not only a readmission after a preemption, whose token is
+        # a -1 too): its first token is a -1 and the window's prefills have its first (all of them, in a log of no
+        # prefill records).
+        steps_of = rec["token_step"]
+        holds_prefill = (
+            bool(steps_of) and steps_of[0] == -1 and (rec["id"] in first_prefill or not log.prefills)
+        )
+        # the server's emissions by step, in order (the window renumbers steps from `first`; -1: a prefill, which
+        # a preempted request has more than one of): a client token pairs with the next one of its step
+        emitted: dict[int, list[int]] = {}
+        for step, at in zip(steps_of, rec["token_ns"]):
+            emitted.setdefault(step, []).append(at)
+        used: dict[int, int] = {}
         pairs = []  # (client ns, server ns) of the tokens both sides have
-        for t_ms, step in zip(row["t_ms"], row["steps"]):
+        for i, (t_ms, step) in enumerate(zip(row["t_ms"], row["steps"])):
             if step is None:
                 continue
-            at = emitted.get(step - first if step >= 0 else step)
-            if at is not None:
-                pairs.append((start_monotonic_ns + t_ms * 1e6, at))
+            key = step - first if step >= 0 else step
+            if key < 0 and i == 0 and not holds_prefill:
+                continue  # the first prefill's token, older than the window
+            k = used.get(key, 0)
+            if k < len(emitted.get(key, ())):
+                pairs.append((start_monotonic_ns + t_ms * 1e6, emitted[key][k]))
+                used[key] = k + 1
         http_in.append(rec["arrival_ns"] - sent_ns)
         # The client's first token is the prefill's and the window still holds its emission (a prefill older
         # than the window's first step is cut from it: the first pair is then a later token's).
-        prefill_at = (
-            emitted.get(row["steps"][0]) if row["steps"][0] is not None and row["steps"][0] < 0 else None
-        )
+        first_is_prefill = row["steps"][0] is not None and row["steps"][0] < 0
+        prefill_at = emitted[-1][0] if holds_prefill and first_is_prefill else None
         if prefill_at is not None:
             engine.append(prefill_at - rec["arrival_ns"])
             first_delivery.append(start_monotonic_ns + row["t_ms"][0] * 1e6 - prefill_at)

@@ -458,3 +458,42 @@ def test_a_request_whose_prefill_is_older_than_the_window_has_no_engine_ttft():
     assert path["requests"] == 2  # both reached the server: their HTTP in is known
     assert path["engine_ttft_ms"]["p99"] == pytest.approx(2.0)  # b's alone: 19 ms -> 21 ms
     assert path["first_delivery_ms"]["p99"] == pytest.approx(1.0)
+
+
+def test_a_preempted_requests_engine_ttft_is_its_first_prefills():
+    """A preempted request is prefilled again: its second -1 token is a readmission's. The engine TTFT is the
+    first prefill's token (2 ms), never the readmission's (it read 581 ms, and its first delivery -578 ms), and each
+    client token pairs with the server's emission of the same occurrence."""
+    from roseprof.live.path import http_path
+    from roseprof.workload.steplog import StepLogRecords
+
+    ms = 1_000_000
+    log = StepLogRecords(
+        meta={"first_step": 100},
+        steps=[
+            {"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms},
+            {"index": 1, "start_ns": 690 * ms, "end_ns": 700 * ms},
+        ],
+        prefills=[
+            {"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [1], "readmitted": []},
+            {"start_ns": 590 * ms, "end_ns": 600 * ms, "requests": [1], "readmitted": [1]},
+        ],
+        requests=[
+            {
+                "id": 1,
+                "request_id": "a",
+                "arrival_ns": 19 * ms,
+                "token_ns": [21 * ms, 510 * ms, 600 * ms, 700 * ms],
+                "token_step": [-1, 0, -1, 1],
+            },
+        ],
+    )
+    rows = [
+        {"request_id": "a", "sent_ms": 18.5, "t_ms": [22.0, 511.0, 601.0, 701.0], "steps": [-1, 100, -1, 101]}
+    ]
+    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
+    assert path["engine_ttft_ms"]["p99"] == pytest.approx(2.0)
+    assert path["first_delivery_ms"]["p99"] == pytest.approx(1.0)
+    assert path["tokens"] == 4 and path["delivery_ms"]["p99"] == pytest.approx(
+        1.0
+    )  # each token 1 ms after its emission
