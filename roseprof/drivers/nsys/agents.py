@@ -61,11 +61,16 @@ def wait_for_agents(key: str, timeout_s: float) -> bool:
     """Wait until no agent of an earlier capture (its environment holding `key`) is left, at most timeout_s: whether
     none is. Called holding the capture lock, so an agent found is one whose capture has ended."""
     deadline = time.monotonic() + timeout_s
-    ending: set[int] = set()
+    ending: dict[int, str] = {}  # pid -> its start time, as first seen
     while True:
         # An agent found is waited for until it has exited: its command line reads empty while it exits (its
-        # memory released before the rest), when `agents` no longer knows it for one.
-        ending = {pid for pid in ending | set(agents(key)) if _running(pid)}
+        # memory released before the rest), when `agents` no longer knows it for one. Its start time tells it
+        # from another process given the same pid since.
+        for pid in agents(key):
+            started = _start_time(pid)
+            if started is not None:
+                ending.setdefault(pid, started)
+        ending = {pid: started for pid, started in ending.items() if _start_time(pid) == started}
         if not ending:
             return True
         if time.monotonic() >= deadline:
@@ -73,10 +78,14 @@ def wait_for_agents(key: str, timeout_s: float) -> bool:
         time.sleep(0.05)
 
 
-def _running(pid: int) -> bool:
-    """Whether the process has not exited: it is there and not a zombie (exited, waiting for its parent)."""
+def _start_time(pid: int) -> str | None:
+    """The process's start time (field 22 of /proc/PID/stat) while it has not exited; None once it has (gone, or a
+    zombie waiting for its parent)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"])  # the state, after `(command name)`
+        return None
+    fields = stat.rpartition(")")[2].split()  # after `(command name)`: state, ppid, ...
+    if not fields or fields[0] in ("Z", "X") or len(fields) < 20:
+        return None
+    return fields[19]  # field 22 of the whole line
