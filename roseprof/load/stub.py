@@ -17,10 +17,14 @@ FAULTS = ("none", "http500", "malformed", "stall", "cut", "mid500")
 
 
 class Stub:
-    def __init__(self, fault: str = "none", token_delay_ms: float = 0.0) -> None:
+    def __init__(self, fault: str = "none", token_delay_ms: float = 0.0, say_done: bool = False) -> None:
         self.fault = fault
         self.delay = token_delay_ms / 1e3  # a server slower by this much a token (the diff tests' regression)
         self.served = 0
+        self.done = 0
+        self.say_done = (
+            say_done  # a line on stdout as each stream ends: tests wait for requests done, not a time
+        )
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -85,6 +89,10 @@ class Stub:
             events.append(b"data: " + json.dumps({"id": rid, "choices": [choice]}).encode() + b"\n\n")
         events.append(b"data: [DONE]\n\n")
         writer.write(b"".join(_chunk(e) for e in events) + b"0\r\n\r\n")
+        await writer.drain()
+        self.done += 1
+        if self.say_done:
+            print(f"done {self.done}", flush=True)
 
 
 def _chunk(data: bytes) -> bytes:
@@ -123,11 +131,12 @@ def main() -> None:
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--token-delay-ms", type=float, default=0.0, help="sleep this long before each token")
+    p.add_argument("--say-done", action="store_true", help="print 'done N' as the N-th stream ends")
     args = p.parse_args()
 
     async def serve() -> None:
         server = await asyncio.start_server(
-            Stub(args.fault, args.token_delay_ms).handle, "127.0.0.1", args.port, backlog=4096
+            Stub(args.fault, args.token_delay_ms, args.say_done).handle, "127.0.0.1", args.port, backlog=4096
         )
         print(f"stub ready at http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
         async with server:

@@ -33,6 +33,12 @@ class Stub:
         assert "ready at" in line, line
         self.url = line.split("ready at ")[1].strip()
 
+    def wait_done(self, n: int) -> None:
+        """Until the n-th stream has ended (a stub started with --say-done)."""
+        while (line := self.proc.stdout.readline()) and line.strip() != f"done {n}":
+            pass
+        assert line, "the stub ended"
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
@@ -189,7 +195,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell's `cmd &` (or nohup) starts it
 
 
-def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(stub, tmp_path):
+def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(tmp_path):
     """An import's id holds its file's name, cut; an interrupted load's status is `incomplete`: the two, whole as
     `ls` keeps them, must share 80 columns (a 48-character name made an id of 70: 82 columns)."""
     import shutil
@@ -197,13 +203,18 @@ def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(stub, tm
     from tests.helpers import DATA, assert_fits
 
     traces = tmp_path / "t"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "roseprof", "load", stub("--token-delay-ms", "5"), "--traces-dir", str(traces),
-         "--duration", "120", "--rate", "20", "--output-len", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
-    )  # fmt: skip
-    time.sleep(2)  # some requests done
-    proc.send_signal(signal.SIGINT)
+    server = Stub("--token-delay-ms", "5", "--say-done")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof", "load", server.url, "--traces-dir", str(traces),
+             "--duration", "120", "--rate", "20", "--output-len", "8"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+        )  # fmt: skip
+        server.wait_done(3)  # some requests done
+        time.sleep(0.5)  # and read by the load
+        proc.send_signal(signal.SIGINT)
+    finally:
+        server.stop()
     proc.communicate(timeout=60)
     assert proc.returncode == 130
     longest = tmp_path / ("a-trace-named-at-length-by-some-script-" * 3 + ".sqlite")
@@ -220,20 +231,24 @@ def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(stub, tm
 
 
 @pytest.mark.parametrize("started_ignoring_sigint", [False, True])
-def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(stub, tmp_path, started_ignoring_sigint):
+def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(tmp_path, started_ignoring_sigint):
     """SIGINT from a terminal, and from a CI script that started the load in the background (SIGINT inherited
     ignored): either way the load stops and keeps what it did."""
     traces = tmp_path / "t"
-    url = stub("--token-delay-ms", "5")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "roseprof", "load", url, "--traces-dir", str(traces), "--duration", "120",
-         "--rate", "20", "--output-len", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
-        preexec_fn=_ignore_sigint if started_ignoring_sigint else None,
-    )  # fmt: skip
-    time.sleep(4)  # some requests done, more in flight and due
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    server = Stub("--token-delay-ms", "5", "--say-done")
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "roseprof", "load", server.url, "--traces-dir", str(traces), "--duration",
+             "120", "--rate", "20", "--output-len", "8"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
+            preexec_fn=_ignore_sigint if started_ignoring_sigint else None,
+        )  # fmt: skip
+        server.wait_done(3)  # some requests done, more in flight and due
+        time.sleep(0.5)  # and read by the load
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        server.stop()
     assert proc.returncode == 130, err
     (line,) = [x for x in err.splitlines() if x.strip()]
     assert "interrupted" in line and "kept as run" in line and "(incomplete)" in line

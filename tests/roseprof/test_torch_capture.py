@@ -109,7 +109,13 @@ def test_kinetos_own_lines_stay_in_the_log_not_on_stderr(tmp_path):
     prog.write_text("import sys\nprint('mine: on stderr', file=sys.stderr)\n" + PROGRAM)
     proc = roseprof("torch", *store(tmp_path), "--", sys.executable, prog, env={"KINETO_LOG_LEVEL": "2"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stderr.splitlines() == ["mine: on stderr"], proc.stderr
+    lines = proc.stderr.splitlines()
+    assert "mine: on stderr" in lines, proc.stderr
+    # none of Kineto's progress lines (torch's own warnings, which it shows on purpose, may be there)
+    kineto = [
+        x for x in lines if x.startswith(("USDT:", "STAGE:")) or "Completed Stage" in x or "profiler_st" in x
+    ]
+    assert not kineto, proc.stderr
     log = (only_run(tmp_path / "traces") / "raw" / "torch.log").read_text()
     assert "mine: on stderr" in log and "Completed Stage" in log
 
