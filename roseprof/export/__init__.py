@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import gzip
+import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
+
+from roseprof.errors import RoseprofError
 
 
 @contextmanager
-def part_file(out: Path) -> Iterator[Path]:
-    """Where an export writes `out`: OUT.part, renamed onto OUT when whole and removed on any failure (a full disk,
-    Ctrl-C, OUT a folder), so that no half export is left beside the file the user named. A link to a file is
-    followed (the part file lies beside its target, which the rename replaces: the link stays); a stream
-    (`written_in_place`) is written as it is: a rename would put a file where the device, pipe or link was."""
-    if written_in_place(out):
-        yield out
-        return
-    target = out.resolve() if out.is_symlink() else out
+def text_output(out: Path, level: int | None = None) -> Iterator[TextIO]:
+    """A UTF-8 text handle on `out`, gzip-compressed (at `level`) where its name ends in .gz:
+    - stdout's or stderr's own file, pipe or terminal (`-`, /dev/stdout, /dev/fd/1, a link to one: `stream_fd`) is
+      written through a copy of that descriptor, where the shell left it: never reopened (which truncated a file
+      the shell redirected stdout to, before the shell's own lines) nor renamed over;
+    - another pipe or device is written as it is;
+    - a file is written as OUT.part beside it (beside a link's final target, so the link stays) and renamed onto it
+      when whole, removed on any failure (a full disk, Ctrl-C): no half export is left where the user looks."""
+    gz = out.name.endswith(".gz")
+    fd = stream_fd(out)
+    with contextlib.ExitStack() as stack:
+        if fd is not None:
+            raw = stack.enter_context(os.fdopen(os.dup(fd), "wb"))
+        elif is_stream(out):
+            raw = stack.enter_context(open(out, "wb"))
+        else:
+            tmp = stack.enter_context(part_file(file_target(out)))
+            raw = stack.enter_context(open(tmp, "wb"))
+        if gz:
+            raw = stack.enter_context(gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=level or 9))
+        fh = stack.enter_context(io.TextIOWrapper(raw, encoding="utf-8"))
+        yield fh
+        fh.flush()
+
+
+@contextmanager
+def part_file(target: Path) -> Iterator[Path]:
+    """TARGET.part, renamed onto `target` when the block ends, removed on any failure."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".part")
     try:
@@ -28,23 +54,41 @@ def part_file(out: Path) -> Iterator[Path]:
         raise
 
 
-_STREAM_FOLDERS = (Path("/dev"), Path("/proc"))
-_FILE_FOLDERS = (Path("/dev/shm"),)  # under /dev, but files like any other
+def stream_fd(path: Path) -> int | None:
+    """1 or 2 where `path` is stdout's or stderr's own file, pipe or terminal (`-`; /dev/stdout, /dev/fd/1 or any
+    link to them, whatever stdout is: compared by device and inode), else None."""
+    if str(path) == "-":
+        return 1
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino):
+            return fd
+    return None
 
 
-def written_in_place(path: Path) -> bool:
-    """Whether an export writes `path` as it is, not through a renamed part file: a path under /dev or /proc
-    (/dev/stdout, /dev/fd/1, whatever they point to: a pipe, a terminal, the file the shell redirected stdout to,
-    whose open descriptor a rename would leave behind), a link whose next hop is there, or anything but a regular
-    file, a folder or nothing (a pipe, a device)."""
-    hops = [path.absolute()]
-    if path.is_symlink():
-        hops.append(path.parent.absolute() / os.readlink(path))
-    for hop in hops:
-        if any(_under(hop, f) for f in _STREAM_FOLDERS) and not any(_under(hop, f) for f in _FILE_FOLDERS):
-            return True
+def is_stream(path: Path) -> bool:
+    """Whether `path` is something other than a file or a folder to write (a device, a pipe), links followed."""
     return path.exists() and not path.is_file() and not path.is_dir()
 
 
-def _under(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
+def written_in_place(path: Path) -> bool:
+    """Whether an export to `path` goes into a stream (`stream_fd`, `is_stream`) rather than a file it names."""
+    return stream_fd(path) is not None or is_stream(path)
+
+
+def file_target(path: Path) -> Path:
+    """The file an export to `path` replaces: `path`, or the end of its chain of links (`..` resolved), so that a
+    link stays a link. A loop of links is the user's error (one line)."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RoseprofError(f"{path}: a loop of links, no file to write") from None
+    return Path(os.path.realpath(path)) if path.is_symlink() else path

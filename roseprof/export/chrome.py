@@ -19,7 +19,6 @@ Kineto reader imports the file back with the same region and kernel totals.
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from roseprof.drivers import split_thread_id
-from roseprof.export import part_file
+from roseprof.export import text_output
 from roseprof.model import (
     HOST_CATEGORIES,
     KERNEL,
@@ -92,9 +91,7 @@ def write_chrome(view: RunView, out: Path) -> None:
     steps, telemetry, manifest = view.steps, view.telemetry, view.run.manifest
     tables = view.tables
     trace = tables.trace()
-    opener = gzip.open if out.name.endswith(".gz") else open
-    level = {"compresslevel": 3} if opener is gzip.open else {}
-    with part_file(out) as tmp, opener(tmp, "wt", encoding="utf-8", **level) as fh:
+    with text_output(out, level=3) as fh:
         meta = {
             "tool": trace.tool.name,
             "version": trace.tool.version,

@@ -4,11 +4,10 @@ to end (its status and error in its args), each token an instant on its track, a
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 
-from roseprof.export import part_file
+from roseprof.export import text_output
 
 PID = 1
 # /metrics gauges worth a counter track (ours and vLLM's spell them alike but for the prefix)
@@ -59,8 +58,7 @@ def write_load_chrome(
                         "args": {"value": value},
                     }
                 )
-    opener = gzip.open if out.name.endswith(".gz") else open
-    with part_file(out) as tmp, opener(tmp, "wt", encoding="utf-8") as fh:
+    with text_output(out) as fh:
         json.dump(
             {"displayTimeUnit": "ms", "otherData": {"tool": "load", "run_id": run_id}, "traceEvents": events},
             fh,

@@ -3,6 +3,7 @@ runtime/driver call and GPU op of a torch.profiler trace, counted against the ra
 kernel carries the region it was captured in."""
 
 import collections
+import fcntl
 import gzip
 import json
 import os
@@ -112,25 +113,68 @@ def test_export_to_a_stream_writes_the_trace_there_and_nothing_else(tmp_path):
     assert not list(tmp_path.glob("*.part"))
 
 
-def test_export_through_a_link_to_stdout_redirected_to_a_file_keeps_the_link(tmp_path):
-    """`-o /dev/stdout` with stdout redirected to a file (`> f.json`) is a link through /proc/self/fd/1 to a regular
-    file: written there in place, never as NAME.part renamed over the link (as root that replaced /dev/stdout
-    itself). Here a link of the test's own to /proc/self/fd/1 stands in for /dev/stdout."""
+def test_export_to_stdout_redirected_to_a_file_writes_where_the_shell_left_it(tmp_path):
+    """`{ echo HEADER; roseprof export RUN -o /dev/stdout; echo FOOTER; } > f.json`: the trace goes through stdout's
+    own descriptor, after the shell's HEADER and before its FOOTER; reopened (O_TRUNC) it wiped HEADER and FOOTER
+    overwrote it, and renamed over (as root) it replaced /dev/stdout. A link of the test's own through
+    /proc/self/fd/1 stands in for /dev/stdout, and a link to that link for a chain of them."""
     opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
     proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
     assert proc.returncode == 0, proc.stderr
     link = tmp_path / "mystdout"
     link.symlink_to("/proc/self/fd/1")
-    redirected = tmp_path / "f.json"
-    with open(redirected, "w") as out:
-        proc = subprocess.run(
-            [sys.executable, "-m", "roseprof", "export", "x", "-o", str(link), *map(str, opts)],
-            stdout=out, stderr=subprocess.PIPE, text=True, timeout=600,
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
-    assert json.loads(redirected.read_text())["traceEvents"]  # the trace alone: no path after it
+    chain = tmp_path / "chain"
+    chain.symlink_to(link)
+    for target in (link, chain, "-"):
+        redirected = tmp_path / "f.json"
+        with open(redirected, "wb") as out:
+            out.write(b"HEADER\n")
+            out.flush()
+            proc = subprocess.run(
+                [sys.executable, "-m", "roseprof", "export", "x", "-o", str(target), *map(str, opts)],
+                stdout=out, stderr=subprocess.PIPE, text=True, timeout=600,
+            )  # fmt: skip
+            out.write(b"\nFOOTER\n")
+        assert proc.returncode == 0, proc.stderr
+        text = redirected.read_text()
+        assert text.startswith("HEADER\n") and text.endswith("\nFOOTER\n"), text[:200]
+        body = text[len("HEADER\n") : -len("\nFOOTER\n")]
+        assert json.loads(body)["traceEvents"]  # the trace alone between them: no path after it
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1" and chain.is_symlink()
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_export_to_stdout_piped_into_head_ends_quietly_with_exit_0(tmp_path):
+    """`roseprof export RUN -o - | head -c 100`: the export writes stdout's descriptor itself (not through the CLI's
+    stdout), and its reader leaving is no failure."""
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    read, write = os.pipe()
+    fcntl.fcntl(write, 1031, 4096)  # F_SETPIPE_SZ: less than the trace
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roseprof", "export", "x", "-o", "-", *map(str, opts)],
+        stdout=write, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(write)
+    with os.fdopen(read, "rb") as head:
+        assert head.read(100).startswith(b"{")
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""
+
+
+def test_export_to_a_loop_of_links_is_one_line(tmp_path):
+    opts = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dash"]
+    proc = roseprof("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *opts)
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    proc = roseprof("export", "x", "-o", tmp_path / "a", *opts)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "a loop of links" in proc.stderr, (
+        proc.stderr
+    )
+    assert (tmp_path / "a").is_symlink() and not list(tmp_path.glob("*.part"))
 
 
 def test_export_to_a_link_to_a_file_replaces_the_target_and_keeps_the_link(tmp_path):
