@@ -64,7 +64,11 @@ def main() -> None:
         sys.exit(130)
     finally:  # what stdout still holds, now: at the interpreter's exit a broken pipe would print and exit 120
         if sys.stdout is not None:
-            sys.stdout.flush()
+            try:
+                sys.stdout.flush()
+            except OSError as e:  # a full disk under `> FILE`: one line
+                click.echo(f"roseprof: error: {plain(one_line(os_error(e)))}", err=True)
+                sys.exit(2)
 
 
 if __name__ == "__main__":

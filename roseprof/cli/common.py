@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import select
 import shlex
 import shutil
 import sys
@@ -66,13 +67,15 @@ class ReaderMayLeave:
         except BrokenPipeError:
             self._reader_left()
 
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
     def _reader_left(self) -> None:
         self.left = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:  # what the stream still holds, and all that follows, is written there
-            os.dup2(devnull, self._stream.fileno())
-        finally:
-            os.close(devnull)
+        _to_devnull(
+            self._stream.fileno()
+        )  # what the stream still holds, and all that follows, is written there
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -82,13 +85,35 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (
-            BrokenPipeError
-        ) as e:  # not stdout's (ReaderMayLeave): a file or pipe the verb writes, e.g. `-o FIFO`
+        except BrokenPipeError as e:
+            if (
+                _stdout_gone()
+            ):  # stdout's reader left while the verb wrote to it directly (`export -o - | head`)
+                _to_devnull(1)
+                return None
+            # another pipe the verb writes, e.g. `-o FIFO`
             where = f": {e.filename}" if e.filename else ""
             raise RoseprofError(
                 f"the reader of a pipe roseprof was writing left before the end{where}"
             ) from e
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader left: a pipe whose reader closed it polls as an error."""
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _to_devnull(fd: int) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 @click.group(cls=_Group, epilog=CAPTURE_EXIT_CODES)

@@ -28,7 +28,8 @@ MIN_COMMAND = 12  # `ls` shows a command cut to no fewer characters than this, o
 class _Console(Console):
     def on_broken_pipe(self) -> None:
         """The reader left (`roseprof diff A B | head`): rich's own answer is exit 1, which is what diff's gate
-        says; the CLI's (roseprof/cli/__init__.py) is a quiet exit 0."""
+        says. Under the CLI, stdout is roseprof/cli/common.py's ReaderMayLeave, which never raises it: the verb
+        ends with its own code."""
         self.quiet = True
         raise BrokenPipeError
 
