@@ -59,6 +59,7 @@ def http_path(
     http_in, engine, first_delivery, delivery, gap_diff = [], [], [], [], []
     queue, prefill, step_wait, busy = [], [], [], 0
     first_prefill = _first_prefill_start(log)
+    names_known = any(p.get("requests") for p in log.prefills)  # older engines' prefill records name none
     busy_until = _BusyAt(log)
     for row in tokens:
         rec = by_id.get(row["request_id"])
@@ -66,34 +67,38 @@ def http_path(
             continue
         sent_ns = start_monotonic_ns + row["sent_ms"] * 1e6
         # The window holds the request's first prefill (not only a readmission after a preemption, whose token is
-        # a -1 too): its first token is a -1 and the window's prefills have its first (all of them, in a log of no
-        # prefill records).
+        # a -1 too): its first token is a -1 and the window's prefills name it (in a log whose prefills name no
+        # request, its first -1 is taken for it).
         steps_of = rec["token_step"]
         holds_prefill = (
-            bool(steps_of) and steps_of[0] == -1 and (rec["id"] in first_prefill or not log.prefills)
+            bool(steps_of) and steps_of[0] == -1 and (rec["id"] in first_prefill or not names_known)
         )
-        # the server's emissions by step, in order (the window renumbers steps from `first`; -1: a prefill, which
-        # a preempted request has more than one of): a client token pairs with the next one of its step
-        emitted: dict[int, list[int]] = {}
-        for step, at in zip(steps_of, rec["token_ns"]):
-            emitted.setdefault(step, []).append(at)
-        used: dict[int, int] = {}
+        # the server's emissions by step (the window renumbers steps from `first`); -1: the prefills, in order
+        emitted = dict(zip(steps_of, rec["token_ns"]))
+        prefills = [at for step, at in zip(steps_of, rec["token_ns"]) if step == -1]
+        first_at = prefills[0] if holds_prefill else None  # the first token's emission
+        readmissions = iter(prefills[1:] if holds_prefill else prefills)
         pairs = []  # (client ns, server ns) of the tokens both sides have
         for i, (t_ms, step) in enumerate(zip(row["t_ms"], row["steps"])):
-            if step is None:
+            if i == 0 and (step is None or step < 0):  # the first prefill's token, its step said or not
+                at = first_at
+            elif step is None:
                 continue
-            key = step - first if step >= 0 else step
-            if key < 0 and i == 0 and not holds_prefill:
-                continue  # the first prefill's token, older than the window
-            k = used.get(key, 0)
-            if k < len(emitted.get(key, ())):
-                pairs.append((start_monotonic_ns + t_ms * 1e6, emitted[key][k]))
-                used[key] = k + 1
+            elif step < 0:  # a readmission's token: the next of the window's other prefills
+                at = next(readmissions, None)
+            else:
+                at = emitted.get(step - first)
+            if at is not None:
+                pairs.append((start_monotonic_ns + t_ms * 1e6, at))
         http_in.append(rec["arrival_ns"] - sent_ns)
         # The client's first token is the prefill's and the window still holds its emission (a prefill older
         # than the window's first step is cut from it: the first pair is then a later token's).
         first_is_prefill = row["steps"][0] is not None and row["steps"][0] < 0
-        prefill_at = emitted[-1][0] if holds_prefill and first_is_prefill else None
+        prefill_at = first_at if first_is_prefill else None
+        if prefill_at is not None and start_monotonic_ns + row["t_ms"][0] * 1e6 < prefill_at:
+            prefill_at = (
+                None  # emitted after the client had it: a readmission's, in a log that could not tell
+            )
         if prefill_at is not None:
             engine.append(prefill_at - rec["arrival_ns"])
             first_delivery.append(start_monotonic_ns + row["t_ms"][0] * 1e6 - prefill_at)

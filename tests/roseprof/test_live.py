@@ -497,3 +497,46 @@ def test_a_preempted_requests_engine_ttft_is_its_first_prefills():
     assert path["tokens"] == 4 and path["delivery_ms"]["p99"] == pytest.approx(
         1.0
     )  # each token 1 ms after its emission
+
+
+def test_a_readmissions_token_pairs_with_the_readmission_whatever_the_first_tokens_step():
+    """The client's first token may carry no step (a chunk without token_steps): it is still the first prefill's,
+    and the readmission's -1 pairs with the readmission's emission, not the first prefill's (568 ms off). In a log
+    whose prefills name no request, a first -1 emitted after the client had its first token is no first prefill."""
+    from roseprof.live.path import http_path
+    from roseprof.workload.steplog import StepLogRecords
+
+    ms = 1_000_000
+
+    def log_of(prefills, token_ns, token_step):
+        return StepLogRecords(
+            meta={"first_step": 100},
+            steps=[{"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms}],
+            prefills=prefills,
+            requests=[{"id": 1, "request_id": "a", "arrival_ns": 19 * ms, "token_ns": token_ns, "token_step": token_step}],
+        )  # fmt: skip
+
+    named = [
+        {"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [1], "readmitted": []},
+        {"start_ns": 590 * ms, "end_ns": 600 * ms, "requests": [1], "readmitted": [1]},
+    ]
+    log = log_of(named, [21 * ms, 510 * ms, 600 * ms, 700 * ms], [-1, 0, -1, 1])
+    rows = [
+        {
+            "request_id": "a",
+            "sent_ms": 18.5,
+            "t_ms": [22.0, 511.0, 601.0, 701.0],
+            "steps": [None, 100, -1, 101],
+        }
+    ]
+    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
+    assert path["tokens"] == 4 and path["delivery_ms"]["p99"] == pytest.approx(1.0)
+    # no prefill records that name requests, the first prefill cut from the window, its readmission in it
+    log = log_of(
+        [], [600 * ms, 700 * ms], [-1, 1]
+    )  # the window starts after step 100: its first -1 is at 600 ms
+    rows = [
+        {"request_id": "a", "sent_ms": 18.5, "t_ms": [22.0, 511.0, 601.0, 701.0], "steps": [-1, 100, -1, 101]}
+    ]
+    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
+    assert path["engine_ttft_ms"]["p99"] is None and path["first_delivery_ms"]["p99"] is None
