@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,11 +34,18 @@ class Stub:
         assert "ready at" in line, line
         self.url = line.split("ready at ")[1].strip()
 
-    def wait_done(self, n: int) -> None:
-        """Until the n-th stream has ended (a stub started with --say-done)."""
-        while (line := self.proc.stdout.readline()) and line.strip() != f"done {n}":
-            pass
-        assert line, "the stub ended"
+    def wait_done(self, n: int, load: subprocess.Popen, timeout_s: float = 120.0) -> None:
+        """Until the n-th stream has ended (a stub started with --say-done); fails if `load` ends or stalls first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and load.poll() is None:
+            if select.select([self.proc.stdout], [], [], 0.5)[0]:
+                line = self.proc.stdout.readline()
+                assert line, "the stub ended"
+                if line.strip() == f"done {n}":
+                    return
+        raise AssertionError(
+            f"no {n} streams done: the load {'ended' if load.poll() is not None else 'stalled'}"
+        )
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -210,7 +218,7 @@ def test_ls_fits_80_columns_beside_the_longest_id_and_an_incomplete_run(tmp_path
              "--duration", "120", "--rate", "20", "--output-len", "8"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
         )  # fmt: skip
-        server.wait_done(3)  # some requests done
+        server.wait_done(3, proc)  # some requests done
         time.sleep(0.5)  # and read by the load
         proc.send_signal(signal.SIGINT)
     finally:
@@ -243,7 +251,7 @@ def test_ctrl_c_keeps_the_requests_done_as_an_incomplete_run(tmp_path, started_i
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV80},
             preexec_fn=_ignore_sigint if started_ignoring_sigint else None,
         )  # fmt: skip
-        server.wait_done(3)  # some requests done, more in flight and due
+        server.wait_done(3, proc)  # some requests done, more in flight and due
         time.sleep(0.5)  # and read by the load
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
