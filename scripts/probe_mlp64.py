@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from roseinfer.bench.timing import captured, replays_us
+
 LAYERS, C, H, M = 12, 768, 3072, 64
 PHASES = [
     "start -> past the wait",
@@ -133,36 +135,11 @@ def chain(mod, variant: str, x, layers, stamps=None):
     return run
 
 
-def capture(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()  # warm (cuBLAS picks its kernels, workspace)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
-def time_graph(g, replays: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    g.replay()
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(replays):
-        g.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / replays / LAYERS  # us a layer
-
-
 def phases(mod, variant, x, layers) -> dict:
     """One stamped chain: each stamp's time after the grid's first block passed the wait (median and last block)."""
     stamps = [torch.zeros(mod.NSTAMP * 128, dtype=torch.int64, device="cuda") for _ in layers]
     run = chain(mod, variant, x, layers, stamps)  # kept alive while the graph replays: it holds the buffers
-    g = capture(run)
+    g = captured(run)[0]
     for _ in range(20):
         g.replay()
     torch.cuda.synchronize()
@@ -223,11 +200,11 @@ def main() -> int:
     layers = [weights(100 + i) for i in range(LAYERS)]
     variants = args.variants.split(",")
     runs = {v: chain(mod, v, x, layers) for v in variants}  # kept: a graph does not hold its buffers alive
-    graphs = {v: capture(runs[v]) for v in variants}
+    graphs = {v: captured(runs[v])[0] for v in variants}
     times = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
-            times[v].append(time_graph(graphs[v], args.replays))
+            times[v].append(replays_us(graphs[v], args.replays) / LAYERS)
     print("us a layer (12 MLPs a replay, median of rounds):")
     for v in variants:
         print(

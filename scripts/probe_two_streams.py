@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from roseinfer.bench.timing import captured, replays_us
+
 LAYERS, C, HEADS = 12, 768, 12
 
 
@@ -89,31 +91,6 @@ def program(variant: str, x, out, weights):
     return run
 
 
-def capture(fn):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
-def time_graph(g, replays: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    g.replay()
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(replays):
-        g.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1000 / replays
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=64)
@@ -138,11 +115,11 @@ def main() -> int:
         err = (outs[v].float() - ref.float()).abs().max().item()
         print(f"{v:6s}: max |difference| from one stream {err:.3g}", flush=True)
     runs = {v: program(v, x0, outs[v], weights) for v in variants}  # kept alive while their graphs replay
-    graphs = {v: capture(runs[v]) for v in variants}
+    graphs = {v: captured(runs[v])[0] for v in variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.rounds):
         for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
-            times[v].append(time_graph(graphs[v], args.replays))
+            times[v].append(replays_us(graphs[v], args.replays))
     print(f"{torch.cuda.get_device_name()}, {args.rows} rows, past {args.past}: us a step (median of rounds)")
     base = statistics.median(times["one"])
     for v in variants:

@@ -65,3 +65,19 @@ def graph_us(fn, reps: int, calls: int = 20) -> float:
         for _ in range(calls):
             fn()
     return time_us(graph.replay, reps) / calls
+
+
+def replays_us(graph, replays: int) -> float:
+    """Mean µs a replay of `graph` over `replays` replays back to back between two CUDA events, after one replay
+    waited for: the GPU's steady state, no gap between replays (where `time_us` takes the median of single calls)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000 / replays
