@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from roseprof.errors import CaptureFailed, RoseprofError
-from roseprof.render.text import wrap_words
+from roseprof.render.wrap import wrap_words
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

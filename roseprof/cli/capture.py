@@ -142,7 +142,7 @@ def _failure(outcome) -> list[str]:
     from roseprof.errors import one_line
     from roseprof.render.commands import pasteable
     from roseprof.render.safe_text import plain
-    from roseprof.render.text import wrap_words
+    from roseprof.render.wrap import wrap_words
 
     m, code, width = outcome.run.manifest, outcome.exit_code, terminal_width()
     said = one_line(m.get("message") or f"the capture ended with exit code {code}")

@@ -8,7 +8,7 @@ import re
 import numpy as np
 
 from roseprof.live.join import SLOW_STEP, RegionGrowth, grown_words
-from roseprof.render.text import wrap_words
+from roseprof.render.wrap import wrap_words
 from roseprof.workload.steplog import StepLogRecords
 
 

@@ -15,7 +15,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from roseprof.render import commands, text, units
+from roseprof.render import commands, text, units, wrap
 from roseprof.render.safe_text import plain
 from roseprof.render.view import RunRecord, RunView
 from roseprof.workload.roseinfer import CAPTURE_ENV
@@ -195,7 +195,7 @@ def print_summary(
 
 def _say(console: Console, line: str, style: str | None = None) -> None:
     """A line of figures or words, wrapped to the console between words, never between a number and its unit."""
-    console.print(text.wrap_figures(line, console.width), markup=False, style=style, overflow="fold")
+    console.print(wrap.wrap_figures(line, console.width), markup=False, style=style, overflow="fold")
 
 
 class TerminalRenderer:
