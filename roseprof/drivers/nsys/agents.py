@@ -66,11 +66,8 @@ def wait_for_agents(key: str, timeout_s: float) -> bool:
         # An agent found is waited for until it has exited: its command line reads empty while it exits (its
         # memory released before the rest), when `agents` no longer knows it for one. Its start time tells it
         # from another process given the same pid since.
-        for pid in agents(key):
-            started = _start_time(pid)
-            if started is not None:
-                ending.setdefault(pid, started)
-        ending = {pid: started for pid, started in ending.items() if _start_time(pid) == started}
+        now = {pid: _start_time(pid) for pid in {*ending, *agents(key)}}
+        ending = {pid: t for pid, t in now.items() if t is not None and ending.get(pid, t) == t}
         if not ending:
             return True
         if time.monotonic() >= deadline:
