@@ -19,4 +19,6 @@ for name in "${names[@]}"; do
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_31_x86_64 \
     --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64 -d .whl "$name==$version"
 done
+# the CUTLASS headers the engine's GEMM at 33 to 64 rows builds from (roseinfer/cuda_ext/cutlass_gemm.py), pinned
+"$py" -m pip download -q --no-deps -d .whl nvidia-cutlass==4.2.0.0
 du -sh .whl

@@ -94,11 +94,12 @@ def available(name: str) -> bool:
     return load(name) is not None
 
 
-def build_flags(arch: str, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
+def build_flags(arch: str, defines: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     """nvcc's flags of a build for `arch` (sm_90a, say) beside those torch's extension build adds itself
-    (`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`: no implicit half conversions, among others)."""
+    (`torch.utils.cpp_extension.COMMON_NVCC_FLAGS`: no implicit half conversions, among others); extra: a
+    module's own (CUTLASS's include folders, say), part of the cache key like the rest."""
     return ("-O3", "--use_fast_math", "-lineinfo", f"-gencode=arch=compute_{arch[3:]},code={arch}",
-            *(f"-D{d}" for d in defines))  # fmt: skip
+            *(f"-D{d}" for d in defines), *extra)  # fmt: skip
 
 
 def nvcc_command() -> str | None:
@@ -123,10 +124,13 @@ def build_folder(name: str, arch: str, flags: tuple[str, ...], nvcc: str) -> Pat
 
 
 @functools.cache
-def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (0, 0)):
+def load(
+    name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (0, 0), extra: tuple[str, ...] = ()
+):
     """The built module, or None (then `why_not_built(name)` says why). defines: extra `-D` macros (a test
     build's planted delay, say), part of the cache key. min_arch: the oldest GPU (compute capability) its code
-    assembles for; on an older one nothing is built (nvcc would fail on every process's first call)."""
+    assembles for; on an older one nothing is built (nvcc would fail on every process's first call). extra: more
+    nvcc flags (`build_flags`)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -141,7 +145,7 @@ def load(name: str, defines: tuple[str, ...] = (), min_arch: tuple[int, int] = (
     arch = (
         f"sm_{major}{minor}{'a' if major >= 9 else ''}"  # sm_90a: Hopper's own instructions (setmaxnreg, ...)
     )
-    flags = build_flags(arch, defines)
+    flags = build_flags(arch, defines, extra)
     folder = build_folder(name, arch, flags, nvcc)
     from torch.utils.cpp_extension import load as cpp_load
 
