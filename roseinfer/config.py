@@ -104,6 +104,9 @@ class EngineConfig:
     cuda_attn: bool = (
         True  # ... and its attention half as one CUDA kernel, a cluster per head (--no-cuda-attn)
     )
+    # ... and the captured step's linears at 33 to 64 rows as a CUTLASS GEMM that loads its weights before its PDL
+    # wait (needs the nvidia-cutlass wheel; --no-cutlass-gemm: cuBLAS, as before)
+    cutlass_gemm: bool = True
     # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
     # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
     # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier

@@ -40,13 +40,14 @@ from __future__ import annotations
 
 import atexit
 import bisect
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from roseinfer import distributed
 from roseinfer.block_tables import BlockTables
-from roseinfer.cuda_ext import fused_attn, fused_mlp
+from roseinfer.cuda_ext import cutlass_gemm, fused_attn, fused_mlp
 from roseinfer.cuda_ext.fused_attn import AttnScratch
 from roseinfer.cuda_ext.fused_mlp import MlpScratch
 from roseinfer.cuda_ext.recorder import StampedKernel, StampRecorder
@@ -72,6 +73,9 @@ def batch_buckets(max_batch: int) -> list[int]:
 # decide, as before: with `skinny_gemm_max_batch=0` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
+# The CUTLASS GEMM's rows: above the skinny GEMM's 32, up to one 64-token tile (`cutlass_gemm.MAX_ROWS`)
+CUTLASS_ABOVE = 32
+CUTLASS_MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -164,6 +168,15 @@ class GraphKernels:
     # as one CUDA kernel, a cluster of blocks per head (`roseinfer.cuda_ext.fused_attn`); its float32 output goes
     # to the MLP after it. False (`--no-cuda-attn`): the norm GEMV, the split attention and the GEMV (Triton).
     cuda_attn: bool = True
+    # Buckets of more than skinny_gemm_max_batch and at most this many rows run their float16 linears as the
+    # CUTLASS GEMM that loads its weights before its PDL wait (`roseinfer.cuda_ext.cutlass_gemm`, built at first
+    # use; cuBLAS where it is not built), and launch their Triton kernels as programmatic dependents. 0
+    # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before.
+    cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
+    # In those buckets the paged attention is a dependent launch too: it starts while c_attn finishes, and releases
+    # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
+    # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
+    cutlass_pdl_attention: bool = True
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
@@ -173,7 +186,14 @@ class GraphKernels:
             or bucket <= self.pdl_max_batch
             or (width <= PDL_NARROW_WIDTH and PDL_NARROW_ABOVE < bucket <= self.pdl_narrow_max_batch)
             or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
+            or self.cutlass_in(bucket)
         )
+
+    def cutlass_in(self, bucket: int) -> bool:
+        """Whether a bucket's linears may run as the CUTLASS GEMM (where it fits and is built): above CUTLASS_ABOVE
+        rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM asked for beyond 32 rows
+        runs first where `skinny_wins`)."""
+        return CUTLASS_ABOVE < bucket <= self.cutlass_gemm_max_batch
 
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the
@@ -181,8 +201,21 @@ class GraphKernels:
         its weights before it waits (where `roseinfer.linears` picks it: e.g. not with `gemv_max_batch=0` at up to 8 rows,
         nor for a tensor-parallel attn_proj's narrow input). cuBLAS's GEMM is launched plainly, so in its buckets
         the release gains nothing and would only keep the attention's 16-token tiles off
-        (`pick_attention_tile(shares_sms=)`)."""
+        (`pick_attention_tile(shares_sms=)`). In the CUTLASS GEMM's buckets the attention is itself a dependent
+        launch (`cutlass_pdl_attention`), which releases attn_proj as it starts; its tiles stay as they were."""
         return self.pdl_attention_release and bucket <= max(self.gemv_max_batch, self.skinny_gemm_max_batch)
+
+
+def cutlass_gemm_runs(model: torch.nn.Module, cache: KVCache) -> bool:
+    """Whether the CUTLASS GEMM can run this model's step: float16 on a GPU where it is built (the first call may
+    build it: a minute or two, said on stderr). Where a float16 GPU step cannot, stderr says why once a process
+    (its buckets run about 10% slower on cuBLAS: docs/BENCHMARKS.md, session 44)."""
+    if not (cache.is_cuda and next(model.parameters()).dtype == torch.float16):
+        return False
+    if cutlass_gemm.module() is not None:
+        return True
+    cutlass_gemm.say_not_built()
+    return False
 
 
 class DecodeGraphs:
@@ -206,6 +239,9 @@ class DecodeGraphs:
         self.paged_attn = paged_attn
         self.buckets = batch_buckets(max_batch)
         self.capture = capture
+        if kernels.cutlass_gemm_max_batch and not cutlass_gemm_runs(model, cache):
+            # its buckets then run as before: cuBLAS, and PDL only where the rules above put it
+            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=0)
         self.kernels = kernels
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
@@ -268,10 +304,11 @@ class DecodeGraphs:
                 self.skinny_scratch,
                 self.mlp_scratch,
                 self.attn_scratch,
+                (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(bucket) else (0, 0),
             ),
             pdl_scope(
                 pdl,
-                k.pdl_attention,
+                k.pdl_attention or (k.cutlass_pdl_attention and k.cutlass_in(bucket)),
                 k.attention_release_in(bucket),
                 k.pdl_attention_prefetch,
                 k.pdl_early_release,

@@ -11,6 +11,9 @@ Which kernel runs:
 - inside `small_batch_gemv(.., skinny_max_rows=R)`, the same inputs of at most R rows where the GEMV does not run
   and it was measured faster (`skinny_wins`): `roseinfer.kernels.skinny_gemm` (tensor cores, split-K reduced in the
   same kernel, bias and GELU in its epilogue);
+- inside `small_batch_gemv(.., cutlass_rows=(lo, hi))`, inputs of more than lo and at most hi rows in float16 with
+  a bias, where it is built (`roseinfer.cuda_ext.cutlass_gemm.fits`): the CUTLASS Hopper GEMM that loads its
+  weights before its PDL wait (bias and GELU in its epilogue);
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
@@ -49,6 +52,10 @@ _LM_HEAD: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_lm_he
 # Rows up to which the skinny GEMM runs where the GEMV does not (0: never), and the split-K scratch it uses there.
 _SKINNY_MAX_ROWS: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_skinny_max_rows", default=0)
 _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skinny_scratch", default=None)
+# Rows (lo, hi]: inputs of more than lo and at most hi rows run as the CUTLASS GEMM where it fits ((0, 0): never).
+_CUTLASS_ROWS: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "roseinfer_cutlass_rows", default=(0, 0)
+)
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
@@ -66,6 +73,7 @@ def small_batch_gemv(
     scratch=None,
     mlp_scratch=None,
     attn_scratch=None,
+    cutlass_rows: tuple[int, int] = (0, 0),
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -73,7 +81,8 @@ def small_batch_gemv(
     one-row lm_head runs as `norm_lm_head`. skinny_max_rows: linears of at most this many rows that the GEMV does
     not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
     process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
-    buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`."""
+    buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
+    cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -83,10 +92,12 @@ def small_batch_gemv(
         _SKINNY_SCRATCH.set(scratch),
         _CUDA_MLP.set(mlp_scratch if norm_prologue and lm_head else None),
         _CUDA_ATTN.set(attn_scratch if norm_prologue and lm_head else None),
+        _CUTLASS_ROWS.set(cutlass_rows),
     )
     try:
         yield
     finally:
+        _CUTLASS_ROWS.reset(tokens[8])
         _CUDA_ATTN.reset(tokens[7])
         _CUDA_MLP.reset(tokens[6])
         _SKINNY_SCRATCH.reset(tokens[5])
@@ -103,6 +114,11 @@ def uses_gemv(x: torch.Tensor) -> bool:
 
 def uses_skinny_gemm(x: torch.Tensor) -> bool:
     return 0 < x.shape[0] <= _SKINNY_MAX_ROWS.get() and _triton_input(x)
+
+
+def uses_cutlass_gemm(x: torch.Tensor) -> bool:
+    lo, hi = _CUTLASS_ROWS.get()
+    return lo < x.shape[0] <= hi
 
 
 def _triton_input(x: torch.Tensor) -> bool:
@@ -137,6 +153,11 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
 
         if skinny_gemm_fits(x, weight):
             return skinny_gemm_triton(x, weight, bias, gelu=gelu, scratch=_SKINNY_SCRATCH.get())
+    if uses_cutlass_gemm(x):
+        from roseinfer.cuda_ext import cutlass_gemm
+
+        if cutlass_gemm.fits(x, weight, bias):
+            return cutlass_gemm.cutlass_gemm(x, weight, bias, gelu=gelu)
     if not gelu:
         return F.linear(x, weight, bias)
     if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):

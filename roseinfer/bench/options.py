@@ -78,6 +78,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="Triton path: the one-row attention half as three Triton kernels, not one CUDA kernel",
     )
     p.add_argument(
+        "--no-cutlass-gemm",
+        action="store_true",
+        help="cuBLAS for the linears at 33 to 64 rows, not the CUTLASS GEMM that loads its weights early",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -153,6 +158,7 @@ def engine_config(args) -> EngineConfig:
         block_table_cache=not args.no_block_table_cache,
         cuda_mlp=not args.no_cuda_mlp,
         cuda_attn=not args.no_cuda_attn,
+        cutlass_gemm=not args.no_cutlass_gemm,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
         cpu_threads=args.cpu_threads,

@@ -1,5 +1,7 @@
 """CUDA-graph decode (`--cuda-graph`): buckets, greedy equality with Hugging Face, replay equal to eager."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -27,14 +29,17 @@ def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
     gpt2, medium = PDL_NARROW_WIDTH, 1024
     on = GraphKernels()
     assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, 48, 64]
-    # wider: the GEMV's and the skinny GEMM's buckets only
-    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
-    no_64 = GraphKernels(pdl_narrow_max_batch=0)  # before session 16
+    # wider: the GEMV's, the skinny GEMM's and the CUTLASS GEMM's buckets
+    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64]
+    cublas = GraphKernels(cutlass_gemm_max_batch=0)  # before session 44: cuBLAS at 48 and 64 rows
+    assert [b for b in buckets if cublas.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
+    no_64 = GraphKernels(pdl_narrow_max_batch=0, cutlass_gemm_max_batch=0)  # before session 16
     assert [b for b in buckets if no_64.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32]
     assert not any(GraphKernels(pdl=False).pdl_in(b, gpt2) for b in buckets)
     # without the skinny GEMM buckets 16 and 32 run cuBLAS with plain launches, as before it
     no_skinny = GraphKernels(skinny_gemm_max_batch=0)
     assert [b for b in buckets if no_skinny.pdl_in(b, gpt2)] == [1, 2, 4, 8, 48, 64]
+    assert [b for b in buckets if no_skinny.cutlass_in(b)] == [48, 64]
     assert all(GraphKernels(pdl_max_batch=None).pdl_in(b, medium) for b in buckets)
 
 
@@ -44,13 +49,15 @@ def test_the_engine_captures_its_steps_with_every_kernel_on(tiny_checkpoint):
 
     llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4)
     llm.engine.runner.use_static_decode(capture=False)
-    assert llm.engine.runner.graphs.kernels == GraphKernels()
+    # but the CUTLASS GEMM's rows, dropped where it cannot run (here: no CUDA)
+    assert llm.engine.runner.graphs.kernels == dataclasses.replace(GraphKernels(), cutlass_gemm_max_batch=0)
     assert GraphKernels().pdl_narrow_max_batch == 64 and GraphKernels().skinny_gemm_max_batch == 32
 
 
 def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
-    # Buckets 48 and 64 run attn_proj on cuBLAS, launched plainly: no early release there, so the attention keeps
-    # its 16-token tiles (`pick_attention_tile(shares_sms=)`).
+    # Buckets 48 and 64 run attn_proj on the CUTLASS GEMM (or cuBLAS): the attention is a dependent launch there
+    # (which releases attn_proj as it starts) or, on cuBLAS, launched plainly; either way no early release rule
+    # there, so the attention keeps its 16-token tiles (`pick_attention_tile(shares_sms=)`).
     from roseinfer.cuda_graphs import GraphKernels
 
     buckets = batch_buckets(128)
@@ -183,8 +190,8 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
 
 @pytest.mark.gpu
 def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launches(tiny_checkpoint):
-    # fp16, a batch of 60 (bucket 64, cuBLAS's linears): the add + LayerNorm kernels launched as dependents (the
-    # default for a model this narrow) or plainly (as before session 16) compute the same numbers.
+    # fp16, a batch of 60 (bucket 64, cuBLAS's linears: `--no-cutlass-gemm`): the add + LayerNorm kernels launched
+    # as dependents (the default for a model this narrow) or plainly (as before session 16) compute the same numbers.
     from roseinfer.cuda_graphs import GraphKernels
     from roseinfer.kernels.pdl import pdl_supported
 
@@ -193,12 +200,12 @@ def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launche
 
     prompts = [p for p in make_prompts() for _ in range(10)][:60]
     runs = []
-    for kernels in (None, GraphKernels(pdl_narrow_max_batch=0)):
+    cublas = GraphKernels(cutlass_gemm_max_batch=0)
+    for kernels in (cublas, dataclasses.replace(cublas, pdl_narrow_max_batch=0)):
         opts = dict(device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True)
         llm = LLM(tiny_checkpoint, **opts)
-        if kernels is not None:
-            llm.engine.use_static_decode(capture=True, kernels=kernels)
-        assert llm.engine.graphs.kernels.pdl_in(64, 64) is (kernels is None)
+        llm.engine.use_static_decode(capture=True, kernels=kernels)
+        assert llm.engine.graphs.kernels.pdl_in(64, 64) is (kernels is cublas)
         outs = llm.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
         runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[64][0].clone()))
     (outs, logits), (outs_plain, logits_plain) = runs

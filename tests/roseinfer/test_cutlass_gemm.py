@@ -1,0 +1,185 @@
+"""The CUTLASS GEMM for the linears at 33 to 64 rows (`roseinfer.cuda_ext.cutlass_gemm`): where it runs, where it
+does not (the CPU CI: never built, every linear on cuBLAS), and on a GPU that it computes what cuBLAS does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from roseinfer import cuda_ext
+from roseinfer.cuda_ext import cutlass_gemm as cg
+from roseinfer.linears import linear, small_batch_gemv
+
+
+def test_off_the_gpu_it_is_not_built_and_says_why():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine: the build is tested below")
+    assert cg.module() is None
+    assert cuda_ext.why_not_built(cg.NAME) == "not built: no CUDA"
+    lin = torch.nn.Linear(768, 2304).half()
+    x = torch.randn(64, 768).half()
+    assert not cg.fits(x, lin.weight, lin.bias)
+    # the engine's dispatch inside its rows falls back to torch
+    with torch.no_grad(), small_batch_gemv(0, cutlass_rows=(32, 64)):
+        out = linear(x, lin)
+    torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias))
+
+
+def test_no_cutlass_gemm_reaches_the_engines_config():
+    # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
+    from roseinfer.bench.common import build_parser, engine_config, parse
+
+    parser = build_parser("benchmark_scheduler", "", "offline")
+    assert engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"])).cutlass_gemm
+    assert not engine_config(
+        parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cutlass-gemm"])
+    ).cutlass_gemm
+
+
+def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
+    from roseinfer.cuda_graphs import GraphKernels
+
+    k = GraphKernels()
+    assert [b for b in (1, 8, 16, 32, 48, 64, 80) if k.cutlass_in(b)] == [48, 64]
+    # above 32 rows whatever the skinny GEMM's bound: without it buckets 16 and 32 are cuBLAS's, as before
+    assert [b for b in (1, 8, 16, 32, 48, 64) if GraphKernels(skinny_gemm_max_batch=0).cutlass_in(b)] == [
+        48,
+        64,
+    ]
+    # gpt2-medium (1,024 wide) takes PDL at 48 and 64 rows only where the CUTLASS GEMM runs there
+    assert k.pdl_in(64, 1024) and not GraphKernels(cutlass_gemm_max_batch=0).pdl_in(64, 1024)
+
+
+def test_a_cpu_engine_runs_its_buckets_as_before(tiny_checkpoint):
+    # where the kernel cannot run (no CUDA) the graphs' kernels say so: no CUTLASS rows, PDL by the rules before it
+    from roseinfer import LLM
+
+    llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=64)
+    llm.engine.use_static_decode(capture=False)  # the static path uncaptured: how the CPU checks it
+    assert llm.engine.graphs.kernels.cutlass_gemm_max_batch == 0
+    assert not llm.engine.graphs.kernels.pdl_in(64, 1024)
+
+
+# -- on a GPU ----------------------------------------------------------------------------------------------------
+
+SHAPES = [(2304, 768, False), (768, 768, False), (3072, 768, True), (768, 3072, False), (3072, 1024, False)]
+
+
+def _reference(x, w, b, gelu):
+    ref = x.float() @ w.float().t() + b.float()
+    return F.gelu(ref, approximate="tanh") if gelu else ref
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [64, 40, 33, 1])
+@pytest.mark.parametrize("n,k,gelu", SHAPES)
+def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
+    # GPT-2 small's four linears (c_fc with its tanh GELU) and gpt2-medium's c_fc without it; fewer rows than
+    # the tile's 64 (the TMA loads past the last row read zeros, the stores stop there)
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    torch.manual_seed(0)
+    x = torch.randn(rows, k, device="cuda").half()
+    w, b = (torch.randn(n, k, device="cuda") * 0.02).half(), (torch.randn(n, device="cuda") * 0.1).half()
+    ref = _reference(x, w, b, gelu)
+    cublas = torch._addmm_activation(b, x, w.t(), use_gelu=True) if gelu else F.linear(x, w, b)
+    out = cg.cutlass_gemm(x, w, b, gelu=gelu)
+    assert out.shape == (rows, n) and out.dtype == torch.float16
+    err, cublas_err = (out.float() - ref).abs().max().item(), (cublas.float() - ref).abs().max().item()
+    assert err <= max(2 * cublas_err, 2e-3), (err, cublas_err)
+
+
+@pytest.mark.gpu
+def test_x_may_be_rows_of_a_wider_buffer():
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    torch.manual_seed(1)
+    wide = torch.randn(64, 2304, device="cuda").half()
+    x = wide[:, 768:1536]  # [64, 768], row stride 2304
+    w, b = (torch.randn(768, 768, device="cuda") * 0.02).half(), torch.zeros(768, device="cuda").half()
+    assert cg.fits(x, w, b)
+    torch.testing.assert_close(cg.cutlass_gemm(x, w, b), F.linear(x.contiguous(), w, b), atol=2e-3, rtol=2e-3)
+    # what TMA cannot address falls back: a row stride not a multiple of 8, no bias, float32
+    assert not cg.fits(torch.randn(64, 772, device="cuda").half()[:, :768], w, b)
+    assert not cg.fits(x, w, None)
+    assert not cg.fits(x.float(), w.float(), b.float())
+
+
+@pytest.mark.gpu
+def test_the_linears_dispatch_it_inside_its_rows_only(monkeypatch):
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    calls = []
+    real = cg.cutlass_gemm
+    monkeypatch.setattr(cg, "cutlass_gemm", lambda *a, **kw: calls.append(a[0].shape[0]) or real(*a, **kw))
+    lin = torch.nn.Linear(768, 3072, device="cuda", dtype=torch.float16)
+    with torch.no_grad(), small_batch_gemv(0, cutlass_rows=(32, 64)):
+        for rows in (32, 33, 64, 65):
+            x = torch.randn(rows, 768, device="cuda").half()
+            out = linear(x, lin, gelu=True)
+            ref = _reference(x, lin.weight, lin.bias, gelu=True)
+            torch.testing.assert_close(out.float(), ref, atol=1e-2, rtol=1e-2)
+    assert calls == [33, 64]
+
+
+@pytest.mark.gpu
+def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
+    # fp16, a batch of 40 (bucket 48) and of 64: the captured step with the CUTLASS GEMM (the default, PDL in its
+    # buckets) and with cuBLAS (`--no-cutlass-gemm`) compute the same numbers up to the order of each fp32 sum:
+    # one replay of each bucket on the same inputs and cache, captured both ways on one engine.
+    from roseinfer import LLM, SamplingParams
+    from roseinfer.cuda_graphs import GraphKernels
+    from tests.roseinfer.test_engine_matches_hf import make_prompts
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    llm = LLM(
+        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True
+    )
+    prompts = [p for p in make_prompts() for _ in range(16)][:64]
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    assert [len(o.token_ids) for o in outs] == [4] * 64
+    engine = llm.engine
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == 64
+    calls = []
+    real = cg.cutlass_gemm
+    logits = {}
+    for name, kernels in (("cutlass", GraphKernels()), ("cublas", GraphKernels(cutlass_gemm_max_batch=0))):
+        cg.cutlass_gemm = lambda *a, _name=name, **kw: calls.append(_name) or real(*a, **kw)
+        try:
+            engine.use_static_decode(capture=True, kernels=kernels)
+        finally:
+            cg.cutlass_gemm = real
+        n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
+        for bucket in (48, 64):
+            tables = torch.arange(bucket).view(bucket, 1, 1).expand(bucket, n_layer, m)
+            engine.runner.freeze_static_inputs(bucket, past=20, tables=tables)
+            engine.graphs.replay(bucket)
+            logits[name, bucket] = engine.graphs.outputs[bucket][0].float().clone()  # [bucket, V]
+    assert "cutlass" in calls and "cublas" not in calls
+    for bucket in (48, 64):
+        torch.testing.assert_close(logits["cutlass", bucket], logits["cublas", bucket], atol=2e-2, rtol=2e-2)
+
+
+def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
+    # a GPU engine whose CUTLASS GEMM is not built (no nvidia-cutlass wheel, say) runs those buckets on cuBLAS
+    # and says so on stderr, once a process
+    from types import SimpleNamespace
+
+    from roseinfer.cuda_graphs import cutlass_gemm_runs
+
+    monkeypatch.setattr(cg, "module", lambda: None)
+    monkeypatch.setitem(
+        cuda_ext._WHY_NOT, cg.NAME, "not built: no CUTLASS headers (pip install nvidia-cutlass)"
+    )
+    cg.say_not_built.cache_clear()
+    model, cache = torch.nn.Linear(2, 2).half(), SimpleNamespace(is_cuda=True)
+    assert not cutlass_gemm_runs(model, cache) and not cutlass_gemm_runs(model, cache)
+    assert not cutlass_gemm_runs(torch.nn.Linear(2, 2), cache)  # float32: never its kernel, nothing to say
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is not built: no CUTLASS headers "
+        "(pip install nvidia-cutlass)"
+    ]
+    cg.say_not_built.cache_clear()
