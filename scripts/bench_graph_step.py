@@ -47,7 +47,13 @@ Variants, each adding one change to the one before:
      GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj early
      there): the engine of session 16;
  32. 31 + at one row a 768-wide block's MLP as one split-K CUDA kernel (issue 50, `roseinfer.cuda_ext.fused_mlp`;
-     the Triton path where it is not built): the engine now (session 24).
+     the Triton path where it is not built): the engine of session 24;
+ 33. 32 + the skinny GEMM for attn_proj and mlp_proj at 33 to 64 rows (session 42: slower);
+ 34. 32 + the linears of buckets of 33 to 64 rows as the CUTLASS GEMM that loads its weights before its PDL wait,
+     the step's Triton kernels dependent launches there (issue 50, `roseinfer.cuda_ext.cutlass_gemm`; cuBLAS where
+     it is not built);
+ 35. 34 + the attention a dependent launch in those buckets too (`GraphKernels.cutlass_pdl_attention`): the engine
+     now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile.
@@ -142,6 +148,12 @@ VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items
 VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
 # 32 + the skinny GEMM for attn_proj and mlp_proj at 33 to 64 rows (docs/BENCHMARKS.md, session 42: slower)
 VARIANTS[33] = GraphKernels(skinny_gemm_max_batch=64)
+# The tenth step's change off: what variants 1 to 33 measured before it existed (the CUTLASS GEMM defaults on).
+VARIANTS = {v: dataclasses.replace(k, cutlass_gemm_max_batch=0) for v, k in VARIANTS.items()}
+VARIANTS[34] = GraphKernels(
+    cutlass_pdl_attention=False
+)  # 32 + the CUTLASS GEMM at 33 to 64 rows (session 44)
+VARIANTS[35] = GraphKernels()  # 34 + the attention a dependent launch in its buckets: the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -273,8 +285,10 @@ def main() -> None:
         29: "28, the attention not releasing attn_proj early",
         30: "23, the attention not releasing attn_proj early",
         31: "28 + PDL up to 64 rows up to 768 wide",
-        32: "31 + the one-row MLP and attention as CUDA kernels (engine now)",
+        32: "31 + the one-row MLP and attention as CUDA kernels",
         33: "32 + the skinny GEMM up to 64 rows (attn_proj, mlp_proj there)",
+        34: "32 + the CUTLASS GEMM at 33 to 64 rows",
+        35: "34 + the attention a dependent launch there (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
