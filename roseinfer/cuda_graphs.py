@@ -18,7 +18,8 @@ engine launch it before reading this step's tokens (the overlapped decode, `rose
 all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
-skinny GEMM (`roseinfer.linears`),
+skinny GEMM, and in buckets 48 and 64 as a CUTLASS GEMM that loads its weights before its PDL wait
+(`roseinfer.linears`, `roseinfer.cuda_ext.cutlass_gemm`),
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
@@ -73,9 +74,9 @@ def batch_buckets(max_batch: int) -> list[int]:
 # decide, as before: with `skinny_gemm_max_batch=0` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
-# The CUTLASS GEMM's rows: above the skinny GEMM's 32, up to one 64-token tile (`cutlass_gemm.MAX_ROWS`)
+# The CUTLASS GEMM's rows: above the skinny GEMM's 32, up to one 64-token tile
 CUTLASS_ABOVE = 32
-CUTLASS_MAX_BATCH = 64
+CUTLASS_MAX_BATCH = cutlass_gemm.MAX_ROWS
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ class GraphKernels:
     gelu_epilogue: bool = True  # the GELU in the c_fc GEMM's epilogue (CUDA, half precision)
     append_in_attention: bool = True  # the paged-attention kernel writes the new K/V (no append kernel)
     # Buckets of at most this many rows run their linears as the small-batch GEMV kernel (bias and GELU in its
-    # epilogue; `roseinfer.linears`), larger ones on cuBLAS; 0: cuBLAS everywhere (the design before).
+    # epilogue; `roseinfer.linears`), larger ones on the skinny GEMM, the CUTLASS GEMM or cuBLAS (below); 0: none.
     gemv_max_batch: int = 8
     # The step's Triton kernels (GEMV, add + LayerNorm, paged attention) as programmatic dependent launches: each
     # starts while the one before finishes, the GEMV's weight loads in flight before it waits
@@ -153,7 +154,8 @@ class GraphKernels:
     # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and cuBLAS, as before.
     lm_head_gemv: bool = True
     # Buckets of at most this many rows run the linears the GEMV does not take as the skinny GEMM (tensor cores,
-    # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on cuBLAS; 0: never, as before.
+    # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on the CUTLASS GEMM (below) or cuBLAS;
+    # 0: never, as before.
     # At 64 rows on the H100 it beat cuBLAS by less than 1.5 us a linear and c_fc not at all, and the step with it
     # and PDL was slower (docs/BENCHMARKS.md, issue 27 round 6).
     skinny_gemm_max_batch: int = 32
@@ -168,7 +170,7 @@ class GraphKernels:
     # as one CUDA kernel, a cluster of blocks per head (`roseinfer.cuda_ext.fused_attn`); its float32 output goes
     # to the MLP after it. False (`--no-cuda-attn`): the norm GEMV, the split attention and the GEMV (Triton).
     cuda_attn: bool = True
-    # Buckets of more than skinny_gemm_max_batch and at most this many rows run their float16 linears as the
+    # Buckets of more than CUTLASS_ABOVE (32) and at most this many rows run their float16 linears as the
     # CUTLASS GEMM that loads its weights before its PDL wait (`roseinfer.cuda_ext.cutlass_gemm`, built at first
     # use; cuBLAS where it is not built), and launch their Triton kernels as programmatic dependents. 0
     # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before.
@@ -193,7 +195,7 @@ class GraphKernels:
         """Whether a bucket's linears may run as the CUTLASS GEMM (where it fits and is built): above CUTLASS_ABOVE
         rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM asked for beyond 32 rows
         runs first where `skinny_wins`)."""
-        return CUTLASS_ABOVE < bucket <= self.cutlass_gemm_max_batch
+        return CUTLASS_ABOVE < bucket <= min(self.cutlass_gemm_max_batch, CUTLASS_MAX_BATCH)
 
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the

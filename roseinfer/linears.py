@@ -1,4 +1,5 @@
-"""The one place the model's linear layers are dispatched: cuBLAS (torch), the small-batch GEMV or the skinny GEMM.
+"""The one place the model's linear layers are dispatched: cuBLAS (torch), the small-batch GEMV, the skinny GEMM or
+the CUTLASS GEMM.
 
 Every linear of a block goes through `linear(x, lin)`: c_attn, attn_proj, c_fc (with GELU) and mlp_proj. `lin` is
 anything with `.weight` [N, K] and `.bias` [N] or None (an nn.Linear, or a tensor-parallel shard of one: sharded

@@ -56,7 +56,8 @@ Variants, each adding one change to the one before:
      now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
-GEMMs are plain launches) and changed no tile.
+GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
+which releases the CUTLASS attn_proj as it starts; its tiles stay those of variant 34.
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over

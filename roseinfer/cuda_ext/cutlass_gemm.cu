@@ -28,6 +28,13 @@
 #include "collective/dispatch_policy_extra.hpp"
 #include "kernel/sm90_gemm_tma_warpspecialized_with_prefetch.hpp"
 
+// Hopper's own instructions only: built for a later GPU, the example's kernel compiles to a stub that returns at once
+// (its body needs __CUDA_ARCH_FEAT_SM90_ALL), so its output would be whatever memory held. cutlass_gemm.py builds
+// nothing on those GPUs; this makes a build for one fail rather than run.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "cutlass_gemm.cu: sm_90a only (CUTLASS example 63's kernel is empty on other GPUs)"
+#endif
+
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>

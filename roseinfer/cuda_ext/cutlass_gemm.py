@@ -10,14 +10,16 @@ loads wait. In a chain of GPT-2 small's four linears on an H200 a layer took 15.
 
 The headers come from the `nvidia-cutlass` wheel at CUTLASS_VERSION (its `cutlass_library/source`: include/,
 tools/util/include/ and the example's folder). Where that wheel is missing, at another version, or where
-`roseinfer.cuda_ext.load` builds nothing (no CUDA, a GPU before sm_90, no nvcc), `module()` is None,
-`roseinfer.cuda_ext.why_not_built(NAME)` says why, and the linears stay on cuBLAS.
+`roseinfer.cuda_ext.load` builds nothing (no CUDA, a GPU other than Hopper, no nvcc), `module()` is None,
+`roseinfer.cuda_ext.why_not_built(NAME)` says why, and the linears stay on cuBLAS. Only the headers are needed:
+`pip install --no-deps nvidia-cutlass==4.2.0.0` (the wheel's own dependencies are its Python code generator's).
 
 Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows
 (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`), float16 linears with a bias whose operands TMA can address
 (`fits`); those buckets launch their Triton kernels as programmatic dependents too, so the add + LayerNorm in
 front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
-while c_attn finishes and releases attn_proj as it starts.
+while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
+its weights' K tiles are issued, before its own wait (`roseinfer.kernels.pdl`: an early releaser).
 """
 
 from __future__ import annotations
@@ -30,44 +32,36 @@ from pathlib import Path
 from roseinfer import cuda_ext
 
 NAME = "cutlass_gemm"
-KERNEL = "cutlass"  # the profilers' kernel names of its launches contain it (cutlass::device_kernel<...>)
 CUTLASS_VERSION = "4.2.0.0"  # the nvidia-cutlass wheel whose headers it is built from
+INSTALL = f"pip install --no-deps nvidia-cutlass=={CUTLASS_VERSION}"  # the headers alone, not its code generator's deps
 MAX_ROWS = 64  # one 64-token tile along the rows
-MIN_ARCH = (9, 0)  # TMA, wgmma and griddepcontrol
+# Hopper only: the example's kernel has a body only where `__CUDA_ARCH_FEAT_SM90_ALL` is defined (sm_90a); built
+# for a later GPU it would be an empty stub that returns success (the .cu refuses to build there).
+ARCH_MAJOR = 9
 EXAMPLE = "examples/63_hopper_gemm_with_weight_prefetch"
 
 
 def cutlass_source() -> tuple[Path | None, str]:
-    """(the wheel's `cutlass_library/source`, "") or (None, why not)."""
+    """(the wheel's `cutlass_library/source`, "") or (None, why not). From the installed distribution's files,
+    without importing its code generator."""
     try:
-        version = importlib.metadata.version("nvidia-cutlass")
+        dist = importlib.metadata.distribution("nvidia-cutlass")
     except importlib.metadata.PackageNotFoundError:
-        return None, f"no CUTLASS headers (pip install nvidia-cutlass=={CUTLASS_VERSION})"
-    if version != CUTLASS_VERSION:
-        return None, f"needs nvidia-cutlass=={CUTLASS_VERSION}, found {version}"
-    import cutlass_library
-
-    source = Path(cutlass_library.__file__).parent / "source"
+        return None, f"no CUTLASS headers ({INSTALL})"
+    if dist.version != CUTLASS_VERSION:
+        return None, f"needs nvidia-cutlass=={CUTLASS_VERSION}, found {dist.version} ({INSTALL})"
+    source = Path(str(dist.locate_file("cutlass_library/source")))
     if not (source / EXAMPLE).is_dir():
         return None, f"{source / EXAMPLE}: missing from the nvidia-cutlass wheel"
     return source, ""
 
 
-@functools.cache
-def module():
-    """The built module, or None (then `roseinfer.cuda_ext.why_not_built(NAME)` says why)."""
-    import torch
-
-    if not torch.cuda.is_available():  # before the headers: on the CPU CI the reason is "no CUDA"
-        return cuda_ext.load(NAME, min_arch=MIN_ARCH)
-    source, why = cutlass_source()
-    if source is None:
-        return cuda_ext._not_built(NAME, why)
-    flags = (
-        "-std=c++17",
-        "--expt-relaxed-constexpr",
+def build_flags(source: Path) -> tuple[str, ...]:
+    """nvcc's flags of this module's build beside `roseinfer.cuda_ext.build_flags` (all in its cache key)."""
+    return (
+        "-std=c++17",  # CUTLASS 4.2's headers are C++17
         "-DCUTLASS_ENABLE_GDC_FOR_SM90",  # griddepcontrol in CUTLASS's kernels
-        "-DNDEBUG",  # CUTLASS's device asserts off: with them the wgmma pipeline is serialised (ptxas C7510)
+        "-DNDEBUG",  # CUTLASS's device asserts off: with them ptxas serialised the wgmma pipeline (warning C7510)
         f"-DROSEINFER_CUTLASS_{CUTLASS_VERSION.replace('.', '_')}",  # the headers' version, in the cache key
         "-U__CUDA_NO_HALF_OPERATORS__",  # torch's extension build defines these; CUTLASS's headers use them
         "-U__CUDA_NO_HALF_CONVERSIONS__",
@@ -76,7 +70,22 @@ def module():
         f"-I{source / 'tools/util/include'}",
         f"-I{source / EXAMPLE}",
     )
-    return cuda_ext.load(NAME, min_arch=MIN_ARCH, extra=flags)
+
+
+@functools.cache
+def module():
+    """The built module, or None (then `roseinfer.cuda_ext.why_not_built(NAME)` says why)."""
+    import torch
+
+    if not torch.cuda.is_available():  # before the headers: on the CPU CI the reason is "no CUDA"
+        return cuda_ext.load(NAME)
+    major, minor = torch.cuda.get_device_capability()
+    if major != ARCH_MAJOR:  # before the headers too: on another GPU the wheel would not help
+        return cuda_ext._not_built(NAME, f"needs a Hopper GPU (sm_90), this GPU is sm_{major}{minor}")
+    source, why = cutlass_source()
+    if source is None:
+        return cuda_ext._not_built(NAME, why)
+    return cuda_ext.load(NAME, extra=build_flags(source))
 
 
 @functools.cache
@@ -88,20 +97,36 @@ def say_not_built() -> None:
     )
 
 
-def fits(x, weight, bias) -> bool:
-    """Whether y = x @ weight^T + bias can run here: float16 on a GPU where the module is built, at most MAX_ROWS
-    rows, a bias, and what TMA needs (16-byte aligned rows: x's row stride, K and N multiples of 8)."""
+def shapes_fit(x, weight, bias) -> bool:
+    """What the kernel needs of its operands (no GPU asked): float16 x [T, K] of 1 to MAX_ROWS rows, weight [N, K]
+    and a bias [N], contiguous but x's rows, on one device, as TMA addresses them (16-byte aligned rows: x's row
+    stride, K and N multiples of 8; x's rows at least K apart)."""
     import torch
 
-    if not (x.is_cuda and x.dtype == torch.float16 and weight.dtype == torch.float16 and bias is not None):
+    if bias is None or x.dim() != 2 or weight.dim() != 2 or bias.dim() != 1:
         return False
-    if not (
-        0 < x.shape[0] <= MAX_ROWS and x.stride(1) == 1 and weight.is_contiguous() and bias.is_contiguous()
-    ):
+    if not all(t.dtype == torch.float16 and t.device == x.device for t in (weight, bias)):
         return False
     n, k = weight.shape
-    aligned = all(t.data_ptr() % 16 == 0 for t in (x, weight, bias))
-    return aligned and x.stride(0) % 8 == 0 and k % 8 == 0 and n % 8 == 0 and module() is not None
+    return (
+        x.dtype == torch.float16
+        and 0 < x.shape[0] <= MAX_ROWS
+        and x.shape[1] == k
+        and bias.shape[0] == n
+        and x.stride(1) == 1
+        and x.stride(0) >= k
+        and x.stride(0) % 8 == 0
+        and k % 8 == 0
+        and n % 8 == 0
+        and weight.is_contiguous()
+        and bias.is_contiguous()
+        and all(t.data_ptr() % 16 == 0 for t in (x, weight, bias))
+    )
+
+
+def fits(x, weight, bias) -> bool:
+    """Whether y = x @ weight^T + bias can run here: `shapes_fit`, on a GPU where the module is built."""
+    return x.is_cuda and shapes_fit(x, weight, bias) and module() is not None
 
 
 def cutlass_gemm(x, weight, bias, gelu: bool = False):

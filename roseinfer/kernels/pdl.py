@@ -12,11 +12,12 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
   first write (the wait is for the whole previous grid, which itself waited for the one before it: completion is
   transitive, so after the wait every earlier kernel of the step has finished);
 - it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
-  and the next, which prefetches its weights and waits. With `pdl_early_release` a one-row GEMV calls it as it
-  starts instead: the next kernel then loads its weights while this one still loads its own, and if that one is a
-  GEMV too, the one after it, so several kernels are in flight (at most what fits on the SMs beside the running
-  one: a grid is released only once every one of its programs has started, so the running kernel never waits
-  for room).
+  and the next, which prefetches its weights and waits. Early releasers call it sooner: with `pdl_early_release`
+  a one-row GEMV calls it as it starts, and the CUTLASS GEMM of buckets 48 and 64 (`roseinfer.cuda_ext.cutlass_gemm`,
+  CUDA C++ with its own griddepcontrol) once half of its weights' K tiles are issued, before its own wait. The
+  next kernel then loads its weights while this one still loads its own, and if that one releases early too, the
+  one after it, so several kernels are in flight (at most what fits on the SMs beside the running one: a grid is
+  released only once every one of its programs has started, so the running kernel never waits for room).
 A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
 once it completes.
 

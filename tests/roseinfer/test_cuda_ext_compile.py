@@ -53,3 +53,42 @@ def test_the_kernels_compile_with_torchs_flags(tmp_path, name, defines):
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
     assert len(spills) == 6, proc.stderr[-3000:]  # each file's six instantiations
     assert all(s == ("0", "0") for s in spills), proc.stderr[-3000:]
+
+
+def _cutlass_flags(arch: str) -> list[str]:
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    from roseinfer.cuda_ext import cutlass_gemm
+
+    source, why = cutlass_gemm.cutlass_source()
+    if source is None:
+        pytest.skip(why)
+    # torch's flags first, then the build's (its -U of torch's no-half defines must come after them, as in a build)
+    flags = [f for f in cuda_ext.build_flags(arch, (), cutlass_gemm.build_flags(source)) if f != "-lineinfo"]
+    return [
+        *COMMON_NVCC_FLAGS,
+        *flags,
+        "-DROSEINFER_KERNEL_ONLY",
+        "-c",
+        str(cuda_ext.sources(cutlass_gemm.NAME)[0]),
+    ]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+def test_the_cutlass_gemm_compiles_for_hopper_with_its_pipeline_whole(tmp_path):
+    # about 90 s on two cores; where the nvidia-cutlass wheel is installed (`pip install --no-deps`)
+    cmd = [NVCC, *_cutlass_flags("sm_90a"), "-Xptxas", "-v", "-o", str(tmp_path / "cutlass_gemm.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # with CUTLASS's device asserts on, ptxas serialised the wgmma pipeline (warning C7510): NDEBUG keeps it whole
+    assert "C7510" not in proc.stderr, proc.stderr[-3000:]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
+    assert spills and all(s == ("0", "0") for s in spills), proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(NVCC is None, reason="no nvcc on this machine")
+def test_the_cutlass_gemm_refuses_to_build_for_another_gpu(tmp_path):
+    # built for a later GPU the example's kernel would be an empty stub that returns success: the build fails instead
+    cmd = [NVCC, *_cutlass_flags("sm_100a"), "-o", str(tmp_path / "cutlass_gemm.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode != 0 and "sm_90a only" in proc.stderr, proc.stderr[-3000:]

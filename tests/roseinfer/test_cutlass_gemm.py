@@ -26,6 +26,59 @@ def test_off_the_gpu_it_is_not_built_and_says_why():
     torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias))
 
 
+def test_what_tma_cannot_address_does_not_fit():
+    # `shapes_fit` (no GPU needed): what the launcher would refuse, or TMA could not address, falls back to cuBLAS
+    w, b = torch.zeros(768, 768).half(), torch.zeros(768).half()
+    x = torch.zeros(64, 768).half()
+    assert cg.shapes_fit(x, w, b)
+    assert cg.shapes_fit(torch.zeros(64, 2304).half()[:, 768:1536], w, b)  # rows of a wider buffer
+    assert not cg.shapes_fit(x, w, None)  # no bias
+    assert not cg.shapes_fit(x, w, b.float())
+    assert not cg.shapes_fit(x.float(), w.float(), b.float())
+    assert not cg.shapes_fit(torch.zeros(65, 768).half(), w, b)  # past the tile's 64 rows
+    assert not cg.shapes_fit(torch.zeros(64, 640).half(), w, b)  # K disagrees
+    assert not cg.shapes_fit(x, w, torch.zeros(2, 384).half())
+    assert not cg.shapes_fit(torch.zeros(1, 768).half().expand(64, 768), w, b)  # row stride 0
+    assert not cg.shapes_fit(torch.zeros(64, 772).half()[:, :768], w, b)  # a row stride not a multiple of 8
+    assert not cg.shapes_fit(x, torch.zeros(768, 1536).half()[:, ::2], b)  # weight not contiguous
+    assert not cg.shapes_fit(
+        torch.zeros(64, 764).half(), torch.zeros(768, 764).half(), b
+    )  # K not a multiple of 8
+
+
+def test_the_headers_are_found_by_the_pinned_distribution_or_it_says_why(monkeypatch, tmp_path):
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    assert cg.cutlass_source() == (
+        None,
+        f"no CUTLASS headers (pip install --no-deps nvidia-cutlass=={cg.CUTLASS_VERSION})",
+    )
+
+    class Dist:
+        def __init__(self, version):
+            self.version = version
+
+        def locate_file(self, path):
+            return tmp_path / path
+
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist("4.3.0.0"))
+    source, why = cg.cutlass_source()
+    assert source is None and why.startswith(f"needs nvidia-cutlass=={cg.CUTLASS_VERSION}, found 4.3.0.0")
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist(cg.CUTLASS_VERSION))
+    source, why = cg.cutlass_source()
+    assert source is None and why.endswith("missing from the nvidia-cutlass wheel")
+    (tmp_path / "cutlass_library/source" / cg.EXAMPLE).mkdir(parents=True)
+    assert cg.cutlass_source() == (tmp_path / "cutlass_library/source", "")
+    # the headers' place and version are in the build's flags, so in its cache key
+    flags = cg.build_flags(tmp_path / "cutlass_library/source")
+    assert f"-I{tmp_path / 'cutlass_library/source/include'}" in flags
+    assert f"-DROSEINFER_CUTLASS_{cg.CUTLASS_VERSION.replace('.', '_')}" in flags
+
+
 def test_no_cutlass_gemm_reaches_the_engines_config():
     # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
     from roseinfer.bench.common import build_parser, engine_config, parse
@@ -49,6 +102,8 @@ def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
     ]
     # gpt2-medium (1,024 wide) takes PDL at 48 and 64 rows only where the CUTLASS GEMM runs there
     assert k.pdl_in(64, 1024) and not GraphKernels(cutlass_gemm_max_batch=0).pdl_in(64, 1024)
+    # never past its one 64-row tile, whatever asks
+    assert [b for b in (64, 80, 96) if GraphKernels(cutlass_gemm_max_batch=128).cutlass_in(b)] == [64]
 
 
 def test_a_cpu_engine_runs_its_buckets_as_before(tiny_checkpoint):
@@ -84,6 +139,7 @@ def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
     w, b = (torch.randn(n, k, device="cuda") * 0.02).half(), (torch.randn(n, device="cuda") * 0.1).half()
     ref = _reference(x, w, b, gelu)
     cublas = torch._addmm_activation(b, x, w.t(), use_gelu=True) if gelu else F.linear(x, w, b)
+    assert cg.module().stages() == 13  # every 64-deep K tile of a 768-deep K loads before the wait
     out = cg.cutlass_gemm(x, w, b, gelu=gelu)
     assert out.shape == (rows, n) and out.dtype == torch.float16
     err, cublas_err = (out.float() - ref).abs().max().item(), (cublas.float() - ref).abs().max().item()
