@@ -19,7 +19,7 @@ Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutl
 (`fits`); those buckets launch their Triton kernels as programmatic dependents too, so the add + LayerNorm in
 front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
 while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
-its weights' K tiles are issued, before its own wait (`roseinfer.kernels.pdl`: an early releaser).
+its weights' K tiles are issued, without waiting for the kernel in front (`roseinfer.kernels.pdl`: an early releaser).
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ def shapes_fit(x, weight, bias) -> bool:
         and 0 < x.shape[0] <= MAX_ROWS
         and x.shape[1] == k
         and bias.shape[0] == n
+        and n > 0
+        and k > 0
         and x.stride(1) == 1
         and x.stride(0) >= k
         and x.stride(0) % 8 == 0

@@ -14,7 +14,8 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
 - it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
   and the next, which prefetches its weights and waits. Early releasers call it sooner: with `pdl_early_release`
   a one-row GEMV calls it as it starts, and the CUTLASS GEMM of buckets 48 and 64 (`roseinfer.cuda_ext.cutlass_gemm`,
-  CUDA C++ with its own griddepcontrol) once half of its weights' K tiles are issued, before its own wait. The
+  CUDA C++ with its own griddepcontrol) once half of its weights' K tiles are issued, from the warp that loads them
+  without waiting for the kernel in front. The
   next kernel then loads its weights while this one still loads its own, and if that one releases early too, the
   one after it, so several kernels are in flight (at most what fits on the SMs beside the running one: a grid is
   released only once every one of its programs has started, so the running kernel never waits for room).

@@ -27,23 +27,47 @@ def test_off_the_gpu_it_is_not_built_and_says_why():
 
 
 def test_what_tma_cannot_address_does_not_fit():
-    # `shapes_fit` (no GPU needed): what the launcher would refuse, or TMA could not address, falls back to cuBLAS
+    # `shapes_fit` (no GPU needed): what the launcher would refuse, or TMA could not address, falls back to cuBLAS;
+    # each case below has one fault
     w, b = torch.zeros(768, 768).half(), torch.zeros(768).half()
     x = torch.zeros(64, 768).half()
     assert cg.shapes_fit(x, w, b)
     assert cg.shapes_fit(torch.zeros(64, 2304).half()[:, 768:1536], w, b)  # rows of a wider buffer
-    assert not cg.shapes_fit(x, w, None)  # no bias
-    assert not cg.shapes_fit(x, w, b.float())
-    assert not cg.shapes_fit(x.float(), w.float(), b.float())
-    assert not cg.shapes_fit(torch.zeros(65, 768).half(), w, b)  # past the tile's 64 rows
-    assert not cg.shapes_fit(torch.zeros(64, 640).half(), w, b)  # K disagrees
-    assert not cg.shapes_fit(x, w, torch.zeros(2, 384).half())
-    assert not cg.shapes_fit(torch.zeros(1, 768).half().expand(64, 768), w, b)  # row stride 0
-    assert not cg.shapes_fit(torch.zeros(64, 772).half()[:, :768], w, b)  # a row stride not a multiple of 8
-    assert not cg.shapes_fit(x, torch.zeros(768, 1536).half()[:, ::2], b)  # weight not contiguous
-    assert not cg.shapes_fit(
-        torch.zeros(64, 764).half(), torch.zeros(768, 764).half(), b
-    )  # K not a multiple of 8
+    assert cg.shapes_fit(torch.zeros(33, 768).half(), w, b)
+    faults = {
+        "no bias": (x, w, None),
+        "a float32 bias": (x, w, b.float()),
+        "a float32 x": (x.float(), w, b),
+        "65 rows": (torch.zeros(65, 768).half(), w, b),
+        "no rows": (torch.zeros(0, 768).half(), w, b),
+        "x 3-D": (torch.zeros(1, 64, 768).half(), w, b),
+        "K disagrees": (torch.zeros(64, 776).half()[:, :768], torch.zeros(768, 776).half(), b),
+        "bias [N] disagrees": (x, w, torch.zeros(760).half()),
+        "bias 2-D": (x, w, torch.zeros(2, 384).half()),
+        "bias not contiguous": (x, w, torch.zeros(1536).half()[::2]),
+        "weight not contiguous": (x, torch.zeros(768, 1536).half()[:, ::2], b),
+        "x's columns strided": (torch.zeros(64, 1536).half()[:, ::2], w, b),
+        "x's rows 0 apart": (torch.zeros(1, 768).half().expand(64, 768), w, b),
+        "x's row stride not a multiple of 8": (torch.zeros(64, 772).half()[:, :768], w, b),
+        "N not a multiple of 8": (x, torch.zeros(764, 768).half(), torch.zeros(764).half()),
+        "K not a multiple of 8": (torch.zeros(64, 768).half()[:, :764], torch.zeros(768, 764).half(), b),
+        "no columns": (torch.zeros(64, 8).half()[:, :0], torch.zeros(768, 0).half(), b),
+        "x not 16-byte aligned": (torch.zeros(64 * 768 + 1).half()[1:].view(64, 768), w, b),
+    }
+    fitting = [name for name, args in faults.items() if cg.shapes_fit(*args)]
+    assert fitting == []
+
+
+def test_only_a_hopper_gpu_builds_it(monkeypatch):
+    # the example's kernel is an empty stub on any other GPU: no build there, and no word about the wheel
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cg, "cutlass_source", lambda: pytest.fail("the headers were looked for"))
+    for capability, name in (((8, 0), "sm_80"), ((10, 0), "sm_100"), ((12, 0), "sm_120")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda c=capability: c)
+        cg.module.cache_clear()
+        assert cg.module() is None
+        assert cuda_ext.why_not_built(cg.NAME) == f"not built: needs a Hopper GPU (sm_90), this GPU is {name}"
+    cg.module.cache_clear()
 
 
 def test_the_headers_are_found_by_the_pinned_distribution_or_it_says_why(monkeypatch, tmp_path):
@@ -226,16 +250,13 @@ def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
     from roseinfer.cuda_graphs import cutlass_gemm_runs
 
     monkeypatch.setattr(cg, "module", lambda: None)
-    monkeypatch.setitem(
-        cuda_ext._WHY_NOT, cg.NAME, "not built: no CUTLASS headers (pip install nvidia-cutlass)"
-    )
+    monkeypatch.setitem(cuda_ext._WHY_NOT, cg.NAME, f"not built: no CUTLASS headers ({cg.INSTALL})")
     cg.say_not_built.cache_clear()
     model, cache = torch.nn.Linear(2, 2).half(), SimpleNamespace(is_cuda=True)
     assert not cutlass_gemm_runs(model, cache) and not cutlass_gemm_runs(model, cache)
     assert not cutlass_gemm_runs(torch.nn.Linear(2, 2), cache)  # float32: never its kernel, nothing to say
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        "roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is not built: no CUTLASS headers "
-        "(pip install nvidia-cutlass)"
+        f"roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is not built: no CUTLASS headers ({cg.INSTALL})"
     ]
     cg.say_not_built.cache_clear()
