@@ -3,8 +3,8 @@
 Nothing is built at install or import. The first call of `load(name)` on a machine with CUDA compiles
 `roseinfer/cuda_ext/<name>.cu` (and any `<name>*.cuh` or `common*.cuh` beside it) with `torch.utils.cpp_extension.load` (ninja, nvcc)
 into a cache folder keyed by the sources' hash, the GPU's arch, torch's version and the toolchain the build's
-command lines name (`$ROSEINFER_CUDA_EXT_CACHE`, default `~/.cache/roseinfer/cuda_ext/<key>`), says on stderr when it
-built and how long that took, and returns the module; later calls, in this process or the next, reuse it. One
+command lines name (`$ROSEINFER_CUDA_EXT_CACHE`, default `~/.cache/roseinfer/cuda_ext/<key>`), says on stderr that it
+builds and then how long that took, and returns the module; later calls, in this process or the next, reuse it. One
 process builds a folder at a time (a lock the kernel drops when its holder dies), from copies of the sources inside
 that folder, so that checkouts of the same sources with the same torch share one build instead of rebuilding it
 for each other (`build_lock`, `staged_sources`). Where there is no CUDA (the CPU CI), a GPU older than the kernel's
@@ -153,6 +153,11 @@ def load(
         folder.mkdir(parents=True, exist_ok=True)
         with build_lock(folder, name):
             before = _built(folder)
+            if (
+                not before
+            ):  # a first build is silent for a minute or more (the CUTLASS GEMM's two): say so first
+                print(f"roseinfer.cuda_ext: building {name} for {arch} (a first build takes a minute or two; later "
+                      f"processes reuse it)", file=sys.stderr, flush=True)  # fmt: skip
             main = staged_sources(name, folder)
             t0 = time.perf_counter()
             try:

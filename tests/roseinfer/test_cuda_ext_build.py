@@ -172,6 +172,21 @@ def test_checkouts_of_the_same_sources_share_one_build(fake_build, tmp_path, mon
     }
 
 
+def test_a_first_build_says_so_before_it_starts_and_a_built_one_says_nothing(fake_build, capsys):
+    # a first build is a minute or two of silence otherwise (a server's start looked hung)
+    assert cuda_ext.load("fused_mlp") is not None
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == (
+        "roseinfer.cuda_ext: building fused_mlp for sm_90a (a first build takes a minute or two; later processes "
+        "reuse it)"
+    )
+    assert lines[1].startswith("roseinfer.cuda_ext: built fused_mlp for sm_90a in ") and len(lines) == 2
+    cuda_ext.load.cache_clear()  # the next process: found built, nothing said
+    assert cuda_ext.load("fused_mlp") is not None
+    assert capsys.readouterr().err == ""
+    assert len(fake_build) == 2
+
+
 def test_a_second_load_waits_for_the_first_ones_build_and_names_it(fake_build, capsys, monkeypatch):
     # one build a folder at a time: a load while another holds the folder's build lock waits for it, and says
     # who holds it
