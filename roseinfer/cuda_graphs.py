@@ -180,6 +180,16 @@ class GraphKernels:
     # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
     cutlass_pdl_attention: bool = True
 
+    @classmethod
+    def of(cls, cfg) -> GraphKernels:
+        """The engine's choices for an EngineConfig: the defaults, less the CUDA C++ kernels its switches turn off
+        (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`)."""
+        return cls(
+            cuda_mlp=cfg.cuda_mlp,
+            cuda_attn=cfg.cuda_attn,
+            cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if cfg.cutlass_gemm else 0,
+        )
+
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as
         programmatic dependent launches."""

@@ -24,7 +24,7 @@ from roseinfer import cpu_threads, distributed, prefill_shapes, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig, resolve_model_config
-from roseinfer.cuda_graphs import CUTLASS_MAX_BATCH, DecodeGraphs, GraphKernels
+from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
 from roseinfer.decode_slots import DecodeSlots
 from roseinfer.kernels import triton_available
 from roseinfer.kv_cache import KVCache
@@ -159,10 +159,7 @@ class ModelRunner:
         self.graphs = DecodeGraphs(
             self.model, self.kv_cache, self.tables, self.inputs, self.scale, self.cfg.paged_attn,
             self.cfg.max_batch_size, capture=capture,
-            kernels=kernels or GraphKernels(
-                cuda_mlp=self.cfg.cuda_mlp, cuda_attn=self.cfg.cuda_attn,
-                cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if self.cfg.cutlass_gemm else 0,
-            ),
+            kernels=kernels or GraphKernels.of(self.cfg),
         )  # fmt: skip
 
     @property

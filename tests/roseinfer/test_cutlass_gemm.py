@@ -104,14 +104,17 @@ def test_the_headers_are_found_by_the_pinned_distribution_or_it_says_why(monkeyp
 
 
 def test_no_cutlass_gemm_reaches_the_engines_config():
-    # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default
+    # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default, and
+    # the captured step's kernels follow it
     from roseinfer.bench.common import build_parser, engine_config, parse
+    from roseinfer.cuda_graphs import GraphKernels
 
     parser = build_parser("benchmark_scheduler", "", "offline")
-    assert engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"])).cutlass_gemm
-    assert not engine_config(
-        parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cutlass-gemm"])
-    ).cutlass_gemm
+    on = engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"]))
+    off = engine_config(parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cutlass-gemm"]))
+    assert on.cutlass_gemm and not off.cutlass_gemm
+    assert GraphKernels.of(on) == GraphKernels()
+    assert GraphKernels.of(off) == GraphKernels(cutlass_gemm_max_batch=0)
 
 
 def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
