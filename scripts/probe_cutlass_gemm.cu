@@ -131,19 +131,11 @@ template <class Tile, bool Pf>
 int dispatch(int gelu, const void* x, int64_t ldx, const void* w, const void* bias, void* y, int64_t ldy, int T,
              int N, int K, int pdl, float overlap, float prefetch, cudaStream_t s) {
   if constexpr (Pf) {
-#ifndef PROBE_NO_PF
     return gelu ? run<PfGemm<Tile, true>, true>(x, ldx, w, bias, y, ldy, T, N, K, pdl, overlap, prefetch, s)
                 : run<PfGemm<Tile, false>, true>(x, ldx, w, bias, y, ldy, T, N, K, pdl, overlap, prefetch, s);
-#else
-    return -2;
-#endif
   } else {
-#ifndef PROBE_NO_WS
     return gelu ? run<WsGemm<Tile, true>, false>(x, ldx, w, bias, y, ldy, T, N, K, pdl, overlap, prefetch, s)
                 : run<WsGemm<Tile, false>, false>(x, ldx, w, bias, y, ldy, T, N, K, pdl, overlap, prefetch, s);
-#else
-    return -2;
-#endif
   }
 }
 

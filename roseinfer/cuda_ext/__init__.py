@@ -153,9 +153,8 @@ def load(
         folder.mkdir(parents=True, exist_ok=True)
         with build_lock(folder, name):
             before = _built(folder)
-            if (
-                not before
-            ):  # a first build is silent for a minute or more (the CUTLASS GEMM's two): say so first
+            # a first build is silent for a minute or more (the CUTLASS GEMM's two): say so first
+            if not before:
                 print(f"roseinfer.cuda_ext: building {name} for {arch} (a first build takes a minute or two; later "
                       f"processes reuse it)", file=sys.stderr, flush=True)  # fmt: skip
             main = staged_sources(name, folder)
