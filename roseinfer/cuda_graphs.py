@@ -77,6 +77,8 @@ PDL_NARROW_ABOVE = 32
 # The CUTLASS GEMM's rows: above the skinny GEMM's 32, up to one 64-token tile
 CUTLASS_ABOVE = 32
 CUTLASS_MAX_BATCH = cutlass_gemm.MAX_ROWS
+# K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
+CUTLASS_SPLIT_K = 768
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,10 @@ class GraphKernels:
     # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
     # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
     cutlass_pdl_attention: bool = True
+    # In those buckets attn_proj and mlp_proj, whose reader is the residual add + LayerNorm, split K into float32
+    # parts of about this many (`roseinfer.linears.linear_to_residual`): S times the blocks in one launch, and that
+    # reader adds the parts. 0: one part, the bias in the GEMM's epilogue, as before.
+    cutlass_split_k: int = CUTLASS_SPLIT_K
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
@@ -317,6 +323,7 @@ class DecodeGraphs:
                 self.mlp_scratch,
                 self.attn_scratch,
                 (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(bucket) else (0, 0),
+                k.cutlass_split_k,
             ),
             pdl_scope(
                 pdl,

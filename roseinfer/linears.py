@@ -14,7 +14,8 @@ Which kernel runs:
   same kernel, bias and GELU in its epilogue);
 - inside `small_batch_gemv(.., cutlass_rows=(lo, hi))`, inputs of more than lo and at most hi rows in float16 with
   a bias, where it is built (`roseinfer.cuda_ext.cutlass_gemm.fits`): the CUTLASS Hopper GEMM that loads its
-  weights before its PDL wait (bias and GELU in its epilogue);
+  weights before its PDL wait (bias and GELU in its epilogue); attn_proj and mlp_proj there, whose reader is the
+  residual add (`linear_to_residual`), split along K into float32 parts (`cutlass_split_k`);
 - otherwise torch: `F.linear`, and for c_fc one GEMM with cuBLASLt's GELU epilogue (`torch._addmm_activation`,
   the tanh form GPT-2 uses) unless gelu_epilogue=False asks for the earlier GEMM + GELU kernel pair.
 
@@ -57,6 +58,8 @@ _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skin
 _CUTLASS_ROWS: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
     "roseinfer_cutlass_rows", default=(0, 0)
 )
+# There, the K per part of a linear whose reader is a residual add (`linear_to_residual`; 0: no split)
+_CUTLASS_SPLIT_K: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_cutlass_split_k", default=0)
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
@@ -75,6 +78,7 @@ def small_batch_gemv(
     mlp_scratch=None,
     attn_scratch=None,
     cutlass_rows: tuple[int, int] = (0, 0),
+    cutlass_split_k: int = 0,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -83,7 +87,8 @@ def small_batch_gemv(
     not take run as the skinny GEMM, with `scratch` (a `roseinfer.kernels.skinny_gemm.SkinnyScratch`; None: the
     process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
     buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
-    cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits."""
+    cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits;
+    there `linear_to_residual` splits K into parts of about cutlass_split_k (0: no split)."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -94,10 +99,12 @@ def small_batch_gemv(
         _CUDA_MLP.set(mlp_scratch if norm_prologue and lm_head else None),
         _CUDA_ATTN.set(attn_scratch if norm_prologue and lm_head else None),
         _CUTLASS_ROWS.set(cutlass_rows),
+        _CUTLASS_SPLIT_K.set(cutlass_split_k),
     )
     try:
         yield
     finally:
+        _CUTLASS_SPLIT_K.reset(tokens[9])
         _CUTLASS_ROWS.reset(tokens[8])
         _CUDA_ATTN.reset(tokens[7])
         _CUDA_MLP.reset(tokens[6])
@@ -166,10 +173,28 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
     return F.gelu(F.linear(x, weight, bias), approximate="tanh")
 
 
+def linear_to_residual(x: torch.Tensor, lin):
+    """`linear(x, lin)` for a linear whose only reader is the residual add + LayerNorm after it (attn_proj and
+    mlp_proj on one device): where the CUTLASS GEMM runs and `small_batch_gemv(cutlass_split_k=)` asks, its output
+    as parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which that reader adds. Elsewhere a tensor
+    [T, N], as `linear` returns."""
+    k_per_split = _CUTLASS_SPLIT_K.get()
+    if k_per_split and uses_cutlass_gemm(x):
+        from roseinfer.cuda_ext import cutlass_gemm
+        from roseinfer.kernels.split_sum import SplitK
+
+        splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split)
+        if splits > 1 and cutlass_gemm.fits(x, lin.weight, lin.bias):
+            return SplitK(cutlass_gemm.cutlass_gemm_parts(x, lin.weight, splits), lin.bias)  # [S, T, N], [N]
+    return linear(x, lin)
+
+
 def norm_gemv_applies(x: torch.Tensor, delta: torch.Tensor, lin) -> bool:
     """Whether `norm_linear` runs as one kernel here: inside `small_batch_gemv(.., norm_prologue=True)`, where the
     GEMV itself would run, at one row (`roseinfer.kernels.norm_gemv.norm_gemv_fits`)."""
-    if not (_NORM_PROLOGUE.get() and uses_gemv(x) and delta.stride(-1) == 1 and lin.weight.is_contiguous()):
+    if not (_NORM_PROLOGUE.get() and uses_gemv(x) and isinstance(delta, torch.Tensor)):
+        return False  # (a K split's parts, `linear_to_residual`, only where the GEMV does not run)
+    if not (delta.stride(-1) == 1 and lin.weight.is_contiguous()):
         return False
     from roseinfer.kernels.norm_gemv import norm_gemv_fits
 

@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from roseinfer.config import ModelConfig
-from roseinfer.kernels.split_sum import joined
+from roseinfer.kernels.split_sum import SplitK, joined
 from roseinfer.linears import (
     cuda_attn,
     cuda_attn_applies,
@@ -29,6 +29,7 @@ from roseinfer.linears import (
     cuda_mlp_applies,
     embedding_gather_applies,
     linear,
+    linear_to_residual,
     lm_head_gemv_applies,
     norm_gemv_applies,
     norm_linear,
@@ -110,7 +111,7 @@ class Block(nn.Module):
                 kv.append(layer, k, v)
             o = kv.attend(layer, q, k, v).reshape(t, -1)  # [T, H * D]
             a = (
-                linear(o, self.attn_proj)
+                linear_to_residual(o, self.attn_proj)
                 if self.tp is None
                 else self.tp.row_parallel(o, self.attn_proj, 2 * layer if fused else None)
             )  # [T, C]
@@ -132,7 +133,7 @@ class Block(nn.Module):
             else:
                 g = linear_gelu(h, self.c_fc, gelu_epilogue)  # [T, 4C] (this rank's columns with TP)
             if self.tp is None:
-                return x, linear(g, self.mlp_proj)
+                return x, linear_to_residual(g, self.mlp_proj)
             # the fused all-reduce only where its reader is the next norm GEMV (`fused`: at one row the model's
             # LayerNorms run inside the GEMVs)
             return x, self.tp.row_parallel(g, self.mlp_proj, 2 * layer + 1 if fused else None)
@@ -154,8 +155,10 @@ def residual_layer_norm(
     """(x + delta, ln(x + delta)), both [T, C]. fused: one Triton kernel instead of torch's add and LayerNorm,
     for where a launch costs nothing (inside CUDA graphs; from Python a Triton launch costs more than two torch
     ones). A split sum delta (the CUDA MLP's output, `roseinfer.kernels.split_sum`) is joined first: this add
-    would broadcast its rows."""
-    delta = joined(x, delta)
+    would broadcast its rows. A K split's parts (`SplitK`: attn_proj's or mlp_proj's on the CUTLASS GEMM) the
+    Triton kernel adds as it reads them; the unfused path joins them too."""
+    if not (fused and isinstance(delta, SplitK)):
+        delta = joined(x, delta)
     if fused:
         from roseinfer.kernels.add_layernorm import add_layer_norm_triton
 
@@ -252,7 +255,8 @@ class GPT2(nn.Module):
             x, delta = block(x, delta, layer, kv, fused, gelu_epilogue, index if layer == 0 else None)
         if last is not None:  # (never a fused all-reduce's words: indexing them would pick a rank's row)
             wait_for_pushed(blocks[-1].tp, delta, reader_waits=False)
-            x, delta = x[last], delta[last]  # [S, C]: only the tokens whose next token we sample
+            x = x[last]  # [S, C]: only the tokens whose next token we sample
+            delta = delta.rows(last) if isinstance(delta, SplitK) else delta[last]
         head = self.head_weight  # tied: [V or V_PAD, C]
         in_gemv = fused and lm_head_gemv_applies(x, delta, head)
         wait = wait_for_pushed(blocks[-1].tp, delta, in_gemv)

@@ -53,7 +53,14 @@ Variants, each adding one change to the one before:
      the step's Triton kernels dependent launches there (issue 50, `roseinfer.cuda_ext.cutlass_gemm`; cuBLAS where
      it is not built);
  35. 34 + the attention a dependent launch in those buckets too (`GraphKernels.cutlass_pdl_attention`): the engine
-     now.
+     of session 44;
+ 36. 35 + attn_proj and mlp_proj in those buckets split along K into float32 parts of about 384 of K (GPT-2
+     small: attn_proj 2 parts, mlp_proj 8), which the residual add + LayerNorm after them adds
+     (`GraphKernels.cutlass_split_k`, `roseinfer.kernels.split_sum.SplitK`);
+ 37. the same, parts of about 768 (GPT-2 small: attn_proj whole, mlp_proj 4; gpt2-medium the same): the engine
+     now;
+ 38. the same, parts of about 1,024 (mlp_proj 3 parts; gpt2-medium attn_proj whole, mlp_proj 4);
+ 39. the same, parts of about 1,536 (mlp_proj 2 parts; gpt2-medium attn_proj whole, mlp_proj 2).
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -154,7 +161,14 @@ VARIANTS = {v: dataclasses.replace(k, cutlass_gemm_max_batch=0) for v, k in VARI
 VARIANTS[34] = GraphKernels(
     cutlass_pdl_attention=False
 )  # 32 + the CUTLASS GEMM at 33 to 64 rows (session 44)
-VARIANTS[35] = GraphKernels()  # 34 + the attention a dependent launch in its buckets: the engine now
+VARIANTS[35] = GraphKernels()  # 34 + the attention a dependent launch in its buckets
+# The eleventh step's change off: what variants 1 to 35 measured before it existed (the K split defaults on).
+VARIANTS = {v: dataclasses.replace(k, cutlass_split_k=0) for v, k in VARIANTS.items()}
+# 35 + attn_proj and mlp_proj split along K there, parts of about 384, 768 (the engine now), 1,024 and 1,536 of K
+VARIANTS[36] = GraphKernels(cutlass_split_k=384)
+VARIANTS[37] = GraphKernels()
+VARIANTS[38] = GraphKernels(cutlass_split_k=1024)
+VARIANTS[39] = GraphKernels(cutlass_split_k=1536)
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -289,7 +303,11 @@ def main() -> None:
         32: "31 + the one-row MLP and attention as CUDA kernels",
         33: "32 + the skinny GEMM up to 64 rows (attn_proj, mlp_proj there)",
         34: "32 + the CUTLASS GEMM at 33 to 64 rows",
-        35: "34 + the attention a dependent launch there (engine now)",
+        35: "34 + the attention a dependent launch there",
+        36: "35 + attn_proj, mlp_proj split in K parts of ~384",
+        37: "35 + the same, parts of ~768 (engine now)",
+        38: "35 + the same, parts of ~1,024",
+        39: "35 + the same, parts of ~1,536",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -13,6 +13,10 @@
 // column-major K x T, D = y [T, N] as a column-major N x T. So the bias is per row of D, and the tokens are the
 // tile's N: 64, one tile along them up to 64 rows. Tile 64 x 64 x 64: 36 blocks for c_attn, 12 for attn_proj and
 // mlp_proj, 48 for c_fc (GPT-2 small); each block's weight rows are 96 KB of a 768-deep K.
+//
+// The K-split form (`run_parts`) is the same kernel with the GEMM's batch index L picking one of S slices of K: A's
+// and B's L strides are K / S elements, D's the [T, N] of one part, and the epilogue writes the float32 product
+// alone. mlp_proj at 64 rows in 4 parts is 48 blocks, each down 768 of its 3,072-deep K.
 #include "cutlass/cutlass.h"
 #include "cute/tensor.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -52,15 +56,14 @@ using Tile = Shape<_64, _64, _64>;  // M (the weights' rows) x N (tokens) x K
 template <class T>
 using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;
 
-template <bool WithGelu>
+// One GEMM: the example's mainloop (fp16 operands, fp32 accumulators) under an epilogue `Fusion` writing ElementD.
+template <class Fusion, class ElementD>
 struct Gemm {
-  using Fusion = std::conditional_t<
-      WithGelu, cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Gelu, f16, float, f16, void, float>,
-      cutlass::epilogue::fusion::LinCombPerRowBias<f16, float, f16, void, float>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Shape<_1, _1, _1>,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor, 8, f16,
-      cutlass::layout::ColumnMajor, 8, cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor,
+      16 / sizeof(ElementD), ElementD, cutlass::layout::ColumnMajor, 16 / sizeof(ElementD),
+      cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
   // The example's builder's steps (its collective/builder.hpp) without its fp8-only assertion.
   static constexpr auto MajorK = cute::GMMA::Major::K;
   using TiledMma = decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<f16, f16, float, Tile, MajorK, MajorK>(),
@@ -80,22 +83,30 @@ struct Gemm {
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// y [T, N] = act(x [T, K] @ w [N, K]^T + bias [N]), row strides ldx and ldy in elements. pdl: launched as a
-// programmatic dependent of the kernel in front (its weights load before the wait either way; without the
-// attribute the wait returns at once). Returns "" or what failed.
-template <bool WithGelu>
-const char* run(const void* x, int64_t ldx, const void* w, const void* bias, void* y, int64_t ldy, int T, int N,
-                int K, bool pdl, cudaStream_t stream) {
-  using G = Gemm<WithGelu>;
+// act(acc + bias) in float16 (act: GPT-2's GELU or none)
+using BiasGemm = Gemm<cutlass::epilogue::fusion::LinCombPerRowBias<f16, float, f16, void, float>, f16>;
+using BiasGeluGemm = Gemm<cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Gelu, f16, float, f16, void, float>, f16>;
+// acc alone in float32: one K split's partial product, which the reader adds to the others and the bias
+using PartGemm = Gemm<cutlass::epilogue::fusion::LinearCombination<float, float, void, float>, float>;
+
+// Launches G on A = w (rows lda apart, K splits `split_k` apart along L), B = x (rows ldx apart, likewise), D
+// column-major N x T (columns ldd apart, L's ldl apart): problem N x T x K/L, L = splits. Returns "" or what failed.
+template <class G>
+const char* launch(typename G::Device::Arguments& args, const void* x, int64_t ldx, const void* w, int64_t lda,
+                   void* d, int64_t ldd, int64_t ldl, int T, int N, int K, int L, bool pdl, cudaStream_t stream) {
   using Kernel = typename G::Kernel;
-  auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {N, K, 1});
-  auto sb = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {T, K, 1});
+  const int64_t split_k = K / L;
+  auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {N, K / L, L});
+  get<0>(sa) = lda;
+  get<2>(sa) = split_k;
+  auto sb = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {T, K / L, L});
   get<0>(sb) = ldx;
-  auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {N, T, 1});
-  get<1>(sd) = ldy;
-  typename G::Device::Arguments args{};
+  get<2>(sb) = split_k;
+  auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {N, T, L});
+  get<1>(sd) = ldd;
+  get<2>(sd) = ldl;
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.problem_shape = {N, T, K, 1};
+  args.problem_shape = {N, T, K / L, L};
   args.mainloop.ptr_A = static_cast<const f16*>(w);
   args.mainloop.dA = sa;
   args.mainloop.ptr_B = static_cast<const f16*>(x);
@@ -105,11 +116,10 @@ const char* run(const void* x, int64_t ldx, const void* w, const void* bias, voi
   args.mainloop.overlap_ratio = 0.5f;
   args.mainloop.prefetch_ratio = -1.0f;
   args.epilogue.ptr_C = nullptr;
-  args.epilogue.ptr_D = static_cast<f16*>(y);
+  args.epilogue.ptr_D = static_cast<typename G::Epilogue::ElementD*>(d);
   args.epilogue.dD = sd;
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  args.epilogue.thread.bias_ptr = static_cast<const f16*>(bias);
   typename G::Device gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) return "CUTLASS cannot implement this GEMM";
   if (gemm.initialize(args, nullptr, stream) != cutlass::Status::kSuccess) return "CUTLASS initialize failed";
@@ -117,7 +127,27 @@ const char* run(const void* x, int64_t ldx, const void* w, const void* bias, voi
   return "";
 }
 
-int stages() { return Gemm<false>::Stages; }
+// y [T, N] = act(x [T, K] @ w [N, K]^T + bias [N]), row strides ldx and ldy in elements. pdl: launched as a
+// programmatic dependent of the kernel in front (its weights load before the wait either way; without the
+// attribute the wait returns at once). Returns "" or what failed.
+template <bool WithGelu>
+const char* run(const void* x, int64_t ldx, const void* w, const void* bias, void* y, int64_t ldy, int T, int N,
+                int K, bool pdl, cudaStream_t stream) {
+  using G = std::conditional_t<WithGelu, BiasGeluGemm, BiasGemm>;
+  typename G::Device::Arguments args{};
+  args.epilogue.thread.bias_ptr = static_cast<const f16*>(bias);
+  return launch<G>(args, x, ldx, w, K, y, ldy, int64_t(ldy) * T, T, N, K, 1, pdl, stream);
+}
+
+// parts [S, T, N] float32 = x [T, K] @ w [N, K]^T split along K in S equal parts (parts[s] the product of K
+// elements s*K/S to (s+1)*K/S; they add up to x @ w^T), one grid of N/64 x 1 x S blocks. x's row stride ldx.
+const char* run_parts(const void* x, int64_t ldx, const void* w, void* parts, int T, int N, int K, int S, bool pdl,
+                      cudaStream_t stream) {
+  typename PartGemm::Device::Arguments args{};
+  return launch<PartGemm>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
+}
+
+int stages() { return BiasGemm::Stages; }
 
 }  // namespace cutlass_gemm
 
@@ -126,6 +156,7 @@ template const char* cutlass_gemm::run<false>(const void*, int64_t, const void*,
                                               int, int, bool, cudaStream_t);
 template const char* cutlass_gemm::run<true>(const void*, int64_t, const void*, const void*, void*, int64_t, int,
                                              int, int, bool, cudaStream_t);
+// (run_parts is not a template: compiled as it is)
 #else
 
 // x [T, K] (rows may be a wider buffer's), w [N, K], bias [N], float16 on one GPU, 16-byte aligned, strides a
@@ -148,8 +179,27 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
   return y;
 }
 
+// x [T, K] as above, w [N, K]; K a multiple of 64 * splits: parts [splits, T, N] float32, new, whose sum over the
+// first dimension is x @ w^T (the bias is the reader's to add).
+torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool pdl) {
+  TORCH_CHECK(x.scalar_type() == torch::kHalf && w.scalar_type() == torch::kHalf, "cutlass_gemm: float16 only");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous(),
+              "cutlass_gemm: x [T, K] with unit column stride, w [N, K] contiguous");
+  TORCH_CHECK(x.size(1) == w.size(1), "cutlass_gemm: shapes do not agree");
+  TORCH_CHECK(splits >= 1 && w.size(1) % (64 * splits) == 0, "cutlass_gemm: K is not a multiple of 64 * splits");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int T = x.size(0), N = w.size(0), K = w.size(1);
+  auto parts = torch::empty({splits, T, N}, x.options().dtype(torch::kFloat));
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const char* err = cutlass_gemm::run_parts(x.data_ptr(), x.stride(0), w.data_ptr(), parts.data_ptr(), T, N, K,
+                                            int(splits), pdl, stream);
+  TORCH_CHECK(err[0] == '\0', "cutlass_gemm: ", err);
+  return parts;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 64 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
+  m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
   m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)");
 }
 #endif

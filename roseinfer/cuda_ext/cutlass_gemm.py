@@ -20,6 +20,14 @@ Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutl
 front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
 while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
 its weights' K tiles are issued, without waiting for the kernel in front (`roseinfer.kernels.pdl`: an early releaser).
+
+Its K-split form (`cutlass_gemm_parts`) is the same mainloop over S slices of K as one batched launch (the batch
+index picks the slice), each writing its float32 product without the bias. At 64 rows and N = 768, attn_proj and
+mlp_proj have 12 blocks, each down the whole K (3,072 for mlp_proj: 6.1 us a launch where its weights need 1); their
+reader, the residual add + LayerNorm, adds the parts (`roseinfer.linears.linear_to_residual`,
+`roseinfer.kernels.split_sum.SplitK`). GPT-2 small's step at 64 rows and a past of 256 on an H200: 490.7 -> 457.0 us
+with parts of about 768 (mlp_proj 4, attn_proj whole); parts of 384 (8 and 2) were slower than no split, 515 us
+(docs/BENCHMARKS.md, session 45).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ NAME = "cutlass_gemm"
 CUTLASS_VERSION = "4.2.0.0"  # the nvidia-cutlass wheel whose headers it is built from
 INSTALL = f"pip install --no-deps nvidia-cutlass=={CUTLASS_VERSION}"  # the headers alone, not its code generator's deps
 MAX_ROWS = 64  # one 64-token tile along the rows
+K_TILE = 64  # the mainloop's K tile: a split part is whole tiles
 # Hopper only: the example's kernel has a body only where `__CUDA_ARCH_FEAT_SM90_ALL` is defined (sm_90a); built
 # for a later GPU it would be an empty stub that returns success (the .cu refuses to build there).
 ARCH_MAJOR = 9
@@ -126,6 +135,17 @@ def shapes_fit(x, weight, bias) -> bool:
     )
 
 
+def split_count(k: int, k_per_split: int) -> int:
+    """How many parts a K-deep product splits into for about `k_per_split` of K each (`cutlass_gemm_parts`): K
+    / k_per_split rounded, less until each part is whole 64-deep tiles; 1 (no split) where k_per_split is 0."""
+    if k_per_split <= 0:
+        return 1
+    splits = max(1, round(k / k_per_split))
+    while splits > 1 and k % (K_TILE * splits):
+        splits -= 1
+    return splits
+
+
 def fits(x, weight, bias) -> bool:
     """Whether y = x @ weight^T + bias can run here: `shapes_fit`, on a GPU where the module is built."""
     return x.is_cuda and shapes_fit(x, weight, bias) and module() is not None
@@ -137,3 +157,13 @@ def cutlass_gemm(x, weight, bias, gelu: bool = False):
     from roseinfer.kernels.pdl import pdl_enabled
 
     return module().gemm(x, weight, bias, gelu, pdl_enabled())
+
+
+def cutlass_gemm_parts(x, weight, splits: int):
+    """x [T, K] @ weight [N, K]^T as float32 parts [splits, T, N] whose sum is the product, each over a K / splits
+    slice of K (no bias: the reader adds it, `roseinfer.kernels.split_sum.SplitK`). One launch of splits times the
+    blocks: mlp_proj at 64 rows otherwise runs 12 blocks down a K of 3,072. Callers check `fits` and that K is a
+    multiple of 64 * splits (`split_count`)."""
+    from roseinfer.kernels.pdl import pdl_enabled
+
+    return module().gemm_parts(x, weight, splits, pdl_enabled())

@@ -17,10 +17,13 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from roseinfer.kernels.split_sum import SplitK
+
 
 def add_layer_norm_reference(x, delta, weight, bias, eps: float):
-    """x, delta [T, C]; weight, bias [C]. Returns (x + delta, LayerNorm(x + delta)), both [T, C]."""
-    s = x + delta
+    """x, delta [T, C] (or a `SplitK` of it); weight, bias [C]. Returns (x + delta, LayerNorm(x + delta)), both
+    [T, C]."""
+    s = x + (delta.joined() if isinstance(delta, SplitK) else delta)
     return s, F.layer_norm(s, (s.shape[-1],), weight, bias, eps)
 
 
@@ -36,19 +39,27 @@ def _get_kernel():
 
     @triton.jit
     def add_layer_norm_kernel(
-        x_ptr, d_ptr, w_ptr, b_ptr, s_ptr, y_ptr,
-        stride_x, stride_d, stride_s, stride_y, C, eps, BLOCK_C: tl.constexpr, PDL: tl.constexpr,
+        x_ptr, d_ptr, db_ptr, w_ptr, b_ptr, s_ptr, y_ptr,
+        stride_x, stride_d, stride_dk, stride_s, stride_y, C, eps,
+        BLOCK_C: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         c = tl.arange(0, BLOCK_C)
         mask = c < C
         w = tl.load(w_ptr + c, mask=mask, other=0.0).to(tl.float32)  # parameters: not written by the step
         b = tl.load(b_ptr + c, mask=mask, other=0.0).to(tl.float32)
+        if SPLITS > 0:  # delta is a K split's parts (stride_dk apart) and the linear's bias, a parameter too
+            d = tl.load(db_ptr + c, mask=mask, other=0.0).to(tl.float32)
         if PDL:  # roseinfer.kernels.pdl: x and delta are earlier kernels' outputs
             gdc_wait()
             gdc_launch_dependents()
         x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0)
-        d = tl.load(d_ptr + row * stride_d + c, mask=mask, other=0.0)
+        if SPLITS > 0:
+            for k in tl.static_range(SPLITS):
+                d += tl.load(d_ptr + k * stride_dk + row * stride_d + c, mask=mask, other=0.0)
+            d = d.to(s_ptr.dtype.element_ty)  # rounded as the GEMM's own output would be
+        else:
+            d = tl.load(d_ptr + row * stride_d + c, mask=mask, other=0.0)
         s = (x.to(tl.float32) + d.to(tl.float32)).to(s_ptr.dtype.element_ty)  # rounded like torch's add
         tl.store(s_ptr + row * stride_s + c, s, mask=mask)
         sf = s.to(tl.float32)
@@ -62,14 +73,22 @@ def _get_kernel():
 
 
 def add_layer_norm_triton(x, delta, weight, bias, eps: float):
-    """Same contract as the reference; rows may be strided, the last dimension must be contiguous. Launched with
-    PDL inside `roseinfer.kernels.pdl.pdl_scope`."""
+    """Same contract as the reference; rows may be strided, the last dimension must be contiguous. delta may be a
+    K-split linear's output (`roseinfer.kernels.split_sum.SplitK`: its parts and bias added as they are read).
+    Launched with PDL inside `roseinfer.kernels.pdl.pdl_scope`."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_enabled
 
     t, c = x.shape
-    assert delta.shape == x.shape and x.stride(1) == 1 and delta.stride(1) == 1
+    if isinstance(delta, SplitK):
+        d, d_bias, splits = delta.parts, delta.bias, delta.parts.shape[0]  # [S, T, C], [C]
+        assert d.shape[1:] == x.shape and d.dtype == torch.float32 and d_bias.is_contiguous() and splits > 0
+        stride_dk = d.stride(0)
+    else:
+        d, d_bias, splits, stride_dk = delta, bias, 0, 0  # (d_bias unread)
+        assert delta.shape == x.shape
+    assert x.stride(1) == 1 and d.stride(-1) == 1
     assert weight.is_contiguous() and bias.is_contiguous()
     s = torch.empty_like(x)  # [T, C]
     y = torch.empty_like(x)  # [T, C]
@@ -77,7 +96,8 @@ def add_layer_norm_triton(x, delta, weight, bias, eps: float):
         return s, y
     block_c = triton.next_power_of_2(c)
     _get_kernel()[(t,)](
-        x, delta, weight, bias, s, y, x.stride(0), delta.stride(0), s.stride(0), y.stride(0), c, eps,
-        BLOCK_C=block_c, PDL=pdl_enabled(), num_warps=4 if block_c <= 1024 else 8, launch_pdl=pdl_enabled(),
+        x, d, d_bias, weight, bias, s, y, x.stride(0), d.stride(-2), stride_dk, s.stride(0), y.stride(0), c, eps,
+        BLOCK_C=block_c, SPLITS=splits, PDL=pdl_enabled(), num_warps=4 if block_c <= 1024 else 8,
+        launch_pdl=pdl_enabled(),
     )  # fmt: skip
     return s, y

@@ -133,7 +133,9 @@ def test_ctrl_c_in_a_benchmark_is_one_line_and_exit_130(tmp_path):
     env = {
         **os.environ,
         "ROSEINFER_STEP_LOG": str(log),  # opened once the engine is built: the run is under way
-        "ROSEINFER_TEST_SLEEP_REGION": "roseinfer.decode_step:50",  # a run of seconds, to be interrupted
+        # a run of half a minute at least (70 decode steps of 0.5 s), to be interrupted: at 50 ms a step a run under
+        # `pytest -n 2` once finished before the SIGINT, whose sender had waited its turn for a core
+        "ROSEINFER_TEST_SLEEP_REGION": "roseinfer.decode_step:500",
     }
     proc = subprocess.Popen(
         engine_command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

@@ -143,6 +143,51 @@ def test_a_cpu_engine_runs_its_buckets_as_before(tiny_checkpoint):
     assert not llm.engine.graphs.kernels.pdl_in(64, 1024)
 
 
+def test_a_k_split_takes_whole_tiles_near_the_asked_depth():
+    # GPT-2 small's attn_proj (K 768) and mlp_proj (3,072), gpt2-medium's (1,024, 4,096), and the tiny checkpoint's
+    asked = {(768, 384): 2, (3072, 384): 8, (768, 768): 1, (3072, 768): 4, (768, 256): 3, (3072, 256): 12}
+    asked |= {(1024, 384): 2, (4096, 384): 8, (64, 384): 1, (256, 64): 4, (3072, 0): 1, (96, 64): 1}
+    assert {key: cg.split_count(*key) for key in asked} == asked
+    # every split's parts whole 64-deep tiles
+    assert all(k % (cg.K_TILE * s) == 0 for (k, _), s in asked.items() if s > 1)
+
+
+def test_a_k_split_stands_for_its_sum_wherever_it_is_read():
+    # the parts' reader on CPU, and any reader that is not the fused add + LayerNorm, joins them: the sum plus the
+    # bias, rounded once to the bias's dtype
+    from roseinfer.kernels.add_layernorm import add_layer_norm_reference
+    from roseinfer.kernels.split_sum import SplitK, joined
+    from roseinfer.model import residual_layer_norm
+
+    torch.manual_seed(0)
+    parts, bias = torch.randn(4, 6, 16), torch.randn(16).half()
+    split = SplitK(parts, bias)
+    whole = (parts.sum(0) + bias.float()).half()  # [6, 16]
+    x = torch.randn(6, 16).half()
+    assert torch.equal(split.joined(), whole) and torch.equal(joined(x, split), whole)
+    assert torch.equal(split.rows(torch.tensor([5, 0])).joined(), whole[[5, 0]])
+    ln = torch.nn.LayerNorm(16).half()
+    ref_s, ref_y = add_layer_norm_reference(
+        x.float(), whole.float(), ln.weight.float(), ln.bias.float(), ln.eps
+    )
+    s, y = add_layer_norm_reference(x.float(), split, ln.weight.float(), ln.bias.float(), ln.eps)
+    assert torch.equal(s, ref_s) and torch.equal(y, ref_y)
+    with torch.no_grad():  # the model's unfused path (CPU engines; no Triton kernel on CPU tensors)
+        s, y = residual_layer_norm(x.float(), split, ln.float(), fused=False)
+    assert torch.equal(s, ref_s) and torch.equal(y, ref_y)
+
+
+def test_off_the_gpu_a_residual_linear_is_one_tensor():
+    from roseinfer.linears import linear_to_residual
+
+    lin = torch.nn.Linear(3072, 768).half()
+    x = torch.randn(64, 3072).half()
+    with torch.no_grad(), small_batch_gemv(0, cutlass_rows=(32, 64), cutlass_split_k=384):
+        out = linear_to_residual(x, lin)
+    assert isinstance(out, torch.Tensor)
+    torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias))
+
+
 # -- on a GPU ----------------------------------------------------------------------------------------------------
 
 SHAPES = [(2304, 768, False), (768, 768, False), (3072, 768, True), (768, 3072, False), (3072, 1024, False)]
@@ -263,3 +308,89 @@ def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
         f"roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is not built: no CUTLASS headers ({cg.INSTALL})"
     ]
     cg.say_not_built.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [64, 40, 33])
+@pytest.mark.parametrize(
+    "n,k,splits", [(768, 768, 2), (768, 3072, 8), (768, 3072, 4), (1024, 4096, 8), (768, 768, 3)]
+)
+def test_its_k_parts_add_up_to_the_product(rows, n, k, splits):
+    # each part is its own slice of K's product (in float32, no bias), and the parts' sum is the product
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    torch.manual_seed(2)
+    wide = torch.randn(rows, k + 64, device="cuda").half()
+    x = wide[:, 64:]  # rows of a wider buffer, as attn_proj's input is not, to test the row stride
+    w = (torch.randn(n, k, device="cuda") * 0.02).half()
+    parts = cg.cutlass_gemm_parts(x, w, splits)
+    assert parts.shape == (splits, rows, n) and parts.dtype == torch.float32
+    depth = k // splits
+    for i in range(splits):
+        ref = x[:, i * depth : (i + 1) * depth].float() @ w[:, i * depth : (i + 1) * depth].float().t()
+        torch.testing.assert_close(parts[i], ref, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(parts.sum(0), x.float() @ w.float().t(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_the_add_and_layernorm_reads_k_parts_as_their_sum():
+    # the parts' one reader in the step: the Triton add + LayerNorm with the linear's bias added as it reads
+    from roseinfer.kernels.add_layernorm import add_layer_norm_triton
+    from roseinfer.kernels.split_sum import SplitK
+
+    torch.manual_seed(3)
+    x = torch.randn(64, 768, device="cuda").half()
+    parts, bias = torch.randn(8, 64, 768, device="cuda"), torch.randn(768, device="cuda").half()
+    ln = torch.nn.LayerNorm(768, device="cuda", dtype=torch.float16)
+    split = SplitK(parts, bias)
+    s, y = add_layer_norm_triton(x, split, ln.weight, ln.bias, ln.eps)
+    # joined, the parts are summed in another order (the bias last): a float16 rounding apart at most
+    ref_s, ref_y = add_layer_norm_triton(x, split.joined(), ln.weight, ln.bias, ln.eps)
+    torch.testing.assert_close(s, ref_s, atol=1e-2, rtol=1e-3)
+    torch.testing.assert_close(y, ref_y, atol=1e-2, rtol=1e-2)
+    # the rows of a split (a strided view of its parts)
+    rows = torch.tensor([3, 1, 60], device="cuda")
+    s_rows, _ = add_layer_norm_triton(x[rows], split.rows(rows), ln.weight, ln.bias, ln.eps)
+    assert torch.equal(s_rows, s[rows])
+
+
+@pytest.mark.gpu
+def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeypatch):
+    # the tiny checkpoint's mlp_proj (K 256) in four 64-deep parts and attn_proj (K 64) whole: the captured step
+    # at 40 and 64 rows with the split, without it, and on cuBLAS, on the same inputs and cache
+    from roseinfer import LLM, SamplingParams
+    from roseinfer.cuda_graphs import GraphKernels
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    llm = LLM(
+        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True
+    )
+    llm.generate(["hello world"] * 64, SamplingParams(max_new_tokens=2, ignore_eos=True))
+    engine = llm.engine
+    splits = []
+    real = cg.cutlass_gemm_parts
+    monkeypatch.setattr(
+        cg, "cutlass_gemm_parts", lambda x, w, s: splits.append((w.shape[1], s)) or real(x, w, s)
+    )
+    logits = {}
+    kinds = {
+        "split": GraphKernels(cutlass_split_k=64),
+        "whole": GraphKernels(cutlass_split_k=0),
+        "cublas": GraphKernels(cutlass_gemm_max_batch=0),
+    }
+    for name, kernels in kinds.items():
+        engine.use_static_decode(capture=True, kernels=kernels)
+        n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
+        for bucket in (48, 64):
+            tables = torch.arange(bucket).view(bucket, 1, 1).expand(bucket, n_layer, m)
+            engine.runner.freeze_static_inputs(bucket, past=20, tables=tables)
+            engine.graphs.replay(bucket)
+            logits[name, bucket] = engine.graphs.outputs[bucket][0].float().clone()  # [bucket, V]
+        if name == "split":  # captured: each bucket's mlp_proj per layer, in 4 parts, and no attn_proj (K 64)
+            assert splits and set(splits) == {(256, 4)}
+            splits.clear()
+    assert splits == []
+    for bucket in (48, 64):
+        torch.testing.assert_close(logits["split", bucket], logits["whole", bucket], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(logits["split", bucket], logits["cublas", bucket], atol=2e-2, rtol=2e-2)
