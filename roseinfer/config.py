@@ -109,7 +109,7 @@ class EngineConfig:
     cutlass_gemm: bool = True
     # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
     # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
-    # `roseinfer.cuda_graphs.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier
+    # `roseinfer.graph_kernels.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier
     # designs through it.
     # CPU only: torch's intra-op threads for this process. None chooses (roseinfer/cpu_threads.py): OMP_NUM_THREADS
     # when set, else 1 for models up to GPT-2 small's width, half the usable cores for wider ones. torch's default

@@ -13,8 +13,9 @@ import torch
 
 from roseinfer import env, steplog, tracing
 from roseinfer.config import EngineConfig
-from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
+from roseinfer.cuda_graphs import DecodeGraphs
 from roseinfer.flight_recorder import FlightRecorder
+from roseinfer.graph_kernels import GraphKernels
 from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
 from roseinfer.scheduler import Scheduler
 from roseinfer.sequence import SamplingParams, Sequence, Status

@@ -24,8 +24,9 @@ from roseinfer import cpu_threads, distributed, prefill_shapes, tracing
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.block_tables import BlockTables
 from roseinfer.config import EngineConfig, resolve_model_config
-from roseinfer.cuda_graphs import DecodeGraphs, GraphKernels
+from roseinfer.cuda_graphs import DecodeGraphs
 from roseinfer.decode_slots import DecodeSlots
+from roseinfer.graph_kernels import GraphKernels
 from roseinfer.kernels import triton_available
 from roseinfer.kv_cache import KVCache
 from roseinfer.kv_context import DecodeKV, PrefillKV, prefill_attention_backends

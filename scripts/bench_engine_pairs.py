@@ -28,8 +28,8 @@ from roseinfer import tracing
 from roseinfer.bench import roofline
 from roseinfer.bench.hf_reference import hf_generate, to_hf
 from roseinfer.config import EngineConfig
-from roseinfer.cuda_graphs import GraphKernels
 from roseinfer.engine import Engine
+from roseinfer.graph_kernels import GraphKernels
 from roseinfer.sequence import SamplingParams
 
 # Engine options (EngineConfig fields) per configuration; `_kernels`: the captured step's kernels of an earlier

@@ -84,7 +84,7 @@ import torch
 
 from roseinfer import LLM, tracing
 from roseinfer.bench.timing import LEAD_CYCLES
-from roseinfer.cuda_graphs import GraphKernels
+from roseinfer.graph_kernels import GraphKernels
 
 # The second step's kernels off: what variants 1 to 8 measured before they existed.
 _FIRST = dict(

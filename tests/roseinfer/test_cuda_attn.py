@@ -148,7 +148,7 @@ def test_the_engine_runs_it_and_matches_the_triton_path(tmp_path, cuda_mlp):
     # and gives the same tokens as the Triton path (--no-cuda-attn), and logits within fp16 rounding; with the
     # MLP kernel and without it (its float32 output, or the GEMV's float16, is the delta the next layer reads).
     from roseinfer import LLM, SamplingParams
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from tests.helpers import save_checkpoint
     from tests.roseinfer.test_engine_matches_hf import make_prompts
 

@@ -215,7 +215,7 @@ def test_the_engine_runs_the_fused_mlp_and_matches_the_triton_path(tmp_path):
     # kernel by default (its layer buffers hold the last step's MLP outputs) and gives the same tokens as the
     # Triton path (`GraphKernels(cuda_mlp=False)`, i.e. --no-cuda-mlp), and logits within fp16 rounding.
     from roseinfer import LLM, SamplingParams
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from tests.helpers import save_checkpoint
     from tests.roseinfer.test_engine_matches_hf import make_prompts
 

@@ -23,7 +23,7 @@ def test_batch_buckets_cover_every_batch_size():
 def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
     # GraphKernels: which buckets' steps launch their Triton kernels as dependents (the engine's defaults, and the
     # designs before them as bench_graph_step.py rebuilds them).
-    from roseinfer.cuda_graphs import PDL_NARROW_WIDTH, GraphKernels
+    from roseinfer.graph_kernels import PDL_NARROW_WIDTH, GraphKernels
 
     buckets = batch_buckets(128)  # 1, 2, 4, 8, 16, ..., 112, 128
     gpt2, medium = PDL_NARROW_WIDTH, 1024
@@ -45,7 +45,7 @@ def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
 
 def test_the_engine_captures_its_steps_with_every_kernel_on(tiny_checkpoint):
     # EngineConfig has no kernel switches: the runner's static step takes GraphKernels' defaults (eager on CPU).
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4)
     llm.engine.runner.use_static_decode(capture=False)
@@ -58,7 +58,7 @@ def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
     # Buckets 48 and 64 run attn_proj on the CUTLASS GEMM (or cuBLAS): the attention is a dependent launch there
     # (which releases attn_proj as it starts) or, on cuBLAS, launched plainly; either way no early release rule
     # there, so the attention keeps its 16-token tiles (`pick_attention_tile(shares_sms=)`).
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     buckets = batch_buckets(128)
     assert [b for b in buckets if GraphKernels().attention_release_in(b)] == [1, 2, 4, 8, 16, 32]
@@ -178,7 +178,7 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
     # wait, the argmax writing the next step's inputs itself or a copy and an add after it, and the first c_attn
     # GEMV gathering the embeddings itself or two embedding kernels before it, compute the same numbers: identical
     # tokens, in a batch and one request at a time, and identical logits of a replay.
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     earlier = GraphKernels(pdl_early_release=False, argmax_advances=False, embedding_gather=False)
     (outs, logits), (outs_earlier, logits_earlier) = (
@@ -192,7 +192,7 @@ def test_graph_decode_same_tokens_and_logits_whatever_each_kernel_releases_the_n
 def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launches(tiny_checkpoint):
     # fp16, a batch of 60 (bucket 64, cuBLAS's linears: `--no-cutlass-gemm`): the add + LayerNorm kernels launched
     # as dependents (the default for a model this narrow) or plainly (as before session 16) compute the same numbers.
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from roseinfer.kernels.pdl import pdl_supported
 
     if not pdl_supported():
@@ -234,7 +234,7 @@ def test_graph_decode_lm_head_gemv_agrees_with_cublas(tiny_checkpoint):
     # fp16, batches 1 to 8: at one row ln_f + lm_head as one GEMV (the default) or ln_f's kernel and cuBLAS compute
     # the same logits up to the order of each fp32 sum: the same tokens, the last batch-1 replay's logits within
     # fp16 rounding.
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     cublas = GraphKernels(lm_head_gemv=False)
     (outs, logits), (outs_cublas, logits_cublas) = (
@@ -250,7 +250,7 @@ def test_graph_decode_skinny_gemm_agrees_with_cublas(tiny_checkpoint):
     # GEMM (the default, PDL in its buckets) or on cuBLAS compute the same numbers up to the order of each fp32
     # sum. A token stream of a random model can flip at a near-tie and then differ everywhere, so the comparison
     # is one replay of bucket 32 on the same inputs and cache, captured both ways on one engine.
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     llm = LLM(
         tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=32, cuda_graph=True, paged_attn=True

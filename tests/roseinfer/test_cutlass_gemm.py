@@ -107,7 +107,7 @@ def test_no_cutlass_gemm_reaches_the_engines_config():
     # the benchmarks' switch for the side-by-side measurement (docs/BENCHMARKS.md, issue 50): on by default, and
     # the captured step's kernels follow it
     from roseinfer.bench.common import build_parser, engine_config, parse
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     parser = build_parser("benchmark_scheduler", "", "offline")
     on = engine_config(parse(parser, ["--device", "cuda", "--cuda-graph"]))
@@ -118,7 +118,7 @@ def test_no_cutlass_gemm_reaches_the_engines_config():
 
 
 def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     k = GraphKernels()
     assert [b for b in (1, 8, 16, 32, 48, 64, 80) if k.cutlass_in(b)] == [48, 64]
@@ -257,7 +257,7 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     # buckets) and with cuBLAS (`--no-cutlass-gemm`) compute the same numbers up to the order of each fp32 sum:
     # one replay of each bucket on the same inputs and cache, captured both ways on one engine.
     from roseinfer import LLM, SamplingParams
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from tests.roseinfer.test_engine_matches_hf import make_prompts
 
     if cg.module() is None:
@@ -359,7 +359,7 @@ def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeyp
     # the tiny checkpoint's mlp_proj (K 256) in four 64-deep parts and attn_proj (K 64) whole: the captured step
     # at 40 and 64 rows with the split, without it, and on cuBLAS, on the same inputs and cache
     from roseinfer import LLM, SamplingParams
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
 
     if cg.module() is None:
         pytest.skip(cuda_ext.why_not_built(cg.NAME))

@@ -147,7 +147,7 @@ def test_the_tile_rule_reaches_the_kernel_in_both_decode_paths(monkeypatch):
     # (eager step) -> the tile the attention kernel is launched with (the launcher recorded in place of the Triton
     # one: CPU tensors here).
     import roseinfer.kernels.paged_attention as pa
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from roseinfer.kv_context import DecodeKV, StaticDecodeKV
 
     launched = []

@@ -281,7 +281,7 @@ def test_engine_split_or_not_gives_the_same_tokens(tiny_checkpoint):
     # dependent where a slice is one block, on Hopper) equals it launched plainly, the one-pass kernel (the designs
     # before it, captured through `GraphKernels`) and Hugging Face greedy, token for token.
     from roseinfer import LLM, SamplingParams
-    from roseinfer.cuda_graphs import GraphKernels
+    from roseinfer.graph_kernels import GraphKernels
     from tests.roseinfer.test_engine_cuda import hf_outputs
     from tests.roseinfer.test_engine_matches_hf import NEW_TOKENS, make_prompts
 
