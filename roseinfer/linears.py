@@ -149,23 +149,42 @@ def skinny_wins(rows: int, n: int, k: int) -> bool:
     return 8 < rows and (rows <= 32 or n <= k)
 
 
+def _gemv_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return uses_gemv(x) and weight.is_contiguous() and gemv_wins(x.shape[0], *weight.shape)
+
+
+def _skinny_takes(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    if not (uses_skinny_gemm(x) and weight.is_contiguous() and skinny_wins(x.shape[0], *weight.shape)):
+        return False
+    from roseinfer.kernels.skinny_gemm import skinny_gemm_fits
+
+    return skinny_gemm_fits(x, weight)
+
+
+def _cutlass_takes(x: torch.Tensor, weight: torch.Tensor, bias) -> bool:
+    """Whether `linear` runs the CUTLASS GEMM here: inside its rows, where neither Triton kernel comes first."""
+    if not uses_cutlass_gemm(x) or _gemv_takes(x, weight) or _skinny_takes(x, weight):
+        return False
+    from roseinfer.cuda_ext import cutlass_gemm
+
+    return cutlass_gemm.fits(x, weight, bias)
+
+
 def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True) -> torch.Tensor:
     """act(x @ lin.weight^T + lin.bias): x [T, K] -> [T, N]; act is GPT-2's tanh GELU when `gelu`, else none."""
     weight, bias = lin.weight, lin.bias
-    if uses_gemv(x) and weight.is_contiguous() and gemv_wins(x.shape[0], *weight.shape):
+    if _gemv_takes(x, weight):
         from roseinfer.kernels.gemv import gemv_triton
 
         return gemv_triton(x, weight, bias, gelu=gelu)
-    if uses_skinny_gemm(x) and weight.is_contiguous() and skinny_wins(x.shape[0], *weight.shape):
-        from roseinfer.kernels.skinny_gemm import skinny_gemm_fits, skinny_gemm_triton
+    if _skinny_takes(x, weight):
+        from roseinfer.kernels.skinny_gemm import skinny_gemm_triton
 
-        if skinny_gemm_fits(x, weight):
-            return skinny_gemm_triton(x, weight, bias, gelu=gelu, scratch=_SKINNY_SCRATCH.get())
-    if uses_cutlass_gemm(x):
+        return skinny_gemm_triton(x, weight, bias, gelu=gelu, scratch=_SKINNY_SCRATCH.get())
+    if _cutlass_takes(x, weight, bias):
         from roseinfer.cuda_ext import cutlass_gemm
 
-        if cutlass_gemm.fits(x, weight, bias):
-            return cutlass_gemm.cutlass_gemm(x, weight, bias, gelu=gelu)
+        return cutlass_gemm.cutlass_gemm(x, weight, bias, gelu=gelu)
     if not gelu:
         return F.linear(x, weight, bias)
     if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
@@ -175,16 +194,16 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
 
 def linear_to_residual(x: torch.Tensor, lin):
     """`linear(x, lin)` for a linear whose only reader is the residual add + LayerNorm after it (attn_proj and
-    mlp_proj on one device): where the CUTLASS GEMM runs and `small_batch_gemv(cutlass_split_k=)` asks, its output
-    as parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which that reader adds. Elsewhere a tensor
-    [T, N], as `linear` returns."""
+    mlp_proj on one device): where `linear` would run the CUTLASS GEMM and `small_batch_gemv(cutlass_split_k=)`
+    asks, its output as parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which that reader adds.
+    Elsewhere a tensor [T, N], as `linear` returns."""
     k_per_split = _CUTLASS_SPLIT_K.get()
-    if k_per_split and uses_cutlass_gemm(x):
+    if k_per_split and _cutlass_takes(x, lin.weight, lin.bias):
         from roseinfer.cuda_ext import cutlass_gemm
         from roseinfer.kernels.split_sum import SplitK
 
         splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split)
-        if splits > 1 and cutlass_gemm.fits(x, lin.weight, lin.bias):
+        if splits > 1:
             return SplitK(cutlass_gemm.cutlass_gemm_parts(x, lin.weight, splits), lin.bias)  # [S, T, N], [N]
     return linear(x, lin)
 

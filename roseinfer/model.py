@@ -81,7 +81,9 @@ class Block(nn.Module):
         all-reduce: the ranks' partial sums as words [W, C / 2], which the next norm GEMV waits for and adds,
         `roseinfer.fused_allreduce`). index: (token ids, positions) [1] each, for the first block at one token where
         `embedding_gather_applies`: x and delta are then the embedding tables, and the c_attn GEMV's prologue
-        gathers the rows."""
+        gathers the rows. At 33 to 64 rows on the CUTLASS GEMM, attn_proj's and mlp_proj's outputs may be their K
+        parts (`roseinfer.kernels.split_sum.SplitK`, `roseinfer.linears.linear_to_residual`), which the add +
+        LayerNorm after them sums."""
         t = x.shape[0] if index is None else 1
         in_gemv = index is not None or (fused and norm_gemv_applies(x, delta, self.c_attn))
         if in_gemv and cuda_attn_applies(x, delta, self, kv, self.n_positions, index):
@@ -92,8 +94,8 @@ class Block(nn.Module):
         return self._mlp(x, a, layer, fused, gelu_epilogue)
 
     def _attention(self, x, delta, layer: int, kv: KVContext, fused: bool, in_gemv: bool, t: int, index):
-        """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C], or with the fused
-        all-reduce the ranks' partial sums of it as words [W, C / 2])."""
+        """The attention half as separate kernels: (residual [T, C], attn_proj's output [T, C] or its K parts
+        (`SplitK`), or with the fused all-reduce the ranks' partial sums of it as words [W, C / 2])."""
         wait = wait_for_pushed(self.tp, delta, in_gemv)
         if not in_gemv:
             with region(LAYERNORM):
@@ -118,7 +120,8 @@ class Block(nn.Module):
         return x, a
 
     def _mlp(self, x, a, layer: int, fused: bool, gelu_epilogue: bool):
-        """The MLP half: (residual [T, C], the MLP's output [T, C], or the CUDA kernel's split sum [SPLIT_ROWS, C])."""
+        """The MLP half: (residual [T, C], the MLP's output [T, C] or mlp_proj's K parts (`SplitK`), or the CUDA
+        kernel's split sum [SPLIT_ROWS, C])."""
         in_gemv = fused and norm_gemv_applies(x, a, self.c_fc)
         if in_gemv and self.tp is None and cuda_mlp_applies(x, a, self.ln_2, self.c_fc, self.mlp_proj):
             with region(MLP):  # ln_2, c_fc, GELU and mlp_proj in one CUDA kernel; its output in float32
@@ -150,7 +153,7 @@ def wait_for_pushed(tp, delta: torch.Tensor, reader_waits: bool):
 
 
 def residual_layer_norm(
-    x: torch.Tensor, delta: torch.Tensor, ln: nn.LayerNorm, fused: bool
+    x: torch.Tensor, delta: torch.Tensor | SplitK, ln: nn.LayerNorm, fused: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(x + delta, ln(x + delta)), both [T, C]. fused: one Triton kernel instead of torch's add and LayerNorm,
     for where a launch costs nothing (inside CUDA graphs; from Python a Triton launch costs more than two torch

@@ -8,6 +8,7 @@ import atexit
 import gc
 import json
 import os
+import signal
 import threading
 import time
 from typing import Any
@@ -197,7 +198,7 @@ class StepLogWriter(StepRecords):
             }
         )
         self._gc = GcWatch()  # collections, written at the next flush
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
     def write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -218,6 +219,14 @@ class StepLogWriter(StepRecords):
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()
+
+    def _close_at_exit(self) -> None:
+        """`close` as the process exits. The run is over, so a Ctrl-C now (a user's, or the one a profiler forwards
+        as it stops the program) is ignored until the log is written out: it used to cut the log's last lines off
+        and print a KeyboardInterrupt traceback from this callback under an exit status of 0."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.close()
 
     def close(self) -> None:
         self._gc.close()

@@ -16,7 +16,8 @@
 //
 // The K-split form (`run_parts`) is the same kernel with the GEMM's batch index L picking one of S slices of K: A's
 // and B's L strides are K / S elements, D's the [T, N] of one part, and the epilogue writes the float32 product
-// alone. mlp_proj at 64 rows in 4 parts is 48 blocks, each down 768 of its 3,072-deep K.
+// alone. mlp_proj at 64 rows in 4 parts is 48 blocks, each down 768 of its 3,072-deep K. Its float32 epilogue
+// takes more shared memory, which leaves 12 stages: a part of 768 (12 tiles) still loads whole before the wait.
 #include "cutlass/cutlass.h"
 #include "cute/tensor.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -95,16 +96,17 @@ template <class G>
 const char* launch(typename G::Device::Arguments& args, const void* x, int64_t ldx, const void* w, int64_t lda,
                    void* d, int64_t ldd, int64_t ldl, int T, int N, int K, int L, bool pdl, cudaStream_t stream) {
   using Kernel = typename G::Kernel;
-  const int64_t split_k = K / L;
   auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {N, K / L, L});
   get<0>(sa) = lda;
-  get<2>(sa) = split_k;
   auto sb = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, {T, K / L, L});
   get<0>(sb) = ldx;
-  get<2>(sb) = split_k;
   auto sd = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, {N, T, L});
   get<1>(sd) = ldd;
-  get<2>(sd) = ldl;
+  if (L > 1) {  // one part: L's strides as packed (0), as before the split existed
+    get<2>(sa) = K / L;
+    get<2>(sb) = K / L;
+    get<2>(sd) = ldl;
+  }
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {N, T, K / L, L};
   args.mainloop.ptr_A = static_cast<const f16*>(w);
@@ -148,6 +150,7 @@ const char* run_parts(const void* x, int64_t ldx, const void* w, void* parts, in
 }
 
 int stages() { return BiasGemm::Stages; }
+int part_stages() { return PartGemm::Stages; }  // its float32 epilogue's larger shared memory leaves one fewer
 
 }  // namespace cutlass_gemm
 
@@ -159,14 +162,30 @@ template const char* cutlass_gemm::run<true>(const void*, int64_t, const void*, 
 // (run_parts is not a template: compiled as it is)
 #else
 
-// x [T, K] (rows may be a wider buffer's), w [N, K], bias [N], float16 on one GPU, 16-byte aligned, strides a
-// multiple of 8 (`cutlass_gemm.fits` checks): y [T, N], new.
+// What TMA needs of x [T, K] and w [N, K] (`cutlass_gemm.shapes_fit` says the same): float16 on one GPU, 1 to 64
+// rows, w contiguous, x's rows 16-byte aligned (its row stride and K multiples of 8, N too). Built with NDEBUG,
+// CUTLASS only prints a descriptor it cannot encode, so these are checked here.
+void check_operands(const torch::Tensor& x, const torch::Tensor& w) {
+  TORCH_CHECK(x.scalar_type() == torch::kHalf && w.scalar_type() == torch::kHalf, "cutlass_gemm: float16 only");
+  TORCH_CHECK(x.is_cuda() && w.device() == x.device(), "cutlass_gemm: x and w on one GPU");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous(),
+              "cutlass_gemm: x [T, K] with unit column stride, w [N, K] contiguous");
+  TORCH_CHECK(x.size(1) == w.size(1), "cutlass_gemm: shapes do not agree");
+  TORCH_CHECK(x.size(0) > 0 && x.size(0) <= 64 && w.size(0) > 0 && w.size(1) > 0, "cutlass_gemm: 1 to 64 rows");
+  TORCH_CHECK(x.stride(0) >= x.size(1) && x.stride(0) % 8 == 0 && w.size(1) % 8 == 0 && w.size(0) % 8 == 0,
+              "cutlass_gemm: row strides, K and N multiples of 8");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0,
+              "cutlass_gemm: x and w 16-byte aligned");
+}
+
+// x [T, K] (rows may be a wider buffer's), w [N, K], bias [N] (`check_operands`; `cutlass_gemm.fits` checks):
+// y [T, N], new.
 torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool gelu, bool pdl) {
-  TORCH_CHECK(x.scalar_type() == torch::kHalf && w.scalar_type() == torch::kHalf && bias.scalar_type() == torch::kHalf,
-              "cutlass_gemm: float16 only");
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous() && bias.is_contiguous(),
-              "cutlass_gemm: x [T, K] with unit column stride, w [N, K] and bias [N] contiguous");
-  TORCH_CHECK(x.size(1) == w.size(1) && bias.size(0) == w.size(0), "cutlass_gemm: shapes do not agree");
+  check_operands(x, w);
+  TORCH_CHECK(bias.scalar_type() == torch::kHalf && bias.device() == x.device() && bias.dim() == 1 &&
+                  bias.is_contiguous() && bias.size(0) == w.size(0) &&
+                  reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0,
+              "cutlass_gemm: bias [N] float16, contiguous, 16-byte aligned");
   const c10::cuda::CUDAGuard guard(x.device());
   const int T = x.size(0), N = w.size(0), K = w.size(1);
   auto y = torch::empty({T, N}, x.options());
@@ -182,10 +201,7 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
 // x [T, K] as above, w [N, K]; K a multiple of 64 * splits: parts [splits, T, N] float32, new, whose sum over the
 // first dimension is x @ w^T (the bias is the reader's to add).
 torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool pdl) {
-  TORCH_CHECK(x.scalar_type() == torch::kHalf && w.scalar_type() == torch::kHalf, "cutlass_gemm: float16 only");
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous(),
-              "cutlass_gemm: x [T, K] with unit column stride, w [N, K] contiguous");
-  TORCH_CHECK(x.size(1) == w.size(1), "cutlass_gemm: shapes do not agree");
+  check_operands(x, w);
   TORCH_CHECK(splits >= 1 && w.size(1) % (64 * splits) == 0, "cutlass_gemm: K is not a multiple of 64 * splits");
   const c10::cuda::CUDAGuard guard(x.device());
   const int T = x.size(0), N = w.size(0), K = w.size(1);
@@ -201,5 +217,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 64 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
   m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
   m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)");
+  m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form");
 }
 #endif

@@ -26,8 +26,8 @@ index picks the slice), each writing its float32 product without the bias. At 64
 mlp_proj have 12 blocks, each down the whole K (3,072 for mlp_proj: 6.1 us a launch where its weights need 1); their
 reader, the residual add + LayerNorm, adds the parts (`roseinfer.linears.linear_to_residual`,
 `roseinfer.kernels.split_sum.SplitK`). GPT-2 small's step at 64 rows and a past of 256 on an H200: 490.7 -> 457.0 us
-with parts of about 768 (mlp_proj 4, attn_proj whole); parts of 384 (8 and 2) were slower than no split, 515 us
-(docs/BENCHMARKS.md, session 45).
+with parts of about 768 (mlp_proj 4, attn_proj whole); parts of 384 (8 and 2) were slower than no split there, 515
+us, and at a past of 512 (docs/BENCHMARKS.md, session 45).
 """
 
 from __future__ import annotations

@@ -147,9 +147,15 @@ def test_a_k_split_takes_whole_tiles_near_the_asked_depth():
     # GPT-2 small's attn_proj (K 768) and mlp_proj (3,072), gpt2-medium's (1,024, 4,096), and the tiny checkpoint's
     asked = {(768, 384): 2, (3072, 384): 8, (768, 768): 1, (3072, 768): 4, (768, 256): 3, (3072, 256): 12}
     asked |= {(1024, 384): 2, (4096, 384): 8, (64, 384): 1, (256, 64): 4, (3072, 0): 1, (96, 64): 1}
+    # rounded to the nearest count, not down: 3,072 / 1,228 is 2.5 (3 parts), 3,072 / 1,100 is 2.8 (3), 3,072 / 700
+    # is 4.4 (4); 768 / 400 is 1.9, and 2 parts of 384 are whole tiles
+    asked |= {(768, 400): 2, (3072, 1228): 3, (3072, 700): 4, (3072, 1100): 3}
     assert {key: cg.split_count(*key) for key in asked} == asked
-    # every split's parts whole 64-deep tiles
-    assert all(k % (cg.K_TILE * s) == 0 for (k, _), s in asked.items() if s > 1)
+    # whatever is asked, every split's parts are whole 64-deep tiles
+    for k in range(64, 8193, 64):
+        for k_per_split in (64, 100, 384, 768, 1000, 1536):
+            splits = cg.split_count(k, k_per_split)
+            assert splits >= 1 and (splits == 1 or k % (cg.K_TILE * splits) == 0), (k, k_per_split, splits)
 
 
 def test_a_k_split_stands_for_its_sum_wherever_it_is_read():
@@ -175,6 +181,39 @@ def test_a_k_split_stands_for_its_sum_wherever_it_is_read():
     with torch.no_grad():  # the model's unfused path (CPU engines; no Triton kernel on CPU tensors)
         s, y = residual_layer_norm(x.float(), split, ln.float(), fused=False)
     assert torch.equal(s, ref_s) and torch.equal(y, ref_y)
+
+
+def test_a_residual_linear_splits_only_where_the_cutlass_gemm_would_run(monkeypatch):
+    # the kernels stubbed (no GPU here): attn_proj and mlp_proj take the linears' order (the GEMV, then the skinny
+    # GEMM, then CUTLASS) and split only where CUTLASS is the one that runs
+    from roseinfer import linears
+    from roseinfer.kernels import skinny_gemm
+    from roseinfer.kernels.split_sum import SplitK
+
+    monkeypatch.setattr(linears, "_triton_input", lambda x: True)
+    monkeypatch.setattr(skinny_gemm, "skinny_gemm_fits", lambda x, w: True)
+    monkeypatch.setattr(skinny_gemm, "skinny_gemm_triton", lambda x, w, b, gelu, scratch: "skinny")
+    monkeypatch.setattr(cg, "fits", lambda x, w, b: True)
+    monkeypatch.setattr(cg, "cutlass_gemm", lambda x, w, b, gelu: "cutlass")
+    monkeypatch.setattr(
+        cg, "cutlass_gemm_parts", lambda x, w, splits: torch.zeros(splits, x.shape[0], w.shape[0])
+    )
+    mlp_proj = torch.nn.Linear(3072, 768).half()
+    x = torch.zeros(64, 3072).half()
+    with small_batch_gemv(8, skinny_max_rows=64, cutlass_rows=(32, 64), cutlass_split_k=768):
+        assert linears.linear(x, mlp_proj) == "skinny"
+        assert (
+            linears.linear_to_residual(x, mlp_proj) == "skinny"
+        )  # a skinny GEMM asked for at 64 rows runs first
+    with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=768):
+        split = linears.linear_to_residual(x, mlp_proj)
+        assert isinstance(split, SplitK) and split.parts.shape == (4, 64, 768) and split.bias is mlp_proj.bias
+        assert linears.linear_to_residual(x[:32], mlp_proj) == "skinny"  # 32 rows: the skinny GEMM's bucket
+    with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=0):
+        assert linears.linear_to_residual(x, mlp_proj) == "cutlass"  # no split asked: one part, as before
+    with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=768):
+        attn_proj = torch.nn.Linear(768, 768).half()
+        assert linears.linear_to_residual(x[:, :768], attn_proj) == "cutlass"  # K 768 in parts of 768: whole
 
 
 def test_off_the_gpu_a_residual_linear_is_one_tensor():
@@ -212,6 +251,9 @@ def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
     ref = _reference(x, w, b, gelu)
     cublas = torch._addmm_activation(b, x, w.t(), use_gelu=True) if gelu else F.linear(x, w, b)
     assert cg.module().stages() == 13  # every 64-deep K tile of a 768-deep K loads before the wait
+    assert (
+        cg.module().part_stages() == 12
+    )  # a part of 768 likewise (its float32 epilogue takes one stage's room)
     out = cg.cutlass_gemm(x, w, b, gelu=gelu)
     assert out.shape == (rows, n) and out.dtype == torch.float16
     err, cublas_err = (out.float() - ref).abs().max().item(), (cublas.float() - ref).abs().max().item()
@@ -348,16 +390,21 @@ def test_the_add_and_layernorm_reads_k_parts_as_their_sum():
     ref_s, ref_y = add_layer_norm_triton(x, split.joined(), ln.weight, ln.bias, ln.eps)
     torch.testing.assert_close(s, ref_s, atol=1e-2, rtol=1e-3)
     torch.testing.assert_close(y, ref_y, atol=1e-2, rtol=1e-2)
-    # the rows of a split (a strided view of its parts)
+    # the rows of a split: gathered (a copy), and a slice (a strided view of its parts, not contiguous)
     rows = torch.tensor([3, 1, 60], device="cuda")
     s_rows, _ = add_layer_norm_triton(x[rows], split.rows(rows), ln.weight, ln.bias, ln.eps)
     assert torch.equal(s_rows, s[rows])
+    view = split.rows(slice(8, 40))
+    assert not view.parts.is_contiguous()
+    s_view, _ = add_layer_norm_triton(x[8:40], view, ln.weight, ln.bias, ln.eps)
+    assert torch.equal(s_view, s[8:40])
 
 
 @pytest.mark.gpu
 def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeypatch):
     # the tiny checkpoint's mlp_proj (K 256) in four 64-deep parts and attn_proj (K 64) whole: the captured step
-    # at 40 and 64 rows with the split, without it, and on cuBLAS, on the same inputs and cache
+    # of buckets 48 and 64 with the split, without it, and on cuBLAS, on the same inputs and cache; the parts are
+    # read by the add + LayerNorm kernel itself (nothing joins them)
     from roseinfer import LLM, SamplingParams
     from roseinfer.graph_kernels import GraphKernels
 
@@ -379,6 +426,11 @@ def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeyp
         "whole": GraphKernels(cutlass_split_k=0),
         "cublas": GraphKernels(cutlass_gemm_max_batch=0),
     }
+    from roseinfer.kernels.split_sum import SplitK
+
+    monkeypatch.setattr(
+        SplitK, "joined", lambda self: pytest.fail("a K split's parts were joined in the step")
+    )
     for name, kernels in kinds.items():
         engine.use_static_decode(capture=True, kernels=kernels)
         n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
