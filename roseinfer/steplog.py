@@ -221,12 +221,25 @@ class StepLogWriter(StepRecords):
             self._flush_locked()
 
     def _close_at_exit(self) -> None:
-        """`close` as the process exits. The run is over, so a Ctrl-C now (a user's, or the one a profiler forwards
-        as it stops the program) is ignored until the log is written out: it used to cut the log's last lines off
-        and print a KeyboardInterrupt traceback from this callback under an exit status of 0."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self.close()
+        """`close` as the process exits. The run is over: the first Ctrl-C during this last write (a user's, or the
+        one a profiler forwards as it stops the program) waits for it, where it used to cut the log's last lines
+        off with a KeyboardInterrupt traceback from this callback; a second one interrupts it (a write that does not
+        end: a full pipe, a hung disk). Then SIGINT's handler is put back, for the exit hooks after this one."""
+        previous = None
+        if self._fh is not None and threading.current_thread() is threading.main_thread():
+            seen = []
+
+            def first_waits(signum, frame):
+                if seen:
+                    raise KeyboardInterrupt
+                seen.append(signum)  # the interrupted write resumes (PEP 475)
+
+            previous = signal.signal(signal.SIGINT, first_waits)
+        try:
+            self.close()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
     def close(self) -> None:
         self._gc.close()

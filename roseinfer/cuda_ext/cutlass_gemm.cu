@@ -41,6 +41,8 @@
 #endif
 
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
+#include <cstdint>
+
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -90,8 +92,9 @@ using BiasGeluGemm = Gemm<cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Gel
 // acc alone in float32: one K split's partial product, which the reader adds to the others and the bias
 using PartGemm = Gemm<cutlass::epilogue::fusion::LinearCombination<float, float, void, float>, float>;
 
-// Launches G on A = w (rows lda apart, K splits `split_k` apart along L), B = x (rows ldx apart, likewise), D
-// column-major N x T (columns ldd apart, L's ldl apart): problem N x T x K/L, L = splits. Returns "" or what failed.
+// Launches G on A = w (rows lda apart; with L > 1 the L slices of K, K / L apart), B = x (rows ldx apart, likewise),
+// D column-major N x T (columns ldd apart, L's ldl apart): problem N x T x K/L, L = splits. Returns "" or what
+// failed.
 template <class G>
 const char* launch(typename G::Device::Arguments& args, const void* x, int64_t ldx, const void* w, int64_t lda,
                    void* d, int64_t ldd, int64_t ldl, int T, int N, int K, int L, bool pdl, cudaStream_t stream) {
@@ -171,10 +174,12 @@ void check_operands(const torch::Tensor& x, const torch::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous(),
               "cutlass_gemm: x [T, K] with unit column stride, w [N, K] contiguous");
   TORCH_CHECK(x.size(1) == w.size(1), "cutlass_gemm: shapes do not agree");
-  TORCH_CHECK(x.size(0) > 0 && x.size(0) <= 64 && w.size(0) > 0 && w.size(1) > 0, "cutlass_gemm: 1 to 64 rows");
+  TORCH_CHECK(x.size(0) > 0 && x.size(0) <= 64, "cutlass_gemm: 1 to 64 rows (one tile)");
+  TORCH_CHECK(w.size(0) > 0 && w.size(1) > 0, "cutlass_gemm: w [N, K] empty");
   TORCH_CHECK(x.stride(0) >= x.size(1) && x.stride(0) % 8 == 0 && w.size(1) % 8 == 0 && w.size(0) % 8 == 0,
               "cutlass_gemm: row strides, K and N multiples of 8");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 == 0,
+  TORCH_CHECK(reinterpret_cast<std::uintptr_t>(x.data_ptr()) % 16 == 0 &&
+                  reinterpret_cast<std::uintptr_t>(w.data_ptr()) % 16 == 0,
               "cutlass_gemm: x and w 16-byte aligned");
 }
 
@@ -184,7 +189,7 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
   check_operands(x, w);
   TORCH_CHECK(bias.scalar_type() == torch::kHalf && bias.device() == x.device() && bias.dim() == 1 &&
                   bias.is_contiguous() && bias.size(0) == w.size(0) &&
-                  reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0,
+                  reinterpret_cast<std::uintptr_t>(bias.data_ptr()) % 16 == 0,
               "cutlass_gemm: bias [N] float16, contiguous, 16-byte aligned");
   const c10::cuda::CUDAGuard guard(x.device());
   const int T = x.size(0), N = w.size(0), K = w.size(1);
@@ -202,7 +207,8 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
 // first dimension is x @ w^T (the bias is the reader's to add).
 torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool pdl) {
   check_operands(x, w);
-  TORCH_CHECK(splits >= 1 && w.size(1) % (64 * splits) == 0, "cutlass_gemm: K is not a multiple of 64 * splits");
+  TORCH_CHECK(splits >= 1 && splits <= w.size(1) / 64 && w.size(1) % (64 * splits) == 0,
+              "cutlass_gemm: K is not a multiple of 64 * splits");
   const c10::cuda::CUDAGuard guard(x.device());
   const int T = x.size(0), N = w.size(0), K = w.size(1);
   auto parts = torch::empty({splits, T, N}, x.options().dtype(torch::kFloat));

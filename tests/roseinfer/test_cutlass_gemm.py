@@ -147,8 +147,8 @@ def test_a_k_split_takes_whole_tiles_near_the_asked_depth():
     # GPT-2 small's attn_proj (K 768) and mlp_proj (3,072), gpt2-medium's (1,024, 4,096), and the tiny checkpoint's
     asked = {(768, 384): 2, (3072, 384): 8, (768, 768): 1, (3072, 768): 4, (768, 256): 3, (3072, 256): 12}
     asked |= {(1024, 384): 2, (4096, 384): 8, (64, 384): 1, (256, 64): 4, (3072, 0): 1, (96, 64): 1}
-    # rounded to the nearest count, not down: 3,072 / 1,228 is 2.5 (3 parts), 3,072 / 1,100 is 2.8 (3), 3,072 / 700
-    # is 4.4 (4); 768 / 400 is 1.9, and 2 parts of 384 are whole tiles
+    # rounded to the nearest count, not down: 3,072 / 1,228 is 2.502 (3 parts), 3,072 / 1,100 is 2.8 (3), 3,072 /
+    # 700 is 4.4 (4); 768 / 400 is 1.9, and 2 parts of 384 are whole tiles
     asked |= {(768, 400): 2, (3072, 1228): 3, (3072, 700): 4, (3072, 1100): 3}
     assert {key: cg.split_count(*key) for key in asked} == asked
     # whatever is asked, every split's parts are whole 64-deep tiles
@@ -187,33 +187,39 @@ def test_a_residual_linear_splits_only_where_the_cutlass_gemm_would_run(monkeypa
     # the kernels stubbed (no GPU here): attn_proj and mlp_proj take the linears' order (the GEMV, then the skinny
     # GEMM, then CUTLASS) and split only where CUTLASS is the one that runs
     from roseinfer import linears
-    from roseinfer.kernels import skinny_gemm
+    from roseinfer.kernels import gemv, skinny_gemm
     from roseinfer.kernels.split_sum import SplitK
 
+    def parts(x, w, splits):
+        return torch.zeros(splits, x.shape[0], w.shape[0])
+
     monkeypatch.setattr(linears, "_triton_input", lambda x: True)
+    monkeypatch.setattr(gemv, "gemv_triton", lambda x, w, b, gelu: "gemv")
     monkeypatch.setattr(skinny_gemm, "skinny_gemm_fits", lambda x, w: True)
     monkeypatch.setattr(skinny_gemm, "skinny_gemm_triton", lambda x, w, b, gelu, scratch: "skinny")
-    monkeypatch.setattr(cg, "fits", lambda x, w, b: True)
+    monkeypatch.setattr(cg, "fits", lambda x, w, b: b is not None)
     monkeypatch.setattr(cg, "cutlass_gemm", lambda x, w, b, gelu: "cutlass")
-    monkeypatch.setattr(
-        cg, "cutlass_gemm_parts", lambda x, w, splits: torch.zeros(splits, x.shape[0], w.shape[0])
-    )
+    monkeypatch.setattr(cg, "cutlass_gemm_parts", parts)
     mlp_proj = torch.nn.Linear(3072, 768).half()
     x = torch.zeros(64, 3072).half()
     with small_batch_gemv(8, skinny_max_rows=64, cutlass_rows=(32, 64), cutlass_split_k=768):
         assert linears.linear(x, mlp_proj) == "skinny"
-        assert (
-            linears.linear_to_residual(x, mlp_proj) == "skinny"
-        )  # a skinny GEMM asked for at 64 rows runs first
+        # a skinny GEMM asked for at 64 rows runs first
+        assert linears.linear_to_residual(x, mlp_proj) == "skinny"
+    with small_batch_gemv(64, cutlass_rows=(32, 64), cutlass_split_k=768):
+        # likewise a GEMV asked for at 64 rows (mlp_proj: N <= K)
+        assert linears.linear_to_residual(x, mlp_proj) == "gemv"
     with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=768):
         split = linears.linear_to_residual(x, mlp_proj)
         assert isinstance(split, SplitK) and split.parts.shape == (4, 64, 768) and split.bias is mlp_proj.bias
-        assert linears.linear_to_residual(x[:32], mlp_proj) == "skinny"  # 32 rows: the skinny GEMM's bucket
+        # where CUTLASS does not fit (no bias, say) nothing splits: torch's linear
+        no_bias = torch.nn.Linear(3072, 768, bias=False).half()
+        assert isinstance(linears.linear_to_residual(x, no_bias), torch.Tensor)
+        # K 768 in parts of 768: whole
+        attn_proj = torch.nn.Linear(768, 768).half()
+        assert linears.linear_to_residual(x[:, :768], attn_proj) == "cutlass"
     with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=0):
         assert linears.linear_to_residual(x, mlp_proj) == "cutlass"  # no split asked: one part, as before
-    with small_batch_gemv(8, skinny_max_rows=32, cutlass_rows=(32, 64), cutlass_split_k=768):
-        attn_proj = torch.nn.Linear(768, 768).half()
-        assert linears.linear_to_residual(x[:, :768], attn_proj) == "cutlass"  # K 768 in parts of 768: whole
 
 
 def test_off_the_gpu_a_residual_linear_is_one_tensor():
