@@ -104,8 +104,10 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
             pass
         raise SystemExit(1) from None
     finally:
-        steplog.close()  # a spawned process exits without atexit hooks
-        tracing.close_profiler()  # (nor torch.profiler's) while the process group, which names the file, lives
+        # now, not in the exit hooks (a spawned child runs them at its sys.exit, after this): the step log and
+        # torch.profiler's trace are written while the process group, which names the trace's file, lives
+        steplog.close()
+        tracing.close_profiler()
         distributed.destroy()
 
 
