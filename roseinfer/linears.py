@@ -198,12 +198,14 @@ def linear_to_residual(x: torch.Tensor, lin):
     asks, its output as parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which that reader adds.
     Elsewhere a tensor [T, N], as `linear` returns."""
     k_per_split = _CUTLASS_SPLIT_K.get()
-    if k_per_split and _cutlass_takes(x, lin.weight, lin.bias):
+    if k_per_split:  # (inside a captured step only: the eager path asks nothing more)
         from roseinfer.cuda_ext import cutlass_gemm
-        from roseinfer.kernels.split_sum import SplitK
 
+        # the count first: where it is 1 (attn_proj at 768) `linear` alone decides, once
         splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split)
-        if splits > 1:
+        if splits > 1 and _cutlass_takes(x, lin.weight, lin.bias):
+            from roseinfer.kernels.split_sum import SplitK
+
             return SplitK(cutlass_gemm.cutlass_gemm_parts(x, lin.weight, splits), lin.bias)  # [S, T, N], [N]
     return linear(x, lin)
 
