@@ -299,6 +299,20 @@ def test_the_linears_dispatch_it_inside_its_rows_only(monkeypatch):
     assert calls == [33, 64]
 
 
+def _replayed_logits(engine, kernels, buckets=(48, 64)) -> dict[int, torch.Tensor]:
+    """Each bucket's logits [bucket, V] from one replay of the step captured with `kernels`, on the same inputs
+    every time (past 20, a block of its own a row)."""
+    engine.use_static_decode(capture=True, kernels=kernels)
+    n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
+    logits = {}
+    for bucket in buckets:
+        tables = torch.arange(bucket).view(bucket, 1, 1).expand(bucket, n_layer, m)
+        engine.runner.freeze_static_inputs(bucket, past=20, tables=tables)
+        engine.graphs.replay(bucket)
+        logits[bucket] = engine.graphs.outputs[bucket][0].float().clone()
+    return logits
+
+
 @pytest.mark.gpu
 def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     # fp16, a batch of 40 (bucket 48) and of 64: the captured step with the CUTLASS GEMM (the default, PDL in its
@@ -324,18 +338,12 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     for name, kernels in (("cutlass", GraphKernels()), ("cublas", GraphKernels(cutlass_gemm_max_batch=0))):
         cg.cutlass_gemm = lambda *a, _name=name, **kw: calls.append(_name) or real(*a, **kw)
         try:
-            engine.use_static_decode(capture=True, kernels=kernels)
+            logits[name] = _replayed_logits(engine, kernels)
         finally:
             cg.cutlass_gemm = real
-        n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
-        for bucket in (48, 64):
-            tables = torch.arange(bucket).view(bucket, 1, 1).expand(bucket, n_layer, m)
-            engine.runner.freeze_static_inputs(bucket, past=20, tables=tables)
-            engine.graphs.replay(bucket)
-            logits[name, bucket] = engine.graphs.outputs[bucket][0].float().clone()  # [bucket, V]
     assert "cutlass" in calls and "cublas" not in calls
     for bucket in (48, 64):
-        torch.testing.assert_close(logits["cutlass", bucket], logits["cublas", bucket], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(logits["cutlass"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
 
 
 def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
@@ -413,6 +421,7 @@ def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeyp
     # read by the add + LayerNorm kernel itself (nothing joins them)
     from roseinfer import LLM, SamplingParams
     from roseinfer.graph_kernels import GraphKernels
+    from roseinfer.kernels.split_sum import SplitK
 
     if cg.module() is None:
         pytest.skip(cuda_ext.why_not_built(cg.NAME))
@@ -432,23 +441,15 @@ def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeyp
         "whole": GraphKernels(cutlass_split_k=0),
         "cublas": GraphKernels(cutlass_gemm_max_batch=0),
     }
-    from roseinfer.kernels.split_sum import SplitK
-
     monkeypatch.setattr(
         SplitK, "joined", lambda self: pytest.fail("a K split's parts were joined in the step")
     )
     for name, kernels in kinds.items():
-        engine.use_static_decode(capture=True, kernels=kernels)
-        n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
-        for bucket in (48, 64):
-            tables = torch.arange(bucket).view(bucket, 1, 1).expand(bucket, n_layer, m)
-            engine.runner.freeze_static_inputs(bucket, past=20, tables=tables)
-            engine.graphs.replay(bucket)
-            logits[name, bucket] = engine.graphs.outputs[bucket][0].float().clone()  # [bucket, V]
+        logits[name] = _replayed_logits(engine, kernels)
         if name == "split":  # captured: each bucket's mlp_proj per layer, in 4 parts, and no attn_proj (K 64)
             assert splits and set(splits) == {(256, 4)}
             splits.clear()
     assert splits == []
     for bucket in (48, 64):
-        torch.testing.assert_close(logits["split", bucket], logits["whole", bucket], atol=2e-2, rtol=2e-2)
-        torch.testing.assert_close(logits["split", bucket], logits["cublas", bucket], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(logits["split"][bucket], logits["whole"][bucket], atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(logits["split"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
