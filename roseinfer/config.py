@@ -107,6 +107,9 @@ class EngineConfig:
     # ... and the captured step's linears at 33 to 64 rows as a CUTLASS GEMM that loads its weights before its PDL
     # wait (needs the nvidia-cutlass wheel; --no-cutlass-gemm: cuBLAS, as before)
     cutlass_gemm: bool = True
+    # ... and under --paged-attn the decode attention where the one-pass kernel runs (from 64 sequence x head
+    # pairs) as a CUDA kernel whose K/V tiles come by bulk copy (--no-cuda-paged-attn: the Triton kernel)
+    cuda_paged_attn: bool = True
     # The captured step's kernels (the GEMV, the skinny GEMM, programmatic dependent launches, the split attention
     # and the rest, each measured faster than the design before it: docs/BENCHMARKS.md, issue 27) are not switches:
     # `roseinfer.graph_kernels.GraphKernels` records them, and scripts/bench_graph_step.py rebuilds the earlier

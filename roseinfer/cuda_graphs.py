@@ -155,7 +155,8 @@ class DecodeGraphs:
             self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
             min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
             split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
-            attention_chunks=k.attention_chunks,
+            attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
+            cuda_attention_stages=k.cuda_attention_stages,
         )  # fmt: skip
         pdl = k.pdl_in(bucket, self.model.cfg.n_embd)
         with (

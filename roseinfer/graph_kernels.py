@@ -129,15 +129,22 @@ class GraphKernels:
     # parts of about this many (`roseinfer.linears.linear_to_residual`): S times the blocks in one launch, and that
     # reader adds the parts. 0: one part, the bias in the GEMM's epilogue, as before.
     cutlass_split_k: int = CUTLASS_SPLIT_K
+    # Under --paged-attn, where the one-pass kernel runs, the CUDA kernel that brings each (block, head) tile of
+    # K and V in by one bulk copy (`roseinfer.cuda_ext.paged_attn`, where it fits and is built); as a dependent
+    # launch its first tiles load before it waits. False (`--no-cuda-paged-attn`): the Triton kernel.
+    cuda_paged_attention: bool = True
+    # ... its tiles in flight a (sequence, head) (None: `paged_attn.pick_stages`; a measurement hook)
+    cuda_attention_stages: int | None = None
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
         """The engine's choices for an EngineConfig: the defaults, less the CUDA C++ kernels its switches turn off
-        (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`)."""
+        (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`, `--no-cuda-paged-attn`)."""
         return cls(
             cuda_mlp=cfg.cuda_mlp,
             cuda_attn=cfg.cuda_attn,
             cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if cfg.cutlass_gemm else 0,
+            cuda_paged_attention=cfg.cuda_paged_attn,
         )
 
     def pdl_in(self, bucket: int, width: int) -> bool:

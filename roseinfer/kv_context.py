@@ -31,6 +31,10 @@ class _DecodeAttention:
     # one-pass kernel: its tile by the programs' count, e.g. 16 past tokens an iteration on one warp from 768
     # (`pick_attention_tile`); False: whole blocks, four warps, two stages
     attention_chunks = True
+    # where the one-pass kernel would run: the CUDA kernel whose K/V tiles come by bulk copy, where it fits and is
+    # built (`roseinfer.cuda_ext.paged_attn`); False: the Triton kernel
+    cuda_attention = False
+    cuda_attention_stages: int | None = None  # its tiles in flight (None: `paged_attn.pick_stages`)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
@@ -53,11 +57,20 @@ class _DecodeAttention:
                     self.scale, splits, append=self.append_in_attention, serial_blocks=serial,
                 )  # fmt: skip
             k_cache = self.cache.k_caches[layer]  # [N, H, BLOCK, D]
+            v_cache = self.cache.v_caches[layer]
+            if self.cuda_attention:
+                from roseinfer.cuda_ext import paged_attn
+
+                if paged_attn.fits(q, k_cache, v_cache, table, self.past_lens):
+                    return paged_attn.paged_decode_attention_cuda(
+                        q, k, v, k_cache, v_cache, table, self.past_lens, self.scale,
+                        append=self.append_in_attention, stages=self.cuda_attention_stages,
+                    )  # fmt: skip
             tile = pick_attention_tile(
                 q.shape[0] * q.shape[1], k_cache.shape[2], self.attention_chunks, pdl_attention_release()
             )
             return paged_decode_attention_triton(
-                q, k, v, k_cache, self.cache.v_caches[layer], table, self.past_lens, self.scale, tile,
+                q, k, v, k_cache, v_cache, table, self.past_lens, self.scale, tile,
                 append=self.append_in_attention,
             )  # fmt: skip
         if self.bias is None:  # [B*H, 1, M*BLOCK], computed once and shared by every layer of the step
@@ -91,6 +104,7 @@ class DecodeKV(_DecodeAttention):
         batched_append: bool,
         paged_attn: bool = False,
         attention_chunks: bool = True,  # the one-pass kernel's tile rule (`pick_attention_tile`)
+        cuda_attention: bool = False,  # the CUDA one-pass kernel where it fits (`roseinfer.cuda_ext.paged_attn`)
     ) -> None:
         self.mgr = mgr
         self.cache = cache
@@ -101,6 +115,7 @@ class DecodeKV(_DecodeAttention):
         self.batched_append = batched_append
         self.paged_attn = paged_attn
         self.attention_chunks = attention_chunks
+        self.cuda_attention = cuda_attention
         self.slots: TokenSlots | None = None
 
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -133,6 +148,8 @@ class StaticDecodeKV(_DecodeAttention):
         split_attention: bool = False,  # small batches: the split-context attention kernel
         split_serial_blocks: int | None = None,  # its rule for short pasts (None: `pick_serial_blocks`)
         attention_chunks: bool = True,  # the one-pass kernel's tile rule (`pick_attention_tile`)
+        cuda_attention: bool = False,  # the CUDA one-pass kernel where it fits (`roseinfer.cuda_ext.paged_attn`)
+        cuda_attention_stages: int | None = None,  # its tiles in flight (None: `paged_attn.pick_stages`)
     ) -> None:
         self.cache = cache
         self.block_tables = block_tables
@@ -149,6 +166,8 @@ class StaticDecodeKV(_DecodeAttention):
         self.split_attention = split_attention
         self.split_serial_blocks = split_serial_blocks
         self.attention_chunks = attention_chunks
+        self.cuda_attention = cuda_attention
+        self.cuda_attention_stages = cuda_attention_stages
         self.slot_blocks: torch.Tensor | None = None  # [L, B], worked out by the first `append` that needs it
         self.slot_pos: torch.Tensor | None = None  # [B]
 

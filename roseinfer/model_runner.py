@@ -266,7 +266,7 @@ class ModelRunner:
             ids, past = self.inputs[0, :batch], self.inputs[1, :batch]  # [B] each
             kv = DecodeKV(
                 self.mgr, self.kv_cache, seqs, tables, past, self.scale, self.cfg.batched_kv_append,
-                self.cfg.paged_attn,
+                self.cfg.paged_attn, cuda_attention=self.cfg.cuda_paged_attn,
             )  # fmt: skip
             logits = self.model(ids, past, kv)  # [B, V]
         rollovers, cow = self.mgr.last_append_counts()

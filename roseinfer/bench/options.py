@@ -83,6 +83,11 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
         help="cuBLAS for the linears at 33 to 64 rows, not the CUTLASS GEMM that loads its weights early",
     )
     p.add_argument(
+        "--no-cuda-paged-attn",
+        action="store_true",
+        help="Triton path: the paged-attention decode as the Triton kernel, not the CUDA one of bulk copies",
+    )
+    p.add_argument(
         "--cpu-threads",
         type=int,
         default=None,
@@ -159,6 +164,7 @@ def engine_config(args) -> EngineConfig:
         cuda_mlp=not args.no_cuda_mlp,
         cuda_attn=not args.no_cuda_attn,
         cutlass_gemm=not args.no_cutlass_gemm,
+        cuda_paged_attn=not args.no_cuda_paged_attn,
         paged_attn=args.paged_attn,
         cuda_graph=args.cuda_graph,
         cpu_threads=args.cpu_threads,

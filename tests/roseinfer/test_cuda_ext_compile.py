@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from roseinfer import cuda_ext
-from roseinfer.cuda_ext import fused_attn, fused_mlp
+from roseinfer.cuda_ext import fused_attn, fused_mlp, paged_attn
 
 NVCC = shutil.which("nvcc")
 
@@ -31,6 +31,7 @@ BUILDS = [
     (fused_mlp.NAME, (fused_mlp.DELAY_DEFINE,)),
     (fused_attn.NAME, ()),
     (fused_attn.NAME, (fused_attn.DELAY_DEFINE,)),
+    (paged_attn.NAME, ()),
 ]
 
 

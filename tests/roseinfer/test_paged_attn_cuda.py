@@ -1,0 +1,252 @@
+"""The CUDA paged-attention decode kernel (`roseinfer.cuda_ext.paged_attn`, K/V tiles by bulk copy) against the torch
+reference and the Triton kernel, on random (never zero) data; GPU tests, and on CPU what it refuses."""
+
+import pytest
+import torch
+
+from roseinfer.cuda_ext import paged_attn
+
+BLOCK = paged_attn.BLOCK
+D = paged_attn.HEAD_DIM
+
+
+def _operands(batch, pasts, heads=12, seed=0, index=torch.int64, extra_blocks=0):
+    """(q, k_new, v_new, k_cache, v_cache, table, past) with every table row wide enough for its past and the new
+    token; the cache's blocks handed out in shuffled order."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    width = -(-(max(pasts) + 1) // BLOCK) + extra_blocks
+    n_blocks = batch * width + 3
+    kc, vc = (
+        torch.rand(n_blocks, heads, BLOCK, D, generator=g, device="cuda").half() + 0.1 for _ in range(2)
+    )
+    q, k_new, v_new = (torch.randn(batch, heads, D, generator=g, device="cuda").half() for _ in range(3))
+    table = torch.randperm(n_blocks, generator=g, device="cuda")[: batch * width].view(batch, width).to(index)
+    past = torch.tensor([pasts[i % len(pasts)] for i in range(batch)], device="cuda", dtype=index)
+    return q, k_new, v_new, kc, vc, table, past
+
+
+def _reference(q, k_new, v_new, kc, vc, table, past):
+    from roseinfer.attention import paged_decode_attention
+
+    return paged_decode_attention(
+        q.float(), k_new.float(), v_new.float(), kc.float(), vc.float(), table.long(), past.long(), D**-0.5
+    )
+
+
+def _appended(kc, vc, k_new, v_new, table, past):
+    from roseinfer.kernels.kv_append import kv_append_reference
+
+    kc_ref, vc_ref = kc.clone(), vc.clone()
+    rows = torch.arange(table.shape[0], device="cuda")
+    kv_append_reference(kc_ref, vc_ref, k_new, v_new, table[rows, past.long() // BLOCK], past.long() % BLOCK)
+    return kc_ref, vc_ref
+
+
+def test_stages_follow_the_pairs_count():
+    # two tiles in flight up to 3,071 pairs (GPT-2 small batch 255), one from 3,072 (batch 256)
+    assert paged_attn.pick_stages(12) == paged_attn.pick_stages(768) == paged_attn.pick_stages(3071) == 2
+    assert paged_attn.pick_stages(3072) == paged_attn.pick_stages(6144) == 1
+    assert all(paged_attn.pick_stages(p) in paged_attn.STAGE_CHOICES for p in (1, 3072))
+
+
+def test_nothing_fits_without_a_cuda_build():
+    # On a CPU machine (the CI) the kernel is never built, and the engine's attention stays on the Triton kernel
+    q = torch.zeros(2, 12, D, dtype=torch.float16)
+    cache = torch.zeros(4, 12, BLOCK, D, dtype=torch.float16)
+    table, past = torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: the GPU tests below cover it")
+    assert not paged_attn.fits(q, cache, cache, table, past)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stages", paged_attn.STAGE_CHOICES)
+@pytest.mark.parametrize("index", [torch.int64, torch.int32])
+def test_kernel_matches_reference_at_block_edges_and_appends(stages, index):
+    # Pasts at and around block and warp-row edges (a warp takes 16 rows of a tile), 0 (the new token only), and
+    # past 32 tiles (the table entries a lane holds are read again); the append writes each slot and nothing else.
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    pasts = [0, 1, 15, 16, 17, 47, 48, 63, 64, 65, 127, 128, 129, 200, 511, 1000, 2048, 2100]
+    q, k_new, v_new, kc, vc, table, past = _operands(len(pasts) * 3, pasts, seed=stages, index=index)
+    assert paged_attn.fits(q, kc, vc, table, past)
+    ref = _reference(q, k_new, v_new, kc, vc, table, past)
+    kc_ref, vc_ref = _appended(kc, vc, k_new, v_new, table, past)
+    out = paged_attn.paged_decode_attention_cuda(
+        q, k_new, v_new, kc, vc, table, past, D**-0.5, append=True, stages=stages
+    )
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+    assert torch.equal(kc, kc_ref) and torch.equal(vc, vc_ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 8, 64, 512])
+def test_kernel_matches_triton_without_append(batch):
+    # The same operands as the Triton one-pass kernel at its own tile; q, k and v as views of one [B, 3, H, D]
+    # projection (the engine's c_attn output), the cache left as it was.
+    from roseinfer.kernels.paged_attention import paged_decode_attention_triton, pick_attention_tile
+
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    pasts = [3, 64, 100, 255, 256, 300]
+    _, _, _, kc, vc, table, past = _operands(batch, pasts, seed=batch)
+    qkv = torch.randn(batch, 3, 12, D, device="cuda").half()
+    q, k_new, v_new = qkv.unbind(1)
+    before = kc.clone(), vc.clone()
+    out = paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, D**-0.5)
+    tile = pick_attention_tile(batch * 12, BLOCK)
+    want = paged_decode_attention_triton(q, k_new, v_new, kc, vc, table, past, D**-0.5, tile)
+    torch.testing.assert_close(out, want, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(
+        out.float(), _reference(q, k_new, v_new, kc, vc, table, past), atol=2e-3, rtol=2e-3
+    )
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
+@pytest.mark.gpu
+def test_kernel_as_a_dependent_launch_in_a_graph_reads_what_the_kernel_in_front_wrote():
+    # Captured as a programmatic dependent launch after a kernel that writes q, k and v: the kernel's loads of
+    # the past before its wait are of what no kernel in the graph writes, and q, k, v are read after it; replayed
+    # with other q, k, v, the output follows them.
+    from roseinfer.kernels.pdl import pdl_supported
+
+    if paged_attn.load() is None or not pdl_supported():
+        pytest.skip("the CUDA kernel (or PDL) is not here")
+    pasts = [0, 5, 64, 130, 700]
+    q, k_new, v_new, kc, vc, table, past = _operands(64, pasts, seed=7)
+    src = torch.randn(3, *q.shape, device="cuda").half()
+    qkv = torch.empty_like(src)
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up, then the capture
+            qkv.copy_(src)
+            paged_attn.paged_decode_attention_cuda(*qkv.unbind(0), kc, vc, table, past, D**-0.5, pdl=True)
+        with torch.cuda.graph(graph, stream=stream):
+            qkv.copy_(src * 2)  # the kernel in front: a plain copy (the edge is the dependent launch's)
+            out = paged_attn.paged_decode_attention_cuda(
+                *qkv.unbind(0), kc, vc, table, past, D**-0.5, pdl=True
+            )
+    for round_ in range(3):
+        src.copy_(torch.randn_like(src))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = _reference(*(src * 2).unbind(0), kc, vc, table, past)
+        torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3, msg=f"replay {round_}")
+
+
+@pytest.mark.gpu
+def test_kernel_refuses_what_it_was_not_built_for():
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    q, k_new, v_new, kc, vc, table, past = _operands(4, [10])
+    assert not paged_attn.fits(q.float(), kc, vc, table, past)
+    assert not paged_attn.fits(q, kc, vc, table, past.int())  # lengths of another type than the table's
+    wide = torch.zeros(kc.shape[0], 12, BLOCK, 80, dtype=torch.float16, device="cuda")
+    assert not paged_attn.fits(q, wide, wide, table, past)
+    with pytest.raises(ValueError, match="stages must be one of"):
+        paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, 0.125, stages=5)
+
+
+def test_both_decode_paths_launch_it_where_it_fits_and_the_switch_is_on(monkeypatch):
+    # StaticDecodeKV (captured step, GraphKernels.cuda_paged_attention) and DecodeKV (eager, EngineConfig's
+    # cuda_paged_attn) -> the CUDA launcher where `fits` says so and the switch is on, with the stages asked for;
+    # else the Triton one-pass kernel (launchers recorded in place of the kernels: CPU tensors here)
+    import roseinfer.kernels.paged_attention as pa
+    from roseinfer.graph_kernels import GraphKernels
+    from roseinfer.kv_context import DecodeKV, StaticDecodeKV
+
+    launched = []
+    monkeypatch.setattr(
+        pa, "paged_decode_attention_triton", lambda *a, **k: launched.append("triton") or a[0]
+    )
+    monkeypatch.setattr(
+        paged_attn,
+        "paged_decode_attention_cuda",
+        lambda *a, **k: launched.append(("cuda", k["stages"])) or a[0],
+    )
+    fits = [True]
+    monkeypatch.setattr(paged_attn, "fits", lambda *a: fits[0])
+    cache = type("Cache", (), {})()  # what the attention reads of a KVCache
+    cache.k_caches = cache.v_caches = [torch.zeros(4, 12, BLOCK, D)]  # [N, H, BLOCK, D]
+    cache.triton_min_batch = cache.triton_min_batch_graph = 1
+    cache.use_triton = False
+    q = torch.zeros(64, 12, D)  # 768 pairs: the one-pass kernel
+    tables, past = torch.zeros(1, 64, 2, dtype=torch.int64), torch.zeros(64, dtype=torch.int64)
+    assert GraphKernels().cuda_paged_attention and GraphKernels().cuda_attention_stages is None
+    for on, stages, fit, want in (
+        (True, None, True, ("cuda", None)),
+        (True, 3, True, ("cuda", 3)),
+        (True, None, False, "triton"),
+        (False, None, True, "triton"),
+    ):
+        fits[0] = fit
+        kernels = GraphKernels(cuda_paged_attention=on, cuda_attention_stages=stages)
+        static = StaticDecodeKV(
+            cache, tables, past, 1.0, paged_attn=True, cuda_attention=kernels.cuda_paged_attention,
+            cuda_attention_stages=kernels.cuda_attention_stages,
+        )  # fmt: skip
+        static.attend(0, q, q, q)
+        assert launched[-1] == want
+        if stages is None:
+            eager = DecodeKV(None, cache, [], tables, past, 1.0, False, True, cuda_attention=on)
+            eager.attend(0, q, q, q)
+            assert launched[-1] == want
+    # few pairs: the split kernel, whatever the switch
+    monkeypatch.setattr(
+        "roseinfer.kernels.split_attention.split_decode_attention_triton",
+        lambda *a, **k: launched.append("split") or a[0],
+    )
+    fits[0] = True
+    StaticDecodeKV(cache, tables[:, :1], past[:1], 1.0, paged_attn=True, split_attention=True,
+                   cuda_attention=True).attend(0, q[:1], q[:1], q[:1])  # fmt: skip
+    assert launched[-1] == "split"
+
+
+@pytest.mark.gpu
+def test_engine_steps_and_tokens_agree_with_the_triton_attention(tmp_path):
+    # A checkpoint of 64-dim heads (2 heads, 128 wide) in float16: the captured step of buckets 32 and 64 (64 and
+    # 128 sequence x head pairs: the one-pass kernel) replayed on the same inputs with the CUDA attention and with
+    # the Triton kernel, pasts of 100 tokens over two blocks a row; and the engine's greedy tokens both ways, in
+    # captured steps and eagerly.
+    from roseinfer import LLM, SamplingParams
+    from roseinfer.graph_kernels import GraphKernels
+    from tests.helpers import save_checkpoint
+    from tests.roseinfer.test_engine_matches_hf import make_prompts
+
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    ckpt = save_checkpoint(tmp_path / "hd64", n_head=2, n_embd=128)
+    prompts = [p for p in make_prompts() for _ in range(8)][:40]  # 80 pairs
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    tokens, engines = {}, {}
+    real = paged_attn.paged_decode_attention_cuda
+    for graph in (True, False):
+        for on in (True, False):
+            calls = []  # launches, captured or eager (a graph's capture may come with the engine)
+            paged_attn.paged_decode_attention_cuda = lambda *a, _calls=calls, **k: (
+                _calls.append(1) or real(*a, **k)
+            )
+            try:
+                llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=64, cuda_graph=graph,
+                          paged_attn=True, cuda_paged_attn=on)  # fmt: skip
+                tokens[graph, on] = [o.token_ids for o in llm.generate(prompts, params)]
+            finally:
+                paged_attn.paged_decode_attention_cuda = real
+            assert bool(calls) == on
+            engines[graph, on] = llm.engine
+        assert tokens[graph, True] == tokens[graph, False]
+    engine = engines[True, True]
+    n_layer, m = engine.model_cfg.n_layer, engine.runner.max_blocks_per_seq
+    logits = {}
+    for on in (True, False):
+        engine.use_static_decode(capture=True, kernels=GraphKernels(cuda_paged_attention=on))
+        for bucket in (32, 64):
+            blocks = torch.arange(2 * bucket).view(bucket, 1, 2)
+            tables = torch.zeros(bucket, n_layer, m, dtype=torch.int64)
+            tables[:, :, :2] = blocks
+            engine.runner.freeze_static_inputs(bucket, past=100, tables=tables)
+            engine.graphs.replay(bucket)
+            logits[on, bucket] = engine.graphs.outputs[bucket][0].float().clone()
+    for bucket in (32, 64):
+        torch.testing.assert_close(logits[True, bucket], logits[False, bucket], atol=2e-2, rtol=2e-2)
