@@ -169,6 +169,12 @@ VARIANTS[36] = GraphKernels(cutlass_split_k=384)
 VARIANTS[37] = GraphKernels()
 VARIANTS[38] = GraphKernels(cutlass_split_k=1024)
 VARIANTS[39] = GraphKernels(cutlass_split_k=1536)
+# session 46: the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`)
+VARIANTS = {v: dataclasses.replace(k, cuda_paged_attention=False) for v, k in VARIANTS.items()}
+VARIANTS[40] = GraphKernels()  # 37 + the CUDA attention
+VARIANTS[41] = GraphKernels(cuda_attention_stages=1)
+VARIANTS[42] = GraphKernels(cuda_attention_stages=2)
+VARIANTS[43] = GraphKernels(cuda_attention_stages=3)
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -305,9 +311,13 @@ def main() -> None:
         34: "32 + the CUTLASS GEMM at 33 to 64 rows",
         35: "34 + the attention a dependent launch there",
         36: "35 + attn_proj, mlp_proj split in K parts of ~384",
-        37: "35 + the same, parts of ~768 (engine now)",
+        37: "35 + the same, parts of ~768",
         38: "35 + the same, parts of ~1,024",
         39: "35 + the same, parts of ~1,536",
+        40: "37 + the CUDA attention of bulk copies (engine now)",
+        41: "37 + the CUDA attention, 1 tile in flight",
+        42: "37 + the CUDA attention, 2 tiles in flight",
+        43: "37 + the CUDA attention, 3 tiles in flight",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -15,6 +15,9 @@ bytes each call must read, comparable with the copy bandwidth measured in the sa
 slices of whole blocks, a program each, merged by the last one) at other sizes than the engine gives it, e.g.
 `--splits 5x4x2,3x4x2` (slices x warps x stages).
 
+--cuda adds columns of the CUDA kernel (`roseinfer.cuda_ext.paged_attn`: whole 64-token tiles by bulk copy, four
+warps a (sequence, head)) at each number of tiles in flight, e.g. `--cuda 2,3,4`.
+
 --calls-only calls each tile twice on one copy and times nothing: the launches for Nsight Compute, e.g.
     python -m roseprof ncu --kernel paged_decode --launch-count 2 -- \
         python scripts/bench_paged_attention.py --batch 512 --past 65 --tiles 16x1x2 --calls-only
@@ -27,6 +30,7 @@ import torch
 
 from roseinfer.bench.roofline import copy_bandwidth
 from roseinfer.bench.timing import graph_us
+from roseinfer.cuda_ext.paged_attn import paged_decode_attention_cuda
 from roseinfer.kernels.paged_attention import (
     AttentionTile,
     paged_decode_attention_triton,
@@ -68,6 +72,7 @@ def main() -> None:
         "--tiles", default="64x4x2,64x4x3,16x1x2,16x1x3,32x1x2", help="CHUNKxWARPSxSTAGES, comma list"
     )
     p.add_argument("--splits", default="", help="SLICESxWARPSxSTAGES of the split kernel, comma list")
+    p.add_argument("--cuda", default="", help="stages of the CUDA kernel (tiles in flight), comma list")
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block", type=int, default=64)
@@ -77,13 +82,17 @@ def main() -> None:
         for batch in (int(x) for x in a.batch.split(",")):
             for past in (int(x) for x in a.past.split(",")):
                 inputs = make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)
-                for tile in (parse_tile(t) for t in a.tiles.split(",")):
+                for tile in (parse_tile(t) for t in a.tiles.split(",") if t):
                     for _ in range(2):
                         paged_decode_attention_triton(*inputs, 0.125, tile, append=True)
+                for stages in (int(x) for x in a.cuda.split(",") if x):
+                    for _ in range(2):
+                        paged_decode_attention_cuda(*inputs, 0.125, append=True, stages=stages)
         torch.cuda.synchronize()
         return
     bw = copy_bandwidth(torch.device("cuda"))
-    tiles = [parse_tile(t) for t in a.tiles.split(",")]
+    tiles = [parse_tile(t) for t in a.tiles.split(",") if t]
+    cuda_stages = [int(x) for x in a.cuda.split(",") if x]
     splits = [tuple(int(x) for x in t.split("x")) for t in a.splits.split(",") if t]
     print(
         f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s, fp16, {a.heads} heads of {a.head_dim}"
@@ -93,6 +102,7 @@ def main() -> None:
         print(f"\nbatch {batch}: us per call (share of copy bandwidth); tile = tokens x warps x stages")
         head = [f"{t.chunk}x{t.num_warps}x{t.num_stages}{' *' if t == picked else ''}" for t in tiles]
         head += [f"split {n}x{w}x{st}" for n, w, st in splits]
+        head += [f"cuda {st}" for st in cuda_stages]
         print("| past | " + " | ".join(head) + " |\n|---|" + "---|" * len(head))
         for past in (int(x) for x in a.past.split(",")):
             sets = [make_inputs(batch, past, a.heads, a.head_dim, a.block, seed=0)]
@@ -103,20 +113,27 @@ def main() -> None:
             ]
             nbytes = 2 * batch * past * a.heads * a.head_dim * 2
             row = []
-            kernels = [
-                functools.partial(paged_decode_attention_triton, scale=0.125, append=True, tile=tile)
-                for tile in tiles
-            ] + [
-                functools.partial(
-                    split_decode_attention_triton,
-                    scale=0.125,
-                    splits=n,
-                    num_warps=w,
-                    num_stages=st,
-                    append=True,
-                )
-                for n, w, st in splits
-            ]
+            kernels = (
+                [
+                    functools.partial(paged_decode_attention_triton, scale=0.125, append=True, tile=tile)
+                    for tile in tiles
+                ]
+                + [
+                    functools.partial(
+                        split_decode_attention_triton,
+                        scale=0.125,
+                        splits=n,
+                        num_warps=w,
+                        num_stages=st,
+                        append=True,
+                    )
+                    for n, w, st in splits
+                ]
+                + [
+                    functools.partial(paged_decode_attention_cuda, scale=0.125, append=True, stages=st)
+                    for st in cuda_stages
+                ]
+            )
             for kernel in kernels:
                 fns = [functools.partial(kernel, *s) for s in sets]
                 calls = [fns[i % len(fns)] for i in range(max(20, len(fns)))]
