@@ -25,12 +25,13 @@ once it completes.
 What a kernel may read before its wait: what no kernel of the step writes (weights, LayerNorm parameters, and
 what the step's inputs held before its first kernel). With early release the kernels before it may all still
 be running, so nothing written inside the step is safe before the wait. The split attention's prefetch
-(`pdl_attention_prefetch`) relies on three facts of the captured step (`roseinfer.cuda_graphs`): its past
-lengths and block tables are staged before the graph runs, and the graph writes the lengths only in its last
-kernel (the argmax's, for the next replay); the past K/V (positions below each sequence's length) was written
-by earlier replays; and within a step a layer's cache is written only at the new token's slot (position
-`past`), which no slice reads. An in-graph write to any of these before the attention would need the prefetch
-moved after the wait.
+(`pdl_attention_prefetch`) and the CUDA paged attention (`roseinfer.cuda_ext.paged_attn`, which reads the past
+lengths, its table row and its first K/V tiles before it waits) rely on three facts of the captured step
+(`roseinfer.cuda_graphs`): its past lengths and block tables are staged before the graph runs, and the graph
+writes the lengths only in its last kernel (the argmax's, for the next replay); the past K/V (positions below
+each sequence's length) was written by earlier replays; and within a step a layer's cache is written only at the
+new token's slot (position `past`), which no slice and no tile copy reads. An in-graph write to any of these
+before the attention would need the prefetch moved after the wait.
 
 `pdl_scope(enabled)` turns it on for the kernels launched inside it (the captured decode step opens it;
 `roseinfer.cuda_graphs`); `pdl_enabled()` is what each launcher asks.
