@@ -75,7 +75,7 @@ CAPTURE_ENV = frozenset(
 
 def default_command(device: str | None = None) -> list[str]:
     """The built-in engine benchmark, sized for the machine: tens of seconds on CPU; on a GPU, GPT-2 small on the
-    fast path users run (`--paged-attn --cuda-graph`: the Triton attention kernel, each decode step one CUDA graph
+    fast path users run (`--paged-attn --cuda-graph`: the paged-attention kernels, each decode step one CUDA graph
     replay, whose kernels roseprof attributes to the regions open when the graph was captured)."""
     if device is None:
         try:
@@ -91,9 +91,10 @@ def default_command(device: str | None = None) -> list[str]:
 
 def ncu_default_command() -> list[str]:
     """The engine benchmark for `roseprof ncu`: GPT-2 small on the GPU, a few decode steps, eager (ncu's NVTX filter
-    sees the ranges around kernels launched one by one, not around CUDA-graph replays), with the Triton
-    paged-attention decode kernel and the Triton KV-append kernel (its batch threshold lowered to 1, so it runs at
-    this small batch). With a kernel or NVTX filter and roseprof's launch cap, a full-set profile of the chosen
+    sees the ranges around kernels launched one by one, not around CUDA-graph replays), with the paged-attention
+    decode kernel (`paged_attn_kernel` on Hopper where the CUDA one is built, the Triton `paged_decode_kernel`
+    elsewhere: `--kernel paged` matches both) and the Triton KV-append kernel (its batch threshold lowered to 1, so it
+    runs at this small batch). With a kernel or NVTX filter and roseprof's launch cap, a full-set profile of the chosen
     kernels takes minutes."""
     return ["env", "ROSELLM_TRITON_KV_APPEND_MIN_BATCH=1", *_benchmark("gpt2", "cuda", 8, 16, "--paged-attn")]
 

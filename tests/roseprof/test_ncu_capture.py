@@ -217,7 +217,7 @@ def test_the_default_ncu_command_is_a_valid_engine_benchmark():
     assert cmd[module] == "roseinfer.benchmark_streaming"
     args = parse(build_parser("x", "x", "online"), cmd[module + 1 :])
     cfg = engine_config(args)
-    # Eager decode (NVTX ranges enclose each kernel), the Triton attention kernel, a few steps.
+    # Eager decode (NVTX ranges enclose each kernel), the paged-attention kernel, a few steps.
     assert cfg.paged_attn and not cfg.cuda_graph and args.device == "cuda"
     assert args.num_requests * args.max_new_tokens <= 256
 
