@@ -61,7 +61,7 @@ class _DecodeAttention:
             if self.cuda_attention:
                 from roseinfer.cuda_ext import paged_attn
 
-                if paged_attn.fits(q, k_cache, v_cache, table, self.past_lens):
+                if paged_attn.fits(q, k, v, k_cache, v_cache, table, self.past_lens):
                     return paged_attn.paged_decode_attention_cuda(
                         q, k, v, k_cache, v_cache, table, self.past_lens, self.scale,
                         append=self.append_in_attention, stages=self.cuda_attention_stages,

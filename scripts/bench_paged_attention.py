@@ -16,7 +16,7 @@ slices of whole blocks, a program each, merged by the last one) at other sizes t
 `--splits 5x4x2,3x4x2` (slices x warps x stages).
 
 --cuda adds columns of the CUDA kernel (`roseinfer.cuda_ext.paged_attn`: whole 64-token tiles by bulk copy, four
-warps a (sequence, head)) at each number of tiles in flight, e.g. `--cuda 2,3,4`.
+warps a (sequence, head)) at each number of tiles in flight, e.g. `--cuda 1,2,3`.
 
 --calls-only calls each tile twice on one copy and times nothing: the launches for Nsight Compute, e.g.
     python -m roseprof ncu --kernel paged_decode --launch-count 2 -- \

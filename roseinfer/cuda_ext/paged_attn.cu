@@ -19,6 +19,7 @@
 // the wait: q and the new token's k and v (that kernel's output), written into the token's slot (position `past`,
 // which no copy reads) where `append`.
 #include <cuda_fp16.h>
+#include <atomic>
 #include <cstdint>
 #include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
@@ -77,7 +78,9 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
       : "memory");
 }
 
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+// by value: a reference into memory let the compiler split the 16-byte load into four 4-byte ones, whose lanes of
+// one dim chunk in four rows then hit the same bank (4-way conflicts in shared memory)
+__device__ __forceinline__ void unpack8(const uint4 v, float* f) {
   const __half2* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -145,9 +148,11 @@ __device__ __forceinline__ void attend_rows(const __half* k, const __half* v, in
 // TI: the block table's and past lengths' integer type (the engine's are int64).
 template <int STAGES, typename TI>
 __global__ void __launch_bounds__(THREADS) paged_attn_kernel(
-    const __half* __restrict__ q, const __half* __restrict__ k_new, const __half* __restrict__ v_new,
-    __half* k_cache, __half* v_cache, const TI* __restrict__ table, const TI* __restrict__ lens,
-    __half* __restrict__ out, int heads, int width, int64_t stride_qb, int64_t stride_qh, int64_t stride_nb, int64_t stride_nh,
+    // q, k_new, v_new: not __restrict__ (no read-only-cache loads): the kernel in front writes them while this one
+    // may already run (PDL); they are read after the wait
+    const __half* q, const __half* k_new, const __half* v_new, __half* k_cache, __half* v_cache,
+    const TI* __restrict__ table, const TI* __restrict__ lens, __half* __restrict__ out, int heads, int width,
+    int64_t stride_qb, int64_t stride_qh, int64_t stride_kb, int64_t stride_kh, int64_t stride_vb, int64_t stride_vh,
     int64_t stride_cn, int64_t stride_ch, int64_t stride_tb, int64_t stride_ob, int64_t stride_oh, float scale,
     bool append) {
   extern __shared__ __align__(128) unsigned char raw[];
@@ -194,8 +199,8 @@ __global__ void __launch_bounds__(THREADS) paged_attn_kernel(
   unpack8(*reinterpret_cast<const uint4*>(q + b * stride_qb + h * stride_qh + c * 8), qf);
 #pragma unroll
   for (int e = 0; e < 8; ++e) qf[e] *= scale * LOG2E;
-  const uint4 kn = *reinterpret_cast<const uint4*>(k_new + b * stride_nb + h * stride_nh + c * 8);
-  const uint4 vn = *reinterpret_cast<const uint4*>(v_new + b * stride_nb + h * stride_nh + c * 8);
+  const uint4 kn = *reinterpret_cast<const uint4*>(k_new + b * stride_kb + h * stride_kh + c * 8);
+  const uint4 vn = *reinterpret_cast<const uint4*>(v_new + b * stride_vb + h * stride_vh + c * 8);
   if (append && warp == 0 && g == 0) {  // the new token into its slot, which no copy above reads
     const int64_t blk = static_cast<int64_t>(row[past / BLOCK]);
     const int64_t slot = blk * stride_cn + head_off + (past % BLOCK) * D + c * 8;
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(THREADS) paged_attn_kernel(
   template __global__ void paged_attn_kernel<S, TI>(const __half*, const __half*, const __half*, __half*,      \
                                                     __half*, const TI*, const TI*, __half*, int, int,         \
                                                     int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,       \
-                                                    int64_t, int64_t, int64_t, float, bool);
+                                                    int64_t, int64_t, int64_t, int64_t, int64_t, float, bool);
 ROSEINFER_PAGED_ATTN_EACH(ROSEINFER_INSTANTIATE)
 #endif
 
@@ -294,10 +299,14 @@ void launch(const torch::Tensor& q, const torch::Tensor& k_new, const torch::Ten
             double scale, bool append, bool pdl) {
   auto kernel = paged_attn_kernel<STAGES, TI>;
   constexpr int smem = sizeof(Shared<STAGES>);
-  static bool configured = false;  // per instantiation; the attribute holds for the process (one device a process)
-  if (!configured) {
+  // per instantiation and device (the attribute is a device's: two engines may run on two GPUs of one process)
+  static std::atomic<bool> configured[256];
+  const int device = q.get_device();
+  if (device >= 0 && device < 256 && !configured[device].load()) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
+    configured[device].store(true);
+  } else if (device >= 256) {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   }
   const int batch = q.size(0), heads = q.size(1);
   cudaLaunchAttribute attr[1];
@@ -305,8 +314,9 @@ void launch(const torch::Tensor& q, const torch::Tensor& k_new, const torch::Ten
   cfg.dynamicSmemBytes = smem;
   auto h = [](const torch::Tensor& t) { return reinterpret_cast<__half*>(t.data_ptr()); };
   C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, h(q), h(k_new), h(v_new), h(k_cache), h(v_cache),
-                                    table.data_ptr<TI>(), lens.data_ptr<TI>(), h(out), heads, (int)table.size(1), q.stride(0),
-                                    q.stride(1), k_new.stride(0), k_new.stride(1), k_cache.stride(0),
+                                    table.data_ptr<TI>(), lens.data_ptr<TI>(), h(out), heads, (int)table.size(1),
+                                    q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0),
+                                    v_new.stride(1), k_cache.stride(0),
                                     k_cache.stride(1), table.stride(0), out.stride(0), out.stride(1), (float)scale,
                                     append));
 }
@@ -316,6 +326,10 @@ void launch(const torch::Tensor& q, const torch::Tensor& k_new, const torch::Ten
 void paged_attn(const torch::Tensor& q, const torch::Tensor& k_new, const torch::Tensor& v_new,
                 torch::Tensor k_cache, torch::Tensor v_cache, const torch::Tensor& table, const torch::Tensor& lens,
                 torch::Tensor out, double scale, bool append, int64_t stages, bool pdl) {
+  TORCH_CHECK(q.is_cuda(), "paged_attn: CUDA tensors only");
+  for (const torch::Tensor* t : std::initializer_list<const torch::Tensor*>{&k_new, &v_new, &k_cache, &v_cache,
+                                                                           &table, &lens, &out})
+    TORCH_CHECK(t->device() == q.device(), "paged_attn: every operand on q's device");
   const c10::cuda::CUDAGuard guard(q.device());
   for (const torch::Tensor* t : std::initializer_list<const torch::Tensor*>{&q, &k_new, &v_new, &out}) {
     TORCH_CHECK(t->scalar_type() == at::kHalf && t->dim() == 3 && t->size(2) == D && t->stride(2) == 1,

@@ -39,21 +39,46 @@ def load():
     return cuda_ext.load(NAME, (), MIN_ARCH)
 
 
-def fits(q, k_cache, v_cache, block_table, past_lens) -> bool:
-    """Whether the kernel takes these operands (and is built): float16 q [B, H, 64] and caches [N, H, 64, 64]
-    (contiguous), a table [B, M] with unit column stride and lengths [B] of one integer type (int64 or int32)."""
+def _rows_fit(t, q) -> bool:
+    """A [B, H, 64] float16 operand on q's device whose rows the kernel reads 16 bytes at a time."""
     import torch
 
-    if not q.is_cuda or q.dtype != torch.float16 or q.dim() != 3 or q.shape[2] != HEAD_DIM:
+    return (
+        t.device == q.device
+        and t.dtype == torch.float16
+        and t.dim() == 3
+        and tuple(t.shape) == (q.shape[0], q.shape[1], HEAD_DIM)
+        and t.stride(2) == 1
+        and t.data_ptr() % 16 == 0
+        and t.stride(0) % 8 == 0
+        and t.stride(1) % 8 == 0
+    )
+
+
+def fits(q, k_new, v_new, k_cache, v_cache, block_table, past_lens) -> bool:
+    """Whether the kernel takes these operands (and is built), as its launcher checks them: float16 q, k_new, v_new
+    [B, H, 64] with 16-byte aligned rows (views of one projection are) and caches [N, H, 64, 64] (contiguous), a
+    table [B, M] with unit column stride and lengths [B] of one integer type (int64 or int32), all on one GPU."""
+    import torch
+
+    if not q.is_cuda or q.dim() != 3 or not all(_rows_fit(t, q) for t in (q, k_new, v_new)):
         return False
     for cache in (k_cache, v_cache):
-        if cache.dtype != torch.float16 or tuple(cache.shape[1:]) != (q.shape[1], BLOCK, HEAD_DIM):
+        if cache.device != q.device or cache.dtype != torch.float16 or not cache.is_contiguous():
             return False
-        if not cache.is_contiguous():
+        if (
+            cache.dim() != 4
+            or tuple(cache.shape[1:]) != (q.shape[1], BLOCK, HEAD_DIM)
+            or cache.data_ptr() % 16
+        ):
             return False
     if block_table.dtype != past_lens.dtype or block_table.dtype not in (torch.int64, torch.int32):
         return False
-    if block_table.stride(1) != 1 or not past_lens.is_contiguous():
+    if block_table.device != q.device or past_lens.device != q.device:
+        return False
+    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.stride(1) != 1:
+        return False
+    if past_lens.numel() != q.shape[0] or not past_lens.is_contiguous():
         return False
     return load() is not None
 
@@ -87,8 +112,13 @@ def paged_decode_attention_cuda(
         raise ValueError(f"paged_attn: stages must be one of {STAGE_CHOICES}, not {stages}")
     if pdl is None:
         pdl = pdl_enabled(attention=True)
+    module = load()
+    if module is None:
+        from roseinfer import cuda_ext
+
+        raise RuntimeError(f"paged_attn: {cuda_ext.why_not_built(NAME)} (callers check `fits` first)")
     out = torch.empty_like(q)  # [B, H, D]
-    load().paged_attn(
+    module.paged_attn(
         q, k_new, v_new, k_cache, v_cache, block_table, past_lens, out, float(scale), append, stages, pdl
     )
     return out

@@ -56,7 +56,7 @@ def test_nothing_fits_without_a_cuda_build():
     table, past = torch.zeros(2, 2, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine: the GPU tests below cover it")
-    assert not paged_attn.fits(q, cache, cache, table, past)
+    assert not paged_attn.fits(q, q, q, cache, cache, table, past)
 
 
 @pytest.mark.gpu
@@ -69,7 +69,7 @@ def test_kernel_matches_reference_at_block_edges_and_appends(stages, index):
         pytest.skip("the CUDA kernel is not built here")
     pasts = [0, 1, 15, 16, 17, 47, 48, 63, 64, 65, 127, 128, 129, 200, 511, 1000, 2048, 2100]
     q, k_new, v_new, kc, vc, table, past = _operands(len(pasts) * 3, pasts, seed=stages, index=index)
-    assert paged_attn.fits(q, kc, vc, table, past)
+    assert paged_attn.fits(q, k_new, v_new, kc, vc, table, past)
     ref = _reference(q, k_new, v_new, kc, vc, table, past)
     kc_ref, vc_ref = _appended(kc, vc, k_new, v_new, table, past)
     out = paged_attn.paged_decode_attention_cuda(
@@ -104,35 +104,85 @@ def test_kernel_matches_triton_without_append(batch):
 
 
 @pytest.mark.gpu
-def test_kernel_as_a_dependent_launch_in_a_graph_reads_what_the_kernel_in_front_wrote():
-    # Captured as a programmatic dependent launch after a kernel that writes q, k and v: the kernel's loads of
-    # the past before its wait are of what no kernel in the graph writes, and q, k, v are read after it; replayed
-    # with other q, k, v, the output follows them.
-    from roseinfer.kernels.pdl import pdl_supported
+@pytest.mark.parametrize("early", [False, True])
+def test_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early):
+    # The engine's chain: a PDL GEMV writes q, k and v (with early release it lets this kernel start as it starts
+    # itself); this kernel, a dependent launch, reads the past length, table and first tiles before its wait and
+    # q, k, v after it, and writes the new token's slot; a PDL GEMV reads its output. Replayed on new inputs and
+    # lengths, each output must match the reference on that replay's own q, k, v (a read of q, k or v moved above
+    # the wait would see the previous replay's).
+    from roseinfer.bench.timing import captured
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if paged_attn.load() is None or not pdl_supported():
         pytest.skip("the CUDA kernel (or PDL) is not here")
-    pasts = [0, 5, 64, 130, 700]
-    q, k_new, v_new, kc, vc, table, past = _operands(64, pasts, seed=7)
-    src = torch.randn(3, *q.shape, device="cuda").half()
-    qkv = torch.empty_like(src)
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        for _ in range(2):  # warm-up, then the capture
-            qkv.copy_(src)
-            paged_attn.paged_decode_attention_cuda(*qkv.unbind(0), kc, vc, table, past, D**-0.5, pdl=True)
-        with torch.cuda.graph(graph, stream=stream):
-            qkv.copy_(src * 2)  # the kernel in front: a plain copy (the edge is the dependent launch's)
-            out = paged_attn.paged_decode_attention_cuda(
-                *qkv.unbind(0), kc, vc, table, past, D**-0.5, pdl=True
-            )
-    for round_ in range(3):
-        src.copy_(torch.randn_like(src))
+    g = torch.Generator(device="cuda").manual_seed(21)
+    heads, c, width = 12, 768, 16
+    _, _, _, kc, vc, table, past = _operands(1, [width * BLOCK - 1], seed=21)
+    h_in = torch.randn(1, c, generator=g, device="cuda").half()
+    w_qkv = (torch.randn(3 * heads * D, c, generator=g, device="cuda") * 0.03).half()  # c_attn's stand-in
+    w_out = (torch.randn(96, heads * D, generator=g, device="cuda") * 0.03).half()  # attn_proj's
+
+    def step():
+        with pdl_scope(True, attention=True, early_release=early):
+            qkv = gemv_triton(h_in, w_qkv, None)  # [1, 3 * H * D]
+            q, k, v = qkv.view(1, 3, heads, D).unbind(1)  # each [1, H, D]
+            out = paged_attn.paged_decode_attention_cuda(q, k, v, kc, vc, table, past, D**-0.5, append=True)
+            return qkv, out, gemv_triton(out.view(1, -1), w_out, None)
+
+    graph, (qkv, out, proj) = captured(step)
+    for length in (0, 1, 700, width * BLOCK - 1, 65, 5):
+        past.fill_(length)
+        h_in.copy_(torch.randn(1, c, generator=g, device="cuda").half())
+        kc_before, vc_before = kc.clone(), vc.clone()
         graph.replay()
         torch.cuda.synchronize()
-        want = _reference(*(src * 2).unbind(0), kc, vc, table, past)
-        torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3, msg=f"replay {round_}")
+        q, k, v = qkv.view(1, 3, heads, D).unbind(1)
+        ref = _reference(q, k, v, kc_before, vc_before, table, past)
+        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3, msg=f"past {length}")
+        torch.testing.assert_close(
+            proj.float(), gemv_reference(out.view(1, -1), w_out).float(), atol=1e-2, rtol=1e-2
+        )
+        slot = (int(table[0, length // BLOCK]), slice(None), length % BLOCK)
+        assert torch.equal(kc[slot], k[0]) and torch.equal(vc[slot], v[0]), length
+
+
+@pytest.mark.gpu
+def test_rows_past_the_length_and_unused_table_entries_never_reach_the_output():
+    # NaN in every cache row at or beyond each sequence's length (the slot included: no append here) and table
+    # entries past its tiles far outside the cache: the kernel reads neither (a 0 * NaN would show).
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    pasts = [0, 1, 17, 63, 64, 100, 191]
+    q, k_new, v_new, kc, vc, table, past = _operands(len(pasts), pasts, seed=3, extra_blocks=2)
+    for row, length in enumerate(pasts):
+        for i in range(table.shape[1]):
+            first = max(0, length - i * BLOCK)  # this block's first row at or beyond the length
+            if first < BLOCK:
+                kc[table[row, i], :, first:] = float("nan")
+                vc[table[row, i], :, first:] = float("nan")
+    want = _reference(q, k_new, v_new, kc.nan_to_num(0.0), vc.nan_to_num(0.0), table, past)
+    for row, length in enumerate(pasts):
+        table[row, -(-length // BLOCK) :] = 1 << 40  # never dereferenced
+    out = paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, D**-0.5)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), want, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
+def test_k_and_v_of_their_own_strides():
+    # k_new and v_new laid out differently (v a transposed copy's view): each read through its own strides
+    if paged_attn.load() is None:
+        pytest.skip("the CUDA kernel is not built here")
+    q, k_new, _, kc, vc, table, past = _operands(8, [5, 70, 130], seed=4)
+    v_new = torch.randn(12, 8, D, device="cuda").half().transpose(0, 1)  # [B, H, D], strides (64, 512, 1)
+    assert v_new.stride() != k_new.stride()
+    assert paged_attn.fits(q, k_new, v_new, kc, vc, table, past)
+    out = paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, D**-0.5)
+    torch.testing.assert_close(
+        out.float(), _reference(q, k_new, v_new, kc, vc, table, past), atol=2e-3, rtol=2e-3
+    )
 
 
 @pytest.mark.gpu
@@ -140,12 +190,24 @@ def test_kernel_refuses_what_it_was_not_built_for():
     if paged_attn.load() is None:
         pytest.skip("the CUDA kernel is not built here")
     q, k_new, v_new, kc, vc, table, past = _operands(4, [10])
-    assert not paged_attn.fits(q.float(), kc, vc, table, past)
-    assert not paged_attn.fits(q, kc, vc, table, past.int())  # lengths of another type than the table's
+    ok = (q, k_new, v_new, kc, vc, table, past)
+    assert paged_attn.fits(*ok)
     wide = torch.zeros(kc.shape[0], 12, BLOCK, 80, dtype=torch.float16, device="cuda")
-    assert not paged_attn.fits(q, wide, wide, table, past)
+    buf = torch.zeros(4 * 12 * D + 4, dtype=torch.float16, device="cuda")
+    misaligned = buf[4:].view(4, 12, D)  # rows 8 bytes off 16
+    for bad in (
+        (q.float(), k_new, v_new, kc, vc, table, past),
+        (q, k_new, v_new, kc, vc, table, past.int()),  # lengths of another type than the table's
+        (q, k_new, v_new, wide, wide, table, past),
+        (q, k_new[:2], v_new, kc, vc, table, past),  # another batch
+        (q, k_new, misaligned, kc, vc, table, past),
+        (q, k_new, v_new, kc, vc, table.cpu(), past),  # another device
+        (q, k_new, v_new, kc, vc, table, past.cpu()),
+        (q, k_new, v_new, kc, vc, table[:2], past),
+    ):
+        assert not paged_attn.fits(*bad)
     with pytest.raises(ValueError, match="stages must be one of"):
-        paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, 0.125, stages=5)
+        paged_attn.paged_decode_attention_cuda(*ok, 0.125, stages=5)
 
 
 def test_both_decode_paths_launch_it_where_it_fits_and_the_switch_is_on(monkeypatch):
@@ -250,3 +312,17 @@ def test_engine_steps_and_tokens_agree_with_the_triton_attention(tmp_path):
             logits[on, bucket] = engine.graphs.outputs[bucket][0].float().clone()
     for bucket in (32, 64):
         torch.testing.assert_close(logits[True, bucket], logits[False, bucket], atol=2e-2, rtol=2e-2)
+
+
+def test_the_switch_reaches_the_engine_config_and_the_graph_kernels():
+    # --no-cuda-paged-attn -> EngineConfig.cuda_paged_attn False -> GraphKernels.of(cfg) keeps the Triton kernel
+    from roseinfer.bench.common import build_parser, engine_config, parse
+    from roseinfer.graph_kernels import GraphKernels
+
+    parser = build_parser("x", "x", "online")
+    on = engine_config(parse(parser, ["--device", "cuda", "--paged-attn", "--cuda-graph"]))
+    off = engine_config(
+        parse(parser, ["--device", "cuda", "--paged-attn", "--cuda-graph", "--no-cuda-paged-attn"])
+    )
+    assert on.cuda_paged_attn and not off.cuda_paged_attn
+    assert GraphKernels.of(on).cuda_paged_attention and not GraphKernels.of(off).cuda_paged_attention
