@@ -40,13 +40,12 @@ Without `capture` the same static path runs eagerly: that is how it is checked o
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import dataclasses
 
 import torch
 
-from roseinfer import distributed
+from roseinfer import distributed, exit_hooks
 from roseinfer.block_tables import BlockTables
 from roseinfer.cuda_ext import cutlass_gemm, fused_attn, fused_mlp
 from roseinfer.cuda_ext.fused_attn import AttnScratch
@@ -135,7 +134,7 @@ class DecodeGraphs:
                 stamped.append(StampedKernel(readers, ALLREDUCE_KERNEL, regions, readers.launch_bounds))
             if stamps and stamped:
                 self.stamp_recorder = StampRecorder(stamped, StampLog(stamps_path()))
-                atexit.register(self.stamp_recorder.close)
+                exit_hooks.register(self.stamp_recorder.close)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

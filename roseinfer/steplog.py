@@ -8,12 +8,11 @@ import atexit
 import gc
 import json
 import os
-import signal
 import threading
 import time
 from typing import Any
 
-from roseinfer import env
+from roseinfer import env, exit_hooks
 from roseinfer.names import STEPLOG_VERSION
 from roseinfer.tracing import now_ns
 
@@ -221,25 +220,9 @@ class StepLogWriter(StepRecords):
             self._flush_locked()
 
     def _close_at_exit(self) -> None:
-        """`close` as the process exits. The run is over: the first Ctrl-C during this last write (a user's, or the
-        one a profiler forwards as it stops the program) waits for it, where it used to cut the log's last lines
-        off with a KeyboardInterrupt traceback from this callback; a second one interrupts it (a write that does not
-        end: a full pipe, a hung disk). Then SIGINT's handler is put back, for the exit hooks after this one."""
-        previous = None
-        if self._fh is not None and threading.current_thread() is threading.main_thread():
-            seen = []
-
-            def first_waits(signum, frame):
-                if seen:
-                    raise KeyboardInterrupt
-                seen.append(signum)  # the interrupted write resumes (PEP 475)
-
-            previous = signal.signal(signal.SIGINT, first_waits)
-        try:
-            self.close()
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+        """`close` as the process exits, the first Ctrl-C during its last write waiting for it
+        (`roseinfer.exit_hooks`)."""
+        exit_hooks.guarded(self.close)
 
     def close(self) -> None:
         self._gc.close()

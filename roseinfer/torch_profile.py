@@ -3,10 +3,9 @@ configured (roseinfer/tracing.py, before decode step 0) and advanced once per de
 
 from __future__ import annotations
 
-import atexit
 import os
 
-from roseinfer import env
+from roseinfer import env, exit_hooks
 
 
 def start(e: env.Env) -> bool:
@@ -56,7 +55,7 @@ class TorchProfile:
         )
         self.prof.record_steps = False  # no ProfilerStep#N spans: the decode_step spans are the steps
         self.prof.start()
-        atexit.register(self.close)
+        exit_hooks.register(self.close)  # the window the run ended inside: its trace written at exit
 
     def _save(self, prof) -> None:
         prof.export_chrome_trace(os.path.join(self.dir, self.name or trace_name()))
