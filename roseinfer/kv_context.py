@@ -35,6 +35,9 @@ class _DecodeAttention:
     # built (`roseinfer.cuda_ext.paged_attn`); False: the Triton kernel
     cuda_attention = False
     cuda_attention_stages: int | None = None  # its tiles in flight (None: `paged_attn.pick_stages`)
+    # whether it fits this step's operands: asked at the first layer, whose q, k, v views, cache, table row and
+    # lengths are laid out as every layer's (the check costs about 9 us on a CPU, a layer of an eager step)
+    _cuda_fits: bool | None = None
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.paged_attn:
@@ -61,7 +64,9 @@ class _DecodeAttention:
             if self.cuda_attention:
                 from roseinfer.cuda_ext import paged_attn
 
-                if paged_attn.fits(q, k, v, k_cache, v_cache, table, self.past_lens):
+                if self._cuda_fits is None:
+                    self._cuda_fits = paged_attn.fits(q, k, v, k_cache, v_cache, table, self.past_lens)
+                if self._cuda_fits:
                     return paged_attn.paged_decode_attention_cuda(
                         q, k, v, k_cache, v_cache, table, self.past_lens, self.scale,
                         append=self.append_in_attention, stages=self.cuda_attention_stages,

@@ -176,7 +176,10 @@ def test_k_and_v_of_their_own_strides():
     if paged_attn.load() is None:
         pytest.skip("the CUDA kernel is not built here")
     q, k_new, _, kc, vc, table, past = _operands(8, [5, 70, 130], seed=4)
-    v_new = torch.randn(12, 8, D, device="cuda").half().transpose(0, 1)  # [B, H, D], strides (64, 512, 1)
+    g = torch.Generator(device="cuda").manual_seed(5)
+    v_new = (
+        torch.randn(12, 8, D, generator=g, device="cuda").half().transpose(0, 1)
+    )  # [B, H, D], strides (64, 512, 1)
     assert v_new.stride() != k_new.stride()
     assert paged_attn.fits(q, k_new, v_new, kc, vc, table, past)
     out = paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, D**-0.5)
