@@ -75,7 +75,7 @@ def test_a_ctrl_c_while_the_torch_profile_is_written_at_exit_leaves_the_trace_wh
     from roseinfer import torch_profile
 
     monkeypatch.setenv("ROSEINFER_TORCH_PROFILE", str(tmp_path / "prof"))
-    monkeypatch.setenv("ROSEINFER_TORCH_PROFILE_SCHEDULE", "0,0,5")
+    monkeypatch.setenv("ROSEINFER_TORCH_PROFILE_SCHEDULE", "0,1,5")
     monkeypatch.setenv("ROSEINFER_TORCH_PROFILE_CPU_ONLY", "1")
     hooks = []
     monkeypatch.setattr(exit_hooks, "register", hooks.append)  # this process's exit is pytest's: run it here
@@ -90,7 +90,7 @@ def test_a_ctrl_c_while_the_torch_profile_is_written_at_exit_leaves_the_trace_wh
     profile._save = interrupted_save
     profile.prof.on_trace_ready = interrupted_save
     try:
-        for _ in range(2):  # two decode steps of the five-step window
+        for _ in range(3):  # a warm-up step, then two of the five-step window
             torch.ones(64, 64) @ torch.ones(64, 64)
             profile.step()
         assert hooks == [profile.close] and not profile.done
