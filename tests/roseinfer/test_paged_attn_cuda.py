@@ -111,41 +111,18 @@ def test_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early):
     # q, k, v after it, and writes the new token's slot; a PDL GEMV reads its output. Replayed on new inputs and
     # lengths, each output must match the reference on that replay's own q, k, v (a read of q, k or v moved above
     # the wait would see the previous replay's).
-    from roseinfer.bench.timing import captured
-    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
+    from tests.roseinfer.test_split_attention_kernel import check_attention_between_gemvs_in_a_graph
 
     if paged_attn.load() is None or not pdl_supported():
         pytest.skip("the CUDA kernel (or PDL) is not here")
     g = torch.Generator(device="cuda").manual_seed(21)
-    heads, c, width = 12, 768, 16
-    _, _, _, kc, vc, table, past = _operands(1, [width * BLOCK - 1], seed=21)
-    h_in = torch.randn(1, c, generator=g, device="cuda").half()
-    w_qkv = (torch.randn(3 * heads * D, c, generator=g, device="cuda") * 0.03).half()  # c_attn's stand-in
-    w_out = (torch.randn(96, heads * D, generator=g, device="cuda") * 0.03).half()  # attn_proj's
-
-    def step():
-        with pdl_scope(True, attention=True, early_release=early):
-            qkv = gemv_triton(h_in, w_qkv, None)  # [1, 3 * H * D]
-            q, k, v = qkv.view(1, 3, heads, D).unbind(1)  # each [1, H, D]
-            out = paged_attn.paged_decode_attention_cuda(q, k, v, kc, vc, table, past, D**-0.5, append=True)
-            return qkv, out, gemv_triton(out.view(1, -1), w_out, None)
-
-    graph, (qkv, out, proj) = captured(step)
-    for length in (0, 1, 700, width * BLOCK - 1, 65, 5):
-        past.fill_(length)
-        h_in.copy_(torch.randn(1, c, generator=g, device="cuda").half())
-        kc_before, vc_before = kc.clone(), vc.clone()
-        graph.replay()
-        torch.cuda.synchronize()
-        q, k, v = qkv.view(1, 3, heads, D).unbind(1)
-        ref = _reference(q, k, v, kc_before, vc_before, table, past)
-        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3, msg=f"past {length}")
-        torch.testing.assert_close(
-            proj.float(), gemv_reference(out.view(1, -1), w_out).float(), atol=1e-2, rtol=1e-2
-        )
-        slot = (int(table[0, length // BLOCK]), slice(None), length % BLOCK)
-        assert torch.equal(kc[slot], k[0]) and torch.equal(vc[slot], v[0]), length
+    _, _, _, kc, vc, table, past = _operands(1, [16 * BLOCK - 1], seed=21)  # a table of 16 blocks
+    check_attention_between_gemvs_in_a_graph(
+        lambda q, k, v: paged_attn.paged_decode_attention_cuda(q, k, v, kc, vc, table, past, D**-0.5, append=True),
+        lambda: pdl_scope(True, attention=True, early_release=early),
+        kc, vc, table, past, g,
+    )  # fmt: skip
 
 
 @pytest.mark.gpu

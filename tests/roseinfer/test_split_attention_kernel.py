@@ -231,30 +231,41 @@ def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early)
     # past block before its wait and reads q, k, v after it; a PDL GEMV reads the attention's output. Replayed
     # on new inputs and lengths, each output must match the reference on that replay's own q, k, v (a read of
     # q, k or v moved above the wait would see the previous replay's), and the counters must end at zero.
-    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
     from roseinfer.kernels.split_attention import _COUNTERS, split_decode_attention_triton
 
     if not pdl_supported():
         pytest.skip("PDL needs Hopper or later")
     g = torch.Generator(device="cuda").manual_seed(21)
-    heads, head_dim, width, c = 12, 64, 16, 768
-    _, _, _, kc, vc, table = _case(g, 1, heads, head_dim, width, torch.float16)
+    width = 16
+    _, _, _, kc, vc, table = _case(g, 1, 12, 64, width, torch.float16)
+    past = torch.zeros(1, dtype=torch.int64, device="cuda")
+    check_attention_between_gemvs_in_a_graph(
+        lambda q, k, v: split_decode_attention_triton(q, k, v, kc, vc, table, past, 64**-0.5, splits=width, append=True),
+        lambda: pdl_scope(True, attention_prefetch=True, early_release=early),
+        kc, vc, table, past, g,
+        after=lambda q: int(_COUNTERS[q.device].abs().sum()) == 0,
+    )  # fmt: skip
+
+
+def check_attention_between_gemvs_in_a_graph(attend, scope, kc, vc, table, past, g, after=lambda q: True):
+    """The engine's chain at batch 1, captured under `scope()`: a PDL GEMV writes q, k and v, `attend(q, k, v)`
+    (with the append, over kc, vc [N, 12, BLOCK, 64], table [1, M] and past [1]) reads them, a PDL GEMV reads its
+    output. Replayed on new inputs and lengths up to the table's, each output must match the reference on that
+    replay's own q, k, v, the new token must be in its slot, and `after(q)` must hold."""
+    from roseinfer.kernels.gemv import gemv_reference, gemv_triton
+
+    heads, head_dim, c, width = 12, 64, 768, table.shape[1]
     h_in = torch.randn(1, c, generator=g, device="cuda").half()
     w_qkv = (
         torch.randn(3 * heads * head_dim, c, generator=g, device="cuda") * 0.03
     ).half()  # c_attn's stand-in
     w_out = (torch.randn(96, heads * head_dim, generator=g, device="cuda") * 0.03).half()  # attn_proj's
-    past = torch.zeros(1, dtype=torch.int64, device="cuda")
-    scale = head_dim**-0.5
 
     def step():
-        with pdl_scope(True, attention_prefetch=True, early_release=early):
+        with scope():
             qkv = gemv_triton(h_in, w_qkv, None)  # [1, 3 * H * D]
-            q, k, v = qkv.view(1, 3, heads, head_dim).unbind(1)  # each [1, H, D]
-            out = split_decode_attention_triton(
-                q, k, v, kc, vc, table, past, scale, splits=width, append=True
-            )
+            out = attend(*qkv.view(1, 3, heads, head_dim).unbind(1))  # q, k, v each [1, H, D]
             return qkv, out, gemv_triton(out.view(1, -1), w_out, None)
 
     graph, (qkv, out, proj) = captured(step)
@@ -265,14 +276,14 @@ def test_prefetching_kernel_after_the_gemv_that_writes_its_qkv_in_a_graph(early)
         graph.replay()
         torch.cuda.synchronize()
         q, k, v = qkv.view(1, 3, heads, head_dim).unbind(1)
-        ref = _reference(q, k, v, kc_before, vc_before, table, past, scale)
+        ref = _reference(q, k, v, kc_before, vc_before, table, past, head_dim**-0.5)
         torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3, msg=f"past {length}")
         torch.testing.assert_close(
             proj.float(), gemv_reference(out.view(1, -1), w_out).float(), atol=1e-2, rtol=1e-2
         )
         slot = (int(table[0, length // BLOCK]), slice(None), length % BLOCK)
         assert torch.equal(kc[slot], k[0]) and torch.equal(vc[slot], v[0]), length
-        assert int(_COUNTERS[q.device].abs().sum()) == 0
+        assert after(q), length
 
 
 @pytest.mark.gpu
