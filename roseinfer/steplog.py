@@ -4,7 +4,6 @@ a profile's decode-step ranges). Its clock is `tracing.now_ns`, the one the engi
 
 from __future__ import annotations
 
-import atexit
 import gc
 import json
 import os
@@ -197,7 +196,8 @@ class StepLogWriter(StepRecords):
             }
         )
         self._gc = GcWatch()  # collections, written at the next flush
-        atexit.register(self._close_at_exit)
+        # `close` at exit, the first Ctrl-C during its last write waiting for it (`roseinfer.exit_hooks`)
+        self._exit_hook = exit_hooks.register(self.close)
 
     def write(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -218,11 +218,6 @@ class StepLogWriter(StepRecords):
     def flush(self) -> None:
         with self._lock:
             self._flush_locked()
-
-    def _close_at_exit(self) -> None:
-        """`close` as the process exits, the first Ctrl-C during its last write waiting for it
-        (`roseinfer.exit_hooks`)."""
-        exit_hooks.guarded(self.close)
 
     def close(self) -> None:
         self._gc.close()

@@ -27,7 +27,7 @@ def _sigint_during_the_last_write(tmp_path, signals: int):
 
     path = tmp_path / "steps.jsonl"
     writer = StepLogWriter(str(path))
-    atexit.unregister(writer._close_at_exit)  # this process's exit is pytest's: the hook runs here, once
+    atexit.unregister(writer._exit_hook)  # this process's exit is pytest's: the hook runs here, once
     for i in range(10):
         writer.write({"type": "step", "index": i})
     flush = writer._flush_locked
@@ -44,7 +44,7 @@ def _sigint_during_the_last_write(tmp_path, signals: int):
     before = signal.signal(signal.SIGINT, unguarded)
     raised = None
     try:
-        writer._close_at_exit()
+        writer._exit_hook()
     except KeyboardInterrupt as e:
         raised = e
     finally:
