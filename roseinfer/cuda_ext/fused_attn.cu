@@ -35,6 +35,8 @@
 #include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
+
+#include "common_check.cuh"
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -341,16 +343,17 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
                 torch::Tensor clear, torch::Tensor stamps, bool pdl, int64_t delay_phase, int64_t delay_ns) {
   const c10::cuda::CUDAGuard guard(x.device());
   constexpr int C = 768;
-  TORCH_CHECK(x.size(-1) == C && w_attn.size(0) == 3 * C, "fused_attn: width ", x.size(-1), " not built (768 only)");
+  ROSEINFER_CHECK(x.size(-1) == C && w_attn.size(0) == 3 * C, "fused_attn: width %lld not built (768 only)",
+                  static_cast<long long>(x.size(-1)));
   TORCH_CHECK(x.scalar_type() == at::kHalf, "fused_attn: float16 only");
-  TORCH_CHECK(k_cache.size(1) == C / D && k_cache.size(3) == D, "fused_attn: cache must be [N, ", C / D, ", BLOCK, ",
-              D, "]");
+  ROSEINFER_CHECK(k_cache.size(1) == C / D && k_cache.size(3) == D, "fused_attn: cache must be [N, %d, BLOCK, %d]",
+                  C / D, D);
   TORCH_CHECK(out.scalar_type() == at::kFloat && out.numel() == C, "fused_attn: out must be float32 [C]");
   TORCH_CHECK(table.scalar_type() == at::kLong && past_len.scalar_type() == at::kLong, "fused_attn: int64 indices");
   const bool split = delta.scalar_type() == at::kFloat && delta.numel() == SPLIT_ROWS * C &&
                      delta_row.numel() == 0;  // not a table's row
-  TORCH_CHECK(delta.scalar_type() != at::kFloat || split || delta.numel() == C,
-              "fused_attn: a float32 delta must be [1 or ", SPLIT_ROWS, ", C]");
+  ROSEINFER_CHECK(delta.scalar_type() != at::kFloat || split || delta.numel() == C,
+                  "fused_attn: a float32 delta must be [1 or %d, C]", SPLIT_ROWS);
   const int blocks = (C / D) * CLUSTER;
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_attn: stamps too small");

@@ -28,6 +28,8 @@
 #include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
+
+#include "common_check.cuh"
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -190,19 +192,19 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
                int64_t delay_phase, int64_t delay_ns) {
   const c10::cuda::CUDAGuard guard(x.device());
   constexpr int C = 768;  // at 1,024 wide the registers that hold both linears' rows would spill
-  TORCH_CHECK(x.numel() == C, "fused_mlp: width ", x.numel(), " not built (768 only)");
+  ROSEINFER_CHECK(x.numel() == C, "fused_mlp: width %lld not built (768 only)", static_cast<long long>(x.numel()));
   TORCH_CHECK(x.scalar_type() == at::kHalf, "fused_mlp: float16 only");
   // out, and a float32 delta: [rows, C], one row or a split sum of SPLIT_ROWS
   auto rows_of = [](const torch::Tensor& t) {
     return t.numel() == C ? 1 : t.numel() == SPLIT_ROWS * C ? SPLIT_ROWS : 0;
   };
   const int out_rows = rows_of(out);
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out_rows, "fused_mlp: out must be float32 [1 or ", SPLIT_ROWS,
-              ", C]");
+  ROSEINFER_CHECK(out.scalar_type() == at::kFloat && out_rows, "fused_mlp: out must be float32 [1 or %d, C]",
+                  SPLIT_ROWS);
   TORCH_CHECK(clear.numel() == 0 || clear.scalar_type() == at::kFloat, "fused_mlp: clear must be float32");
   const int delta_rows = rows_of(delta);
-  TORCH_CHECK(delta.scalar_type() == at::kFloat ? delta_rows : delta.numel() == C,
-              "fused_mlp: delta must be float16 [C] or float32 [1 or ", SPLIT_ROWS, ", C]");
+  ROSEINFER_CHECK(delta.scalar_type() == at::kFloat ? delta_rows : delta.numel() == C,
+                  "fused_mlp: delta must be float16 [C] or float32 [1 or %d, C]", SPLIT_ROWS);
   const int blocks = 4 * C / (WARPS * ROWS);
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_mlp: stamps too small");

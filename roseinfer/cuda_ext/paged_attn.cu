@@ -24,6 +24,8 @@
 #include "common.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
+
+#include "common_check.cuh"
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -358,7 +360,7 @@ void paged_attn(const torch::Tensor& q, const torch::Tensor& k_new, const torch:
   }
   ROSEINFER_PAGED_ATTN_EACH(ROSEINFER_DISPATCH)
 #undef ROSEINFER_DISPATCH
-  TORCH_CHECK(false, "paged_attn: stages must be 1, 2 or 3, not ", stages);
+  ROSEINFER_CHECK(false, "paged_attn: stages must be 1, 2 or 3, not %lld", static_cast<long long>(stages));
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

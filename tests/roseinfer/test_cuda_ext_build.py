@@ -67,8 +67,14 @@ def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
     assert cuda_ext.cache_key("fused_mlp", "sm_100a", "2.11.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.12.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130", ("-DX",)) != key
-    for name in ("fused_mlp.cu", "common.cuh"):  # the kernel's bytes, and the header every kernel includes
-        (tmp_path / name).write_text((cuda_ext.SOURCES / name).read_text())
+    # the kernel's bytes, and the headers every kernel includes (common.cuh, common_check.cuh)
+    assert {p.name for p in cuda_ext.sources("fused_mlp")} == {
+        "fused_mlp.cu",
+        "common.cuh",
+        "common_check.cuh",
+    }
+    for path in cuda_ext.sources("fused_mlp"):
+        (tmp_path / path.name).write_text(path.read_text())
     monkeypatch.setattr(cuda_ext, "SOURCES", tmp_path)
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130") == key
     (tmp_path / "common.cuh").write_text("// another header\n")
