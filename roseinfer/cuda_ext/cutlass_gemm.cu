@@ -1,4 +1,4 @@
-// A decode step's linears at 33 to 64 rows as a CUTLASS Hopper GEMM whose weights load before its PDL wait
+// A decode step's linears from 33 rows as a CUTLASS Hopper GEMM whose weights load before its PDL wait
 // (`cutlass_gemm.py` says where the engine runs it; docs/BENCHMARKS.md, session 44).
 //
 // The kernel is CUTLASS example 63's "GEMM with weight prefetch" (`KernelTmaWarpSpecializedFP8FastAccumWith
@@ -11,8 +11,11 @@
 //
 // Operands as the kernel wants them (A is the weights): A = W [N, K] row-major (GEMM M = N), B = x [T, K] as a
 // column-major K x T, D = y [T, N] as a column-major N x T. So the bias is per row of D, and the tokens are the
-// tile's N: 64, one tile along them up to 64 rows. Tile 64 x 64 x 64: 36 blocks for c_attn, 12 for attn_proj and
-// mlp_proj, 48 for c_fc (GPT-2 small); each block's weight rows are 96 KB of a 768-deep K.
+// tile's N: 64, one tile along them up to 64 rows, a tile every 64 more (up to MAX_ROWS). Tile 64 x 64 x 64 at 64
+// rows: 36 blocks for c_attn, 12 for attn_proj and mlp_proj, 48 for c_fc (GPT-2 small); each block's weight rows
+// are 96 KB of a 768-deep K. Beyond 64 rows the token tiles' blocks read the same weights, the second one from L2.
+// Larger tiles (64 x 128, 64 x 256, 128 x 128, and CUTLASS's cooperative and ping-pong kernels) were slower for
+// attn_proj and mlp_proj at 128 to 512 rows (scripts/probe_cutlass_gemm.py; docs/BENCHMARKS.md, session 47).
 //
 // The K-split form (`run_parts`) is the same kernel with the GEMM's batch index L picking one of S slices of K: A's
 // and B's L strides are K / S elements, D's the [T, N] of one part, and the epilogue writes the float32 product
@@ -44,6 +47,8 @@
 #include <cstdint>
 
 #include <torch/extension.h>
+
+#include "common_check.cuh"
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
@@ -53,6 +58,7 @@ namespace cutlass_gemm {
 using namespace cute;
 using f16 = cutlass::half_t;
 using Tile = Shape<_64, _64, _64>;  // M (the weights' rows) x N (tokens) x K
+constexpr int MAX_ROWS = 512;       // cutlass_gemm.py's MAX_ROWS: the engine's largest bucket it is measured at
 
 // GPT-2's tanh GELU. At namespace scope: as a member alias template of a class template, nvcc 13.0 failed
 // ("found previous definition of same function") on one GELU epilogue at two tile shapes in one file.
@@ -165,7 +171,7 @@ template const char* cutlass_gemm::run<true>(const void*, int64_t, const void*, 
 // (run_parts is not a template: compiled as it is)
 #else
 
-// What TMA needs of x [T, K] and w [N, K] (`cutlass_gemm.shapes_fit` says the same): float16 on one GPU, 1 to 64
+// What TMA needs of x [T, K] and w [N, K] (`cutlass_gemm.shapes_fit` says the same): float16 on one GPU, 1 to 512
 // rows, w contiguous, x's rows 16-byte aligned (its row stride and K multiples of 8, N too). Built with NDEBUG,
 // CUTLASS only prints a descriptor it cannot encode, so these are checked here.
 void check_operands(const torch::Tensor& x, const torch::Tensor& w) {
@@ -174,7 +180,7 @@ void check_operands(const torch::Tensor& x, const torch::Tensor& w) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.stride(1) == 1 && w.is_contiguous(),
               "cutlass_gemm: x [T, K] with unit column stride, w [N, K] contiguous");
   TORCH_CHECK(x.size(1) == w.size(1), "cutlass_gemm: shapes do not agree");
-  TORCH_CHECK(x.size(0) > 0 && x.size(0) <= 64, "cutlass_gemm: 1 to 64 rows (one tile)");
+  TORCH_CHECK(x.size(0) > 0 && x.size(0) <= cutlass_gemm::MAX_ROWS, "cutlass_gemm: 1 to 512 rows");
   TORCH_CHECK(w.size(0) > 0 && w.size(1) > 0, "cutlass_gemm: w [N, K] empty");
   TORCH_CHECK(x.stride(0) >= x.size(1) && x.stride(0) % 8 == 0 && w.size(1) % 8 == 0 && w.size(0) % 8 == 0,
               "cutlass_gemm: row strides, K and N multiples of 8");
@@ -199,7 +205,7 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
                                                    y.data_ptr(), y.stride(0), T, N, K, pdl, stream)
                          : cutlass_gemm::run<false>(x.data_ptr(), x.stride(0), w.data_ptr(), bias.data_ptr(),
                                                     y.data_ptr(), y.stride(0), T, N, K, pdl, stream);
-  TORCH_CHECK(err[0] == '\0', "cutlass_gemm: ", err);
+  ROSEINFER_CHECK(err[0] == '\0', "cutlass_gemm: %s", err);
   return y;
 }
 
@@ -215,12 +221,12 @@ torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool 
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const char* err = cutlass_gemm::run_parts(x.data_ptr(), x.stride(0), w.data_ptr(), parts.data_ptr(), T, N, K,
                                             int(splits), pdl, stream);
-  TORCH_CHECK(err[0] == '\0', "cutlass_gemm: ", err);
+  ROSEINFER_CHECK(err[0] == '\0', "cutlass_gemm: %s", err);
   return parts;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 64 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
+  m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 512 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
   m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
   m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)");
   m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form");
