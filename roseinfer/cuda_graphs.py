@@ -18,7 +18,7 @@ engine launch it before reading this step's tokens (the overlapped decode, `rose
 all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
-skinny GEMM, and in buckets 48 and 64 as a CUTLASS GEMM that loads its weights before its PDL wait, attn_proj and
+skinny GEMM, and in buckets 48 to 256 as a CUTLASS GEMM that loads its weights before its PDL wait, attn_proj and
 mlp_proj there split along K into parts that the add + LayerNorm after them sums (`roseinfer.linears`,
 `roseinfer.cuda_ext.cutlass_gemm`; which kernel where: `roseinfer.graph_kernels.GraphKernels`),
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),

@@ -18,9 +18,10 @@ from roseinfer.cuda_ext import cutlass_gemm
 # decide, as before: with `skinny_gemm_max_batch=0` buckets 16 and 32 run cuBLAS and plain launches.
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
-# The CUTLASS GEMM's rows: above the skinny GEMM's 32, up to one 64-token tile
+# The CUTLASS GEMM's buckets in the engine: above the skinny GEMM's 32 rows, up to CUTLASS_MAX_BATCH (the kernel
+# takes up to `cutlass_gemm.MAX_ROWS`; why 256: `GraphKernels.cutlass_gemm_max_batch`)
 CUTLASS_ABOVE = 32
-CUTLASS_MAX_BATCH = cutlass_gemm.MAX_ROWS
+CUTLASS_MAX_BATCH = 256
 # K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
 CUTLASS_SPLIT_K = 768
 
@@ -119,7 +120,11 @@ class GraphKernels:
     # Buckets of more than CUTLASS_ABOVE (32) and at most this many rows run their float16 linears as the
     # CUTLASS GEMM that loads its weights before its PDL wait (`roseinfer.cuda_ext.cutlass_gemm`, built at first
     # use; cuBLAS where it is not built), and launch their Triton kernels as programmatic dependents. 0
-    # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before.
+    # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before. Up to 256 rows: GPT-2 small's step on an
+    # H200 with these buckets up to 64 rows (cuBLAS above) and up to 128, 256, 512: batch 96 512.0 -> 402.3 us a
+    # replay, 128 487.0 -> 361.8 and 700.5 -> 566.1 (pasts 64, 256), 256 732.3 -> 708.4, but 512 821.3 -> 946.5
+    # and 1,110.4 -> 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of
+    # one an SM; docs/BENCHMARKS.md, session 47).
     cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
     # In those buckets the paged attention is a dependent launch too: it starts while c_attn finishes, and releases
     # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
@@ -162,7 +167,7 @@ class GraphKernels:
         """Whether a bucket's linears may run as the CUTLASS GEMM (where it fits and is built): above CUTLASS_ABOVE
         rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM asked for beyond 32 rows
         runs first where `skinny_wins`)."""
-        return CUTLASS_ABOVE < bucket <= min(self.cutlass_gemm_max_batch, CUTLASS_MAX_BATCH)
+        return CUTLASS_ABOVE < bucket <= min(self.cutlass_gemm_max_batch, cutlass_gemm.MAX_ROWS)
 
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the

@@ -81,7 +81,7 @@ class Block(nn.Module):
         all-reduce: the ranks' partial sums as words [W, C / 2], which the next norm GEMV waits for and adds,
         `roseinfer.fused_allreduce`). index: (token ids, positions) [1] each, for the first block at one token where
         `embedding_gather_applies`: x and delta are then the embedding tables, and the c_attn GEMV's prologue
-        gathers the rows. At 33 to 64 rows on the CUTLASS GEMM, attn_proj's and mlp_proj's outputs may be their K
+        gathers the rows. In the CUTLASS GEMM's buckets, attn_proj's and mlp_proj's outputs may be their K
         parts (`roseinfer.kernels.split_sum.SplitK`, `roseinfer.linears.linear_to_residual`), which the add +
         LayerNorm after them sums."""
         t = x.shape[0] if index is None else 1

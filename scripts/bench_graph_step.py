@@ -58,9 +58,12 @@ Variants, each adding one change to the one before:
      small: attn_proj 2 parts, mlp_proj 8), which the residual add + LayerNorm after them adds
      (`GraphKernels.cutlass_split_k`, `roseinfer.kernels.split_sum.SplitK`);
  37. the same, parts of about 768 (GPT-2 small: attn_proj whole, mlp_proj 4; gpt2-medium the same): the engine
-     now;
+     of session 45;
  38. the same, parts of about 1,024 (mlp_proj 3 parts; gpt2-medium attn_proj whole, mlp_proj 4);
  39. the same, parts of about 1,536 (mlp_proj 2 parts; gpt2-medium attn_proj whole, mlp_proj 2).
+ 40. 37 + the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`): the engine
+     of session 46; 41-43 the same at 1, 2 and 3 tiles in flight.
+ 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine now) and 512 rows.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -175,6 +178,14 @@ VARIANTS[40] = GraphKernels()  # 37 + the CUDA attention
 VARIANTS[41] = GraphKernels(cuda_attention_stages=1)
 VARIANTS[42] = GraphKernels(cuda_attention_stages=2)
 VARIANTS[43] = GraphKernels(cuda_attention_stages=3)
+# session 47: the CUTLASS GEMM's buckets (its GEMM, PDL and K split) beyond 64 rows; before it they stopped at 64
+VARIANTS = {
+    v: dataclasses.replace(k, cutlass_gemm_max_batch=min(k.cutlass_gemm_max_batch, 64))
+    for v, k in VARIANTS.items()
+}
+VARIANTS[44] = GraphKernels(cutlass_gemm_max_batch=128)
+VARIANTS[45] = GraphKernels()  # up to 256 rows: the engine now
+VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512)
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -314,10 +325,13 @@ def main() -> None:
         37: "35 + the same, parts of ~768",
         38: "35 + the same, parts of ~1,024",
         39: "35 + the same, parts of ~1,536",
-        40: "37 + the CUDA attention of bulk copies (engine now)",
+        40: "37 + the CUDA attention of bulk copies",
         41: "37 + the CUDA attention, 1 tile in flight",
         42: "37 + the CUDA attention, 2 tiles in flight",
         43: "37 + the CUDA attention, 3 tiles in flight",
+        44: "40 + the CUTLASS GEMM up to 128 rows",
+        45: "40 + the CUTLASS GEMM up to 256 rows (engine now)",
+        46: "40 + the CUTLASS GEMM up to 512 rows",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

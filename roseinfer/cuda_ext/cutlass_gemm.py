@@ -1,4 +1,4 @@
-"""The decode step's linears at 33 to 64 rows as a CUTLASS Hopper GEMM that loads its weights before its PDL wait
+"""The decode step's linears from 33 rows as a CUTLASS Hopper GEMM that loads its weights before its PDL wait
 (`cutlass_gemm.cu`, built at first use).
 
 At these rows cuBLAS's GEMMs are launched plainly, so each starts after the kernel in front has finished and only
@@ -14,7 +14,8 @@ tools/util/include/ and the example's folder). Where that wheel is missing, at a
 `roseinfer.cuda_ext.why_not_built(NAME)` says why, and the linears stay on cuBLAS. Only the headers are needed:
 `pip install --no-deps nvidia-cutlass==4.2.0.0` (the wheel's own dependencies are its Python code generator's).
 
-Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows
+Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows (the
+kernel itself takes up to MAX_ROWS)
 (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`), float16 linears with a bias whose operands TMA can address
 (`fits`); those buckets launch their Triton kernels as programmatic dependents too, so the add + LayerNorm in
 front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
@@ -42,7 +43,9 @@ from roseinfer import cuda_ext
 NAME = "cutlass_gemm"
 CUTLASS_VERSION = "4.2.0.0"  # the nvidia-cutlass wheel whose headers it is built from
 INSTALL = f"pip install --no-deps nvidia-cutlass=={CUTLASS_VERSION}"  # the headers alone, not its code generator's deps
-MAX_ROWS = 64  # one 64-token tile along the rows
+# The rows it takes: a 64-token tile along them, as many tiles as the rows need, up to the engine's largest bucket
+# it was measured at (`cutlass_gemm.cu`'s MAX_ROWS; where the engine runs it is `GraphKernels.cutlass_gemm_max_batch`)
+MAX_ROWS = 512
 K_TILE = 64  # the mainloop's K tile: a split part is whole tiles
 # Hopper only: the example's kernel has a body only where `__CUDA_ARCH_FEAT_SM90_ALL` is defined (sm_90a); built
 # for a later GPU it would be an empty stub that returns success (the .cu refuses to build there).
@@ -99,9 +102,9 @@ def module():
 
 @functools.cache
 def say_not_built() -> None:
-    """One stderr line a process: the GEMM is off and why (the linears at 33 to 64 rows run on cuBLAS)."""
+    """One stderr line a process: the GEMM is off and why (the linears of its buckets run on cuBLAS)."""
     print(
-        f"roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is {cuda_ext.why_not_built(NAME)}",
+        f"roseinfer: the CUTLASS GEMM's buckets (33 rows and more) on cuBLAS, it is {cuda_ext.why_not_built(NAME)}",
         file=sys.stderr,
     )
 

@@ -20,17 +20,20 @@ def test_batch_buckets_cover_every_batch_size():
         assert buckets == sorted(set(buckets)) and buckets[-1] == max_batch
 
 
-def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
+def test_pdl_reaches_the_cutlass_buckets_and_48_and_64_for_narrow_models():
     # GraphKernels: which buckets' steps launch their Triton kernels as dependents (the engine's defaults, and the
     # designs before them as bench_graph_step.py rebuilds them).
     from roseinfer.graph_kernels import PDL_NARROW_WIDTH, GraphKernels
 
-    buckets = batch_buckets(128)  # 1, 2, 4, 8, 16, ..., 112, 128
+    buckets = batch_buckets(320)  # 1, 2, 4, 8, 16, ..., 304, 320
     gpt2, medium = PDL_NARROW_WIDTH, 1024
     on = GraphKernels()
-    assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, 48, 64]
+    cutlass = list(range(48, 257, 16))  # the CUTLASS GEMM's buckets: 48 to 256 rows
+    assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, *cutlass]
     # wider: the GEMV's, the skinny GEMM's and the CUTLASS GEMM's buckets
-    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, *cutlass]
+    upto64 = GraphKernels(cutlass_gemm_max_batch=64)  # before session 47
+    assert [b for b in buckets if upto64.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64]
     cublas = GraphKernels(cutlass_gemm_max_batch=0)  # before session 44: cuBLAS at 48 and 64 rows
     assert [b for b in buckets if cublas.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32]
     no_64 = GraphKernels(pdl_narrow_max_batch=0, cutlass_gemm_max_batch=0)  # before session 16
@@ -38,8 +41,8 @@ def test_pdl_reaches_buckets_48_and_64_for_narrow_models_only():
     assert not any(GraphKernels(pdl=False).pdl_in(b, gpt2) for b in buckets)
     # without the skinny GEMM buckets 16 and 32 run cuBLAS with plain launches, as before it
     no_skinny = GraphKernels(skinny_gemm_max_batch=0)
-    assert [b for b in buckets if no_skinny.pdl_in(b, gpt2)] == [1, 2, 4, 8, 48, 64]
-    assert [b for b in buckets if no_skinny.cutlass_in(b)] == [48, 64]
+    assert [b for b in buckets if no_skinny.pdl_in(b, gpt2)] == [1, 2, 4, 8, *cutlass]
+    assert [b for b in buckets if no_skinny.cutlass_in(b)] == cutlass
     assert all(GraphKernels(pdl_max_batch=None).pdl_in(b, medium) for b in buckets)
 
 

@@ -1,4 +1,4 @@
-"""The CUTLASS GEMM for the linears at 33 to 64 rows (`roseinfer.cuda_ext.cutlass_gemm`): where it runs, where it
+"""The CUTLASS GEMM for the linears at 33 to 256 rows (`roseinfer.cuda_ext.cutlass_gemm`): where it runs, where it
 does not (the CPU CI: never built, every linear on cuBLAS), and on a GPU that it computes what cuBLAS does."""
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def test_what_tma_cannot_address_does_not_fit():
     assert cg.shapes_fit(x, w, b)
     assert cg.shapes_fit(torch.zeros(64, 2304).half()[:, 768:1536], w, b)  # rows of a wider buffer
     assert cg.shapes_fit(torch.zeros(33, 768).half(), w, b)
+    assert cg.shapes_fit(torch.zeros(cg.MAX_ROWS, 768).half(), w, b)  # a 64-token tile every 64 rows
     faults = {
         "no bias": (x, w, None),
         "a float32 bias": (x, w, b.float()),
         "a float32 x": (x.float(), w, b),
-        "65 rows": (torch.zeros(65, 768).half(), w, b),
+        "more rows than MAX_ROWS": (torch.zeros(cg.MAX_ROWS + 1, 768).half(), w, b),
         "no rows": (torch.zeros(0, 768).half(), w, b),
         "x 3-D": (torch.zeros(1, 64, 768).half(), w, b),
         "K disagrees": (torch.zeros(64, 776).half()[:, :768], torch.zeros(768, 776).half(), b),
@@ -121,16 +122,31 @@ def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
     from roseinfer.graph_kernels import GraphKernels
 
     k = GraphKernels()
-    assert [b for b in (1, 8, 16, 32, 48, 64, 80) if k.cutlass_in(b)] == [48, 64]
+    assert [b for b in (1, 8, 16, 32, 48, 64, 80, 128, 256, 272, 512) if k.cutlass_in(b)] == [
+        48,
+        64,
+        80,
+        128,
+        256,
+    ]
     # above 32 rows whatever the skinny GEMM's bound: without it buckets 16 and 32 are cuBLAS's, as before
     assert [b for b in (1, 8, 16, 32, 48, 64) if GraphKernels(skinny_gemm_max_batch=0).cutlass_in(b)] == [
         48,
         64,
     ]
-    # gpt2-medium (1,024 wide) takes PDL at 48 and 64 rows only where the CUTLASS GEMM runs there
+    # gpt2-medium (1,024 wide) takes PDL at 48 to 256 rows only where the CUTLASS GEMM runs there
     assert k.pdl_in(64, 1024) and not GraphKernels(cutlass_gemm_max_batch=0).pdl_in(64, 1024)
-    # never past its one 64-row tile, whatever asks
-    assert [b for b in (64, 80, 96) if GraphKernels(cutlass_gemm_max_batch=128).cutlass_in(b)] == [64]
+    assert k.pdl_in(256, 1024) and not k.pdl_in(272, 1024)
+    # up to the bound asked for (a measurement hook), never past the rows the kernel takes
+    assert [b for b in (64, 80, 128, 144) if GraphKernels(cutlass_gemm_max_batch=128).cutlass_in(b)] == [
+        64,
+        80,
+        128,
+    ]
+    assert [b for b in (256, 512, 528) if GraphKernels(cutlass_gemm_max_batch=1024).cutlass_in(b)] == [
+        256,
+        512,
+    ]
 
 
 def test_a_cpu_engine_runs_its_buckets_as_before(tiny_checkpoint):
@@ -154,11 +170,12 @@ def _reference(x, w, b, gelu):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [64, 40, 33, 1])
+@pytest.mark.parametrize("rows", [512, 300, 128, 65, 64, 40, 33, 1])
 @pytest.mark.parametrize("n,k,gelu", SHAPES)
 def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
     # GPT-2 small's four linears (c_fc with its tanh GELU) and gpt2-medium's c_fc without it; fewer rows than
-    # the tile's 64 (the TMA loads past the last row read zeros, the stores stop there)
+    # the tile's 64 (the TMA loads past the last row read zeros, the stores stop there), and several token tiles
+    # up to MAX_ROWS, the last one partial at 65 and 300
     if cg.module() is None:
         pytest.skip(cuda_ext.why_not_built(cg.NAME))
     torch.manual_seed(0)
@@ -229,7 +246,7 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     # buckets) and with cuBLAS (`--no-cutlass-gemm`) compute the same numbers up to the order of each fp32 sum:
     # one replay of each bucket on the same inputs and cache, captured both ways on one engine.
     from roseinfer import LLM, SamplingParams
-    from roseinfer.graph_kernels import GraphKernels
+    from roseinfer.graph_kernels import CUTLASS_MAX_BATCH, GraphKernels
     from tests.roseinfer.test_engine_matches_hf import make_prompts
 
     if cg.module() is None:
@@ -241,7 +258,7 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     outs = llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))
     assert [len(o.token_ids) for o in outs] == [4] * 64
     engine = llm.engine
-    assert engine.graphs.kernels.cutlass_gemm_max_batch == 64
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
     calls = []
     real = cg.cutlass_gemm
     logits = {}
@@ -253,6 +270,37 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
             cg.cutlass_gemm = real
     assert "cutlass" in calls and "cublas" not in calls
     for bucket in (48, 64):
+        torch.testing.assert_close(logits["cutlass"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_graph_decode_beyond_64_rows_agrees_with_cublas(tiny_checkpoint):
+    # buckets 80 and 128 (two token tiles, the first partial) with the CUTLASS GEMM's buckets up to 128 rows
+    # (`GraphKernels(cutlass_gemm_max_batch=128)`: its GEMM, PDL and K split there) against cuBLAS, as above
+    from roseinfer import LLM
+    from roseinfer.graph_kernels import GraphKernels
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    llm = LLM(
+        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=128, cuda_graph=True, paged_attn=True
+    )
+    engine = llm.engine
+    calls = []
+    real = cg.cutlass_gemm
+    logits = {}
+    kinds = (
+        ("cutlass", GraphKernels(cutlass_gemm_max_batch=128)),
+        ("cublas", GraphKernels(cutlass_gemm_max_batch=0)),
+    )
+    for name, kernels in kinds:
+        cg.cutlass_gemm = lambda *a, _name=name, **kw: calls.append((_name, a[0].shape[0])) or real(*a, **kw)
+        try:
+            logits[name] = _replayed_logits(engine, kernels, buckets=(80, 128))
+        finally:
+            cg.cutlass_gemm = real
+    assert {("cutlass", 80), ("cutlass", 128)} <= set(calls) and not [c for c in calls if c[0] == "cublas"]
+    for bucket in (80, 128):
         torch.testing.assert_close(logits["cutlass"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
 
 
@@ -271,6 +319,7 @@ def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
     assert not cutlass_gemm_runs(torch.nn.Linear(2, 2), cache)  # float32: never its kernel, nothing to say
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
-        f"roseinfer: linears at 33 to 64 rows on cuBLAS, the CUTLASS GEMM is not built: no CUTLASS headers ({cg.INSTALL})"
+        f"roseinfer: the CUTLASS GEMM's buckets (33 rows and more) on cuBLAS, it is not built: no CUTLASS headers "
+        f"({cg.INSTALL})"
     ]
     cg.say_not_built.cache_clear()

@@ -106,7 +106,7 @@ def test_off_the_gpu_a_residual_linear_is_one_tensor():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [64, 40, 33])
+@pytest.mark.parametrize("rows", [512, 200, 64, 40, 33])
 @pytest.mark.parametrize(
     "n,k,splits", [(768, 768, 2), (768, 3072, 8), (768, 3072, 4), (1024, 4096, 8), (768, 768, 3)]
 )
