@@ -157,7 +157,8 @@ class DecodeGraphs:
             attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
             cuda_attention_stages=k.cuda_attention_stages,
         )  # fmt: skip
-        pdl = k.pdl_in(bucket, self.model.cfg.n_embd)
+        width = self.model.cfg.n_embd
+        pdl = k.pdl_in(bucket, width)
         with (
             small_batch_gemv(
                 k.gemv_max_batch,
@@ -168,12 +169,12 @@ class DecodeGraphs:
                 self.skinny_scratch,
                 self.mlp_scratch,
                 self.attn_scratch,
-                (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(bucket) else (0, 0),
+                (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(bucket, width) else (0, 0),
                 k.cutlass_split_k,
             ),
             pdl_scope(
                 pdl,
-                k.pdl_attention or (k.cutlass_pdl_attention and k.cutlass_in(bucket)),
+                k.pdl_attention or (k.cutlass_pdl_attention and k.cutlass_in(bucket, width)),
                 k.attention_release_in(bucket),
                 k.pdl_attention_prefetch,
                 k.pdl_early_release,

@@ -126,6 +126,9 @@ class GraphKernels:
     # and 1,110.4 -> 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of
     # one an SM; docs/BENCHMARKS.md, session 47).
     cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
+    # ... but for models wider than PDL_NARROW_WIDTH (768: GPT-2 small) only up to this many rows: beyond 64 rows
+    # only GPT-2 small was measured, so gpt2-medium's buckets of 80 to 256 rows keep cuBLAS and the rules before.
+    cutlass_wide_max_batch: int = 64
     # In those buckets the paged attention is a dependent launch too: it starts while c_attn finishes, and releases
     # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
     # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
@@ -160,14 +163,18 @@ class GraphKernels:
             or bucket <= self.pdl_max_batch
             or (width <= PDL_NARROW_WIDTH and PDL_NARROW_ABOVE < bucket <= self.pdl_narrow_max_batch)
             or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
-            or self.cutlass_in(bucket)
+            or self.cutlass_in(bucket, width)
         )
 
-    def cutlass_in(self, bucket: int) -> bool:
-        """Whether a bucket's linears may run as the CUTLASS GEMM (where it fits and is built): above CUTLASS_ABOVE
-        rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM asked for beyond 32 rows
-        runs first where `skinny_wins`)."""
-        return CUTLASS_ABOVE < bucket <= min(self.cutlass_gemm_max_batch, cutlass_gemm.MAX_ROWS)
+    def cutlass_in(self, bucket: int, width: int) -> bool:
+        """Whether a bucket's linears, of a model `width` wide, may run as the CUTLASS GEMM (where it fits and is
+        built): above CUTLASS_ABOVE rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM
+        asked for beyond 32 rows runs first where `skinny_wins`), up to `cutlass_gemm_max_batch` rows, or
+        `cutlass_wide_max_batch` for models wider than PDL_NARROW_WIDTH."""
+        rows = self.cutlass_gemm_max_batch
+        if width > PDL_NARROW_WIDTH:
+            rows = min(rows, self.cutlass_wide_max_batch)
+        return CUTLASS_ABOVE < bucket <= min(rows, cutlass_gemm.MAX_ROWS)
 
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the

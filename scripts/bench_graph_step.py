@@ -63,7 +63,9 @@ Variants, each adding one change to the one before:
  39. the same, parts of about 1,536 (mlp_proj 2 parts; gpt2-medium attn_proj whole, mlp_proj 2).
  40. 37 + the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`): the engine
      of session 46; 41-43 the same at 1, 2 and 3 tiles in flight.
- 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine now) and 512 rows.
+ 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine now; models wider
+     than 768 up to 64) and 512 rows; 47: 45 for wider models too (gpt2-medium up to 256 rows); 48: 45 without the
+     K split.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -183,9 +185,11 @@ VARIANTS = {
     v: dataclasses.replace(k, cutlass_gemm_max_batch=min(k.cutlass_gemm_max_batch, 64))
     for v, k in VARIANTS.items()
 }
-VARIANTS[44] = GraphKernels(cutlass_gemm_max_batch=128)
-VARIANTS[45] = GraphKernels()  # up to 256 rows: the engine now
-VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512)
+VARIANTS[44] = GraphKernels(cutlass_gemm_max_batch=128, cutlass_wide_max_batch=128)
+VARIANTS[45] = GraphKernels()  # up to 256 rows (models wider than 768: 64): the engine now
+VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512, cutlass_wide_max_batch=512)
+VARIANTS[47] = GraphKernels(cutlass_wide_max_batch=256)  # 45 for models wider than 768 too (gpt2-medium)
+VARIANTS[48] = GraphKernels(cutlass_split_k=0)  # 45 without the K split (measured only up to 64 rows)
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -332,6 +336,8 @@ def main() -> None:
         44: "40 + the CUTLASS GEMM up to 128 rows",
         45: "40 + the CUTLASS GEMM up to 256 rows (engine now)",
         46: "40 + the CUTLASS GEMM up to 512 rows",
+        47: "45, wider models up to 256 rows too",
+        48: "45 without the K split",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -131,6 +131,7 @@ class Gemm:
         y is float32 [parts, T, N], part s the product over K's slice s (no bias)."""
         assert x.stride(1) == 1 and y.stride(-1) == 1 and w.is_contiguous()
         mode = 2 if self.parts > 1 else int(gelu)
+        assert w.shape[1] % (64 * self.parts) == 0, "K a multiple of 64 * parts (whole K tiles a part)"
         assert self.parts == 1 or (y.dtype == torch.float32 and y.is_contiguous() and not gelu)
         ldy = y.shape[-1] if self.parts > 1 else y.stride(0)
         ws = workspace()
@@ -193,10 +194,17 @@ def fn_of(so, variant: str):
     """A variant's GEMM: 'cublas' (None), or KIND_MODE[_pS] (MODE: pdl, plain or pdlnorelease; S parts)."""
     if variant == "cublas":
         return None
-    kind, mode, *parts = variant.split("_")
-    kind = next(k for k, v in KINDS.items() if v == kind)
-    return Gemm(so, kind, pdl=mode.startswith("pdl"), overlap=-1.0 if mode == "pdlnorelease" else 0.5,
-                parts=int(parts[0][1:]) if parts else 1)  # fmt: skip
+    m = re.fullmatch(r"([a-z]+\d+x\d+x\d+)_(pdl|plain|pdlnorelease)(?:_p(\d+))?", variant)
+    if m is None or m[1] not in KINDS.values():
+        raise SystemExit(
+            f"probe_cutlass_gemm: {variant!r} is not KIND_MODE[_pS] (KIND one of {list(KINDS.values())})"
+        )
+    kind = next(k for k, v in KINDS.items() if v == m[1])
+    parts = int(m[3] or 1)
+    if parts > 1 and kind not in PREFETCH_KINDS:
+        raise SystemExit(f"probe_cutlass_gemm: {variant!r}: only the pf kinds have a K-split form")
+    return Gemm(so, kind, pdl=m[2].startswith("pdl"), overlap=-1.0 if m[2] == "pdlnorelease" else 0.5,
+                parts=parts)  # fmt: skip
 
 
 def per_linear(so, name: str, variant: str, copies: int, t: int):
@@ -217,7 +225,9 @@ def per_linear(so, name: str, variant: str, copies: int, t: int):
         return [g(x, w, b, y, gelu) for (w, b), y in zip(ws, ys)]
 
     graph, _ = captured(step, warmups=2)
-    return graph
+    # the graph's tensors live as long as it: freed, their memory could go back to the driver when the next
+    # variant's capture empties the cache, and a replay would then write into unmapped memory
+    return graph, (x, ws, ys)
 
 
 def layer_chain(so, variant: str, t: int):
@@ -253,16 +263,17 @@ def layer_chain(so, variant: str, t: int):
         return x
 
     graph, _ = captured(step, warmups=2)
-    return graph
+    return graph, (layers, x0, bufs)  # its tensors with it (per_linear says why)
 
 
 def rounds_us(graphs: dict, rounds: int, replays: int, per: int) -> dict:
+    """graphs: variant -> (graph, its tensors)."""
     times = {v: [] for v in graphs}
     for r in range(rounds):
         order = list(graphs)
         order = order[r % len(order) :] + order[: r % len(order)]  # each round starts one variant later
         for v in order:
-            times[v].append(replays_us(graphs[v], replays) / per)
+            times[v].append(replays_us(graphs[v][0], replays) / per)
     return {v: dict(median=statistics.median(t), rounds=[round(u, 3) for u in t]) for v, t in times.items()}
 
 

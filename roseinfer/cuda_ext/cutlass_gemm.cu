@@ -58,7 +58,7 @@ namespace cutlass_gemm {
 using namespace cute;
 using f16 = cutlass::half_t;
 using Tile = Shape<_64, _64, _64>;  // M (the weights' rows) x N (tokens) x K
-constexpr int MAX_ROWS = 512;       // cutlass_gemm.py's MAX_ROWS: the engine's largest bucket it is measured at
+constexpr int MAX_ROWS = 512;       // cutlass_gemm.py's MAX_ROWS: the largest bucket it was measured at
 
 // GPT-2's tanh GELU. At namespace scope: as a member alias template of a class template, nvcc 13.0 failed
 // ("found previous definition of same function") on one GELU epilogue at two tile shapes in one file.

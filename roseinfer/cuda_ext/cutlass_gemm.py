@@ -14,9 +14,8 @@ tools/util/include/ and the example's folder). Where that wheel is missing, at a
 `roseinfer.cuda_ext.why_not_built(NAME)` says why, and the linears stay on cuBLAS. Only the headers are needed:
 `pip install --no-deps nvidia-cutlass==4.2.0.0` (the wheel's own dependencies are its Python code generator's).
 
-Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows (the
-kernel itself takes up to MAX_ROWS)
-(`roseinfer.linears.small_batch_gemv(cutlass_rows=)`), float16 linears with a bias whose operands TMA can address
+Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows
+(`roseinfer.linears.small_batch_gemv(cutlass_rows=)`; the kernel itself takes up to MAX_ROWS), float16 linears with a bias whose operands TMA can address
 (`fits`); those buckets launch their Triton kernels as programmatic dependents too, so the add + LayerNorm in
 front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
 while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
@@ -43,8 +42,8 @@ from roseinfer import cuda_ext
 NAME = "cutlass_gemm"
 CUTLASS_VERSION = "4.2.0.0"  # the nvidia-cutlass wheel whose headers it is built from
 INSTALL = f"pip install --no-deps nvidia-cutlass=={CUTLASS_VERSION}"  # the headers alone, not its code generator's deps
-# The rows it takes: a 64-token tile along them, as many tiles as the rows need, up to the engine's largest bucket
-# it was measured at (`cutlass_gemm.cu`'s MAX_ROWS; where the engine runs it is `GraphKernels.cutlass_gemm_max_batch`)
+# The rows it takes: a 64-token tile along them, as many tiles as the rows need, up to the largest bucket it was
+# measured at (`cutlass_gemm.cu`'s MAX_ROWS; where the engine runs it is `GraphKernels.cutlass_gemm_max_batch`)
 MAX_ROWS = 512
 K_TILE = 64  # the mainloop's K tile: a split part is whole tiles
 # Hopper only: the example's kernel has a body only where `__CUDA_ARCH_FEAT_SM90_ALL` is defined (sm_90a); built

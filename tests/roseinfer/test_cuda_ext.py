@@ -73,6 +73,21 @@ def _reference_out(x, delta, block):
 
 
 @pytest.mark.gpu
+def test_a_launchers_check_with_a_number_in_its_message_raises():
+    # a formatted TORCH_CHECK killed the process with a segfault on the H200 machine (torch 2.11, nvcc 13.0); the
+    # launchers format such messages into one C string (ROSEINFER_CHECK, common_check.cuh), which raises
+    if fa.load() is None:
+        pytest.skip(cuda_ext.why_not_built(fa.NAME))
+    z = torch.zeros(1024, dtype=torch.float16, device="cuda")  # 1,024 wide: not built
+    e = torch.empty(0, device="cuda")
+    cache = torch.zeros(8, 12, 64, 64, dtype=torch.float16, device="cuda")
+    index = torch.zeros(2, dtype=torch.long, device="cuda")
+    with pytest.raises(RuntimeError, match="fused_attn: width 1024 not built"):
+        fa.load().fused_attn(z, e, e, e, z, z, 1e-5, z, z, z, z, cache, cache, index, index[:1], 0.125, z, e, e, e,
+                             False, -1, 0)  # fmt: skip
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("delta_kind", ["float16", "float32", "split"])
 @pytest.mark.parametrize("pdl", [False, True])
 def test_fused_mlp_matches_the_reference_launch_after_launch(delta_kind, pdl):
