@@ -102,13 +102,11 @@ struct PfGemm {
 };
 
 // y [T, N] = act(x [T, K] @ w [N, K]^T + bias [N]); row strides in elements. Mode 2: y is float32 parts [L, T, N]
-// (ldy = N), part l the product over K's slice l of L (no bias). workspace: the stream-K scheduler's (others take
-// none; none of the kinds here needs one), at least `probe_workspace` bytes. Returns 0 on success, else a cutlass::Status (as int) or, past 1000,
-// 1000 + a cudaError_t; -2 where the workspace is too small.
+// (ldy = N), part l the product over K's slice l of L (no bias). Returns 0 on success, else a cutlass::Status (as
+// int) or, past 1000, 1000 + a cudaError_t; -2 for a kernel that would need a workspace (none of these does).
 template <class G, bool Prefetch, int Mode>
 int run(const void* x, int64_t ldx, const void* w, const void* bias, void* y, int64_t ldy, int T, int N, int K, int L,
-        bool pdl, float overlap, float prefetch, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-        size_t* need = nullptr) {
+        bool pdl, float overlap, float prefetch, cudaStream_t stream) {
   using Gemm = typename G::Gemm;
   using Kernel = typename G::Kernel;
   auto sa = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, {N, K / L, L});
@@ -140,14 +138,10 @@ int run(const void* x, int64_t ldx, const void* w, const void* bias, void* y, in
   args.epilogue.thread.beta = 0.0f;
   if constexpr (Mode != 2) args.epilogue.thread.bias_ptr = static_cast<const f16*>(bias);
   Gemm gemm;
-  if (need) {
-    *need = Gemm::get_workspace_size(args);
-    return 0;
-  }
-  if (Gemm::get_workspace_size(args) > workspace_bytes) return -2;
+  if (Gemm::get_workspace_size(args) > 0) return -2;
   cutlass::Status st = gemm.can_implement(args);
   if (st != cutlass::Status::kSuccess) return int(st);
-  st = gemm.initialize(args, workspace, stream);
+  st = gemm.initialize(args, nullptr, stream);
   if (st != cutlass::Status::kSuccess) return int(st);
   st = gemm.run(stream, nullptr, pdl);
   if (st != cutlass::Status::kSuccess) return int(st);
@@ -169,10 +163,7 @@ struct Call {
   int64_t ldx, ldy;
   int T, N, K, L, pdl;
   float overlap, prefetch;
-  void* workspace;
-  size_t workspace_bytes;
   cudaStream_t s;
-  size_t* need;
 };
 
 template <template <class, int> class G, class Tile, bool Pf>
@@ -180,7 +171,7 @@ int dispatch(int mode, const Call& c) {
   auto go = [&](auto m) {
     constexpr int M = decltype(m)::value;
     return run<G<Tile, M>, Pf, M>(c.x, c.ldx, c.w, c.bias, c.y, c.ldy, c.T, c.N, c.K, c.L, c.pdl, c.overlap,
-                                  c.prefetch, c.workspace, c.workspace_bytes, c.s, c.need);
+                                  c.prefetch, c.s);
   };
   if (mode == 1) return go(std::integral_constant<int, 1>{});
   if constexpr (Pf) {
@@ -195,7 +186,7 @@ using Ws = WsGemm<Tile, Mode>;
 
 // kind (tile M x N x K: M along the weights' rows, N along the tokens): 0 ws 64x64x64, 1 ws 64x64x128, 2 ws
 // 128x64x64, 3 pf 64x64x64, 4 pf 64x64x128, 5 pf 128x64x64, 6 pf 64x128x64, 7 pf 64x256x64, 8 pf 128x128x64,
-// 9 coop 128x128x64, 10 coop 128x256x64, 12 pp 64x128x64, 13 pp 64x256x64
+// 9 coop 128x128x64, 10 coop 128x256x64, 11 pp 64x128x64, 12 pp 64x256x64
 int dispatch_kind(int kind, int mode, const Call& c) {
   switch (kind) {
     case 0: return dispatch<Ws, T64x64x64, false>(mode, c);
@@ -209,8 +200,8 @@ int dispatch_kind(int kind, int mode, const Call& c) {
     case 8: return dispatch<PfGemm, T128x128x64, true>(mode, c);
     case 9: return dispatch<CoopGemm, T128x128x64, false>(mode, c);
     case 10: return dispatch<CoopGemm, T128x256x64, false>(mode, c);
-    case 12: return dispatch<PingpongGemm, T64x128x64, false>(mode, c);
-    case 13: return dispatch<PingpongGemm, T64x256x64, false>(mode, c);
+    case 11: return dispatch<PingpongGemm, T64x128x64, false>(mode, c);
+    case 12: return dispatch<PingpongGemm, T64x256x64, false>(mode, c);
     default: return -1;
   }
 }
@@ -218,17 +209,8 @@ int dispatch_kind(int kind, int mode, const Call& c) {
 // mode: 0 bias, 1 bias + GELU, 2 float32 parts over L slices of K (pf kinds; bias unused)
 extern "C" int probe_gemm(int kind, int mode, const void* x, int64_t ldx, const void* w, const void* bias, void* y,
                           int64_t ldy, int T, int N, int K, int L, int pdl, float overlap, float prefetch,
-                          void* workspace, size_t workspace_bytes, cudaStream_t s) {
-  return dispatch_kind(kind, mode, Call{x, w, bias, y, ldx, ldy, T, N, K, L, pdl, overlap, prefetch, workspace,
-                                        workspace_bytes, s, nullptr});
-}
-
-// The workspace bytes a call of these arguments needs (the stream-K scheduler's; 0 for the others).
-extern "C" long long probe_workspace(int kind, int mode, int64_t ldx, int64_t ldy, int T, int N, int K, int L) {
-  size_t need = 0;
-  int rc = dispatch_kind(kind, mode, Call{nullptr, nullptr, nullptr, nullptr, ldx, ldy, T, N, K, L, 0, 0.5f, -1.0f,
-                                          nullptr, 0, nullptr, &need});
-  return rc == 0 ? (long long)need : -1;
+                          cudaStream_t s) {
+  return dispatch_kind(kind, mode, Call{x, w, bias, y, ldx, ldy, T, N, K, L, pdl, overlap, prefetch, s});
 }
 
 // Pipeline stages each kind's mainloop has (for `pf`: how many of its K tiles the weights' producer loads before
@@ -246,8 +228,8 @@ extern "C" int probe_stages(int kind) {
     case 8: return PfGemm<T128x128x64, 0>::Stages;
     case 9: return CoopGemm<T128x128x64, 0>::Stages;
     case 10: return CoopGemm<T128x256x64, 0>::Stages;
-    case 12: return PingpongGemm<T64x128x64, 0>::Stages;
-    case 13: return PingpongGemm<T64x256x64, 0>::Stages;
+    case 11: return PingpongGemm<T64x128x64, 0>::Stages;
+    case 12: return PingpongGemm<T64x256x64, 0>::Stages;
     default: return -1;
   }
 }

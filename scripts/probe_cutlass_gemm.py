@@ -16,7 +16,7 @@ launch (scripts/probe_cutlass_gemm.cu) against cuBLAS (what the engine ran there
 Kinds (tile M x N x K, M along the weights' rows, N along the tokens): 0-2 CUTLASS's own warp-specialised kernel
 (ws) at 64x64x64, 64x64x128, 128x64x64; 3-8 example 63's kernel (pf: its weights' producer loads before the
 wait) at the same tiles and 64x128x64, 64x256x64, 128x128x64; 9-10 CUTLASS's persistent cooperative kernel (coop,
-two consumer warp groups a tile) at 128x128x64 and 128x256x64; 12-13 its ping-pong kernel (pp) at 64x128x64 and
+two consumer warp groups a tile) at 128x128x64 and 128x256x64; 11-12 its ping-pong kernel (pp) at 64x128x64 and
 64x256x64. `_pdl` launches with the programmatic-serialisation attribute,
 `_plain` without.
 
@@ -66,11 +66,10 @@ KINDS = {
     8: "pf128x128x64",
     9: "coop128x128x64",
     10: "coop128x256x64",
-    12: "pp64x128x64",
-    13: "pp64x256x64",
+    11: "pp64x128x64",
+    12: "pp64x256x64",
 }
 PREFETCH_KINDS = {k for k, v in KINDS.items() if v.startswith("pf")}  # the kinds with a K-split parts form
-WORKSPACE_BYTES = 64 << 20  # for a kind whose kernel needs one (`probe_workspace`; none of these does now)
 
 
 def cutlass_source(given: Path | None) -> Path:
@@ -101,22 +100,10 @@ def build(src: Path | None, lib: Path, rebuild: bool) -> ctypes.CDLL:
     so.probe_gemm.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
                               ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float,
-                              ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]  # fmt: skip
-    so.probe_workspace.restype = ctypes.c_longlong
-    so.probe_workspace.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
-                                   ctypes.c_int, ctypes.c_int, ctypes.c_int]  # fmt: skip
+                              ctypes.c_void_p]  # fmt: skip
     so.probe_stages.restype = ctypes.c_int
     so.probe_stages.argtypes = [ctypes.c_int]
     return so
-
-
-_WORKSPACE: list = []  # one buffer for every call (allocated before any capture)
-
-
-def workspace():
-    if not _WORKSPACE:
-        _WORKSPACE.append(torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda"))
-    return _WORKSPACE[0]
 
 
 class Gemm:
@@ -134,11 +121,10 @@ class Gemm:
         assert w.shape[1] % (64 * self.parts) == 0, "K a multiple of 64 * parts (whole K tiles a part)"
         assert self.parts == 1 or (y.dtype == torch.float32 and y.is_contiguous() and not gelu)
         ldy = y.shape[-1] if self.parts > 1 else y.stride(0)
-        ws = workspace()
         rc = self.so.probe_gemm(
             self.kind, mode, x.data_ptr(), x.stride(0), w.data_ptr(), b.data_ptr(), y.data_ptr(), ldy,
             x.shape[0], w.shape[0], w.shape[1], self.parts, int(self.pdl), self.overlap, self.prefetch,
-            ws.data_ptr(), ws.numel(), torch.cuda.current_stream().cuda_stream,
+            torch.cuda.current_stream().cuda_stream,
         )  # fmt: skip
         if rc != 0:
             raise RuntimeError(f"kind {self.kind}: CUTLASS status {rc}")
