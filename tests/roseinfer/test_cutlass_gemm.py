@@ -245,56 +245,11 @@ def _replayed_logits(engine, kernels, buckets=(48, 64)) -> dict[int, torch.Tenso
     return logits
 
 
-@pytest.mark.gpu
-def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
-    # fp16, a batch of 40 (bucket 48) and of 64: the captured step with the CUTLASS GEMM (the default, PDL in its
-    # buckets) and with cuBLAS (`--no-cutlass-gemm`) compute the same numbers up to the order of each fp32 sum:
-    # one replay of each bucket on the same inputs and cache, captured both ways on one engine.
-    from roseinfer import LLM, SamplingParams
-    from roseinfer.graph_kernels import CUTLASS_MAX_BATCH, GraphKernels
-    from tests.roseinfer.test_engine_matches_hf import make_prompts
+def _logits_with_and_without_cutlass(engine, buckets):
+    """`_replayed_logits` of `buckets` with the engine's kernels ("cutlass") and with cuBLAS in the CUTLASS buckets
+    ("cublas"), and every CUTLASS launch each capture made: (which, "gemm" or "parts", rows)."""
+    from roseinfer.graph_kernels import GraphKernels
 
-    if cg.module() is None:
-        pytest.skip(cuda_ext.why_not_built(cg.NAME))
-    llm = LLM(
-        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True
-    )
-    prompts = [p for p in make_prompts() for _ in range(16)][:64]
-    outs = llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))
-    assert [len(o.token_ids) for o in outs] == [4] * 64
-    engine = llm.engine
-    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
-    calls = []
-    real = cg.cutlass_gemm
-    logits = {}
-    for name, kernels in (("cutlass", GraphKernels()), ("cublas", GraphKernels(cutlass_gemm_max_batch=0))):
-        cg.cutlass_gemm = lambda *a, _name=name, **kw: calls.append(_name) or real(*a, **kw)
-        try:
-            logits[name] = _replayed_logits(engine, kernels)
-        finally:
-            cg.cutlass_gemm = real
-    assert "cutlass" in calls and "cublas" not in calls
-    for bucket in (48, 64):
-        torch.testing.assert_close(logits["cutlass"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
-
-
-@pytest.mark.gpu
-def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
-    # the engine's default buckets of 80, 128 and 256 rows (several token tiles, the last one partial at 80; at 256
-    # c_fc's and the split mlp_proj's grids are more than one wave) on a GPT-2-small-wide checkpoint (768 wide, 64-dim
-    # heads: the CUDA attention, and mlp_proj in 4 K parts that the add + LayerNorm sums) against cuBLAS in those
-    # buckets, one replay each on the same inputs and cache
-    from roseinfer import LLM
-    from roseinfer.graph_kernels import CUTLASS_MAX_BATCH, GraphKernels
-    from tests.helpers import save_checkpoint
-
-    if cg.module() is None:
-        pytest.skip(cuda_ext.why_not_built(cg.NAME))
-    ckpt = save_checkpoint(tmp_path / "small", n_head=12, n_embd=768)
-    llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=256, cuda_graph=True, paged_attn=True)
-    engine = llm.engine
-    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
-    buckets = (80, 128, 256)
     calls = []
     real, real_parts = cg.cutlass_gemm, cg.cutlass_gemm_parts
     logits = {}
@@ -309,13 +264,59 @@ def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
             logits[name] = _replayed_logits(engine, kernels, buckets=buckets)
         finally:
             cg.cutlass_gemm, cg.cutlass_gemm_parts = real, real_parts
+    return logits, calls
+
+
+@pytest.mark.gpu
+def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
+    # fp16, a batch of 40 (bucket 48) and of 64: the captured step with the CUTLASS GEMM (the default, PDL in its
+    # buckets) and with cuBLAS (`--no-cutlass-gemm`) compute the same numbers up to the order of each fp32 sum:
+    # one replay of each bucket on the same inputs and cache, captured both ways on one engine.
+    from roseinfer import LLM, SamplingParams
+    from roseinfer.graph_kernels import CUTLASS_MAX_BATCH
+    from tests.roseinfer.test_engine_matches_hf import make_prompts
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    llm = LLM(
+        tiny_checkpoint, device="cuda", dtype="float16", max_batch_size=64, cuda_graph=True, paged_attn=True
+    )
+    prompts = [p for p in make_prompts() for _ in range(16)][:64]
+    outs = llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))
+    assert [len(o.token_ids) for o in outs] == [4] * 64
+    engine = llm.engine
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
+    logits, calls = _logits_with_and_without_cutlass(engine, (48, 64))
+    whose = {c[0] for c in calls if c[1] == "gemm"}
+    assert "cutlass" in whose and "cublas" not in whose
+    for bucket in (48, 64):
+        torch.testing.assert_close(logits["cutlass"][bucket], logits["cublas"][bucket], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
+    # the engine's default buckets of 80, 128 and 256 rows (several token tiles, the last one partial at 80; at 256
+    # c_fc's and the split mlp_proj's grids are more than one wave) on a GPT-2-small-wide checkpoint (768 wide, 64-dim
+    # heads: the CUDA attention, and mlp_proj in 4 K parts that the add + LayerNorm sums) against cuBLAS in those
+    # buckets, one replay each on the same inputs and cache
+    from roseinfer import LLM
+    from roseinfer.graph_kernels import CUTLASS_MAX_BATCH
+    from tests.helpers import save_checkpoint
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    ckpt = save_checkpoint(tmp_path / "small", n_head=12, n_embd=768)
+    llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=256, cuda_graph=True, paged_attn=True)
+    engine = llm.engine
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
+    buckets = (80, 128, 256)
+    logits, calls = _logits_with_and_without_cutlass(engine, buckets)
     assert {("cutlass", kind, b) for kind in ("gemm", "parts") for b in buckets} <= set(calls)
     assert not [c for c in calls if c[0] == "cublas"]
     for bucket in buckets:
         ref = logits["cublas"][bucket]
-        scale = (
-            ref.abs().max().item()
-        )  # logits of a few units: fp16 sums in another order differ by a few ulps
+        # logits of a few units: fp16 sums in another order differ by a few ulps
+        scale = ref.abs().max().item()
         torch.testing.assert_close(logits["cutlass"][bucket], ref, atol=0.02 * scale, rtol=2e-2)
 
 

@@ -191,7 +191,7 @@ def test_kernel_refuses_what_it_was_not_built_for():
     # the launcher's own check, past the wrapper: its message holds a number, which as a formatted TORCH_CHECK
     # killed the process with a segfault on the H200 machine; it must raise (ROSEINFER_CHECK, common_check.cuh)
     with pytest.raises(RuntimeError, match="stages must be 1, 2 or 3, not 7"):
-        paged_attn.load().paged_attn(*ok[:5], table, past, torch.empty_like(q), 0.125, False, 7, False)
+        paged_attn.load().paged_attn(*ok, torch.empty_like(q), 0.125, False, 7, False)
 
 
 def test_both_decode_paths_launch_it_where_it_fits_and_the_switch_is_on(monkeypatch):
