@@ -41,6 +41,7 @@ Without `capture` the same static path runs eagerly: that is how it is checked o
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 
 import torch
@@ -62,6 +63,7 @@ from roseinfer.kv_context import StaticDecodeKV
 from roseinfer.linears import small_batch_gemv
 from roseinfer.names import ALLREDUCE_KERNEL_REGION_NAMES
 from roseinfer.tracing import ARGMAX, MODEL_FORWARD, STATE, region
+from roseinfer.two_halves import TwoHalves
 
 
 def batch_buckets(max_batch: int) -> list[int]:
@@ -135,6 +137,11 @@ class DecodeGraphs:
             if stamps and stamped:
                 self.stamp_recorder = StampRecorder(stamped, StampLog(stamps_path()))
                 exit_hooks.register(self.stamp_recorder.close)
+        # The large buckets' two halves on two streams (`GraphKernels.halves_in`; one device: with tensor
+        # parallelism two streams' all-reduces could reach the ranks in different orders)
+        self.halves = None
+        if kernels.halves_from and model.h[0].tp is None:
+            self.halves = TwoHalves(model.cfg.n_layer, cache.k_caches[0].device, kernels.halves_take_turns)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -146,19 +153,24 @@ class DecodeGraphs:
 
     def forward(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The step a graph holds: logits [bucket, V] and greedy tokens [bucket] from the static inputs, which it
-        then advances to the next step's (see the module's docstring)."""
-        ids, past, live = self.inputs[0, :bucket], self.inputs[1, :bucket], self.inputs[2, :bucket]
-        tables = self.tables.dev[:bucket].permute(1, 0, 2)  # [L, bucket, M]
-        k = self.kernels
-        kv = StaticDecodeKV(
-            self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
-            min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
-            split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
-            attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
-            cuda_attention_stages=k.cuda_attention_stages,
-        )  # fmt: skip
-        width = self.model.cfg.n_embd
-        pdl = k.pdl_in(bucket, width)
+        then advances to the next step's (see the module's docstring). In the buckets of `GraphKernels.halves_in`
+        as two halves of the batch on two streams (`roseinfer.two_halves`)."""
+        halves = self.halves is not None and self.kernels.halves_in(bucket)
+        rows = bucket // 2 if halves else bucket  # a part's kernels are those of a bucket of its rows
+        with self._kernel_choices(rows):
+            if not halves:
+                *_, (logits, greedy) = self._part(0, bucket)
+                return logits, greedy
+            head = self.model.head_weight  # [V_PAD, C]
+            logits_out = torch.empty(
+                bucket, head.shape[0], dtype=head.dtype, device=head.device
+            )  # [bucket, V_PAD]
+            return self.halves.run(bucket, self._part, logits_out)
+
+    @contextlib.contextmanager
+    def _kernel_choices(self, rows: int):
+        """The kernel choices (`GraphKernels`) of a step part of `rows` rows, in force around its launches."""
+        k, width = self.kernels, self.model.cfg.n_embd
         with (
             small_batch_gemv(
                 k.gemv_max_batch,
@@ -169,34 +181,66 @@ class DecodeGraphs:
                 self.skinny_scratch,
                 self.mlp_scratch,
                 self.attn_scratch,
-                (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(bucket, width) else (0, 0),
+                (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(rows, width) else (0, 0),
                 k.cutlass_split_k,
             ),
             pdl_scope(
-                pdl,
-                k.pdl_attention or (k.cutlass_pdl_attention and k.cutlass_in(bucket, width)),
-                k.attention_release_in(bucket),
+                k.pdl_in(rows, width),
+                k.pdl_attention or (k.cutlass_pdl_attention and k.cutlass_in(rows, width)),
+                k.attention_release_in(rows),
                 k.pdl_attention_prefetch,
                 k.pdl_early_release,
             ),
         ):
-            logits = self.model(ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue)  # [bucket, V]
-        with region(ARGMAX):
-            if self.fused:
-                from roseinfer.kernels.argmax import argmax_triton
+            yield
 
-                # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
-                after_gemv = pdl and k.lm_head_gemv and bucket == 1
-                if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
-                    return logits, argmax_triton(
-                        logits, advance=(ids, past, live), pdl=after_gemv
-                    )  # [bucket]
-                greedy = argmax_triton(logits, pdl=after_gemv)  # [bucket]
-            else:
-                greedy = torch.argmax(logits, dim=-1)  # [bucket]
+    def _part(self, lo: int, hi: int, turn=None, logits_out: torch.Tensor | None = None):
+        """The step of rows [lo, hi) one block at a time: yields None after each block's launches, then (logits
+        [rows, V], greedy tokens [rows]). turn: a wrapper of its KV context (`roseinfer.two_halves.Turns`);
+        logits_out: [rows, V_PAD] for its lm_head to write."""
+        ids, past, live = self.inputs[0, lo:hi], self.inputs[1, lo:hi], self.inputs[2, lo:hi]
+        tables = self.tables.dev[lo:hi].permute(1, 0, 2)  # [L, rows, M]
+        k = self.kernels
+        kv = StaticDecodeKV(
+            self.cache, tables, past, self.scale, self.paged_attn, in_graph=self.capture,
+            min_batch=k.append_min_batch, append_in_attention=k.append_in_attention,
+            split_attention=k.split_attention, split_serial_blocks=k.split_serial_blocks,
+            attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
+            cuda_attention_stages=k.cuda_attention_stages,
+        )  # fmt: skip
+        if turn is not None:
+            kv = turn(kv)
+        steps = self.model.steps(
+            ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue, logits_out=logits_out
+        )
+        for logits in steps:  # the last: the logits [rows, V]
+            if logits is None:
+                yield None
+        with region(ARGMAX):
+            greedy = self._greedy(logits, ids, past, live)  # [rows]
+        yield logits, greedy
+
+    def _greedy(
+        self, logits: torch.Tensor, ids: torch.Tensor, past: torch.Tensor, live: torch.Tensor
+    ) -> torch.Tensor:
+        """The greedy tokens [rows] of logits [rows, V], left as the next step's ids with the live rows' past
+        lengths grown by one."""
+        if not self.fused:
+            greedy = torch.argmax(logits, dim=-1)  # [rows]
             ids.copy_(greedy)
             past.add_(live)
-        return logits, greedy
+            return greedy
+        from roseinfer.kernels.argmax import argmax_triton
+
+        rows, k = logits.shape[0], self.kernels
+        # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
+        after_gemv = k.pdl_in(rows, self.model.cfg.n_embd) and k.lm_head_gemv and rows == 1
+        if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
+            return argmax_triton(logits, advance=(ids, past, live), pdl=after_gemv)
+        greedy = argmax_triton(logits, pdl=after_gemv)
+        ids.copy_(greedy)
+        past.add_(live)
+        return greedy
 
     @torch.inference_mode()
     def _capture(self) -> None:

@@ -144,6 +144,14 @@ class GraphKernels:
     # ... its tiles in flight a (sequence, head) (None: `paged_attn.pick_stages`; a measurement hook)
     cuda_attention_stages: int | None = None
 
+    # Buckets of at least this many rows run their step as two halves of the batch on two streams inside the graph,
+    # each half's kernels those of a bucket of its rows, so that one half's attention (bandwidth-bound) can run
+    # beside the other half's GEMMs (`roseinfer.two_halves`). 0: one stream, as before.
+    halves_from: int = 0
+    # ... the halves' attention kernels taking turns layer by layer (events between the streams). False: the two
+    # streams unordered.
+    halves_take_turns: bool = True
+
     @classmethod
     def of(cls, cfg) -> GraphKernels:
         """The engine's choices for an EngineConfig: the defaults, less the CUDA C++ kernels its switches turn off
@@ -175,6 +183,16 @@ class GraphKernels:
         if width > PDL_NARROW_WIDTH:
             rows = min(rows, self.cutlass_wide_max_batch)
         return CUTLASS_ABOVE < bucket <= min(rows, cutlass_gemm.MAX_ROWS)
+
+    def halves_in(self, bucket: int) -> bool:
+        """Whether a bucket's step runs as two halves (`halves_from`): only where each half is past the GEMV's and
+        the skinny GEMM's buckets, whose split-K scratch a step's kernels share."""
+        half = bucket // 2
+        return (
+            0 < self.halves_from <= bucket
+            and bucket % 2 == 0
+            and half > max(self.gemv_max_batch, self.skinny_gemm_max_batch)
+        )
 
     def attention_release_in(self, bucket: int) -> bool:
         """Whether the attention releases the kernel after it early in this bucket (with PDL on there): only in the

@@ -14,6 +14,7 @@ one attribute check and a no-op context manager.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Protocol
 
 import torch
@@ -240,12 +241,29 @@ class GPT2(nn.Module):
         last: torch.Tensor | None = None,
         fused: bool = False,
         gelu_epilogue: bool = True,
+        logits_out: torch.Tensor | None = None,
     ):
         """ids, positions: [T]. Returns logits [T, V], or [S, V] for the rows in `last` (one per sequence).
         fused: residual adds and LayerNorms as one Triton kernel each (`residual_layer_norm`; CUDA graphs), or
         at one row inside the c_attn / c_fc GEMV where `norm_gemv_applies` (and the embedding lookups inside the
         first block's where `embedding_gather_applies`, ln_f inside the lm_head's where `lm_head_gemv_applies`).
-        gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements)."""
+        gelu_epilogue: False runs the GELU as its own kernel (`linear_gelu`; for before/after measurements).
+        logits_out: [T, V_PAD] the lm_head GEMM writes into (the logits returned are a view of it)."""
+        *_, logits = self.steps(ids, positions, kv, last, fused, gelu_epilogue, logits_out)
+        return logits
+
+    def steps(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv: KVContext,
+        last: torch.Tensor | None = None,
+        fused: bool = False,
+        gelu_epilogue: bool = True,
+        logits_out: torch.Tensor | None = None,
+    ) -> Iterator[torch.Tensor | None]:
+        """`forward` one block at a time: yields None after each block's launches, then the logits. Two halves of
+        a batch interleave their launches on two streams this way (`roseinfer.cuda_graphs`)."""
         blocks = self.h
         index = None
         if fused and embedding_gather_applies(ids, self.wte.weight, self.wpe.weight, blocks[0].c_attn):
@@ -256,6 +274,7 @@ class GPT2(nn.Module):
                 x, delta = self.wte(ids), self.wpe(positions)  # [T, C] each: the first block adds them
         for layer, block in enumerate(blocks):
             x, delta = block(x, delta, layer, kv, fused, gelu_epilogue, index if layer == 0 else None)
+            yield None
         if last is not None:  # (never a fused all-reduce's words: indexing them would pick a rank's row)
             wait_for_pushed(blocks[-1].tp, delta, reader_waits=False)
             x = x[last]  # [S, C]: only the tokens whose next token we sample
@@ -265,8 +284,10 @@ class GPT2(nn.Module):
         wait = wait_for_pushed(blocks[-1].tp, delta, in_gemv)
         if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue
             with region(LM_HEAD):
-                return norm_lm_head(x, delta, self.ln_f, head, wait=wait)[:, : self.cfg.vocab_size]  # [1, V]
-        with region(LAYERNORM):
-            _, h = residual_layer_norm(x, delta, self.ln_f, fused)
-        with region(LM_HEAD):
-            return F.linear(h, head)[:, : self.cfg.vocab_size]  # [*, V] (of [*, V_PAD])
+                logits = norm_lm_head(x, delta, self.ln_f, head, wait=wait)  # [1, V]
+        else:
+            with region(LAYERNORM):
+                _, h = residual_layer_norm(x, delta, self.ln_f, fused)
+            with region(LM_HEAD):
+                logits = F.linear(h, head) if logits_out is None else torch.mm(h, head.t(), out=logits_out)
+        yield logits[:, : self.cfg.vocab_size]  # [*, V] (of [*, V_PAD])

@@ -66,6 +66,9 @@ Variants, each adding one change to the one before:
  44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine now; models wider
      than 768 up to 64) and 512 rows; 47: 45 for wider models too (gpt2-medium up to 256 rows); 48: 45 without the
      K split.
+ 49-53. 45 + the step of buckets from 256 rows as two halves of the batch on two streams (`roseinfer.two_halves`),
+     the halves' attention kernels taking turns layer by layer; 50: not taking turns; 51: the attention launched
+     plainly; 52: from 128 rows; 53: halves of 256 rows on cuBLAS.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -190,6 +193,13 @@ VARIANTS[45] = GraphKernels()  # up to 256 rows (models wider than 768: 64): the
 VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512, cutlass_wide_max_batch=512)
 VARIANTS[47] = GraphKernels(cutlass_wide_max_batch=256)  # 45 for models wider than 768 too (gpt2-medium)
 VARIANTS[48] = GraphKernels(cutlass_split_k=0)  # 45 without the K split (measured only up to 64 rows)
+# session 48: the large buckets' step as two halves of the batch on two streams (`roseinfer.two_halves`)
+VARIANTS[49] = GraphKernels(halves_from=256)  # their attention kernels taking turns
+VARIANTS[50] = GraphKernels(halves_from=256, halves_take_turns=False)
+# 51: 49, the attention launched plainly; 53: 49 with halves of 256 rows on cuBLAS
+VARIANTS[51] = GraphKernels(halves_from=256, cutlass_pdl_attention=False)
+VARIANTS[52] = GraphKernels(halves_from=128)  # 49 from 128 rows
+VARIANTS[53] = GraphKernels(halves_from=256, cutlass_gemm_max_batch=128)
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -338,6 +348,11 @@ def main() -> None:
         46: "40 + the CUTLASS GEMM up to 512 rows",
         47: "45, wider models up to 256 rows too",
         48: "45 without the K split",
+        49: "45 + two halves on two streams from 256 rows, turns",
+        50: "49, the halves' attention not taking turns",
+        51: "49, the attention launched plainly",
+        52: "49 from 128 rows",
+        53: "49, halves of 256 rows on cuBLAS",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -73,6 +73,46 @@ def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
     assert not any(GraphKernels(pdl_attention_release=False).attention_release_in(b) for b in buckets)
 
 
+def test_two_halves_only_past_the_buckets_whose_scratch_the_step_shares():
+    # GraphKernels.halves_in: from halves_from rows, where each half has more rows than the GEMV's and the skinny
+    # GEMM's buckets (their split-K scratch is the step's one); off by default.
+    from roseinfer.graph_kernels import GraphKernels
+
+    buckets = batch_buckets(512)
+    assert not any(GraphKernels().halves_in(b) for b in buckets)
+    assert [b for b in buckets if GraphKernels(halves_from=16).halves_in(b)] == [
+        b for b in buckets if b >= 80
+    ]
+    assert [b for b in buckets if GraphKernels(halves_from=256).halves_in(b)] == [
+        b for b in buckets if b >= 256
+    ]
+    assert GraphKernels(halves_from=16, skinny_gemm_max_batch=0).halves_in(32)
+
+
+def test_a_step_as_two_halves_gives_the_one_pass_tokens(tiny_checkpoint, monkeypatch):
+    # A bucket's step as two halves of its batch (`roseinfer.two_halves`; on CPU one after the other, eagerly):
+    # the same tokens as one pass, each half advancing its own rows' inputs from step to step.
+    from roseinfer.graph_kernels import GraphKernels
+    from roseinfer.two_halves import TwoHalves
+
+    ran = []
+    run = TwoHalves.run
+    monkeypatch.setattr(
+        TwoHalves, "run", lambda self, bucket, *a: ran.append(bucket) or run(self, bucket, *a)
+    )
+    prompts = [p for p in make_prompts() for _ in range(20)][:80]
+    outs = []
+    for kernels in (GraphKernels(), GraphKernels(halves_from=80)):
+        llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=80)
+        llm.engine.runner.use_static_decode(capture=False, kernels=kernels)
+        outs.append(
+            [o.token_ids for o in llm.generate(prompts, SamplingParams(max_new_tokens=6, ignore_eos=True))]
+        )
+    assert ran and set(ran) == {80}  # every decode step of the second engine, none of the first's
+    assert [len(t) for t in outs[1]] == [6] * 80
+    assert outs[0] == outs[1]
+
+
 def _generate(llm, **kw):
     params = SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True, **kw)
     return [o.token_ids for o in llm.generate(make_prompts(), params)]
@@ -218,6 +258,30 @@ def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launche
     assert [len(t) for t in outs] == [NEW_TOKENS] * 60
     assert outs == outs_plain
     assert torch.equal(logits, logits_plain)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("take_turns", [True, False])
+def test_graph_decode_as_two_halves_on_two_streams_agrees_with_one(tiny_checkpoint, take_turns):
+    # fp16, a batch of 128 captured as two halves of 64 rows on two streams (`GraphKernels.halves_from`), their
+    # attention kernels taking turns or not: the tokens of one stream, and logits as close as a bucket of 64's
+    # kernels are to 128's.
+    from roseinfer.graph_kernels import GraphKernels
+
+    prompts = [p for p in make_prompts() for _ in range(30)][:128]
+    runs = []
+    for kernels in (GraphKernels(), GraphKernels(halves_from=128, halves_take_turns=take_turns)):
+        opts = dict(device="cuda", dtype="float16", max_batch_size=128, cuda_graph=True, paged_attn=True)
+        llm = LLM(tiny_checkpoint, **opts)
+        llm.engine.use_static_decode(capture=True, kernels=kernels)
+        assert (llm.engine.graphs.halves is not None) is (kernels.halves_from > 0)
+        outs = llm.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+        runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[128][0].float()))
+    (outs, logits), (outs_halves, logits_halves) = runs
+    assert [len(t) for t in outs] == [NEW_TOKENS] * 128
+    assert outs == outs_halves
+    assert logits_halves.shape == logits.shape
+    assert (logits_halves - logits).abs().max() <= 0.02 * logits.abs().max()
 
 
 def _fp16_graph_run(checkpoint, kernels):
