@@ -24,7 +24,9 @@ mlp_proj there split along K into parts that the add + LayerNorm after them sums
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
-which is what the eager path's thresholds are about.
+which is what the eager path's thresholds are about. In buckets of 208 to 256 rows (models up to 768 wide) the step
+runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`): a profiler then
+sees their kernels overlap, so a step's kernel time adds up to more than its span there.
 
 Regions at capture time: a replay is one launch, so the regions around it (`roseinfer.model.forward` in the
 runner) cannot say where its GPU time goes. Each bucket is captured inside `roseinfer.model.forward`, with the
@@ -105,8 +107,9 @@ class DecodeGraphs:
         self.buckets = batch_buckets(max_batch)
         self.capture = capture
         if kernels.cutlass_gemm_max_batch and not cutlass_gemm_runs(model, cache):
-            # its buckets then run as before: cuBLAS, and PDL only where the rules above put it
-            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=0)
+            # its buckets then run as before: cuBLAS, and PDL only where the rules above put it, on one stream (the
+            # two halves make up for its tiles' waves)
+            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=0, halves_from=0)
         self.kernels = kernels
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)
@@ -137,11 +140,11 @@ class DecodeGraphs:
             if stamps and stamped:
                 self.stamp_recorder = StampRecorder(stamped, StampLog(stamps_path()))
                 exit_hooks.register(self.stamp_recorder.close)
-        # The large buckets' two halves on two streams (`GraphKernels.halves_in`; one device: with tensor
+        # The two halves on two streams of the buckets of `GraphKernels.halves_in` (one device only: with tensor
         # parallelism two streams' all-reduces could reach the ranks in different orders)
         self.halves = None
         if kernels.halves_from and model.h[0].tp is None:
-            self.halves = TwoHalves(model.cfg.n_layer, cache.k_caches[0].device, kernels.halves_take_turns)
+            self.halves = TwoHalves(cache.k_caches[0].device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -155,7 +158,7 @@ class DecodeGraphs:
         """The step a graph holds: logits [bucket, V] and greedy tokens [bucket] from the static inputs, which it
         then advances to the next step's (see the module's docstring). In the buckets of `GraphKernels.halves_in`
         as two halves of the batch on two streams (`roseinfer.two_halves`)."""
-        halves = self.halves is not None and self.kernels.halves_in(bucket)
+        halves = self.halves is not None and self.kernels.halves_in(bucket, self.model.cfg.n_embd)
         rows = bucket // 2 if halves else bucket  # a part's kernels are those of a bucket of its rows
         with self._kernel_choices(rows):
             if not halves:
@@ -194,10 +197,9 @@ class DecodeGraphs:
         ):
             yield
 
-    def _part(self, lo: int, hi: int, turn=None, logits_out: torch.Tensor | None = None):
+    def _part(self, lo: int, hi: int, logits_out: torch.Tensor | None = None):
         """The step of rows [lo, hi) one block at a time: yields None after each block's launches, then (logits
-        [rows, V], greedy tokens [rows]). turn: a wrapper of its KV context (`roseinfer.two_halves.Turns`);
-        logits_out: [rows, V_PAD] for its lm_head to write."""
+        [rows, V], greedy tokens [rows]). logits_out: [rows, V_PAD] for its lm_head to write."""
         ids, past, live = self.inputs[0, lo:hi], self.inputs[1, lo:hi], self.inputs[2, lo:hi]
         tables = self.tables.dev[lo:hi].permute(1, 0, 2)  # [L, rows, M]
         k = self.kernels
@@ -208,8 +210,6 @@ class DecodeGraphs:
             attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
             cuda_attention_stages=k.cuda_attention_stages,
         )  # fmt: skip
-        if turn is not None:
-            kv = turn(kv)
         steps = self.model.steps(
             ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue, logits_out=logits_out
         )

@@ -24,6 +24,9 @@ CUTLASS_ABOVE = 32
 CUTLASS_MAX_BATCH = 256
 # K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
 CUTLASS_SPLIT_K = 768
+# The buckets whose step runs as two halves on two streams (`GraphKernels.halves_from`)
+HALVES_FROM = 208
+HALVES_MAX_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -126,9 +129,10 @@ class GraphKernels:
     # and 1,110.4 -> 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of
     # one an SM; docs/BENCHMARKS.md, session 47).
     cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
-    # ... but for models wider than PDL_NARROW_WIDTH (768: GPT-2 small) only up to this many rows: beyond 64 rows
-    # only GPT-2 small was measured, so gpt2-medium's buckets of 80 to 256 rows keep cuBLAS and the rules before.
-    cutlass_wide_max_batch: int = 64
+    # ... but for models wider than PDL_NARROW_WIDTH (768: GPT-2 small) only up to this many rows: gpt2-medium's
+    # step on an H200 at a past of 128, CUTLASS against cuBLAS: batch 96 1,133.2 -> 946.7 us, 128 1,238.6 ->
+    # 1,025.6, but 160 1,350.3 -> 1,449.9 and 256 1,730.9 -> 1,752.0 (docs/BENCHMARKS.md, session 48).
+    cutlass_wide_max_batch: int = 128
     # In those buckets the paged attention is a dependent launch too: it starts while c_attn finishes, and releases
     # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
     # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
@@ -144,22 +148,27 @@ class GraphKernels:
     # ... its tiles in flight a (sequence, head) (None: `paged_attn.pick_stages`; a measurement hook)
     cuda_attention_stages: int | None = None
 
-    # Buckets of at least this many rows run their step as two halves of the batch on two streams inside the graph,
-    # each half's kernels those of a bucket of its rows, so that one half's attention (bandwidth-bound) can run
-    # beside the other half's GEMMs (`roseinfer.two_halves`). 0: one stream, as before.
-    halves_from: int = 0
-    # ... the halves' attention kernels taking turns layer by layer (events between the streams). False: the two
-    # streams unordered.
-    halves_take_turns: bool = True
+    # Buckets of HALVES_FROM to HALVES_MAX_BATCH rows of models at most PDL_NARROW_WIDTH wide run their step as two
+    # halves of the batch on two streams inside the graph, each half's kernels those of a bucket of its rows
+    # (`roseinfer.two_halves`). Why there: from 193 rows c_attn's 64-row tiles (GPT-2 small: 36 column tiles) are
+    # 144 blocks, two waves on 132 SMs, and its time a step doubled; two halves of at most 128 rows each take one
+    # wave, and the other half's kernels fill the SMs the first leaves. GPT-2 small's step on an H200 at a past of
+    # 128: batch 208 678.7 -> 611.7 us, 224 696.3 -> 625.0, 240 707.1 -> 645.4, 256 709.9 -> 664.3 (pasts 64 and
+    # 256: 579.2 -> 539.7, 996.9 -> 930.7); but 128 435.4 -> 451.6, 160 +0.3%, 192 +1.3%, 320 and 384 +9% and +5%,
+    # 512 +9% (docs/BENCHMARKS.md, session 48). (halves_from, halves_max_batch) = (0, 0): one stream everywhere.
+    halves_from: int = HALVES_FROM
+    halves_max_batch: int = HALVES_MAX_BATCH
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
         """The engine's choices for an EngineConfig: the defaults, less the CUDA C++ kernels its switches turn off
-        (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`, `--no-cuda-paged-attn`)."""
+        (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`, `--no-cuda-paged-attn`; without the CUTLASS GEMM
+        the step runs on one stream)."""
         return cls(
             cuda_mlp=cfg.cuda_mlp,
             cuda_attn=cfg.cuda_attn,
             cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if cfg.cutlass_gemm else 0,
+            halves_from=HALVES_FROM if cfg.cutlass_gemm else 0,  # (what the halves make up for is its waves)
             cuda_paged_attention=cfg.cuda_paged_attn,
         )
 
@@ -184,12 +193,13 @@ class GraphKernels:
             rows = min(rows, self.cutlass_wide_max_batch)
         return CUTLASS_ABOVE < bucket <= min(rows, cutlass_gemm.MAX_ROWS)
 
-    def halves_in(self, bucket: int) -> bool:
-        """Whether a bucket's step runs as two halves (`halves_from`): only where each half is past the GEMV's and
-        the skinny GEMM's buckets, whose split-K scratch a step's kernels share."""
+    def halves_in(self, bucket: int, width: int) -> bool:
+        """Whether a bucket's step, of a model `width` wide, runs as two halves (`halves_from`): only where each
+        half is past the GEMV's and the skinny GEMM's buckets, whose split-K scratch a step's kernels share."""
         half = bucket // 2
         return (
-            0 < self.halves_from <= bucket
+            0 < self.halves_from <= bucket <= self.halves_max_batch
+            and width <= PDL_NARROW_WIDTH
             and bucket % 2 == 0
             and half > max(self.gemv_max_batch, self.skinny_gemm_max_batch)
         )

@@ -63,12 +63,13 @@ Variants, each adding one change to the one before:
  39. the same, parts of about 1,536 (mlp_proj 2 parts; gpt2-medium attn_proj whole, mlp_proj 2).
  40. 37 + the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`): the engine
      of session 46; 41-43 the same at 1, 2 and 3 tiles in flight.
- 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine now; models wider
-     than 768 up to 64) and 512 rows; 47: 45 for wider models too (gpt2-medium up to 256 rows); 48: 45 without the
-     K split.
- 49-53. 45 + the step of buckets from 256 rows as two halves of the batch on two streams (`roseinfer.two_halves`),
-     the halves' attention kernels taking turns layer by layer; 50: not taking turns; 51: the attention launched
-     plainly; 52: from 128 rows; 53: halves of 256 rows on cuBLAS.
+ 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine of session 47;
+     models wider than 768 up to 64) and 512 rows; 47: 45 for wider models too (gpt2-medium up to 256 rows); 48:
+     45 without the K split.
+ 49-51. 45 + the step of its buckets as two halves of the batch on two streams (`roseinfer.two_halves`) from 256
+     rows and from 128 rows up; 51: in buckets of 208 to 256 rows, and models wider than 768 on the CUTLASS GEMM
+     up to 128 rows: the engine now. (Session 48 also measured the halves' attention kernels taking turns, slower,
+     and removed; its figures name the variants of commit 69891b6.)
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -189,17 +190,23 @@ VARIANTS = {
     for v, k in VARIANTS.items()
 }
 VARIANTS[44] = GraphKernels(cutlass_gemm_max_batch=128, cutlass_wide_max_batch=128)
-VARIANTS[45] = GraphKernels()  # up to 256 rows (models wider than 768: 64): the engine now
+VARIANTS[45] = GraphKernels()  # up to 256 rows (models wider than 768: 64): the engine of session 47
 VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512, cutlass_wide_max_batch=512)
 VARIANTS[47] = GraphKernels(cutlass_wide_max_batch=256)  # 45 for models wider than 768 too (gpt2-medium)
 VARIANTS[48] = GraphKernels(cutlass_split_k=0)  # 45 without the K split (measured only up to 64 rows)
-# session 48: the large buckets' step as two halves of the batch on two streams (`roseinfer.two_halves`)
-VARIANTS[49] = GraphKernels(halves_from=256)  # their attention kernels taking turns
-VARIANTS[50] = GraphKernels(halves_from=256, halves_take_turns=False)
-# 51: 49, the attention launched plainly; 53: 49 with halves of 256 rows on cuBLAS
-VARIANTS[51] = GraphKernels(halves_from=256, cutlass_pdl_attention=False)
-VARIANTS[52] = GraphKernels(halves_from=128)  # 49 from 128 rows
-VARIANTS[53] = GraphKernels(halves_from=256, cutlass_gemm_max_batch=128)
+# session 48: two halves of the batch on two streams in buckets 208 to 256 (`roseinfer.two_halves`), and
+# gpt2-medium's CUTLASS buckets up to 128 rows; before them one stream, and wider models' up to 64 rows
+# (44, 46 and 47 set the wider models' rows; the others had the default's 64)
+VARIANTS = {
+    v: dataclasses.replace(k, halves_from=0, halves_max_batch=0)
+    if v in (44, 46, 47)
+    else dataclasses.replace(k, halves_from=0, halves_max_batch=0, cutlass_wide_max_batch=64)
+    for v, k in VARIANTS.items()
+}
+VARIANTS[49] = GraphKernels(halves_from=256, halves_max_batch=512)  # two halves from 256 rows up
+VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512)  # ... from 128 rows up
+# two halves from 208 to 256 rows, gpt2-medium's CUTLASS up to 128: the engine now
+VARIANTS[51] = GraphKernels()
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -344,15 +351,13 @@ def main() -> None:
         42: "37 + the CUDA attention, 2 tiles in flight",
         43: "37 + the CUDA attention, 3 tiles in flight",
         44: "40 + the CUTLASS GEMM up to 128 rows",
-        45: "40 + the CUTLASS GEMM up to 256 rows (engine now)",
+        45: "40 + the CUTLASS GEMM up to 256 rows",
         46: "40 + the CUTLASS GEMM up to 512 rows",
         47: "45, wider models up to 256 rows too",
         48: "45 without the K split",
-        49: "45 + two halves on two streams from 256 rows, turns",
-        50: "49, the halves' attention not taking turns",
-        51: "49, the attention launched plainly",
-        52: "49 from 128 rows",
-        53: "49, halves of 256 rows on cuBLAS",
+        49: "45 + two halves on two streams from 256 rows",
+        50: "45 + two halves on two streams from 128 rows",
+        51: "45 + two halves at 208-256 rows, wider up to 128 (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

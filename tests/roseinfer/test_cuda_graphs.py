@@ -30,9 +30,11 @@ def test_pdl_reaches_the_cutlass_buckets_and_48_and_64_for_narrow_models():
     on = GraphKernels()
     cutlass = list(range(48, 257, 16))  # the CUTLASS GEMM's buckets: 48 to 256 rows
     assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, *cutlass]
-    # wider: the GEMV's, the skinny GEMM's and the CUTLASS GEMM's buckets, the last only up to 64 rows (beyond it
-    # gpt2-medium was not measured)
-    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64]
+    # wider: the GEMV's, the skinny GEMM's and the CUTLASS GEMM's buckets, the last only up to 128 rows (beyond
+    # it gpt2-medium's step was slower: session 48), and up to 64 before then
+    assert [b for b in buckets if on.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128]
+    before48 = GraphKernels(cutlass_wide_max_batch=64)
+    assert [b for b in buckets if before48.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, 48, 64]
     wide = GraphKernels(cutlass_wide_max_batch=256)  # the measurement hook for wider models
     assert [b for b in buckets if wide.pdl_in(b, medium)] == [1, 2, 4, 8, 16, 32, *cutlass]
     upto64 = GraphKernels(cutlass_gemm_max_batch=64)  # before session 47
@@ -56,7 +58,9 @@ def test_the_engine_captures_its_steps_with_every_kernel_on(tiny_checkpoint):
     llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=4)
     llm.engine.runner.use_static_decode(capture=False)
     # but the CUTLASS GEMM's rows, dropped where it cannot run (here: no CUDA)
-    assert llm.engine.runner.graphs.kernels == dataclasses.replace(GraphKernels(), cutlass_gemm_max_batch=0)
+    assert llm.engine.runner.graphs.kernels == dataclasses.replace(
+        GraphKernels(), cutlass_gemm_max_batch=0, halves_from=0
+    )
     assert GraphKernels().pdl_narrow_max_batch == 64 and GraphKernels().skinny_gemm_max_batch == 32
 
 
@@ -73,20 +77,28 @@ def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
     assert not any(GraphKernels(pdl_attention_release=False).attention_release_in(b) for b in buckets)
 
 
-def test_two_halves_only_past_the_buckets_whose_scratch_the_step_shares():
-    # GraphKernels.halves_in: from halves_from rows, where each half has more rows than the GEMV's and the skinny
-    # GEMM's buckets (their split-K scratch is the step's one); off by default.
+def test_two_halves_in_buckets_208_to_256_of_narrow_models_only():
+    # GraphKernels.halves_in: from halves_from to halves_max_batch rows, models at most 768 wide, and only where each
+    # half has more rows than the GEMV's and the skinny GEMM's buckets (their split-K scratch is the step's one).
+    from roseinfer.graph_kernels import PDL_NARROW_WIDTH, GraphKernels
+
+    buckets, gpt2 = batch_buckets(512), PDL_NARROW_WIDTH
+    assert [b for b in buckets if GraphKernels().halves_in(b, gpt2)] == [208, 224, 240, 256]
+    assert not any(GraphKernels().halves_in(b, 1024) for b in buckets)  # gpt2-medium: not measured
+    assert not any(GraphKernels(halves_from=0, halves_max_batch=0).halves_in(b, gpt2) for b in buckets)
+    everywhere = GraphKernels(halves_from=16, halves_max_batch=512)
+    assert [b for b in buckets if everywhere.halves_in(b, gpt2)] == [b for b in buckets if b >= 80]
+    assert dataclasses.replace(everywhere, skinny_gemm_max_batch=0).halves_in(32, gpt2)
+
+
+def test_the_engine_without_the_cutlass_gemm_runs_its_steps_on_one_stream():
+    # The halves make up for the CUTLASS tiles' waves: `--no-cutlass-gemm` turns them off too.
+    from roseinfer.config import EngineConfig
     from roseinfer.graph_kernels import GraphKernels
 
-    buckets = batch_buckets(512)
-    assert not any(GraphKernels().halves_in(b) for b in buckets)
-    assert [b for b in buckets if GraphKernels(halves_from=16).halves_in(b)] == [
-        b for b in buckets if b >= 80
-    ]
-    assert [b for b in buckets if GraphKernels(halves_from=256).halves_in(b)] == [
-        b for b in buckets if b >= 256
-    ]
-    assert GraphKernels(halves_from=16, skinny_gemm_max_batch=0).halves_in(32)
+    assert GraphKernels.of(EngineConfig()).halves_from == 208
+    off = GraphKernels.of(EngineConfig(cutlass_gemm=False))
+    assert off.cutlass_gemm_max_batch == 0 and not any(off.halves_in(b, 768) for b in batch_buckets(512))
 
 
 def test_a_step_as_two_halves_gives_the_one_pass_tokens(tiny_checkpoint, monkeypatch):
@@ -102,7 +114,8 @@ def test_a_step_as_two_halves_gives_the_one_pass_tokens(tiny_checkpoint, monkeyp
     )
     prompts = [p for p in make_prompts() for _ in range(20)][:80]
     outs = []
-    for kernels in (GraphKernels(), GraphKernels(halves_from=80)):
+    one = GraphKernels(cutlass_gemm_max_batch=0, halves_from=0)  # (without CUDA the engine drops both)
+    for kernels in (one, dataclasses.replace(one, halves_from=80)):
         llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=80)
         llm.engine.runner.use_static_decode(capture=False, kernels=kernels)
         outs.append(
@@ -261,24 +274,22 @@ def test_graph_decode_bucket_64_same_tokens_and_logits_with_pdl_or_plain_launche
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("take_turns", [True, False])
-def test_graph_decode_as_two_halves_on_two_streams_agrees_with_one(tiny_checkpoint, take_turns):
-    # fp16, a batch of 128 captured as two halves of 64 rows on two streams (`GraphKernels.halves_from`), their
-    # attention kernels taking turns or not: the tokens of one stream, and logits as close as a bucket of 64's
-    # kernels are to 128's.
+def test_graph_decode_as_two_halves_on_two_streams_agrees_with_one(tiny_checkpoint):
+    # fp16, a batch of 224 captured as two halves of 112 rows on two streams (the engine's bucket 224) and on one
+    # stream: the same tokens, and logits as close as a bucket of 112's kernels are to 224's.
     from roseinfer.graph_kernels import GraphKernels
 
-    prompts = [p for p in make_prompts() for _ in range(30)][:128]
+    prompts = [p for p in make_prompts() for _ in range(40)][:224]
     runs = []
-    for kernels in (GraphKernels(), GraphKernels(halves_from=128, halves_take_turns=take_turns)):
-        opts = dict(device="cuda", dtype="float16", max_batch_size=128, cuda_graph=True, paged_attn=True)
+    for kernels in (GraphKernels(halves_from=0), GraphKernels()):
+        opts = dict(device="cuda", dtype="float16", max_batch_size=224, cuda_graph=True, paged_attn=True)
         llm = LLM(tiny_checkpoint, **opts)
         llm.engine.use_static_decode(capture=True, kernels=kernels)
         assert (llm.engine.graphs.halves is not None) is (kernels.halves_from > 0)
         outs = llm.generate(prompts, SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
-        runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[128][0].float()))
+        runs.append(([o.token_ids for o in outs], llm.engine.graphs.outputs[224][0].float()))
     (outs, logits), (outs_halves, logits_halves) = runs
-    assert [len(t) for t in outs] == [NEW_TOKENS] * 128
+    assert [len(t) for t in outs] == [NEW_TOKENS] * 224
     assert outs == outs_halves
     assert logits_halves.shape == logits.shape
     assert (logits_halves - logits).abs().max() <= 0.02 * logits.abs().max()
