@@ -25,8 +25,9 @@ residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.res
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about. In buckets of 208 to 256 rows (models up to 768 wide) the step
-runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`): a profiler then
-sees their kernels overlap, so a step's kernel time adds up to more than its span there.
+runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
+overlap: how a profiler's per-stream reading of a replay (roseprof's own time a kernel) takes them was not yet
+checked on a capture (docs/BENCHMARKS.md, session 48).
 
 Regions at capture time: a replay is one launch, so the regions around it (`roseinfer.model.forward` in the
 runner) cannot say where its GPU time goes. Each bucket is captured inside `roseinfer.model.forward`, with the
@@ -143,7 +144,7 @@ class DecodeGraphs:
         # The two halves on two streams of the buckets of `GraphKernels.halves_in` (one device only: with tensor
         # parallelism two streams' all-reduces could reach the ranks in different orders)
         self.halves = None
-        if kernels.halves_from and model.h[0].tp is None:
+        if model.h[0].tp is None and any(kernels.halves_in(b, model.cfg.n_embd) for b in self.buckets):
             self.halves = TwoHalves(cache.k_caches[0].device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph

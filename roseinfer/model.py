@@ -283,6 +283,7 @@ class GPT2(nn.Module):
         in_gemv = fused and lm_head_gemv_applies(x, delta, head)
         wait = wait_for_pushed(blocks[-1].tp, delta, in_gemv)
         if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue
+            assert logits_out is None, "the one-row lm_head GEMV writes a buffer of its own"
             with region(LM_HEAD):
                 logits = norm_lm_head(x, delta, self.ln_f, head, wait=wait)  # [1, V]
         else:

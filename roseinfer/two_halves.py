@@ -38,7 +38,7 @@ class TwoHalves:
         """Logits [bucket, V] (a view of `logits_out` [bucket, V_PAD], whose rows each half's lm_head writes) and
         greedy tokens [bucket] of the step of rows [0, bucket), run as two halves."""
         half = bucket // 2
-        main = torch.cuda.current_stream() if self.streams is not None else None
+        main = torch.cuda.current_stream(self.streams[0].device) if self.streams is not None else None
         lanes = self.streams or (None, None)
         parts = []
         for i, stream in enumerate(lanes):

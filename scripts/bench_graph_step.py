@@ -203,8 +203,9 @@ VARIANTS = {
     else dataclasses.replace(k, halves_from=0, halves_max_batch=0, cutlass_wide_max_batch=64)
     for v, k in VARIANTS.items()
 }
-VARIANTS[49] = GraphKernels(halves_from=256, halves_max_batch=512)  # two halves from 256 rows up
-VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512)  # ... from 128 rows up
+# 45 + two halves from 256 rows up, and from 128 rows up
+VARIANTS[49] = GraphKernels(halves_from=256, halves_max_batch=512, cutlass_wide_max_batch=64)
+VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512, cutlass_wide_max_batch=64)
 # two halves from 208 to 256 rows, gpt2-medium's CUTLASS up to 128: the engine now
 VARIANTS[51] = GraphKernels()
 

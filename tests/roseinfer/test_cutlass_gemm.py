@@ -245,15 +245,21 @@ def _replayed_logits(engine, kernels, buckets=(48, 64)) -> dict[int, torch.Tenso
     return logits
 
 
-def _logits_with_and_without_cutlass(engine, buckets):
-    """`_replayed_logits` of `buckets` with the engine's kernels ("cutlass") and with cuBLAS in the CUTLASS buckets
-    ("cublas"), and every CUTLASS launch each capture made: (which, "gemm" or "parts", rows)."""
+def _logits_with_and_without_cutlass(engine, buckets, halves=False):
+    """`_replayed_logits` of `buckets` with the engine's kernels on one stream ("cutlass": the CUTLASS GEMM at each
+    bucket's rows) and with cuBLAS in the CUTLASS buckets ("cublas"), and with halves=True the engine's own kernels
+    too ("halves": its buckets of 208 to 256 rows as two halves), and every CUTLASS launch each capture made: (which,
+    "gemm" or "parts", rows)."""
     from roseinfer.graph_kernels import GraphKernels
 
     calls = []
     real, real_parts = cg.cutlass_gemm, cg.cutlass_gemm_parts
     logits = {}
-    for name, kernels in (("cutlass", GraphKernels()), ("cublas", GraphKernels(cutlass_gemm_max_batch=0))):
+    runs = [
+        ("cutlass", GraphKernels(halves_from=0)),
+        ("cublas", GraphKernels(cutlass_gemm_max_batch=0, halves_from=0)),
+    ]
+    for name, kernels in runs + ([("halves", GraphKernels())] if halves else []):
         cg.cutlass_gemm = lambda *a, _name=name, **kw: (
             calls.append((_name, "gemm", a[0].shape[0])) or real(*a, **kw)
         )
@@ -298,7 +304,8 @@ def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
     # the engine's default buckets of 80, 128 and 256 rows (several token tiles, the last one partial at 80; at 256
     # c_fc's and the split mlp_proj's grids are more than one wave) on a GPT-2-small-wide checkpoint (768 wide, 64-dim
     # heads: the CUDA attention, and mlp_proj in 4 K parts that the add + LayerNorm sums) against cuBLAS in those
-    # buckets, one replay each on the same inputs and cache
+    # buckets, one replay each on the same inputs and cache; and bucket 256 as the engine runs it, two halves of 128
+    # rows on two streams
     from roseinfer import LLM
     from roseinfer.graph_kernels import CUTLASS_MAX_BATCH
     from tests.helpers import save_checkpoint
@@ -309,15 +316,19 @@ def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
     llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=256, cuda_graph=True, paged_attn=True)
     engine = llm.engine
     assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
+    assert engine.graphs.kernels.halves_in(256, 768) and not engine.graphs.kernels.halves_in(128, 768)
     buckets = (80, 128, 256)
-    logits, calls = _logits_with_and_without_cutlass(engine, buckets)
+    logits, calls = _logits_with_and_without_cutlass(engine, buckets, halves=True)
     assert {("cutlass", kind, b) for kind in ("gemm", "parts") for b in buckets} <= set(calls)
+    assert {("halves", kind, b) for kind in ("gemm", "parts") for b in (80, 128)} <= set(calls)
+    assert {c[2] for c in calls if c[0] == "halves"} == {80, 128}  # bucket 256's two halves: 128 rows each
     assert not [c for c in calls if c[0] == "cublas"]
     for bucket in buckets:
         ref = logits["cublas"][bucket]
         # logits of a few units: fp16 sums in another order differ by a few ulps
         scale = ref.abs().max().item()
         torch.testing.assert_close(logits["cutlass"][bucket], ref, atol=0.02 * scale, rtol=2e-2)
+        torch.testing.assert_close(logits["halves"][bucket], ref, atol=0.02 * scale, rtol=2e-2)
 
 
 def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):
