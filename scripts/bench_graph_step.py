@@ -198,9 +198,12 @@ VARIANTS[48] = GraphKernels(cutlass_split_k=0)  # 45 without the K split (measur
 # gpt2-medium's CUTLASS buckets up to 128 rows; before them one stream, and wider models' up to 64 rows
 # (44, 46 and 47 set the wider models' rows; the others had the default's 64)
 VARIANTS = {
-    v: dataclasses.replace(k, halves_from=0, halves_max_batch=0)
-    if v in (44, 46, 47)
-    else dataclasses.replace(k, halves_from=0, halves_max_batch=0, cutlass_wide_max_batch=64)
+    v: dataclasses.replace(
+        k,
+        halves_from=0,
+        halves_max_batch=0,
+        cutlass_wide_max_batch=k.cutlass_wide_max_batch if v in (44, 46, 47) else 64,
+    )
     for v, k in VARIANTS.items()
 }
 # 45 + two halves from 256 rows up, and from 128 rows up
