@@ -237,8 +237,8 @@ class DecodeGraphs:
         # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
         after_gemv = k.pdl_in(rows, self.model.cfg.n_embd) and k.lm_head_gemv and rows == 1
         if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
-            return argmax_triton(logits, advance=(ids, past, live), pdl=after_gemv)
-        greedy = argmax_triton(logits, pdl=after_gemv)
+            return argmax_triton(logits, advance=(ids, past, live), pdl=after_gemv, num_warps=k.argmax_warps)
+        greedy = argmax_triton(logits, pdl=after_gemv, num_warps=k.argmax_warps)
         ids.copy_(greedy)
         past.add_(live)
         return greedy

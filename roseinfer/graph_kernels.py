@@ -79,6 +79,8 @@ class GraphKernels:
     pdl_early_release: bool = True
     # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
     argmax_advances: bool = True
+    # The argmax's first kernel's warps a program of 4,096 logits (`argmax_triton`): 4; 8 before session 49
+    argmax_warps: int = 4
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: one program per head, as before.
     split_attention: bool = True

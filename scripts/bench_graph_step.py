@@ -68,8 +68,9 @@ Variants, each adding one change to the one before:
      45 without the K split.
  49-51. 45 + the step of its buckets as two halves of the batch on two streams (`roseinfer.two_halves`) from 256
      rows and from 128 rows up; 51: in buckets of 208 to 256 rows, and models wider than 768 on the CUTLASS GEMM
-     up to 128 rows: the engine now. (Session 48 also measured the halves' attention kernels taking turns, slower,
-     and removed; its figures name the variants of commit 69891b6.)
+     up to 128 rows: the engine of session 48. (Session 48 also measured the halves' attention kernels taking
+     turns, slower, and removed; its figures name the variants of commit 69891b6.)
+ 52. 51 + the argmax's first kernel on 4 warps a program rather than 8: the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -209,8 +210,11 @@ VARIANTS = {
 # 45 + two halves from 256 rows up, and from 128 rows up
 VARIANTS[49] = GraphKernels(halves_from=256, halves_max_batch=512, cutlass_wide_max_batch=64)
 VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512, cutlass_wide_max_batch=64)
-# two halves from 208 to 256 rows, gpt2-medium's CUTLASS up to 128: the engine now
+# two halves from 208 to 256 rows, gpt2-medium's CUTLASS up to 128: the engine of session 48
 VARIANTS[51] = GraphKernels()
+# session 49: the argmax's first kernel on 4 warps a program, 8 before
+VARIANTS = {v: dataclasses.replace(k, argmax_warps=8) for v, k in VARIANTS.items()}
+VARIANTS[52] = GraphKernels()  # the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -361,7 +365,8 @@ def main() -> None:
         48: "45 without the K split",
         49: "45 + two halves on two streams from 256 rows",
         50: "45 + two halves on two streams from 128 rows",
-        51: "45 + two halves at 208-256 rows, wider up to 128 (engine now)",
+        51: "45 + two halves at 208-256 rows, wider up to 128",
+        52: "51 + the argmax on 4 warps (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

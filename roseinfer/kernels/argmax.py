@@ -79,11 +79,14 @@ def argmax_triton(
     chunk: int = 4096,
     advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     pdl: bool = False,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
     values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
     `ids.copy_(tokens); past.add_(live)` would. pdl: both kernels as programmatic dependent launches (where
-    supported; `roseinfer.kernels.pdl`)."""
+    supported; `roseinfer.kernels.pdl`). chunk, num_warps: the first kernel's logits a program and its warps (4
+    rather than 8: on an H200 at 512 rows 20.3 against 24.2 us, 224 rows 10.4 against 11.7, equal at 1 and 64;
+    docs/BENCHMARKS.md, session 49)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_supported
@@ -99,7 +102,16 @@ def argmax_triton(
     chunks_kernel, rows_kernel = _get_kernels()
     pdl = pdl and pdl_supported()
     chunks_kernel[(b, chunks)](
-        logits, logits.stride(0), v, vals, idx, chunks, CHUNK=chunk, PDL=pdl, num_warps=8, launch_pdl=pdl
+        logits,
+        logits.stride(0),
+        v,
+        vals,
+        idx,
+        chunks,
+        CHUNK=chunk,
+        PDL=pdl,
+        num_warps=num_warps,
+        launch_pdl=pdl,
     )
     ids, past, live = advance if advance is not None else (out, out, out)
     assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
+from roseprof.analysis.gpu_time import union_by_group
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.stats import dense_ids
@@ -165,6 +166,16 @@ def steady_state(
         sel = kernel & (op_step >= 0)
         step_gpu = np.bincount(op_step[sel], weights=own_ns[sel], minlength=n)
         step_durations = np.bincount(op_step[sel], weights=(ops.end - ops.start)[sel], minlength=n)
+        # The GPU's busy time a step: the union of its kernels on each device. Kernels of two streams that run at
+        # once (a CUDA graph's parallel branches, a program's own streams) each keep their own time on their stream
+        # above, so there the step's regions add up to more than this.
+        devices, dev = np.unique(ops.device[sel], return_inverse=True)
+        n_dev = max(len(devices), 1)
+        step_busy = (
+            union_by_group(op_step[sel] * n_dev + dev, ops.start[sel], ops.end[sel], n * n_dev)
+            .reshape(n, n_dev)
+            .sum(axis=1)
+        )
     graph_names = set()
     if (capture >= 0).any():
         cur = capture[kernel & (capture >= 0) & (op_step >= 0)]
@@ -269,6 +280,8 @@ def steady_state(
             "gpu_p50_ns": gp,
             # the same kernels' durations summed: above gpu_mean_ns where kernels of a stream overlap (PDL)
             "gpu_durations_mean_ns": float(step_durations[steady].mean()) if has_gpu else None,
+            # the union of the same kernels on each GPU: below gpu_mean_ns where kernels of two streams ran at once
+            "gpu_busy_mean_ns": float(step_busy[steady].mean()) if has_gpu else None,
             # the step's thread CPU time (the step region's own and its children's): mean and p5
             **dict(zip(("cpu_mean_ns", "cpu_p5_ns"), cpu_stats("cpu_ns"))),
         },

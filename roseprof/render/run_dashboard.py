@@ -131,7 +131,11 @@ def _steady_panel(summary: dict) -> str:
     rows = [[html.escape(c) for c in row] for row in rows]
     rows[0][0] = f"<b>{rows[0][0]}</b>"
     notes = [text.GRAPH_NOTE] if steady.get("graph_replays") else []
-    notes += [note for note in (text.overlap_note(steady), text.gpus_note(steady)) if note]
+    notes += [
+        note
+        for note in (text.overlap_note(steady), text.concurrency_note(steady), text.gpus_note(steady))
+        if note
+    ]
     if "own CPU p5" in headers:
         notes.append(
             "own CPU (µs): each region's thread CPU time per step less its children's, which no wait for a core is in "

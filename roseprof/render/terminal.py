@@ -240,7 +240,12 @@ def print_steady(console: Console, steady: dict, top: int = 12) -> None:
     if steady.get("graph_replays"):
         console.print(plain(f"  {text.GRAPH_NOTE}"), markup=False, style="dim")
     # Notes wrapped as every line of figures is: continuation lines indented, a figure kept with its unit.
-    for note in (text.overlap_note(steady), text.gpus_note(steady), text.left_out_sentence(steady)):
+    for note in (
+        text.overlap_note(steady),
+        text.concurrency_note(steady),
+        text.gpus_note(steady),
+        text.left_out_sentence(steady),
+    ):
         if note:
             _say(console, plain(f"  {note}"), style="dim")
 

@@ -82,6 +82,24 @@ stage_fixture_pdl() {
   python3 scripts/graph_step_table.py "$run"
 }
 
+stage fixture-halves "the fast path at batch 224 (12 tokens), whose captured step runs as two halves of the batch \
+on two streams (two branches of the graph), as the fixture of kernels of two streams running at once \
+(tests/roseprof/test_stream_time.py), with its nsys stats oracle; nsys run as roseprof nsys runs it (its flags, the \
+engine's NVTX ranges and step log on), so that no wheel need travel"
+stage_fixture_halves() {
+  local base=h200-nsys2025.3-roseinfer-halves
+  ROSEINFER_NVTX=1 ROSEINFER_STEP_LOG="$S/$base.steplog.jsonl" timeout 200 nsys profile --trace=cuda,nvtx \
+    --sample=none --cpuctxsw=none --cuda-graph-trace=node --export=sqlite --force-overwrite=true -o "$S/$base" \
+    python3 -m roseinfer.benchmark_streaming --device cuda --hf-model-id gpt2 --paged-attn --cuda-graph \
+    --no-stop-on-eos --prompt x --num-requests 224 --max-batch-size 224 --prefill-max-batch-size 224 \
+    --max-new-tokens 12 --warmup-runs 0 --repeat-runs 1 > "$S/capture.log" 2>&1
+  echo "capture rc=$?"; tail -5 "$S/capture.log"
+  rm -f "$S/$base.nsys-rep"
+  nsys stats -q --force-export=false -r cuda_gpu_kern_sum --format csv -o "$S/$base.stats" "$S/$base.sqlite" \
+    > /dev/null 2>&1; echo "nsys stats rc=$?"
+  ls -la "$S"
+}
+
 stage fixture-views "a CUDA-graph program that is not the engine (scripts/hf_graph_program.py) under roseprof nsys \
 and roseprof torch, and the engine's fast path under roseprof torch, with roseprof show at 80 and 120 columns \
 (PARTS: nsys,torch,engine)"

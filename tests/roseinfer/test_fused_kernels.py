@@ -73,7 +73,19 @@ def test_argmax_matches_torch_ties_included(rows, vocab, dtype):
         top = logits[r].max()
         logits[r, vocab - 1] = top
         logits[r, vocab // 3] = top
-    torch.testing.assert_close(argmax_triton(logits), torch.argmax(logits, dim=-1), atol=0, rtol=0)
+    # Rows of negative logits only, and one whose max is a tie of -0.0 and +0.0 (equal to torch: the first wins)
+    for r in range(1, rows, 3):
+        logits[r] = -logits[r].abs() - 0.5
+    if rows > 1:
+        logits[rows - 1] = -1.0
+        logits[rows - 1, 5], logits[rows - 1, 9] = -0.0, 0.0
+    for chunk, warps in ((4096, 4), (4096, 8), (2048, 4), (8192, 16)):
+        torch.testing.assert_close(
+            argmax_triton(logits, chunk=chunk, num_warps=warps),
+            torch.argmax(logits, dim=-1),
+            atol=0,
+            rtol=0,
+        )
 
 
 @pytest.mark.parametrize("rows", [1, 6, 64])

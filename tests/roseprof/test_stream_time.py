@@ -195,3 +195,77 @@ def test_real_pdl_capture_compared_without_steps_sums_each_kernels_own_time():
     empty = prepare(summary, None, None, trace, SECTIONS)
     empty.kernel_durations, empty.kernel_own = {}, {}
     assert dict(kernel_changes(empty, run)["new"])["gemv_kernel"] == pytest.approx(own, rel=1e-9)
+
+
+HALVES = DATA / "h200-nsys2025.3-roseinfer-halves"
+
+
+def test_real_capture_of_two_graph_branches_counts_each_stream_and_says_the_gpu_busy_time(tmp_path):
+    # The fast path at batch 224 (`bash scripts/gpu_check.sh fixture-halves`): the captured step runs as two halves
+    # of the batch on two streams, two branches of the graph, and nsys gives each branch's replayed kernels a stream
+    # id of their own. Each kernel keeps its own time on its stream, so a step's regions add up to each stream's
+    # busy time summed, more than the time the GPU was busy (the union of all its kernels), which show says.
+    trace = read_nsys_sqlite(f"{HALVES}.sqlite")
+    summary, tables = analyse(trace, read_steplog(f"{HALVES}.steplog.jsonl"))
+    steps = tables["steps"]
+    cols = [c for c in steps if c.startswith("graph:")]
+    by_part = np.sum([np.asarray(steps[c], dtype=np.int64) for c in cols], axis=0)  # [S]
+    ops = trace.ops
+    start = np.asarray(steps["start_ns"], dtype=np.int64)
+    end = start + np.asarray(steps["dur_ns"], dtype=np.int64)
+    k = np.flatnonzero((ops.kind == KERNEL) & (ops.api_start >= 0) & (ops.graph_node >= 0))
+    step = np.searchsorted(start, ops.api_start[k], side="right") - 1
+    inside = (step >= 0) & (ops.api_start[k] <= end[np.maximum(step, 0)])
+    launched = np.flatnonzero(by_part > 0)
+    assert len(launched) >= 8
+    busy = []
+    for s in launched:
+        mine = k[inside & (step == s)]
+        streams = np.unique(ops.stream[mine])
+        assert len(streams) == 2, s  # the replay's stream and the second branch's
+        per_stream = [
+            union_ns(ops.start[mine][ops.stream[mine] == x], ops.end[mine][ops.stream[mine] == x])
+            for x in streams
+        ]
+        assert by_part[s] == sum(per_stream), s
+        busy.append(union_ns(ops.start[mine], ops.end[mine]))
+    # the steady steps: all but the first replay (the warm-up, whose halves hardly overlapped)
+    assert (
+        summary["steady"]["excluded"]["warmup"]["steps"] == 1
+        and summary["steady"]["counted"] == len(busy) - 1
+    )
+    busy, own = np.array(busy[1:]), by_part[launched[1:]]
+    assert (busy < 0.8 * own).all()  # the halves ran side by side for much of each step
+    step_view = summary["steady"]["step"]
+    assert step_view["gpu_busy_mean_ns"] == pytest.approx(busy.mean(), rel=1e-9)
+    assert step_view["gpu_mean_ns"] == pytest.approx(own.mean(), rel=1e-9)
+    # the kernel table reports durations, as nsys does
+    with open(f"{HALVES}.stats_cuda_gpu_kern_sum.csv", newline="") as fh:
+        total = sum(int(row["Total Time (ns)"]) for row in csv.DictReader(fh))
+    assert abs(sum(x["total_ns"] for x in summary["kernels"]) - total) <= 1e-3 * total
+    # as a user sees it
+    store = ["--traces-dir", tmp_path / "traces", "--dashboards-dir", tmp_path / "dashboards"]
+    proc = roseprof(
+        "import", f"{HALVES}.sqlite", "--name", "halves", "--steplog", f"{HALVES}.steplog.jsonl", *store
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = roseprof("show", "halves", *store, env={"COLUMNS": "80"})
+    assert text.returncode == 0, text.stderr
+    flat = " ".join(text.stdout.split())
+    us = lambda ns: f"{ns / 1e3:,.1f} µs"  # noqa: E731
+    assert "streams ran at once" in flat
+    assert f"{us(own.mean())} a decode step, while the GPU was busy {us(busy.mean())}" in flat
+    assert_fits(text.stdout, 80)
+    page = next((tmp_path / "dashboards").glob("*.html")).read_text(encoding="utf-8")
+    assert "streams ran at once" in page
+
+
+def test_one_stream_fixture_has_no_concurrency_note(tmp_path):
+    # the PDL capture's kernels overlap on one stream only: busy time is the regions' sum, nothing to say
+    trace = read_nsys_sqlite(str(SQLITE))
+    summary, _ = analyse(trace, read_steplog(str(STEPLOG)))
+    step = summary["steady"]["step"]
+    assert step["gpu_busy_mean_ns"] == pytest.approx(step["gpu_mean_ns"], rel=1e-9)
+    from roseprof.render.text import concurrency_note
+
+    assert concurrency_note(summary["steady"]) is None
