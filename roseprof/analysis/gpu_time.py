@@ -49,6 +49,18 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     return out
 
 
+def busy_by_group(
+    group: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """[n_groups] ns each group kept a GPU busy, summed over its GPUs: the union of its intervals on each device
+    (kernels of two streams of one GPU that run at once count once; two GPUs' kernels are two GPUs' time)."""
+    out = np.zeros(n_groups, dtype=np.int64)
+    for d in np.unique(device).tolist():  # a handful of GPUs: one union each
+        on = device == d
+        out += union_by_group(group[on], start[on], end[on], n_groups)
+    return out
+
+
 def step_time(
     trace: Trace,
     mine: np.ndarray,  # [G] the rank's GPU ops

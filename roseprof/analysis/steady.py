@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
-from roseprof.analysis.gpu_time import union_by_group
+from roseprof.analysis.gpu_time import busy_by_group
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.stats import dense_ids
@@ -169,13 +169,7 @@ def steady_state(
         # The GPU's busy time a step: the union of its kernels on each device. Kernels of two streams that run at
         # once (a CUDA graph's parallel branches, a program's own streams) each keep their own time on their stream
         # above, so there the step's regions add up to more than this.
-        devices, dev = np.unique(ops.device[sel], return_inverse=True)
-        n_dev = max(len(devices), 1)
-        step_busy = (
-            union_by_group(op_step[sel] * n_dev + dev, ops.start[sel], ops.end[sel], n * n_dev)
-            .reshape(n, n_dev)
-            .sum(axis=1)
-        )
+        step_busy = busy_by_group(op_step[sel], ops.device[sel], ops.start[sel], ops.end[sel], n)
     graph_names = set()
     if (capture >= 0).any():
         cur = capture[kernel & (capture >= 0) & (op_step >= 0)]

@@ -300,15 +300,17 @@ def overlap_note(steady: dict) -> str | None:
 
 def concurrency_note(steady: dict) -> str | None:
     """Said when a step's kernels of two streams ran at once (a CUDA graph's parallel branches, a program's own
-    streams): its regions count each stream's kernels, so they add up to more than the time the GPU was busy."""
+    streams): its GPU columns add each stream's time, so they add up to more than the time the GPU was busy."""
     step = steady.get("step") or {}
     own, busy = step.get("gpu_mean_ns"), step.get("gpu_busy_mean_ns")
     if not own or not busy or own <= busy * 1.01:
         return None
+    gpus = steady.get("gpus") or 1
+    who = "the GPU was" if gpus == 1 else f"the {gpus} GPUs were (summed)"
     return (
         f"GPU: kernels of two or more streams ran at once (parallel graph branches or the program's own streams); "
-        f"the regions count each stream's, {duration(own)} a {steady.get('unit', 'step')}, while the GPU was busy "
-        f"{duration(busy)}"
+        f"the GPU columns add each stream's time ({duration(own)} a {steady.get('unit', 'step')} in the whole-step "
+        f"row), while {who} busy {duration(busy)}"
     )
 
 

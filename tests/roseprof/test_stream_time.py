@@ -254,18 +254,50 @@ def test_real_capture_of_two_graph_branches_counts_each_stream_and_says_the_gpu_
     flat = " ".join(text.stdout.split())
     us = lambda ns: f"{ns / 1e3:,.1f} µs"  # noqa: E731
     assert "streams ran at once" in flat
-    assert f"{us(own.mean())} a decode step, while the GPU was busy {us(busy.mean())}" in flat
+    assert (
+        f"{us(own.mean())} a decode step in the whole-step row), while the GPU was busy {us(busy.mean())}"
+        in flat
+    )
     assert_fits(text.stdout, 80)
     page = next((tmp_path / "dashboards").glob("*.html")).read_text(encoding="utf-8")
     assert "streams ran at once" in page
 
 
-def test_one_stream_fixture_has_no_concurrency_note(tmp_path):
-    # the PDL capture's kernels overlap on one stream only: busy time is the regions' sum, nothing to say
-    trace = read_nsys_sqlite(str(SQLITE))
-    summary, _ = analyse(trace, read_steplog(str(STEPLOG)))
-    step = summary["steady"]["step"]
-    assert step["gpu_busy_mean_ns"] == pytest.approx(step["gpu_mean_ns"], rel=1e-9)
+@pytest.mark.parametrize(
+    "base",
+    ["h100-nsys2025.3-roseinfer-pdl", "h100-nsys2025.3-roseinfer-graphs", "h200x2-nsys2025.3-roseinfer-tp2"],
+)
+def test_steps_whose_kernels_ran_one_stream_at_a_time_have_no_concurrency_note(base):
+    # PDL overlaps kernels of one stream only; in the TP run NCCL's streams do not overlap the compute: there a
+    # step's busy time is its regions' sum, and nothing is said
     from roseprof.render.text import concurrency_note
 
+    trace = read_nsys_sqlite(str(DATA / f"{base}.sqlite"))
+    summary, _ = analyse(trace, read_steplog(str(DATA / f"{base}.steplog.jsonl")))
+    step = summary["steady"]["step"]
+    assert step["gpu_busy_mean_ns"] == pytest.approx(step["gpu_mean_ns"], rel=1e-9)
     assert concurrency_note(summary["steady"]) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(interval, max_size=40), st.lists(st.integers(0, 2), min_size=40, max_size=40))
+def test_busy_time_is_each_gpus_union_summed_and_at_most_the_own_times(rows, steps):
+    # a step's busy time: the union of its kernels on each device (two streams of a GPU at once count once), the
+    # GPUs summed
+    from roseprof.analysis.gpu_time import busy_by_group
+
+    ops = Ops(rows)
+    k = np.flatnonzero(ops.kind == KERNEL)
+    group = np.asarray(steps[: len(ops.kind)], dtype=np.int64)
+    busy = busy_by_group(group[k], ops.device[k], ops.start[k], ops.end[k], 3)
+    own = own_stream_ns(ops)
+    for g in range(3):
+        mine = k[group[k] == g]
+        assert busy[g] == sum(
+            union_ns(ops.start[mine][ops.device[mine] == d], ops.end[mine][ops.device[mine] == d])
+            for d in (0, 1)
+        )
+    # over all the kernels (one group): never more than their own times on their streams summed (within a group
+    # it may be: a kernel's own time is cut by an earlier kernel of its stream in another group)
+    everything = busy_by_group(np.zeros(len(k), dtype=np.int64), ops.device[k], ops.start[k], ops.end[k], 1)
+    assert everything[0] <= own[k].sum()
