@@ -8,14 +8,24 @@ one `torch.stack(out=...)` into a preallocated (pinned, on CUDA) buffer and one 
 With the cache off (the earlier design) every row is rebuilt from the Python list every step, a line per layer.
 
 Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every layer at the pad block.
+
+Where more than FRESH_ROWS sequences of a batch have no cached row yet (a new batch: each sequence's first decode
+step), the block lists are written in one numpy pass instead (the cached rows untouched; they are made when next
+stacked). A fresh cached row costs ~6 us a sequence: the first step of a batch of 512 new sequences took 3.4 ms on
+the CPU machine (scripts/bench_block_tables.py) and 2.5 ms on the H200's host, where one pass takes about what
+stacking cached rows does (0.3 ms at 512 rows; docs/BENCHMARKS.md, session 49).
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import torch
 
 from roseinfer.sequence import Sequence
+
+FRESH_ROWS = 16
 
 
 class BlockTables:
@@ -66,11 +76,35 @@ class BlockTables:
 
     def build(self, seqs: list[Sequence], pad_to: int | None = None) -> int:
         """Fill the host buffer for this batch (plus padding rows up to `pad_to`); returns the width M in use."""
+        if self.cache and sum(1 for seq in seqs if seq.table_row_blocks < 0) > FRESH_ROWS:
+            return self._build_from_lists(seqs, pad_to)
+        return self._build_from_rows(seqs, pad_to)
+
+    def _build_from_rows(self, seqs: list[Sequence], pad_to: int | None) -> int:
+        """`build` by stacking each sequence's row (cached, or rebuilt from its list without the cache)."""
         rows = [self._row(seq) for seq in seqs]
         if pad_to is not None:
             rows += [self.pad_row] * (pad_to - len(seqs))
         torch.stack(rows, out=self.host[: len(rows)])
         return max(len(seq.block_ids) for seq in seqs)
+
+    def _build_from_lists(self, seqs: list[Sequence], pad_to: int | None) -> int:
+        """`build` of a batch of many fresh rows: every sequence's block list written into its row of the host buffer
+        at once."""
+        n = len(seqs)
+        counts = np.fromiter((len(s.block_ids) for s in seqs), dtype=np.int64, count=n)  # [B]
+        total = int(counts.sum())
+        chain = itertools.chain.from_iterable(s.block_ids for s in seqs)
+        ids = np.fromiter(chain, dtype=np.int64, count=total)  # [total] the lists, one after another
+        starts = np.cumsum(counts) - counts  # [B] each list's first position in ids
+        rows = np.repeat(np.arange(n), counts)  # [total] each block's row
+        cols = np.arange(total) - np.repeat(starts, counts)  # [total] its index in its list
+        host = self.host_np
+        host[:n] = 0  # as a fresh cached row: zeros past a sequence's blocks
+        host[rows, :, cols] = ids[:, None]  # [total, L]
+        if pad_to is not None and pad_to > n:
+            host[n:pad_to] = self.pad_row.numpy()
+        return int(counts.max())
 
     def put_blocks(self, rows: np.ndarray, cols: np.ndarray, blocks: np.ndarray) -> None:
         """One new block per listed row, in every layer, written straight into the host buffer: rows [K] of the
