@@ -55,7 +55,10 @@ def busy_by_group(
     """[n_groups] ns each group kept a GPU busy, summed over its GPUs: the union of its intervals on each device
     (kernels of two streams of one GPU that run at once count once; two GPUs' kernels are two GPUs' time)."""
     out = np.zeros(n_groups, dtype=np.int64)
-    for d in np.unique(device).tolist():  # a handful of GPUs: one union each
+    if not len(device):
+        return out
+    low = int(device.min())
+    for d in (np.flatnonzero(np.bincount(device - low)) + low).tolist():  # a handful of GPUs: one union each
         on = device == d
         out += union_by_group(group[on], start[on], end[on], n_groups)
     return out
