@@ -11,30 +11,14 @@ from 64 rows on, removed; docs/BENCHMARKS.md.)
 """
 
 import argparse
-import statistics
 
 import torch
 
-from roseinfer.bench.timing import captured
+from roseinfer.bench.timing import graph_copies_us
 from roseinfer.kernels.argmax import argmax_triton
 
 L2_BYTES = 50 * 2**20
 V, V_PAD = 50257, 50304
-
-
-def graph_time_us(fn, copies: int, reps: int = 20) -> float:
-    """Median time of one call, from a graph of `copies` back-to-back calls (fn(i) reads logits copy i)."""
-    g, _ = captured(lambda: [fn(i) for i in range(copies)])
-    g.replay()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / copies)
-    return statistics.median(times)
 
 
 def bench_rows(rows: int, chunks: list[int], warps: list[int]) -> None:
@@ -43,8 +27,8 @@ def bench_rows(rows: int, chunks: list[int], warps: list[int]) -> None:
     want = torch.argmax(logits[0], dim=-1)
 
     def time(fn) -> tuple[float, float]:
-        warm = graph_time_us(lambda i: fn(logits[0]), 20)
-        return warm, graph_time_us(lambda i: fn(logits[i]), cold_copies)
+        warm = graph_copies_us(lambda i: fn(logits[0]), 20)
+        return warm, graph_copies_us(lambda i: fn(logits[i]), cold_copies)
 
     warm, cold = time(lambda x: torch.argmax(x, dim=-1))
     print(f"| {rows} | torch.argmax | | | {warm:.2f} | {cold:.2f} |", flush=True)

@@ -17,13 +17,12 @@ with --sweep its tiles (output columns per program, slice of K, warps) under PDL
 
 import argparse
 import itertools
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 from roseinfer.bench.roofline import copy_bandwidth
-from roseinfer.bench.timing import captured
+from roseinfer.bench.timing import graph_copies_us
 from roseinfer.config import BUILTIN_MODELS
 from roseinfer.kernels.gemv import GemvConfig, gemv_triton, pick_config, triton_next_pow2
 from roseinfer.kernels.pdl import pdl_supported
@@ -38,21 +37,6 @@ def shapes(model: str) -> list[tuple[str, int, int, bool]]:
     c = cfg.n_embd
     return [("c_attn", 3 * c, c, False), ("attn_proj", c, c, False), ("c_fc+gelu", 4 * c, c, True),
             ("mlp_proj", c, 4 * c, False), ("lm_head", -(-cfg.vocab_size // 64) * 64, c, False)]  # fmt: skip
-
-
-def graph_time_us(fn, copies: int, reps: int = 20) -> float:
-    """Median time of one call, from a graph of `copies` back-to-back calls (fn(i) uses weight copy i)."""
-    g, _ = captured(lambda: [fn(i) for i in range(copies)])
-    g.replay()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / copies)
-    return statistics.median(times)
 
 
 def sweep_grid(m: int):
@@ -96,11 +80,11 @@ def cublas_linear(x, ws, bs, gelu: bool):
 def time_three_ways(kernel, cfg, x, ws, bs, gelu, copies) -> tuple[float, float, float]:
     """(cuBLAS, `kernel` with tile `cfg`, the same as dependent launches) µs a call on x, in graphs of `copies`
     back-to-back calls (NaN with PDL where it is not supported)."""
-    t_cublas = graph_time_us(cublas_linear(x, ws, bs, gelu), copies)
-    t_plain = graph_time_us(lambda i: kernel(x, ws[i], bs[i], gelu, cfg, pdl=False), copies)
+    t_cublas = graph_copies_us(cublas_linear(x, ws, bs, gelu), copies)
+    t_plain = graph_copies_us(lambda i: kernel(x, ws[i], bs[i], gelu, cfg, pdl=False), copies)
     t_pdl = float("nan")
     if pdl_supported():
-        t_pdl = graph_time_us(lambda i: kernel(x, ws[i], bs[i], gelu, cfg, pdl=True), copies)
+        t_pdl = graph_copies_us(lambda i: kernel(x, ws[i], bs[i], gelu, cfg, pdl=True), copies)
     return t_cublas, t_plain, t_pdl
 
 
@@ -109,7 +93,7 @@ def sweep_tiles(call, tiles, copies) -> list:
     results = []
     for c in tiles:
         try:
-            results.append((graph_time_us(call(c), copies), c))
+            results.append((graph_copies_us(call(c), copies), c))
         except Exception as e:  # a tile Triton cannot build (shared memory, registers): skip it
             print(f"  skip {c}: {type(e).__name__}")
     return sorted(results, key=lambda r: r[0])
@@ -152,16 +136,16 @@ def sweep_norm_lm_head(n, k, ws, copies):
     x, d = torch.randn(1, k, device=dev, dtype=dt), torch.randn(1, k, device=dev, dtype=dt)
     ln_w, ln_b = torch.ones(k, device=dev, dtype=dt), torch.zeros(k, device=dev, dtype=dt)
     with pdl_scope(True, early_release=True):
-        t_before = graph_time_us(
+        t_before = graph_copies_us(
             lambda i: F.linear(add_layer_norm_triton(x, d, ln_w, ln_b, 1e-5)[1], ws[i]), copies
         )
         picked = pick_norm_config(n, k)
-        t_picked = graph_time_us(
+        t_picked = graph_copies_us(
             lambda i: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=picked), copies
         )
         results = []
         for c in one_shot_tiles(k, (2, 4, 8, 16, 32), (2, 4, 8)):
-            t = graph_time_us(
+            t = graph_copies_us(
                 lambda i, c=c: norm_gemv_triton(x, d, ln_w, ln_b, 1e-5, ws[i], config=c), copies
             )
             results.append((t, c))

@@ -67,6 +67,24 @@ def graph_us(fn, reps: int, calls: int = 20) -> float:
     return time_us(graph.replay, reps) / calls
 
 
+def graph_copies_us(fn, copies: int, reps: int = 20) -> float:
+    """Median µs of one call, from a graph of `copies` back-to-back calls, fn(i) the i-th (each on its own copy of
+    the weights or inputs, so that together they can exceed the L2 cache)."""
+    import torch
+
+    graph, _ = captured(lambda: [fn(i) for i in range(copies)])
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / copies)
+    return statistics.median(times)
+
+
 def replays_us(graph, replays: int) -> float:
     """Mean µs a replay of `graph` over `replays` replays back to back between two CUDA events, after one replay
     waited for: the GPU's steady state, no gap between replays (where `time_us` takes the median of single calls)."""

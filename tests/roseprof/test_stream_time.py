@@ -91,6 +91,19 @@ def test_real_pdl_capture_overlaps_and_its_busy_time_is_the_union():
         assert own[on].sum() == union_ns(ops.start[on], ops.end[on])
 
 
+def replayed_kernels_by_step(trace, steps):
+    """Independently of the analysis: (by_part [S], the steps' graph: columns summed; mine(s) -> [K] the replayed
+    kernels whose launch lies inside step s)."""
+    by_part = np.sum([np.asarray(steps[c], dtype=np.int64) for c in steps if c.startswith("graph:")], axis=0)
+    ops = trace.ops
+    start = np.asarray(steps["start_ns"], dtype=np.int64)
+    end = start + np.asarray(steps["dur_ns"], dtype=np.int64)
+    k = np.flatnonzero((ops.kind == KERNEL) & (ops.api_start >= 0) & (ops.graph_node >= 0))
+    step = np.searchsorted(start, ops.api_start[k], side="right") - 1
+    inside = (step >= 0) & (ops.api_start[k] <= end[np.maximum(step, 0)])
+    return by_part, lambda s: k[inside & (step == s)]
+
+
 def test_real_pdl_capture_step_regions_add_up_to_busy_time_not_durations():
     trace = read_nsys_sqlite(str(SQLITE))
     summary, tables = analyse(trace, read_steplog(str(STEPLOG)))
@@ -99,19 +112,14 @@ def test_real_pdl_capture_step_regions_add_up_to_busy_time_not_durations():
     assert {"graph:roseinfer.layer.attention", "graph:roseinfer.layer.mlp", "graph:roseinfer.lm_head"} <= set(
         cols
     )
-    by_part = np.sum([np.asarray(steps[c], dtype=np.int64) for c in cols], axis=0)  # [S]
     # each step's kernels, independently: launched inside the step, their union on the stream
+    by_part, kernels_of = replayed_kernels_by_step(trace, steps)
     ops = trace.ops
-    start = np.asarray(steps["start_ns"], dtype=np.int64)
-    end = start + np.asarray(steps["dur_ns"], dtype=np.int64)
-    k = np.flatnonzero((ops.kind == KERNEL) & (ops.api_start >= 0) & (ops.graph_node >= 0))
-    step = np.searchsorted(start, ops.api_start[k], side="right") - 1
-    inside = (step >= 0) & (ops.api_start[k] <= end[np.maximum(step, 0)])
     launched = np.flatnonzero(by_part > 0)
     assert len(launched) > 40
     durations = 0
     for s in launched:
-        mine = k[inside & (step == s)]
+        mine = kernels_of(s)
         assert by_part[s] == union_ns(ops.start[mine], ops.end[mine]), s
         durations += int((ops.end[mine] - ops.start[mine]).sum())
     assert by_part[launched].sum() < 0.8 * durations  # the durations would have counted the waits
@@ -208,19 +216,13 @@ def test_real_capture_of_two_graph_branches_counts_each_stream_and_says_the_gpu_
     trace = read_nsys_sqlite(f"{HALVES}.sqlite")
     summary, tables = analyse(trace, read_steplog(f"{HALVES}.steplog.jsonl"))
     steps = tables["steps"]
-    cols = [c for c in steps if c.startswith("graph:")]
-    by_part = np.sum([np.asarray(steps[c], dtype=np.int64) for c in cols], axis=0)  # [S]
+    by_part, kernels_of = replayed_kernels_by_step(trace, steps)
     ops = trace.ops
-    start = np.asarray(steps["start_ns"], dtype=np.int64)
-    end = start + np.asarray(steps["dur_ns"], dtype=np.int64)
-    k = np.flatnonzero((ops.kind == KERNEL) & (ops.api_start >= 0) & (ops.graph_node >= 0))
-    step = np.searchsorted(start, ops.api_start[k], side="right") - 1
-    inside = (step >= 0) & (ops.api_start[k] <= end[np.maximum(step, 0)])
     launched = np.flatnonzero(by_part > 0)
     assert len(launched) >= 8
     busy = []
     for s in launched:
-        mine = k[inside & (step == s)]
+        mine = kernels_of(s)
         streams = np.unique(ops.stream[mine])
         assert len(streams) == 2, s  # the replay's stream and the second branch's
         per_stream = [
