@@ -9,11 +9,13 @@ With the cache off (the earlier design) every row is rebuilt from the Python lis
 
 Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every layer at the pad block.
 
-Where more than FRESH_ROWS sequences of a batch have no cached row yet (a new batch: each sequence's first decode
-step), the block lists are written in one numpy pass instead (the cached rows untouched; they are made when next
-stacked). A fresh cached row costs ~6 us a sequence: the first step of a batch of 512 new sequences took 3.4 ms on
-the CPU machine (scripts/bench_block_tables.py) and 2.5 ms on the H200's host, where one pass takes about what
-stacking cached rows does (0.3 ms at 512 rows; docs/BENCHMARKS.md, session 49).
+The static decode path (`roseinfer.decode_slots`) builds only when its batch changes; where more than FRESH_ROWS
+sequences of it are new (a new batch: each sequence's first decode step), the block lists are written in one numpy
+pass and the rows are made at its next build, the batch's next change (as they would have been now). A fresh cached
+row costs ~6 us a sequence (`torch.zeros`, a numpy view): the first step of a batch of 512 new sequences spent 1.8 to
+3.5 ms on them on the CPU machine (scripts/bench_block_tables.py) and 2.5 ms on the H200's host, before its graph's
+launch; one pass takes 0.2 to 0.6 ms there (docs/BENCHMARKS.md, session 49). An offline batch that runs to its end
+together never pays the rows. The eager path makes them at once: it builds every step.
 """
 
 from __future__ import annotations
@@ -74,10 +76,22 @@ class BlockTables:
             seq.table_row_blocks = n
         return seq.table_row
 
-    def build(self, seqs: list[Sequence], pad_to: int | None = None) -> int:
-        """Fill the host buffer for this batch (plus padding rows up to `pad_to`); returns the width M in use."""
-        if self.cache and sum(1 for seq in seqs if seq.table_row_blocks < 0) > FRESH_ROWS:
-            return self._build_from_lists(seqs, pad_to)
+    def build(self, seqs: list[Sequence], pad_to: int | None = None, one_pass_if_fresh: bool = False) -> int:
+        """Fill the host buffer for this batch (plus padding rows up to `pad_to`); returns the width M in use.
+        one_pass_if_fresh: where more than FRESH_ROWS sequences are new (no cached row, never built), write the
+        block lists in one numpy pass and make their rows at the next build instead (the static decode path, whose
+        next build is its batch's next change; the eager path builds every step and makes the rows at once)."""
+        if (
+            one_pass_if_fresh
+            and self.cache
+            and len(seqs) > FRESH_ROWS
+            and sum(1 for seq in seqs if seq.table_row_blocks == -1) > FRESH_ROWS
+        ):
+            width = self._build_from_lists(seqs, pad_to)
+            for seq in seqs:  # written once without a row: the next build makes their rows (-2: not new)
+                if seq.table_row_blocks == -1:
+                    seq.table_row_blocks = -2
+            return width
         return self._build_from_rows(seqs, pad_to)
 
     def _build_from_rows(self, seqs: list[Sequence], pad_to: int | None) -> int:
@@ -99,11 +113,13 @@ class BlockTables:
         starts = np.cumsum(counts) - counts  # [B] each list's first position in ids
         rows = np.repeat(np.arange(n), counts)  # [total] each block's row
         cols = np.arange(total) - np.repeat(starts, counts)  # [total] its index in its list
-        host = self.host_np
-        host[:n] = 0  # as a fresh cached row: zeros past a sequence's blocks
-        host[rows, :, cols] = ids[:, None]  # [total, L]
+        line = np.zeros(
+            (n, self.max_blocks), dtype=np.int64
+        )  # [B, M] zeros past a sequence's blocks, as a row's
+        line[rows, cols] = ids
+        self.host_np[:n] = line[:, None, :]  # every layer's line alike
         if pad_to is not None and pad_to > n:
-            host[n:pad_to] = self.pad_row.numpy()
+            self.host_np[n:pad_to] = self.pad_row.numpy()
         return int(counts.max())
 
     def put_blocks(self, rows: np.ndarray, cols: np.ndarray, blocks: np.ndarray) -> None:

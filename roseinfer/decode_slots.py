@@ -141,13 +141,13 @@ class DecodeSlots:
         mgr = self.mgr
         self.host_buffers_free()
         mgr.append_blocks(new)
-        self.tables.build(seqs, pad_to=rows)
+        self.tables.build(seqs, pad_to=rows, one_pass_if_fresh=True)
         slots = self._slot_blocks(seqs, past)
         copied = mgr.copy_shared_slots(seqs, slots)  # shared, partly filled blocks
         if copied:
             for row in copied:
                 seqs[row].forget_table_row()
-            self.tables.build(seqs, pad_to=rows)
+            self.tables.build(seqs, pad_to=rows, one_pass_if_fresh=True)
             slots = self._slot_blocks(seqs, past)
         self.batch, self.rows, self.slots = list(seqs), rows, slots
         return len(copied)

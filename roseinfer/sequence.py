@@ -46,7 +46,8 @@ class Sequence:
     # KV state: its block ids (one pool for every layer) and how many tokens are in the cache.
     block_ids: list[int] = field(default_factory=list)
     num_cached: int = 0
-    # Cached block-table row [L, M] (one line per layer, all alike) and the block count it was built from (-1: rebuild).
+    # Cached block-table row [L, M] (one line per layer, all alike) and the block count it was built from (-1: none,
+    # make it; -2: none yet, the lists were written once without it: `roseinfer.block_tables`).
     table_row: torch.Tensor | None = None
     table_row_np: np.ndarray | None = None  # numpy view of table_row
     table_row_blocks: int = -1

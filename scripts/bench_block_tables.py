@@ -1,11 +1,12 @@
-"""What building the host block tables costs (`roseinfer.block_tables.BlockTables.build`), both ways, on the CPU.
+"""What building the host block tables costs (`roseinfer.block_tables.BlockTables.build`) on the CPU.
 
-    PYTHONPATH=. python scripts/bench_block_tables.py [--batches 16,32,64,128,256,512 --blocks 2 --repeats 60]
+    PYTHONPATH=. python scripts/bench_block_tables.py [--batches 16,64,128,256,512 --blocks 2,8,16 --repeats 40]
 
-For each batch of sequences holding --blocks blocks each (GPT-2's 12 layers, 16 blocks a row): microseconds of one
-build by stacking each sequence's cached row, when the rows are fresh (a new batch: every sequence's first step)
-and when they are cached (a later build), and by writing the block lists in one numpy pass (the engine's rule: one
-pass where more than `FRESH_ROWS` rows are fresh); medians over --repeats, the three interleaved.
+For each batch of new sequences holding --blocks blocks each (GPT-2's 12 layers, 16 blocks a row), microseconds of
+one build by stacking cached rows, when every row is made fresh (a new batch's first build before session 49, and
+the eager path's) and when the rows were made before (a later build); and by writing the block lists in one numpy
+pass (the static decode path's first build of a batch of more than `FRESH_ROWS` new sequences now; their rows are
+made at its next build). Medians over --repeats, interleaved.
 """
 
 import argparse
@@ -14,7 +15,7 @@ import time
 
 import torch
 
-from roseinfer.block_tables import FRESH_ROWS, BlockTables
+from roseinfer.block_tables import BlockTables
 from roseinfer.sequence import SamplingParams, Sequence
 
 
@@ -26,31 +27,29 @@ def us(build, seqs: list[Sequence], rows: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--batches", default="16,32,64,128,256,512")
-    p.add_argument("--blocks", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=60)
+    p.add_argument("--batches", default="16,64,128,256,512")
+    p.add_argument("--blocks", default="2,8,16")
+    p.add_argument("--repeats", type=int, default=40)
     a = p.parse_args()
-    print(
-        f"build of the host tables, us (one pass where more than {FRESH_ROWS} rows are fresh, in the engine)"
-    )
-    print("| batch | rows, fresh | rows, cached | one pass |")
+    print("| batch x blocks | cached rows, made fresh | cached rows, made before | one pass |")
     print("|---|---|---|---|")
     for n in (int(x) for x in a.batches.split(",")):
-        tables = BlockTables(12, n, 16, torch.device("cpu"))
-        seqs = []
-        for i in range(n):
-            seq = Sequence(i, [1], SamplingParams(max_new_tokens=8), 0)
-            seq.block_ids = list(range(1 + i * a.blocks, 1 + (i + 1) * a.blocks))
-            seqs.append(seq)
-        fresh, cached, lists = [], [], []
-        for _ in range(a.repeats):
-            for seq in seqs:
-                seq.forget_table_row()
-            fresh.append(us(tables._build_from_rows, seqs, n))
-            cached.append(us(tables._build_from_rows, seqs, n))
-            lists.append(us(tables._build_from_lists, seqs, n))
-        m = statistics.median
-        print(f"| {n} | {m(fresh):.1f} | {m(cached):.1f} | {m(lists):.1f} |", flush=True)
+        for blocks in (int(x) for x in a.blocks.split(",")):
+            tables = BlockTables(12, n, 16, torch.device("cpu"))
+            seqs = []
+            for i in range(n):
+                seq = Sequence(i, [1], SamplingParams(max_new_tokens=8), 0)
+                seq.block_ids = list(range(1 + i * blocks, 1 + (i + 1) * blocks))
+                seqs.append(seq)
+            fresh, cached, lists = [], [], []
+            for _ in range(a.repeats):
+                for seq in seqs:
+                    seq.forget_table_row()
+                fresh.append(us(tables._build_from_rows, seqs, n))
+                cached.append(us(tables._build_from_rows, seqs, n))
+                lists.append(us(tables._build_from_lists, seqs, n))
+            m = statistics.median
+            print(f"| {n} x {blocks} | {m(fresh):.1f} | {m(cached):.1f} | {m(lists):.1f} |", flush=True)
 
 
 if __name__ == "__main__":
