@@ -306,11 +306,15 @@ def concurrency_note(steady: dict) -> str | None:
     if not own or not busy or own <= busy * 1.01:
         return None
     gpus = steady.get("gpus") or 1
-    who = "the GPU was" if gpus == 1 else f"the {gpus} GPUs were (summed)"
+    busy_said = (
+        f"the GPU was busy {duration(busy)}"
+        if gpus == 1
+        else f"the {gpus} GPUs were busy {duration(busy)} (summed)"
+    )
     return (
         f"GPU: kernels of two or more streams ran at once (parallel graph branches or the program's own streams); "
         f"the GPU columns add each stream's time ({duration(own)} a {steady.get('unit', 'step')} in the whole-step "
-        f"row), while {who} busy {duration(busy)}"
+        f"row), while {busy_said}"
     )
 
 

@@ -303,3 +303,16 @@ def test_busy_time_is_each_gpus_union_summed_and_at_most_the_own_times(rows, ste
     # it may be: a kernel's own time is cut by an earlier kernel of its stream in another group)
     everything = busy_by_group(np.zeros(len(k), dtype=np.int64), ops.device[k], ops.start[k], ops.end[k], 1)
     assert everything[0] <= own[k].sum()
+
+
+def test_the_concurrency_note_names_several_gpus_and_stays_quiet_within_one_percent():
+    from roseprof.render.text import concurrency_note
+
+    def steady(own, busy, gpus):
+        return {"unit": "decode step", "gpus": gpus, "step": {"gpu_mean_ns": own, "gpu_busy_mean_ns": busy}}
+
+    assert concurrency_note(steady(1_010_000, 1_000_000, 1)) is None  # within 1%: nothing to say
+    one = concurrency_note(steady(780_100, 544_100, 1))
+    assert "780.1 µs a decode step in the whole-step row), while the GPU was busy 544.1 µs" in one
+    two = concurrency_note(steady(1_600_000, 1_100_000, 2))
+    assert "while the 2 GPUs were busy 1.10 ms (summed)" in two
