@@ -11,7 +11,7 @@ Padding rows (CUDA-graph batch buckets, see `roseinfer.cuda_graphs`) point every
 
 The static decode path (`roseinfer.decode_slots`) builds only when its batch changes; where more than FRESH_ROWS
 sequences of it are new (a new batch: each sequence's first decode step), the block lists are written in one numpy
-pass and the rows are made at its next build, the batch's next change (as they would have been now). A fresh cached
+pass and their rows are made at its next build, the batch's next change, instead of now. A fresh cached
 row costs ~6 us a sequence (`torch.zeros`, a numpy view): the first step of a batch of 512 new sequences spent 1.8 to
 3.5 ms on them on the CPU machine (scripts/bench_block_tables.py) and 2.5 ms on the H200's host, before its graph's
 launch; one pass takes 0.2 to 0.6 ms there (docs/BENCHMARKS.md, session 49). An offline batch that runs to its end
@@ -113,9 +113,8 @@ class BlockTables:
         starts = np.cumsum(counts) - counts  # [B] each list's first position in ids
         rows = np.repeat(np.arange(n), counts)  # [total] each block's row
         cols = np.arange(total) - np.repeat(starts, counts)  # [total] its index in its list
-        line = np.zeros(
-            (n, self.max_blocks), dtype=np.int64
-        )  # [B, M] zeros past a sequence's blocks, as a row's
+        # [B, M] one line a sequence, zeros past its blocks (as a cached row's)
+        line = np.zeros((n, self.max_blocks), dtype=np.int64)
         line[rows, cols] = ids
         self.host_np[:n] = line[:, None, :]  # every layer's line alike
         if pad_to is not None and pad_to > n:

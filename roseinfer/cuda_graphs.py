@@ -26,8 +26,8 @@ the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), 
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about. In buckets of 208 to 256 rows (models up to 768 wide) the step
 runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
-overlap: how a profiler's per-stream reading of a replay (roseprof's own time a kernel) takes them was not yet
-checked on a capture (docs/BENCHMARKS.md, session 48).
+overlap: nsys gives each branch's replayed kernels a stream id of its own, so roseprof counts each stream's time per
+region and says the step's GPU busy time beside it (docs/BENCHMARKS.md, session 49).
 
 Regions at capture time: a replay is one launch, so the regions around it (`roseinfer.model.forward` in the
 runner) cannot say where its GPU time goes. Each bucket is captured inside `roseinfer.model.forward`, with the

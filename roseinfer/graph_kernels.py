@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from roseinfer.cuda_ext import cutlass_gemm
+from roseinfer.kernels.argmax import ARGMAX_WARPS
 
 # Models at most this wide (GPT-2 small) take PDL in the buckets above PDL_NARROW_ABOVE rows up to
 # `GraphKernels.pdl_narrow_max_batch` (measured at 48 and 64). Up to 32 rows the GEMV's and the skinny GEMM's rules
@@ -79,8 +80,8 @@ class GraphKernels:
     pdl_early_release: bool = True
     # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
     argmax_advances: bool = True
-    # The argmax's first kernel's warps a program of 4,096 logits (`argmax_triton`): 4; 8 before session 49
-    argmax_warps: int = 4
+    # The argmax's first kernel's warps a program of 4,096 logits (`argmax.ARGMAX_WARPS`: 4; 8 before session 49)
+    argmax_warps: int = ARGMAX_WARPS
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several
     # programs, merged in the same launch (`roseinfer.kernels.split_attention`). False: one program per head, as before.
     split_attention: bool = True

@@ -74,19 +74,23 @@ def _get_kernels():
     return (argmax_chunks_kernel, argmax_rows_kernel)
 
 
+# The first kernel's warps a program of 4,096 logits: 4 rather than 8, on an H200 at 512 rows 20.3 against 24.2 us, at
+# 224 rows 10.4 against 11.7, equal at 1 and 64 (docs/BENCHMARKS.md, session 49); the engine's `GraphKernels.argmax_warps`
+ARGMAX_WARPS = 4
+
+
 def argmax_triton(
     logits: torch.Tensor,
     chunk: int = 4096,
     advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     pdl: bool = False,
-    num_warps: int = 4,
+    num_warps: int = ARGMAX_WARPS,
 ) -> torch.Tensor:
     """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
     values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
     `ids.copy_(tokens); past.add_(live)` would. pdl: both kernels as programmatic dependent launches (where
-    supported; `roseinfer.kernels.pdl`). chunk, num_warps: the first kernel's logits a program and its warps (4
-    rather than 8: on an H200 at 512 rows 20.3 against 24.2 us, 224 rows 10.4 against 11.7, equal at 1 and 64;
-    docs/BENCHMARKS.md, session 49)."""
+    supported; `roseinfer.kernels.pdl`). chunk, num_warps: the first kernel's logits a program and its warps
+    (ARGMAX_WARPS)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_supported
