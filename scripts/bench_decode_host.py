@@ -9,6 +9,10 @@ With CUDA graphs the GPU idles while the host prepares the next step (nsys showe
 on workload (a)); this says which part of that is which. The slot reservation (`runner.reserve_decode_slots`,
 where rollover blocks are allocated) is also given apart for the steps in which the batch starts blocks, the steps
 whose host tables changed otherwise (blocks reserved ahead) and the rest. On CPU the static path runs without capture (equal one-token prompts: the batch in lock-step).
+
+On CUDA a second run puts a CUDA event pair around each replay (`DecodeGraphs.run`): the replay's own GPU time and
+the GPU time from one replay's end to the next one's start (what the GPU spends outside the graph: the host's
+copies and kernels between steps, and idle waiting for the host), step by step, the first decode step apart.
 """
 
 import argparse
@@ -72,6 +76,7 @@ def main() -> None:
             v = np.asarray(values) / 1e3
             print(f"| {kind} | {len(v)} | {np.median(v):.1f} | {np.percentile(v, 99):.1f} | {v.max():.1f} |")
     if cuda:
+        replay_events(llm, engine, prompts, a.new_tokens)
         bucket = engine.graphs.bucket_for(a.batch)
         engine.runner.freeze_static_inputs(bucket)  # replays below must not advance the past lengths
         launch, gpu = [], []
@@ -89,6 +94,52 @@ def main() -> None:
             f"graph replay of bucket {bucket}: launch {np.median(launch) / 1e3:.1f} us on the host, "
             f"{np.median(gpu):.1f} us on the GPU (p50 of 200)"
         )
+
+
+def replay_events(llm, engine, prompts, new_tokens: int) -> None:
+    """One more run with a CUDA event pair around each replay; prints the replays' GPU time and the GPU time between
+    one replay's end and the next one's start, the first decode step's apart from the rest."""
+    graphs = engine.graphs
+    run = graphs.run
+    pairs: list[tuple[torch.cuda.Event, torch.cuda.Event, int]] = []
+
+    def timed_run(batch):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = run(batch)
+        end.record()
+        pairs.append((start, end, time.perf_counter_ns()))
+        return out
+
+    graphs.run = timed_run
+    try:
+        t0 = time.perf_counter_ns()
+        llm.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+        wall = time.perf_counter_ns() - t0
+    finally:
+        del graphs.run  # the instance attribute goes; the method is back
+    torch.cuda.synchronize()
+    replay = np.array([s.elapsed_time(e) * 1e3 for s, e, _ in pairs])  # us
+    between = np.array([pairs[i][1].elapsed_time(pairs[i + 1][0]) * 1e3 for i in range(len(pairs) - 1)])
+    period = np.diff([host for _, _, host in pairs]) / 1e3
+    print(f"\nreplays with CUDA events ({len(pairs)} decode steps, wall {wall / 1e6:.1f} ms for the run):")
+    print("| us | first step | p50 | mean | p99 | max |")
+    print("|---|---|---|---|---|---|")
+    rows = (
+        ("replay, GPU", replay[0], replay[1:]),
+        ("end of a replay to the next one's start, GPU", between[0], between[1:]),
+        ("host period between runs", period[0], period[1:]),
+    )
+    for name, first, rest in rows:
+        print(
+            f"| {name} | {first:.1f} | {np.median(rest):.1f} | {rest.mean():.1f} | "
+            f"{np.percentile(rest, 99):.1f} | {rest.max():.1f} |"
+        )
+    print(
+        f"a step's mean GPU time outside its replay: {between.mean():.1f} us "
+        f"({between.sum() / 1e3:.2f} ms over the run, the first gap {between[0]:.1f}); the host from the run's "
+        f"start to the first replay's launch (the prefill, the first step's setup): {(pairs[0][2] - t0) / 1e3:.1f} us"
+    )
 
 
 if __name__ == "__main__":
