@@ -33,7 +33,7 @@ source scripts/gpu/variants.sh
 list() {
   local name
   for name in "${NAMES[@]}"; do
-    fold -s -w 100 <<< "${HELP[$name]}" | sed "1s/^/$(printf '%-16s' "$name")/; 2,\$s/^/                /"
+    fold -s -w 100 <<< "${HELP[$name]}" | sed "1s/^/$(printf '%-20s' "$name")/; 2,\$s/^/                    /"
   done
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.gpu_time import busy_by_group
 from roseprof.analysis.ranges import build_tree
 from roseprof.analysis.run_data import SHARED_FIELDS, RunData, Shared
 from roseprof.analysis.stats import dense_ids, groups, stable_order
@@ -19,7 +20,7 @@ from roseprof.model import KERNEL, Trace, spelled_range_names, spelled_region
 # import stores (run/sample_tables.py): a diff reads stored samples only of this version and builds them from the
 # trace otherwise. Raise it whenever a builder's output changes, or diffs of runs imported before would compare
 # samples that the code no longer makes.
-SAMPLES_VERSION = 2  # 2: the steps' waits for a core (step_wait)
+SAMPLES_VERSION = 3  # 2: the steps' waits for a core (step_wait); 3: the steps' GPU busy time (step_gpu_busy)
 
 
 def prepare(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace, sections) -> RunData:
@@ -172,6 +173,7 @@ def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
     kernel_own: dict[str, np.ndarray] = {}
     kernel_steps: dict[str, tuple[np.ndarray, float]] = {}
     kernel_launches: dict[str, np.ndarray] = {}
+    step_gpu_busy = None
     rows = _step_rows(steps)
     o = trace.ops
     if len(o):
@@ -198,6 +200,12 @@ def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
             n_steps = len(starts)
             cell = kernel_of[inside] * n_steps + owner[inside]
             per_step = np.bincount(cell, weights=own[inside], minlength=len(ids) * n_steps)
+            # The GPU's busy time a step, which own times on each stream overstate where two streams ran at once
+            # (a graph's parallel branches: each kernel keeps its own stream's time)
+            if inside.any():
+                on = np.flatnonzero(kernel)[inside]
+                busy = busy_by_group(owner[inside], o.device[on], o.start[on], o.end[on], n_steps)
+                step_gpu_busy = busy.astype(np.float64)
             launches = np.bincount(cell, minlength=len(ids) * n_steps)
             # outside the steps: each kernel's launches are a slice of the launches sorted by name
             out_sorted = own[order][~inside[order]]
@@ -212,6 +220,7 @@ def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
         kernel_own=kernel_own,
         kernel_steps=kernel_steps,
         kernel_launches=kernel_launches,
+        step_gpu_busy=step_gpu_busy,
     )
 
 

@@ -279,7 +279,7 @@ def samples_note(v: dict) -> str:
     # A group's counts are its runs' together: per side, not per run.
     backing = f"Samples per {'side' if groups else 'run'}: {'; '.join(seen)}. " if seen else ""
     work = (
-        " GPU work: every kernel's own time in a step, summed."
+        " GPU work: the time a step's kernels kept the GPU busy (kernels of two streams at once count once)."
         if any(r["metric"].startswith("gpu.kernel_") for r in v["headline"])
         else ""
     )

@@ -86,13 +86,19 @@ stage fixture-halves "the fast path at batch 224 (12 tokens), whose captured ste
 on two streams (two branches of the graph), as the fixture of kernels of two streams running at once \
 (tests/roseprof/test_stream_time.py), with its nsys stats oracle; nsys run as roseprof nsys runs it (its flags, the \
 engine's NVTX ranges and step log on), so that no wheel need travel"
-stage_fixture_halves() {
-  local base=h200-nsys2025.3-roseinfer-halves
+stage_fixture_halves() { capture_batch_224 h200-nsys2025.3-roseinfer-halves; }
+
+stage fixture-one-stream "fixture-halves's run with --no-cutlass-gemm: the same batch's step on one stream (cuBLAS), \
+the before side of tests/roseprof/test_diff_streams.py's diff (its sqlite xz-compressed there)"
+stage_fixture_one_stream() { capture_batch_224 h200-nsys2025.3-roseinfer-one-stream --no-cutlass-gemm; }
+
+capture_batch_224() {  # capture_batch_224 BASE [ENGINE FLAG...]
+  local base=$1; shift
   ROSEINFER_NVTX=1 ROSEINFER_STEP_LOG="$S/$base.steplog.jsonl" timeout 200 nsys profile --trace=cuda,nvtx \
     --sample=none --cpuctxsw=none --cuda-graph-trace=node --export=sqlite --force-overwrite=true -o "$S/$base" \
     python3 -m roseinfer.benchmark_streaming --device cuda --hf-model-id gpt2 --paged-attn --cuda-graph \
     --no-stop-on-eos --prompt x --num-requests 224 --max-batch-size 224 --prefill-max-batch-size 224 \
-    --max-new-tokens 12 --warmup-runs 0 --repeat-runs 1 > "$S/capture.log" 2>&1
+    --max-new-tokens 12 --warmup-runs 0 --repeat-runs 1 "$@" > "$S/capture.log" 2>&1
   echo "capture rc=$?"; tail -5 "$S/capture.log"
   rm -f "$S/$base.nsys-rep"
   nsys stats -q --force-export=false -r cuda_gpu_kern_sum --format csv -o "$S/$base.stats" "$S/$base.sqlite" \

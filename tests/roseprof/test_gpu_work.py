@@ -15,15 +15,25 @@ from roseprof.analysis.verdict import verdict
 RANKS = {"gpu_time": {"ranks": [{"rank": 0}]}}
 
 
-def _run(kernels: dict[str, float], steps: int = 200, seed: int = 0, summary=RANKS) -> RunData:
-    """A GPU run whose steps launch each kernel once, its time per step about `kernels[name]` ns (1% noise)."""
+def _run(
+    kernels: dict[str, float], steps: int = 200, seed: int = 0, summary=RANKS, overlap: float = 0.0
+) -> RunData:
+    """A GPU run whose steps launch each kernel once, its time per step about `kernels[name]` ns (1% noise), one
+    after another on one stream, or with `overlap` of their summed time running beside one another (two streams)."""
     rng = np.random.default_rng(seed)
     own = {k: (ns * (1 + 0.01 * rng.standard_normal(steps)), 0.0) for k, ns in kernels.items()}
     dur = np.full(steps, 490_000.0) * (
         1 + 0.02 * rng.standard_normal(steps)
     )  # host-bound: the step hides them
+    busy = np.sum([v[0] for v in own.values()], axis=0) * (
+        1 - overlap
+    )  # [S] the union of each step's kernels
     return RunData(
-        dict(summary), step_dur=dur, kernel_steps=own, kernel_durations={k: v[0] for k, v in own.items()}
+        dict(summary),
+        step_dur=dur,
+        kernel_steps=own,
+        kernel_durations={k: v[0] for k, v in own.items()},
+        step_gpu_busy=busy,
     )
 
 
@@ -64,6 +74,19 @@ def test_one_run_a_side_names_a_change_past_the_group_floor():
     assert (row["word"], row["floor_pct"]) == ("slower", 10.0) and 11 < row["delta_pct"] < 13
     same = _verdict([_run(kernels, seed=1)], [_run(kernels, seed=2)], one_run=True)
     assert same["decision"]["rows"] == []
+
+
+def test_kernels_of_two_streams_side_by_side_count_the_gpus_busy_time():
+    # a step whose two halves run on two streams (a graph's parallel branches): each kernel keeps its own stream's
+    # time, 30% more in all than the GPU was busy; the figure is the busy time, which did not move
+    kernels = {"attention": 68_000.0, "gemm": 60_000.0}
+    halves = {"attention": 88_400.0, "gemm": 78_000.0}  # each half's kernels, 30% more summed...
+    v = _verdict(
+        [_run(kernels, seed=s) for s in (1, 2, 3)], [_run(halves, seed=s, overlap=0.23) for s in (4, 5, 6)]
+    )
+    (row,) = v["headline"]
+    assert row["word"] == "no clear change" and abs(row["delta_pct"]) < 1  # ...for the same busy time
+    assert v["decision"]["rows"] == []
 
 
 def test_same_kernels_are_quiet():

@@ -108,8 +108,11 @@ def diff_kernels(sides: Sides) -> list[dict]:
     return metrics + gpu_kernel_time(sides)
 
 
-# The GPU's kernel time per decode step, every kernel's own time on its stream summed in each step: a figure of the
-# whole run, judged like the step time. A profiled batch-1 GPU step is host-bound (the step log and the stamps
+# The GPU's kernel time per decode step, the time the step's kernels kept the GPU busy (their union: on one stream
+# every kernel's own time on it summed; where two streams ran at once, a graph's parallel branches, once): a figure
+# of the whole run, judged like the step time. The own times summed over streams would call a step whose halves
+# ran side by side slower by each half's time (+57.5% where the busy time moved +12%: the H200 fixtures of a batch of
+# 224 on one stream and as two halves, tests/roseprof/test_diff_streams.py). A profiled batch-1 GPU step is host-bound (the step log and the stamps
 # cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of kernels, docs/BENCHMARKS.md session
 # 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
 # same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not lengthen a
@@ -127,9 +130,10 @@ def gpu_kernel_time(sides: Sides) -> list[dict]:
         return []
     if any(len(((r.summary or {}).get("gpu_time") or {}).get("ranks") or []) != 1 for r in runs):
         return []
-    # [S] ns of every kernel launched in each step, per run
-    per_step = [np.sum([own for own, _ in r.kernel_steps.values()], axis=0) for r in runs]
-    if not all(v.any() for v in per_step):
+    per_step = [
+        r.step_gpu_busy for r in runs
+    ]  # [S] ns the kernels launched in each step kept the GPU busy, per run
+    if not all(v is not None and v.any() for v in per_step):
         return []
     n = len(sides.before)
     a, b = Sample(per_step[:n]), Sample(per_step[n:])
