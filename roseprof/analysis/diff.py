@@ -209,8 +209,8 @@ def kernel_changes(a: RunData | list[RunData], b: RunData | list[RunData]) -> di
     new = {k: sum(time(r, k) for r in gb) / nb for k in in_b - in_a}
     gone = {k: sum(time(r, k) for r in ga) / na for k in in_a - in_b}
     return {
-        "new": sorted(new.items(), key=lambda kv: -kv[1]),
-        "vanished": sorted(gone.items(), key=lambda kv: -kv[1]),
+        "new": sorted(new.items(), key=lambda kv: (-kv[1], kv[0])),  # ties by name: the same order every run
+        "vanished": sorted(gone.items(), key=lambda kv: (-kv[1], kv[0])),
     }
 
 

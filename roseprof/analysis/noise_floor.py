@@ -96,7 +96,8 @@ CPU_FLOORS = {
 # GPU: the CPU values, checked on the H100 (`bash scripts/gpu_check.sh gate`, 2026-11-24: the fast-path demo, two
 # same-code groups of 3 runs: no family moved beyond 0 at all, so no GPU floor needs to be higher; one pair of
 # groups is too few to lower them, so they stay: a GPU diff may call fewer changes than it could, never more).
-# Every kernel's time in a step summed (sections/kernels.GPU_KERNEL_P50), a GPU family only (a CPU run has no
+# The time a step's kernels kept the GPU busy (sections/kernels.GPU_KERNEL_P50; on the one-stream runs below, every
+# kernel's own time in the step summed), a GPU family only (a CPU run has no
 # kernels, so the CPU floors do not list it): what a change must be to matter, as the step time; the same-code groups
 # above moved no kernel beyond 0. One run a side: 10%, the group floor: 30 pairs of single same-code captures of
 # batch 1 on an H200 (two calls of `SAME=1 bash scripts/gpu_check.sh ab`, 2026-11-29) reached 0.0% beyond 0 (its

@@ -40,8 +40,9 @@ class RunData:
     ttft: np.ndarray | None = None  # [R] ms per request (runs stored before itl.json had ttft_ms: None)
     # region inside the decode step -> ([S] its own ns (less its children) in each step, own ns outside the steps)
     step_self: dict[str, tuple[np.ndarray, float]] = field(default_factory=dict)
-    # [S] ns each decode step kept the GPU busy: the union of the kernels it launched on each GPU, summed over GPUs
-    # (two streams' kernels at once count once); None where no step launched a kernel
+    # [S] ns each decode step kept the GPU busy: the union of the kernels launched in its window on each GPU, summed
+    # over GPUs (two streams' kernels at once count once; in a multi-rank run every process's kernels by the first
+    # rank's step windows, as kernel_steps); None where no step launched a kernel
     step_gpu_busy: np.ndarray | None = None
     # kernel -> [S] its launches in each step: a kernel whose time per step moved because it runs more or fewer
     # times a step (the same kernel given other work) is not faster or slower

@@ -166,8 +166,8 @@ def region_samples(summary: dict, steps: dict | None, itl_rows: list | None, tra
 
 
 def kernel_samples(summary: dict, steps: dict | None, itl_rows: list | None, trace: Trace) -> Shared:
-    """The kernels section's: every kernel's durations and own time on its stream, and per decode step its own
-    time and launches."""
+    """The kernels section's: every kernel's durations and own time on its stream, per decode step its own time and
+    launches, and each step's GPU busy time (the union of the kernels launched in it, per GPU, summed)."""
     names = trace.names
     kernel_durations: dict[str, np.ndarray] = {}
     kernel_own: dict[str, np.ndarray] = {}

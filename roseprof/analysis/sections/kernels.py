@@ -112,9 +112,9 @@ def diff_kernels(sides: Sides) -> list[dict]:
 # every kernel's own time on it summed; where two streams ran at once, a graph's parallel branches, once): a figure
 # of the whole run, judged like the step time. The own times summed over streams would call a step whose halves
 # ran side by side slower by each half's time (+57.5% where the busy time moved +12%: the H200 fixtures of a batch of
-# 224 on one stream and as two halves, tests/roseprof/test_diff_streams.py). A profiled batch-1 GPU step is host-bound (the step log and the stamps
-# cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of kernels, docs/BENCHMARKS.md session
-# 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
+# 224 on one stream and as two halves, tests/roseprof/test_diff_streams.py). A profiled batch-1 GPU step is
+# host-bound (the step log and the stamps cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of
+# kernels, docs/BENCHMARKS.md session 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
 # same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not lengthen a
 # kernel. One GPU a run only: several ranks' kernels include their collectives, whose time is also the wait for the
 # other ranks (43% of the summed kernel time of the TP=2 H200 fixture), which a slower host on one rank moves; the
@@ -130,9 +130,8 @@ def gpu_kernel_time(sides: Sides) -> list[dict]:
         return []
     if any(len(((r.summary or {}).get("gpu_time") or {}).get("ranks") or []) != 1 for r in runs):
         return []
-    per_step = [
-        r.step_gpu_busy for r in runs
-    ]  # [S] ns the kernels launched in each step kept the GPU busy, per run
+    # [S] ns the kernels launched in each step kept the GPU busy, per run
+    per_step = [r.step_gpu_busy for r in runs]
     if not all(v is not None and v.any() for v in per_step):
         return []
     n = len(sides.before)
