@@ -49,6 +49,11 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     return out
 
 
+# busy_by_group counts the device ids where they span fewer than DEVICE_SPAN values and are at most FEW_GPUS
+DEVICE_SPAN = 1 << 16
+FEW_GPUS = 64
+
+
 def busy_by_group(
     group: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
 ) -> np.ndarray:
@@ -57,11 +62,24 @@ def busy_by_group(
     out = np.zeros(n_groups, dtype=np.int64)
     if not len(device):
         return out
-    low = int(device.min())
-    for d in (np.flatnonzero(np.bincount(device - low)) + low).tolist():  # a handful of GPUs: one union each
-        on = device == d
-        out += union_by_group(group[on], start[on], end[on], n_groups)
-    return out
+    low, high = int(device.min()), int(device.max())
+    if high - low < DEVICE_SPAN:
+        present = np.flatnonzero(np.bincount(device - low)) + low  # by a count: the ids are few and close
+        if len(present) <= FEW_GPUS:  # a handful of GPUs: one union each
+            for d in present.tolist():
+                on = device == d
+                out += union_by_group(group[on], start[on], end[on], n_groups)
+            return out
+    # Device ids far apart or many (a hostile trace's: Kineto takes a kernel's device from its pid where it has no
+    # device): one union per (device, group) run of a sort, summed into the groups
+    order = np.lexsort((group, device))
+    d, g = device[order], group[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (d[1:] != d[:-1]) | (g[1:] != g[:-1])
+    run = np.empty(len(order), dtype=np.int64)
+    run[order] = np.cumsum(new) - 1  # [K] each kernel's (device, group) run
+    per_run = union_by_group(run, start, end, int(new.sum()))
+    return np.bincount(g[new], weights=per_run, minlength=n_groups).astype(np.int64)
 
 
 def step_time(

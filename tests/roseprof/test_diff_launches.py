@@ -26,7 +26,8 @@ def test_diff_words_a_kernel_launched_fewer_times_a_step_as_such(tmp_path):
     assert proc.returncode == 0, proc.stderr
     verdict = json.loads(proc.stdout)["verdict"]
     kernels = {r["label"]: r for r in verdict["kernels"]}
-    # the GPU's work per step (every kernel's own time summed), a decision figure: 403 -> 223 µs
+    # the GPU's work per step (its busy time: on one stream every kernel's own time summed), a decision figure:
+    # 403 -> 223 µs
     (work,) = (r for r in verdict["headline"] if r["metric"] == "gpu.kernel_p50_ns")
     assert work["word"] == "faster" and -50 < work["delta_pct"] < -40
     assert any(r["metric"] == "gpu.kernel_p50_ns" for r in verdict["decision"]["rows"])

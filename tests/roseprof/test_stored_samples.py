@@ -18,10 +18,15 @@ from tests.helpers import DATA, roseprof
 
 NSYS = DATA / "nsys"
 DECODE = NSYS / "h100-nsys2025.3-roseinfer-decode"
-# (name, files to import, step log): an engine capture with its step log, one of two ranks, a torch trace, a trace
+# (name, files to import, step log): engine captures with their step log, one of two ranks, a torch trace, a trace
 # without steps, an ncu report (whose own samples are its trace: not stored)
 FIXTURES = {
     "nsys-decode": (f"{DECODE}.sqlite", f"{DECODE}.steplog.jsonl"),
+    # a step on two streams at once (its GPU busy time less than its kernels' own times)
+    "nsys-halves": (
+        f"{NSYS}/h200-nsys2025.3-roseinfer-halves.sqlite",
+        f"{NSYS}/h200-nsys2025.3-roseinfer-halves.steplog.jsonl",
+    ),
     "nsys-tp2": (
         f"{NSYS}/cpu-nsys2022.4-roseinfer-tp2.sqlite",
         f"{NSYS}/cpu-nsys2022.4-roseinfer-tp2.steplog.jsonl",

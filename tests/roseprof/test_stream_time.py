@@ -305,6 +305,36 @@ def test_busy_time_is_each_gpus_union_summed_and_at_most_the_own_times(rows, ste
     assert everything[0] <= own[k].sum()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([-5, 0, 1, 7, 0xDEADBEEF, 2**62]),  # a hostile Kineto trace's pids as devices
+            st.integers(0, 2),  # group
+            st.integers(0, 10_000),  # start
+            st.integers(0, 3_000),  # duration
+        ),
+        max_size=40,
+    ),
+    st.integers(0, 70),
+)
+def test_busy_time_on_device_ids_far_apart_or_many(rows, extra_devices):
+    # ids that a count over their range would take gigabytes for (0xDEADBEEF), and more distinct GPUs than the
+    # counted path takes (extra_devices more, one kernel each): each device's union per group, summed
+    from roseprof.analysis.gpu_time import busy_by_group
+
+    rows = rows + [(100 + i, i % 3, 50 * i, 40) for i in range(extra_devices)]
+    device, group, start, duration = (np.array([r[j] for r in rows], dtype=np.int64) for j in range(4))
+    end = start + duration
+    busy = busy_by_group(group, device, start, end, 3)
+    for g in range(3):
+        mine = group == g
+        want = sum(
+            union_ns(start[mine & (device == d)], end[mine & (device == d)]) for d in set(device.tolist())
+        )
+        assert busy[g] == want
+
+
 def test_the_concurrency_note_names_several_gpus_and_stays_quiet_within_one_percent():
     from roseprof.render.text import concurrency_note
 
