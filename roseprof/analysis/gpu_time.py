@@ -54,6 +54,17 @@ DEVICE_SPAN = 1 << 16
 FEW_GPUS = 64
 
 
+def device_count(device: np.ndarray) -> int:
+    """How many distinct GPUs `device` names (by a count where the ids are few and close, else a sort)."""
+    if not len(device):
+        return 0
+    low, high = int(device.min()), int(device.max())
+    if high - low < DEVICE_SPAN:
+        return int(np.count_nonzero(np.bincount(device - low)))
+    ordered = np.sort(device)
+    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
+
+
 def busy_by_group(
     group: np.ndarray, device: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int
 ) -> np.ndarray:

@@ -88,6 +88,21 @@ def test_odd_gpu_and_metadata_values_are_kept_safely(tmp_path):
     assert '"totalMemory": null' in manifest and "H\\ufffd1" in manifest
 
 
+def test_kernels_on_device_ids_far_apart_are_read_with_their_steps(tmp_path):
+    # an engine capture with its step log whose kernels name devices 0xDEADBEEF and -5: the steps' GPU busy time and
+    # their GPUs were counted over the ids' range (a 27.8 GiB array)
+    graphs = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs"
+    path = damaged(
+        tmp_path,
+        f"{graphs}.sqlite",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 3735928559 WHERE rowid % 2 = 0",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = -5 WHERE rowid % 3 = 0",
+    )
+    code, out, err = import_(tmp_path, path, "--steplog", f"{graphs}.steplog.jsonl")
+    assert code == 0, err
+    assert "Traceback" not in err and "decode steps" in out
+
+
 def test_one_invalid_utf8_name_is_shown_with_replacement_characters(tmp_path):
     path = damaged(
         tmp_path,
