@@ -7,7 +7,7 @@ import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from tests.helpers import save_checkpoint
+from tests.helpers import UNPACKED_DIR, save_checkpoint
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every CLI a test runs prints to an 80-column terminal, as a user's: piped with no terminal roseprof would take 160
@@ -26,11 +26,14 @@ def pytest_configure(config):
     # folder of this process (each pytest-xdist worker its own), removed at the end
     config.hypothesis_home = tempfile.mkdtemp(prefix="tests-hypothesis-")
     set_hypothesis_home_dir(config.hypothesis_home)
+    # ... and the fixtures kept xz-compressed in tests/data, unpacked where a test asks (tests/helpers.packed)
+    config.unpacked_dir = os.environ[UNPACKED_DIR] = tempfile.mkdtemp(prefix="tests-unpacked-")
 
 
 def pytest_unconfigure(config):
     set_hypothesis_home_dir(None)
     shutil.rmtree(config.hypothesis_home, ignore_errors=True)
+    shutil.rmtree(config.unpacked_dir, ignore_errors=True)
 
 
 # roseprof's default output folders, which a test that forgets --traces-dir or --dashboards-dir would write into.

@@ -1,5 +1,6 @@
 """Running the CLI as a user would: a subprocess with real files."""
 
+import functools
 import os
 import re
 import shutil
@@ -214,6 +215,29 @@ def one_line_error(code, out, err, expected_code=2, naming=None):
     if naming is not None:
         assert str(naming) in lines[0], lines[0]
     return lines[0]
+
+
+# The folder where `packed` unpacks a fixture kept as `X.xz`, one per test process (tests/conftest.py makes it)
+UNPACKED_DIR = "TESTS_UNPACKED_DIR"
+
+
+def packed(path) -> str:
+    """A fixture file of tests/data as a test reads it: the file itself, or where only `PATH.xz` is kept (a large
+    export, compressed so that the tree fits what travels to the GPU machine), its copy unpacked once a process into
+    the test session's temporary folder."""
+    return str(path) if Path(path).exists() else _unpacked_once(str(path))
+
+
+@functools.cache
+def _unpacked_once(path: str) -> str:
+    import lzma
+
+    out = Path(os.environ[UNPACKED_DIR]) / Path(path).name
+    part = out.with_name(out.name + ".part")
+    with lzma.open(path + ".xz") as src, open(part, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    part.rename(out)
+    return str(out)
 
 
 def unpacked(xz_path, folder) -> str:

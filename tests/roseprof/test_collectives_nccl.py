@@ -20,7 +20,7 @@ from roseprof.export.chrome import ChromeExport
 from roseprof.render.terminal import TerminalRenderer
 from roseprof.run import tables
 from roseprof.run.store import RunStore
-from tests.helpers import DATA
+from tests.helpers import DATA, packed
 
 NSYS = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2"
 TORCH = DATA / "torch" / "h200x2-torch2.11-roseinfer-tp2"
@@ -44,7 +44,7 @@ def _logs(first) -> dict[int, list[dict]]:
 @pytest.fixture(scope="module")
 def nsys_run(tmp_path_factory):
     store = RunStore(tmp_path_factory.mktemp("nsys") / "traces")
-    return api.import_path(store, f"{NSYS}.sqlite", None, f"{NSYS}.steplog.jsonl")
+    return api.import_path(store, packed(f"{NSYS}.sqlite"), None, f"{NSYS}.steplog.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def torch_run(tmp_path_factory):
 
 def _sql_kernels() -> dict[int, tuple[int, int, int]]:
     """{pid: (kernels, their ns, NCCL kernels)} straight from nsys' export."""
-    db = sqlite3.connect(f"{NSYS}.sqlite")
+    db = sqlite3.connect(packed(f"{NSYS}.sqlite"))
     rows = db.execute(
         "SELECT (k.globalPid >> 24) & 16777215, count(*), sum(k.end - k.start), sum(s.value LIKE 'ncclDevKernel%') "
         "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName GROUP BY 1"
@@ -185,7 +185,7 @@ def test_diff_names_nccls_range_as_the_tables_do(nsys_run, tmp_path):
     its per-step figures come from the step rows (which name it so too)."""
     store = RunStore(tmp_path / "traces")
     for name in ("a", "b"):
-        api.import_path(store, f"{NSYS}.sqlite", name, f"{NSYS}.steplog.jsonl")
+        api.import_path(store, packed(f"{NSYS}.sqlite"), name, f"{NSYS}.steplog.jsonl")
     metrics = {m["name"]: m for m in api.diff_runs(store, ["a"], ["b"], None, None, False).result["metrics"]}
     assert {"regions.NCCL:ncclAllReduce.total_ns", "regions.NCCL:ncclAllReduce.self_ns"} <= set(metrics)
     assert not [n for n in metrics if n.startswith("regions.ncclAllReduce")]

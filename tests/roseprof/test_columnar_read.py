@@ -12,14 +12,15 @@ import roseprof.drivers.nsys.sqlite as nsys_sqlite
 from roseprof.drivers.nsys.columnar import BATCH_ROWS, int_columns, int_columns_with_nulls
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.errors import RoseprofError
-from tests.helpers import DATA
+from tests.helpers import DATA, packed
 
-EXPORTS = sorted(p.name for p in (DATA / "nsys").glob("*.sqlite"))
+# every export, the ones kept xz-compressed too (read unpacked: tests/helpers.packed)
+EXPORTS = sorted(p.name.removesuffix(".xz") for p in (DATA / "nsys").glob("*.sqlite*"))
 
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_columnar_and_row_wise_reads_are_equal(monkeypatch, name):
-    path = str(DATA / "nsys" / name)
+    path = packed(DATA / "nsys" / name)
     used = []
 
     def spy(read):

@@ -24,7 +24,7 @@ from roseprof.drivers.torch import read
 from roseprof.model import KERNEL, gpu_track_parts, is_gpu_track
 from roseprof.model_check import check
 from roseprof.workload import kernel_stamps
-from tests.helpers import DATA, assert_one_line_error, roseprof
+from tests.helpers import DATA, assert_one_line_error, packed, roseprof
 
 TRACE = DATA / "torch" / "h100-torch2.11-matmul-trace.json"
 STAMPS = json.loads((DATA / "fused_mlp.stamps.json").read_text())
@@ -95,7 +95,7 @@ def test_each_ranks_lines_go_to_its_own_processs_launches(tmp_path):
     # process whose count disagrees loses its ranges alone, and the warning names it.
     from roseprof.drivers.nsys.reader import read_nsys_sqlite
 
-    path = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite"
+    path = packed(DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite")
     pid0, pid1 = 1525, 1571  # the fixture's processes: rank 0 drives GPU 0, rank 1 GPU 1
     regions = ("a.one", "a.two")
     for extra in (0, 1):
@@ -151,7 +151,7 @@ def test_the_steady_state_has_each_steps_time_inside_kernels_of_the_steps_own_ra
         with StampLog(stamps, pid=pid) as log:
             log.record_many("gemv_kernel", ("a.one", "a.two"), [[0, unit, 4 * unit]] * 1296)
     store = RunStore(tmp_path / "traces")
-    run = api.import_path(store, f"{base}.sqlite", None, f"{base}.steplog.jsonl", stamps=str(stamps))
+    run = api.import_path(store, packed(f"{base}.sqlite"), None, f"{base}.steplog.jsonl", stamps=str(stamps))
     steady = json.loads((run.path / "summary.json").read_text())["steady"]
     assert steady["gpus"] == 1 and steady["pids"] == [1525]
     regions = {r["name"]: r for r in steady["regions"]}

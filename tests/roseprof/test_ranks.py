@@ -20,7 +20,7 @@ from roseprof.errors import RoseprofError
 from roseprof.model_check import check
 from roseprof.run import tables
 from roseprof.run.store import RunStore
-from tests.helpers import DATA
+from tests.helpers import DATA, packed
 
 TP2 = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.sqlite"
 TP2_LOG = DATA / "nsys" / "cpu-nsys2022.4-roseinfer-tp2.steplog.jsonl"
@@ -338,7 +338,7 @@ def test_when_only_one_process_marks_the_steps_their_gpu_figures_are_its_kernels
     from roseprof.api.sections import analyse_trace
     from roseprof.model import Ranges
 
-    path = DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite"
+    path = packed(DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite")
     seen = []
     for drop in (False, True):
         trace = read_nsys_sqlite(path)
@@ -360,7 +360,7 @@ def test_a_process_that_marks_the_steps_beside_the_one_that_launches_the_kernels
     from roseprof.api.sections import analyse_trace
     from roseprof.model import KERNEL, Ranges
 
-    trace = read_nsys_sqlite(DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite")
+    trace = read_nsys_sqlite(packed(DATA / "nsys" / "h200x2-nsys2025.3-roseinfer-tp2.sqlite"))
     r, o = trace.ranges, trace.ops
     keep = trace.pids(r.tid) != 1571
     trace.ranges = Ranges(

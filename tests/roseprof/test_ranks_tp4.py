@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from roseprof import api
 from roseprof.analysis.gpu_time import union_by_group
 from roseprof.run.store import RunStore
-from tests.helpers import DATA, roseprof, unpacked
+from tests.helpers import DATA, packed, roseprof, unpacked
 from tests.roseprof.test_collectives_nccl import _kineto_kernels
 
 NSYS = DATA / "nsys" / "h200x4-nsys2025.3-roseinfer-tp4"
@@ -131,7 +131,7 @@ def test_show_and_diff_say_where_each_ranks_step_went(tp4, tmp_path):
     traces = tmp_path / "traces"
     opts = ["--traces-dir", traces, "--dashboards-dir", tmp_path / "dash"]
     for path, name, log in (
-        (f"{TP2}.sqlite", "tp2", f"{TP2}.steplog.jsonl"),
+        (packed(f"{TP2}.sqlite"), "tp2", f"{TP2}.steplog.jsonl"),
         (db, "tp4", db.replace(".sqlite", ".steplog.jsonl")),
     ):
         proc = roseprof("import", path, "--name", name, "--steplog", log, *opts, env={"COLUMNS": "80"})

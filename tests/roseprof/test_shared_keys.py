@@ -6,6 +6,7 @@ what it could have taken from the Context fails here instead of quietly costing 
 import hashlib
 import sys
 import traceback
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from roseprof.analysis.summary import analyse
 from roseprof.drivers import pick_reader
 from roseprof.model import KERNEL
 from roseprof.workload.steplog import rank_log_paths, read_steplog
-from tests.helpers import DATA
+from tests.helpers import DATA, packed
 
 NSYS = DATA / "nsys"
 # Real captures that between them run every section that reads a trace (test_the_captures_run_every_section): a
@@ -46,7 +47,7 @@ def capture(base: str, raw_dir):
     elif "-ncu" in base:
         path, log = DATA / "ncu" / f"{base}.csv", None
     else:
-        path, log = NSYS / f"{base}.sqlite", NSYS / f"{base}.steplog.jsonl"
+        path, log = Path(packed(NSYS / f"{base}.sqlite")), NSYS / f"{base}.steplog.jsonl"
     trace = pick_reader(path).read(path, raw_dir, base, None)
     rank_logs = (
         {rank: read_steplog(p) for rank, p in rank_log_paths(str(log)).items() if rank}

@@ -17,7 +17,7 @@ from roseprof.analysis.summary import analyse
 from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.model import KERNEL, MEMCPY
 from roseprof.workload.steplog import read_steplog
-from tests.helpers import assert_fits, roseprof
+from tests.helpers import assert_fits, packed, roseprof
 
 DATA = Path(__file__).parent.parent / "data" / "nsys"
 BASE = "h100-nsys2025.3-roseinfer-pdl"
@@ -274,7 +274,7 @@ def test_steps_whose_kernels_ran_one_stream_at_a_time_have_no_concurrency_note(b
     # step's busy time is its regions' sum, and nothing is said
     from roseprof.render.text import concurrency_note
 
-    trace = read_nsys_sqlite(str(DATA / f"{base}.sqlite"))
+    trace = read_nsys_sqlite(packed(DATA / f"{base}.sqlite"))
     summary, _ = analyse(trace, read_steplog(str(DATA / f"{base}.steplog.jsonl")))
     step = summary["steady"]["step"]
     assert step["gpu_busy_mean_ns"] == pytest.approx(step["gpu_mean_ns"], rel=1e-9)
