@@ -187,6 +187,7 @@ class DecodeGraphs:
                 self.attn_scratch,
                 (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(rows, width) else (0, 0),
                 k.cutlass_split_k,
+                k.cutlass_min_splits if rows <= k.cutlass_min_splits_max_batch else 1,
             ),
             pdl_scope(
                 k.pdl_in(rows, width),

@@ -25,6 +25,8 @@ CUTLASS_ABOVE = 32
 CUTLASS_MAX_BATCH = 256
 # K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
 CUTLASS_SPLIT_K = 768
+# ... and the fewest parts there in the buckets up to 64 rows (`GraphKernels.cutlass_min_splits`)
+CUTLASS_MIN_SPLITS = 3
 # The buckets whose step runs as two halves on two streams (`GraphKernels.halves_from`)
 HALVES_FROM = 208
 HALVES_MAX_BATCH = 256
@@ -144,6 +146,13 @@ class GraphKernels:
     # parts of about this many (`roseinfer.linears.linear_to_residual`): S times the blocks in one launch, and that
     # reader adds the parts. 0: one part, the bias in the GEMM's epilogue, as before.
     cutlass_split_k: int = CUTLASS_SPLIT_K
+    # ... and into at least this many parts in buckets of at most cutlass_min_splits_max_batch rows: attn_proj,
+    # whose K of 768 (GPT-2 small) is otherwise one part, 12 blocks at 64 rows each down all of K. On an H200, GPT-2
+    # small's step at 64 rows and pasts of 256 and 512: 401.8 -> 395.6 and 543.2 -> 536.4 us (3 parts), at 48 rows
+    # 380.1 -> 373.0; gpt2-medium's (1,024 deep: 2 parts, whole 64-deep tiles) at 64 rows 925.3 -> 904.4; 2 parts
+    # at 128 rows -0.2%, at 224 (the halves) +0.4% (docs/BENCHMARKS.md, session 50). 1: as the K split alone says.
+    cutlass_min_splits: int = CUTLASS_MIN_SPLITS
+    cutlass_min_splits_max_batch: int = 64
     # Under --paged-attn, where the one-pass kernel runs, the CUDA kernel that brings each (block, head) tile of
     # K and V in by one bulk copy (`roseinfer.cuda_ext.paged_attn`, where it fits and is built); as a dependent
     # launch its first tiles load before it waits. False (`--no-cuda-paged-attn`): the Triton kernel.

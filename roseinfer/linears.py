@@ -58,8 +58,12 @@ _SKINNY_SCRATCH: contextvars.ContextVar = contextvars.ContextVar("roseinfer_skin
 _CUTLASS_ROWS: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
     "roseinfer_cutlass_rows", default=(0, 0)
 )
-# There, the K per part of a linear whose reader is a residual add (`linear_to_residual`; 0: no split)
+# There, the K per part of a linear whose reader is a residual add (`linear_to_residual`; 0: no split), and the
+# fewest parts such a linear splits into
 _CUTLASS_SPLIT_K: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfer_cutlass_split_k", default=0)
+_CUTLASS_MIN_SPLITS: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "roseinfer_cutlass_min_splits", default=1
+)
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
@@ -79,6 +83,7 @@ def small_batch_gemv(
     attn_scratch=None,
     cutlass_rows: tuple[int, int] = (0, 0),
     cutlass_split_k: int = 0,
+    cutlass_min_splits: int = 1,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -88,7 +93,8 @@ def small_batch_gemv(
     process's). mlp_scratch (with norm_prologue and lm_head): a one-row MLP runs as one CUDA kernel into these
     buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
     cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits;
-    there `linear_to_residual` splits K into parts of about cutlass_split_k (0: no split)."""
+    there `linear_to_residual` splits K into parts of about cutlass_split_k (0: no split), at least
+    cutlass_min_splits of them."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -100,10 +106,12 @@ def small_batch_gemv(
         _CUDA_ATTN.set(attn_scratch if norm_prologue and lm_head else None),
         _CUTLASS_ROWS.set(cutlass_rows),
         _CUTLASS_SPLIT_K.set(cutlass_split_k),
+        _CUTLASS_MIN_SPLITS.set(cutlass_min_splits),
     )
     try:
         yield
     finally:
+        _CUTLASS_MIN_SPLITS.reset(tokens[10])
         _CUTLASS_SPLIT_K.reset(tokens[9])
         _CUTLASS_ROWS.reset(tokens[8])
         _CUDA_ATTN.reset(tokens[7])
@@ -202,7 +210,7 @@ def linear_to_residual(x: torch.Tensor, lin):
         from roseinfer.cuda_ext import cutlass_gemm
 
         # the count first: where it is 1 (attn_proj at 768) `linear` alone decides, once
-        splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split)
+        splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split, _CUTLASS_MIN_SPLITS.get())
         if splits > 1 and _cutlass_takes(x, lin.weight, lin.bias):
             from roseinfer.kernels.split_sum import SplitK
 

@@ -70,7 +70,9 @@ Variants, each adding one change to the one before:
      rows and from 128 rows up; 51: in buckets of 208 to 256 rows, and models wider than 768 on the CUTLASS GEMM
      up to 128 rows: the engine of session 48. (Session 48 also measured the halves' attention kernels taking
      turns, slower, and removed; its figures name the variants of commit 69891b6.)
- 52. 51 + the argmax's first kernel on 4 warps a program rather than 8: the engine now.
+ 52. 51 + the argmax's first kernel on 4 warps a program rather than 8: the engine of session 49.
+ 53, 54. 52 + the linears to the residual split into at least 2 and 3 K parts (attn_proj: 2 or 3 parts rather than
+     one), in every CUTLASS bucket; 55: 54 in the buckets up to 64 rows: the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -214,7 +216,12 @@ VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512, cutlass_wide_
 VARIANTS[51] = GraphKernels()
 # session 49: the argmax's first kernel on 4 warps a program, 8 before
 VARIANTS = {v: dataclasses.replace(k, argmax_warps=8) for v, k in VARIANTS.items()}
-VARIANTS[52] = GraphKernels()  # the engine now
+VARIANTS[52] = GraphKernels()
+# session 50: attn_proj (K 768 at GPT-2 small) in at least 3 K parts in the buckets up to 64 rows, whole before
+VARIANTS = {v: dataclasses.replace(k, cutlass_min_splits=1) for v, k in VARIANTS.items()}
+VARIANTS[53] = GraphKernels(cutlass_min_splits=2, cutlass_min_splits_max_batch=512)  # in every CUTLASS bucket
+VARIANTS[54] = GraphKernels(cutlass_min_splits=3, cutlass_min_splits_max_batch=512)
+VARIANTS[55] = GraphKernels()  # the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -366,7 +373,10 @@ def main() -> None:
         49: "45 + two halves on two streams from 256 rows",
         50: "45 + two halves on two streams from 128 rows",
         51: "45 + two halves at 208-256 rows, wider up to 128",
-        52: "51 + the argmax on 4 warps (engine now)",
+        52: "51 + the argmax on 4 warps",
+        53: "52 + attn_proj in 2 K parts",
+        54: "52 + attn_proj in 3 K parts",
+        55: "54 up to 64 rows (engine now)",
     }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON

@@ -27,7 +27,8 @@ mlp_proj have 12 blocks, each down the whole K (3,072 for mlp_proj: 6.1 us a lau
 reader, the residual add + LayerNorm, adds the parts (`roseinfer.linears.linear_to_residual`,
 `roseinfer.kernels.split_sum.SplitK`). GPT-2 small's step at 64 rows and a past of 256 on an H200: 490.7 -> 457.0 us
 with parts of about 768 (mlp_proj 4, attn_proj whole); parts of 384 (8 and 2) were slower than no split there, 515
-us, and at a past of 512 (docs/BENCHMARKS.md, session 45).
+us, and at a past of 512 (docs/BENCHMARKS.md, session 45). attn_proj alone in 3 parts as well (`split_count`'s
+at_least, `GraphKernels.cutlass_min_splits`, up to 64 rows): 401.8 -> 395.6 us (session 50).
 """
 
 from __future__ import annotations
@@ -137,12 +138,13 @@ def shapes_fit(x, weight, bias) -> bool:
     )
 
 
-def split_count(k: int, k_per_split: int) -> int:
+def split_count(k: int, k_per_split: int, at_least: int = 1) -> int:
     """How many parts a K-deep product splits into for about `k_per_split` of K each (`cutlass_gemm_parts`): K
-    / k_per_split rounded, less until each part is whole 64-deep tiles; 1 (no split) where k_per_split is 0."""
+    / k_per_split rounded (at least `at_least`), less until each part is whole 64-deep tiles; 1 (no split) where
+    k_per_split is 0."""
     if k_per_split <= 0:
         return 1
-    splits = max(1, round(k / k_per_split))
+    splits = max(1, at_least, round(k / k_per_split))
     while splits > 1 and k % (K_TILE * splits):
         splits -= 1
     return splits

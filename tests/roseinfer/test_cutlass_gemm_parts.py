@@ -30,6 +30,24 @@ def test_a_k_split_takes_whole_tiles_near_the_asked_depth():
             assert splits >= 1 and (splits == 1 or k % (cg.K_TILE * splits) == 0), (k, k_per_split, splits)
 
 
+def test_the_fewest_parts_split_attn_proj_and_leave_mlp_proj():
+    # GraphKernels.cutlass_min_splits (3, up to 64 rows): GPT-2 small's attn_proj (K 768, one part of 768) in 3,
+    # gpt2-medium's (1,024) in 2 (3 parts would not be whole 64-deep tiles), their mlp_proj as the depth says
+    from roseinfer.graph_kernels import CUTLASS_MIN_SPLITS, CUTLASS_SPLIT_K, GraphKernels
+
+    k = GraphKernels()
+    assert (k.cutlass_min_splits, k.cutlass_min_splits_max_batch, k.cutlass_split_k) == (3, 64, 768)
+    got = {
+        depth: cg.split_count(depth, CUTLASS_SPLIT_K, CUTLASS_MIN_SPLITS) for depth in (768, 3072, 1024, 4096)
+    }
+    assert got == {768: 3, 3072: 4, 1024: 2, 4096: 4}
+    assert cg.split_count(768, 0, 3) == 1  # no split asked: none
+    for depth in range(64, 8193, 64):
+        for at_least in (1, 2, 3, 5):
+            splits = cg.split_count(depth, CUTLASS_SPLIT_K, at_least)
+            assert splits == 1 or depth % (cg.K_TILE * splits) == 0, (depth, at_least, splits)
+
+
 def test_a_k_split_stands_for_its_sum_wherever_it_is_read():
     # the parts' reader on CPU, and any reader that is not the fused add + LayerNorm, joins them: the sum plus the
     # bias, rounded once to the bias's dtype
