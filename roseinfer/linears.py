@@ -209,7 +209,7 @@ def linear_to_residual(x: torch.Tensor, lin):
     if k_per_split:  # (inside a captured step only: the eager path asks nothing more)
         from roseinfer.cuda_ext import cutlass_gemm
 
-        # the count first: where it is 1 (attn_proj at 768) `linear` alone decides, once
+        # the count first: where it is 1 (attn_proj at 768 above 64 rows) `linear` alone decides, once
         splits = cutlass_gemm.split_count(lin.weight.shape[1], k_per_split, _CUTLASS_MIN_SPLITS.get())
         if splits > 1 and _cutlass_takes(x, lin.weight, lin.bias):
             from roseinfer.kernels.split_sum import SplitK
