@@ -49,7 +49,8 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     return out
 
 
-# busy_by_group counts the device ids where they span fewer than DEVICE_SPAN values and are at most FEW_GPUS
+# device_count and busy_by_group count device ids that span fewer than DEVICE_SPAN values (busy_by_group: at most
+# FEW_GPUS of them, one union each); others they sort
 DEVICE_SPAN = 1 << 16
 FEW_GPUS = 64
 
