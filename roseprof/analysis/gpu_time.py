@@ -49,21 +49,23 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     return out
 
 
-# device_count and busy_by_group count device ids that span fewer than DEVICE_SPAN values (busy_by_group: at most
-# FEW_GPUS of them, one union each); others they sort
+# Device ids spanning fewer values than this are counted, others sorted (a hostile trace's: Kineto takes a kernel's
+# device from its pid where it has no device, and a count over 0xDEADBEEF's range took 27.8 GiB)
 DEVICE_SPAN = 1 << 16
+# busy_by_group takes one union per GPU up to this many GPUs, one sort of the (device, group) pairs beyond
 FEW_GPUS = 64
 
 
-def device_count(device: np.ndarray) -> int:
-    """How many distinct GPUs `device` names (by a count where the ids are few and close, else a sort)."""
+def distinct_devices(device: np.ndarray) -> np.ndarray:
+    """The distinct ids in `device`, ascending: by a count where they span fewer than DEVICE_SPAN values, else a
+    sort."""
     if not len(device):
-        return 0
+        return np.zeros(0, dtype=np.int64)
     low, high = int(device.min()), int(device.max())
     if high - low < DEVICE_SPAN:
-        return int(np.count_nonzero(np.bincount(device - low)))
+        return np.flatnonzero(np.bincount(device - low)) + low
     ordered = np.sort(device)
-    return int(np.count_nonzero(ordered[1:] != ordered[:-1])) + 1
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
 def busy_by_group(
@@ -74,16 +76,13 @@ def busy_by_group(
     out = np.zeros(n_groups, dtype=np.int64)
     if not len(device):
         return out
-    low, high = int(device.min()), int(device.max())
-    if high - low < DEVICE_SPAN:
-        present = np.flatnonzero(np.bincount(device - low)) + low  # by a count: the ids are few and close
-        if len(present) <= FEW_GPUS:  # a handful of GPUs: one union each
-            for d in present.tolist():
-                on = device == d
-                out += union_by_group(group[on], start[on], end[on], n_groups)
-            return out
-    # Device ids far apart or many (a hostile trace's: Kineto takes a kernel's device from its pid where it has no
-    # device): one union per (device, group) run of a sort, summed into the groups
+    present = distinct_devices(device)
+    if len(present) <= FEW_GPUS:  # a handful of GPUs: one union each
+        for d in present.tolist():
+            on = device == d
+            out += union_by_group(group[on], start[on], end[on], n_groups)
+        return out
+    # Many GPUs (a hostile trace's ids): one union per (device, group) run of a sort, summed into the groups
     order = np.lexsort((group, device))
     d, g = device[order], group[order]
     new = np.ones(len(order), dtype=bool)

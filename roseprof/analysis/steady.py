@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from roseprof.analysis.gpu_regions import gpu_ns_by_key
-from roseprof.analysis.gpu_time import busy_by_group, device_count
+from roseprof.analysis.gpu_time import busy_by_group, distinct_devices
 from roseprof.analysis.graphs import is_graph_launch
 from roseprof.analysis.ranges import RangeTree, innermost_range
 from roseprof.analysis.stats import dense_ids
@@ -260,7 +260,7 @@ def steady_state(
         "step_name": step_name,
         # the GPUs whose kernels the steps hold, and in a run of several processes (ranks) the steps' own ones:
         # its GPU figures are theirs alone
-        "gpus": device_count(ops.device[steady_kernels]) if has_gpu else 0,
+        "gpus": len(distinct_devices(ops.device[steady_kernels])) if has_gpu else 0,
         "pids": step_pids,
         # their rank where a step log says it (-1: no rank known)
         "rank": int(trace.ranks(np.asarray(step_pids[:1]))[0]) if step_pids else None,
