@@ -230,14 +230,7 @@ def packed(path) -> str:
 
 @functools.cache
 def _unpacked_once(path: str) -> str:
-    import lzma
-
-    out = Path(os.environ[UNPACKED_DIR]) / Path(path).name
-    part = out.with_name(out.name + ".part")
-    with lzma.open(path + ".xz") as src, open(part, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    part.rename(out)
-    return str(out)
+    return unpacked(path + ".xz", os.environ[UNPACKED_DIR])
 
 
 def unpacked(xz_path, folder) -> str:

@@ -17,23 +17,11 @@ from roseprof.drivers.nsys.reader import read_nsys_sqlite
 from roseprof.model import KERNEL
 from roseprof.workload.steplog import read_steplog
 from tests.helpers import assert_fits, roseprof, unpacked
+from tests.roseprof.test_stream_time import union_ns
 
 DATA = Path(__file__).parent.parent / "data" / "nsys"
 HALVES = DATA / "h200-nsys2025.3-roseinfer-halves"
 ONE_STREAM = DATA / "h200-nsys2025.3-roseinfer-one-stream"
-
-
-def union_ns(start: np.ndarray, end: np.ndarray) -> int:
-    """ns covered by the intervals [start, end), merged one by one."""
-    total, reach = 0, None
-    for s, e in sorted(zip(start.tolist(), end.tolist())):
-        if reach is None or s > reach:
-            total += e - s
-            reach = e
-        elif e > reach:
-            total += e - reach
-            reach = e
-    return total
 
 
 def per_step(sqlite: str, steplog: str) -> tuple[np.ndarray, np.ndarray, int]:
