@@ -108,17 +108,18 @@ def diff_kernels(sides: Sides) -> list[dict]:
     return metrics + gpu_kernel_time(sides)
 
 
-# The GPU's kernel time per decode step, the time the step's kernels kept the GPU busy (their union: on one stream
-# every kernel's own time on it summed; where two streams ran at once, a graph's parallel branches, once): a figure
-# of the whole run, judged like the step time. The own times summed over streams would call a step whose halves
-# ran side by side slower by each half's time (+57.5% where the busy time moved +12%: the H200 fixtures of a batch of
-# 224 on one stream and as two halves, tests/roseprof/test_diff_streams.py). A profiled batch-1 GPU step is
-# host-bound (the step log and the stamps cost the host more than the GPU's work: 0.49 ms a step against 0.15 ms of
-# kernels, docs/BENCHMARKS.md session 26), so a kernel path 25% slower moved no wall-clock figure, and each kernel's own row read "more launches" (the
-# same GEMV given other work) or new/vanished: nothing said the GPU's work grew. A busier host does not lengthen a
-# kernel. One GPU a run only: several ranks' kernels include their collectives, whose time is also the wait for the
-# other ranks (43% of the summed kernel time of the TP=2 H200 fixture), which a slower host on one rank moves; the
-# per-rank figures of sections/gpu_time.py set compute apart from communication there.
+# The GPU's kernel time per decode step, the time the step's kernels kept the GPU busy (their union: on one
+# stream every kernel's own time on it summed; where two streams ran at once, a graph's parallel branches,
+# once): a figure of the whole run, judged like the step time. The own times summed over streams would call a
+# step whose halves ran side by side slower by each half's time (+57.5% where the busy time moved +12%: the
+# H200 fixtures of a batch of 224 on one stream and as two halves, tests/roseprof/test_diff_streams.py). A
+# profiled batch-1 GPU step is host-bound (the step log and the stamps cost the host more than the GPU's work:
+# 0.49 ms a step against 0.15 ms of kernels, docs/BENCHMARKS.md session 26), so a kernel path 25% slower moved
+# no wall-clock figure, and each kernel's own row read "more launches" (the same GEMV given other work) or
+# new/vanished: nothing said the GPU's work grew. A busier host does not lengthen a kernel. One GPU a run
+# only: several ranks' kernels include their collectives, whose time is also the wait for the other ranks (43%
+# of the summed kernel time of the TP=2 H200 fixture), which a slower host on one rank moves; the per-rank
+# figures of sections/gpu_time.py set compute apart from communication there.
 GPU_KERNEL_P50 = "gpu.kernel_p50_ns"
 
 
