@@ -244,6 +244,29 @@ def test_percentiles_of_one_value_and_of_none():
     assert group_percentiles(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)) == {}
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_union_by_group_near_the_readers_time_bound_with_many_groups(seed):
+    # timestamps near 2^60 ns (the readers keep times within about 31 years of the trace's start) in up to 40
+    # groups: shifting each group by whole spans would pass int64, so the union runs on ranks; the ns are exact
+    rng = np.random.default_rng(seed)
+    n, groups = int(rng.integers(1, 300)), int(rng.integers(8, 40))
+    group = rng.integers(0, groups, n)
+    start = rng.integers(0, 1 << 60, n)
+    end = start + rng.integers(0, 1 << 40, n) * int(rng.integers(0, 2))  # sometimes every interval empty
+    end[::7] = start[::7] - 5  # an end before its start covers nothing
+    expected = []
+    for g in range(groups):  # the union by hand: sorted, merged, Python ints
+        covered, reach = 0, None
+        for s, e in sorted(zip(start[group == g].tolist(), end[group == g].tolist())):
+            e = max(e, s)
+            if reach is None or s > reach:
+                covered, reach = covered + e - s, e
+            elif e > reach:
+                covered, reach = covered + e - reach, e
+        expected.append(covered)
+    assert union_by_group(group, start, end, groups).tolist() == expected
+
+
 def test_union_by_group_of_one_and_of_touching_intervals():
     # one interval; intervals that touch ([0, 5) and [5, 9)) and one inside another; an empty group; none at all
     assert union_by_group(np.array([0]), np.array([100]), np.array([130]), 1).tolist() == [30]
