@@ -156,6 +156,8 @@ using T64x128x64 = Shape<_64, _128, _64>;
 using T64x256x64 = Shape<_64, _256, _64>;
 using T128x128x64 = Shape<_128, _128, _64>;
 using T128x256x64 = Shape<_128, _256, _64>;
+using T64x32x64 = Shape<_64, _32, _64>;  // narrower token tiles: more blocks at 64 rows
+using T64x16x64 = Shape<_64, _16, _64>;
 
 struct Call {
   const void *x, *w, *bias;
@@ -186,7 +188,7 @@ using Ws = WsGemm<Tile, Mode>;
 
 // kind (tile M x N x K: M along the weights' rows, N along the tokens): 0 ws 64x64x64, 1 ws 64x64x128, 2 ws
 // 128x64x64, 3 pf 64x64x64, 4 pf 64x64x128, 5 pf 128x64x64, 6 pf 64x128x64, 7 pf 64x256x64, 8 pf 128x128x64,
-// 9 coop 128x128x64, 10 coop 128x256x64, 11 pp 64x128x64, 12 pp 64x256x64
+// 9 coop 128x128x64, 10 coop 128x256x64, 11 pp 64x128x64, 12 pp 64x256x64, 13 pf 64x32x64, 14 pf 64x16x64
 int dispatch_kind(int kind, int mode, const Call& c) {
   switch (kind) {
     case 0: return dispatch<Ws, T64x64x64, false>(mode, c);
@@ -202,6 +204,8 @@ int dispatch_kind(int kind, int mode, const Call& c) {
     case 10: return dispatch<CoopGemm, T128x256x64, false>(mode, c);
     case 11: return dispatch<PingpongGemm, T64x128x64, false>(mode, c);
     case 12: return dispatch<PingpongGemm, T64x256x64, false>(mode, c);
+    case 13: return dispatch<PfGemm, T64x32x64, true>(mode, c);
+    case 14: return dispatch<PfGemm, T64x16x64, true>(mode, c);
     default: return -1;
   }
 }
@@ -230,6 +234,8 @@ extern "C" int probe_stages(int kind) {
     case 10: return CoopGemm<T128x256x64, 0>::Stages;
     case 11: return PingpongGemm<T64x128x64, 0>::Stages;
     case 12: return PingpongGemm<T64x256x64, 0>::Stages;
+    case 13: return PfGemm<T64x32x64, 0>::Stages;
+    case 14: return PfGemm<T64x16x64, 0>::Stages;
     default: return -1;
   }
 }

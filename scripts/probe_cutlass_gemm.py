@@ -17,7 +17,7 @@ Kinds (tile M x N x K, M along the weights' rows, N along the tokens): 0-2 CUTLA
 (ws) at 64x64x64, 64x64x128, 128x64x64; 3-8 example 63's kernel (pf: its weights' producer loads before the
 wait) at the same tiles and 64x128x64, 64x256x64, 128x128x64; 9-10 CUTLASS's persistent cooperative kernel (coop,
 two consumer warp groups a tile) at 128x128x64 and 128x256x64; 11-12 its ping-pong kernel (pp) at 64x128x64 and
-64x256x64. `_pdl` launches with the programmatic-serialisation attribute,
+64x256x64; 13-14 pf with narrower token tiles, 64x32x64 and 64x16x64 (more blocks at 64 rows). `_pdl` launches with the programmatic-serialisation attribute,
 `_plain` without.
 
 The kernels are built with nvcc from the `nvidia-cutlass` wheel's headers (4.2.0.0; --cutlass: its unpacked
@@ -68,6 +68,8 @@ KINDS = {
     10: "coop128x256x64",
     11: "pp64x128x64",
     12: "pp64x256x64",
+    13: "pf64x32x64",
+    14: "pf64x16x64",
 }
 PREFETCH_KINDS = {k for k, v in KINDS.items() if v.startswith("pf")}  # the kinds with a K-split parts form
 
@@ -302,8 +304,9 @@ def main() -> int:
     out["per_linear"], out["layer_chain"] = {}, {}
     for t in row_counts:
         for name in LINEARS:
-            # a K-split variant (`_pS`) for the linears whose reader adds parts: attn_proj and mlp_proj
-            takes = [v for v in variants if not re.search(r"_p\d+$", v) or name in ("attn_proj", "mlp_proj")]
+            # a K-split variant (`_pS`) for the linears whose reader could add parts: attn_proj and mlp_proj
+            # (the add + LayerNorm), c_attn (the attention, were it to read them)
+            takes = [v for v in variants if not re.search(r"_p\d+$", v) or name != "c_fc"]
             graphs = {v: per_linear(so, name, v, a.copies, t) for v in takes}
             res = rounds_us(graphs, a.rounds, a.replays, a.copies)
             out["per_linear"][f"{name}@{t}"] = res
