@@ -4,7 +4,8 @@ batch bucket, and which launches are programmatic dependents.
 `roseinfer.cuda_graphs.DecodeGraphs` captures each bucket's step with these choices; the engine uses the defaults
 (`GraphKernels.of(cfg)`: less the CUDA C++ kernels an EngineConfig switches off). Each field is a design measured
 faster than the one before it (docs/BENCHMARKS.md), kept as a field so that scripts/bench_graph_step.py's numbered
-variants and the GPU tests can rebuild the earlier designs beside it; none is an engine option.
+variants (scripts/graph_step_variants.py) and the GPU tests can rebuild the earlier designs beside it; none is an
+engine option.
 """
 
 from __future__ import annotations

@@ -4,79 +4,8 @@
 
 Builds GPT-2 small (or --model; fp16, --paged-attn) with every row of the batch at the same past length and times a replay
 of the batch's CUDA graph with events (median of --reps replays; the inputs are not advanced between replays).
-Variants, each adding one change to the one before:
-  1. as at the end of session 2: torch KV append below 128 rows, torch residual add + LayerNorm, GEMM then a
-     GELU kernel;
-  2. + the Triton KV append inside the graph at every batch size;
-  3. + residual add and LayerNorm as one Triton kernel;
-  4. + the GELU in the c_fc GEMM's epilogue (cuBLASLt);
-  5. + the KV append done by the paged-attention kernel (no append kernel): the engine of session 3;
-  6. + the small-batch GEMV kernel for the linears of buckets up to 8 rows (issue 27);
-  7. + programmatic dependent launches of the step's GEMV and add + LayerNorm kernels (issue 27, first step);
-  8. + PDL for the paged-attention kernel too (issue 27; off in the engine);
-  9. 7 + the split-context attention kernel at small batches (issue 27, second step);
- 10. + the add + LayerNorm in the c_attn / c_fc GEMV's prologue at batch 1;
- 11. 10 + PDL for the (split) attention kernel too;
- 12. 10 + the split attention kernel, launched plainly, releasing the attn_proj GEMV early: the engine of session 7
-     (round 2: pasts of at most `SERIAL_BLOCKS` blocks unsplit from batch 4, PDL in buckets of at most 8 rows);
- 13. 12 without the split attention (the engine's `--no-split-attn` until issue 42);
- 14. 12 with every past of more than one block split (round 1's rule);
- 15. 12 with pasts of at most 3 blocks unsplit at every batch the split runs at;
- 16. 12 + where each slice is one past block, the split attention launched as a dependent that loads its block
-     before it waits (issue 27, round 3);
- 17. 16 + one-row GEMVs release the kernel after them as they start, not after their wait (issue 27, round 4);
- 18. 17 + the argmax's second kernel writes the next step's token ids and past lengths (no copy, no add);
- 19. 18 + at one row the first block's c_attn GEMV gathers the token and position embeddings (issue 27, round
-     5);
- 20. 18 + at one row the lm_head as the GEMV with ln_f in its prologue, the argmax's kernels dependent launches
-     after it (round 5);
- 21. 18 + both: the engine of round 5;
- 22. 21 + the linears of buckets of 16 and 32 rows as the skinny GEMM on tensor cores (issue 27, round 6),
-     launched plainly there as before;
- 23. 22 with PDL in the skinny GEMM's buckets too: the engine of round 6;
- 24. 23 with the skinny GEMM (and so PDL) in buckets up to 64 rows, where `linears.skinny_wins` says so;
- 25. 23 with PDL in buckets up to 64 rows, the linears there on cuBLAS as in the engine;
- 26. 24 with the skinny GEMM launched plainly at 64 rows, PDL off there as in the engine;
- 27. 23 with PDL in every bucket;
- 28. 23 + from 768 (sequence, head) pairs the one-pass attention takes 16 past tokens an iteration on one warp
-     (where it does not release attn_proj early), below 256 whole blocks with a third pipeline stage (issue 27,
-     round 7): the engine of session 14;
- 29. 28 with the attention not releasing attn_proj early in the PDL buckets (a measurement hook);
- 30. 23 likewise;
- 31. 28 + PDL in buckets of 33 to 64 rows for models up to 768 wide (the add + LayerNorm kernels between cuBLAS's
-     GEMMs dependent launches; the attention keeps its 16-token tiles, as it releases no Triton attn_proj early
-     there): the engine of session 16;
- 32. 31 + at one row a 768-wide block's MLP as one split-K CUDA kernel (issue 50, `roseinfer.cuda_ext.fused_mlp`;
-     the Triton path where it is not built): the engine of session 24;
- 33. 32 + the skinny GEMM for attn_proj and mlp_proj at 33 to 64 rows (session 42: slower);
- 34. 32 + the linears of buckets of 33 to 64 rows as the CUTLASS GEMM that loads its weights before its PDL wait,
-     the step's Triton kernels dependent launches there (issue 50, `roseinfer.cuda_ext.cutlass_gemm`; cuBLAS where
-     it is not built);
- 35. 34 + the attention a dependent launch in those buckets too (`GraphKernels.cutlass_pdl_attention`): the engine
-     of session 44;
- 36. 35 + attn_proj and mlp_proj in those buckets split along K into float32 parts of about 384 of K (GPT-2
-     small: attn_proj 2 parts, mlp_proj 8), which the residual add + LayerNorm after them adds
-     (`GraphKernels.cutlass_split_k`, `roseinfer.kernels.split_sum.SplitK`);
- 37. the same, parts of about 768 (GPT-2 small: attn_proj whole, mlp_proj 4; gpt2-medium the same): the engine
-     of session 45;
- 38. the same, parts of about 1,024 (mlp_proj 3 parts; gpt2-medium attn_proj whole, mlp_proj 4);
- 39. the same, parts of about 1,536 (mlp_proj 2 parts; gpt2-medium attn_proj whole, mlp_proj 2).
- 40. 37 + the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`): the engine
-     of session 46; 41-43 the same at 1, 2 and 3 tiles in flight.
- 44-46. 40 + the CUTLASS GEMM's buckets (its GEMM, PDL and K split) up to 128, 256 (the engine of session 47;
-     models wider than 768 up to 64) and 512 rows; 47: 45 for wider models too (gpt2-medium up to 256 rows); 48:
-     45 without the K split.
- 49-51. 45 + the step of its buckets as two halves of the batch on two streams (`roseinfer.two_halves`) from 256
-     rows and from 128 rows up; 51: in buckets of 208 to 256 rows, and models wider than 768 on the CUTLASS GEMM
-     up to 128 rows: the engine of session 48. (Session 48 also measured the halves' attention kernels taking
-     turns, slower, and removed; its figures name the variants of commit 69891b6.)
- 52. 51 + the argmax's first kernel on 4 warps a program rather than 8: the engine of session 49.
- 53, 54. 52 + the linears to the residual split into at least 2 and 3 K parts (attn_proj: 2 or 3 parts rather than
-     one), in every CUTLASS bucket; 55: 54 in the buckets up to 64 rows: the engine now.
-Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
-variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
-GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
-which releases the CUTLASS attn_proj as it starts; its tiles stay those of variant 34.
+Variants (scripts/graph_step_variants.py) each add one change to the one before; `--variants 52,55` times two
+of them side by side.
 Each variant is built and timed in a process of its own. --kernels adds each variant's kernels (one past: the
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
@@ -86,142 +15,16 @@ kernel choices), not options of the engine.
 """
 
 import argparse
-import dataclasses
 import json
 import statistics
 import subprocess
 import sys
 
 import torch
+from graph_step_variants import NAMES, VARIANTS
 
 from roseinfer import LLM, tracing
 from roseinfer.bench.timing import LEAD_CYCLES
-from roseinfer.graph_kernels import GraphKernels
-
-# The second step's kernels off: what variants 1 to 8 measured before they existed.
-_FIRST = dict(
-    split_attention=False, norm_gemv=False, pdl_attention_release=False, pdl_attention_prefetch=False
-)
-# Variant -> the captured step's kernel choices (each variant adds one change to the one before).
-VARIANTS = {
-    1: GraphKernels(
-        append_min_batch=128,
-        fused_add_layernorm=False,
-        gelu_epilogue=False,
-        append_in_attention=False,
-        gemv_max_batch=0,
-        pdl=False,
-    ),
-    2: GraphKernels(
-        fused_add_layernorm=False, gelu_epilogue=False, append_in_attention=False, gemv_max_batch=0, pdl=False
-    ),
-    3: GraphKernels(gelu_epilogue=False, append_in_attention=False, gemv_max_batch=0, pdl=False),
-    4: GraphKernels(append_in_attention=False, gemv_max_batch=0, pdl=False),
-    5: GraphKernels(gemv_max_batch=0, pdl=False),
-    6: GraphKernels(pdl=False),
-    7: GraphKernels(),
-    8: GraphKernels(pdl_attention=True),
-}
-VARIANTS = {v: dataclasses.replace(k, **_FIRST) for v, k in VARIANTS.items()}
-# The third step's change off: what variants 9 to 15 measured before it existed.
-_SECOND = dict(pdl_attention_prefetch=False)
-VARIANTS[9] = GraphKernels(norm_gemv=False, pdl_attention_release=False, **_SECOND)
-VARIANTS[10] = GraphKernels(pdl_attention_release=False, **_SECOND)
-VARIANTS[11] = GraphKernels(pdl_attention=True, pdl_attention_release=False, **_SECOND)
-VARIANTS[12] = GraphKernels(**_SECOND)
-VARIANTS[13] = GraphKernels(split_attention=False)
-VARIANTS[14] = GraphKernels(split_serial_blocks=0, **_SECOND)
-VARIANTS[15] = GraphKernels(split_serial_blocks=3, **_SECOND)
-VARIANTS[16] = GraphKernels()  # 12 + the split attention a prefetching dependent launch
-# The fourth step's changes off: what variants 1 to 16 measured before they existed.
-_FOURTH = dict(pdl_early_release=False, argmax_advances=False)
-VARIANTS = {v: dataclasses.replace(k, **_FOURTH) for v, k in VARIANTS.items()}
-VARIANTS[17] = GraphKernels(argmax_advances=False)
-VARIANTS[18] = GraphKernels()  # the engine of round 4
-# The fifth step's changes off: what variants 1 to 18 measured before they existed.
-VARIANTS = {
-    v: dataclasses.replace(k, embedding_gather=False, lm_head_gemv=False) for v, k in VARIANTS.items()
-}
-VARIANTS[19] = GraphKernels(lm_head_gemv=False)
-VARIANTS[20] = GraphKernels(embedding_gather=False)
-VARIANTS[21] = GraphKernels()  # the engine of round 5
-# The sixth step's change off: what variants 1 to 21 measured before it existed.
-VARIANTS = {v: dataclasses.replace(k, skinny_gemm_max_batch=0) for v, k in VARIANTS.items()}
-VARIANTS[22] = GraphKernels(skinny_gemm_pdl=False)
-VARIANTS[23] = GraphKernels()  # the engine of round 6
-# Measurement hooks for bucket 64 (not engine options): where the step's time goes with each change there.
-VARIANTS[24] = GraphKernels(skinny_gemm_max_batch=64)
-VARIANTS[25] = GraphKernels(pdl_max_batch=64)
-VARIANTS[26] = GraphKernels(skinny_gemm_max_batch=64, skinny_gemm_pdl=False)
-VARIANTS[27] = GraphKernels(pdl_max_batch=None)
-# The seventh step's change off: what variants 1 to 27 measured before it existed.
-VARIANTS = {v: dataclasses.replace(k, attention_chunks=False) for v, k in VARIANTS.items()}
-VARIANTS[28] = GraphKernels()  # 23 + the attention's tile by the programs' count: the engine now
-# Measurement hooks: the attention not releasing attn_proj early (PDL buckets), with and without the tile rule.
-VARIANTS[29] = GraphKernels(pdl_attention_release=False)
-VARIANTS[30] = GraphKernels(pdl_attention_release=False, attention_chunks=False)
-# The eighth step's change off: what variants 1 to 30 measured before it existed.
-VARIANTS = {v: dataclasses.replace(k, pdl_narrow_max_batch=0) for v, k in VARIANTS.items()}
-VARIANTS[31] = GraphKernels()  # 28 + PDL in buckets up to 64 rows for models up to 768 wide
-# The ninth step's change off: what variants 1 to 31 measured before it existed (GraphKernels.cuda_mlp defaults on).
-VARIANTS = {v: dataclasses.replace(k, cuda_mlp=False) for v, k in VARIANTS.items()}
-VARIANTS[32] = GraphKernels()  # 31 + the one-row MLP as one split-K CUDA kernel (issue 50): the engine now
-# 32 + the skinny GEMM for attn_proj and mlp_proj at 33 to 64 rows (docs/BENCHMARKS.md, session 42: slower)
-VARIANTS[33] = GraphKernels(skinny_gemm_max_batch=64)
-# The tenth step's change off: what variants 1 to 33 measured before it existed (the CUTLASS GEMM defaults on).
-VARIANTS = {v: dataclasses.replace(k, cutlass_gemm_max_batch=0) for v, k in VARIANTS.items()}
-VARIANTS[34] = GraphKernels(
-    cutlass_pdl_attention=False
-)  # 32 + the CUTLASS GEMM at 33 to 64 rows (session 44)
-VARIANTS[35] = GraphKernels()  # 34 + the attention a dependent launch in its buckets
-# The eleventh step's change off: what variants 1 to 35 measured before it existed (the K split defaults on).
-VARIANTS = {v: dataclasses.replace(k, cutlass_split_k=0) for v, k in VARIANTS.items()}
-# 35 + attn_proj and mlp_proj split along K there, parts of about 384, 768 (the engine now), 1,024 and 1,536 of K
-VARIANTS[36] = GraphKernels(cutlass_split_k=384)
-VARIANTS[37] = GraphKernels()
-VARIANTS[38] = GraphKernels(cutlass_split_k=1024)
-VARIANTS[39] = GraphKernels(cutlass_split_k=1536)
-# session 46: the one-pass attention as the CUDA kernel of bulk copies (`roseinfer.cuda_ext.paged_attn`)
-VARIANTS = {v: dataclasses.replace(k, cuda_paged_attention=False) for v, k in VARIANTS.items()}
-VARIANTS[40] = GraphKernels()  # 37 + the CUDA attention
-VARIANTS[41] = GraphKernels(cuda_attention_stages=1)
-VARIANTS[42] = GraphKernels(cuda_attention_stages=2)
-VARIANTS[43] = GraphKernels(cuda_attention_stages=3)
-# session 47: the CUTLASS GEMM's buckets (its GEMM, PDL and K split) beyond 64 rows; before it they stopped at 64
-VARIANTS = {
-    v: dataclasses.replace(k, cutlass_gemm_max_batch=min(k.cutlass_gemm_max_batch, 64))
-    for v, k in VARIANTS.items()
-}
-VARIANTS[44] = GraphKernels(cutlass_gemm_max_batch=128, cutlass_wide_max_batch=128)
-VARIANTS[45] = GraphKernels()  # up to 256 rows (models wider than 768: 64): the engine of session 47
-VARIANTS[46] = GraphKernels(cutlass_gemm_max_batch=512, cutlass_wide_max_batch=512)
-VARIANTS[47] = GraphKernels(cutlass_wide_max_batch=256)  # 45 for models wider than 768 too (gpt2-medium)
-VARIANTS[48] = GraphKernels(cutlass_split_k=0)  # 45 without the K split (measured only up to 64 rows)
-# session 48: two halves of the batch on two streams in buckets 208 to 256 (`roseinfer.two_halves`), and
-# gpt2-medium's CUTLASS buckets up to 128 rows; before them one stream, and wider models' up to 64 rows
-# (44, 46 and 47 set the wider models' rows; the others had the default's 64)
-VARIANTS = {
-    v: dataclasses.replace(
-        k,
-        halves_from=0,
-        halves_max_batch=0,
-        cutlass_wide_max_batch=k.cutlass_wide_max_batch if v in (44, 46, 47) else 64,
-    )
-    for v, k in VARIANTS.items()
-}
-# 45 + two halves from 256 rows up, and from 128 rows up
-VARIANTS[49] = GraphKernels(halves_from=256, halves_max_batch=512, cutlass_wide_max_batch=64)
-VARIANTS[50] = GraphKernels(halves_from=128, halves_max_batch=512, cutlass_wide_max_batch=64)
-# two halves from 208 to 256 rows, gpt2-medium's CUTLASS up to 128: the engine of session 48
-VARIANTS[51] = GraphKernels()
-# session 49: the argmax's first kernel on 4 warps a program, 8 before
-VARIANTS = {v: dataclasses.replace(k, argmax_warps=8) for v, k in VARIANTS.items()}
-VARIANTS[52] = GraphKernels()
-# session 50: attn_proj (K 768 at GPT-2 small) in at least 3 K parts in the buckets up to 64 rows, whole before
-VARIANTS = {v: dataclasses.replace(k, cutlass_min_splits=1) for v, k in VARIANTS.items()}
-VARIANTS[53] = GraphKernels(cutlass_min_splits=2, cutlass_min_splits_max_batch=512)  # in every CUTLASS bucket
-VARIANTS[54] = GraphKernels(cutlass_min_splits=3, cutlass_min_splits_max_batch=512)
-VARIANTS[55] = GraphKernels()  # the engine now
 
 
 def freeze(engine, rows: int, past: int) -> None:
@@ -272,6 +75,25 @@ def kernel_table(engine, batch: int, reps: int) -> list[tuple[str, float, float,
     return kernel_rows(kernels, reps)
 
 
+# The engine's CUTLASS GEMMs by their epilogue, which tells the linears apart (the profiler's names are mangled and
+# the same for their first 90 characters): c_fc (bias + GELU), c_attn and the unsplit others (bias), the K split's
+# float32 parts (attn_proj and mlp_proj where they split). The GELU's first: its epilogue's name holds the bias's.
+CUTLASS_EPILOGUES = (
+    ("GELU", "CUTLASS GEMM, bias + GELU"),
+    ("LinCombPerRowBias", "CUTLASS GEMM, bias"),
+    ("LinearCombination", "CUTLASS GEMM, float32 parts"),
+)
+
+
+def kernel_label(name: str) -> str:
+    """A kernel's row in `kernel_rows`: its name, or for the CUTLASS GEMM which of its epilogues it runs."""
+    if "cutlass" in name and "GemmUniversal" in name:
+        for key, label in CUTLASS_EPILOGUES:
+            if key in name:
+                return label
+    return name
+
+
 def kernel_rows(kernels, reps: int) -> list[tuple[str, float, float, float]]:
     """`kernel_table`'s rows from the profiler's kernel events (`time_range` in us)."""
     from types import SimpleNamespace
@@ -293,7 +115,7 @@ def kernel_rows(kernels, reps: int) -> list[tuple[str, float, float, float]]:
     own = own_stream_ns(ops)  # [K] ns
     rows: dict[str, list[float]] = {}
     for e, own_ns, dur_ns in zip(kernels, own.tolist(), (end - start).tolist()):
-        row = rows.setdefault(e.name, [0, 0.0, 0.0])
+        row = rows.setdefault(kernel_label(e.name), [0, 0.0, 0.0])
         row[0] += 1
         row[1] += own_ns / 1e3
         row[2] += dur_ns / 1e3
@@ -321,63 +143,6 @@ def main() -> None:
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
-    names = {
-        1: "session 2 (torch append < 128 rows, torch add + LayerNorm, GELU kernel)",
-        2: "+ Triton KV append in the graph",
-        3: "+ fused residual add + LayerNorm",
-        4: "+ GELU epilogue",
-        5: "+ KV append inside the attention kernel (session 3)",
-        6: "+ small-batch GEMV linears",
-        7: "+ programmatic dependent launches",
-        8: "+ PDL on the attention kernel too",
-        9: "7 + split-context attention",
-        10: "+ add + LayerNorm in the GEMV prologue",
-        11: "10 + PDL on the attention kernel",
-        12: "10 + the split attention (launched plainly) releasing attn_proj early (session 7)",
-        13: "12 without the split attention",
-        14: "12, every past of more than one block split (round 1)",
-        15: "12, pasts of at most 3 blocks unsplit",
-        16: "12 + the attention a dependent launch loading its block before the wait (round 3)",
-        17: "16 + one-row GEMVs release the next kernel as they start",
-        18: "17 + the argmax kernel writes the next step's inputs (round 4)",
-        19: "18 + the first c_attn GEMV gathers the embeddings",
-        20: "18 + the lm_head GEMV with ln_f in its prologue",
-        21: "18 + both (round 5)",
-        22: "21 + the skinny GEMM for 9 to 32 rows, plain launches there",
-        23: "21 + the skinny GEMM, PDL in its buckets (round 6)",
-        24: "23 + the skinny GEMM and PDL up to 64 rows",
-        25: "23 + PDL up to 64 rows (cuBLAS there)",
-        26: "23 + the skinny GEMM up to 64 rows, plain launches there",
-        27: "23 + PDL in every bucket",
-        28: "23 + the attention's tile by its programs' count (round 7)",
-        29: "28, the attention not releasing attn_proj early",
-        30: "23, the attention not releasing attn_proj early",
-        31: "28 + PDL up to 64 rows up to 768 wide",
-        32: "31 + the one-row MLP and attention as CUDA kernels",
-        33: "32 + the skinny GEMM up to 64 rows (attn_proj, mlp_proj there)",
-        34: "32 + the CUTLASS GEMM at 33 to 64 rows",
-        35: "34 + the attention a dependent launch there",
-        36: "35 + attn_proj, mlp_proj split in K parts of ~384",
-        37: "35 + the same, parts of ~768",
-        38: "35 + the same, parts of ~1,024",
-        39: "35 + the same, parts of ~1,536",
-        40: "37 + the CUDA attention of bulk copies",
-        41: "37 + the CUDA attention, 1 tile in flight",
-        42: "37 + the CUDA attention, 2 tiles in flight",
-        43: "37 + the CUDA attention, 3 tiles in flight",
-        44: "40 + the CUTLASS GEMM up to 128 rows",
-        45: "40 + the CUTLASS GEMM up to 256 rows",
-        46: "40 + the CUTLASS GEMM up to 512 rows",
-        47: "45, wider models up to 256 rows too",
-        48: "45 without the K split",
-        49: "45 + two halves on two streams from 256 rows",
-        50: "45 + two halves on two streams from 128 rows",
-        51: "45 + two halves at 208-256 rows, wider up to 128",
-        52: "51 + the argmax on 4 warps",
-        53: "52 + attn_proj in 2 K parts",
-        54: "52 + attn_proj in 3 K parts",
-        55: "54 up to 64 rows (engine now)",
-    }
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
         engine = build(a.model, a.batch, a.one)
@@ -398,7 +163,7 @@ def main() -> None:
             subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()[-1]
         )
         row = out["row"]
-        print(f"| {names[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
+        print(f"| {NAMES[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
         if a.kernels:
             tables.append((variant, row[0], out["table"]))
     for variant, replay, table in tables:
