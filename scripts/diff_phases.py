@@ -21,8 +21,8 @@ from pathlib import Path  # noqa: E402
 
 import roseprof.cli  # noqa: E402, F401
 from roseprof.api import compare, diff_runs, open_store  # noqa: E402
+from roseprof.render.console import make_console  # noqa: E402
 from roseprof.render.diff_dashboard import DiffDashboard  # noqa: E402
-from roseprof.render.terminal import make_console  # noqa: E402
 from roseprof.render.terminal_diff import TerminalDiff  # noqa: E402
 
 mark("imports: roseprof")

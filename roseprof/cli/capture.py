@@ -100,8 +100,8 @@ def _report_captures(store, outcomes, repeat: int, dashboards_dir, open_: bool, 
     """Each run's summary (one line each but the last for a series), its dashboard, what to do next, and the
     exit code."""
     from roseprof.api import previous_run
+    from roseprof.render.console import make_console
     from roseprof.render.progress import print_next, print_next_group
-    from roseprof.render.terminal import make_console
 
     console = make_console()
     for i, outcome in enumerate(outcomes):

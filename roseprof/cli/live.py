@@ -60,7 +60,7 @@ def live(url, steps, tool, name, n_requests, duration, rate, concurrency, arriva
     from roseprof.render.load_progress import LoadProgress
 
     if n_requests is None and duration is None:  # no load: the server's steps alone
-        from roseprof.render.terminal import make_console
+        from roseprof.render.console import make_console
 
         store = open_store(traces_dir)
         if tool == "steps":

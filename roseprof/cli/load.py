@@ -135,7 +135,7 @@ def load(url, name, n_requests, duration, rate, concurrency, arrivals, burstines
 
 def show_stored_load(run) -> None:
     """A load's run in the terminal; exit 1 where some requests failed (EXIT)."""
-    from roseprof.render.terminal import make_console
+    from roseprof.render.console import make_console
 
     after_storing(run, lambda: print_run(make_console(), run))
     summary = run.summary()

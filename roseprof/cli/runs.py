@@ -80,7 +80,7 @@ def import_(
     folder of step logs (roseinfer serve --capture-dir: its SLO captures) is one run per file."""
     from roseprof.api import import_path
     from roseprof.api.captures import import_each, step_log_files
-    from roseprof.render.terminal import make_console
+    from roseprof.render.console import make_console
 
     captures = step_log_files(list(paths)) if steplog is None else None
     if captures is not None:  # a folder of step logs (SLO captures): each file a run of its own
@@ -101,7 +101,8 @@ def import_(
 @store_options
 def ls(as_json, traces_dir, dashboards_dir) -> None:
     """List the stored runs, oldest first."""
-    from roseprof.render.terminal import make_console, print_runs
+    from roseprof.render.console import make_console
+    from roseprof.render.terminal import print_runs
 
     runs = open_store(traces_dir).runs()
     if as_json:
@@ -116,7 +117,7 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
 @store_options
 def show(run, as_json, traces_dir, dashboards_dir) -> None:
     """Show a run (RUN: id, unique id prefix, or name meaning the latest run with that name)."""
-    from roseprof.render.terminal import make_console
+    from roseprof.render.console import make_console
 
     found = open_store(traces_dir).resolve(run)
     with damage_is_one_line(found):
@@ -205,7 +206,7 @@ def diff(
     run), all of one tool, command and machine. Several runs a side are compared with a hierarchical bootstrap
     (runs, then steps inside each run); a change is called one when its interval clears the noise floor."""
     from roseprof.api import diff_runs
-    from roseprof.render.terminal import make_console
+    from roseprof.render.console import make_console
     from roseprof.render.terminal_diff import TerminalDiff
 
     runs = list(runs)

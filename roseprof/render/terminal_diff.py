@@ -12,7 +12,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from roseprof.render import text
-from roseprof.render.terminal import fit_table
+from roseprof.render.console import fit_table
 from roseprof.render.verdict_text import (
     headline_sentence,
     machine_line,
