@@ -37,8 +37,9 @@ HALVES_MAX_BATCH = 256
 class GraphKernels:
     """The fast path's kernel choices inside a captured step. The engine uses the defaults, every one measured
     faster than the design before it (docs/BENCHMARKS.md, issue 27); the earlier designs are no engine options.
-    These fields are the measurement hook that scripts/bench_graph_step.py (its numbered variants) and the GPU tests
-    that compare a kernel with the one before it pass to `ModelRunner.use_static_decode(kernels=)`."""
+    These fields are the measurement hook that scripts/bench_graph_step.py (its numbered variants,
+    scripts/graph_step_variants.py) and the GPU tests that compare a kernel with the one before it pass to
+    `ModelRunner.use_static_decode(kernels=)`."""
 
     append_min_batch: int | None = (
         None  # Triton KV append from this batch size (None: the block manager's rule)

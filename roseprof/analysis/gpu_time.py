@@ -30,7 +30,9 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     if not len(group):
         return out
     order = np.lexsort((start, group))
-    g, s, e = group[order], start[order], np.maximum(end[order], start[order])
+    g = group[order].astype(np.int64, copy=False)  # (int32 ids times the span below would wrap)
+    s = start[order]
+    e = np.maximum(end[order], s)
     base = int(s.min())
     span = int(e.max()) - base + 1
     times = None
@@ -54,7 +56,9 @@ def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_grou
     else:
         length = times[reach[last] - g[first] * span] - times[s[first]]
     # Every partial sum an integer that float64 holds exactly: bincount, not np.add.at (0.1 s a million kernels).
-    if int(length.sum()) < 1 << 53:
+    # The total taken in float64, which does not wrap as int64 would past 2^63 (the rank path's lengths can add up
+    # to that over several groups), and held below 2^52 so that its rounding cannot hide a total past 2^53.
+    if float(length.sum(dtype=np.float64)) < 1 << 52:
         return np.bincount(g[first], weights=length, minlength=n_groups).astype(np.int64)
     np.add.at(out, g[first], length)
     return out

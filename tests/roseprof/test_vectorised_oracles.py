@@ -246,8 +246,8 @@ def test_percentiles_of_one_value_and_of_none():
 
 @pytest.mark.parametrize("seed", range(10))
 def test_union_by_group_near_the_readers_time_bound_with_many_groups(seed):
-    # timestamps near 2^60 ns (the readers keep times within about 31 years of the trace's start) in up to 40
-    # groups: shifting each group by whole spans would pass int64, so the union runs on ranks; the ns are exact
+    # timestamps up to 2^60 ns (the readers keep times within 2^62 ns of the trace's start) in up to 40 groups:
+    # shifting each group by whole spans would pass int64, so the union runs on ranks; the ns are exact
     rng = np.random.default_rng(seed)
     n, groups = int(rng.integers(1, 300)), int(rng.integers(8, 40))
     group = rng.integers(0, groups, n)
@@ -265,6 +265,29 @@ def test_union_by_group_near_the_readers_time_bound_with_many_groups(seed):
                 covered, reach = covered + e - reach, e
         expected.append(covered)
     assert union_by_group(group, start, end, groups).tolist() == expected
+
+
+@pytest.mark.parametrize(
+    "group,start,end",
+    [
+        # five groups of 2^61 ns each: their total passes 2^63 (an int64 sum of them wrapped negative)
+        ([0, 1, 2, 3, 4], [-(1 << 60)] * 5, [(1 << 60) - 1] * 5),
+        # two groups at the readers' bound, each just below 2^63 ns
+        ([0, 1], [-(1 << 62)] * 2, [(1 << 62) - 1] * 2),
+    ],
+)
+def test_union_by_group_whose_groups_add_up_past_int64(group, start, end):
+    group, start, end = (np.array(v, dtype=np.int64) for v in (group, start, end))
+    expected = [int(e) - int(s) for s, e in zip(start, end)]
+    assert union_by_group(group, start, end, len(group)).tolist() == expected
+
+
+def test_union_by_group_of_int32_group_ids_is_that_of_int64_ones():
+    # group ids as int32 (a caller's bincount or searchsorted on a 32-bit build): their product with the span must
+    # not wrap in int32
+    group = np.array([0, 3, 3], dtype=np.int32)
+    start, end = np.array([0, 0, 10**9], dtype=np.int64), np.array([10**9, 10**9, 3 * 10**9], dtype=np.int64)
+    assert union_by_group(group, start, end, 4).tolist() == [10**9, 0, 0, 3 * 10**9]
 
 
 def test_union_by_group_of_one_and_of_touching_intervals():
