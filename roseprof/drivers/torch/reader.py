@@ -29,6 +29,7 @@ import msgspec
 import numpy as np
 
 from roseprof.drivers.base import Limits
+from roseprof.drivers.demangle import MANGLED_PREFIX, demangle
 from roseprof.drivers.torch.events import (
     API_DRIVER,
     API_KINDS,
@@ -182,7 +183,7 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
     name = _take(cols, "name")
     pid, tid = _take(cols, "pid"), _take(cols, "tid")
     corr, device, stream = _take(cols, "corr"), _take(cols, "device"), _take(cols, "stream")
-    names = Names(list(cols.names))
+    names = Names(_demangled(list(cols.names), np.unique(name[kind == OP_KERNEL]), warnings))
     thread = thread_id(pid, tid)
 
     is_range = kind == RANGE
@@ -269,6 +270,20 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
         thread_pids=dict(zip(used.tolist(), (used >> 32).tolist())),
         processes=processes,
     )
+
+
+def _demangled(strings: list[str], kernel_ids: np.ndarray, warnings: list[str]) -> list[str]:
+    """The trace's strings, with the kernels' names Kineto left mangled demangled (drivers/demangle.py: a CUTLASS
+    GEMM's is too deep for the demangler Kineto calls)."""
+    ids = [i for i in kernel_ids.tolist() if strings[i].startswith(MANGLED_PREFIX)]
+    if not ids:
+        return strings
+    readable, warning = demangle([strings[i] for i in ids])
+    if warning:
+        warnings.append(warning)
+    for i, text in zip(ids, readable):
+        strings[i] = text
+    return strings
 
 
 def _distributed(info: dict | None, label: str, warnings: list[str]) -> tuple[int | None, int | None]:
