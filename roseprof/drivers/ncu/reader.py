@@ -29,6 +29,7 @@ from roseprof.errors import RoseprofError
 from roseprof.model import KERNEL, KERNEL_METRICS, GpuOps, KernelMetrics, Names, Tool, Trace
 
 SOL = "GPU Speed Of Light Throughput"
+COMMAND_LINE_METRICS = "Command line profiler metrics"  # the details page's section of the --metrics given
 # metric key -> (raw page metric, canonical unit, details page (section, label))
 MAP = {
     "duration_ns": ("gpu__time_duration.sum", "ns", (SOL, "Duration")),
@@ -122,6 +123,7 @@ DEVICE_ATTRIBUTES = {
 USED = (
     {raw for raw, _, _ in MAP.values()}
     | {where for _, _, where in MAP.values() if where is not None}
+    | {(COMMAND_LINE_METRICS, raw) for raw, _, _ in MAP.values()}
     | {name for parts in FLOPS.values() for name, _ in parts}
     | {ACHIEVED_CLOCK}
     | {metric for metric, _, _ in PEAKS.values()}
@@ -161,9 +163,14 @@ def _raw_values(launch: Launch, label: str) -> dict[str, float]:
 
 
 def _details_values(launch: Launch, label: str) -> dict[str, float]:
+    """A launch's metrics from the details page: in their sections, or, for a report collected with --metrics,
+    under their raw names in ncu's "Command line profiler metrics" section
+    (tests/data/ncu/h200-ncu2025.3-roseinfer-names-details.csv.xz)."""
     out = {}
-    for key, (_, unit, where) in MAP.items():
+    for key, (raw, unit, where) in MAP.items():
         out[key] = _value(launch, where, unit, label) if where is not None else math.nan
+        if math.isnan(out[key]):
+            out[key] = _value(launch, (COMMAND_LINE_METRICS, raw), unit, label)
     return out
 
 
