@@ -85,9 +85,9 @@ def capture(
     env = dict(os.environ)
     env.update(capturer.engine_env())
     env[STEP_LOG_ENV] = str(writer.path / tables.STEPLOG)
-    env[KERNEL_STAMPS_ENV] = str(
-        writer.path / tables.KERNEL_STAMPS
-    )  # a fused kernel's stamps, where it has any
+    env.pop(KERNEL_STAMPS_ENV, None)  # a fused kernel's stamps, where it has any and the tool wants them
+    if capturer.kernel_stamps:
+        env[KERNEL_STAMPS_ENV] = str(writer.path / tables.KERNEL_STAMPS)
     described = capturer.describe()
     writer.manifest.update(
         command=command,

@@ -33,6 +33,9 @@ class Capturer(Protocol):
     """What a driver's capture provides (e.g. drivers/nsys/capture.py: NsysCapture)."""
 
     tool: str
+    # Whether the engine's fused kernels stamp their phases under this tool (roseinfer/cuda_ext/stamps.py): where
+    # the tool times each launch itself, a stamped build would be what it measures (ncu), not the engine's.
+    kernel_stamps: bool
 
     def engine_env(self) -> dict[str, str]: ...  # switches the engine needs for this tool (e.g. NVTX on)
 

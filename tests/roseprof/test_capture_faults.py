@@ -81,6 +81,7 @@ class InterruptedExport:
     """A capturer whose profiler wrote its report and was then interrupted (a second Ctrl-C) while exporting."""
 
     tool = "nsys"
+    kernel_stamps = True
 
     def engine_env(self) -> dict:
         return {}

@@ -242,6 +242,7 @@ class NsysCapture:
     """`roseprof nsys`: what the tool-neutral capture pipeline needs from Nsight Systems."""
 
     tool = "nsys"
+    kernel_stamps = True
 
     def __init__(self, options: NsysOptions, has_gpu: bool) -> None:
         nsys = find_nsys()

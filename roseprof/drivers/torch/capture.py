@@ -64,6 +64,7 @@ class TorchOptions:
 
 class TorchCapture:
     tool = "torch"
+    kernel_stamps = True
 
     def __init__(self, options: TorchOptions, has_gpu: bool = False) -> None:
         wait, warmup, active = options.wait, options.warmup, options.active
