@@ -106,6 +106,38 @@ capture_batch_224() {  # capture_batch_224 BASE [ENGINE FLAG...]
   ls -la "$S"
 }
 
+stage fixture-cutlass "the fast path at batch 64 (its CUTLASS GEMMs; 24 tokens) under roseprof torch, whose \
+trace has the GEMMs' names as Kineto left them (mangled); ncu's names of the same command's first 600 launches, exported \
+demangled and mangled from one report; then roseprof ncu --from the torch run's top 6 kernels (the fixtures of \
+roseprof/drivers/demangle.py and drivers/ncu/kernel_names.py, xz-compressed there)"
+stage_fixture_cutlass() {
+  local TR=$S/tr DB=$S/dash run base
+  local engine=(python3 -m roseinfer.benchmark_streaming --hf-model-id gpt2 --device cuda --num-requests 64
+    --max-batch-size 64 --prefill-max-batch-size 64 --max-new-tokens 24 --warmup-runs 0 --repeat-runs 1
+    --no-stop-on-eos --mode online --paged-attn --cuda-graph)
+  echo "-- roseprof torch"
+  timeout 200 python3 -m roseprof torch --name cutlass --traces-dir "$TR" --dashboards-dir "$DB" -- "${engine[@]}" \
+    > "$S/torch.log" 2>&1; echo "rc=$?"
+  run=$(ls -d "$TR"/*-cutlass-* | tail -1)
+  cp "$run/raw/torch/trace.json.gz" "$S/h200-torch2.11-roseinfer-cutlass.json.gz"
+  cp "$run/steplog.jsonl" "$S/h200-torch2.11-roseinfer-cutlass.steplog.jsonl"
+  COLUMNS=80 python3 -m roseprof show cutlass --traces-dir "$TR" --dashboards-dir "$DB" > "$S/show.txt" 2>&1
+  sed -n '/^top kernels/,/^decode steps/p' "$S/show.txt"
+  echo "-- ncu's names: one report, exported with each kernel-name base"
+  timeout 240 ncu --metrics gpu__time_duration.sum --launch-count 600 --export "$S/names" --force-overwrite \
+    "${engine[@]}" > "$S/ncu-names.log" 2>&1; echo "rc=$?"
+  base=$S/h200-ncu2025.3-roseinfer-names
+  ncu --import "$S/names.ncu-rep" --csv --page raw --print-kernel-base demangled > "$base-raw.csv"
+  ncu --import "$S/names.ncu-rep" --csv --page details --print-kernel-base demangled > "$base-details.csv"
+  ncu --import "$S/names.ncu-rep" --csv --page raw --print-kernel-base mangled > "$base-mangled-raw.csv"
+  xz -9e "$base-raw.csv" "$base-details.csv" "$base-mangled-raw.csv"; rm -f "$S/names.ncu-rep"
+  ls -la "$S"
+  echo "-- roseprof ncu --from the torch run"
+  COLUMNS=80 timeout 300 python3 -m roseprof ncu --name from-torch --traces-dir "$TR" --dashboards-dir "$DB" \
+    --from cutlass --top 6 > "$S/from-torch.log" 2>&1; echo "rc=$?"
+  grep -v "^==PROF== Profiling" "$S/from-torch.log" | tail -30
+}
+
 stage fixture-views "a CUDA-graph program that is not the engine (scripts/hf_graph_program.py) under roseprof nsys \
 and roseprof torch, and the engine's fast path under roseprof torch, with roseprof show at 80 and 120 columns \
 (PARTS: nsys,torch,engine)"

@@ -38,7 +38,7 @@ def runs(tmp_path):
 def ncu_argv(tmp_path):
     """The argv of the profiling call (not --version or --import)."""
     calls = [json.loads(line) for line in (tmp_path / "args.jsonl").read_text().splitlines()]
-    return next(c for c in calls if c != ["--version"] and "--import" not in c)
+    return next(c for c in calls if c not in (["--version"], ["--help"]) and "--import" not in c)
 
 
 def test_capture_reads_the_report_and_leaves_clocks_alone(tmp_path):
@@ -162,7 +162,8 @@ def test_from_profiles_the_top_kernels_of_an_nsys_run(tmp_path, nsys_run):
     pattern = re.compile(regex.removeprefix("regex:"))
     assert all(pattern.fullmatch(name) for name in top)
     assert not any(pattern.fullmatch(name) for name in set(totals) - set(top))
-    assert int(argv[argv.index("--launch-count") + 1]) == sum(min(counts[n], 5) for n in top)
+    # 5 launches of each of their launch configurations (the fake stands for ncu 2025.3, which counts so)
+    assert argv[argv.index("--launch-count") + 1] == "5" and "per-launch-config" in argv
     new = [r for r in runs(tmp_path) if r != nsys_run]
     assert json.loads((new[0] / "manifest.json").read_text())["ncu"]["from_run"] == nsys_run.name
 
@@ -227,3 +228,98 @@ def test_kernels_listed_in_real_ncu_2025_output():
 
     log = (DATA / "ncu" / "h100-ncu2025.3-nomatch.log").read_text()
     assert kernels_listed(log) == ["reduce_kernel", "vectorized_elementwise_kernel"]
+
+
+TORCH_RUN = (
+    DATA / "torch" / "h200-torch2.11-roseinfer-cutlass.json.gz"
+)  # the engine's CUTLASS GEMMs, under torch
+NAMES = DATA / "ncu" / "h200-ncu2025.3-roseinfer-names"  # ncu 2025.3's export of the same command's launches
+
+
+@pytest.fixture
+def torch_run(tmp_path):
+    proc = roseprof("import", TORCH_RUN, "--name", "torchrun", *dirs(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    (run,) = runs(tmp_path)
+    return run
+
+
+def names_export(tmp_path) -> dict[str, str]:
+    """The fake ncu's --import pages: ncu's own export of the torch run's command (600 launches, 17 kernels)."""
+    import lzma
+
+    out = {}
+    for page, var in (("raw", "FAKE_NCU_RAW"), ("details", "FAKE_NCU_DETAILS")):
+        path = tmp_path / f"names-{page}.csv"
+        path.write_bytes(lzma.open(f"{NAMES}-{page}.csv.xz").read())
+        out[var] = str(path)
+    return out
+
+
+def test_from_a_torch_run_profiles_its_kernels_as_ncu_spells_them_five_launches_a_configuration(
+    tmp_path, torch_run
+):
+    import csv
+    import re
+
+    proc = roseprof(
+        "ncu", *dirs(tmp_path), "--from", "torchrun", "--top", "6", "--", *PROGRAM,
+        env=env(tmp_path, **names_export(tmp_path), COLUMNS="80"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "profiled no launch" not in proc.stderr  # every chosen kernel is in ncu's report
+    argv = ncu_argv(tmp_path)
+    # ncu 2025.3 counts launches per launch configuration (tests/data/ncu/h200-ncu2025.3-help.txt): 5 of each
+    assert argv[argv.index("--launch-count") + 1] == "5"
+    assert argv[argv.index("--filter-mode") + 1] == "per-launch-config"
+    # torch spells the kernels GNU's way (and named the CUTLASS GEMMs only mangled); ncu's own spelling of all 17
+    # kernels its report holds: the pattern takes exactly the six torch's run chose
+    pattern = re.compile(argv[argv.index("--kernel-name") + 1].removeprefix("regex:"))
+    rows = csv.DictReader(open(names_export(tmp_path)["FAKE_NCU_RAW"]))
+    spelt = {r["Kernel Name"] for r in rows if r["ID"].isdigit()}
+    assert len(spelt) == 17 and len({n for n in spelt if pattern.match(n)}) == 6
+
+
+def test_from_with_an_ncu_that_counts_launches_only_together(tmp_path, torch_run):
+    help_2022 = DATA / "ncu" / "cpu-ncu2022.3-help.txt"  # global and per-gpu only
+    proc = roseprof(
+        "ncu", *dirs(tmp_path), "--from", "torchrun", "--top", "6", "--", *PROGRAM,
+        env=env(tmp_path, **names_export(tmp_path), FAKE_NCU_HELP=str(help_2022)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    argv = ncu_argv(tmp_path)
+    assert "--filter-mode" not in argv
+    # 5 of each chosen kernel's launches in the torch run's window, at most: all of them together
+    summary = json.loads((torch_run / "summary.json").read_text())
+    counts: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    for k in summary["kernels"]:
+        counts[k["name"]] = counts.get(k["name"], 0) + k["count"]
+        totals[k["name"]] = totals.get(k["name"], 0) + k["total_ns"]
+    top = sorted(totals, key=lambda n: -totals[n])[:6]
+    assert int(argv[argv.index("--launch-count") + 1]) == sum(min(counts[n], 5) for n in top)
+
+
+def test_from_names_the_chosen_kernels_ncu_profiled_no_launch_of(tmp_path, torch_run):
+    # the report the fake hands back holds other kernels (tn-raw.csv: torch's elementwise and reduce kernels)
+    proc = roseprof(
+        "ncu", *dirs(tmp_path), "--from", "torchrun", "--top", "6", "--", *PROGRAM,
+        env=env(tmp_path, COLUMNS="80"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "warning: ncu profiled no launch of 6 of the 6 kernels --from" in said
+    assert "cutlass::device_kernel (3 instantiations)" in said and "paged_attn_kernel" in said
+    warning = proc.stdout[proc.stdout.index("warning: ncu profiled") : proc.stdout.index("run folder:")]
+    assert all(len(line) <= 80 for line in warning.splitlines())  # wrapped at the terminal's width
+
+
+def test_the_engine_stamps_no_kernel_under_ncu(tmp_path):
+    # a stamped build of a fused kernel is not the engine's: ncu must measure the one that runs unprofiled
+    program = [sys.executable, "-c", "import os; print('stamps', os.environ.get('ROSEINFER_KERNEL_STAMPS'))"]
+    proc = roseprof(
+        "ncu", *dirs(tmp_path), "--kernel", "vectorized", "--", *program,
+        env=env(tmp_path, ROSEINFER_KERNEL_STAMPS=str(tmp_path / "from-the-caller.jsonl")),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "stamps None" in proc.stderr

@@ -3,6 +3,7 @@ columns), the run dashboard and the Chrome export; two imports of it go through 
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -40,7 +41,8 @@ def imported(request, tmp_path):
     path = request.param
     if path.name.endswith(".xz"):  # kept compressed: unpacked with its step logs (tests/data/README.md)
         db = unpacked(path, tmp_path)
-        a = api.import_path(store, db, "a", db.replace(".sqlite", ".steplog.jsonl"))
+        log = db.removesuffix(".sqlite") + ".steplog.jsonl"
+        a = api.import_path(store, db, "a", log if Path(log).is_file() else None)
     else:
         a = api.import_path(store, str(path), "a", _steplog(path))
     return store, a

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.ncu import report_file
+from roseprof.drivers.ncu.kernel_names import base_name, name_pattern
 from roseprof.drivers.ncu.options import NcuOptions
 from roseprof.errors import CaptureFailed, RoseprofError
-from roseprof.model import Trace
+from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import NVTX_ENV
 
 # Where ncu usually lives, newest first within each pattern (Debian's package puts it on PATH as /usr/bin/ncu).
@@ -47,6 +51,21 @@ PERMISSION_HINT = (
 
 def find_ncu() -> str | None:
     return find_tool("NCU", "ncu", NCU_CANDIDATES)
+
+
+def filter_modes(ncu: str) -> set[str]:
+    """The launch filter modes this ncu has (its --help lists them: 2022.3 global and per-gpu,
+    tests/data/ncu/cpu-ncu2022.3-help.txt; 2025.3 per-launch-config too, h200-ncu2025.3-help.txt)."""
+    try:
+        out = subprocess.run([ncu, "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    at = out.find("--filter-mode")
+    # the option's own lines: up to the next option
+    end = out.find("\n  --", at + 1) if at >= 0 else -1
+    return (
+        set(re.findall(r"^\s+([a-z][a-z-]+)\s*(?:\(default\))?\s*:", out[at:end], re.M)) if at >= 0 else set()
+    )
 
 
 def ncu_version(ncu: str) -> str:
@@ -155,6 +174,7 @@ class NcuCapture:
     """`roseprof ncu`: what the tool-neutral capture pipeline needs from Nsight Compute."""
 
     tool = "ncu"
+    kernel_stamps = False  # ncu measures each launch: of the engine's own kernels, not a stamped build
 
     def __init__(self, options: NcuOptions, has_gpu: bool = True) -> None:
         ncu = find_ncu()
@@ -164,19 +184,33 @@ class NcuCapture:
             )
         self.ncu = ncu
         self.options = options
+        self.per_launch_config = bool(options.launches_per_config) and "per-launch-config" in filter_modes(
+            ncu
+        )
 
     def engine_env(self) -> dict[str, str]:
         return {NVTX_ENV: "1"}
 
     def describe(self) -> dict:
-        out = {"path": self.ncu, "version": ncu_version(self.ncu), "options": self.options.argv()}
+        out = {
+            "path": self.ncu,
+            "version": ncu_version(self.ncu),
+            "options": self.options.argv(self.per_launch_config),
+        }
         if self.options.from_run:
             out["from_run"] = self.options.from_run
         return out
 
     @contextmanager
     def launch(self, cmd: list[str], env: dict[str, str], raw: Path) -> Iterator[Launch]:
-        argv = [self.ncu, *self.options.argv(), "--export", str(raw / REPORT), "--force-overwrite", *cmd]
+        argv = [
+            self.ncu,
+            *self.options.argv(self.per_launch_config),
+            "--export",
+            str(raw / REPORT),
+            "--force-overwrite",
+            *cmd,
+        ]
         # ncu interleaves its ==PROF== lines with the program's output: one stream, on roseprof's stderr.
         yield Launch(argv, env, raw / "ncu.log", one_stream=True)
 
@@ -234,9 +268,29 @@ class NcuCapture:
             raise RoseprofError("ncu wrote no report (see raw/ncu.log in the run folder)")
         raw_csv, details_csv = export_pages(self.ncu, rep, str(rep))
         label = str(rep)
-        return build_trace(
+        trace = build_trace(
             read_page(raw_csv, label, keep=used),
             read_page(details_csv, label, keep=used),
             label,
             ncu_version(self.ncu),
         )
+        trace.warnings.extend(self._unprofiled(trace))
+        return trace
+
+    def _unprofiled(self, trace: Trace) -> list[str]:
+        """With --from: the chosen kernels ncu profiled no launch of (a kernel the earlier run saw launched only
+        after ncu's launch count ran out, or not in this run of the command), named in a warning."""
+        if not self.options.from_kernels:
+            return []
+        profiled = [trace.names[i] for i in np.unique(trace.ops.name[trace.ops.kind == KERNEL]).tolist()]
+        missed = [
+            n for n in self.options.from_kernels if not any(map(re.compile(name_pattern(n)).match, profiled))
+        ]
+        if not missed:
+            return []
+        bases = Counter(base_name(n) for n in missed)
+        shown = ", ".join(b + (f" ({c} instantiations)" if c > 1 else "") for b, c in bases.items())
+        return [
+            f"ncu profiled no launch of {len(missed)} of the {len(self.options.from_kernels)} kernels --from "
+            f"{self.options.from_run} chose: {shown}"
+        ]

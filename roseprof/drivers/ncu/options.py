@@ -5,11 +5,11 @@ was asked is what the manifest records."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from roseprof.drivers.ncu.kernel_names import names_pattern
 from roseprof.errors import RoseprofError
 from roseprof.workload.roseinfer import ncu_default_command
 
@@ -32,6 +32,10 @@ class NcuOptions:
     kernel_name_base: str | None = None  # "demangled" when the names are nsys' or torch's (--from)
     from_run: str | None = None  # the nsys or torch run whose top kernels to profile
     top: int = 5  # with from_run: how many kernels
+    from_kernels: tuple[str, ...] = ()  # with from_run: those kernels' names as that run spells them
+    # With from_run and no --launch-count: launches of each launch configuration of each kernel (ncu's filter mode
+    # per-launch-config, where the ncu has it; where not, launch_count caps them all together).
+    launches_per_config: int | None = None
 
     def default_command(self) -> list[str]:
         """What runs when no command is given: the engine's benchmark sized for one profiled decode step."""
@@ -54,15 +58,22 @@ class NcuOptions:
                 raise RoseprofError(
                     f"run {run_id} has no kernels to profile (--from needs a run with GPU kernels)"
                 )
-            launches = self.launch_count
+            launches, per_config = self.launch_count, None
             if launches is None:
+                # ncu counts the matching launches together, in the order they come: the first few steps' launches
+                # of the kernels a step runs most would fill a cap of 5 each, and a kernel run once a step would
+                # get none. Counted per launch configuration (ncu 2023 and later), each gets its 5.
                 launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
-            # The exact demangled names nsys and torch record, matched whole.
+                per_config = FROM_LAUNCHES_PER_KERNEL
+            # The names as that run's tool spells them, matched as any demangler spells them (torch writes GNU's
+            # spelling, nsys and ncu NVIDIA's, and ncu shortens qualifiers): kernel_names.py.
             options = dataclasses.replace(
                 self,
-                kernel=kernel_regex([n for n, _ in chosen]),
+                kernel=names_pattern([n for n, _ in chosen]),
                 kernel_name_base="demangled",
+                from_kernels=tuple(n for n, _ in chosen),
                 launch_count=launches,
+                launches_per_config=per_config,
                 from_run=run_id,
             )
             if not cmd:
@@ -79,8 +90,9 @@ class NcuOptions:
         full = self.section_set is None and not self.sections and not self.metrics
         return dataclasses.replace(self, launch_count=count, section_set="full" if full else self.section_set)
 
-    def argv(self) -> list[str]:
-        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges)."""
+    def argv(self, per_launch_config: bool = False) -> list[str]:
+        """ncu's options, clocks left alone and NVTX on (so every result names its enclosing ranges);
+        `per_launch_config`: the ncu has that filter mode (launches_per_config is then the count)."""
         argv = ["--clock-control", "none", "--nvtx", "--target-processes", "all"]
         for rng in self.nvtx_include:
             argv += ["--nvtx-include", rng]
@@ -90,7 +102,9 @@ class NcuOptions:
             argv += ["--kernel-name-base", self.kernel_name_base]
         if self.launch_skip:
             argv += ["--launch-skip", str(self.launch_skip)]
-        if self.launch_count:  # 0: every matching launch
+        if per_launch_config and self.launches_per_config:
+            argv += ["--launch-count", str(self.launches_per_config), "--filter-mode", "per-launch-config"]
+        elif self.launch_count:  # 0: every matching launch
             argv += ["--launch-count", str(self.launch_count)]
         if self.section_set:
             argv += ["--set", self.section_set]
@@ -103,14 +117,11 @@ class NcuOptions:
 
     def filters(self) -> str:
         """The filters, as a message about a profile that matched nothing names them."""
-        parts = [f"--kernel-name regex:{self.kernel}"] if self.kernel else []
+        if self.from_run:  # its pattern runs to kilobytes: the kernels it stands for, shortly
+            parts = [f"--from {self.from_run}'s top {len(self.from_kernels)} kernel(s)"]
+        else:
+            parts = [f"--kernel-name regex:{self.kernel}"] if self.kernel else []
         parts += [f"--nvtx-include {r}" for r in self.nvtx_include]
         if self.launch_skip:
             parts.append(f"--launch-skip {self.launch_skip}")
         return ", ".join(parts) or "no filter"
-
-
-def kernel_regex(names: list[str]) -> str:
-    """An ncu `--kernel-name regex:` matching exactly these names (with --kernel-name-base demangled). Only
-    the characters regular expressions treat specially are escaped, so ncu's engine reads it as written."""
-    return "^(" + "|".join(re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", n) for n in names) + ")$"

@@ -1,0 +1,149 @@
+"""Kernel names across tools, on real names: what torch.profiler left mangled, demangled (roseprof/drivers/demangle.py),
+and one name matched however a tool spells it (roseprof/drivers/ncu/kernel_names.py).
+
+The fixtures: the engine at batch 64 (its CUTLASS GEMMs) under roseprof torch on an H200
+(tests/data/torch/h200-torch2.11-roseinfer-cutlass.json.gz), ncu 2025.3's names of the same command's first 600
+launches exported from one report with each kernel-name base (h200-ncu2025.3-roseinfer-names-raw.csv.xz and
+-mangled-raw.csv.xz: the same IDs in the same order), and every nsys export here with both a mangled and a demangled
+name per kernel (nsys 2024-2025: NVIDIA's spelling, against GNU's that c++filt gives for the mangled one)."""
+
+import csv
+import gzip
+import io
+import json
+import lzma
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from roseprof.drivers.demangle import demangle
+from roseprof.drivers.ncu.kernel_names import base_name, name_pattern, names_pattern
+from roseprof.drivers.torch.reader import read_kineto
+from roseprof.model import KERNEL
+from tests.helpers import DATA
+
+TORCH = DATA / "torch" / "h200-torch2.11-roseinfer-cutlass.json.gz"
+NCU_NAMES = DATA / "ncu" / "h200-ncu2025.3-roseinfer-names-raw.csv.xz"
+NCU_MANGLED = DATA / "ncu" / "h200-ncu2025.3-roseinfer-names-mangled-raw.csv.xz"
+
+
+def ncu_names(path: Path) -> dict[int, str]:
+    """Each profiled launch's kernel name by its ID (the raw page's second row is units: no ID)."""
+    rows = csv.DictReader(io.StringIO(lzma.open(path, "rt").read()))
+    return {int(r["ID"]): r["Kernel Name"] for r in rows if r["ID"].isdigit()}
+
+
+def ncu_symbols() -> dict[str, str]:
+    """ncu's demangled spelling of each mangled name it profiled (extern "C" kernels are their own)."""
+    spelt, mangled = ncu_names(NCU_NAMES), ncu_names(NCU_MANGLED)
+    assert spelt.keys() == mangled.keys() and len(spelt) == 600
+    return {mangled[i]: spelt[i] for i in spelt}
+
+
+def nsys_symbols(path: Path) -> dict[str, str]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    cols = {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")}
+    if not {"mangledName", "demangledName"} <= cols:
+        return {}
+    rows = con.execute(
+        "SELECT DISTINCT m.value, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k"
+        " JOIN StringIds m ON m.id = k.mangledName JOIN StringIds d ON d.id = k.demangledName"
+    ).fetchall()
+    con.close()
+    return dict(rows)
+
+
+# the nsys exports with a mangled and a demangled name a kernel (the CPU captures of nsys 2022.4 have no kernels)
+NSYS = [p for p in sorted((DATA / "nsys").rglob("*.sqlite")) if nsys_symbols(p)]
+
+
+def spellings(symbols: dict[str, str]) -> list[tuple[str, str]]:
+    """(a tool's spelling, GNU's) of each symbol: GNU's by demangling the mangled name."""
+    mangled = list(symbols)
+    gnu, warning = demangle(mangled)
+    assert warning is None
+    return [(symbols[m], g) for m, g in zip(mangled, gnu)]
+
+
+def kernel_names(trace) -> list[str]:
+    o = trace.ops
+    return [trace.names[i] for i in sorted(set(o.name[o.kind == KERNEL].tolist()))]
+
+
+def test_torch_left_the_cutlass_gemms_mangled_and_the_reader_demangles_them():
+    raw = json.load(gzip.open(TORCH))["traceEvents"]
+    left = {e["name"] for e in raw if e.get("cat") == "kernel" and e["name"].startswith("_Z")}
+    assert len(left) == 3 and all(n.startswith("_ZN7cutlass13device_kernel") for n in left)
+    trace = read_kineto(TORCH)
+    names = kernel_names(trace)
+    assert not any(n.startswith("_Z") for n in names) and trace.warnings == []
+    gemms = [
+        n for n in names if n.startswith("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<")
+    ]
+    assert len(gemms) == 3
+    # ncu demangled the same symbols its own way: each name the reader gave matches ncu's spelling of its symbol
+    spelt = ncu_symbols()
+    for mangled, gnu in zip(*[sorted(left), demangle(sorted(left))[0]]):
+        assert gnu in gemms and re.match(name_pattern(gnu), spelt[mangled])
+
+
+def test_a_name_cxxfilt_cannot_read_stays_and_says_so():
+    names, warning = demangle(["_Zgarbage!", "add_layer_norm_kernel"])
+    assert names == ["_Zgarbage!", "add_layer_norm_kernel"]
+    assert warning == "1 kernel name(s) are left mangled: c++filt could not demangle them"
+    assert demangle(["paged_attn_kernel"]) == (["paged_attn_kernel"], None)
+
+
+def test_without_cxxfilt_the_names_stay_mangled_with_a_warning(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    trace = read_kineto(TORCH)
+    assert sum(n.startswith("_ZN7cutlass") for n in kernel_names(trace)) == 3
+    (warning,) = trace.warnings
+    assert warning.startswith("3 kernel name(s) are left mangled (`_ZN7cutlass13device_kernel")
+    assert warning.endswith("needs c++filt (binutils), which is not on PATH")
+
+
+@pytest.mark.parametrize(
+    "symbols",
+    [pytest.param(ncu_symbols, id="ncu2025.3")]
+    + [pytest.param(lambda p=p: nsys_symbols(p), id=p.name) for p in NSYS],
+)
+def test_a_kernel_matches_itself_in_every_spelling_and_no_other_kernel(symbols):
+    pairs = spellings(symbols())
+    for i, (spelt, gnu) in enumerate(pairs):
+        for source in (spelt, gnu):
+            pattern = re.compile(name_pattern(source))
+            assert pattern.match(spelt) and pattern.match(gnu), source
+            others = [n for j, pair in enumerate(pairs) if j != i for n in pair]
+            assert not any(pattern.match(n) for n in others), source
+
+
+def test_the_torch_runs_top_kernels_are_the_ones_ncu_profiles():
+    trace = read_kineto(TORCH)
+    o = trace.ops
+    busy = Counter()
+    for name, start, end in zip(o.name[o.kind == KERNEL], o.start[o.kind == KERNEL], o.end[o.kind == KERNEL]):
+        busy[trace.names[name]] += end - start
+    top = [n for n, _ in busy.most_common(6)]
+    pattern = re.compile(names_pattern(top))
+    spelt = set(ncu_symbols().values())
+    chosen = {n for n in spelt if pattern.match(n)}
+    assert len(spelt) == 17 and len(chosen) == 6
+    # ncu shortens qualifiers and writes `<unnamed>` for GNU's `(anonymous namespace)`
+    assert Counter(base_name(n).split("::")[-1] for n in chosen) == Counter(
+        base_name(n).split("::")[-1] for n in top
+    )
+
+
+def test_past_the_limit_the_longest_names_keep_a_prefix_of_their_atoms():
+    trace = read_kineto(TORCH)
+    names = kernel_names(trace)
+    whole = names_pattern(names)
+    assert len(whole) > 40_000  # three CUTLASS GEMMs: about 15,000 characters each
+    short = names_pattern(names, limit=20_000)
+    assert len(short) <= 20_000
+    assert all(re.match(short, n) for n in names)
+    assert all(re.match(short, n) for n in ncu_symbols().values() if re.match(whole, n))
