@@ -4,7 +4,8 @@
 #   Nsight Systems for CPU captures (scripts/install-nsys.sh),
 #   Nsight Compute's ncu for importing .ncu-rep reports (scripts/install-ncu.sh),
 #   Debian's Chromium for the dashboard browser tests (scripts/install-chromium.sh),
-#   and Debian's Prometheus (prometheus, promtool) for the server's metrics tests (scripts/install-prometheus.sh).
+#   Debian's Prometheus (prometheus, promtool) for the server's metrics tests (scripts/install-prometheus.sh),
+#   and binutils' c++filt, which demangles the kernel names torch.profiler leaves mangled (roseprof/drivers/demangle.py).
 # Usage: scripts/setup.sh [--no-nsys] [--no-ncu] [--no-browser] [--no-prometheus]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,15 @@ fi
 # CPU; docs/BENCHMARKS.md session 25). Python checks each .pyc against its source, so an edit is never run stale.
 .venv/bin/python -m compileall -q roseprof roseinfer scripts > /dev/null
 
+if ! command -v c++filt >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends binutils >/dev/null
+  else
+    echo "setup: no c++filt and no apt-get; install binutils (torch runs then keep some kernel names mangled)" >&2
+  fi
+fi
 if [ "$want_nsys" = 1 ]; then
   bash scripts/install-nsys.sh
 fi
