@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from roseprof.render.figures import esc, figure, layout
 from roseprof.render.page import table
+from roseprof.render.text import kernel_labels, kernel_name
 
 MAX_SOL_KERNELS = 25
 MAX_RULES = 60
@@ -26,8 +27,10 @@ def _f(x, fmt: str = "{:,.1f}", scale: float = 1.0) -> str:
     return "-" if x is None else fmt.format(x / scale)
 
 
-def _short(name: str, n: int = 80) -> str:
-    return name if len(name) <= n else name[: n - 1] + "…"
+def _labels(names: list[str], width: int) -> dict[str, str]:
+    """Each kernel's label in a figure: its name where it fits, else its base name, with a tag where several share
+    that (a CUTLASS GEMM's names agree for hundreds of characters: cut at `width`, they would be one bar)."""
+    return dict(zip(names, (kernel_name(label, width) for label in kernel_labels(names))))
 
 
 def cards(ncu: dict) -> list[tuple[str, str]]:
@@ -56,7 +59,8 @@ def sol_bars(ncu: dict) -> go.Figure | None:
     if not rows:
         return None
     rows = rows[:MAX_SOL_KERNELS][::-1]
-    names = [esc(_short(k["name"])) for k in rows]
+    label = _labels([k["name"] for k in ncu["kernels"]], 80)
+    names = [esc(label[k["name"]]) for k in rows]
     hover = [esc(k["name"]) for k in rows]
     fig = figure()
     for key, label, colour in (
@@ -79,7 +83,7 @@ def sol_bars(ncu: dict) -> go.Figure | None:
 
 def _hover(r: dict, dev: dict) -> str:
     parts = [
-        f"<b>{esc(_short(r['kernel'], 100))}</b>",
+        f"<b>{esc(kernel_name(r['kernel'], 100))}</b>",
         f"launch {r['id']} · region {esc(r['region'] or '-')}",
         f"duration {_f(r['duration_ns'], '{:,.2f}', 1e3)} µs",
         f"DRAM {_f(r['dram_bytes_per_s'], '{:,.1f}', 1e9)} GB/s ({_f(r['dram_bandwidth_pct_of_peak'])}% of peak)",
@@ -124,12 +128,13 @@ def roofline(ncu: dict) -> go.Figure | None:
     by_kernel: dict[str, list[dict]] = {}
     for r in points:
         by_kernel.setdefault(r["kernel"], []).append(r)
+    label = _labels(list(by_kernel), 50)
     for name, rows in sorted(by_kernel.items(), key=lambda kv: -sum(r["duration_ns"] for r in kv[1]))[:20]:
         fig.add_scatter(
             x=[r["arithmetic_intensity"] for r in rows],
             y=[r["flop_per_s"] for r in rows],
             mode="markers",
-            name=esc(_short(name, 50)),
+            name=esc(label[name]),
             marker={"size": 10},
             hovertext=[_hover(r, dev) for r in rows],
             hoverinfo="text",
@@ -198,9 +203,11 @@ def rule_table(ncu: dict) -> str:
     rules = ncu["rules"]
     if not rules:
         return ""
+    label = _labels([k["name"] for k in ncu["kernels"]], 60)
+    shown = lambda name: html.escape(label.get(name) or kernel_name(name, 60))  # noqa: E731
     rows = [
         [
-            f'<span title="{html.escape(r["kernel"])}">{html.escape(_short(r["kernel"], 60))}</span>',
+            f'<span title="{html.escape(r["kernel"])}">{shown(r["kernel"])}</span>',
             html.escape(f"{r['rule']} ({r['type']})"),
             _f(r["speedup_pct"]) + (f" ({html.escape(r['speedup_type'])})" if r.get("speedup_type") else ""),
             f"{r['launches']:,}",

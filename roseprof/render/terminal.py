@@ -218,9 +218,13 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     """Nsight Compute runs: the key metrics per kernel (means over its profiled launches) and the top findings."""
     pct = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     headers = ["kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"]
+    # a tag where kernels share a base name (three CUTLASS GEMMs are all `cutlass::device_kernel`)
+    label = dict(
+        zip((k["name"] for k in ncu["kernels"]), text.kernel_labels([k["name"] for k in ncu["kernels"]]))
+    )
     rows = [
         [
-            k["name"],
+            label[k["name"]],
             f"{k['launches']:,}",
             units.us(k["mean_duration_ns"]),
             pct(k["mean_sm_throughput_pct"]),
@@ -237,7 +241,7 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     )
     for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
         # Names from the file: control characters written out; a long kernel name cut visibly, as in the table.
-        kernel = text.kernel_name(plain(r["kernel"]), 50)
+        kernel = text.kernel_name(plain(label.get(r["kernel"], r["kernel"])), 50)
         _say(console, f"ncu finding: {kernel}: {plain(r['rule'])} (est. speedup {r['speedup_pct']:.1f}%)")
     console.print(plain(f"note: {ncu['note']}"), markup=False, style="dim")
 

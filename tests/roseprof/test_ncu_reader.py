@@ -4,6 +4,7 @@ its units row names; the details page agrees to the digits it prints; missing me
 import csv
 import json
 import math
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -194,3 +195,48 @@ def test_a_csv_that_is_not_ncus_gets_one_line(tmp_path):
     proc = roseprof("import", odd, "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
     assert_one_line_error(proc, 2, f"{odd}: not an Nsight Compute CSV export")
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+
+
+def unpack(name: str, tmp_path) -> Path:
+    """One of the xz-compressed exports of tests/data/ncu (ncu 2025.3's names of the engine at batch 64)."""
+    import lzma
+
+    out = tmp_path / name.removesuffix(".xz")
+    out.write_bytes(lzma.open(DATA / name).read())
+    return out
+
+
+def test_a_details_page_of_a_report_collected_with_metrics_gives_its_durations(tmp_path):
+    # `ncu --metrics gpu__time_duration.sum`: the details page has it under "Command line profiler metrics" only
+    raw = read(unpack("h200-ncu2025.3-roseinfer-names-raw.csv.xz", tmp_path))
+    details = read(unpack("h200-ncu2025.3-roseinfer-names-details.csv.xz", tmp_path))
+    a, b = raw.kernel_metrics.value("duration_ns"), details.kernel_metrics.value("duration_ns")
+    assert len(a) == 600 and not np.isnan(b).any()
+    assert np.allclose(a, b, rtol=6e-4, atol=6)  # the details page prints 4 digits (us): 25.54
+
+
+def test_kernels_sharing_a_base_name_stay_apart_in_the_ncu_table_and_figures(tmp_path):
+    from roseprof.render.ncu_views import _labels
+
+    path = unpack("h200-ncu2025.3-roseinfer-names-raw.csv.xz", tmp_path)
+    proc = roseprof(
+        "import",
+        path,
+        "--traces-dir",
+        tmp_path / "t",
+        "--dashboards-dir",
+        tmp_path / "d",
+        env={"COLUMNS": "80"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout[proc.stdout.index("ncu: per kernel") : proc.stdout.index("note:")]
+    tagged = re.findall(r"cutlass::device_kernel #([0-9a-f]{4})", table)
+    assert len(tagged) == len(set(tagged)) == 3  # the engine's three CUTLASS GEMMs, one row each
+    names = [
+        k["name"]
+        for k in json.loads(next((tmp_path / "t").glob("*/summary.json")).read_text())["ncu"]["kernels"]
+    ]
+    gemms = [n for n in names if "cutlass::device_kernel" in n]
+    # their first 80 characters agree: cut there, the speed-of-light bars would draw the three as one
+    assert len({n[:80] for n in gemms}) == 1
+    assert len({_labels(names, 80)[n] for n in gemms}) == 3
