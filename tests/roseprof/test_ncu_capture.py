@@ -323,3 +323,24 @@ def test_the_engine_stamps_no_kernel_under_ncu(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "stamps None" in proc.stderr
+
+
+def test_from_a_torch_run_stored_with_mangled_names(tmp_path):
+    import csv
+    import re
+
+    # imported where c++filt is missing: the run keeps the GEMMs' names as Kineto left them
+    proc = roseprof("import", TORCH_RUN, "--name", "old", *dirs(tmp_path), env={"PATH": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(runs(tmp_path)[0].joinpath("summary.json").read_text())
+    assert sum(k["name"].startswith("_ZN7cutlass") for k in summary["kernels"]) >= 3
+    proc = roseprof(
+        "ncu", *dirs(tmp_path), "--from", "old", "--top", "6", "--", *PROGRAM,
+        env=env(tmp_path, **names_export(tmp_path)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "profiled no launch" not in proc.stdout
+    argv = ncu_argv(tmp_path)
+    pattern = re.compile(argv[argv.index("--kernel-name") + 1].removeprefix("regex:"))
+    rows = csv.DictReader(open(names_export(tmp_path)["FAKE_NCU_RAW"]))
+    assert len({r["Kernel Name"] for r in rows if r["ID"].isdigit() and pattern.match(r["Kernel Name"])}) == 6

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from roseprof.drivers.demangle import demangle
 from roseprof.drivers.ncu.kernel_names import names_pattern
 from roseprof.errors import RoseprofError
 from roseprof.workload.roseinfer import ncu_default_command
@@ -66,12 +67,14 @@ class NcuOptions:
                 launches = sum(min(c, FROM_LAUNCHES_PER_KERNEL) for _, c in chosen)
                 per_config = FROM_LAUNCHES_PER_KERNEL
             # The names as that run's tool spells them, matched as any demangler spells them (torch writes GNU's
-            # spelling, nsys and ncu NVIDIA's, and ncu shortens qualifiers): kernel_names.py.
+            # spelling, nsys and ncu NVIDIA's, and ncu shortens qualifiers): kernel_names.py. A torch run stored
+            # before its reader demangled what Kineto left mangled still has such names: demangled here.
+            names, _ = demangle([n for n, _ in chosen])
             options = dataclasses.replace(
                 self,
-                kernel=names_pattern([n for n, _ in chosen]),
+                kernel=names_pattern(names),
                 kernel_name_base="demangled",
-                from_kernels=tuple(n for n, _ in chosen),
+                from_kernels=tuple(names),
                 launch_count=launches,
                 launches_per_config=per_config,
                 from_run=run_id,
