@@ -15,6 +15,7 @@ Invariants (checked by `check`, and by the driver contract test on every fixture
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +40,15 @@ def cut_name(value: str) -> str:
     if len(value) > MAX_NAME_CHARS:
         return f"{value[:MAX_NAME_CHARS]}…[{len(value) - MAX_NAME_CHARS} more characters]"
     return value
+
+
+_CUT = re.compile(r"…\[\d+ more characters\]$")
+
+
+def uncut(value: str) -> tuple[str, bool]:
+    """(what cut_name kept of a name, whether it cut it)."""
+    m = _CUT.search(value) if len(value) > MAX_NAME_CHARS else None
+    return (value[: m.start()], True) if m else (value, False)
 
 
 class Names:

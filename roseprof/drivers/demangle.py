@@ -9,10 +9,14 @@ the engine's CUTLASS GEMMs under `roseprof torch`)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 MANGLED_PREFIX = "_Z"  # the Itanium C++ ABI's mangled names (GCC, Clang, NVCC on Linux)
+# What c++filt gets: one mangled name a line, nothing it would read as two (it demangles every word of a line) or
+# as two lines (a `\r`)
+_MANGLED = re.compile(r"_Z[A-Za-z0-9_.$]+")
 CXXFILT = "c++filt"
 TIMEOUT_S = 60.0
 
@@ -20,7 +24,7 @@ TIMEOUT_S = 60.0
 def demangle(names: list[str]) -> tuple[list[str], str | None]:
     """(the names, each Itanium-mangled one demangled where c++filt can; a warning when some stay mangled, or
     None). One c++filt process for all of them; a name c++filt cannot read it leaves as it was."""
-    mangled = sorted({n for n in names if n.startswith(MANGLED_PREFIX) and "\n" not in n})
+    mangled = sorted({n for n in names if n.startswith(MANGLED_PREFIX) and _MANGLED.fullmatch(n)})
     if not mangled:
         return names, None
     readable = _cxxfilt(mangled)
@@ -38,18 +42,21 @@ def demangle(names: list[str]) -> tuple[list[str], str | None]:
 
 
 def _cxxfilt(mangled: list[str]) -> list[str] | None:
-    """c++filt's reading of each name (one a line, in order), or None where it cannot run. binutils before 2.32
-    has no --no-recurse-limit: it runs without it there (the deepest names then stay mangled)."""
+    """c++filt's reading of each name (one a line, in order), or None where it cannot run or answers with another
+    number of lines. binutils before 2.32 has no --no-recurse-limit: it runs without it there (the deepest names
+    then stay mangled)."""
     exe = shutil.which(CXXFILT)
     if exe is None:
         return None
     text = "\n".join(mangled) + "\n"
     for argv in ([exe, "--no-recurse-limit"], [exe]):
         try:
-            done = subprocess.run(argv, input=text, capture_output=True, text=True, timeout=TIMEOUT_S)
+            done = subprocess.run(
+                argv, input=text, capture_output=True, encoding="utf-8", errors="replace", timeout=TIMEOUT_S
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
-        lines = done.stdout.split("\n")[: len(mangled)]
-        if done.returncode == 0 and len(lines) == len(mangled):
-            return lines
+        lines = done.stdout.split("\n")
+        if done.returncode == 0 and len(lines) == len(mangled) + 1 and lines[-1] == "":
+            return lines[:-1]
     return None

@@ -22,7 +22,8 @@ import pytest
 from roseprof.drivers.demangle import demangle
 from roseprof.drivers.ncu.kernel_names import base_name, name_pattern, names_pattern
 from roseprof.drivers.torch.reader import read_kineto
-from roseprof.model import KERNEL
+from roseprof.errors import RoseprofError
+from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name
 from tests.helpers import DATA
 
 TORCH = DATA / "torch" / "h200-torch2.11-roseinfer-cutlass.json.gz"
@@ -91,8 +92,8 @@ def test_torch_left_the_cutlass_gemms_mangled_and_the_reader_demangles_them():
 
 
 def test_a_name_cxxfilt_cannot_read_stays_and_says_so():
-    names, warning = demangle(["_Zgarbage!", "add_layer_norm_kernel"])
-    assert names == ["_Zgarbage!", "add_layer_norm_kernel"]
+    names, warning = demangle(["_Zgarbage", "add_layer_norm_kernel", "_Z1av _Z1bv"])
+    assert names == ["_Zgarbage", "add_layer_norm_kernel", "_Z1av _Z1bv"]  # the last: two words, not one name
     assert warning == "1 kernel name(s) are left mangled: c++filt could not demangle them"
     assert demangle(["paged_attn_kernel"]) == (["paged_attn_kernel"], None)
 
@@ -147,3 +148,61 @@ def test_past_the_limit_the_longest_names_keep_a_prefix_of_their_atoms():
     assert len(short) <= 20_000
     assert all(re.match(short, n) for n in names)
     assert all(re.match(short, n) for n in ncu_symbols().values() if re.match(whole, n))
+
+
+@pytest.mark.parametrize(
+    "name, other",
+    [
+        ("void k<int>(int)", "void k<unsigned int>(int)"),
+        ("void k<int>(int)", "void k<short int>(int)"),
+        ("void k<int>(int)", "void k<int *>(int)"),
+        ("void k<int>(int)", "void k<const int &>(int)"),
+        ("void k<char>(int)", "void k<signed char>(int)"),
+        ("void k<>(int)", "void k<float>(int)"),
+        ("void k<4>(int)", "void k<-4>(int)"),
+        ("void k<void const*>(int)", "void k<float>(int)"),
+    ],
+)
+def test_another_instantiation_is_another_kernel(name, other):
+    # pairs no fixture holds side by side: what the spelling allowed between atoms must not let through
+    assert re.match(name_pattern(name), name) and re.match(name_pattern(other), other)
+    assert not re.match(name_pattern(name), other) and not re.match(name_pattern(other), name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bool operator< <int>(int, int)",
+        "void operator<<(int)",
+        "void f(int",  # cut short
+        "void k<1.5f>(int)",
+        "void k<0x1F>()",
+        "copy_blocked[v1,cw51](Array<long long, 1, C, mutable, aligned>, long long)",  # numba's
+        "add_layer_norm_kernel",
+    ],
+)
+def test_odd_names_match_themselves(name):
+    assert re.match(name_pattern(name), name)
+
+
+def test_an_empty_name_matches_no_kernel():
+    for blank in ("", "   "):
+        assert not any(re.match(name_pattern(blank), n) for n in ("add_layer_norm_kernel", "void foo(int)"))
+
+
+def test_a_name_the_model_cut_matches_by_what_it_kept():
+    gemm = next(n for n in kernel_names(read_kineto(TORCH)) if n.startswith("void cutlass::device_kernel<"))
+    inner = gemm[len("void cutlass::device_kernel<") : gemm.rindex(">(")]
+    long = "void outer<" + ", ".join([inner] * 8) + ">(int)"
+    cut = cut_name(long)
+    assert len(long) > MAX_NAME_CHARS and cut != long
+    assert re.match(name_pattern(cut), long) and re.match(names_pattern([cut]), long)
+    assert base_name(cut) == "outer"
+
+
+def test_too_many_names_for_a_command_line_say_so():
+    names = [f"void k{i}<{i}>(int)" for i in range(3000)]
+    with pytest.raises(
+        RoseprofError, match=r"the 3000 kernels make a name filter of .* give fewer \(--top\)"
+    ):
+        names_pattern(names, limit=10_000)

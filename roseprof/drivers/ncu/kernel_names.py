@@ -20,38 +20,63 @@ from __future__ import annotations
 
 import re
 
-# A command line's longest argument is 128 KiB on Linux (MAX_ARG_STRLEN); a CUTLASS GEMM's pattern is about 15,000
-# characters.
-MAX_PATTERN_CHARS = 100_000
-# Between two atoms: anything but the template structure, or ncu's `<unnamed>` qualifier (which looks like it).
-_FILL = r"(?:[^<>,]|<unnamed>)*?"
-# Words that are spelling, not atoms: cv-qualifiers, elaborated-type keywords, the `instance` of
-# NVIDIA's `[lambda() (instance 1)]`.
+from roseprof.errors import RoseprofError
+from roseprof.model import uncut
+
+# A command line's longest argument is 128 KiB on Linux (MAX_ARG_STRLEN); a CUTLASS GEMM's pattern is about 30,000
+# characters (the torch run's top 6 kernels, three of them such GEMMs, 90,633).
+MAX_PATTERN_CHARS = 120_000
+# Words that are spelling, not atoms: cv-qualifiers, elaborated-type keywords, the `instance` of NVIDIA's
+# `[lambda() (instance 1)]`.
+_SPELLING = ("const", "volatile", "struct", "class", "enum", "union", "typename", "instance")
+# Between two atoms, spelling only: punctuation that is not an atom (spaces, `#`, brackets, `::`), a spelling word,
+# `void` (the return type NVIDIA writes for a function named in a template argument), a qualifier (`at::`, ncu's
+# `<unnamed>::`, GNU's `(anonymous namespace)::`) and a cast (`(int)`, `(unsigned long)`, `(cute::GMMA::Major)`).
+# No other word, no digit and no `-`: `k<int>` is not `k<unsigned int>`, nor `k<4>` `k<-4>`.
+# (`(anonymous namespace)` is a cast's shape; GNU prints none of struct, class, enum, union or typename.)
+_FILL = r"(?:[^\w<>,*&-]|\b(?:const|volatile|void|instance)\b|\w+::|<unnamed>::|\([\w: ]+\))*?"
+# ... before `>`, `,`, `*` or `&`: punctuation and cv-qualifiers only (`Half const,`, `char const*`, `#1}>`)
+_FILL_PUNCT = r"(?:[^\w<>,*&-]|\b(?:const|volatile)\b)*?"
+# ... between a template's name and its `<`
+_FILL_ANGLE = " ?"
+_PUNCT = {
+    "<": "<",
+    ",": ",",
+    "*": r"\*",
+    "&": "&",
+}  # as atoms: only `*` needs its escape (none gets one it needn't)
 _CLOSE = r"(?:, *)?>"  # `>`, maybe after an empty pack, which NVIDIA writes as an empty argument: `X, >`
-_SPELLING = {"const", "volatile", "struct", "class", "enum", "union", "typename", "instance"}
 # 0 and 1 as template arguments: GNU writes a bool's as false and true, NVIDIA's tools as (bool)0 and (bool)1
 _BOOL = {"0": r"\b(?:0[uUlL]*|false)\b", "1": r"\b(?:1[uUlL]*|true)\b"}
-_RETURNS = re.compile(r"\s+[A-Za-z_(<]")  # after `void`: a function's name follows (void is its return type)
-_CAST = re.compile(
-    r"\((?:[A-Za-z_][A-Za-z0-9_:]*\s*)+\)(?=-?\d)"
-)  # `(int)4`, `(cute::GMMA::Major)0`: ncu writes 4, 0
+# after `void`: a function's name follows (void is its return type), not `void const*` (a type argument)
+_RETURNS = re.compile(r"\s+(?!const\b|volatile\b)[A-Za-z_(<]")
+# a cast on a literal: `(int)4`, `(cute::GMMA::Major)0` (ncu writes 4, 0); words apart, so no backtracking blows up
+_CAST = re.compile(r"\([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*\)(?=-?\d)")
+_INTEGER = re.compile(r"(-?\d+)[uUlL]*")
+_OPERATOR = re.compile(r"\s*(\(\)|\[\]|[^\sA-Za-z0-9_(]+)")  # the symbol of `operator()`, `operator<<`, ...
 _TOKEN = re.compile(
     r"(?P<skip>\(anonymous namespace\)|<unnamed>)"
-    r"|(?P<num>-?\d+)[uUlL]*"
+    r"|(?P<num>-?\d[\w.]*)"
     r"|(?P<word>[A-Za-z_][A-Za-z0-9_]*)"
-    r"|(?P<punct>[<>,(])"
+    r"|(?P<punct>[<>,(*&])"
     r"|."
 )
 
 
-def _close(s: str, i: int) -> int:
-    """The index after the `)` that closes the `(` at s[i] (len(s) when it never closes)."""
+def _literal(text: str) -> str:
+    """`text` matched as written, escaping only what is special to every engine (Python's re.escape also escapes
+    `&`, `-`, `#` and spaces, which an engine with ECMAScript's rules may refuse)."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
+
+
+def _close(s: str, i: int) -> int | None:
+    """The index after the `)` that closes the `(` at s[i], or None when it never closes (a name cut short)."""
     depth = 0
     for j in range(i, len(s)):
         depth += {"(": 1, ")": -1}.get(s[j], 0)
         if depth == 0:
             return j + 1
-    return len(s)
+    return None
 
 
 def _body(name: str) -> str:
@@ -76,7 +101,9 @@ def _body(name: str) -> str:
 
 def atoms(name: str) -> list[str]:
     """The name's atoms, each as a regular expression; a parameter list inside the name (the function a lambda is
-    declared in) is the atom `\\(.*?\\)`."""
+    declared in) is the atom `\\(.*?\\)`. (Each such atom costs a pattern tried on a sibling of the same template,
+    spelt the same way, about a second in Boost's engine for the longest; against ncu's own, shorter spelling a
+    millisecond.)"""
     s = _CAST.sub("", _body(name))
     out: list[str] = []
     i, prev = 0, ""  # prev: the last significant character before i (the function a `(` follows)
@@ -85,12 +112,16 @@ def atoms(name: str) -> list[str]:
         i = m.end()
         if m.group("skip"):
             continue
-        if m.group("num") is not None:
-            n = m.group("num")
-            if n in ("0", "1"):
-                out.append(_BOOL[n])
+        n = m.group("num")
+        if n is not None:
+            integer = _INTEGER.fullmatch(n)
+            if integer is None:  # `1.5f`, `0x1F`: as written (GNU and NVIDIA write integers in decimal)
+                out.append(r"\b" + _literal(n) + r"\b")
+            elif integer.group(1) in _BOOL:
+                out.append(_BOOL[integer.group(1)])
             else:
-                out.append(("" if n.startswith("-") else r"\b") + re.escape(n) + r"[uUlL]*\b")
+                v = integer.group(1)
+                out.append(("" if v.startswith("-") else r"\b") + _literal(v) + r"[uUlL]*\b")
             prev = "0"
             continue
         word = m.group("word")
@@ -98,10 +129,10 @@ def atoms(name: str) -> list[str]:
             if s.startswith("::", i):
                 prev = ":"  # a qualifier: ncu shortens them, so none is an atom
                 continue
-            if word == "operator":  # its symbol is part of its name: `operator()`, `operator ()`
-                sym = re.compile(r"\s*(?:\(\)|\[\]|[^\sA-Za-z0-9_(]+)").match(s, i)
+            if word == "operator":  # its symbol is part of its name: `operator()`, `operator ()`, `operator<`
+                sym = _OPERATOR.match(s, i)
                 i = sym.end() if sym else i
-                out.append(r"\boperator\b")
+                out.append(r"\boperator *" + (_literal(sym.group(1)) if sym else ""))
                 prev = "a"
                 continue
             if word in ("true", "false"):
@@ -115,9 +146,9 @@ def atoms(name: str) -> list[str]:
         punct = m.group("punct")
         if punct == "(":
             if prev in ("a", ">", ")") and not s[m.start() - 1].isspace():
-                i = _close(s, m.start())  # a function's parameter list: spelt differently by each tool
-                out.append(r"\(.*?\)")
-                prev = ")"
+                end = _close(s, m.start())  # a function's parameter list: spelt differently by each tool
+                out.append(r"\(.*?\)" if end is not None else r"\(.*")
+                i, prev = end if end is not None else len(s), ")"
             continue
         if punct == ">":
             if out and out[-1] == ",":
@@ -125,7 +156,7 @@ def atoms(name: str) -> list[str]:
             out.append(_CLOSE)
             prev = ">"
         elif punct:
-            out.append(re.escape(punct))
+            out.append(_PUNCT[punct])
             prev = punct
         elif not m.group().isspace():
             prev = m.group()
@@ -133,22 +164,39 @@ def atoms(name: str) -> list[str]:
 
 
 def name_pattern(name: str) -> str:
-    """A regular expression matching the whole of `name` as any of the demanglers above writes it."""
-    return _pattern(atoms(name), whole=True)
+    """A regular expression matching the whole of `name` as any of the demanglers above writes it. A name the
+    model cut (model.cut_name: past 16,384 characters) matches by what was kept of it."""
+    kept, was_cut = uncut(name)
+    parts = atoms(kept)
+    if was_cut and parts:
+        parts = parts[:-1]  # the last atom may be a word cut in two
+    return _pattern(parts, whole=not was_cut, name=kept)
 
 
-def _pattern(parts: list[str], whole: bool) -> str:
+def _pattern(parts: list[str], whole: bool, name: str = "") -> str:
     """The atoms with spelling between them, after a return type; `whole`: and nothing after them but spelling
-    and a parameter list (else anything: the atoms are a prefix of the name's)."""
+    and a parameter list (else anything: the atoms are a prefix of the name's). A name of no atoms matches as
+    written."""
+    if not parts:
+        return "^" + _literal(name.strip()) + ("$" if whole else "")
     end = _FILL + r"(?:\(.*\))?$" if whole else ".*$"
-    return "^(?:.*? )?" + _FILL + _FILL.join(parts) + end
+    out = ["^(?:.*? )?", _FILL, parts[0]]
+    for before, atom in zip(parts, parts[1:]):
+        if atom == "<" and before.endswith(r"\b") and not before.startswith(r"\b(?:"):
+            out.append(_FILL_ANGLE)  # after a word, not a number: a template's argument list
+        elif atom in (_CLOSE, *_PUNCT.values()):
+            out.append(_FILL_PUNCT)
+        else:
+            out.append(_FILL)
+        out.append(atom)
+    return "".join(out) + end
 
 
 def base_name(name: str) -> str:
     """The kernel's function, qualified, without return type, template arguments or parameters (for a sentence):
     `void (anonymous namespace)::paged_attn_kernel<2, long>(...)` -> `paged_attn_kernel` (an anonymous namespace,
     `(anonymous namespace)::` or ncu's `<unnamed>::`, left out)."""
-    body = _body(name).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    body = _body(uncut(name)[0]).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     return body.split("<", 1)[0]
 
 
@@ -156,15 +204,21 @@ def names_pattern(names: list[str], limit: int = MAX_PATTERN_CHARS) -> str:
     """One pattern matching any of `names` (ncu's `--kernel-name regex:`, with --kernel-name-base demangled), at
     most `limit` characters: past it, the longest names are matched by the first half of their atoms, then the
     first quarter, and so on (such a pattern may match other instantiations of that template too)."""
-    parts = [atoms(n) for n in names]
-    whole = [True] * len(parts)
+    kept = [uncut(n) for n in names]
+    parts = [atoms(k)[:-1] if was_cut else atoms(k) for k, was_cut in kept]
+    whole = [not was_cut for _, was_cut in kept]
 
     def joined() -> str:
-        return "|".join("(?:" + _pattern(p, w) + ")" for p, w in zip(parts, whole))
+        return "|".join("(?:" + _pattern(p, w, k) + ")" for p, w, (k, _) in zip(parts, whole, kept))
 
     out = joined()
     while len(out) > limit and max(map(len, parts), default=0) > 1:
         longest = max(range(len(parts)), key=lambda i: len(parts[i]))
         parts[longest], whole[longest] = parts[longest][: len(parts[longest]) // 2], False
         out = joined()
+    if len(out) > limit:
+        raise RoseprofError(
+            f"the {len(names)} kernels make a name filter of {len(out):,} characters, more than a command line "
+            f"takes ({limit:,}): give fewer (--top)"
+        )
     return out
