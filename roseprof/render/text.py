@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+from roseprof import kernel_names
+
 ELLIPSIS = "…"
 
 
@@ -99,8 +101,11 @@ TAG = " #"  # a disambiguator's separator: `clover::par_ranged2d_kernel #3fa2`
 
 
 def kernel_tag(name: str) -> str:
-    """Four hex digits of the full name's hash: the same kernel gets the same tag in every run and view."""
-    return hashlib.blake2s(name.encode("utf-8", "surrogatepass"), digest_size=2).hexdigest()
+    """Four hex digits of a hash of what every tool's spelling of the name shares (kernel_names.key): the same
+    kernel gets the same tag in every run and view, named by torch, nsys or ncu."""
+    return hashlib.blake2s(
+        (kernel_names.key(name) or name).encode("utf-8", "surrogatepass"), digest_size=2
+    ).hexdigest()
 
 
 def kernel_labels(names: list[str], among=()) -> list[str]:

@@ -109,7 +109,7 @@ capture_batch_224() {  # capture_batch_224 BASE [ENGINE FLAG...]
 stage fixture-cutlass "the fast path at batch 64 (its CUTLASS GEMMs; 24 tokens) under roseprof torch, whose \
 trace has the GEMMs' names as Kineto left them (mangled); ncu's names of the same command's first 600 launches, exported \
 demangled and mangled from one report; then roseprof ncu --from the torch run's top 6 kernels (the fixtures of \
-roseprof/drivers/demangle.py and drivers/ncu/kernel_names.py, xz-compressed there)"
+roseprof/drivers/demangle.py and roseprof/kernel_names.py, xz-compressed there)"
 stage_fixture_cutlass() {
   local TR=$S/tr DB=$S/dash run base
   local engine=(python3 -m roseinfer.benchmark_streaming --hf-model-id gpt2 --device cuda --num-requests 64

@@ -1,5 +1,5 @@
 """Kernel names across tools, on real names: what torch.profiler left mangled, demangled (roseprof/drivers/demangle.py),
-and one name matched however a tool spells it (roseprof/drivers/ncu/kernel_names.py).
+and one name matched however a tool spells it (roseprof/kernel_names.py).
 
 The fixtures: the engine at batch 64 (its CUTLASS GEMMs) under roseprof torch on an H200
 (tests/data/torch/h200-torch2.11-roseinfer-cutlass.json.gz), ncu 2025.3's names of the same command's first 600
@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from roseprof.drivers.demangle import demangle
-from roseprof.drivers.ncu.kernel_names import base_name, name_pattern, names_pattern
 from roseprof.drivers.torch.reader import read_kineto
 from roseprof.errors import RoseprofError
+from roseprof.kernel_names import base_name, key, name_pattern, names_pattern
 from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name
+from roseprof.render.text import kernel_tag
 from tests.helpers import DATA
 
 TORCH = DATA / "torch" / "h200-torch2.11-roseinfer-cutlass.json.gz"
@@ -114,6 +115,9 @@ def test_without_cxxfilt_the_names_stay_mangled_with_a_warning(monkeypatch):
 )
 def test_a_kernel_matches_itself_in_every_spelling_and_no_other_kernel(symbols):
     pairs = spellings(symbols())
+    # one key, so one tag, whichever tool spelt the kernel; another kernel's is another
+    assert all(key(spelt) == key(gnu) and kernel_tag(spelt) == kernel_tag(gnu) for spelt, gnu in pairs)
+    assert len({key(spelt) for spelt, _ in pairs}) == len(pairs)
     for i, (spelt, gnu) in enumerate(pairs):
         for source in (spelt, gnu):
             pattern = re.compile(name_pattern(source))
@@ -206,3 +210,16 @@ def test_too_many_names_for_a_command_line_say_so():
         RoseprofError, match=r"the 3000 kernels make a name filter of .* give fewer \(--top\)"
     ):
         names_pattern(names, limit=10_000)
+
+
+def test_a_torch_run_and_an_ncu_run_tag_the_same_gemms_alike():
+    torch_gemms = [n for n in kernel_names(read_kineto(TORCH)) if "cutlass::device_kernel" in n]
+    ncu_gemms = {n for n in ncu_symbols().values() if "cutlass::device_kernel" in n}
+    assert len(torch_gemms) == len(ncu_gemms) == 3
+    assert {kernel_tag(n) for n in torch_gemms} == {kernel_tag(n) for n in ncu_gemms}
+
+
+def test_a_function_that_is_no_template_keeps_its_parameters_in_its_key():
+    # overloads differ by their parameters only, which GNU and NVIDIA write alike but for spelling
+    assert key("void k(float const*)") == key("void k(const float *)")
+    assert key("void k(float*)") != key("void k(double*)")

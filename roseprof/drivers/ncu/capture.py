@@ -22,9 +22,9 @@ import numpy as np
 
 from roseprof.drivers.base import Launch, find_tool
 from roseprof.drivers.ncu import report_file
-from roseprof.drivers.ncu.kernel_names import base_name, name_pattern
 from roseprof.drivers.ncu.options import NcuOptions
 from roseprof.errors import CaptureFailed, RoseprofError
+from roseprof.kernel_names import base_name, name_pattern
 from roseprof.model import KERNEL, Trace
 from roseprof.workload.roseinfer import NVTX_ENV
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from roseprof.drivers.demangle import demangle
-from roseprof.drivers.ncu.kernel_names import names_pattern
 from roseprof.errors import RoseprofError
+from roseprof.kernel_names import names_pattern
 from roseprof.workload.roseinfer import ncu_default_command
 
 DEFAULT_LAUNCH_COUNT = 100  # ncu profiles every matching launch by default; a full set replays each ~40 times

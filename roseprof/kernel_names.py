@@ -18,6 +18,7 @@ alternation, lazy repeats, `\\b`; no lookaround)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from roseprof.errors import RoseprofError
@@ -79,24 +80,28 @@ def _close(s: str, i: int) -> int | None:
     return None
 
 
-def _body(name: str) -> str:
-    """The name without its return type (NVIDIA writes a template parameter where GNU writes its value:
-    `std::enable_if<!T7, void>::type`) and its own parameter list (the last top-level `( ... )`)."""
-    s = name.rstrip()
+def _split(name: str) -> tuple[str, str]:
+    """(the name without its return type and its own parameter list, that parameter list or ""). NVIDIA writes a
+    template parameter in a return type where GNU writes its value (`std::enable_if<!T7, void>::type`)."""
+    s, params = name.rstrip(), ""
     if s.endswith(")"):
         depth = 0
         for i in range(len(s) - 1, 0, -1):
             depth += {")": 1, "(": -1}.get(s[i], 0)
             if depth == 0:
                 if s[i - 1].isalnum() or s[i - 1] in "_>]":
-                    s = s[:i]
+                    s, params = s[:i], s[i:]
                 break
     depth, cut = 0, 0
     for i, c in enumerate(s):
         depth += {"<": 1, "(": 1, "[": 1, "{": 1, ">": -1, ")": -1, "]": -1, "}": -1}.get(c, 0)
         if c == " " and depth == 0:
             cut = i + 1  # the last top-level space: the return type ends there
-    return s[cut:]
+    return s[cut:], params
+
+
+def _body(name: str) -> str:
+    return _split(name)[0]
 
 
 def atoms(name: str) -> list[str]:
@@ -190,6 +195,21 @@ def _pattern(parts: list[str], whole: bool, name: str = "") -> str:
             out.append(_FILL)
         out.append(atom)
     return "".join(out) + end
+
+
+@functools.lru_cache(maxsize=4096)
+def key(name: str) -> str:
+    """What every spelling of the kernel shares, as one string: its atoms, and for a function that is no template
+    its parameters' too (GNU and NVIDIA write those alike but for spelling, `k(float const*)` and `k(const float *)`;
+    a template's, NVIDIA writes as `T2`). Equal for each kernel's spellings in the fixtures
+    (tests/roseprof/test_kernel_names.py), so a kernel's tag (render/text.kernel_tag) does not depend on the tool
+    that named it."""
+    kept, _ = uncut(name)
+    body, params = _split(kept)
+    parts = atoms(kept)
+    if params and "<" not in body.replace("<unnamed>", ""):
+        parts += ["("] + atoms("p<" + params[1:-1] + ">")[2:-1] + [")"]  # the list's atoms, as a template's
+    return "\x1f".join(parts)
 
 
 def base_name(name: str) -> str:
