@@ -25,7 +25,7 @@ from roseprof.errors import RoseprofError
 from roseprof.model import uncut
 
 # A command line's longest argument is 128 KiB on Linux (MAX_ARG_STRLEN); a CUTLASS GEMM's pattern is about 30,000
-# characters (the torch run's top 6 kernels, three of them such GEMMs, 90,633).
+# characters (the torch run's top 6 kernels, three of them such GEMMs, 94,395).
 MAX_PATTERN_CHARS = 120_000
 # Words that are spelling, not atoms: cv-qualifiers, elaborated-type keywords, the `instance` of NVIDIA's
 # `[lambda() (instance 1)]`.
@@ -37,7 +37,7 @@ _SPELLING = ("const", "volatile", "struct", "class", "enum", "union", "typename"
 # (`(anonymous namespace)` is a cast's shape; GNU prints none of struct, class, enum, union or typename.)
 _FILL = r"(?:[^\w<>,*&-]|\b(?:const|volatile|void|instance)\b|\w+::|<unnamed>::|\([\w: ]+\))*?"
 # ... before `>`, `,`, `*` or `&`: punctuation and cv-qualifiers only (`Half const,`, `char const*`, `#1}>`)
-_FILL_PUNCT = r"(?:[^\w<>,*&-]|\b(?:const|volatile)\b)*?"
+_FILL_PUNCT = r"(?:[^\w<>,*&-]|\b(?:const|volatile)\b|\w+::)*?"  # `Foo::*`: a qualifier too
 # ... between a template's name and its `<`
 _FILL_ANGLE = " ?"
 _PUNCT = {
@@ -50,9 +50,24 @@ _CLOSE = r"(?:, *)?>"  # `>`, maybe after an empty pack, which NVIDIA writes as 
 # 0 and 1 as template arguments: GNU writes a bool's as false and true, NVIDIA's tools as (bool)0 and (bool)1
 _BOOL = {"0": r"\b(?:0[uUlL]*|false)\b", "1": r"\b(?:1[uUlL]*|true)\b"}
 # after `void`: a function's name follows (void is its return type), not `void const*` (a type argument)
-_RETURNS = re.compile(r"\s+(?!const\b|volatile\b)[A-Za-z_(<]")
+_RETURNS = re.compile(
+    r"\s+(?:\(anonymous namespace\)|(?!const\b|volatile\b)[A-Za-z_<])"
+)  # not `void (*)(int)`
 # a cast on a literal: `(int)4`, `(cute::GMMA::Major)0` (ncu writes 4, 0); words apart, so no backtracking blows up
 _CAST = re.compile(r"\([A-Za-z_][\w:]*(?:\s+[A-Za-z_][\w:]*)*\)(?=-?\d)")
+
+
+def _balanced(depth: int) -> str:
+    """A parenthesised list with up to `depth` levels of parentheses inside, as a pattern with one way to match
+    (a lazy `\\(.*?\\)` per list could stretch to any later `)`: a near miss of a name with a dozen such lists took
+    75 s in Python's engine and ran Boost's out of stack)."""
+    inner = r"\([^()]*\)"
+    for _ in range(depth):
+        inner = r"\([^()]*(?:" + inner + r"[^()]*)*\)"
+    return inner
+
+
+_PARAMS = _balanced(5)  # six levels
 _INTEGER = re.compile(r"(-?\d+)[uUlL]*")
 _OPERATOR = re.compile(r"\s*(\(\)|\[\]|[^\sA-Za-z0-9_(]+)")  # the symbol of `operator()`, `operator<<`, ...
 _TOKEN = re.compile(
@@ -106,9 +121,7 @@ def _body(name: str) -> str:
 
 def atoms(name: str) -> list[str]:
     """The name's atoms, each as a regular expression; a parameter list inside the name (the function a lambda is
-    declared in) is the atom `\\(.*?\\)`. (Each such atom costs a pattern tried on a sibling of the same template,
-    spelt the same way, about a second in Boost's engine for the longest; against ncu's own, shorter spelling a
-    millisecond.)"""
+    declared in) is one atom, any balanced list (_PARAMS); a lambda's own parameters are atoms."""
     s = _CAST.sub("", _body(name))
     out: list[str] = []
     i, prev = 0, ""  # prev: the last significant character before i (the function a `(` follows)
@@ -146,13 +159,20 @@ def atoms(name: str) -> list[str]:
                 pass  # a return type: NVIDIA writes one for a function named in a template argument, GNU does not
             elif word not in _SPELLING:
                 out.append(r"\b" + word + r"\b")
-            prev = "a" if word != "lambda" else "("  # a lambda's own parameters are atoms
+            prev = "a"
+            if word == "lambda" and s.startswith(
+                "(", i
+            ):  # its own parameters: `lambda()` is not `lambda(float)`
+                end = _close(s, i)
+                if end is not None:
+                    out += [r"\("] + atoms("p<" + s[i + 1 : end - 1] + ">")[2:-1] + [r"\)"]
+                    i, prev = end, ")"
             continue
         punct = m.group("punct")
         if punct == "(":
             if prev in ("a", ">", ")") and not s[m.start() - 1].isspace():
                 end = _close(s, m.start())  # a function's parameter list: spelt differently by each tool
-                out.append(r"\(.*?\)" if end is not None else r"\(.*")
+                out.append(_PARAMS if end is not None else r"\(.*")
                 i, prev = end if end is not None else len(s), ")"
             continue
         if punct == ">":

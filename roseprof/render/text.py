@@ -100,12 +100,12 @@ def kernel_base(name: str) -> str:
 TAG = " #"  # a disambiguator's separator: `clover::par_ranged2d_kernel #3fa2`
 
 
-def kernel_tag(name: str) -> str:
+def kernel_tag(name: str, spelt: bool = False) -> str:
     """Four hex digits of a hash of what every tool's spelling of the name shares (kernel_names.key): the same
-    kernel gets the same tag in every run and view, named by torch, nsys or ncu."""
-    return hashlib.blake2s(
-        (kernel_names.key(name) or name).encode("utf-8", "surrogatepass"), digest_size=2
-    ).hexdigest()
+    kernel gets the same tag in every run and view, named by torch, nsys or ncu. `spelt`: of the name as written
+    (for two kernels whose key is one: `k<a::Foo>` and `k<b::Foo>`, which differ by a qualifier only)."""
+    text = name if spelt else (kernel_names.key(name) or name)
+    return hashlib.blake2s(text.encode("utf-8", "surrogatepass"), digest_size=2).hexdigest()
 
 
 def kernel_labels(names: list[str], among=()) -> list[str]:
@@ -116,7 +116,16 @@ def kernel_labels(names: list[str], among=()) -> list[str]:
     bases: dict[str, set[str]] = {}
     for n in [*names, *among]:
         bases.setdefault(kernel_base(n), set()).add(n)
-    return [n + TAG + kernel_tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
+    tags: dict[tuple[str, str], set[str]] = {}  # (base, tag) -> names: two kernels of one key get their names' tags
+    for base, group in bases.items():
+        for n in group:
+            tags.setdefault((base, kernel_tag(n)), set()).add(n)
+
+    def tag(n: str) -> str:
+        t = kernel_tag(n)
+        return kernel_tag(n, spelt=True) if len(tags[kernel_base(n), t]) > 1 else t
+
+    return [n + TAG + tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
 
 
 def _tagged(name: str) -> tuple[str, str]:

@@ -22,7 +22,7 @@ import pytest
 from roseprof.drivers.demangle import demangle
 from roseprof.drivers.torch.reader import read_kineto
 from roseprof.errors import RoseprofError
-from roseprof.kernel_names import base_name, key, name_pattern, names_pattern
+from roseprof.kernel_names import _split, base_name, key, name_pattern, names_pattern
 from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name
 from roseprof.render.text import kernel_tag
 from tests.helpers import DATA
@@ -223,3 +223,47 @@ def test_a_function_that_is_no_template_keeps_its_parameters_in_its_key():
     # overloads differ by their parameters only, which GNU and NVIDIA write alike but for spelling
     assert key("void k(float const*)") == key("void k(const float *)")
     assert key("void k(float*)") != key("void k(double*)")
+
+
+def test_a_near_miss_of_a_long_name_is_answered_at_once():
+    # the GNU spelling of a real kernel with a dozen parameter lists inside its name (torch's normal_ kernel in the
+    # matmul capture), against the same name with its last lambda's number changed: a lazy `\(.*?\)` per list
+    # tried every way to stretch each (75 s in Python's engine; Boost's ran out of stack)
+    symbols = nsys_symbols(DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.sqlite")
+    mangled = next(m for m, d in symbols.items() if "distribution_elementwise_grid_stride_kernel" in d)
+    (gnu,), _ = demangle([mangled])
+    assert gnu.count("(") >= 12
+    params = _split(gnu)[1]  # its own parameter list, which the pattern takes as any
+    body = gnu[: len(gnu) - len(params)]
+    at = body.rindex(")#1}")  # the template's last lambda
+    sibling = body[:at] + ")#2}" + body[at + 4 :] + params
+    assert sibling != gnu and re.match(name_pattern(gnu), gnu)
+    assert not re.match(name_pattern(gnu), sibling)
+    # the same shape in ncu's spelling: 30 lambdas, the last of another instance
+    many = "void ns::k<" + ", ".join(["ns::f(int)::[lambda() (instance 1)]"] * 30) + ">(int)"
+    other = many[: many.rindex("instance 1")] + "instance 2)]>(int)"
+    assert re.match(name_pattern(many), many) and not re.match(name_pattern(many), other)
+
+
+@pytest.mark.parametrize(
+    "name, other",
+    [
+        ("void k<ns::f()::{lambda()#1}>(int)", "void k<ns::f()::{lambda(float)#1}>(int)"),
+        ("bool operator< <int>(int, int)", "bool operator< <long>(int, int)"),
+        ("void k<int Foo::*>(int)", "void k<int>(int)"),
+        ("void k<void (*)(int)>(int)", "void k<void>(int)"),
+    ],
+)
+def test_odd_names_match_themselves_and_not_their_neighbours(name, other):
+    assert re.match(name_pattern(name), name) and re.match(name_pattern(other), other)
+    assert not re.match(name_pattern(name), other) and not re.match(name_pattern(other), name)
+
+
+def test_two_kernels_of_one_key_get_their_names_tags():
+    from roseprof.render.text import kernel_labels
+
+    # a qualifier inside a template argument is spelling to the key (ncu drops some), not to the kernel
+    a, b = "void ns::k<a::Foo>(int)", "void ns::k<b::Foo>(int)"
+    assert key(a) == key(b)
+    labels = kernel_labels([a, b, "void ns::k<int>(int)"])
+    assert len({label.rsplit(" #", 1)[1] for label in labels}) == 3
