@@ -116,7 +116,9 @@ def kernel_labels(names: list[str], among=()) -> list[str]:
     bases: dict[str, set[str]] = {}
     for n in [*names, *among]:
         bases.setdefault(kernel_base(n), set()).add(n)
-    tags: dict[tuple[str, str], set[str]] = {}  # (base, tag) -> names: two kernels of one key get their names' tags
+    tags: dict[
+        tuple[str, str], set[str]
+    ] = {}  # (base, tag) -> names: two kernels of one key get their names' tags
     for base, group in bases.items():
         for n in group:
             tags.setdefault((base, kernel_tag(n)), set()).add(n)
