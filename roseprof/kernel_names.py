@@ -1,4 +1,5 @@
-"""One kernel's name as every demangler writes it: a regular expression for ncu's `--kernel-name regex:`.
+"""One kernel's name as every tool spells it: a regular expression for ncu's `--kernel-name regex:`, and a key
+that a kernel's tag hashes (render/text.kernel_tag).
 
 `roseprof ncu --from RUN` names the run's top kernels to ncu, but each tool spells a C++ kernel its own way:
 
@@ -9,12 +10,12 @@
 (tests/data/ncu/h200-ncu2025.3-roseinfer-names-*.csv.xz hold ncu's spellings of the engine's kernels). What they
 share is a sequence of atoms: each identifier that is not a qualifier (`vectorized_elementwise_kernel`,
 `FillFunctor`, `float`), each number and boolean by its value, and the template arguments' structure (`<`, `,`,
-`>`). Everything else is spelling: qualifiers, which ncu shortens (`at::native::` -> `at::`); casts on literals
+`>`, `*`, `&`). Everything else is spelling: qualifiers, which ncu shortens (`at::native::` -> `at::`); casts on literals
 (`(int)4`) and their suffixes (`1ul`); spaces; `const` on either side of a type; `(anonymous namespace)` or
 `<unnamed>`; a lambda's `{lambda()#1}` or `[lambda() (instance 1)]`; and parameter lists, which NVIDIA's tools
 write with template parameters (`T2`) where GNU writes types. The pattern matches a name holding the atoms in that
-order with only spelling between them. It uses what every regex engine ncu might use reads alike (groups,
-alternation, lazy repeats, `\\b`; no lookaround)."""
+order with only spelling between them; the key is the atoms joined. The pattern uses what every regex engine ncu
+might use reads alike (groups, alternation, lazy repeats, `\\b`; no lookaround): ncu links Boost.Regex."""
 
 from __future__ import annotations
 
