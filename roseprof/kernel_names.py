@@ -161,13 +161,11 @@ def atoms(name: str) -> list[str]:
             elif word not in _SPELLING:
                 out.append(r"\b" + word + r"\b")
             prev = "a"
-            if word == "lambda" and s.startswith(
-                "(", i
-            ):  # its own parameters: `lambda()` is not `lambda(float)`
-                end = _close(s, i)
-                if end is not None:
-                    out += [r"\("] + atoms("p<" + s[i + 1 : end - 1] + ">")[2:-1] + [r"\)"]
-                    i, prev = end, ")"
+            # a lambda's own parameters are atoms: `lambda()` is not `lambda(float)`
+            end = _close(s, i) if word == "lambda" and s.startswith("(", i) else None
+            if end is not None:
+                out += [r"\("] + _list_atoms(s[i + 1 : end - 1]) + [r"\)"]
+                i, prev = end, ")"
             continue
         punct = m.group("punct")
         if punct == "(":
@@ -189,14 +187,24 @@ def atoms(name: str) -> list[str]:
     return out
 
 
-def name_pattern(name: str) -> str:
-    """A regular expression matching the whole of `name` as any of the demanglers above writes it. A name the
-    model cut (model.cut_name: past 16,384 characters) matches by what was kept of it."""
+def _list_atoms(text: str) -> list[str]:
+    """The atoms of a comma-separated list (a lambda's or a function's parameters), read as template arguments."""
+    return atoms("p<" + text + ">")[2:-1]
+
+
+def _name_atoms(name: str) -> tuple[list[str], bool, str]:
+    """(the name's atoms, whether they are all of it, what of it they are of). A name the model cut
+    (model.cut_name: past 16,384 characters) is read by what was kept of it, less its last atom (a word cut in
+    two, maybe)."""
     kept, was_cut = uncut(name)
     parts = atoms(kept)
-    if was_cut and parts:
-        parts = parts[:-1]  # the last atom may be a word cut in two
-    return _pattern(parts, whole=not was_cut, name=kept)
+    return (parts[:-1] if was_cut else parts), not was_cut, kept
+
+
+def name_pattern(name: str) -> str:
+    """A regular expression matching the whole of `name` as any of the demanglers above writes it (a name the
+    model cut, by what was kept of it)."""
+    return _pattern(*_name_atoms(name))
 
 
 def _pattern(parts: list[str], whole: bool, name: str = "") -> str:
@@ -229,7 +237,7 @@ def key(name: str) -> str:
     body, params = _split(kept)
     parts = atoms(kept)
     if params and "<" not in body.replace("<unnamed>", ""):
-        parts += ["("] + atoms("p<" + params[1:-1] + ">")[2:-1] + [")"]  # the list's atoms, as a template's
+        parts += ["("] + _list_atoms(params[1:-1]) + [")"]
     return "\x1f".join(parts)
 
 
@@ -245,17 +253,15 @@ def names_pattern(names: list[str], limit: int = MAX_PATTERN_CHARS) -> str:
     """One pattern matching any of `names` (ncu's `--kernel-name regex:`, with --kernel-name-base demangled), at
     most `limit` characters: past it, the longest names are matched by the first half of their atoms, then the
     first quarter, and so on (such a pattern may match other instantiations of that template too)."""
-    kept = [uncut(n) for n in names]
-    parts = [atoms(k)[:-1] if was_cut else atoms(k) for k, was_cut in kept]
-    whole = [not was_cut for _, was_cut in kept]
+    read = [list(_name_atoms(n)) for n in names]  # [atoms, whole, kept] a name: what _pattern takes
 
     def joined() -> str:
-        return "|".join("(?:" + _pattern(p, w, k) + ")" for p, w, (k, _) in zip(parts, whole, kept))
+        return "|".join("(?:" + _pattern(*r) + ")" for r in read)
 
     out = joined()
-    while len(out) > limit and max(map(len, parts), default=0) > 1:
-        longest = max(range(len(parts)), key=lambda i: len(parts[i]))
-        parts[longest], whole[longest] = parts[longest][: len(parts[longest]) // 2], False
+    while len(out) > limit and max((len(r[0]) for r in read), default=0) > 1:
+        longest = max(read, key=lambda r: len(r[0]))
+        longest[0], longest[1] = longest[0][: len(longest[0]) // 2], False
         out = joined()
     if len(out) > limit:
         raise RoseprofError(
