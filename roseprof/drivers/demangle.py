@@ -13,9 +13,8 @@ import re
 import shutil
 import subprocess
 
-MANGLED_PREFIX = "_Z"  # the Itanium C++ ABI's mangled names (GCC, Clang, NVCC on Linux)
-# What c++filt gets: one mangled name a line, nothing it would read as two (it demangles every word of a line) or
-# as two lines (a `\r`)
+# What c++filt gets: the Itanium C++ ABI's mangled names (GCC, Clang, NVCC on Linux), one a line, none it would read
+# as two (it demangles every word of a line) or as two lines (a `\r`)
 _MANGLED = re.compile(r"_Z[A-Za-z0-9_.$]+")
 CXXFILT = "c++filt"
 TIMEOUT_S = 60.0
@@ -24,7 +23,7 @@ TIMEOUT_S = 60.0
 def demangle(names: list[str]) -> tuple[list[str], str | None]:
     """(the names, each Itanium-mangled one demangled where c++filt can; a warning when some stay mangled, or
     None). One c++filt process for all of them; a name c++filt cannot read it leaves as it was."""
-    mangled = sorted({n for n in names if n.startswith(MANGLED_PREFIX) and _MANGLED.fullmatch(n)})
+    mangled = sorted({n for n in names if _MANGLED.fullmatch(n)})
     if not mangled:
         return names, None
     readable = _cxxfilt(mangled)

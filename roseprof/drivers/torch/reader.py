@@ -29,7 +29,7 @@ import msgspec
 import numpy as np
 
 from roseprof.drivers.base import Limits
-from roseprof.drivers.demangle import MANGLED_PREFIX, demangle
+from roseprof.drivers.demangle import demangle
 from roseprof.drivers.torch.events import (
     API_DRIVER,
     API_KINDS,
@@ -275,9 +275,7 @@ def _build(cols: Columns, header: Header, label: str) -> Trace:
 def _demangled(strings: list[str], kernel_ids: np.ndarray, warnings: list[str]) -> list[str]:
     """The trace's strings, with the kernels' names Kineto left mangled demangled (drivers/demangle.py: a CUTLASS
     GEMM's is too deep for the demangler Kineto calls)."""
-    ids = [i for i in kernel_ids.tolist() if strings[i].startswith(MANGLED_PREFIX)]
-    if not ids:
-        return strings
+    ids = kernel_ids.tolist()
     readable, warning = demangle([strings[i] for i in ids])
     if warning:
         warnings.append(warning)
