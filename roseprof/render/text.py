@@ -116,18 +116,17 @@ def kernel_labels(names: list[str], among=()) -> list[str]:
     bases: dict[str, set[str]] = {}
     for n in [*names, *among]:
         bases.setdefault(kernel_base(n), set()).add(n)
-    tags: dict[
-        tuple[str, str], set[str]
-    ] = {}  # (base, tag) -> names: two kernels of one key get their names' tags
-    for base, group in bases.items():
-        for n in group:
-            tags.setdefault((base, kernel_tag(n)), set()).add(n)
-
-    def tag(n: str) -> str:
-        t = kernel_tag(n)
-        return kernel_tag(n, spelt=True) if len(tags[kernel_base(n), t]) > 1 else t
-
-    return [n + TAG + tag(n) if len(bases[kernel_base(n)]) > 1 else n for n in names]
+    tags: dict[str, str] = {}  # each name whose base name another shares: its tag
+    for group in bases.values():
+        by_tag: dict[str, list[str]] = {}
+        for n in group if len(group) > 1 else ():
+            by_tag.setdefault(kernel_tag(n), []).append(n)
+        for (
+            tag,
+            alike,
+        ) in by_tag.items():  # two kernels of one key (kernel_names.key) get their names' own tags
+            tags.update({n: tag if len(alike) == 1 else kernel_tag(n, spelt=True) for n in alike})
+    return [n + TAG + tags[n] if n in tags else n for n in names]
 
 
 def _tagged(name: str) -> tuple[str, str]:
