@@ -133,6 +133,17 @@ def test_program_failure_keeps_the_run(tmp_path):
     assert manifest["status"] == "failed" and manifest["command_exit_code"] == 3
 
 
+def top_kernels(summary: dict, n: int) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """(the run's n kernels of most GPU time, each kernel's time, its launches), over the regions it ran in: what
+    --from ranks by."""
+    totals: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for k in summary["kernels"]:
+        totals[k["name"]] = totals.get(k["name"], 0) + k["total_ns"]
+        counts[k["name"]] = counts.get(k["name"], 0) + k["count"]
+    return sorted(totals, key=lambda name: -totals[name])[:n], totals, counts
+
+
 @pytest.fixture
 def nsys_run(tmp_path):
     sqlite = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
@@ -151,12 +162,7 @@ def test_from_profiles_the_top_kernels_of_an_nsys_run(tmp_path, nsys_run):
     argv = ncu_argv(tmp_path)
     regex = argv[argv.index("--kernel-name") + 1]
     assert argv[argv.index("--kernel-name-base") + 1] == "demangled"
-    totals: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for k in summary["kernels"]:
-        totals[k["name"]] = totals.get(k["name"], 0) + k["total_ns"]
-        counts[k["name"]] = counts.get(k["name"], 0) + k["count"]
-    top = sorted(totals, key=lambda n: -totals[n])[:3]
+    top, totals, _ = top_kernels(summary, 3)
     import re
 
     pattern = re.compile(regex.removeprefix("regex:"))
@@ -290,13 +296,7 @@ def test_from_with_an_ncu_that_counts_launches_only_together(tmp_path, torch_run
     argv = ncu_argv(tmp_path)
     assert "--filter-mode" not in argv
     # 5 of each chosen kernel's launches in the torch run's window, at most: all of them together
-    summary = json.loads((torch_run / "summary.json").read_text())
-    counts: dict[str, int] = {}
-    totals: dict[str, int] = {}
-    for k in summary["kernels"]:
-        counts[k["name"]] = counts.get(k["name"], 0) + k["count"]
-        totals[k["name"]] = totals.get(k["name"], 0) + k["total_ns"]
-    top = sorted(totals, key=lambda n: -totals[n])[:6]
+    top, _, counts = top_kernels(json.loads((torch_run / "summary.json").read_text()), 6)
     assert int(argv[argv.index("--launch-count") + 1]) == sum(min(counts[n], 5) for n in top)
 
 
