@@ -1,5 +1,5 @@
 """One kernel's name as every tool spells it: a regular expression for ncu's `--kernel-name regex:`, and a key
-that a kernel's tag hashes (render/text.kernel_tag).
+that a kernel's tag hashes (render/kernel_labels.kernel_tag).
 
 `roseprof ncu --from RUN` names the run's top kernels to ncu, but each tool spells a C++ kernel its own way:
 
@@ -231,7 +231,7 @@ def key(name: str) -> str:
     """What every spelling of the kernel shares, as one string: its atoms, and for a function that is no template
     its parameters' too (GNU and NVIDIA write those alike but for spelling, `k(float const*)` and `k(const float *)`;
     a template's, NVIDIA writes as `T2`). Equal for each kernel's spellings in the fixtures
-    (tests/roseprof/test_kernel_names.py), so a kernel's tag (render/text.kernel_tag) does not depend on the tool
+    (tests/roseprof/test_kernel_names.py), so a kernel's tag (render/kernel_labels.kernel_tag) does not depend on the tool
     that named it."""
     kept, _ = uncut(name)
     body, params = _split(kept)

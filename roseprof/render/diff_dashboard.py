@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render import load_figures, text, verdict_text
+from roseprof.render import kernel_labels, load_figures, text, verdict_text
 from roseprof.render.figures import esc, figure, layout
 from roseprof.render.page import figure_divs, page, table, write_page
 from roseprof.render.view import DiffView
@@ -105,9 +105,9 @@ def _kernel_deltas(result: dict) -> go.Figure | None:
         return None
     rows = sorted(rows, key=lambda m: abs(m["b"] - m["a"]), reverse=True)[:15][::-1]
     full = [m["name"][len("kernels.") : -len(".total_ns")] for m in rows]
-    # Distinct kernels stay distinct bars: a shared base name gets each kernel's tag (text.kernel_labels).
+    # Distinct kernels stay distinct bars: a shared base name gets each kernel's tag (kernel_labels.kernel_labels).
     among = result["verdict"].get("kernel_names", ())
-    names = [esc(text.kernel_name(label, 80)) for label in text.kernel_labels(full, among)]
+    names = [esc(kernel_labels.kernel_name(label, 80)) for label in kernel_labels.kernel_labels(full, among)]
     fig = figure()
     fig.add_bar(
         y=names,

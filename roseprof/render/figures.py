@@ -14,8 +14,9 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 
+from roseprof.render.kernel_labels import kernel_labels, kernel_name
 from roseprof.render.page import template_mark
-from roseprof.render.text import gpus_note, kernel_labels, kernel_name, rollover_sentence, whole_run_note
+from roseprof.render.text import gpus_note, rollover_sentence, whole_run_note
 from roseprof.render.units import region_name
 from roseprof.workload.roseinfer import STEP_BREAKDOWN
 

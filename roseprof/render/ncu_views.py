@@ -10,8 +10,8 @@ import html
 import plotly.graph_objects as go
 
 from roseprof.render.figures import esc, figure, layout
+from roseprof.render.kernel_labels import kernel_labels, kernel_name
 from roseprof.render.page import table
-from roseprof.render.text import kernel_labels, kernel_name
 
 MAX_SOL_KERNELS = 25
 MAX_RULES = 60

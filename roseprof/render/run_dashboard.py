@@ -10,6 +10,7 @@ from roseprof.errors import RoseprofError
 from roseprof.render import (
     commands,
     figures,
+    kernel_labels,
     live_figures,
     load_figures,
     ncu_views,
@@ -170,7 +171,9 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
     groups: dict[str, list[dict]] = {}
     for k in kernels:
         groups.setdefault(k.get("capture_region") or k["region"] or "(outside any range)", []).append(k)
-    labels = dict(zip((k["name"] for k in kernels), text.kernel_labels([k["name"] for k in kernels])))
+    labels = dict(
+        zip((k["name"] for k in kernels), kernel_labels.kernel_labels([k["name"] for k in kernels]))
+    )
     rows = []
     for region, ks in sorted(groups.items(), key=lambda kv: -sum(k["total_ns"] for k in kv[1])):
         for k in sorted(ks, key=lambda k: -k["total_ns"])[:per_region]:
@@ -178,7 +181,7 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
             rows.append(
                 [
                     html.escape(region),
-                    f'<span title="{html.escape(k["name"])}">{html.escape(text.kernel_name(labels[k["name"]], 120))}</span>',
+                    f'<span title="{html.escape(k["name"])}">{html.escape(kernel_labels.kernel_name(labels[k["name"]], 120))}</span>',
                     f"{k['count']:,}",
                     units.ms(k["total_ns"]),
                     units.us(mean),

@@ -12,7 +12,7 @@ import os
 from rich.console import Console
 from rich.text import Text
 
-from roseprof.render import commands, text, units, wrap
+from roseprof.render import commands, kernel_labels, text, units, wrap
 from roseprof.render.console import fit_table
 from roseprof.render.safe_text import plain
 from roseprof.render.view import RunRecord, RunView
@@ -188,13 +188,13 @@ def _print_kernels(console: Console, summary: dict) -> None:
         return
     shown = kernels[:8]
     # tagged where a kernel of the run's table outside these rows shares a shown one's base name, too
-    labels = text.kernel_labels([k["name"] for k in shown], [k["name"] for k in kernels])
+    labels = kernel_labels.kernel_labels([k["name"] for k in shown], [k["name"] for k in kernels])
     rows = [
         [label, k["region"] or "-", f"{k['count']:,}", units.ms(k["total_ns"]), units.us(k["p50_ns"])]
         for label, k in zip(labels, shown)
     ]
     headers = ["kernel", "region", "count", "total ms", "p50 µs"]
-    shrink = {0: text.kernel_name, 1: text.shorten_middle}
+    shrink = {0: kernel_labels.kernel_name, 1: text.shorten_middle}
     # A kernel name needs more room than a region's to stay recognisable: the median goes first.
     console.print(fit_table(console, "top kernels", headers, rows, shrink, optional=(4,), min_width={0: 36}))
     if any(k.get("graph_count") for k in shown):
@@ -220,7 +220,10 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     headers = ["kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"]
     # a tag where kernels share a base name (three CUTLASS GEMMs are all `cutlass::device_kernel`)
     label = dict(
-        zip((k["name"] for k in ncu["kernels"]), text.kernel_labels([k["name"] for k in ncu["kernels"]]))
+        zip(
+            (k["name"] for k in ncu["kernels"]),
+            kernel_labels.kernel_labels([k["name"] for k in ncu["kernels"]]),
+        )
     )
     rows = [
         [
@@ -236,12 +239,16 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     ]
     console.print(
         fit_table(
-            console, "ncu: per kernel, mean over profiled launches", headers, rows, {0: text.kernel_name}
+            console,
+            "ncu: per kernel, mean over profiled launches",
+            headers,
+            rows,
+            {0: kernel_labels.kernel_name},
         )
     )
     for r in [r for r in ncu["rules"] if r["speedup_pct"]][:3]:
         # Names from the file: control characters written out; a long kernel name cut visibly, as in the table.
-        kernel = text.kernel_name(plain(label.get(r["kernel"], r["kernel"])), 50)
+        kernel = kernel_labels.kernel_name(plain(label.get(r["kernel"], r["kernel"])), 50)
         _say(console, f"ncu finding: {kernel}: {plain(r['rule'])} (est. speedup {r['speedup_pct']:.1f}%)")
     console.print(plain(f"note: {ncu['note']}"), markup=False, style="dim")
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from roseprof.render import text
+from roseprof.render import kernel_labels, text
 from roseprof.render.console import fit_table
 from roseprof.render.verdict_text import (
     headline_sentence,
@@ -96,13 +96,15 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
             continue
         per = per_what(changes)
         what = what_moved_in(changes)
-        shrink = {0: text.kernel_name if key == "kernels" else _cut_statistic}  # regions: short_names already
+        shrink = {
+            0: kernel_labels.kernel_name if key == "kernels" else _cut_statistic
+        }  # regions: short_names already
         rows = _change_rows(changes)
         if key != "kernels":
             for row, r in zip(rows, changes):
                 row[0] = name(r["label"])
         if key == "kernels":  # one base name, several kernels: each keeps its tag
-            labels = text.kernel_labels([r["label"] for r in changes], v.get("kernel_names", ()))
+            labels = kernel_labels.kernel_labels([r["label"] for r in changes], v.get("kernel_names", ()))
             for row, label in zip(rows, labels):
                 row[0] = label
         console.print(
@@ -126,11 +128,11 @@ def kernel_change_lines(v: dict) -> list[str]:
     together: two instantiations of one template (new, vanished, or one of each) keep their tags, where their base
     names alone would read as one kernel twice, or as one both new and vanished."""
     new, gone = v["new_kernels"], v["vanished_kernels"]
-    labels = text.kernel_labels(new + gone, v.get("kernel_names", ()))
+    labels = kernel_labels.kernel_labels(new + gone, v.get("kernel_names", ()))
     lines = []
     for label, names in (("new kernels", labels[: len(new)]), ("vanished kernels", labels[len(new) :])):
         if names:
-            lines.append(f"{label}: " + ", ".join(text.kernel_name(n, 60) for n in names))
+            lines.append(f"{label}: " + ", ".join(kernel_labels.kernel_name(n, 60) for n in names))
     return lines
 
 

@@ -3,7 +3,7 @@ what one run a side can see, and what backs the figures."""
 
 from __future__ import annotations
 
-from roseprof.render import text
+from roseprof.render import kernel_labels, text
 from roseprof.render.text import duration
 
 
@@ -36,7 +36,7 @@ def row_label(row: dict) -> str:
     """A decision row's name in words: the headline's label, a region's or kernel's name (a kernel's base name,
     tagged where two share it: `kernel_labels`, set by headline_sentence), or the metric's words."""
     if row.get("kind") == "kernel" and row.get("label"):
-        return text.kernel_short(row.get("shown", row["label"]))
+        return kernel_labels.kernel_short(row.get("shown", row["label"]))
     return row.get("label") or text.metric_label(row["metric"])
 
 
@@ -75,7 +75,7 @@ def headline_sentence(v: dict) -> str:
     kernels = [r for r in named if r["kind"] == "kernel"]
     # kernels that share a base name (with each other, or with a kernel that did not change) keep their tags, as in
     # the kernels table
-    labels = text.kernel_labels([r["label"] for r in kernels], v.get("kernel_names", ()))
+    labels = kernel_labels.kernel_labels([r["label"] for r in kernels], v.get("kernel_names", ()))
     shown = dict(zip((r["label"] for r in kernels), labels))
     named = [{**r, "shown": shown[r["label"]]} if r["kind"] == "kernel" else r for r in named]
     parts = []

@@ -24,7 +24,7 @@ from roseprof.drivers.torch.reader import read_kineto
 from roseprof.errors import RoseprofError
 from roseprof.kernel_names import _split, base_name, key, name_pattern, names_pattern
 from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name
-from roseprof.render.text import kernel_tag
+from roseprof.render.kernel_labels import kernel_name, kernel_short, kernel_tag
 from tests.helpers import DATA
 
 TORCH = DATA / "torch" / "h200-torch2.11-roseinfer-cutlass.json.gz"
@@ -251,10 +251,24 @@ def test_a_near_miss_of_a_long_name_is_answered_at_once():
 
 
 def test_two_kernels_of_one_key_get_their_names_tags():
-    from roseprof.render.text import kernel_labels
+    from roseprof.render.kernel_labels import kernel_labels
 
     # a qualifier inside a template argument is spelling to the key (ncu drops some), not to the kernel
     a, b = "void ns::k<a::Foo>(int)", "void ns::k<b::Foo>(int)"
     assert key(a) == key(b)
     labels = kernel_labels([a, b, "void ns::k<int>(int)"])
     assert len({label.rsplit(" #", 1)[1] for label in labels}) == 3
+
+
+def test_a_kernel_whose_return_type_is_a_templates_member_is_named_by_its_function():
+    """cuBLAS's GEMV returns `std::enable_if<...>::type`: its base name is the function after that type, not the
+    first words of the name (which every such kernel shares)."""
+    (name,) = [
+        n
+        for n in nsys_symbols(DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite").values()
+        if "gemvx" in n
+    ]
+    assert name.startswith("std::enable_if<")
+    assert base_name(name) == "internal::gemvx::kernel"
+    assert kernel_short(name) == "internal::gemvx::kernel"
+    assert kernel_name(name, 40) == "internal::gemvx::kernel"

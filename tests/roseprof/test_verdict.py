@@ -157,7 +157,7 @@ def test_a_table_title_names_every_statistic_its_rows_use():
 def test_the_headline_names_kernels_by_their_base_names_and_keeps_twins_apart():
     """The first line names a kernel as the kernels table does: its base name, not a template's whole signature
     (four lines at 80 columns), with its tag where two instantiations share that name."""
-    from roseprof.render import text, verdict_text
+    from roseprof.render import kernel_labels, verdict_text
 
     def kernel(name, a, b):
         m = _region("x", "total_ns", a, b)
@@ -167,8 +167,8 @@ def test_the_headline_names_kernels_by_their_base_names_and_keeps_twins_apart():
     alone = "void at::native::<unnamed>::indexSelectSmallIndex<c10::Half, long>(at::cuda::detail::TensorInfo<T1, T3>)"
     v = verdict([kernel(twins[0], 10e3, 20e3), kernel(twins[1], 10e3, 19e3), kernel(alone, 8e3, 4e3)], *RUNS)
     line = verdict_text.headline_sentence(v)
-    assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[0])} +100.0% slower" in line
-    assert f"gemv_kernel{text.TAG}{text.kernel_tag(twins[1])} +90.0% slower" in line
+    assert f"gemv_kernel{kernel_labels.TAG}{kernel_labels.kernel_tag(twins[0])} +100.0% slower" in line
+    assert f"gemv_kernel{kernel_labels.TAG}{kernel_labels.kernel_tag(twins[1])} +90.0% slower" in line
     assert "at::native::indexSelectSmallIndex -50.0% faster" in line and "TensorInfo" not in line
 
 
@@ -176,7 +176,7 @@ def test_a_changed_kernel_whose_base_name_an_unchanged_one_shares_is_tagged_in_e
     """Only one of two instantiations changed: by its base name alone the first line, the kernels table and the new
     and vanished lists could mean either, so each names it with its tag (the unchanged twin is in the runs, not in
     the changed rows)."""
-    from roseprof.render import terminal_diff, text, verdict_text
+    from roseprof.render import kernel_labels, terminal_diff, verdict_text
 
     def kernel(name, a, b):
         m = _region("x", "total_ns", a, b)
@@ -189,10 +189,10 @@ def test_a_changed_kernel_whose_base_name_an_unchanged_one_shares_is_tagged_in_e
     v = verdict(metrics, *RUNS, kernels={"new": [(came, 1e3)], "vanished": []})
     assert v["kernel_names"] == sorted([changed, same, came, twin_of_new])
     assert [r["label"] for r in v["kernels"]] == [changed]
-    tag = f"gemv_kernel{text.TAG}{text.kernel_tag(changed)}"
+    tag = f"gemv_kernel{kernel_labels.TAG}{kernel_labels.kernel_tag(changed)}"
     assert f"{tag} +100.0% slower" in verdict_text.headline_sentence(v)
     assert terminal_diff.kernel_change_lines(v) == [
-        f"new kernels: fused_attn_kernel{text.TAG}{text.kernel_tag(came)}"
+        f"new kernels: fused_attn_kernel{kernel_labels.TAG}{kernel_labels.kernel_tag(came)}"
     ]
     # Without the runs' other kernels (a verdict of before this field): the changed rows alone, as before.
     old = {k: val for k, val in v.items() if k != "kernel_names"}
