@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import replace
 
 import numpy as np
@@ -193,6 +194,7 @@ def diff_runs(
     )
     # One decision (analysis/decision.py): the stars and the gate read the verdict's, as the headline does.
     decision.mark(metrics, v["decision"])
+    _check_patterns(patterns, metrics)
     regressions = decision.gate(metrics, v["decision"], threshold, patterns)
     result = {
         "a": side_a,
@@ -209,6 +211,18 @@ def diff_runs(
         for k, g in (("a", a), ("b", b))
     }
     return DiffView(result, samples, runs_a, runs_b)
+
+
+def _check_patterns(patterns, metrics: list[dict]) -> None:
+    """Each --metric glob must name a metric the runs share: one that names none (a typo, a region renamed) would
+    leave the gate looking at nothing, and a CI job would pass forever."""
+    names = [m["name"] for m in metrics]
+    for p in patterns or ():
+        if not any(fnmatch.fnmatchcase(n, p) for n in names):
+            raise RoseprofError(
+                f"--metric {p!r} matches none of the {len(names)} metrics these runs share "
+                "(`roseprof diff --json` lists them under metrics[].name)"
+            )
 
 
 def _pooled(arrays: list) -> np.ndarray | None:

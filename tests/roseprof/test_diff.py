@@ -66,6 +66,16 @@ def test_an_injected_slowdown_is_found_named_and_gated(store):
         gate = diff(store, "default", "slow-append", "--fail-on-regression", "20", *args)
         assert gate.returncode == 1, gate.stdout
         assert "REGRESSION" in gate.stdout
+    # A glob that names no metric (a typo) would gate nothing and pass forever: it is refused, with or beside a
+    # glob that does match.
+    for args in (
+        ["--metric", "regions.roseinfer.kv_*"],
+        ["--metric", "regions.roseinfer.kv.*", "--metric", "x"],
+    ):
+        typo = diff(store, "default", "slow-append", "--fail-on-regression", "20", *args)
+        assert typo.returncode == 2 and typo.stdout == "", typo.stdout
+        (line,) = typo.stderr.splitlines()
+        assert line.startswith(f"roseprof: error: --metric '{args[-1]}' matches none of the "), line
     terminal = diff(store, "default", "slow-append").stdout.splitlines()
     # One run a side: the warning comes first (issue 21), then the answer, which names the region that grew most.
     assert terminal[2].startswith("one run a side:")
