@@ -304,6 +304,8 @@ def import_file(
         steplog = paths[0]
     if steplog is not None and not Path(steplog).is_file():
         raise RoseprofError(f"{steplog}: no such step log")
+    if steplog is not None and Path(steplog).stat().st_size == 0:  # (the reader takes an empty log for none)
+        raise RoseprofError(f"{steplog}: not a roseinfer step log (the file is empty)")
     if stamps is not None and not Path(stamps).is_file():
         raise RoseprofError(f"{stamps}: no such stamps file")
     if stamps is None and steplog is not None and (Path(steplog).parent / tables.KERNEL_STAMPS).is_file():

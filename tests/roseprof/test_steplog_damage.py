@@ -80,8 +80,15 @@ def test_damaged_lines_become_warnings(tmp_path, case):
 
 @pytest.mark.parametrize(
     "content",
-    [bytes(range(256)) * 64, b"\x00" * 1000, DECODE.read_bytes()[:65536], b"hello\nworld\n", b"{}\n[]\n"],
-    ids=["binary", "zeros", "an sqlite file", "text", "empty objects"],
+    [
+        bytes(range(256)) * 64,
+        b"\x00" * 1000,
+        DECODE.read_bytes()[:65536],
+        b"hello\nworld\n",
+        b"{}\n[]\n",
+        b"",
+    ],
+    ids=["binary", "zeros", "an sqlite file", "text", "empty objects", "empty"],
 )
 def test_a_file_that_is_not_a_step_log_is_refused(tmp_path, content):
     log = tmp_path / "not-a-log.jsonl"
