@@ -171,3 +171,20 @@ def test_ctrl_c_before_the_torch_trace_keeps_the_drivers_words(tmp_path):
     assert interrupted_message(tmp_path, InterruptedBeforeTheTorchTrace()).startswith(
         "interrupted (Ctrl-C); kept what was captured; no torch.profiler trace"
     )
+
+
+@pytest.mark.nsys
+def test_an_api_nsys_does_not_trace_is_refused_before_any_run_folder(tmp_path):
+    """nsys itself would fail once the capture had started, read as the program's failure, and leave a failed run;
+    the APIs come from this nsys's own `profile --help`."""
+    proc = roseprof(
+        "nsys", "--trace", "nvtx,bogus", "--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d",
+        "--", *NVTX_PROGRAM,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("roseprof: error: --trace 'nvtx,bogus': this nsys traces no 'bogus' (it takes "), (
+        line
+    )
+    assert "nvtx" in line and "osrt" in line
+    assert not (tmp_path / "t").exists() or list((tmp_path / "t").iterdir()) == []

@@ -215,6 +215,29 @@ def _export_problem(nsys: str, rep: Path, label: str, text: str) -> str:
     return f"{label}: nsys export failed ({one_line(lines[-1] if lines else 'no output', 200)})"
 
 
+def trace_apis(nsys: str) -> set[str]:
+    """The APIs this nsys traces, as `nsys profile --help` lists them under --trace ("Possible values are 'cuda',
+    'nvtx', ... or 'none'."); empty where the help does not read so."""
+    try:
+        out = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    m = re.search(r"--trace=\s*Possible values are (.*?)\.\s*$", out, re.S | re.M)
+    return set(re.findall(r"'([a-z0-9][a-z0-9-]*)'", m.group(1))) if m else set()
+
+
+def check_trace(nsys: str, trace: str) -> None:
+    """--trace's APIs against what this nsys takes, before any run folder exists: nsys itself would fail after
+    the run had started, as if the program had."""
+    apis = trace_apis(nsys)
+    unknown = [a for a in trace.split(",") if a not in apis]
+    if apis and unknown:
+        raise RoseprofError(
+            f"--trace {trace!r}: this nsys traces no {', '.join(map(repr, unknown))} (it takes "
+            f"{', '.join(sorted(apis))}; comma-separated, no spaces)"
+        )
+
+
 @dataclass(frozen=True)
 class NsysOptions:
     """`roseprof nsys`'s options."""
@@ -249,6 +272,8 @@ class NsysCapture:
         if nsys is None:
             raise RoseprofError("nsys not found: set NSYS, put it on PATH, or run scripts/install-nsys.sh")
         self.nsys = nsys
+        if options.trace is not None:
+            check_trace(nsys, options.trace)
         self.trace = options.trace or ("cuda,nvtx,osrt" if has_gpu else "nvtx,osrt")
         self.capture_range = options.capture_range
         self.nvtx_capture = options.nvtx_capture
