@@ -66,7 +66,7 @@ def waterfall(
         figure=figure(), rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.05
     )
     bars: dict[str, tuple[list, list, list, list, list]] = {k: ([], [], [], [], []) for k in COLORS}
-    dots_x, dots_y, dots_text = [], [], []
+    dots_x, dots_y, dots_data = [], [], []
     for row in shown:
         if row.get("sent_ms") is None or not row["t_ms"]:
             continue
@@ -86,18 +86,20 @@ def waterfall(
             base.append(a)
             ys.append(y)
             data.append([rid, steps])
-            text.append(f"{rid}<br>{kind} {max(b - a, 0.0):.2f} ms<br>{len(row['t_ms'])} tokens, "
+            text.append(f"request {y}: {rid}<br>{kind} {max(b - a, 0.0):.2f} ms<br>{len(row['t_ms'])} tokens, "
                         f"{len(steps)} in the window's steps (click: mark them)")  # fmt: skip
         for i, t in enumerate(times):
-            dots_x.append(t)
+            dots_x.append(round(t, 3))  # µs on a ms axis: a page of 16,384 dots is not 18 digits each
             dots_y.append(y)
-            dots_text.append(f"{rid} token {i}: step {row['steps'][i]}")
+            dots_data.append([i, row["steps"][i]])
     for kind, (x, base, ys, data, text) in bars.items():
         if x:
             fig.add_trace(go.Bar(x=x, base=base, y=ys, orientation="h", name=kind, marker_color=COLORS[kind],
                                  customdata=data, hovertext=text, hoverinfo="text"), row=1, col=1)  # fmt: skip
-    fig.add_trace(go.Scatter(x=dots_x, y=dots_y, mode="markers", name="tokens (client)", hovertext=dots_text,
-                             hoverinfo="text", marker={"size": 3, "color": "#222"}), row=1, col=1)  # fmt: skip
+    # A dot's words from its numbers (request row, token, step): a line of text each was most of the page's bytes.
+    fig.add_trace(go.Scatter(x=dots_x, y=dots_y, mode="markers", name="tokens (client)", customdata=dots_data,
+                             hovertemplate="request %{y}, token %{customdata[0]}: step %{customdata[1]}<extra></extra>",
+                             marker={"size": 3, "color": "#222"}), row=1, col=1)  # fmt: skip
     _step_timeline(fig, log, first, ms)
     fig.update_yaxes(title="request", autorange="reversed", row=1, col=1)
     fig.update_yaxes(title="step ms", row=2, col=1)

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-RENDERER_VERSION = "5"  # 4: plotly.js beside the page, not inside it; 5: a live run's request waterfall
+RENDERER_VERSION = "6"  # 4: plotly.js beside the page, not inside it; 5: a live run's request waterfall; 6: its dots' words from numbers
 TEMPLATE = "plotly_white"  # every figure's look
 _MARK = f"roseprof: {TEMPLATE} goes here"
 # the mark as plotly writes it in a figure's JSON

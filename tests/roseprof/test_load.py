@@ -370,6 +370,34 @@ def test_open_renders_the_load_dashboard(stub, tmp_path):
         assert title in text, title
 
 
+def test_a_long_loads_itl_cdf_is_thinned_but_its_tail_is_whole(stub, tmp_path):
+    """Thousands of ITLs are drawn through at most CDF_POINTS of them by rank and every one of their top 1%."""
+    import numpy as np
+
+    from roseprof.render import load_figures
+    from roseprof.run.store import RunStore
+    from roseprof.run.tables import read_load_tokens
+
+    traces = tmp_path / "t"
+    args = ("--requests", 48, "--concurrency", 8, "--output-len", 64, "--name", "long")
+    assert load(stub(), traces, *args).returncode == 0
+    (run,) = RunStore(traces).runs()
+    tokens = read_load_tokens(run.path)
+    itl = np.sort(np.concatenate([np.diff(r["t_ms"]) for r in tokens if len(r["t_ms"]) > 1]))
+    assert itl.size > load_figures.CDF_POINTS  # 48 x 63
+    (cdf,) = [
+        f for f in load_figures.figures(run.summary()["serving"], tokens) if "CDF" in f.layout.title.text
+    ]
+    (line,) = [t for t in cdf.data if t.name.startswith("ITL")]
+    assert f"ITL through {len(line.x):,} of its {itl.size:,} points" in cdf.layout.title.text  # the subtitle
+    x, y = np.asarray(line.x), np.asarray(line.y)
+    tail = int(np.ceil(itl.size * load_figures.CDF_TAIL))
+    assert len(x) <= load_figures.CDF_POINTS + tail and np.all(np.diff(y) > 0)
+    assert x[0] == itl[0] and y[-1] == 1.0
+    np.testing.assert_array_equal(x[-tail:], itl[-tail:])  # the tail, point by point
+    np.testing.assert_array_equal(y[-tail:], np.arange(itl.size - tail + 1, itl.size + 1) / itl.size)
+
+
 def test_a_piped_load_computes_no_live_figures_while_it_measures(stub, monkeypatch):
     """Off a terminal the progress display is off, and the load's event loop runs nothing it does not need: the
     live figures (numpy percentiles, whose first call imports for tens of ms) stalled every stream in flight."""
