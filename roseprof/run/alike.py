@@ -28,12 +28,17 @@ KEYS = (("tools", tool), ("commands", command), ("machines", machine))
 
 
 def _arguments(runs: list[Run]) -> str:
-    """The arguments that differ between the runs' commands, each with the runs that have it."""
-    argvs = {r.id: [str(a) for a in r.manifest.get("command") or []] for r in runs}
-    common = set.intersection(*(set(v) for v in argvs.values()))
+    """The arguments that differ between the runs' commands, each with the runs that have it: an option with its
+    value (`--output-len 64` against `--output-len 64-256`, not `64` against `64-256`), the program where the
+    programs differ."""
+    parsed = {
+        r.id: command_line.command_items([str(a) for a in r.manifest.get("command") or []]) for r in runs
+    }
+    common = set.intersection(*(set(items) for _, items in parsed.values()))
+    programs = {prog for prog, _ in parsed.values()}
     parts = []
-    for rid, argv in argvs.items():
-        extra = [a for a in argv if a not in common]
+    for rid, (prog, items) in parsed.items():
+        extra = ([prog] if len(programs) > 1 else []) + [x for x in items if x not in common]
         parts.append(f"{rid}: {one_line(' '.join(extra), 80) if extra else '(none)'}")
     return "; ".join(parts)
 

@@ -149,3 +149,21 @@ def test_a_name_mixing_commands_is_refused_naming_the_arguments(tmp_path):
         first == "options apart: before --fast (one program)"
         and "pooled with --pool-mixed: commands" in second
     )
+
+
+def test_a_refusal_names_an_option_apart_with_its_value():
+    """Two loads whose --output-len differ: the refusal says `--output-len 64` and `--output-len 64-256`, not the
+    bare values."""
+    from types import SimpleNamespace
+
+    from roseprof.run.alike import mixes
+
+    def run(rid, *args):
+        command = ["roseprof", "load", "http://127.0.0.1:8000", "--seed", "0", *args]
+        return SimpleNamespace(id=rid, manifest={"tool": {"name": "load"}, "command": command})
+
+    said = mixes([run("a", "--requests", "64", "--output-len", "64"), run("b", "--output-len", "64-256")])
+    assert (
+        said
+        == "commands (arguments only some runs have: a: --requests 64 --output-len 64; b: --output-len 64-256)"
+    )
