@@ -104,9 +104,12 @@ def ls(as_json, traces_dir, dashboards_dir) -> None:
     from roseprof.render.console import make_console
     from roseprof.render.terminal import print_runs
 
-    runs = open_store(traces_dir).runs()
+    store = open_store(traces_dir)
+    runs = store.runs()
     if as_json:
         click.echo(json.dumps([{"id": r.id, **r.manifest} for r in runs], indent=1))
+    elif not runs:  # an empty table would not say which folder was looked in
+        click.echo(f"no runs in {store.root}")
     else:
         print_runs(make_console(), runs)
 

@@ -11,7 +11,7 @@ import pytest
 from roseprof.api.intake import previous_run
 from roseprof.run import store as store_module
 from roseprof.run.store import RunStore
-from tests.helpers import DATA, assert_one_line_error, roseprof
+from tests.helpers import DATA, assert_one_line_error, roseprof, run_cli
 
 MATMUL = DATA / "nsys" / "h100-nsys2025.3-matmul-nvtx.sqlite"
 DECODE = DATA / "nsys" / "h100-nsys2025.3-roseinfer-decode.sqlite"
@@ -235,3 +235,11 @@ def test_the_suites_default_folders_are_its_own(tmp_path_factory):
         assert base in Path(os.environ[key]).resolve().parents
     listed = roseprof("ls", "--json")  # no --traces-dir: the default, from the environment
     assert listed.returncode == 0, listed.stderr
+
+
+def test_ls_of_a_folder_without_runs_says_which_folder(tmp_path):
+    """An empty table would not say whether the folder looked in was the one meant; nothing is created."""
+    for traces in (tmp_path / "none", tmp_path):
+        code, out, err = run_cli("ls", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d")
+        assert (code, out, err) == (0, f"no runs in {traces}\n", "")
+    assert not (tmp_path / "none").exists() and not (tmp_path / "d").exists()
