@@ -218,6 +218,12 @@ class RunStore:
 
     def resolve(self, ref: str) -> Run:
         """A run id, a unique prefix of one, or a name (the latest run with that name)."""
+        if (
+            not ref.strip()
+        ):  # every id starts with "": it would name the only run, or be ambiguous among several
+            raise RoseprofError(
+                "an empty run reference: give a run id, a unique prefix of one, or a name (see `roseprof ls`)"
+            )
         runs = self.runs()
         for run in runs:
             if run.id == ref:

@@ -243,3 +243,15 @@ def test_ls_of_a_folder_without_runs_says_which_folder(tmp_path):
         code, out, err = run_cli("ls", "--traces-dir", traces, "--dashboards-dir", tmp_path / "d")
         assert (code, out, err) == (0, f"no runs in {traces}\n", "")
     assert not (tmp_path / "none").exists() and not (tmp_path / "d").exists()
+
+
+def test_an_empty_run_reference_is_refused_not_matched_as_every_ids_prefix(tmp_path):
+    dirs = ("--traces-dir", tmp_path / "t", "--dashboards-dir", tmp_path / "d")
+    code, out, err = run_cli("import", DATA / "nsys" / "cpu-nsys2022.4-nvtx.sqlite", "--name", "x", *dirs)
+    assert code == 0, err
+    for args in (("show", ""), ("show", " "), ("diff", "", "x"), ("export", "", "-o", tmp_path / "e.json")):
+        code, out, err = run_cli(*args, *dirs)
+        assert code == 2 and err.startswith("roseprof: error: an empty run reference: give a run id"), (
+            args,
+            err,
+        )
