@@ -192,6 +192,7 @@ def _verdict_panel(result: dict) -> str:
         verdict_text.options_line(v),
         verdict_text.side_line("before", v["before"]),
         verdict_text.side_line("after", v["after"]),
+        verdict_text.tools_note(v),
         verdict_text.one_run_note(v),
         verdict_text.machine_line(v),
     ]

@@ -21,6 +21,7 @@ from roseprof.render.verdict_text import (
     per_what,
     samples_note,
     side_line,
+    tools_note,
     what_moved_in,
 )
 from roseprof.render.view import DiffView
@@ -68,9 +69,9 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
         console.print(options, markup=False, overflow="fold")
     console.print(side_line("before", v["before"]), markup=False, overflow="fold")
     console.print(side_line("after", v["after"]), markup=False, overflow="fold")
-    note = one_run_note(v)
-    if note:
-        console.print(note, markup=False, style="yellow", overflow="fold")
+    for note in (tools_note(v), one_run_note(v)):
+        if note:
+            console.print(note, markup=False, style="yellow", overflow="fold")
     console.print(
         with_units(headline_sentence(v), console.width),
         markup=False,

@@ -228,6 +228,19 @@ def options_line(v: dict) -> str | None:
     return f"options apart: {'; '.join(sides)} (one program)"
 
 
+def tools_note(v: dict) -> str | None:
+    """Where the two sides were captured with different tools (nsys against torch.profiler): each tool's own cost
+    is in its run's times, so a change may be the tools' rather than the program's."""
+    tools = [((v[side].get("tool") or {}).get("name") if isinstance(v[side].get("tool"), dict) else None)
+             for side in ("before", "after")]  # fmt: skip
+    if None in tools or tools[0] == tools[1]:
+        return None
+    return (
+        f"before was captured with {tools[0]}, after with {tools[1]}: each tool's own cost is in its run's times, "
+        "so part of a change may be the tools'; capture both with one tool to compare the program"
+    )
+
+
 def one_run_note(v: dict) -> str | None:
     """With one run a side: what its intervals see, what makes a verdict, and how often one run a side calls a
     change between two runs of the same code."""

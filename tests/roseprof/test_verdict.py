@@ -197,3 +197,18 @@ def test_a_changed_kernel_whose_base_name_an_unchanged_one_shares_is_tagged_in_e
     # Without the runs' other kernels (a verdict of before this field): the changed rows alone, as before.
     old = {k: val for k, val in v.items() if k != "kernel_names"}
     assert "gemv_kernel +100.0% slower" in verdict_text.headline_sentence(old)
+
+
+def test_sides_captured_with_two_tools_say_so_first():
+    """nsys against torch.profiler: each tool's own cost is in its run's times (a CPU demo's forward read +87.9%),
+    so the diff says the tools differ before its answer; one tool, or a side without one (an old run), says
+    nothing."""
+    from roseprof.render import verdict_text
+
+    def v(a, b):
+        return {"before": {"tool": a}, "after": {"tool": b}}
+
+    note = verdict_text.tools_note(v({"name": "nsys"}, {"name": "torch"}))
+    assert note.startswith("before was captured with nsys, after with torch: each tool's own cost")
+    assert verdict_text.tools_note(v({"name": "nsys"}, {"name": "nsys"})) is None
+    assert verdict_text.tools_note(v(None, {"name": "torch"})) is None
