@@ -79,7 +79,7 @@ def fit_table(
     def build(cols: list[int], widths: dict[int, int], edge: bool = True) -> Table:
         t = Table(
             title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-            show_edge=edge,
+            show_edge=edge, show_header=any(headers[i] for i in cols),  # a panel of facts has no headers to show
         )  # fmt: skip
         for i in cols:
             left = i in shrink or i == 0
