@@ -241,11 +241,20 @@ def key(name: str) -> str:
     return "\x1f".join(parts)
 
 
+@functools.lru_cache(maxsize=1 << 14)  # every view labels every kernel of both runs of a diff
 def base_name(name: str) -> str:
     """The kernel's function, qualified, without return type, template arguments or parameters (for a sentence):
     `void (anonymous namespace)::paged_attn_kernel<2, long>(...)` -> `paged_attn_kernel` (an anonymous namespace,
     `(anonymous namespace)::` or ncu's `<unnamed>::`, left out)."""
-    body = _body(uncut(name)[0]).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    kept, was_cut = uncut(name)
+    body = _body(kept).replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
+    if was_cut:  # a cut name's parameter list has no end for _split to find: the function ends at its `(`
+        depth = 0
+        for i, c in enumerate(body):
+            depth += {"<": 1, "[": 1, ">": -1, "]": -1}.get(c, 0)
+            if c == "(" and depth == 0 and i > 0:
+                body = body[:i]
+                break
     return body.split("<", 1)[0]
 
 

@@ -236,8 +236,8 @@ def tools_note(v: dict) -> str | None:
     if None in tools or tools[0] == tools[1]:
         return None
     return (
-        f"before was captured with {tools[0]}, after with {tools[1]}: each tool's own cost is in its run's times, "
-        "so part of a change may be the tools'; capture both with one tool to compare the program"
+        f"before and after come from different tools ({tools[0]} and {tools[1]}): each tool's own cost is in its "
+        "run's times, so part of a change may be the tools'; capture both with one tool to compare the program"
     )
 
 

@@ -30,17 +30,22 @@ KEYS = (("tools", tool), ("commands", command), ("machines", machine))
 def _arguments(runs: list[Run]) -> str:
     """The arguments that differ between the runs' commands, each with the runs that have it: an option with its
     value (`--output-len 64` against `--output-len 64-256`, not `64` against `64-256`), the program where the
-    programs differ."""
+    programs differ; word by word where the options agree (a launcher's `taskset -c 0` against `-c 1`, an
+    interpreter's path)."""
     parsed = {
         r.id: command_line.command_items([str(a) for a in r.manifest.get("command") or []]) for r in runs
     }
     common = set.intersection(*(set(items) for _, items in parsed.values()))
     programs = {prog for prog, _ in parsed.values()}
-    parts = []
-    for rid, (prog, items) in parsed.items():
-        extra = ([prog] if len(programs) > 1 else []) + [x for x in items if x not in common]
-        parts.append(f"{rid}: {one_line(' '.join(extra), 80) if extra else '(none)'}")
-    return "; ".join(parts)
+    extra = {
+        rid: ([prog] if len(programs) > 1 else []) + [x for x in items if x not in common]
+        for rid, (prog, items) in parsed.items()
+    }
+    if not any(extra.values()):
+        words = {r.id: [str(a) for a in r.manifest.get("command") or []] for r in runs}
+        common_words = set.intersection(*(set(w) for w in words.values()))
+        extra = {rid: [w for w in ws if w not in common_words] for rid, ws in words.items()}
+    return "; ".join(f"{rid}: {one_line(' '.join(x), 80) if x else '(none)'}" for rid, x in extra.items())
 
 
 def mixes(runs: list[Run]) -> str | None:

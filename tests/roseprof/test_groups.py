@@ -167,3 +167,17 @@ def test_a_refusal_names_an_option_apart_with_its_value():
         said
         == "commands (arguments only some runs have: a: --requests 64 --output-len 64; b: --output-len 64-256)"
     )
+
+
+def test_a_refusal_names_a_launchers_arguments_apart_word_by_word():
+    """`taskset -c 0` against `-c 1`: the program's options agree, so the words apart are named."""
+    from types import SimpleNamespace
+
+    from roseprof.run.alike import mixes
+
+    def run(rid, cpu):
+        return SimpleNamespace(
+            id=rid, manifest={"tool": {"name": "nsys"}, "command": ["taskset", "-c", cpu, "x.py"]}
+        )
+
+    assert mixes([run("a", "0"), run("b", "1")]) == "commands (arguments only some runs have: a: 0; b: 1)"

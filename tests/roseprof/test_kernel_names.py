@@ -23,7 +23,7 @@ from roseprof.drivers.demangle import demangle
 from roseprof.drivers.torch.reader import read_kineto
 from roseprof.errors import RoseprofError
 from roseprof.kernel_names import _split, base_name, key, name_pattern, names_pattern
-from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name
+from roseprof.model import KERNEL, MAX_NAME_CHARS, cut_name, uncut
 from roseprof.render.kernel_labels import kernel_name, kernel_short, kernel_tag
 from tests.helpers import DATA
 
@@ -272,3 +272,12 @@ def test_a_kernel_whose_return_type_is_a_templates_member_is_named_by_its_functi
     assert base_name(name) == "internal::gemvx::kernel"
     assert kernel_short(name) == "internal::gemvx::kernel"
     assert kernel_name(name, 40) == "internal::gemvx::kernel"
+
+
+def test_a_label_is_never_empty_nor_a_cut_names_whole_parameter_list():
+    """`<unknown>` has no function before its `<`: it keeps its name. A name the model cut (past MAX_NAME_CHARS)
+    inside its parameters has no `)` for the return type's split to find: its label is still its function."""
+    long = cut_name("void foo(" + ", ".join(["const float *"] * 2000) + ")")
+    assert uncut(long)[1]
+    for name, label in (("<unknown>", "<unknown>"), ("<lambda>", "<lambda>"), (long, "foo")):
+        assert kernel_short(name) == label and kernel_name(name, 30) == label

@@ -219,7 +219,9 @@ def trace_apis(nsys: str) -> set[str]:
     """The APIs this nsys traces, as `nsys profile --help` lists them under --trace ("Possible values are 'cuda',
     'nvtx', ... or 'none'."); empty where the help does not read so."""
     try:
-        out = subprocess.run([nsys, "profile", "--help"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run(
+            [nsys, "profile", "--help"], capture_output=True, text=True, errors="replace", timeout=10
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return set()
     m = re.search(r"--trace=\s*Possible values are (.*?)\.\s*$", out, re.S | re.M)
@@ -230,7 +232,7 @@ def check_trace(nsys: str, trace: str) -> None:
     """--trace's APIs against what this nsys takes, before any run folder exists: nsys itself would fail after
     the run had started, as if the program had."""
     apis = trace_apis(nsys)
-    unknown = [a for a in trace.split(",") if a not in apis]
+    unknown = [a for a in trace.split(",") if a and a not in apis]  # nsys takes `nvtx,osrt,` as `nvtx,osrt`
     if apis and unknown:
         raise RoseprofError(
             f"--trace {trace!r}: this nsys traces no {', '.join(map(repr, unknown))} (it takes "
