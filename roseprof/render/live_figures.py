@@ -91,7 +91,8 @@ def waterfall(
         for i, t in enumerate(times):
             dots_x.append(round(t, 3))  # µs on a ms axis: a page of 16,384 dots is not 18 digits each
             dots_y.append(y)
-            dots_data.append([i, row["steps"][i]])
+            step = row["steps"][i] if i < len(row["steps"]) else None
+            dots_data.append([i, "-" if step is None else step])  # (a token no step is known for: `step -`)
     for kind, (x, base, ys, data, text) in bars.items():
         if x:
             fig.add_trace(go.Bar(x=x, base=base, y=ys, orientation="h", name=kind, marker_color=COLORS[kind],
