@@ -27,7 +27,7 @@ def kernel_labels(names: list[str], among=()) -> list[str]:
     too, where its base name alone would not say which of the two changed."""
     bases: dict[str, set[str]] = {}
     for n in [*names, *among]:
-        bases.setdefault(base_name(n) or n, set()).add(n)
+        bases.setdefault(_base(n), set()).add(n)
     tags: dict[str, str] = {}  # each name whose base name another shares: its tag
     for group in bases.values():
         by_tag: dict[str, list[str]] = {}
@@ -37,6 +37,16 @@ def kernel_labels(names: list[str], among=()) -> list[str]:
         for tag, alike in by_tag.items():
             tags.update({n: tag if len(alike) == 1 else kernel_tag(n, spelt=True) for n in alike})
     return [n + TAG + tags[n] if n in tags else n for n in names]
+
+
+def label_of(names: list[str]) -> dict[str, str]:
+    """Each name's `kernel_labels` label, by name (a table whose rows are looked up by kernel)."""
+    return dict(zip(names, kernel_labels(names)))
+
+
+def _base(name: str) -> str:
+    """Its base name, or the name itself where it has none before its `<` (`<unknown>`)."""
+    return base_name(name) or name
 
 
 def _tagged(name: str) -> tuple[str, str]:
@@ -53,11 +63,11 @@ def kernel_name(name: str, width: int) -> str:
     if len(name) <= width:
         return name
     body, tag = _tagged(name)
-    return shorten_middle((base_name(body) or body), max(width - len(tag), 8)) + tag
+    return shorten_middle(_base(body), max(width - len(tag), 8)) + tag
 
 
 def kernel_short(name: str) -> str:
     """A kernel named in a sentence: its base name, and a kernel_labels() tag where it has one (the full
     signature of a template instantiation can run to four lines of an 80-column terminal)."""
     body, tag = _tagged(name)
-    return (base_name(body) or body) + tag
+    return _base(body) + tag

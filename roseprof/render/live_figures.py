@@ -91,7 +91,7 @@ def waterfall(
         for i, t in enumerate(times):
             dots_x.append(round(t, 3))  # µs on a ms axis: a page of 16,384 dots is not 18 digits each
             dots_y.append(y)
-            step = row["steps"][i] if i < len(row["steps"]) else None
+            step = row["steps"][i]
             dots_data.append([i, "-" if step is None else step])  # (a token no step is known for: `step -`)
     for kind, (x, base, ys, data, text) in bars.items():
         if x:

@@ -171,9 +171,7 @@ def _kernels_by_region(summary: dict, per_region: int = 5) -> str:
     groups: dict[str, list[dict]] = {}
     for k in kernels:
         groups.setdefault(k.get("capture_region") or k["region"] or "(outside any range)", []).append(k)
-    labels = dict(
-        zip((k["name"] for k in kernels), kernel_labels.kernel_labels([k["name"] for k in kernels]))
-    )
+    labels = kernel_labels.label_of([k["name"] for k in kernels])
     rows = []
     for region, ks in sorted(groups.items(), key=lambda kv: -sum(k["total_ns"] for k in kv[1])):
         for k in sorted(ks, key=lambda k: -k["total_ns"])[:per_region]:

@@ -219,12 +219,7 @@ def _print_ncu(console: Console, ncu: dict, top: int = 8) -> None:
     pct = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     headers = ["kernel", "launches", "µs", "SM %", "memory %", "DRAM % of peak BW", "occupancy %"]
     # a tag where kernels share a base name (three CUTLASS GEMMs are all `cutlass::device_kernel`)
-    label = dict(
-        zip(
-            (k["name"] for k in ncu["kernels"]),
-            kernel_labels.kernel_labels([k["name"] for k in ncu["kernels"]]),
-        )
-    )
+    label = kernel_labels.label_of([k["name"] for k in ncu["kernels"]])
     rows = [
         [
             label[k["name"]],

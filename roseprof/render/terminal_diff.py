@@ -97,9 +97,8 @@ def print_verdict(console: Console, v: dict, name=lambda n: n, prefix: str = "")
             continue
         per = per_what(changes)
         what = what_moved_in(changes)
-        shrink = {
-            0: kernel_labels.kernel_name if key == "kernels" else _cut_statistic
-        }  # regions: short_names already
+        # (regions: short names already)
+        shrink = {0: kernel_labels.kernel_name if key == "kernels" else _cut_statistic}
         rows = _change_rows(changes)
         if key != "kernels":
             for row, r in zip(rows, changes):

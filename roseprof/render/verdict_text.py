@@ -231,8 +231,8 @@ def options_line(v: dict) -> str | None:
 def tools_note(v: dict) -> str | None:
     """Where the two sides were captured with different tools (nsys against torch.profiler): each tool's own cost
     is in its run's times, so a change may be the tools' rather than the program's."""
-    tools = [((v[side].get("tool") or {}).get("name") if isinstance(v[side].get("tool"), dict) else None)
-             for side in ("before", "after")]  # fmt: skip
+    tools = [v[side].get("tool") for side in ("before", "after")]
+    tools = [t.get("name") if isinstance(t, dict) else None for t in tools]
     if None in tools or tools[0] == tools[1]:
         return None
     return (

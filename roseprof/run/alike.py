@@ -32,9 +32,8 @@ def _arguments(runs: list[Run]) -> str:
     value (`--output-len 64` against `--output-len 64-256`, not `64` against `64-256`), the program where the
     programs differ; word by word where the options agree (a launcher's `taskset -c 0` against `-c 1`, an
     interpreter's path)."""
-    parsed = {
-        r.id: command_line.command_items([str(a) for a in r.manifest.get("command") or []]) for r in runs
-    }
+    words = {r.id: [str(a) for a in r.manifest.get("command") or []] for r in runs}
+    parsed = {rid: command_line.command_items(ws) for rid, ws in words.items()}
     common = set.intersection(*(set(items) for _, items in parsed.values()))
     programs = {prog for prog, _ in parsed.values()}
     extra = {
@@ -42,7 +41,6 @@ def _arguments(runs: list[Run]) -> str:
         for rid, (prog, items) in parsed.items()
     }
     if not any(extra.values()):
-        words = {r.id: [str(a) for a in r.manifest.get("command") or []] for r in runs}
         common_words = set.intersection(*(set(w) for w in words.values()))
         extra = {rid: [w for w in ws if w not in common_words] for rid, ws in words.items()}
     return "; ".join(f"{rid}: {one_line(' '.join(x), 80) if x else '(none)'}" for rid, x in extra.items())

@@ -218,9 +218,8 @@ class RunStore:
 
     def resolve(self, ref: str) -> Run:
         """A run id, a unique prefix of one, or a name (the latest run with that name)."""
-        if (
-            not ref.strip()
-        ):  # every id starts with "": it would name the only run, or be ambiguous among several
+        # every id starts with "": an empty reference would name the only run, or be ambiguous among several
+        if not ref.strip():
             raise RoseprofError(
                 "an empty run reference: give a run id, a unique prefix of one, or a name (see `roseprof ls`)"
             )

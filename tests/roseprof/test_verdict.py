@@ -209,6 +209,8 @@ def test_sides_captured_with_two_tools_say_so_first():
         return {"before": {"tool": a}, "after": {"tool": b}}
 
     note = verdict_text.tools_note(v({"name": "nsys"}, {"name": "torch"}))
-    assert note.startswith("before and after come from different tools (nsys and torch): each tool's own cost")
+    assert note.startswith(
+        "before and after come from different tools (nsys and torch): each tool's own cost"
+    )
     assert verdict_text.tools_note(v({"name": "nsys"}, {"name": "nsys"})) is None
     assert verdict_text.tools_note(v(None, {"name": "torch"})) is None
