@@ -163,7 +163,8 @@ def show(run, as_json, traces_dir, dashboards_dir) -> None:
     multiple=True,
     metavar="GLOB",
     help="metrics the gate looks at (repeatable glob over metric names; a region's or kernel's row is gated "
-    "when any of its statistics matches; default: every change the verdict names)",
+    "when any of its statistics matches; a glob that matches no metric both runs have is refused, exit 2; "
+    "default: every change the verdict names)",
 )
 @click.option(
     "--min-effect",
