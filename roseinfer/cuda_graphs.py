@@ -18,13 +18,14 @@ engine launch it before reading this step's tokens (the overlapped decode, `rose
 all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
-skinny GEMM, and in buckets 48 to 256 as a CUTLASS GEMM that loads its weights before its PDL wait, attn_proj and
+skinny GEMM, and in buckets 48 to 512 as a CUTLASS GEMM that loads its weights before its PDL wait (in step parts
+of more than 192 rows on a shallow pipeline that shares SMs), attn_proj and
 mlp_proj there split along K into parts that the add + LayerNorm after them sums (`roseinfer.linears`,
 `roseinfer.cuda_ext.cutlass_gemm`; which kernel where: `roseinfer.graph_kernels.GraphKernels`),
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
-which is what the eager path's thresholds are about. In buckets of 208 to 256 rows (models up to 768 wide) the step
+which is what the eager path's thresholds are about. In buckets of 208 to 256 and of 512 rows (models up to 768 wide) the step
 runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
 overlap: nsys gives each branch's replayed kernels a stream id of its own, so roseprof counts each stream's time per
 region and says the step's GPU busy time beside it (docs/BENCHMARKS.md, session 49).
@@ -188,6 +189,7 @@ class DecodeGraphs:
                 (CUTLASS_ABOVE, k.cutlass_gemm_max_batch) if k.cutlass_in(rows, width) else (0, 0),
                 k.cutlass_split_k,
                 k.cutlass_min_splits if rows <= k.cutlass_min_splits_max_batch else 1,
+                0 < k.cutlass_shallow_from <= rows,
             ),
             pdl_scope(
                 k.pdl_in(rows, width),

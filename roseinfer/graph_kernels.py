@@ -21,16 +21,20 @@ from roseinfer.kernels.argmax import ARGMAX_WARPS
 PDL_NARROW_WIDTH = 768
 PDL_NARROW_ABOVE = 32
 # The CUTLASS GEMM's buckets in the engine: above the skinny GEMM's 32 rows, up to CUTLASS_MAX_BATCH (the kernel
-# takes up to `cutlass_gemm.MAX_ROWS`; why 256: `GraphKernels.cutlass_gemm_max_batch`)
+# takes up to `cutlass_gemm.MAX_ROWS`; why all of them: `GraphKernels.cutlass_gemm_max_batch`)
 CUTLASS_ABOVE = 32
-CUTLASS_MAX_BATCH = 256
+CUTLASS_MAX_BATCH = 512
 # K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
 CUTLASS_SPLIT_K = 768
 # ... and the fewest parts there in the buckets up to 64 rows (`GraphKernels.cutlass_min_splits`)
 CUTLASS_MIN_SPLITS = 3
-# The buckets whose step runs as two halves on two streams (`GraphKernels.halves_from`)
+# The buckets whose step runs as two halves on two streams (`GraphKernels.halves_from`, `halves_wide_from`)
 HALVES_FROM = 208
 HALVES_MAX_BATCH = 256
+HALVES_WIDE_FROM = 512
+# Step parts of at least this many rows run the CUTLASS GEMM on its shallow pipeline
+# (`GraphKernels.cutlass_shallow_from`)
+CUTLASS_SHALLOW_FROM = 193
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,12 @@ class GraphKernels:
     # Buckets of more than CUTLASS_ABOVE (32) and at most this many rows run their float16 linears as the
     # CUTLASS GEMM that loads its weights before its PDL wait (`roseinfer.cuda_ext.cutlass_gemm`, built at first
     # use; cuBLAS where it is not built), and launch their Triton kernels as programmatic dependents. 0
-    # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before. Up to 256 rows: GPT-2 small's step on an
-    # H200 with these buckets up to 64 rows (cuBLAS above) and up to 128, 256, 512: batch 96 512.0 -> 402.3 us a
-    # replay, 128 487.0 -> 361.8 and 700.5 -> 566.1 (pasts 64, 256), 256 732.3 -> 708.4, but 512 821.3 -> 946.5
-    # and 1,110.4 -> 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of
-    # one an SM; docs/BENCHMARKS.md, session 47).
+    # (`--no-cutlass-gemm`): cuBLAS and the PDL rules above, as before. GPT-2 small's step on an H200 with these
+    # buckets up to 64 rows (cuBLAS above) and up to 128, 256, 512: batch 96 512.0 -> 402.3 us a replay, 128 487.0
+    # -> 361.8 and 700.5 -> 566.1 (pasts 64, 256), 256 732.3 -> 708.4, but 512 821.3 -> 946.5 and 1,110.4 ->
+    # 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of one an SM;
+    # docs/BENCHMARKS.md, session 47). Above 256 rows on the shallow pipeline (`cutlass_shallow_from`), which
+    # holds several blocks an SM, it beats cuBLAS (session 54): up to 512.
     cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
     # ... but for models wider than PDL_NARROW_WIDTH (768: GPT-2 small) only up to this many rows: gpt2-medium's
     # step on an H200 at a past of 128, CUTLASS against cuBLAS: batch 96 1,133.2 -> 946.7 us, 128 1,238.6 ->
@@ -155,6 +160,14 @@ class GraphKernels:
     # at 128 rows -0.2%, at 224 (the halves) +0.4% (docs/BENCHMARKS.md, session 50). 1: as the K split alone says.
     cutlass_min_splits: int = CUTLASS_MIN_SPLITS
     cutlass_min_splits_max_batch: int = 64
+    # Parts of a step of at least this many rows run the CUTLASS GEMM on its shallow pipeline
+    # (`cutlass_gemm.SHALLOW_STAGES`: 4 stages, several of its blocks, or the attention's, on an SM) rather than on
+    # as many stages as shared memory holds (one block an SM). GPT-2 small's step on an H200 against cuBLAS (the
+    # engine before; us a replay, past 64): one stream, batch 320 642.9 -> 622.0, 384 707.3 -> 678.5, 416 749.4 ->
+    # 721.8, 448 777.0 -> 732.1, 480 783.9 -> 786.6, 288 (past 128) 774.2 -> 772.5; but on one stream at 160 and
+    # 192 rows it was 2.8% and 1.6% slower than the deep pipeline, and the halves of 104 to 128 rows 4.8 to 5.1%
+    # (docs/BENCHMARKS.md, session 54). 0: never.
+    cutlass_shallow_from: int = CUTLASS_SHALLOW_FROM
     # Under --paged-attn, where the one-pass kernel runs, the CUDA kernel that brings each (block, head) tile of
     # K and V in by one bulk copy (`roseinfer.cuda_ext.paged_attn`, where it fits and is built); as a dependent
     # launch its first tiles load before it waits. False (`--no-cuda-paged-attn`): the Triton kernel.
@@ -172,6 +185,14 @@ class GraphKernels:
     # 512 +9% (docs/BENCHMARKS.md, session 48). (halves_from, halves_max_batch) = (0, 0): one stream everywhere.
     halves_from: int = HALVES_FROM
     halves_max_batch: int = HALVES_MAX_BATCH
+    # ... and buckets of halves_wide_from to halves_wide_max_batch rows (0: none), whose halves of more than 192
+    # rows run the shallow GEMM: there one half's GEMM blocks share SMs with the other half's attention (memory
+    # bound beside tensor-core bound). Batch 512 on an H200, pasts 64 / 128: 818.6 / 1,107.9 us (cuBLAS, one
+    # stream) -> 802.7 / 1,074.6 (the shallow GEMM, one stream) -> 776.4 / 1,058.8 (its halves); the halves of
+    # the deep GEMM 896.2 / 1,167.0. Below 512 the shallow GEMM's one stream won: 320 622.0 against 667.4 as
+    # halves, 384 678.5 / 692.0, 416 721.8 / 786.8, 448 732.1 / 792.2, 480 786.6 / 790.4 (session 54).
+    halves_wide_from: int = HALVES_WIDE_FROM
+    halves_wide_max_batch: int = 512
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
@@ -183,6 +204,7 @@ class GraphKernels:
             cuda_attn=cfg.cuda_attn,
             cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if cfg.cutlass_gemm else 0,
             halves_from=HALVES_FROM if cfg.cutlass_gemm else 0,  # (what the halves make up for is its waves)
+            halves_wide_from=HALVES_WIDE_FROM if cfg.cutlass_gemm else 0,
             cuda_paged_attention=cfg.cuda_paged_attn,
         )
 
@@ -212,7 +234,10 @@ class GraphKernels:
         half is past the GEMV's and the skinny GEMM's buckets, whose split-K scratch a step's kernels share."""
         half = bucket // 2
         return (
-            0 < self.halves_from <= bucket <= self.halves_max_batch
+            (
+                0 < self.halves_from <= bucket <= self.halves_max_batch
+                or 0 < self.halves_wide_from <= bucket <= self.halves_wide_max_batch
+            )
             and width <= PDL_NARROW_WIDTH
             and bucket % 2 == 0
             and half > max(self.gemv_max_batch, self.skinny_gemm_max_batch)

@@ -64,6 +64,10 @@ _CUTLASS_SPLIT_K: contextvars.ContextVar[int] = contextvars.ContextVar("roseinfe
 _CUTLASS_MIN_SPLITS: contextvars.ContextVar[int] = contextvars.ContextVar(
     "roseinfer_cutlass_min_splits", default=1
 )
+# There, whether the GEMM runs on its shallow pipeline (`roseinfer.cuda_ext.cutlass_gemm.SHALLOW_STAGES`)
+_CUTLASS_SHALLOW: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "roseinfer_cutlass_shallow", default=False
+)
 # Where a one-row MLP (with norm_prologue and lm_head) may run as the split-K CUDA kernel: its output buffers
 # (`roseinfer.cuda_ext.fused_mlp.MlpScratch`), or None.
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
@@ -84,6 +88,7 @@ def small_batch_gemv(
     cutlass_rows: tuple[int, int] = (0, 0),
     cutlass_split_k: int = 0,
     cutlass_min_splits: int = 1,
+    cutlass_shallow: bool = False,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -94,7 +99,7 @@ def small_batch_gemv(
     buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
     cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits;
     there `linear_to_residual` splits K into parts of about cutlass_split_k (0: no split), at least
-    cutlass_min_splits of them."""
+    cutlass_min_splits of them, and cutlass_shallow runs it on its shallow pipeline."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -107,10 +112,12 @@ def small_batch_gemv(
         _CUTLASS_ROWS.set(cutlass_rows),
         _CUTLASS_SPLIT_K.set(cutlass_split_k),
         _CUTLASS_MIN_SPLITS.set(cutlass_min_splits),
+        _CUTLASS_SHALLOW.set(cutlass_shallow),
     )
     try:
         yield
     finally:
+        _CUTLASS_SHALLOW.reset(tokens[11])
         _CUTLASS_MIN_SPLITS.reset(tokens[10])
         _CUTLASS_SPLIT_K.reset(tokens[9])
         _CUTLASS_ROWS.reset(tokens[8])
@@ -192,7 +199,7 @@ def linear(x: torch.Tensor, lin, gelu: bool = False, gelu_epilogue: bool = True)
     if _cutlass_takes(x, weight, bias):
         from roseinfer.cuda_ext import cutlass_gemm
 
-        return cutlass_gemm.cutlass_gemm(x, weight, bias, gelu=gelu)
+        return cutlass_gemm.cutlass_gemm(x, weight, bias, gelu=gelu, shallow=_CUTLASS_SHALLOW.get())
     if not gelu:
         return F.linear(x, weight, bias)
     if gelu_epilogue and bias is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16):
@@ -214,7 +221,8 @@ def linear_to_residual(x: torch.Tensor, lin):
         if splits > 1 and _cutlass_takes(x, lin.weight, lin.bias):
             from roseinfer.kernels.split_sum import SplitK
 
-            return SplitK(cutlass_gemm.cutlass_gemm_parts(x, lin.weight, splits), lin.bias)  # [S, T, N], [N]
+            parts = cutlass_gemm.cutlass_gemm_parts(x, lin.weight, splits, shallow=_CUTLASS_SHALLOW.get())
+            return SplitK(parts, lin.bias)  # [S, T, N], [N]
     return linear(x, lin)
 
 

@@ -5,9 +5,11 @@ common: on two streams, forked from the step's and joined back before it ends (i
 it). Where one stream leaves SMs idle the other half's kernels take them. That is why the engine does it in buckets
 of 208 to 256 rows of GPT-2 small: there c_attn's 64-row CUTLASS tiles make two waves on 132 SMs, the second
 mostly empty, and two halves of at most 128 rows each make one wave each, beside the other half's kernels (6 to
-10% off a step on an H200; docs/BENCHMARKS.md, session 48). Elsewhere a half costs most of what the whole batch
-does (each kernel's weights and fixed chain are paid per launch), and the halves side by side lose (sessions 15,
-43 and 48). Ordering the two halves' attention kernels to take turns, so that each runs beside the other half's
+10% off a step on an H200; docs/BENCHMARKS.md, session 48). And at 512 rows, where each half's CUTLASS GEMM runs
+on its shallow pipeline, whose blocks leave room on an SM for the other half's attention blocks: the tensor-core
+bound GEMMs beside the memory-bound attention (5% off; session 54). Elsewhere a half costs most of what the whole
+batch does (each kernel's weights and fixed chain are paid per launch), and the halves side by side lose
+(sessions 15, 43, 48 and 54). Ordering the two halves' attention kernels to take turns, so that each runs beside the other half's
 GEMMs (NanoFlow's nano-batching), was slower than leaving the streams unordered (session 48).
 
 Each half's kernels are those of a bucket of its rows (`roseinfer.cuda_graphs` enters the kernel choices once for

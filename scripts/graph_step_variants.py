@@ -201,7 +201,33 @@ VARIANTS[52] = GraphKernels()
 VARIANTS = {v: dataclasses.replace(k, cutlass_min_splits=1) for v, k in VARIANTS.items()}
 VARIANTS[53] = GraphKernels(cutlass_min_splits=2, cutlass_min_splits_max_batch=512)  # in every CUTLASS bucket
 VARIANTS[54] = GraphKernels(cutlass_min_splits=3, cutlass_min_splits_max_batch=512)
-VARIANTS[55] = GraphKernels()  # the engine now
+VARIANTS[55] = GraphKernels()  # up to 64 rows: the engine of session 50
+# session 54: the CUTLASS GEMM on its shallow pipeline (4 stages: several blocks an SM) above 256 rows, and batch 512
+# as two halves of 256 on it, so that a half's GEMM blocks and the other half's attention blocks share SMs; before
+# it the GEMM's buckets stopped at 256 rows (46 set 512), on its deep pipeline, and the halves at 256
+VARIANTS = {
+    v: dataclasses.replace(
+        k,
+        cutlass_gemm_max_batch=k.cutlass_gemm_max_batch if v == 46 else min(k.cutlass_gemm_max_batch, 256),
+        cutlass_shallow_from=0,
+        halves_wide_from=0,
+    )
+    for v, k in VARIANTS.items()
+}
+_ONE = {"halves_wide_from": 0}  # one stream above 256 rows
+_HALVES = {"cutlass_gemm_max_batch": 256, "halves_max_batch": 512, "halves_wide_from": 0}  # halves from 208
+VARIANTS[56] = GraphKernels(**_ONE, cutlass_shallow_from=0)  # deep up to 512 (session 47's 46)
+VARIANTS[57] = GraphKernels(**_ONE, cutlass_shallow_from=257)
+VARIANTS[58] = GraphKernels(**_HALVES, cutlass_shallow_from=0)  # halves of 256, deep (session 48's 50 at 512)
+VARIANTS[59] = GraphKernels(**_HALVES, cutlass_shallow_from=129)
+VARIANTS[60] = GraphKernels(**_ONE, cutlass_shallow_from=129)
+VARIANTS[61] = GraphKernels(**_HALVES, cutlass_shallow_from=65)  # also the halves of 104-128 rows
+VARIANTS[62] = GraphKernels(**_HALVES, cutlass_shallow_from=129, cutlass_split_k=0)
+VARIANTS[63] = GraphKernels(**_HALVES, cutlass_shallow_from=129, cuda_attention_stages=2)
+VARIANTS[64] = GraphKernels(**_HALVES, cutlass_shallow_from=193)
+VARIANTS[65] = GraphKernels(**_ONE, cutlass_shallow_from=193)
+VARIANTS[66] = GraphKernels(cutlass_shallow_from=129, halves_wide_from=257)  # halves above 256 rows, shallow
+VARIANTS[67] = GraphKernels()  # 65 + two halves at 512 rows: the engine now
 
 # Each variant's row in the tables
 NAMES = {
@@ -259,5 +285,17 @@ NAMES = {
     52: "51 + the argmax on 4 warps",
     53: "52 + attn_proj in 2 K parts",
     54: "52 + attn_proj in 3 K parts",
-    55: "54 up to 64 rows (engine now)",
+    55: "54 up to 64 rows (session 50)",
+    56: "55 + the CUTLASS GEMM up to 512 rows",
+    57: "56, on 4 stages above 256 rows",
+    58: "55 + two halves up to 512 rows",
+    59: "58, parts of 129+ rows on 4 stages",
+    60: "56, on 4 stages from 129 rows",
+    61: "58, parts of 65+ rows on 4 stages",
+    62: "59 without the K split",
+    63: "59, the attention's 2 tiles in flight",
+    64: "58, parts of 193+ rows on 4 stages",
+    65: "56, on 4 stages from 193 rows",
+    66: "60 + two halves above 256 rows",
+    67: "65 + two halves at 512 rows (engine now)",
 }

@@ -65,8 +65,15 @@ constexpr int MAX_ROWS = 512;       // cutlass_gemm.py's MAX_ROWS: the largest b
 template <class T>
 using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;
 
-// One GEMM: the example's mainloop (fp16 operands, fp32 accumulators) under an epilogue `Fusion` writing ElementD.
-template <class Fusion, class ElementD>
+// Pipeline stages of the shallow form (`run`'s and `run_parts`' `shallow`): 4 of 64 x 64 x 64 (64 KB with the
+// epilogue's) where the deep form's fill the shared memory (13 or 12, one block an SM), so that several of its
+// blocks, or the paged attention's, share an SM. At 512 rows c_attn and c_fc are 288 and 384 blocks: three waves of
+// the deep form, one of this.
+constexpr int SHALLOW_STAGES = 4;
+
+// One GEMM: the example's mainloop (fp16 operands, fp32 accumulators) under an epilogue `Fusion` writing ElementD,
+// on as many stages as fit in shared memory (Stages 0) or on `FixedStages`.
+template <class Fusion, class ElementD, int FixedStages = 0>
 struct Gemm {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Shape<_1, _1, _1>,
@@ -79,9 +86,13 @@ struct Gemm {
                                                  Layout<Shape<_1, _1, _1>>{}));
   using AtomA = decltype(cutlass::gemm::collective::detail::ss_smem_selector<MajorK, f16, _64, _64>());
   using AtomB = AtomA;
-  static constexpr int Stages = cutlass::gemm::collective::detail::compute_stage_count_or_override_prefetch<
-      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, f16, f16, Tile>(
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>{});
+  static constexpr int Stages =
+      FixedStages > 0
+          ? FixedStages
+          : cutlass::gemm::collective::detail::compute_stage_count_or_override_prefetch<
+                cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, f16, f16, Tile>(
+                cutlass::gemm::collective::StageCountAutoCarveout<
+                    static_cast<int>(sizeof(typename Epilogue::SharedStorage))>{});
   using Policy = cutlass::gemm::MainloopSm90TmaGmmaWarpSpecializedWithPrefetch<
       Stages, Shape<_1, _1, _1>, cutlass::gemm::KernelTmaWarpSpecializedFP8FastAccumWithPrefetchAndSplitDMA>;
   using Mainloop = cutlass::gemm::collective::CollectiveMma<
@@ -93,10 +104,16 @@ struct Gemm {
 };
 
 // act(acc + bias) in float16 (act: GPT-2's GELU or none)
-using BiasGemm = Gemm<cutlass::epilogue::fusion::LinCombPerRowBias<f16, float, f16, void, float>, f16>;
-using BiasGeluGemm = Gemm<cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Gelu, f16, float, f16, void, float>, f16>;
+using BiasFusion = cutlass::epilogue::fusion::LinCombPerRowBias<f16, float, f16, void, float>;
+using BiasGeluFusion = cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<Gelu, f16, float, f16, void, float>;
 // acc alone in float32: one K split's partial product, which the reader adds to the others and the bias
-using PartGemm = Gemm<cutlass::epilogue::fusion::LinearCombination<float, float, void, float>, float>;
+using PartFusion = cutlass::epilogue::fusion::LinearCombination<float, float, void, float>;
+template <bool Shallow>
+using BiasGemm = Gemm<BiasFusion, f16, Shallow ? SHALLOW_STAGES : 0>;
+template <bool Shallow>
+using BiasGeluGemm = Gemm<BiasGeluFusion, f16, Shallow ? SHALLOW_STAGES : 0>;
+template <bool Shallow>
+using PartGemm = Gemm<PartFusion, float, Shallow ? SHALLOW_STAGES : 0>;
 
 // Launches G on A = w (rows lda apart; with L > 1 the L slices of K, K / L apart), B = x (rows ldx apart, likewise),
 // D column-major N x T (columns ldd apart, L's ldl apart): problem N x T x K/L, L = splits. Returns "" or what
@@ -141,10 +158,11 @@ const char* launch(typename G::Device::Arguments& args, const void* x, int64_t l
 // y [T, N] = act(x [T, K] @ w [N, K]^T + bias [N]), row strides ldx and ldy in elements. pdl: launched as a
 // programmatic dependent of the kernel in front (its weights load before the wait either way; without the
 // attribute the wait returns at once). Returns "" or what failed.
-template <bool WithGelu>
+// Shallow: on SHALLOW_STAGES stages.
+template <bool WithGelu, bool Shallow>
 const char* run(const void* x, int64_t ldx, const void* w, const void* bias, void* y, int64_t ldy, int T, int N,
                 int K, bool pdl, cudaStream_t stream) {
-  using G = std::conditional_t<WithGelu, BiasGeluGemm, BiasGemm>;
+  using G = std::conditional_t<WithGelu, BiasGeluGemm<Shallow>, BiasGemm<Shallow>>;
   typename G::Device::Arguments args{};
   args.epilogue.thread.bias_ptr = static_cast<const f16*>(bias);
   return launch<G>(args, x, ldx, w, K, y, ldy, int64_t(ldy) * T, T, N, K, 1, pdl, stream);
@@ -152,23 +170,30 @@ const char* run(const void* x, int64_t ldx, const void* w, const void* bias, voi
 
 // parts [S, T, N] float32 = x [T, K] @ w [N, K]^T split along K in S equal parts (parts[s] the product of K
 // elements s*K/S to (s+1)*K/S; they add up to x @ w^T), one grid of N/64 x 1 x S blocks. x's row stride ldx.
+template <bool Shallow>
 const char* run_parts(const void* x, int64_t ldx, const void* w, void* parts, int T, int N, int K, int S, bool pdl,
                       cudaStream_t stream) {
-  typename PartGemm::Device::Arguments args{};
-  return launch<PartGemm>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
+  typename PartGemm<Shallow>::Device::Arguments args{};
+  return launch<PartGemm<Shallow>>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
 }
 
-int stages() { return BiasGemm::Stages; }
-int part_stages() { return PartGemm::Stages; }  // its float32 epilogue's larger shared memory leaves one fewer
+int stages() { return BiasGemm<false>::Stages; }
+int part_stages() { return PartGemm<false>::Stages; }  // its float32 epilogue's larger shared memory leaves one fewer
 
 }  // namespace cutlass_gemm
 
 #ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
-template const char* cutlass_gemm::run<false>(const void*, int64_t, const void*, const void*, void*, int64_t, int,
-                                              int, int, bool, cudaStream_t);
-template const char* cutlass_gemm::run<true>(const void*, int64_t, const void*, const void*, void*, int64_t, int,
-                                             int, int, bool, cudaStream_t);
-// (run_parts is not a template: compiled as it is)
+#define ROSEINFER_CUTLASS_RUN(GELU, SHALLOW)                                                                       \
+  template const char* cutlass_gemm::run<GELU, SHALLOW>(const void*, int64_t, const void*, const void*, void*,     \
+                                                        int64_t, int, int, int, bool, cudaStream_t);
+ROSEINFER_CUTLASS_RUN(false, false)
+ROSEINFER_CUTLASS_RUN(true, false)
+ROSEINFER_CUTLASS_RUN(false, true)
+ROSEINFER_CUTLASS_RUN(true, true)
+template const char* cutlass_gemm::run_parts<false>(const void*, int64_t, const void*, void*, int, int, int, int, bool,
+                                                    cudaStream_t);
+template const char* cutlass_gemm::run_parts<true>(const void*, int64_t, const void*, void*, int, int, int, int, bool,
+                                                   cudaStream_t);
 #else
 
 // What TMA needs of x [T, K] and w [N, K] (`cutlass_gemm.shapes_fit` says the same): float16 on one GPU, 1 to 512
@@ -190,8 +215,8 @@ void check_operands(const torch::Tensor& x, const torch::Tensor& w) {
 }
 
 // x [T, K] (rows may be a wider buffer's), w [N, K], bias [N] (`check_operands`; `cutlass_gemm.fits` checks):
-// y [T, N], new.
-torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool gelu, bool pdl) {
+// y [T, N], new. shallow: on SHALLOW_STAGES stages.
+torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool gelu, bool pdl, bool shallow) {
   check_operands(x, w);
   TORCH_CHECK(bias.scalar_type() == torch::kHalf && bias.device() == x.device() && bias.dim() == 1 &&
                   bias.is_contiguous() && bias.size(0) == w.size(0) &&
@@ -201,17 +226,17 @@ torch::Tensor gemm(torch::Tensor x, torch::Tensor w, torch::Tensor bias, bool ge
   const int T = x.size(0), N = w.size(0), K = w.size(1);
   auto y = torch::empty({T, N}, x.options());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const char* err = gelu ? cutlass_gemm::run<true>(x.data_ptr(), x.stride(0), w.data_ptr(), bias.data_ptr(),
-                                                   y.data_ptr(), y.stride(0), T, N, K, pdl, stream)
-                         : cutlass_gemm::run<false>(x.data_ptr(), x.stride(0), w.data_ptr(), bias.data_ptr(),
-                                                    y.data_ptr(), y.stride(0), T, N, K, pdl, stream);
+  auto run = gelu ? (shallow ? cutlass_gemm::run<true, true> : cutlass_gemm::run<true, false>)
+                  : (shallow ? cutlass_gemm::run<false, true> : cutlass_gemm::run<false, false>);
+  const char* err = run(x.data_ptr(), x.stride(0), w.data_ptr(), bias.data_ptr(), y.data_ptr(), y.stride(0), T, N,
+                        K, pdl, stream);
   ROSEINFER_CHECK(err[0] == '\0', "cutlass_gemm: %s", err);
   return y;
 }
 
 // x [T, K] as above, w [N, K]; K a multiple of 64 * splits: parts [splits, T, N] float32, new, whose sum over the
-// first dimension is x @ w^T (the bias is the reader's to add).
-torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool pdl) {
+// first dimension is x @ w^T (the bias is the reader's to add). shallow: as gemm's.
+torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool pdl, bool shallow) {
   check_operands(x, w);
   TORCH_CHECK(splits >= 1 && splits <= w.size(1) / 64 && w.size(1) % (64 * splits) == 0,
               "cutlass_gemm: K is not a multiple of 64 * splits");
@@ -219,8 +244,8 @@ torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool 
   const int T = x.size(0), N = w.size(0), K = w.size(1);
   auto parts = torch::empty({splits, T, N}, x.options().dtype(torch::kFloat));
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const char* err = cutlass_gemm::run_parts(x.data_ptr(), x.stride(0), w.data_ptr(), parts.data_ptr(), T, N, K,
-                                            int(splits), pdl, stream);
+  auto run = shallow ? cutlass_gemm::run_parts<true> : cutlass_gemm::run_parts<false>;
+  const char* err = run(x.data_ptr(), x.stride(0), w.data_ptr(), parts.data_ptr(), T, N, K, int(splits), pdl, stream);
   ROSEINFER_CHECK(err[0] == '\0', "cutlass_gemm: %s", err);
   return parts;
 }
@@ -229,6 +254,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 512 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
   m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
   m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)");
+  m.attr("SHALLOW_STAGES") = cutlass_gemm::SHALLOW_STAGES;
   m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form");
 }
 #endif

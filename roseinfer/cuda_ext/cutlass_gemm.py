@@ -21,6 +21,12 @@ dependents too, so the add + LayerNorm in front of c_attn and c_fc releases them
 while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
 its weights' K tiles are issued, without waiting for the kernel in front (`roseinfer.kernels.pdl`: an early releaser).
 
+Its shallow form (`shallow=True`) runs the same kernel on SHALLOW_STAGES pipeline stages rather than as many as
+shared memory holds (13 at K = 768: one block an SM). At 272 to 512 rows c_attn's and c_fc's 64-row tiles are 288
+and 384 blocks, three waves of the deep form and one of this; and beside the paged attention (two halves of a
+batch on two streams) an SM holds the GEMM's blocks and the attention's together. The engine takes it in step
+parts of more than 192 rows (`GraphKernels.cutlass_shallow_from`; docs/BENCHMARKS.md, session 54).
+
 Its K-split form (`cutlass_gemm_parts`) is the same mainloop over S slices of K as one batched launch (the batch
 index picks the slice), each writing its float32 product without the bias. At 64 rows and N = 768, attn_proj and
 mlp_proj have 12 blocks, each down the whole K (3,072 for mlp_proj: 6.1 us a launch where its weights need 1); their
@@ -47,6 +53,9 @@ INSTALL = f"pip install --no-deps nvidia-cutlass=={CUTLASS_VERSION}"  # the head
 # measured at (`cutlass_gemm.cu`'s MAX_ROWS; where the engine runs it is `GraphKernels.cutlass_gemm_max_batch`)
 MAX_ROWS = 512
 K_TILE = 64  # the mainloop's K tile: a split part is whole tiles
+# The shallow form's pipeline stages (`cutlass_gemm.cu`'s SHALLOW_STAGES): 64 KB of tiles, so that several blocks
+# share an SM, where the deep form fills its shared memory
+SHALLOW_STAGES = 4
 # Hopper only: the example's kernel has a body only where `__CUDA_ARCH_FEAT_SM90_ALL` is defined (sm_90a); built
 # for a later GPU it would be an empty stub that returns success (the .cu refuses to build there).
 ARCH_MAJOR = 9
@@ -155,19 +164,20 @@ def fits(x, weight, bias) -> bool:
     return x.is_cuda and shapes_fit(x, weight, bias) and module() is not None
 
 
-def cutlass_gemm(x, weight, bias, gelu: bool = False):
+def cutlass_gemm(x, weight, bias, gelu: bool = False, shallow: bool = False):
     """act(x [T, K] @ weight [N, K]^T + bias [N]) -> [T, N]; act is GPT-2's tanh GELU when `gelu`. Callers check
-    `fits`. A programmatic dependent launch inside the step's PDL scope (`roseinfer.kernels.pdl`)."""
+    `fits`. A programmatic dependent launch inside the step's PDL scope (`roseinfer.kernels.pdl`). shallow: on
+    SHALLOW_STAGES pipeline stages rather than as many as shared memory holds (several blocks an SM)."""
     from roseinfer.kernels.pdl import pdl_enabled
 
-    return module().gemm(x, weight, bias, gelu, pdl_enabled())
+    return module().gemm(x, weight, bias, gelu, pdl_enabled(), shallow)
 
 
-def cutlass_gemm_parts(x, weight, splits: int):
+def cutlass_gemm_parts(x, weight, splits: int, shallow: bool = False):
     """x [T, K] @ weight [N, K]^T as float32 parts [splits, T, N] whose sum is the product, each over a K / splits
     slice of K (no bias: the reader adds it, `roseinfer.kernels.split_sum.SplitK`). One launch of splits times the
     blocks: mlp_proj at 64 rows otherwise runs 12 blocks down a K of 3,072. Callers check `fits` and that K is a
-    multiple of 64 * splits (`split_count`)."""
+    multiple of 64 * splits (`split_count`). shallow: as `cutlass_gemm`'s."""
     from roseinfer.kernels.pdl import pdl_enabled
 
-    return module().gemm_parts(x, weight, splits, pdl_enabled())
+    return module().gemm_parts(x, weight, splits, pdl_enabled(), shallow)

@@ -115,20 +115,16 @@ def test_no_cutlass_gemm_reaches_the_engines_config():
     off = engine_config(parse(parser, ["--device", "cuda", "--cuda-graph", "--no-cutlass-gemm"]))
     assert on.cutlass_gemm and not off.cutlass_gemm
     assert GraphKernels.of(on) == GraphKernels()
-    assert GraphKernels.of(off) == GraphKernels(cutlass_gemm_max_batch=0, halves_from=0)  # (one stream too)
+    # (one stream too)
+    assert GraphKernels.of(off) == GraphKernels(cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0)
 
 
 def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
     from roseinfer.graph_kernels import GraphKernels
 
     k = GraphKernels()
-    assert [b for b in (1, 8, 16, 32, 48, 64, 80, 128, 256, 272, 512) if k.cutlass_in(b, 768)] == [
-        48,
-        64,
-        80,
-        128,
-        256,
-    ]
+    rows = (1, 8, 16, 32, 48, 64, 80, 128, 256, 272, 512, 528)
+    assert [b for b in rows if k.cutlass_in(b, 768)] == [48, 64, 80, 128, 256, 272, 512]
     # above 32 rows whatever the skinny GEMM's bound: without it buckets 16 and 32 are cuBLAS's, as before
     assert [
         b for b in (1, 8, 16, 32, 48, 64) if GraphKernels(skinny_gemm_max_batch=0).cutlass_in(b, 768)
@@ -140,7 +136,7 @@ def test_its_buckets_take_pdl_and_the_rows_above_the_skinny_gemm():
     # its step was slower with it (session 48): cuBLAS and the rules before, unless a measurement asks
     assert k.pdl_in(64, 1024) and not GraphKernels(cutlass_gemm_max_batch=0).pdl_in(64, 1024)
     assert [b for b in (48, 64, 80, 128, 144, 256) if k.cutlass_in(b, 1024)] == [48, 64, 80, 128]
-    assert not k.pdl_in(144, 1024) and k.pdl_in(256, 768) and not k.pdl_in(272, 768)
+    assert not k.pdl_in(144, 1024) and k.pdl_in(512, 768) and not k.pdl_in(528, 768)
     assert GraphKernels(cutlass_wide_max_batch=256).cutlass_in(256, 1024)
     # up to the bound asked for (a measurement hook), never past the rows the kernel takes
     assert [b for b in (64, 80, 128, 144) if GraphKernels(cutlass_gemm_max_batch=128).cutlass_in(b, 768)] == [
@@ -175,9 +171,10 @@ def _reference(x, w, b, gelu):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shallow", [False, True])
 @pytest.mark.parametrize("rows", [512, 300, 128, 65, 64, 40, 33, 1])
 @pytest.mark.parametrize("n,k,gelu", SHAPES)
-def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
+def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu, shallow):
     # GPT-2 small's four linears (c_fc with its tanh GELU) and gpt2-medium's c_fc without it; fewer rows than
     # the tile's 64 (the TMA loads past the last row read zeros, the stores stop there), and several token tiles
     # up to MAX_ROWS, the last one partial at 65 and 300
@@ -192,7 +189,10 @@ def test_it_matches_the_reference_as_closely_as_cublas(rows, n, k, gelu):
     assert (
         cg.module().part_stages() == 12
     )  # a part of 768 likewise (its float32 epilogue takes one stage's room)
-    out = cg.cutlass_gemm(x, w, b, gelu=gelu)
+    assert (
+        cg.module().SHALLOW_STAGES == cg.SHALLOW_STAGES == 4
+    )  # the shallow form: 3 K tiles of 768 after the wait
+    out = cg.cutlass_gemm(x, w, b, gelu=gelu, shallow=shallow)
     assert out.shape == (rows, n) and out.dtype == torch.float16
     err, cublas_err = (out.float() - ref).abs().max().item(), (cublas.float() - ref).abs().max().item()
     assert err <= max(2 * cublas_err, 2e-3), (err, cublas_err)
@@ -231,6 +231,34 @@ def test_the_linears_dispatch_it_inside_its_rows_only(monkeypatch):
     assert calls == [33, 64]
 
 
+def test_the_linears_take_the_shallow_pipeline_where_asked(monkeypatch):
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    calls = []
+    real, real_parts = cg.cutlass_gemm, cg.cutlass_gemm_parts
+    monkeypatch.setattr(
+        cg, "cutlass_gemm", lambda *a, **kw: calls.append(("gemm", kw["shallow"])) or real(*a, **kw)
+    )
+    monkeypatch.setattr(
+        cg,
+        "cutlass_gemm_parts",
+        lambda *a, **kw: calls.append(("parts", kw["shallow"])) or real_parts(*a, **kw),
+    )
+    from roseinfer.linears import linear_to_residual
+
+    lin = torch.nn.Linear(3072, 768, device="cuda", dtype=torch.float16)
+    x = torch.randn(300, 3072, device="cuda").half()
+    with torch.no_grad():
+        for shallow in (False, True):
+            with small_batch_gemv(0, cutlass_rows=(32, 512), cutlass_split_k=768, cutlass_shallow=shallow):
+                whole = linear(x, lin)
+                parts = linear_to_residual(x, lin)
+            ref = _reference(x, lin.weight, lin.bias, gelu=False)
+            torch.testing.assert_close(whole.float(), ref, atol=2e-2, rtol=2e-2)
+            torch.testing.assert_close(parts.parts.sum(0) + lin.bias.float(), ref, atol=2e-2, rtol=2e-2)
+    assert calls == [("gemm", False), ("parts", False), ("gemm", True), ("parts", True)]
+
+
 def _replayed_logits(engine, kernels, buckets=(48, 64)) -> dict[int, torch.Tensor]:
     """Each bucket's logits [bucket, V] from one replay of the step captured with `kernels`, on the same inputs
     every time (past 20, a block of its own a row)."""
@@ -256,8 +284,8 @@ def _logits_with_and_without_cutlass(engine, buckets, halves=False):
     real, real_parts = cg.cutlass_gemm, cg.cutlass_gemm_parts
     logits = {}
     runs = [
-        ("cutlass", GraphKernels(halves_from=0)),
-        ("cublas", GraphKernels(cutlass_gemm_max_batch=0, halves_from=0)),
+        ("cutlass", GraphKernels(halves_from=0, halves_wide_from=0)),
+        ("cublas", GraphKernels(cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0)),
     ]
     for name, kernels in runs + ([("halves", GraphKernels())] if halves else []):
         cg.cutlass_gemm = lambda *a, _name=name, **kw: (
@@ -291,7 +319,7 @@ def test_graph_decode_at_64_rows_agrees_with_cublas(tiny_checkpoint):
     outs = llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))
     assert [len(o.token_ids) for o in outs] == [4] * 64
     engine = llm.engine
-    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 512
     logits, calls = _logits_with_and_without_cutlass(engine, (48, 64))
     whose = {c[0] for c in calls if c[1] == "gemm"}
     assert "cutlass" in whose and "cublas" not in whose
@@ -315,7 +343,7 @@ def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
     ckpt = save_checkpoint(tmp_path / "small", n_head=12, n_embd=768)
     llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=256, cuda_graph=True, paged_attn=True)
     engine = llm.engine
-    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 256
+    assert engine.graphs.kernels.cutlass_gemm_max_batch == CUTLASS_MAX_BATCH == 512
     assert engine.graphs.kernels.halves_in(256, 768) and not engine.graphs.kernels.halves_in(128, 768)
     buckets = (80, 128, 256)
     logits, calls = _logits_with_and_without_cutlass(engine, buckets, halves=True)
@@ -333,6 +361,47 @@ def test_graph_decode_beyond_64_rows_agrees_with_cublas(tmp_path):
         scale = ref.abs().max().item()
         torch.testing.assert_close(logits["cutlass"][bucket], ref, atol=0.02 * scale, rtol=2e-2)
         torch.testing.assert_close(logits["halves"][bucket], ref, atol=0.02 * scale, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_graph_decode_at_512_rows_on_the_shallow_pipeline_agrees_with_cublas(tmp_path):
+    # bucket 512 with the CUTLASS GEMM on its shallow pipeline, on one stream and as two halves of 256 rows (the
+    # engine's), against cuBLAS: one replay each on the same inputs and cache
+    from roseinfer import LLM
+    from roseinfer.graph_kernels import GraphKernels
+    from tests.helpers import save_checkpoint
+
+    if cg.module() is None:
+        pytest.skip(cuda_ext.why_not_built(cg.NAME))
+    ckpt = save_checkpoint(tmp_path / "small", n_head=12, n_embd=768)
+    llm = LLM(ckpt, device="cuda", dtype="float16", max_batch_size=512, cuda_graph=True, paged_attn=True)
+    engine = llm.engine
+    calls = []
+    real, real_parts = cg.cutlass_gemm, cg.cutlass_gemm_parts
+    logits = {}
+    runs = {
+        "cublas": GraphKernels(cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0),
+        "one": GraphKernels(halves_wide_from=0),
+        "halves": GraphKernels(),
+    }
+    for name, kernels in runs.items():
+        cg.cutlass_gemm = lambda *a, _n=name, **kw: (
+            calls.append((_n, a[0].shape[0], kw["shallow"])) or real(*a, **kw)
+        )
+        cg.cutlass_gemm_parts = lambda *a, _n=name, **kw: (
+            calls.append((_n, a[0].shape[0], kw["shallow"])) or real_parts(*a, **kw)
+        )
+        try:
+            logits[name] = _replayed_logits(engine, kernels, buckets=(512,))[512]
+        finally:
+            cg.cutlass_gemm, cg.cutlass_gemm_parts = real, real_parts
+    assert ("one", 512, True) in calls and ("halves", 256, True) in calls
+    assert not [c for c in calls if c[0] == "cublas"]
+    assert not [c for c in calls if c[0] == "one" and c[1] > 256 and not c[2]]
+    ref = logits["cublas"]
+    scale = ref.abs().max().item()
+    for name in ("one", "halves"):
+        torch.testing.assert_close(logits[name], ref, atol=0.02 * scale, rtol=2e-2)
 
 
 def test_a_float16_gpu_step_without_it_says_why_once(capsys, monkeypatch):

@@ -80,7 +80,7 @@ def test_a_residual_linear_splits_only_where_the_cutlass_gemm_would_run(monkeypa
     from roseinfer.kernels import gemv, skinny_gemm
     from roseinfer.kernels.split_sum import SplitK
 
-    def parts(x, w, splits):
+    def parts(x, w, splits, shallow):
         return torch.zeros(splits, x.shape[0], w.shape[0])
 
     monkeypatch.setattr(linears, "_triton_input", lambda x: True)
@@ -88,7 +88,7 @@ def test_a_residual_linear_splits_only_where_the_cutlass_gemm_would_run(monkeypa
     monkeypatch.setattr(skinny_gemm, "skinny_gemm_fits", lambda x, w: True)
     monkeypatch.setattr(skinny_gemm, "skinny_gemm_triton", lambda x, w, b, gelu, scratch: "skinny")
     monkeypatch.setattr(cg, "fits", lambda x, w, b: b is not None)
-    monkeypatch.setattr(cg, "cutlass_gemm", lambda x, w, b, gelu: "cutlass")
+    monkeypatch.setattr(cg, "cutlass_gemm", lambda x, w, b, gelu, shallow: "cutlass")
     monkeypatch.setattr(cg, "cutlass_gemm_parts", parts)
     mlp_proj = torch.nn.Linear(3072, 768).half()
     x = torch.zeros(64, 3072).half()
@@ -124,11 +124,12 @@ def test_off_the_gpu_a_residual_linear_is_one_tensor():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shallow", [False, True])
 @pytest.mark.parametrize("rows", [512, 200, 64, 40, 33])
 @pytest.mark.parametrize(
     "n,k,splits", [(768, 768, 2), (768, 3072, 8), (768, 3072, 4), (1024, 4096, 8), (768, 768, 3)]
 )
-def test_its_k_parts_add_up_to_the_product(rows, n, k, splits):
+def test_its_k_parts_add_up_to_the_product(rows, n, k, splits, shallow):
     # each part is its own slice of K's product (in float32, no bias), and the parts' sum is the product
     if cg.module() is None:
         pytest.skip(cuda_ext.why_not_built(cg.NAME))
@@ -136,7 +137,7 @@ def test_its_k_parts_add_up_to_the_product(rows, n, k, splits):
     wide = torch.randn(rows, k + 64, device="cuda").half()
     x = wide[:, 64:]  # rows of a wider buffer, as attn_proj's input is not, to test the row stride
     w = (torch.randn(n, k, device="cuda") * 0.02).half()
-    parts = cg.cutlass_gemm_parts(x, w, splits)
+    parts = cg.cutlass_gemm_parts(x, w, splits, shallow=shallow)
     assert parts.shape == (splits, rows, n) and parts.dtype == torch.float32
     depth = k // splits
     for i in range(splits):
@@ -190,7 +191,7 @@ def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeyp
     splits = []
     real = cg.cutlass_gemm_parts
     monkeypatch.setattr(
-        cg, "cutlass_gemm_parts", lambda x, w, s: splits.append((w.shape[1], s)) or real(x, w, s)
+        cg, "cutlass_gemm_parts", lambda x, w, s, **kw: splits.append((w.shape[1], s)) or real(x, w, s, **kw)
     )
     logits = {}
     kinds = {
