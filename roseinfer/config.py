@@ -104,7 +104,7 @@ class EngineConfig:
     cuda_attn: bool = (
         True  # ... and its attention half as one CUDA kernel, a cluster per head (--no-cuda-attn)
     )
-    # ... and the captured step's linears at 33 to 256 rows (128 for models wider than 768) as a CUTLASS GEMM that
+    # ... and the captured step's linears at 33 to 512 rows (128 for models wider than 768) as a CUTLASS GEMM that
     # loads its weights before its PDL wait (needs the nvidia-cutlass wheel; --no-cutlass-gemm: cuBLAS, as before)
     cutlass_gemm: bool = True
     # ... and under --paged-attn the decode attention where the one-pass kernel runs (from 64 sequence x head

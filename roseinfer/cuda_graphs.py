@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 
 import torch
 
@@ -108,10 +107,8 @@ class DecodeGraphs:
         self.paged_attn = paged_attn
         self.buckets = batch_buckets(max_batch)
         self.capture = capture
-        if kernels.cutlass_gemm_max_batch and not cutlass_gemm_runs(model, cache):
-            # its buckets then run as before: cuBLAS, and PDL only where the rules above put it, on one stream (the
-            # two halves make up for its tiles' waves)
-            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=0, halves_from=0)
+        cutlass_runs = not kernels.cutlass_gemm_max_batch or cutlass_gemm_runs(model, cache)
+        kernels = kernels.for_step(cutlass_runs, tensor_parallel=model.h[0].tp is not None)
         self.kernels = kernels
         # Triton add+LayerNorm on CUDA (free to launch inside a graph; eagerly too, so that the uncaptured path
         # computes exactly what a replay does)

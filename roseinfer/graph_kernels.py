@@ -10,6 +10,7 @@ engine option.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from roseinfer.cuda_ext import cutlass_gemm
@@ -24,6 +25,8 @@ PDL_NARROW_ABOVE = 32
 # takes up to `cutlass_gemm.MAX_ROWS`; why all of them: `GraphKernels.cutlass_gemm_max_batch`)
 CUTLASS_ABOVE = 32
 CUTLASS_MAX_BATCH = 512
+# ... and under tensor parallelism, whose steps were not measured beyond it (`roseinfer.cuda_graphs.DecodeGraphs`)
+CUTLASS_MAX_BATCH_TP = 256
 # K per part of the linears there that a residual add reads (`GraphKernels.cutlass_split_k`)
 CUTLASS_SPLIT_K = 768
 # ... and the fewest parts there in the buckets up to 64 rows (`GraphKernels.cutlass_min_splits`)
@@ -33,8 +36,8 @@ HALVES_FROM = 208
 HALVES_MAX_BATCH = 256
 HALVES_WIDE_FROM = 512
 # Step parts of at least this many rows run the CUTLASS GEMM on its shallow pipeline
-# (`GraphKernels.cutlass_shallow_from`)
-CUTLASS_SHALLOW_FROM = 193
+# (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 272 to 496
+CUTLASS_SHALLOW_FROM = 256
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,9 @@ class GraphKernels:
     # engine before; us a replay, past 64): one stream, batch 320 642.9 -> 622.0, 384 707.3 -> 678.5, 416 749.4 ->
     # 721.8, 448 777.0 -> 732.1, 480 783.9 -> 786.6, 288 (past 128) 774.2 -> 772.5; but on one stream at 160 and
     # 192 rows it was 2.8% and 1.6% slower than the deep pipeline, and the halves of 104 to 128 rows 4.8 to 5.1%
-    # (docs/BENCHMARKS.md, session 54). 0: never.
+    # (docs/BENCHMARKS.md, session 54). So from 256: the smallest part measured faster on it (batch 512's halves),
+    # and no one-stream bucket below 272 unmeasured on it (odd buckets of 193 to 255 rows keep the deep form). Its 4
+    # stages hold 4 of a 768-deep K's 12 tiles, so it loads only those before its wait. 0: never.
     cutlass_shallow_from: int = CUTLASS_SHALLOW_FROM
     # Under --paged-attn, where the one-pass kernel runs, the CUDA kernel that brings each (block, head) tile of
     # K and V in by one bulk copy (`roseinfer.cuda_ext.paged_attn`, where it fits and is built); as a dependent
@@ -182,11 +187,11 @@ class GraphKernels:
     # wave, and the other half's kernels fill the SMs the first leaves. GPT-2 small's step on an H200 at a past of
     # 128: batch 208 678.7 -> 611.7 us, 224 696.3 -> 625.0, 240 707.1 -> 645.4, 256 709.9 -> 664.3 (pasts 64 and
     # 256: 579.2 -> 539.7, 996.9 -> 930.7); but 128 435.4 -> 451.6, 160 +0.3%, 192 +1.3%, 320 and 384 +9% and +5%,
-    # 512 +9% (docs/BENCHMARKS.md, session 48). (halves_from, halves_max_batch) = (0, 0): one stream everywhere.
+    # 512 +9% (docs/BENCHMARKS.md, session 48). halves_from = halves_wide_from = 0: one stream everywhere.
     halves_from: int = HALVES_FROM
     halves_max_batch: int = HALVES_MAX_BATCH
-    # ... and buckets of halves_wide_from to halves_wide_max_batch rows (0: none), whose halves of more than 192
-    # rows run the shallow GEMM: there one half's GEMM blocks share SMs with the other half's attention (memory
+    # ... and buckets of halves_wide_from to halves_wide_max_batch rows (0: none), whose halves of 256 rows run the
+    # shallow GEMM: there one half's GEMM blocks share SMs with the other half's attention (memory
     # bound beside tensor-core bound). Batch 512 on an H200, pasts 64 / 128: 818.6 / 1,107.9 us (cuBLAS, one
     # stream) -> 802.7 / 1,074.6 (the shallow GEMM, one stream) -> 776.4 / 1,058.8 (its halves); the halves of
     # the deep GEMM 896.2 / 1,167.0. Below 512 the shallow GEMM's one stream won: 320 622.0 against 667.4 as
@@ -207,6 +212,21 @@ class GraphKernels:
             halves_wide_from=HALVES_WIDE_FROM if cfg.cutlass_gemm else 0,
             cuda_paged_attention=cfg.cuda_paged_attn,
         )
+
+    def for_step(self, cutlass_runs: bool, tensor_parallel: bool) -> GraphKernels:
+        """These choices as a step can take them: where the CUTLASS GEMM cannot run (no wheel, not Hopper, not
+        float16) its buckets run as before it, cuBLAS on one stream (the halves make up for its tiles' waves, and at
+        512 rows need its shallow form); under tensor parallelism, which runs no halves (its ranks' all-reduces
+        must come in one order), the GEMM stops at CUTLASS_MAX_BATCH_TP rows on its deep form, as measured."""
+        kernels = self
+        if not cutlass_runs:
+            kernels = dataclasses.replace(
+                kernels, cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0
+            )
+        if tensor_parallel:
+            rows = min(kernels.cutlass_gemm_max_batch, CUTLASS_MAX_BATCH_TP)
+            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=rows, cutlass_shallow_from=0)
+        return kernels
 
     def pdl_in(self, bucket: int, width: int) -> bool:
         """Whether the step of a bucket of `bucket` rows, of a model `width` wide, launches its Triton kernels as

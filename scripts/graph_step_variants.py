@@ -67,7 +67,12 @@
      turns, slower, and removed; its figures name the variants of commit 69891b6.)
  52. 51 + the argmax's first kernel on 4 warps a program rather than 8: the engine of session 49.
  53, 54. 52 + the linears to the residual split into at least 2 and 3 K parts (attn_proj: 2 or 3 parts rather than
-     one), in every CUTLASS bucket; 55: 54 in the buckets up to 64 rows: the engine now.
+     one), in every CUTLASS bucket; 55: 54 in the buckets up to 64 rows: the engine of session 50.
+ 56-66. Session 54's measurements of the CUTLASS GEMM on its shallow pipeline (4 stages): 56 the deep GEMM up to
+     512 rows on one stream; 57, 60, 65 the same, shallow from 257, 129 and 193 rows; 58 two halves from 208 to 512
+     rows on the deep GEMM (up to 256 rows each); 59, 61, 64 the same, shallow from 129, 65 and 193 rows; 62 and 63:
+     59 without the K split and with the attention's 2 tiles in flight; 66: 60 + two halves above 256 rows.
+ 67. 56, shallow in step parts of 256 rows and more, + bucket 512 as two halves: the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -227,7 +232,8 @@ VARIANTS[63] = GraphKernels(**_HALVES, cutlass_shallow_from=129, cuda_attention_
 VARIANTS[64] = GraphKernels(**_HALVES, cutlass_shallow_from=193)
 VARIANTS[65] = GraphKernels(**_ONE, cutlass_shallow_from=193)
 VARIANTS[66] = GraphKernels(cutlass_shallow_from=129, halves_wide_from=257)  # halves above 256 rows, shallow
-VARIANTS[67] = GraphKernels()  # 65 + two halves at 512 rows: the engine now
+# 65 + two halves at 512 rows, shallow in parts from 256 rows (measured at 193: the same on every bucket timed)
+VARIANTS[67] = GraphKernels()
 
 # Each variant's row in the tables
 NAMES = {
@@ -297,5 +303,5 @@ NAMES = {
     64: "58, parts of 193+ rows on 4 stages",
     65: "56, on 4 stages from 193 rows",
     66: "60 + two halves above 256 rows",
-    67: "65 + two halves at 512 rows (engine now)",
+    67: "65 from 256 rows + two halves at 512 (engine now)",
 }

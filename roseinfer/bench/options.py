@@ -80,7 +80,7 @@ def build_parser(prog: str, description: str, default_mode: str) -> argparse.Arg
     p.add_argument(
         "--no-cutlass-gemm",
         action="store_true",
-        help="cuBLAS for the linears at 33 to 256 rows (128 beyond 768 wide), not the CUTLASS GEMM that loads "
+        help="cuBLAS for the linears at 33 to 512 rows (128 beyond 768 wide), not the CUTLASS GEMM that loads "
         "its weights early (and the step on one stream)",
     )
     p.add_argument(

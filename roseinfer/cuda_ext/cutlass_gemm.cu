@@ -65,9 +65,9 @@ constexpr int MAX_ROWS = 512;       // cutlass_gemm.py's MAX_ROWS: the largest b
 template <class T>
 using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;
 
-// Pipeline stages of the shallow form (`run`'s and `run_parts`' `shallow`): 4 of 64 x 64 x 64 (64 KB with the
-// epilogue's) where the deep form's fill the shared memory (13 or 12, one block an SM), so that several of its
-// blocks, or the paged attention's, share an SM. At 512 rows c_attn and c_fc are 288 and 384 blocks: three waves of
+// Pipeline stages of the shallow form (`run`'s and `run_parts`' `shallow`): 4 of 64 x 64 x 64 (64 KB of tiles, 73
+// KB with the epilogue's) where the deep form's fill the shared memory (13 or 12, one block an SM), so that several
+// of its blocks, or the paged attention's, share an SM. At 512 rows c_attn and c_fc are 288 and 384 blocks: three waves of
 // the deep form, one of this.
 constexpr int SHALLOW_STAGES = 4;
 
@@ -140,7 +140,8 @@ const char* launch(typename G::Device::Arguments& args, const void* x, int64_t l
   args.mainloop.ptr_B = static_cast<const f16*>(x);
   args.mainloop.dB = sb;
   // The next grid is released once half of the weights' K tiles are issued (the example's default), and no
-  // warp prefetches further K tiles into L2 (every stage holds the rest at K = 768).
+  // warp prefetches further K tiles into L2 (the deep form's stages hold all of K = 768; the shallow form's 4 of
+  // its 12 tiles load before the wait, so it reaches the release only after it).
   args.mainloop.overlap_ratio = 0.5f;
   args.mainloop.prefetch_ratio = -1.0f;
   args.epilogue.ptr_C = nullptr;
@@ -177,8 +178,10 @@ const char* run_parts(const void* x, int64_t ldx, const void* w, void* parts, in
   return launch<PartGemm<Shallow>>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
 }
 
-int stages() { return BiasGemm<false>::Stages; }
-int part_stages() { return PartGemm<false>::Stages; }  // its float32 epilogue's larger shared memory leaves one fewer
+// (the GELU form's mainloop is BiasGemm's: same tile, same epilogue storage)
+int stages(bool shallow) { return shallow ? BiasGemm<true>::Stages : BiasGemm<false>::Stages; }
+// its float32 epilogue's larger shared memory leaves the deep form one stage fewer
+int part_stages(bool shallow) { return shallow ? PartGemm<true>::Stages : PartGemm<false>::Stages; }
 
 }  // namespace cutlass_gemm
 
@@ -253,8 +256,8 @@ torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 512 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
   m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
-  m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)");
-  m.attr("SHALLOW_STAGES") = cutlass_gemm::SHALLOW_STAGES;
-  m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form");
+  m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)",
+        pybind11::arg("shallow") = false);
+  m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form", pybind11::arg("shallow") = false);
 }
 #endif

@@ -19,13 +19,14 @@ Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutl
 with a bias whose operands TMA can address (`fits`); those buckets launch their Triton kernels as programmatic
 dependents too, so the add + LayerNorm in front of c_attn and c_fc releases them early, and the attention (`GraphKernels.cutlass_pdl_attention`) starts
 while c_attn finishes and releases attn_proj as it starts. The GEMM itself releases the kernel after it once half of
-its weights' K tiles are issued, without waiting for the kernel in front (`roseinfer.kernels.pdl`: an early releaser).
+its weights' K tiles are issued, without waiting for the kernel in front (`roseinfer.kernels.pdl`: an early releaser;
+the shallow form below holds only 4 of a 768-deep K's 12 tiles before its wait, and releases after it).
 
 Its shallow form (`shallow=True`) runs the same kernel on SHALLOW_STAGES pipeline stages rather than as many as
-shared memory holds (13 at K = 768: one block an SM). At 272 to 512 rows c_attn's and c_fc's 64-row tiles are 288
-and 384 blocks, three waves of the deep form and one of this; and beside the paged attention (two halves of a
+shared memory holds (13 at K = 768: one block an SM). At 512 rows c_attn's and c_fc's 64-row tiles are 288 and
+384 blocks, three waves of the deep form and one of this; and beside the paged attention (two halves of a
 batch on two streams) an SM holds the GEMM's blocks and the attention's together. The engine takes it in step
-parts of more than 192 rows (`GraphKernels.cutlass_shallow_from`; docs/BENCHMARKS.md, session 54).
+parts of 256 rows and more (`GraphKernels.cutlass_shallow_from`; docs/BENCHMARKS.md, session 54).
 
 Its K-split form (`cutlass_gemm_parts`) is the same mainloop over S slices of K as one batched launch (the batch
 index picks the slice), each writing its float32 product without the bias. At 64 rows and N = 768, attn_proj and

@@ -10,7 +10,7 @@ layer's attention kernel, whose LayerNorm reads every row after its wait: batch 
 CUDA kernels (`fused_mlp`, `fused_attn`, built for one row or SPLIT_ROWS) and the norm GEMV's prologue
 (`roseinfer.kernels.norm_gemv`); anything else joins it first (`joined`).
 
-A K-split linear's output (`SplitK`) is the other split sum: at 33 to 256 rows attn_proj and mlp_proj run as the
+A K-split linear's output (`SplitK`) is the other split sum: at 33 to 512 rows attn_proj and mlp_proj run as the
 CUTLASS GEMM over S slices of K in one launch (`roseinfer.cuda_ext.cutlass_gemm.cutlass_gemm_parts`), which gives
 them S times the blocks (12 for GPT-2 small's 768 columns otherwise, each down the whole K), and leave float32
 parts [S, T, C] without the bias. Their only reader is the residual add + LayerNorm after them

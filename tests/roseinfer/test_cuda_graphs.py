@@ -59,13 +59,13 @@ def test_the_engine_captures_its_steps_with_every_kernel_on(tiny_checkpoint):
     llm.engine.runner.use_static_decode(capture=False)
     # but the CUTLASS GEMM's rows, dropped where it cannot run (here: no CUDA)
     assert llm.engine.runner.graphs.kernels == dataclasses.replace(
-        GraphKernels(), cutlass_gemm_max_batch=0, halves_from=0
+        GraphKernels(), cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0
     )
     assert GraphKernels().pdl_narrow_max_batch == 64 and GraphKernels().skinny_gemm_max_batch == 32
 
 
 def test_the_attention_releases_attn_proj_only_where_it_is_a_triton_kernel():
-    # Buckets 48 to 256 run attn_proj on the CUTLASS GEMM (or cuBLAS): the attention is a dependent launch there
+    # Buckets 48 to 512 run attn_proj on the CUTLASS GEMM (or cuBLAS): the attention is a dependent launch there
     # (which releases attn_proj as it starts) or, on cuBLAS, launched plainly; either way no early release rule
     # there, so the attention keeps its 16-token tiles (`pick_attention_tile(shares_sms=)`).
     from roseinfer.graph_kernels import GraphKernels
@@ -106,10 +106,40 @@ def test_the_engine_without_the_cutlass_gemm_runs_its_steps_on_one_stream():
     assert off.cutlass_gemm_max_batch == 0 and not any(off.halves_in(b, 768) for b in batch_buckets(1024))
 
 
-def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_193_rows_and_more():
+def test_where_the_cutlass_gemm_cannot_run_no_bucket_runs_as_halves(tiny_checkpoint):
+    # without the CUTLASS GEMM (here: no CUDA) bucket 512 is one stream too: its halves need the shallow GEMM
+    llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=512)
+    llm.engine.runner.use_static_decode(capture=False)
+    graphs = llm.engine.runner.graphs
+    assert 512 in graphs.buckets and graphs.halves is None
+    assert not any(graphs.kernels.halves_in(b, 768) for b in graphs.buckets)
+
+
+def test_a_step_takes_the_kernel_choices_it_can_run():
+    # GraphKernels.for_step: without the CUTLASS GEMM cuBLAS on one stream; under tensor parallelism the GEMM up to
+    # 256 rows on its deep form (what was measured there), the rest as asked
+    from roseinfer.graph_kernels import GraphKernels
+
+    k = GraphKernels()
+    assert k.for_step(True, tensor_parallel=False) == k
+    off = k.for_step(False, tensor_parallel=False)
+    assert (off.cutlass_gemm_max_batch, off.halves_from, off.halves_wide_from) == (0, 0, 0)
+    assert off.cutlass_shallow_from == k.cutlass_shallow_from  # (unread without the GEMM)
+    tp = k.for_step(True, tensor_parallel=True)
+    assert (tp.cutlass_gemm_max_batch, tp.cutlass_shallow_from) == (256, 0)
+    assert dataclasses.replace(tp, cutlass_gemm_max_batch=512, cutlass_shallow_from=256) == k
+    assert (
+        GraphKernels(cutlass_gemm_max_batch=64).for_step(True, tensor_parallel=True).cutlass_gemm_max_batch
+        == 64
+    )
+    both = k.for_step(False, tensor_parallel=True)
+    assert (both.cutlass_gemm_max_batch, both.halves_wide_from, both.cutlass_shallow_from) == (0, 0, 0)
+
+
+def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_256_rows_and_more():
     # GraphKernels.cutlass_shallow_from: what `DecodeGraphs._kernel_choices` hands the linears for a part of the
-    # step (a bucket on one stream, or a half): batch 512's halves of 256 and the one-stream buckets 272 to 496 run
-    # the shallow GEMM; the halves of 104 to 128 rows and the one-stream buckets up to 192 the deep one
+    # step (a bucket on one stream, or a half): batch 512's halves of 256 and the one-stream buckets 272 to 496
+    # run the shallow GEMM; the halves of 104 to 128 rows and the one-stream buckets up to 255 the deep one
     from roseinfer.cuda_graphs import DecodeGraphs
     from roseinfer.graph_kernels import GraphKernels
     from roseinfer.linears import _CUTLASS_ROWS, _CUTLASS_SHALLOW
@@ -120,13 +150,14 @@ def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_193_rows_an
         skinny_scratch = mlp_scratch = attn_scratch = None
 
     seen = {}
-    for rows in (64, 128, 192, 256, 272, 496):
+    for rows in (64, 128, 192, 255, 256, 272, 496):
         with DecodeGraphs._kernel_choices(Probe(), rows):
             seen[rows] = (_CUTLASS_ROWS.get(), _CUTLASS_SHALLOW.get())
     assert seen == {
         64: ((32, 512), False),
         128: ((32, 512), False),
         192: ((32, 512), False),
+        255: ((32, 512), False),
         256: ((32, 512), True),
         272: ((32, 512), True),
         496: ((32, 512), True),
@@ -147,7 +178,9 @@ def test_a_step_as_two_halves_gives_the_one_pass_tokens(tiny_checkpoint, monkeyp
     )
     prompts = [p for p in make_prompts() for _ in range(20)][:80]
     outs = []
-    one = GraphKernels(cutlass_gemm_max_batch=0, halves_from=0)  # (without CUDA the engine drops both)
+    one = GraphKernels(
+        cutlass_gemm_max_batch=0, halves_from=0, halves_wide_from=0
+    )  # (as the engine without CUDA)
     for kernels in (one, dataclasses.replace(one, halves_from=80)):
         llm = LLM(tiny_checkpoint, device="cpu", max_batch_size=80)
         llm.engine.runner.use_static_decode(capture=False, kernels=kernels)

@@ -1,5 +1,5 @@
 """The CUTLASS GEMM's K-split form (`roseinfer.cuda_ext.cutlass_gemm.cutlass_gemm_parts`): attn_proj and mlp_proj at
-33 to 256 rows as float32 parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which the residual add +
+33 to 512 rows as float32 parts over slices of K (`roseinfer.kernels.split_sum.SplitK`), which the residual add +
 LayerNorm after them sums. Where it splits, what reads the parts, and on a GPU that they add up to what one part
 computes."""
 
