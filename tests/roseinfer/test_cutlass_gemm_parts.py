@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from roseinfer import cuda_ext
 from roseinfer.cuda_ext import cutlass_gemm as cg
 from roseinfer.linears import small_batch_gemv
-from tests.roseinfer.test_cutlass_gemm import _replayed_logits
+from tests.roseinfer.test_cutlass_gemm_graphs import _replayed_logits
 
 
 def test_a_k_split_takes_whole_tiles_near_the_asked_depth():
