@@ -19,14 +19,14 @@ all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the
 skinny GEMM, and in buckets 48 to 512 as a CUTLASS GEMM that loads its weights before its PDL wait (in step parts
-of more than 192 rows on a shallow pipeline that shares SMs), attn_proj and
-mlp_proj there split along K into parts that the add + LayerNorm after them sums (`roseinfer.linears`,
+of 256 rows and more on a shallow pipeline that shares SMs), attn_proj and mlp_proj there split along K into
+parts that the add + LayerNorm after them sums (`roseinfer.linears`,
 `roseinfer.cuda_ext.cutlass_gemm`; which kernel where: `roseinfer.graph_kernels.GraphKernels`),
 residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
-which is what the eager path's thresholds are about. In buckets of 208 to 256 and of 512 rows (models up to 768 wide) the step
-runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
+which is what the eager path's thresholds are about. In buckets of 208 to 256 and of 512 rows (models up to 768
+wide) the step runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
 overlap: nsys gives each branch's replayed kernels a stream id of its own, so roseprof counts each stream's time per
 region and says the step's GPU busy time beside it (docs/BENCHMARKS.md, session 49).
 
@@ -107,6 +107,7 @@ class DecodeGraphs:
         self.paged_attn = paged_attn
         self.buckets = batch_buckets(max_batch)
         self.capture = capture
+        # (asked only where the GEMM is wanted: where it cannot run, cutlass_gemm_runs says why on stderr)
         cutlass_runs = not kernels.cutlass_gemm_max_batch or cutlass_gemm_runs(model, cache)
         kernels = kernels.for_step(cutlass_runs, tensor_parallel=model.h[0].tp is not None)
         self.kernels = kernels

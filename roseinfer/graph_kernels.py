@@ -35,6 +35,7 @@ CUTLASS_MIN_SPLITS = 3
 HALVES_FROM = 208
 HALVES_MAX_BATCH = 256
 HALVES_WIDE_FROM = 512
+HALVES_WIDE_MAX_BATCH = 512
 # Step parts of at least this many rows run the CUTLASS GEMM on its shallow pipeline
 # (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 272 to 496
 CUTLASS_SHALLOW_FROM = 256
@@ -197,25 +198,21 @@ class GraphKernels:
     # the deep GEMM 896.2 / 1,167.0. Below 512 the shallow GEMM's one stream won: 320 622.0 against 667.4 as
     # halves, 384 678.5 / 692.0, 416 721.8 / 786.8, 448 732.1 / 792.2, 480 786.6 / 790.4 (session 54).
     halves_wide_from: int = HALVES_WIDE_FROM
-    halves_wide_max_batch: int = 512
+    halves_wide_max_batch: int = HALVES_WIDE_MAX_BATCH
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
         """The engine's choices for an EngineConfig: the defaults, less the CUDA C++ kernels its switches turn off
         (`--no-cuda-mlp`, `--no-cuda-attn`, `--no-cutlass-gemm`, `--no-cuda-paged-attn`; without the CUTLASS GEMM
         the step runs on one stream)."""
-        return cls(
-            cuda_mlp=cfg.cuda_mlp,
-            cuda_attn=cfg.cuda_attn,
-            cutlass_gemm_max_batch=CUTLASS_MAX_BATCH if cfg.cutlass_gemm else 0,
-            halves_from=HALVES_FROM if cfg.cutlass_gemm else 0,  # (what the halves make up for is its waves)
-            halves_wide_from=HALVES_WIDE_FROM if cfg.cutlass_gemm else 0,
-            cuda_paged_attention=cfg.cuda_paged_attn,
+        kernels = cls(
+            cuda_mlp=cfg.cuda_mlp, cuda_attn=cfg.cuda_attn, cuda_paged_attention=cfg.cuda_paged_attn
         )
+        return kernels.for_step(cfg.cutlass_gemm, tensor_parallel=False)  # (the runner knows the ranks)
 
     def for_step(self, cutlass_runs: bool, tensor_parallel: bool) -> GraphKernels:
-        """These choices as a step can take them: where the CUTLASS GEMM cannot run (no wheel, not Hopper, not
-        float16) its buckets run as before it, cuBLAS on one stream (the halves make up for its tiles' waves, and at
+        """These choices as a step can take them: where the CUTLASS GEMM is off (`--no-cutlass-gemm`) or cannot run
+        (no wheel, not Hopper, not float16) its buckets run as before it, cuBLAS on one stream (the halves make up for its tiles' waves, and at
         512 rows need its shallow form); under tensor parallelism, which runs no halves (its ranks' all-reduces
         must come in one order), the GEMM stops at CUTLASS_MAX_BATCH_TP rows on its deep form, as measured."""
         kernels = self

@@ -9,8 +9,8 @@ mostly empty, and two halves of at most 128 rows each make one wave each, beside
 on its shallow pipeline, whose blocks leave room on an SM for the other half's attention blocks: the tensor-core
 bound GEMMs beside the memory-bound attention (5% off; session 54). Elsewhere a half costs most of what the whole
 batch does (each kernel's weights and fixed chain are paid per launch), and the halves side by side lose
-(sessions 15, 43, 48 and 54). Ordering the two halves' attention kernels to take turns, so that each runs beside the other half's
-GEMMs (NanoFlow's nano-batching), was slower than leaving the streams unordered (session 48).
+(sessions 15, 43, 48 and 54). Ordering the two halves' attention kernels to take turns, so that each runs beside
+the other half's GEMMs (NanoFlow's nano-batching), was slower than leaving the streams unordered (session 48).
 
 Each half's kernels are those of a bucket of its rows (`roseinfer.cuda_graphs` enters the kernel choices once for
 both). The halves' launches interleave a block at a time (`GPT2.steps`), so that a profiler's capture-time regions

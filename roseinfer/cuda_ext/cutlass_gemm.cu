@@ -67,8 +67,8 @@ using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;
 
 // Pipeline stages of the shallow form (`run`'s and `run_parts`' `shallow`): 4 of 64 x 64 x 64 (64 KB of tiles, 73
 // KB with the epilogue's) where the deep form's fill the shared memory (13 or 12, one block an SM), so that several
-// of its blocks, or the paged attention's, share an SM. At 512 rows c_attn and c_fc are 288 and 384 blocks: three waves of
-// the deep form, one of this.
+// of its blocks, or the paged attention's, share an SM. At 512 rows c_attn and c_fc are 288 and 384 blocks: three
+// waves of the deep form, one of this.
 constexpr int SHALLOW_STAGES = 4;
 
 // One GEMM: the example's mainloop (fp16 operands, fp32 accumulators) under an epilogue `Fusion` writing ElementD,
