@@ -37,8 +37,10 @@ HALVES_MAX_BATCH = 256
 HALVES_WIDE_FROM = 512
 HALVES_WIDE_MAX_BATCH = 512
 # Step parts of at least this many rows run the CUTLASS GEMM on its shallow pipeline
-# (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 272 to 496
+# (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 304 to 496
 CUTLASS_SHALLOW_FROM = 256
+# ... but the one-stream buckets of these rows run cuBLAS, measured faster there (`GraphKernels.cutlass_cublas_rows`)
+CUTLASS_CUBLAS_ROWS = frozenset({272, 288, 464, 480})
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class GraphKernels:
     # -> 361.8 and 700.5 -> 566.1 (pasts 64, 256), 256 732.3 -> 708.4, but 512 821.3 -> 946.5 and 1,110.4 ->
     # 1,214.8 (pasts 64, 128: there the 64-token tiles make c_attn and c_fc 288 and 384 blocks of one an SM;
     # docs/BENCHMARKS.md, session 47). Above 256 rows on the shallow pipeline (`cutlass_shallow_from`), which
-    # holds several blocks an SM, it beats cuBLAS (session 54): up to 512.
+    # holds several blocks an SM, it beats cuBLAS (session 54): up to 512, less `cutlass_cublas_rows`.
     cutlass_gemm_max_batch: int = CUTLASS_MAX_BATCH
     # ... but for models wider than PDL_NARROW_WIDTH (768: GPT-2 small) only up to this many rows: gpt2-medium's
     # step on an H200 at a past of 128, CUTLASS against cuBLAS: batch 96 1,133.2 -> 946.7 us, 128 1,238.6 ->
@@ -174,6 +176,13 @@ class GraphKernels:
     # and no one-stream bucket below 272 unmeasured on it (odd buckets of 193 to 255 rows keep the deep form). Its 4
     # stages hold 4 of a 768-deep K's 12 tiles, so it loads only those before its wait. 0: never.
     cutlass_shallow_from: int = CUTLASS_SHALLOW_FROM
+    # Steps (or step parts) of these rows run their linears on cuBLAS rather than the CUTLASS GEMM, with plain
+    # launches, as before it. GPT-2 small's step on an H200 at a past of 64, cuBLAS against the shallow CUTLASS
+    # GEMM (us a replay): 272 602.1 / 618.7 (the deep CUTLASS GEMM 619.6, its halves 670.9), 288 608.6 / 622.4
+    # (at a past of 128 774.2 / 772.5, session 54), 464 772.4-772.9 / 782.5-783.8, 480 783.0-784.5 / 787.3-787.6;
+    # the shallow GEMM won at every other bucket from 304 to 496 (304 632.8 / 616.6 ... 432 757.9 / 725.1, 496
+    # 810.0 / 793.0; docs/BENCHMARKS.md, session 55). Empty: the CUTLASS GEMM in all of its buckets.
+    cutlass_cublas_rows: frozenset[int] = CUTLASS_CUBLAS_ROWS
     # Under --paged-attn, where the one-pass kernel runs, the CUDA kernel that brings each (block, head) tile of
     # K and V in by one bulk copy (`roseinfer.cuda_ext.paged_attn`, where it fits and is built); as a dependent
     # launch its first tiles load before it waits. False (`--no-cuda-paged-attn`): the Triton kernel.
@@ -240,11 +249,14 @@ class GraphKernels:
         """Whether a bucket's linears, of a model `width` wide, may run as the CUTLASS GEMM (where it fits and is
         built): above CUTLASS_ABOVE rows (the GEMV's and the skinny GEMM's buckets keep their kernels; a skinny GEMM
         asked for beyond 32 rows runs first where `skinny_wins`), up to `cutlass_gemm_max_batch` rows, or
-        `cutlass_wide_max_batch` for models wider than PDL_NARROW_WIDTH."""
+        `cutlass_wide_max_batch` for models wider than PDL_NARROW_WIDTH, less `cutlass_cublas_rows`."""
         rows = self.cutlass_gemm_max_batch
         if width > PDL_NARROW_WIDTH:
             rows = min(rows, self.cutlass_wide_max_batch)
-        return CUTLASS_ABOVE < bucket <= min(rows, cutlass_gemm.MAX_ROWS)
+        return (
+            CUTLASS_ABOVE < bucket <= min(rows, cutlass_gemm.MAX_ROWS)
+            and bucket not in self.cutlass_cublas_rows
+        )
 
     def halves_in(self, bucket: int, width: int) -> bool:
         """Whether a bucket's step, of a model `width` wide, runs as two halves (`halves_from`): only where each

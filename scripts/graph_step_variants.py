@@ -72,7 +72,9 @@
      512 rows on one stream; 57, 60, 65 the same, shallow from 257, 129 and 193 rows; 58 two halves from 208 to 512
      rows on the deep GEMM (up to 256 rows each); 59, 61, 64 the same, shallow from 129, 65 and 193 rows; 62 and 63:
      59 without the K split and with the attention's 2 tiles in flight; 66: 60 + two halves above 256 rows.
- 67. 56, shallow in step parts of 256 rows and more, + bucket 512 as two halves: the engine now.
+ 67. 56, shallow in step parts of 256 rows and more, + bucket 512 as two halves: the engine of session 54.
+ 68. 67 with the one-stream buckets 272, 288, 464 and 480 on cuBLAS (`GraphKernels.cutlass_cublas_rows`): the
+     engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -234,6 +236,10 @@ VARIANTS[65] = GraphKernels(**_ONE, cutlass_shallow_from=193)
 VARIANTS[66] = GraphKernels(cutlass_shallow_from=129, halves_wide_from=257)  # halves above 256 rows, shallow
 # 65 + two halves at 512 rows, shallow in parts from 256 rows (measured at 193: the same on every bucket timed)
 VARIANTS[67] = GraphKernels()
+# session 55: the one-stream buckets 272, 288, 464 and 480 on cuBLAS (measured faster there), before it on the
+# shallow CUTLASS GEMM
+VARIANTS = {v: dataclasses.replace(k, cutlass_cublas_rows=frozenset()) for v, k in VARIANTS.items()}
+VARIANTS[68] = GraphKernels()
 
 # Each variant's row in the tables
 NAMES = {
@@ -303,5 +309,6 @@ NAMES = {
     64: "58, parts of 193+ rows on 4 stages",
     65: "56, on 4 stages from 193 rows",
     66: "60 + two halves above 256 rows",
-    67: "65 from 256 rows + two halves at 512 (engine now)",
+    67: "65 from 256 rows + two halves at 512 (session 54)",
+    68: "67, cuBLAS at 272, 288, 464, 480 (engine now)",
 }

@@ -15,7 +15,8 @@ def test_pdl_reaches_the_cutlass_buckets_and_48_and_64_for_narrow_models():
     buckets = batch_buckets(320)  # 1, 2, 4, 8, 16, ..., 304, 320
     gpt2, medium = PDL_NARROW_WIDTH, 1024
     on = GraphKernels()
-    cutlass = list(range(48, 321, 16))  # the CUTLASS GEMM's buckets: 48 to 512 rows (up to 320 here)
+    # the CUTLASS GEMM's buckets: 48 to 512 rows (up to 320 here) less 272 and 288, which run cuBLAS
+    cutlass = [b for b in range(48, 321, 16) if b not in (272, 288)]
     assert [b for b in buckets if on.pdl_in(b, gpt2)] == [1, 2, 4, 8, 16, 32, *cutlass]
     # wider: the GEMV's, the skinny GEMM's and the CUTLASS GEMM's buckets, the last only up to 128 rows (beyond
     # it gpt2-medium's step was slower: session 48), and up to 64 before then
@@ -115,7 +116,7 @@ def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_256_rows_an
         skinny_scratch = mlp_scratch = attn_scratch = None
 
     seen = {}
-    for rows in (64, 128, 192, 255, 256, 272, 496):
+    for rows in (64, 128, 192, 255, 256, 304, 496):
         with DecodeGraphs._kernel_choices(Probe(), rows):
             seen[rows] = (_CUTLASS_ROWS.get(), _CUTLASS_SHALLOW.get())
     assert seen == {
@@ -124,7 +125,31 @@ def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_256_rows_an
         192: ((32, 512), False),
         255: ((32, 512), False),
         256: ((32, 512), True),
-        272: ((32, 512), True),
+        304: ((32, 512), True),
         496: ((32, 512), True),
     }
     assert _CUTLASS_SHALLOW.get() is False  # reset after the block
+
+
+def test_the_one_stream_buckets_measured_faster_on_cublas_run_it_with_plain_launches():
+    # GraphKernels.cutlass_cublas_rows: buckets 272, 288, 464 and 480 of GPT-2 small ran faster on cuBLAS than on
+    # the shallow CUTLASS GEMM (docs/BENCHMARKS.md, session 55); there the step is the one before the GEMM's
+    # buckets reached them: no CUTLASS launch, no PDL, one stream. Batch 512's halves of 256 rows keep the GEMM.
+    from roseinfer.graph_kernels import PDL_NARROW_WIDTH, GraphKernels
+
+    k, gpt2 = GraphKernels(), PDL_NARROW_WIDTH
+    above256 = [b for b in batch_buckets(512) if b > 256]
+    assert [b for b in above256 if not k.cutlass_in(b, gpt2)] == [272, 288, 464, 480]
+    assert [b for b in above256 if not k.pdl_in(b, gpt2)] == [272, 288, 464, 480]
+    assert [b for b in above256 if k.halves_in(b, gpt2)] == [512]
+    assert k.cutlass_in(512 // 2, gpt2)
+    before = dataclasses.replace(k, cutlass_cublas_rows=frozenset())  # session 54's engine: all of them
+    assert all(before.cutlass_in(b, gpt2) for b in above256)
+    # without them the step's choices there are those of the engine whose CUTLASS buckets stopped at 256
+    upto256 = dataclasses.replace(before, cutlass_gemm_max_batch=256)
+    for b in (272, 288, 464, 480):
+        assert (k.cutlass_in(b, gpt2), k.pdl_in(b, gpt2), k.halves_in(b, gpt2)) == (
+            upto256.cutlass_in(b, gpt2),
+            upto256.pdl_in(b, gpt2),
+            upto256.halves_in(b, gpt2),
+        )
