@@ -10,6 +10,8 @@ Each variant is built and timed in a process of its own. --kernels adds each var
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
 --profile-reps replays.
+--probe-attention-no-wait times each variant again with the CUDA paged attention not waiting for c_attn (its
+probe build, `paged_attn.load(probe_skip_wait=True)`): a bound on what that dependency costs a step.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -123,6 +125,22 @@ def kernel_rows(kernels, reps: int) -> list[tuple[str, float, float, float]]:
     return sorted(out, key=lambda r: -r[2])
 
 
+def probe_build():
+    """The CUDA paged attention's probe build (`paged_attn.load(probe_skip_wait=True)`), which the engine built
+    after this call launches: with `set_probe_skip_wait(True)` its kernel runs beside c_attn rather than after it,
+    on the q, k and v a replay before left (the replays repeat one step), so a replay's time bounds what that wait
+    costs. Each past's replays with the wait come first, so the buffers it then reads hold a step's values
+    (session 53's attempt read uninitialised q). Exits where it is not built."""
+    from roseinfer import cuda_ext
+    from roseinfer.cuda_ext import paged_attn
+
+    probe = paged_attn.load(probe_skip_wait=True)
+    if probe is None:
+        sys.exit(f"--probe-attention-no-wait: {cuda_ext.why_not_built(paged_attn.NAME)}")
+    paged_attn.load = lambda probe_skip_wait=False: probe  # every launch of this process: the probe build
+    return probe
+
+
 def build(model: str, batch: int, variant: int):
     llm = LLM(model, device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
     engine = llm.engine
@@ -139,17 +157,28 @@ def main() -> None:
     p.add_argument("--variants", default="1,2,3,4,5,6,7,8,9,10,11,12,13,16")
     p.add_argument("--kernels", action="store_true", help="each variant's kernels at the first past")
     p.add_argument("--profile-reps", type=int, default=20)
+    p.add_argument(
+        "--probe-attention-no-wait",
+        action="store_true",
+        help="each variant also timed with its CUDA paged attention not waiting for c_attn (a bound)",
+    )
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one variant, in this process
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
     pasts = [int(x) for x in a.past.split(",")]
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
+        probe = probe_build() if a.probe_attention_no_wait else None
         engine = build(a.model, a.batch, a.one)
         # the first past last, so that --kernels profiles the inputs it left
         row = [replay_us(engine, a.batch, past, a.reps) for past in reversed(pasts)][::-1]
+        probe_row = []
+        if probe is not None:  # the same graphs once their replays have written q, k and v: the wait skipped
+            probe.set_probe_skip_wait(True)
+            probe_row = [replay_us(engine, a.batch, past, a.reps) for past in reversed(pasts)][::-1]
+            probe.set_probe_skip_wait(False)
         table = kernel_table(engine, a.batch, a.profile_reps) if a.kernels else []
-        print(json.dumps({"row": row, "table": table}))
+        print(json.dumps({"row": row, "probe_row": probe_row, "table": table}))
         return
     print(f"{a.model} fp16, --paged-attn, batch {a.batch}: GPU us per graph replay (median of {a.reps})")
     print("| variant | " + " | ".join(f"past {x}" for x in pasts) + " |")
@@ -164,6 +193,9 @@ def main() -> None:
         )
         row = out["row"]
         print(f"| {NAMES[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
+        if out["probe_row"]:
+            cells = " | ".join(f"{x:.1f}" for x in out["probe_row"])
+            print(f"| {variant}, the attention not waiting for c_attn (a bound) | {cells} |", flush=True)
         if a.kernels:
             tables.append((variant, row[0], out["table"]))
     for variant, replay, table in tables:

@@ -38,6 +38,14 @@ constexpr int D = 64;       // head dim: 8 lanes of 8 dims
 constexpr int BLOCK = 64;   // tokens a cache block
 constexpr int WARPS = 4;    // BLOCK / WARPS rows a warp a tile
 constexpr int THREADS = WARPS * 32;
+
+#ifdef ROSEINFER_PROBE_SKIP_WAIT
+// A probe build, never the engine's (`paged_attn.load(probe_skip_wait=True)`): while this is set the kernel does
+// not wait for the kernel in front, so it runs beside c_attn on the q, k and v that a replay before left (a
+// benchmark's replays repeat one step). The replay's time then bounds what the attention's wait for c_attn costs
+// a step (scripts/bench_graph_step.py --probe-attention-no-wait).
+__device__ int probe_skip_wait = 0;
+#endif
 constexpr int ROWS = BLOCK / WARPS;  // 16
 constexpr float LOG2E = 1.4426950408889634f;
 static_assert(ROWS % 4 == 0, "a warp reads 4 rows at a time");
@@ -194,6 +202,9 @@ __global__ void __launch_bounds__(THREADS) paged_attn_kernel(
     for (int i = 0; i < min(STAGES, n_tiles); ++i) issue(i);
   }
 
+#ifdef ROSEINFER_PROBE_SKIP_WAIT
+  if (!*reinterpret_cast<volatile int*>(&probe_skip_wait))
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");  // q, k_new, v_new: the kernel in front's output
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
@@ -367,5 +378,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_attn", &paged_attn, "paged-attention decode, K/V tiles by bulk copy (paged_attn.cu)");
   m.attr("BLOCK") = BLOCK;
   m.attr("HEAD_DIM") = D;
+#ifdef ROSEINFER_PROBE_SKIP_WAIT
+  m.def("set_probe_skip_wait", [](bool on) {
+    const int value = on;
+    C10_CUDA_CHECK(cudaMemcpyToSymbol(probe_skip_wait, &value, sizeof value));
+  }, "the probe build: whether the kernel skips its wait for the kernel in front (the current device)");
+#endif
 }
 #endif

@@ -32,11 +32,17 @@ def pick_stages(pairs: int) -> int:
     return 1 if pairs >= ONE_STAGE_FROM else 2
 
 
-def load():
-    """The built extension (None where it is not built: `roseinfer.cuda_ext.why_not_built`)."""
+# The probe build's define (`paged_attn.cu`: its kernel can skip its wait for the kernel in front)
+PROBE_SKIP_WAIT_DEFINE = "ROSEINFER_PROBE_SKIP_WAIT"
+
+
+def load(probe_skip_wait: bool = False):
+    """The built extension (None where it is not built: `roseinfer.cuda_ext.why_not_built`). probe_skip_wait: the
+    probe build instead, whose `set_probe_skip_wait(True)` lets the kernel run without waiting for c_attn (a
+    measurement's bound, scripts/bench_graph_step.py; its results read the q, k and v of a replay before)."""
     from roseinfer import cuda_ext
 
-    return cuda_ext.load(NAME, (), MIN_ARCH)
+    return cuda_ext.load(NAME, (PROBE_SKIP_WAIT_DEFINE,) if probe_skip_wait else (), MIN_ARCH)
 
 
 def _rows_fit(t, q) -> bool:

@@ -80,6 +80,25 @@ def test_kernel_matches_reference_at_block_edges_and_appends(stages, index):
 
 
 @pytest.mark.gpu
+def test_the_probe_build_skips_only_its_wait(monkeypatch):
+    # scripts/bench_graph_step.py --probe-attention-no-wait: the probe build's kernel is the engine's with its wait
+    # for the kernel in front made conditional; launched with nothing in front it gives the reference's output with
+    # the wait skipped and without, and only the probe build has the switch.
+    engine_build, probe = paged_attn.load(), paged_attn.load(probe_skip_wait=True)
+    if engine_build is None or probe is None:
+        pytest.skip("the CUDA kernel is not built here")
+    assert not hasattr(engine_build, "set_probe_skip_wait")
+    monkeypatch.setattr(paged_attn, "load", lambda probe_skip_wait=False: probe)
+    q, k_new, v_new, kc, vc, table, past = _operands(8, [0, 63, 64, 300])
+    ref = _reference(q, k_new, v_new, kc, vc, table, past)
+    for skip in (True, False):
+        probe.set_probe_skip_wait(skip)
+        out = paged_attn.paged_decode_attention_cuda(q, k_new, v_new, kc, vc, table, past, D**-0.5, pdl=True)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("batch", [1, 8, 64, 512])
 def test_kernel_matches_triton_without_append(batch):
     # The same operands as the Triton one-pass kernel at its own tile; q, k and v as views of one [B, 3, H, D]
