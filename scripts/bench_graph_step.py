@@ -10,8 +10,10 @@ Each variant is built and timed in a process of its own. --kernels adds each var
 first): a kernel's own GPU time per replay (its duration less what the kernel before it on the stream still
 covered, so a PDL launch is not charged for its wait) and launches per replay, from torch.profiler over
 --profile-reps replays.
---probe-attention-no-wait times each variant again with the CUDA paged attention not waiting for c_attn (its
-probe build, `paged_attn.load(probe_skip_wait=True)`): a bound on what that dependency costs a step.
+--probe-attention-no-wait builds the CUDA paged attention's probe (`paged_attn.load(probe_skip_wait=True)`) and
+times each variant's graph with it twice: as the engine runs it, then with the attention not waiting for c_attn, a
+bound on what that dependency costs a step. Only where the attention is a dependent launch (the CUTLASS GEMM's
+buckets) does the second row differ: elsewhere its wait returns at once anyway.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -39,15 +41,21 @@ def freeze(engine, rows: int, past: int) -> None:
     runner.freeze_static_inputs(rows, past=past, tables=tables)
 
 
-def replay_us(engine, batch: int, past: int, reps: int) -> float:
+def replay_us(engine, batch: int, past: int, reps: int, probe: bool = False) -> float:
+    """probe: token ids restored before every replay (`probe_build`: a probed step's greedy tokens may be the
+    argmax's sentinel)."""
     graphs, runner = engine.graphs, engine.runner
     bucket = graphs.bucket_for(batch)
     freeze(engine, bucket, past)
     for _ in range(10):
+        if probe:
+            runner.reset_token_ids(bucket)
         graphs.replay(bucket)
     runner.reset_token_ids(bucket)  # the replays wrote their greedy tokens there
     times = []
     for _ in range(reps):
+        if probe:
+            runner.reset_token_ids(bucket)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         # The GPU busy for a while first, so that the replay is queued when the start event fires: the time the
         # CPU takes to launch the graph (7 to 20 us on the H100's host; 60 to 100 once a profiler ran) is not
@@ -128,9 +136,10 @@ def kernel_rows(kernels, reps: int) -> list[tuple[str, float, float, float]]:
 def probe_build():
     """The CUDA paged attention's probe build (`paged_attn.load(probe_skip_wait=True)`), which the engine built
     after this call launches: with `set_probe_skip_wait(True)` its kernel runs beside c_attn rather than after it,
-    on the q, k and v a replay before left (the replays repeat one step), so a replay's time bounds what that wait
-    costs. Each past's replays with the wait come first, so the buffers it then reads hold a step's values
-    (session 53's attempt read uninitialised q). Exits where it is not built."""
+    reading q, k and v before c_attn writes them (an earlier replay's values, or another tensor's of the graph's
+    pool), so a replay's time bounds what that wait costs and its tokens mean nothing: `replay_us(probe=True)`
+    restores the token ids before every replay, so that no step reads an embedding row out of range (session 53's
+    attempt stopped on that). Exits where it is not built."""
     from roseinfer import cuda_ext
     from roseinfer.cuda_ext import paged_attn
 
@@ -160,7 +169,8 @@ def main() -> None:
     p.add_argument(
         "--probe-attention-no-wait",
         action="store_true",
-        help="each variant also timed with its CUDA paged attention not waiting for c_attn (a bound)",
+        help="each variant also timed with its CUDA paged attention not waiting for c_attn (a bound; only where the"
+        " attention is a dependent launch, in the CUTLASS GEMM's buckets)",
     )
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one variant, in this process
     a = p.parse_args()
@@ -175,8 +185,11 @@ def main() -> None:
         probe_row = []
         if probe is not None:  # the same graphs once their replays have written q, k and v: the wait skipped
             probe.set_probe_skip_wait(True)
-            probe_row = [replay_us(engine, a.batch, past, a.reps) for past in reversed(pasts)][::-1]
+            probe_row = [replay_us(engine, a.batch, past, a.reps, probe=True) for past in reversed(pasts)][
+                ::-1
+            ]
             probe.set_probe_skip_wait(False)
+            engine.runner.reset_token_ids(engine.graphs.bucket_for(a.batch))  # for --kernels' replays
         table = kernel_table(engine, a.batch, a.profile_reps) if a.kernels else []
         print(json.dumps({"row": row, "probe_row": probe_row, "table": table}))
         return

@@ -41,9 +41,10 @@ constexpr int THREADS = WARPS * 32;
 
 #ifdef ROSEINFER_PROBE_SKIP_WAIT
 // A probe build, never the engine's (`paged_attn.load(probe_skip_wait=True)`): while this is set the kernel does
-// not wait for the kernel in front, so it runs beside c_attn on the q, k and v that a replay before left (a
-// benchmark's replays repeat one step). The replay's time then bounds what the attention's wait for c_attn costs
-// a step (scripts/bench_graph_step.py --probe-attention-no-wait).
+// not wait for the kernel in front, so it runs beside c_attn on whatever q, k and v hold as it reads them (an
+// earlier replay's values, or another tensor's of the graph's pool: its output is a timing's, not a result). The
+// replay's time then bounds what the attention's wait for c_attn costs a step (scripts/bench_graph_step.py
+// --probe-attention-no-wait).
 __device__ int probe_skip_wait = 0;
 #endif
 constexpr int ROWS = BLOCK / WARPS;  // 16

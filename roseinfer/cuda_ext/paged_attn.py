@@ -39,7 +39,8 @@ PROBE_SKIP_WAIT_DEFINE = "ROSEINFER_PROBE_SKIP_WAIT"
 def load(probe_skip_wait: bool = False):
     """The built extension (None where it is not built: `roseinfer.cuda_ext.why_not_built`). probe_skip_wait: the
     probe build instead, whose `set_probe_skip_wait(True)` lets the kernel run without waiting for c_attn (a
-    measurement's bound, scripts/bench_graph_step.py; its results read the q, k and v of a replay before)."""
+    measurement's bound, scripts/bench_graph_step.py; its output is then not a result: it reads q, k and v before
+    c_attn writes them)."""
     from roseinfer import cuda_ext
 
     return cuda_ext.load(NAME, (PROBE_SKIP_WAIT_DEFINE,) if probe_skip_wait else (), MIN_ARCH)

@@ -13,7 +13,8 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
   transitive, so after the wait every earlier kernel of the step has finished);
 - it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
   and the next, which prefetches its weights and waits. Early releasers call it sooner: with `pdl_early_release`
-  a one-row GEMV calls it as it starts, and the CUTLASS GEMM of buckets 48 to 512 (`roseinfer.cuda_ext.cutlass_gemm`,
+  a one-row GEMV calls it as it starts, and the CUTLASS GEMM of buckets 48 to 512 (less
+  `GraphKernels.cutlass_cublas_rows`; `roseinfer.cuda_ext.cutlass_gemm`,
   CUDA C++ with its own griddepcontrol) once half of its weights' K tiles are issued, from the warp that loads them
   without waiting for the kernel in front (its shallow form, in step parts of 256 rows and more, gets there only
   after its wait: its stages hold a third of a 768-deep K). The

@@ -32,6 +32,7 @@ BUILDS = [
     (fused_attn.NAME, ()),
     (fused_attn.NAME, (fused_attn.DELAY_DEFINE,)),
     (paged_attn.NAME, ()),
+    (paged_attn.NAME, (paged_attn.PROBE_SKIP_WAIT_DEFINE,)),
 ]
 
 
