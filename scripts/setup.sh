@@ -36,7 +36,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 # The project's own bytecode, written once here: this machine, like CI's, may set PYTHONDONTWRITEBYTECODE, and then
-# every `roseprof` or `roseinfer` process compiles the package again (test_load.py's 54 processes: 60.6 -> 49.9 s of
+# every `roseprof` or `roseinfer` process compiles the package again (the load tests' 54 processes: 60.6 -> 49.9 s of
 # CPU; docs/BENCHMARKS.md session 25). Python checks each .pyc against its source, so an edit is never run stale.
 .venv/bin/python -m compileall -q roseprof roseinfer scripts > /dev/null
 

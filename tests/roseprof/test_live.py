@@ -1,7 +1,8 @@
 """`roseprof live` against a real `roseinfer serve` (gpt2-tiny on CPU), with planted causes: a long prompt in every
 few requests, and a region slowed on one decode step in 50. The requests hit come first, with the step and the
 cause. (A busy 2-core box stalls a step now and then by as much as a long prefill: the prefill's requests must
-be one of the first two.)"""
+be one of the first two.) The HTTP path and the slowest-requests list on records built here, with no server:
+test_live_http_path.py and test_live_slowest.py."""
 
 from __future__ import annotations
 
@@ -177,55 +178,6 @@ def test_live_splits_ttft_on_one_clock_for_a_server_on_this_host(live_run):
     assert "queue (-> its prefill started)" in out
 
 
-def test_the_path_is_split_only_where_the_server_shares_this_hosts_clock():
-    from roseprof.live.path import http_path, on_this_host
-    from roseprof.workload.steplog import StepLogRecords
-
-    assert (
-        on_this_host("http://127.0.0.1:8000")
-        and on_this_host("localhost:9")
-        and on_this_host("http://[::1]:80")
-    )
-    assert not on_this_host("http://10.1.2.3:8000")
-    log = StepLogRecords(meta={"first_step": 0})
-    assert http_path(log, [], 1, "http://10.1.2.3:8000") is None  # another host: another clock
-    assert http_path(log, [], None, "http://127.0.0.1:8000") is None  # a load without its monotonic start
-
-
-def test_the_engine_part_says_which_requests_met_a_running_step():
-    """A request arriving during a decode step waits for its end before its prefill; one arriving to an idle engine
-    does not: the split tells the two apart (the engine's own records, as a flight-recorder dump gives them)."""
-    from roseprof.live.path import http_path
-    from roseprof.workload.steplog import StepLogRecords
-
-    ms = 1_000_000
-    log = StepLogRecords(
-        meta={"first_step": 0},
-        steps=[{"index": 0, "start_ns": 10 * ms, "end_ns": 14 * ms}],
-        prefills=[
-            {"start_ns": 2 * ms, "end_ns": 3 * ms, "requests": [1], "readmitted": []},
-            {"start_ns": 14 * ms, "end_ns": 15 * ms, "requests": [2], "readmitted": []},
-        ],
-        requests=[
-            # arrived at 1 ms, idle engine: prefill at 2 ms, first token at 3 ms
-            {"id": 1, "request_id": "a", "arrival_ns": 1 * ms, "token_ns": [3 * ms], "token_step": [-1]},
-            # arrived at 11 ms, inside step 0 (10-14 ms): waits 3 ms for it, prefill at 14 ms, token at 15 ms
-            {"id": 2, "request_id": "b", "arrival_ns": 11 * ms, "token_ns": [15 * ms], "token_step": [-1]},
-        ],
-    )
-    rows = [
-        {"request_id": "a", "sent_ms": 0.5, "t_ms": [3.5], "steps": [-1]},
-        {"request_id": "b", "sent_ms": 10.5, "t_ms": [15.5], "steps": [-1]},
-    ]
-    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
-    assert path["busy_at_arrival"] == 0.5
-    assert path["step_wait_ms"]["p50"] == pytest.approx(
-        3.0
-    )  # only the request that met a step waited for one
-    assert path["queue_ms"]["p50"] == pytest.approx(2.0)  # queues of 1 ms (idle) and 3 ms (the step): p50 2
-    assert path["prefill_ms"]["p50"] == path["prefill_ms"]["p99"] == pytest.approx(1.0)  # both prefills 1 ms
-
-
 @pytest.mark.browser
 def test_live_dashboard_draws_and_a_click_on_a_request_marks_its_steps(live_run, tmp_path):
     """The request waterfall above the step timeline, in headless Chromium: every figure drawn, no JavaScript error;
@@ -271,58 +223,6 @@ def _tokens(folder: Path) -> list[dict]:
     from roseprof.run.tables import read_load_tokens
 
     return read_load_tokens(folder)
-
-
-def test_a_slow_step_before_the_tokens_own_is_the_one_named():
-    """With the overlapped decode a request's first decode token is read in the step after the one that computed
-    it, so its gap holds that slower step: the explanation names the slow step (and says which it is), not the
-    token's own ordinary one."""
-    from roseprof.live.join import join
-    from roseprof.workload.steplog import StepLogRecords
-
-    ms = 1_000_000
-    steps, t = [], 0
-    for k in range(60):
-        if k == 30:
-            t += 2 * ms  # room for request 1's prefill before step 30
-        took = 21 * ms if k == 30 else ms
-        ids = (
-            [0, 2] if k < 30 else [0, 1]
-        )  # request 2 finished at step 29; request 1 joined: the size stays 2
-        steps.append({"index": k, "start_ns": t, "end_ns": t + took, "batch_size": 2, "requests": ids})
-        t += took
-    s30 = steps[30]["start_ns"]
-    prefill = {"start_ns": s30 - 2 * ms, "end_ns": s30 - ms, "requests": [1], "readmitted": [], "tokens": 12}
-    ends = [s["end_ns"] for s in steps]
-    requests = [
-        {"id": 0, "request_id": "a", "arrival_ns": 0, "token_ns": [0, *ends], "token_step": [-1, *range(60)]},
-        {
-            "id": 2,
-            "request_id": "c",
-            "arrival_ns": 0,
-            "token_ns": [0, *ends[:30]],
-            "token_step": [-1, *range(30)],
-        },
-        {
-            "id": 1,
-            "request_id": "b",
-            "arrival_ns": s30 - 3 * ms,
-            "token_ns": [
-                s30 - ms,
-                *ends[31:],
-            ],  # its first decode token, computed in step 30, read in step 31
-            "token_step": [-1, *range(31, 60)],
-        },
-    ]
-    log = StepLogRecords(meta={"first_step": 0}, steps=steps, prefills=[prefill], requests=requests)
-    rows = [
-        {"request_id": r["request_id"], "index": i, "sent_ms": r["arrival_ns"] / ms,
-         "t_ms": [x / ms for x in r["token_ns"]], "steps": r["token_step"]}
-        for i, r in enumerate(requests)
-    ]  # fmt: skip
-    entry = next(e for e in join(log, rows)["slowest"] if e["by"] == "itl" and e["request_id"] == "b")
-    assert (entry["token"], entry["step"], entry["cause"], entry["cause_step"]) == (1, 31, "slow_step", 30)
-    assert "step 30: slower decode step (21.0 ms" in entry["line"], entry["line"]
 
 
 def _load_span(folder: Path) -> tuple[int, int]:
@@ -407,136 +307,3 @@ def test_a_load_of_no_decode_token_keeps_its_ttft_lines(live_run, tmp_path):
     proc = roseprof("open", folder.name, "--traces-dir", traces, "--dashboards-dir", pages, env=ENV)
     assert proc.returncode == 0, proc.stderr
     assert f"req {ttft[0]['request_id']}" in next(pages.glob("*.html")).read_text()
-
-
-def test_a_slow_request_of_no_step_in_the_window_shows_a_dash_not_none():
-    """A TTFT whose prefill is older than the server's window has no step: its row says `-`, as every table does for
-    a missing figure (it said `None`)."""
-    from roseprof.analysis.sections.live import panels
-
-    slow = {"by": "ttft", "request_id": "cmpl-a", "ms": 54.5, "token": 0, "step": None, "cause": "unknown"}
-    part = {
-        "slowest": [{**slow, "line": "req cmpl-a: TTFT 54.5 ms: its prefill is older than the window"}],
-        "join": {"tokens": 2, "joined": 1, "prefill": 0, "outside_window": 1, "no_request": 0},
-        "window": {"first_step": 614, "steps": 200, "step_p50_ms": 11.2},
-    }
-    (table,) = [p for p in panels({"live": part}) if p["columns"]]
-    (row,) = table["rows"]
-    assert row[table["columns"].index("step")] == "-"
-    assert "None" not in [str(c) for c in row]
-
-
-def test_a_request_whose_prefill_is_older_than_the_window_has_no_engine_ttft():
-    """The server's window cut the request's prefill token (its prefill ran before the window's first step): its
-    engine TTFT and first delivery are unknown, not its arrival to the first token the window holds (a p99 of
-    724 ms beside a client TTFT p99 of 54 ms)."""
-    from roseprof.live.path import http_path
-    from roseprof.workload.steplog import StepLogRecords
-
-    ms = 1_000_000
-    log = StepLogRecords(
-        meta={"first_step": 100},
-        steps=[{"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms}],
-        prefills=[{"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [2], "readmitted": []}],
-        requests=[
-            # prefilled before the window: only its token of step 100 (the window's step 0) is left
-            {"id": 1, "request_id": "a", "arrival_ns": 1 * ms, "token_ns": [510 * ms], "token_step": [0]},
-            {
-                "id": 2,
-                "request_id": "b",
-                "arrival_ns": 19 * ms,
-                "token_ns": [21 * ms, 510 * ms],
-                "token_step": [-1, 0],
-            },
-        ],
-    )
-    rows = [
-        {"request_id": "a", "sent_ms": 0.5, "t_ms": [5.5, 511.0], "steps": [-1, 100]},
-        {"request_id": "b", "sent_ms": 18.5, "t_ms": [22.0, 511.0], "steps": [-1, 100]},
-    ]
-    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
-    assert path["requests"] == 2  # both reached the server: their HTTP in is known
-    assert path["engine_ttft_ms"]["p99"] == pytest.approx(2.0)  # b's alone: 19 ms -> 21 ms
-    assert path["first_delivery_ms"]["p99"] == pytest.approx(1.0)
-
-
-def test_a_preempted_requests_engine_ttft_is_its_first_prefills():
-    """A preempted request is prefilled again: its second -1 token is a readmission's. The engine TTFT is the
-    first prefill's token (2 ms), never the readmission's (it read 581 ms, and its first delivery -578 ms), and each
-    client token pairs with the server's emission of the same occurrence."""
-    from roseprof.live.path import http_path
-    from roseprof.workload.steplog import StepLogRecords
-
-    ms = 1_000_000
-    log = StepLogRecords(
-        meta={"first_step": 100},
-        steps=[
-            {"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms},
-            {"index": 1, "start_ns": 690 * ms, "end_ns": 700 * ms},
-        ],
-        prefills=[
-            {"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [1], "readmitted": []},
-            {"start_ns": 590 * ms, "end_ns": 600 * ms, "requests": [1], "readmitted": [1]},
-        ],
-        requests=[
-            {
-                "id": 1,
-                "request_id": "a",
-                "arrival_ns": 19 * ms,
-                "token_ns": [21 * ms, 510 * ms, 600 * ms, 700 * ms],
-                "token_step": [-1, 0, -1, 1],
-            },
-        ],
-    )
-    rows = [
-        {"request_id": "a", "sent_ms": 18.5, "t_ms": [22.0, 511.0, 601.0, 701.0], "steps": [-1, 100, -1, 101]}
-    ]
-    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
-    assert path["engine_ttft_ms"]["p99"] == pytest.approx(2.0)
-    assert path["first_delivery_ms"]["p99"] == pytest.approx(1.0)
-    assert path["tokens"] == 4 and path["delivery_ms"]["p99"] == pytest.approx(
-        1.0
-    )  # each token 1 ms after its emission
-
-
-def test_a_readmissions_token_pairs_with_the_readmission_whatever_the_first_tokens_step():
-    """The client's first token may carry no step (a chunk without token_steps): it is still the first prefill's,
-    and the readmission's -1 pairs with the readmission's emission, not the first prefill's (568 ms off). In a log
-    whose prefills name no request, a first -1 emitted after the client had its first token is no first prefill."""
-    from roseprof.live.path import http_path
-    from roseprof.workload.steplog import StepLogRecords
-
-    ms = 1_000_000
-
-    def log_of(prefills, token_ns, token_step):
-        return StepLogRecords(
-            meta={"first_step": 100},
-            steps=[{"index": 0, "start_ns": 500 * ms, "end_ns": 510 * ms}],
-            prefills=prefills,
-            requests=[{"id": 1, "request_id": "a", "arrival_ns": 19 * ms, "token_ns": token_ns, "token_step": token_step}],
-        )  # fmt: skip
-
-    named = [
-        {"start_ns": 20 * ms, "end_ns": 21 * ms, "requests": [1], "readmitted": []},
-        {"start_ns": 590 * ms, "end_ns": 600 * ms, "requests": [1], "readmitted": [1]},
-    ]
-    log = log_of(named, [21 * ms, 510 * ms, 600 * ms, 700 * ms], [-1, 0, -1, 1])
-    rows = [
-        {
-            "request_id": "a",
-            "sent_ms": 18.5,
-            "t_ms": [22.0, 511.0, 601.0, 701.0],
-            "steps": [None, 100, -1, 101],
-        }
-    ]
-    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
-    assert path["tokens"] == 4 and path["delivery_ms"]["p99"] == pytest.approx(1.0)
-    # no prefill records that name requests, the first prefill cut from the window, its readmission in it
-    log = log_of(
-        [], [600 * ms, 700 * ms], [-1, 1]
-    )  # the window starts after step 100: its first -1 is at 600 ms
-    rows = [
-        {"request_id": "a", "sent_ms": 18.5, "t_ms": [22.0, 511.0, 601.0, 701.0], "steps": [-1, 100, -1, 101]}
-    ]
-    path = http_path(log, rows, 0, "http://127.0.0.1:8000")
-    assert path["engine_ttft_ms"]["p99"] is None and path["first_delivery_ms"]["p99"] is None

@@ -1,5 +1,6 @@
 """`roseprof load` as a user runs it: a subprocess against a server (the stub that streams instantly, its faults,
-and roseinfer serve), the run it stores, `ls`, `show` at 80 columns, `diff` and its gate."""
+and roseinfer serve), the run it stores, `ls`, `show` at 80 columns, `diff` and its gate. The load's plan and
+client in process: test_load_client.py; `export` and `open` of a stored load: test_load_views.py."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from roseprof.load.schedule import Length, Plan, parse_length, read_dataset
-from roseprof.load.serving import parse_slo
 from tests.helpers import assert_one_line_error, roseprof
 
 ENV80 = {"COLUMNS": "80"}
@@ -100,32 +99,6 @@ def test_a_load_is_a_run_that_ls_and_show_present(stub, tmp_path):
     assert "TTFT" in shown.stdout and "throughput" in shown.stdout
     listed = roseprof("ls", "--traces-dir", traces, env=ENV80)
     assert run.name in listed.stdout and "load" in listed.stdout
-
-
-def test_the_same_seed_gives_the_same_schedule_and_lengths():
-    plan = Plan(seed=7, requests=50, rate=10.0, arrivals="gamma", burstiness=0.5,
-                prompt_len=Length(4, 40), output_len=Length(8, 64))  # fmt: skip
-    a, b = list(plan.schedule()), list(plan.schedule())
-    assert a == b
-    other = list(Plan(seed=8, requests=50, rate=10.0, prompt_len=Length(4, 40)).schedule())
-    assert [p.at_s for p in other] != [p.at_s for p in a]
-    assert {len(p.prompt) for p in a} != {len(a[0].prompt)}  # uniform lengths vary
-    assert all(4 <= len(p.prompt) <= 40 and 8 <= p.max_tokens <= 64 for p in a)
-    # the lengths do not depend on the rate
-    slower = list(Plan(seed=7, requests=50, rate=1.0, arrivals="gamma", burstiness=0.5,
-                       prompt_len=Length(4, 40), output_len=Length(8, 64)).schedule())  # fmt: skip
-    assert [p.max_tokens for p in slower] == [p.max_tokens for p in a]
-    # Poisson at 10 req/s: the mean gap is near 0.1 s over many requests
-    many = [p.at_s for p in Plan(seed=1, requests=4000, rate=10.0).schedule()]
-    assert 0.09 < many[-1] / len(many) < 0.11
-
-
-def test_lengths_slo_and_dataset_parse(tmp_path):
-    assert parse_length("16", "x") == Length(16, 16) and parse_length("8-32", "x") == Length(8, 32)
-    assert parse_slo("ttft=200ms,tpot=5ms,e2e=2s") == {"ttft_ms": 200.0, "tpot_ms": 5.0, "e2e_ms": 2000.0}
-    data = tmp_path / "p.jsonl"
-    data.write_text('{"prompt": "hello", "output_len": 5}\n\n{"prompt": "world"}\n')
-    assert read_dataset(str(data)) == (("hello", 5), ("world", None))
 
 
 @pytest.mark.parametrize(
@@ -334,133 +307,3 @@ def test_a_load_of_roseinfer_serve_keeps_the_join_to_server_steps_and_its_metric
         server_ttft["histogram"] == "roseinfer:time_to_first_token_seconds" and server_ttft["requests"] == 6
     )
     assert "server TTFT" in proc.stdout
-
-
-def test_export_gives_one_track_per_request_with_its_tokens(stub, tmp_path):
-    traces = tmp_path / "t"
-    assert (
-        load(stub(), traces, "--requests", 5, "--concurrency", 2, "--output-len", 4, "--name", "e").returncode
-        == 0
-    )
-    out = tmp_path / "load.json"
-    proc = roseprof("export", "e", "--traces-dir", traces, "-o", out)
-    assert proc.returncode == 0, proc.stderr
-    events = json.loads(out.read_text())["traceEvents"]
-    requests = [e for e in events if e["ph"] == "X" and e["name"] == "request"]
-    assert sorted(e["tid"] for e in requests) == [1, 2, 3, 4, 5]
-    for e in requests:
-        tokens = [t for t in events if t["ph"] == "i" and t["tid"] == e["tid"]]
-        assert len(tokens) == 4 and all(e["ts"] <= t["ts"] <= e["ts"] + e["dur"] for t in tokens)
-
-
-def test_open_renders_the_load_dashboard(stub, tmp_path):
-    traces, dash = tmp_path / "t", tmp_path / "d"
-    assert (
-        load(stub(), traces, "--requests", 6, "--concurrency", 2, "--output-len", 4, "--name", "o").returncode
-        == 0
-    )
-    proc = roseprof(
-        "open", "o", "--traces-dir", traces, "--dashboards-dir", dash, env={**ENV80, "DISPLAY": ""}
-    )
-    assert proc.returncode == 0, proc.stderr
-    (page,) = dash.glob("*.html")
-    text = page.read_text()
-    for title in ("TTFT and ITL distributions", "Latency over the run", "Concurrency over time", "Request waterfall",
-                  "latency (ms, client clock)"):  # fmt: skip
-        assert title in text, title
-
-
-def test_a_long_loads_itl_cdf_is_thinned_but_its_tail_is_whole(stub, tmp_path):
-    """Thousands of ITLs are drawn through at most CDF_POINTS of them by rank and every one of their top 1%."""
-    import numpy as np
-
-    from roseprof.render import load_figures
-    from roseprof.run.store import RunStore
-    from roseprof.run.tables import read_load_tokens
-
-    traces = tmp_path / "t"
-    args = ("--requests", 48, "--concurrency", 8, "--output-len", 64, "--name", "long")
-    assert load(stub(), traces, *args).returncode == 0
-    (run,) = RunStore(traces).runs()
-    tokens = read_load_tokens(run.path)
-    itl = np.sort(np.concatenate([np.diff(r["t_ms"]) for r in tokens if len(r["t_ms"]) > 1]))
-    assert itl.size > load_figures.CDF_POINTS  # 48 x 63
-    (cdf,) = [
-        f for f in load_figures.figures(run.summary()["serving"], tokens) if "CDF" in f.layout.title.text
-    ]
-    (line,) = [t for t in cdf.data if t.name.startswith("ITL")]
-    assert f"ITL through {len(line.x):,} of its {itl.size:,} points" in cdf.layout.title.text  # the subtitle
-    x, y = np.asarray(line.x), np.asarray(line.y)
-    tail = int(np.ceil(itl.size * load_figures.CDF_TAIL))
-    assert len(x) <= load_figures.CDF_POINTS + tail and np.all(np.diff(y) > 0)
-    assert x[0] == itl[0] and y[-1] == 1.0
-    np.testing.assert_array_equal(x[-tail:], itl[-tail:])  # the tail, point by point
-    np.testing.assert_array_equal(y[-tail:], np.arange(itl.size - tail + 1, itl.size + 1) / itl.size)
-
-
-def test_a_piped_load_computes_no_live_figures_while_it_measures(stub, monkeypatch):
-    """Off a terminal the progress display is off, and the load's event loop runs nothing it does not need: the
-    live figures (numpy percentiles, whose first call imports for tens of ms) stalled every stream in flight."""
-    import asyncio
-    import io
-
-    from roseprof.load import runner
-    from roseprof.load.client import parse_url
-    from roseprof.render.load_progress import LoadProgress
-
-    assert LoadProgress(stream=io.StringIO()).callback() is None  # piped: no display, no callback
-
-    def no_live(self):
-        raise AssertionError("live figures computed during a load nobody watches")
-
-    monkeypatch.setattr(runner.LoadState, "live", no_live)
-    state = runner.LoadState()
-    plan = Plan(seed=0, requests=4, concurrency=2, prompt_len=Length(4, 4), output_len=Length(8, 8))
-    asyncio.run(
-        runner.run(parse_url(stub("--token-delay-ms", "200")), plan, runner.LoadOptions(), state, None)
-    )
-    assert [r.status for r in state.done()] == ["ok"] * 4
-
-
-def _events_read(pieces: list[bytes], chunked: bool):
-    """A response body fed to the client's reader piece by piece (each piece one read), read into a record."""
-    import asyncio
-
-    from roseprof.load.client import Record, StreamError, _read_events
-
-    async def go():
-        reader = asyncio.StreamReader()
-        for piece in pieces:
-            reader.feed_data(piece)
-        reader.feed_eof()
-        rec = Record(index=0, prompt_len=None, max_tokens=4)
-        try:
-            await _read_events(reader, chunked, rec, stall_s=5)
-        except StreamError as e:
-            return rec, e.kind
-        return rec, None
-
-    return asyncio.run(go())
-
-
-def _sse(chunk: dict) -> bytes:
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-
-def _chunked(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
-@pytest.mark.parametrize("chunked", [False, True])
-def test_a_token_whose_text_is_done_does_not_end_the_stream(chunked):
-    """The reader stops at the `data: [DONE]` line, never at a token that reads "[DONE]" (its JSON text): every
-    token of the stream is kept, and a stream cut before its [DONE] is a broken stream with the tokens it got."""
-    events = [_sse({"id": "r1", "choices": [{"text": t}]}) for t in ("a", "[DONE]", "data: [DONE]", "b")]
-    done = b"data: [DONE]\n\n"
-    wrap = _chunked if chunked else (lambda b: b)
-    pieces = [wrap(e) for e in events] + [wrap(done)] + ([b"0\r\n\r\n"] if chunked else [])
-    rec, error = _events_read(pieces, chunked)
-    assert error is None and len(rec.times) == 4 and rec.request_id == "r1"
-    # the same stream cut after two tokens: a broken stream that keeps them
-    rec, error = _events_read(pieces[:2], chunked)
-    assert error == "broken_stream" and len(rec.times) == 2
