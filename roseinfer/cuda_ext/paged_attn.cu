@@ -39,7 +39,7 @@ constexpr int BLOCK = 64;   // tokens a cache block
 constexpr int WARPS = 4;    // BLOCK / WARPS rows a warp a tile
 constexpr int THREADS = WARPS * 32;
 
-#ifdef ROSEINFER_PROBE_SKIP_WAIT
+#ifdef PAGED_ATTN_PROBE_SKIP_WAIT
 // A probe build, never the engine's (`paged_attn.load(probe_skip_wait=True)`): while this is set the kernel does
 // not wait for the kernel in front, so it runs beside c_attn on whatever q, k and v hold as it reads them (an
 // earlier replay's values, or another tensor's of the graph's pool: its output is a timing's, not a result). The
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(THREADS) paged_attn_kernel(
     for (int i = 0; i < min(STAGES, n_tiles); ++i) issue(i);
   }
 
-#ifdef ROSEINFER_PROBE_SKIP_WAIT
+#ifdef PAGED_ATTN_PROBE_SKIP_WAIT
   if (!*reinterpret_cast<volatile int*>(&probe_skip_wait))
 #endif
   asm volatile("griddepcontrol.wait;" ::: "memory");  // q, k_new, v_new: the kernel in front's output
@@ -379,7 +379,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_attn", &paged_attn, "paged-attention decode, K/V tiles by bulk copy (paged_attn.cu)");
   m.attr("BLOCK") = BLOCK;
   m.attr("HEAD_DIM") = D;
-#ifdef ROSEINFER_PROBE_SKIP_WAIT
+#ifdef PAGED_ATTN_PROBE_SKIP_WAIT
   m.def("set_probe_skip_wait", [](bool on) {
     const int value = on;
     C10_CUDA_CHECK(cudaMemcpyToSymbol(probe_skip_wait, &value, sizeof value));

@@ -33,7 +33,7 @@ def pick_stages(pairs: int) -> int:
 
 
 # The probe build's define (`paged_attn.cu`: its kernel can skip its wait for the kernel in front)
-PROBE_SKIP_WAIT_DEFINE = "ROSEINFER_PROBE_SKIP_WAIT"
+PROBE_SKIP_WAIT_DEFINE = "PAGED_ATTN_PROBE_SKIP_WAIT"
 
 
 def load(probe_skip_wait: bool = False):
