@@ -21,8 +21,8 @@ Inside the graph, the linears of small buckets run as the small-batch GEMV kerne
 skinny GEMM, and in buckets 48 to 512 as a CUTLASS GEMM that loads its weights before its PDL wait (in step parts
 of 256 rows and more on a shallow pipeline that shares SMs; buckets 272, 288, 464 and 480 on cuBLAS, measured
 faster there), attn_proj and mlp_proj there split along K into parts that the add + LayerNorm after them sums
-(`roseinfer.linears`, `roseinfer.cuda_ext.cutlass_gemm`; which kernel where: `roseinfer.graph_kernels.GraphKernels`),
-residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
+(`roseinfer.linears`, `roseinfer.cuda_ext.cutlass_gemm`; which kernel where:
+`roseinfer.graph_kernels.GraphKernels`), residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
 the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about. In buckets of 208 to 256 and of 512 rows (models up to 768

@@ -37,9 +37,10 @@ HALVES_MAX_BATCH = 256
 HALVES_WIDE_FROM = 512
 HALVES_WIDE_MAX_BATCH = 512
 # Step parts of at least this many rows run the CUTLASS GEMM on its shallow pipeline
-# (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 304 to 496 but 464 and 480
+# (`GraphKernels.cutlass_shallow_from`): batch 512's halves and the one-stream buckets 304 to 496 but 464, 480
 CUTLASS_SHALLOW_FROM = 256
-# ... but the one-stream buckets of these rows run cuBLAS, measured faster there (`GraphKernels.cutlass_cublas_rows`)
+# ... but the one-stream buckets of these rows run cuBLAS, measured faster there
+# (`GraphKernels.cutlass_cublas_rows`)
 CUTLASS_CUBLAS_ROWS = frozenset({272, 288, 464, 480})
 
 

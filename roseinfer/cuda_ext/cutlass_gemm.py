@@ -15,8 +15,8 @@ tools/util/include/ and the example's folder). Where that wheel is missing, at a
 `pip install --no-deps nvidia-cutlass==4.2.0.0` (the wheel's own dependencies are its Python code generator's).
 
 Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows, less
-`GraphKernels.cutlass_cublas_rows` (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`; the kernel itself takes up to MAX_ROWS), float16 linears
-with a bias whose operands TMA can address (`fits`); those buckets launch their Triton kernels as programmatic
+`GraphKernels.cutlass_cublas_rows` (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`; the kernel itself takes
+up to MAX_ROWS), float16 linears with a bias whose operands TMA can address (`fits`); those buckets launch their Triton kernels as programmatic
 dependents too, so the add + LayerNorm in front of c_attn and c_fc releases them early, and the attention
 (`GraphKernels.cutlass_pdl_attention`) starts while c_attn finishes and releases attn_proj as it starts. The GEMM
 itself releases the kernel after it once half of its weights' K tiles are issued, without waiting for the kernel

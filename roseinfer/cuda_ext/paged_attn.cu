@@ -38,6 +38,9 @@ constexpr int D = 64;       // head dim: 8 lanes of 8 dims
 constexpr int BLOCK = 64;   // tokens a cache block
 constexpr int WARPS = 4;    // BLOCK / WARPS rows a warp a tile
 constexpr int THREADS = WARPS * 32;
+constexpr int ROWS = BLOCK / WARPS;  // 16
+constexpr float LOG2E = 1.4426950408889634f;
+static_assert(ROWS % 4 == 0, "a warp reads 4 rows at a time");
 
 #ifdef PAGED_ATTN_PROBE_SKIP_WAIT
 // A probe build, never the engine's (`paged_attn.load(probe_skip_wait=True)`): while this is set the kernel does
@@ -47,9 +50,6 @@ constexpr int THREADS = WARPS * 32;
 // --probe-attention-no-wait).
 __device__ int probe_skip_wait = 0;
 #endif
-constexpr int ROWS = BLOCK / WARPS;  // 16
-constexpr float LOG2E = 1.4426950408889634f;
-static_assert(ROWS % 4 == 0, "a warp reads 4 rows at a time");
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
