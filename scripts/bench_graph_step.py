@@ -14,6 +14,10 @@ covered, so a PDL launch is not charged for its wait) and launches per replay, f
 times each variant's graph with it twice: as the engine runs it, then with the attention not waiting for c_attn, a
 bound on what that dependency costs a step. Only where the attention is a dependent launch (the CUTLASS GEMM's
 buckets) does the second row differ: elsewhere its wait returns at once anyway.
+--probe-no-add-layer-norm times each variant a second time, built with every residual add + LayerNorm kernel left
+out (the Triton `add_layer_norm_kernel`: the step's next linear reads the residual itself, a K split's parts are
+read by nobody): a bound on what folding those kernels into the GEMMs around them could give a step. Its tokens
+mean nothing.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -150,6 +154,15 @@ def probe_build():
     return probe
 
 
+def leave_out_add_layer_norm() -> None:
+    """--probe-no-add-layer-norm: every residual add + LayerNorm of the engines this process builds returns the
+    residual as both the sum and the normalised rows, and launches nothing (`roseinfer.model.residual_layer_norm`
+    imports the kernel's function as it calls it)."""
+    from roseinfer.kernels import add_layernorm
+
+    add_layernorm.add_layer_norm_triton = lambda x, delta, weight, bias, eps: (x, x)
+
+
 def build(model: str, batch: int, variant: int):
     llm = LLM(model, device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
     engine = llm.engine
@@ -172,6 +185,11 @@ def main() -> None:
         help="each variant also timed with its CUDA paged attention not waiting for c_attn (a bound; only where the"
         " attention is a dependent launch, in the CUTLASS GEMM's buckets)",
     )
+    p.add_argument(
+        "--probe-no-add-layer-norm",
+        action="store_true",
+        help="each variant also timed with its residual add + LayerNorm kernels left out (a bound)",
+    )
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one variant, in this process
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
@@ -179,9 +197,14 @@ def main() -> None:
     tables = []
     if a.one is not None:  # a child of the loop below: one build, its figures as JSON
         probe = probe_build() if a.probe_attention_no_wait else None
+        if a.probe_no_add_layer_norm:
+            leave_out_add_layer_norm()
         engine = build(a.model, a.batch, a.one)
         # the first past last, so that --kernels profiles the inputs it left
-        row = [replay_us(engine, a.batch, past, a.reps) for past in reversed(pasts)][::-1]
+        row = [
+            replay_us(engine, a.batch, past, a.reps, probe=a.probe_no_add_layer_norm)
+            for past in reversed(pasts)
+        ][::-1]
         probe_row = []
         if probe is not None:  # the same graphs once their replays have written q, k and v: the wait skipped
             probe.set_probe_skip_wait(True)
@@ -200,15 +223,18 @@ def main() -> None:
         # Each build in a process of its own: in one process a later build's replays ran up to 40 us slower at
         # batches 32 and 64 on the H100, with the same kernel time (idle between kernels; docs/BENCHMARKS.md,
         # session 13).
-        child = [sys.executable, __file__, *sys.argv[1:], "--one", str(variant)]
-        out = json.loads(
-            subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()[-1]
-        )
+        args = [x for x in sys.argv[1:] if x != "--probe-no-add-layer-norm"]
+        out = child(args, variant)
         row = out["row"]
         print(f"| {NAMES[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
         if out["probe_row"]:
             cells = " | ".join(f"{x:.1f}" for x in out["probe_row"])
             print(f"| {variant}, the attention not waiting for c_attn (a bound) | {cells} |", flush=True)
+        if a.probe_no_add_layer_norm:
+            cells = " | ".join(
+                f"{x:.1f}" for x in child([*args, "--probe-no-add-layer-norm"], variant)["row"]
+            )
+            print(f"| {variant}, no add + LayerNorm kernels (a bound) | {cells} |", flush=True)
         if a.kernels:
             tables.append((variant, row[0], out["table"]))
     for variant, replay, table in tables:
@@ -223,6 +249,14 @@ def main() -> None:
             f"| **all** | {sum(r[1] for r in table):.0f} | {sum(r[2] for r in table):.1f} | "
             f"{sum(r[3] for r in table):.1f} |"
         )
+
+
+def child(args: list[str], variant: int) -> dict:
+    """One variant's figures from a process of its own (`--one`)."""
+    cmd = [sys.executable, __file__, *args, "--one", str(variant)]
+    return json.loads(
+        subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout.splitlines()[-1]
+    )
 
 
 if __name__ == "__main__":
