@@ -195,6 +195,7 @@ class DecodeGraphs:
                 k.attention_release_in(rows),
                 k.pdl_attention_prefetch,
                 k.pdl_early_release,
+                k.layer_norm_early_in(rows, width),
             ),
         ):
             yield

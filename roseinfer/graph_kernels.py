@@ -209,6 +209,13 @@ class GraphKernels:
     # halves, 384 678.5 / 692.0, 416 721.8 / 786.8, 448 732.1 / 792.2, 480 786.6 / 790.4 (session 54).
     halves_wide_from: int = HALVES_WIDE_FROM
     halves_wide_max_batch: int = HALVES_WIDE_MAX_BATCH
+    # In the CUTLASS GEMM's buckets of models at most PDL_NARROW_WIDTH wide, the residual add + LayerNorm kernel
+    # runs one warp a row and releases the GEMM after it before its own wait (`pdl_layer_norm_early`), so that the
+    # GEMM's weights load while it waits. GPT-2 small's step on an H200 (us a replay): batch 64 at pasts 256 / 512
+    # 396.1 / 537.4 -> 372.7 / 517.0, batch 512 at 128 1,057.6 -> 1,038.4; the release alone 382.2 / 525.2 and
+    # 1,045.6, one warp alone 398.2 / 535.8 and 1,053.1; gpt2-medium at 64 rows: the same (904.4 -> 904.8), the
+    # release alone 921.5 (docs/BENCHMARKS.md, session 56). False: four warps a row, released after the wait.
+    layer_norm_early: bool = True
 
     @classmethod
     def of(cls, cfg) -> GraphKernels:
@@ -244,6 +251,16 @@ class GraphKernels:
             or (width <= PDL_NARROW_WIDTH and PDL_NARROW_ABOVE < bucket <= self.pdl_narrow_max_batch)
             or (self.skinny_gemm_pdl and bucket <= self.skinny_gemm_max_batch)
             or self.cutlass_in(bucket, width)
+        )
+
+    def layer_norm_early_in(self, bucket: int, width: int) -> bool:
+        """Whether a step part of `bucket` rows, of a model `width` wide, runs `layer_norm_early`'s add +
+        LayerNorm (only where its kernels are dependent launches: `cutlass_in` implies `pdl_in`)."""
+        return (
+            self.layer_norm_early
+            and width <= PDL_NARROW_WIDTH
+            and self.pdl
+            and self.cutlass_in(bucket, width)
         )
 
     def cutlass_in(self, bucket: int, width: int) -> bool:

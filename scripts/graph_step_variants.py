@@ -74,7 +74,9 @@
      59 without the K split and with the attention's 2 tiles in flight; 66: 60 + two halves above 256 rows.
  67. 56, shallow in step parts of 256 rows and more, + bucket 512 as two halves: the engine of session 54.
  68. 67 with the one-stream buckets 272, 288, 464 and 480 on cuBLAS (`GraphKernels.cutlass_cublas_rows`): the
-     engine now.
+     engine of session 55.
+ 69. 68 + the add + LayerNorm of the CUTLASS GEMM's buckets (GPT-2 small) one warp a row, releasing the GEMM after
+     it before its wait (`GraphKernels.layer_norm_early`): the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -240,6 +242,10 @@ VARIANTS[67] = GraphKernels()
 # shallow CUTLASS GEMM
 VARIANTS = {v: dataclasses.replace(k, cutlass_cublas_rows=frozenset()) for v, k in VARIANTS.items()}
 VARIANTS[68] = GraphKernels()
+# session 56: the add + LayerNorm of the CUTLASS GEMM's buckets (GPT-2 small) one warp a row, releasing the GEMM
+# after it before its wait; before it four warps a row, released after the wait
+VARIANTS = {v: dataclasses.replace(k, layer_norm_early=False) for v, k in VARIANTS.items()}
+VARIANTS[69] = GraphKernels()
 
 # Each variant's row in the tables
 NAMES = {
@@ -310,5 +316,6 @@ NAMES = {
     65: "56, on 4 stages from 193 rows",
     66: "60 + two halves above 256 rows",
     67: "65 from 256 rows + two halves at 512 (session 54)",
-    68: "67, cuBLAS at 272, 288, 464, 480 (engine now)",
+    68: "67, cuBLAS at 272, 288, 464, 480 (session 55)",
+    69: "68 + the add + LayerNorm released early (engine now)",
 }

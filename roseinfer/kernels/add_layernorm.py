@@ -41,7 +41,7 @@ def _get_kernel():
     def add_layer_norm_kernel(
         x_ptr, d_ptr, db_ptr, w_ptr, b_ptr, s_ptr, y_ptr,
         stride_x, stride_d, stride_dk, stride_s, stride_y, C, eps,
-        BLOCK_C: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr,
+        BLOCK_C: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         c = tl.arange(0, BLOCK_C)
@@ -51,8 +51,12 @@ def _get_kernel():
         if SPLITS > 0:  # delta is a K split's parts (stride_dk apart) and the linear's bias, a parameter too
             d = tl.load(db_ptr + c, mask=mask, other=0.0).to(tl.float32)
         if PDL:  # roseinfer.kernels.pdl: x and delta are earlier kernels' outputs
+            # `pdl_layer_norm_early`: the next kernel launches (and loads its weights) during this wait
+            if EARLY:
+                gdc_launch_dependents()
             gdc_wait()
-            gdc_launch_dependents()
+            if not EARLY:
+                gdc_launch_dependents()
         x = tl.load(x_ptr + row * stride_x + c, mask=mask, other=0.0)
         if SPLITS > 0:
             for k in tl.static_range(SPLITS):
@@ -75,10 +79,11 @@ def _get_kernel():
 def add_layer_norm_triton(x, delta, weight, bias, eps: float):
     """Same contract as the reference; rows may be strided, the last dimension must be contiguous. delta may be a
     K-split linear's output (`roseinfer.kernels.split_sum.SplitK`: its parts and bias added as they are read).
-    Launched with PDL inside `roseinfer.kernels.pdl.pdl_scope`."""
+    Launched with PDL inside `roseinfer.kernels.pdl.pdl_scope`; with its `layer_norm_early` a row is one warp
+    (its sums by shuffles alone, no shared memory) and the kernel releases the next before its wait."""
     import triton
 
-    from roseinfer.kernels.pdl import pdl_enabled
+    from roseinfer.kernels.pdl import pdl_enabled, pdl_layer_norm_early
 
     t, c = x.shape
     if isinstance(delta, SplitK):
@@ -95,9 +100,10 @@ def add_layer_norm_triton(x, delta, weight, bias, eps: float):
     if t == 0:
         return s, y
     block_c = triton.next_power_of_2(c)
+    early = pdl_layer_norm_early()
     _get_kernel()[(t,)](
         x, d, d_bias, weight, bias, s, y, x.stride(0), d.stride(-2), stride_dk, s.stride(0), y.stride(0), c, eps,
-        BLOCK_C=block_c, SPLITS=splits, PDL=pdl_enabled(), num_warps=4 if block_c <= 1024 else 8,
-        launch_pdl=pdl_enabled(),
+        BLOCK_C=block_c, SPLITS=splits, PDL=pdl_enabled(), EARLY=early,
+        num_warps=1 if early else 4 if block_c <= 1024 else 8, launch_pdl=pdl_enabled(),
     )  # fmt: skip
     return s, y

@@ -13,14 +13,15 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
   transitive, so after the wait every earlier kernel of the step has finished);
 - it calls `gdc_launch_dependents` right after its wait, so at most two kernels are in flight: the running one
   and the next, which prefetches its weights and waits. Early releasers call it sooner: with `pdl_early_release`
-  a one-row GEMV calls it as it starts, and the CUTLASS GEMM of buckets 48 to 512 (less
-  `GraphKernels.cutlass_cublas_rows`; `roseinfer.cuda_ext.cutlass_gemm`,
-  CUDA C++ with its own griddepcontrol) once half of its weights' K tiles are issued, from the warp that loads them
+  a one-row GEMV calls it as it starts; with `pdl_layer_norm_early` the residual add + LayerNorm kernel does (in
+  the CUTLASS GEMM's buckets of models up to 768 wide: `GraphKernels.layer_norm_early_in`); and the CUTLASS GEMM
+  of buckets 48 to 512 (less `GraphKernels.cutlass_cublas_rows`; `roseinfer.cuda_ext.cutlass_gemm`, CUDA C++
+  with its own griddepcontrol) once half of its weights' K tiles are issued, from the warp that loads them
   without waiting for the kernel in front (its shallow form, in step parts of 256 rows and more, gets there only
-  after its wait: its stages hold a third of a 768-deep K). The
-  next kernel then loads its weights while this one still loads its own, and if that one releases early too, the
-  one after it, so several kernels are in flight (at most what fits on the SMs beside the running one: a grid is
-  released only once every one of its programs has started, so the running kernel never waits for room).
+  after its wait: its stages hold a third of a 768-deep K). The next kernel then loads its weights while this
+  one still loads its own, and if that one releases early too, the one after it, so several kernels are in
+  flight (at most what fits on the SMs beside the running one: a grid is released only once every one of its
+  programs has started, so the running kernel never waits for room).
 A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
 once it completes.
 
@@ -51,6 +52,7 @@ _PDL_ATTENTION: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _PDL_RELEASE: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_release", default=False)
 _PDL_PREFETCH: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_prefetch", default=False)
 _PDL_EARLY: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_early", default=False)
+_PDL_LN_EARLY: contextvars.ContextVar[bool] = contextvars.ContextVar("roseinfer_pdl_ln_early", default=False)
 _SUPPORTED: bool | None = None
 
 
@@ -92,6 +94,12 @@ def pdl_early_release() -> bool:
     return _PDL_EARLY.get()
 
 
+def pdl_layer_norm_early() -> bool:
+    """Whether the residual add + LayerNorm kernel (`roseinfer.kernels.add_layernorm`) releases the kernel after it
+    as it starts, before its wait, rather than right after it (and runs one warp a row)."""
+    return _PDL_LN_EARLY.get()
+
+
 @contextlib.contextmanager
 def pdl_scope(
     enabled: bool,
@@ -99,13 +107,15 @@ def pdl_scope(
     attention_release: bool = False,
     attention_prefetch: bool = False,
     early_release: bool = False,
+    layer_norm_early: bool = False,
 ):
     """Kernels launched inside use PDL when `enabled` and the device supports it; the attention kernels only
     with `attention` too. At batch 1 on the H100 PDL on the one-pass attention kernel made a step faster at 128
     past tokens and slower at 512, and on the split kernel slower at every past (docs/BENCHMARKS.md, issue 27): a
     dependent that only waits gains nothing, and its programs, launched while the GEMV before still holds every
     SM, run slower. attention_release: see `pdl_attention_release`; attention_prefetch: see
-    `pdl_attention_prefetch` (a dependent that loads its past while it waits: faster)."""
+    `pdl_attention_prefetch` (a dependent that loads its past while it waits: faster); layer_norm_early: see
+    `pdl_layer_norm_early`."""
     on = bool(enabled) and pdl_supported()
     tokens = (
         _PDL.set(on),
@@ -113,10 +123,12 @@ def pdl_scope(
         _PDL_RELEASE.set(on and attention_release),
         _PDL_PREFETCH.set(on and attention_prefetch),
         _PDL_EARLY.set(on and early_release),
+        _PDL_LN_EARLY.set(on and layer_norm_early),
     )
     try:
         yield
     finally:
+        _PDL_LN_EARLY.reset(tokens[5])
         _PDL_EARLY.reset(tokens[4])
         _PDL_PREFETCH.reset(tokens[3])
         _PDL_RELEASE.reset(tokens[2])

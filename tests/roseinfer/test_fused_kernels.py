@@ -37,6 +37,41 @@ def test_add_layer_norm_of_no_rows():
     assert s.shape == y.shape == (0, 768)
 
 
+@pytest.mark.parametrize("early", [False, True])
+def test_chained_add_layer_norms_in_a_graph_wait_for_each_other(early):
+    # `pdl_layer_norm_early`: each add + LayerNorm releases the next before its own wait (one warp a row). Three
+    # chained as dependent launches in a graph, each reading the one before, a K split's parts among the deltas:
+    # replayed on fresh inputs, a wait missing anywhere would read the previous replay's rows.
+    from roseinfer.bench.timing import captured
+    from roseinfer.kernels.add_layernorm import add_layer_norm_reference, add_layer_norm_triton
+    from roseinfer.kernels.pdl import pdl_scope, pdl_supported
+    from roseinfer.kernels.split_sum import SplitK
+
+    if not pdl_supported():
+        pytest.skip("PDL needs Hopper or later")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    rows, c = 64, 768
+    rand = lambda *shape: torch.randn(*shape, generator=g, device="cuda")  # noqa: E731
+    x, d1 = rand(rows, c).half(), rand(rows, c).half()
+    parts, d_bias = rand(3, rows, c), rand(c).half()  # [S, T, C] float32, [C]
+    ln = [((rand(c) * 0.2 + 1).half(), (rand(c) * 0.1).half()) for _ in range(3)]
+
+    def chain(add_ln):
+        s1, y1 = add_ln(x, d1, *ln[0], 1e-5)
+        s2, y2 = add_ln(s1, SplitK(parts, d_bias), *ln[1], 1e-5)
+        return (s2, y2, *add_ln(s2, y1, *ln[2], 1e-5))
+
+    with pdl_scope(True, layer_norm_early=early):
+        graph, outputs = captured(lambda: chain(add_layer_norm_triton))
+    for _ in range(3):
+        for t in (x, d1, parts, d_bias):
+            t.copy_(rand(*t.shape))
+        graph.replay()
+        torch.cuda.synchronize()
+        for out, ref in zip(outputs, chain(add_layer_norm_reference)):
+            torch.testing.assert_close(out.float(), ref.float(), atol=4e-3, rtol=4e-3)
+
+
 @pytest.mark.parametrize("rows", [1, 64, 256, 1000])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_linear_gelu_epilogue_is_gpt2s_tanh_gelu(rows, dtype):

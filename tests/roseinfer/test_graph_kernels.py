@@ -153,3 +153,42 @@ def test_the_one_stream_buckets_measured_faster_on_cublas_run_it_with_plain_laun
             upto256.pdl_in(b, gpt2),
             upto256.halves_in(b, gpt2),
         )
+
+
+def test_the_add_layer_norm_releases_the_gemm_early_in_gpt2_smalls_cutlass_buckets(monkeypatch):
+    # GraphKernels.layer_norm_early: in the CUTLASS GEMM's buckets of models up to 768 wide (GPT-2 small's 64 and
+    # 512 rows measured faster, gpt2-medium's 64 not: docs/BENCHMARKS.md, session 56) the step's add + LayerNorm
+    # kernels are told so by `DecodeGraphs._kernel_choices` (on a device with PDL: pretended here)
+    from roseinfer.cuda_graphs import DecodeGraphs
+    from roseinfer.graph_kernels import PDL_NARROW_WIDTH, GraphKernels
+    from roseinfer.kernels import pdl
+
+    k, gpt2, medium = GraphKernels(), PDL_NARROW_WIDTH, 1024
+    buckets = batch_buckets(512)
+    cutlass = [b for b in buckets if k.cutlass_in(b, gpt2)]
+    assert cutlass[0] == 48 and cutlass[-1] == 512 and 272 not in cutlass
+    assert [b for b in buckets if k.layer_norm_early_in(b, gpt2)] == cutlass
+    assert not any(k.layer_norm_early_in(b, medium) for b in buckets)  # there: the same, or slower
+    assert not any(GraphKernels(layer_norm_early=False).layer_norm_early_in(b, gpt2) for b in buckets)
+    assert not any(GraphKernels(pdl=False).layer_norm_early_in(b, gpt2) for b in buckets)
+    assert not any(k.for_step(False, tensor_parallel=False).layer_norm_early_in(b, gpt2) for b in buckets)
+
+    monkeypatch.setattr(pdl, "_SUPPORTED", True)
+
+    def early_in(kernels, width):
+        class Probe:  # what `_kernel_choices` reads of a DecodeGraphs
+            model = type("M", (), {"cfg": type("C", (), {"n_embd": width})()})()
+            skinny_scratch = mlp_scratch = attn_scratch = None
+
+        Probe.kernels = kernels
+        seen = []
+        for rows in (8, 32, 48, 64, 272, 512):
+            with DecodeGraphs._kernel_choices(Probe(), rows):
+                assert pdl.pdl_enabled() == kernels.pdl_in(rows, width)
+                seen.append(pdl.pdl_layer_norm_early())
+        assert pdl.pdl_layer_norm_early() is False  # reset after the block
+        return seen
+
+    assert early_in(k, gpt2) == [False, False, True, True, False, True]
+    assert early_in(k, medium) == [False] * 6
+    assert early_in(GraphKernels(layer_norm_early=False), gpt2) == [False] * 6
