@@ -153,8 +153,8 @@ class GraphKernels:
     # 1,025.6, but 160 1,350.3 -> 1,449.9 and 256 1,730.9 -> 1,752.0 (docs/BENCHMARKS.md, session 48).
     cutlass_wide_max_batch: int = 128
     # In those buckets the paged attention is a dependent launch too: it starts while c_attn finishes, and releases
-    # attn_proj as it starts, whose weights then load beside it. GPT-2 small's step at 64 rows and a past of 256
-    # on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
+    # attn_proj right after its wait, whose weights then load beside it. GPT-2 small's step at 64 rows and a past
+    # of 256 on an H200: 513.4 -> 491.7 us (docs/BENCHMARKS.md, session 44). False: launched plainly there.
     cutlass_pdl_attention: bool = True
     # In those buckets attn_proj and mlp_proj, whose reader is the residual add + LayerNorm, split K into float32
     # parts of about this many (`roseinfer.linears.linear_to_residual`): S times the blocks in one launch, and that
@@ -209,12 +209,14 @@ class GraphKernels:
     # halves, 384 678.5 / 692.0, 416 721.8 / 786.8, 448 732.1 / 792.2, 480 786.6 / 790.4 (session 54).
     halves_wide_from: int = HALVES_WIDE_FROM
     halves_wide_max_batch: int = HALVES_WIDE_MAX_BATCH
-    # In the CUTLASS GEMM's buckets of models at most PDL_NARROW_WIDTH wide, the residual add + LayerNorm kernel
-    # runs one warp a row and releases the GEMM after it before its own wait (`pdl_layer_norm_early`), so that the
-    # GEMM's weights load while it waits. GPT-2 small's step on an H200 (us a replay): batch 64 at pasts 256 / 512
-    # 396.1 / 537.4 -> 372.7 / 517.0, batch 512 at 128 1,057.6 -> 1,038.4; the release alone 382.2 / 525.2 and
-    # 1,045.6, one warp alone 398.2 / 535.8 and 1,053.1; gpt2-medium at 64 rows: the same (904.4 -> 904.8), the
-    # release alone 921.5 (docs/BENCHMARKS.md, session 56). False: four warps a row, released after the wait.
+    # In the CUTLASS GEMM's buckets of models at most PDL_NARROW_WIDTH wide (one device), the residual add +
+    # LayerNorm kernel runs one warp a row and releases the kernel after it before its own wait
+    # (`pdl_layer_norm_early`), so that the next GEMM's weights load while it waits. GPT-2 small's step on an
+    # H200, us a replay (variants 68 -> 69): batch 48 310.8 -> 297.9, 64 396.9 / 540.5 -> 373.9 / 520.8 (pasts
+    # 256 / 512), 128 434.7 -> 425.1, 256 663.5 -> 657.2, 384 885.5 -> 883.2, 512 1,066.8 -> 1,047.8 (past 128).
+    # At 64 and 512 rows the release alone gave about half of that and one warp alone nearly nothing; for
+    # gpt2-medium at 64 rows both together changed nothing and the release alone was 1.9% slower
+    # (docs/BENCHMARKS.md, session 56). False: four warps a row, released after the wait.
     layer_norm_early: bool = True
 
     @classmethod
@@ -231,7 +233,8 @@ class GraphKernels:
         """These choices as a step can take them: where the CUTLASS GEMM is off (`--no-cutlass-gemm`) or cannot run
         (no wheel, not Hopper, not float16) its buckets run as before it, cuBLAS on one stream (the halves make up for its tiles' waves, and at
         512 rows need its shallow form); under tensor parallelism, which runs no halves (its ranks' all-reduces
-        must come in one order), the GEMM stops at CUTLASS_MAX_BATCH_TP rows on its deep form, as measured."""
+        must come in one order), the GEMM stops at CUTLASS_MAX_BATCH_TP rows on its deep form, as measured, and
+        the add + LayerNorm stays as it was before `layer_norm_early` (measured on one device only)."""
         kernels = self
         if not cutlass_runs:
             kernels = dataclasses.replace(
@@ -239,7 +242,9 @@ class GraphKernels:
             )
         if tensor_parallel:
             rows = min(kernels.cutlass_gemm_max_batch, CUTLASS_MAX_BATCH_TP)
-            kernels = dataclasses.replace(kernels, cutlass_gemm_max_batch=rows, cutlass_shallow_from=0)
+            kernels = dataclasses.replace(
+                kernels, cutlass_gemm_max_batch=rows, cutlass_shallow_from=0, layer_norm_early=False
+            )
         return kernels
 
     def pdl_in(self, bucket: int, width: int) -> bool:
@@ -255,7 +260,8 @@ class GraphKernels:
 
     def layer_norm_early_in(self, bucket: int, width: int) -> bool:
         """Whether a step part of `bucket` rows, of a model `width` wide, runs `layer_norm_early`'s add +
-        LayerNorm (only where its kernels are dependent launches: `cutlass_in` implies `pdl_in`)."""
+        LayerNorm (only where its kernels are dependent launches: `cutlass_in` implies `pdl_in`; not under tensor
+        parallelism, where it was not measured: `for_step`)."""
         return (
             self.layer_norm_early
             and width <= PDL_NARROW_WIDTH
@@ -297,5 +303,6 @@ class GraphKernels:
         nor for a tensor-parallel attn_proj's narrow input). cuBLAS's GEMM is launched plainly, so in its buckets
         the release gains nothing and would only keep the attention's 16-token tiles off
         (`pick_attention_tile(shares_sms=)`). In the CUTLASS GEMM's buckets the attention is itself a dependent
-        launch (`cutlass_pdl_attention`), which releases attn_proj as it starts; its tiles stay as they were."""
+        launch (`cutlass_pdl_attention`), which releases attn_proj right after its wait; its tiles stay as they
+        were."""
         return self.pdl_attention_release and bucket <= max(self.gemv_max_batch, self.skinny_gemm_max_batch)

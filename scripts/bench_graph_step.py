@@ -17,7 +17,8 @@ buckets) does the second row differ: elsewhere its wait returns at once anyway.
 --probe-no-add-layer-norm times each variant a second time, built with every residual add + LayerNorm kernel left
 out (the Triton `add_layer_norm_kernel`: the step's next linear reads the residual itself, a K split's parts are
 read by nobody): a bound on what folding those kernels into the GEMMs around them could give a step. Its tokens
-mean nothing.
+mean nothing. Where the step has no such kernel (buckets of up to 8 rows, whose LayerNorms run inside the GEMVs,
+and variants without `fused_add_layernorm`) its row leaves nothing out.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -46,8 +47,8 @@ def freeze(engine, rows: int, past: int) -> None:
 
 
 def replay_us(engine, batch: int, past: int, reps: int, probe: bool = False) -> float:
-    """probe: token ids restored before every replay (`probe_build`: a probed step's greedy tokens may be the
-    argmax's sentinel)."""
+    """probe: token ids restored before every replay (a probed step's greedy tokens may be the argmax's sentinel:
+    `probe_build`, `leave_out_add_layer_norm`)."""
     graphs, runner = engine.graphs, engine.runner
     bucket = graphs.bucket_for(batch)
     freeze(engine, bucket, past)
@@ -171,7 +172,7 @@ def build(model: str, batch: int, variant: int):
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(allow_abbrev=False)  # the children's options are matched by their names
     p.add_argument("--model", default="gpt2")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--past", default="128,256,512")
@@ -230,9 +231,10 @@ def main() -> None:
         if out["probe_row"]:
             cells = " | ".join(f"{x:.1f}" for x in out["probe_row"])
             print(f"| {variant}, the attention not waiting for c_attn (a bound) | {cells} |", flush=True)
-        if a.probe_no_add_layer_norm:
+        if a.probe_no_add_layer_norm:  # its own build: no other probe, no kernel table
+            probe_args = [x for x in args if x not in ("--probe-attention-no-wait", "--kernels")]
             cells = " | ".join(
-                f"{x:.1f}" for x in child([*args, "--probe-no-add-layer-norm"], variant)["row"]
+                f"{x:.1f}" for x in child([*probe_args, "--probe-no-add-layer-norm"], variant)["row"]
             )
             print(f"| {variant}, no add + LayerNorm kernels (a bound) | {cells} |", flush=True)
         if a.kernels:

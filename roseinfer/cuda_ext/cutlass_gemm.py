@@ -15,13 +15,14 @@ tools/util/include/ and the example's folder). Where that wheel is missing, at a
 `pip install --no-deps nvidia-cutlass==4.2.0.0` (the wheel's own dependencies are its Python code generator's).
 
 Where the engine runs it: buckets of more than 32 and at most `GraphKernels.cutlass_gemm_max_batch` rows, less
-`GraphKernels.cutlass_cublas_rows` (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`; the kernel itself takes
-up to MAX_ROWS), float16 linears with a bias whose operands TMA can address (`fits`); those buckets launch their Triton kernels as programmatic
-dependents too, so the add + LayerNorm in front of c_attn and c_fc releases them early, and the attention
-(`GraphKernels.cutlass_pdl_attention`) starts while c_attn finishes and releases attn_proj as it starts. The GEMM
-itself releases the kernel after it once half of its weights' K tiles are issued, without waiting for the kernel
-in front (`roseinfer.kernels.pdl`: an early releaser; the shallow form below holds only 4 of a 768-deep K's 12
-tiles before its wait, and releases after it).
+`GraphKernels.cutlass_cublas_rows` (`roseinfer.linears.small_batch_gemv(cutlass_rows=)`; the kernel itself takes up
+to MAX_ROWS), float16 linears with a bias whose operands TMA can address (`fits`); those buckets launch their Triton
+kernels as programmatic dependents too, so the add + LayerNorm in front of c_attn and c_fc releases them early (for
+models up to 768 wide before its own wait: `GraphKernels.layer_norm_early`), and the attention
+(`GraphKernels.cutlass_pdl_attention`) starts while c_attn finishes and releases attn_proj right after its wait. The
+GEMM itself releases the kernel after it once half of its weights' K tiles are issued, without waiting for the
+kernel in front (`roseinfer.kernels.pdl`: an early releaser; the shallow form below holds only 4 of a 768-deep K's
+12 tiles before its wait, and releases after it).
 
 Its shallow form (`shallow=True`) runs the same kernel on SHALLOW_STAGES pipeline stages rather than as many as
 shared memory holds (13 at K = 768: one block an SM). At 512 rows c_attn's and c_fc's 64-row tiles are 288 and

@@ -100,7 +100,7 @@ def add_layer_norm_triton(x, delta, weight, bias, eps: float):
     if t == 0:
         return s, y
     block_c = triton.next_power_of_2(c)
-    early = pdl_layer_norm_early()
+    early = pdl_layer_norm_early() and block_c <= 1024  # one warp holds 32 of a row's floats a lane at most
     _get_kernel()[(t,)](
         x, d, d_bias, weight, bias, s, y, x.stride(0), d.stride(-2), stride_dk, s.stride(0), y.stride(0), c, eps,
         BLOCK_C=block_c, SPLITS=splits, PDL=pdl_enabled(), EARLY=early,

@@ -21,7 +21,10 @@ The protocol every PDL kernel here follows, so that the chain stays correct:
   after its wait: its stages hold a third of a 768-deep K). The next kernel then loads its weights while this
   one still loads its own, and if that one releases early too, the one after it, so several kernels are in
   flight (at most what fits on the SMs beside the running one: a grid is released only once every one of its
-  programs has started, so the running kernel never waits for room).
+  programs has started, so the running kernel never waits for room). With the add + LayerNorm among them, the
+  chain reaches across a layer in the deep GEMM's buckets (mlp_proj's parts, the add + LayerNorm, c_attn, then
+  the next layer's attention, which releases only after its wait; what it reads before, below, is its own
+  layer's). Before a plain launch (ln_f's, in front of cuBLAS's lm_head) an early release changes nothing.
 A kernel launched without the attribute (cuBLAS, torch's) is ordered as usual, and a PDL kernel after it starts
 once it completes.
 

@@ -41,7 +41,7 @@ def test_add_layer_norm_of_no_rows():
 def test_chained_add_layer_norms_in_a_graph_wait_for_each_other(early):
     # `pdl_layer_norm_early`: each add + LayerNorm releases the next before its own wait (one warp a row). Three
     # chained as dependent launches in a graph, each reading the one before, a K split's parts among the deltas:
-    # replayed on fresh inputs, a wait missing anywhere would read the previous replay's rows.
+    # replayed on fresh inputs, where a missing wait could read the previous replay's rows.
     from roseinfer.bench.timing import captured
     from roseinfer.kernels.add_layernorm import add_layer_norm_reference, add_layer_norm_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported

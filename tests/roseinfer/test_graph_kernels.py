@@ -83,7 +83,8 @@ def test_the_engine_without_the_cutlass_gemm_runs_its_steps_on_one_stream():
 
 def test_a_step_takes_the_kernel_choices_it_can_run():
     # GraphKernels.for_step: without the CUTLASS GEMM cuBLAS on one stream; under tensor parallelism the GEMM up to
-    # 256 rows on its deep form (what was measured there), the rest as asked
+    # 256 rows on its deep form and the add + LayerNorm as before `layer_norm_early` (what was measured there), the
+    # rest as asked
     from roseinfer.graph_kernels import GraphKernels
 
     k = GraphKernels()
@@ -92,8 +93,11 @@ def test_a_step_takes_the_kernel_choices_it_can_run():
     assert (off.cutlass_gemm_max_batch, off.halves_from, off.halves_wide_from) == (0, 0, 0)
     assert off.cutlass_shallow_from == k.cutlass_shallow_from  # (unread without the GEMM)
     tp = k.for_step(True, tensor_parallel=True)
-    assert (tp.cutlass_gemm_max_batch, tp.cutlass_shallow_from) == (256, 0)
-    assert dataclasses.replace(tp, cutlass_gemm_max_batch=512, cutlass_shallow_from=256) == k
+    assert (tp.cutlass_gemm_max_batch, tp.cutlass_shallow_from, tp.layer_norm_early) == (256, 0, False)
+    assert (
+        dataclasses.replace(tp, cutlass_gemm_max_batch=512, cutlass_shallow_from=256, layer_norm_early=True)
+        == k
+    )
     assert (
         GraphKernels(cutlass_gemm_max_batch=64).for_step(True, tensor_parallel=True).cutlass_gemm_max_batch
         == 64
@@ -172,6 +176,9 @@ def test_the_add_layer_norm_releases_the_gemm_early_in_gpt2_smalls_cutlass_bucke
     assert not any(GraphKernels(layer_norm_early=False).layer_norm_early_in(b, gpt2) for b in buckets)
     assert not any(GraphKernels(pdl=False).layer_norm_early_in(b, gpt2) for b in buckets)
     assert not any(k.for_step(False, tensor_parallel=False).layer_norm_early_in(b, gpt2) for b in buckets)
+    tp = k.for_step(True, tensor_parallel=True)  # measured on one device only
+    assert any(tp.cutlass_in(b, gpt2) for b in buckets)
+    assert not any(tp.layer_norm_early_in(b, gpt2) for b in buckets)
 
     monkeypatch.setattr(pdl, "_SUPPORTED", True)
 
