@@ -14,7 +14,7 @@ The logits of a bucket are one static [bucket, V] tensor that the next replay ov
 tokens [bucket]. A step ends by leaving the next step's inputs on the device: its greedy tokens as the next
 token ids and every live row's past length plus one (`inputs[2]` is 1 for the batch's rows, 0 for padding). A
 following step with the same batch and greedy sampling then needs nothing from the host, which is what lets the
-engine launch it before reading this step's tokens (the overlapped decode, `roseinfer.model_runner`). Otherwise the host stages
+engine launch it before reading this step's tokens (the overlapped decode, `roseinfer.decode_paths`). Otherwise the host stages
 all three rows again.
 
 Inside the graph, the linears of small buckets run as the small-batch GEMV kernel or, in buckets 16 and 32, the

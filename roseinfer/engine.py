@@ -14,9 +14,10 @@ import torch
 from roseinfer import env, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.cuda_graphs import DecodeGraphs
+from roseinfer.decode_paths import DecodeOutput
 from roseinfer.flight_recorder import FlightRecorder
 from roseinfer.graph_kernels import GraphKernels
-from roseinfer.model_runner import DecodeOutput, ModelRunner, PrefillOutput
+from roseinfer.model_runner import ModelRunner, PrefillOutput
 from roseinfer.scheduler import Scheduler
 from roseinfer.sequence import SamplingParams, Sequence, Status
 from roseinfer.tracing import region

@@ -20,7 +20,7 @@ import torch
 from roseinfer import LLM, SamplingParams, tracing
 
 # decode_step, build_block_tables, h2d_block_tables, model.forward, reserve_blocks_ahead, sample (the rest are
-# inside the replayed graph: roseinfer/model_runner.py's static path)
+# inside the replayed graph: roseinfer/decode_paths.py's static path)
 GRAPH_STEP_REGIONS = 6
 
 

@@ -1,7 +1,7 @@
 """How often does the group comparison call same-code groups significant? Simulated groups of RUNS runs a side whose
 runs drift by TAU between runs (and scatter 5% step to step): the plain percentile interval over the hierarchical
 bootstrap, the expanded one (session 5: each side widened by sqrt(n/(n-1)) t(n-1)/z), and the one `roseprof diff`
-uses since session 6 (stats.group_interval: within- and between-run variance, Welch's t), alone and with a 10%
+uses since session 6 (bootstrap.group_interval: within- and between-run variance, Welch's t), alone and with a 10%
 noise floor (noise_floor.clears).
 
     python scripts/gate_calibration.py [--trials 300] [--runs 3]
@@ -11,9 +11,9 @@ import argparse
 
 import numpy as np
 
+from roseprof.analysis.bootstrap import expansion, group_interval, interval
 from roseprof.analysis.diff import Sample
 from roseprof.analysis.noise_floor import clears
-from roseprof.analysis.stats import expansion, group_interval, interval
 
 METHODS = ("plain", "expanded", "welch", "welch, 10% floor")
 

@@ -11,8 +11,9 @@ import time
 
 from roseinfer import tracing
 from roseinfer.config import EngineConfig
+from roseinfer.decode_paths import DecodeOutput
 from roseinfer.engine import Engine
-from roseinfer.model_runner import DecodeOutput, PrefillOutput
+from roseinfer.model_runner import PrefillOutput
 from roseinfer.sequence import SamplingParams
 from roseinfer.serve.engine_core import EngineCore
 

@@ -4,7 +4,7 @@ Method (printed with every diff): each metric is a statistic of a sample (step t
 instance durations, a kernel's instance durations). Both samples are resampled with replacement
 (RESAMPLES times, seeded), the statistic is recomputed on each pair, and the 95% interval of the relative
 change (b - a) / a is read off the percentiles of those resampled changes. No interval (so never significant) below MIN_SAMPLES samples per run, or, for a high
-percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; stats.min_samples). Totals
+percentile, below the number that leaves TAIL_SAMPLES beyond it (p95: 40, p99: 200; bootstrap.min_samples). Totals
 (region and kernel time, a region's own time) are divided by the run's number of decode steps
 (or compared as run totals when either run has no steps), so runs of different length compare fairly. A change
 is called one (`significant`) only when its interval clears its family's noise floor (noise_floor.py), not just 0.
@@ -17,12 +17,7 @@ import fnmatch
 import numpy as np
 
 from roseprof.analysis import noise_floor
-from roseprof.analysis.diff_metric import Sample, Sides  # noqa: F401  (Sample: the scripts and tests know it here)
-from roseprof.analysis.diff_metric import metric as _metric  # noqa: F401  (the tests know it by this name)
-from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.analysis.run_data import RunData
-from roseprof.analysis.sections import DIFF_ORDER, SECTIONS
-from roseprof.analysis.stats import (
+from roseprof.analysis.bootstrap import (
     CONFIDENCE,
     LARGE_RESAMPLES,
     LARGE_SAMPLE,
@@ -31,6 +26,11 @@ from roseprof.analysis.stats import (
     TAIL_SAMPLES,
     min_samples,
 )
+from roseprof.analysis.diff_metric import Sample, Sides  # noqa: F401  (Sample: the scripts and tests know it here)
+from roseprof.analysis.diff_metric import metric as _metric  # noqa: F401  (the tests know it by this name)
+from roseprof.analysis.noise_floor import NoiseFloor
+from roseprof.analysis.run_data import RunData
+from roseprof.analysis.sections import DIFF_ORDER, SECTIONS
 
 METHOD = (
     f"bootstrap: {RESAMPLES} resamples ({LARGE_RESAMPLES} over {LARGE_SAMPLE:,} values) of each run's decode steps (ITL: the steps that produced the tokens; "

@@ -1,7 +1,7 @@
 """One diff metric: a statistic of the before and after sides' samples with its bootstrap interval, and `Sides`,
 what an analysis section's diff metrics are computed from (analysis/sections/: `diff_samples`, `diff_metrics`).
 
-The statistics are stats.py's; the method text and the gate are diff.py's, which asks the sections for their
+The statistics are bootstrap.py's; the method text and the gate are diff.py's, which asks the sections for their
 metrics (diff.compare) and marks each against the noise floor."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from functools import cached_property
 import numpy as np
 
 from roseprof.analysis import machine_speed, shared_draws
-from roseprof.analysis.run_data import RunData
-from roseprof.analysis.stats import (
+from roseprof.analysis.bootstrap import (
     clustered,
     group_interval,
     hierarchical,
@@ -22,12 +21,13 @@ from roseprof.analysis.stats import (
     resampled,
     stat_of,
 )
-from roseprof.analysis.stats import compress as stats_compress
+from roseprof.analysis.bootstrap import compress as stats_compress
+from roseprof.analysis.run_data import RunData
 
 # A region's own time per step, judged where the machine did not interrupt it. On a shared CPU the process waits
 # for a core at random moments and whichever region runs then absorbs the wait: the mean own time per step carries
 # those waits (a region's moved by tens of percent between two runs of the same code), the steps the waits missed
-# do not. The 5th percentile: 16 of the demo's 319 steps a run, still 40 a side's needs (stats.min_samples).
+# do not. The 5th percentile: 16 of the demo's 319 steps a run, still 40 a side's needs (bootstrap.min_samples).
 LOW_OWN_Q = 5
 LOW_OWN = "regions.{}.self_p5_ns"
 
@@ -68,7 +68,7 @@ class Sample:
     clusters: list[np.ndarray] | None = None  # per run: [N_r]
     offsets: list[float] | None = None
     scales: list[float] | None = None
-    # per run [N_r]: how many samples each value stands for (`stats.compress`: a step's tokens, one latency)
+    # per run [N_r]: how many samples each value stands for (`bootstrap.compress`: a step's tokens, one latency)
     counts: list[np.ndarray] | None = None
 
     def value(self, stat) -> float:
@@ -102,7 +102,7 @@ class Sample:
         )
 
     def spread(self, stat, rng) -> tuple:
-        """(estimate, resamples, within-run resamples, runs): what stats.group_interval needs of a side."""
+        """(estimate, resamples, within-run resamples, runs): what bootstrap.group_interval needs of a side."""
         full = self.resampled(stat, rng)
         if len(self.values) == 1:
             return self.value(stat), full, full, 1
@@ -121,9 +121,9 @@ class Sample:
 
 def sample(values, clusters=None, offsets=None, scales=None, compress=False) -> Sample:
     """A Sample, leaving out runs with no values where nothing else (offset, scale) needs them. compress (with
-    clusters): each run's equal values of a cluster kept once with their count (`stats.compress`), which gives
+    clusters): each run's equal values of a cluster kept once with their count (`bootstrap.compress`), which gives
     the same figures and intervals for the cost of the clusters (to the bit for a percentile, whose weighted form
-    needs no repeat; `stats.stat_of`)."""
+    needs no repeat; `bootstrap.stat_of`)."""
     if offsets is None and scales is None:
         keep = [i for i, v in enumerate(values) if len(v)]
         values = [values[i] for i in keep]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from roseprof.analysis.bootstrap import CONFIDENCE, MIN_SAMPLES, RESAMPLES
 from roseprof.analysis.diff_metric import metric as bootstrap_metric
 from roseprof.analysis.ncu import kernel_names
-from roseprof.analysis.stats import CONFIDENCE, MIN_SAMPLES, RESAMPLES
 from roseprof.model import Trace
 
 METHOD = (

@@ -4,7 +4,7 @@ n values RESAMPLES times of its own. On the 1M-kernel run (12,780 steps, 112 suc
 were 18.6 of the diff's 25 s (docs/BENCHMARKS.md, issue 43, session 20).
 
 A side's resamples are drawn as counts, [B, n]: how often each unit was drawn in each resample (n uniform draws a
-resample, as stats.resampled draws them). Then
+resample, as bootstrap.resampled draws them). Then
 
 - a sum or a mean over the resample is counts @ values: one matrix product for all those metrics together;
 - a percentile is two order statistics of the resample, read through ranks: drawing unit i is, for a metric, drawing
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roseprof.analysis.stats import Percentile, interval, resamples_for
+from roseprof.analysis.bootstrap import interval, resamples_for
+from roseprof.analysis.stats import Percentile
 
 # Cells of the [chunk, n] counts drawn at once: bounds the draw's memory (a few arrays of this many int64s).
 CHUNK_CELLS = 2_000_000
@@ -37,7 +38,7 @@ FROM_UNITS = 2_000
 
 def kind_of(stat) -> str | float | None:
     """What `stat` is to the shared draws: "sum", "mean", a percentile's q, or None (another statistic, which
-    resamples on its own: stats.resampled)."""
+    resamples on its own: bootstrap.resampled)."""
     if stat is np.sum:
         return "sum"
     if stat is np.mean:
@@ -62,7 +63,7 @@ class Job:
 
 
 def fill(jobs: list[Job], rng: np.random.Generator) -> None:
-    """Each job's interval (stats.interval of its before and after resamples) into its entry, as diff_metric.metric
+    """Each job's interval (bootstrap.interval of its before and after resamples) into its entry, as diff_metric.metric
     sets it: `ci_low_pct`, `ci_high_pct`, `significant` (before the noise floor)."""
     if not jobs:
         return

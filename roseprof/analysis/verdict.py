@@ -6,7 +6,7 @@ change and its interval, how many samples back it and one word:
     faster / slower     the interval lies wholly beyond the metric's noise floor (noise_floor.py; for
                         throughput, higher is faster)
     no clear change     the interval reaches inside the floor (or has zero width: no variation seen)
-    too few samples     fewer per run than the statistic needs (stats.min_samples: p50 5, p99 200)
+    too few samples     fewer per run than the statistic needs (bootstrap.min_samples: p50 5, p99 200)
     not tested          one figure per run (throughput), so there is nothing to resample
 
 then where the time moved: the region and kernel changes that clear the floor, ranked by how much time per
@@ -18,9 +18,9 @@ With one run a side the verdict says that its intervals see only the noise insid
 
 from __future__ import annotations
 
+from roseprof.analysis.bootstrap import min_samples
 from roseprof.analysis.decision import clears, decide, word
 from roseprof.analysis.diff_metric import CPU_OWN_LOW, CPU_OWN_LOW_RAW, LOW_OWN
-from roseprof.analysis.stats import min_samples
 
 # (metric, label, what one sample is, unit of the value)
 HEADLINE = (

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import MAX_STEP_BARS, figure, layout
+from roseprof.render.figures import figure, layout
+from roseprof.render.step_figures import MAX_STEP_BARS
 from roseprof.render.units import region_name
 
 

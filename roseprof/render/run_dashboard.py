@@ -16,6 +16,7 @@ from roseprof.render import (
     ncu_views,
     rank_figures,
     spike_figures,
+    step_figures,
     text,
     units,
 )
@@ -274,17 +275,17 @@ def build_figures(view: RunView) -> list:
     out = [
         figures.steady_bars(summary),
         figures.region_bars(summary),
-        figures.step_breakdown(steps),
-        figures.graph_breakdown(steps),
-        figures.itl_over_time(itl, (steps or {}).get("run_starts")),
+        step_figures.step_breakdown(steps),
+        step_figures.graph_breakdown(steps),
+        step_figures.itl_over_time(itl, (steps or {}).get("run_starts")),
         spike_figures.itl_spikes(itl, summary.get("spikes")),
-        figures.itl_distribution(itl),
-        figures.step_distribution(summary, steps),
+        step_figures.itl_distribution(itl),
+        step_figures.step_distribution(summary, steps),
         rank_figures.arrival_heatmap(summary),
         rank_figures.step_lanes(steps),
         rank_figures.rank_regions(summary),
         figures.top_kernels(summary),
-        figures.gpu_idle(steps, summary),
+        step_figures.gpu_idle(steps, summary),
         figures.telemetry(view.telemetry),
     ]
     return [f for f in out if f is not None]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from roseprof.render.figures import MAX_ITL_POINTS, ROLLOVER, esc, figure, kept_tokens, layout
+from roseprof.render.figures import esc, figure, layout
+from roseprof.render.step_figures import MAX_ITL_POINTS, ROLLOVER, kept_tokens
 
 # One colour per spike cause (summary.json `spikes`; roseprof/analysis/spikes.py defines them).
 CAUSE_COLOURS = {

@@ -1,5 +1,5 @@
 """What makes a diff of a large batch's runs take seconds instead of minutes, without changing a figure: the ITL
-bootstrap over steps on (latency, count) pairs instead of every token (`stats.compress`), and the one-pass check
+bootstrap over steps on (latency, count) pairs instead of every token (`bootstrap.compress`), and the one-pass check
 of a stored file's long lists of numbers (`run.checks`)."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from roseprof.analysis import stats
+from roseprof.analysis import bootstrap, stats
 from roseprof.analysis.diff_metric import metric, sample
 from roseprof.run.checks import NUM, Damaged, check
 
@@ -44,18 +44,20 @@ def lock_step_runs(seed: int, n_runs: int = 3, steps: int = 40, batch: int = 64)
 @pytest.mark.parametrize("q", [50, 95, 99])
 def test_compressed_steps_draw_the_same_resamples_as_every_token(q):
     runs, clusters = lock_step_runs(seed=q)
-    packed = [stats.compress(v, c) for v, c in zip(runs, clusters)]
+    packed = [bootstrap.compress(v, c) for v, c in zip(runs, clusters)]
     assert sum(len(p[0]) for p in packed) < sum(len(v) for v in runs) / 10
     stat = stats.pct(q)
     for runs_fixed in (False, True):
-        full = stats.hierarchical(runs, stat, np.random.default_rng(7), clusters, runs_fixed=runs_fixed)
-        small = stats.hierarchical(
+        full = bootstrap.hierarchical(runs, stat, np.random.default_rng(7), clusters, runs_fixed=runs_fixed)
+        small = bootstrap.hierarchical(
             [p[0] for p in packed], stat, np.random.default_rng(7), [p[1] for p in packed],
             runs_fixed=runs_fixed, counts=[p[2] for p in packed],
         )  # fmt: skip
         assert np.array_equal(full, small)
-    one = stats.clustered(runs[0], clusters[0], stat, np.random.default_rng(3))
-    assert np.array_equal(one, stats.clustered(*packed[0][:2], stat, np.random.default_rng(3), packed[0][2]))
+    one = bootstrap.clustered(runs[0], clusters[0], stat, np.random.default_rng(3))
+    assert np.array_equal(
+        one, bootstrap.clustered(*packed[0][:2], stat, np.random.default_rng(3), packed[0][2])
+    )
 
 
 @pytest.mark.parametrize("n_runs", [1, 3])

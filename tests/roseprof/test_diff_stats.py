@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from roseprof.analysis import stats
+from roseprof.analysis import bootstrap, stats
 from roseprof.analysis.diff import compare, gate, kernel_changes, rank
 from roseprof.analysis.noise_floor import NoiseFloor
 from roseprof.analysis.samples import prepare
@@ -138,27 +138,27 @@ def test_kernel_changes_name_new_and_vanished():
 
 def test_resampled_is_seeded_and_bounded():
     values = np.arange(100, dtype=float)
-    r1 = stats.resampled(values, np.mean, np.random.default_rng(0))
-    r2 = stats.resampled(values, np.mean, np.random.default_rng(0))
-    assert len(r1) == stats.RESAMPLES and np.array_equal(r1, r2)
+    r1 = bootstrap.resampled(values, np.mean, np.random.default_rng(0))
+    r2 = bootstrap.resampled(values, np.mean, np.random.default_rng(0))
+    assert len(r1) == bootstrap.RESAMPLES and np.array_equal(r1, r2)
     assert values.min() <= r1.min() and r1.max() <= values.max()
-    assert len(stats.resampled(np.ones(20_001), np.mean, np.random.default_rng(0))) == 200
+    assert len(bootstrap.resampled(np.ones(20_001), np.mean, np.random.default_rng(0))) == 200
 
 
 def test_clustered_resampling_keeps_clusters_together():
     # Two clusters of identical values: any resample's mean is one of three values.
     values = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 3.0])
     clusters = np.array([0, 0, 0, 1, 1, 1])
-    out = stats.clustered(values, clusters, np.mean, np.random.default_rng(0))
+    out = bootstrap.clustered(values, clusters, np.mean, np.random.default_rng(0))
     assert set(np.round(out, 6)) <= {1.0, 2.0, 3.0}
 
 
 def test_interval_of_relative_change():
     ra = np.full(1000, 100.0)
     rb = np.linspace(110, 130, 1000)
-    lo, hi = stats.interval(ra, rb)
+    lo, hi = bootstrap.interval(ra, rb)
     assert 10 < lo < 11 and 29 < hi < 30
-    assert stats.interval(np.zeros(10), np.ones(10)) is None
+    assert bootstrap.interval(np.zeros(10), np.ones(10)) is None
 
 
 def test_group_percentiles_match_numpy():
@@ -259,20 +259,20 @@ def test_a_start_up_cost_that_moved_is_not_where_the_step_time_moved():
 
 def test_hierarchical_resampling_draws_runs_then_clusters():
     # Two runs of constant values: every resample's mean is a mix of whole runs.
-    out = stats.hierarchical([np.full(4, 1.0), np.full(6, 3.0)], np.mean, np.random.default_rng(0))
-    assert len(out) == stats.RESAMPLES and set(np.round(out, 6)) <= {1.0, 3.0, 2.2}
+    out = bootstrap.hierarchical([np.full(4, 1.0), np.full(6, 3.0)], np.mean, np.random.default_rng(0))
+    assert len(out) == bootstrap.RESAMPLES and set(np.round(out, 6)) <= {1.0, 3.0, 2.2}
     # Clusters stay whole inside a run; offsets and scales are summed over the drawn runs.
     values, clusters = np.array([1.0, 1.0, 5.0, 5.0]), np.array([0, 0, 1, 1])
-    out = stats.hierarchical(
+    out = bootstrap.hierarchical(
         [values], np.sum, np.random.default_rng(0), clusters=[clusters], offsets=[2.0], scales=[2.0]
     )
     assert set(np.round(out, 6)) <= {(4 + 2) / 2, (12 + 2) / 2, (20 + 2) / 2}
 
 
 def test_hierarchical_runs_of_one_length_take_the_vectorised_path():
-    out = stats.hierarchical([np.full(5, 1.0), np.full(5, 3.0)], np.mean, np.random.default_rng(0))
+    out = bootstrap.hierarchical([np.full(5, 1.0), np.full(5, 3.0)], np.mean, np.random.default_rng(0))
     assert set(np.round(out, 6)) == {1.0, 2.0, 3.0}
-    out = stats.hierarchical(
+    out = bootstrap.hierarchical(
         [np.full(5, 1.0), np.full(5, 3.0)],
         np.sum,
         np.random.default_rng(0),
@@ -299,22 +299,22 @@ def test_three_runs_a_side_keep_false_alarms_under_the_nominal_level():
 
 
 def test_a_large_run_draws_fewer_resamples_and_still_compares():
-    """One run of over stats.LARGE_SAMPLE values (a long GPU run's tokens) draws LARGE_RESAMPLES, clustered or not;
+    """One run of over bootstrap.LARGE_SAMPLE values (a long GPU run's tokens) draws LARGE_RESAMPLES, clustered or not;
     a side under it still compares with it, and a clear change is found. Groups of runs keep RESAMPLES."""
     from roseprof.analysis.diff import Sample, _metric
 
     rng = np.random.default_rng(3)
-    n = stats.LARGE_SAMPLE + 64
+    n = bootstrap.LARGE_SAMPLE + 64
     big = Sample([rng.normal(100, 5, n)], clusters=[np.arange(n) // 64])  # 64 tokens a decode step
     small = Sample([rng.normal(130, 5, 640)], clusters=[np.arange(640) // 64])
-    assert len(big.resampled(np.median, np.random.default_rng(0))) == stats.LARGE_RESAMPLES
-    assert len(small.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
+    assert len(big.resampled(np.median, np.random.default_rng(0))) == bootstrap.LARGE_RESAMPLES
+    assert len(small.resampled(np.median, np.random.default_rng(0))) == bootstrap.RESAMPLES
     m = _metric("itl.p50_ms", big, small, np.median, rng=np.random.default_rng(1))
     assert (
         m["significant"] and 25 < m["delta_pct"] < 35 and m["ci_low_pct"] < m["delta_pct"] < m["ci_high_pct"]
     )
     group = Sample([rng.normal(100, 5, n) for _ in range(3)], clusters=[np.arange(n) // 64] * 3)
-    assert len(group.resampled(np.median, np.random.default_rng(0))) == stats.RESAMPLES
+    assert len(group.resampled(np.median, np.random.default_rng(0))) == bootstrap.RESAMPLES
 
 
 def test_a_kernels_launches_outside_the_steps_are_a_figure_per_run():

@@ -206,7 +206,7 @@ def test_a_recorders_step_breakdown_is_drawn_by_the_servers_step_numbers(tmp_pat
     step numbers, and the dashboard's per-step breakdown is drawn by them, as the spikes name the steps."""
     from roseprof.api.sections import analyse_trace
     from roseprof.model import Tool, Trace
-    from roseprof.render.figures import step_breakdown
+    from roseprof.render.step_figures import step_breakdown
 
     steps = _steps(range(200, 210))
     mine = _request(1, "cmpl-x", 0, steps[0]["start_ns"] - 10, steps)

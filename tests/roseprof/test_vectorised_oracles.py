@@ -13,7 +13,7 @@ from roseprof.analysis.ranges import build_tree, innermost_range
 from roseprof.analysis.sections.operators import CPU_OP, _nest
 from roseprof.analysis.sections.steps import gpu_idle_per_step
 from roseprof.analysis.stats import by_key_then_value, group_percentiles, stable_order, unique_rows
-from roseprof.render.figures import _binned, _bins
+from roseprof.render.step_figures import _binned, _bins
 from tests.roseprof.test_stream_time import union_ns
 
 TORCH = Path(__file__).parent.parent / "data" / "torch"
@@ -127,7 +127,7 @@ def test_sortingby_key_then_value_is_lexsorts(seed):
 
 @pytest.mark.parametrize("n", [1, 7, 9, 1500, 1501, 12_780, 40_000])
 def test_step_bins_are_a_call_a_bin(n):
-    # the dashboard's per-step bars (render/figures._binned): the same floats, byte for byte, as np.mean / np.max of
+    # the dashboard's per-step bars (render/step_figures._binned): the same floats, byte for byte, as np.mean / np.max of
     # each bin's slice, which the page's JSON holds
     rng = np.random.default_rng(n)
     edges = _bins(n)

@@ -2,9 +2,9 @@
 
 import numpy as np
 
+from roseprof.analysis.bootstrap import MIN_SAMPLES, min_samples
 from roseprof.analysis.diff import compare
 from roseprof.analysis.noise_floor import NoiseFloor
-from roseprof.analysis.stats import MIN_SAMPLES, min_samples
 from roseprof.analysis.verdict import verdict, word
 from tests.roseprof.test_diff_stats import run_data
 

@@ -45,7 +45,7 @@ CHECKS = {
         None,
     )
 }
-# The quantiles diff compares per latency, and whether a percentile needs the tail samples (stats.min_samples).
+# The quantiles diff compares per latency, and whether a percentile needs the tail samples (bootstrap.min_samples).
 DIFF_QUANTILES = (50, 90, 99)
 
 
