@@ -19,12 +19,6 @@ out (the Triton `add_layer_norm_kernel`: the step's next linear reads the residu
 read by nobody): a bound on what folding those kernels into the GEMMs around them could give a step. Its tokens
 mean nothing. Where the step has no such kernel (buckets of up to 8 rows, whose LayerNorms run inside the GEMVs,
 and variants without `fused_add_layernorm`) its row leaves nothing out.
---probe-fixup times each variant a third time, built with the probe build of the CUTLASS module
-(`cutlass_gemm.module(fixup_probe=True)`): every K-split GEMM whose parts an add + LayerNorm would sum (attn_proj and
-mlp_proj up to 64 rows) adds them, the bias and the residual itself, in the last of its blocks to finish each
-output tile, and that add + LayerNorm kernel is left out (the next linear reads the sum, not normalised). What a
-fold of the residual add into the GEMM gives a step, with its own cost counted and the LayerNorm's left out (the
-normalisation would move into the next GEMM's epilogue). Its tokens mean nothing.
 The earlier variants are rebuilt through the runner's measurement hook (`GraphKernels`, the captured step's
 kernel choices), not options of the engine.
 """
@@ -170,49 +164,6 @@ def leave_out_add_layer_norm() -> None:
     add_layernorm.add_layer_norm_triton = lambda x, delta, weight, bias, eps: (x, x)
 
 
-def fold_residual_add() -> None:
-    """--probe-fixup: the engines this process builds run the CUTLASS module's probe build, whose K-split GEMM
-    (`gemm_parts_fixup`) writes the residual's sum itself; the add + LayerNorm that would have read its parts
-    launches nothing and returns that sum as both outputs. The GEMM's launch moves from `cutlass_gemm_parts` to
-    the add + LayerNorm's call (the next launch of the step either way), where the residual is known."""
-    import itertools
-    from typing import NamedTuple
-
-    from roseinfer import cuda_ext
-    from roseinfer.cuda_ext import cutlass_gemm
-    from roseinfer.kernels import add_layernorm
-    from roseinfer.kernels.pdl import pdl_enabled
-    from roseinfer.kernels.split_sum import SplitK
-
-    probe = cutlass_gemm.module(fixup_probe=True)
-    if probe is None:
-        sys.exit(f"--probe-fixup: {cuda_ext.why_not_built(cutlass_gemm.NAME)}")
-    cutlass_gemm.module = lambda fixup_probe=False: probe  # every launch of this process: the probe build
-    counters = torch.zeros(512, 128, dtype=torch.int32, device="cuda")  # a row a launch site (as many tiles)
-    sites = itertools.count()
-    gemm_parts, add_layer_norm = cutlass_gemm.cutlass_gemm_parts, add_layernorm.add_layer_norm_triton
-
-    class Deferred(NamedTuple):  # a K-split GEMM not launched yet
-        x: torch.Tensor
-        weight: torch.Tensor
-        splits: int
-
-    def deferred_parts(x, weight, splits, shallow=False):
-        return gemm_parts(x, weight, splits, shallow=True) if shallow else Deferred(x, weight, splits)
-
-    def folded(x, delta, weight, bias, eps):
-        if not (isinstance(delta, SplitK) and isinstance(delta.parts, Deferred)):
-            return add_layer_norm(x, delta, weight, bias, eps)
-        d = delta.parts
-        s = probe.gemm_parts_fixup(
-            d.x, d.weight, d.splits, delta.bias, x, counters[next(sites) % 512], pdl_enabled()
-        )
-        return s, s
-
-    cutlass_gemm.cutlass_gemm_parts = deferred_parts
-    add_layernorm.add_layer_norm_triton = folded
-
-
 def build(model: str, batch: int, variant: int):
     llm = LLM(model, device="cuda", dtype="float16", max_batch_size=batch, paged_attn=True)
     engine = llm.engine
@@ -240,12 +191,6 @@ def main() -> None:
         action="store_true",
         help="each variant also timed with its residual add + LayerNorm kernels left out (a bound)",
     )
-    p.add_argument(
-        "--probe-fixup",
-        action="store_true",
-        help="each variant also timed with its K-split GEMMs adding the residual themselves and no add + LayerNorm"
-        " after them (the CUTLASS module's probe build)",
-    )
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)  # internal: one variant, in this process
     a = p.parse_args()
     tracing.configure(nvtx=False, record_function=False)
@@ -255,12 +200,10 @@ def main() -> None:
         probe = probe_build() if a.probe_attention_no_wait else None
         if a.probe_no_add_layer_norm:
             leave_out_add_layer_norm()
-        if a.probe_fixup:
-            fold_residual_add()
         engine = build(a.model, a.batch, a.one)
         # the first past last, so that --kernels profiles the inputs it left
         row = [
-            replay_us(engine, a.batch, past, a.reps, probe=a.probe_no_add_layer_norm or a.probe_fixup)
+            replay_us(engine, a.batch, past, a.reps, probe=a.probe_no_add_layer_norm)
             for past in reversed(pasts)
         ][::-1]
         probe_row = []
@@ -281,7 +224,7 @@ def main() -> None:
         # Each build in a process of its own: in one process a later build's replays ran up to 40 us slower at
         # batches 32 and 64 on the H100, with the same kernel time (idle between kernels; docs/BENCHMARKS.md,
         # session 13).
-        args = [x for x in sys.argv[1:] if x not in ("--probe-no-add-layer-norm", "--probe-fixup")]
+        args = [x for x in sys.argv[1:] if x != "--probe-no-add-layer-norm"]
         out = child(args, variant)
         row = out["row"]
         print(f"| {NAMES[variant]} | " + " | ".join(f"{x:.1f}" for x in row) + " |", flush=True)
@@ -294,13 +237,6 @@ def main() -> None:
                 f"{x:.1f}" for x in child([*probe_args, "--probe-no-add-layer-norm"], variant)["row"]
             )
             print(f"| {variant}, no add + LayerNorm kernels (a bound) | {cells} |", flush=True)
-        if a.probe_fixup:  # likewise
-            probe_args = [x for x in args if x not in ("--probe-attention-no-wait", "--kernels")]
-            cells = " | ".join(f"{x:.1f}" for x in child([*probe_args, "--probe-fixup"], variant)["row"])
-            print(
-                f"| {variant}, the residual add in the K-split GEMM, no LayerNorm (a bound) | {cells} |",
-                flush=True,
-            )
         if a.kernels:
             tables.append((variant, row[0], out["table"]))
     for variant, replay, table in tables:

@@ -71,18 +71,15 @@ using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;
 // waves of the deep form, one of this.
 constexpr int SHALLOW_STAGES = 4;
 
-template <class Epilogue>
-using AsBuilt = Epilogue;
-
 // One GEMM: the example's mainloop (fp16 operands, fp32 accumulators) under an epilogue `Fusion` writing ElementD,
-// on as many stages as fit in shared memory (Stages 0) or on `FixedStages`; `Wrap` wraps the built epilogue.
-template <class Fusion, class ElementD, int FixedStages = 0, template <class> class Wrap = AsBuilt>
+// on as many stages as fit in shared memory (Stages 0) or on `FixedStages`.
+template <class Fusion, class ElementD, int FixedStages = 0>
 struct Gemm {
-  using Epilogue = Wrap<typename cutlass::epilogue::collective::CollectiveBuilder<
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Shape<_1, _1, _1>,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, cutlass::layout::ColumnMajor,
       16 / sizeof(ElementD), ElementD, cutlass::layout::ColumnMajor, 16 / sizeof(ElementD),
-      cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp>;
+      cutlass::epilogue::TmaWarpSpecialized, Fusion>::CollectiveOp;
   // The example's builder's steps (its collective/builder.hpp) without its fp8-only assertion.
   static constexpr auto MajorK = cute::GMMA::Major::K;
   using TiledMma = decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<f16, f16, float, Tile, MajorK, MajorK>(),
@@ -181,131 +178,6 @@ const char* run_parts(const void* x, int64_t ldx, const void* w, void* parts, in
   return launch<PartGemm<Shallow>>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
 }
 
-#ifdef ROSEINFER_CUTLASS_FIXUP_PROBE
-// A probe (scripts/bench_graph_step.py --probe-fixup): the K-split GEMM whose last part to finish an output tile adds
-// the tile's parts, the bias and the residual into s = residual + (parts summed + bias) in float16, rounded as the
-// add + LayerNorm kernel rounds them, so that no kernel after it needs to. Each block counts itself on its tile's
-// counter once its part's TMA stores are complete; the last of the S resets the counter (for the next launch) and
-// sums. What it bounds: the residual add's kernel boundary folded into the GEMM (the LayerNorm is left out).
-struct FixupArgs {
-  const float* parts;  // [S, T, N]: this launch's D
-  const f16* bias;     // [N]
-  const f16* residual; // [T, N], rows ldr apart
-  int64_t ldr;
-  f16* out;            // [T, N], rows ldo apart
-  int64_t ldo;
-  int* counters;       // [T tiles, N tiles], zero before the launch and after it
-  int T, N, S;
-};
-
-template <class Base>
-struct FixupEpilogue : Base {
-  struct Arguments : Base::Arguments {
-    FixupArgs fixup;
-  };
-  struct Params : Base::Params {
-    FixupArgs fixup;
-  };
-  template <class ProblemShape>
-  static Params to_underlying_arguments(ProblemShape const& shape, Arguments const& args, void* workspace) {
-    return Params{Base::to_underlying_arguments(shape, args, workspace), args.fixup};
-  }
-  CUTLASS_HOST_DEVICE FixupEpilogue(Params const& params, typename Base::TensorStorage& shared)
-      : Base(params, shared), fixup(params.fixup), flag(reinterpret_cast<int*>(&shared)) {}
-
-  // The consumer warp group's last step (the kernel calls it after the epilogue's stores)
-  template <class... Ts>
-  CUTLASS_DEVICE auto store_tail(Ts... ts) {
-    auto out = Base::store_tail(ts...);
-    fix();
-    return out;
-  }
-
- private:
-  FixupArgs fixup;
-  // Where the block's count is told to its threads: the epilogue's shared memory, free once its stores are read.
-  // (Not a __shared__ variable: static shared memory would move the dynamic one, whose TMA tiles need its 1 KB
-  // alignment, and the kernel fails on a misaligned address.)
-  int* flag;
-
-  static constexpr int MAX_PARTS = 4;  // the engine's splits (3 and 4): every part's load issued at once
-
-  CUTLASS_DEVICE void fix() const {
-    const FixupArgs& f = fixup;
-    const int tid = threadIdx.x % 128;
-    const int n = blockIdx.x * 64 + (tid % 16) * 4;  // 4 columns a thread, a token row 16 threads
-    const int t0 = blockIdx.y * 64 + tid / 16;       // and 8 rows, 8 apart
-    // The residual and the bias (earlier kernels' and a parameter) loaded before the count, so that their
-    // latency hides behind it; only the last block uses them.
-    uint2 r[8];  // 4 float16 a row
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      r[j] = t0 + 8 * j < f.T ? __ldcg(reinterpret_cast<const uint2*>(f.residual + (t0 + 8 * j) * f.ldr + n))
-                              : make_uint2(0, 0);
-    const uint2 braw = *reinterpret_cast<const uint2*>(f.bias + n);
-    const cutlass::arch::NamedBarrier group(128, cutlass::arch::ReservedNamedBarriers::EpilogueBarrier);
-    // the part's TMA stores written (the epilogue waited only until their shared memory was read), then ordered
-    // before the count for every other block's reads
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence();
-    group.arrive_and_wait();
-    if (tid == 0) {
-      int* counter = f.counters + blockIdx.y * gridDim.x + blockIdx.x;
-      const bool last = atomicAdd(counter, 1) == f.S - 1;
-      if (last) atomicExch(counter, 0);
-      *flag = last;
-    }
-    group.arrive_and_wait();
-    if (!*flag) return;
-    __threadfence();
-    const f16* bh = reinterpret_cast<const f16*>(&braw);
-    // every part of the thread's 8 rows in flight at once (a loop over rows took one L2 round trip a row)
-    float4 p[8][MAX_PARTS];
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int k = 0; k < MAX_PARTS; ++k)
-        p[j][k] = k < f.S && t0 + 8 * j < f.T
-                      ? __ldcg(reinterpret_cast<const float4*>(f.parts + (int64_t(k) * f.T + t0 + 8 * j) * f.N + n))
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int t = t0 + 8 * j;
-      if (t >= f.T) break;
-      // summed in add_layer_norm_kernel's order (the bias, then each part) and rounded as it rounds: the delta to
-      // float16, then the sum
-      float d[4] = {float(bh[0]), float(bh[1]), float(bh[2]), float(bh[3])};
-#pragma unroll
-      for (int k = 0; k < MAX_PARTS; ++k) {
-        if (k < f.S) {
-          d[0] += p[j][k].x;
-          d[1] += p[j][k].y;
-          d[2] += p[j][k].z;
-          d[3] += p[j][k].w;
-        }
-      }
-      const f16* rh = reinterpret_cast<const f16*>(&r[j]);
-      uint2 o;
-      f16* oh = reinterpret_cast<f16*>(&o);
-#pragma unroll
-      for (int c = 0; c < 4; ++c) oh[c] = f16(float(rh[c]) + float(f16(d[c])));
-      *reinterpret_cast<uint2*>(f.out + t * f.ldo + n) = o;
-    }
-  }
-};
-
-using FixupGemm = Gemm<PartFusion, float, 0, FixupEpilogue>;
-
-// out [T, N] = residual + (x @ w^T + bias), as run_parts' parts (written too) summed by the last part of each tile.
-const char* run_parts_fixup(const void* x, int64_t ldx, const void* w, void* parts, const FixupArgs& fixup, int T,
-                            int N, int K, int S, bool pdl, cudaStream_t stream) {
-  typename FixupGemm::Device::Arguments args{};
-  args.epilogue.fixup = fixup;
-  return launch<FixupGemm>(args, x, ldx, w, K, parts, N, int64_t(N) * T, T, N, K, S, pdl, stream);
-}
-#endif
-
 // (the GELU form's mainloop is BiasGemm's: same tile, same epilogue storage)
 int stages(bool shallow) { return shallow ? BiasGemm<true>::Stages : BiasGemm<false>::Stages; }
 // its float32 epilogue's larger shared memory leaves the deep form one stage fewer
@@ -381,52 +253,11 @@ torch::Tensor gemm_parts(torch::Tensor x, torch::Tensor w, int64_t splits, bool 
   return parts;
 }
 
-#ifdef ROSEINFER_CUTLASS_FIXUP_PROBE
-// gemm_parts' launch on the deep form whose last part of each tile writes s [T, N] = residual + parts summed + bias
-// (`FixupEpilogue`); counters int32, at least as many as tiles, zero (and left zero).
-torch::Tensor gemm_parts_fixup(torch::Tensor x, torch::Tensor w, int64_t splits, torch::Tensor bias,
-                               torch::Tensor residual, torch::Tensor counters, bool pdl) {
-  check_operands(x, w);
-  TORCH_CHECK(splits >= 1 && splits <= w.size(1) / 64 && w.size(1) % (64 * splits) == 0,
-              "cutlass_gemm: K is not a multiple of 64 * splits");
-  const int T = x.size(0), N = w.size(0), K = w.size(1);
-  TORCH_CHECK(N % 64 == 0 && splits <= 4, "gemm_parts_fixup: N a multiple of 64, at most 4 parts");
-  TORCH_CHECK(bias.scalar_type() == torch::kHalf && bias.is_contiguous() && bias.size(0) == N, "gemm_parts_fixup: bias");
-  TORCH_CHECK(residual.scalar_type() == torch::kHalf && residual.dim() == 2 && residual.size(0) == T &&
-                  residual.size(1) == N && residual.stride(1) == 1,
-              "gemm_parts_fixup: residual [T, N] float16, unit column stride");
-  TORCH_CHECK(counters.scalar_type() == torch::kInt && counters.is_contiguous() &&
-                  counters.numel() >= int64_t(N / 64) * ((T + 63) / 64),
-              "gemm_parts_fixup: counters int32, one a tile");
-  const c10::cuda::CUDAGuard guard(x.device());
-  auto parts = torch::empty({splits, T, N}, x.options().dtype(torch::kFloat));
-  auto out = torch::empty({T, N}, x.options());
-  cutlass_gemm::FixupArgs fixup{parts.data_ptr<float>(),
-                                static_cast<const cutlass_gemm::f16*>(bias.data_ptr()),
-                                static_cast<const cutlass_gemm::f16*>(residual.data_ptr()),
-                                residual.stride(0),
-                                static_cast<cutlass_gemm::f16*>(out.data_ptr()),
-                                out.stride(0),
-                                counters.data_ptr<int>(),
-                                T,
-                                N,
-                                int(splits)};
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const char* err = cutlass_gemm::run_parts_fixup(x.data_ptr(), x.stride(0), w.data_ptr(), parts.data_ptr(), fixup,
-                                                  T, N, K, int(splits), pdl, stream);
-  ROSEINFER_CHECK(err[0] == '\0', "cutlass_gemm: %s", err);
-  return out;
-}
-#endif
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm", &gemm, "act(x @ w^T + bias) at up to 512 rows, weights loaded before the PDL wait (cutlass_gemm.cu)");
   m.def("gemm_parts", &gemm_parts, "x @ w^T split along K into float32 parts [S, T, N] (cutlass_gemm.cu)");
   m.def("stages", &cutlass_gemm::stages, "the mainloop's shared-memory stages (64-deep K tiles)",
         pybind11::arg("shallow") = false);
   m.def("part_stages", &cutlass_gemm::part_stages, "likewise, of the K-split form", pybind11::arg("shallow") = false);
-#ifdef ROSEINFER_CUTLASS_FIXUP_PROBE
-  m.def("gemm_parts_fixup", &gemm_parts_fixup, "gemm_parts whose last part of a tile adds them to the residual (probe)");
-#endif
 }
 #endif

@@ -96,16 +96,9 @@ def build_flags(source: Path) -> tuple[str, ...]:
     )
 
 
-# The probe build (`module(fixup_probe=True)`, scripts/bench_graph_step.py --probe-fixup): the module with
-# `gemm_parts_fixup` besides, the K-split GEMM whose last part of each output tile adds the parts, the bias and the
-# residual itself (cutlass_gemm.cu's FixupEpilogue), a bound on folding the residual add into the GEMM
-FIXUP_PROBE_DEFINE = "ROSEINFER_CUTLASS_FIXUP_PROBE"
-
-
 @functools.cache
-def module(fixup_probe: bool = False):
-    """The built module, or None (then `roseinfer.cuda_ext.why_not_built(NAME)` says why). fixup_probe: the probe
-    build (FIXUP_PROBE_DEFINE)."""
+def module():
+    """The built module, or None (then `roseinfer.cuda_ext.why_not_built(NAME)` says why)."""
     import torch
 
     if not torch.cuda.is_available():  # before the headers: on the CPU CI the reason is "no CUDA"
@@ -116,7 +109,7 @@ def module(fixup_probe: bool = False):
     source, why = cutlass_source()
     if source is None:
         return cuda_ext._not_built(NAME, why)
-    return cuda_ext.load(NAME, (FIXUP_PROBE_DEFINE,) if fixup_probe else (), extra=build_flags(source))
+    return cuda_ext.load(NAME, extra=build_flags(source))
 
 
 @functools.cache

@@ -173,49 +173,6 @@ def test_the_add_and_layernorm_reads_k_parts_as_their_sum():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", [64, 40, 200])
-@pytest.mark.parametrize("n,k,splits", [(768, 768, 3), (768, 3072, 4), (1024, 4096, 4)])
-def test_the_fixup_probe_adds_the_parts_to_the_residual(rows, n, k, splits):
-    # the probe build's K-split GEMM (scripts/bench_graph_step.py --probe-fixup): the last part to finish each tile
-    # writes residual + parts + bias, as the add + LayerNorm sums them; launch after launch (its counters back at
-    # zero) and in a graph's replays on fresh inputs
-    from roseinfer.kernels.add_layernorm import add_layer_norm_triton
-    from roseinfer.kernels.split_sum import SplitK
-
-    probe = cg.module(fixup_probe=True)
-    if probe is None:
-        pytest.skip(cuda_ext.why_not_built(cg.NAME))
-    torch.manual_seed(4)
-    ln = torch.nn.LayerNorm(n, device="cuda", dtype=torch.float16)
-    w = (torch.randn(n, k, device="cuda") * 0.02).half()
-    bias = torch.randn(n, device="cuda").half()
-    counters = torch.zeros(128, dtype=torch.int32, device="cuda")
-    x = torch.randn(rows, k, device="cuda").half()
-    res = torch.randn(rows, n, device="cuda").half()
-
-    def expected():
-        parts = probe.gemm_parts(x, w, splits, False, False)
-        return add_layer_norm_triton(res, SplitK(parts, bias), ln.weight, ln.bias, ln.eps)[0]
-
-    for _ in range(3):
-        # the same parts summed in the same order and rounded alike (within a float16 rounding)
-        got = probe.gemm_parts_fixup(x, w, splits, bias, res, counters, False)
-        torch.testing.assert_close(got, expected(), atol=4e-3, rtol=1e-3)
-        assert not counters.any()
-        x.normal_()
-        res.normal_()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = probe.gemm_parts_fixup(x, w, splits, bias, res, counters, True)
-    for _ in range(3):
-        x.normal_()
-        res.normal_()
-        graph.replay()
-        torch.testing.assert_close(out, expected(), atol=4e-3, rtol=1e-3)
-    assert not counters.any()
-
-
-@pytest.mark.gpu
 def test_graph_decode_with_k_parts_agrees_with_one_part(tiny_checkpoint, monkeypatch):
     # the tiny checkpoint's mlp_proj (K 256) in four 64-deep parts and attn_proj (K 64) whole: the captured step
     # of buckets 48 and 64 with the split, without it, and on cuBLAS, on the same inputs and cache; the parts are
