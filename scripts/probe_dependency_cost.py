@@ -1,0 +1,141 @@
+"""Issue 50's probe: what one dependency between blocks costs on the GPU, by each means a decode step could use
+(scripts/probe_dependency_cost.cu says what each variant does):
+- a check of every variant at each grid size: one run from a zeroed buffer, every slot of the last phase must
+  hold the phase count (a read that ran before its producer's write would leave it short), no spin gave up;
+- the timing: each variant's P phases captured in one CUDA graph, replayed back to back, in interleaved rounds;
+  µs a phase (median of rounds), and that minus the `none` variant's (the dependency alone).
+
+python scripts/probe_dependency_cost.py [--blocks 64,96,128] [--phases 200] [--rounds 5] [--replays 20] [--json OUT]
+Outside the engine on purpose: it bounds what a persistent step or a cluster-reduced K split could save per
+dependency before either is built (docs/BENCHMARKS.md, session 58).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from roseinfer.bench.timing import captured, replays_us
+
+THREADS = 256
+# variant -> how it runs: ("kernels", pdl) or ("persistent", mode of the .cu's enum)
+VARIANTS = {
+    "kernels": ("kernels", False),
+    "kernels_pdl": ("kernels", True),
+    "counter": ("persistent", 1),
+    "flag": ("persistent", 2),
+    "cluster": ("persistent", 3),
+    "grid_sync": ("persistent", 4),
+    "counter_no_fence": ("persistent", 5),
+    "flag_no_fence": ("persistent", 6),
+    "none": ("persistent", 0),
+}
+
+
+def build():
+    from torch.utils.cpp_extension import load
+
+    src = Path(__file__).with_name("probe_dependency_cost.cu")
+    t0 = time.perf_counter()
+    flags = ["-O3", "-gencode=arch=compute_90a,code=sm_90a"]
+    mod = load(name="probe_dependency_cost", sources=[str(src)], extra_cuda_cflags=flags, verbose=False)
+    print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
+    return mod
+
+
+class Case:
+    """One variant at one grid size: its buffers (kept alive while a graph replays them) and a run of it."""
+
+    def __init__(self, mod, variant: str, blocks: int, phases: int):
+        self.mod, self.variant, self.blocks, self.phases = mod, variant, blocks, phases
+        self.buf = torch.zeros(phases, blocks, THREADS, device="cuda")  # [P, G, 256]
+        self.flags = torch.zeros(blocks, dtype=torch.int32, device="cuda")
+        self.stuck = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def run(self):
+        how, arg = VARIANTS[self.variant]
+        if how == "kernels":
+            self.mod.kernels(self.buf, self.phases, self.blocks, arg)
+        else:
+            self.mod.persistent(self.buf, self.phases, self.blocks, arg, self.flags, self.stuck)
+
+    def check(self) -> str | None:
+        """None when one run from zero leaves every last slot at P and no spin gave up; else what went wrong."""
+        self.buf.zero_()
+        self.stuck.zero_()
+        self.run()
+        torch.cuda.synchronize()
+        last = self.buf[-1]
+        if int(self.stuck.item()):
+            return "a spin gave up after 2 s"
+        if not bool((last == self.phases).all()):
+            return f"last phase holds {last.min().item():.0f} to {last.max().item():.0f}, not {self.phases}"
+        return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blocks", default="64,96,128", help="grid sizes (multiples of 8)")
+    ap.add_argument("--phases", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("probe_dependency_cost: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    mod = build()
+    resident = mod.resident_blocks()
+    variants = args.variants.split(",")
+    result = {"device": torch.cuda.get_device_name(), "resident_blocks": resident, "checks": {}, "us": {}}
+    ok = True
+    for blocks in (int(b) for b in args.blocks.split(",")):
+        if blocks > resident:
+            print(f"{blocks} blocks: only {resident} fit at once; skipped", flush=True)
+            continue
+        cases, graphs = {}, {}
+        for v in variants:
+            case = Case(mod, v, blocks, args.phases)
+            try:
+                why = case.check()
+                if why is None:
+                    graphs[v] = captured(case.run)[0]
+            # a launch this GPU or a capture refuses (a cooperative launch in a graph)
+            except RuntimeError as e:
+                why = f"not run: {str(e).splitlines()[0]}"
+            result["checks"][f"{v}@{blocks}"] = why or "ok"
+            if why:
+                print(f"{v} at {blocks} blocks: {why}", flush=True)
+                ok = ok and why.startswith("not run")
+                continue
+            cases[v] = case
+        times = {v: [] for v in graphs}
+        order = list(graphs)
+        for r in range(args.rounds):
+            for v in order[r % len(order) :] + order[: r % len(order)]:
+                times[v].append(replays_us(graphs[v], args.replays) / args.phases)
+        floor = statistics.median(times["none"]) if "none" in times else 0.0
+        print(
+            f"{blocks} blocks of {THREADS} threads, {args.phases} phases: µs a phase (median of {args.rounds} rounds)"
+        )
+        for v in order:
+            med = statistics.median(times[v])
+            print(
+                f"  {v:12s} {med:7.3f}   minus none {med - floor:7.3f}   rounds {' '.join(f'{t:.3f}' for t in times[v])}"
+            )
+        result["us"][str(blocks)] = times
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
