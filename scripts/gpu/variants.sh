@@ -21,14 +21,17 @@ stage_variants() {
   # This call's files only: the stamps are appended to, and the summary reads every b1-*.json here.
   rm -f "$S"/b1-*.json "$S"/b1-*.log "$S"/st-*.json "$S"/st-*.log "$S"/stamps-*.jsonl "$S"/summary.txt
   printf '%s\n' "${names[@]}" > "$S/variants.txt"  # the summary's order
-  # Each tree builds into its own cache (two trees never build one folder at once) before anything is timed: a
-  # first use inside a timed run would spend its limit compiling.
+  # Each tree builds every CUDA module the engine loads (MODULE.FUNCTION that builds it) into its own cache (two
+  # trees never build one folder at once) before anything is timed: a first use inside a timed run would spend
+  # its limit compiling (the CUTLASS GEMM alone takes longer than a run's 90 s).
   declare -A built
+  local entry
   for name in "${names[@]}"; do
-    for kernel in fused_mlp fused_attn; do
+    for entry in fused_mlp.load fused_attn.load paged_attn.load cutlass_gemm.module; do
+      kernel=${entry%.*}
       ( cd "${tree[$name]}" && PYTHONPATH=$PWD:${PYTHONPATH:-} ROSEINFER_CUDA_EXT_CACHE=/tmp/variants-cache/$name \
         timeout 600 python3 -c "from roseinfer import cuda_ext; from roseinfer.cuda_ext import $kernel as m
-if m.load() is None: raise SystemExit(cuda_ext.why_not_built(m.NAME))" ) &
+if m.${entry#*.}() is None: raise SystemExit(cuda_ext.why_not_built(m.NAME))" ) &
       built[$!]="$name's $kernel"
     done
   done
