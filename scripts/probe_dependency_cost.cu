@@ -38,8 +38,9 @@ constexpr int THREADS = 256;
 constexpr int CLUSTER = 8;
 constexpr uint64_t SPIN_LIMIT_NS = 2000000000ull;
 
-// COUNTER_NO_FENCE and FLAG_NO_FENCE: the same without the __threadfence before the release (the block barrier
-// and the release's cumulativity order the block's stores; CUTLASS's generic barrier releases this way).
+// COUNTER_NO_FENCE and FLAG_NO_FENCE: the same without the __threadfence before the release; the block barrier and
+// the release's cumulativity order the block's stores (CUTLASS's generic barrier arrives so: an acq_rel fence and a
+// relaxed add, which is what red.release is).
 enum Mode {
   NONE = 0, COUNTER = 1, FLAG = 2, CLUSTER_BARRIER = 3, GRID_SYNC = 4, COUNTER_NO_FENCE = 5, FLAG_NO_FENCE = 6
 };
