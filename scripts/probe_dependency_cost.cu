@@ -21,8 +21,16 @@
 //            its neighbour's from distributed shared memory after a cluster barrier (src = the next rank of the
 //            same cluster): the dependency a K-split reduced inside a cluster would pay;
 //   grid     one cooperative launch, cooperative_groups' grid.sync() between phases (src = b + 1 mod G);
+//   ll       one persistent launch, no barrier and no fence: each thread stores its value with a tag in one 8-byte
+//            word (NCCL's LL protocol; the engine's TP all-reduce pushes so), and each reader thread polls the
+//            word it needs until the tag is the phase's (src = b + 1 mod G; `ll_fanin8`: the words of the 8 blocks
+//            b + 1 .. b + 8, all polled at once, as a reader of a row that 8 blocks wrote; `_backoff`: a 100 ns
+//            pause after each poll that missed). The tag counts runs
+//            too (each block's epoch, kept in `stuck[2 + b]`, is also its phase 0's value), so a word from an
+//            earlier replay never passes for this one's, and one that did would leave the last phase short;
 //   none     one persistent launch, no wait at all (src = b): the phases' own cost, the floor under the others.
-// Spins give up after 2 s (a flag `stuck` says so, and no later wait spins) rather than hang the device.
+// Spins give up after 2 s (a flag `stuck[0]` says so, and later waits end soon) rather than hang the device; the
+// clock and that flag are read only after a poll missed, every 256 misses, never in front of the first poll.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -42,8 +50,12 @@ constexpr uint64_t SPIN_LIMIT_NS = 2000000000ull;
 // the release's cumulativity order the block's stores (CUTLASS's generic barrier arrives so: an acq_rel fence and a
 // relaxed add, which is what red.release is).
 enum Mode {
-  NONE = 0, COUNTER = 1, FLAG = 2, CLUSTER_BARRIER = 3, GRID_SYNC = 4, COUNTER_NO_FENCE = 5, FLAG_NO_FENCE = 6
+  NONE = 0, COUNTER = 1, FLAG = 2, CLUSTER_BARRIER = 3, GRID_SYNC = 4, COUNTER_NO_FENCE = 5, FLAG_NO_FENCE = 6,
+  LL = 7, LL_FANIN8 = 8, LL_BACKOFF = 9, LL_FANIN8_BACKOFF = 10
 };
+// LL's readers back off this long after each poll that missed (the _BACKOFF modes): every thread of every block
+// polling without a pause puts its reads in front of the producers' stores at L2.
+constexpr unsigned BACKOFF_NS = 100;
 
 __device__ __forceinline__ uint64_t globaltimer() {
   uint64_t t;
@@ -61,20 +73,40 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ unsigned long long ld_relaxed_u64(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void st_relaxed_u64(unsigned long long* p, unsigned long long v) {
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 __device__ __forceinline__ void red_release_add(unsigned* p, unsigned v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// Thread 0 spins until *p >= target (or gives up and raises *stuck); the block's barrier after it passes the
-// acquire on to the other threads.
+// After the poll numbered `misses` missed: whether to stop waiting (the spin passed 2 s, raising *stuck, or another
+// already gave up). Off the fast path: the clock at the first miss, the flag and the clock every 256 after it.
+__device__ __forceinline__ bool give_up(unsigned misses, uint64_t& t0, unsigned* stuck) {
+  if (misses == 0) {
+    t0 = globaltimer();
+    return false;
+  }
+  if (misses % 256 != 0) return false;
+  if (*reinterpret_cast<volatile unsigned*>(stuck) != 0) return true;
+  if (globaltimer() - t0 <= SPIN_LIMIT_NS) return false;
+  atomicExch(stuck, 1u);
+  return true;
+}
+
+// Thread 0 spins until *p >= target; the block's barrier after it passes the acquire on to the other threads.
 __device__ __forceinline__ void wait_at_least(const unsigned* p, unsigned target, unsigned* stuck) {
-  if (threadIdx.x == 0 && *reinterpret_cast<volatile unsigned*>(stuck) == 0) {  // one give-up ends every wait
-    const uint64_t t0 = globaltimer();
-    while (ld_acquire(p) < target) {
-      if (globaltimer() - t0 > SPIN_LIMIT_NS) {
-        atomicExch(stuck, 1u);
-        break;
-      }
+  if (threadIdx.x == 0) {
+    unsigned misses = 0;
+    uint64_t t0 = 0;
+    while (ld_acquire(p) < target && !give_up(misses++, t0, stuck)) {
     }
   }
   __syncthreads();
@@ -143,6 +175,50 @@ __global__ void __launch_bounds__(THREADS) persistent_kernel(float* buf, int pha
   if constexpr (MODE == CLUSTER_BARRIER) cg::this_cluster().sync();  // no block exits while its slot is read
 }
 
+// LL: lines [P, G, 256] of (tag << 32 | float bits); state[0] the give-up flag, state[2 + b] block b's epoch (its
+// runs so far: every run bumps every block's once, so the blocks' epochs agree without any block reading another's).
+template <int FANIN, bool BACKOFF>
+__global__ void __launch_bounds__(THREADS) ll_kernel(float* buf, unsigned long long* lines, int phases,
+                                                      unsigned* state) {
+  const int b = blockIdx.x, blocks = gridDim.x;
+  // Written by this block's thread 0 in an earlier launch only: a plain load sees it.
+  const unsigned epoch = state[2 + b];
+  const unsigned base = epoch * static_cast<unsigned>(phases);
+  for (int p = 0; p < phases; ++p) {
+    float v = static_cast<float>(epoch);  // phase 0's value: the last phase holds epoch + P
+    if (p > 0) {
+      const unsigned want = base + p;  // phase p - 1's tag
+      const unsigned long long* line[FANIN];
+      unsigned long long w[FANIN];
+#pragma unroll
+      for (int f = 0; f < FANIN; ++f) {  // every word's load at once
+        line[f] = lines + (static_cast<int64_t>(p - 1) * blocks + (b + 1 + f) % blocks) * THREADS + threadIdx.x;
+        w[f] = ld_relaxed_u64(line[f]);
+      }
+      unsigned misses = 0;
+      uint64_t t0 = 0;
+      for (;;) {
+        bool all = true;
+#pragma unroll
+        for (int f = 0; f < FANIN; ++f) all = all && static_cast<unsigned>(w[f] >> 32) == want;
+        if (all || give_up(misses++, t0, state)) break;
+        if constexpr (BACKOFF) __nanosleep(BACKOFF_NS);
+#pragma unroll
+        for (int f = 0; f < FANIN; ++f)  // the missing words polled again, at once
+          if (static_cast<unsigned>(w[f] >> 32) != want) w[f] = ld_relaxed_u64(line[f]);
+      }
+      v = __uint_as_float(static_cast<unsigned>(w[0]));
+#pragma unroll
+      for (int f = 1; f < FANIN; ++f) v = fminf(v, __uint_as_float(static_cast<unsigned>(w[f])));  // a stale one shows
+    }
+    v += 1.f;
+    slot(buf, p, b, blocks)[threadIdx.x] = v;
+    st_relaxed_u64(lines + (static_cast<int64_t>(p) * blocks + b) * THREADS + threadIdx.x,
+                   (static_cast<unsigned long long>(base + p + 1) << 32) | __float_as_uint(v));
+  }
+  if (threadIdx.x == 0) state[2 + b] = epoch + 1;  // read by this block's next launch
+}
+
 void check_blocks(int blocks) {
   TORCH_CHECK(blocks > 0 && blocks % CLUSTER == 0, "blocks must be a positive multiple of 8");
 }
@@ -169,13 +245,17 @@ void kernels(torch::Tensor buf, int64_t phases, int64_t blocks, bool pdl) {
   }
 }
 
-// One launch of every phase; flags (uint32 as int32, [blocks]) and stuck ([1]) are zeroed on the stream first.
+// One launch of every phase; flags (uint32 as int32, [blocks]) are zeroed on the stream first. stuck: int32
+// [2 + blocks], the give-up flag and LL's epochs (stuck[1] unused). lines: int64 [phases, blocks, 256] for LL.
 void persistent(torch::Tensor buf, int64_t phases, int64_t blocks, int64_t mode, torch::Tensor flags,
-                torch::Tensor stuck) {
+                torch::Tensor stuck, torch::Tensor lines) {
   check_blocks(static_cast<int>(blocks));
   TORCH_CHECK(buf.is_cuda() && buf.scalar_type() == torch::kFloat32 && buf.numel() >= phases * blocks * THREADS,
               "buf must be float32 [phases, blocks, 256] on the GPU");
   TORCH_CHECK(flags.scalar_type() == torch::kInt32 && flags.numel() >= blocks, "flags must be int32 [blocks]");
+  TORCH_CHECK(stuck.scalar_type() == torch::kInt32 && stuck.numel() >= 2 + blocks, "stuck must be int32 [2 + blocks]");
+  TORCH_CHECK(mode < LL || (lines.scalar_type() == torch::kInt64 && lines.numel() >= phases * blocks * THREADS),
+              "lines must be int64 [phases, blocks, 256]");
   const c10::cuda::CUDAGuard guard(buf.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   cudaMemsetAsync(flags.data_ptr(), 0, flags.numel() * 4, stream);
@@ -210,7 +290,18 @@ void persistent(torch::Tensor buf, int64_t phases, int64_t blocks, int64_t mode,
     case GRID_SYNC: err = cudaLaunchKernelEx(&cfg, persistent_kernel<GRID_SYNC>, b, n, f, s); break;
     case COUNTER_NO_FENCE: err = cudaLaunchKernelEx(&cfg, persistent_kernel<COUNTER_NO_FENCE>, b, n, f, s); break;
     case FLAG_NO_FENCE: err = cudaLaunchKernelEx(&cfg, persistent_kernel<FLAG_NO_FENCE>, b, n, f, s); break;
-    default: TORCH_CHECK(false, "mode must be 0 to 6");
+    case LL:
+    case LL_FANIN8:
+    case LL_BACKOFF:
+    case LL_FANIN8_BACKOFF: {
+      auto* l = reinterpret_cast<unsigned long long*>(lines.data_ptr());
+      if (mode == LL) err = cudaLaunchKernelEx(&cfg, ll_kernel<1, false>, b, l, n, s);
+      if (mode == LL_FANIN8) err = cudaLaunchKernelEx(&cfg, ll_kernel<8, false>, b, l, n, s);
+      if (mode == LL_BACKOFF) err = cudaLaunchKernelEx(&cfg, ll_kernel<1, true>, b, l, n, s);
+      if (mode == LL_FANIN8_BACKOFF) err = cudaLaunchKernelEx(&cfg, ll_kernel<8, true>, b, l, n, s);
+      break;
+    }
+    default: TORCH_CHECK(false, "mode must be 0 to 10");
   }
   TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
 }
@@ -221,8 +312,14 @@ int64_t resident_blocks() {
   int per_sm = 0, device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  int fewest = 1 << 30;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<COUNTER>, THREADS, 0);
-  return static_cast<int64_t>(per_sm) * sms;
+  fewest = per_sm < fewest ? per_sm : fewest;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, persistent_kernel<FLAG>, THREADS, 0);
+  fewest = per_sm < fewest ? per_sm : fewest;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ll_kernel<8, true>, THREADS, 0);
+  fewest = per_sm < fewest ? per_sm : fewest;
+  return static_cast<int64_t>(fewest) * sms;
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 """Issue 50's probe: what one dependency between blocks costs on the GPU, by each means a decode step could use
 (scripts/probe_dependency_cost.cu says what each variant does):
-- a check of every variant at each grid size: one run from a zeroed buffer, every slot of the last phase must
-  hold the phase count (a read that ran before its producer's write would leave it short), no spin gave up;
+- a check of every variant at each grid size, after one run from zeroed buffers and again after its timed replays:
+  every slot of the last phase must hold the phase count (LL: its run's epoch plus it), so that a read that ran
+  before its producer's write, or took an earlier replay's word, shows as a short slot; and no spin gave up. A
+  failed check exits 1; a launch or capture the GPU refuses is said and skipped;
 - the timing: each variant's P phases captured in one CUDA graph, replayed back to back, in interleaved rounds;
   µs a phase (median of rounds), and that minus the `none` variant's (the dependency alone).
 
@@ -34,6 +36,10 @@ VARIANTS = {
     "grid_sync": ("persistent", 4),
     "counter_no_fence": ("persistent", 5),
     "flag_no_fence": ("persistent", 6),
+    "ll": ("persistent", 7),
+    "ll_fanin8": ("persistent", 8),
+    "ll_backoff": ("persistent", 9),
+    "ll_fanin8_backoff": ("persistent", 10),
     "none": ("persistent", 0),
 }
 
@@ -56,26 +62,43 @@ class Case:
         self.mod, self.variant, self.blocks, self.phases = mod, variant, blocks, phases
         self.buf = torch.zeros(phases, blocks, THREADS, device="cuda")  # [P, G, 256]
         self.flags = torch.zeros(blocks, dtype=torch.int32, device="cuda")
-        self.stuck = torch.zeros(1, dtype=torch.int32, device="cuda")
+        # the give-up flag, unused, each block's LL epoch (its runs so far)
+        self.stuck = torch.zeros(2 + blocks, dtype=torch.int32, device="cuda")
+        self.ll = VARIANTS[variant][0] == "persistent" and VARIANTS[variant][1] >= 7
+        self.lines = torch.zeros(
+            (phases, blocks, THREADS) if self.ll else (0,), dtype=torch.int64, device="cuda"
+        )
 
     def run(self):
         how, arg = VARIANTS[self.variant]
         if how == "kernels":
             self.mod.kernels(self.buf, self.phases, self.blocks, arg)
         else:
-            self.mod.persistent(self.buf, self.phases, self.blocks, arg, self.flags, self.stuck)
+            self.mod.persistent(self.buf, self.phases, self.blocks, arg, self.flags, self.stuck, self.lines)
 
-    def check(self) -> str | None:
-        """None when one run from zero leaves every last slot at P and no spin gave up; else what went wrong."""
+    def first_run(self) -> None:
+        """One run from zeroed buffers (a launch or capture this GPU refuses raises RuntimeError)."""
         self.buf.zero_()
         self.stuck.zero_()
+        self.lines.zero_()
         self.run()
         torch.cuda.synchronize()
-        last = self.buf[-1]
-        if int(self.stuck.item()):
+
+    def verify(self) -> str | None:
+        """None when the last run left every last slot at P (LL: its epoch + P) and no spin gave up; else what went
+        wrong. A read that ran before its producer's write (or took an earlier replay's word) leaves a slot short."""
+        torch.cuda.synchronize()
+        if int(self.stuck[0].item()):
             return "a spin gave up after 2 s"
-        if not bool((last == self.phases).all()):
-            return f"last phase holds {last.min().item():.0f} to {last.max().item():.0f}, not {self.phases}"
+        want = self.phases
+        if self.ll:
+            epochs = self.stuck[2:]
+            if not bool((epochs == epochs[0]).all()):
+                return "the blocks' epochs disagree"
+            want += int(epochs[0].item()) - 1
+        last = self.buf[-1]
+        if not bool((last == want).all()):
+            return f"last phase holds {last.min().item():.0f} to {last.max().item():.0f}, not {want}"
         return None
 
 
@@ -105,23 +128,36 @@ def main() -> int:
         for v in variants:
             case = Case(mod, v, blocks, args.phases)
             try:
-                why = case.check()
-                if why is None:
-                    graphs[v] = captured(case.run)[0]
-            # a launch this GPU or a capture refuses (a cooperative launch in a graph)
+                case.first_run()
+                refused = None
+            # a launch this GPU refuses
             except RuntimeError as e:
-                why = f"not run: {str(e).splitlines()[0]}"
+                refused = f"not run: {str(e).splitlines()[0]}"
+            why = refused or case.verify()
+            if why is None:
+                try:
+                    graphs[v] = captured(case.run)[0]
+                except RuntimeError as e:  # a capture refused (a cooperative launch in a graph)
+                    why = refused = f"not run: {str(e).splitlines()[0]}"
             result["checks"][f"{v}@{blocks}"] = why or "ok"
             if why:
                 print(f"{v} at {blocks} blocks: {why}", flush=True)
-                ok = ok and why.startswith("not run")
+                ok = ok and refused is not None
                 continue
             cases[v] = case
         times = {v: [] for v in graphs}
         order = list(graphs)
+        if not order:
+            continue
         for r in range(args.rounds):
             for v in order[r % len(order) :] + order[: r % len(order)]:
                 times[v].append(replays_us(graphs[v], args.replays) / args.phases)
+        for v in order:  # the replays checked too: a give-up would have timed waits that did not wait
+            why = cases[v].verify()
+            result["checks"][f"{v}@{blocks} after the replays"] = why or "ok"
+            if why:
+                print(f"{v} at {blocks} blocks, after the replays: {why}", flush=True)
+                ok = False
         floor = statistics.median(times["none"]) if "none" in times else 0.0
         print(
             f"{blocks} blocks of {THREADS} threads, {args.phases} phases: µs a phase (median of {args.rounds} rounds)"
