@@ -25,8 +25,8 @@
 //            word (NCCL's LL protocol; the engine's TP all-reduce pushes so), and each reader thread polls the
 //            word it needs until the tag is the phase's (src = b + 1 mod G; `ll_fanin8`: the words of the 8 blocks
 //            b + 1 .. b + 8, all polled at once, as a reader of a row that 8 blocks wrote; `_backoff`: a 100 ns
-//            pause after each poll that missed). The tag counts runs
-//            too (each block's epoch, kept in `stuck[2 + b]`, is also its phase 0's value), so a word from an
+//            pause after each poll that missed). The tag counts runs too (each block's epoch, kept in
+//            `stuck[2 + b]`, is also its phase 0's value, so the last phase holds epoch + P), so a word from an
 //            earlier replay never passes for this one's, and one that did would leave the last phase short;
 //   none     one persistent launch, no wait at all (src = b): the phases' own cost, the floor under the others.
 // Spins give up after 2 s (a flag `stuck[0]` says so, and later waits end soon) rather than hang the device; the

@@ -64,7 +64,7 @@ class Case:
         self.flags = torch.zeros(blocks, dtype=torch.int32, device="cuda")
         # the give-up flag, unused, each block's LL epoch (its runs so far)
         self.stuck = torch.zeros(2 + blocks, dtype=torch.int32, device="cuda")
-        self.ll = VARIANTS[variant][0] == "persistent" and VARIANTS[variant][1] >= 7
+        self.ll = variant.startswith("ll")
         self.lines = torch.zeros(
             (phases, blocks, THREADS) if self.ll else (0,), dtype=torch.int64, device="cuda"
         )
@@ -77,7 +77,7 @@ class Case:
             self.mod.persistent(self.buf, self.phases, self.blocks, arg, self.flags, self.stuck, self.lines)
 
     def first_run(self) -> None:
-        """One run from zeroed buffers (a launch or capture this GPU refuses raises RuntimeError)."""
+        """One run from zeroed buffers (a launch this GPU refuses raises RuntimeError)."""
         self.buf.zero_()
         self.stuck.zero_()
         self.lines.zero_()
