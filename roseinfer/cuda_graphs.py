@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 
+import numpy as np
 import torch
 
 from roseinfer import distributed, exit_hooks
@@ -57,6 +58,7 @@ from roseinfer.cuda_ext.fused_mlp import MlpScratch
 from roseinfer.cuda_ext.recorder import StampedKernel, StampRecorder
 from roseinfer.cuda_ext.stamps import StampLog, stamps_path
 from roseinfer.graph_kernels import CUTLASS_ABOVE, GraphKernels
+from roseinfer.host_tokens import HostTokens
 from roseinfer.kernels import triton_available
 from roseinfer.kernels.gemv import ALLREDUCE_KERNEL
 from roseinfer.kernels.pdl import pdl_scope
@@ -148,6 +150,12 @@ class DecodeGraphs:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         # bucket -> (logits [bucket, V], greedy tokens [bucket]), written by that bucket's graph
         self.outputs: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # The argmax writes the greedy tokens into pinned host memory too (`roseinfer.host_tokens`); `host_rows`:
+        # the row of it each row of the last step run wrote (`HostTokens.launched`)
+        self.host_tokens = None
+        if kernels.argmax_to_host and kernels.argmax_advances and self.fused:
+            self.host_tokens = HostTokens(inputs.shape[1], cache.k_caches[0].device)
+        self.host_rows: np.ndarray | None = None
         if capture:
             self._capture()
 
@@ -220,14 +228,20 @@ class DecodeGraphs:
             if logits is None:
                 yield None
         with region(ARGMAX):
-            greedy = self._greedy(logits, ids, past, live)  # [rows]
+            greedy = self._greedy(logits, ids, past, live, lo, hi)  # [rows]
         yield logits, greedy
 
     def _greedy(
-        self, logits: torch.Tensor, ids: torch.Tensor, past: torch.Tensor, live: torch.Tensor
+        self,
+        logits: torch.Tensor,
+        ids: torch.Tensor,
+        past: torch.Tensor,
+        live: torch.Tensor,
+        lo: int,
+        hi: int,
     ) -> torch.Tensor:
-        """The greedy tokens [rows] of logits [rows, V], left as the next step's ids with the live rows' past
-        lengths grown by one."""
+        """The greedy tokens [rows] of logits [rows, V] (the step's rows [lo, hi)), left as the next step's ids
+        with the live rows' past lengths grown by one, and with `host_tokens` in pinned host memory too."""
         if not self.fused:
             greedy = torch.argmax(logits, dim=-1)  # [rows]
             ids.copy_(greedy)
@@ -239,7 +253,14 @@ class DecodeGraphs:
         # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
         after_gemv = k.pdl_in(rows, self.model.cfg.n_embd) and k.lm_head_gemv and rows == 1
         if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
-            return argmax_triton(logits, advance=(ids, past, live), pdl=after_gemv, num_warps=k.argmax_warps)
+            to_host = None if self.host_tokens is None else self.host_tokens.rows(lo, hi)
+            return argmax_triton(
+                logits,
+                advance=(ids, past, live),
+                pdl=after_gemv,
+                num_warps=k.argmax_warps,
+                to_host=to_host,
+            )
         greedy = argmax_triton(logits, pdl=after_gemv, num_warps=k.argmax_warps)
         ids.copy_(greedy)
         past.add_(live)
@@ -269,6 +290,8 @@ class DecodeGraphs:
                     self.outputs[bucket] = self.forward(bucket)
             self.graphs[bucket] = graph
         torch.cuda.synchronize()
+        if self.host_tokens is not None:  # the warm-up runs advanced the device's count of steps
+            self.host_tokens.reset()
         if self.model.h[0].tp is not None:
             distributed.before_destroy(self.release)  # the graphs hold NCCL's communicator (see there)
 
@@ -293,6 +316,8 @@ class DecodeGraphs:
         else:
             graph.replay()
             logits, greedy = self.outputs[bucket]
+        if self.host_tokens is not None:
+            self.host_rows = self.host_tokens.launched(bucket)
         self._stamped(bucket)
         return logits[:batch], greedy[:batch]
 
@@ -304,3 +329,5 @@ class DecodeGraphs:
     def replay(self, bucket: int) -> None:
         """Replay a bucket's graph on whatever its static inputs hold (a measurement hook, scripts/bench_*.py)."""
         self.graphs[bucket].replay()
+        if self.host_tokens is not None:
+            self.host_rows = self.host_tokens.launched(bucket)

@@ -10,6 +10,8 @@ inherits (`DecodePaths` is its base class, on the buffers, graphs and block tabl
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +38,7 @@ class _InFlight:
     """A decode step launched whose greedy tokens the host has not read yet."""
 
     seqs: list[Sequence]
-    tokens: torch.Tensor  # [B] int64, pinned on CUDA: filled by a copy that `done` follows
+    tokens: Callable[[], list[int]]  # the tokens, once `done` has fired
     done: torch.cuda.Event | None  # None on CPU, where the copy is synchronous
 
 
@@ -163,17 +165,23 @@ class DecodePaths:
             self._staged.synchronize()
 
     def _copy_tokens_out(self, seqs: list[Sequence], greedy: torch.Tensor) -> _InFlight:
-        """Start copying the greedy tokens [B] of the step just launched into a pinned buffer."""
+        """Start copying the greedy tokens [B] of the step just launched into a pinned buffer; where the step's
+        argmax writes them into pinned memory itself (`roseinfer.host_tokens`), only mark the step's end."""
         i = self._next_buf
         self._next_buf ^= 1
-        buf, event = self._token_bufs[i][: len(seqs)], self._token_events[i]
-        buf.copy_(greedy, non_blocking=event is not None)
+        event, host = self._token_events[i], self.graphs.host_tokens
+        if host is not None:
+            tokens = functools.partial(host.read, self.graphs.host_rows, len(seqs))
+        else:
+            buf = self._token_bufs[i][: len(seqs)]
+            buf.copy_(greedy, non_blocking=event is not None)
+            tokens = buf.tolist
         if event is not None:
             event.record()
-        return _InFlight(list(seqs), buf, event)
+        return _InFlight(list(seqs), tokens, event)
 
     @staticmethod
     def _read_tokens(inflight: _InFlight) -> list[int]:
         if inflight.done is not None:
             inflight.done.synchronize()
-        return inflight.tokens.tolist()
+        return inflight.tokens()

@@ -95,6 +95,10 @@ class GraphKernels:
     pdl_early_release: bool = True
     # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
     argmax_advances: bool = True
+    # ... and writes the greedy tokens into pinned host memory (`roseinfer.host_tokens`): the host no longer copies
+    # them out after the replay, a copy the next replay waited behind. At batch 1 on an H200 (TPOT) 0.138 ->
+    # 0.129 ms with no copy at all (docs/BENCHMARKS.md, session 59). False: copied out after the step, as before.
+    argmax_to_host: bool = True
     # The argmax's first kernel's warps a program of 4,096 logits (`argmax.ARGMAX_WARPS`: 4; 8 before session 49)
     argmax_warps: int = ARGMAX_WARPS
     # Under --paged-attn, buckets whose sequences x heads leave most SMs idle split each past over several

@@ -76,7 +76,9 @@
  68. 67 with the one-stream buckets 272, 288, 464 and 480 on cuBLAS (`GraphKernels.cutlass_cublas_rows`): the
      engine of session 55.
  69. 68 + the add + LayerNorm of the CUTLASS GEMM's buckets (GPT-2 small) one warp a row, releasing the GEMM after
-     it before its wait (`GraphKernels.layer_norm_early`): the engine now.
+     it before its wait (`GraphKernels.layer_norm_early`): the engine of session 56.
+ 70. 69 + the argmax writing the greedy tokens into pinned host memory (`GraphKernels.argmax_to_host`; a replay's
+     own time is that of 69, the copy it removes ran after it): the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -246,6 +248,10 @@ VARIANTS[68] = GraphKernels()
 # after it before its wait; before it four warps a row, released after the wait
 VARIANTS = {v: dataclasses.replace(k, layer_norm_early=False) for v, k in VARIANTS.items()}
 VARIANTS[69] = GraphKernels()
+# session 59: the argmax writes the greedy tokens into pinned host memory (no copy after the replay, which runs
+# outside the graph: the same replay time, a shorter step in the engine's loop); before it copied out after it
+VARIANTS = {v: dataclasses.replace(k, argmax_to_host=False) for v, k in VARIANTS.items()}
+VARIANTS[70] = GraphKernels()
 
 # Each variant's row in the tables
 NAMES = {
@@ -317,5 +323,6 @@ NAMES = {
     66: "60 + two halves above 256 rows",
     67: "65 from 256 rows + two halves at 512 (session 54)",
     68: "67, cuBLAS at 272, 288, 464, 480 (session 55)",
-    69: "68 + the add + LayerNorm released early (engine now)",
+    69: "68 + the add + LayerNorm released early (session 56)",
+    70: "69 + the argmax's tokens into pinned host memory (engine now)",
 }

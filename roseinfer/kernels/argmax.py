@@ -6,7 +6,8 @@ into chunks: one program per (row, chunk) finds the chunk's max and its first in
 each row's winner. Ties go to the lowest index, as torch.argmax's do; the rows may be strided (the logits are a
 slice of the padded lm_head's output). In a captured decode step the second launch also leaves the next step's
 inputs (`advance`: the token ids, and the past lengths plus the live flags), which took a copy and an add of
-their own (3 us of a batch-1 step on the H100). After the one-row lm_head GEMV (a programmatic dependent launch,
+their own (3 us of a batch-1 step on the H100), and can write the tokens into pinned host memory (`to_host`,
+`roseinfer.host_tokens`), which took a copy after the step that the next step waited behind. After the one-row lm_head GEMV (a programmatic dependent launch,
 `roseinfer.kernels.pdl`) both launch as dependents too (`pdl=True`): each waits before it reads, so their launches
 overlap the kernel before.
 """
@@ -52,9 +53,13 @@ def _get_kernels():
         ids_ptr,
         past_ptr,
         live_ptr,
+        host_ptr,
+        host_stride,
+        steps_ptr,
         CHUNKS,
         BLOCK: tl.constexpr,
         ADVANCE: tl.constexpr,
+        TO_HOST: tl.constexpr,
         PDL: tl.constexpr,
     ):
         row = tl.program_id(0).to(tl.int64)
@@ -70,6 +75,10 @@ def _get_kernels():
         if ADVANCE:  # the next step's inputs: its token ids, and the past lengths grown by the live flags
             tl.store(ids_ptr + row, token.to(ids_ptr.dtype.element_ty))
             tl.store(past_ptr + row, tl.load(past_ptr + row) + tl.load(live_ptr + row))
+        if TO_HOST:  # the token into pinned host memory too, in the row of it that this row's step count's parity picks
+            n = tl.load(steps_ptr + row)
+            tl.store(host_ptr + (n % 2) * host_stride + row, token)
+            tl.store(steps_ptr + row, n + 1)
 
     return (argmax_chunks_kernel, argmax_rows_kernel)
 
@@ -85,12 +94,14 @@ def argmax_triton(
     advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     pdl: bool = False,
     num_warps: int = ARGMAX_WARPS,
+    to_host: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """logits [B, V] (last dimension contiguous) -> int64 [B], like torch.argmax(logits, dim=-1) on finite
     values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
     `ids.copy_(tokens); past.add_(live)` would. pdl: both kernels as programmatic dependent launches (where
     supported; `roseinfer.kernels.pdl`). chunk, num_warps: the first kernel's logits a program and its warps
-    (ARGMAX_WARPS)."""
+    (ARGMAX_WARPS). to_host: (host [2, B] int64 in pinned memory, steps [B] int32 on the device): also
+    host[steps % 2, row] = the row's token, then steps += 1 (`roseinfer.host_tokens`)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_supported
@@ -119,8 +130,10 @@ def argmax_triton(
     )
     ids, past, live = advance if advance is not None else (out, out, out)
     assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
+    host, steps = to_host if to_host is not None else (out.view(1, b), out)
+    assert host.shape == (host.shape[0], b) and host.stride(1) == 1 and steps.shape == (b,)
     rows_kernel[(b,)](
-        vals, idx, out, ids, past, live, chunks, BLOCK=triton.next_power_of_2(chunks), ADVANCE=advance is not None,
-        PDL=pdl, num_warps=1, launch_pdl=pdl,
+        vals, idx, out, ids, past, live, host, host.stride(0), steps, chunks, BLOCK=triton.next_power_of_2(chunks),
+        ADVANCE=advance is not None, TO_HOST=to_host is not None, PDL=pdl, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
     return out

@@ -259,6 +259,38 @@ def _generate_one(llm, prompt):
 
 
 @pytest.mark.gpu
+def test_graph_decode_reads_the_tokens_the_argmax_wrote_to_host_as_those_copied_out(tiny_checkpoint):
+    # fp16, overlapped: a batch of 8 then three requests one at a time (batches 1 to 8, buckets 1, 2, 4, 8 on rows
+    # that every bucket shares), the tokens read from the pinned memory the argmax writes (the default) against
+    # those copied out after each replay, as before: the same tokens and logits, and the host's count of each
+    # row's steps still the device's at the end.
+    from roseinfer.graph_kernels import GraphKernels
+
+    runs = []
+    for kernels in (None, GraphKernels(argmax_to_host=False)):
+        llm = LLM(
+            tiny_checkpoint,
+            device="cuda",
+            dtype="float16",
+            max_batch_size=8,
+            cuda_graph=True,
+            paged_attn=True,
+        )
+        if kernels is not None:
+            llm.engine.use_static_decode(capture=True, kernels=kernels)
+        host = llm.engine.graphs.host_tokens
+        assert (host is None) is (kernels is not None)
+        outs = (_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]])
+        runs.append((outs, llm.engine.graphs.outputs[1][0].clone()))
+        if host is not None:
+            torch.cuda.synchronize()
+            assert host.steps.tolist() == host._steps.tolist() and host._steps[0] > NEW_TOKENS
+    (outs, logits), (outs_copied, logits_copied) = runs
+    assert outs == outs_copied and all(len(t) == NEW_TOKENS for t in outs[1])
+    assert torch.equal(logits, logits_copied)
+
+
+@pytest.mark.gpu
 def test_graph_decode_lm_head_gemv_agrees_with_cublas(tiny_checkpoint):
     # fp16, batches 1 to 8: at one row ln_f + lm_head as one GEMV (the default) or ln_f's kernel and cuBLAS compute
     # the same logits up to the order of each fp32 sum: the same tokens, the last batch-1 replay's logits within

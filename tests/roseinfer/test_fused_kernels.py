@@ -144,6 +144,37 @@ def test_argmax_advance_leaves_the_next_steps_inputs(rows):
     assert torch.equal(inputs[:, rows:], before[:, rows:])  # the rows beyond the bucket untouched
 
 
+@pytest.mark.parametrize("rows", [1, 6, 64])
+def test_argmax_to_host_writes_each_rows_token_into_pinned_memory_by_its_steps_parity(rows):
+    # The captured step's argmax also writes each row's token into pinned host memory (`roseinfer.host_tokens`),
+    # into row (the row's steps so far) % 2 of it, counted on the device. A step of all rows, then a step of the
+    # first row alone (a smaller bucket), then all rows again: the second step of row 0 writes the other row of
+    # host memory, and the first step's tokens of the other rows stay readable until the third overwrites them.
+    from roseinfer.host_tokens import HostTokens
+    from roseinfer.kernels.argmax import argmax_triton
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    steps = [torch.randn(rows, 50304, generator=g, device="cuda").half()[:, :50257] for _ in range(3)]
+    steps[1] = steps[1][:1]
+    host = HostTokens(rows + 3, torch.device("cuda"))  # [2, B_MAX]: the bucket's rows and three beyond
+    which = []
+    for logits in steps:
+        n = logits.shape[0]
+        tokens = argmax_triton(logits, to_host=host.rows(0, n))
+        which.append(host.launched(n))
+        assert torch.equal(tokens, torch.argmax(logits, dim=-1))
+        if len(which) == 2:
+            torch.cuda.synchronize()
+            assert host.read(which[0], rows) == torch.argmax(steps[0], dim=-1).tolist()
+            assert host.read(which[1], 1) == torch.argmax(steps[1], dim=-1).tolist()
+    torch.cuda.synchronize()
+    assert host.read(which[2], rows) == torch.argmax(steps[2], dim=-1).tolist()
+    assert host.read(which[1], 1) == torch.argmax(steps[1], dim=-1).tolist()  # row 0's second step, untouched
+    counts = [3] + [2] * (rows - 1) + [0] * 3
+    assert host.steps.tolist() == counts and host._steps.tolist() == counts
+    assert (host.host[:, rows:] == 0).all()  # the rows beyond the bucket never written
+
+
 @pytest.mark.parametrize("early", [False, True])
 def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early):
     # The batch-1 step's tail: ln_f + lm_head as one PDL GEMV (the 50,304 padded rows, sliced to 50,257), then
