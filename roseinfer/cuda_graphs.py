@@ -165,7 +165,8 @@ class DecodeGraphs:
     def forward(self, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The step a graph holds: logits [bucket, V] and greedy tokens [bucket] from the static inputs, which it
         then advances to the next step's (see the module's docstring). In the buckets of `GraphKernels.halves_in`
-        as two halves of the batch on two streams (`roseinfer.two_halves`)."""
+        as two halves of the batch on two streams (`roseinfer.two_halves`). With `host_tokens` it flips the
+        device's parities but not the host's: the engine runs a step through `run` (or `replay`), which does both."""
         halves = self.halves is not None and self.kernels.halves_in(bucket, self.model.cfg.n_embd)
         rows = bucket // 2 if halves else bucket  # a part's kernels are those of a bucket of its rows
         with self._kernel_choices(rows):

@@ -53,6 +53,9 @@ class DecodePaths:
         elif all(s.params.temperature == 0 for s in seqs):
             out = self._decode_overlapped(seqs)
         else:
+            # (never with a step in flight, whose tokens the next step of its rows would overwrite where the argmax
+            # writes them into pinned memory: `roseinfer.host_tokens`; the scheduler drains it first)
+            assert self._inflight is None, "a sampled step launched while another step's tokens are unread"
             rollovers, cow, logits, greedy, kv_tokens = self._launch_static(seqs, restage=True)
             self.slots.reserve_ahead(seqs)  # while the GPU runs this step
             with region(tracing.SAMPLE):

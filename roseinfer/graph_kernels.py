@@ -96,8 +96,9 @@ class GraphKernels:
     # The Triton argmax's second kernel writes the next step's token ids and past lengths (no copy and add after)
     argmax_advances: bool = True
     # ... and writes the greedy tokens into pinned host memory (`roseinfer.host_tokens`): the host no longer copies
-    # them out after the replay, a copy the next replay waited behind. At batch 1 on an H200 (TPOT) 0.138 ->
-    # 0.129 ms with no copy at all (docs/BENCHMARKS.md, session 59). False: copied out after the step, as before.
+    # them out after the replay, a copy the next replay waited behind. On an H200 batch 1 0.137-0.141 -> 0.128 ms a
+    # token (4 of 6 runs; in two the host set the pace), workload (a) 0.389-0.394 -> 0.384-0.386
+    # (docs/BENCHMARKS.md, session 59). False: copied out after the step, as before.
     argmax_to_host: bool = True
     # The argmax's first kernel's warps a program of 4,096 logits (`argmax.ARGMAX_WARPS`: 4; 8 before session 49)
     argmax_warps: int = ARGMAX_WARPS

@@ -2,16 +2,17 @@
 
 Before, the host copied them out after each replay (a device-to-host copy into a pinned buffer, then an event), and
 the next replay, launched behind that copy on the same stream, started only once it had finished: at batch 1 on an
-H200 the copy left the GPU idle about 9 us a step, 0.138 against 0.129 ms a token with no copy at all
-(docs/BENCHMARKS.md, session 59). Now the argmax's second kernel stores each row's token into `host` as well
-(`roseinfer.kernels.argmax`, `to_host`: the GPU writes pinned memory directly), and the host waits for the step's
-event alone.
+H200 the GPU's gap between two replays was 6.7-9.2 us a step with the copy and 1.5 us without it, and a token took
+0.128 against 0.137-0.141 ms (docs/BENCHMARKS.md, session 59). Now the argmax's second kernel stores each row's
+token into `host` as well (`roseinfer.kernels.argmax`, `to_host`: the GPU writes pinned memory directly), and the
+host waits for the step's event alone.
 
 The overlapped decode launches a step before it reads the previous step's tokens, so two steps' tokens are in
-flight: `host` has two rows, and a step writes row r's token into row (the steps that have run row r before) % 2.
-That count lives on the device (`steps`, advanced by the kernel itself, so a replay needs nothing from the host)
-and is mirrored here (`launched`): a graph's replay and the same step run uncaptured both advance it, for the
-rows of their bucket.
+flight: `host` has two rows, and each row r of a step writes into row `parity[r]` of it, which then flips, so that
+the next step of row r writes the other one. The parity lives on the device (the kernel flips it, so a replay needs
+nothing from the host) and is mirrored here (`launched`): a graph's replay and the same step run uncaptured
+(`DecodeGraphs.run`, `replay`) both flip it for the rows of their bucket. A step run any other way (its `forward`
+called directly) flips the device's alone; the two must then be `reset` before the next read.
 """
 
 from __future__ import annotations
@@ -21,26 +22,27 @@ import torch
 
 
 class HostTokens:
-    """The tokens' two pinned rows [2, B_MAX], the device's count of steps a row [B_MAX] and its host mirror."""
+    """The tokens' two pinned rows [2, B_MAX], each row's parity on the device [B_MAX] and its host mirror."""
 
     def __init__(self, max_rows: int, device: torch.device) -> None:
-        self.host = torch.zeros(2, max_rows, dtype=torch.int64, pin_memory=True)  # [2, B_MAX]
-        self.steps = torch.zeros(max_rows, dtype=torch.int32, device=device)  # [B_MAX]
-        self._steps = np.zeros(max_rows, dtype=np.int64)  # [B_MAX], the host's count of the same
+        pin = device.type == "cuda"  # (the host side alone runs on CPU machines too: its tests)
+        self.host = torch.zeros(2, max_rows, dtype=torch.int64, pin_memory=pin)  # [2, B_MAX]
+        self.parity = torch.zeros(max_rows, dtype=torch.int32, device=device)  # [B_MAX]: 0 or 1
+        self._parity = np.zeros(max_rows, dtype=np.int64)  # [B_MAX], the host's copy of the same
 
     def rows(self, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The argmax's `to_host` for the step part of rows [lo, hi): (host [2, hi - lo], steps [hi - lo])."""
-        return self.host[:, lo:hi], self.steps[lo:hi]
+        """The argmax's `to_host` for the step part of rows [lo, hi): (host [2, hi - lo], parity [hi - lo])."""
+        return self.host[:, lo:hi], self.parity[lo:hi]
 
     def reset(self) -> None:
-        """Both counts to zero (after the warm-up runs of a capture, whose kernels advanced the device's)."""
-        self.steps.zero_()
-        self._steps[:] = 0
+        """Every parity back to 0 on both sides (after a capture's warm-up runs, which flipped the device's)."""
+        self.parity.zero_()
+        self._parity[:] = 0
 
     def launched(self, rows: int) -> np.ndarray:
         """A step of `rows` rows was launched: the row of `host` each of its rows writes [rows]."""
-        which = self._steps[:rows] % 2
-        self._steps[:rows] += 1
+        which = self._parity[:rows].copy()
+        self._parity[:rows] ^= 1
         return which
 
     def read(self, which: np.ndarray, batch: int) -> list[int]:

@@ -94,7 +94,8 @@ class ModelRunner(DecodePaths):
         # ahead; elsewhere it has long fired.
         self._staged = torch.cuda.Event() if pin else None
         # Overlapped decode: the step launched but whose tokens are not read yet, and two pinned buffers its
-        # greedy tokens are copied into (two: the next step's copy must not overwrite unread tokens).
+        # greedy tokens are copied into (two: the next step's copy must not overwrite unread tokens) where its
+        # argmax does not write them into pinned memory itself (`roseinfer.host_tokens`: the captured step's rule).
         self._inflight: _InFlight | None = None
         self._token_bufs = [
             torch.zeros(cfg.max_batch_size, dtype=torch.int64, pin_memory=pin) for _ in range(2)

@@ -55,7 +55,7 @@ def _get_kernels():
         live_ptr,
         host_ptr,
         host_stride,
-        steps_ptr,
+        parity_ptr,
         CHUNKS,
         BLOCK: tl.constexpr,
         ADVANCE: tl.constexpr,
@@ -75,10 +75,12 @@ def _get_kernels():
         if ADVANCE:  # the next step's inputs: its token ids, and the past lengths grown by the live flags
             tl.store(ids_ptr + row, token.to(ids_ptr.dtype.element_ty))
             tl.store(past_ptr + row, tl.load(past_ptr + row) + tl.load(live_ptr + row))
-        if TO_HOST:  # the token into pinned host memory too, in the row of it that this row's step count's parity picks
-            n = tl.load(steps_ptr + row)
-            tl.store(host_ptr + (n % 2) * host_stride + row, token)
-            tl.store(steps_ptr + row, n + 1)
+        if (
+            TO_HOST
+        ):  # the token into pinned host memory too, in the row of it this row's parity picks, then flipped
+            p = tl.load(parity_ptr + row)
+            tl.store(host_ptr + p * host_stride + row, token)
+            tl.store(parity_ptr + row, 1 - p)
 
     return (argmax_chunks_kernel, argmax_rows_kernel)
 
@@ -100,8 +102,8 @@ def argmax_triton(
     values. advance: (ids, past, live), each [B] (contiguous): also ids = the tokens and past += live, as
     `ids.copy_(tokens); past.add_(live)` would. pdl: both kernels as programmatic dependent launches (where
     supported; `roseinfer.kernels.pdl`). chunk, num_warps: the first kernel's logits a program and its warps
-    (ARGMAX_WARPS). to_host: (host [2, B] int64 in pinned memory, steps [B] int32 on the device): also
-    host[steps % 2, row] = the row's token, then steps += 1 (`roseinfer.host_tokens`)."""
+    (ARGMAX_WARPS). to_host: (host [2, B] int64 in pinned memory, parity [B] int32 on the device, each 0 or 1):
+    also host[parity, row] = the row's token, then parity = 1 - parity (`roseinfer.host_tokens`)."""
     import triton
 
     from roseinfer.kernels.pdl import pdl_supported
@@ -130,10 +132,14 @@ def argmax_triton(
     )
     ids, past, live = advance if advance is not None else (out, out, out)
     assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
-    host, steps = to_host if to_host is not None else (out.view(1, b), out)
-    assert host.shape == (host.shape[0], b) and host.stride(1) == 1 and steps.shape == (b,)
+    if to_host is not None:
+        host, parity = to_host
+        assert host.shape == (2, b) and host.stride(1) == 1 and host.dtype == torch.int64 and host.is_pinned()
+        assert parity.shape == (b,) and parity.is_contiguous() and parity.dtype == torch.int32
+    else:
+        host, parity = out.view(1, b), out  # not read: TO_HOST is off
     rows_kernel[(b,)](
-        vals, idx, out, ids, past, live, host, host.stride(0), steps, chunks, BLOCK=triton.next_power_of_2(chunks),
+        vals, idx, out, ids, past, live, host, host.stride(0), parity, chunks, BLOCK=triton.next_power_of_2(chunks),
         ADVANCE=advance is not None, TO_HOST=to_host is not None, PDL=pdl, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
     return out

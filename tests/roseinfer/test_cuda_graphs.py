@@ -260,31 +260,26 @@ def _generate_one(llm, prompt):
 
 @pytest.mark.gpu
 def test_graph_decode_reads_the_tokens_the_argmax_wrote_to_host_as_those_copied_out(tiny_checkpoint):
-    # fp16, overlapped: a batch of 8 then three requests one at a time (batches 1 to 8, buckets 1, 2, 4, 8 on rows
-    # that every bucket shares), the tokens read from the pinned memory the argmax writes (the default) against
-    # those copied out after each replay, as before: the same tokens and logits, and the host's count of each
-    # row's steps still the device's at the end.
+    # fp16, overlapped: a batch of 8 (bucket 8), three requests one at a time (bucket 1: row 0's parity then differs
+    # from the other rows'), the batch of 8 again, the tokens read from the pinned memory the argmax writes (the
+    # default) against those copied out after each replay, as before: the same tokens and logits, and the host's
+    # parities still the device's at the end.
     from roseinfer.graph_kernels import GraphKernels
 
     runs = []
     for kernels in (None, GraphKernels(argmax_to_host=False)):
-        llm = LLM(
-            tiny_checkpoint,
-            device="cuda",
-            dtype="float16",
-            max_batch_size=8,
-            cuda_graph=True,
-            paged_attn=True,
-        )
+        opts = dict(device="cuda", dtype="float16", max_batch_size=8, cuda_graph=True, paged_attn=True)
+        llm = LLM(tiny_checkpoint, **opts)
         if kernels is not None:
             llm.engine.use_static_decode(capture=True, kernels=kernels)
         host = llm.engine.graphs.host_tokens
         assert (host is None) is (kernels is not None)
-        outs = (_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]])
-        runs.append((outs, llm.engine.graphs.outputs[1][0].clone()))
+        outs = (_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]], _generate(llm))
+        runs.append((outs, llm.engine.graphs.outputs[8][0].clone()))
         if host is not None:
             torch.cuda.synchronize()
-            assert host.steps.tolist() == host._steps.tolist() and host._steps[0] > NEW_TOKENS
+            assert host.parity.tolist() == host._parity.tolist()
+            assert host._parity[0] != host._parity[1]  # row 0 ran the single requests' steps too
     (outs, logits), (outs_copied, logits_copied) = runs
     assert outs == outs_copied and all(len(t) == NEW_TOKENS for t in outs[1])
     assert torch.equal(logits, logits_copied)

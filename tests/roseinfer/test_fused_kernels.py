@@ -145,34 +145,40 @@ def test_argmax_advance_leaves_the_next_steps_inputs(rows):
 
 
 @pytest.mark.parametrize("rows", [1, 6, 64])
-def test_argmax_to_host_writes_each_rows_token_into_pinned_memory_by_its_steps_parity(rows):
+def test_argmax_to_host_writes_each_rows_token_into_pinned_memory_by_its_parity(rows):
     # The captured step's argmax also writes each row's token into pinned host memory (`roseinfer.host_tokens`),
-    # into row (the row's steps so far) % 2 of it, counted on the device. A step of all rows, then a step of the
-    # first row alone (a smaller bucket), then all rows again: the second step of row 0 writes the other row of
-    # host memory, and the first step's tokens of the other rows stay readable until the third overwrites them.
+    # into the row of it that the row's parity picks, then flips that parity on the device. Steps of all rows, of
+    # the first row alone (a smaller bucket), of the second half (a step part at rows [lo, hi), as one of two
+    # halves), then of all rows again: after each, its tokens are where the host's mirror says, and the step before
+    # it of every row is still readable (the overlapped decode reads a step while the next one runs).
     from roseinfer.host_tokens import HostTokens
     from roseinfer.kernels.argmax import argmax_triton
 
     g = torch.Generator(device="cuda").manual_seed(rows)
-    steps = [torch.randn(rows, 50304, generator=g, device="cuda").half()[:, :50257] for _ in range(3)]
-    steps[1] = steps[1][:1]
+    parts = [(0, rows), (0, 1), (rows // 2, rows), (0, rows)]
     host = HostTokens(rows + 3, torch.device("cuda"))  # [2, B_MAX]: the bucket's rows and three beyond
-    which = []
-    for logits in steps:
-        n = logits.shape[0]
-        tokens = argmax_triton(logits, to_host=host.rows(0, n))
-        which.append(host.launched(n))
-        assert torch.equal(tokens, torch.argmax(logits, dim=-1))
-        if len(which) == 2:
-            torch.cuda.synchronize()
-            assert host.read(which[0], rows) == torch.argmax(steps[0], dim=-1).tolist()
-            assert host.read(which[1], 1) == torch.argmax(steps[1], dim=-1).tolist()
-    torch.cuda.synchronize()
-    assert host.read(which[2], rows) == torch.argmax(steps[2], dim=-1).tolist()
-    assert host.read(which[1], 1) == torch.argmax(steps[1], dim=-1).tolist()  # row 0's second step, untouched
-    counts = [3] + [2] * (rows - 1) + [0] * 3
-    assert host.steps.tolist() == counts and host._steps.tolist() == counts
-    assert (host.host[:, rows:] == 0).all()  # the rows beyond the bucket never written
+    steps: dict[int, list[tuple[int, int]]] = {
+        r: [] for r in range(rows)
+    }  # row -> its steps' (host row, token)
+    for lo, hi in parts:
+        logits = torch.randn(hi - lo, 50304, generator=g, device="cuda").half()[:, :50257]
+        tokens = argmax_triton(logits, to_host=host.rows(lo, hi))
+        expected = torch.argmax(logits, dim=-1)
+        assert torch.equal(tokens, expected)
+        which = host._parity[lo:hi].copy()
+        host._parity[lo:hi] ^= (
+            1  # the mirror of a step part of rows [lo, hi) (`launched` keeps rows [0, bucket))
+        )
+        for r, (w, t) in enumerate(zip(which.tolist(), expected.tolist(), strict=True)):
+            steps[lo + r].append((w, t))
+        torch.cuda.synchronize()
+        table = host.host.tolist()
+        for r, row_steps in steps.items():
+            last_two = row_steps[-2:]  # this step of the row and the one before it
+            assert all(table[w][r] == t for w, t in last_two)
+            assert len({w for w, _ in last_two}) == len(last_two)  # in the two host rows
+    assert host.parity.tolist() == host._parity.tolist()
+    assert host.parity.tolist()[rows:] == [0] * 3 and (host.host[:, rows:] == 0).all()  # beyond: untouched
 
 
 @pytest.mark.parametrize("early", [False, True])
