@@ -14,6 +14,10 @@ replayed it):
     exposed  busy less compute: communication with no compute kernel running beside it
     outside  kernels launched outside every decode step (a prefill between steps) that ran in the period
     idle     period less busy and outside: no kernel running, the GPU waited for the host (or another rank)
+    gap      from the step's last kernel's end to the next step's first kernel's start (the part of idle between
+             two steps), and in how many steps a copy (memcpy or memset) on a stream of the steps' kernels started
+             there: the kernels queued behind it on that stream wait for it, as each decode replay waited for the
+             copy of the step before's tokens out (docs/BENCHMARKS.md, session 59)
 Each is reported as its p50 over the rank's steps that have a next step (the medians need not add up exactly).
 """
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from roseprof.model import KERNEL, Trace
+from roseprof.model import KERNEL, MEMCPY, MEMSET, Trace
 
 
 def union_by_group(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
@@ -115,8 +119,9 @@ def step_time(
     step_start: np.ndarray,  # [S] the rank's decode steps, trace clock
     step_end: np.ndarray,
 ) -> dict | None:
-    """{steps, period_p50_ns, busy_p50_ns, compute_p50_ns, exposed_p50_ns, outside_p50_ns, idle_p50_ns}, or None
-    where the rank's steps launched no kernel (a CPU run, or steps with no GPU work)."""
+    """{steps, period_p50_ns, busy_p50_ns, compute_p50_ns, exposed_p50_ns, outside_p50_ns, idle_p50_ns,
+    gap_p50_ns, gap_copy_steps}, or None where the rank's steps launched no kernel (a CPU run, or steps with no GPU
+    work)."""
     o = trace.ops
     k = np.flatnonzero((o.kind == KERNEL) & mine & (o.api_start >= 0))
     S = len(step_start)
@@ -133,6 +138,8 @@ def step_time(
     compute = union_by_group(at[compute_rows], o.start[k][compute_rows], o.end[k][compute_rows], S)
     first = np.full(S, np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, at, o.start[k])
+    last = np.full(S, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, at, o.end[k])
     has = first < np.iinfo(np.int64).max
     counted = np.flatnonzero(has[:-1] & has[1:])  # steps with kernels whose next step has kernels too
     if not len(counted):
@@ -149,6 +156,13 @@ def step_time(
             seg_end = np.minimum(o.end[out_k][ok], (starts + period)[p[ok]])
             outside = union_by_group(p[ok], o.start[out_k][ok], seg_end, len(counted))
 
+    gap_lo, gap_hi = last[counted], np.maximum(first[counted + 1], last[counted])
+    # copies on a stream the steps' kernels run on (the ones that hold a next kernel back)
+    copies = np.flatnonzero(((o.kind == MEMCPY) | (o.kind == MEMSET)) & mine)
+    copies = copies[
+        np.isin(o.stream[copies], distinct_devices(o.stream[k]))
+    ]  # (ids counted, as devices' are)
+
     def p50(v) -> float:
         return float(np.median(v))
 
@@ -160,4 +174,20 @@ def step_time(
         "exposed_p50_ns": p50(b - compute[counted]),
         "outside_p50_ns": p50(outside),
         "idle_p50_ns": p50(np.maximum(period - b - outside, 0)),
+        "gap_p50_ns": p50(gap_hi - gap_lo),
+        "gap_copy_steps": gaps_holding(gap_lo, gap_hi, o.start[copies]),
     }
+
+
+def gaps_holding(lo: np.ndarray, hi: np.ndarray, at: np.ndarray) -> int:
+    """How many of the intervals [lo, hi) (one a step: disjoint, but under a trace's clock not always in order)
+    hold at least one of the times `at`."""
+    keep = hi > lo  # (an empty one holds nothing, and would share its start with the next)
+    lo, hi = lo[keep], hi[keep]
+    if not len(at) or not len(lo):
+        return 0
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    j = np.searchsorted(lo, at, side="right") - 1  # [copies] the last interval starting at or before each
+    inside = (j >= 0) & (at < hi[np.maximum(j, 0)])
+    return int(len(np.unique(j[inside])))

@@ -85,6 +85,15 @@ def panels(summary: dict) -> list[dict]:
         f"compute beside it {_ms(first['exposed_p50_ns'])} ms, idle {_ms(first['idle_p50_ns'])} ms (no kernel "
         f"running: waiting for the host's launches or another rank); p50 over {first['steps']} steps"
     )
+    if first.get("gap_p50_ns") is not None:  # (runs imported before 2026-12-04 have no gap)
+        note += (
+            f". Between steps (a step's last kernel to the next one's first): {_ms(first['gap_p50_ns'])} ms"
+        )
+        if first["gap_copy_steps"]:
+            note += (
+                f"; in {first['gap_copy_steps']} of {first['steps']} a copy (memcpy or memset) started there on "
+                "the steps' stream, which the next step's kernels queue behind"
+            )
     return [
         {
             "title": f"GPU time per {g.get('unit', 'step')}, per rank (ms, p50)",
@@ -112,6 +121,8 @@ ENTRY = {
     "exposed_p50_ns": NUM,
     "outside_p50_ns": (NUM, None),  # absent before 2026-11-28's runs
     "idle_p50_ns": NUM,
+    "gap_p50_ns": (NUM, None),  # absent before 2026-12-04's runs
+    "gap_copy_steps": (int, None),
 }
 CHECKS = {"gpu_time": ({"unit": str, "rank_known": bool, "ranks": [ENTRY]}, None)}
 
