@@ -15,9 +15,9 @@ replayed it):
     outside  kernels launched outside every decode step (a prefill between steps) that ran in the period
     idle     period less busy and outside: no kernel running, the GPU waited for the host (or another rank)
     gap      from the step's last kernel's end to the next step's first kernel's start (the part of idle between
-             two steps), and in how many steps a copy (memcpy or memset) on a stream of the steps' kernels started
-             there: the kernels queued behind it on that stream wait for it, as each decode replay waited for the
-             copy of the step before's tokens out (docs/BENCHMARKS.md, session 59)
+             two steps), and in how many steps a copy (memcpy or memset) started there on the GPU and stream of
+             that first kernel, which then started only after the copy (stream order), as each decode replay
+             waited for the copy of the step before's tokens out (docs/BENCHMARKS.md, session 59)
 Each is reported as its p50 over the rank's steps that have a next step (the medians need not add up exactly).
 """
 
@@ -157,11 +157,15 @@ def step_time(
             outside = union_by_group(p[ok], o.start[out_k][ok], seg_end, len(counted))
 
     gap_lo, gap_hi = last[counted], np.maximum(first[counted + 1], last[counted])
-    # copies on a stream the steps' kernels run on (the ones that hold a next kernel back)
+    # Each step's first kernel (the earliest of its kernels), whose GPU and stream a copy in the gap before it
+    # must share to hold it back
+    by_start = np.lexsort((o.start[k], at))
+    lead = np.ones(len(by_start), dtype=bool)
+    lead[1:] = at[by_start][1:] != at[by_start][:-1]
+    first_op = np.full(S, -1, dtype=np.int64)
+    first_op[at[by_start][lead]] = k[by_start][lead]
+    nxt = first_op[counted + 1]
     copies = np.flatnonzero(((o.kind == MEMCPY) | (o.kind == MEMSET)) & mine)
-    copies = copies[
-        np.isin(o.stream[copies], distinct_devices(o.stream[k]))
-    ]  # (ids counted, as devices' are)
 
     def p50(v) -> float:
         return float(np.median(v))
@@ -175,19 +179,34 @@ def step_time(
         "outside_p50_ns": p50(outside),
         "idle_p50_ns": p50(np.maximum(period - b - outside, 0)),
         "gap_p50_ns": p50(gap_hi - gap_lo),
-        "gap_copy_steps": gaps_holding(gap_lo, gap_hi, o.start[copies]),
+        "gap_copy_steps": gaps_holding(
+            gap_lo, gap_hi, o.device[nxt], o.stream[nxt], o.start[copies], o.device[copies], o.stream[copies]
+        ),
     }
 
 
-def gaps_holding(lo: np.ndarray, hi: np.ndarray, at: np.ndarray) -> int:
-    """How many of the intervals [lo, hi) (one a step: disjoint, but under a trace's clock not always in order)
-    hold at least one of the times `at`."""
+def gaps_holding(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    device: np.ndarray,
+    stream: np.ndarray,
+    at: np.ndarray,
+    at_device: np.ndarray,
+    at_stream: np.ndarray,
+) -> int:
+    """How many of the intervals [lo, hi) (one a step, each with the GPU and stream of the kernel that ends it)
+    hold the start `at` of an op on that GPU and stream. The intervals are disjoint (a step's gap ends where the
+    next step's kernels start), though under a trace's clock not always in order; overlapping ones (a hostile
+    trace's) may be undercounted."""
     keep = hi > lo  # (an empty one holds nothing, and would share its start with the next)
-    lo, hi = lo[keep], hi[keep]
+    lo, hi, device, stream = lo[keep], hi[keep], device[keep], stream[keep]
     if not len(at) or not len(lo):
         return 0
     order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    j = np.searchsorted(lo, at, side="right") - 1  # [copies] the last interval starting at or before each
-    inside = (j >= 0) & (at < hi[np.maximum(j, 0)])
-    return int(len(np.unique(j[inside])))
+    lo, hi, device, stream = lo[order], hi[order], device[order], stream[order]
+    j = np.searchsorted(lo, at, side="right") - 1  # [ops] the last interval starting at or before each
+    jj = np.maximum(j, 0)
+    inside = (j >= 0) & (at < hi[jj]) & (at_device == device[jj]) & (at_stream == stream[jj])
+    held = np.zeros(len(lo), dtype=bool)
+    held[j[inside]] = True
+    return int(held.sum())

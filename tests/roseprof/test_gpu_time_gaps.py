@@ -1,5 +1,5 @@
 """What the GPU did between two decode steps (analysis/gpu_time.py's gap): from a step's last kernel to the next
-step's first, and whether a copy on the steps' stream started there. Checked on a real capture of the engine of
+step's first, and whether a copy started there on that first kernel's GPU and stream. Checked on a real capture of the engine of
 before session 59, which copied each step's greedy tokens out after its replay (tests/data/README.md: H100, nsys
 2025.3, CUDA graphs), against SQL over nsys' own export, and the helper that counts the gaps against a loop."""
 
@@ -20,37 +20,36 @@ GRAPHS = DATA / "nsys" / "h100-nsys2025.3-roseinfer-graphs"
 
 
 def _sql_gaps(db: str) -> tuple[list[int], int]:
-    """(each gap's ns, how many hold a copy's start on a kernel stream) straight from the export: a decode step's
-    kernels are those whose launching runtime call starts inside its `roseinfer.decode_step` range; a gap runs
-    from a step's last kernel's end to the next step's first kernel's start, for consecutive steps that both
-    launched kernels."""
+    """(each gap's ns, how many hold a copy's start on the GPU and stream of the next step's first kernel)
+    straight from the export: a decode step's kernels are those whose launching runtime call starts inside its
+    `roseinfer.decode_step` range; a gap runs from a step's last kernel's end to the next step's first kernel's
+    start, for consecutive steps that both launched kernels."""
     con = sqlite3.connect(db)
     steps = con.execute(
         "SELECT e.start, e.end FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
         "WHERE coalesce(e.text, s.value) = 'roseinfer.decode_step' ORDER BY e.start"
     ).fetchall()
     kernels = con.execute(
-        "SELECT r.start, k.start, k.end, k.streamId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+        "SELECT r.start, k.start, k.end, k.deviceId, k.streamId FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"  # (one process)
     ).fetchall()
-    streams = {s for *_, s in kernels}
     copies = [
-        start
+        row
         for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-        for start, stream in con.execute(f"SELECT start, streamId FROM {table}")
-        if stream in streams
+        for row in con.execute(f"SELECT start, deviceId, streamId FROM {table}")
     ]
-    spans = []  # [steps] (first kernel's start, last kernel's end) or None
+    spans = []  # [steps] (first kernel's (start, device, stream), last kernel's end) or None
     for lo, hi in steps:
-        mine = [(s, e) for call, s, e, _ in kernels if lo <= call <= hi]
-        spans.append((min(s for s, _ in mine), max(e for _, e in mine)) if mine else None)
+        mine = [(s, d, st, e) for call, s, e, d, st in kernels if lo <= call <= hi]
+        spans.append((min(mine)[:3], max(e for *_, e in mine)) if mine else None)
     gaps, holding = [], 0
     for this, nxt in zip(spans, spans[1:]):
         if this is None or nxt is None:
             continue
-        lo, hi = this[1], max(nxt[0], this[1])
+        (start, device, stream), lo = nxt[0], this[1]
+        hi = max(start, lo)
         gaps.append(hi - lo)
-        holding += any(lo <= c < hi for c in copies)
+        holding += any(lo <= c < hi and (d, st) == (device, stream) for c, d, st in copies)
     return gaps, holding
 
 
@@ -72,26 +71,33 @@ def test_show_says_a_copy_sat_between_the_steps_at_80_columns(tmp_path):
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())  # the note wraps at 80 columns
     assert "Between steps (a step's last kernel to the next one's first): 0.018 ms" in text
-    assert "in 70 of 70 a copy (memcpy or memset) started there on the steps' stream" in text
+    assert (
+        "in 70 of 70 a copy (memcpy or memset) started there on the stream of the next step's first" in text
+    )
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 30)), max_size=12),
-    st.lists(st.integers(-10, 1500), max_size=20),
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(0, 30), st.integers(0, 1), st.integers(0, 2)), max_size=12
+    ),
+    st.lists(st.tuples(st.integers(-10, 1500), st.integers(0, 1), st.integers(0, 2)), max_size=20),
     st.randoms(use_true_random=False),
 )
-def test_gaps_holding_is_the_loops(widths, times, rnd):
-    # Disjoint intervals laid end to end with spaces between (some empty), handed over in any order.
-    lo, hi, at = [], [], 0
-    for space, width in widths:
+def test_gaps_holding_is_the_loops(gaps, ops, rnd):
+    # Disjoint intervals laid end to end with spaces between (some empty), each with a GPU and stream, handed over
+    # in any order; ops (start, GPU, stream) count where they start inside one on its GPU and stream.
+    rows, at = [], 0
+    for space, width, device, stream in gaps:
         at += space
-        lo.append(at)
-        hi.append(at + width)
+        rows.append((at, at + width, device, stream))
         at += width
-    order = list(range(len(lo)))
-    rnd.shuffle(order)
-    lo_a = np.array([lo[i] for i in order], dtype=np.int64)
-    hi_a = np.array([hi[i] for i in order], dtype=np.int64)
-    expected = sum(any(a <= t < b for t in times) for a, b in zip(lo, hi))
-    assert gaps_holding(lo_a, hi_a, np.array(times, dtype=np.int64)) == expected
+    expected = sum(any(a <= t < b and (d, s) == (od, os) for t, od, os in ops) for a, b, d, s in rows)
+    rnd.shuffle(rows)
+    cols = (
+        [np.array(c, dtype=np.int64).reshape(-1) for c in zip(*rows)] if rows else [np.zeros(0, np.int64)] * 4
+    )
+    op_cols = (
+        [np.array(c, dtype=np.int64).reshape(-1) for c in zip(*ops)] if ops else [np.zeros(0, np.int64)] * 3
+    )
+    assert gaps_holding(*cols, *op_cols) == expected

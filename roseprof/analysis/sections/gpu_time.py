@@ -89,10 +89,10 @@ def panels(summary: dict) -> list[dict]:
         note += (
             f". Between steps (a step's last kernel to the next one's first): {_ms(first['gap_p50_ns'])} ms"
         )
-        if first["gap_copy_steps"]:
+        if first.get("gap_copy_steps"):
             note += (
                 f"; in {first['gap_copy_steps']} of {first['steps']} a copy (memcpy or memset) started there on "
-                "the steps' stream, which the next step's kernels queue behind"
+                "the stream of the next step's first kernel, which waited for it"
             )
     return [
         {
