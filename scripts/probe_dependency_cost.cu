@@ -223,21 +223,34 @@ void check_blocks(int blocks) {
   TORCH_CHECK(blocks > 0 && blocks % CLUSTER == 0, "blocks must be a positive multiple of 8");
 }
 
-// `phases` launches of one phase each on the current stream.
-void kernels(torch::Tensor buf, int64_t phases, int64_t blocks, bool pdl) {
+// What both entry points check: the grid, and buf float32 [phases, blocks, 256] on the GPU.
+void check_buf(const torch::Tensor& buf, int64_t phases, int64_t blocks) {
   check_blocks(static_cast<int>(blocks));
   TORCH_CHECK(buf.is_cuda() && buf.scalar_type() == torch::kFloat32 && buf.numel() >= phases * blocks * THREADS,
               "buf must be float32 [phases, blocks, 256] on the GPU");
-  const c10::cuda::CUDAGuard guard(buf.device());
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+}
+
+// A launch of `blocks` x THREADS on `stream` with no attribute set yet: the caller fills `attr` (which must outlive
+// the launch) and sets numAttrs.
+cudaLaunchConfig_t launch_config(int64_t blocks, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
   cfg.blockDim = dim3(THREADS);
   cfg.stream = stream;
   cfg.attrs = attr;
+  cfg.numAttrs = 0;
+  return cfg;
+}
+
+// `phases` launches of one phase each on the current stream.
+void kernels(torch::Tensor buf, int64_t phases, int64_t blocks, bool pdl) {
+  check_buf(buf, phases, blocks);
+  const c10::cuda::CUDAGuard guard(buf.device());
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+  cudaLaunchConfig_t cfg = launch_config(blocks, stream, attr);
   cfg.numAttrs = 1;
   for (int p = 0; p < phases; ++p) {
     cudaError_t err = cudaLaunchKernelEx(&cfg, phase_kernel, buf.data_ptr<float>(), p, static_cast<int>(blocks));
@@ -249,9 +262,7 @@ void kernels(torch::Tensor buf, int64_t phases, int64_t blocks, bool pdl) {
 // [2 + blocks], the give-up flag and LL's epochs (stuck[1] unused). lines: int64 [phases, blocks, 256] for LL.
 void persistent(torch::Tensor buf, int64_t phases, int64_t blocks, int64_t mode, torch::Tensor flags,
                 torch::Tensor stuck, torch::Tensor lines) {
-  check_blocks(static_cast<int>(blocks));
-  TORCH_CHECK(buf.is_cuda() && buf.scalar_type() == torch::kFloat32 && buf.numel() >= phases * blocks * THREADS,
-              "buf must be float32 [phases, blocks, 256] on the GPU");
+  check_buf(buf, phases, blocks);
   TORCH_CHECK(flags.scalar_type() == torch::kInt32 && flags.numel() >= blocks, "flags must be int32 [blocks]");
   TORCH_CHECK(stuck.scalar_type() == torch::kInt32 && stuck.numel() >= 2 + blocks, "stuck must be int32 [2 + blocks]");
   TORCH_CHECK(mode < LL || (lines.scalar_type() == torch::kInt64 && lines.numel() >= phases * blocks * THREADS),
@@ -260,12 +271,7 @@ void persistent(torch::Tensor buf, int64_t phases, int64_t blocks, int64_t mode,
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   cudaMemsetAsync(flags.data_ptr(), 0, flags.numel() * 4, stream);
   cudaLaunchAttribute attr[1];
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(THREADS);
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 0;
+  cudaLaunchConfig_t cfg = launch_config(blocks, stream, attr);
   if (mode == CLUSTER_BARRIER) {
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = CLUSTER;
