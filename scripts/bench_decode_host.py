@@ -16,6 +16,7 @@ copies and kernels between steps, and idle waiting for the host), step by step, 
 """
 
 import argparse
+import gc
 import time
 
 import numpy as np
@@ -30,6 +31,8 @@ def main() -> None:
     p.add_argument("--model", default="gpt2-tiny")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=256)
+    # Python's collector runs inside the host loop; frozen, a collection skips every object alive after the warm-up
+    p.add_argument("--gc-freeze", action="store_true", help="gc.collect() and gc.freeze() after the warm-up")
     a = p.parse_args()
     cuda = a.device == "cuda"
     tracing.configure(nvtx=False, record_function=False)
@@ -47,6 +50,12 @@ def main() -> None:
         engine.use_static_decode(capture=False)
     prompts = [[1]] * a.batch
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
+    if a.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    print(
+        f"gc: {gc.get_count()} pending, {gc.get_freeze_count()} objects frozen, thresholds {gc.get_threshold()}"
+    )
     times: dict[str, list[int]] = {}
     engine.time_parts(times)
     reserve_by_kind: dict[str, list[int]] = {"rollover": [], "tables changed": [], "other": []}
@@ -111,12 +120,25 @@ def replay_events(llm, engine, prompts, new_tokens: int) -> None:
         pairs.append((start, end, time.perf_counter_ns()))
         return out
 
+    collections: list[
+        tuple[int, int, int]
+    ] = []  # (generation, host start ns, host end ns) of each collection
+    started: list[int] = []
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(time.perf_counter_ns())
+        else:
+            collections.append((info["generation"], started.pop(), time.perf_counter_ns()))
+
     graphs.run = timed_run
+    gc.callbacks.append(on_gc)
     try:
         t0 = time.perf_counter_ns()
         llm.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
         wall = time.perf_counter_ns() - t0
     finally:
+        gc.callbacks.remove(on_gc)
         del graphs.run  # the instance attribute goes; the method is back
     torch.cuda.synchronize()
     replay = np.array([s.elapsed_time(e) * 1e3 for s, e, _ in pairs])  # us
@@ -139,6 +161,28 @@ def replay_events(llm, engine, prompts, new_tokens: int) -> None:
         f"a step's mean GPU time outside its replay: {between.mean():.1f} us "
         f"({between.sum() / 1e3:.2f} ms over the run, the first gap {between[0]:.1f}); the host from the run's "
         f"start to the first replay's launch (the prefill, the first step's setup): {(pairs[0][2] - t0) / 1e3:.1f} us"
+    )
+    gc_report(collections, pairs, between)
+
+
+def gc_report(collections, pairs, between) -> None:
+    """Python's garbage collections during the run: how many of each generation and how long, and the GPU's time
+    outside the replays in the gaps whose host period (from one replay's launch to the next's) held one."""
+    print(f"\ngarbage collections during the run: {len(collections)}")
+    for gen in range(3):
+        took = np.array([end - start for g, start, end in collections if g == gen]) / 1e3  # us
+        if len(took):
+            print(f"  generation {gen}: {len(took)}, p50 {np.median(took):.1f} us, max {took.max():.1f} us")
+    launches = np.array([host for _, _, host in pairs])  # host ns just after each launch
+    # gap i (replay i's end to replay i + 1's start) follows the host period from launch i to launch i + 1
+    held = np.zeros(len(between), dtype=bool)
+    for _, start, _ in collections:
+        i = int(np.searchsorted(launches, start)) - 1
+        if 0 <= i < len(held):
+            held[i] = True
+    print(
+        f"  gaps after a host period with a collection: {int(held.sum())} of {len(held)}, "
+        f"{between[held].sum() / 1e3:.2f} of the {between.sum() / 1e3:.2f} ms the GPU spent outside the replays"
     )
 
 
