@@ -12,7 +12,8 @@ whose host tables changed otherwise (blocks reserved ahead) and the rest. On CPU
 
 On CUDA a second run puts a CUDA event pair around each replay (`DecodeGraphs.run`): the replay's own GPU time and
 the GPU time from one replay's end to the next one's start (what the GPU spends outside the graph: the host's
-copies and kernels between steps, and idle waiting for the host), step by step, the first decode step apart.
+copies and kernels between steps, and idle waiting for the host), step by step, the first decode step apart; and
+Python's garbage collections in that run (the engine freezes the heap for its loop: `roseinfer.frozen_heap`).
 """
 
 import argparse
@@ -31,8 +32,6 @@ def main() -> None:
     p.add_argument("--model", default="gpt2-tiny")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=256)
-    # Python's collector runs inside the host loop; frozen, a collection skips every object alive after the warm-up
-    p.add_argument("--gc-freeze", action="store_true", help="gc.collect() and gc.freeze() after the warm-up")
     a = p.parse_args()
     cuda = a.device == "cuda"
     tracing.configure(nvtx=False, record_function=False)
@@ -50,12 +49,6 @@ def main() -> None:
         engine.use_static_decode(capture=False)
     prompts = [[1]] * a.batch
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
-    if a.gc_freeze:
-        gc.collect()
-        gc.freeze()
-    print(
-        f"gc: {gc.get_count()} pending, {gc.get_freeze_count()} objects frozen, thresholds {gc.get_threshold()}"
-    )
     times: dict[str, list[int]] = {}
     engine.time_parts(times)
     reserve_by_kind: dict[str, list[int]] = {"rollover": [], "tables changed": [], "other": []}

@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection
 
 from roseinfer import tracing
 from roseinfer.config import EngineConfig
+from roseinfer.frozen_heap import frozen_heap
 from roseinfer.sequence import Sequence
 
 
@@ -146,7 +147,8 @@ class EngineCore:
             engine.after_prefill = self._publish_prefilled
             self.out.put(("ready",))
             try:
-                self._loop()
+                with frozen_heap():  # for the server's life: no collection walks the model's objects
+                    self._loop()
             except BaseException as e:  # noqa: BLE001 - every open request is told, in one line
                 self.out.put(("failed", _one_line("engine failed", e), True))
                 return 1
