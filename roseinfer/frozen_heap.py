@@ -1,42 +1,24 @@
-"""Python's cyclic garbage collector kept off the objects that exist before a decode loop starts.
+"""Python's cyclic garbage collector kept off the objects of a process's start-up.
 
-The collector runs inside the host loop that feeds the GPU. A collection of an older generation walks every object
-in it, and after a model load that is most of the process: on an H200 at batch 1 one generation-1 collection per
-256-token run took 1.3-1.4 ms of host time while the GPU, whose step is 0.13 ms, waited (docs/BENCHMARKS.md,
-session 60). `gc.freeze()` moves every object alive now into a permanent generation that collections skip, so
-during the loop they walk only what the loop itself allocates; `gc.unfreeze()` at its end hands them back, so
-that a cycle among them that became garbage meanwhile is still collected later (nothing is frozen for good: a
-process that builds and drops engines, as tests and variant sweeps do, leaks nothing). Both are O(1) (the
-generation lists are spliced, no object is visited).
+A process that holds an engine tracks about 286,000 container objects once the model is loaded (GPT-2 small on the
+CPU machine: torch's modules and parameters, transformers', the tokenizer's). A full collection walks all of them:
+134-228 ms on the busy 2-core CPU machine (docs/BENCHMARKS.md, session 60), which in a decode loop is one token's
+latency spike of that size, and a collection of the middle generation walks the start-up's objects that one
+collection has not yet promoted (on an H200 at batch 1, one of 1.3-1.4 ms in a 256-token run, the GPU idle behind
+it). `freeze_startup_heap` runs one full collection, then moves every object alive into the permanent generation
+that no collection walks: later collections walk only what the process allocates afterwards.
 
-Loops may overlap (generate called from two threads): the heap is frozen while any loop runs and given back when
-the last one ends. A server's engine loop runs for its process's life: the objects of its start-up stay frozen
-while it serves, the requests it allocates are collected as ever.
+For processes whose engine lives as long as they do, after the engine is built: the server's engine core, a
+tensor-parallel worker, the benchmarks. Never in a library call (`LLM`): its caller owns the process, and a cycle
+among frozen objects that turns to garbage (an engine dropped by a process that builds several) is never collected.
 """
 
 from __future__ import annotations
 
 import gc
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-_lock = threading.Lock()
-_loops = 0  # decode loops running now
 
 
-@contextmanager
-def frozen_heap() -> Iterator[None]:
-    """Freeze the heap for the loop inside (the first of nested loops freezes, the last one out unfreezes)."""
-    global _loops
-    with _lock:
-        if _loops == 0:
-            gc.freeze()
-        _loops += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _loops -= 1
-            if _loops == 0:
-                gc.unfreeze()
+def freeze_startup_heap() -> None:
+    """One full collection, then every object alive frozen (for the process's life)."""
+    gc.collect()
+    gc.freeze()

@@ -22,7 +22,7 @@ import torch
 from roseinfer import distributed, steplog, tracing
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
-from roseinfer.frozen_heap import frozen_heap
+from roseinfer.frozen_heap import freeze_startup_heap
 from roseinfer.sequence import SamplingParams, Sequence
 
 POLL_S = 1.0  # how often an idle worker checks that rank 0 is still there
@@ -35,9 +35,8 @@ class RankFailed(RuntimeError):
 def run_requests(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> list[Sequence]:
     """Queue every prompt and step until all are finished: what every rank does for one `generate` call."""
     seqs = [engine.add_request(ids, params) for ids in prompts]
-    with frozen_heap():  # no collection walks the model's objects between two steps
-        while engine.has_unfinished():
-            engine.step()
+    while engine.has_unfinished():
+        engine.step()
     return seqs
 
 
@@ -70,9 +69,32 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
             init_method=f"tcp://127.0.0.1:{port}",
         )
         engine = Engine(model, cfg)
+        freeze_startup_heap()  # this process is the rank's: its start-up's objects frozen (roseinfer.frozen_heap)
         conn.send(("ready", None))
-        with frozen_heap():  # the rank's loop for its life, as rank 0's server loop (serve/engine_core.py)
-            _worker_loop(engine, conn)
+        served: dict[int, Sequence] = {}  # roseinfer serve's requests on this rank, by sequence id
+        windows = None  # roseinfer serve's capture windows on this rank (serve/rank_windows.py), once asked
+        while True:
+            if not conn.poll(POLL_S):
+                if mp.parent_process() is not None and not mp.parent_process().is_alive():
+                    return  # rank 0 is gone
+                continue
+            command, payload = conn.recv()
+            if command == "stop":
+                return
+            if command == "step":
+                serve_step(engine, payload, served)
+                continue
+            if command == "window":
+                if windows is None:
+                    from roseinfer.serve.rank_windows import WorkerWindows
+
+                    windows = WorkerWindows(engine)
+                windows.apply(payload, served)
+                continue
+            run_requests(engine, *payload)
+            if engine.steplog is not None:
+                engine.steplog.flush()  # the rank's log is complete when generate returns
+            conn.send(("done", None))
     except (EOFError, KeyboardInterrupt):
         return
     except BaseException as e:  # noqa: BLE001 - said to rank 0 in one line, then this rank exits non-zero
@@ -89,34 +111,6 @@ def _worker_main(model: str, options: dict, rank: int, world_size: int, port: in
         steplog.close()
         tracing.close_profiler()
         distributed.destroy()
-
-
-def _worker_loop(engine: Engine, conn: Connection) -> None:
-    """Rank 1..N-1's commands from rank 0 until it says stop or is gone."""
-    served: dict[int, Sequence] = {}  # roseinfer serve's requests on this rank, by sequence id
-    windows = None  # roseinfer serve's capture windows on this rank (serve/rank_windows.py), once asked
-    while True:
-        if not conn.poll(POLL_S):
-            if mp.parent_process() is not None and not mp.parent_process().is_alive():
-                return  # rank 0 is gone
-            continue
-        command, payload = conn.recv()
-        if command == "stop":
-            return
-        if command == "step":
-            serve_step(engine, payload, served)
-            continue
-        if command == "window":
-            if windows is None:
-                from roseinfer.serve.rank_windows import WorkerWindows
-
-                windows = WorkerWindows(engine)
-            windows.apply(payload, served)
-            continue
-        run_requests(engine, *payload)
-        if engine.steplog is not None:
-            engine.steplog.flush()  # the rank's log is complete when generate returns
-        conn.send(("done", None))
 
 
 class Workers:

@@ -13,7 +13,8 @@ whose host tables changed otherwise (blocks reserved ahead) and the rest. On CPU
 On CUDA a second run puts a CUDA event pair around each replay (`DecodeGraphs.run`): the replay's own GPU time and
 the GPU time from one replay's end to the next one's start (what the GPU spends outside the graph: the host's
 copies and kernels between steps, and idle waiting for the host), step by step, the first decode step apart; and
-Python's garbage collections in that run (the engine freezes the heap for its loop: `roseinfer.frozen_heap`).
+Python's garbage collections in that run (the heap of the start-up frozen first, as the benchmarks and the server
+freeze theirs: `roseinfer.frozen_heap`).
 """
 
 import argparse
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from roseinfer import LLM, SamplingParams, tracing
+from roseinfer.frozen_heap import freeze_startup_heap
 
 
 def main() -> None:
@@ -48,6 +50,7 @@ def main() -> None:
     if engine.graphs is None:
         engine.use_static_decode(capture=False)
     prompts = [[1]] * a.batch
+    freeze_startup_heap()  # as the benchmarks and the server's engine core do (roseinfer.frozen_heap)
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
     times: dict[str, list[int]] = {}
     engine.time_parts(times)

@@ -33,7 +33,7 @@ from roseinfer.bench.options import (  # noqa: F401
 )
 from roseinfer.config import EngineConfig
 from roseinfer.engine import Engine
-from roseinfer.frozen_heap import frozen_heap
+from roseinfer.frozen_heap import freeze_startup_heap
 from roseinfer.sequence import SamplingParams
 from roseinfer.tokenizer import load_tokenizer
 
@@ -71,25 +71,22 @@ def run_once(engine: Engine, args, tokenizer, texts, pretokenized, warmup: bool 
     # With tensor parallelism every rank must admit the same requests in the same step: rank 0's clock says which
     # have arrived (one small broadcast per loop on the host group; none without an arrival interval).
     tp = engine.runner.tp if interval_ns else None
-    with frozen_heap():  # no collection walks the model's objects between two steps (roseinfer.frozen_heap)
-        while next_submit < len(prompts) or engine.has_unfinished():
-            now = tracing.now_ns()
-            arrived = next_submit
-            while arrived < len(prompts) and now >= t0 + arrived * interval_ns:
-                arrived += 1
-            if tp is not None:
-                arrived = tp.broadcast_int(arrived)
-            while next_submit < arrived:
-                seqs.append(
-                    engine.add_request(
-                        prompts[next_submit], params, arrival_ns=t0 + next_submit * interval_ns
-                    )
-                )
-                next_submit += 1
-            if engine.has_unfinished():
-                engine.step()
-            elif next_submit < len(prompts):
-                time.sleep(max(0.0, (t0 + next_submit * interval_ns - tracing.now_ns()) / 1e9))
+    while next_submit < len(prompts) or engine.has_unfinished():
+        now = tracing.now_ns()
+        arrived = next_submit
+        while arrived < len(prompts) and now >= t0 + arrived * interval_ns:
+            arrived += 1
+        if tp is not None:
+            arrived = tp.broadcast_int(arrived)
+        while next_submit < arrived:
+            seqs.append(
+                engine.add_request(prompts[next_submit], params, arrival_ns=t0 + next_submit * interval_ns)
+            )
+            next_submit += 1
+        if engine.has_unfinished():
+            engine.step()
+        elif next_submit < len(prompts):
+            time.sleep(max(0.0, (t0 + next_submit * interval_ns - tracing.now_ns()) / 1e9))
     _sync(args.device)
     total_ns = tracing.now_ns() - t0
     stats = engine.stats
@@ -225,6 +222,7 @@ def _run(prog: str, args) -> int:
         return 2
     args.threads_used = engine.runner.cpu_threads  # (count, reason) on CPU, None elsewhere
     tokenizer = load_tokenizer(args.hf_model_id)
+    freeze_startup_heap()  # as the server's engine core does (roseinfer.frozen_heap): this process is the benchmark's
     texts = prompt_texts(args)
     pretokenized = tokenize(tokenizer, texts, args.tokenize_workers) if args.pretok else None
     try:

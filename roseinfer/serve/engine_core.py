@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 
 from roseinfer import tracing
 from roseinfer.config import EngineConfig
-from roseinfer.frozen_heap import frozen_heap
+from roseinfer.frozen_heap import freeze_startup_heap
 from roseinfer.sequence import Sequence
 
 
@@ -97,8 +97,19 @@ class Outbox:
 
 
 class EngineCore:
-    def __init__(self, conn: Connection, model: str, cfg: EngineConfig, metrics: bool, slo=None) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        model: str,
+        cfg: EngineConfig,
+        metrics: bool,
+        slo=None,
+        freeze_heap: bool = False,
+    ) -> None:
         self.conn = conn
+        # In the core's own process (`main`): the start-up's objects frozen once the engine is built
+        # (roseinfer.frozen_heap); tests that run a core in a thread of theirs leave their process's heap alone
+        self.freeze_heap = freeze_heap
         self.model, self.cfg = model, cfg
         self.out = Outbox(conn)
         self.metrics = None
@@ -145,10 +156,11 @@ class EngineCore:
             self.engine = engine
             engine.on_token = self._on_token
             engine.after_prefill = self._publish_prefilled
+            if self.freeze_heap:
+                freeze_startup_heap()  # before "ready": the first request does not wait for its collection
             self.out.put(("ready",))
             try:
-                with frozen_heap():  # for the server's life: no collection walks the model's objects
-                    self._loop()
+                self._loop()
             except BaseException as e:  # noqa: BLE001 - every open request is told, in one line
                 self.out.put(("failed", _one_line("engine failed", e), True))
                 return 1
@@ -344,6 +356,6 @@ def main(conn: Connection, model: str, cfg: EngineConfig, metrics: bool, slo=Non
     # Ctrl-C reaches every process of the terminal's group: the server decides how to stop (drain first), then
     # tells the core. A SIGTERM sent to the core alone still ends it (the server sees an engine failure).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    code = EngineCore(conn, model, cfg, metrics, slo).run()
+    code = EngineCore(conn, model, cfg, metrics, slo, freeze_heap=True).run()
     conn.close()
     sys.exit(code)

@@ -1,57 +1,56 @@
-"""The heap is frozen while a decode loop runs (roseinfer.frozen_heap): the collector's passes between steps skip
-the objects that existed before it, and nothing stays frozen once the last loop ends."""
+"""The start-up's objects frozen once the engine is built (roseinfer.frozen_heap), in the processes whose engine
+lives as long as they do: the server's engine core asked to (its own process's `main` does), and nowhere else. Each
+case runs in a process of its own (the freeze lasts for the process's life: this one's heap stays as it is)."""
 
 from __future__ import annotations
 
-import gc
-import weakref
+import subprocess
+import sys
 
-from roseinfer import LLM, SamplingParams
-from roseinfer.frozen_heap import frozen_heap
+import pytest
 
+# An engine core on a thread, with the automatic collector off: a reference cycle made before the core starts is
+# collected only by the core's own collection, and the frozen count says whether the heap was frozen.
+CORE = """
+import gc, threading, weakref
+from multiprocessing import Pipe
+from roseinfer.config import EngineConfig
+from roseinfer.serve.engine_core import EngineCore
 
-class _Node:
-    def __init__(self) -> None:
-        self.other: _Node | None = None
+class Node:
+    pass
 
-
-def _cycle() -> weakref.ref:
-    a, b = _Node(), _Node()
+def cycle():
+    a, b = Node(), Node()
     a.other, b.other = b, a
     return weakref.ref(a)
 
-
-def test_the_last_loop_out_gives_the_heap_back():
-    assert gc.get_freeze_count() == 0
-    with frozen_heap():
-        frozen = gc.get_freeze_count()
-        assert frozen > 0
-        with frozen_heap():
-            pass
-        assert gc.get_freeze_count() == frozen  # the inner loop's end leaves the outer one's heap frozen
-    assert gc.get_freeze_count() == 0
-
-
-def test_a_cycle_of_before_the_loop_is_collected_after_it():
-    ref = _cycle()  # garbage already, and not collected yet
-    with frozen_heap():
-        gc.collect()
-        assert ref() is not None  # frozen: no collection during the loop walks it
-    gc.collect()
-    assert ref() is None  # given back, collected: nothing leaks
+gc.disable()
+ref = cycle()
+server, end = Pipe()
+core = EngineCore(end, "gpt2-tiny", EngineConfig(max_batch_size=2), metrics=False, freeze_heap={freeze})
+thread = threading.Thread(target=core.run, daemon=True)
+thread.start()
+events = []
+while ("ready",) not in events:
+    assert server.poll(120), "the engine core went silent"
+    events += server.recv()
+print(gc.get_freeze_count(), ref() is None)
+server.send(("stop",))
+thread.join(60)
+assert not thread.is_alive()
+"""
 
 
-def test_generate_steps_with_the_heap_frozen():
-    llm = LLM("gpt2-tiny")
-    frozen_at_steps = []
-    step = llm.engine.step
-
-    def counted_step():
-        frozen_at_steps.append(gc.get_freeze_count())
-        return step()
-
-    llm.engine.step = counted_step
-    out = llm.generate([[1, 2, 3], [4]], SamplingParams(max_new_tokens=5, ignore_eos=True))
-    assert [len(o.token_ids) for o in out] == [5, 5]
-    assert frozen_at_steps and min(frozen_at_steps) > 0
-    assert gc.get_freeze_count() == 0
+@pytest.mark.parametrize("freeze", [True, False])
+def test_the_core_freezes_its_processs_heap_once_built_only_when_asked(freeze):
+    proc = subprocess.run(
+        [sys.executable, "-c", CORE.format(freeze=freeze)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    frozen, collected = proc.stdout.split()
+    if freeze:
+        assert int(frozen) > 10_000  # the model's and the libraries' objects
+        assert collected == "True"  # the garbage of before was collected first, not frozen with the rest
+    else:
+        assert int(frozen) == 0 and collected == "False"
