@@ -9,8 +9,10 @@ it). `freeze_startup_heap` runs one full collection, then moves every object ali
 that no collection walks: later collections walk only what the process allocates afterwards.
 
 For processes whose engine lives as long as they do, after the engine is built: the server's engine core, a
-tensor-parallel worker, the benchmarks. Never in a library call (`LLM`): its caller owns the process, and a cycle
-among frozen objects that turns to garbage (an engine dropped by a process that builds several) is never collected.
+tensor-parallel worker, a benchmark run as `python -m` (and each rank it starts). Never in a library call (`LLM`,
+a benchmark's `main` called by a test): its caller owns the process, and a cycle among frozen objects that turns to
+garbage (an engine dropped by a process that builds several: the model runner, the model and the KV cache hold one
+another through bound methods) is never collected.
 """
 
 from __future__ import annotations

@@ -188,7 +188,12 @@ def report(args, runs: list[dict], warmups: int, hf: dict | None, floor: dict | 
     return result
 
 
-def main(prog: str, description: str, default_mode: str, argv: list[str] | None = None) -> int:
+def main(
+    prog: str, description: str, default_mode: str, argv: list[str] | None = None, freeze_heap: bool = False
+) -> int:
+    """freeze_heap: this process (and each rank started here) is the benchmark's alone, as under `python -m`: its
+    start-up's objects are frozen once the engine is built (roseinfer.frozen_heap). An in-process call (a test)
+    leaves its process's heap alone."""
     args = parse(build_parser(prog, description, default_mode), argv)
     if args.tensor_parallel_size > 1 and not distributed.under_torchrun():
         # Start the ranks here, each running this command, as torchrun would; what fails alike on every rank is
@@ -201,10 +206,10 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
             print(f"{prog}: error: {e}", file=sys.stderr)
             return 2
         argv = sys.argv[1:] if argv is None else argv
-        rank_args = (prog, description, default_mode, argv)
+        rank_args = (prog, description, default_mode, argv, freeze_heap)
         return distributed.launch(main, rank_args, args.tensor_parallel_size, EngineConfig.tp_timeout_s)
     try:
-        return _run(prog, args)
+        return _run(prog, args, freeze_heap)
     except KeyboardInterrupt:  # Ctrl-C, or the SIGINT a capture forwards: a line, not a traceback
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
@@ -212,7 +217,7 @@ def main(prog: str, description: str, default_mode: str, argv: list[str] | None 
         distributed.destroy()  # under torchrun: leave the process group before exiting (nothing on one device)
 
 
-def _run(prog: str, args) -> int:
+def _run(prog: str, args, freeze_heap: bool) -> int:
     first_rank = os.environ.get("RANK", "0") == "0"  # errors and results are printed once, by rank 0
     try:
         engine = Engine(args.hf_model_id, engine_config(args))
@@ -222,7 +227,8 @@ def _run(prog: str, args) -> int:
         return 2
     args.threads_used = engine.runner.cpu_threads  # (count, reason) on CPU, None elsewhere
     tokenizer = load_tokenizer(args.hf_model_id)
-    freeze_startup_heap()  # as the server's engine core does (roseinfer.frozen_heap): this process is the benchmark's
+    if freeze_heap:
+        freeze_startup_heap()  # as the server's engine core does (roseinfer.frozen_heap)
     texts = prompt_texts(args)
     pretokenized = tokenize(tokenizer, texts, args.tokenize_workers) if args.pretok else None
     try:

@@ -1,9 +1,11 @@
 """The start-up's objects frozen once the engine is built (roseinfer.frozen_heap), in the processes whose engine
-lives as long as they do: the server's engine core asked to (its own process's `main` does), and nowhere else. Each
-case runs in a process of its own (the freeze lasts for the process's life: this one's heap stays as it is)."""
+lives as long as they do: the server's engine core asked to (its own process's `main` does) and a benchmark run as
+`python -m`, not a caller of either in its own process. Each freeze runs in a process of its own (it lasts for the
+process's life: this one's heap stays as it is)."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -48,9 +50,30 @@ def test_the_core_freezes_its_processs_heap_once_built_only_when_asked(freeze):
         [sys.executable, "-c", CORE.format(freeze=freeze)], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
-    frozen, collected = proc.stdout.split()
+    frozen, collected = proc.stdout.split()[-2:]
     if freeze:
         assert int(frozen) > 10_000  # the model's and the libraries' objects
         assert collected == "True"  # the garbage of before was collected first, not frozen with the rest
     else:
         assert int(frozen) == 0 and collected == "False"
+
+
+# `python -m roseinfer.benchmark_streaming` as the shell runs it, the frozen count said at the process's exit
+BENCHMARK = """
+import atexit, gc, runpy, sys
+atexit.register(lambda: print("frozen", gc.get_freeze_count()))
+sys.argv = ["benchmark_streaming", "--hf-model-id", "gpt2-tiny", "--device", "cpu", "--num-requests", "2",
+            "--max-new-tokens", "3", "--warmup-runs", "0", "--repeat-runs", "1"]
+runpy.run_module("roseinfer.benchmark_streaming", run_name="__main__")
+"""
+
+
+def test_the_benchmark_freezes_its_own_process_but_not_a_caller_of_its_main():
+    proc = subprocess.run([sys.executable, "-c", BENCHMARK], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.split()[-1]) > 10_000
+    from roseinfer import benchmark_streaming
+
+    argv = ["--hf-model-id", "gpt2-tiny", "--device", "cpu", "--num-requests", "2", "--max-new-tokens", "3"]
+    assert benchmark_streaming.main([*argv, "--warmup-runs", "0", "--repeat-runs", "1"]) == 0
+    assert gc.get_freeze_count() == 0  # this process (a test's) is the caller's: nothing frozen
