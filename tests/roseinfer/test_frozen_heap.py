@@ -77,3 +77,31 @@ def test_the_benchmark_freezes_its_own_process_but_not_a_caller_of_its_main():
     argv = ["--hf-model-id", "gpt2-tiny", "--device", "cpu", "--num-requests", "2", "--max-new-tokens", "3"]
     assert benchmark_streaming.main([*argv, "--warmup-runs", "0", "--repeat-runs", "1"]) == 0
     assert gc.get_freeze_count() == 0  # this process (a test's) is the caller's: nothing frozen
+
+
+# A Ctrl-C that arrives while the start-up's collection runs: sent by a collector callback (as the step log's hook
+# is one), whose own KeyboardInterrupt the collector would print and drop
+CTRL_C = """
+import gc, os, signal
+from roseinfer.frozen_heap import freeze_startup_heap
+
+def ctrl_c(phase, info):
+    if phase == "start" and info["generation"] == 2:
+        gc.callbacks.remove(ctrl_c)
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # bytecode in the callback, where the handler would run
+            pass
+
+gc.callbacks.append(ctrl_c)
+try:
+    freeze_startup_heap()
+except KeyboardInterrupt:
+    print("interrupted", signal.getsignal(signal.SIGINT) is signal.default_int_handler, gc.get_freeze_count() > 0)
+"""
+
+
+def test_a_ctrl_c_during_the_collection_is_raised_after_it():
+    proc = subprocess.run([sys.executable, "-c", CTRL_C], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    # raised once the collection is over, with Python's own handler back; the freeze itself did not happen
+    assert proc.stdout.split() == ["interrupted", "True", "False"], proc.stdout + proc.stderr
