@@ -106,11 +106,15 @@ def step_region_excess(
         k = int(index[row])
         if k < 0:
             continue
-        most = max(deltas[n][row] for n in deltas)
+        grown = {n: float(deltas[n][row]) for n in deltas if deltas[n][row] > 0}  # NaN (no time) never grew
+        if not grown:  # the step grew, but no region did (each at or under its median): nothing to name
+            out[k] = ("(spread over the step)", float(excess[row]))
+            continue
+        most = max(grown.values())
         # Nested regions grow together (a forward and its lm_head): name the most specific one, the smallest
         # region that took nearly all of the growth.
-        name = min((n for n in deltas if deltas[n][row] >= 0.8 * most), key=lambda n: typical[n])
-        grew = float(deltas[name][row])
+        name = min((n for n in grown if grown[n] >= 0.8 * most), key=lambda n: typical[n])
+        grew = grown[name]
         if grew >= SPREAD * excess[row]:
             out[k] = (name, grew)
         else:

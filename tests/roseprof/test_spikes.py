@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from roseprof.analysis.spike_evidence import step_region_excess
 from roseprof.analysis.spikes import analyse_spikes, attribute
 from roseprof.workload.steplog import StepLogRecords, read_steplog
 
@@ -287,3 +288,25 @@ def test_engine_run_summary_is_json_and_consistent(engine_log):
     assert sum(c is not None for per in causes for c in per) == summary["spike_tokens"]
     for c in summary["causes"]:
         assert 0 < c["tokens"] <= summary["spike_tokens"] and c["added_total_ms"] >= 0
+
+
+def _region_rows(dur, **regions):
+    rows = {"dur_ns": dur, "index": list(range(len(dur)))}
+    rows.update({f"region:{name}": values for name, values in regions.items()})
+    return rows, list(regions), [{"start_ns": 0, "end_ns": d} for d in dur]
+
+
+def test_a_slow_step_whose_regions_all_shrank_is_spread_over_the_step_not_a_crash():
+    # Step 4 took 100 ns over the median while each region took less than its own median (and b no time at all):
+    # no region grew to name. A live server's window had such a step, and `min()` of no regions ended
+    # `roseprof live` in a traceback.
+    nan = float("nan")
+    rows, cols, steps = _region_rows(
+        [100, 100, 100, 100, 200], a=[50, 50, 50, 50, 40], b=[30, 30, 30, 30, nan]
+    )
+    assert step_region_excess(rows, cols, steps) == {4: ("(spread over the step)", 100.0)}
+    # the region that did grow is still the one named
+    rows, cols, steps = _region_rows(
+        [100, 100, 100, 100, 200], a=[50, 50, 50, 50, 140], b=[30, 30, 30, 30, 20]
+    )
+    assert step_region_excess(rows, cols, steps) == {4: ("a", 90.0)}
