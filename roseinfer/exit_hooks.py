@@ -14,7 +14,8 @@ import atexit
 import functools
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 def register(close: Callable[[], None]) -> Callable[[], None]:
@@ -27,19 +28,32 @@ def register(close: Callable[[], None]) -> Callable[[], None]:
 def guarded(close: Callable[[], None]) -> None:
     """`close()` with the first SIGINT during it waiting for it and a second one raising KeyboardInterrupt. Only the
     main thread can set a signal handler; elsewhere `close()` runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
+    with sigint_held():
         close()
+
+
+@contextmanager
+def sigint_held(raise_after: bool = False) -> Iterator[None]:
+    """The block with the first SIGINT during it held (the interrupted call resumes, PEP 475) and a second one
+    raising KeyboardInterrupt; SIGINT's handler is then put back, and with `raise_after` a held SIGINT is raised
+    through it once the block is over (`roseinfer.frozen_heap`: a Ctrl-C in a garbage collection would otherwise run
+    its handler inside a collector callback, where the KeyboardInterrupt is dropped). Only the main thread can set
+    a signal handler; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
     seen = []
 
     def first_waits(signum, frame):
         if seen:
             raise KeyboardInterrupt
-        seen.append(signum)  # the interrupted call resumes (PEP 475)
+        seen.append(signum)
 
     previous = signal.signal(signal.SIGINT, first_waits)
     try:
-        close()
+        yield
     finally:
         # None: a handler set outside Python, which Python cannot put back; the default's is the nearest
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if raise_after and seen:
+        signal.raise_signal(signal.SIGINT)

@@ -18,34 +18,15 @@ another through bound methods) is never collected.
 from __future__ import annotations
 
 import gc
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+
+from roseinfer.exit_hooks import sigint_held
 
 
 def freeze_startup_heap() -> None:
-    """One full collection, then every object alive frozen (for the process's life)."""
-    with _ctrl_c_held():
+    """One full collection, then every object alive frozen (for the process's life). A Ctrl-C during the collection
+    (100-200 ms) would run its handler inside a callback or finalizer that the collector calls (the step log's
+    `gc.callbacks` hook, say), where the KeyboardInterrupt is printed and dropped and the run goes on to its end
+    (tests/roseinfer/test_bad_input.py caught it): it is held, and raised once the collection is over."""
+    with sigint_held(raise_after=True):
         gc.collect()
     gc.freeze()
-
-
-@contextmanager
-def _ctrl_c_held() -> Iterator[None]:
-    """A Ctrl-C during the collection (100-200 ms) would run its handler inside a callback or finalizer that the
-    collector calls (the step log's `gc.callbacks` hook, say), where the KeyboardInterrupt is printed and dropped and
-    the run goes on to its end (tests/roseinfer/test_bad_input.py caught it). Held here, it is raised after the
-    collection, by the handler there was. Signal handlers belong to the main thread: elsewhere nothing is held."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or previous is None:
-        yield  # not the main thread, or a handler Python did not install (it could not be put back)
-        return
-    held: list[int] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            signal.raise_signal(signal.SIGINT)

@@ -116,9 +116,8 @@ def replay_events(llm, engine, prompts, new_tokens: int) -> None:
         pairs.append((start, end, time.perf_counter_ns()))
         return out
 
-    collections: list[
-        tuple[int, int, int]
-    ] = []  # (generation, host start ns, host end ns) of each collection
+    # (generation, host start ns, host end ns) of each collection
+    collections: list[tuple[int, int, int]] = []
     started: list[int] = []
 
     def on_gc(phase: str, info: dict) -> None:
