@@ -60,6 +60,7 @@ from roseinfer.cuda_ext.stamps import StampLog, stamps_path
 from roseinfer.graph_kernels import CUTLASS_ABOVE, GraphKernels
 from roseinfer.host_tokens import HostTokens
 from roseinfer.kernels import triton_available
+from roseinfer.kernels.argmax import LmHeadArgmax
 from roseinfer.kernels.gemv import ALLREDUCE_KERNEL
 from roseinfer.kernels.pdl import pdl_scope
 from roseinfer.kernels.skinny_gemm import SkinnyScratch
@@ -156,6 +157,10 @@ class DecodeGraphs:
         if kernels.argmax_to_host and kernels.argmax_advances and self.fused:
             self.host_tokens = HostTokens(inputs.shape[1], cache.k_caches[0].device)
         self.host_rows: np.ndarray | None = None
+        # At one row the lm_head GEMV folds the greedy token into words the step's argmax then reads
+        self.lm_head_argmax = None
+        if kernels.lm_head_argmax and kernels.lm_head_gemv and kernels.argmax_advances and self.fused:
+            self.lm_head_argmax = LmHeadArgmax(cache.k_caches[0].device)
         if capture:
             self._capture()
 
@@ -197,6 +202,7 @@ class DecodeGraphs:
                 k.cutlass_split_k,
                 k.cutlass_min_splits if rows <= k.cutlass_min_splits_max_batch else 1,
                 0 < k.cutlass_shallow_from <= rows,
+                self.lm_head_argmax,
             ),
             pdl_scope(
                 k.pdl_in(rows, width),
@@ -222,6 +228,8 @@ class DecodeGraphs:
             attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
             cuda_attention_stages=k.cuda_attention_stages,
         )  # fmt: skip
+        if self.lm_head_argmax is not None:  # set again where this part's lm_head folds its argmax
+            self.lm_head_argmax.folded = False
         steps = self.model.steps(
             ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue, logits_out=logits_out
         )
@@ -248,13 +256,17 @@ class DecodeGraphs:
             ids.copy_(greedy)
             past.add_(live)
             return greedy
-        from roseinfer.kernels.argmax import argmax_triton
+        from roseinfer.kernels.argmax import argmax_triton, argmax_words
 
         rows, k = logits.shape[0], self.kernels
         # dependent launches after the lm_head GEMV (one row), which is one itself under PDL
         after_gemv = k.pdl_in(rows, self.model.cfg.n_embd) and k.lm_head_gemv and rows == 1
         if k.argmax_advances:  # its second kernel leaves the next step's ids and past lengths too
             to_host = None if self.host_tokens is None else self.host_tokens.rows(lo, hi)
+            fold = self.lm_head_argmax
+            if fold is not None and fold.folded:  # the lm_head GEMV found the token already
+                fold.folded = False
+                return argmax_words(fold.words, advance=(ids, past, live), pdl=after_gemv, to_host=to_host)
             return argmax_triton(
                 logits,
                 advance=(ids, past, live),

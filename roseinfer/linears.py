@@ -73,6 +73,9 @@ _CUTLASS_SHALLOW: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _CUDA_MLP: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_mlp", default=None)
 # Likewise for a one-row attention half as one CUDA kernel (`roseinfer.cuda_ext.fused_attn.AttnScratch`), or None.
 _CUDA_ATTN: contextvars.ContextVar = contextvars.ContextVar("roseinfer_cuda_attn", default=None)
+# Where the one-row lm_head runs as `norm_lm_head`, the words its GEMV folds the greedy token into
+# (`roseinfer.kernels.argmax.LmHeadArgmax`), or None.
+_LM_HEAD_ARGMAX: contextvars.ContextVar = contextvars.ContextVar("roseinfer_lm_head_argmax", default=None)
 
 
 @contextlib.contextmanager
@@ -89,6 +92,7 @@ def small_batch_gemv(
     cutlass_split_k: int = 0,
     cutlass_min_splits: int = 1,
     cutlass_shallow: bool = False,
+    lm_head_argmax=None,
 ):
     """Linears of at most `max_rows` input rows run as the GEMV kernel inside this block (0: never);
     norm_prologue: one-row `norm_linear` calls fold the add + LayerNorm into it too; embedding_gather and lm_head
@@ -99,7 +103,8 @@ def small_batch_gemv(
     buffers where `cuda_mlp_applies`; attn_scratch likewise, its attention half where `cuda_attn_applies`.
     cutlass_rows (lo, hi): linears of more than lo and at most hi rows run as the CUTLASS GEMM where it fits;
     there `linear_to_residual` splits K into parts of about cutlass_split_k (0: no split), at least
-    cutlass_min_splits of them, and cutlass_shallow runs it on its shallow pipeline."""
+    cutlass_min_splits of them, and cutlass_shallow runs it on its shallow pipeline. lm_head_argmax (with lm_head):
+    the one-row lm_head's GEMV also folds the greedy token into it (a `roseinfer.kernels.argmax.LmHeadArgmax`)."""
     tokens = (
         _GEMV_MAX_ROWS.set(max_rows),
         _NORM_PROLOGUE.set(norm_prologue),
@@ -113,10 +118,12 @@ def small_batch_gemv(
         _CUTLASS_SPLIT_K.set(cutlass_split_k),
         _CUTLASS_MIN_SPLITS.set(cutlass_min_splits),
         _CUTLASS_SHALLOW.set(cutlass_shallow),
+        _LM_HEAD_ARGMAX.set(lm_head_argmax if norm_prologue and lm_head else None),
     )
     try:
         yield
     finally:
+        _LM_HEAD_ARGMAX.reset(tokens[12])
         _CUTLASS_SHALLOW.reset(tokens[11])
         _CUTLASS_MIN_SPLITS.reset(tokens[10])
         _CUTLASS_SPLIT_K.reset(tokens[9])
@@ -293,14 +300,23 @@ def lm_head_gemv_applies(x: torch.Tensor, delta: torch.Tensor, weight: torch.Ten
     return _LM_HEAD.get() and norm_gemv_applies(x, delta, Weight(weight))
 
 
-def norm_lm_head(x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor, wait=None) -> torch.Tensor:
+def norm_lm_head(
+    x: torch.Tensor, delta: torch.Tensor, ln, weight: torch.Tensor, vocab: int, wait=None
+) -> torch.Tensor:
     """LayerNorm(x + delta) @ weight^T (x, delta [1, C], weight [V_PAD, C]) -> logits [1, V_PAD] as one kernel:
     ln_f's add + LayerNorm in the prologue of the GEMV (callers check `lm_head_gemv_applies`). On the H100 the
     GEMV moved the 77 MB of GPT-2's lm_head at 90% of the copy bandwidth where cuBLAS took 13% longer
-    (docs/BENCHMARKS.md, issue 27 round 5), and the LayerNorm's own kernel goes."""
+    (docs/BENCHMARKS.md, issue 27 round 5), and the LayerNorm's own kernel goes. Inside
+    `small_batch_gemv(.., lm_head_argmax=)` it also folds the greedy token of the first `vocab` logits into
+    those words and marks them `folded`."""
     from roseinfer.kernels.norm_gemv import norm_gemv_triton
 
-    return norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight, wait=wait)[1]
+    fold = _LM_HEAD_ARGMAX.get()
+    argmax = None if fold is None else (fold.words, vocab)
+    logits = norm_gemv_triton(x, delta, ln.weight, ln.bias, ln.eps, weight, wait=wait, argmax=argmax)[1]
+    if fold is not None:
+        fold.folded = True
+    return logits
 
 
 def cuda_mlp_applies(x: torch.Tensor, delta: torch.Tensor, ln, c_fc, mlp_proj) -> bool:

@@ -285,7 +285,7 @@ class GPT2(nn.Module):
         if in_gemv:  # one row: ln_f in the lm_head GEMV's prologue
             assert logits_out is None, "the one-row lm_head GEMV writes a buffer of its own"
             with region(LM_HEAD):
-                logits = norm_lm_head(x, delta, self.ln_f, head, wait=wait)  # [1, V]
+                logits = norm_lm_head(x, delta, self.ln_f, head, self.cfg.vocab_size, wait=wait)  # [1, V_PAD]
         else:
             with region(LAYERNORM):
                 _, h = residual_layer_norm(x, delta, self.ln_f, fused)

@@ -78,7 +78,8 @@
  69. 68 + the add + LayerNorm of the CUTLASS GEMM's buckets (GPT-2 small) one warp a row, releasing the GEMM after
      it before its wait (`GraphKernels.layer_norm_early`): the engine of session 56.
  70. 69 + the argmax writing the greedy tokens into pinned host memory (`GraphKernels.argmax_to_host`; a replay's
-     own time is that of 69, the copy it removes ran after it): the engine now.
+     own time is that of 69, the copy it removes ran after it): the engine of session 59.
+ 71. 70 + at one row the greedy token folded into the lm_head GEMV (`GraphKernels.lm_head_argmax`): the engine now.
 Since session 16 the attention releases attn_proj early only in the GEMV's and skinny GEMM's buckets, in every
 variant: 25 and 27 (whole-block tiles) released it at 48 rows and more before, which released nothing (cuBLAS's
 GEMMs are plain launches) and changed no tile. In variant 35 the attention is a dependent launch in buckets 48 and 64,
@@ -252,6 +253,10 @@ VARIANTS[69] = GraphKernels()
 # outside the graph: the same replay time, a shorter step in the engine's loop); before it copied out after it
 VARIANTS = {v: dataclasses.replace(k, argmax_to_host=False) for v, k in VARIANTS.items()}
 VARIANTS[70] = GraphKernels()
+# session 61: at one row the lm_head GEMV folds the greedy token into a few words by atomics, one kernel reads
+# them; before it the argmax's two kernels read the logits
+VARIANTS = {v: dataclasses.replace(k, lm_head_argmax=False) for v, k in VARIANTS.items()}
+VARIANTS[71] = GraphKernels()
 
 # Each variant's row in the tables
 NAMES = {
@@ -324,5 +329,6 @@ NAMES = {
     67: "65 from 256 rows + two halves at 512 (session 54)",
     68: "67, cuBLAS at 272, 288, 464, 480 (session 55)",
     69: "68 + the add + LayerNorm released early (session 56)",
-    70: "69 + the argmax's tokens into pinned host memory (engine now)",
+    70: "69 + the argmax's tokens into pinned host memory (session 59)",
+    71: "70 + the argmax folded into the one-row lm_head GEMV (engine now)",
 }

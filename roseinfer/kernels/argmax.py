@@ -10,6 +10,11 @@ their own (3 us of a batch-1 step on the H100), and can write the tokens into pi
 `roseinfer.host_tokens`), which took a copy after the step that the next step waited behind. After the one-row lm_head GEMV (a programmatic dependent launch,
 `roseinfer.kernels.pdl`) both launch as dependents too (`pdl=True`): each waits before it reads, so their launches
 overlap the kernel before.
+
+At one row the lm_head GEMV can fold the argmax into its own programs instead (`LmHeadArgmax`): each logit is
+packed with its column into an int64 word whose atomic max goes into one of a few hundred words, and one small
+kernel (`argmax_words`) reads them, leaves the same outputs as the second kernel above, and resets the words for the
+next step: no pass over the logits, one launch fewer.
 """
 
 from __future__ import annotations
@@ -82,7 +87,37 @@ def _get_kernels():
             tl.store(host_ptr + p * host_stride + row, token)
             tl.store(parity_ptr + row, 1 - p)
 
-    return (argmax_chunks_kernel, argmax_rows_kernel)
+    @triton.jit
+    def argmax_words_kernel(
+        words_ptr,
+        out_ptr,
+        ids_ptr,
+        past_ptr,
+        live_ptr,
+        host_ptr,
+        host_stride,
+        parity_ptr,
+        WORDS: tl.constexpr,
+        ADVANCE: tl.constexpr,
+        TO_HOST: tl.constexpr,
+        PDL: tl.constexpr,
+    ):
+        if PDL:  # the words are the lm_head GEMV's atomics
+            gdc_wait()
+        w = tl.arange(0, WORDS)
+        best = tl.max(tl.load(words_ptr + w), 0)  # the largest logit, then the first column (`LmHeadArgmax`)
+        token = 4294967295 - (best & 4294967295)
+        tl.store(words_ptr + w, tl.full([WORDS], -9223372036854775807 - 1, tl.int64))  # for the next step
+        tl.store(out_ptr, token)
+        if ADVANCE:
+            tl.store(ids_ptr, token.to(ids_ptr.dtype.element_ty))
+            tl.store(past_ptr, tl.load(past_ptr) + tl.load(live_ptr))
+        if TO_HOST:
+            p = tl.load(parity_ptr)
+            tl.store(host_ptr + p * host_stride, token)
+            tl.store(parity_ptr, 1 - p)
+
+    return (argmax_chunks_kernel, argmax_rows_kernel, argmax_words_kernel)
 
 
 # The first kernel's warps a program of 4,096 logits: 4 rather than 8, on an H200 at 512 rows 20.3 against 24.2 us, at
@@ -116,7 +151,7 @@ def argmax_triton(
     out = torch.empty(b, device=logits.device, dtype=torch.int64)
     if b == 0:
         return out
-    chunks_kernel, rows_kernel = _get_kernels()
+    chunks_kernel, rows_kernel, _ = _get_kernels()
     pdl = pdl and pdl_supported()
     chunks_kernel[(b, chunks)](
         logits,
@@ -141,5 +176,59 @@ def argmax_triton(
     rows_kernel[(b,)](
         vals, idx, out, ids, past, live, host, host.stride(0), parity, chunks, BLOCK=triton.next_power_of_2(chunks),
         ADVANCE=advance is not None, TO_HOST=to_host is not None, PDL=pdl, num_warps=1, launch_pdl=pdl,
+    )  # fmt: skip
+    return out
+
+
+# The words the one-row lm_head GEMV folds its logits into (`LmHeadArgmax`): column c into word c % ARGMAX_WORDS.
+# On an H200 at batch 1 (docs/BENCHMARKS.md, session 61), a replay at pasts of 128 / 512 tokens: 256 words
+# 1.4 / 1.8 us faster than the argmax's two kernels, 1,024 words 0.8 / 1.1 (the reader's one warp then takes 0.4
+# us longer), one atomic a program into 64 words 1.0 / 0.8
+ARGMAX_WORDS = 256
+
+
+class LmHeadArgmax:
+    """The greedy token of a one-row lm_head, folded into its GEMV (`roseinfer.kernels.norm_gemv.norm_gemv_triton(..,
+    argmax=)`): `words` int64 [ARGMAX_WORDS] on the device, each the atomic max of its columns' (logit, column),
+    packed so that a larger word is a larger logit and then a lower column; `argmax_words` reads them and sets them
+    back to the smallest word, so they are ready for the next step (they start there). `folded`: the GEMV was
+    launched with them since the step began (`roseinfer.linears.norm_lm_head` sets it, the step's argmax reads it)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.words = torch.full(
+            (ARGMAX_WORDS,), torch.iinfo(torch.int64).min, dtype=torch.int64, device=device
+        )
+        self.folded = False
+
+
+def argmax_words(
+    words: torch.Tensor,
+    advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    pdl: bool = False,
+    to_host: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The token [1] int64 (the first column of the largest logit) that the one-row lm_head GEMV folded into
+    `words` (`LmHeadArgmax`), which are then reset for the next step. advance, to_host: as `argmax_triton`'s, for
+    one row. pdl: a programmatic dependent launch (after the GEMV, which is one)."""
+    import triton
+
+    from roseinfer.kernels.pdl import pdl_supported
+
+    n = words.numel()
+    assert words.dtype == torch.int64 and words.is_contiguous() and n == triton.next_power_of_2(n)
+    out = torch.empty(1, device=words.device, dtype=torch.int64)
+    ids, past, live = advance if advance is not None else (out, out, out)
+    assert all(t.shape == (1,) for t in (ids, past, live))
+    if to_host is not None:
+        host, parity = to_host
+        assert host.shape == (2, 1) and host.dtype == torch.int64 and host.is_pinned()
+        assert parity.shape == (1,) and parity.dtype == torch.int32
+    else:
+        host, parity = out.view(1, 1), out  # not read: TO_HOST is off
+    pdl = pdl and pdl_supported()
+    *_, words_kernel = _get_kernels()
+    words_kernel[(1,)](
+        words, out, ids, past, live, host, host.stride(0), parity, WORDS=n, ADVANCE=advance is not None,
+        TO_HOST=to_host is not None, PDL=pdl, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
     return out

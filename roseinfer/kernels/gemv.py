@@ -128,11 +128,11 @@ def gemv_kernels():
     def gemv_program(
         pid, x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride, best_ptr, n_valid,
         HAS_BIAS, GELU, BLOCK_M, BLOCK_N,
         BLOCK_K, STAGES, ONE_SHOT, PDL,
         NORM, EARLY, GATHER, DELTA_ROWS,
-        PUSH, WAIT, STAMPS,
+        PUSH, WAIT, STAMPS, ARGMAX,
     ):  # fmt: skip
         # a fused all-reduce reader's regions (`roseinfer.fused_allreduce.ReaderStamps`): its start
         if STAMPS:
@@ -268,6 +268,21 @@ def gemv_kernels():
         else:
             o_ptrs = out_ptr + rm[:, None] * stride_om + rn[None, :]
             tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
+            if ARGMAX:
+                # The one-row lm_head's greedy token (`roseinfer.kernels.argmax.LmHeadArgmax`): each logit as stored
+                # (rounded to out's dtype) among the first n_valid columns (the vocabulary; the padding columns'
+                # zeros must not win), packed with its column so that a larger word is a larger logit, then a lower
+                # column (ties go to the first, as torch.argmax's do), and folded into word `column % ARGMAX` by a
+                # relaxed atomic max, each by the thread that holds it: a program's own maximum first (one atomic
+                # a program) cost a reduction across its warps, and the GEMV 0.5 us more (docs/BENCHMARKS.md,
+                # session 61)
+                v = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # [1, BN]
+                v = tl.where(v == 0.0, 0.0, v)  # -0.0 as +0.0: equal logits, the first column wins
+                bits = v.to(tl.int32, bitcast=True)
+                key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)  # ordered as the floats
+                word = (key << 32) | (4294967295 - rn.to(tl.int64)[None, :])  # [1, BN]
+                words = best_ptr + (rn % ARGMAX)[None, :]
+                tl.atomic_max(words, word, mask=(rn < n_valid)[None, :], sem="relaxed", scope="gpu")
         if STAMPS:  # its output stored
             tl.store(stamp_ptr + 3 * stamp_stride + pid, globaltimer())
 
@@ -275,18 +290,18 @@ def gemv_kernels():
     def gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride, best_ptr, n_valid,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
         NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
-        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr,
+        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr, ARGMAX: tl.constexpr,
     ):  # fmt: skip
         gemv_program(
             tl.program_id(0), x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
             d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride, best_ptr, n_valid,
             HAS_BIAS, GELU, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ONE_SHOT, PDL, NORM, EARLY, GATHER, DELTA_ROWS,
-            PUSH, WAIT, STAMPS,
+            PUSH, WAIT, STAMPS, ARGMAX,
         )  # fmt: skip
 
     # The fused all-reduce's reader (WAIT) is the same program under a name of its own (ALLREDUCE_KERNEL): a
@@ -295,18 +310,18 @@ def gemv_kernels():
     def allreduce_gemv_kernel(
         x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
         d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+        row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride, best_ptr, n_valid,
         HAS_BIAS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr, STAGES: tl.constexpr, ONE_SHOT: tl.constexpr, PDL: tl.constexpr,
         NORM: tl.constexpr, EARLY: tl.constexpr, GATHER: tl.constexpr, DELTA_ROWS: tl.constexpr,
-        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr,
+        PUSH: tl.constexpr, WAIT: tl.constexpr, STAMPS: tl.constexpr, ARGMAX: tl.constexpr,
     ):  # fmt: skip
         gemv_program(
             tl.program_id(0), x_ptr, w_ptr, b_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
             d_ptr, lnw_ptr, lnb_ptr, s_ptr, eps, xi_ptr, di_ptr, stride_dm,
-            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride,
+            row_addrs_ptr, row_off, rank, timeout_ns, stamp_ptr, stamp_stride, best_ptr, n_valid,
             HAS_BIAS, GELU, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, ONE_SHOT, PDL, NORM, EARLY, GATHER, DELTA_ROWS,
-            PUSH, WAIT, STAMPS,
+            PUSH, WAIT, STAMPS, ARGMAX,
         )  # fmt: skip
 
     return gemv_kernel, allreduce_gemv_kernel
@@ -344,11 +359,11 @@ def gemv_triton(
     gemv_kernel[(-(-n // cfg.block_n),)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         x, x, x, x, 0.0, x, x, 0,
-        *((push.row_addrs, push.row_offset, push.rank) if push is not None else (x, 0, 0)), 0, x, 0,
+        *((push.row_addrs, push.row_offset, push.rank) if push is not None else (x, 0, 0)), 0, x, 0, x, 0,
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=triton_next_pow2(m), BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, ONE_SHOT=cfg.one_shot, PDL=pdl, NORM=False,
         EARLY=pdl and pdl_early_release(), GATHER=False, DELTA_ROWS=1,
-        PUSH=push.rows.shape[0] if push is not None else 0, WAIT=0, STAMPS=False, num_warps=cfg.num_warps,
+        PUSH=push.rows.shape[0] if push is not None else 0, WAIT=0, STAMPS=False, ARGMAX=0, num_warps=cfg.num_warps,
         launch_pdl=pdl,
     )  # fmt: skip
     return out

@@ -75,7 +75,7 @@ def pick_norm_config(n: int, k: int, fused_rows: bool = False) -> GemvConfig:
 
 def norm_gemv_triton(
     x, delta, ln_weight, ln_bias, eps: float, weight, bias=None, gelu: bool = False, pdl=None, index=None,
-    config: GemvConfig | None = None, wait=None,
+    config: GemvConfig | None = None, wait=None, argmax=None,
 ):  # fmt: skip
     """Same contract as `norm_gemv_reference`, one kernel: every program recomputes the row's LayerNorm (the row
     is K <= 4,096 wide and in L2) before its GEMV, and program 0 writes s. Replaces the add + LayerNorm kernel
@@ -84,7 +84,9 @@ def norm_gemv_triton(
     the two embedding lookups in front of the first block's c_attn. config: the tile (`pick_norm_config`).
     wait: delta is a fused all-reduce's words [W, ceil(K / 2)] int64 that the kernel in front pushed
     (`roseinfer.fused_allreduce.PushedRows`): the prologue waits for every rank's row, then adds them in rank
-    order."""
+    order. argmax: (words, n_valid), words int64 [W] (`roseinfer.kernels.argmax.LmHeadArgmax`): every logit of the
+    first n_valid columns is also folded with its column into word `column % W` by an atomic max, which
+    `argmax_words` then reads (the greedy token with no pass over the logits)."""
     from roseinfer.kernels.pdl import pdl_early_release, pdl_enabled, pdl_supported
 
     gather = index is not None
@@ -114,15 +116,19 @@ def norm_gemv_triton(
     # its regions are recorded
     stamps = wait.stamps if wait is not None else None
     assert stamps is None or (stamps.shape == (NSTAMP, programs) and stamps.stride(1) == 1)
+    if argmax is not None:
+        words, n_valid = argmax
+        assert words.dtype == torch.int64 and words.dim() == 1 and words.is_contiguous() and 0 < n_valid <= n
     gemv_kernel, allreduce_gemv_kernel = gemv_kernels()
     (gemv_kernel if wait is None else allreduce_gemv_kernel)[(programs,)](
         x, weight, bias if bias is not None else weight, out, m, n, k, x.stride(0), weight.stride(0), out.stride(0),
         delta, ln_weight, ln_bias, s, eps, xi if gather else x, di if gather else x,
         d_stride if gather else 0, x, 0, *((wait.rank, wait.timeout_ns) if wait is not None else (0, 0)),
         *((stamps, stamps.stride(0)) if stamps is not None else (x, 0)),
+        *((words, n_valid) if argmax is not None else (x, 0)),
         HAS_BIAS=bias is not None, GELU=gelu, BLOCK_M=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         STAGES=cfg.num_stages, ONE_SHOT=True, PDL=pdl, NORM=True, EARLY=pdl and pdl_early_release(),
         GATHER=gather, DELTA_ROWS=rows, PUSH=0, WAIT=rows if wait is not None else 0, STAMPS=stamps is not None,
-        num_warps=cfg.num_warps, launch_pdl=pdl,
+        ARGMAX=words.numel() if argmax is not None else 0, num_warps=cfg.num_warps, launch_pdl=pdl,
     )  # fmt: skip
     return s, out

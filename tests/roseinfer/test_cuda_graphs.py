@@ -279,6 +279,7 @@ def test_graph_decode_reads_the_tokens_the_argmax_wrote_to_host_as_those_copied_
         if host is not None:
             torch.cuda.synchronize()
             assert host.parity.tolist() == host._parity.tolist()
+            assert host._parity[0] != host._parity[1]  # row 0 ran the single requests' steps too
     (outs, logits), (outs_copied, logits_copied) = runs
     assert outs == outs_copied and all(len(t) == NEW_TOKENS for t in outs[1])
     assert torch.equal(logits, logits_copied)
@@ -297,6 +298,40 @@ def test_graph_decode_lm_head_gemv_agrees_with_cublas(tiny_checkpoint):
     )
     assert outs == outs_cublas
     torch.testing.assert_close(logits.float(), logits_cublas.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+def test_graph_decode_argmax_folded_into_the_lm_head_gemv_agrees_with_the_argmax_kernels(
+    tiny_checkpoint, monkeypatch
+):
+    # fp16: at one row the lm_head GEMV folds the greedy token into its words and one small kernel reads them (the
+    # default), or the argmax's two kernels read the logits it wrote: the same GEMV, so the same tokens and the
+    # same logits bit for bit. Each engine's steps are captured again, counting the captures' reads of the words:
+    # the default's bucket-1 step took the folded path, the other none.
+    from roseinfer.graph_kernels import GraphKernels
+    from roseinfer.kernels import argmax
+
+    reads = []
+    real = argmax.argmax_words
+    monkeypatch.setattr(argmax, "argmax_words", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    runs = []
+    for kernels in (GraphKernels(), GraphKernels(lm_head_argmax=False)):
+        llm = LLM(
+            tiny_checkpoint,
+            device="cuda",
+            dtype="float16",
+            max_batch_size=8,
+            cuda_graph=True,
+            paged_attn=True,
+        )
+        reads.clear()
+        llm.engine.use_static_decode(capture=True, kernels=kernels)
+        assert bool(reads) is kernels.lm_head_argmax  # bucket 1's warm-up and capture
+        outs = (_generate(llm), [_generate_one(llm, p) for p in make_prompts()[:3]])
+        runs.append((outs, llm.engine.graphs.outputs[1][0].clone()))
+    (outs, logits), (outs_kernels, logits_kernels) = runs
+    assert outs == outs_kernels and all(len(t) == NEW_TOKENS for t in outs[1])
+    assert torch.equal(logits, logits_kernels)
 
 
 @pytest.mark.gpu

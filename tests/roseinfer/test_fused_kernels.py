@@ -181,30 +181,91 @@ def test_argmax_to_host_writes_each_rows_token_into_pinned_memory_by_its_parity(
     assert host.parity.tolist()[rows:] == [0] * 3 and (host.host[:, rows:] == 0).all()  # beyond: untouched
 
 
+def _lm_head(seed, c=768, n=50304):
+    """A GPT-2-shaped tail's operands: head [n, c] (the padded vocabulary), ln_f's weight and bias [c], x and delta
+    [1, c], all float16 and random."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    head = (torch.randn(n, c, generator=g, device="cuda") * c**-0.5).half()
+    ln_w = (torch.rand(c, generator=g, device="cuda") + 0.5).half()
+    ln_b = (torch.randn(c, generator=g, device="cuda") * 0.1).half()
+    x, delta = (torch.randn(1, c, generator=g, device="cuda").half() for _ in range(2))
+    return g, head, ln_w, ln_b, x, delta
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_lm_head_gemv_folds_the_argmax_ties_and_padding_included(pdl):
+    # The one-row lm_head GEMV folds each logit with its column into the words, which `argmax_words` reads and
+    # resets: the token torch.argmax gives of the logits the GEMV wrote (the first 50,257 of 50,304), on random
+    # data, at ties within one program and across programs and words (the first column wins), where every real
+    # logit is negative and the padding's zeros would win, where all are equal (column 0), and call after call
+    # with a smaller maximum than the call before (words not reset would keep the old one).
+    from roseinfer.kernels.argmax import LmHeadArgmax, argmax_words
+    from roseinfer.kernels.norm_gemv import norm_gemv_triton
+    from roseinfer.kernels.pdl import pdl_supported
+
+    v = 50257
+    g, head, ln_w, ln_b, x, delta = _lm_head(5)
+    fold = LmHeadArgmax(torch.device("cuda"))
+    pdl = pdl and pdl_supported()
+
+    def token(head, ln_w, ln_b):
+        logits = norm_gemv_triton(x, delta, ln_w, ln_b, 1e-5, head, pdl=pdl, argmax=(fold.words, v))[1]
+        return argmax_words(fold.words, pdl=pdl), logits[:, :v]
+
+    for _ in range(3):  # random
+        x.copy_(torch.randn(1, 768, generator=g, device="cuda"))
+        got, logits = token(head, ln_w, ln_b)
+        assert torch.equal(got, torch.argmax(logits, dim=-1))
+    best = int(got)
+    # the same program (or its neighbour), another program's column in the same word, another word, column 0
+    words = fold.words.numel()
+    earlier_columns = [e for e in (best - 1, best - words, best - 2 * words - 3, 0) if 0 <= e < best]
+    assert len(earlier_columns) >= 3
+    for earlier in earlier_columns:
+        tied = head.clone()
+        tied[earlier] = head[best]
+        got, logits = token(tied, ln_w, ln_b)
+        assert logits[0, earlier] == logits[0, best]
+        assert int(got) == earlier == int(torch.argmax(logits, dim=-1))
+    # LayerNorm's output all +0.5 (weight 0, bias 0.5) against a head of negative weights: every real logit is
+    # negative, the padding rows' logits are 0 and must not win
+    negative = -head.abs() - 1e-3
+    negative[v:] = 0
+    zero, half = torch.zeros_like(ln_w), torch.full_like(ln_b, 0.5)
+    got, logits = token(negative, zero, half)
+    assert logits.max() < 0 and int(got) == int(torch.argmax(logits, dim=-1)) < v
+    got, logits = token(head, zero, zero)  # LayerNorm's output 0: every logit 0, the first column wins
+    assert (logits == 0).all() and int(got) == 0
+    assert (fold.words == torch.iinfo(torch.int64).min).all()  # reset for the next step
+
+
+@pytest.mark.parametrize("fold", [False, True])
 @pytest.mark.parametrize("early", [False, True])
-def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early):
+def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early, fold):
     # The batch-1 step's tail: ln_f + lm_head as one PDL GEMV (the 50,304 padded rows, sliced to 50,257), then
-    # the argmax's two kernels as dependent launches that advance the inputs. Replayed on fresh inputs: a wait
-    # missing anywhere would read the previous replay's logits or maxima.
+    # the argmax's two kernels as dependent launches that advance the inputs, or (fold) the GEMV folding the
+    # argmax into its words and one dependent kernel reading them. Replayed on fresh inputs: a wait missing
+    # anywhere would read the previous replay's logits, maxima or words.
     from roseinfer.bench.timing import captured
-    from roseinfer.kernels.argmax import argmax_triton
+    from roseinfer.kernels.argmax import LmHeadArgmax, argmax_triton, argmax_words
     from roseinfer.kernels.norm_gemv import norm_gemv_reference, norm_gemv_triton
     from roseinfer.kernels.pdl import pdl_scope, pdl_supported
 
     if not pdl_supported():
         pytest.skip("PDL needs Hopper or later")
-    g = torch.Generator(device="cuda").manual_seed(11)
     c, v = 768, 50257
-    head = (torch.randn(50304, c, generator=g, device="cuda") * c**-0.5).half()
-    ln_w = (torch.rand(c, generator=g, device="cuda") + 0.5).half()
-    ln_b = (torch.randn(c, generator=g, device="cuda") * 0.1).half()
-    x, delta = (torch.randn(1, c, generator=g, device="cuda").half() for _ in range(2))
+    g, head, ln_w, ln_b, x, delta = _lm_head(11, c)
     inputs = torch.zeros(3, 1, dtype=torch.int64, device="cuda")
     inputs[2] = 1
+    words = LmHeadArgmax(torch.device("cuda")).words
 
     def tail():
+        advance = (inputs[0], inputs[1], inputs[2])
+        if fold:
+            logits = norm_gemv_triton(x, delta, ln_w, ln_b, 1e-5, head, pdl=True, argmax=(words, v))[1][:, :v]
+            return logits, argmax_words(words, advance=advance, pdl=True)
         logits = norm_gemv_triton(x, delta, ln_w, ln_b, 1e-5, head, pdl=True)[1][:, :v]  # [1, V]
-        return logits, argmax_triton(logits, advance=(inputs[0], inputs[1], inputs[2]), pdl=True)
+        return logits, argmax_triton(logits, advance=advance, pdl=True)
 
     with pdl_scope(True, early_release=early):
         graph, (logits, tokens) = captured(tail)

@@ -117,7 +117,7 @@ def test_the_cutlass_gemm_runs_its_shallow_pipeline_in_step_parts_of_256_rows_an
     class Probe:  # what `_kernel_choices` reads of a DecodeGraphs
         kernels = GraphKernels()
         model = type("M", (), {"cfg": type("C", (), {"n_embd": 768})()})()
-        skinny_scratch = mlp_scratch = attn_scratch = None
+        skinny_scratch = mlp_scratch = attn_scratch = lm_head_argmax = None
 
     seen = {}
     for rows in (64, 128, 192, 255, 256, 304, 496):
@@ -185,7 +185,7 @@ def test_the_add_layer_norm_releases_the_gemm_early_in_gpt2_smalls_cutlass_bucke
     def early_in(kernels, width):
         class Probe:  # what `_kernel_choices` reads of a DecodeGraphs
             model = type("M", (), {"cfg": type("C", (), {"n_embd": width})()})()
-            skinny_scratch = mlp_scratch = attn_scratch = None
+            skinny_scratch = mlp_scratch = attn_scratch = lm_head_argmax = None
 
         Probe.kernels = kernels
         seen = []
