@@ -23,7 +23,8 @@ of 256 rows and more on a shallow pipeline that shares SMs; buckets 272, 288, 46
 faster there), attn_proj and mlp_proj there split along K into parts that the add + LayerNorm after them sums
 (`roseinfer.linears`, `roseinfer.cuda_ext.cutlass_gemm`; which kernel where:
 `roseinfer.graph_kernels.GraphKernels`), residual adds and LayerNorms run as one Triton kernel each (`roseinfer.model.residual_layer_norm`),
-the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`), and the KV append uses Triton at
+the greedy tokens come from a split Triton argmax (`roseinfer.kernels.argmax`; at one row folded into the lm_head
+GEMV, `LmHeadArgmax`), and the KV append uses Triton at
 every batch size (done by the paged-attention kernel under `--paged-attn`): in a graph a launch costs nothing,
 which is what the eager path's thresholds are about. In buckets of 208 to 256 and of 512 rows (models up to 768
 wide) the step runs as two halves of the batch on two streams, two branches of the graph (`roseinfer.two_halves`), whose kernels
@@ -228,8 +229,11 @@ class DecodeGraphs:
             attention_chunks=k.attention_chunks, cuda_attention=k.cuda_paged_attention,
             cuda_attention_stages=k.cuda_attention_stages,
         )  # fmt: skip
-        if self.lm_head_argmax is not None:  # set again where this part's lm_head folds its argmax
-            self.lm_head_argmax.folded = False
+        fold = self.lm_head_argmax
+        if fold is not None:  # set again where this part's lm_head folds its argmax
+            if fold.folded:  # a part stopped between its GEMV and the words' reader: their values are stale
+                fold.words.fill_(torch.iinfo(torch.int64).min)
+            fold.folded = False
         steps = self.model.steps(
             ids, past, kv, fused=self.fused, gelu_epilogue=k.gelu_epilogue, logits_out=logits_out
         )
@@ -265,6 +269,7 @@ class DecodeGraphs:
             to_host = None if self.host_tokens is None else self.host_tokens.rows(lo, hi)
             fold = self.lm_head_argmax
             if fold is not None and fold.folded:  # the lm_head GEMV found the token already
+                assert rows == 1  # one step part's words (a one-row GEMV: `lm_head_gemv_applies`)
                 fold.folded = False
                 return argmax_words(fold.words, advance=(ids, past, live), pdl=after_gemv, to_host=to_host)
             return argmax_triton(

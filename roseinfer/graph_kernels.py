@@ -126,10 +126,10 @@ class GraphKernels:
     # H100 the GEMV moves GPT-2's 77 MB lm_head 13% faster than cuBLAS) and, with PDL, the argmax's two kernels as
     # dependent launches after it (`roseinfer.linears.norm_lm_head`). False: ln_f's kernel and cuBLAS, as before.
     lm_head_gemv: bool = True
-    # ... and, with argmax_advances, the greedy token folded into that GEMV: each of its programs takes the atomic
-    # max of its best (logit, column) into a few words, and one small kernel reads them and leaves the argmax's
-    # outputs (`roseinfer.kernels.argmax.LmHeadArgmax`): the argmax's pass over the logits and one launch go. False:
-    # the argmax's two kernels after the GEMV, as before.
+    # ... and, with argmax_advances, the greedy token folded into that GEMV: each logit, packed with its column,
+    # goes by an atomic max into one of 256 words, and one small kernel reads them and leaves the argmax's outputs
+    # (`roseinfer.kernels.argmax.LmHeadArgmax`): the argmax's pass over the logits and one launch go, a replay on an
+    # H200 1.1-1.4 us shorter (docs/BENCHMARKS.md, session 61). False: the argmax's two kernels after the GEMV.
     lm_head_argmax: bool = True
     # Buckets of at most this many rows run the linears the GEMV does not take as the skinny GEMM (tensor cores,
     # split-K in one kernel; `roseinfer.kernels.skinny_gemm`), larger ones on the CUTLASS GEMM (below) or cuBLAS;

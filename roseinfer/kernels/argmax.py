@@ -104,7 +104,7 @@ def _get_kernels():
     ):
         if PDL:  # the words are the lm_head GEMV's atomics
             gdc_wait()
-        w = tl.arange(0, WORDS)
+        w = tl.arange(0, WORDS)  # [WORDS]
         best = tl.max(tl.load(words_ptr + w), 0)  # the largest logit, then the first column (`LmHeadArgmax`)
         token = 4294967295 - (best & 4294967295)
         tl.store(words_ptr + w, tl.full([WORDS], -9223372036854775807 - 1, tl.int64))  # for the next step
@@ -190,7 +190,8 @@ ARGMAX_WORDS = 256
 class LmHeadArgmax:
     """The greedy token of a one-row lm_head, folded into its GEMV (`roseinfer.kernels.norm_gemv.norm_gemv_triton(..,
     argmax=)`): `words` int64 [ARGMAX_WORDS] on the device, each the atomic max of its columns' (logit, column),
-    packed so that a larger word is a larger logit and then a lower column; `argmax_words` reads them and sets them
+    packed so that a larger word is a larger logit and then a lower column (a NaN above every number, as
+    torch.argmax ranks it); `argmax_words` reads them and sets them
     back to the smallest word, so they are ready for the next step (they start there). `folded`: the GEMV was
     launched with them since the step began (`roseinfer.linears.norm_lm_head` sets it, the step's argmax reads it)."""
 

@@ -279,7 +279,9 @@ def gemv_kernels():
                 v = out.to(out_ptr.dtype.element_ty).to(tl.float32)  # [1, BN]
                 v = tl.where(v == 0.0, 0.0, v)  # -0.0 as +0.0: equal logits, the first column wins
                 bits = v.to(tl.int32, bitcast=True)
-                key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(tl.int64)  # ordered as the floats
+                key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # ordered as the floats, +-inf included
+                # every NaN above every number, all equal: the first NaN wins, as in torch.argmax
+                key = tl.where(v != v, 0x7FFFFFFF, key).to(tl.int64)
                 word = (key << 32) | (4294967295 - rn.to(tl.int64)[None, :])  # [1, BN]
                 words = best_ptr + (rn % ARGMAX)[None, :]
                 tl.atomic_max(words, word, mask=(rn < n_valid)[None, :], sem="relaxed", scope="gpu")

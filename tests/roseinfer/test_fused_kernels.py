@@ -197,8 +197,9 @@ def test_lm_head_gemv_folds_the_argmax_ties_and_padding_included(pdl):
     # The one-row lm_head GEMV folds each logit with its column into the words, which `argmax_words` reads and
     # resets: the token torch.argmax gives of the logits the GEMV wrote (the first 50,257 of 50,304), on random
     # data, at ties within one program and across programs and words (the first column wins), where every real
-    # logit is negative and the padding's zeros would win, where all are equal (column 0), and call after call
-    # with a smaller maximum than the call before (words not reset would keep the old one).
+    # logit is negative and the padding's zeros would win (after calls with larger maxima: words not reset would
+    # keep one of those), where all are equal (column 0), where column 0's logit is -0.0 and the rest +0.0 or
+    # -0.0 (equal: column 0), and with NaN logits (a NaN wins, as in torch.argmax).
     from roseinfer.kernels.argmax import LmHeadArgmax, argmax_words
     from roseinfer.kernels.norm_gemv import norm_gemv_triton
     from roseinfer.kernels.pdl import pdl_supported
@@ -236,7 +237,23 @@ def test_lm_head_gemv_folds_the_argmax_ties_and_padding_included(pdl):
     assert logits.max() < 0 and int(got) == int(torch.argmax(logits, dim=-1)) < v
     got, logits = token(head, zero, zero)  # LayerNorm's output 0: every logit 0, the first column wins
     assert (logits == 0).all() and int(got) == 0
+    nan = head.clone()
+    nan[[1000, 20000]] = float("nan")
+    got, logits = token(nan, ln_w, ln_b)
+    assert torch.isnan(logits[0, int(got)]) and int(got) == int(torch.argmax(logits, dim=-1))
     assert (fold.words == torch.iinfo(torch.int64).min).all()  # reset for the next step
+    # -0.0 against +0.0: 1,024 wide (no masked lanes in the GEMV's sum, whose +0.0 would make every sum +0.0) and
+    # LayerNorm's output +0.0, so a row of negative weights sums to -0.0: column 0's; the others' mixed signs give
+    # +0.0 (or -0.0), all equal to it
+    _, head, _, _, x1024, delta1024 = _lm_head(6, c=1024)
+    head[0] = -head[0].abs() - 1e-3
+    zero = torch.zeros(1024, dtype=torch.float16, device="cuda")
+    logits = norm_gemv_triton(x1024, delta1024, zero, zero, 1e-5, head, pdl=pdl, argmax=(fold.words, v))[1]
+    got = argmax_words(fold.words, pdl=pdl)
+    assert (
+        torch.signbit(logits[0, 0]) and (logits[:, :v] == 0).all() and not torch.signbit(logits[0, 1:v]).all()
+    )
+    assert int(got) == 0 == int(torch.argmax(logits[:, :v], dim=-1))
 
 
 @pytest.mark.parametrize("fold", [False, True])
@@ -280,3 +297,4 @@ def test_lm_head_gemv_then_dependent_argmax_in_a_graph(early, fold):
         expected = torch.argmax(logits, dim=-1)  # of the logits the kernel wrote: exact
         assert torch.equal(tokens, expected) and torch.equal(inputs[0], expected)
         assert inputs[1].item() == 10 * step + 1
+        assert not fold or (words == torch.iinfo(torch.int64).min).all()  # reset for the next replay
