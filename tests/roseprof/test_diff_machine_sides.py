@@ -51,7 +51,7 @@ def store(small_blocks_capture, tmp_path_factory):
     root = copy_store(small_blocks_capture, tmp_path_factory.mktemp("machine-sides"))
 
     def capture(name, *cmd):
-        proc = roseprof("nsys", "--name", name, *_dirs(root), "--", *cmd, timeout=900)
+        proc = roseprof("nsys", "--name", name, *_dirs(root), "--", *cmd)
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
     capture("quiet", *ONE_CORE, *WORKLOAD)
