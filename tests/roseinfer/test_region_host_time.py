@@ -2,6 +2,7 @@
 (tracing._StepTimes, step log version 4): what `roseprof live` names a slow step's region by on a GPU engine,
 where the thread's CPU time is not recorded (tracing.STATE.step_cpu is for CPU engines on one thread)."""
 
+import gc
 import json
 import time
 
@@ -28,7 +29,16 @@ def logged(monkeypatch, tmp_path):
         assert tracing.STATE.clocks  # the switch turns the clocks on, as NVTX or a profiler would
         path.unlink(missing_ok=True)
         llm = LLM("gpt2-tiny", max_batch_size=4, **options)
-        llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
+        # No garbage collection during the steps: one that starts inside a region is that region's CPU time (a
+        # few ms in a test process that has run hundreds of tests; most likely what session 61's CI read once: 5.9 ms
+        # of CPU in `sample`, whose planted sleep of 5 ms takes none), which is not what these tests are about
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            llm.generate([[1, 2, 3]] * 3, SamplingParams(max_new_tokens=6, ignore_eos=True))
+        finally:
+            if collecting:
+                gc.enable()
         steplog.close()
         records = [json.loads(line) for line in path.read_text().splitlines()]
         assert records[0]["version"] == 5
