@@ -35,6 +35,21 @@ def _get_kernels():
     gdc_wait, gdc_launch_dependents = gdc_functions()
 
     @triton.jit
+    def store_token(
+        row, token, out_ptr, ids_ptr, past_ptr, live_ptr, host_ptr, host_stride, parity_ptr,
+        ADVANCE: tl.constexpr, TO_HOST: tl.constexpr,
+    ):  # fmt: skip
+        """A row's token (int64) out, and where asked the next step's inputs and the host's copy."""
+        tl.store(out_ptr + row, token)
+        if ADVANCE:  # the next step's inputs: its token ids, and the past lengths grown by the live flags
+            tl.store(ids_ptr + row, token.to(ids_ptr.dtype.element_ty))
+            tl.store(past_ptr + row, tl.load(past_ptr + row) + tl.load(live_ptr + row))
+        if TO_HOST:  # the token into pinned host memory, in the row its parity picks; the parity flips
+            p = tl.load(parity_ptr + row)
+            tl.store(host_ptr + p * host_stride + row, token)
+            tl.store(parity_ptr + row, 1 - p)
+
+    @triton.jit
     def argmax_chunks_kernel(
         x_ptr, stride_x, V, val_ptr, idx_ptr, CHUNKS, CHUNK: tl.constexpr, PDL: tl.constexpr
     ):
@@ -76,16 +91,9 @@ def _get_kernels():
         idx = tl.load(idx_ptr + row * CHUNKS + c, mask=mask, other=2147483647)
         best = tl.max(vals, 0)
         token = tl.min(tl.where(vals == best, idx, 2147483647), 0).to(tl.int64)
-        tl.store(out_ptr + row, token)
-        if ADVANCE:  # the next step's inputs: its token ids, and the past lengths grown by the live flags
-            tl.store(ids_ptr + row, token.to(ids_ptr.dtype.element_ty))
-            tl.store(past_ptr + row, tl.load(past_ptr + row) + tl.load(live_ptr + row))
-        if (
-            TO_HOST
-        ):  # the token into pinned host memory too, in the row of it this row's parity picks, then flipped
-            p = tl.load(parity_ptr + row)
-            tl.store(host_ptr + p * host_stride + row, token)
-            tl.store(parity_ptr + row, 1 - p)
+        store_token(
+            row, token, out_ptr, ids_ptr, past_ptr, live_ptr, host_ptr, host_stride, parity_ptr, ADVANCE, TO_HOST
+        )  # fmt: skip
 
     @triton.jit
     def argmax_words_kernel(
@@ -108,14 +116,9 @@ def _get_kernels():
         best = tl.max(tl.load(words_ptr + w), 0)  # the largest logit, then the first column (`LmHeadArgmax`)
         token = 4294967295 - (best & 4294967295)
         tl.store(words_ptr + w, tl.full([WORDS], -9223372036854775807 - 1, tl.int64))  # for the next step
-        tl.store(out_ptr, token)
-        if ADVANCE:
-            tl.store(ids_ptr, token.to(ids_ptr.dtype.element_ty))
-            tl.store(past_ptr, tl.load(past_ptr) + tl.load(live_ptr))
-        if TO_HOST:
-            p = tl.load(parity_ptr)
-            tl.store(host_ptr + p * host_stride, token)
-            tl.store(parity_ptr, 1 - p)
+        store_token(
+            0, token, out_ptr, ids_ptr, past_ptr, live_ptr, host_ptr, host_stride, parity_ptr, ADVANCE, TO_HOST
+        )  # fmt: skip
 
     return (argmax_chunks_kernel, argmax_rows_kernel, argmax_words_kernel)
 
@@ -165,19 +168,30 @@ def argmax_triton(
         num_warps=num_warps,
         launch_pdl=pdl,
     )
-    ids, past, live = advance if advance is not None else (out, out, out)
-    assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
-    if to_host is not None:
-        host, parity = to_host
-        assert host.shape == (2, b) and host.stride(1) == 1 and host.dtype == torch.int64 and host.is_pinned()
-        assert parity.shape == (b,) and parity.is_contiguous() and parity.dtype == torch.int32
-    else:
-        host, parity = out.view(1, b), out  # not read: TO_HOST is off
+    ids, past, live, host, parity = _token_outputs(out, advance, to_host)
     rows_kernel[(b,)](
         vals, idx, out, ids, past, live, host, host.stride(0), parity, chunks, BLOCK=triton.next_power_of_2(chunks),
         ADVANCE=advance is not None, TO_HOST=to_host is not None, PDL=pdl, num_warps=1, launch_pdl=pdl,
     )  # fmt: skip
     return out
+
+
+def _token_outputs(
+    out: torch.Tensor,
+    advance: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    to_host: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[torch.Tensor, ...]:
+    """`store_token`'s pointers for the tokens `out` [B]: (ids, past, live, host, parity), checked; where advance or
+    to_host is None, `out` stands in (not read: its flag is off)."""
+    b = out.shape[0]
+    ids, past, live = advance if advance is not None else (out, out, out)
+    assert all(t.shape == (b,) and t.is_contiguous() for t in (ids, past, live))
+    if to_host is None:
+        return ids, past, live, out.view(1, b), out
+    host, parity = to_host
+    assert host.shape == (2, b) and host.stride(1) == 1 and host.dtype == torch.int64 and host.is_pinned()
+    assert parity.shape == (b,) and parity.is_contiguous() and parity.dtype == torch.int32
+    return ids, past, live, host, parity
 
 
 # The words the one-row lm_head GEMV folds its logits into (`LmHeadArgmax`): column c into word c % ARGMAX_WORDS.
@@ -218,14 +232,7 @@ def argmax_words(
     n = words.numel()
     assert words.dtype == torch.int64 and words.is_contiguous() and n == triton.next_power_of_2(n)
     out = torch.empty(1, device=words.device, dtype=torch.int64)
-    ids, past, live = advance if advance is not None else (out, out, out)
-    assert all(t.shape == (1,) for t in (ids, past, live))
-    if to_host is not None:
-        host, parity = to_host
-        assert host.shape == (2, 1) and host.dtype == torch.int64 and host.is_pinned()
-        assert parity.shape == (1,) and parity.dtype == torch.int32
-    else:
-        host, parity = out.view(1, 1), out  # not read: TO_HOST is off
+    ids, past, live, host, parity = _token_outputs(out, advance, to_host)
     pdl = pdl and pdl_supported()
     *_, words_kernel = _get_kernels()
     words_kernel[(1,)](
