@@ -19,6 +19,9 @@ or else may be the program's own line).
 With `one_stream` the tool's stdout and stderr are one pipe, shown on roseprof's stderr (a tool that interleaves
 its own lines with the program's, ncu).
 
+Stalls. A program that the tool's injection library leaves asleep (Nsight Systems 2022.4 in exit()) is stopped and
+continued to wake it (capture/stall.py, for tools that name their injection library).
+
 Every capture runs its tool through `run_tool`, by way of capture/tool.py (the one path, under the tool's lock:
 capture/lock.py); drivers say only what to run (drivers/__init__.py: Launch).
 """
@@ -33,9 +36,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from roseprof.capture.stall import WOKE, StallWatch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.render.wrap import wrap_words
 
@@ -157,8 +162,11 @@ def run_tool(
     tool: str = "the profiler",
     held_line: Callable[[bytes], bool] = lambda line: False,
     one_stream: bool = False,
+    injection_library: str | None = None,
 ) -> ToolResult:
-    """Run `argv` in its own session, its output filtered to the terminal and kept whole in `log_path`."""
+    """Run `argv` in its own session, its output filtered to the terminal and kept whole in `log_path`.
+    injection_library: the library the tool injects into the programs it profiles; a program that sits asleep
+    with it is woken (capture/stall.py), and said so once on stderr and at each wake-up in the log."""
     interrupted = []
 
     def on_signal(signum, frame) -> None:
@@ -196,10 +204,23 @@ def run_tool(
             threading.Thread(target=_pump, args=(pipe, fd, log, log_lock, own_line, held_line), daemon=True)
             for pipe, fd in (((proc.stdout, 2),) if one_stream else ((proc.stdout, 1), (proc.stderr, 2)))
         ]
+
+        def on_wake(pid: int, still_s: float, wakes: int) -> None:
+            line = f"the program (pid {pid}) sat {still_s:.0f} s asleep in a futex wait under {tool}"
+            try:
+                with log_lock:
+                    log.write(f"roseprof: {line}; {WOKE} ({wakes})\n".encode())
+            except (OSError, ValueError):  # a full disk: the terminal still hears of the first
+                pass
+            if wakes == 1:
+                say(f"{line}; {WOKE}")
+
+        watch = StallWatch(proc.pid, injection_library, on_wake) if injection_library else nullcontext()
         try:
             for t in pumps:
                 t.start()
-            rc = proc.wait()
+            with watch:
+                rc = proc.wait()
             for t in pumps:  # a program the tool left behind may still hold the pipes: do not wait forever
                 t.join(timeout=30)
         finally:

@@ -36,6 +36,9 @@ class Capturer(Protocol):
     # Whether the engine's fused kernels stamp their phases under this tool (roseinfer/cuda_ext/stamps.py): where
     # the tool times each launch itself, a stamped build would be what it measures (ncu), not the engine's.
     kernel_stamps: bool
+    # The library the tool injects into its programs, by a part of its file name, where a program it leaves asleep
+    # is to be woken (capture/stall.py: nsys' libToolsInjection); else None.
+    injection_library: str | None
 
     def engine_env(self) -> dict[str, str]: ...  # switches the engine needs for this tool (e.g. NVTX on)
 
@@ -80,6 +83,7 @@ def run_capture(capturer: Capturer, cmd: list[str], env: dict[str, str], raw: Pa
                     tool,
                     held_line=capturer.held_line,
                     one_stream=launch.one_stream,
+                    injection_library=capturer.injection_library,
                 )
             why = None if result.returncode == 0 or result.interrupted else capturer.refused(launch)
             if why is None or attempt == START_ATTEMPTS:

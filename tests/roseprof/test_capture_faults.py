@@ -82,6 +82,7 @@ class InterruptedExport:
 
     tool = "nsys"
     kernel_stamps = True
+    injection_library = None
 
     def engine_env(self) -> dict:
         return {}

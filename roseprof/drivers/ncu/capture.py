@@ -175,6 +175,7 @@ class NcuCapture:
 
     tool = "ncu"
     kernel_stamps = False  # ncu measures each launch: of the engine's own kernels, not a stamped build
+    injection_library = None
 
     def __init__(self, options: NcuOptions, has_gpu: bool = True) -> None:
         ncu = find_ncu()

@@ -268,6 +268,7 @@ class NsysCapture:
 
     tool = "nsys"
     kernel_stamps = True
+    injection_library = "libToolsInjection"  # 2022.4 can leave a program asleep in exit() (capture/stall.py)
 
     def __init__(self, options: NsysOptions, has_gpu: bool) -> None:
         nsys = find_nsys()

@@ -65,6 +65,7 @@ class TorchOptions:
 class TorchCapture:
     tool = "torch"
     kernel_stamps = True
+    injection_library = None
 
     def __init__(self, options: TorchOptions, has_gpu: bool = False) -> None:
         wait, warmup, active = options.wait, options.warmup, options.active
