@@ -170,7 +170,7 @@ class StallWatch:
                 if not w.injected:
                     continue
             busy = stat.cpu_s - w.cpu_at_still > CPU_SHARE * (now - w.still_since) + _TICK_S
-            if busy or stat.state not in "S" or not main_thread_in_futex(pid):
+            if busy or stat.state != "S" or not main_thread_in_futex(pid):
                 w.still_since, w.cpu_at_still = now, stat.cpu_s
                 continue
             if now - w.still_since < w.wait_s:
