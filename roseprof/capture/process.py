@@ -40,7 +40,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from roseprof.capture.stall import WOKE, StallWatch
+from roseprof.capture.stall import FUTEX, STALL_WHY, WOKE, StallWatch
 from roseprof.errors import CaptureFailed, RoseprofError
 from roseprof.render.wrap import wrap_words
 
@@ -205,17 +205,7 @@ def run_tool(
             for pipe, fd in (((proc.stdout, 2),) if one_stream else ((proc.stdout, 1), (proc.stderr, 2)))
         ]
 
-        def on_wake(pid: int, still_s: float, wakes: int) -> None:
-            line = f"the program (pid {pid}) sat {still_s:.0f} s asleep in a futex wait under {tool}"
-            try:
-                with log_lock:
-                    log.write(f"roseprof: {line}; {WOKE} ({wakes})\n".encode())
-            except (OSError, ValueError):  # a full disk: the terminal still hears of the first
-                pass
-            if wakes == 1:
-                say(f"{line}; {WOKE}")
-
-        watch = StallWatch(proc.pid, injection_library, on_wake) if injection_library else nullcontext()
+        watch = _stall_watch(proc.pid, injection_library, tool, log, log_lock)
         try:
             for t in pumps:
                 t.start()
@@ -227,3 +217,29 @@ def run_tool(
             for s, handler in previous.items():
                 signal.signal(s, handler)
     return ToolResult(rc, bool(interrupted))
+
+
+def _stall_watch(root: int, injection_library: str | None, tool: str, log, log_lock: threading.Lock):
+    """The watch that wakes a program the tool's injection library left asleep (capture/stall.py), each wake-up
+    in the tool's log and the first of each program on stderr; a null context where there is nothing to watch."""
+    if not injection_library or FUTEX is None:
+        return nullcontext()
+
+    def log_line(line: str) -> None:
+        try:
+            with log_lock:
+                log.write(f"roseprof: {line}\n".encode())
+        except (OSError, ValueError):  # a full disk: the terminal still hears of it
+            pass
+
+    def on_wake(pid: int, still_s: float, wakes: int) -> None:
+        line = f"the program (pid {pid}) sat {still_s:.0f} s asleep in a futex wait under {tool}; {WOKE}"
+        log_line(f"{line} ({wakes})")
+        if wakes == 1:
+            say(f"{line} ({STALL_WHY})")
+
+    def on_error(message: str) -> None:
+        log_line(message)
+        say(f"{message} (the capture goes on)")
+
+    return StallWatch(root, injection_library, on_wake, on_error)

@@ -10,18 +10,23 @@ wakeup the library lost leaves behind.
 So while a capture runs, `StallWatch` looks at the tool's programs once a second and stops and continues one that
 - descends from the tool's process and maps its injection library (a program it profiles, not the tool's own
   processes);
-- has its main thread in a futex wait (the stall's; a server idles in epoll or poll: uvicorn's loop, the engine
-  core's pipe);
+- has its main thread in a futex wait with a timeout (the stall's poll; a server idles in epoll or poll: uvicorn's
+  loop, the engine core's pipe; a thread join or an untimed Event.wait() waits without one);
 - and whose threads together used under 1% of a CPU,
-for STILL_S seconds on end. One that stays asleep is woken again after twice as long each time, up to MAX_STILL_S.
+for STILL_S seconds on end. One that stays asleep is woken again after twice as long each time, up to MAX_STILL_S;
+one that ran in between starts again from STILL_S.
 
-The rule is narrow, and a wrong guess costs little. A program that was only waiting (on a lock, for a worker) gets
-its waits restarted or retried: the kernel restarts an interrupted futex wait, and Python retries other calls (PEP
-475). It loses only the moment it was stopped.
+What a wrong guess costs a program that was only waiting: the moment it was stopped, and its waits interrupted. The
+kernel restarts an interrupted futex wait, and Python retries its other calls (PEP 475); C code that waits in epoll,
+a semaphore or a socket with a timeout sees EINTR (signal(7)), as it does for any signal. If roseprof is killed
+(SIGKILL) in the second between the stop and the continue, the program stays stopped: `kill -CONT <pid>` resumes it.
+Reading another process' /proc/<pid>/syscall takes ptrace access: where Yama's ptrace_scope is 2 or 3 (or the
+program is not the user's), nothing matches and nothing is woken.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import signal
@@ -36,10 +41,17 @@ POLL_S = 1.0
 CPU_SHARE = 0.01  # "asleep": its threads used under this share of one CPU since it went still
 # What a wake-up is called where roseprof says it did one (on stderr and in the tool's log)
 WOKE = "stopped and continued it to wake it"
+STALL_WHY = "Nsight Systems 2022.4 can leave a program so in exit(): docs/RELIABILITY.md"
 STOP_WAIT_S = 1.0  # how long a stopped program may take to stop before it is continued anyway
+# A process that has not mapped the library after this many looks is looked at once in as many looks after that
+# (its map: nsys preloads the library at exec, so a program it profiles has it from the start)
+MAP_LOOKS = 10
 
-# The futex system call's number (the first field of /proc/<pid>/syscall while a thread is in it).
+# The futex system call's number (the first field of /proc/<pid>/syscall while a thread is in it), and the waits
+# among its operations (the second argument, less the private and clock flags): FUTEX_WAIT, FUTEX_WAIT_BITSET.
 FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
+FUTEX_WAITS = (0, 9)
+_FUTEX_CMD_MASK = 0x7F
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -68,8 +80,41 @@ def read_stat(pid: int) -> _Stat | None:
         return None
 
 
+def _children(pid: int) -> list[int] | None:
+    """`pid`'s children from its threads' /proc/<pid>/task/<tid>/children, or None where the kernel has no such
+    file (CONFIG_PROC_CHILDREN)."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # that thread ended
+            return None
+        except OSError:
+            continue
+    return found
+
+
 def descendants(root: int) -> list[int]:
-    """Every process below `root` (children, their children, ...), from one pass over /proc."""
+    """Every process below `root` (children, their children, ...): from the children files where the kernel has
+    them, else from one pass over every /proc/<pid>/stat."""
+    found, todo = [], [root]
+    while todo:
+        children = _children(todo.pop())
+        if children is None:
+            return _descendants_by_scan(root)
+        found += children
+        todo += children
+    return found
+
+
+def _descendants_by_scan(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (stat := read_stat(int(name))) is not None:
@@ -91,50 +136,79 @@ def maps_library(pid: int, library: str) -> bool:
         return False
 
 
-def main_thread_in_futex(pid: int) -> bool:
-    """Whether `pid`'s main thread is in a futex wait now (False where that cannot be read)."""
+def main_thread_in_timed_futex(pid: int) -> bool:
+    """Whether `pid`'s main thread is in a futex wait with a timeout now (False where that cannot be read)."""
     try:
         with open(f"/proc/{pid}/syscall", "rb") as f:
-            call = f.read().split(maxsplit=1)[0]
-    except (OSError, IndexError):  # gone, or not ours to read (ptrace rules)
+            fields = f.read().split()
+    except OSError:  # gone, or not ours to read (ptrace rules)
         return False
-    return FUTEX is not None and call == str(FUTEX).encode()
-
-
-def wake(pid: int) -> None:
-    """Stop `pid`, and continue it once it has stopped (or after STOP_WAIT_S): its interrupted waits restart."""
-    os.kill(pid, signal.SIGSTOP)
+    # "<number> <six arguments> <sp> <pc>" in a call; "running", or "-1 <sp> <pc>" out of one
+    if FUTEX is None or len(fields) < 7 or fields[0] != str(FUTEX).encode():
+        return False
     try:
-        deadline = time.monotonic() + STOP_WAIT_S
-        while (stat := read_stat(pid)) is not None and stat.state not in "Tt" and time.monotonic() < deadline:
-            time.sleep(0.01)
+        op, timeout = int(fields[2], 16), int(fields[4], 16)
+    except ValueError:
+        return False
+    return op & _FUTEX_CMD_MASK in FUTEX_WAITS and timeout != 0
+
+
+def wake(pid: int, start: int) -> bool:
+    """Stop the process `pid` that started at `start`, and continue it once it has stopped (or after STOP_WAIT_S):
+    its interrupted waits restart. False where it is gone (or another process has its pid)."""
+    try:
+        fd = os.pidfd_open(pid)  # the signals go to this process, even if it ends and its pid is reused
+    except OSError:
+        return False
+    try:
+        if (stat := read_stat(pid)) is None or stat.start != start:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + STOP_WAIT_S
+            while (
+                (stat := read_stat(pid)) is not None
+                and stat.state not in "Tt"
+                and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)
+        finally:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGCONT)
+        return True
+    except OSError:
+        return False
     finally:
-        os.kill(pid, signal.SIGCONT)
+        os.close(fd)
 
 
 @dataclass
 class _Watched:
-    injected: bool
     still_since: float  # when it went still (monotonic seconds)
     cpu_at_still: float
     wait_s: float  # how long still before the next wake-up
+    injected: bool = False
+    looks: int = 0  # looks without the library
     wakes: int = 0
 
 
 class StallWatch:
     """While open, wakes each program below `root` that maps `library` and sits asleep (the module's rule);
-    `on_wake(pid, still_s, wakes)` is told of each wake-up (`wakes`: this program's count, from 1)."""
+    `on_wake(pid, still_s, wakes)` is told of each wake-up (`wakes`: this program's count, from 1), and
+    `on_error(message)` of a look that failed (the watch then stops; the capture goes on)."""
 
     def __init__(
         self,
         root: int,
         library: str,
         on_wake: Callable[[int, float, int], None],
-        still_s: float = STILL_S,
-        poll_s: float = POLL_S,
+        on_error: Callable[[str], None] = lambda message: None,
+        still_s: float | None = None,
+        poll_s: float | None = None,
     ) -> None:
-        self.root, self.library, self.on_wake = root, library, on_wake
-        self.still_s, self.poll_s = still_s, poll_s
+        self.root, self.library, self.on_wake, self.on_error = root, library, on_wake, on_error
+        self.still_s = STILL_S if still_s is None else still_s
+        self.poll_s = POLL_S if poll_s is None else poll_s
         self._watched: dict[tuple[int, int], _Watched] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="roseprof stall watch", daemon=True)
@@ -149,7 +223,11 @@ class StallWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
-            self.look(time.monotonic())
+            try:
+                self.look(time.monotonic())
+            except Exception as e:  # a watch that fails must not fail the capture: it says so and stops
+                self.on_error(f"the stall watch stopped: {type(e).__name__}: {e}")
+                return
 
     def look(self, now: float) -> list[int]:
         """One look at the programs (at monotonic time `now`): the pids woken."""
@@ -162,24 +240,23 @@ class StallWatch:
             seen.add(key)
             w = self._watched.get(key)
             if w is None:
-                w = self._watched[key] = _Watched(False, now, stat.cpu_s, self.still_s)
-            if (
-                not w.injected
-            ):  # the library is preloaded at exec: a process may not have it yet at the first look
+                w = self._watched[key] = _Watched(now, stat.cpu_s, self.still_s)
+            if not w.injected:
+                w.looks += 1
+                if w.looks > MAP_LOOKS and w.looks % MAP_LOOKS:
+                    continue
                 w.injected = maps_library(pid, self.library)
                 if not w.injected:
                     continue
             busy = stat.cpu_s - w.cpu_at_still > CPU_SHARE * (now - w.still_since) + _TICK_S
-            if busy or stat.state != "S" or not main_thread_in_futex(pid):
+            if busy or stat.state != "S" or not main_thread_in_timed_futex(pid):
                 w.still_since, w.cpu_at_still = now, stat.cpu_s
+                if busy:
+                    w.wait_s = self.still_s  # it ran: a later stall is a new one
                 continue
-            if now - w.still_since < w.wait_s:
+            if now - w.still_since < w.wait_s or self._stop.is_set():
                 continue
-            if self._stop.is_set():
-                break
-            try:
-                wake(pid)
-            except ProcessLookupError:
+            if not wake(pid, stat.start):
                 continue
             w.wakes += 1
             self.on_wake(pid, now - w.still_since, w.wakes)

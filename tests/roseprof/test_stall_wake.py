@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from roseprof.capture import stall
+from roseprof.capture.process import run_tool
 from tests.helpers import roseprof
 
 PROGRAM = Path(__file__).with_name("lost_wakeup.py")
@@ -38,26 +39,37 @@ def asleep(request):
          sys.executable, str(PROGRAM), request.param],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    line = parent.stdout.readline()
-    assert line.startswith("waiting "), line
-    pid = int(line.split()[1])
-    if request.param != "forever":  # a wake-up before the word changed would find it unchanged, and sleep on
-        assert parent.stdout.readline() == "changed\n"
-    until_asleep(pid, POLL if request.param == "poll" else {stall.FUTEX})
-    yield parent, pid
-    for p in (pid, parent.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-    parent.wait()
+    pid = None
+    try:
+        line = parent.stdout.readline()
+        assert line.startswith("waiting "), line
+        pid = int(line.split()[1])
+        if (
+            request.param != "forever"
+        ):  # a wake-up before the word changed would find it unchanged, and sleep on
+            assert parent.stdout.readline() == "changed\n"
+        until_asleep(pid, request.param)
+        yield parent, pid
+    finally:
+        for p in (pid, parent.pid):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(p, signal.SIGKILL)
+        parent.wait()
 
 
-def until_asleep(pid, calls):
-    """Until the program's main thread sleeps in one of the system `calls` (its wait): it prints its line just
-    before, and a wake-up leaves it running for a moment before its wait restarts."""
+def until_asleep(pid, mode="futex"):
+    """Until the program's main thread sleeps in its wait (poll(), or a futex wait with a timeout): it prints its
+    lines just before, and after a wake-up its wait resumes as restart_syscall until its timeout (2 s)."""
     for _ in range(6000):
         with open(f"/proc/{pid}/syscall") as f:
             call = f.read().split()[0]
-        if stall.read_stat(pid).state == "S" and call.isdigit() and int(call) in calls:
+        if mode == "poll":
+            in_wait = call.isdigit() and int(call) in POLL
+        elif mode == "untimed":
+            in_wait = call == str(stall.FUTEX) and not stall.main_thread_in_timed_futex(pid)
+        else:
+            in_wait = stall.main_thread_in_timed_futex(pid)
+        if stall.read_stat(pid).state == "S" and in_wait:
             return
         time.sleep(0.01)
     raise AssertionError(f"pid {pid} never went to sleep in its wait")
@@ -85,10 +97,10 @@ def test_one_that_stays_asleep_is_woken_again_after_twice_as_long(asleep):
     w, told = watch(parent)
     assert w.look(0.0) == []
     assert w.look(20.0) == [pid]
-    until_asleep(pid, {stall.FUTEX})
+    until_asleep(pid)
     assert w.look(59.0) == []  # 40 s after the first wake-up
     assert w.look(61.0) == [pid]
-    until_asleep(pid, {stall.FUTEX})
+    until_asleep(pid)
     assert w.look(140.0) == [] and w.look(141.0) == [pid]  # 80 s after the second
     assert [wakes for _, _, wakes in told] == [1, 2, 3]
     assert parent.poll() is None  # still asleep: nothing ends a wait whose word never changes
@@ -96,6 +108,15 @@ def test_one_that_stays_asleep_is_woken_again_after_twice_as_long(asleep):
 
 @pytest.mark.parametrize("asleep", ["poll"], indirect=True)
 def test_one_waiting_in_poll_as_an_idle_server_does_is_left_alone(asleep):
+    parent, pid = asleep
+    w, told = watch(parent)
+    assert w.look(0.0) == [] and w.look(1000.0) == [] and told == []
+    assert parent.poll() is None
+
+
+@pytest.mark.parametrize("asleep", ["untimed"], indirect=True)
+def test_one_whose_main_thread_waits_without_a_timeout_is_left_alone(asleep):
+    """As a thread join or an untimed Event.wait() waits: the stall's main thread polls, with a timeout."""
     parent, pid = asleep
     w, told = watch(parent)
     assert w.look(0.0) == [] and w.look(1000.0) == [] and told == []
@@ -115,6 +136,35 @@ def test_what_is_looked_at_is_below_the_tool_not_the_tool(asleep):
     """The watch's root is the tool (nsys), which maps libraries of its own: only what it runs is looked at."""
     parent, pid = asleep
     assert stall.descendants(parent.pid) == [pid]
+
+
+def test_a_tools_run_wakes_its_program_and_says_so_once(tmp_path, monkeypatch, capfd):
+    """run_tool with an injection library (here one the program loads): the program below the tool is woken, the
+    run ends, the wake-up is in the tool's log and said once on stderr."""
+    monkeypatch.setattr(stall, "STILL_S", 1.0)
+    monkeypatch.setattr(stall, "POLL_S", 0.1)
+    tool = [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"]
+    log = tmp_path / "tool.log"
+    result = run_tool([*tool, sys.executable, str(PROGRAM)], dict(os.environ), log, tool="the stub",
+                      injection_library=LIBRARY)  # fmt: skip
+    assert result.returncode == 0 and not result.interrupted
+    out, err = capfd.readouterr()
+    assert out.endswith("changed\nwoke\n")
+    said = " ".join(err.split())
+    assert said.count(stall.WOKE) == 1 and "asleep in a futex wait under the stub" in said, err
+    assert f"{stall.WOKE} (1)" in log.read_text()
+
+
+def test_a_watch_that_fails_says_so_and_stops(monkeypatch):
+    def broken(root):
+        raise PermissionError("not ours")
+
+    monkeypatch.setattr(stall, "descendants", broken)
+    errors = []
+    with stall.StallWatch(os.getpid(), LIBRARY, lambda *told: None, errors.append, poll_s=0.01) as w:
+        w._thread.join(timeout=60)  # it ends on its own after the error
+        assert not w._thread.is_alive()
+    assert errors == ["the stall watch stopped: PermissionError: not ours"]
 
 
 @pytest.mark.nsys
