@@ -14,6 +14,10 @@ gpu_env() {  # the wheels carried in .whl (the machine has no internet) and nsys
     [ -f "$f" ] && { source "$f"; break; }
   done
   export PYTHONUNBUFFERED=1
+  # The CUDA modules' builds in a git-ignored folder of the tree: the device keeps ignored files there between the
+  # calls of one warm machine, where its home folder starts fresh each call (cutlass_gemm was built in each of
+  # session 62's calls, 105-140 s, under the same key).
+  export ROSEINFER_CUDA_EXT_CACHE=${ROSEINFER_CUDA_EXT_CACHE:-$PWD/.cuda_ext_cache}
 }
 
 machine() {  # what the figures were measured on
