@@ -104,27 +104,25 @@ def _children(pid: int) -> list[int] | None:
 def descendants(root: int) -> list[int]:
     """Every process below `root` (children, their children, ...): from the children files where the kernel has
     them, else from one pass over every /proc/<pid>/stat."""
+    by_scan: dict[int, list[int]] | None = None  # parent -> children, where a children file is missing
     found, todo = [], [root]
     while todo:
-        children = _children(todo.pop())
+        pid = todo.pop()
+        children = _children(pid) if by_scan is None else None
         if children is None:
-            return _descendants_by_scan(root)
+            by_scan = by_scan if by_scan is not None else _children_by_scan()
+            children = by_scan.get(pid, [])
         found += children
         todo += children
     return found
 
 
-def _descendants_by_scan(root: int) -> list[int]:
+def _children_by_scan() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit() and (stat := read_stat(int(name))) is not None:
             children.setdefault(stat.ppid, []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
+    return children
 
 
 def maps_library(pid: int, library: str) -> bool:

@@ -106,29 +106,27 @@ def test_one_that_stays_asleep_is_woken_again_after_twice_as_long(asleep):
     assert parent.poll() is None  # still asleep: nothing ends a wait whose word never changes
 
 
-@pytest.mark.parametrize("asleep", ["poll"], indirect=True)
-def test_one_waiting_in_poll_as_an_idle_server_does_is_left_alone(asleep):
-    parent, pid = asleep
-    w, told = watch(parent)
+def assert_left_alone(parent, library=LIBRARY):
+    """Asleep far past STILL_S, and never woken: still asleep."""
+    w, told = watch(parent, library)
     assert w.look(0.0) == [] and w.look(1000.0) == [] and told == []
     assert parent.poll() is None
+
+
+@pytest.mark.parametrize("asleep", ["poll"], indirect=True)
+def test_one_waiting_in_poll_as_an_idle_server_does_is_left_alone(asleep):
+    assert_left_alone(asleep[0])
 
 
 @pytest.mark.parametrize("asleep", ["untimed"], indirect=True)
 def test_one_whose_main_thread_waits_without_a_timeout_is_left_alone(asleep):
     """As a thread join or an untimed Event.wait() waits: the stall's main thread polls, with a timeout."""
-    parent, pid = asleep
-    w, told = watch(parent)
-    assert w.look(0.0) == [] and w.look(1000.0) == [] and told == []
-    assert parent.poll() is None
+    assert_left_alone(asleep[0])
 
 
 @pytest.mark.parametrize("asleep", ["futex"], indirect=True)
 def test_one_without_the_library_is_left_alone(asleep):
-    parent, _ = asleep
-    w, told = watch(parent, library="libToolsInjection")
-    assert w.look(0.0) == [] and w.look(1000.0) == [] and told == []
-    assert parent.poll() is None
+    assert_left_alone(asleep[0], library="libToolsInjection")
 
 
 @pytest.mark.parametrize("asleep", ["futex"], indirect=True)
