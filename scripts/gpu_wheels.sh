@@ -10,8 +10,12 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   _wheels=$(cat .whl/*.whl | sha1sum | cut -c1-12)
   if [ "$(cat "$_site/.wheels" 2>/dev/null)" != "$_wheels" ]; then
     rm -rf "$_site"
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$_site" .whl/*.whl &&
-      echo "$_wheels" > "$_site/.wheels"
+    if ! python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$_site" .whl/*.whl; then
+      echo "gpu_wheels.sh: pip could not install .whl/*.whl into $_site" >&2
+      rm -rf "$_site"
+      return 1
+    fi
+    echo "$_wheels" > "$_site/.wheels"
   fi
   export PYTHONPATH=$_site:$PWD
 else

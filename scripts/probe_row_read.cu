@@ -10,12 +10,14 @@
 // Every variant is a chain of P programmatic dependent launches (PDL, the engine's chain) of 128 blocks of 256
 // threads, C = 768. Launch p waits (griddepcontrol.wait), then every block reads the residual row x[p - 1]
 // (float16 [C]) and the split sum d[p - 1] (float32 [4, C]), both written by the launch before, and runs the
-// residual add and LayerNorm on them; then block 0 writes x[p] = s and every block writes its 6 columns of the 4 rows
-// of d[p] (so that every block of the next launch reads what every block of this one wrote, as the engine's
-// kernels read the atomics of every block in front). Each block releases the next launch after its LayerNorm and
-// then spins `spin` clock cycles, the work the attention kernel does after its LayerNorm (released before the wait
-// with no work after it, as the first build did, every launch's blocks started only as the launch before ended, and
-// the chain timed launch latency, not the reads). The variants differ only in how the 13.5 KB reach the block:
+// residual add and LayerNorm on them (block 0 also writes x[p] = s there, as the engine's kernels do); then it
+// releases the next launch, spins `spin` clock cycles (the work the attention kernel does after its LayerNorm), and
+// writes its 6 columns of the 4 rows of d[p], so that every block of the next launch reads what every block of this
+// one wrote, as the engine's kernels read the atomics of every block in front. (Released before the wait, as the
+// first build did, every launch's last block started 1-2 us after the launch before ended; released after the
+// LayerNorm with no work after it, the next launch started only as this one ended: either way the chain timed
+// launch latency, not the reads. The engine's MLP kernel releases before its wait, behind 72 KB of weight loads,
+// which this probe does not have.) The variants differ only in how the 13.5 KB reach the block:
 //   global     every block loads them itself, as the engine's kernels do (x and the 4 rows: the attention's ln_1);
 //   global1    x and one row of d (1.5 + 3 KB: the MLP's ln_2, which reads the attention's one-row output);
 //   bulk       every block copies them into its own shared memory by bulk copy (TMA, no tensor map), then runs the
@@ -24,15 +26,17 @@
 //              the shared memory of every block of its cluster (L2 serves each byte once a cluster, not a block);
 //   dsmem4     clusters of 4; each block loads its quarter into registers and pushes it into every block of the
 //              cluster (st.async, counted on the receiver's mbarrier, as fused_attn.cu exchanges q/k/v);
-//   no_norm    as none, and no LayerNorm either: block 0 stores s, nothing else (the chain without the LayerNorm);
+//   no_norm    as none, and no LayerNorm either: s into shared memory (block 0 also into x[p]) behind one barrier;
 //   none       no read after the wait: x[0] and d[0] (never written) are copied into shared memory before it; the
 //              LayerNorm's own cost after the wait, the floor under the others.
 // For the cluster variants every mbarrier is set, and the cluster has met, before the wait (off the chain, as
-// fused_attn.cu sets its own). The check: a block writes d[p] = 0.25 (s - prev) / incr at its columns (s read
-// there by the check's own loads, beside the LayerNorm's), plus its lanes' sums of LayerNorm(s) (zero for the
-// constant rows the chain carries; it keeps the LayerNorm's work live), where prev is x[p - 1] as it should be and
-// incr the sum of the rows read (1, or 0.25 for global1): a read that ran before its producer's write, or took the
-// wrong bytes, leaves that block's columns (or its normalised row) off from then on, and the rows show it.
+// fused_attn.cu sets its own; the cluster variants also pay a cluster launch and its barriers, which the engine's
+// attention kernel, launched in clusters of 8, pays already and the other variants do not). The check: a block
+// writes d[p] = 0.25 (s - prev) / incr at its columns, s as its LayerNorm left it in shared memory, plus its lanes'
+// sums of LayerNorm(s) (zero for the constant rows the chain carries; they keep the LayerNorm's work live), where
+// prev is x[p - 1] as it should be and incr the sum of the rows read (1, or 0.25 for global1). A read that ran before
+// its producer's write, or took the wrong bytes, leaves that block's columns off (a whole row off by one amount),
+// or its normalised row non-zero (a row off in some columns), from then on, and the rows show it.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cstdint>
@@ -63,7 +67,9 @@ struct __align__(16) RowShared {
 };
 static_assert(sizeof(RowShared) == BYTES, "x and d back to back");
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
 
 __device__ __forceinline__ void mbar_init_expect(uint64_t* bar, unsigned bytes) {  // one thread
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
@@ -129,7 +135,8 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   if constexpr (MODE == BULK || MODE == MULTICAST || MODE == DSMEM) {
     if (threadIdx.x == 0) {
       mbar_init_expect(&bar, BYTES);
-      if constexpr (CL > 1) asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      // the init seen by the bulk copies' complete_tx (the async proxy), and by the cluster's peers
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     if constexpr (CL > 1) {
       // every block of the cluster started, its mbarrier set, before any writes into it: met before the wait
@@ -143,8 +150,9 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   const int src = MODE == NONE || MODE == NO_NORM ? 0 : p - 1;
   const __half* x = x_all + static_cast<size_t>(src) * C;
   const float* d = d_all + static_cast<size_t>(src) * ROWS * C;
-  if constexpr (MODE == NONE || MODE == NO_NORM) {  // the row into shared memory before the wait: nothing to read after it
-    for (int i = threadIdx.x; i < BYTES / 16; i += THREADS) cp_async16(reinterpret_cast<uint4*>(&row) + i, piece(x, d, i));
+  if constexpr (MODE == NONE || MODE == NO_NORM) {  // the row into shared memory before the wait: no read after it
+    for (int i = threadIdx.x; i < BYTES / 16; i += THREADS)
+      cp_async16(reinterpret_cast<uint4*>(&row) + i, piece(x, d, i));
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_all;" ::: "memory");  // landed, and seen by every thread, before the wait
     __syncthreads();
@@ -153,25 +161,15 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   if (st && threadIdx.x == 0) st[gridDim.x] = globaltimer();
 
   uint4 h[C / 256] = {};
-  // s at this thread's column of d[p] (threads < 24), from where this variant's LayerNorm reads the row, loaded
-  // beside the LayerNorm's own loads (the check's, not the LayerNorm's: it keeps s in no place the check can read)
-  constexpr int READ_ROWS = MODE == GLOBAL1 ? 1 : ROWS;
-  const int col = blockIdx.x * COLS + threadIdx.x % COLS;
-  const bool from_smem = MODE != GLOBAL && MODE != GLOBAL1;
-  float sk = 0.f;
-  if (!from_smem && threadIdx.x < ROWS * COLS) {
-    sk = __half2float(x[col]);
+  if constexpr (MODE == NO_NORM) {  // s alone, no LayerNorm: block 0 stores it, every block keeps it for its columns
+    for (int k = threadIdx.x; k < C; k += THREADS) {
+      float v = __half2float(row.x[k]);
 #pragma unroll
-    for (int r = 0; r < READ_ROWS; ++r) sk += d[r * C + col];
-  }
-  if constexpr (MODE == NO_NORM) {  // s alone, no LayerNorm: block 0 stores it
-    if (blockIdx.x == 0)
-      for (int k = threadIdx.x; k < C; k += THREADS) {
-        float v = __half2float(row.x[k]);
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) v += row.d[r * C + k];
-        x_out_all[static_cast<size_t>(p) * C + k] = __float2half_rn(v);
-      }
+      for (int r = 0; r < ROWS; ++r) v += row.d[r * C + k];
+      lns.s[k] = __float2half_rn(v);
+      if (blockIdx.x == 0) x_out_all[static_cast<size_t>(p) * C + k] = lns.s[k];
+    }
+    __syncthreads();
   } else if constexpr (MODE == GLOBAL) {
     residual_layernorm<__half, float, C, THREADS, 0, ROWS>(x, d, lns, 1e-5f, x_out_all + static_cast<size_t>(p) * C, h);
   } else if constexpr (MODE == GLOBAL1) {
@@ -210,26 +208,20 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
       }
     }
     if constexpr (MODE != NONE) mbar_wait(&bar);  // every byte of the row has landed here
-    // this block's copies are done: its peers may leave once every block's are (the barrier's wait is at the end)
+    // every byte this block expects has arrived: its peers may leave once every block's have (the wait is at the end)
     if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     residual_layernorm<__half, float, C, THREADS, 0, ROWS>(
         row.x, row.d, lns, 1e-5f, x_out_all + static_cast<size_t>(p) * C, h);
   }
 
-  if (from_smem && threadIdx.x < ROWS * COLS) {  // the row is in shared memory by now
-    sk = __half2float(row.x[col]);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) sk += row.d[r * C + col];
-  }
-
-  // Release the next launch once this block's reads are done, as fused_attn.cu does after its LayerNorm: released
-  // before the wait, every launch of the chain started at once and queued behind the ones in front (session 63's
-  // first calls: the last block of a launch started 1-2 us after the launch before ended).
+  // Release the next launch once this block's reads are done, as fused_attn.cu does after its LayerNorm (released
+  // before the wait, the last block of a launch started 1-2 us after the launch before ended: session 63's calls 1
+  // and 2).
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The work a fused kernel does after its LayerNorm (the attention's q/k/v, attention and attn_proj: about 3.6 us
   // on an H200, session 58), as `spin` clock cycles: the time in which the next launch's blocks start and load
   // what they load before their wait, so that they wait there when this launch ends, as in the engine. Without it
-  // the next launch started only as this one ended (session 63's third call).
+  // the next launch started only as this one ended (session 63's call 3).
   const long long t0 = clock64();
   while (clock64() - t0 < spin) {
   }
@@ -244,7 +236,7 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   }
   if (threadIdx.x < ROWS * COLS) {
     const int r = threadIdx.x / COLS, k = blockIdx.x * COLS + threadIdx.x % COLS;
-    d_out_all[(static_cast<size_t>(p) * ROWS + r) * C + k] = 0.25f * (sk - prev) / incr + hs;
+    d_out_all[(static_cast<size_t>(p) * ROWS + r) * C + k] = 0.25f * (__half2float(lns.s[k]) - prev) / incr + hs;
   }
   // No block leaves while a copy it issued into its peers may be in flight: each peer has had all its bytes.
   if constexpr (CL > 1) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
@@ -298,10 +290,13 @@ cudaError_t launch(int64_t blocks, cudaStream_t stream, const __half* x, const f
   return cudaLaunchKernelEx(&cfg, row_kernel<MODE, CL>, x, d, xo, dout, w, b, p, prev, incr, spin, stamps);
 }
 
-// Launches 1 .. phases of `variant` (0 none, 1 global, 2 global1, 3 bulk, 4 mc2, 5 mc4, 6 mc8, 7 dsmem4, 8 no_norm) on the
-// current stream. x: float16 [phases + 1, C]; d: float32 [phases + 1, 4, C]; row 0 of each is the input; ln_w, ln_b
-// float16 [C]. prev of launch p is x[p - 1] as it should be: p - 1, (p - 1) / 4 for global1, 0 for none. stamps:
-// int64 [phases + 1, 3, blocks], or empty for none. spin: clock cycles of work after the LayerNorm.
+// The variants as probe_row_read.py numbers them (its VARIANTS): a Mode and a cluster size each.
+enum Variant { V_NONE = 0, V_GLOBAL, V_GLOBAL1, V_BULK, V_MC2, V_MC4, V_MC8, V_DSMEM4, V_NO_NORM };
+
+// Launches 1 .. phases of `variant` (a Variant) on the current stream. x: float16 [phases + 1, C]; d: float32
+// [phases + 1, 4, C]; row 0 of each is the input; ln_w, ln_b float16 [C]. prev of launch p is x[p - 1] as it should
+// be: p - 1, (p - 1) / 4 for global1, 0 for none and no_norm (which read row 0 only). stamps: int64
+// [phases + 1, 3, blocks], or an empty tensor for no stamps. spin: clock cycles of work after the LayerNorm.
 void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor ln_b, int64_t phases,
            int64_t variant, int64_t spin, torch::Tensor stamps) {
   const int64_t blocks = C / COLS;
@@ -317,23 +312,26 @@ void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor l
   auto* dp = d.data_ptr<float>();
   auto* w = reinterpret_cast<const __half*>(ln_w.data_ptr());
   auto* b = reinterpret_cast<const __half*>(ln_b.data_ptr());
-  TORCH_CHECK(stamps.numel() == 0 || (stamps.scalar_type() == torch::kInt64 && stamps.numel() == (phases + 1) * 3 * blocks),
+  TORCH_CHECK(stamps.numel() == 0 ||
+                  (stamps.scalar_type() == torch::kInt64 && stamps.numel() == (phases + 1) * 3 * blocks),
               "stamps must be int64 [phases + 1, 3, 128] or empty");
   auto* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   for (int p = 1; p <= phases; ++p) {
-    const float prev = variant == NONE || variant == 8 ? 0.f : (variant == GLOBAL1 ? 0.25f * (p - 1) : static_cast<float>(p - 1));
-    const float incr = variant == GLOBAL1 ? 0.25f : 1.f;
+    const float prev = variant == V_NONE || variant == V_NO_NORM ? 0.f
+                       : variant == V_GLOBAL1                    ? 0.25f * (p - 1)
+                                                                 : static_cast<float>(p - 1);
+    const float incr = variant == V_GLOBAL1 ? 0.25f : 1.f;
     cudaError_t err;
     switch (variant) {
-      case 0: err = launch<NONE, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 1: err = launch<GLOBAL, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 2: err = launch<GLOBAL1, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 3: err = launch<BULK, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 4: err = launch<MULTICAST, 2>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 5: err = launch<MULTICAST, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 6: err = launch<MULTICAST, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 8: err = launch<NO_NORM, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case 7: err = launch<DSMEM, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_NONE: err = launch<NONE, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_GLOBAL: err = launch<GLOBAL, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_GLOBAL1: err = launch<GLOBAL1, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_BULK: err = launch<BULK, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_MC2: err = launch<MULTICAST, 2>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_MC4: err = launch<MULTICAST, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_MC8: err = launch<MULTICAST, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_NO_NORM: err = launch<NO_NORM, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_DSMEM4: err = launch<DSMEM, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
       default: TORCH_CHECK(false, "variant must be 0 to 8");
     }
     TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));

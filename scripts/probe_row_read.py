@@ -74,10 +74,12 @@ class Case:
         )
 
     def stamped(self) -> dict[str, float]:
-        """One run with every block's stamps (start, past the wait, end): the mean over launches 2 .. P of the
-        chain's parts in µs (a mean: %globaltimer ticks in 0.256 µs steps on the H200, so medians land on ticks). work: a block's wait to its end (median over blocks); handoff: the last block's end of the
-        launch before to the last block past this launch's wait; period: last end to last end; lead: how long
-        before the launch in front ended this launch's last block started (negative: after it)."""
+        """One run with every block's stamps (start, past the wait, end), launched eagerly (not from the graph the
+        timing replays, so its handoff and lead may differ from the replays'): the mean over launches 2 .. P of the
+        chain's parts in µs (a mean: %globaltimer ticks in 0.256 µs steps on the H200, so medians land on ticks).
+        work: a block's wait to its end (median over blocks); handoff: the last block's end of the launch before to
+        the last block past this launch's wait; period: last end to last end; lead: how long before the launch in
+        front ended this launch's last block started (negative: after it)."""
         stamps = torch.zeros(self.phases + 1, 3, BLOCKS, dtype=torch.int64, device="cuda")
         self.run(stamps)
         torch.cuda.synchronize()
