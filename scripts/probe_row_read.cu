@@ -26,6 +26,9 @@
 //              the shared memory of every block of its cluster (L2 serves each byte once a cluster, not a block);
 //   dsmem4     clusters of 4; each block loads its quarter into registers and pushes it into every block of the
 //              cluster (st.async, counted on the receiver's mbarrier, as fused_attn.cu exchanges q/k/v);
+//   global_cl8, none_cl8   global and none launched in clusters of 8, meeting as mc8 does (a barrier before the
+//              wait, an arrive after the reads, a wait before exit): what the attention kernel, which is launched in
+//              clusters of 8, pays already, so mc8 against these is its comparison;
 //   no_norm    as none, and no LayerNorm either: s into shared memory (block 0 also into x[p]) behind one barrier;
 //   none       no read after the wait: x[0] and d[0] (never written) are copied into shared memory before it; the
 //              LayerNorm's own cost after the wait, the floor under the others.
@@ -132,19 +135,20 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   __shared__ RowShared row;
   __shared__ __align__(8) uint64_t bar;
   const unsigned rank = CL > 1 ? cluster_rank() : 0;
-  if constexpr (MODE == BULK || MODE == MULTICAST || MODE == DSMEM) {
+  constexpr bool COPIES = MODE == BULK || MODE == MULTICAST || MODE == DSMEM;  // the row lands on an mbarrier
+  if constexpr (COPIES) {
     if (threadIdx.x == 0) {
       mbar_init_expect(&bar, BYTES);
       // the init seen by the bulk copies' complete_tx (the async proxy), and by the cluster's peers
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if constexpr (CL > 1) {
-      // every block of the cluster started, its mbarrier set, before any writes into it: met before the wait
-      asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-      asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    } else {
-      __syncthreads();
-    }
+    if constexpr (CL == 1) __syncthreads();
+  }
+  if constexpr (CL > 1) {
+    // every block of the cluster started (its mbarrier set, where it has one) before any writes into it: met
+    // before the wait (the global and none variants in clusters meet too, so that they pay what the copies do)
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
   }
   stage_layernorm_params<__half, C, THREADS>(lns, ln_w, ln_b);
   const int src = MODE == NONE || MODE == NO_NORM ? 0 : p - 1;
@@ -172,6 +176,7 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
     __syncthreads();
   } else if constexpr (MODE == GLOBAL) {
     residual_layernorm<__half, float, C, THREADS, 0, ROWS>(x, d, lns, 1e-5f, x_out_all + static_cast<size_t>(p) * C, h);
+    if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");  // as the copies
   } else if constexpr (MODE == GLOBAL1) {
     residual_layernorm<__half, float, C, THREADS, 0, 1>(x, d, lns, 1e-5f, x_out_all + static_cast<size_t>(p) * C, h);
   } else {
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
         for (int r = 0; r < CL; ++r) push16(reinterpret_cast<uint4*>(&row) + i, &bar, r, v);
       }
     }
-    if constexpr (MODE != NONE) mbar_wait(&bar);  // every byte of the row has landed here
+    if constexpr (COPIES) mbar_wait(&bar);  // every byte of the row has landed here
     // every byte this block expects has arrived: its peers may leave once every block's have (the wait is at the end)
     if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     residual_layernorm<__half, float, C, THREADS, 0, ROWS>(
@@ -263,6 +268,10 @@ template __global__ void row_kernel<MULTICAST, 8>(const __half*, const float*, _
                                                   const __half*, int, float, float, long long, unsigned long long*);
 template __global__ void row_kernel<DSMEM, 4>(const __half*, const float*, __half*, float*, const __half*,
                                               const __half*, int, float, float, long long, unsigned long long*);
+template __global__ void row_kernel<GLOBAL, 8>(const __half*, const float*, __half*, float*, const __half*,
+                                               const __half*, int, float, float, long long, unsigned long long*);
+template __global__ void row_kernel<NONE, 8>(const __half*, const float*, __half*, float*, const __half*,
+                                             const __half*, int, float, float, long long, unsigned long long*);
 template __global__ void row_kernel<NO_NORM, 1>(const __half*, const float*, __half*, float*, const __half*,
                                                 const __half*, int, float, float, long long, unsigned long long*);
 }  // namespace
@@ -291,7 +300,9 @@ cudaError_t launch(int64_t blocks, cudaStream_t stream, const __half* x, const f
 }
 
 // The variants as probe_row_read.py numbers them (its VARIANTS): a Mode and a cluster size each.
-enum Variant { V_NONE = 0, V_GLOBAL, V_GLOBAL1, V_BULK, V_MC2, V_MC4, V_MC8, V_DSMEM4, V_NO_NORM };
+enum Variant {
+  V_NONE = 0, V_GLOBAL, V_GLOBAL1, V_BULK, V_MC2, V_MC4, V_MC8, V_DSMEM4, V_NO_NORM, V_GLOBAL_CL8, V_NONE_CL8
+};
 
 // Launches 1 .. phases of `variant` (a Variant) on the current stream. x: float16 [phases + 1, C]; d: float32
 // [phases + 1, 4, C]; row 0 of each is the input; ln_w, ln_b float16 [C]. prev of launch p is x[p - 1] as it should
@@ -317,7 +328,7 @@ void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor l
               "stamps must be int64 [phases + 1, 3, 128] or empty");
   auto* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   for (int p = 1; p <= phases; ++p) {
-    const float prev = variant == V_NONE || variant == V_NO_NORM ? 0.f
+    const float prev = variant == V_NONE || variant == V_NO_NORM || variant == V_NONE_CL8 ? 0.f
                        : variant == V_GLOBAL1                    ? 0.25f * (p - 1)
                                                                  : static_cast<float>(p - 1);
     const float incr = variant == V_GLOBAL1 ? 0.25f : 1.f;
@@ -332,7 +343,9 @@ void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor l
       case V_MC8: err = launch<MULTICAST, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
       case V_NO_NORM: err = launch<NO_NORM, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
       case V_DSMEM4: err = launch<DSMEM, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      default: TORCH_CHECK(false, "variant must be 0 to 8");
+      case V_GLOBAL_CL8: err = launch<GLOBAL, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      case V_NONE_CL8: err = launch<NONE, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
+      default: TORCH_CHECK(false, "variant must be 0 to 10");
     }
     TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   }

@@ -2,8 +2,8 @@
 sum every block of the kernel in front wrote), whether a cluster that brings the row in once is cheaper, and what
 the LayerNorm costs once the row is there (scripts/probe_row_read.cu says what each variant does):
 - a check of every variant after one run from zeroed rows and again after its timed replays (the rows zeroed
-  before one more replay): every row x[p] must hold what p launches give (p; p / 4 for global1; 1 for none and
-  no_norm, which read row 0 only) and every row of d 0.25, so that a read before its producer's write, or of the
+  before one more replay): every row x[p] must hold what p launches give (p; p / 4 for global1; 1 for none, none_cl8
+  and no_norm, which read row 0 only) and every row of d 0.25, so that a read before its producer's write, or of the
   wrong bytes, shows. A failed check exits 1; a launch the GPU refuses is said and skipped;
 - the timing: each variant's P launches captured in one CUDA graph, replayed back to back, in interleaved rounds;
   µs a launch (median of rounds), and that minus the `none` variant's (the read alone); then one stamped run of
@@ -103,9 +103,8 @@ class Case:
         """None when every row holds what the chain's launches give it; else what went wrong."""
         torch.cuda.synchronize()
         p = torch.arange(1, self.phases + 1, device="cuda", dtype=torch.float32)
-        want = {"none": torch.ones_like(p), "no_norm": torch.ones_like(p), "global1": p / 4}.get(
-            self.variant, p
-        )
+        one = torch.ones_like(p)  # none and no_norm read row 0 only
+        want = {"none": one, "no_norm": one, "none_cl8": one, "global1": p / 4}.get(self.variant, p)
         x = self.x[1:].float()  # [P, C]
         bad = (x != want[:, None]).any(dim=1).nonzero()
         if bad.numel():
