@@ -41,6 +41,8 @@ VARIANTS = {
     "mc8": 6,
     "dsmem4": 7,
     "no_norm": 8,
+    "global_cl8": 9,
+    "none_cl8": 10,
 }
 
 
