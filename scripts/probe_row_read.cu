@@ -126,8 +126,7 @@ template <int MODE, int CL>
 __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__ x_all, const float* __restrict__ d_all,
                                                      __half* __restrict__ x_out_all, float* __restrict__ d_out_all,
                                                      const __half* __restrict__ ln_w, const __half* __restrict__ ln_b,
-                                                     int p, float prev, float incr, long long spin,
-                                                     unsigned long long* __restrict__ stamps) {
+                                                     int p, long long spin, unsigned long long* __restrict__ stamps) {
   // stamps (or null): [P + 1, 3, G] globaltimer of thread 0 at the start, after the wait, at the end (all warps)
   unsigned long long* st = stamps ? stamps + (static_cast<size_t>(p) * 3) * gridDim.x + blockIdx.x : nullptr;
   if (st && threadIdx.x == 0) st[0] = globaltimer();
@@ -151,7 +150,8 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
   }
   stage_layernorm_params<__half, C, THREADS>(lns, ln_w, ln_b);
-  const int src = MODE == NONE || MODE == NO_NORM ? 0 : p - 1;
+  constexpr bool ROW0 = MODE == NONE || MODE == NO_NORM;  // reads row 0, which no launch writes
+  const int src = ROW0 ? 0 : p - 1;
   const __half* x = x_all + static_cast<size_t>(src) * C;
   const float* d = d_all + static_cast<size_t>(src) * ROWS * C;
   if constexpr (MODE == NONE || MODE == NO_NORM) {  // the row into shared memory before the wait: no read after it
@@ -239,9 +239,12 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
 #pragma unroll
     for (int e = 0; e < 8; ++e) hs += __half2float(v[e]);
   }
+  // x[p - 1] as it should be, and the sum of the rows of d read (each 0.25): what the check's d[p] is built from
+  constexpr float INCR = MODE == GLOBAL1 ? 0.25f : 1.f;
+  const float prev = ROW0 ? 0.f : INCR * (p - 1);
   if (threadIdx.x < ROWS * COLS) {
     const int r = threadIdx.x / COLS, k = blockIdx.x * COLS + threadIdx.x % COLS;
-    d_out_all[(static_cast<size_t>(p) * ROWS + r) * C + k] = 0.25f * (__half2float(lns.s[k]) - prev) / incr + hs;
+    d_out_all[(static_cast<size_t>(p) * ROWS + r) * C + k] = 0.25f * (__half2float(lns.s[k]) - prev) / INCR + hs;
   }
   // No block leaves while a copy it issued into its peers may be in flight: each peer has had all its bytes.
   if constexpr (CL > 1) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
@@ -251,35 +254,10 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   }
 }
 
-#ifdef PROBE_KERNEL_ONLY
-template __global__ void row_kernel<NONE, 1>(const __half*, const float*, __half*, float*, const __half*,
-                                             const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<GLOBAL, 1>(const __half*, const float*, __half*, float*, const __half*,
-                                               const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<GLOBAL1, 1>(const __half*, const float*, __half*, float*, const __half*,
-                                                const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<BULK, 1>(const __half*, const float*, __half*, float*, const __half*,
-                                             const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<MULTICAST, 2>(const __half*, const float*, __half*, float*, const __half*,
-                                                  const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<MULTICAST, 4>(const __half*, const float*, __half*, float*, const __half*,
-                                                  const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<MULTICAST, 8>(const __half*, const float*, __half*, float*, const __half*,
-                                                  const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<DSMEM, 4>(const __half*, const float*, __half*, float*, const __half*,
-                                              const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<GLOBAL, 8>(const __half*, const float*, __half*, float*, const __half*,
-                                               const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<NONE, 8>(const __half*, const float*, __half*, float*, const __half*,
-                                             const __half*, int, float, float, long long, unsigned long long*);
-template __global__ void row_kernel<NO_NORM, 1>(const __half*, const float*, __half*, float*, const __half*,
-                                                const __half*, int, float, float, long long, unsigned long long*);
-}  // namespace
-#else
+// One launch of row_kernel<MODE, CL> as a programmatic dependent launch (in clusters of CL where CL > 1).
 template <int MODE, int CL>
 cudaError_t launch(int64_t blocks, cudaStream_t stream, const __half* x, const float* d, __half* xo, float* dout,
-                   const __half* w, const __half* b, int p, float prev, float incr, long long spin,
-                   unsigned long long* stamps) {
+                   const __half* w, const __half* b, int p, long long spin, unsigned long long* stamps) {
   cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
@@ -296,17 +274,24 @@ cudaError_t launch(int64_t blocks, cudaStream_t stream, const __half* x, const f
     attr[1].val.clusterDim.z = 1;
     cfg.numAttrs = 2;
   }
-  return cudaLaunchKernelEx(&cfg, row_kernel<MODE, CL>, x, d, xo, dout, w, b, p, prev, incr, spin, stamps);
+  return cudaLaunchKernelEx(&cfg, row_kernel<MODE, CL>, x, d, xo, dout, w, b, p, spin, stamps);
 }
 
-// The variants as probe_row_read.py numbers them (its VARIANTS): a Mode and a cluster size each.
-enum Variant {
-  V_NONE = 0, V_GLOBAL, V_GLOBAL1, V_BULK, V_MC2, V_MC4, V_MC8, V_DSMEM4, V_NO_NORM, V_GLOBAL_CL8, V_NONE_CL8
+// The variants, indexed as probe_row_read.py's VARIANTS numbers them: none, global, global1, bulk, mc2, mc4, mc8,
+// dsmem4, no_norm, global_cl8, none_cl8 (the table also instantiates every kernel, for the compile check too).
+using Launch = cudaError_t (*)(int64_t, cudaStream_t, const __half*, const float*, __half*, float*, const __half*,
+                               const __half*, int, long long, unsigned long long*);
+[[maybe_unused]] constexpr Launch LAUNCHES[] = {  // unused where only the kernels are compiled
+    launch<NONE, 1>,      launch<GLOBAL, 1>,    launch<GLOBAL1, 1>, launch<BULK, 1>,    launch<MULTICAST, 2>,
+    launch<MULTICAST, 4>, launch<MULTICAST, 8>, launch<DSMEM, 4>,   launch<NO_NORM, 1>, launch<GLOBAL, 8>,
+    launch<NONE, 8>,
 };
 
-// Launches 1 .. phases of `variant` (a Variant) on the current stream. x: float16 [phases + 1, C]; d: float32
-// [phases + 1, 4, C]; row 0 of each is the input; ln_w, ln_b float16 [C]. prev of launch p is x[p - 1] as it should
-// be: p - 1, (p - 1) / 4 for global1, 0 for none and no_norm (which read row 0 only). stamps: int64
+#ifdef PROBE_KERNEL_ONLY
+}  // namespace
+#else
+// Launches 1 .. phases of `variant` (an index of LAUNCHES) on the current stream. x: float16 [phases + 1, C]; d:
+// float32 [phases + 1, 4, C]; row 0 of each is the input; ln_w, ln_b float16 [C]. stamps: int64
 // [phases + 1, 3, blocks], or an empty tensor for no stamps. spin: clock cycles of work after the LayerNorm.
 void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor ln_b, int64_t phases,
            int64_t variant, int64_t spin, torch::Tensor stamps) {
@@ -327,26 +312,10 @@ void chain(torch::Tensor x, torch::Tensor d, torch::Tensor ln_w, torch::Tensor l
                   (stamps.scalar_type() == torch::kInt64 && stamps.numel() == (phases + 1) * 3 * blocks),
               "stamps must be int64 [phases + 1, 3, 128] or empty");
   auto* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
+  constexpr int64_t variants = sizeof(LAUNCHES) / sizeof(LAUNCHES[0]);
+  TORCH_CHECK(variant >= 0 && variant < variants, "variant must be 0 to ", variants - 1);
   for (int p = 1; p <= phases; ++p) {
-    const float prev = variant == V_NONE || variant == V_NO_NORM || variant == V_NONE_CL8 ? 0.f
-                       : variant == V_GLOBAL1                    ? 0.25f * (p - 1)
-                                                                 : static_cast<float>(p - 1);
-    const float incr = variant == V_GLOBAL1 ? 0.25f : 1.f;
-    cudaError_t err;
-    switch (variant) {
-      case V_NONE: err = launch<NONE, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_GLOBAL: err = launch<GLOBAL, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_GLOBAL1: err = launch<GLOBAL1, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_BULK: err = launch<BULK, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_MC2: err = launch<MULTICAST, 2>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_MC4: err = launch<MULTICAST, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_MC8: err = launch<MULTICAST, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_NO_NORM: err = launch<NO_NORM, 1>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_DSMEM4: err = launch<DSMEM, 4>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_GLOBAL_CL8: err = launch<GLOBAL, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      case V_NONE_CL8: err = launch<NONE, 8>(blocks, stream, xp, dp, xp, dp, w, b, p, prev, incr, spin, st); break;
-      default: TORCH_CHECK(false, "variant must be 0 to 10");
-    }
+    const cudaError_t err = LAUNCHES[variant](blocks, stream, xp, dp, xp, dp, w, b, p, spin, st);
     TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
   }
 }
