@@ -18,10 +18,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+from probe_build import build
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -42,17 +42,6 @@ VARIANTS = {
     "ll_fanin8_backoff": ("persistent", 10),
     "none": ("persistent", 0),
 }
-
-
-def build():
-    from torch.utils.cpp_extension import load
-
-    src = Path(__file__).with_name("probe_dependency_cost.cu")
-    t0 = time.perf_counter()
-    flags = ["-O3", "-gencode=arch=compute_90a,code=sm_90a"]
-    mod = load(name="probe_dependency_cost", sources=[str(src)], extra_cuda_cflags=flags, verbose=False)
-    print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
-    return mod
 
 
 class Case:
@@ -115,7 +104,8 @@ def main() -> int:
         print("probe_dependency_cost: needs a CUDA GPU", file=sys.stderr)
         return 2
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod = build()
+    mod, seconds = build("probe_dependency_cost")
+    print(f"built in {seconds:.1f} s", flush=True)
     resident = mod.resident_blocks()
     variants = args.variants.split(",")
     result = {"device": torch.cuda.get_device_name(), "resident_blocks": resident, "checks": {}, "us": {}}

@@ -24,11 +24,11 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from probe_build import build
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -41,21 +41,6 @@ PHASES = [
     "-> g pulled (v1); mma done (v2-v5)",
     "-> mlp_proj added",
 ]
-
-
-def build():
-    from torch.utils.cpp_extension import load
-
-    src = Path(__file__).with_name("probe_mlp64.cu")
-    t0 = time.perf_counter()
-    flags = ["-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr"]
-    mod = load(name="probe_mlp64", sources=[str(src)], extra_cuda_cflags=flags, verbose=False)
-    print(
-        f"built in {time.perf_counter() - t0:.1f} s; shared memory a block: v1 {mod.shared_bytes(1)} B, "
-        f"v2-v4 {mod.shared_bytes(2)} B",
-        flush=True,
-    )
-    return mod
 
 
 def weights(seed: int):
@@ -192,7 +177,15 @@ def main() -> int:
         print("probe_mlp64: needs a CUDA GPU", file=sys.stderr)
         return 2
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod = build()
+    mod, seconds = build(
+        "probe_mlp64",
+        ("-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr"),
+    )
+    print(
+        f"built in {seconds:.1f} s; shared memory a block: v1 {mod.shared_bytes(1)} B, "
+        f"v2-v4 {mod.shared_bytes(2)} B",
+        flush=True,
+    )
     if args.calls_only:
         return calls_only(mod, [int(v) for v in args.calls_only.split(",")])
     result = {"device": torch.cuda.get_device_name(), "checks": check(mod)}

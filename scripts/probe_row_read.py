@@ -21,10 +21,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+from probe_build import build
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -44,17 +44,6 @@ VARIANTS = {
     "global_cl8": 9,
     "none_cl8": 10,
 }
-
-
-def build():
-    from torch.utils.cpp_extension import load
-
-    src = Path(__file__).with_name("probe_row_read.cu")
-    t0 = time.perf_counter()
-    flags = ["-O3", "-gencode=arch=compute_90a,code=sm_90a"]
-    mod = load(name="probe_row_read", sources=[str(src)], extra_cuda_cflags=flags, verbose=False)
-    print(f"built in {time.perf_counter() - t0:.1f} s", flush=True)
-    return mod
 
 
 class Case:
@@ -137,7 +126,8 @@ def main() -> int:
         print("probe_row_read: needs a CUDA GPU", file=sys.stderr)
         return 2
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod = build()
+    mod, seconds = build("probe_row_read")
+    print(f"built in {seconds:.1f} s", flush=True)
     result = {"device": torch.cuda.get_device_name(), "spin_cycles": args.spin_cycles, "checks": {}, "us": {}}
     ok = True
     cases, graphs = {}, {}
