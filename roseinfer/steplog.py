@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from roseinfer import env, exit_hooks
+from roseinfer import env, exit_hooks, gc_interrupts
 from roseinfer.names import STEPLOG_VERSION
 from roseinfer.tracing import now_ns
 
@@ -53,11 +53,13 @@ class StepRecords:
 
 class GcWatch:
     """Python's collections (gc.callbacks) as gc records, kept until taken: the callback runs inside the collector,
-    where a sink must not take a lock or do I/O (a collection can start inside `write`), so it only appends."""
+    where a sink must not take a lock or do I/O (a collection can start inside `write`), so it only appends. A
+    Ctrl-C that lands in the callback is delivered after the collection (`roseinfer.gc_interrupts`)."""
 
     def __init__(self) -> None:
         self.pending: list[tuple[int, int, int, int]] = []
         self._start = 0
+        self._sigint = gc_interrupts.hold()
         gc.callbacks.append(self._on_gc)
 
     def _on_gc(self, phase: str, info: dict) -> None:
@@ -78,6 +80,8 @@ class GcWatch:
     def close(self) -> None:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        gc_interrupts.release(self._sigint)
+        self._sigint = None
 
 
 def step_record(
