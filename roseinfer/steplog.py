@@ -59,8 +59,8 @@ class GcWatch:
     def __init__(self) -> None:
         self.pending: list[tuple[int, int, int, int]] = []
         self._start = 0
-        self._sigint = gc_interrupts.hold()
         gc.callbacks.append(self._on_gc)
+        self._sigint = gc_interrupts.hold()  # after: its last callback ends the collection after this one
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
