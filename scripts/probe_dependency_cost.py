@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
-from probe_build import build
+from probe_build import build_on_gpu
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -100,11 +100,10 @@ def main() -> int:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("probe_dependency_cost: needs a CUDA GPU", file=sys.stderr)
+    built = build_on_gpu("probe_dependency_cost")
+    if built is None:
         return 2
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod, seconds = build("probe_dependency_cost")
+    mod, seconds = built
     print(f"built in {seconds:.1f} s", flush=True)
     resident = mod.resident_blocks()
     variants = args.variants.split(",")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from probe_build import build
+from probe_build import build_on_gpu
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -173,14 +173,13 @@ def main() -> int:
     ap.add_argument("--calls-only", help="builds (e.g. 3,5): one launch each at 64 rows, nothing timed")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("probe_mlp64: needs a CUDA GPU", file=sys.stderr)
-        return 2
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod, seconds = build(
+    built = build_on_gpu(
         "probe_mlp64",
         ("-O3", "--use_fast_math", "-gencode=arch=compute_90a,code=sm_90a", "--expt-relaxed-constexpr"),
     )
+    if built is None:
+        return 2
+    mod, seconds = built
     print(
         f"built in {seconds:.1f} s; shared memory a block: v1 {mod.shared_bytes(1)} B, "
         f"v2-v4 {mod.shared_bytes(2)} B",

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import torch
-from probe_build import build
+from probe_build import build_on_gpu
 
 from roseinfer.bench.timing import captured, replays_us
 
@@ -122,11 +122,10 @@ def main() -> int:
     )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("probe_row_read: needs a CUDA GPU", file=sys.stderr)
+    built = build_on_gpu("probe_row_read")
+    if built is None:
         return 2
-    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    mod, seconds = build("probe_row_read")
+    mod, seconds = built
     print(f"built in {seconds:.1f} s", flush=True)
     result = {"device": torch.cuda.get_device_name(), "spin_cycles": args.spin_cycles, "checks": {}, "us": {}}
     ok = True
