@@ -49,6 +49,32 @@ def layer_norm_fits(ln, width: int) -> bool:
     )
 
 
+def ln_fold(ln, lin):
+    """The LayerNorm `ln` folded into the linear `lin` after it, as the one-row kernels run them (common.cuh's
+    residual_stats and dot_rows_w): (fold_w, fold_b), float32 [N], with fold_w[r] = sum_k ln.weight[k] W[r, k] and
+    fold_b[r] = sum_k ln.bias[k] W[r, k] + lin.bias[r], so that LayerNorm(s) W^T + b = rstd ((s * ln.weight) W^T -
+    mean fold_w) + fold_b. Made once per set of weights and kept on `lin` (made again where a weight's storage or
+    version changed: an in-place load); the first call is the step's warm-up, before any capture."""
+    import torch
+
+    def version(t):
+        try:
+            return t._version
+        except RuntimeError:  # an inference tensor keeps no version: its storage alone says it changed
+            return None
+
+    params = (ln.weight, ln.bias, lin.weight, lin.bias)
+    key = tuple((p.data_ptr(), version(p)) for p in params)
+    kept = getattr(lin, "_roseinfer_ln_fold", None)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    with torch.no_grad():
+        w = lin.weight.float()  # [N, K]
+        folded = ((w * ln.weight.float()).sum(1), w @ ln.bias.float() + lin.bias.float())  # [N] each
+    lin._roseinfer_ln_fold = (key, folded)
+    return folded
+
+
 def sources(name: str) -> list[Path]:
     """The module's sources: `<name>.cu`, the headers it may include (`<name>*.cuh`) and the ones every kernel may
     (`common*.cuh`), sorted."""

@@ -166,6 +166,98 @@ __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, 
   }
 }
 
+// The residual add and the LayerNorm's statistics, with the normalisation itself folded into the GEMV after it
+// (dot_rows_w, and the caller's last step): LN(s) . W_j = rstd (sum_k s_k w_k W_jk - mean sum_k w_k W_jk) +
+// sum_k b_k W_jk, where the two sums of weights alone are per-row constants made once at load
+// (cuda_ext.ln_fold). The block writes s = x + delta as residual_layernorm does, and every lane takes s (rounded to
+// T) at the columns it multiplies with its weights into h[j], unnormalised; the row's mean and rstd come from one
+// pass of shifted sums (the shift s[0]) beside that, so the dot products need not wait for them: only each output's
+// last step does. DELTA_ROWS, PENDING and the loads' order as in residual_layernorm.
+template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
+__device__ __forceinline__ void residual_stats(const T* x, const TD* delta, LayerNormShared<T, C>& sh, float eps,
+                                               T* s_out, uint4* h, float& mean, float& rstd) {
+  static_assert(C % THREADS == 0 && C % 256 == 0, "whole columns per thread, whole vectors per lane");
+  constexpr int PER_THREAD = C / THREADS, VECS = C / 256;
+  float xs[PER_THREAD], d[PER_THREAD];
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    xs[i] = to_f<T>(x[k]);
+    d[i] = to_f<TD>(delta[k]);
+#pragma unroll
+    for (int r = 1; r < DELTA_ROWS; ++r) d[i] += to_f<TD>(delta[r * C + k]);
+  }
+#pragma unroll
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const int k = threadIdx.x + i * THREADS;
+    const T s = from_f<T>(xs[i] + d[i]);
+    sh.s[k] = s;
+    if (blockIdx.x == 0) s_out[k] = s;
+  }
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");  // the LayerNorm's weights have landed
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  const float shift = to_f<T>(sh.s[0]);
+  float sum = 0.f, sq = 0.f;
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    h[j] = *reinterpret_cast<const uint4*>(sh.s + (j * 32 + lane) * 8);
+    const T* v = reinterpret_cast<const T*>(&h[j]);
+    float dv[8], qv[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      dv[e] = to_f<T>(v[e]) - shift;
+      qv[e] = dv[e] * dv[e];
+    }
+#pragma unroll
+    for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+      for (int e = 0; e < w; ++e) {
+        dv[e] += dv[e + w];
+        qv[e] += qv[e + w];
+      }
+    sum += dv[0];
+    sq += qv[0];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  }
+  const float dmean = sum / C;
+  mean = shift + dmean;
+  rstd = rsqrtf(fmaxf(sq / C - dmean * dmean, 0.f) + eps);
+}
+
+// dot_rows of the row s * g (g: the LayerNorm's weight in shared memory, at the lane's columns as h): each vector of
+// s is unpacked and multiplied by g's once for all rows. With residual_stats, acc[i] is sum_k s_k g_k W_ik; the
+// caller's rstd (acc - mean fold_w) + fold_b is LayerNorm(s) . W_i + its bias.
+template <typename T, int ROWS, int VECS>
+__device__ __forceinline__ void dot_rows_w(const uint4 (&w)[ROWS][VECS], const uint4 (&h)[VECS], const T* g,
+                                           float (&acc)[ROWS]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < VECS; ++j) {
+    asm volatile("" ::: "memory");  // one vector of h unpacked at a time
+    const uint4 g4 = *reinterpret_cast<const uint4*>(g + (j * 32 + lane) * 8);
+    const T* hv = reinterpret_cast<const T*>(&h[j]);
+    const T* gv = reinterpret_cast<const T*>(&g4);
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = to_f<T>(hv[e]) * to_f<T>(gv[e]);
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      const T* wv = reinterpret_cast<const T*>(&w[i][j]);
+      float d = to_f<T>(wv[0]) * v[0];
+#pragma unroll
+      for (int e = 1; e < 8; ++e) d += to_f<T>(wv[e]) * v[e];
+      acc[i] += d;
+    }
+  }
+}
+
 // ROWS dot products of packed weights (w[i][j]: 8 T a vector) with the row h (8 T a vector, VECS vectors), each in
 // float in the unfused GEMV's order (acc[i] = 0 + dot of vector 0 + dot of vector 1 + ..., each dot left to right).
 // Vector j of h is unpacked once for all rows, and only it: unpacked for every row at once it held 24 registers.

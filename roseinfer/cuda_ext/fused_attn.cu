@@ -129,7 +129,7 @@ template <typename TD, int C, bool STAMPS, int DELTA_ROWS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kernel(
     const __half* __restrict__ x, const TD* __restrict__ delta, const int64_t* __restrict__ x_row,
     const int64_t* __restrict__ delta_row, const __half* __restrict__ ln_w, const __half* __restrict__ ln_b,
-    float eps, const __half* __restrict__ w_attn, const __half* __restrict__ b_attn,
+    float eps, const __half* __restrict__ w_attn, const float* __restrict__ fold_w, const float* __restrict__ fold_b,
     const __half* __restrict__ w_proj, const __half* __restrict__ b_proj, __half* __restrict__ k_cache,
     __half* __restrict__ v_cache, const int64_t* __restrict__ table, const int64_t* __restrict__ past_len,
     int block_size, float scale, __half* __restrict__ s_out, float* __restrict__ out, float* __restrict__ clear,
@@ -169,13 +169,14 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   // where the new token goes.
   stage_layernorm_params<__half, C, THREADS>(lns, ln_w, ln_b);  // its cp.async group before the K/V's
   uint4 wa[3][VECS];
-  float ba[3];
+  float fw[3], fb[3];  // the folded LayerNorm's per-row constants (c_attn's bias in fb)
 #pragma unroll
   for (int i = 0; i < 3; ++i) {
     const int r = i * C + h * D + dim;
 #pragma unroll
     for (int j = 0; j < VECS; ++j) wa[i][j] = load_weights(w_attn + (size_t)r * C + (j * 32 + lane) * 8);
-    ba[i] = to_f(b_attn[r]);
+    fw[i] = fold_w[r];
+    fb[i] = fold_b[r];
   }
   uint4 wp[VECS];  // lane's vector t: column warp * WCOLS + t * 4 + lane / 8, dims (lane % 8) * 8 .. + 8
   const int col0 = rank * COLS + warp * WCOLS;
@@ -206,11 +207,13 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   if (clear != nullptr)  // the next layer's buffer: its last reader has finished
     for (int k = blockIdx.x * THREADS + threadIdx.x; k < C; k += gridDim.x * THREADS) clear[k] = 0.f;
 
-  // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
+  // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it) and its mean and rstd, in every block;
+  // the LayerNorm itself is folded into phase 2's dot products (residual_stats, dot_rows_w).
   const __half* xr = x_row != nullptr ? x + (size_t)(*x_row) * C : x;
   const TD* dr = delta_row != nullptr ? delta + (size_t)(*delta_row) * C : delta;
-  uint4 hv[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 float16 a vector
-  residual_layernorm<__half, TD, C, THREADS, 1, DELTA_ROWS>(xr, dr, lns, eps, s_out, hv);  // K/V may be in flight
+  uint4 hv[VECS];  // s at this lane's columns (j * 32 + lane) * 8 + e, 8 float16 a vector
+  float mean, rstd;
+  residual_stats<__half, TD, C, THREADS, 1, DELTA_ROWS>(xr, dr, lns, eps, s_out, hv, mean, rstd);  // K/V in flight
   // Release the next kernel (the MLP; it too loads before its wait only what the step does not write) once this
   // block's first reads after the wait are done: released before the wait, the MLP's blocks, which start as the
   // kernel two launches back leaves, loaded their 72 KB of weights during this LayerNorm, and batch 1 took 1.5%
@@ -223,9 +226,9 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   // Phase 2: this warp's q, k and v at `dim` (rounded to float16 as the GEMV stores them), into every block of
   // the cluster; the new k and v into the cache.
   float mine[3];
-  dot_rows<__half>(wa, hv, mine);
+  dot_rows_w<__half>(wa, hv, lns.w, mine);
 #pragma unroll
-  for (int i = 0; i < 3; ++i) mine[i] = round_h(warp_sum(mine[i]) + ba[i]);
+  for (int i = 0; i < 3; ++i) mine[i] = round_h(rstd * (warp_sum(mine[i]) - mean * fw[i]) + fb[i]);
   // Every block of the cluster has started (the arrive before the wait): its shared memory may be written.
   asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
   if (lane < CLUSTER * 3) {  // lane -> (block of the cluster, q/k/v)
@@ -324,7 +327,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
 #define INSTANCE(TD, STAMPS, ROWS_)                                                                                \
   template __global__ void fused_attn_kernel<TD, 768, STAMPS, ROWS_>(                                              \
       const __half*, const TD*, const int64_t*, const int64_t*, const __half*, const __half*, float,          \
-      const __half*, const __half*, const __half*, const __half*, __half*, __half*, const int64_t*,             \
+      const __half*, const float*, const float*, const __half*, const __half*, __half*, __half*, const int64_t*, \
       const int64_t*, int, float, __half*, float*, float*, unsigned long long*, int, long long);
 ROSEINFER_EACH_DELTA(INSTANCE)
 }  // namespace
@@ -333,11 +336,13 @@ ROSEINFER_EACH_DELTA(INSTANCE)
 
 // x: [C] float16, or the embedding table [V, C] with x_row its row (int64 [1]); delta likewise (float32 [rows, C]:
 // the MLP kernel's output, one row or a split sum of SPLIT_ROWS; or float16 [P, C] with delta_row); w_attn [3C, C],
-// b_attn [3C], w_proj [C, C], b_proj [C]; k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M]
+// fold_w, fold_b float32 [3C] (the LayerNorm folded into c_attn, with its bias: cuda_ext.ln_fold), w_proj [C, C],
+// b_proj [C]; k_cache, v_cache [N, H, BLOCK, D] (this layer's); table: int64 [M]
 // (this layer's row), past_len: int64 [1]; s: [C] float16 out; out: float32 [C], zero on entry; clear: float32 [C]
 // or empty; stamps: int64 [NSTAMP * blocks] or empty.
 void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch::Tensor delta_row,
-                torch::Tensor ln_w, torch::Tensor ln_b, double eps, torch::Tensor w_attn, torch::Tensor b_attn,
+                torch::Tensor ln_w, torch::Tensor ln_b, double eps, torch::Tensor w_attn, torch::Tensor fold_w,
+                torch::Tensor fold_b,
                 torch::Tensor w_proj, torch::Tensor b_proj, torch::Tensor k_cache, torch::Tensor v_cache,
                 torch::Tensor table, torch::Tensor past_len, double scale, torch::Tensor s, torch::Tensor out,
                 torch::Tensor clear, torch::Tensor stamps, bool pdl, int64_t delay_phase, int64_t delay_ns) {
@@ -354,6 +359,8 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
                      delta_row.numel() == 0;  // not a table's row
   ROSEINFER_CHECK(delta.scalar_type() != at::kFloat || split || delta.numel() == C,
                   "fused_attn: a float32 delta must be [1 or %d, C]", SPLIT_ROWS);
+  TORCH_CHECK(fold_w.scalar_type() == at::kFloat && fold_b.scalar_type() == at::kFloat && fold_w.numel() == 3 * C &&
+                  fold_b.numel() == 3 * C, "fused_attn: fold_w, fold_b must be float32 [3C]");
   const int blocks = (C / D) * CLUSTER;
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_attn: stamps too small");
@@ -372,7 +379,8 @@ void fused_attn(torch::Tensor x, torch::Tensor delta, torch::Tensor x_row, torch
   const int64_t* pl = past_len.data_ptr<int64_t>();
   auto launch = [&](auto kernel, const auto* d) {
     C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), d, xr, dr, p(ln_w), p(ln_b), (float)eps, p(w_attn),
-                                      p(b_attn), p(w_proj), p(b_proj), kc, vc, tb, pl, bs, (float)scale, s_ptr,
+                                      fold_w.data_ptr<float>(), fold_b.data_ptr<float>(), p(w_proj), p(b_proj), kc,
+                                      vc, tb, pl, bs, (float)scale, s_ptr,
                                       out.data_ptr<float>(), cl, st, (int)delay_phase, (long long)delay_ns));
   };
   if (split)

@@ -97,12 +97,15 @@ def fused_attn(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past_le
     `AttnScratch.for_layer` gives it) or empty. index: (token ids [1], positions [1]) when x and delta are the
     embedding tables. module: the built extension (default `load()`; a test build for planted delays); delay:
     (phase, ns) in a test build."""
+    from roseinfer import cuda_ext
+
     module = module or load()
     s = torch.empty(1, WIDTH, dtype=x.dtype, device=x.device)  # [1, C]
+    fold_w, fold_b = cuda_ext.ln_fold(ln, c_attn)  # [3C] each: ln_1 folded into c_attn, its bias in fold_b
     none = torch.empty(0, dtype=torch.int64, device=x.device)
     rows = index if index is not None else (none, none)
     module.fused_attn(
-        x, delta, rows[0], rows[1], ln.weight, ln.bias, ln.eps, c_attn.weight, c_attn.bias, attn_proj.weight,
+        x, delta, rows[0], rows[1], ln.weight, ln.bias, ln.eps, c_attn.weight, fold_w, fold_b, attn_proj.weight,
         attn_proj.bias, k_cache, v_cache, table, past_len, scale, s, out, clear, flat_stamps(stamps, NSTAMP, BLOCKS),
         pdl, delay[0], delay[1],
     )  # fmt: skip
@@ -124,12 +127,13 @@ def block_attention(x, delta, block, layer: int, kv, scratch: AttnScratch, pdl: 
 
 
 def fused_attn_reference(x, delta, ln, c_attn, attn_proj, k_cache, v_cache, table, past: int, scale: float):
-    """(s, out, k, v) in torch, rounded where the kernel rounds (s, LayerNorm's output, q/k/v and o in float16;
-    out float32): x, delta [1, C] (or a split sum); the past tokens read from the cache through `table` [M]; k, v
-    [H, D] the new token's (which the kernel writes at position `past`)."""
+    """(s, out, k, v) in torch, rounded where the kernel rounds (s, q/k/v and o in float16; out float32; the
+    LayerNorm's output float32, as the kernel folds it into c_attn's dot products and never stores it:
+    `cuda_ext.ln_fold`): x, delta [1, C] (or a split sum); the past tokens read from the cache through `table` [M];
+    k, v [H, D] the new token's (which the kernel writes at position `past`)."""
     h_n = k_cache.shape[1]
     s = (x.float() + joined(x, delta).float()).to(x.dtype)  # [1, C]
-    h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)
+    h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps)  # [1, C] float32
     qkv = F.linear(h.float(), c_attn.weight.float(), c_attn.bias.float()).to(x.dtype)  # [1, 3C]
     q, k, v = qkv.view(3, h_n, HEAD_DIM).unbind(0)  # [H, D] each
     bs = k_cache.shape[2]

@@ -75,7 +75,8 @@ __device__ __forceinline__ void add_block_share(const float (&ps)[WARPS][C], con
 template <typename T, typename TD, int C, bool STAMPS, int DELTA_ROWS>
 __global__ void __maxnreg__(128) fused_mlp_kernel(
     const T* __restrict__ x, const TD* __restrict__ delta, const T* __restrict__ ln_w, const T* __restrict__ ln_b,
-    float eps, const T* __restrict__ w_fc, const T* __restrict__ b_fc, const T* __restrict__ w_proj_t,
+    float eps, const T* __restrict__ w_fc, const float* __restrict__ fold_w, const float* __restrict__ fold_b,
+    const T* __restrict__ w_proj_t,
     const T* __restrict__ b_proj, T* __restrict__ s_out, float* __restrict__ out, int out_rows,
     float* __restrict__ clear, int clear_n, unsigned long long* stamps, int delay_phase, long long delay_ns) {
   constexpr int N_FC = 4 * C;
@@ -91,18 +92,19 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   // of the 72 KB of rows; issued after them, batch 1 was no slower (docs/BENCHMARKS.md, session 32).
   stage_layernorm_params<T, C, THREADS>(lns, ln_w, ln_b);
   uint4 wf[ROWS][VECS], wp[ROWS][VECS];
-  float bf[ROWS];
+  float fw[ROWS], fb[ROWS];  // the folded LayerNorm's per-row constants (c_fc's bias in fb)
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
     const int r = row0 + i;
-    bf[i] = 0.f;
+    fw[i] = fb[i] = 0.f;
     if (r < N_FC) {
 #pragma unroll
       for (int j = 0; j < VECS; ++j) {
         wf[i][j] = load_weights(w_fc + (size_t)r * C + (j * 32 + lane) * 8);
         wp[i][j] = load_weights(w_proj_t + (size_t)r * C + (j * 32 + lane) * 8);
       }
-      bf[i] = to_f<T>(b_fc[r]);
+      fw[i] = fold_w[r];
+      fb[i] = fold_b[r];
     } else {
 #pragma unroll
       for (int j = 0; j < VECS; ++j) wf[i][j] = wp[i][j] = make_uint4(0, 0, 0, 0);
@@ -122,19 +124,21 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
   if (clear != nullptr)  // the next launch's buffer: its last reader has finished
     for (int k = blockIdx.x * THREADS + threadIdx.x; k < clear_n; k += gridDim.x * THREADS) clear[k] = 0.f;
 
-  // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it), h = LayerNorm(s), in every block.
-  uint4 h[VECS];  // LayerNorm(s) at this lane's columns (j * 32 + lane) * 8 + e, 8 T a vector
-  residual_layernorm<T, TD, C, THREADS, 0, DELTA_ROWS>(x, delta, lns, eps, s_out, h);
+  // Phase 1: s = x + delta (rounded like torch's add; block 0 stores it) and its mean and rstd, in every block;
+  // the LayerNorm itself is folded into phase 2's dot products (residual_stats, dot_rows_w).
+  uint4 h[VECS];  // s at this lane's columns (j * 32 + lane) * 8 + e, 8 T a vector
+  float mean, rstd;
+  residual_stats<T, TD, C, THREADS, 0, DELTA_ROWS>(x, delta, lns, eps, s_out, h, mean, rstd);
   plant_delay(1, delay_phase, delay_ns);
   phase_barrier<STAMPS>();  // phase 2 reads h from registers
   stamp<STAMPS>(stamps, 2);
 
   // Phase 2: this warp's g values (c_fc rows, bias, GPT-2's tanh GELU), rounded to T as the Triton path stores g.
   float gv[ROWS], dots[ROWS];
-  dot_rows<T>(wf, h, dots);
+  dot_rows_w<T>(wf, h, lns.w, dots);
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) {
-    const float acc = warp_sum(dots[i]) + bf[i];
+    const float acc = rstd * (warp_sum(dots[i]) - mean * fw[i]) + fb[i];
     const float u = 0.7978845608028654f * (acc + 0.044715f * acc * acc * acc);
     gv[i] = row0 + i < N_FC ? to_f<T>(from_f<T>(0.5f * acc * (1.f + tanhf(u)))) : 0.f;
   }
@@ -175,19 +179,21 @@ __global__ void __maxnreg__(128) fused_mlp_kernel(
 #ifdef ROSEINFER_KERNEL_ONLY  // every instantiation the launcher uses
 #define INSTANCE(TD, STAMPS, ROWS_)                                                                                \
   template __global__ void fused_mlp_kernel<__half, TD, 768, STAMPS, ROWS_>(                                       \
-      const __half*, const TD*, const __half*, const __half*, float, const __half*, const __half*, const __half*, \
-      const __half*, __half*, float*, int, float*, int, unsigned long long*, int, long long);
+      const __half*, const TD*, const __half*, const __half*, float, const __half*, const float*, const float*,   \
+      const __half*, const __half*, __half*, float*, int, float*, int, unsigned long long*, int, long long);
 ROSEINFER_EACH_DELTA(INSTANCE)
 }  // namespace
 #else
 }  // namespace
 
 // x, ln_w, ln_b, b_proj, s: [C] float16; delta: [C] float16, or float32 [1 or SPLIT_ROWS, C] (a split sum);
-// w_fc [4C, C], w_proj_t [4C, C] (mlp_proj's weight transposed), b_fc [4C]; out: float32 [1 or SPLIT_ROWS, C] (a
-// split sum), zero on entry (the launch before cleared it); clear: float32, the buffer the next launch adds
-// into (all of it zeroed), or empty; stamps: int64 [NSTAMP * blocks] or empty.
+// w_fc [4C, C], w_proj_t [4C, C] (mlp_proj's weight transposed); fold_w, fold_b float32 [4C]: the LayerNorm folded
+// into c_fc (cuda_ext.ln_fold: sum_k ln_w[k] w_fc[r, k], and sum_k ln_b[k] w_fc[r, k] + b_fc[r]); out: float32
+// [1 or SPLIT_ROWS, C] (a split sum), zero on entry (the launch before cleared it); clear: float32, the buffer the
+// next launch adds into (all of it zeroed), or empty; stamps: int64 [NSTAMP * blocks] or empty.
 void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::Tensor ln_b, double eps,
-               torch::Tensor w_fc, torch::Tensor b_fc, torch::Tensor w_proj_t, torch::Tensor b_proj,
+               torch::Tensor w_fc, torch::Tensor fold_w, torch::Tensor fold_b, torch::Tensor w_proj_t,
+               torch::Tensor b_proj,
                torch::Tensor s, torch::Tensor out, torch::Tensor clear, torch::Tensor stamps, bool pdl,
                int64_t delay_phase, int64_t delay_ns) {
   const c10::cuda::CUDAGuard guard(x.device());
@@ -205,6 +211,8 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   const int delta_rows = rows_of(delta);
   ROSEINFER_CHECK(delta.scalar_type() == at::kFloat ? delta_rows : delta.numel() == C,
                   "fused_mlp: delta must be float16 [C] or float32 [1 or %d, C]", SPLIT_ROWS);
+  TORCH_CHECK(fold_w.scalar_type() == at::kFloat && fold_b.scalar_type() == at::kFloat && fold_w.numel() == 4 * C &&
+                  fold_b.numel() == 4 * C, "fused_mlp: fold_w, fold_b must be float32 [4C]");
   const int blocks = 4 * C / (WARPS * ROWS);
   unsigned long long* st = stamps.numel() ? reinterpret_cast<unsigned long long*>(stamps.data_ptr()) : nullptr;
   if (st) TORCH_CHECK(stamps.numel() >= blocks * NSTAMP, "fused_mlp: stamps too small");
@@ -215,8 +223,9 @@ void fused_mlp(torch::Tensor x, torch::Tensor delta, torch::Tensor ln_w, torch::
   auto p = [](const torch::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
   T* s_ptr = reinterpret_cast<T*>(s.data_ptr());
   auto launch = [&](auto kernel, const auto* d) {
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), d, p(ln_w), p(ln_b), (float)eps, p(w_fc), p(b_fc),
-                                      p(w_proj_t), p(b_proj), s_ptr, out.data_ptr<float>(), out_rows, cl,
+    C10_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p(x), d, p(ln_w), p(ln_b), (float)eps, p(w_fc),
+                                      fold_w.data_ptr<float>(), fold_b.data_ptr<float>(), p(w_proj_t), p(b_proj),
+                                      s_ptr, out.data_ptr<float>(), out_rows, cl,
                                       (int)clear.numel(), st, (int)delay_phase, (long long)delay_ns));
   };
   if (delta.scalar_type() == at::kFloat && delta_rows == SPLIT_ROWS)

@@ -116,10 +116,13 @@ def fused_mlp(x, delta, ln, c_fc, w_proj_t, b_proj, out, clear, stamps, pdl: boo
     pdl: launched as a programmatic dependent launch (the Triton kernels' protocol, `roseinfer.kernels.pdl`).
     module: the built extension (default `load()`; a test build for planted delays); delay: (phase, ns) in a test
     build."""
+    from roseinfer import cuda_ext
+
     module = module or load()
     s = torch.empty_like(x)  # [1, C]
+    fold_w, fold_b = cuda_ext.ln_fold(ln, c_fc)  # [4C] each: ln_2 folded into c_fc, its bias in fold_b
     module.fused_mlp(
-        x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, c_fc.bias, w_proj_t, b_proj,
+        x, delta, ln.weight, ln.bias, ln.eps, c_fc.weight, fold_w, fold_b, w_proj_t, b_proj,
         s, out, clear, flat_stamps(stamps, NSTAMP, BLOCKS), pdl, delay[0], delay[1],
     )  # fmt: skip
     return s, out
@@ -153,10 +156,11 @@ def block_mlp(x, delta, block, layer: int, scratch: MlpScratch, pdl: bool = Fals
 
 
 def fused_mlp_reference(x, delta, ln, c_fc, mlp_proj):
-    """(s, out) in torch, rounded where the kernel rounds (s, LayerNorm's output and g in x's dtype; out float32);
-    delta [1, C] or a split sum."""
+    """(s, out) in torch, rounded where the kernel rounds (s and g in x's dtype; out float32; the LayerNorm's output
+    float32, as the kernel folds it into c_fc's dot products and never stores it: `cuda_ext.ln_fold`); delta [1, C]
+    or a split sum."""
     s = (x.float() + joined(x, delta).float()).to(x.dtype)
-    h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps).to(x.dtype)
+    h = F.layer_norm(s.float(), (s.shape[-1],), ln.weight.float(), ln.bias.float(), ln.eps)  # [1, C] float32
     g = F.gelu(F.linear(h.float(), c_fc.weight.float(), c_fc.bias.float()), approximate="tanh").to(x.dtype)
     return s, F.linear(g.float(), mlp_proj.weight.float(), mlp_proj.bias.float())
 

@@ -67,10 +67,10 @@ def test_a_launch_adds_into_its_layers_buffer_and_zeroes_the_next():
         kv.cache.v_caches[2], kv.block_tables[2][0], kv.past_lens, kv.scale, out, clear, stamps, module=ext,
     )  # fmt: skip
     args = ext.calls[0]
-    assert args[13].data_ptr() == kv.block_tables[2][0].data_ptr()  # this layer's row of the one sequence
+    assert args[14].data_ptr() == kv.block_tables[2][0].data_ptr()  # this layer's row of the one sequence
     assert (
-        args[17].data_ptr() == scratch.bufs[2].data_ptr()
-        and args[18].data_ptr() == scratch.bufs[0].data_ptr()
+        args[18].data_ptr() == scratch.bufs[2].data_ptr()
+        and args[19].data_ptr() == scratch.bufs[0].data_ptr()
     )
     assert s.shape == (1, 768) and s.dtype == torch.float16
 
@@ -145,14 +145,15 @@ def test_the_first_block_gathers_its_rows_from_the_tables():
 @pytest.mark.parametrize("cuda_mlp", [True, False])
 def test_the_engine_runs_it_and_matches_the_triton_path(tmp_path, cuda_mlp):
     # A 768-wide checkpoint, fp16 with CUDA graphs: the captured batch-1 step runs the fused attention by default
-    # and gives the same tokens as the Triton path (--no-cuda-attn), and logits within fp16 rounding; with the
-    # MLP kernel and without it (its float32 output, or the GEMV's float16, is the delta the next layer reads).
+    # and gives the Triton path's tokens (--no-cuda-attn) up to a near tie, and logits within fp16 rounding; with
+    # the MLP kernel and without it (its float32 output, or the GEMV's float16, is the delta the next layer reads).
     from roseinfer import LLM, SamplingParams
     from roseinfer.graph_kernels import GraphKernels
     from tests.helpers import save_checkpoint
     from tests.roseinfer.test_engine_matches_hf import make_prompts
 
     checkpoint = save_checkpoint(tmp_path / "gpt2-768", n_head=12, n_embd=768)
+    prompts, params = make_prompts()[:3], SamplingParams(max_new_tokens=24, ignore_eos=True)
     runs = []
     for cuda_attn in (True, False):
         llm = LLM(
@@ -161,19 +162,43 @@ def test_the_engine_runs_it_and_matches_the_triton_path(tmp_path, cuda_mlp):
         llm.engine.use_static_decode(
             capture=True, kernels=GraphKernels(cuda_mlp=cuda_mlp, cuda_attn=cuda_attn)
         )
-        # prompts of 1, 63 and 64 tokens: the first steps cross a 64-token block's edge. With 80 new tokens the test
-        # passed once and once saw one prompt part from the 38th token on (H200, session 26): the kernels' float32
-        # atomics land in no fixed order, and a near-tie can flip; the kernel holds against the reference at every
-        # past up to 1,023 (test_fused_attn_matches_the_reference).
-        params = SamplingParams(max_new_tokens=24, ignore_eos=True)
-        outs = [llm.generate([p], params)[0].token_ids for p in make_prompts()[:3]]
+        # prompts of 1, 63 and 64 tokens: the first steps cross a 64-token block's edge.
+        outs = [llm.generate([p], params)[0].token_ids for p in prompts]
         scratch = llm.engine.graphs.attn_scratch
         ran = scratch is not None and bool(torch.count_nonzero(scratch.bufs[-1]))
         runs.append((outs, llm.engine.graphs.outputs[1][0].clone(), ran))
     (outs, logits, ran), (outs_triton, logits_triton, ran_triton) = runs
     assert ran and not ran_triton
-    assert outs == outs_triton
     torch.testing.assert_close(logits.float(), logits_triton.float(), atol=5e-2, rtol=2e-2)
+    _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_triton, atol=5e-2, rtol=2e-2)
+
+
+def _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_other, atol, rtol, device="cuda"):
+    """Two paths' greedy tokens agree, or part where the float32 reference (Hugging Face, on their common prefix)
+    has both tokens within the logits' tolerance of its top: a near tie that float rounding may flip either way.
+    Nothing after that position is compared, as vLLM's check_logprobs_close does. A random checkpoint's logits are
+    close together, so ties come up: with 80 new tokens one prompt parted from the 38th token on (H200, session 26),
+    and the LayerNorm folded into the GEMV parts from the Triton path at prompt 1's token 10, where the reference
+    has 9.8700 for the fold's token and 9.8302 for the Triton path's (session 65)."""
+    from transformers import GPT2LMHeadModel
+
+    ref = None
+    for i, (prompt, a, b) in enumerate(zip(prompts, outs, outs_other)):
+        assert len(a) == len(b)
+        k = next((j for j in range(len(a)) if a[j] != b[j]), None)
+        if k is None:
+            continue
+        if ref is None:
+            ref = GPT2LMHeadModel.from_pretrained(checkpoint, dtype=torch.float32).to(device).eval()
+        with torch.no_grad():
+            logits = ref(torch.tensor([prompt + a[:k]], device=device)).logits[0, -1]  # [V]
+        top = logits.max().item()
+        floor = top - (atol + rtol * abs(top))
+        got = (logits[a[k]].item(), logits[b[k]].item())
+        assert min(got) >= floor, (
+            f"prompt {i} parts at new token {k}: {a[k]} and {b[k]} have {got[0]:.4f} and {got[1]:.4f} in the "
+            f"float32 reference, whose top is {top:.4f}: not a near tie"
+        )
 
 
 def _launcher(past=300, stamps=True, test_build=True):

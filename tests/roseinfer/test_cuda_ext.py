@@ -83,8 +83,8 @@ def test_a_launchers_check_with_a_number_in_its_message_raises():
     cache = torch.zeros(8, 12, 64, 64, dtype=torch.float16, device="cuda")
     index = torch.zeros(2, dtype=torch.long, device="cuda")
     with pytest.raises(RuntimeError, match="fused_attn: width 1024 not built"):
-        fa.load().fused_attn(z, e, e, e, z, z, 1e-5, z, z, z, z, cache, cache, index, index[:1], 0.125, z, e, e, e,
-                             False, -1, 0)  # fmt: skip
+        fa.load().fused_attn(z, e, e, e, z, z, 1e-5, z, e, e, z, z, cache, cache, index, index[:1], 0.125, z, e, e,
+                             e, False, -1, 0)  # fmt: skip
 
 
 @pytest.mark.gpu
