@@ -75,7 +75,7 @@ def test_each_layers_launch_adds_into_its_rows_and_clears_all_of_the_next_buffer
             _, out = fm.block_mlp(torch.randn(1, 768), torch.randn(1, 768), block, layer, scratch, module=ext)
             rows = 1 if layer == 2 else split_rows
             assert out.shape == (rows, 768) and out.data_ptr() == scratch.bufs[layer].data_ptr()
-            launched_out, clear = ext.calls[-1][10], ext.calls[-1][11]
+            launched_out, clear = ext.calls[-1][11], ext.calls[-1][12]
             assert launched_out.numel() == rows * 768
             assert (
                 clear.data_ptr() == scratch.bufs[(layer + 1) % 3].data_ptr()

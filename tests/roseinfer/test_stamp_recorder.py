@@ -120,7 +120,7 @@ def test_a_step_that_ran_no_launch_writes_no_stamps(tmp_path):
     ext = Extension()
     fm.block_mlp(torch.randn(1, 768), torch.randn(1, 768), block, 1, scratch, module=ext)
     assert scratch.launched and len(ext.calls) == 1
-    out, clear = ext.calls[0][10], ext.calls[0][11]
+    out, clear = ext.calls[0][11], ext.calls[0][12]
     assert out.data_ptr() == scratch.bufs[1].data_ptr() and clear.data_ptr() == scratch.bufs[0].data_ptr()
 
 
