@@ -337,7 +337,9 @@ class DecodeGraphs:
         if self.host_tokens is not None:
             self.host_rows = self.host_tokens.launched(bucket)
         self._stamped(bucket)
-        return logits[:batch], greedy[:batch]
+        if batch < bucket:  # (a slice is host time: most steps fill their bucket, batch 1's always)
+            logits, greedy = logits[:batch], greedy[:batch]
+        return logits, greedy
 
     def _stamped(self, bucket: int) -> None:
         """After a step that ran the one-row CUDA kernels with stamps: queue their stamps for the stamps file."""

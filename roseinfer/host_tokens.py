@@ -29,6 +29,9 @@ class HostTokens:
         self.host = torch.zeros(2, max_rows, dtype=torch.int64, pin_memory=pin)  # [2, B_MAX]
         self.parity = torch.zeros(max_rows, dtype=torch.int32, device=device)  # [B_MAX]: 0 or 1
         self._parity = np.zeros(max_rows, dtype=np.int64)  # [B_MAX], the host's copy of the same
+        # Made once: each step reads through them (a step's host work is Python, docs/BENCHMARKS.md, session 65)
+        self._host = self.host.numpy()  # [2, B_MAX], the pinned rows themselves
+        self._rows = np.arange(max_rows)  # [B_MAX]
 
     def rows(self, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The argmax's `to_host` for the step part of rows [lo, hi): (host [2, hi - lo], parity [hi - lo])."""
@@ -41,10 +44,11 @@ class HostTokens:
 
     def launched(self, rows: int) -> np.ndarray:
         """A step of `rows` rows was launched: the row of `host` each of its rows writes [rows]."""
-        which = self._parity[:rows].copy()
-        self._parity[:rows] ^= 1
+        parity = self._parity[:rows]
+        which = parity.copy()
+        np.bitwise_xor(which, 1, out=parity)
         return which
 
     def read(self, which: np.ndarray, batch: int) -> list[int]:
         """The first `batch` rows' tokens of the step whose `launched` gave `which` (once that step has run)."""
-        return self.host.numpy()[which[:batch], np.arange(batch)].tolist()
+        return self._host[which[:batch], self._rows[:batch]].tolist()

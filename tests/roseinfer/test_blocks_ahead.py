@@ -97,3 +97,54 @@ def test_no_block_is_allocated_in_a_step_that_starts_blocks():
     assert not any(new.get(s) for s in roll_new)
     budget = math.ceil(batch / (BLOCK // 4))
     assert max(new.values()) == budget and sum(new.values()) == batch * len(roll_new)
+
+
+def slot_history(monkeypatch, quiet: bool) -> tuple[list, list[list[int]], int]:
+    """Every `reserve` and `reserve_ahead` of a static engine on prompts of many lengths (admissions, finishes,
+    prefix hits) as (what it returned, the block lists, the fill counts, the host tables) after each call; the
+    tokens; and how many `reserve` calls took the quiet path. quiet=False: the full path every step."""
+    from roseinfer.decode_slots import DecodeSlots
+
+    if not quiet:
+        monkeypatch.setattr(DecodeSlots, "_quiet_steps", lambda self, past, room: 0)
+    history, quiet_steps = [], 0
+    reserve, reserve_ahead = DecodeSlots.reserve, DecodeSlots.reserve_ahead
+
+    def record(slots, seqs, result):
+        tables = slots.tables.host_np[: len(seqs)].copy()
+        history.append((result, [list(s.block_ids) for s in seqs], slots.mgr.fill.copy(), tables))
+
+    def reserve_recorded(slots, seqs, rows):
+        nonlocal quiet_steps
+        result = reserve(slots, seqs, rows)
+        quiet_steps += slots.quiet_step
+        record(slots, seqs, result)
+        return result
+
+    def reserve_ahead_recorded(slots, seqs):
+        reserve_ahead(slots, seqs)
+        record(slots, seqs, None)
+
+    monkeypatch.setattr(DecodeSlots, "reserve", reserve_recorded)
+    monkeypatch.setattr(DecodeSlots, "reserve_ahead", reserve_ahead_recorded)
+    prompts = [p[:80] for p in make_prompts()] + [[7], [7], [9] * 40]
+    out = static_llm(max_batch_size=4, prefill_max_batch_size=1).generate(
+        prompts, SamplingParams(max_new_tokens=90, ignore_eos=True)
+    )
+    monkeypatch.undo()
+    return history, [o.token_ids for o in out], quiet_steps
+
+
+def test_quiet_steps_reserve_exactly_as_the_full_path(monkeypatch):
+    # The steps in which nothing but the fill counts moves skip the slot bookkeeping (`DecodeSlots._quiet_steps`):
+    # every reserve and reserve ahead leaves the same blocks, fill counts and host tables as the full path's, in
+    # the same step, and most steps are quiet.
+    full, full_tokens, none = slot_history(monkeypatch, quiet=False)
+    quick, tokens, quiet = slot_history(monkeypatch, quiet=True)
+    reserves = sum(result is not None for result, *_ in full)
+    assert none == 0 and quiet > reserves // 4
+    assert tokens == full_tokens
+    assert len(quick) == len(full)
+    for i, ((r, blocks, fill, tables), (r0, blocks0, fill0, tables0)) in enumerate(zip(quick, full)):
+        assert (r, blocks) == (r0, blocks0), i
+        assert np.array_equal(fill, fill0) and np.array_equal(tables, tables0), i
