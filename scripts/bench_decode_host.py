@@ -10,6 +10,12 @@ on workload (a)); this says which part of that is which. The slot reservation (`
 where rollover blocks are allocated) is also given apart for the steps in which the batch starts blocks, the steps
 whose host tables changed otherwise (blocks reserved ahead) and the rest. On CPU the static path runs without capture (equal one-token prompts: the batch in lock-step).
 
+`--no-device-work` (CPU) replaces the step's forward by its outputs, computed once a bucket, so that what is timed
+is the host's Python alone; a first run then times `Engine.step` with no other part timed (the parts' timers add
+about 0.3 us a call here). The GPU machine's host ran the same parts 3.5-4x slower (docs/BENCHMARKS.md, session 65):
+
+    python scripts/bench_decode_host.py --no-device-work --model gpt2-tiny --batch 1
+
 On CUDA a second run puts a CUDA event pair around each replay (`DecodeGraphs.run`): the replay's own GPU time and
 the GPU time from one replay's end to the next one's start (what the GPU spends outside the graph: the host's
 copies and kernels between steps, and idle waiting for the host), step by step, the first decode step apart; and
@@ -34,8 +40,11 @@ def main() -> None:
     p.add_argument("--model", default="gpt2-tiny")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--new-tokens", type=int, default=256)
+    p.add_argument("--no-device-work", action="store_true", help="CPU: the forward replaced by its outputs")
     a = p.parse_args()
     cuda = a.device == "cuda"
+    if a.no_device_work and cuda:
+        p.error("--no-device-work is for the CPU (a CUDA step's device work is a graph replay)")
     tracing.configure(nvtx=False, record_function=False)
     llm = LLM(
         a.model,
@@ -52,6 +61,8 @@ def main() -> None:
     prompts = [[1]] * a.batch
     freeze_startup_heap()  # as the benchmarks and the server's engine core do (roseinfer.frozen_heap)
     llm.generate(prompts, SamplingParams(max_new_tokens=16, ignore_eos=True))  # warm-up
+    if a.no_device_work:
+        host_only(llm, engine, prompts, a.new_tokens)
     times: dict[str, list[int]] = {}
     engine.time_parts(times)
     reserve_by_kind: dict[str, list[int]] = {"rollover": [], "tables changed": [], "other": []}
@@ -99,6 +110,33 @@ def main() -> None:
             f"graph replay of bucket {bucket}: launch {np.median(launch) / 1e3:.1f} us on the host, "
             f"{np.median(gpu):.1f} us on the GPU (p50 of 200)"
         )
+
+
+def host_only(llm, engine, prompts, new_tokens: int, runs: int = 5) -> None:
+    """The step's forward replaced by its outputs (one real forward a bucket), then `runs` runs with `Engine.step`
+    alone timed: prints each run's p50 of a decode step's host time."""
+    graphs = engine.graphs
+    forward, outputs = graphs.forward, {}
+
+    def outputs_of(bucket):
+        if bucket not in outputs:
+            outputs[bucket] = tuple(t.clone() for t in forward(bucket))
+        return outputs[bucket]
+
+    graphs.forward = outputs_of
+    p50 = []
+    for _ in range(runs):
+        step: dict[str, list[int]] = {}
+        tracing.time_calls(engine, {"step": "engine.step"}, step)
+        llm.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+        del engine.step  # the instance attribute goes; the method is back
+        p50.append(
+            np.median(step["engine.step"][2:]) / 1e3
+        )  # (the prefill's step and the first decode's apart)
+    print(
+        f"host us a step, engine.step alone timed, p50 of each of {runs} runs: "
+        + " ".join(f"{v:.1f}" for v in p50)
+    )
 
 
 def replay_events(llm, engine, prompts, new_tokens: int) -> None:
