@@ -1,5 +1,6 @@
 // What the one-row fused kernels share (fused_mlp.cu, fused_attn.cu): their region stamps, phase barriers and test
-// builds' planted delays, warp and block sums, the residual add + LayerNorm they start with (every warp its own),
+// builds' planted delays, warp and block sums, the residual add and LayerNorm statistics they start with (every warp
+// its own; the normalisation folded into the GEMV after it),
 // the split sum's rows and the instantiations by delta, cp.async, the weights' streaming load, and a launch as a
 // programmatic dependent launch (PDL).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
@@ -100,21 +101,17 @@ __device__ __forceinline__ void stage_layernorm_params(LayerNormShared<T, C>& sh
   asm volatile("cp.async.commit_group;" ::: "memory");
 }
 
-// The residual add and LayerNorm every one-row kernel runs first. The block writes s = x + delta (rounded to T as
-// torch's add rounds it; block 0 also stores it in s_out) into shared memory behind one barrier; then every warp
-// normalises the row on its own: a lane takes the columns it multiplies with its weights, (j * 32 + lane) * 8 + e
-// (j < C / 256, e < 8), so the mean and variance are two warp sums (no block reduction) and h = LayerNorm(s),
-// rounded to T as the unfused kernel writes it, stays in the lane's registers (h[j]: 8 T a vector). PENDING:
-// cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which need not have landed.
-// DELTA_ROWS: delta is that many [C] rows whose sum is the delta (1, or SPLIT_ROWS: fused_mlp.cu's split output).
-// Every load (x and each row of delta at the thread's columns) is issued before the first store: written with each
-// element's loads after the store of the one before, the compiler kept that order, and batch 1 lost 12 us a step
-// (docs/BENCHMARKS.md, session 35).
-template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
-__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
-                                                   float eps, T* s_out, uint4* h) {
+// The residual add every one-row kernel runs first: the block writes s = x + delta (rounded to T as torch's add
+// rounds it; block 0 also stores it in s_out) into shared memory behind one barrier, after which every warp reads
+// the row on its own. PENDING: cp.async groups committed after the LayerNorm's own (stage_layernorm_params), which
+// need not have landed. DELTA_ROWS: delta is that many [C] rows whose sum is the delta (1, or SPLIT_ROWS:
+// fused_mlp.cu's split output). Every load (x and each row of delta at the thread's columns) is issued before the
+// first store: written with each element's loads after the store of the one before, the compiler kept that order,
+// and batch 1 lost 12 us a step (docs/BENCHMARKS.md, session 35).
+template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS>
+__device__ __forceinline__ void residual_row(const T* x, const TD* delta, LayerNormShared<T, C>& sh, T* s_out) {
   static_assert(C % THREADS == 0 && C % 256 == 0, "whole columns per thread, whole vectors per lane");
-  constexpr int PER_THREAD = C / THREADS, VECS = C / 256;
+  constexpr int PER_THREAD = C / THREADS;
   float xs[PER_THREAD], d[PER_THREAD];
 #pragma unroll
   for (int i = 0; i < PER_THREAD; ++i) {
@@ -133,6 +130,18 @@ __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, 
   }
   asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");  // the LayerNorm's weights have landed
   __syncthreads();
+}
+
+// The residual add and a LayerNorm that every warp computes on its own, as the one-row kernels ran it before the
+// LayerNorm was folded into their GEMVs (residual_stats); scripts/probe_row_read.cu still measures it. A lane takes
+// the columns it multiplies with its weights, (j * 32 + lane) * 8 + e (j < C / 256, e < 8), so the mean and
+// variance are two warp sums (no block reduction) and h = LayerNorm(s), rounded to T as the unfused kernel writes
+// it, stays in the lane's registers (h[j]: 8 T a vector).
+template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
+__device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, LayerNormShared<T, C>& sh,
+                                                   float eps, T* s_out, uint4* h) {
+  constexpr int VECS = C / 256;
+  residual_row<T, TD, C, THREADS, PENDING, DELTA_ROWS>(x, delta, sh, s_out);
   const int lane = threadIdx.x % 32;
   float part = 0.f;
 #pragma unroll
@@ -169,33 +178,14 @@ __device__ __forceinline__ void residual_layernorm(const T* x, const TD* delta, 
 // The residual add and the LayerNorm's statistics, with the normalisation itself folded into the GEMV after it
 // (dot_rows_w, and the caller's last step): LN(s) . W_j = rstd (sum_k s_k w_k W_jk - mean sum_k w_k W_jk) +
 // sum_k b_k W_jk, where the two sums of weights alone are per-row constants made once at load
-// (cuda_ext.ln_fold). The block writes s = x + delta as residual_layernorm does, and every lane takes s (rounded to
-// T) at the columns it multiplies with its weights into h[j], unnormalised; the row's mean and rstd come from one
-// pass of shifted sums (the shift s[0]) beside that, so the dot products need not wait for them: only each output's
-// last step does. DELTA_ROWS, PENDING and the loads' order as in residual_layernorm.
+// (cuda_ext.ln_fold). After residual_row every lane takes s (rounded to T) at the columns it multiplies with its
+// weights into h[j], unnormalised; the row's mean and rstd come from one pass of shifted sums (the shift s[0])
+// beside that, so the dot products need not wait for them: only each output's last step does.
 template <typename T, typename TD, int C, int THREADS, int PENDING, int DELTA_ROWS = 1>
 __device__ __forceinline__ void residual_stats(const T* x, const TD* delta, LayerNormShared<T, C>& sh, float eps,
                                                T* s_out, uint4* h, float& mean, float& rstd) {
-  static_assert(C % THREADS == 0 && C % 256 == 0, "whole columns per thread, whole vectors per lane");
-  constexpr int PER_THREAD = C / THREADS, VECS = C / 256;
-  float xs[PER_THREAD], d[PER_THREAD];
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    xs[i] = to_f<T>(x[k]);
-    d[i] = to_f<TD>(delta[k]);
-#pragma unroll
-    for (int r = 1; r < DELTA_ROWS; ++r) d[i] += to_f<TD>(delta[r * C + k]);
-  }
-#pragma unroll
-  for (int i = 0; i < PER_THREAD; ++i) {
-    const int k = threadIdx.x + i * THREADS;
-    const T s = from_f<T>(xs[i] + d[i]);
-    sh.s[k] = s;
-    if (blockIdx.x == 0) s_out[k] = s;
-  }
-  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");  // the LayerNorm's weights have landed
-  __syncthreads();
+  constexpr int VECS = C / 256;
+  residual_row<T, TD, C, THREADS, PENDING, DELTA_ROWS>(x, delta, sh, s_out);
   const int lane = threadIdx.x % 32;
   const float shift = to_f<T>(sh.s[0]);
   float sum = 0.f, sq = 0.f;
@@ -229,9 +219,12 @@ __device__ __forceinline__ void residual_stats(const T* x, const TD* delta, Laye
   rstd = rsqrtf(fmaxf(sq / C - dmean * dmean, 0.f) + eps);
 }
 
-// dot_rows of the row s * g (g: the LayerNorm's weight in shared memory, at the lane's columns as h): each vector of
-// s is unpacked and multiplied by g's once for all rows. With residual_stats, acc[i] is sum_k s_k g_k W_ik; the
-// caller's rstd (acc - mean fold_w) + fold_b is LayerNorm(s) . W_i + its bias.
+// ROWS dot products of packed weights (w[i][j]: 8 T a vector) with the row s * g (s: h, 8 T a vector, VECS vectors;
+// g: the LayerNorm's weight in shared memory, at the lane's columns as h), each in float in the unfused GEMV's
+// order (acc[i] = 0 + dot of vector 0 + dot of vector 1 + ..., each dot left to right). Vector j of h is unpacked
+// and multiplied by g's once for all rows, and only it: unpacked for every row at once it held 24 registers. With
+// residual_stats, acc[i] is sum_k s_k g_k W_ik; the caller's rstd (acc - mean fold_w) + fold_b is
+// LayerNorm(s) . W_i + its bias.
 template <typename T, int ROWS, int VECS>
 __device__ __forceinline__ void dot_rows_w(const uint4 (&w)[ROWS][VECS], const uint4 (&h)[VECS], const T* g,
                                            float (&acc)[ROWS]) {
@@ -258,35 +251,10 @@ __device__ __forceinline__ void dot_rows_w(const uint4 (&w)[ROWS][VECS], const u
   }
 }
 
-// ROWS dot products of packed weights (w[i][j]: 8 T a vector) with the row h (8 T a vector, VECS vectors), each in
-// float in the unfused GEMV's order (acc[i] = 0 + dot of vector 0 + dot of vector 1 + ..., each dot left to right).
-// Vector j of h is unpacked once for all rows, and only it: unpacked for every row at once it held 24 registers.
-template <typename T, int ROWS, int VECS>
-__device__ __forceinline__ void dot_rows(const uint4 (&w)[ROWS][VECS], const uint4 (&h)[VECS], float (&acc)[ROWS]) {
-#pragma unroll
-  for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
-#pragma unroll
-  for (int j = 0; j < VECS; ++j) {
-    asm volatile("" ::: "memory");  // one vector of h unpacked at a time
-    const T* hv = reinterpret_cast<const T*>(&h[j]);
-    float v[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] = to_f<T>(hv[e]);
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-      const T* wv = reinterpret_cast<const T*>(&w[i][j]);
-      float d = to_f<T>(wv[0]) * v[0];
-#pragma unroll
-      for (int e = 1; e < 8; ++e) d += to_f<T>(wv[e]) * v[e];
-      acc[i] += d;
-    }
-  }
-}
-
 // fused_mlp.cu's output at one row: a split sum, SPLIT_ROWS float32 rows [SPLIT_ROWS, C] whose sum is the MLP's
 // output. Its 128 blocks add their shares with atomics; into one row, each address took 128 adds and the adds'
 // drain at L2 cost ~0.6 us a layer (docs/BENCHMARKS.md, session 35); block b adds into row b % SPLIT_ROWS, and the
-// kernel after it sums the rows as it reads them (residual_layernorm's delta_rows): 4 rows, where the attention's
+// kernel after it sums the rows as it reads them (residual_row's DELTA_ROWS): 4 rows, where the attention's
 // LayerNorm after its wait reads fewer than at 8 (batch 1 1.2% faster; 2 rows no faster than 8: session 38).
 constexpr int SPLIT_ROWS = 4;
 
