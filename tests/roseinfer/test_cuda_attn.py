@@ -169,17 +169,20 @@ def test_the_engine_runs_it_and_matches_the_triton_path(tmp_path, cuda_mlp):
         runs.append((outs, llm.engine.graphs.outputs[1][0].clone(), ran))
     (outs, logits, ran), (outs_triton, logits_triton, ran_triton) = runs
     assert ran and not ran_triton
-    torch.testing.assert_close(logits.float(), logits_triton.float(), atol=5e-2, rtol=2e-2)
-    _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_triton, atol=5e-2, rtol=2e-2)
+    _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_triton, tie=5e-2)
+    if outs[-1] == outs_triton[-1]:  # the last replay's logits, of the last prompt's last step: one context
+        torch.testing.assert_close(logits.float(), logits_triton.float(), atol=5e-2, rtol=2e-2)
 
 
-def _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_other, atol, rtol, device="cuda"):
+def _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_other, tie, device="cuda"):
     """Two paths' greedy tokens agree, or part where the float32 reference (Hugging Face, on their common prefix)
-    has both tokens within the logits' tolerance of its top: a near tie that float rounding may flip either way.
+    has both tokens within `tie` of its top: a near tie that the paths' float16 rounding may flip either way.
     Nothing after that position is compared, as vLLM's check_logprobs_close does. A random checkpoint's logits are
     close together, so ties come up: with 80 new tokens one prompt parted from the 38th token on (H200, session 26),
     and the LayerNorm folded into the GEMV parts from the Triton path at prompt 1's token 10, where the reference
-    has 9.8700 for the fold's token and 9.8302 for the Triton path's (session 65)."""
+    has 9.8700 for the fold's token and 9.8302 for the Triton path's (session 65). This test's 72 steps have three
+    top-two gaps under 0.05 (0.024, 0.025, 0.040) and the next at 0.052; 0.05 is about six float16 steps at these
+    logits (~10)."""
     from transformers import GPT2LMHeadModel
 
     ref = None
@@ -193,7 +196,7 @@ def _same_tokens_up_to_a_near_tie(checkpoint, prompts, outs, outs_other, atol, r
         with torch.no_grad():
             logits = ref(torch.tensor([prompt + a[:k]], device=device)).logits[0, -1]  # [V]
         top = logits.max().item()
-        floor = top - (atol + rtol * abs(top))
+        floor = top - tie
         got = (logits[a[k]].item(), logits[b[k]].item())
         assert min(got) >= floor, (
             f"prompt {i} parts at new token {k}: {a[k]} and {b[k]} have {got[0]:.4f} and {got[1]:.4f} in the "
