@@ -11,7 +11,9 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     _, h, bs, d = cache.shape
     # index_select on the flattened table is several times faster than advanced indexing on CPU.
     blocks = cache.index_select(0, block_table.reshape(-1)).view(b, m, h, bs, d)
-    return blocks.transpose(1, 2).reshape(b, h, m * bs, d)
+    # contiguous (the callers view it as [B*H, T, D]): a copy only for blocks of one token, where the reshape is a
+    # view; at any other size the reshape copied already
+    return blocks.transpose(1, 2).reshape(b, h, m * bs, d).contiguous()
 
 
 def decode_bias(past_lens: torch.Tensor, t: int, num_heads: int, dtype: torch.dtype) -> torch.Tensor:

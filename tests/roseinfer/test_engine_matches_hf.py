@@ -87,6 +87,17 @@ def test_matches_hf_when_the_pool_forces_preemption(tiny_checkpoint, hf_referenc
     assert llm.engine.mgr.num_free() == 14
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_blocks_of_one_token_match_hf(tiny_checkpoint, hf_reference, static):
+    # --block-size 1, eager and static: every token starts a block (the gathered past was a view the attention could
+    # not flatten, and every step raised)
+    llm = LLM(tiny_checkpoint, block_size=1, max_batch_size=8)
+    if static:
+        llm.engine.use_static_decode(capture=False)
+    outs = llm.generate(make_prompts(), SamplingParams(max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    assert [o.token_ids for o in outs] == hf_reference
+
+
 @pytest.mark.parametrize("max_batch", [8, 6])
 def test_static_decode_path_matches_hf(tiny_checkpoint, hf_reference, max_batch):
     # The path CUDA graphs replay (slots allocated before the step, inputs in static buffers, batches padded to
