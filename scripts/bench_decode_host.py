@@ -130,9 +130,8 @@ def host_only(llm, engine, prompts, new_tokens: int, runs: int = 5) -> None:
         tracing.time_calls(engine, {"step": "engine.step"}, step)
         llm.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
         del engine.step  # the instance attribute goes; the method is back
-        p50.append(
-            np.median(step["engine.step"][2:]) / 1e3
-        )  # (the prefill's step and the first decode's apart)
+        decode = step["engine.step"][2:]  # the prefill's step and the first decode's apart
+        p50.append(np.median(decode) / 1e3)
     print(
         f"host us a step, engine.step alone timed, p50 of each of {runs} runs: "
         + " ".join(f"{v:.1f}" for v in p50)
