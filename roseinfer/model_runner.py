@@ -97,6 +97,8 @@ class ModelRunner(DecodePaths):
         # greedy tokens are copied into (two: the next step's copy must not overwrite unread tokens) where its
         # argmax does not write them into pinned memory itself (`roseinfer.host_tokens`: the captured step's rule).
         self._inflight: _InFlight | None = None
+        self._greedy_batch: list[Sequence] = []  # the last batch `_all_greedy` counted, and its answer
+        self._all_greedy_batch = True
         self._token_bufs = [
             torch.zeros(cfg.max_batch_size, dtype=torch.int64, pin_memory=pin) for _ in range(2)
         ]

@@ -10,12 +10,28 @@ when there is room. No request is ever dropped.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 from roseinfer.block_manager import BlockManager, blocks_for
 from roseinfer.config import EngineConfig
 from roseinfer.sequence import Sequence, Status
 
 __all__ = ["Scheduler", "blocks_for"]
+
+
+@dataclass
+class _Ahead:
+    """How far the running batch was, when counted, from what the decode checks look for: a sequence whose next
+    token starts a block it does not hold, and one that finishes by length. An unchanged batch moves in lock-step
+    (each launch caches one token of every sequence of it, each read emits one), so the distances are then read off
+    its first sequence instead of counted over the batch each step (at 512 sequences the counts were a quarter of
+    the host's Python a step: docs/BENCHMARKS.md, session 66)."""
+
+    batch: int  # `Scheduler._batch` when counted
+    cached: int  # the first sequence's `num_cached` then
+    emitted: int  # its output length then
+    room: int  # fewest free slots in a sequence's blocks then (0: its next token starts a block)
+    left: int  # fewest tokens a sequence had left to emit then
 
 
 class Scheduler:
@@ -25,6 +41,8 @@ class Scheduler:
         self.num_blocks = mgr.num_blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self._batch = 0  # counts the changes to `running` (what keeps `_ahead` true)
+        self._counted: _Ahead | None = None
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -61,6 +79,7 @@ class Scheduler:
             self.waiting.remove(seq)
             seq.status = Status.RUNNING
             self.running.append(seq)
+        self._batch += bool(batch)
         return batch
 
     def schedule_decode(self) -> tuple[list[Sequence], int]:
@@ -80,7 +99,7 @@ class Scheduler:
             return False
         if self.waiting and len(running) < self.cfg.max_batch_size:
             return False  # a request may be admitted: prefill first
-        if any(len(s.output_ids) + 1 >= s.params.max_new_tokens for s in running):
+        if self._ahead()[1] <= 1:
             return False  # finishes by length with the step in flight
         return self._blocks_needed() <= self.mgr.num_free()
 
@@ -88,15 +107,37 @@ class Scheduler:
         seq.status = Status.FINISHED
         seq.finish_reason = reason
         self.running.remove(seq)
+        self._batch += 1
         self.mgr.release(seq)
 
     def _blocks_needed(self) -> int:
         """Blocks the next decode step takes: one per running sequence whose new token starts a block it does not
         hold yet (blocks reserved ahead of the boundary are held already)."""
+        if self._ahead()[0] > 0:
+            return 0
         return len(self.mgr.starting_a_block(self.running))
+
+    def _ahead(self) -> tuple[int, int]:
+        """(the fewest free slots in a running sequence's blocks, the fewest tokens one has left to emit) now: read
+        off the first sequence's progress since the batch was counted (`_Ahead`), counted again when the batch
+        changed or its room may be out (blocks may have been added since: room only grows otherwise)."""
+        running, c = self.running, self._counted
+        if not running:
+            return 1, 2  # nothing to start a block or finish
+        first = running[0]
+        if c is not None and c.batch == self._batch:
+            room = c.room - (first.num_cached - c.cached)
+            if room > 0:
+                return room, c.left - (len(first.output_ids) - c.emitted)
+        bs = self.mgr.block_size
+        room = min(len(s.block_ids) * bs - s.num_cached for s in running)
+        left = min(s.params.max_new_tokens - len(s.output_ids) for s in running)
+        self._counted = _Ahead(self._batch, first.num_cached, len(first.output_ids), room, left)
+        return room, left
 
     def _preempt_newest(self) -> None:
         seq = self.running.pop()
+        self._batch += 1
         seq.status = Status.WAITING
         seq.preemptions += 1
         self.waiting.appendleft(seq)

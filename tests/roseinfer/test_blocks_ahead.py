@@ -65,7 +65,7 @@ def test_blocks_ahead_give_the_eager_paths_tokens_and_kv_every_step():
                 held_ahead += spare == 1
     assert [a.output_ids for a in seqs[0]] == [b.output_ids for b in seqs[1]]
     assert held_ahead > 0
-    for key in ("rollovers", "cow", "prefix_hit_blocks", "decode_steps"):
+    for key in ("rollovers", "cow", "prefix_hit_blocks", "decode_steps", "decode_kv_tokens"):
         assert static.stats[key] == eager.stats[key], key
     assert static.stats["cow"] > 0 and static.stats["rollovers"] > 0
     for e in engines:

@@ -1,6 +1,9 @@
 """The scheduler under load: a stream of requests arriving over time, none lost, all blocks returned."""
 
+import dataclasses
 import random
+
+import pytest
 
 from roseinfer import SamplingParams
 from roseinfer.config import EngineConfig
@@ -69,3 +72,65 @@ def test_stop_on_eos_unless_ignored():
         engine.step()
     assert stopped.output_ids == [first] and stopped.finish_reason == "stop"
     assert len(ignored.output_ids) == 10 and ignored.finish_reason == "length"
+
+
+@pytest.mark.parametrize("path", ["eager", "static"])
+def test_decode_checks_counted_ahead_match_a_full_count(monkeypatch, tiny_checkpoint, path):
+    # The scheduler counts the running batch's distance to a block edge and to a length finish once a batch and
+    # reads it off the first sequence's progress after (`Scheduler._ahead`). Under a stream with preemption, EOS,
+    # aborts, sampled requests and admissions, every call agrees with a count over the batch: the fewest tokens
+    # left exactly, the fewest free slots never above the truth, and most calls read off (not counted again).
+    from roseinfer.scheduler import Scheduler
+
+    rng = random.Random(1)
+    engine = Engine(
+        tiny_checkpoint,
+        EngineConfig(max_batch_size=12, prefill_max_batch_size=3, num_blocks=40, block_size=8),
+    )
+    if path == "static":
+        engine.use_static_decode(capture=False)
+    # An end-of-sequence token the model emits now and then (the commonest of a probe's), so that some requests stop
+    # early.
+    probe = engine.add_request([3, 1, 4], SamplingParams(max_new_tokens=30, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    eos = max(set(probe.output_ids), key=probe.output_ids.count)
+    engine.model_cfg = dataclasses.replace(engine.model_cfg, eos_token_id=eos)
+    ahead = Scheduler._ahead
+    calls = read_off = 0
+
+    def checked(sched):
+        nonlocal calls, read_off
+        before = sched._counted
+        room, left = ahead(sched)
+        running = sched.running
+        if running:
+            bs = sched.mgr.block_size
+            assert left == min(s.params.max_new_tokens - len(s.output_ids) for s in running)
+            assert room <= min(len(s.block_ids) * bs - s.num_cached for s in running)
+            assert (room > 0) <= (not sched.mgr.starting_a_block(running))
+            calls += 1
+            read_off += sched._counted is before
+        return room, left
+
+    monkeypatch.setattr(Scheduler, "_ahead", checked)
+    pending, finished, step = 80, [], 0
+    while pending or engine.has_unfinished():
+        # Bursts of arrivals between runs of steps of one batch (what the counts ahead are for), a burst's prompts
+        # of one length: mostly whole blocks, the batch then at its blocks' edges in the same step.
+        length = rng.choice([8, 16, 24, rng.randint(1, 30)])
+        for _ in range(min(pending, rng.randint(0, 8)) if step % 16 == 0 else 0):
+            prompt = [rng.randrange(500) for _ in range(length)]
+            sampled = path == "static" and rng.random() < 0.1
+            params = SamplingParams(
+                max_new_tokens=rng.randint(1, 90), ignore_eos=rng.random() < 0.8, temperature=0.8 * sampled
+            )
+            engine.add_request(prompt, params)
+            pending -= 1
+        finished += engine.step()
+        step += 1
+        if engine.scheduler.running and rng.random() < 0.01:
+            engine.abort(rng.choice(engine.scheduler.running))
+    reasons = {s.finish_reason for s in finished}
+    assert {"stop", "length"} <= reasons and engine.stats["preemptions"] > 0
+    assert calls > 500 and read_off > calls // 4
