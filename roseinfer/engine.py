@@ -130,6 +130,12 @@ class Engine:
             self.scheduler.finish(seq, reason)
         self._log_request(seq)
 
+    def close(self) -> None:
+        """Stop the flight recorder's watch on Python's collections (its records stay readable). The step log's
+        file is the process's (`steplog.close`)."""
+        if self.flight is not None:
+            self.flight.close()
+
     # -- steps ---------------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[Sequence]:

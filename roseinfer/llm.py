@@ -59,7 +59,11 @@ class LLM:
         return workers
 
     def close(self) -> None:
-        """Stop the tensor-parallel ranks this LLM started (nothing to do on one device)."""
+        """Stop the tensor-parallel ranks this LLM started and its engine's watch on Python's collections (a
+        serving engine's flight recorder); idempotent."""
+        engine = getattr(self, "engine", None)  # None when building it failed
+        if engine is not None:
+            engine.close()
         if self.workers is not None:
             self.workers.close()
             self.workers = None

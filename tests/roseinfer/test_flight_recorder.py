@@ -72,3 +72,23 @@ def test_a_window_is_read_from_its_first_step(tmp_path):
     assert log.meta["first_step"] == 2 and [s["index"] for s in log.steps] == [0, 1]
     (request,) = log.requests
     assert request["token_step"] == [0, 1] and request["token_ns"] == [190, 290]  # step 1's token is older
+
+
+def test_closing_the_llm_stops_its_recorders_watch_on_collections():
+    # A serving engine's flight recorder watches Python's collections (a gc callback, SIGINT held while one runs);
+    # an LLM closed takes both back, so that engines made one after another in a process (tests, notebooks) do not
+    # pile them up. Its records stay readable.
+    import gc
+
+    from roseinfer import LLM, SamplingParams
+
+    callbacks = list(gc.callbacks)
+    llm = LLM("gpt2-tiny", flight_recorder_steps=8)
+    assert len(gc.callbacks) > len(callbacks)
+    llm.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4, ignore_eos=True))
+    llm.close()
+    llm.close()  # idempotent
+    assert gc.callbacks == callbacks
+    assert [r["type"] for r in llm.engine.flight.dump()].count(
+        "step"
+    ) == 3  # the first token is the prefill's
