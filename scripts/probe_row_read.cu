@@ -50,6 +50,7 @@
 #endif
 
 #include "../roseinfer/cuda_ext/common.cuh"
+#include "../roseinfer/cuda_ext/common_mbarrier.cuh"
 
 namespace {
 
@@ -70,41 +71,23 @@ struct __align__(16) RowShared {
 };
 static_assert(sizeof(RowShared) == BYTES, "x and d back to back");
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init_expect(uint64_t* bar, unsigned bytes) {  // one thread
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
-  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_u32(bar)),
-               "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t* bar) {  // until its first phase completes
-  unsigned done = 0;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
-                 "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_u32(bar)) : "memory");
-  } while (!done);
-}
-
 // `bytes` from global `src` to the same offset of `dst` in every block of the cluster in `mask` (or, mask 0, in this
 // block only), counted on each receiver's mbarrier at `bar`'s offset.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint16_t mask) {
   if (mask == 0)
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
   else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
                  " [%0], [%1], %2, [%3], %4;"
-                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(mask) : "memory");
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)), "h"(mask) : "memory");
 }
 
 // 16 bytes into `dst` (this block's address) in block `rank` of the cluster, counted on its `bar`.
 __device__ __forceinline__ void push16(void* dst, uint64_t* bar, int rank, uint4 v) {
   unsigned rd, rb;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rd) : "r"(smem_u32(dst)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(bar)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rd) : "r"(smem_addr(dst)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_addr(bar)), "r"(rank));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
                ::"r"(rd), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(rb) : "memory");
 }
@@ -137,7 +120,8 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
   constexpr bool COPIES = MODE == BULK || MODE == MULTICAST || MODE == DSMEM;  // the row lands on an mbarrier
   if constexpr (COPIES) {
     if (threadIdx.x == 0) {
-      mbar_init_expect(&bar, BYTES);
+      mbar_init(&bar, 1);
+      mbar_expect_tx(&bar, BYTES);
       // the init seen by the bulk copies' complete_tx (the async proxy), and by the cluster's peers
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -212,7 +196,7 @@ __global__ void __launch_bounds__(THREADS) row_kernel(const __half* __restrict__
         for (int r = 0; r < CL; ++r) push16(reinterpret_cast<uint4*>(&row) + i, &bar, r, v);
       }
     }
-    if constexpr (COPIES) mbar_wait(&bar);  // every byte of the row has landed here
+    if constexpr (COPIES) mbar_wait<true>(&bar, 0);  // every byte of the row has landed here
     // every byte this block expects has arrived: its peers may leave once every block's have (the wait is at the end)
     if constexpr (CL > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     residual_layernorm<__half, float, C, THREADS, 0, ROWS>(

@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 #include "common.cuh"
+#include "common_mbarrier.cuh"
 #ifndef ROSEINFER_KERNEL_ONLY  // a compile check of the kernels alone (no torch headers)
 #include <torch/extension.h>
 
@@ -90,16 +91,8 @@ __device__ float block_max(float v, float* red) {
 // mbarriers are set before the kernel's one cluster barrier (arrive at the start, wait before the first push), so
 // no push reaches one unset; a push may land before its receiver's own arrive.expect_tx (PTX allows the
 // transaction count below zero, and the phase cannot complete without that arrival); a receiver waits for all its
-// bytes, so none lands in a block that has left. The acquire at cluster scope pairs with st.async's release.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init_expect(uint64_t* bar, unsigned bytes) {  // one thread, before the wait
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(bar)) : "memory");
-  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_addr(bar)),
-               "r"(bytes) : "memory");
-}
+// bytes, so none lands in a block that has left. The acquire at cluster scope (`mbar_wait<true>`,
+// common_mbarrier.cuh) pairs with st.async's release.
 
 // v into `dst` (this block's address of a variable) in block `rank` of the cluster, counted on its `bar`
 __device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float v) {
@@ -108,15 +101,6 @@ __device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float 
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_addr(bar)), "r"(rank));
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rd),
                "r"(__float_as_uint(v)), "r"(rb) : "memory");
-}
-
-// Until the mbarrier's first phase (parity 0) completes: every byte expected has arrived.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar) {
-  unsigned done = 0;
-  do {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
-                 "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)) : "memory");
-  } while (!done);
 }
 
 // TD: delta's dtype (float16 embeddings at the first layer, float32 where it is the MLP kernel's output);
@@ -156,8 +140,10 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int dim = rank * WARPS + warp;  // this warp's q/k/v dim
   if (threadIdx.x == 0) {
-    mbar_init_expect(&bars[0], 3 * D * sizeof(float));            // every dim's q, k and v
-    mbar_init_expect(&bars[1], CLUSTER * (D + 2) * sizeof(float));  // every block's partials
+    mbar_init(&bars[0], 1);
+    mbar_expect_tx(&bars[0], 3 * D * sizeof(float));  // every dim's q, k and v
+    mbar_init(&bars[1], 1);
+    mbar_expect_tx(&bars[1], CLUSTER * (D + 2) * sizeof(float));  // every block's partials
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   // This block has started (and its mbarriers are set): no block of the cluster writes into another's shared
@@ -241,7 +227,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
   plant_delay(2, delay_phase, delay_ns);
-  mbar_wait(&bars[0]);  // every block's q/k/v arrived
+  mbar_wait<true>(&bars[0], 0);  // every block's q/k/v arrived
   __syncthreads();      // this block's K/V copies landed
   stamp<STAMPS>(stamps, 3);
 
@@ -283,7 +269,7 @@ __global__ void __cluster_dims__(CLUSTER, 1, 1) __maxnreg__(128) fused_attn_kern
     push(&parts[rank][D + 1], &bars[1], r, l);
   }
   plant_delay(3, delay_phase, delay_ns);
-  mbar_wait(&bars[1]);  // every block's partials arrived (no block reads another's shared memory)
+  mbar_wait<true>(&bars[1], 0);  // every block's partials arrived (no block reads another's shared memory)
   stamp<STAMPS>(stamps, 4);
 
   // Phase 4: o from the partials (rounded to float16, as the attention kernel stores it), then this block's

@@ -67,11 +67,12 @@ def test_cache_key_follows_sources_arch_torch_and_flags(tmp_path, monkeypatch):
     assert cuda_ext.cache_key("fused_mlp", "sm_100a", "2.11.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.12.0+cu130") != key
     assert cuda_ext.cache_key("fused_mlp", "sm_90a", "2.11.0+cu130", ("-DX",)) != key
-    # the kernel's bytes, and the headers every kernel includes (common.cuh, common_check.cuh)
+    # the kernel's bytes, and the headers every kernel may include (common*.cuh)
     assert {p.name for p in cuda_ext.sources("fused_mlp")} == {
         "fused_mlp.cu",
         "common.cuh",
         "common_check.cuh",
+        "common_mbarrier.cuh",
     }
     for path in cuda_ext.sources("fused_mlp"):
         (tmp_path / path.name).write_text(path.read_text())
