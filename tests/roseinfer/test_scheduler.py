@@ -79,7 +79,10 @@ def test_decode_checks_counted_ahead_match_a_full_count(monkeypatch, tiny_checkp
     # The scheduler counts the running batch's distance to a block edge and to a length finish once a batch and
     # reads it off the first sequence's progress after (`Scheduler._ahead`). Under a stream with preemption, EOS,
     # aborts, sampled requests and admissions, every call agrees with a count over the batch: the fewest tokens
-    # left exactly, the fewest free slots never above the truth, and most calls read off (not counted again).
+    # left exactly, the fewest free slots never above the truth, and most calls read off (not counted again); every
+    # `can_follow` answers as a look at every sequence does, and no batch with a sampled request takes the overlapped
+    # path (its greedy check is also made once a batch).
+    from roseinfer.decode_paths import DecodePaths
     from roseinfer.scheduler import Scheduler
 
     rng = random.Random(1)
@@ -113,7 +116,29 @@ def test_decode_checks_counted_ahead_match_a_full_count(monkeypatch, tiny_checkp
             read_off += sched._counted is before
         return room, left
 
+    can_follow = Scheduler.can_follow
+
+    def follow_checked(sched, in_flight):
+        # what can_follow answered before the counts ahead: every sequence looked at
+        running, mgr = sched.running, sched.mgr
+        full = (
+            running == in_flight
+            and not (sched.waiting and len(running) < sched.cfg.max_batch_size)
+            and not any(len(s.output_ids) + 1 >= s.params.max_new_tokens for s in running)
+            and len(mgr.starting_a_block(running)) <= mgr.num_free()
+        )
+        assert can_follow(sched, in_flight) == full
+        return full
+
+    overlapped = DecodePaths._decode_overlapped
+
+    def greedy_checked(runner, seqs):
+        assert all(s.params.temperature == 0 for s in seqs), "a sampled request on the overlapped path"
+        return overlapped(runner, seqs)
+
     monkeypatch.setattr(Scheduler, "_ahead", checked)
+    monkeypatch.setattr(Scheduler, "can_follow", follow_checked)
+    monkeypatch.setattr(DecodePaths, "_decode_overlapped", greedy_checked)
     pending, finished, step = 80, [], 0
     while pending or engine.has_unfinished():
         # Bursts of arrivals between runs of steps of one batch (what the counts ahead are for), a burst's prompts
