@@ -67,8 +67,9 @@ class DecodePaths:
         return out
 
     def _all_greedy(self, seqs: list[Sequence]) -> bool:
-        """Whether every sequence of `seqs` decodes greedily: counted once a batch (a request's parameters never
-        change), not every step (15 us of the host's Python at 512 sequences on the CPU machine)."""
+        """Whether every sequence of `seqs` decodes greedily: counted once a batch, not every step (15 us of the
+        host's Python at 512 sequences on the CPU machine). A batch is the same when it holds the same `Sequence`
+        objects in the same order (they compare by identity), whose `SamplingParams` are frozen."""
         if seqs != self._greedy_batch:
             self._greedy_batch = list(seqs)
             self._all_greedy_batch = all(s.params.temperature == 0 for s in seqs)
@@ -105,7 +106,7 @@ class DecodePaths:
         rollovers, cow = self.mgr.last_append_counts()
         with region(tracing.SAMPLE):
             token_ids = self._sample(logits, seqs)
-        for seq in seqs:
+        for seq in seqs:  # every one: the scheduler reads the batch's progress off its first
             seq.num_cached += 1
         return DecodeOutput(seqs, seqs, token_ids, rollovers, cow, kv_tokens, launched=True)
 
@@ -142,9 +143,10 @@ class DecodePaths:
                 self._stage_inputs(seqs, rows)
             if self._staged is not None and (changed or restage):
                 self._staged.record()
-        kv_tokens = int(self.slots.past.sum())  # the past lengths `reserve` read: every sequence's num_cached
+        kv_tokens = int(self.slots.past.sum())  # [B] the past lengths `reserve` took: every num_cached
         with region(tracing.MODEL_FORWARD):
             logits, greedy = self.graphs.run(batch)
+        # Every sequence of the batch moves one token: the scheduler reads the batch's progress off its first.
         for seq in seqs:
             seq.num_cached += 1  # the new token's K/V is written (or will be, by the step just launched)
         return rollovers, cow, logits, greedy, kv_tokens

@@ -20,18 +20,23 @@ __all__ = ["Scheduler", "blocks_for"]
 
 
 @dataclass
-class _Ahead:
-    """How far the running batch was, when counted, from what the decode checks look for: a sequence whose next
-    token starts a block it does not hold, and one that finishes by length. An unchanged batch moves in lock-step
-    (each launch caches one token of every sequence of it, each read emits one), so the distances are then read off
-    its first sequence instead of counted over the batch each step (at 512 sequences the counts were a quarter of
+class _BatchCounts:
+    """What the decode checks look for in the running batch, counted over it: a sequence whose next token starts a
+    block it does not hold, and one that finishes by length. An unchanged batch moves in lock-step (each launch
+    caches one token of every sequence of it, each read emits one), so later values are read off its first
+    sequence's progress instead of counted over the batch each step (at 512 sequences those counts were a quarter of
     the host's Python a step: docs/BENCHMARKS.md, session 66)."""
 
     batch: int  # `Scheduler._batch` when counted
-    cached: int  # the first sequence's `num_cached` then
-    emitted: int  # its output length then
-    room: int  # fewest free slots in a sequence's blocks then (0: its next token starts a block)
-    left: int  # fewest tokens a sequence had left to emit then
+    emitted: int  # the first sequence's output length when `left` was counted
+    left: int  # the fewest tokens a sequence had left to emit then (exact while the batch is unchanged)
+    cached: int = 0  # the first sequence's `num_cached` when the rooms were counted
+    # The fewest free slots in a sequence's blocks then: a lower bound after (blocks reserved ahead only add room).
+    room: int = 0
+    starting: int = 0  # sequences with none then: their next token starts a block
+    # The first sequence's `num_cached` before which `_blocks_needed` looks at every sequence instead (a staggered
+    # batch, where counting the rooms again buys no step).
+    look_until: int = 0
 
 
 class Scheduler:
@@ -41,8 +46,8 @@ class Scheduler:
         self.num_blocks = mgr.num_blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self._batch = 0  # counts the changes to `running` (what keeps `_ahead` true)
-        self._counted: _Ahead | None = None
+        self._batch = 0  # counts the changes to `running` (what keeps `_counted` true)
+        self._counted: _BatchCounts | None = None
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -99,7 +104,7 @@ class Scheduler:
             return False
         if self.waiting and len(running) < self.cfg.max_batch_size:
             return False  # a request may be admitted: prefill first
-        if self._ahead()[1] <= 1:
+        if self._tokens_left() <= 1:
             return False  # finishes by length with the step in flight
         return self._blocks_needed() <= self.mgr.num_free()
 
@@ -113,27 +118,44 @@ class Scheduler:
     def _blocks_needed(self) -> int:
         """Blocks the next decode step takes: one per running sequence whose new token starts a block it does not
         hold yet (blocks reserved ahead of the boundary are held already)."""
-        if self._ahead()[0] > 0:
+        if not self.running:
             return 0
-        return len(self.mgr.starting_a_block(self.running))
+        c, first = self._count(), self.running[0]
+        # Steps of this batch launched since its rooms were counted: each took one slot of every sequence.
+        launched = first.num_cached - c.cached
+        if launched and c.room - launched <= 0:  # a sequence may be out of room
+            if first.num_cached < c.look_until:
+                return len(self.mgr.starting_a_block(self.running))
+            bought = c.room  # steps the last count could be read off for
+            self._count_rooms(c)
+            if bought <= 1 and c.room <= 1:
+                # Two counts in a row good for a step at most: the sequences sit at staggered offsets in their
+                # blocks, one at an edge nearly every step. Look at every one (a pass; a count of the rooms is two
+                # passes' worth) for a block's worth of steps before counting again.
+                c.look_until = first.num_cached + self.mgr.block_size
+            launched = 0
+        return c.starting if not launched else 0
 
-    def _ahead(self) -> tuple[int, int]:
-        """(the fewest free slots in a running sequence's blocks, the fewest tokens one has left to emit) now: read
-        off the first sequence's progress since the batch was counted (`_Ahead`), counted again when the batch
-        changed or its room may be out (blocks may have been added since: room only grows otherwise)."""
-        running, c = self.running, self._counted
-        if not running:
-            return 1, 2  # nothing to start a block or finish
-        first = running[0]
-        if c is not None and c.batch == self._batch:
-            room = c.room - (first.num_cached - c.cached)
-            if room > 0:
-                return room, c.left - (len(first.output_ids) - c.emitted)
+    def _tokens_left(self) -> int:
+        """The fewest tokens a running sequence has left to emit (its `max_new_tokens` less its output)."""
+        c = self._count()
+        return c.left - (len(self.running[0].output_ids) - c.emitted)
+
+    def _count(self) -> _BatchCounts:
+        """The running batch's counts (`_BatchCounts`; `running` is not empty), made again when the batch changed."""
+        c = self._counted
+        if c is None or c.batch != self._batch:
+            running = self.running
+            left = min(s.params.max_new_tokens - len(s.output_ids) for s in running)
+            c = self._counted = _BatchCounts(self._batch, len(running[0].output_ids), left)
+            self._count_rooms(c)
+        return c
+
+    def _count_rooms(self, c: _BatchCounts) -> None:
         bs = self.mgr.block_size
-        room = min(len(s.block_ids) * bs - s.num_cached for s in running)
-        left = min(s.params.max_new_tokens - len(s.output_ids) for s in running)
-        self._counted = _Ahead(self._batch, first.num_cached, len(first.output_ids), room, left)
-        return room, left
+        # [B] free slots in the blocks each sequence holds
+        rooms = [len(s.block_ids) * bs - s.num_cached for s in self.running]
+        c.cached, c.room, c.starting = self.running[0].num_cached, min(rooms), rooms.count(0)
 
     def _preempt_newest(self) -> None:
         seq = self.running.pop()
