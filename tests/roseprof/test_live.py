@@ -24,9 +24,11 @@ def live_run(tmp_path_factory):
     """(server, traces folder, the live run's folder, its show output)."""
     tmp = tmp_path_factory.mktemp("live")
     dataset = tmp / "prompts.jsonl"
-    # 1 long prompt in 4, in the seeded order roseprof load draws them
+    # 1 long prompt in 4, in the seeded order roseprof load draws them; each of other bytes, so that the server's
+    # prefix cache leaves every one's prefill whole (three alike left the later two a few dozen tokens to compute)
     lines = [
-        {"prompt": "x" * LONG_TOKENS if i % 4 == 0 else f"short {i}", "output_len": 16} for i in range(12)
+        {"prompt": "xyz"[i // 4] * LONG_TOKENS if i % 4 == 0 else f"short {i}", "output_len": 16}
+        for i in range(12)
     ]
     dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
     server = ServerProcess("--max-batch-size", "8", "--api-key", "k").wait_ready()
