@@ -75,8 +75,7 @@ static_assert(sizeof(RowShared) == BYTES, "x and d back to back");
 // block only), counted on each receiver's mbarrier at `bar`'s offset.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar, uint16_t mask) {
   if (mask == 0)
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+    roseinfer_ext::bulk_copy(dst, src, bytes, bar);
   else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
                  " [%0], [%1], %2, [%3], %4;"
@@ -85,9 +84,7 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
 
 // 16 bytes into `dst` (this block's address) in block `rank` of the cluster, counted on its `bar`.
 __device__ __forceinline__ void push16(void* dst, uint64_t* bar, int rank, uint4 v) {
-  unsigned rd, rb;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rd) : "r"(smem_addr(dst)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_addr(bar)), "r"(rank));
+  const unsigned rd = cluster_addr(dst, rank), rb = cluster_addr(bar, rank);
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
                ::"r"(rd), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(rb) : "memory");
 }

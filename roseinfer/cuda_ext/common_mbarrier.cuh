@@ -1,8 +1,9 @@
-// The mbarrier helpers (PTX, sm_90) of the code that waits for bytes rather than for threads: fused_attn.cu's
-// cluster exchanges (st.async into another block's shared memory), paged_attn.cu's bulk copies of K/V tiles, and
-// scripts/probe_row_read.cu. A phase completes when its `count` arrivals have come and every byte their expect_tx
-// announced has landed (bytes may land before the arrival that announces them: PTX lets the transaction count go
-// below zero, and the phase cannot complete without that arrival).
+// The mbarrier helpers (PTX, sm_90) of the code that waits for bytes rather than for threads, with the bulk copy
+// and the cluster address that bring those bytes: fused_attn.cu's cluster exchanges (st.async into another block's
+// shared memory), paged_attn.cu's bulk copies of K/V tiles, and scripts/probe_row_read.cu. A phase completes when
+// its `count` arrivals have come and every byte their expect_tx announced has landed (bytes may land before the
+// arrival that announces them: PTX lets the transaction count go below zero, and the phase cannot complete without
+// that arrival).
 // roseinfer/cuda_ext/__init__.py hashes this header into every kernel's build: an edit here rebuilds them all.
 #pragma once
 #include <cstdint>
@@ -43,6 +44,20 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
                    "selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
     }
   } while (!done);
+}
+
+// `bytes` (a multiple of 16) from global `src` to this block's shared `dst` (both 16-byte aligned) by the copy
+// engine, counted on `bar` as they land.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+
+// This block's shared address `p` as block `rank` of the cluster sees it (where st.async writes into that block).
+__device__ __forceinline__ unsigned cluster_addr(const void* p, int rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+  return r;
 }
 
 }  // namespace roseinfer_ext

@@ -96,9 +96,7 @@ __device__ float block_max(float v, float* red) {
 
 // v into `dst` (this block's address of a variable) in block `rank` of the cluster, counted on its `bar`
 __device__ __forceinline__ void push(float* dst, uint64_t* bar, int rank, float v) {
-  unsigned rd, rb;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rd) : "r"(smem_addr(dst)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_addr(bar)), "r"(rank));
+  const unsigned rd = cluster_addr(dst, rank), rb = cluster_addr(bar, rank);
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(rd),
                "r"(__float_as_uint(v)), "r"(rb) : "memory");
 }

@@ -52,15 +52,6 @@ static_assert(ROWS % 4 == 0, "a warp reads 4 rows at a time");
 __device__ int probe_skip_wait = 0;
 #endif
 
-// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned) by the copy engine,
-// counted on `bar` as they land.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
-      : "memory");
-}
-
 // by value: a reference into memory let the compiler split the 16-byte load into four 4-byte ones, whose lanes of
 // one dim chunk in four rows then hit the same bank (4-way conflicts in shared memory)
 __device__ __forceinline__ void unpack8(const uint4 v, float* f) {
