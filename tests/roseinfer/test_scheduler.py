@@ -79,10 +79,9 @@ def test_decode_checks_read_off_a_batch_count_match_a_full_count(monkeypatch, ti
     # The scheduler counts the running batch's room in its blocks and the tokens its sequences have left once a
     # batch, and reads them off the first sequence's progress after (`Scheduler._count`). Under a stream with
     # preemption, EOS, aborts, sampled requests, shared prompts and admissions, every call agrees with a count over
-    # the batch (the
-    # blocks the next step needs, the fewest tokens left), and many calls read off (not counted again); every
-    # `can_follow` answers as a look at every sequence does, and no batch with a sampled request takes the overlapped
-    # path (its greedy check is also made once a batch).
+    # the batch (the blocks the next step needs, the fewest tokens left), and many calls read off (not counted
+    # again); every `can_follow` answers as a look at every sequence does, and no batch with a sampled request takes
+    # the overlapped path (its greedy check is also made once a batch).
     from roseinfer.decode_paths import DecodePaths
     from roseinfer.scheduler import Scheduler
 
@@ -131,7 +130,7 @@ def test_decode_checks_read_off_a_batch_count_match_a_full_count(monkeypatch, ti
     can_follow = Scheduler.can_follow
 
     def follow_checked(sched, in_flight):
-        # what can_follow answered before the counts ahead: every sequence looked at
+        # what can_follow answered before the batch counts: every sequence looked at
         running, mgr = sched.running, sched.mgr
         full = (
             running == in_flight
@@ -155,7 +154,7 @@ def test_decode_checks_read_off_a_batch_count_match_a_full_count(monkeypatch, ti
     monkeypatch.setattr(DecodePaths, "_decode_overlapped", greedy_checked)
     pending, finished, step = 80, [], 0
     while pending or engine.has_unfinished():
-        # Bursts of arrivals between runs of steps of one batch (what the counts ahead are for), a burst's prompts
+        # Bursts of arrivals between runs of steps of one batch (what the batch counts are for), a burst's prompts
         # of one length: mostly whole blocks, the batch then at its blocks' edges in the same step.
         # Half the bursts one prompt for all (prefix-cache hits, copy-on-write of a shared partly filled block).
         length = rng.choice([8, 16, 24, rng.randint(1, 30)])
